@@ -1,0 +1,10 @@
+//! gpushare's core: everything with logic, in safe Rust, testable without
+//! Slurm.
+//!
+//! The Slurm plugins (`plugins/`) and the prolog/epilog executables are thin
+//! layers that turn Slurm's C structures into the plain types here and back.
+
+#![forbid(unsafe_code)]
+
+/// The Slurm release this build targets, e.g. "22.05.8".
+pub const SLURM_VERSION: &str = slurm_sys::SLURM_VERSION;

@@ -1,0 +1,207 @@
+//! The ground everything stands on, proven against a real Slurm: our
+//! job_submit plugin is loaded by slurmctld, jobs run, a group QOS preempts
+//! `lowprio` with requeue, and a plugin built for another Slurm is refused
+//! loudly.
+
+use std::fs;
+use std::process::{Command, ExitCode};
+use std::time::Duration;
+
+use testcluster::cluster::{wait_for, SLURM_PLUGIN_DIR};
+use testcluster::process::Daemon;
+use testcluster::{elf, ensure, Cluster, ClusterSpec, Suite, TestResult};
+
+fn main() -> ExitCode {
+    let spec = ClusterSpec {
+        job_submit_plugins: vec!["gpu_qos".into()],
+        ..ClusterSpec::seed()
+    };
+    Suite::new(spec)
+        .test("job_submit_plugin_is_loaded_by_slurmctld", plugin_loaded)
+        .test("batch_job_runs_through_the_plugin", batch_job_runs)
+        .test("srun_step_runs", srun_runs)
+        .test("group_qos_preempts_lowprio_with_requeue", preemption)
+        .test("wrong_plugin_version_stops_slurmctld_loudly", wrong_version)
+        .run()
+}
+
+fn plugin_loaded(c: &mut Cluster) -> TestResult {
+    let want = format!(
+        "job_submit/gpu_qos: loaded (gpushare {}, built for Slurm ",
+        env!("CARGO_PKG_VERSION")
+    );
+    let log = c.log("slurmctld");
+    ensure(log.contains(&want), format!("slurmctld.log lacks {want:?}"))?;
+    // The version it says it was built for is the one slurmctld runs.
+    let ctld = String::from_utf8_lossy(
+        &Command::new("slurmctld")
+            .arg("-V")
+            .output()
+            .map_err(|e| e.to_string())?
+            .stdout,
+    )
+    .split_whitespace()
+    .last()
+    .unwrap_or_default()
+    .to_owned();
+    ensure(
+        log.contains(&format!("built for Slurm {ctld})")),
+        format!("plugin does not report Slurm {ctld}"),
+    )
+}
+
+fn batch_job_runs(c: &mut Cluster) -> TestResult {
+    let id = c.sbatch_ok(&[
+        "--qos=qos_lafferty",
+        "--gres=gpu:a40:1",
+        "--wrap=echo hello from $SLURM_JOB_ID",
+    ])?;
+    let info = c.wait_job_done(id, Duration::from_secs(60))?;
+    ensure(
+        info.state() == "COMPLETED",
+        format!("job {id} ended {}", info.state()),
+    )?;
+    ensure(
+        c.job_output(id).contains(&format!("hello from {id}")),
+        format!("job {id} output: {:?}", c.job_output(id)),
+    )?;
+    ensure(
+        c.log("slurmctld")
+            .contains("job_submit/gpu_qos: job_submit from uid 0: accepted"),
+        "slurmctld.log lacks the plugin's job_submit line",
+    )
+}
+
+fn srun_runs(c: &mut Cluster) -> TestResult {
+    let out = c.srun(&["-n2", "--label", "sh", "-c", "echo task $SLURM_PROCID"])?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    ensure(
+        out.status.success() && text.contains("0: task 0") && text.contains("1: task 1"),
+        format!(
+            "srun: {} {text} {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// The seed scenario: lowprio fills the four a40s, a qos_lafferty job takes
+/// one of them back, and the preempted job is requeued, not lost.
+fn preemption(c: &mut Cluster) -> TestResult {
+    c.cancel_all()?;
+    let low: Vec<u32> = (0..4)
+        .map(|_| {
+            c.sbatch_ok(&[
+                "--qos=lowprio",
+                "--requeue",
+                "--gres=gpu:a40:1",
+                "--wrap=sleep 300",
+            ])
+        })
+        .collect::<Result<_, _>>()?;
+    for &id in &low {
+        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
+    }
+    let high = c.sbatch_ok(&["--qos=qos_lafferty", "--gres=gpu:a40:1", "--wrap=sleep 300"])?;
+    c.wait_job_state(high, &["RUNNING"], Duration::from_secs(60))?;
+    let requeued: Vec<u32> = low
+        .iter()
+        .copied()
+        .filter(|&id| {
+            c.job(id)
+                .is_ok_and(|j| j.restarts() >= 1 && j.state() != "RUNNING")
+        })
+        .collect();
+    ensure(
+        requeued.len() == 1,
+        format!("expected exactly one lowprio job requeued, got {requeued:?}"),
+    )?;
+    let job = c.job(requeued[0])?;
+    ensure(
+        job.get("QOS") == Some("lowprio"),
+        format!("requeued job has QOS {:?}", job.get("QOS")),
+    )?;
+    c.cancel_all()
+}
+
+/// slurmctld checks `plugin_version` against its own release; a plugin built
+/// for another micro release must stop it with a clear log line, never load.
+fn wrong_version(c: &mut Cluster) -> TestResult {
+    let probe = c.dir.join("badversion");
+    let plugins = probe.join("plugins");
+    fs::create_dir_all(&plugins).map_err(|e| e.to_string())?;
+    fs::create_dir_all(probe.join("state")).map_err(|e| e.to_string())?;
+    let mut image =
+        fs::read(c.plugin_dir.join("job_submit_gpu_qos.so")).map_err(|e| e.to_string())?;
+    let built = elf::patch_u32(&mut image, "plugin_version", 0)?;
+    let wrong = built + 1; // next micro release
+    elf::patch_u32(&mut image, "plugin_version", wrong)?;
+    fs::write(plugins.join("job_submit_gpu_qos.so"), &image).map_err(|e| e.to_string())?;
+
+    // Same cluster config, but its own state, port, log and plugin dir, and
+    // no accounting: only plugin loading is under test.
+    let conf = c.log_path("probe-slurmctld");
+    let text = fs::read_to_string(c.slurm_conf()).map_err(|e| e.to_string())?;
+    let free = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?
+        .port();
+    let text: String = text
+        .lines()
+        .map(|l| match l.split_once('=').map(|(k, _)| k) {
+            Some("PluginDir") => format!("PluginDir={}:{SLURM_PLUGIN_DIR}", plugins.display()),
+            Some("SlurmctldPort") => format!("SlurmctldPort={free}"),
+            Some("StateSaveLocation") => format!("StateSaveLocation={}/state", probe.display()),
+            Some("SlurmctldLogFile") => format!("SlurmctldLogFile={}", conf.display()),
+            Some("SlurmctldPidFile") => format!("SlurmctldPidFile={}/pid", probe.display()),
+            Some("AccountingStorageType") => {
+                "AccountingStorageType=accounting_storage/none".to_owned()
+            }
+            Some(k) if k.starts_with("AccountingStorage") => String::new(),
+            _ => l.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    for f in ["gres.conf", "cgroup.conf", "plugstack.conf"] {
+        fs::copy(c.slurm_conf().with_file_name(f), probe.join(f)).map_err(|e| e.to_string())?;
+    }
+    fs::write(probe.join("slurm.conf"), text).map_err(|e| e.to_string())?;
+
+    let mut cmd = Command::new("slurmctld");
+    cmd.args(["-D", "-i"])
+        .env("SLURM_CONF", probe.join("slurm.conf"));
+    let mut d = Daemon::spawn(
+        "probe-slurmctld",
+        cmd,
+        &c.dir,
+        c.log_path("probe-slurmctld.stdio"),
+    )
+    .map_err(|e| e.to_string())?;
+    let status = wait_for(
+        "the probe slurmctld to exit",
+        Duration::from_secs(60),
+        || d.exited(),
+    );
+    d.stop(Duration::from_secs(2));
+    let status = status?;
+    ensure(
+        !status.success(),
+        format!("slurmctld with a wrong-version plugin exited {status}"),
+    )?;
+    let log = fs::read_to_string(&conf).unwrap_or_default();
+    let wanted = format!(
+        "Incompatible Slurm plugin {}/job_submit_gpu_qos.so version ({}.{:02}.{})",
+        plugins.display(),
+        wrong >> 16,
+        (wrong >> 8) & 0xff,
+        wrong & 0xff
+    );
+    ensure(
+        log.contains(&wanted),
+        format!("probe log lacks {wanted:?}:\n{log}"),
+    )?;
+    ensure(
+        log.contains("fatal"),
+        format!("probe slurmctld did not stop with a fatal error:\n{log}"),
+    )
+}

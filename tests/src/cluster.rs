@@ -1,0 +1,1085 @@
+//! Describing, starting and driving a one-node Slurm cluster on loopback.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::fs;
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::fs::{chown, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use crate::process::{kill_marked, kill_orphans, Daemon, MARKER};
+use crate::Result;
+
+/// Where Debian's slurm-wlm puts Slurm's own plugins.
+pub const SLURM_PLUGIN_DIR: &str = "/usr/lib/x86_64-linux-gnu/slurm-wlm";
+/// Name of the only node.
+pub const NODE: &str = "node1";
+/// Name of the only partition.
+pub const PARTITION: &str = "gpu";
+/// Accounting cluster name.
+pub const CLUSTER_NAME: &str = "gpushare";
+
+/// GPUs of one type on the node (fake char devices `c 195 N`).
+#[derive(Debug, Clone)]
+pub struct GpuSpec {
+    pub gpu_type: String,
+    pub count: u32,
+}
+
+/// A QOS in the accounting database.
+#[derive(Debug, Clone, Default)]
+pub struct Qos {
+    pub name: String,
+    /// `GrpTRES`, e.g. `gres/gpu:a40=4`.
+    pub grp_tres: Option<String>,
+    /// QOS this one may preempt.
+    pub preempt: Vec<String>,
+    /// `PreemptMode` of the QOS (e.g. `requeue`).
+    pub preempt_mode: Option<String>,
+    /// `GraceTime` in seconds.
+    pub grace_time: Option<u32>,
+    /// `Priority` of the QOS.
+    pub priority: Option<u32>,
+    /// `UsageFactor` (0 = free).
+    pub usage_factor: Option<f64>,
+}
+
+impl Qos {
+    pub fn new(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            ..Self::default()
+        }
+    }
+}
+
+/// Everything a test can choose about its cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterSpec {
+    /// Whole GPUs on the node, in device order.
+    pub gpus: Vec<GpuSpec>,
+    /// `Name=mps Count=N` on the node (needs gpus).
+    pub mps_count: Option<u32>,
+    /// Start MariaDB + slurmdbd and enforce associations/limits/QOS.
+    pub accounting: bool,
+    /// QOS created before the node starts; the test user may use all.
+    pub qos: Vec<Qos>,
+    /// `JobSubmitPlugins=` entries (ours are copied under Slurm's file names).
+    pub job_submit_plugins: Vec<String>,
+    /// Files to put next to slurm.conf (`gpu_qos.conf`, `job_submit.lua`...).
+    pub extra_conf_files: Vec<(String, String)>,
+    /// Lines of plugstack.conf (SPANK plugins).
+    pub plugstack: Vec<String>,
+    /// `Prolog=` / `Epilog=` programs.
+    pub prolog: Option<PathBuf>,
+    pub epilog: Option<PathBuf>,
+    /// task/cgroup + proctrack/cgroup with `ConstrainDevices=yes` (cgroup v1).
+    pub cgroup_devices: bool,
+    /// Extra raw slurm.conf lines.
+    pub extra_slurm_conf: Vec<String>,
+    /// CPUs the node claims (config_overrides lets it exceed the real count).
+    pub cpus: u32,
+}
+
+impl Default for ClusterSpec {
+    fn default() -> Self {
+        Self {
+            gpus: vec![GpuSpec {
+                gpu_type: "a40".into(),
+                count: 4,
+            }],
+            mps_count: None,
+            accounting: true,
+            qos: Vec::new(),
+            job_submit_plugins: Vec::new(),
+            extra_conf_files: Vec::new(),
+            plugstack: Vec::new(),
+            prolog: None,
+            epilog: None,
+            cgroup_devices: false,
+            extra_slurm_conf: Vec::new(),
+            cpus: 32,
+        }
+    }
+}
+
+impl ClusterSpec {
+    /// The example site's seed: 4 a40, `lowprio` (free, preemptible with
+    /// requeue) and `qos_lafferty` (4 a40, may preempt lowprio).
+    pub fn seed() -> Self {
+        Self {
+            qos: vec![
+                Qos {
+                    preempt_mode: Some("requeue".into()),
+                    grace_time: Some(2),
+                    usage_factor: Some(0.0),
+                    priority: Some(0),
+                    ..Qos::new("lowprio")
+                },
+                Qos {
+                    grp_tres: Some("gres/gpu:a40=4".into()),
+                    preempt: vec!["lowprio".into()],
+                    priority: Some(100),
+                    ..Qos::new("qos_lafferty")
+                },
+            ],
+            ..Self::default()
+        }
+    }
+
+    /// Starts the cluster; fails with the daemon logs if it does not come up.
+    pub fn start(&self) -> Result<Cluster> {
+        if !is_root() {
+            return Err("the Slurm test cluster needs root (daemons, mknod, cgroups): run the tests as root".into());
+        }
+        kill_orphans();
+        let dir = make_cluster_dir()?;
+        let mut cluster = Cluster {
+            spec: self.clone(),
+            dir: dir.clone(),
+            ports: Ports::pick()?,
+            daemons: BTreeMap::new(),
+            plugin_dir: dir.join("plugins"),
+            jobs_dir: dir.join("jobs"),
+        };
+        let started = Instant::now();
+        match cluster.boot() {
+            Ok(()) => {
+                eprintln!(
+                    "testcluster: up in {:.1}s at {}",
+                    started.elapsed().as_secs_f64(),
+                    dir.display()
+                );
+                Ok(cluster)
+            }
+            Err(e) => Err(format!("{e}\n{}", cluster.log_tails(60))),
+        }
+    }
+}
+
+/// Free loopback ports, picked at start.
+#[derive(Debug, Clone, Copy)]
+pub struct Ports {
+    pub mysql: u16,
+    pub dbd: u16,
+    pub slurmctld: u16,
+    pub slurmd: u16,
+}
+
+impl Ports {
+    fn pick() -> Result<Self> {
+        // Hold all listeners until every port is chosen so they differ.
+        let ls: Vec<TcpListener> = (0..4)
+            .map(|_| TcpListener::bind("127.0.0.1:0"))
+            .collect::<std::io::Result<_>>()
+            .map_err(|e| format!("no free port: {e}"))?;
+        let p = |i: usize| ls[i].local_addr().map(|a| a.port()).unwrap_or(0);
+        Ok(Self {
+            mysql: p(0),
+            dbd: p(1),
+            slurmctld: p(2),
+            slurmd: p(3),
+        })
+    }
+}
+
+/// What `scontrol show job` says about a job.
+#[derive(Debug, Clone, Default)]
+pub struct JobInfo {
+    pub fields: BTreeMap<String, String>,
+}
+
+impl JobInfo {
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.fields.get(key).map(String::as_str)
+    }
+    /// `JobState`, e.g. `RUNNING`.
+    pub fn state(&self) -> &str {
+        self.get("JobState").unwrap_or("")
+    }
+    /// Number of times the job was requeued.
+    pub fn restarts(&self) -> u32 {
+        self.get("Restarts")
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+/// A running cluster. Dropping it stops everything it started.
+#[derive(Debug)]
+pub struct Cluster {
+    pub spec: ClusterSpec,
+    /// The cluster's directory (configs in `etc/`, logs in `log/`).
+    pub dir: PathBuf,
+    pub ports: Ports,
+    daemons: BTreeMap<&'static str, Daemon>,
+    /// Where our plugins are copied under Slurm's file names.
+    pub plugin_dir: PathBuf,
+    /// Default directory for job output.
+    pub jobs_dir: PathBuf,
+}
+
+static CLUSTER_SEQ: AtomicU32 = AtomicU32::new(0);
+
+fn make_cluster_dir() -> Result<PathBuf> {
+    let base = std::env::var_os("GPUSHARE_TEST_TMPDIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let n = CLUSTER_SEQ.fetch_add(1, Ordering::Relaxed);
+    let dir = base.join(format!("gpushare-{}-{n}", std::process::id()));
+    if dir.exists() {
+        fs::remove_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    // Job processes (and munge) must be able to traverse it.
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
+    Ok(dir)
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: buf is writable for its full length.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "localhost".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end])
+        .split('.')
+        .next()
+        .unwrap_or("localhost")
+        .to_owned()
+}
+
+fn user_ids(name: &str) -> Result<(u32, u32)> {
+    let out = Command::new("id")
+        .arg("-u")
+        .arg(name)
+        .output()
+        .map_err(|e| e.to_string())?;
+    let uid = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .map_err(|_| format!("no user {name}"))?;
+    let out = Command::new("id")
+        .arg("-g")
+        .arg(name)
+        .output()
+        .map_err(|e| e.to_string())?;
+    let gid = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .map_err(|_| format!("no group of {name}"))?;
+    Ok((uid, gid))
+}
+
+fn mkdir(path: &Path, mode: u32) -> Result<()> {
+    fs::create_dir_all(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    fs::set_permissions(path, fs::Permissions::from_mode(mode))
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn write(path: &Path, text: &str, mode: u32) -> Result<()> {
+    fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    fs::set_permissions(path, fs::Permissions::from_mode(mode))
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Polls `check` every 100 ms until it returns `Some`, or fails after `timeout`.
+pub fn wait_for<T>(
+    what: &str,
+    timeout: Duration,
+    mut check: impl FnMut() -> Option<T>,
+) -> Result<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check() {
+            return Ok(v);
+        }
+        if Instant::now() >= deadline {
+            return Err(format!("timed out after {:?} waiting for {what}", timeout));
+        }
+        sleep(Duration::from_millis(100));
+    }
+}
+
+fn port_open(port: u16) -> bool {
+    TcpStream::connect(("127.0.0.1", port)).is_ok()
+}
+
+impl Cluster {
+    fn etc(&self) -> PathBuf {
+        self.dir.join("etc")
+    }
+
+    /// Path of slurm.conf (what `SLURM_CONF` points at).
+    pub fn slurm_conf(&self) -> PathBuf {
+        self.etc().join("slurm.conf")
+    }
+
+    fn log_dir(&self) -> PathBuf {
+        self.dir.join("log")
+    }
+
+    /// Path of a daemon's log file (`slurmctld`, `slurmd`, `slurmdbd`...).
+    pub fn log_path(&self, daemon: &str) -> PathBuf {
+        self.log_dir().join(format!("{daemon}.log"))
+    }
+
+    /// Contents of a daemon's log.
+    pub fn log(&self, daemon: &str) -> String {
+        fs::read_to_string(self.log_path(daemon)).unwrap_or_default()
+    }
+
+    /// The last `lines` lines of every log, for failure reports.
+    pub fn log_tails(&self, lines: usize) -> String {
+        let mut out = String::new();
+        let Ok(entries) = fs::read_dir(self.log_dir()) else {
+            return out;
+        };
+        let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        paths.sort();
+        for p in paths {
+            let text = fs::read_to_string(&p).unwrap_or_default();
+            let all: Vec<&str> = text.lines().collect();
+            let tail = &all[all.len().saturating_sub(lines)..];
+            let _ = writeln!(
+                out,
+                "----- {} (last {} lines) -----",
+                p.display(),
+                tail.len()
+            );
+            for l in tail {
+                let _ = writeln!(out, "{l}");
+            }
+        }
+        out
+    }
+
+    /// Device file of GPU `index`.
+    pub fn gpu_device(&self, index: u32) -> PathBuf {
+        self.dir.join("dev").join(format!("nvidia{index}"))
+    }
+
+    fn total_gpus(&self) -> u32 {
+        self.spec.gpus.iter().map(|g| g.count).sum()
+    }
+
+    fn boot(&mut self) -> Result<()> {
+        for (d, mode) in [
+            ("etc", 0o755),
+            ("log", 0o755),
+            ("dev", 0o755),
+            ("jobs", 0o777),
+            ("plugins", 0o755),
+            ("state", 0o700),
+            ("spool", 0o755),
+        ] {
+            mkdir(&self.dir.join(d), mode)?;
+        }
+        self.make_gpu_devices()?;
+        self.install_plugins()?;
+        self.write_configs()?;
+        self.start_munge()?;
+        if self.spec.accounting {
+            self.start_mysql()?;
+            self.start_slurmdbd()?;
+            self.run_ok("sacctmgr", &["-i", "add", "cluster", CLUSTER_NAME])?;
+        }
+        self.start_slurmctld()?;
+        if self.spec.accounting {
+            self.setup_accounting()?;
+        }
+        self.start_slurmd()?;
+        Ok(())
+    }
+
+    fn make_gpu_devices(&self) -> Result<()> {
+        for i in 0..self.total_gpus() {
+            let path = self.gpu_device(i);
+            let c = std::ffi::CString::new(path.to_string_lossy().as_bytes())
+                .map_err(|e| e.to_string())?;
+            // SAFETY: valid path; makedev/mknod have no memory preconditions.
+            let rc =
+                unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(195, i)) };
+            if rc != 0 {
+                return Err(format!(
+                    "mknod {}: {}",
+                    path.display(),
+                    std::io::Error::last_os_error()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies our plugin libraries into `plugins/` under Slurm's names
+    /// (`libjob_submit_gpu_qos.so` → `job_submit_gpu_qos.so`).
+    fn install_plugins(&self) -> Result<()> {
+        let built = build_dir()?;
+        for entry in fs::read_dir(&built).map_err(|e| format!("{}: {e}", built.display()))? {
+            let path = entry.map_err(|e| e.to_string())?.path();
+            let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+                continue;
+            };
+            let Some(slurm_name) = name.strip_prefix("lib").filter(|n| n.ends_with(".so")) else {
+                continue;
+            };
+            if slurm_name.starts_with("job_submit_") || slurm_name.starts_with("spank_") {
+                fs::copy(&path, self.plugin_dir.join(slurm_name))
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+            }
+        }
+        for p in &self.spec.job_submit_plugins {
+            let ours = self.plugin_dir.join(format!("job_submit_{p}.so"));
+            let slurms = Path::new(SLURM_PLUGIN_DIR).join(format!("job_submit_{p}.so"));
+            if !ours.exists() && !slurms.exists() {
+                return Err(format!(
+                    "job_submit plugin {p:?} not found in {} nor {SLURM_PLUGIN_DIR}: run `cargo build --workspace` first (`make test` does)",
+                    built.display()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn write_configs(&self) -> Result<()> {
+        let etc = self.etc();
+        let d = &self.dir;
+        let p = self.ports;
+        let host = hostname();
+        let munge_sock = d.join("munge/munge.sock");
+        let mut gres_types = vec!["gpu"];
+        if self.spec.mps_count.is_some() {
+            gres_types.push("mps");
+        }
+        let mut tres = vec!["gres/gpu".to_owned()];
+        for g in &self.spec.gpus {
+            tres.push(format!("gres/gpu:{}", g.gpu_type));
+        }
+        if self.spec.mps_count.is_some() {
+            tres.push("gres/mps".into());
+        }
+        let mut node_gres: Vec<String> = self
+            .spec
+            .gpus
+            .iter()
+            .map(|g| format!("gpu:{}:{}", g.gpu_type, g.count))
+            .collect();
+        if let Some(c) = self.spec.mps_count {
+            node_gres.push(format!("mps:{c}"));
+        }
+        let (proctrack, task) = if self.spec.cgroup_devices {
+            ("proctrack/cgroup", "task/cgroup")
+        } else {
+            ("proctrack/linuxproc", "task/none")
+        };
+        let mut conf = format!(
+            "# Generated by gpushare's test harness.\n\
+             ClusterName={CLUSTER_NAME}\n\
+             SlurmctldHost={host}(127.0.0.1)\n\
+             SlurmctldPort={ctld}\n\
+             SlurmdPort={slurmd}\n\
+             AuthType=auth/munge\n\
+             AuthInfo=socket={munge}\n\
+             CredType=cred/munge\n\
+             SlurmUser=root\n\
+             SlurmdUser=root\n\
+             StateSaveLocation={d}/state\n\
+             SlurmdSpoolDir={d}/spool/slurmd-%n\n\
+             SlurmctldPidFile={d}/slurmctld.pid\n\
+             SlurmdPidFile={d}/slurmd-%n.pid\n\
+             SlurmctldLogFile={d}/log/slurmctld.log\n\
+             SlurmdLogFile={d}/log/slurmd.log\n\
+             SlurmctldDebug=verbose\n\
+             SlurmdDebug=verbose\n\
+             PluginDir={plugins}:{SLURM_PLUGIN_DIR}\n\
+             PlugStackConfig={etc}/plugstack.conf\n\
+             ProctrackType={proctrack}\n\
+             TaskPlugin={task}\n\
+             SelectType=select/cons_tres\n\
+             SelectTypeParameters=CR_Core\n\
+             SchedulerType=sched/backfill\n\
+             SchedulerParameters=sched_interval=2,bf_interval=2\n\
+             MpiDefault=none\n\
+             ReturnToService=2\n\
+             SlurmdParameters=config_overrides\n\
+             MinJobAge=600\n\
+             KillWait=2\n\
+             InactiveLimit=0\n\
+             SlurmctldTimeout=30\n\
+             SlurmdTimeout=300\n\
+             JobAcctGatherType=jobacct_gather/none\n\
+             GresTypes={gres_types}\n\
+             PreemptType=preempt/qos\n\
+             PreemptMode=REQUEUE\n\
+             PriorityType=priority/multifactor\n\
+             PriorityWeightQOS=10000\n\
+             PriorityWeightAge=100\n\
+             PriorityWeightFairshare=1000\n",
+            ctld = p.slurmctld,
+            slurmd = p.slurmd,
+            munge = munge_sock.display(),
+            d = d.display(),
+            plugins = self.plugin_dir.display(),
+            etc = etc.display(),
+            gres_types = gres_types.join(","),
+        );
+        if self.spec.accounting {
+            let _ = write!(
+                conf,
+                "AccountingStorageType=accounting_storage/slurmdbd\n\
+                 AccountingStorageHost=127.0.0.1\n\
+                 AccountingStoragePort={dbd}\n\
+                 AccountingStoragePass={munge}\n\
+                 AccountingStorageEnforce=associations,limits,qos,safe\n\
+                 AccountingStorageTRES={tres}\n",
+                dbd = p.dbd,
+                tres = tres.join(","),
+                munge = munge_sock.display(),
+            );
+        } else {
+            conf.push_str("AccountingStorageType=accounting_storage/none\n");
+        }
+        if !self.spec.job_submit_plugins.is_empty() {
+            let _ = writeln!(
+                conf,
+                "JobSubmitPlugins={}",
+                self.spec.job_submit_plugins.join(",")
+            );
+        }
+        if let Some(p) = &self.spec.prolog {
+            let _ = writeln!(conf, "Prolog={}", p.display());
+        }
+        if let Some(p) = &self.spec.epilog {
+            let _ = writeln!(conf, "Epilog={}", p.display());
+        }
+        for l in &self.spec.extra_slurm_conf {
+            let _ = writeln!(conf, "{l}");
+        }
+        let _ = writeln!(
+            conf,
+            "NodeName={NODE} NodeAddr=127.0.0.1 NodeHostname={host} CPUs={cpus} RealMemory=16000 Gres={gres} State=UNKNOWN\n\
+             PartitionName={PARTITION} Nodes={NODE} Default=YES MaxTime=INFINITE State=UP",
+            cpus = self.spec.cpus,
+            gres = node_gres.join(","),
+        );
+        write(&etc.join("slurm.conf"), &conf, 0o644)?;
+
+        let mut gres = String::from("AutoDetect=off\n");
+        let mut first = 0;
+        for g in &self.spec.gpus {
+            let last = first + g.count - 1;
+            let files = if g.count == 1 {
+                format!("{}/dev/nvidia{first}", d.display())
+            } else {
+                format!("{}/dev/nvidia[{first}-{last}]", d.display())
+            };
+            let _ = writeln!(
+                gres,
+                "NodeName={NODE} Name=gpu Type={} File={files}",
+                g.gpu_type
+            );
+            first = last + 1;
+        }
+        if let Some(c) = self.spec.mps_count {
+            let _ = writeln!(gres, "NodeName={NODE} Name=mps Count={c}");
+        }
+        write(&etc.join("gres.conf"), &gres, 0o644)?;
+
+        write(
+            &etc.join("cgroup.conf"),
+            "CgroupPlugin=cgroup/v1\nCgroupMountpoint=/sys/fs/cgroup\nConstrainDevices=yes\nConstrainCores=no\nConstrainRAMSpace=no\n",
+            0o644,
+        )?;
+        let mut plugstack = self.spec.plugstack.join("\n");
+        plugstack.push('\n');
+        write(&etc.join("plugstack.conf"), &plugstack, 0o644)?;
+        for (name, text) in &self.spec.extra_conf_files {
+            write(&etc.join(name), text, 0o644)?;
+        }
+        if self.spec.accounting {
+            let dbd = format!(
+                "AuthType=auth/munge\n\
+                 AuthInfo=socket={munge}\n\
+                 DbdHost=localhost\n\
+                 DbdAddr=127.0.0.1\n\
+                 DbdPort={dbd}\n\
+                 SlurmUser=root\n\
+                 DebugLevel=info\n\
+                 LogFile={d}/log/slurmdbd.log\n\
+                 PidFile={d}/slurmdbd.pid\n\
+                 PluginDir={SLURM_PLUGIN_DIR}\n\
+                 StorageType=accounting_storage/mysql\n\
+                 StorageHost=127.0.0.1\n\
+                 StoragePort={mysql}\n\
+                 StorageUser=root\n\
+                 StorageLoc=slurm_acct_db\n",
+                munge = munge_sock.display(),
+                dbd = p.dbd,
+                d = d.display(),
+                mysql = p.mysql,
+            );
+            write(&etc.join("slurmdbd.conf"), &dbd, 0o600)?;
+        }
+        Ok(())
+    }
+
+    fn command(&self, program: &str) -> Command {
+        let mut cmd = Command::new(program);
+        cmd.env("SLURM_CONF", self.slurm_conf())
+            .env(MARKER, &self.dir);
+        // The caller's Slurm environment (a test run inside a job) must not leak in.
+        for (k, _) in std::env::vars_os() {
+            if let Some(k) = k.to_str() {
+                if k.starts_with("SLURM_") && k != "SLURM_CONF"
+                    || k.starts_with("SBATCH_")
+                    || k.starts_with("SRUN_")
+                {
+                    cmd.env_remove(k);
+                }
+            }
+        }
+        cmd
+    }
+
+    fn spawn(&mut self, name: &'static str, cmd: Command) -> Result<()> {
+        let log = self.log_dir().join(format!("{name}.stdio.log"));
+        let daemon = Daemon::spawn(name, cmd, &self.dir, log)
+            .map_err(|e| format!("cannot start {name}: {e}"))?;
+        self.daemons.insert(name, daemon);
+        Ok(())
+    }
+
+    /// Waits for `check`, failing early (with its log) if the daemon exits.
+    fn wait_daemon(
+        &mut self,
+        name: &'static str,
+        timeout: Duration,
+        mut check: impl FnMut(&Self) -> bool,
+    ) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if check(self) {
+                return Ok(());
+            }
+            if let Some(status) = self.daemons.get_mut(name).and_then(Daemon::exited) {
+                return Err(format!("{name} exited during startup ({status})"));
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("{name} not ready after {timeout:?}"));
+            }
+            sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn start_munge(&mut self) -> Result<()> {
+        let dir = self.dir.join("munge");
+        // munged wants its socket directory traversable by every client.
+        mkdir(&dir, 0o755)?;
+        let (uid, gid) = user_ids("munge")?;
+        let key = dir.join("munge.key");
+        // A fixed-size random key, as mungekey would make.
+        let mut bytes = vec![0u8; 1024];
+        fs::File::open("/dev/urandom")
+            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
+            .map_err(|e| format!("/dev/urandom: {e}"))?;
+        fs::write(&key, &bytes).map_err(|e| e.to_string())?;
+        fs::set_permissions(&key, fs::Permissions::from_mode(0o600)).map_err(|e| e.to_string())?;
+        for p in [&dir, &key] {
+            chown(p, Some(uid), Some(gid)).map_err(|e| format!("chown {}: {e}", p.display()))?;
+        }
+        let mut cmd = Command::new("munged");
+        cmd.arg("--foreground")
+            .arg(format!("--socket={}", dir.join("munge.sock").display()))
+            .arg(format!("--key-file={}", key.display()))
+            .arg(format!(
+                "--log-file={}",
+                self.log_dir().join("munged.log").display()
+            ))
+            .arg(format!("--pid-file={}", dir.join("munged.pid").display()))
+            .arg(format!("--seed-file={}", dir.join("munged.seed").display()))
+            .uid(uid)
+            .gid(gid);
+        // munged writes its own log file as the munge user.
+        let log = self.log_dir().join("munged.log");
+        write(&log, "", 0o644)?;
+        chown(&log, Some(uid), Some(gid)).map_err(|e| e.to_string())?;
+        self.spawn("munged", cmd)?;
+        let sock = dir.join("munge.sock");
+        self.wait_daemon("munged", Duration::from_secs(10), |_| sock.exists())
+    }
+
+    fn start_mysql(&mut self) -> Result<()> {
+        let data = self.dir.join("mysql");
+        mkdir(&data, 0o700)?;
+        let install = Command::new("mariadb-install-db")
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", data.display()))
+            .arg("--user=root")
+            .arg("--auth-root-authentication-method=normal")
+            .arg("--skip-test-db")
+            .arg("--skip-name-resolve")
+            .output()
+            .map_err(|e| format!("mariadb-install-db: {e}"))?;
+        if !install.status.success() {
+            return Err(format!(
+                "mariadb-install-db failed: {}{}",
+                String::from_utf8_lossy(&install.stdout),
+                String::from_utf8_lossy(&install.stderr)
+            ));
+        }
+        let mut cmd = Command::new("mariadbd");
+        cmd.arg("--no-defaults")
+            .arg(format!("--datadir={}", data.display()))
+            .arg(format!("--socket={}", data.join("mysqld.sock").display()))
+            .arg(format!("--pid-file={}", data.join("mysqld.pid").display()))
+            .arg(format!(
+                "--log-error={}",
+                self.log_dir().join("mariadb.log").display()
+            ))
+            .arg(format!("--port={}", self.ports.mysql))
+            .arg("--bind-address=127.0.0.1")
+            .arg("--user=root")
+            .arg("--skip-name-resolve")
+            .arg("--skip-log-bin")
+            // A throwaway database: durability is not wanted, speed is.
+            .arg("--innodb-flush-log-at-trx-commit=0")
+            .arg("--innodb-doublewrite=0")
+            .arg("--innodb-buffer-pool-size=64M")
+            .arg("--innodb-log-file-size=16M")
+            .arg("--innodb-lock-wait-timeout=900");
+        self.spawn("mariadb", cmd)?;
+        let port = self.ports.mysql;
+        self.wait_daemon("mariadb", Duration::from_secs(60), |_| port_open(port))
+    }
+
+    fn start_slurmdbd(&mut self) -> Result<()> {
+        let mut cmd = self.command("slurmdbd");
+        cmd.arg("-D");
+        self.spawn("slurmdbd", cmd)?;
+        let port = self.ports.dbd;
+        self.wait_daemon("slurmdbd", Duration::from_secs(120), |_| port_open(port))
+    }
+
+    fn start_slurmctld(&mut self) -> Result<()> {
+        let mut cmd = self.command("slurmctld");
+        cmd.args(["-D", "-i"]);
+        self.spawn("slurmctld", cmd)?;
+        self.wait_daemon("slurmctld", Duration::from_secs(60), |c| {
+            c.run("scontrol", &["ping"])
+                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("is UP"))
+        })
+    }
+
+    fn start_slurmd(&mut self) -> Result<()> {
+        let mut cmd = self.command("slurmd");
+        cmd.args(["-D", "-N", NODE]);
+        self.spawn("slurmd", cmd)?;
+        self.wait_node_idle(Duration::from_secs(60))
+    }
+
+    /// Waits until the node reports `idle` (or `mixed`/`allocated`).
+    pub fn wait_node_idle(&mut self, timeout: Duration) -> Result<()> {
+        self.wait_daemon("slurmd", timeout, |c| {
+            c.run("sinfo", &["-h", "-N", "-n", NODE, "-o", "%T"])
+                .is_ok_and(|o| {
+                    let s = String::from_utf8_lossy(&o.stdout);
+                    let s = s.trim();
+                    s == "idle" || s == "mixed" || s == "allocated"
+                })
+        })
+    }
+
+    fn setup_accounting(&mut self) -> Result<()> {
+        self.run_ok(
+            "sacctmgr",
+            &[
+                "-i",
+                "add",
+                "account",
+                "research",
+                &format!("cluster={CLUSTER_NAME}"),
+            ],
+        )?;
+        let qos_names: Vec<&str> = self.spec.qos.iter().map(|q| q.name.as_str()).collect();
+        // Create every QOS first: Preempt= may name a later one.
+        for q in &qos_names {
+            self.run_ok("sacctmgr", &["-i", "add", "qos", q])?;
+        }
+        for q in self.spec.qos.clone() {
+            let mut set = Vec::new();
+            if let Some(t) = &q.grp_tres {
+                set.push(format!("GrpTRES={t}"));
+            }
+            if !q.preempt.is_empty() {
+                set.push(format!("Preempt={}", q.preempt.join(",")));
+            }
+            if let Some(m) = &q.preempt_mode {
+                set.push(format!("PreemptMode={m}"));
+            }
+            if let Some(g) = q.grace_time {
+                set.push(format!("GraceTime={g}"));
+            }
+            if let Some(p) = q.priority {
+                set.push(format!("Priority={p}"));
+            }
+            if let Some(u) = q.usage_factor {
+                set.push(format!("UsageFactor={u}"));
+            }
+            if set.is_empty() {
+                continue;
+            }
+            let mut args = vec![
+                "-i".to_owned(),
+                "modify".into(),
+                "qos".into(),
+                q.name.clone(),
+                "set".into(),
+            ];
+            args.extend(set);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            self.run_ok("sacctmgr", &args)?;
+        }
+        let mut qos_list = vec!["normal".to_owned()];
+        qos_list.extend(qos_names.iter().map(|s| (*s).to_owned()));
+        self.run_ok(
+            "sacctmgr",
+            &[
+                "-i",
+                "add",
+                "user",
+                "root",
+                "account=research",
+                &format!("cluster={CLUSTER_NAME}"),
+            ],
+        )?;
+        // root also has the `root` account from the cluster's creation: make
+        // research its default and give every association of root the QOS.
+        self.run_ok(
+            "sacctmgr",
+            &[
+                "-i",
+                "modify",
+                "user",
+                "where",
+                "name=root",
+                "set",
+                "defaultaccount=research",
+                &format!("qos={}", qos_list.join(",")),
+            ],
+        )?;
+        // slurmctld learns association changes from slurmdbd asynchronously.
+        wait_for(
+            "slurmctld to see the new associations",
+            Duration::from_secs(20),
+            || {
+                self.run(
+                    "scontrol",
+                    &["show", "assoc_mgr", "users=root", "flags=assoc"],
+                )
+                .ok()
+                .filter(|o| String::from_utf8_lossy(&o.stdout).contains("Account=research"))
+            },
+        )?;
+        Ok(())
+    }
+
+    /// Runs a Slurm command against this cluster.
+    pub fn run(&self, program: &str, args: &[&str]) -> Result<Output> {
+        self.command(program)
+            .args(args)
+            .output()
+            .map_err(|e| format!("{program}: {e}"))
+    }
+
+    /// Runs a Slurm command and fails unless it exits 0; returns stdout.
+    pub fn run_ok(&self, program: &str, args: &[&str]) -> Result<String> {
+        let out = self.run(program, args)?;
+        if !out.status.success() {
+            return Err(format!(
+                "`{program} {}` failed ({}): {}{}",
+                args.join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// `sbatch --parsable ARGS`: the job id, or sbatch's stderr as the error.
+    pub fn sbatch(&self, args: &[&str]) -> std::result::Result<u32, String> {
+        let mut full = vec!["--parsable"];
+        let default_out = format!("--output={}/%j.out", self.jobs_dir.display());
+        if !args
+            .iter()
+            .any(|a| a.starts_with("--output") || a.starts_with("-o"))
+        {
+            full.push(&default_out);
+        }
+        full.extend_from_slice(args);
+        let out = self.run("sbatch", &full)?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        if !out.status.success() {
+            return Err(stderr);
+        }
+        stdout
+            .trim()
+            .split(';')
+            .next()
+            .and_then(|id| id.parse().ok())
+            .ok_or_else(|| format!("sbatch printed no job id: {stdout:?} {stderr}"))
+    }
+
+    /// `sbatch` that must succeed.
+    pub fn sbatch_ok(&self, args: &[&str]) -> Result<u32> {
+        self.sbatch(args)
+            .map_err(|e| format!("sbatch {} was rejected: {e}", args.join(" ")))
+    }
+
+    /// `srun ARGS` with a time limit; returns the whole output.
+    pub fn srun(&self, args: &[&str]) -> Result<Output> {
+        self.run("timeout", &[&["120", "srun"], args].concat())
+    }
+
+    /// `scontrol show job ID`, parsed.
+    pub fn job(&self, id: u32) -> Result<JobInfo> {
+        let text = self.run_ok("scontrol", &["-o", "show", "job", &id.to_string()])?;
+        let mut info = JobInfo::default();
+        for word in text.split_whitespace() {
+            if let Some((k, v)) = word.split_once('=') {
+                info.fields
+                    .entry(k.to_owned())
+                    .or_insert_with(|| v.to_owned());
+            }
+        }
+        Ok(info)
+    }
+
+    /// Waits until the job's state is one of `states`.
+    pub fn wait_job_state(&self, id: u32, states: &[&str], timeout: Duration) -> Result<JobInfo> {
+        let mut last = String::new();
+        wait_for(&format!("job {id} to reach {states:?}"), timeout, || {
+            let info = self.job(id).ok()?;
+            last = info.state().to_owned();
+            states.contains(&info.state()).then_some(info)
+        })
+        .map_err(|e| format!("{e} (last state {last:?})"))
+    }
+
+    /// Waits until the job has finished, successfully or not.
+    pub fn wait_job_done(&self, id: u32, timeout: Duration) -> Result<JobInfo> {
+        self.wait_job_state(
+            id,
+            &[
+                "COMPLETED",
+                "FAILED",
+                "CANCELLED",
+                "TIMEOUT",
+                "NODE_FAIL",
+                "OUT_OF_MEMORY",
+                "BOOT_FAIL",
+                "DEADLINE",
+            ],
+            timeout,
+        )
+    }
+
+    /// Output file of a batch job submitted with the default `--output`.
+    pub fn job_output(&self, id: u32) -> String {
+        fs::read_to_string(self.jobs_dir.join(format!("{id}.out"))).unwrap_or_default()
+    }
+
+    /// Cancels every job and waits for them to leave the node.
+    pub fn cancel_all(&self) -> Result<()> {
+        self.run_ok("scancel", &["--full", "-u", "root"])?;
+        wait_for("all jobs to end", Duration::from_secs(30), || {
+            let out = self
+                .run(
+                    "squeue",
+                    &[
+                        "-h",
+                        "-t",
+                        "RUNNING,COMPLETING,PENDING,CONFIGURING",
+                        "-o",
+                        "%i",
+                    ],
+                )
+                .ok()?;
+            String::from_utf8_lossy(&out.stdout)
+                .trim()
+                .is_empty()
+                .then_some(())
+        })
+    }
+
+    /// Stops and reaps every process the cluster started.
+    pub fn stop(&mut self) {
+        if self.daemons.contains_key("slurmctld") {
+            let _ = self.run("scancel", &["--full", "-u", "root"]);
+        }
+        for name in ["slurmd", "slurmctld", "slurmdbd", "mariadb", "munged"] {
+            if let Some(mut d) = self.daemons.remove(name) {
+                d.stop(Duration::from_secs(10));
+            }
+        }
+        let left = kill_marked(&self.dir, Duration::from_secs(10));
+        if left > 0 {
+            eprintln!(
+                "testcluster: {left} processes of {} would not die",
+                self.dir.display()
+            );
+        }
+    }
+
+    /// Kills slurmd with SIGKILL (a crash) without touching its jobs.
+    pub fn kill9_slurmd(&mut self) {
+        if let Some(mut d) = self.daemons.remove("slurmd") {
+            d.kill9();
+        }
+    }
+
+    /// Starts slurmd again (after [`Cluster::kill9_slurmd`]).
+    pub fn restart_slurmd(&mut self) -> Result<()> {
+        self.start_slurmd()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop();
+        if std::env::var_os("GPUSHARE_KEEP_TEST_DIRS").is_none() {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Directory holding the built plugin libraries (`target/<profile>`).
+pub fn build_dir() -> Result<PathBuf> {
+    if let Some(dir) = std::env::var_os("GPUSHARE_BUILD_DIR") {
+        return Ok(PathBuf::from(dir));
+    }
+    // Test binaries live in target/<profile>/deps, other binaries in target/<profile>.
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let dir = exe
+        .parent()
+        .ok_or_else(|| format!("cannot find the build directory from {}", exe.display()))?;
+    Ok(if dir.ends_with("deps") {
+        dir.parent().unwrap_or(dir)
+    } else {
+        dir
+    }
+    .to_path_buf())
+}

@@ -1,0 +1,179 @@
+//! Child processes that cannot outlive the test run.
+//!
+//! Every daemon is started with `PR_SET_PDEATHSIG = SIGKILL` (so a test
+//! process killed with `kill -9` still takes its daemons down) and with the
+//! environment variable [`MARKER`] set to the cluster's directory. slurmstepd
+//! and job processes inherit that variable, which lets [`kill_marked`] find
+//! and kill everything a cluster spawned, including processes that were
+//! re-parented away from us.
+
+use std::fs;
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+/// Environment variable naming the cluster directory a process belongs to.
+pub const MARKER: &str = "GPUSHARE_TESTCLUSTER";
+
+/// A daemon started by the harness, stopped and reaped on drop.
+#[derive(Debug)]
+pub struct Daemon {
+    pub name: &'static str,
+    child: Option<Child>,
+    pub log: PathBuf,
+}
+
+impl Daemon {
+    /// Starts `cmd` with stdout/stderr appended to `log`, tied to our life.
+    pub fn spawn(
+        name: &'static str,
+        mut cmd: Command,
+        marker: &Path,
+        log: PathBuf,
+    ) -> io::Result<Self> {
+        let out = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)?;
+        let err = out.try_clone()?;
+        cmd.env(MARKER, marker)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err));
+        // SAFETY: prctl is async-signal-safe and touches no Rust state; it
+        // runs in the forked child just before exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn()?;
+        Ok(Self {
+            name,
+            child: Some(child),
+            log,
+        })
+    }
+
+    /// The daemon's pid while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// `Some(status)` once the daemon has exited.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// SIGTERM, then SIGKILL after `grace`; always reaps.
+    pub fn stop(&mut self, grace: Duration) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        signal(child.id(), libc::SIGTERM);
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// SIGKILL without any grace (to simulate a crash); reaps.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.stop(Duration::from_secs(5));
+    }
+}
+
+fn signal(pid: u32, sig: i32) {
+    if let Ok(pid) = i32::try_from(pid) {
+        // SAFETY: kill(2) with a pid we own; failure (already gone) is fine.
+        unsafe { libc::kill(pid, sig) };
+    }
+}
+
+/// Pids of live processes whose environment has `MARKER=<value>` with a
+/// value accepted by `select`.
+pub fn marked_processes(select: impl Fn(&str) -> bool) -> Vec<u32> {
+    let own = std::process::id();
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let needle = format!("{MARKER}=");
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
+        .filter(|&pid| pid != own)
+        .filter(|pid| {
+            let Ok(env) = fs::read(format!("/proc/{pid}/environ")) else {
+                return false;
+            };
+            env.split(|&b| b == 0).any(|kv| {
+                std::str::from_utf8(kv)
+                    .ok()
+                    .and_then(|kv| kv.strip_prefix(needle.as_str()))
+                    .is_some_and(&select)
+            })
+        })
+        .collect()
+}
+
+/// Kills (SIGKILL) every process marked with `dir`, until none is left or
+/// `timeout` passes. Returns how many were still alive at the end.
+pub fn kill_marked(dir: &Path, timeout: Duration) -> usize {
+    let want = dir.to_string_lossy().into_owned();
+    let deadline = Instant::now() + timeout;
+    loop {
+        let pids = marked_processes(|v| v == want);
+        if pids.is_empty() || Instant::now() >= deadline {
+            return pids.len();
+        }
+        for pid in pids {
+            signal(pid, libc::SIGKILL);
+        }
+        sleep(Duration::from_millis(100));
+    }
+}
+
+/// Kills processes left by an earlier test run that died before cleaning up
+/// (its directory names an owner pid that no longer exists).
+pub fn kill_orphans() {
+    let orphaned = |value: &str| {
+        owner_pid(value).is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+    };
+    for pid in marked_processes(orphaned) {
+        signal(pid, libc::SIGKILL);
+    }
+}
+
+/// The owning test process of a cluster directory `.../gpushare-<pid>-<n>`.
+pub fn owner_pid(dir: &str) -> Option<u32> {
+    let name = Path::new(dir).file_name()?.to_str()?;
+    name.strip_prefix("gpushare-")?
+        .split('-')
+        .next()?
+        .parse()
+        .ok()
+}

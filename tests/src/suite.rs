@@ -1,0 +1,125 @@
+//! The runner of each integration test binary (`harness = false`).
+//!
+//! One cluster per binary, started only if some test passes the filter;
+//! tests run in order against it; a failing test prints the tail of every
+//! daemon log; the binary ends with `N passed, N failed` and a non-zero exit
+//! status on any failure. A test needing something this machine lacks fails:
+//! nothing is skipped silently.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use crate::cluster::{Cluster, ClusterSpec};
+use crate::guard_message;
+
+/// What a test returns: `Err(message)` fails it (so do panics).
+pub type TestResult = crate::Result<()>;
+
+type TestFn = Box<dyn FnOnce(&mut Cluster) -> TestResult>;
+
+/// Tests sharing one cluster.
+pub struct Suite {
+    spec: ClusterSpec,
+    tests: Vec<(&'static str, TestFn)>,
+}
+
+impl std::fmt::Debug for Suite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Suite")
+            .field("tests", &self.tests.iter().map(|t| t.0).collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl Suite {
+    pub fn new(spec: ClusterSpec) -> Self {
+        Self {
+            spec,
+            tests: Vec::new(),
+        }
+    }
+
+    /// Adds a test; tests run in the order added.
+    pub fn test(
+        mut self,
+        name: &'static str,
+        f: impl FnOnce(&mut Cluster) -> TestResult + 'static,
+    ) -> Self {
+        self.tests.push((name, Box::new(f)));
+        self
+    }
+
+    /// Runs the selected tests (first non-flag argument filters by substring,
+    /// like libtest) and reports.
+    pub fn run(self) -> ExitCode {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        if args.iter().any(|a| a == "--list") {
+            for (name, _) in &self.tests {
+                println!("{name}: test");
+            }
+            return ExitCode::SUCCESS;
+        }
+        let filter = args.iter().find(|a| !a.starts_with('-')).cloned();
+        let selected: Vec<_> = self
+            .tests
+            .into_iter()
+            .filter(|(name, _)| filter.as_deref().is_none_or(|f| name.contains(f)))
+            .collect();
+        if selected.is_empty() {
+            println!("0 passed, 0 failed");
+            return ExitCode::SUCCESS;
+        }
+        println!(
+            "\nstarting a Slurm test cluster for {} tests",
+            selected.len()
+        );
+        let mut cluster = match self.spec.start() {
+            Ok(c) => c,
+            Err(e) => {
+                println!("cluster did not start:\n{e}");
+                println!("0 passed, {} failed", selected.len());
+                return ExitCode::FAILURE;
+            }
+        };
+        let (mut passed, mut failed) = (0, Vec::new());
+        for (name, test) in selected {
+            let started = Instant::now();
+            let outcome = catch_unwind(AssertUnwindSafe(|| test(&mut cluster)))
+                .unwrap_or_else(|p| Err(format!("panicked: {}", guard_message(p.as_ref()))));
+            let secs = started.elapsed().as_secs_f64();
+            match outcome {
+                Ok(()) => {
+                    println!("test {name} ... ok ({secs:.1}s)");
+                    passed += 1;
+                }
+                Err(e) => {
+                    println!(
+                        "test {name} ... FAILED ({secs:.1}s)\n{e}\n{}",
+                        cluster.log_tails(40)
+                    );
+                    failed.push(name);
+                }
+            }
+        }
+        drop(cluster);
+        if !failed.is_empty() {
+            println!("\nfailures: {}", failed.join(", "));
+        }
+        println!("{passed} passed, {} failed", failed.len());
+        if failed.is_empty() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Fails with `msg` unless `cond`.
+pub fn ensure(cond: bool, msg: impl Into<String>) -> TestResult {
+    if cond {
+        Ok(())
+    } else {
+        Err(msg.into())
+    }
+}
