@@ -36,12 +36,12 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-# Unit and property tests of the pure core, then the real-cluster tests
-# (which need the plugin libraries built first).
-test: deps
+# Lints, unit and property tests of the pure core, then the real-cluster
+# tests (which need the plugin libraries built first).
+test: deps lint
 	$(CARGO) build --workspace --all-targets
-	$(CARGO) test --workspace
-	$(MAKE) lint
+	$(CARGO) test --workspace --exclude gpushare-tests
+	$(CARGO) test -p gpushare-tests --tests
 
 clean:
 	$(CARGO) clean

@@ -6,5 +6,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod reload;
+
 /// The Slurm release this build targets, e.g. "22.05.8".
 pub const SLURM_VERSION: &str = slurm_sys::SLURM_VERSION;

@@ -7,8 +7,6 @@ use std::fs;
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
-use testcluster::cluster::{wait_for, SLURM_PLUGIN_DIR};
-use testcluster::process::Daemon;
 use testcluster::{elf, ensure, Cluster, ClusterSpec, Suite, TestResult};
 
 fn main() -> ExitCode {
@@ -130,7 +128,6 @@ fn wrong_version(c: &mut Cluster) -> TestResult {
     let probe = c.dir.join("badversion");
     let plugins = probe.join("plugins");
     fs::create_dir_all(&plugins).map_err(|e| e.to_string())?;
-    fs::create_dir_all(probe.join("state")).map_err(|e| e.to_string())?;
     let mut image =
         fs::read(c.plugin_dir.join("job_submit_gpu_qos.so")).map_err(|e| e.to_string())?;
     let built = elf::patch_u32(&mut image, "plugin_version", 0)?;
@@ -138,57 +135,11 @@ fn wrong_version(c: &mut Cluster) -> TestResult {
     elf::patch_u32(&mut image, "plugin_version", wrong)?;
     fs::write(plugins.join("job_submit_gpu_qos.so"), &image).map_err(|e| e.to_string())?;
 
-    // Same cluster config, but its own state, port, log and plugin dir, and
-    // no accounting: only plugin loading is under test.
-    let conf = c.log_path("probe-slurmctld");
-    let text = fs::read_to_string(c.slurm_conf()).map_err(|e| e.to_string())?;
-    let free = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| e.to_string())?
-        .port();
-    let text: String = text
-        .lines()
-        .map(|l| match l.split_once('=').map(|(k, _)| k) {
-            Some("PluginDir") => format!("PluginDir={}:{SLURM_PLUGIN_DIR}", plugins.display()),
-            Some("SlurmctldPort") => format!("SlurmctldPort={free}"),
-            Some("StateSaveLocation") => format!("StateSaveLocation={}/state", probe.display()),
-            Some("SlurmctldLogFile") => format!("SlurmctldLogFile={}", conf.display()),
-            Some("SlurmctldPidFile") => format!("SlurmctldPidFile={}/pid", probe.display()),
-            Some("AccountingStorageType") => {
-                "AccountingStorageType=accounting_storage/none".to_owned()
-            }
-            Some(k) if k.starts_with("AccountingStorage") => String::new(),
-            _ => l.to_owned(),
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
-    for f in ["gres.conf", "cgroup.conf", "plugstack.conf"] {
-        fs::copy(c.slurm_conf().with_file_name(f), probe.join(f)).map_err(|e| e.to_string())?;
-    }
-    fs::write(probe.join("slurm.conf"), text).map_err(|e| e.to_string())?;
-
-    let mut cmd = Command::new("slurmctld");
-    cmd.args(["-D", "-i"])
-        .env("SLURM_CONF", probe.join("slurm.conf"));
-    let mut d = Daemon::spawn(
-        "probe-slurmctld",
-        cmd,
-        &c.dir,
-        c.log_path("probe-slurmctld.stdio"),
-    )
-    .map_err(|e| e.to_string())?;
-    let status = wait_for(
-        "the probe slurmctld to exit",
-        Duration::from_secs(60),
-        || d.exited(),
-    );
-    d.stop(Duration::from_secs(2));
-    let status = status?;
+    let (status, log) = c.probe_slurmctld("badversion", Some(&plugins), |_| Ok(()))?;
     ensure(
         !status.success(),
         format!("slurmctld with a wrong-version plugin exited {status}"),
     )?;
-    let log = fs::read_to_string(&conf).unwrap_or_default();
     let wanted = format!(
         "Incompatible Slurm plugin {}/job_submit_gpu_qos.so version ({}.{:02}.{})",
         plugins.display(),

@@ -84,6 +84,9 @@ pub struct ClusterSpec {
     pub extra_slurm_conf: Vec<String>,
     /// CPUs the node claims (config_overrides lets it exceed the real count).
     pub cpus: u32,
+    /// GPU types known to accounting beyond the node's own (so QOS limits
+    /// such as `gres/gpu:a100=20` can be defined).
+    pub extra_gpu_types: Vec<String>,
 }
 
 impl Default for ClusterSpec {
@@ -104,6 +107,7 @@ impl Default for ClusterSpec {
             cgroup_devices: false,
             extra_slurm_conf: Vec::new(),
             cpus: 32,
+            extra_gpu_types: Vec::new(),
         }
     }
 }
@@ -464,8 +468,14 @@ impl Cluster {
             gres_types.push("mps");
         }
         let mut tres = vec!["gres/gpu".to_owned()];
-        for g in &self.spec.gpus {
-            tres.push(format!("gres/gpu:{}", g.gpu_type));
+        for t in self
+            .spec
+            .gpus
+            .iter()
+            .map(|g| &g.gpu_type)
+            .chain(&self.spec.extra_gpu_types)
+        {
+            tres.push(format!("gres/gpu:{t}"));
         }
         if self.spec.mps_count.is_some() {
             tres.push("gres/mps".into());
@@ -491,7 +501,7 @@ impl Cluster {
              SlurmctldPort={ctld}\n\
              SlurmdPort={slurmd}\n\
              AuthType=auth/munge\n\
-             AuthInfo=socket={munge}\n\
+             AuthInfo=socket={munge},cred_expire=10\n\
              CredType=cred/munge\n\
              SlurmUser=root\n\
              SlurmdUser=root\n\
@@ -1042,6 +1052,76 @@ impl Cluster {
                 self.dir.display()
             );
         }
+    }
+
+    /// Starts a second slurmctld on a copy of this cluster's configuration
+    /// (own port, state, log; no accounting; plugins from `plugin_dir` if
+    /// given), after `prepare` may change files in the copy's directory.
+    /// It must stop by itself within 60 s: returns its exit status and log.
+    /// For checking that a bad plugin or configuration stops slurmctld.
+    pub fn probe_slurmctld(
+        &self,
+        name: &str,
+        plugin_dir: Option<&Path>,
+        prepare: impl FnOnce(&Path) -> Result<()>,
+    ) -> Result<(std::process::ExitStatus, String)> {
+        let probe = self.dir.join(format!("probe-{name}"));
+        mkdir(&probe.join("state"), 0o700)?;
+        let log = self.log_dir().join(format!("probe-{name}.log"));
+        let plugins = plugin_dir.unwrap_or(&self.plugin_dir);
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| e.to_string())?
+            .port();
+        let text = fs::read_to_string(self.slurm_conf()).map_err(|e| e.to_string())?;
+        let text: Vec<String> = text
+            .lines()
+            .filter_map(|l| {
+                let key = l.split_once('=').map(|(k, _)| k);
+                Some(match key {
+                    Some("PluginDir") => {
+                        format!("PluginDir={}:{SLURM_PLUGIN_DIR}", plugins.display())
+                    }
+                    Some("SlurmctldPort") => format!("SlurmctldPort={port}"),
+                    Some("StateSaveLocation") => {
+                        format!("StateSaveLocation={}/state", probe.display())
+                    }
+                    Some("SlurmctldLogFile") => format!("SlurmctldLogFile={}", log.display()),
+                    Some("SlurmctldPidFile") => format!("SlurmctldPidFile={}/pid", probe.display()),
+                    Some("AccountingStorageType") => {
+                        "AccountingStorageType=accounting_storage/none".to_owned()
+                    }
+                    Some(k) if k.starts_with("AccountingStorage") => return None,
+                    _ => l.to_owned(),
+                })
+            })
+            .collect();
+        for entry in fs::read_dir(self.etc()).map_err(|e| e.to_string())? {
+            let path = entry.map_err(|e| e.to_string())?.path();
+            let keep = path
+                .file_name()
+                .is_some_and(|n| n != "slurm.conf" && n != "slurmdbd.conf");
+            if keep && path.is_file() {
+                if let Some(n) = path.file_name() {
+                    fs::copy(&path, probe.join(n)).map_err(|e| e.to_string())?;
+                }
+            }
+        }
+        write(&probe.join("slurm.conf"), &(text.join("\n") + "\n"), 0o644)?;
+        prepare(&probe)?;
+        let mut cmd = self.command("slurmctld");
+        cmd.args(["-D", "-i"])
+            .env("SLURM_CONF", probe.join("slurm.conf"));
+        let stdio = self.log_dir().join(format!("probe-{name}.stdio.log"));
+        let mut d =
+            Daemon::spawn("probe-slurmctld", cmd, &self.dir, stdio).map_err(|e| e.to_string())?;
+        let status = wait_for(
+            &format!("probe slurmctld {name} to stop"),
+            Duration::from_secs(60),
+            || d.exited(),
+        );
+        d.stop(Duration::from_secs(2));
+        Ok((status?, fs::read_to_string(&log).unwrap_or_default()))
     }
 
     /// Kills slurmd with SIGKILL (a crash) without touching its jobs.
