@@ -84,6 +84,29 @@ fn read_version(include: &Path) -> u32 {
         })
 }
 
+/// Directory holding `libslurmfull.so`, for binaries that run Slurm code
+/// outside a daemon (benchmarks). Plugins never link it.
+fn find_lib_dir() -> Option<PathBuf> {
+    println!("cargo::rerun-if-env-changed=SLURM_LIB_DIR");
+    let candidates = env::var_os("SLURM_LIB_DIR")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain(
+            [
+                "/usr/lib/x86_64-linux-gnu/slurm-wlm",
+                "/usr/lib/aarch64-linux-gnu/slurm-wlm",
+                "/usr/lib64/slurm",
+                "/usr/lib/slurm",
+                "/usr/local/lib/slurm",
+            ]
+            .into_iter()
+            .map(PathBuf::from),
+        );
+    candidates
+        .into_iter()
+        .find(|d| d.join("libslurmfull.so").is_file())
+}
+
 fn main() {
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap_or_default());
     let own_include = manifest.join("../include");
@@ -108,6 +131,9 @@ fn main() {
     println!("cargo::metadata=version_number={number}");
     println!("cargo::metadata=version={version}");
     println!("cargo::metadata=include={}", include.display());
+    if let Some(lib) = find_lib_dir() {
+        println!("cargo::metadata=libdir={}", lib.display());
+    }
     println!("cargo::rustc-env=SLURM_SYS_BUILT_FOR={version}");
     println!(
         "cargo::warning=building for Slurm {version} (headers in {})",

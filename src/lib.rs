@@ -6,6 +6,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod ledger;
+pub mod placement;
 pub mod reload;
 
 /// The Slurm release this build targets, e.g. "22.05.8".
