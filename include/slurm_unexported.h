@@ -16,6 +16,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include <slurm/slurm.h>
+
 /* xstrdup(): copy of a C string in Slurm's allocator (NULL stays NULL). */
 char *slurm_xstrdup(const char *str);
 
@@ -29,5 +31,13 @@ void slurm_xfree(void **item);
  */
 void *slurm_xrecalloc(void **item, size_t count, size_t size, bool clear,
 		      bool try_, const char *file, int line, const char *func);
+
+/*
+ * The configuration of the daemon we are loaded in; `slurm_conf.slurm_conf`
+ * is the path of the slurm.conf in use (honours `slurmctld -f` and
+ * SLURM_CONF). Declared in src/common/read_config.h; the struct type itself
+ * is public (slurm.h). Read-only for plugins.
+ */
+extern slurm_conf_t slurm_conf;
 
 #endif

@@ -6,8 +6,11 @@
 
 #![forbid(unsafe_code)]
 
+pub mod gres;
 pub mod ledger;
 pub mod placement;
+pub mod policy;
+pub mod qos_conf;
 pub mod reload;
 
 /// The Slurm release this build targets, e.g. "22.05.8".

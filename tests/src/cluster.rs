@@ -24,6 +24,10 @@ pub const PARTITION: &str = "gpu";
 /// Accounting cluster name.
 pub const CLUSTER_NAME: &str = "gpushare";
 
+/// The `gpu_qos.conf` shipped as the example (and used by the example site).
+pub const EXAMPLE_GPU_QOS_CONF: &str =
+    include_str!("../../plugins/job_submit_gpu_qos/gpu_qos.conf.example");
+
 /// GPUs of one type on the node (fake char devices `c 195 N`).
 #[derive(Debug, Clone)]
 pub struct GpuSpec {
@@ -132,6 +136,56 @@ impl ClusterSpec {
                     ..Qos::new("qos_lafferty")
                 },
             ],
+            extra_conf_files: vec![(
+                "gpu_qos.conf".into(),
+                "QOS=qos_lafferty GPUTypes=a40 GPULimit=4\nLowPriorityQOS=lowprio\n".into(),
+            )],
+            ..Self::default()
+        }
+    }
+
+    /// The example site of the README: group QOS with typed `GrpTRES`
+    /// (h100, a100, a40), each allowed to preempt the free `lowprio`, on a
+    /// node with 4 a40, 2 h100 and an mps pool, with `job_submit/gpu_qos`
+    /// and the example `gpu_qos.conf`.
+    pub fn example_site() -> Self {
+        let group = |name: &str, tres: &str| Qos {
+            grp_tres: Some(tres.into()),
+            preempt: vec!["lowprio".into()],
+            priority: Some(100),
+            ..Qos::new(name)
+        };
+        let mut qos = vec![Qos {
+            preempt_mode: Some("requeue".into()),
+            grace_time: Some(2),
+            usage_factor: Some(0.0),
+            priority: Some(0),
+            ..Qos::new("lowprio")
+        }];
+        for q in ["qos_dijk", "qos_zhuoran_yang", "qos_ma_zongming"] {
+            qos.push(group(q, "gres/gpu:h100=4"));
+        }
+        qos.push(group("qos_saxena", "gres/gpu:a100=20"));
+        for q in ["qos_ying_rex", "qos_lafferty"] {
+            qos.push(group(q, "gres/gpu:a40=4"));
+        }
+        qos.push(group("qos_yildirim", "gres/gpu:a40=12"));
+        Self {
+            gpus: vec![
+                GpuSpec {
+                    gpu_type: "a40".into(),
+                    count: 4,
+                },
+                GpuSpec {
+                    gpu_type: "h100".into(),
+                    count: 2,
+                },
+            ],
+            mps_count: Some(600),
+            extra_gpu_types: vec!["a100".into()],
+            qos,
+            job_submit_plugins: vec!["gpu_qos".into()],
+            extra_conf_files: vec![("gpu_qos.conf".into(), EXAMPLE_GPU_QOS_CONF.into())],
             ..Self::default()
         }
     }

@@ -4,15 +4,22 @@
 //! installed as `job_submit_gpu_qos.so` in Slurm's PluginDir). slurmctld
 //! calls `job_submit` for every new job and `job_modify` for every
 //! `scontrol update`, with its own locks held: nothing here may block, sleep
-//! or call back into slurmctld.
-//!
-//! This file is only the C ABI: each export is a one-line shim through
-//! [`slurm_plugin::guard`], so a panic becomes `SLURM_ERROR`, never a crash.
+//! or call back into slurmctld. The policy itself is `gpushare::policy`;
+//! this crate is the C ABI around it, and every export is a shim through
+//! [`slurm_plugin::guard`], so a panic becomes an error code, never a crash.
 
 use std::os::raw::{c_char, c_int, c_void};
+use std::path::PathBuf;
 
+use gpushare::policy::{judge_modify, judge_submit, Verdict};
+use slurm_plugin::slurm_str::{opt_str, set_message};
 use slurm_plugin::{guard, log};
 use slurm_sys::{job_desc_msg_t, SLURM_ERROR, SLURM_SUCCESS};
+
+mod job_desc;
+pub mod policy_state;
+
+use job_desc::{apply, error_code, JobStrings};
 
 slurm_plugin::plugin_identity!(
     name: "gpushare typed-GPU QOS policy",
@@ -20,6 +27,17 @@ slurm_plugin::plugin_identity!(
 );
 
 const PLUGIN: &str = "job_submit/gpu_qos";
+const OK: c_int = SLURM_SUCCESS as c_int;
+
+/// The slurm.conf the host daemon read (None outside a daemon).
+fn daemon_slurm_conf() -> Option<PathBuf> {
+    // SAFETY: `slurm_conf` is the daemon's global configuration, filled
+    // before any plugin is loaded and not freed while plugins run; we only
+    // read the path pointer and copy the string it points to.
+    let path = unsafe { (*std::ptr::addr_of!(slurm_sys::slurm_conf)).slurm_conf };
+    // SAFETY: NULL or a NUL-terminated string owned by the daemon.
+    unsafe { opt_str(path) }.map(|p| PathBuf::from(p.into_owned()))
+}
 
 /// Called once when slurmctld loads the plugin; a non-zero return stops
 /// slurmctld, which is what a site wants when its policy cannot be enforced.
@@ -31,16 +49,53 @@ pub extern "C" fn init() -> c_int {
             env!("CARGO_PKG_VERSION"),
             slurm_sys::SLURM_VERSION
         ));
-        SLURM_SUCCESS as c_int
+        let path = policy_state::conf_path(daemon_slurm_conf().as_deref());
+        match policy_state::start(&path) {
+            Ok(()) => OK,
+            Err(e) => {
+                log::error(&format!("{PLUGIN}: {e}"));
+                SLURM_ERROR
+            }
+        }
     })
 }
 
-/// Called when slurmctld shuts down or reconfigures.
+/// Called when slurmctld shuts down or reloads its plugins.
 #[no_mangle]
 pub extern "C" fn fini() -> c_int {
     guard("job_submit/gpu_qos: fini", SLURM_ERROR, || {
-        SLURM_SUCCESS as c_int
+        policy_state::stop();
+        OK
     })
+}
+
+/// What both entry points do with a verdict.
+///
+/// # Safety
+/// As for [`job_submit`].
+unsafe fn conclude(
+    what: &str,
+    verdict: Verdict,
+    desc: &mut job_desc_msg_t,
+    uid: u32,
+    err_msg: *mut *mut c_char,
+) -> c_int {
+    match verdict {
+        Verdict::Accept(changes) => {
+            // SAFETY: forwarded from the caller.
+            unsafe { apply(desc, err_msg, &changes) };
+            OK
+        }
+        Verdict::Reject(r) => {
+            log::info(&format!(
+                "{PLUGIN}: {what} from uid {uid} rejected: {}",
+                r.message.replace('\n', " ")
+            ));
+            // SAFETY: forwarded from the caller.
+            unsafe { set_message(err_msg, &r.message) };
+            error_code(r.kind)
+        }
+    }
 }
 
 /// Judges a new job. Same signature in every supported Slurm release.
@@ -55,15 +110,45 @@ pub unsafe extern "C" fn job_submit(
     err_msg: *mut *mut c_char,
 ) -> c_int {
     guard("job_submit/gpu_qos: job_submit", SLURM_ERROR, || {
-        let _ = (job_desc, err_msg);
-        log::verbose(&format!(
-            "{PLUGIN}: job_submit from uid {submit_uid}: accepted"
-        ));
-        SLURM_SUCCESS as c_int
+        // SAFETY: slurmctld passes a valid, exclusively ours description.
+        let Some(desc) = (unsafe { job_desc.as_mut() }) else {
+            return SLURM_ERROR;
+        };
+        let Some(policy) = policy_state::policy() else {
+            log::error(&format!("{PLUGIN}: job_submit before init"));
+            return SLURM_ERROR;
+        };
+        // SAFETY: strings stay valid and unchanged during this call.
+        let strings = unsafe { JobStrings::read(desc) };
+        let verdict = judge_submit(&policy, &strings.describe(desc));
+        drop(strings);
+        // SAFETY: forwarded from slurmctld's contract above.
+        unsafe { conclude("job", verdict, desc, submit_uid, err_msg) }
     })
 }
 
-/// Judges an `scontrol update` of a job (22.05: no message slot).
+/// Shared body of both `job_modify` signatures.
+///
+/// # Safety
+/// As for [`job_submit`].
+unsafe fn modify(job_desc: *mut job_desc_msg_t, uid: u32, err_msg: *mut *mut c_char) -> c_int {
+    // SAFETY: slurmctld passes a valid, exclusively ours description.
+    let Some(desc) = (unsafe { job_desc.as_mut() }) else {
+        return SLURM_ERROR;
+    };
+    let Some(policy) = policy_state::policy() else {
+        return SLURM_ERROR;
+    };
+    // SAFETY: strings stay valid and unchanged during this call.
+    let strings = unsafe { JobStrings::read(desc) };
+    let verdict = judge_modify(&policy, &strings.describe(desc));
+    drop(strings);
+    // SAFETY: forwarded from slurmctld's contract above.
+    unsafe { conclude("update", verdict, desc, uid, err_msg) }
+}
+
+/// Judges an `scontrol update` of a job (22.05: no message slot, so the
+/// explanation goes to slurmctld's log only).
 ///
 /// # Safety
 /// Called by slurmctld only: `job_desc` is the update it owns; `job_ptr` is
@@ -75,12 +160,10 @@ pub unsafe extern "C" fn job_modify(
     job_ptr: *mut c_void,
     submit_uid: u32,
 ) -> c_int {
+    let _ = job_ptr;
     guard("job_submit/gpu_qos: job_modify", SLURM_ERROR, || {
-        let _ = (job_desc, job_ptr);
-        log::verbose(&format!(
-            "{PLUGIN}: job_modify from uid {submit_uid}: accepted"
-        ));
-        SLURM_SUCCESS as c_int
+        // SAFETY: slurmctld's contract; no message slot on this release.
+        unsafe { modify(job_desc, submit_uid, std::ptr::null_mut()) }
     })
 }
 
@@ -96,11 +179,9 @@ pub unsafe extern "C" fn job_modify(
     submit_uid: u32,
     err_msg: *mut *mut c_char,
 ) -> c_int {
+    let _ = job_ptr;
     guard("job_submit/gpu_qos: job_modify", SLURM_ERROR, || {
-        let _ = (job_desc, job_ptr, err_msg);
-        log::verbose(&format!(
-            "{PLUGIN}: job_modify from uid {submit_uid}: accepted"
-        ));
-        SLURM_SUCCESS as c_int
+        // SAFETY: slurmctld's contract.
+        unsafe { modify(job_desc, submit_uid, err_msg) }
     })
 }

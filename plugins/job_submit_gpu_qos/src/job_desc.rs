@@ -1,0 +1,128 @@
+//! Between Slurm's `job_desc_msg_t` and the core's plain types.
+
+use std::borrow::Cow;
+use std::os::raw::{c_char, c_int};
+
+use gpushare::policy::{JobChanges, JobDescription, RejectionKind};
+use slurm_plugin::slurm_str::{opt_str, set_env, set_message, xstrdup};
+use slurm_sys::{job_desc_msg_t, NO_VAL, NO_VAL16, OPEN_MODE_APPEND};
+
+/// The string fields of a job description, read once (lossily if not UTF-8).
+#[derive(Debug, Default)]
+pub struct JobStrings<'a> {
+    qos: Option<Cow<'a, str>>,
+    tres_per_node: Option<Cow<'a, str>>,
+    tres_per_job: Option<Cow<'a, str>>,
+    tres_per_socket: Option<Cow<'a, str>>,
+    tres_per_task: Option<Cow<'a, str>>,
+    reservation: Option<Cow<'a, str>>,
+    array_inx: Option<Cow<'a, str>>,
+    job_id_str: Option<Cow<'a, str>>,
+}
+
+impl<'a> JobStrings<'a> {
+    /// # Safety
+    /// `desc`'s string fields must be NULL or valid NUL-terminated strings
+    /// that stay unchanged while the result lives (true during a job_submit
+    /// or job_modify call: slurmctld owns the message and holds its locks).
+    pub unsafe fn read(desc: &'a job_desc_msg_t) -> Self {
+        // SAFETY: forwarded from the caller's contract, field by field.
+        unsafe {
+            Self {
+                qos: opt_str(desc.qos),
+                tres_per_node: opt_str(desc.tres_per_node),
+                tres_per_job: opt_str(desc.tres_per_job),
+                tres_per_socket: opt_str(desc.tres_per_socket),
+                tres_per_task: opt_str(desc.tres_per_task),
+                reservation: opt_str(desc.reservation),
+                array_inx: opt_str(desc.array_inx),
+                job_id_str: opt_str(desc.job_id_str),
+            }
+        }
+    }
+
+    /// The core's view of the job.
+    pub fn describe<'s>(&'s self, desc: &job_desc_msg_t) -> JobDescription<'s> {
+        JobDescription {
+            qos: self.qos.as_deref(),
+            tres_per_node: self.tres_per_node.as_deref(),
+            tres_per_job: self.tres_per_job.as_deref(),
+            tres_per_socket: self.tres_per_socket.as_deref(),
+            tres_per_task: self.tres_per_task.as_deref(),
+            min_nodes: set_u32(desc.min_nodes),
+            num_tasks: set_u32(desc.num_tasks),
+            sockets_per_node: (desc.sockets_per_node != NO_VAL16).then_some(desc.sockets_per_node),
+            reservation: self.reservation.as_deref(),
+            requeue: match desc.requeue {
+                NO_VAL16 => None,
+                0 => Some(false),
+                _ => Some(true),
+            },
+            open_mode_set: desc.open_mode != 0,
+            array_inx: self.array_inx.as_deref(),
+            // An update names its job in job_id_str ("123", or "123_4" for
+            // an array task); job_id stays unset.
+            job_id_for_messages: set_u32(desc.job_id).or_else(|| {
+                self.job_id_str
+                    .as_deref()
+                    .and_then(|s| s.trim().parse().ok())
+            }),
+        }
+    }
+}
+
+fn set_u32(v: u32) -> Option<u32> {
+    (v != NO_VAL && v != 0).then_some(v)
+}
+
+/// Applies an accepted job's changes to the description slurmctld will use.
+///
+/// # Safety
+/// `desc` must be slurmctld's live job description (its pointer fields NULL
+/// or Slurm-allocated) and `err_msg` NULL or its message slot; no one else
+/// may touch either during the call.
+pub unsafe fn apply(desc: &mut job_desc_msg_t, err_msg: *mut *mut c_char, changes: &JobChanges) {
+    if changes.set_requeue {
+        desc.requeue = 1;
+    }
+    if changes.set_open_mode_append {
+        desc.open_mode = OPEN_MODE_APPEND as u8;
+    }
+    if let Some(inx) = &changes.array_inx {
+        // SAFETY: array_inx is NULL or Slurm-allocated; xfree NULLs it.
+        unsafe { slurm_sys::slurm_xfree(std::ptr::addr_of_mut!(desc.array_inx).cast()) };
+        desc.array_inx = xstrdup(inx);
+    }
+    for var in &changes.spank_env {
+        // SAFETY: spank_job_env/size describe a Slurm-allocated array (or
+        // NULL/0), exclusively ours during the call (caller's contract).
+        unsafe {
+            set_env(
+                std::ptr::addr_of_mut!(desc.spank_job_env),
+                std::ptr::addr_of_mut!(desc.spank_job_env_size),
+                var.name,
+                &var.value,
+            );
+        }
+    }
+    if let Some(w) = &changes.user_warning {
+        // SAFETY: err_msg contract forwarded from the caller.
+        unsafe { set_message(err_msg, w) };
+    }
+}
+
+/// The Slurm error code a rejection returns. Never EAGAIN-like codes:
+/// clients retry those.
+pub fn error_code(kind: RejectionKind) -> c_int {
+    let code = match kind {
+        RejectionKind::OverLimit => slurm_sys::ESLURM_ACCOUNTING_POLICY,
+        RejectionKind::UntypedGpu
+        | RejectionKind::TypeNotPermitted
+        | RejectionKind::NoGpuRequest
+        | RejectionKind::SharedOutsideReservation
+        | RejectionKind::ShareTooLarge
+        | RejectionKind::UpdateNeedsTypedGpu
+        | RejectionKind::BadRequest => slurm_sys::ESLURM_INVALID_GRES,
+    };
+    code as c_int
+}

@@ -1,0 +1,131 @@
+//! The policy in force inside slurmctld, and the thread that reloads it.
+//!
+//! `init()` loads `gpu_qos.conf` (failing the plugin, and so slurmctld, if it
+//! is missing or invalid) and starts a watcher thread that `stat`s the file
+//! every [`POLL_INTERVAL`]; an edit is applied atomically, an invalid edit is
+//! logged with its `file:line` and the last good policy stays. The submit
+//! path only clones an `Arc`: no file I/O per job. `fini()` stops and joins
+//! the thread before slurmctld unloads the library (a thread left running
+//! code from an unloaded library would crash the daemon).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use gpushare::qos_conf::{self, GpuQosConfig};
+use gpushare::reload::{beside_slurm_conf, stringly, Current, PollOutcome, WatchedFile};
+use slurm_plugin::{guard, log};
+
+/// How often the watcher looks at the file's stamp.
+pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
+
+/// File name of the policy, next to slurm.conf.
+pub const CONF_NAME: &str = "gpu_qos.conf";
+
+const PLUGIN: &str = "job_submit/gpu_qos";
+
+#[derive(Debug, Default)]
+struct StopSignal {
+    stop: Mutex<bool>,
+    wake: Condvar,
+}
+
+impl StopSignal {
+    /// Sleeps up to `timeout`; true once stop was requested.
+    fn wait(&self, timeout: Duration) -> bool {
+        let stopped = self.stop.lock().unwrap_or_else(PoisonError::into_inner);
+        if *stopped {
+            return true;
+        }
+        let (stopped, _) = self
+            .wake
+            .wait_timeout(stopped, timeout)
+            .unwrap_or_else(PoisonError::into_inner);
+        *stopped
+    }
+
+    fn request(&self) {
+        *self.stop.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        self.wake.notify_all();
+    }
+}
+
+#[derive(Debug)]
+struct Running {
+    current: Arc<Current<GpuQosConfig>>,
+    stop: Arc<StopSignal>,
+    watcher: Option<JoinHandle<()>>,
+}
+
+static RUNNING: RwLock<Option<Running>> = RwLock::new(None);
+
+fn parse(text: &str, file: &str) -> Result<GpuQosConfig, String> {
+    stringly(qos_conf::parse(text, file))
+}
+
+/// Where the policy lives: next to the slurm.conf the daemon uses.
+pub fn conf_path(slurm_conf: Option<&Path>) -> PathBuf {
+    beside_slurm_conf(slurm_conf, CONF_NAME)
+}
+
+/// Loads the policy and starts the watcher. Errors are `file:line: reason`.
+pub fn start(path: &Path) -> Result<(), String> {
+    stop();
+    let mut file = WatchedFile::load(path, parse)?;
+    let current = file.current();
+    let rules = current.get().rules().len();
+    let stop = Arc::new(StopSignal::default());
+    let thread_stop = Arc::clone(&stop);
+    let watcher = std::thread::Builder::new()
+        .name("gpu_qos-reload".into())
+        .spawn(move || {
+            while !thread_stop.wait(POLL_INTERVAL) {
+                // A panic here must not unwind out of a thread slurmctld
+                // never joins; log it and keep watching.
+                guard("job_submit/gpu_qos: reload", (), || match file.poll() {
+                    PollOutcome::Unchanged => {}
+                    PollOutcome::Reloaded => log::info(&format!(
+                        "{PLUGIN}: reloaded {} ({} QOS rules)",
+                        file.path().display(),
+                        file.current().get().rules().len()
+                    )),
+                    PollOutcome::Rejected(why) => log::error(&format!("{PLUGIN}: {why}")),
+                });
+            }
+        })
+        .map_err(|e| format!("cannot start the reload thread: {e}"))?;
+    log::info(&format!(
+        "{PLUGIN}: policy from {} ({rules} QOS rules)",
+        path.display()
+    ));
+    *RUNNING.write().unwrap_or_else(PoisonError::into_inner) = Some(Running {
+        current,
+        stop,
+        watcher: Some(watcher),
+    });
+    Ok(())
+}
+
+/// Stops and joins the watcher; the policy is dropped.
+pub fn stop() {
+    let running = RUNNING
+        .write()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take();
+    if let Some(mut r) = running {
+        r.stop.request();
+        if let Some(h) = r.watcher.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// The policy in force, if the plugin is initialized.
+pub fn policy() -> Option<Arc<GpuQosConfig>> {
+    RUNNING
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .as_ref()
+        .map(|r| r.current.get())
+}

@@ -1,0 +1,834 @@
+//! `gpu_qos.conf`: which QOS may use which GPU types and how many, plus the
+//! site-wide settings of the `job_submit/gpu_qos` plugin (low-priority QOS,
+//! shared-GPU reservations, MPS share cap).
+//!
+//! The file is in Slurm's own `Key=Value` style: `#` starts a comment
+//! anywhere, keys are case-insensitive, values case-sensitive, several pairs
+//! per line. A line holding `QOS=` is a rule; every other non-empty line sets
+//! global keys. [`parse`] stops at the first error, reported as
+//! `FILE:LINE: reason`, because slurmctld keeps the last good file in force
+//! and the admin fixes one line at a time anyway.
+//!
+//! QOS names are matched without regard to ASCII case, as slurmctld itself
+//! matches `--qos`: a rule for `qos_lafferty` must also catch
+//! `--qos=QOS_Lafferty`, or the typed limit could be dodged by spelling.
+
+use std::collections::HashMap;
+use std::fmt;
+
+/// Whom untyped GPU requests are refused for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RequireGpuType {
+    /// Only jobs under a QOS that has a rule in this file.
+    #[default]
+    Qos,
+    /// Every job.
+    All,
+}
+
+/// One `QOS=... GPUTypes=... [GPULimit=N]` line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QosRule {
+    qos: Vec<String>,
+    gpu_types: Vec<String>,
+    gpu_limit: Option<u64>,
+    line: usize,
+}
+
+impl QosRule {
+    /// The QOS names this rule covers, as written in the file.
+    pub fn qos_names(&self) -> &[String] {
+        &self.qos
+    }
+
+    /// The permitted GPU types, in file order; never empty.
+    pub fn gpu_types(&self) -> &[String] {
+        &self.gpu_types
+    }
+
+    /// The type suggested to users: the first one the admin listed.
+    pub fn first_gpu_type(&self) -> &str {
+        self.gpu_types.first().map_or("", String::as_str)
+    }
+
+    /// The most GPUs of one type a job under one of these QOS can get.
+    pub fn gpu_limit(&self) -> Option<u64> {
+        self.gpu_limit
+    }
+
+    /// Types compare exactly: a spelling accounting would not count against
+    /// the typed limit must be refused, not waved through.
+    pub fn permits(&self, gpu_type: &str) -> bool {
+        self.gpu_types.iter().any(|t| t == gpu_type)
+    }
+
+    /// The line of the file the rule came from, for admin tools.
+    pub fn line(&self) -> usize {
+        self.line
+    }
+}
+
+/// The whole parsed file. `Default` is an empty file: nothing is enforced.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GpuQosConfig {
+    rules: Vec<QosRule>,
+    /// Lower-cased QOS name → index into `rules`.
+    rule_by_qos: HashMap<String, usize>,
+    /// Every type of every rule, first appearance first, for messages.
+    known_gpu_types: Vec<String>,
+    require_gpu_type: RequireGpuType,
+    low_priority_qos: Vec<String>,
+    low_priority_max_array_tasks: Option<u32>,
+    shared_gpu_reservations: Option<Vec<String>>,
+    max_mps_per_job: Option<u64>,
+}
+
+impl GpuQosConfig {
+    pub fn rules(&self) -> &[QosRule] {
+        &self.rules
+    }
+
+    /// The rule covering `qos`, if any. Allocates only when the name has
+    /// upper-case letters, which `--qos` values almost never do.
+    pub fn rule_for(&self, qos: &str) -> Option<&QosRule> {
+        let index = if qos.bytes().any(|b| b.is_ascii_uppercase()) {
+            self.rule_by_qos.get(&qos.to_ascii_lowercase())
+        } else {
+            self.rule_by_qos.get(qos)
+        };
+        index.and_then(|&i| self.rules.get(i))
+    }
+
+    pub fn known_gpu_types(&self) -> &[String] {
+        &self.known_gpu_types
+    }
+
+    pub fn require_gpu_type(&self) -> RequireGpuType {
+        self.require_gpu_type
+    }
+
+    pub fn low_priority_qos(&self) -> &[String] {
+        &self.low_priority_qos
+    }
+
+    pub fn is_low_priority(&self, qos: &str) -> bool {
+        self.low_priority_qos
+            .iter()
+            .any(|q| q.eq_ignore_ascii_case(qos))
+    }
+
+    pub fn low_priority_max_array_tasks(&self) -> Option<u32> {
+        self.low_priority_max_array_tasks
+    }
+
+    /// The reservation globs mps/shard jobs are confined to; `None` means
+    /// shares are allowed anywhere.
+    pub fn shared_gpu_reservations(&self) -> Option<&[String]> {
+        self.shared_gpu_reservations.as_deref()
+    }
+
+    /// Whether a job in `reservation` may hold GPU shares. Reservation names
+    /// compare case-sensitively, as slurmctld looks them up.
+    pub fn reservation_allows_shared(&self, reservation: &str) -> bool {
+        match &self.shared_gpu_reservations {
+            None => true,
+            Some(globs) => globs.iter().any(|g| glob_matches(g, reservation)),
+        }
+    }
+
+    pub fn max_mps_per_job(&self) -> Option<u64> {
+        self.max_mps_per_job
+    }
+}
+
+/// Whether `text` matches `pattern`, where `*` is any run of characters and
+/// `?` exactly one. Iterative with one backtrack point, so a hostile pattern
+/// costs O(len × len) at worst and never recurses.
+pub fn glob_matches(pattern: &str, text: &str) -> bool {
+    let pattern: &[u8] = pattern.as_bytes();
+    let text: &[u8] = text.as_bytes();
+    let (mut p, mut t) = (0usize, 0usize);
+    let mut backtrack: Option<(usize, usize)> = None;
+    loop {
+        match pattern.get(p) {
+            Some(b'*') => {
+                backtrack = Some((p, t));
+                p += 1;
+                continue;
+            }
+            Some(&pc) => {
+                if let Some(&tc) = text.get(t) {
+                    if pc == b'?' {
+                        p += 1;
+                        t = next_char_start(text, t);
+                        continue;
+                    }
+                    if pc == tc {
+                        p += 1;
+                        t += 1;
+                        continue;
+                    }
+                }
+            }
+            None if t >= text.len() => return true,
+            None => {}
+        }
+        // Mismatch: let the last `*` swallow one more character, if any.
+        match backtrack {
+            Some((star, from)) if from < text.len() => {
+                let from = next_char_start(text, from);
+                backtrack = Some((star, from));
+                p = star + 1;
+                t = from;
+            }
+            _ => return false,
+        }
+    }
+}
+
+/// `?` and `*` step over whole UTF-8 characters, never into the middle of one.
+fn next_char_start(text: &[u8], at: usize) -> usize {
+    let mut next = at + 1;
+    while text.get(next).is_some_and(|b| b & 0xC0 == 0x80) {
+        next += 1;
+    }
+    next
+}
+
+/// A line of the file is wrong; `Display` is `FILE:LINE: reason`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub file: String,
+    /// 1-based.
+    pub line: usize,
+    pub kind: ConfigErrorKind,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}: {}", self.file, self.line, self.kind)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigErrorKind {
+    UnknownKey(String),
+    /// A word with no `=` in it.
+    MissingEquals(String),
+    EmptyValue(&'static str),
+    /// An empty element in a comma list, as in `a40,,a100`.
+    EmptyListItem(&'static str),
+    NotPositiveInteger {
+        key: &'static str,
+        value: String,
+    },
+    BadEnumValue {
+        key: &'static str,
+        value: String,
+        allowed: &'static str,
+    },
+    BadGpuType(String),
+    KeyTwiceOnLine(&'static str),
+    GlobalKeyRepeated {
+        key: &'static str,
+        first_line: usize,
+    },
+    QosInTwoRules {
+        qos: String,
+        first_line: usize,
+    },
+    /// The same item twice in one comma list.
+    DuplicateListItem {
+        key: &'static str,
+        item: String,
+    },
+    RuleWithoutGpuTypes,
+    /// `GPUTypes`/`GPULimit` on a line without `QOS=`.
+    RuleKeyWithoutQos(&'static str),
+    /// A global key on a rule line, where it would read as per-QOS.
+    GlobalKeyOnRuleLine(&'static str),
+    /// A key that only means something together with another one.
+    NeedsOtherKey {
+        key: &'static str,
+        needs: &'static str,
+    },
+}
+
+impl fmt::Display for ConfigErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigErrorKind::UnknownKey(key) => {
+                write!(f, "unknown key \"{key}\" (known keys: ")?;
+                for (i, k) in Key::ALL.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    f.write_str(k.name())?;
+                }
+                f.write_str(")")
+            }
+            ConfigErrorKind::MissingEquals(word) => {
+                write!(f, "expected Key=Value, got \"{word}\"")
+            }
+            ConfigErrorKind::EmptyValue(key) => write!(f, "{key} has an empty value"),
+            ConfigErrorKind::EmptyListItem(key) => {
+                write!(f, "{key} has an empty item in its comma list")
+            }
+            ConfigErrorKind::NotPositiveInteger { key, value } => {
+                write!(f, "{key} must be a positive integer, got \"{value}\"")
+            }
+            ConfigErrorKind::BadEnumValue {
+                key,
+                value,
+                allowed,
+            } => write!(f, "{key} must be one of {allowed}, got \"{value}\""),
+            ConfigErrorKind::BadGpuType(ty) => write!(
+                f,
+                "GPU type \"{ty}\" may contain only letters, digits, '_', '-' and '.', \
+                 and must not be a number"
+            ),
+            ConfigErrorKind::KeyTwiceOnLine(key) => write!(f, "{key} given twice on this line"),
+            ConfigErrorKind::GlobalKeyRepeated { key, first_line } => {
+                write!(f, "{key} already set on line {first_line}")
+            }
+            ConfigErrorKind::QosInTwoRules { qos, first_line } => {
+                write!(f, "QOS {qos} already has a rule on line {first_line}")
+            }
+            ConfigErrorKind::DuplicateListItem { key, item } => {
+                write!(f, "{key} lists {item} twice")
+            }
+            ConfigErrorKind::RuleWithoutGpuTypes => {
+                f.write_str("a QOS line needs GPUTypes= (the GPU types the QOS may use)")
+            }
+            ConfigErrorKind::RuleKeyWithoutQos(key) => {
+                write!(f, "{key} needs QOS= on the same line")
+            }
+            ConfigErrorKind::GlobalKeyOnRuleLine(key) => write!(
+                f,
+                "{key} is a global setting and cannot share a line with QOS="
+            ),
+            ConfigErrorKind::NeedsOtherKey { key, needs } => {
+                write!(f, "{key} has no effect without {needs}")
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Key {
+    Qos,
+    GpuTypes,
+    GpuLimit,
+    RequireGpuType,
+    LowPriorityQos,
+    LowPriorityMaxArrayTasks,
+    SharedGpuReservations,
+    MaxMpsPerJob,
+}
+
+impl Key {
+    const ALL: [Key; 8] = [
+        Key::Qos,
+        Key::GpuTypes,
+        Key::GpuLimit,
+        Key::RequireGpuType,
+        Key::LowPriorityQos,
+        Key::LowPriorityMaxArrayTasks,
+        Key::SharedGpuReservations,
+        Key::MaxMpsPerJob,
+    ];
+
+    /// The canonical spelling, used in messages.
+    fn name(self) -> &'static str {
+        match self {
+            Key::Qos => "QOS",
+            Key::GpuTypes => "GPUTypes",
+            Key::GpuLimit => "GPULimit",
+            Key::RequireGpuType => "RequireGPUType",
+            Key::LowPriorityQos => "LowPriorityQOS",
+            Key::LowPriorityMaxArrayTasks => "LowPriorityMaxArrayTasks",
+            Key::SharedGpuReservations => "SharedGPUReservations",
+            Key::MaxMpsPerJob => "MaxMPSPerJob",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<Key> {
+        Key::ALL
+            .into_iter()
+            .find(|k| k.name().eq_ignore_ascii_case(name))
+    }
+
+    fn is_rule_key(self) -> bool {
+        matches!(self, Key::Qos | Key::GpuTypes | Key::GpuLimit)
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// What one line said, before it is checked against the rest of the file.
+#[derive(Default)]
+struct LineValues<'a> {
+    values: [Option<&'a str>; Key::ALL.len()],
+}
+
+impl<'a> LineValues<'a> {
+    fn get(&self, key: Key) -> Option<&'a str> {
+        self.values.get(key.index()).copied().flatten()
+    }
+}
+
+/// Parses the text of `gpu_qos.conf`; `file` only names it in errors.
+pub fn parse(text: &str, file: &str) -> Result<GpuQosConfig, ConfigError> {
+    let mut cfg = GpuQosConfig::default();
+    // Line on which each global key was set, to report repeats.
+    let mut global_seen: [Option<usize>; Key::ALL.len()] = [None; Key::ALL.len()];
+    // Lower-cased QOS name → line of its rule.
+    let mut rule_line_by_qos: HashMap<String, usize> = HashMap::new();
+
+    for (index, raw_line) in text.lines().enumerate() {
+        let line_no = index + 1;
+        let error = |kind| ConfigError {
+            file: file.to_owned(),
+            line: line_no,
+            kind,
+        };
+        let content = raw_line.split('#').next().unwrap_or("");
+        let mut line = LineValues::default();
+        for word in content.split_whitespace() {
+            let (key_text, value) = word
+                .split_once('=')
+                .ok_or_else(|| error(ConfigErrorKind::MissingEquals(word.to_owned())))?;
+            let key = Key::from_name(key_text)
+                .ok_or_else(|| error(ConfigErrorKind::UnknownKey(key_text.to_owned())))?;
+            if value.is_empty() {
+                return Err(error(ConfigErrorKind::EmptyValue(key.name())));
+            }
+            match line.values.get_mut(key.index()) {
+                Some(Some(_)) => return Err(error(ConfigErrorKind::KeyTwiceOnLine(key.name()))),
+                Some(slot) => *slot = Some(value),
+                None => {}
+            }
+        }
+
+        if let Some(qos_value) = line.get(Key::Qos) {
+            let rule = parse_rule(&line, qos_value, line_no).map_err(error)?;
+            for qos in &rule.qos {
+                let folded = qos.to_ascii_lowercase();
+                if let Some(&first_line) = rule_line_by_qos.get(&folded) {
+                    return Err(error(ConfigErrorKind::QosInTwoRules {
+                        qos: qos.clone(),
+                        first_line,
+                    }));
+                }
+                rule_line_by_qos.insert(folded.clone(), line_no);
+                cfg.rule_by_qos.insert(folded, cfg.rules.len());
+            }
+            for ty in &rule.gpu_types {
+                if !cfg.known_gpu_types.contains(ty) {
+                    cfg.known_gpu_types.push(ty.clone());
+                }
+            }
+            cfg.rules.push(rule);
+            continue;
+        }
+
+        for key in Key::ALL {
+            let Some(value) = line.get(key) else { continue };
+            if key.is_rule_key() {
+                return Err(error(ConfigErrorKind::RuleKeyWithoutQos(key.name())));
+            }
+            if let Some(slot) = global_seen.get_mut(key.index()) {
+                if let Some(first_line) = *slot {
+                    return Err(error(ConfigErrorKind::GlobalKeyRepeated {
+                        key: key.name(),
+                        first_line,
+                    }));
+                }
+                *slot = Some(line_no);
+            }
+            set_global(&mut cfg, key, value).map_err(error)?;
+        }
+    }
+
+    if let Some(line) = global_seen
+        .get(Key::LowPriorityMaxArrayTasks.index())
+        .copied()
+        .flatten()
+    {
+        if cfg.low_priority_qos.is_empty() {
+            return Err(ConfigError {
+                file: file.to_owned(),
+                line,
+                kind: ConfigErrorKind::NeedsOtherKey {
+                    key: Key::LowPriorityMaxArrayTasks.name(),
+                    needs: Key::LowPriorityQos.name(),
+                },
+            });
+        }
+    }
+    Ok(cfg)
+}
+
+fn parse_rule(
+    line: &LineValues<'_>,
+    qos: &str,
+    line_no: usize,
+) -> Result<QosRule, ConfigErrorKind> {
+    for key in Key::ALL {
+        if !key.is_rule_key() && line.get(key).is_some() {
+            return Err(ConfigErrorKind::GlobalKeyOnRuleLine(key.name()));
+        }
+    }
+    let qos = split_list(Key::Qos, qos)?;
+    let types_value = line
+        .get(Key::GpuTypes)
+        .ok_or(ConfigErrorKind::RuleWithoutGpuTypes)?;
+    let gpu_types = split_list(Key::GpuTypes, types_value)?;
+    if let Some(bad) = gpu_types.iter().find(|t| !is_gpu_type(t)) {
+        return Err(ConfigErrorKind::BadGpuType(bad.clone()));
+    }
+    let gpu_limit = line
+        .get(Key::GpuLimit)
+        .map(|v| positive_integer(Key::GpuLimit, v))
+        .transpose()?;
+    Ok(QosRule {
+        qos,
+        gpu_types,
+        gpu_limit,
+        line: line_no,
+    })
+}
+
+fn set_global(cfg: &mut GpuQosConfig, key: Key, value: &str) -> Result<(), ConfigErrorKind> {
+    match key {
+        Key::RequireGpuType => {
+            cfg.require_gpu_type = if value.eq_ignore_ascii_case("qos") {
+                RequireGpuType::Qos
+            } else if value.eq_ignore_ascii_case("all") {
+                RequireGpuType::All
+            } else {
+                return Err(ConfigErrorKind::BadEnumValue {
+                    key: key.name(),
+                    value: value.to_owned(),
+                    allowed: "qos, all",
+                });
+            }
+        }
+        Key::LowPriorityQos => cfg.low_priority_qos = split_list(key, value)?,
+        Key::LowPriorityMaxArrayTasks => {
+            let n = positive_integer(key, value)?;
+            cfg.low_priority_max_array_tasks =
+                Some(
+                    u32::try_from(n).map_err(|_| ConfigErrorKind::NotPositiveInteger {
+                        key: key.name(),
+                        value: value.to_owned(),
+                    })?,
+                );
+        }
+        Key::SharedGpuReservations => cfg.shared_gpu_reservations = Some(split_list(key, value)?),
+        Key::MaxMpsPerJob => cfg.max_mps_per_job = Some(positive_integer(key, value)?),
+        Key::Qos | Key::GpuTypes | Key::GpuLimit => {}
+    }
+    Ok(())
+}
+
+/// A comma list with no empty and no repeated items. Repeats compare without
+/// case for QOS names, since slurmctld does.
+fn split_list(key: Key, value: &str) -> Result<Vec<String>, ConfigErrorKind> {
+    let fold_case = matches!(key, Key::Qos | Key::LowPriorityQos);
+    let mut items: Vec<String> = Vec::new();
+    for item in value.split(',') {
+        if item.is_empty() {
+            return Err(ConfigErrorKind::EmptyListItem(key.name()));
+        }
+        let repeated = items.iter().any(|seen| {
+            if fold_case {
+                seen.eq_ignore_ascii_case(item)
+            } else {
+                seen == item
+            }
+        });
+        if repeated {
+            return Err(ConfigErrorKind::DuplicateListItem {
+                key: key.name(),
+                item: item.to_owned(),
+            });
+        }
+        items.push(item.to_owned());
+    }
+    Ok(items)
+}
+
+/// A type a job can actually ask for: a word the GRES parser would read as a
+/// type, not as a count (so `1080` is refused: `gpu:1080` means 1080 GPUs).
+fn is_gpu_type(t: &str) -> bool {
+    let word = !t.is_empty()
+        && t.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    let count_shaped = {
+        let digits = t.trim_end_matches(['k', 'K', 'm', 'M', 'g', 'G']);
+        t.len() - digits.len() <= 1
+            && !digits.is_empty()
+            && digits.bytes().all(|b| b.is_ascii_digit())
+    };
+    word && !count_shaped
+}
+
+fn positive_integer(key: Key, value: &str) -> Result<u64, ConfigErrorKind> {
+    let bad = || ConfigErrorKind::NotPositiveInteger {
+        key: key.name(),
+        value: value.to_owned(),
+    };
+    if !value.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    match value.parse::<u64>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(bad()),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const FILE: &str = "/etc/slurm/gpu_qos.conf";
+
+    fn err(text: &str) -> String {
+        parse(text, FILE).unwrap_err().to_string()
+    }
+
+    const EXAMPLE: &str = "\
+# GPU QOS policy
+QOS=qos_lafferty,qos_ying_rex GPUTypes=a40 GPULimit=4   # a rule
+QOS=qos_saxena GPUTypes=a100,h100 GPULimit=20
+
+RequireGPUType=qos
+LowPriorityQOS=lowprio
+LowPriorityMaxArrayTasks=8
+SharedGPUReservations=jhl_homework_gpu*,jupyterhub_course_*
+MaxMPSPerJob=100
+";
+
+    #[test]
+    fn the_documented_example_parses() {
+        let cfg = parse(EXAMPLE, FILE).unwrap();
+        assert_eq!(cfg.rules().len(), 2);
+        let rule = cfg.rule_for("qos_ying_rex").unwrap();
+        assert_eq!(rule.gpu_types(), ["a40"]);
+        assert_eq!(rule.gpu_limit(), Some(4));
+        assert_eq!(rule.line(), 2);
+        assert!(rule.permits("a40"));
+        assert!(!rule.permits("A40"));
+        let saxena = cfg.rule_for("qos_saxena").unwrap();
+        assert_eq!(saxena.first_gpu_type(), "a100");
+        assert_eq!(cfg.known_gpu_types(), ["a40", "a100", "h100"]);
+        assert_eq!(cfg.require_gpu_type(), RequireGpuType::Qos);
+        assert!(cfg.is_low_priority("lowprio"));
+        assert!(cfg.is_low_priority("LowPrio"));
+        assert_eq!(cfg.low_priority_max_array_tasks(), Some(8));
+        assert_eq!(cfg.max_mps_per_job(), Some(100));
+        assert!(cfg.reservation_allows_shared("jhl_homework_gpu"));
+        assert!(cfg.reservation_allows_shared("jupyterhub_course_ml"));
+        assert!(!cfg.reservation_allows_shared("maint"));
+        assert!(cfg.rule_for("normal").is_none());
+    }
+
+    #[test]
+    fn qos_lookup_ignores_case() {
+        let cfg = parse(EXAMPLE, FILE).unwrap();
+        assert!(cfg.rule_for("QOS_Lafferty").is_some());
+    }
+
+    #[test]
+    fn empty_and_comment_only_files_enforce_nothing() {
+        let cfg = parse("\n  # nothing\n\n", FILE).unwrap();
+        assert_eq!(cfg, GpuQosConfig::default());
+        assert!(cfg.reservation_allows_shared("anything"));
+    }
+
+    #[test]
+    fn keys_are_case_insensitive_and_pairs_share_lines() {
+        let cfg = parse(
+            "qos=a gputypes=a40\nrequiregputype=ALL maxmpsperjob=50 lowpriorityqos=lp",
+            FILE,
+        )
+        .unwrap();
+        assert_eq!(cfg.require_gpu_type(), RequireGpuType::All);
+        assert_eq!(cfg.max_mps_per_job(), Some(50));
+        assert!(cfg.is_low_priority("lp"));
+    }
+
+    #[test]
+    fn comment_may_follow_without_space() {
+        let cfg = parse("QOS=a GPUTypes=a40#,a100", FILE).unwrap();
+        assert_eq!(cfg.rule_for("a").unwrap().gpu_types(), ["a40"]);
+    }
+
+    #[test]
+    fn bad_number_names_the_file_line_and_value() {
+        assert_eq!(
+            err("\n\n\n\n\n\nQOS=q GPUTypes=a40 GPULimit=four"),
+            "/etc/slurm/gpu_qos.conf:7: GPULimit must be a positive integer, got \"four\""
+        );
+        assert_eq!(
+            err("QOS=q GPUTypes=a40 GPULimit=0"),
+            "/etc/slurm/gpu_qos.conf:1: GPULimit must be a positive integer, got \"0\""
+        );
+        assert_eq!(
+            err("MaxMPSPerJob=-1"),
+            "/etc/slurm/gpu_qos.conf:1: MaxMPSPerJob must be a positive integer, got \"-1\""
+        );
+        assert_eq!(
+            err("LowPriorityQOS=lp\nLowPriorityMaxArrayTasks=99999999999"),
+            "/etc/slurm/gpu_qos.conf:2: LowPriorityMaxArrayTasks must be a positive integer, \
+             got \"99999999999\""
+        );
+    }
+
+    #[test]
+    fn unknown_key_lists_the_known_ones() {
+        assert_eq!(
+            err("GPUS=4"),
+            "/etc/slurm/gpu_qos.conf:1: unknown key \"GPUS\" (known keys: QOS, GPUTypes, \
+             GPULimit, RequireGPUType, LowPriorityQOS, LowPriorityMaxArrayTasks, \
+             SharedGPUReservations, MaxMPSPerJob)"
+        );
+    }
+
+    #[test]
+    fn structural_errors() {
+        assert_eq!(
+            err("QOS=a GPUTypes"),
+            format!("{FILE}:1: expected Key=Value, got \"GPUTypes\"")
+        );
+        assert_eq!(
+            err("QOS= GPUTypes=a40"),
+            format!("{FILE}:1: QOS has an empty value")
+        );
+        assert_eq!(
+            err("QOS=a GPUTypes=a40 gputypes=a100"),
+            format!("{FILE}:1: GPUTypes given twice on this line")
+        );
+        assert_eq!(
+            err("QOS=a GPULimit=3"),
+            format!("{FILE}:1: a QOS line needs GPUTypes= (the GPU types the QOS may use)")
+        );
+        assert_eq!(
+            err("GPUTypes=a40"),
+            format!("{FILE}:1: GPUTypes needs QOS= on the same line")
+        );
+        assert_eq!(
+            err("QOS=a GPUTypes=a40 MaxMPSPerJob=5"),
+            format!("{FILE}:1: MaxMPSPerJob is a global setting and cannot share a line with QOS=")
+        );
+        assert_eq!(
+            err("QOS=a GPUTypes=a40,,a100"),
+            format!("{FILE}:1: GPUTypes has an empty item in its comma list")
+        );
+        assert_eq!(
+            err("QOS=a GPUTypes=a40,a40"),
+            format!("{FILE}:1: GPUTypes lists a40 twice")
+        );
+        assert_eq!(
+            err("QOS=a GPUTypes=1080"),
+            format!(
+                "{FILE}:1: GPU type \"1080\" may contain only letters, digits, '_', '-' and \
+                 '.', and must not be a number"
+            )
+        );
+    }
+
+    #[test]
+    fn a_qos_in_two_rules_is_an_error() {
+        assert_eq!(
+            err("QOS=a,b GPUTypes=a40\nQOS=c,B GPUTypes=a100"),
+            format!("{FILE}:2: QOS B already has a rule on line 1")
+        );
+        assert_eq!(
+            err("QOS=a,a GPUTypes=a40"),
+            format!("{FILE}:1: QOS lists a twice")
+        );
+    }
+
+    #[test]
+    fn global_keys_only_once_per_file() {
+        assert_eq!(
+            err("MaxMPSPerJob=1\n#\nmaxmpsperjob=2"),
+            format!("{FILE}:3: MaxMPSPerJob already set on line 1")
+        );
+    }
+
+    #[test]
+    fn enum_values_are_checked() {
+        assert_eq!(
+            err("RequireGPUType=some"),
+            format!("{FILE}:1: RequireGPUType must be one of qos, all, got \"some\"")
+        );
+    }
+
+    #[test]
+    fn array_cap_needs_a_low_priority_qos() {
+        assert_eq!(
+            err("LowPriorityMaxArrayTasks=8"),
+            format!("{FILE}:1: LowPriorityMaxArrayTasks has no effect without LowPriorityQOS")
+        );
+    }
+
+    #[test]
+    fn globs() {
+        assert!(glob_matches("*", ""));
+        assert!(glob_matches("a*", "a"));
+        assert!(glob_matches("a*c", "abbbc"));
+        assert!(!glob_matches("a*c", "abbbd"));
+        assert!(glob_matches("a?c", "abc"));
+        assert!(!glob_matches("a?c", "ac"));
+        assert!(glob_matches("*x*y", "axbxcy"));
+        assert!(glob_matches("?", "é"));
+        assert!(!glob_matches("??", "é"));
+        assert!(glob_matches("course_*_gpu", "course_ml_gpu"));
+        assert!(!glob_matches("course", "Course"));
+        assert!(!glob_matches("", "x"));
+    }
+
+    fn naive_glob(p: &[char], t: &[char]) -> bool {
+        match p.split_first() {
+            None => t.is_empty(),
+            Some(('*', rest)) => (0..=t.len()).any(|i| naive_glob(rest, &t[i..])),
+            Some(('?', rest)) => !t.is_empty() && naive_glob(rest, &t[1..]),
+            Some((c, rest)) => t.first() == Some(c) && naive_glob(rest, &t[1..]),
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn parse_never_panics(text in ".*") {
+            let _ = parse(&text, FILE);
+        }
+
+        #[test]
+        fn parse_never_panics_on_config_shaped_text(
+            text in "((QOS|GPUTypes|GPULimit|RequireGPUType|LowPriorityQOS|LowPriorityMaxArrayTasks\
+                      |SharedGPUReservations|MaxMPSPerJob|x)=?[a-z0-9,*]{0,6}[ \n#]){0,12}"
+        ) {
+            if let Err(e) = parse(&text, FILE) {
+                prop_assert!(e.to_string().starts_with(FILE));
+            }
+        }
+
+        #[test]
+        fn glob_agrees_with_the_obvious_recursive_definition(
+            p in "[ab?*é]{0,6}", t in "[abé]{0,8}"
+        ) {
+            let pc: Vec<char> = p.chars().collect();
+            let tc: Vec<char> = t.chars().collect();
+            prop_assert_eq!(glob_matches(&p, &t), naive_glob(&pc, &tc));
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! Submission cost of `job_submit/gpu_qos` beside no plugin and beside
+//! `job_submit/lua` running the same rule, on real slurmctlds.
+//!
+//! `cargo bench -p gpushare-tests --bench submit_throughput [-- JOBS]`
+//!
+//! For each configuration, one cluster (the example site) is started and
+//! JOBS held, typed, accepted jobs are submitted by 4 concurrent `sbatch`
+//! clients. Reported: client-side throughput (jobs/s, dominated by sbatch's
+//! own start-up and munge) and slurmctld's own mean time per
+//! REQUEST_SUBMIT_BATCH_JOB from `sdiag`, which is where a job_submit plugin
+//! spends its time. Configurations run interleaved rounds to spread drift.
+
+use std::time::Instant;
+
+use testcluster::cluster::EXAMPLE_GPU_QOS_CONF;
+use testcluster::{Cluster, ClusterSpec};
+
+const CLIENTS: usize = 4;
+
+struct Config {
+    name: &'static str,
+    plugins: Vec<String>,
+    files: Vec<(String, String)>,
+}
+
+fn configs() -> Vec<Config> {
+    vec![
+        Config {
+            name: "no plugin",
+            plugins: vec![],
+            files: vec![],
+        },
+        Config {
+            name: "job_submit/lua",
+            plugins: vec!["lua".into()],
+            files: vec![(
+                "job_submit.lua".into(),
+                include_str!("job_submit.lua").into(),
+            )],
+        },
+        Config {
+            name: "job_submit/gpu_qos",
+            plugins: vec!["gpu_qos".into()],
+            files: vec![("gpu_qos.conf".into(), EXAMPLE_GPU_QOS_CONF.into())],
+        },
+    ]
+}
+
+/// slurmctld's mean microseconds per batch submission, and the count.
+fn sdiag_submit(c: &Cluster) -> Result<(u64, u64), String> {
+    let text = c.run_ok("sdiag", &[])?;
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("REQUEST_SUBMIT_BATCH_JOB "))
+        .ok_or("sdiag has no REQUEST_SUBMIT_BATCH_JOB line")?;
+    let field = |name: &str| -> Result<u64, String> {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(name))
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| format!("no {name} in {line:?}"))
+    };
+    Ok((field("ave_time:")?, field("count:")?))
+}
+
+fn submit_batch(c: &Cluster, jobs: usize) -> Result<f64, String> {
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..CLIENTS)
+            .map(|k| {
+                s.spawn(move || -> Result<(), String> {
+                    for _ in (k..jobs).step_by(CLIENTS) {
+                        c.sbatch(&[
+                            "-H",
+                            "--qos=qos_lafferty",
+                            "--gres=gpu:a40:1",
+                            "--output=/dev/null",
+                            "--wrap=true",
+                        ])?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .try_for_each(|h| h.join().map_err(|_| "client panicked".to_string())?)
+    })?;
+    Ok(jobs as f64 / started.elapsed().as_secs_f64())
+}
+
+fn main() -> Result<(), String> {
+    let jobs: usize = std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with('-'))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(600);
+    let rounds = 3;
+    let mut clusters = Vec::new();
+    for cfg in configs() {
+        let spec = ClusterSpec {
+            job_submit_plugins: cfg.plugins.clone(),
+            extra_conf_files: cfg.files.clone(),
+            ..ClusterSpec::example_site()
+        };
+        eprintln!("starting cluster: {}", cfg.name);
+        clusters.push((cfg, spec.start()?));
+    }
+    let mut rate = vec![0.0; clusters.len()];
+    for round in 0..rounds {
+        for (i, (cfg, c)) in clusters.iter().enumerate() {
+            let r = submit_batch(c, jobs / rounds)?;
+            eprintln!("round {round}: {:<20} {r:7.1} jobs/s", cfg.name);
+            rate[i] += r / rounds as f64;
+            c.run_ok("scancel", &["-u", "root"])?;
+        }
+    }
+    println!("\n{jobs} held jobs per configuration, {CLIENTS} concurrent sbatch clients, {rounds} interleaved rounds");
+    println!(
+        "{:<20} {:>10} {:>18} {:>14}",
+        "configuration", "jobs/s", "slurmctld us/job", "vs no plugin"
+    );
+    let base = rate[0];
+    for (i, (cfg, c)) in clusters.iter().enumerate() {
+        let (us, count) = sdiag_submit(c)?;
+        println!(
+            "{:<20} {:>10.1} {:>18} {:>13.1}%   ({count} RPCs)",
+            cfg.name,
+            rate[i],
+            us,
+            100.0 * rate[i] / base
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,463 @@
+//! `job_submit/gpu_qos` against a real slurmctld with real accounting: every
+//! policy row of the README, as the user sees it in `sbatch`/`scontrol`.
+//!
+//! Jobs are submitted held (`-H`) unless the test needs them to run, so the
+//! suite judges submissions without waiting for the scheduler.
+
+use std::fs;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use testcluster::cluster::{wait_for, EXAMPLE_GPU_QOS_CONF};
+use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
+
+fn main() -> ExitCode {
+    Suite::new(ClusterSpec::example_site())
+        .test(
+            "untyped_gpu_under_group_qos_is_rejected_with_the_fix",
+            untyped_rejected,
+        )
+        .test(
+            "typed_gpu_under_group_qos_is_accepted_unchanged",
+            typed_accepted,
+        )
+        .test(
+            "type_outside_the_qos_is_rejected_listing_permitted_types",
+            wrong_type,
+        )
+        .test("every_way_of_asking_for_gpus_is_judged", every_way)
+        .test(
+            "request_that_can_never_fit_the_group_is_rejected",
+            never_fits,
+        )
+        .test("group_qos_without_gpu_request_is_rejected", no_gpu_request)
+        .test("jobs_under_other_qos_are_untouched", other_qos_untouched)
+        .test("scontrol_update_to_group_qos_needs_a_typed_request", modify)
+        .test(
+            "lowprio_jobs_are_made_requeueable_and_throttled",
+            lowprio_flags,
+        )
+        .test(
+            "lowprio_no_requeue_is_accepted_with_a_warning",
+            lowprio_no_requeue,
+        )
+        .test(
+            "preempted_lowprio_job_keeps_its_earlier_output",
+            lowprio_output_kept,
+        )
+        .test(
+            "gpu_shares_only_inside_shared_reservations",
+            shared_reservations,
+        )
+        .test("hostile_requests_never_hurt_slurmctld", hostile_requests)
+        .test(
+            "edited_config_is_picked_up_and_bad_edit_keeps_last_good",
+            reload,
+        )
+        .test(
+            "missing_or_invalid_config_stops_slurmctld_with_file_line",
+            bad_config_at_init,
+        )
+        .run()
+}
+
+const ACCEPT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Submits a held job that must be rejected; returns what sbatch printed.
+fn rejected(c: &Cluster, args: &[&str]) -> Result<String, String> {
+    let mut full = vec!["-H", "--wrap=true"];
+    full.extend_from_slice(args);
+    match c.sbatch(&full) {
+        Ok(id) => {
+            let _ = c.run("scancel", &[&id.to_string()]);
+            Err(format!(
+                "`sbatch {}` was accepted as job {id}",
+                args.join(" ")
+            ))
+        }
+        Err(stderr) => Ok(stderr),
+    }
+}
+
+/// Submits a held job that must be accepted; returns its id.
+fn accepted(c: &Cluster, args: &[&str]) -> Result<u32, String> {
+    let mut full = vec!["-H", "--wrap=true"];
+    full.extend_from_slice(args);
+    c.sbatch_ok(&full)
+}
+
+fn contains_all(text: &str, wanted: &[&str]) -> TestResult {
+    for w in wanted {
+        ensure(text.contains(w), format!("expected {w:?} in:\n{text}"))?;
+    }
+    Ok(())
+}
+
+fn untyped_rejected(c: &mut Cluster) -> TestResult {
+    let err = rejected(c, &["--qos=qos_lafferty", "--gres=gpu:2"])?;
+    contains_all(
+        &err,
+        &[
+            "qos_lafferty",
+            "a40",
+            "--gres=gpu:a40:2",
+            "Invalid generic resource (gres) specification",
+        ],
+    )
+}
+
+fn typed_accepted(c: &mut Cluster) -> TestResult {
+    let id = accepted(c, &["--qos=qos_lafferty", "--gres=gpu:a40:2"])?;
+    let job = c.job(id)?;
+    ensure(
+        job.get("QOS") == Some("qos_lafferty"),
+        format!("QOS {:?}", job.get("QOS")),
+    )?;
+    ensure(
+        job.get("TresPerNode") == Some("gres:gpu:a40:2"),
+        format!("TresPerNode {:?}", job.get("TresPerNode")),
+    )?;
+    ensure(
+        job.get("Requeue") == Some("0") || job.get("Requeue") == Some("1"),
+        "job record readable",
+    )?;
+    c.run_ok("scancel", &[&id.to_string()]).map(drop)
+}
+
+fn wrong_type(c: &mut Cluster) -> TestResult {
+    let err = rejected(c, &["--qos=qos_lafferty", "--gres=gpu:h100:1"])?;
+    contains_all(&err, &["qos_lafferty", "h100", "a40"])
+}
+
+fn every_way(c: &mut Cluster) -> TestResult {
+    let lafferty = "--qos=qos_lafferty";
+    // (arguments, what the fix must say)
+    let untyped: &[(&[&str], &str)] = &[
+        (&["--gpus=2"], "--gpus=a40:2"),
+        (&["--gpus-per-node=2"], "a40:2"),
+        (&["-n2", "--gpus-per-task=1"], "--gpus-per-task=a40:1"),
+        (
+            &["--sockets-per-node=1", "--gpus-per-socket=1"],
+            "--gpus-per-socket=a40:1",
+        ),
+        (&["--gres=gpu"], "--gres=gpu:a40:1"),
+        (&["--gres=gpu:1", "--gpus=2"], "a40:"),
+        (&["--qos=lowprio,qos_lafferty", "--gres=gpu:1"], "a40"),
+    ];
+    for (args, fix) in untyped {
+        let mut a = vec![lafferty];
+        a.extend_from_slice(args);
+        let err = rejected(c, &a)?;
+        ensure(
+            err.contains(fix),
+            format!("`{}` was rejected without {fix:?}:\n{err}", a.join(" ")),
+        )?;
+    }
+    let typed: &[&[&str]] = &[
+        &["--gpus=a40:2"],
+        &["--gpus-per-node=a40:1"],
+        &["-n2", "--gpus-per-task=a40:1"],
+        &["--gres=gpu:a40"],
+        &["--gres=gpu:a40:1,mps:0"],
+    ];
+    for args in typed {
+        let mut a = vec![lafferty];
+        a.extend_from_slice(args);
+        let id = accepted(c, &a)?;
+        c.run_ok("scancel", &[&id.to_string()])?;
+    }
+    Ok(())
+}
+
+fn never_fits(c: &mut Cluster) -> TestResult {
+    let err = rejected(c, &["--qos=qos_lafferty", "--gpus=a40:5"])?;
+    contains_all(&err, &["qos_lafferty", "5", "4"])?;
+    let err = rejected(c, &["--qos=qos_lafferty", "-n5", "--gpus-per-task=a40:1"])?;
+    contains_all(&err, &["qos_lafferty", "4"])?;
+    // The bigger group's limit admits it (and Slurm may then hold it pending).
+    let id = accepted(c, &["--qos=qos_yildirim", "--gpus=a40:5"])?;
+    c.run_ok("scancel", &[&id.to_string()]).map(drop)
+}
+
+fn no_gpu_request(c: &mut Cluster) -> TestResult {
+    let err = rejected(c, &["--qos=qos_lafferty"])?;
+    contains_all(&err, &["qos_lafferty", "--gres=gpu:a40:1"])
+}
+
+fn other_qos_untouched(c: &mut Cluster) -> TestResult {
+    for args in [
+        &["--qos=lowprio", "--gres=gpu:2"][..],
+        &["--gres=gpu:1"],
+        &["--qos=normal"],
+    ] {
+        let id = accepted(c, args)?;
+        c.run_ok("scancel", &[&id.to_string()])?;
+    }
+    Ok(())
+}
+
+fn modify(c: &mut Cluster) -> TestResult {
+    let id = accepted(c, &["--qos=lowprio", "--gres=gpu:a40:1"])?;
+    let job = format!("job={id}");
+    let out = c.run("scontrol", &["update", &job, "QOS=qos_lafferty"])?;
+    ensure(
+        !out.status.success(),
+        "switching to a group QOS without a typed request was accepted",
+    )?;
+    // 22.05 gives job_modify no message slot: the fix is in slurmctld's log.
+    let fix = format!("scontrol update job={id} QOS=qos_lafferty Gres=gpu:a40:1");
+    wait_for("the fix in slurmctld.log", Duration::from_secs(5), || {
+        c.log("slurmctld").contains(&fix).then_some(())
+    })?;
+    c.run_ok(
+        "scontrol",
+        &["update", &job, "QOS=qos_lafferty", "Gres=gpu:a40:1"],
+    )?;
+    ensure(
+        c.job(id)?.get("QOS") == Some("qos_lafferty"),
+        "typed update did not apply",
+    )?;
+    let out = c.run("scontrol", &["update", &job, "Gres=gpu:2"])?;
+    ensure(!out.status.success(), "an untyped GPU update was accepted")?;
+    c.run_ok("scontrol", &["update", &job, "Name=renamed"])?;
+    c.run_ok("scancel", &[&id.to_string()]).map(drop)
+}
+
+fn lowprio_flags(c: &mut Cluster) -> TestResult {
+    let id = accepted(c, &["--qos=lowprio", "--gres=gpu:a40:1"])?;
+    ensure(
+        c.job(id)?.get("Requeue") == Some("1"),
+        format!(
+            "lowprio job not requeueable: {:?}",
+            c.job(id)?.get("Requeue")
+        ),
+    )?;
+    c.run_ok("scancel", &[&id.to_string()])?;
+    let id = accepted(c, &["--qos=lowprio", "--array=1-20", "--gres=gpu:a40:1"])?;
+    let task = c.job(id)?;
+    let ids = task.get("ArrayTaskId").unwrap_or_default().to_owned();
+    ensure(
+        ids.ends_with("%8"),
+        format!("array not throttled to 8: ArrayTaskId={ids}"),
+    )?;
+    c.run_ok("scancel", &[&id.to_string()])?;
+    let id = accepted(c, &["--qos=lowprio", "--array=1-20%2", "--gres=gpu:a40:1"])?;
+    let ids = c.job(id)?.get("ArrayTaskId").unwrap_or_default().to_owned();
+    ensure(
+        ids.ends_with("%2"),
+        format!("a tighter user throttle was changed: ArrayTaskId={ids}"),
+    )?;
+    c.run_ok("scancel", &[&id.to_string()]).map(drop)
+}
+
+fn lowprio_no_requeue(c: &mut Cluster) -> TestResult {
+    let out = c.run(
+        "sbatch",
+        &[
+            "-H",
+            "--wrap=true",
+            "--qos=lowprio",
+            "--no-requeue",
+            "--gres=gpu:a40:1",
+        ],
+    )?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure(
+        out.status.success(),
+        format!("--no-requeue under lowprio was rejected: {stderr}"),
+    )?;
+    contains_all(&stderr, &["lowprio", "cancel"])?;
+    let id: u32 = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .last()
+        .and_then(|w| w.parse().ok())
+        .ok_or("no job id")?;
+    ensure(
+        c.job(id)?.get("Requeue") == Some("0"),
+        "the user's --no-requeue was overridden",
+    )?;
+    c.run_ok("scancel", &[&id.to_string()]).map(drop)
+}
+
+/// A preempted and requeued lowprio job appends to its output, so the first
+/// run's log survives the second (the user did not ask for any of it).
+fn lowprio_output_kept(c: &mut Cluster) -> TestResult {
+    c.cancel_all()?;
+    let script = "--wrap=echo run ${SLURM_RESTART_COUNT:-0}; sleep 300";
+    let low: Vec<u32> = (0..4)
+        .map(|_| c.sbatch_ok(&["--qos=lowprio", "--gres=gpu:a40:1", script]))
+        .collect::<Result<_, _>>()?;
+    for &id in &low {
+        c.wait_job_state(id, &["RUNNING"], ACCEPT_TIMEOUT)?;
+    }
+    wait_for(
+        "first runs to write output",
+        Duration::from_secs(20),
+        || {
+            low.iter()
+                .all(|&id| c.job_output(id).contains("run 0"))
+                .then_some(())
+        },
+    )?;
+    let high = c.sbatch_ok(&["--qos=qos_lafferty", "--gres=gpu:a40:1", "--wrap=sleep 300"])?;
+    c.wait_job_state(high, &["RUNNING"], ACCEPT_TIMEOUT)?;
+    let victim = wait_for(
+        "a lowprio job to be requeued",
+        Duration::from_secs(30),
+        || {
+            low.iter()
+                .copied()
+                .find(|&id| c.job(id).is_ok_and(|j| j.restarts() >= 1))
+        },
+    )?;
+    c.run_ok("scancel", &[&high.to_string()])?;
+    wait_for(
+        "the requeued job's second run",
+        Duration::from_secs(90),
+        || c.job_output(victim).contains("run 1").then_some(()),
+    )?;
+    let out = c.job_output(victim);
+    ensure(
+        out.contains("run 0") && out.contains("run 1"),
+        format!("output of requeued job {victim}:\n{out}"),
+    )?;
+    c.cancel_all()
+}
+
+fn shared_reservations(c: &mut Cluster) -> TestResult {
+    let err = rejected(c, &["--gres=mps:50"])?;
+    contains_all(
+        &err,
+        &["jhl_homework_gpu*", "jupyterhub_course_*", "--reservation="],
+    )?;
+    c.run_ok(
+        "scontrol",
+        &[
+            "create",
+            "reservation",
+            "ReservationName=jhl_homework_gpu1",
+            "Users=root",
+            "Nodes=node1",
+            "StartTime=now",
+            "Duration=60",
+            "Flags=ignore_jobs",
+        ],
+    )?;
+    let id = accepted(c, &["--reservation=jhl_homework_gpu1", "--gres=mps:50"])?;
+    ensure(
+        c.job(id)?.get("Reservation") == Some("jhl_homework_gpu1"),
+        "reservation not kept",
+    )?;
+    c.run_ok("scancel", &[&id.to_string()])?;
+    let err = rejected(c, &["--reservation=jhl_homework_gpu1", "--gres=mps:150"])?;
+    contains_all(&err, &["150", "100"])?;
+    c.run_ok("scontrol", &["delete", "ReservationName=jhl_homework_gpu1"])
+        .map(drop)
+}
+
+fn hostile_requests(c: &mut Cluster) -> TestResult {
+    let long_type = format!("--gres=gpu:{}:1", "x".repeat(5000));
+    let cases: Vec<Vec<String>> = vec![
+        vec![
+            "--qos=qos_lafferty".into(),
+            "--gres=gpu:a40:99999999999999999999".into(),
+        ],
+        vec!["--qos=qos_lafferty".into(), "--gres=gpu:%s%n%s:1".into()],
+        vec!["--qos=qos_lafferty".into(), long_type],
+        vec!["--qos=%s%n%x".into(), "--gres=gpu:1".into()],
+        vec![
+            "--qos=qos_lafferty".into(),
+            "--gpus-per-task=a40:1".into(),
+            "-n".into(),
+            "4294967294".into(),
+        ],
+        vec!["--qos=qos_lafferty".into(), "--gres=gpu:a40:1K".into()],
+    ];
+    for args in &cases {
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        if let Ok(id) = c.sbatch(&[&["-H", "--wrap=true"][..], &a].concat()) {
+            let _ = c.run("scancel", &[&id.to_string()]);
+        }
+        let ping = c.run_ok("scontrol", &["ping"])?;
+        ensure(
+            ping.contains("is UP"),
+            format!("slurmctld down after {a:?}: {ping}"),
+        )?;
+    }
+    ensure(
+        !c.log("slurmctld").contains("internal error"),
+        "the plugin panicked (see slurmctld.log)",
+    )
+}
+
+fn conf_path(c: &Cluster) -> std::path::PathBuf {
+    c.slurm_conf().with_file_name("gpu_qos.conf")
+}
+
+/// Replaces gpu_qos.conf the way config tools do (write + rename).
+fn install_conf(c: &Cluster, text: &str) -> TestResult {
+    let path = conf_path(c);
+    let tmp = path.with_extension("new");
+    fs::write(&tmp, text).map_err(|e| e.to_string())?;
+    fs::rename(&tmp, &path).map_err(|e| e.to_string())
+}
+
+fn reload(c: &mut Cluster) -> TestResult {
+    let widened = EXAMPLE_GPU_QOS_CONF.replace(
+        "QOS=qos_ying_rex,qos_lafferty GPUTypes=a40",
+        "QOS=qos_ying_rex,qos_lafferty GPUTypes=a40,h100",
+    );
+    ensure(
+        widened != EXAMPLE_GPU_QOS_CONF,
+        "example config changed shape",
+    )?;
+    install_conf(c, &widened)?;
+    let id = wait_for(
+        "the widened policy to apply",
+        Duration::from_secs(20),
+        || accepted(c, &["--qos=qos_lafferty", "--gres=gpu:h100:1"]).ok(),
+    )?;
+    c.run_ok("scancel", &[&id.to_string()])?;
+
+    let broken = format!("{widened}GPULimit=four\n");
+    let line = broken.lines().count();
+    install_conf(c, &broken)?;
+    let wanted = format!("{}:{line}:", conf_path(c).display());
+    wait_for("the bad edit to be logged", Duration::from_secs(20), || {
+        c.log("slurmctld").contains(&wanted).then_some(())
+    })?;
+    let id = accepted(c, &["--qos=qos_lafferty", "--gres=gpu:h100:1"])?;
+    c.run_ok("scancel", &[&id.to_string()])?;
+
+    install_conf(c, EXAMPLE_GPU_QOS_CONF)?;
+    wait_for(
+        "the original policy to apply again",
+        Duration::from_secs(20),
+        || rejected(c, &["--qos=qos_lafferty", "--gres=gpu:h100:1"]).ok(),
+    )
+    .map(drop)
+}
+
+fn bad_config_at_init(c: &mut Cluster) -> TestResult {
+    let (status, log) = c.probe_slurmctld("noconf", None, |dir| {
+        fs::remove_file(dir.join("gpu_qos.conf")).map_err(|e| e.to_string())
+    })?;
+    ensure(
+        !status.success(),
+        format!("slurmctld without gpu_qos.conf exited {status}"),
+    )?;
+    contains_all(&log, &["gpu_qos.conf", "fatal"])?;
+
+    let (status, log) = c.probe_slurmctld("badconf", None, |dir| {
+        fs::write(
+            dir.join("gpu_qos.conf"),
+            "QOS=qos_lafferty GPUTypes=a40\nQOS=qos_saxena GPULimit=20 GPUTypes=a100 Bogus=1\n",
+        )
+        .map_err(|e| e.to_string())
+    })?;
+    ensure(
+        !status.success(),
+        format!("slurmctld with a bad gpu_qos.conf exited {status}"),
+    )?;
+    contains_all(&log, &["gpu_qos.conf:2:", "Bogus", "fatal"])
+}
