@@ -7,7 +7,10 @@
 #![forbid(unsafe_code)]
 
 pub mod gres;
+pub mod kv;
 pub mod ledger;
+pub mod mps_conf;
+pub mod mps_node;
 pub mod placement;
 pub mod policy;
 pub mod qos_conf;
