@@ -6,6 +6,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod devcgroup;
 pub mod gres;
 pub mod kv;
 pub mod ledger;
@@ -13,6 +14,7 @@ pub mod mps_conf;
 pub mod mps_node;
 pub mod placement;
 pub mod policy;
+pub mod qos_check;
 pub mod qos_conf;
 pub mod reload;
 

@@ -30,6 +30,83 @@ pub fn spank_units_env() -> String {
     format!("SPANK_{MPS_UNITS_ENV}")
 }
 
+/// A GPU node as the prolog, epilog and admin command see it.
+#[derive(Debug)]
+pub struct Node {
+    pub cfg: GpuMpsConfig,
+    pub conf_path: PathBuf,
+    pub gpu_count: u32,
+    pub ledger: Ledger,
+}
+
+impl Node {
+    /// Loads `gpu_mps.conf` and opens the ledger. `Ok(None)`: the node has
+    /// no `gpu_mps.conf`, so it shares nothing. `Err`: the node is unfit
+    /// (bad config, unusable state directory), with the reason.
+    pub fn open(conf_path: &Path, euid: u32) -> Result<Option<Self>, String> {
+        let text = match fs::read_to_string(conf_path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("{}: {e}", conf_path.display())),
+        };
+        let cfg = crate::mps_conf::parse(&text, &conf_path.to_string_lossy())
+            .map_err(|e| e.to_string())?;
+        let gpu_count = u32::try_from(gpu_devices(&cfg).len()).unwrap_or(u32::MAX);
+        if gpu_count == 0 {
+            return Err(format!(
+                "{}: no GPU device files found (set GPUDevices=)",
+                conf_path.display()
+            ));
+        }
+        let ledger = Ledger::open(&cfg.state_dir, euid).map_err(|e| e.to_string())?;
+        Ok(Some(Self {
+            cfg,
+            conf_path: conf_path.to_path_buf(),
+            gpu_count,
+            ledger,
+        }))
+    }
+
+    /// Appends a line to the node's gpushare log (`<StateDir>/log`) and
+    /// prints it on stderr (which slurmd logs when the script fails).
+    pub fn log(&self, line: &str) {
+        eprintln!("{line}");
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        if let Ok(mut f) = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.ledger.dir().join("log"))
+        {
+            let _ = std::io::Write::write_all(&mut f, format!("{stamp} {line}\n").as_bytes());
+        }
+    }
+}
+
+/// The jobs slurmctld says run on `node` (None when it cannot be asked:
+/// callers must then not drop anything).
+pub fn running_jobs(node: &str) -> Option<HashSet<u32>> {
+    let out = Command::new("squeue")
+        .args([
+            "--noheader",
+            "--nodelist",
+            node,
+            "--states=RUNNING,COMPLETING,CONFIGURING,SUSPENDED,STOPPED",
+            "--format=%A",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.trim().parse().ok())
+        .collect()
+}
+
 /// What the node knows about a job from its Prolog/Epilog environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobEnv {

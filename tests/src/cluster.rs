@@ -190,6 +190,30 @@ impl ClusterSpec {
         }
     }
 
+    /// A node of 4 a40 shared in MPS slices: `Name=mps Count=1600` (4 GPUs ×
+    /// 4 × 100 units, the Slurm 22.05 arithmetic), gpushare's prolog,
+    /// epilog and SPANK plugin, cgroup v1 device confinement, and
+    /// `job_submit/gpu_qos` recording each job's units.
+    pub fn mps_node() -> Self {
+        Self {
+            gpus: vec![GpuSpec { gpu_type: "a40".into(), count: 4 }],
+            mps_count: Some(1600),
+            cgroup_devices: true,
+            job_submit_plugins: vec!["gpu_qos".into()],
+            prolog: Some("{build}/gpu-mps-prolog".into()),
+            epilog: Some("{build}/gpu-mps-epilog".into()),
+            plugstack: vec!["required {plugins}/spank_gpu_mps.so conf={cluster}/etc/gpu_mps.conf".into()],
+            extra_conf_files: vec![
+                ("gpu_qos.conf".into(), "MaxMPSPerJob=100\n".into()),
+                (
+                    "gpu_mps.conf".into(),
+                    "UnitsPerGPU=100\nGPUDevices={cluster}/dev/nvidia[0-3]\nStateDir={cluster}/run/gpu-mps\nSlurmMpsCount=1600\nMPSControl=none\n".into(),
+                ),
+            ],
+            ..Self::default()
+        }
+    }
+
     /// Starts the cluster; fails with the daemon logs if it does not come up.
     pub fn start(&self) -> Result<Cluster> {
         if !is_root() {
@@ -511,6 +535,19 @@ impl Cluster {
         Ok(())
     }
 
+    /// Replaces `{cluster}`, `{plugins}` and `{build}` in spec strings,
+    /// which cannot know the cluster's directory in advance.
+    pub fn expand(&self, text: &str) -> String {
+        text.replace("{cluster}", &self.dir.to_string_lossy())
+            .replace("{plugins}", &self.plugin_dir.to_string_lossy())
+            .replace(
+                "{build}",
+                &build_dir()
+                    .map(|d| d.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            )
+    }
+
     fn write_configs(&self) -> Result<()> {
         let etc = self.etc();
         let d = &self.dir;
@@ -623,10 +660,10 @@ impl Cluster {
             );
         }
         if let Some(p) = &self.spec.prolog {
-            let _ = writeln!(conf, "Prolog={}", p.display());
+            let _ = writeln!(conf, "Prolog={}", self.expand(&p.to_string_lossy()));
         }
         if let Some(p) = &self.spec.epilog {
-            let _ = writeln!(conf, "Epilog={}", p.display());
+            let _ = writeln!(conf, "Epilog={}", self.expand(&p.to_string_lossy()));
         }
         for l in &self.spec.extra_slurm_conf {
             let _ = writeln!(conf, "{l}");
@@ -666,11 +703,11 @@ impl Cluster {
             "CgroupPlugin=cgroup/v1\nCgroupMountpoint=/sys/fs/cgroup\nConstrainDevices=yes\nConstrainCores=no\nConstrainRAMSpace=no\n",
             0o644,
         )?;
-        let mut plugstack = self.spec.plugstack.join("\n");
+        let mut plugstack = self.expand(&self.spec.plugstack.join("\n"));
         plugstack.push('\n');
         write(&etc.join("plugstack.conf"), &plugstack, 0o644)?;
         for (name, text) in &self.spec.extra_conf_files {
-            write(&etc.join(name), text, 0o644)?;
+            write(&etc.join(name), &self.expand(text), 0o644)?;
         }
         if self.spec.accounting {
             let dbd = format!(

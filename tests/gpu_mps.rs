@@ -1,0 +1,306 @@
+//! MPS shares on every GPU of a node, on a real cluster with 4 fake a40s:
+//! placement by gpushare's prolog, confinement and environment by the
+//! `gpu_mps` SPANK plugin (cgroup v1 devices), release by the epilog.
+//!
+//! Confinement is checked the way a job sees it: opening its own GPU's
+//! device file fails with ENXIO (the cgroup allows it; the fake device has
+//! no driver), any other GPU's with EPERM (the cgroup denies it).
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use testcluster::cluster::wait_for;
+use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
+
+fn main() -> ExitCode {
+    Suite::new(ClusterSpec::mps_node())
+        .test("four_shares_land_on_four_gpus_then_two_per_gpu", spread)
+        .test(
+            "tasks_see_only_their_gpu_in_batch_and_srun_steps",
+            confinement,
+        )
+        .test("shares_avoid_a_gpu_held_whole", whole_gpu_avoided)
+        .test(
+            "thirty_two_concurrent_shares_never_overfill_and_balance",
+            many_at_once,
+        )
+        .test("share_that_fits_no_gpu_fails_the_job_not_the_node", refused)
+        .test("slurmd_killed_mid_job_then_epilog_releases", slurmd_crash)
+        .test("records_of_vanished_jobs_are_reconciled", reconcile)
+        .run()
+}
+
+const SCRIPT: &str = "--wrap=echo GPU=$GPUSHARE_GPU CVD=$CUDA_VISIBLE_DEVICES PCT=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE UNITS=$GPUSHARE_MPS_UNITS PIPE=$CUDA_MPS_PIPE_DIRECTORY; sleep 120";
+
+fn state_text(c: &Cluster) -> String {
+    fs::read_to_string(c.dir.join("run/gpu-mps/state")).unwrap_or_default()
+}
+
+/// The `KEY=value` words a job printed.
+fn printed(c: &Cluster, id: u32) -> BTreeMap<String, String> {
+    c.job_output(id)
+        .split_whitespace()
+        .filter_map(|w| w.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
+        .collect()
+}
+
+fn start_shares(c: &Cluster, n: usize, units: u32) -> Result<Vec<u32>, String> {
+    let gres = format!("--gres=mps:{units}");
+    let ids: Vec<u32> = (0..n)
+        .map(|_| c.sbatch_ok(&[&gres, SCRIPT]))
+        .collect::<Result<_, _>>()?;
+    for &id in &ids {
+        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
+    }
+    wait_for("the jobs' output", Duration::from_secs(20), || {
+        ids.iter()
+            .all(|&id| printed(c, id).contains_key("GPU"))
+            .then_some(())
+    })?;
+    Ok(ids)
+}
+
+fn gpus_of(c: &Cluster, ids: &[u32]) -> Result<Vec<u32>, String> {
+    ids.iter()
+        .map(|&id| {
+            printed(c, id)
+                .get("GPU")
+                .and_then(|g| g.parse().ok())
+                .ok_or_else(|| format!("job {id} printed no GPU: {:?}", c.job_output(id)))
+        })
+        .collect()
+}
+
+fn per_gpu_count(gpus: &[u32]) -> [usize; 4] {
+    let mut n = [0; 4];
+    for &g in gpus {
+        if let Some(slot) = n.get_mut(g as usize) {
+            *slot += 1;
+        }
+    }
+    n
+}
+
+fn spread(c: &mut Cluster) -> TestResult {
+    let first = start_shares(c, 4, 50)?;
+    let mut gpus = gpus_of(c, &first)?;
+    gpus.sort();
+    ensure(
+        gpus == vec![0, 1, 2, 3],
+        format!("4 shares of 50 landed on {gpus:?}"),
+    )?;
+    let p = printed(c, first[0]);
+    ensure(
+        p.get("CVD").map(String::as_str) == Some("0"),
+        format!("CUDA_VISIBLE_DEVICES {:?}", p.get("CVD")),
+    )?;
+    ensure(
+        p.get("PCT").map(String::as_str) == Some("50"),
+        format!("thread percentage {:?} (Slurm alone says 12)", p.get("PCT")),
+    )?;
+    ensure(
+        p.get("UNITS").map(String::as_str) == Some("50"),
+        format!("units {:?}", p.get("UNITS")),
+    )?;
+    ensure(
+        p.get("PIPE").is_some_and(|d| {
+            d.ends_with(&format!(
+                "gpu-mps-mps/gpu{}/pipe",
+                gpus_of(c, &first[..1]).unwrap_or_default()[0]
+            ))
+        }),
+        format!("pipe dir {:?}", p.get("PIPE")),
+    )?;
+    let second = start_shares(c, 4, 50)?;
+    let all = [gpus_of(c, &first)?, gpus_of(c, &second)?].concat();
+    ensure(
+        per_gpu_count(&all) == [2, 2, 2, 2],
+        format!("8 shares of 50 per GPU: {:?}", per_gpu_count(&all)),
+    )?;
+    c.cancel_all()?;
+    wait_for(
+        "the epilogs to empty the ledger",
+        Duration::from_secs(30),
+        || (!state_text(c).contains("share ")).then_some(()),
+    )?;
+    Ok(())
+}
+
+fn confinement(c: &mut Cluster) -> TestResult {
+    // One line per step and task: dev<i>=<the error opening /dev/nvidia<i>>.
+    let probe = c.dir.join("probe.sh");
+    let text = format!(
+        "#!/bin/sh\nfor i in 0 1 2 3; do r=$( (cat {dev}/nvidia$i >/dev/null) 2>&1 | sed 's/.*: //; s/ /_/g'); printf 'dev%s=%s ' $i \"$r\"; done; echo\n",
+        dev = c.dir.join("dev").display()
+    );
+    fs::write(&probe, text).map_err(|e| e.to_string())?;
+    let script = format!(
+        "--wrap=echo GPU=$GPUSHARE_GPU; sh {p}; srun -n2 sh {p}",
+        p = probe.display()
+    );
+    let id = c.sbatch_ok(&["--gres=mps:50", "-n2", &script])?;
+    let info = c.wait_job_done(id, Duration::from_secs(60))?;
+    let out = c.job_output(id);
+    ensure(
+        info.state() == "COMPLETED",
+        format!("job {id} ended {}:\n{out}", info.state()),
+    )?;
+    let gpu: u32 = printed(c, id)
+        .get("GPU")
+        .and_then(|g| g.parse().ok())
+        .ok_or(format!("no GPU in:\n{out}"))?;
+    // Three lines of probes: the batch step and two srun tasks.
+    let probes: Vec<&str> = out.lines().filter(|l| l.contains("dev0=")).collect();
+    ensure(probes.len() == 3, format!("expected 3 probe lines:\n{out}"))?;
+    for line in probes {
+        for i in 0..4u32 {
+            let want = if i == gpu {
+                "No_such_device_or_address"
+            } else {
+                "Operation_not_permitted"
+            };
+            ensure(
+                line.contains(&format!("dev{i}={want}")),
+                format!("GPU {gpu}: expected dev{i}={want} in {line:?}\n{out}"),
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn whole_gpu_avoided(c: &mut Cluster) -> TestResult {
+    c.cancel_all()?;
+    let first = start_shares(c, 1, 50)?;
+    let whole = c.sbatch_ok(&[
+        "--gres=gpu:a40:1",
+        "--wrap=echo HELD=$SLURM_JOB_GPUS; sleep 120",
+    ])?;
+    c.wait_job_state(whole, &["RUNNING"], Duration::from_secs(60))?;
+    let held: u32 = wait_for(
+        "the whole-GPU job's output",
+        Duration::from_secs(20),
+        || printed(c, whole).get("HELD").and_then(|g| g.parse().ok()),
+    )?;
+    let more = start_shares(c, 5, 50)?;
+    let gpus = gpus_of(c, &[first, more].concat())?;
+    ensure(
+        !gpus.contains(&held),
+        format!("a share was put on GPU {held}, held whole by job {whole}: {gpus:?}"),
+    )?;
+    ensure(
+        state_text(c).contains(&format!("whole job={whole} gpus={held}")),
+        format!("ledger lacks the whole holder:\n{}", state_text(c)),
+    )?;
+    c.cancel_all()
+}
+
+fn many_at_once(c: &mut Cluster) -> TestResult {
+    c.cancel_all()?;
+    let ids: Vec<u32> = (0..32)
+        .map(|_| c.sbatch_ok(&["--gres=mps:10", SCRIPT]))
+        .collect::<Result<_, _>>()?;
+    for &id in &ids {
+        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(120))?;
+    }
+    wait_for("the jobs' output", Duration::from_secs(30), || {
+        ids.iter()
+            .all(|&id| printed(c, id).contains_key("GPU"))
+            .then_some(())
+    })?;
+    let counts = per_gpu_count(&gpus_of(c, &ids)?);
+    let (lo, hi) = (
+        counts.iter().min().copied().unwrap_or(0),
+        counts.iter().max().copied().unwrap_or(0),
+    );
+    ensure(
+        hi * 10 <= 100,
+        format!("a GPU got more than 100 units: {counts:?}"),
+    )?;
+    ensure(
+        hi - lo <= 1,
+        format!("units not balanced to within one job: {counts:?}"),
+    )?;
+    c.cancel_all()
+}
+
+fn refused(c: &mut Cluster) -> TestResult {
+    c.cancel_all()?;
+    start_shares(c, 4, 60)?;
+    // Slurm admits it (300 of the node's 400 units are in use), but every
+    // GPU has only 40 units free.
+    let id = c.sbatch_ok(&["--gres=mps:60", SCRIPT])?;
+    let info = c.wait_job_done(id, Duration::from_secs(60))?;
+    ensure(
+        info.state() == "FAILED",
+        format!("job {id} ended {}", info.state()),
+    )?;
+    let out = c.job_output(id);
+    ensure(
+        out.contains(&format!("job {id}")) && out.contains("no single GPU"),
+        format!("the job's output lacks the reason:\n{out}"),
+    )?;
+    ensure(
+        c.log("slurmd").contains("no single GPU"),
+        "slurmd.log lacks the refusal",
+    )?;
+    let node = c.run_ok("sinfo", &["-h", "-N", "-o", "%T"])?;
+    ensure(
+        !node.contains("drain"),
+        format!("the node was drained: {node}"),
+    )?;
+    c.cancel_all()
+}
+
+fn slurmd_crash(c: &mut Cluster) -> TestResult {
+    c.cancel_all()?;
+    let ids = start_shares(c, 2, 50)?;
+    c.kill9_slurmd();
+    c.restart_slurmd()?;
+    for &id in &ids {
+        ensure(
+            c.job(id)?.state() == "RUNNING",
+            format!("job {id} did not survive slurmd's restart"),
+        )?;
+        ensure(
+            state_text(c).contains(&format!("share job={id} ")),
+            format!("ledger lost job {id}:\n{}", state_text(c)),
+        )?;
+    }
+    c.cancel_all()?;
+    wait_for(
+        "the epilogs to release both jobs",
+        Duration::from_secs(30),
+        || (!state_text(c).contains("share ")).then_some(()),
+    )
+}
+
+fn reconcile(c: &mut Cluster) -> TestResult {
+    c.cancel_all()?;
+    // A record left by a job that vanished without an epilog (e.g. a node
+    // crash), written the way the ledger writes records.
+    let path = c.dir.join("run/gpu-mps/state");
+    let text = state_text(c);
+    let text = if text.is_empty() {
+        "gpushare-mps-ledger version=1\n".to_owned()
+    } else {
+        text
+    };
+    fs::write(
+        &path,
+        format!("{text}share job=999999 uid=0 user=root gpu=0 units=90 since=1\n"),
+    )
+    .map_err(|e| e.to_string())?;
+    let ids = start_shares(c, 1, 50)?;
+    ensure(
+        gpus_of(c, &ids)? == vec![0],
+        "the vanished job's units still blocked GPU 0",
+    )?;
+    let log = fs::read_to_string(c.dir.join("run/gpu-mps/log")).unwrap_or_default();
+    ensure(
+        log.contains("dropped record of vanished job: share job=999999"),
+        format!("node log:\n{log}"),
+    )?;
+    c.cancel_all()
+}
