@@ -194,6 +194,33 @@ pub fn mps_dir(cfg: &GpuMpsConfig, gpu: u32) -> PathBuf {
     PathBuf::from(base).join(format!("gpu{gpu}"))
 }
 
+/// The world-readable copy of the ledger that `gpu-mps status` shows to
+/// users (the ledger's own directory is root-only). It says what squeue
+/// says (job, user) plus the GPU and units.
+pub fn public_status_path(cfg: &GpuMpsConfig) -> PathBuf {
+    mps_dir(cfg, 0).with_file_name("state")
+}
+
+/// Publishes the ledger's current state at [`public_status_path`]
+/// (temp file + rename, mode 0644, so readers never see half a file).
+pub fn publish_status(cfg: &GpuMpsConfig, ledger: &Ledger) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = public_status_path(cfg);
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let _ = fs::set_permissions(dir, fs::Permissions::from_mode(0o755));
+    let text = ledger
+        .snapshot()
+        .map_err(|e| e.to_string())?
+        .state
+        .to_text();
+    let tmp = path.with_extension("new");
+    fs::write(&tmp, text).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    fs::set_permissions(&tmp, fs::Permissions::from_mode(0o644))
+        .map_err(|e| format!("{}: {e}", tmp.display()))?;
+    fs::rename(&tmp, &path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
 fn refusal_path(ledger: &Ledger, job: u32) -> PathBuf {
     ledger.dir().join(format!("refused.{job}"))
 }
@@ -309,6 +336,16 @@ pub fn prolog(
     } else {
         PrologOutcome::Untouched
     };
+    let changed = !dropped.is_empty()
+        || matches!(
+            outcome,
+            PrologOutcome::Placed { already: false, .. } | PrologOutcome::Whole { .. }
+        );
+    if changed {
+        if let Err(e) = publish_status(cfg, ledger) {
+            notes.push(format!("cannot publish the status copy: {e}"));
+        }
+    }
     Ok(PrologReport {
         outcome,
         dropped,
@@ -342,6 +379,10 @@ pub fn epilog(
 ) -> Result<EpilogReport, LedgerError> {
     let released = ledger.release(job)?.value;
     let _ = fs::remove_file(refusal_path(ledger, job));
+    if !released.is_empty() {
+        // Best effort: the status copy is informational.
+        let _ = publish_status(cfg, ledger);
+    }
     let mut stopped = Vec::new();
     let snapshot = ledger.snapshot()?;
     for r in &released {
@@ -613,12 +654,26 @@ mod tests {
         let (cfg, ledger) = temp_ledger("spread");
         let mut gpus = Vec::new();
         for job in 1..=4 {
-            match prolog(&cfg, 4, &ledger, &share_env(job, 50), None).map(|r| r.outcome) {
-                Ok(PrologOutcome::Placed { share, .. }) => gpus.push(share.gpu),
+            match prolog(&cfg, 4, &ledger, &share_env(job, 50), None) {
+                Ok(PrologReport {
+                    outcome: PrologOutcome::Placed { share, .. },
+                    notes,
+                    ..
+                }) => {
+                    assert!(notes.is_empty(), "{notes:?}");
+                    gpus.push(share.gpu)
+                }
                 other => panic!("{other:?}"),
             }
         }
         assert_eq!(gpus, vec![0, 1, 2, 3]);
+        let public = fs::read_to_string(public_status_path(&cfg)).unwrap_or_default();
+        assert_eq!(
+            public.matches("share job=").count(),
+            4,
+            "{} => {public:?}",
+            public_status_path(&cfg).display()
+        );
         let plan = task_plan(&cfg, &ledger, 3, true)
             .unwrap_or_else(|e| panic!("{e}"))
             .unwrap_or_else(|| panic!("no plan"));

@@ -1,0 +1,163 @@
+//! Per-job placement cost on a node full of jobs, beside a shell prolog in
+//! the style of SURF's MPS setup.
+//!
+//! `cargo bench -p gpushare-tests --bench placement [-- RUNS]`
+//! (build the release binaries first: `cargo build --release --workspace`).
+//!
+//! The node: 4 GPUs × 100 units holding 36 jobs of 10 units. Measured:
+//! 1. in-process `Ledger::place` (flock, read, choose, write temp, fsync,
+//!    rename, fsync dir), each followed by an untimed release;
+//! 2. the real `gpu-mps-prolog` process, as slurmd runs it (spawn included),
+//!    each followed by an untimed `gpu-mps-epilog`;
+//! 3. the shell prolog (`surf_style_prolog.sh`), spawn included, on the same
+//!    number of jobs (no lock, no fsync: cheaper work than ours).
+//! State lives on tmpfs (/dev/shm), like /run on a real node.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use gpushare::ledger::Ledger;
+
+const GPUS: u32 = 4;
+const UNITS: u32 = 100;
+const FULL: u32 = 36;
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn run(cmd: &mut Command) -> Duration {
+    let t = Instant::now();
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    let took = t.elapsed();
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    took
+}
+
+fn main() {
+    let runs: usize = std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with('-'))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(300);
+    let base = if Path::new("/dev/shm").is_dir() {
+        PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    };
+    let dir = base.join(format!("gpushare-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    // The ledger wants its directory owned by the caller (root, as on a node).
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    let state = dir.join("state");
+    let ledger = Ledger::open(&state, euid).unwrap_or_else(|e| panic!("{e}"));
+    for job in 1..=FULL {
+        ledger
+            .place(job, 1000, "alice", 10, GPUS, UNITS)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    // 1. In-process transaction.
+    let inproc: Vec<Duration> = (0..runs * 10)
+        .map(|i| {
+            let job = 10_000 + i as u32;
+            let t = Instant::now();
+            let placed = ledger.place(job, 1000, "bob", 10, GPUS, UNITS);
+            let took = t.elapsed();
+            assert!(placed.is_ok());
+            let _ = ledger.release(job);
+            took
+        })
+        .collect();
+
+    // 2. The real prolog binary (any char devices do as the 4 "GPUs").
+    let bin = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent()?.parent().map(Path::to_path_buf))
+        .unwrap_or_default();
+    let conf = dir.join("gpu_mps.conf");
+    std::fs::write(&conf, format!("UnitsPerGPU={UNITS}\nGPUDevices=/dev/null,/dev/zero,/dev/full,/dev/random\nStateDir={}\nMPSControl=none\n", state.display()))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let job_cmd = |prog: &str, job: u32| {
+        let mut c = Command::new(bin.join(prog));
+        c.arg("--conf")
+            .arg(&conf)
+            .env("SLURM_JOB_ID", job.to_string())
+            .env("SLURM_JOB_UID", "1000")
+            .env("SLURM_JOB_USER", "bob")
+            .env("SPANK_GPUSHARE_MPS_UNITS", "10")
+            .env_remove("SLURMD_NODENAME");
+        c
+    };
+    let process: Vec<Duration> = (0..runs)
+        .map(|i| {
+            let job = 20_000 + i as u32;
+            let took = run(&mut job_cmd("gpu-mps-prolog", job));
+            run(&mut job_cmd("gpu-mps-epilog", job));
+            took
+        })
+        .collect();
+
+    // 3. The shell prolog, on a node with the same 36 jobs.
+    let shell_state = dir.join("shell");
+    for job in 1..=FULL {
+        let gpu = job % GPUS;
+        std::fs::create_dir_all(shell_state.join(format!("gpu{gpu}")))
+            .unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(shell_state.join(format!("gpu{gpu}/{job}")), "alice\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/surf_style_prolog.sh");
+    let shell: Vec<Duration> = (0..runs)
+        .map(|i| {
+            let job = 30_000 + i as u32;
+            let took = run(Command::new("bash")
+                .arg(&script)
+                .env("STATE_DIR", &shell_state)
+                .env("SLURM_JOB_ID", job.to_string())
+                .env("SLURM_JOB_USER", "bob"));
+            for g in 0..GPUS {
+                let _ = std::fs::remove_file(shell_state.join(format!("gpu{g}/{job}")));
+            }
+            let _ = std::fs::remove_file(shell_state.join(format!("job_{job}.env")));
+            took
+        })
+        .collect();
+
+    let (a, b, c) = (median(inproc), median(process), median(shell));
+    println!(
+        "\nplacement on a node of {GPUS} GPUs x {UNITS} units holding {FULL} jobs, state on {}",
+        base.display()
+    );
+    println!("{:<48} {:>12} {:>14}", "what", "median us", "shell / this");
+    println!(
+        "{:<48} {:>12.1} {:>13.1}x",
+        "Ledger::place in-process (lock+read+choose+write)",
+        us(a),
+        us(c) / us(a)
+    );
+    println!(
+        "{:<48} {:>12.1} {:>13.1}x",
+        "gpu-mps-prolog process (as slurmd runs it)",
+        us(b),
+        us(c) / us(b)
+    );
+    println!(
+        "{:<48} {:>12.1} {:>13}",
+        "surf-style shell prolog (no lock, no fsync)",
+        us(c),
+        "1.0x"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
