@@ -11,6 +11,7 @@
 //!    each followed by an untimed `gpu-mps-epilog`;
 //! 3. the shell prolog (`surf_style_prolog.sh`), spawn included, on the same
 //!    number of jobs (no lock, no fsync: cheaper work than ours).
+//!
 //! State lives on tmpfs (/dev/shm), like /run on a real node.
 
 use std::path::{Path, PathBuf};
