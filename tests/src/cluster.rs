@@ -91,6 +91,9 @@ pub struct ClusterSpec {
     /// GPU types known to accounting beyond the node's own (so QOS limits
     /// such as `gres/gpu:a100=20` can be defined).
     pub extra_gpu_types: Vec<String>,
+    /// Use the plugins installed in this directory (by `make install`)
+    /// instead of copying them from the build directory.
+    pub installed_plugin_dir: Option<PathBuf>,
 }
 
 impl Default for ClusterSpec {
@@ -112,6 +115,7 @@ impl Default for ClusterSpec {
             extra_slurm_conf: Vec::new(),
             cpus: 32,
             extra_gpu_types: Vec::new(),
+            installed_plugin_dir: None,
         }
     }
 }
@@ -226,7 +230,10 @@ impl ClusterSpec {
             dir: dir.clone(),
             ports: Ports::pick()?,
             daemons: BTreeMap::new(),
-            plugin_dir: dir.join("plugins"),
+            plugin_dir: self
+                .installed_plugin_dir
+                .clone()
+                .unwrap_or_else(|| dir.join("plugins")),
             jobs_dir: dir.join("jobs"),
         };
         let started = Instant::now();
@@ -508,6 +515,9 @@ impl Cluster {
     /// Copies our plugin libraries into `plugins/` under Slurm's names
     /// (`libjob_submit_gpu_qos.so` → `job_submit_gpu_qos.so`).
     fn install_plugins(&self) -> Result<()> {
+        if self.spec.installed_plugin_dir.is_some() {
+            return Ok(());
+        }
         let built = build_dir()?;
         for entry in fs::read_dir(&built).map_err(|e| format!("{}: {e}", built.display()))? {
             let path = entry.map_err(|e| e.to_string())?.path();
