@@ -84,6 +84,36 @@ impl Node {
     }
 }
 
+/// The common start of `gpu-mps-prolog` and `gpu-mps-epilog`: parses
+/// `[--conf PATH]` (default: gpu_mps.conf next to slurm.conf), opens the
+/// node and reads the job from slurmd's environment. `Ok(None)`: the node
+/// shares nothing. `Err((status, message))`: 2 for misuse, 1 when the node
+/// is unfit (slurmd then drains it, as it should).
+pub fn script_start(
+    program: &str,
+    args: &[String],
+    euid: u32,
+) -> Result<Option<(Node, JobEnv)>, (u8, String)> {
+    let conf = match args {
+        [] => crate::reload::beside_slurm_conf(None, crate::mps_conf::CONF_NAME),
+        [flag, path] if flag == "--conf" => PathBuf::from(path),
+        _ => {
+            return Err((
+                2,
+                format!("usage: {program} [--conf PATH]   (run by slurmd as Prolog=/Epilog=)"),
+            ))
+        }
+    };
+    let node = match Node::open(&conf, euid) {
+        Ok(Some(n)) => n,
+        Ok(None) => return Ok(None),
+        Err(e) => return Err((1, format!("{program}: node unfit for GPU sharing: {e}"))),
+    };
+    let env =
+        JobEnv::from_env(|k| std::env::var(k).ok()).map_err(|e| (2, format!("{program}: {e}")))?;
+    Ok(Some((node, env)))
+}
+
 /// The jobs slurmctld says run on `node` (None when it cannot be asked:
 /// callers must then not drop anything).
 pub fn running_jobs(node: &str) -> Option<HashSet<u32>> {

@@ -63,10 +63,13 @@ fn batch_job_runs(c: &mut Cluster) -> TestResult {
         c.job_output(id).contains(&format!("hello from {id}")),
         format!("job {id} output: {:?}", c.job_output(id)),
     )?;
+    // The plugin judged it (and judges the next one, which it refuses).
+    let refused = c.sbatch(&["--qos=qos_lafferty", "--gres=gpu:1", "--wrap=true"]);
     ensure(
-        c.log("slurmctld")
-            .contains("job_submit/gpu_qos: job_submit from uid 0: accepted"),
-        "slurmctld.log lacks the plugin's job_submit line",
+        refused
+            .as_ref()
+            .is_err_and(|e| e.contains("--gres=gpu:a40:1")),
+        format!("an untyped request under qos_lafferty was not refused by the plugin: {refused:?}"),
     )
 }
 

@@ -130,12 +130,7 @@ fn spread(c: &mut Cluster) -> TestResult {
 
 fn confinement(c: &mut Cluster) -> TestResult {
     // One line per step and task: dev<i>=<the error opening /dev/nvidia<i>>.
-    let probe = c.dir.join("probe.sh");
-    let text = format!(
-        "#!/bin/sh\nfor i in 0 1 2 3; do r=$( (cat {dev}/nvidia$i >/dev/null) 2>&1 | sed 's/.*: //; s/ /_/g'); printf 'dev%s=%s ' $i \"$r\"; done; echo\n",
-        dev = c.dir.join("dev").display()
-    );
-    fs::write(&probe, text).map_err(|e| e.to_string())?;
+    let probe = c.write_device_probe()?;
     let script = format!(
         "--wrap=echo GPU=$GPUSHARE_GPU; sh {p}; srun -n2 sh {p}",
         p = probe.display()

@@ -330,19 +330,7 @@ fn shared_reservations(c: &mut Cluster) -> TestResult {
         &err,
         &["jhl_homework_gpu*", "jupyterhub_course_*", "--reservation="],
     )?;
-    c.run_ok(
-        "scontrol",
-        &[
-            "create",
-            "reservation",
-            "ReservationName=jhl_homework_gpu1",
-            "Users=root",
-            "Nodes=node1",
-            "StartTime=now",
-            "Duration=60",
-            "Flags=ignore_jobs",
-        ],
-    )?;
+    c.create_reservation("jhl_homework_gpu1", 60)?;
     let id = accepted(c, &["--reservation=jhl_homework_gpu1", "--gres=mps:50"])?;
     ensure(
         c.job(id)?.get("Reservation") == Some("jhl_homework_gpu1"),

@@ -10,37 +10,21 @@
 
 use std::process::ExitCode;
 
-use gpushare::mps_conf::CONF_NAME;
-use gpushare::mps_node::{epilog, JobEnv, Node};
-use gpushare::reload::beside_slurm_conf;
+use gpushare::mps_node::{epilog, script_start};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let conf = match args.as_slice() {
-        [] => beside_slurm_conf(None, CONF_NAME),
-        [flag, path] if flag == "--conf" => path.into(),
-        _ => {
-            eprintln!("usage: gpu-mps-epilog [--conf PATH]   (run by slurmd as Epilog=)");
-            return ExitCode::from(2);
-        }
-    };
     // SAFETY: geteuid has no preconditions.
     let euid = unsafe { libc::geteuid() };
-    let node = match Node::open(&conf, euid) {
-        Ok(Some(n)) => n,
+    let (node, env) = match script_start("gpu-mps-epilog", &args, euid) {
+        Ok(Some(started)) => started,
         Ok(None) => return ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("gpu-mps-epilog: node unfit for GPU sharing: {e}");
-            return ExitCode::FAILURE;
+        Err((status, message)) => {
+            eprintln!("{message}");
+            return ExitCode::from(status);
         }
     };
-    let job = match JobEnv::from_env(|k| std::env::var(k).ok()) {
-        Ok(e) => e.job,
-        Err(e) => {
-            eprintln!("gpu-mps-epilog: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    let job = env.job;
     match epilog(&node.cfg, node.gpu_count, &node.ledger, job) {
         Ok(report) => {
             for r in &report.released {

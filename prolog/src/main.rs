@@ -13,35 +13,18 @@
 
 use std::process::ExitCode;
 
-use gpushare::mps_conf::CONF_NAME;
-use gpushare::mps_node::{prolog, running_jobs, JobEnv, Node, PrologOutcome};
-use gpushare::reload::beside_slurm_conf;
+use gpushare::mps_node::{prolog, running_jobs, script_start, PrologOutcome};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let conf = match args.as_slice() {
-        [] => beside_slurm_conf(None, CONF_NAME),
-        [flag, path] if flag == "--conf" => path.into(),
-        _ => {
-            eprintln!("usage: gpu-mps-prolog [--conf PATH]   (run by slurmd as Prolog=)");
-            return ExitCode::from(2);
-        }
-    };
     // SAFETY: geteuid has no preconditions.
     let euid = unsafe { libc::geteuid() };
-    let node = match Node::open(&conf, euid) {
-        Ok(Some(n)) => n,
+    let (node, env) = match script_start("gpu-mps-prolog", &args, euid) {
+        Ok(Some(started)) => started,
         Ok(None) => return ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("gpu-mps-prolog: node unfit for GPU sharing: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let env = match JobEnv::from_env(|k| std::env::var(k).ok()) {
-        Ok(e) => e,
-        Err(e) => {
-            eprintln!("gpu-mps-prolog: {e}");
-            return ExitCode::from(2);
+        Err((status, message)) => {
+            eprintln!("{message}");
+            return ExitCode::from(status);
         }
     };
     // Only a job that takes GPUs needs stale records cleared first.

@@ -1225,6 +1225,40 @@ impl Cluster {
         Ok((status?, fs::read_to_string(&log).unwrap_or_default()))
     }
 
+    /// Creates a reservation on the node for root, starting now.
+    pub fn create_reservation(&self, name: &str, minutes: u32) -> Result<()> {
+        self.run_ok(
+            "scontrol",
+            &[
+                "create",
+                "reservation",
+                &format!("ReservationName={name}"),
+                "Users=root",
+                &format!("Nodes={NODE}"),
+                "StartTime=now",
+                &format!("Duration={minutes}"),
+                "Flags=ignore_jobs",
+            ],
+        )
+        .map(drop)
+    }
+
+    /// Writes a script that prints `dev<i>=<error>` for each GPU device
+    /// file, the error of opening it shortened to `No_such_device_or_address`
+    /// (the device cgroup allows it; no driver behind the fake device) or
+    /// `Operation_not_permitted` (the cgroup denies it), all on one line.
+    pub fn write_device_probe(&self) -> Result<PathBuf> {
+        let gpus = self.total_gpus();
+        let path = self.dir.join("probe.sh");
+        let text = format!(
+            "#!/bin/sh\nfor i in $(seq 0 {last}); do r=$( (cat {dev}/nvidia$i >/dev/null) 2>&1 | sed 's/.*: //; s/ /_/g'); printf 'dev%s=%s ' $i \"$r\"; done; echo\n",
+            last = gpus.saturating_sub(1),
+            dev = self.dir.join("dev").display()
+        );
+        write(&path, &text, 0o755)?;
+        Ok(path)
+    }
+
     /// Kills slurmd with SIGKILL (a crash) without touching its jobs.
     pub fn kill9_slurmd(&mut self) {
         if let Some(mut d) = self.daemons.remove("slurmd") {

@@ -273,19 +273,7 @@ fn scenario(d: &mut Demo, c: &mut Cluster) -> Step {
         3,
         "MPS shares on every a40 of the pool, inside the course reservation",
     );
-    c.run_ok(
-        "scontrol",
-        &[
-            "create",
-            "reservation",
-            "ReservationName=jhl_homework_gpu1",
-            "Users=root",
-            "Nodes=node1",
-            "StartTime=now",
-            "Duration=120",
-            "Flags=ignore_jobs",
-        ],
-    )?;
+    c.create_reservation("jhl_homework_gpu1", 120)?;
     let err = c
         .sbatch(&["--gres=mps:25", "--wrap=true"])
         .err()
@@ -295,17 +283,11 @@ fn scenario(d: &mut Demo, c: &mut Cluster) -> Step {
         err.contains("--reservation="),
         "a share outside the shared-GPU reservations is refused",
     )?;
-    let probe = c.dir.join("probe.sh");
-    fs::write(
-        &probe,
-        format!(
-            "#!/bin/sh\necho GPU=$GPUSHARE_GPU PCT=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE CVD=$CUDA_VISIBLE_DEVICES\n\
-             for i in 0 1 2 3; do r=$( (cat {dev}/nvidia$i >/dev/null) 2>&1 | sed 's/.*: //; s/ /_/g'); printf 'dev%s=%s ' $i \"$r\"; done; echo\nsleep 600\n",
-            dev = c.dir.join("dev").display()
-        ),
-    )
-    .map_err(|e| e.to_string())?;
-    let probe_arg = probe.to_string_lossy().into_owned();
+    let probe = c.write_device_probe()?;
+    let probe_arg = format!(
+        "--wrap=echo GPU=$GPUSHARE_GPU PCT=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE CVD=$CUDA_VISIBLE_DEVICES; sh {}; sleep 600",
+        probe.display()
+    );
     let mut shares = Vec::new();
     for _ in 0..8 {
         shares.push(c.sbatch_ok(&[
