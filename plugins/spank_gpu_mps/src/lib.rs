@@ -150,6 +150,9 @@ fn init(sp: spank_t, args: &[String]) -> c_int {
                 p.device.display(),
                 p.units
             ));
+            if let Some(warning) = count_mismatch(&cfg) {
+                log::error(&format!("gpu_mps: job {job}: {warning}"));
+            }
             StepPlan::Share(p)
         }
         Ok(None) => StepPlan::Untouched,
@@ -160,6 +163,20 @@ fn init(sp: spank_t, args: &[String]) -> c_int {
     };
     *PLAN.lock().unwrap_or_else(PoisonError::into_inner) = plan;
     OK
+}
+
+/// The Slurm 22.05 Count check: a prolog's output never reaches slurmd's
+/// log when it succeeds, so the warning is logged here, per share job.
+fn count_mismatch(cfg: &GpuMpsConfig) -> Option<String> {
+    let count = cfg.slurm_mps_count?;
+    let gpus = u32::try_from(gpushare::mps_node::gpu_devices(cfg).len()).ok()?;
+    let wanted = cfg.slurm_count_for(gpus);
+    (count != wanted).then(|| {
+        format!(
+            "gpu_mps.conf says SlurmMpsCount={count}, but {gpus} GPUs of {} units each need Name=mps Count={wanted} in gres.conf on Slurm 22.05 (see gpu-mps config)",
+            cfg.units_per_gpu
+        )
+    })
 }
 
 extern "C" {
