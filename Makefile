@@ -1,7 +1,11 @@
 # gpushare — build, test and install the Slurm plugins.
 #
+#   make demo      install dependencies, build, install into a staging tree,
+#                  run the narrated demo cluster (KEEP=1: leave it running)
 #   make test      install build dependencies (apt), build, run every test
 #   make build     release build of the plugins and tools
+#   make install   install (DESTDIR, PREFIX, PLUGINDIR, NOBUILD=1)
+#   make uninstall remove exactly what install put there
 #
 # Everything needs root for the tests (they run real Slurm daemons).
 
@@ -12,7 +16,7 @@ PROFILE ?= release
 APT_PACKAGES = slurm-wlm slurmdbd slurm-wlm-basic-plugins libslurm-dev munge \
 	mariadb-server mariadb-client libclang-dev pkg-config
 
-.PHONY: all deps build test lint unit-test cluster-test clean
+.PHONY: all deps build test lint clean install uninstall demo
 
 all: build
 
@@ -41,7 +45,70 @@ lint:
 test: deps lint
 	$(CARGO) build --workspace --all-targets
 	$(CARGO) test --workspace --exclude gpushare-tests
-	$(CARGO) test -p gpushare-tests --tests
+	$(CARGO) test -p gpushare-tests --tests --no-fail-fast
 
 clean:
 	$(CARGO) clean
+
+# ---- install -------------------------------------------------------------
+PREFIX ?= /usr/local
+SYSCONFDIR ?= /etc/slurm
+DESTDIR ?=
+# Slurm's PluginDir: from the running configuration, else where the
+# distribution put Slurm's own plugins. Override with PLUGINDIR=.
+PLUGINDIR ?= $(shell { scontrol show config 2>/dev/null | awk '$$1 == "PluginDir" {print $$3}' | cut -d: -f1; \
+	for d in /usr/lib/x86_64-linux-gnu/slurm-wlm /usr/lib/aarch64-linux-gnu/slurm-wlm /usr/lib64/slurm /usr/lib/slurm; do \
+	[ -e $$d/job_submit_defaults.so ] && echo $$d; done; } | head -n 1)
+TARGET_DIR = target/$(PROFILE)
+ifeq ($(PROFILE),dev)
+TARGET_DIR = target/debug
+endif
+LIBEXECDIR = $(PREFIX)/libexec/gpushare
+SBINDIR = $(PREFIX)/sbin
+DOCDIR = $(PREFIX)/share/doc/gpushare
+EXAMPLES = plugins/job_submit_gpu_qos/gpu_qos.conf.example \
+	plugins/spank_gpu_mps/gpu_mps.conf.example \
+	plugins/spank_gpu_mps/plugstack.conf.example \
+	plugins/spank_gpu_mps/gres.conf.fragment
+MANIFEST = $(DESTDIR)$(DOCDIR)/installed-files
+
+install:
+	@[ -n "$(PLUGINDIR)" ] || { echo "Slurm's PluginDir not found: pass PLUGINDIR=/path/to/slurm/plugins"; exit 1; }
+	@[ -n "$(NOBUILD)" ] || $(MAKE) build
+	@set -e; files=""; \
+	put() { install -D -m $$1 "$$2" "$(DESTDIR)$$3"; files="$$files $$3"; echo "  $$3"; }; \
+	echo "installing into $(DESTDIR)$(PREFIX) (plugins: $(DESTDIR)$(PLUGINDIR))"; \
+	put 0755 $(TARGET_DIR)/libjob_submit_gpu_qos.so $(PLUGINDIR)/job_submit_gpu_qos.so; \
+	put 0755 $(TARGET_DIR)/libspank_gpu_mps.so $(PLUGINDIR)/spank_gpu_mps.so; \
+	put 0755 $(TARGET_DIR)/gpu-mps-prolog $(LIBEXECDIR)/gpu-mps-prolog; \
+	put 0755 $(TARGET_DIR)/gpu-mps-epilog $(LIBEXECDIR)/gpu-mps-epilog; \
+	put 0755 $(TARGET_DIR)/gpu-qos $(SBINDIR)/gpu-qos; \
+	put 0755 $(TARGET_DIR)/gpu-mps $(SBINDIR)/gpu-mps; \
+	put 0644 plugins/job_submit_gpu_qos/slurm.conf.fragment $(DOCDIR)/examples/slurm.conf.controller.fragment; \
+	put 0644 plugins/spank_gpu_mps/slurm.conf.fragment $(DOCDIR)/examples/slurm.conf.gpu-node.fragment; \
+	for f in $(EXAMPLES); do put 0644 $$f $(DOCDIR)/examples/$$(basename $$f); done; \
+	put 0644 README.md $(DOCDIR)/README.md; \
+	put 0644 LICENSE $(DOCDIR)/LICENSE; \
+	for f in $$files; do echo $$f; done > $(MANIFEST); \
+	echo "  $(DOCDIR)/installed-files"
+	@echo
+	@echo "Next steps (configs are never written by make install):"
+	@[ -e "$(DESTDIR)$(SYSCONFDIR)/gpu_qos.conf" ] || echo "  controller: cp $(DOCDIR)/examples/gpu_qos.conf.example $(SYSCONFDIR)/gpu_qos.conf, edit, add JobSubmitPlugins=gpu_qos, run gpu-qos check"
+	@[ -e "$(DESTDIR)$(SYSCONFDIR)/gpu_mps.conf" ] || echo "  GPU nodes:  cp $(DOCDIR)/examples/gpu_mps.conf.example $(SYSCONFDIR)/gpu_mps.conf; see gpu-mps config for slurm.conf/gres.conf/plugstack.conf"
+
+uninstall:
+	@set -e; \
+	if [ -f "$(MANIFEST)" ]; then list=$$(cat "$(MANIFEST)"); else \
+	list="$(PLUGINDIR)/job_submit_gpu_qos.so $(PLUGINDIR)/spank_gpu_mps.so $(LIBEXECDIR)/gpu-mps-prolog $(LIBEXECDIR)/gpu-mps-epilog $(SBINDIR)/gpu-qos $(SBINDIR)/gpu-mps"; fi; \
+	for f in $$list; do rm -f "$(DESTDIR)$$f" && echo "  removed $$f"; done; \
+	rm -f "$(MANIFEST)"; \
+	rm -rf "$(DESTDIR)$(DOCDIR)/examples"; rm -f "$(DESTDIR)$(DOCDIR)/README.md" "$(DESTDIR)$(DOCDIR)/LICENSE"; \
+	for d in "$(DESTDIR)$(DOCDIR)" "$(DESTDIR)$(LIBEXECDIR)"; do rmdir "$$d" 2>/dev/null || true; done
+
+# ---- demo ----------------------------------------------------------------
+DEMO_ROOT = $(CURDIR)/target/demo/install
+
+demo: deps build
+	rm -rf $(DEMO_ROOT)
+	$(MAKE) install NOBUILD=1 DESTDIR=$(DEMO_ROOT) PREFIX=/usr PLUGINDIR=/usr/lib/gpushare
+	$(TARGET_DIR)/gpushare-demo --root $(DEMO_ROOT) $(if $(KEEP),--keep)

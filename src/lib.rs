@@ -12,6 +12,7 @@ pub mod kv;
 pub mod ledger;
 pub mod mps_conf;
 pub mod mps_node;
+pub mod mps_status;
 pub mod placement;
 pub mod policy;
 pub mod qos_check;

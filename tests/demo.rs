@@ -7,6 +7,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
+/// A test given its own staging directory.
+type StagedTest = fn(&Path) -> Result<(), String>;
+
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -81,7 +84,7 @@ fn demo_from_installed_tree(stage: &Path) -> Result<(), String> {
 fn main() -> ExitCode {
     let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
     let base = std::env::temp_dir().join(format!("gpushare-install-{}", std::process::id()));
-    let tests: [(&str, fn(&Path) -> Result<(), String>); 2] = [
+    let tests: [(&str, StagedTest); 2] = [
         (
             "make_install_layout_and_uninstall",
             install_layout_and_uninstall,

@@ -17,6 +17,7 @@ use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
 fn main() -> ExitCode {
     Suite::new(ClusterSpec::mps_node())
         .test("four_shares_land_on_four_gpus_then_two_per_gpu", spread)
+        .test("gpu_mps_status_shows_placements_to_root_and_users", status)
         .test(
             "tasks_see_only_their_gpu_in_batch_and_srun_steps",
             confinement,
@@ -296,6 +297,57 @@ fn reconcile(c: &mut Cluster) -> TestResult {
     ensure(
         log.contains("dropped record of vanished job: share job=999999"),
         format!("node log:\n{log}"),
+    )?;
+    c.cancel_all()
+}
+
+/// `gpu-mps status` while 4 shares of 25 run: root reads the ledger, any
+/// other user the world-readable copy the prolog publishes.
+fn status(c: &mut Cluster) -> TestResult {
+    c.cancel_all()?;
+    let ids = start_shares(c, 4, 25)?;
+    let gpus = gpus_of(c, &ids)?;
+    let bin = testcluster::cluster::build_dir()?.join("gpu-mps");
+    let conf = c.slurm_conf().with_file_name("gpu_mps.conf");
+    let conf = conf.to_string_lossy();
+    let table = c.run_ok(&bin.to_string_lossy(), &["status", "--conf", &conf])?;
+    for (id, gpu) in ids.iter().zip(&gpus) {
+        let row = table
+            .lines()
+            .find(|l| l.starts_with(&format!("{gpu} ")))
+            .unwrap_or_default();
+        ensure(
+            row.contains(&format!("{id}(root:25)")) && row.contains("25/100"),
+            format!("GPU {gpu} row lacks job {id}:\n{table}"),
+        )?;
+    }
+    let json = c.run_ok(
+        &bin.to_string_lossy(),
+        &["status", "--conf", &conf, "--json"],
+    )?;
+    for id in &ids {
+        ensure(
+            json.contains(&format!(
+                "{{\"job\":{id},\"uid\":0,\"user\":\"root\",\"units\":25"
+            )),
+            format!("JSON lacks job {id}: {json}"),
+        )?;
+    }
+    let as_user = c.run_ok(
+        "setpriv",
+        &[
+            "--reuid=nobody",
+            "--regid=nogroup",
+            "--clear-groups",
+            &bin.to_string_lossy(),
+            "status",
+            "--conf",
+            &conf,
+        ],
+    )?;
+    ensure(
+        as_user == table,
+        format!("a user sees another table:\n{as_user}\nroot sees:\n{table}"),
     )?;
     c.cancel_all()
 }

@@ -473,6 +473,8 @@ impl Cluster {
             ("plugins", 0o755),
             ("state", 0o700),
             ("spool", 0o755),
+            // Like /run on a node: gpushare keeps its state below it.
+            ("run", 0o755),
         ] {
             mkdir(&self.dir.join(d), mode)?;
         }

@@ -237,9 +237,13 @@ fn scenario(d: &mut Demo, c: &mut Cluster) -> Step {
         "squeue",
         &c.run_ok("squeue", &["-o", "%.5i %.9q %.14b %.8T"])?,
     );
+    let requeueable = low.iter().all(|&id| {
+        c.job(id)
+            .is_ok_and(|j| j.state() == "RUNNING" && j.get("Requeue") == Some("1"))
+    });
     d.check(
-        true,
-        "6 lowprio jobs run on the 4 a40 and 2 h100 (the plugin made them requeueable)",
+        requeueable,
+        "6 lowprio jobs run on the 4 a40 and 2 h100, made requeueable by the plugin",
     )?;
     let high = c.sbatch_ok(&["--qos=qos_lafferty", "--gres=gpu:a40:1", "--wrap=sleep 600"])?;
     c.wait_job_state(high, &["RUNNING"], Duration::from_secs(60))?;
@@ -252,8 +256,9 @@ fn scenario(d: &mut Demo, c: &mut Cluster) -> Step {
         "squeue",
         &c.run_ok("squeue", &["-o", "%.5i %.9q %.14b %.8T %.10r"])?,
     );
+    let preempted = c.job(high)?.state() == "RUNNING" && c.job(victim)?.state() != "RUNNING";
     d.check(
-        true,
+        preempted,
         &format!("qos_lafferty job {high} runs; lowprio job {victim} was preempted and requeued"),
     )?;
     d.say("when the group job ends, the requeued job runs again (after Slurm's requeue delay)...");
@@ -363,6 +368,9 @@ fn scenario(d: &mut Demo, c: &mut Cluster) -> Step {
             .then_some(())
         },
     )?;
-    d.check(true, "after the jobs end the node's ledger holds no share")?;
+    let empty = !fs::read_to_string(&state)
+        .unwrap_or_default()
+        .contains("share ");
+    d.check(empty, "after the jobs end the node's ledger holds no share")?;
     Ok(())
 }

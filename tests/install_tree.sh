@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Checks `make install` / `make uninstall` into a staging tree:
+#   tests/install_tree.sh DESTDIR      (PROFILE=debug|release, default release)
+# Every expected file must exist with its mode, each plugin must export the
+# symbols Slurm's loader reads, and uninstall must leave no file behind.
+set -euo pipefail
+dest=${1:?usage: tests/install_tree.sh DESTDIR}
+profile=${PROFILE:-release}
+cd "$(dirname "$0")/.."
+vars=(NOBUILD=1 "PROFILE=$profile" "DESTDIR=$dest" PREFIX=/usr PLUGINDIR=/usr/lib/x86_64-linux-gnu/slurm-wlm)
+fail() { echo "install_tree: $*" >&2; exit 1; }
+
+rm -rf "$dest"
+make -s install "${vars[@]}" >/dev/null
+expect() { # mode path
+    [ -f "$dest$2" ] || fail "missing $2"
+    mode=$(stat -c %a "$dest$2")
+    [ "$mode" = "$1" ] || fail "$2 has mode $mode, expected $1"
+}
+for p in job_submit_gpu_qos spank_gpu_mps; do
+    so=/usr/lib/x86_64-linux-gnu/slurm-wlm/$p.so
+    expect 755 "$so"
+    syms=$(nm -D --defined-only "$dest$so")
+    for s in plugin_name plugin_type plugin_version; do
+        grep -qw "$s" <<<"$syms" || fail "$so does not export $s"
+    done
+done
+grep -qw job_submit <<<"$(nm -D --defined-only "$dest/usr/lib/x86_64-linux-gnu/slurm-wlm/job_submit_gpu_qos.so")" || fail "no job_submit symbol"
+if grep -qw init <<<"$(nm -D --defined-only "$dest/usr/lib/x86_64-linux-gnu/slurm-wlm/spank_gpu_mps.so")"; then
+    fail "spank_gpu_mps.so exports init(): the SPANK loader would run it in every context"
+fi
+for b in libexec/gpushare/gpu-mps-prolog libexec/gpushare/gpu-mps-epilog sbin/gpu-qos sbin/gpu-mps; do
+    expect 755 "/usr/$b"
+done
+for f in gpu_qos.conf.example gpu_mps.conf.example plugstack.conf.example gres.conf.fragment \
+         slurm.conf.controller.fragment slurm.conf.gpu-node.fragment; do
+    expect 644 "/usr/share/doc/gpushare/examples/$f"
+done
+expect 644 /usr/share/doc/gpushare/README.md
+expect 644 /usr/share/doc/gpushare/installed-files
+[ ! -e "$dest/etc" ] || fail "make install wrote under /etc"
+
+make -s uninstall "${vars[@]}" >/dev/null
+left=$(find "$dest" -type f)
+[ -z "$left" ] || fail "uninstall left files behind: $left"
+echo "install_tree: layout, modes, symbols and uninstall OK"
