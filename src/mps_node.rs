@@ -622,7 +622,16 @@ mod tests {
         move |k| map.get(k).cloned()
     }
 
-    fn temp_ledger(name: &str) -> (GpuMpsConfig, Ledger) {
+    /// Removes a test's directory when the test ends, passed or failed.
+    struct RemoveOnDrop(PathBuf);
+
+    impl Drop for RemoveOnDrop {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn temp_ledger(name: &str) -> (GpuMpsConfig, Ledger, RemoveOnDrop) {
         let dir = std::env::temp_dir().join(format!("gpushare-node-{}-{name}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         let euid = fs::metadata(std::env::temp_dir())
@@ -639,7 +648,7 @@ mod tests {
             ..GpuMpsConfig::default()
         };
         let ledger = Ledger::open(&cfg.state_dir, euid).unwrap_or_else(|e| panic!("{e}"));
-        (cfg, ledger)
+        (cfg, ledger, RemoveOnDrop(dir))
     }
 
     fn share_env(job: u32, units: u32) -> JobEnv {
@@ -681,7 +690,7 @@ mod tests {
 
     #[test]
     fn shares_spread_and_tasks_get_their_gpu() {
-        let (cfg, ledger) = temp_ledger("spread");
+        let (cfg, ledger, _dir) = temp_ledger("spread");
         let mut gpus = Vec::new();
         for job in 1..=4 {
             match prolog(&cfg, 4, &ledger, &share_env(job, 50), None) {
@@ -722,7 +731,7 @@ mod tests {
 
     #[test]
     fn a_share_that_fits_no_gpu_is_refused_not_failed_and_epilog_is_idempotent() {
-        let (cfg, ledger) = temp_ledger("refuse");
+        let (cfg, ledger, _dir) = temp_ledger("refuse");
         for job in 1..=4 {
             assert!(matches!(
                 prolog(&cfg, 4, &ledger, &share_env(job, 60), None).map(|r| r.outcome),
@@ -745,7 +754,7 @@ mod tests {
 
     #[test]
     fn whole_gpu_jobs_are_recorded_and_avoided_and_vanished_jobs_reconciled() {
-        let (cfg, ledger) = temp_ledger("whole");
+        let (cfg, ledger, _dir) = temp_ledger("whole");
         let whole = JobEnv {
             job: 10,
             uid: 0,
@@ -773,7 +782,7 @@ mod tests {
 
     #[test]
     fn units_fall_back_to_slurms_percentage_only_when_count_is_known() {
-        let (mut cfg, ledger) = temp_ledger("fallback");
+        let (mut cfg, ledger, _dir) = temp_ledger("fallback");
         let env = JobEnv {
             units: None,
             ..share_env(1, 0)
