@@ -8,7 +8,11 @@
 
 use std::collections::BTreeMap;
 use std::fs;
+use std::path::Path;
 use std::process::ExitCode;
+
+use gpushare::mps::ledger::{LedgerState, ShareRecord};
+use gpushare::mps::status::NodeStatus;
 use std::time::Duration;
 
 use testcluster::cluster::wait_for;
@@ -37,6 +41,15 @@ const SCRIPT: &str = "--wrap=echo GPU=$GPUSHARE_GPU CVD=$CUDA_VISIBLE_DEVICES PC
 
 fn state_text(c: &Cluster) -> String {
     fs::read_to_string(c.dir.join("run/gpu-mps/state")).unwrap_or_default()
+}
+
+/// The node's ledger as the prolog wrote it (empty if unreadable).
+fn ledger(c: &Cluster) -> LedgerState {
+    LedgerState::parse(&state_text(c), Path::new("state")).unwrap_or_default()
+}
+
+fn no_share_left(c: &Cluster) -> Option<()> {
+    (ledger(c).shares().count() == 0).then_some(())
 }
 
 /// The `KEY=value` words a job printed.
@@ -124,7 +137,7 @@ fn spread(c: &mut Cluster) -> TestResult {
     wait_for(
         "the epilogs to empty the ledger",
         Duration::from_secs(30),
-        || (!state_text(c).contains("share ")).then_some(()),
+        || no_share_left(c),
     )?;
     Ok(())
 }
@@ -186,7 +199,7 @@ fn whole_gpu_avoided(c: &mut Cluster) -> TestResult {
         format!("a share was put on GPU {held}, held whole by job {whole}: {gpus:?}"),
     )?;
     ensure(
-        state_text(c).contains(&format!("whole job={whole} gpus={held}")),
+        ledger(c).whole_holder(whole).map(|w| w.gpus.clone()) == Some(vec![held]),
         format!("ledger lacks the whole holder:\n{}", state_text(c)),
     )?;
     c.cancel_all()
@@ -260,7 +273,7 @@ fn slurmd_crash(c: &mut Cluster) -> TestResult {
             format!("job {id} did not survive slurmd's restart"),
         )?;
         ensure(
-            state_text(c).contains(&format!("share job={id} ")),
+            ledger(c).share(id).is_some(),
             format!("ledger lost job {id}:\n{}", state_text(c)),
         )?;
     }
@@ -268,35 +281,45 @@ fn slurmd_crash(c: &mut Cluster) -> TestResult {
     wait_for(
         "the epilogs to release both jobs",
         Duration::from_secs(30),
-        || (!state_text(c).contains("share ")).then_some(()),
+        || no_share_left(c),
     )
 }
 
 fn reconcile(c: &mut Cluster) -> TestResult {
     c.cancel_all()?;
-    // A record left by a job that vanished without an epilog (e.g. a node
-    // crash), written the way the ledger writes records.
-    let path = c.dir.join("run/gpu-mps/state");
-    let text = state_text(c);
-    let text = if text.is_empty() {
-        "gpushare-mps-ledger version=1\n".to_owned()
-    } else {
-        text
-    };
-    fs::write(
-        &path,
-        format!("{text}share job=999999 uid=0 user=root gpu=0 units=90 since=1\n"),
-    )
-    .map_err(|e| e.to_string())?;
+    wait_for("the epilogs", Duration::from_secs(30), || no_share_left(c))?;
+    // Records left by jobs that vanished without an epilog (e.g. a node
+    // crash) fill every GPU, written the way the ledger writes records.
+    let mut state = ledger(c);
+    for gpu in 0..4 {
+        state.insert_share(ShareRecord {
+            job: 999_990 + gpu,
+            uid: 0,
+            user: "root".into(),
+            gpu,
+            units: 90,
+            since: 1,
+        });
+    }
+    fs::write(c.dir.join("run/gpu-mps/state"), state.to_json()).map_err(|e| e.to_string())?;
+    // No GPU has room for 50: the prolog asks slurmctld, drops the four.
     let ids = start_shares(c, 1, 50)?;
     ensure(
         gpus_of(c, &ids)? == vec![0],
-        "the vanished job's units still blocked GPU 0",
+        "the vanished jobs' units still blocked GPU 0",
     )?;
-    let log = fs::read_to_string(c.dir.join("run/gpu-mps/log")).unwrap_or_default();
+    let log = c.syslog();
     ensure(
-        log.contains("dropped record of vanished job: share job=999999"),
-        format!("node log:\n{log}"),
+        log.contains("gpu-mps-prolog[")
+            && log.contains(&format!(
+                "job {}: dropped the record of a job no longer running: share job=999990",
+                ids[0]
+            )),
+        format!("syslog:\n{log}"),
+    )?;
+    ensure(
+        !c.dir.join("run/gpu-mps/log").exists(),
+        "the prolog wrote a log file into its state directory",
     )?;
     c.cancel_all()
 }
@@ -325,12 +348,33 @@ fn status(c: &mut Cluster) -> TestResult {
         &bin.to_string_lossy(),
         &["status", "--conf", &conf, "--json"],
     )?;
-    for id in &ids {
+    let tool = c.run(
+        "sh",
+        &[
+            "-c",
+            &format!(
+                "{} status --conf {conf} --json | python3 -m json.tool",
+                bin.display()
+            ),
+        ],
+    )?;
+    ensure(
+        tool.status.success(),
+        format!(
+            "python3 -m json.tool refused gpu-mps status --json: {json}\n{}",
+            String::from_utf8_lossy(&tool.stderr)
+        ),
+    )?;
+    let status: NodeStatus = serde_json::from_str(&json).map_err(|e| format!("{e}: {json}"))?;
+    for (id, gpu) in ids.iter().zip(&gpus) {
+        let share = status
+            .gpus
+            .iter()
+            .find(|g| g.index == *gpu)
+            .and_then(|g| g.shares.iter().find(|s| s.job == *id));
         ensure(
-            json.contains(&format!(
-                "{{\"job\":{id},\"uid\":0,\"user\":\"root\",\"units\":25"
-            )),
-            format!("JSON lacks job {id}: {json}"),
+            share.is_some_and(|s| s.user == "root" && s.units == 25),
+            format!("JSON lacks job {id} on GPU {gpu}: {json}"),
         )?;
     }
     let as_user = c.run_ok(

@@ -4,43 +4,44 @@
 //! Releases the job's share (or whole-GPU record) from the node's ledger and
 //! stops a GPU's MPS control daemon when its last share ends. Running it
 //! twice for a job is harmless. It exits non-zero only when the node is
-//! unfit (slurmd then drains it).
-//!
-//! `gpu-mps-epilog [--conf PATH]` (default: gpu_mps.conf next to slurm.conf).
+//! unfit (slurmd then drains it). Logs go to syslog under `gpu-mps-epilog`.
 
 use std::process::ExitCode;
 
-use gpushare::mps_node::{epilog, script_start};
+use clap::Parser;
+use gpushare::mps::node::epilog;
+use gpushare_admin::node_program::{self, NodeArgs, Started};
+
+/// slurmd's Epilog on GPU nodes that share GPUs through MPS (gpushare).
+#[derive(Debug, Parser)]
+#[command(name = "gpu-mps-epilog", version = env!("CARGO_PKG_VERSION"))]
+struct Args {
+    #[command(flatten)]
+    node: NodeArgs,
+}
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
-    let (node, env) = match script_start("gpu-mps-epilog", &args, euid) {
+    let args = Args::parse();
+    let Started { node, env } = match node_program::start("gpu-mps-epilog", &args.node) {
         Ok(Some(started)) => started,
         Ok(None) => return ExitCode::SUCCESS,
-        Err((status, message)) => {
-            eprintln!("{message}");
-            return ExitCode::from(status);
-        }
+        Err(code) => return code,
     };
-    let job = env.job;
-    match epilog(&node.cfg, node.gpu_count, &node.ledger, job) {
+    match epilog(&node, env.job) {
         Ok(report) => {
+            for n in &report.notes {
+                log::warn!("{n}");
+            }
             for r in &report.released {
-                node.log(&format!("gpu-mps-epilog: job {job}: released {r}"));
+                log::info!("released {r}");
             }
             for (gpu, outcome) in &report.stopped {
-                node.log(&format!(
-                    "gpu-mps-epilog: GPU {gpu} has no share left; MPS daemon stop: {outcome:?}"
-                ));
+                log::info!("GPU {gpu} has no share left; MPS daemon stop: {outcome:?}");
             }
             ExitCode::SUCCESS
         }
         Err(e) => {
-            node.log(&format!(
-                "gpu-mps-epilog: job {job}: node unfit for GPU sharing: {e}"
-            ));
+            log::error!("node unfit for GPU sharing: {e}");
             ExitCode::FAILURE
         }
     }

@@ -1,95 +1,79 @@
 //! `gpu-mps-prolog`: slurmd's `Prolog=` (or one script of a prolog.d) on
 //! GPU nodes that share GPUs through MPS.
 //!
-//! For a job holding an MPS share it picks the least-loaded GPU and records
-//! it in the node's ledger (`StateDir`), starting that GPU's MPS control
-//! daemon; for a whole-GPU job it records which GPUs it holds, so no share
-//! is put there. It exits non-zero only when the node is unfit for sharing
-//! (bad gpu_mps.conf, unusable state directory): slurmd then drains the
-//! node, as it should. A share that cannot be placed is refused through the
-//! SPANK plugin instead, never by failing here.
-//!
-//! `gpu-mps-prolog [--conf PATH]` (default: gpu_mps.conf next to slurm.conf).
+//! For a job Slurm gave an MPS share it picks the least-loaded GPU and
+//! records it in the node's ledger (`StateDir`), starting that GPU's MPS
+//! control daemon; for a whole-GPU job it records which GPUs it holds, so
+//! no share is put there. It exits non-zero only when the node is unfit for
+//! sharing (bad gpu_mps.conf, unusable state directory): slurmd then drains
+//! the node, as it should. A share that cannot be placed is refused through
+//! the SPANK plugin instead, never by failing here. Logs go to syslog under
+//! `gpu-mps-prolog` (see `gpushare_admin::node_log`).
 
 use std::process::ExitCode;
 
-use gpushare::mps_node::{prolog, running_jobs, script_start, PrologOutcome};
+use clap::Parser;
+use gpushare::mps::node::{prolog, running_jobs, PrologOutcome};
+use gpushare_admin::node_program::{self, NodeArgs, Started};
+
+/// slurmd's Prolog on GPU nodes that share GPUs through MPS (gpushare).
+#[derive(Debug, Parser)]
+#[command(name = "gpu-mps-prolog", version = env!("CARGO_PKG_VERSION"))]
+struct Args {
+    #[command(flatten)]
+    node: NodeArgs,
+}
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
-    let (node, env) = match script_start("gpu-mps-prolog", &args, euid) {
+    let args = Args::parse();
+    let Started { node, env } = match node_program::start("gpu-mps-prolog", &args.node) {
         Ok(Some(started)) => started,
         Ok(None) => return ExitCode::SUCCESS,
-        Err((status, message)) => {
-            eprintln!("{message}");
-            return ExitCode::from(status);
-        }
+        Err(code) => return code,
     };
-    // Only a job that takes GPUs needs stale records cleared first.
-    let running = if env.is_share() || !env.job_gpus.is_empty() {
-        std::env::var("SLURMD_NODENAME")
-            .ok()
-            .and_then(|n| running_jobs(&n))
-    } else {
-        None
+    let running = || {
+        let name = std::env::var("SLURMD_NODENAME")
+            .map_err(|_| "SLURMD_NODENAME is not set".to_owned())?;
+        running_jobs(&name)
     };
-    match prolog(
-        &node.cfg,
-        node.gpu_count,
-        &node.ledger,
-        &env,
-        running.as_ref(),
-    ) {
-        Ok(report) => {
-            for r in &report.dropped {
-                node.log(&format!(
-                    "gpu-mps-prolog: job {}: dropped record of vanished job: {r}",
-                    env.job
-                ));
-            }
-            for n in &report.notes {
-                node.log(&format!("gpu-mps-prolog: warning: {n}"));
-            }
-            match &report.outcome {
-                PrologOutcome::Untouched => {}
-                PrologOutcome::Placed {
-                    share,
-                    already,
-                    mps,
-                } => node.log(&format!(
-                    "gpu-mps-prolog: job {} ({}): {} units on GPU {}{}; MPS daemon: {mps:?}",
-                    env.job,
-                    env.user,
-                    share.units,
-                    share.gpu,
-                    if *already { " (already placed)" } else { "" }
-                )),
-                PrologOutcome::Refused(text) => {
-                    node.log(&format!("gpu-mps-prolog: refused: {text}"))
-                }
-                PrologOutcome::Whole { gpus, overlapping } => {
-                    node.log(&format!(
-                        "gpu-mps-prolog: job {}: holds GPUs {gpus:?} whole",
-                        env.job
-                    ));
-                    for s in overlapping {
-                        node.log(&format!(
-                            "gpu-mps-prolog: warning: Slurm gave job {} GPU {} whole while share job {} runs there (Slurm 22.05 books all shares on GPU 0)",
-                            env.job, s.gpu, s.job
-                        ));
-                    }
-                }
-            }
-            ExitCode::SUCCESS
-        }
+    let report = match prolog(&node, &env, running) {
+        Ok(report) => report,
         Err(e) => {
-            node.log(&format!(
-                "gpu-mps-prolog: job {}: node unfit for GPU sharing: {e}",
-                env.job
-            ));
-            ExitCode::FAILURE
+            log::error!("node unfit for GPU sharing: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    for r in &report.dropped {
+        log::info!("dropped the record of a job no longer running: {r}");
+    }
+    for n in &report.notes {
+        log::warn!("{n}");
+    }
+    match &report.outcome {
+        PrologOutcome::Untouched => {}
+        PrologOutcome::Placed {
+            share,
+            already,
+            mps,
+        } => log::info!(
+            "{} ({}): {} units on GPU {}{}; MPS daemon: {mps:?}",
+            env.user,
+            env.uid,
+            share.units,
+            share.gpu,
+            if *already { " (already placed)" } else { "" }
+        ),
+        PrologOutcome::Refused(text) => log::warn!("refused: {text}"),
+        PrologOutcome::Whole { gpus, overlapping } => {
+            log::info!("holds GPUs {gpus:?} whole");
+            for s in overlapping {
+                log::warn!(
+                    "Slurm gave this job GPU {} whole while share job {} runs there (Slurm 22.05 books all shares on GPU 0)",
+                    s.gpu,
+                    s.job
+                );
+            }
         }
     }
+    ExitCode::SUCCESS
 }

@@ -10,15 +10,20 @@
 //! 2. the real `gpu-mps-prolog` process, as slurmd runs it (spawn included),
 //!    each followed by an untimed `gpu-mps-epilog`;
 //! 3. the shell prolog (`surf_style_prolog.sh`), spawn included, on the same
-//!    number of jobs (no lock, no fsync: cheaper work than ours).
+//!    number of jobs (no lock, no fsync: cheaper work than ours);
+//! 4. a bare process start (`/bin/true`), the floor of any prolog.
 //!
-//! State lives on tmpfs (/dev/shm), like /run on a real node.
+//! The prolog does what it does on a node: the trust checks (Slurm's
+//! percentage against the claimed units), the ledger transaction with its
+//! published status copy, a syslog line (to a socket this bench drains, as
+//! /dev/log would be); no Slurm command on this path. State lives on tmpfs
+//! (/dev/shm), like /run on a real node.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use gpushare::ledger::Ledger;
+use gpushare::mps::ledger::Ledger;
 
 const GPUS: u32 = 4;
 const UNITS: u32 = 100;
@@ -88,7 +93,13 @@ fn main() {
         .and_then(|p| p.parent()?.parent().map(Path::to_path_buf))
         .unwrap_or_default();
     let conf = dir.join("gpu_mps.conf");
-    std::fs::write(&conf, format!("UnitsPerGPU={UNITS}\nGPUDevices=/dev/null,/dev/zero,/dev/full,/dev/random\nStateDir={}\nMPSControl=none\n", state.display()))
+    let syslog = dir.join("log.sock");
+    let sink = std::os::unix::net::UnixDatagram::bind(&syslog).unwrap_or_else(|e| panic!("{e}"));
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while sink.recv(&mut buf).is_ok() {}
+    });
+    std::fs::write(&conf, format!("UnitsPerGPU={UNITS}\nGPUDevices=/dev/null,/dev/zero,/dev/full,/dev/random\nStateDir={}\nMPSControl=none\nSyslogSocket={}\n", state.display(), syslog.display()))
         .unwrap_or_else(|e| panic!("{e}"));
     let job_cmd = |prog: &str, job: u32| {
         let mut c = Command::new(bin.join(prog));
@@ -98,16 +109,22 @@ fn main() {
             .env("SLURM_JOB_UID", "1000")
             .env("SLURM_JOB_USER", "bob")
             .env("SPANK_GPUSHARE_MPS_UNITS", "10")
+            // What slurmd says for 10 units of 400 (Count=1600, 4 GPUs).
+            .env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "2")
             .env_remove("SLURMD_NODENAME");
         c
     };
+    let mut epilogs = Vec::with_capacity(runs);
     let process: Vec<Duration> = (0..runs)
         .map(|i| {
             let job = 20_000 + i as u32;
             let took = run(&mut job_cmd("gpu-mps-prolog", job));
-            run(&mut job_cmd("gpu-mps-epilog", job));
+            epilogs.push(run(&mut job_cmd("gpu-mps-epilog", job)));
             took
         })
+        .collect();
+    let bare: Vec<Duration> = (0..runs)
+        .map(|_| run(&mut Command::new("/bin/true")))
         .collect();
 
     // 3. The shell prolog, on a node with the same 36 jobs.
@@ -137,28 +154,32 @@ fn main() {
         .collect();
 
     let (a, b, c) = (median(inproc), median(process), median(shell));
+    let (e, t) = (median(epilogs), median(bare));
     println!(
         "\nplacement on a node of {GPUS} GPUs x {UNITS} units holding {FULL} jobs, state on {}",
         base.display()
     );
-    println!("{:<48} {:>12} {:>14}", "what", "median us", "shell / this");
     println!(
-        "{:<48} {:>12.1} {:>13.1}x",
-        "Ledger::place in-process (lock+read+choose+write)",
-        us(a),
-        us(c) / us(a)
+        "{:<48} {:>12} {:>14} {:>14}",
+        "what", "median us", "shell / this", "this / bare"
     );
+    let row = |what: &str, d: Duration| {
+        println!(
+            "{what:<48} {:>12.1} {:>13.1}x {:>13.1}x",
+            us(d),
+            us(c) / us(d),
+            us(d) / us(t)
+        );
+    };
+    row("Ledger::place in-process (lock+read+choose+write)", a);
+    row("gpu-mps-prolog process (as slurmd runs it)", b);
+    row("gpu-mps-epilog process (as slurmd runs it)", e);
+    row("surf-style shell prolog (no lock, no fsync)", c);
+    row("bare process start (/bin/true)", t);
     println!(
-        "{:<48} {:>12.1} {:>13.1}x",
-        "gpu-mps-prolog process (as slurmd runs it)",
-        us(b),
+        "prolog + epilog = {:.2}x two bare process starts; the shell prolog alone = {:.1}x the gpushare prolog",
+        (us(b) + us(e)) / (2.0 * us(t)),
         us(c) / us(b)
-    );
-    println!(
-        "{:<48} {:>12.1} {:>13}",
-        "surf-style shell prolog (no lock, no fsync)",
-        us(c),
-        "1.0x"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

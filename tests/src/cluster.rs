@@ -211,9 +211,11 @@ impl ClusterSpec {
                 ("gpu_qos.conf".into(), "MaxMPSPerJob=100\n".into()),
                 (
                     "gpu_mps.conf".into(),
-                    "UnitsPerGPU=100\nGPUDevices={cluster}/dev/nvidia[0-3]\nStateDir={cluster}/run/gpu-mps\nSlurmMpsCount=1600\nMPSControl=none\n".into(),
+                    "UnitsPerGPU=100\nGPUDevices={cluster}/dev/nvidia[0-3]\nStateDir={cluster}/run/gpu-mps\nSlurmMpsCount=1600\nMPSControl=none\nSyslogSocket={cluster}/log/syslog.sock\n".into(),
                 ),
             ],
+            // srun/salloc jobs' prologs get job_submit/gpu_qos's share size.
+            extra_slurm_conf: vec!["PrologFlags=Alloc".into()],
             ..Self::default()
         }
     }
@@ -479,6 +481,7 @@ impl Cluster {
             mkdir(&self.dir.join(d), mode)?;
         }
         self.make_gpu_devices()?;
+        self.start_syslog()?;
         self.install_plugins()?;
         self.write_configs()?;
         self.start_munge()?;
@@ -492,6 +495,45 @@ impl Cluster {
             self.setup_accounting()?;
         }
         self.start_slurmd()?;
+        Ok(())
+    }
+
+    /// Where the node programs' syslog lines arrive (gpu_mps.conf's
+    /// `SyslogSocket=`), like /dev/log on a node.
+    pub fn syslog_socket(&self) -> PathBuf {
+        self.log_dir().join("syslog.sock")
+    }
+
+    /// Every syslog line received so far, one per line, as syslog keeps them.
+    pub fn syslog(&self) -> String {
+        fs::read_to_string(self.log_dir().join("syslog")).unwrap_or_default()
+    }
+
+    /// Receives datagrams on [`Self::syslog_socket`] and appends them to
+    /// `log/syslog`, for as long as the socket file exists.
+    fn start_syslog(&self) -> Result<()> {
+        let path = self.syslog_socket();
+        let socket = std::os::unix::net::UnixDatagram::bind(&path)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        socket
+            .set_read_timeout(Some(Duration::from_millis(500)))
+            .map_err(|e| e.to_string())?;
+        let out = self.log_dir().join("syslog");
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 16384];
+            while path.exists() {
+                if let Ok(n) = socket.recv(&mut buf) {
+                    let line =
+                        String::from_utf8_lossy(buf.get(..n).unwrap_or_default()).into_owned();
+                    if let Ok(mut f) = fs::OpenOptions::new().create(true).append(true).open(&out) {
+                        let _ = std::io::Write::write_all(
+                            &mut f,
+                            format!("{}\n", line.trim_end()).as_bytes(),
+                        );
+                    }
+                }
+            }
+        });
         Ok(())
     }
 

@@ -10,8 +10,8 @@ use std::os::raw::c_char;
 use std::ptr;
 use std::time::Instant;
 
-use gpushare::policy::{judge_submit, JobDescription};
-use gpushare::qos_conf;
+use gpushare::qos::config as qos_conf;
+use gpushare::qos::policy::{judge_submit, JobDescription};
 use job_submit_gpu_qos::{init, job_submit};
 use slurm_sys::{job_desc_msg_t, slurm_init_job_desc_msg, slurm_xfree, slurm_xstrdup, NO_VAL16};
 

@@ -3,8 +3,9 @@
 use std::borrow::Cow;
 use std::os::raw::{c_char, c_int};
 
-use gpushare::policy::{JobChanges, JobDescription, RejectionKind};
-use slurm_plugin::slurm_str::{opt_str, set_env, set_message, xstrdup};
+use gpushare::qos::policy::{JobChanges, JobDescription, RejectionKind};
+use gpushare::shared::spank_env;
+use slurm_plugin::slurm_str::{opt_str, remove_env, set_env, set_message, xstrdup};
 use slurm_sys::{job_desc_msg_t, NO_VAL, NO_VAL16, OPEN_MODE_APPEND};
 
 /// The string fields of a job description, read once (lossily if not UTF-8).
@@ -92,6 +93,22 @@ pub unsafe fn apply(desc: &mut job_desc_msg_t, err_msg: *mut *mut c_char, change
         // SAFETY: array_inx is NULL or Slurm-allocated; xfree NULLs it.
         unsafe { slurm_sys::slurm_xfree(std::ptr::addr_of_mut!(desc.array_inx).cast()) };
         desc.array_inx = xstrdup(inx);
+    }
+    // Whatever a client sent under gpushare's names is not ours to believe:
+    // every such entry goes (duplicates too), then ours are written.
+    // SAFETY: spank_job_env/size describe a Slurm-allocated array (or
+    // NULL/0), exclusively ours during the call (caller's contract).
+    let removed = unsafe {
+        remove_env(
+            std::ptr::addr_of_mut!(desc.spank_job_env),
+            std::ptr::addr_of_mut!(desc.spank_job_env_size),
+            spank_env::is_owned_entry,
+        )
+    };
+    if removed > 0 {
+        slurm_plugin::log::info(&format!(
+            "job_submit/gpu_qos: removed {removed} client-sent GPUSHARE_* SPANK variable(s)"
+        ));
     }
     for var in &changes.spank_env {
         // SAFETY: spank_job_env/size describe a Slurm-allocated array (or

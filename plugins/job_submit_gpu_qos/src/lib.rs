@@ -4,14 +4,14 @@
 //! installed as `job_submit_gpu_qos.so` in Slurm's PluginDir). slurmctld
 //! calls `job_submit` for every new job and `job_modify` for every
 //! `scontrol update`, with its own locks held: nothing here may block, sleep
-//! or call back into slurmctld. The policy itself is `gpushare::policy`;
+//! or call back into slurmctld. The policy itself is `gpushare::qos::policy`;
 //! this crate is the C ABI around it, and every export is a shim through
 //! [`slurm_plugin::guard`], so a panic becomes an error code, never a crash.
 
 use std::os::raw::{c_char, c_int, c_void};
 use std::path::PathBuf;
 
-use gpushare::policy::{judge_modify, judge_submit, Verdict};
+use gpushare::qos::policy::{judge_modify, judge_submit, Verdict};
 use slurm_plugin::slurm_str::{opt_str, set_message};
 use slurm_plugin::{guard, log};
 use slurm_sys::{job_desc_msg_t, SLURM_ERROR, SLURM_SUCCESS};

@@ -13,8 +13,9 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use gpushare::qos_conf::{self, GpuQosConfig};
-use gpushare::reload::{beside_slurm_conf, stringly, Current, PollOutcome, WatchedFile};
+use gpushare::qos::config::{self, GpuQosConfig};
+use gpushare::shared::locations::beside_slurm_conf;
+use gpushare::shared::watched::{Current, PollOutcome, WatchedFile};
 use slurm_plugin::{guard, log};
 
 /// How often the watcher looks at the file's stamp.
@@ -60,10 +61,6 @@ struct Running {
 
 static RUNNING: RwLock<Option<Running>> = RwLock::new(None);
 
-fn parse(text: &str, file: &str) -> Result<GpuQosConfig, String> {
-    stringly(qos_conf::parse(text, file))
-}
-
 /// Where the policy lives: next to the slurm.conf the daemon uses.
 pub fn conf_path(slurm_conf: Option<&Path>) -> PathBuf {
     beside_slurm_conf(slurm_conf, CONF_NAME)
@@ -72,7 +69,7 @@ pub fn conf_path(slurm_conf: Option<&Path>) -> PathBuf {
 /// Loads the policy and starts the watcher. Errors are `file:line: reason`.
 pub fn start(path: &Path) -> Result<(), String> {
     stop();
-    let mut file = WatchedFile::load(path, parse)?;
+    let mut file = WatchedFile::load(path, config::parse).map_err(|e| e.to_string())?;
     let current = file.current();
     let rules = current.get().rules().len();
     let stop = Arc::new(StopSignal::default());

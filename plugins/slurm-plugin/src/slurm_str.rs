@@ -130,3 +130,47 @@ pub unsafe fn set_env(env: *mut *mut *mut c_char, size: *mut u32, name: &str, va
         *size = new_len;
     }
 }
+
+/// Removes every entry of a Slurm environment array (such as
+/// `job_desc->spank_job_env`) for which `doomed` says yes, freeing each with
+/// Slurm's allocator and closing the gaps; the array keeps a NULL after its
+/// last entry. Returns how many were removed.
+///
+/// # Safety
+/// As for [`set_env`].
+pub unsafe fn remove_env(
+    env: *mut *mut *mut c_char,
+    size: *mut u32,
+    mut doomed: impl FnMut(&str) -> bool,
+) -> usize {
+    if env.is_null() || size.is_null() {
+        return 0;
+    }
+    // SAFETY: both pointers valid and exclusively ours (caller's contract).
+    let (array, len) = unsafe { (*env, *size) };
+    if array.is_null() {
+        return 0;
+    }
+    let mut kept = 0usize;
+    for i in 0..len as usize {
+        // SAFETY: `i < len` entries are valid (caller's contract).
+        let slot = unsafe { array.add(i) };
+        // SAFETY: each entry is NULL or a NUL-terminated Slurm string.
+        let remove = unsafe { opt_str(*slot) }.is_some_and(|e| doomed(&e));
+        if remove {
+            // SAFETY: the entry is Slurm-allocated; xfree frees it and NULLs the slot.
+            unsafe { slurm_sys::slurm_xfree(slot.cast::<*mut c_void>()) };
+        } else {
+            // SAFETY: kept <= i < len: both slots are within the array.
+            unsafe { *array.add(kept) = *slot };
+            kept += 1;
+        }
+    }
+    for i in kept..len as usize {
+        // SAFETY: within the array; the entries moved down, so these are stale.
+        unsafe { *array.add(i) = std::ptr::null_mut() };
+    }
+    // SAFETY: `size` valid (caller's contract); kept <= len fits u32.
+    unsafe { *size = kept as u32 };
+    len as usize - kept
+}

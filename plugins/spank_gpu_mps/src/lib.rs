@@ -18,11 +18,11 @@ use std::os::raw::{c_char, c_int};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
-use gpushare::devcgroup::{confine, job_levels, task_devices_dir, CharDevice, DEVICES_ROOT};
-use gpushare::ledger::Ledger;
-use gpushare::mps_conf::{self, GpuMpsConfig, CONF_NAME};
-use gpushare::mps_node::{task_plan, TaskPlan};
-use gpushare::reload::beside_slurm_conf;
+use gpushare::mps::config::{self as mps_conf, GpuMpsConfig, CONF_NAME};
+use gpushare::mps::devices::{confine, job_levels, task_devices_dir, CharDevice, DEVICES_ROOT};
+use gpushare::mps::ledger::Ledger;
+use gpushare::mps::node::{count_mismatch, gpu_devices, task_plan, TaskPlan};
+use gpushare::shared::locations::beside_slurm_conf;
 use slurm_plugin::slurm_str::opt_str;
 use slurm_plugin::{guard, log};
 use slurm_sys::{spank_t, ESPANK_SUCCESS, S_CTX_REMOTE, S_JOB_ID, S_TASK_PID};
@@ -55,18 +55,15 @@ fn job_id(sp: spank_t) -> Option<u32> {
     let mut id: u32 = 0;
     // SAFETY: S_JOB_ID writes a uint32_t through the pointer we pass.
     let rc = unsafe { slurm_sys::spank_get_item(sp, S_JOB_ID, &mut id as *mut u32) };
-    (rc == ESPANK_SUCCESS as _).then_some(id)
+    (rc == ESPANK_SUCCESS).then_some(id)
 }
 
 fn task_pid(sp: spank_t) -> Option<i32> {
-    let mut pid: libc_pid = 0;
+    let mut pid: libc::pid_t = 0;
     // SAFETY: S_TASK_PID writes a pid_t through the pointer we pass.
-    let rc = unsafe { slurm_sys::spank_get_item(sp, S_TASK_PID, &mut pid as *mut libc_pid) };
-    (rc == ESPANK_SUCCESS as _).then_some(pid)
+    let rc = unsafe { slurm_sys::spank_get_item(sp, S_TASK_PID, &mut pid as *mut libc::pid_t) };
+    (rc == ESPANK_SUCCESS).then_some(pid)
 }
-
-#[allow(non_camel_case_types)]
-type libc_pid = i32;
 
 fn getenv(sp: spank_t, name: &str) -> Option<String> {
     let c_name = std::ffi::CString::new(name).ok()?;
@@ -76,7 +73,7 @@ fn getenv(sp: spank_t, name: &str) -> Option<String> {
         slurm_sys::spank_getenv(sp, c_name.as_ptr(), buf.as_mut_ptr(), buf.len() as c_int)
     };
     // SAFETY: on success buf holds a NUL-terminated string.
-    (rc == ESPANK_SUCCESS as _)
+    (rc == ESPANK_SUCCESS)
         .then(|| unsafe { opt_str(buf.as_ptr()) }.map(|s| s.into_owned()))
         .flatten()
 }
@@ -87,7 +84,7 @@ fn setenv(sp: spank_t, name: &str, value: &str) -> Result<(), String> {
     };
     // SAFETY: valid C strings; overwrite = 1 replaces what Slurm set.
     let rc = unsafe { slurm_sys::spank_setenv(sp, n.as_ptr(), v.as_ptr(), 1) };
-    if rc == ESPANK_SUCCESS as _ {
+    if rc == ESPANK_SUCCESS {
         Ok(())
     } else {
         Err(format!("spank_setenv({name}) failed ({rc})"))
@@ -102,12 +99,10 @@ fn conf_path(args: &[String]) -> PathBuf {
 }
 
 fn load_config(path: &Path) -> Result<GpuMpsConfig, String> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => mps_conf::parse(&text, &path.to_string_lossy()).map_err(|e| e.to_string()),
-        // A node without the file shares nothing: every job is left alone.
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(GpuMpsConfig::default()),
-        Err(e) => Err(format!("{}: {e}", path.display())),
-    }
+    // A node without the file shares nothing: every job is left alone.
+    Ok(mps_conf::load(path)
+        .map_err(|e| e.to_string())?
+        .unwrap_or_default())
 }
 
 /// # Safety
@@ -136,7 +131,7 @@ fn init(sp: spank_t, args: &[String]) -> c_int {
         Err(e) => return fail(format!("gpu_mps: job {job}: {e}")),
     };
     // SAFETY: geteuid has no preconditions (slurmstepd runs as root).
-    let euid = unsafe { libc_geteuid() };
+    let euid = unsafe { libc::geteuid() };
     let ledger = match Ledger::open(&cfg.state_dir, euid) {
         Ok(l) => l,
         Err(e) => return fail(format!("gpu_mps: job {job}: {e}")),
@@ -150,7 +145,8 @@ fn init(sp: spank_t, args: &[String]) -> c_int {
                 p.device.display(),
                 p.units
             ));
-            if let Some(warning) = count_mismatch(&cfg) {
+            let gpus = u32::try_from(gpu_devices(&cfg).len()).unwrap_or(u32::MAX);
+            if let Some(warning) = count_mismatch(&cfg, gpus) {
                 log::error(&format!("gpu_mps: job {job}: {warning}"));
             }
             StepPlan::Share(p)
@@ -163,25 +159,6 @@ fn init(sp: spank_t, args: &[String]) -> c_int {
     };
     *PLAN.lock().unwrap_or_else(PoisonError::into_inner) = plan;
     OK
-}
-
-/// The Slurm 22.05 Count check: a prolog's output never reaches slurmd's
-/// log when it succeeds, so the warning is logged here, per share job.
-fn count_mismatch(cfg: &GpuMpsConfig) -> Option<String> {
-    let count = cfg.slurm_mps_count?;
-    let gpus = u32::try_from(gpushare::mps_node::gpu_devices(cfg).len()).ok()?;
-    let wanted = cfg.slurm_count_for(gpus);
-    (count != wanted).then(|| {
-        format!(
-            "gpu_mps.conf says SlurmMpsCount={count}, but {gpus} GPUs of {} units each need Name=mps Count={wanted} in gres.conf on Slurm 22.05 (see gpu-mps config)",
-            cfg.units_per_gpu
-        )
-    })
-}
-
-extern "C" {
-    #[link_name = "geteuid"]
-    fn libc_geteuid() -> u32;
 }
 
 fn plan() -> StepPlan {

@@ -8,6 +8,7 @@
 //! expected outcome is checked; the first one that fails stops the demo with
 //! a non-zero exit status. Daemon logs stay in the directory it names.
 
+use gpushare::mps::ledger::LedgerState;
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::{BufRead, Write};
@@ -94,10 +95,11 @@ fn spec(root: &Path) -> Result<ClusterSpec, String> {
         ("gpu_qos.conf".into(), qos_conf),
         (
             "gpu_mps.conf".into(),
-            "UnitsPerGPU=100\nGPUDevices={cluster}/dev/nvidia[0-3]\nStateDir={cluster}/run/gpu-mps\nMPSControl=none\n".into(),
+            "UnitsPerGPU=100\nGPUDevices={cluster}/dev/nvidia[0-3]\nStateDir={cluster}/run/gpu-mps\nMPSControl=none\nSyslogSocket={cluster}/log/syslog.sock\n".into(),
         ),
     ];
     spec.extra_slurm_conf = vec![
+        "PrologFlags=Alloc".into(),
         "PriorityWeightTRES=GRES/gpu=2000".into(),
         "PriorityDecayHalfLife=7-0".into(),
     ];
@@ -325,6 +327,57 @@ fn scenario(d: &mut Demo, c: &mut Cluster) -> Step {
         ],
     )?;
     d.shell("gpu-mps status", &String::from_utf8_lossy(&status.stdout));
+    // An interactive share beside the batch ones: two tasks of one srun.
+    let step = c.srun(&[
+        "--reservation=jhl_homework_gpu1",
+        "--gres=mps:25",
+        "-n2",
+        "sh",
+        "-c",
+        &format!(
+            "echo task $SLURM_PROCID: GPU=$GPUSHARE_GPU PCT=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE $(sh {} | tr '\\n' ' ')",
+            probe.display()
+        ),
+    ])?;
+    let step_out = String::from_utf8_lossy(&step.stdout).into_owned();
+    d.shell(
+        "srun --reservation=jhl_homework_gpu1 --gres=mps:25 -n2 sh -c 'echo GPU=$GPUSHARE_GPU ...; sh probe.sh'",
+        &format!("{step_out}{}", String::from_utf8_lossy(&step.stderr)),
+    );
+    let tasks: Vec<BTreeMap<String, String>> = step_out
+        .lines()
+        .map(|l| {
+            l.split_whitespace()
+                .filter_map(|w| w.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
+                .collect()
+        })
+        .collect();
+    let step_gpu = tasks
+        .first()
+        .and_then(|t| t.get("GPU"))
+        .cloned()
+        .unwrap_or_default();
+    let step_ok = tasks.len() == 2
+        && tasks.iter().all(|t| {
+            let gpu: u32 = t
+                .get("GPU")
+                .and_then(|g| g.parse().ok())
+                .unwrap_or(u32::MAX);
+            t.get("GPU") == Some(&step_gpu)
+                && t.get("PCT").map(String::as_str) == Some("25")
+                && (0..4u32).all(|i| {
+                    let want = if i == gpu {
+                        "No_such_device_or_address"
+                    } else {
+                        "Operation_not_permitted"
+                    };
+                    t.get(&format!("dev{i}")).map(String::as_str) == Some(want)
+                })
+        });
+    d.check(
+        step_ok,
+        "an interactive srun share: both tasks on one GPU, told 25 %, confined to it",
+    )?;
     let mut per_gpu = [0u32; 4];
     let mut confined = true;
     for &id in &shares {
@@ -358,19 +411,16 @@ fn scenario(d: &mut Demo, c: &mut Cluster) -> Step {
     d.check(confined, "each job opens its own GPU (ENXIO: no driver behind the fake device) and gets EPERM on the others")?;
     c.cancel_all()?;
     let state = c.dir.join("run/gpu-mps/state");
+    let shares_left = || {
+        let text = fs::read_to_string(&state).unwrap_or_default();
+        LedgerState::parse(&text, &state).map_or(usize::MAX, |s| s.shares().count())
+    };
     wait_for(
         "the epilogs to release every share",
         Duration::from_secs(30),
-        || {
-            (!fs::read_to_string(&state)
-                .unwrap_or_default()
-                .contains("share "))
-            .then_some(())
-        },
+        || (shares_left() == 0).then_some(()),
     )?;
-    let empty = !fs::read_to_string(&state)
-        .unwrap_or_default()
-        .contains("share ");
+    let empty = shares_left() == 0;
     d.check(empty, "after the jobs end the node's ledger holds no share")?;
     Ok(())
 }

@@ -1,81 +1,72 @@
 //! The node's MPS sharing state on disk: which job holds how many units on
 //! which GPU and for whom, and which jobs hold GPUs whole.
 //!
-//! Who uses it: the slurmd prolog (`gpu-mps-prolog`) reconciles it and
-//! records whole-GPU holders; the prolog or the SPANK plugin in slurmstepd
-//! places a job's share (once per job: every later step gets the same GPU
-//! back); the epilog (`gpu-mps-epilog`) releases the job; the `gpu-mps`
-//! admin command shows a [`Snapshot`] and runs `gc` ([`Ledger::reconcile`]).
+//! Who uses it: the slurmd prolog (`gpu-mps-prolog`) places a job's share
+//! (once per job: every later step finds the same GPU) and records
+//! whole-GPU holders; the SPANK plugin in slurmstepd reads the placement;
+//! the epilog (`gpu-mps-epilog`) releases the job; the `gpu-mps` admin
+//! command shows a [`Snapshot`] and runs `gc` ([`Ledger::reconcile`],
+//! [`Ledger::rebuild`]).
 //!
 //! # Crash and race safety
 //!
 //! Every change is one transaction: an exclusive `flock` on `lock`, read
-//! `state`, apply the change, write `state.new`, fsync it, rename it over
-//! `state`, fsync the directory, unlock. Concurrent job starts therefore see
-//! each other's placements and never over-fill a GPU, and a crash at any
-//! point leaves either the old or the new `state` in place; readers
-//! ([`Ledger::snapshot`]) take no lock and always see a whole file. A leftover
-//! `state.new` is never read and is replaced by the next write. The lock file
-//! is never removed: removing a file others may hold a `flock` on would let
-//! two writers each lock a different inode.
+//! `state`, apply the change, publish the world-readable status copy, write
+//! the new `state` ([`state_dir::replace_file`]), unlock. Concurrent job
+//! starts therefore see each other's placements and never over-fill a GPU,
+//! and a crash at any point leaves either the old or the new `state` in
+//! place; readers ([`Ledger::snapshot`]) take no lock and always see a whole
+//! file. The lock file is never removed: removing a file others may hold a
+//! `flock` on would let two writers each lock a different inode.
 //!
-//! The directory must be owned by the caller's uid and closed to group and
-//! others (it is created so when missing, as after a reboot wiped `/run`);
-//! then nobody else can plant links or files in it, which is why the files
-//! inside are opened without further checks.
+//! The directory is created with its first (empty) state file already in
+//! it, by renaming a finished directory into place; so a state directory
+//! without a state file means the state was lost, never that it is new.
+//!
+//! # Lost state fails safe
+//!
+//! A state file that cannot be parsed is moved to `state.corrupt-<time>`
+//! (kept until an admin removes it) and a missing one is noticed. The
+//! transaction then rebuilds the state from the published status copy,
+//! which is written before `state` in every transaction and so never knows
+//! less than the ledger did. Where there is no readable copy either, the
+//! state is marked *lost*: the GPU loads are unknown, no share is placed
+//! until `gpu-mps gc` rebuilds it, and `gpu-mps status` says so.
 //!
 //! # State file format (`state`)
 //!
-//! Plain text, one record per line, fields `key=value` separated by spaces,
-//! every line ending in a newline (a missing final newline means the file
-//! was cut short):
-//!
-//! ```text
-//! gpushare-mps-ledger version=1
-//! share job=123 uid=1000 user=alice gpu=2 units=50 since=1700000000
-//! whole job=124 gpus=1,3 since=1700000005
-//! ```
-//!
-//! - Line 1 is the header; another version is refused, not guessed at.
-//! - `share`: job `job` of user `user` (uid `uid`) holds `units` (≥ 1) MPS
-//!   units on GPU `gpu` (its index on the node) since `since` (Unix seconds).
-//! - `whole`: job `job` holds the listed GPUs whole (gpu GRES), so no share
-//!   goes there; the list is non-empty, comma separated, without repeats.
-//! - A job has at most one record of each kind. Keys may come in any order;
-//!   each must appear exactly once and no other key is allowed. Numbers are
-//!   plain decimal digits. In `user`, `%`, spaces, control and non-ASCII
-//!   bytes are written as `%XX` (UTF-8 bytes), so any name fits one field.
-//! - Blank lines and lines starting with `#` are ignored (the writer emits
-//!   neither).
-//!
-//! Parsing is strict and errors name `file:line`. A state file that cannot be
-//! parsed is never dropped silently: the next transaction moves it to
-//! `state.corrupt-<unixtime>`, reports that in its [`Outcome`], and starts
-//! from an empty state; [`Snapshot::set_aside_files`] keeps listing such
-//! files until an admin removes them.
+//! One JSON object, `{"format":"gpushare-mps-ledger","version":2,
+//! "shares":[...],"whole":[...]}` plus `"lost":{"since":..,"reason":..}`
+//! while the state is lost. A share is `{"job","uid","user","gpu","units",
+//! "since"}` (`units` ≥ 1, `gpu` the index on the node, `since` Unix
+//! seconds); a whole-GPU holder `{"job","gpus","since"}` with a non-empty
+//! list of GPUs without repeats. A job has at most one record of each kind.
+//! Unknown fields, another format or version are refused, not guessed at;
+//! the text format of gpushare 0.1 is recognised and named in the error.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::fs::{self, DirBuilder, File, OpenOptions, Permissions};
-use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::placement::{self, GpuLoad, PlacementError, MAX_GPUS_PER_NODE};
+use serde::{Deserialize, Serialize};
 
-/// Where the state lives unless `StateDir=` in `gpu_mps.conf` says otherwise.
-pub const DEFAULT_STATE_DIR: &str = "/run/gpu-mps";
+use super::placement::{self, GpuLoad, PlacementError, MAX_GPUS_PER_NODE};
+use super::state_dir::{self, io_error, Access, DirError};
+use super::status::NodeStatus;
 
 const STATE_FILE: &str = "state";
-const TEMP_FILE: &str = "state.new";
 const LOCK_FILE: &str = "lock";
 const SET_ASIDE_PREFIX: &str = "state.corrupt-";
-const HEADER_KEYWORD: &str = "gpushare-mps-ledger";
-const FORMAT_VERSION: u32 = 1;
+const FORMAT_NAME: &str = "gpushare-mps-ledger";
+const FORMAT_VERSION: u32 = 2;
 
 /// One job's MPS share on one GPU.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ShareRecord {
     pub job: u32,
     pub uid: u32,
@@ -88,13 +79,22 @@ pub struct ShareRecord {
 }
 
 /// A job holding GPUs whole (gpu GRES), as named by its Prolog environment.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct WholeRecord {
     pub job: u32,
     /// Indices on the node, ascending, without repeats, never empty.
     pub gpus: Vec<u32>,
     /// When the holder was recorded, in Unix seconds.
     pub since: u64,
+}
+
+/// Why the GPU loads of the node are unknown, and since when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Lost {
+    pub since: u64,
+    pub reason: String,
 }
 
 /// Either kind of record, as released or reconciled.
@@ -113,33 +113,30 @@ impl Record {
     }
 }
 
-/// The line of the state file, without its newline; also what the prolog
-/// and `gpu-mps gc` log for a dropped record.
+/// One line per record, for the prolog's, epilog's and `gc`'s logs.
 impl fmt::Display for Record {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Share(s) => write!(
                 f,
-                "share job={} uid={} user={} gpu={} units={} since={}",
-                s.job,
-                s.uid,
-                encode_user(&s.user),
-                s.gpu,
-                s.units,
-                s.since
+                "share job={} user={} (uid {}) gpu={} units={} since={}",
+                s.job, s.user, s.uid, s.gpu, s.units, s.since
             ),
-            Self::Whole(w) => {
-                let gpus: Vec<String> = w.gpus.iter().map(u32::to_string).collect();
-                write!(
-                    f,
-                    "whole job={} gpus={} since={}",
-                    w.job,
-                    gpus.join(","),
-                    w.since
-                )
-            }
+            Self::Whole(w) => write!(f, "whole job={} gpus={:?} since={}", w.job, w.gpus, w.since),
         }
     }
+}
+
+/// The state file as it is written.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StateFile {
+    format: String,
+    version: u32,
+    shares: Vec<ShareRecord>,
+    whole: Vec<WholeRecord>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    lost: Option<Lost>,
 }
 
 /// The whole sharing state of the node.
@@ -147,6 +144,7 @@ impl fmt::Display for Record {
 pub struct LedgerState {
     shares: BTreeMap<u32, ShareRecord>,
     whole: BTreeMap<u32, WholeRecord>,
+    lost: Option<Lost>,
 }
 
 impl LedgerState {
@@ -154,8 +152,24 @@ impl LedgerState {
         Self::default()
     }
 
+    /// An empty state whose GPU loads are unknown.
+    pub fn lost(reason: String) -> Self {
+        Self {
+            lost: Some(Lost {
+                since: unix_now(),
+                reason,
+            }),
+            ..Self::default()
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
-        self.shares.is_empty() && self.whole.is_empty()
+        self.shares.is_empty() && self.whole.is_empty() && self.lost.is_none()
+    }
+
+    /// Why the GPU loads are unknown, while they are.
+    pub fn lost_reason(&self) -> Option<&Lost> {
+        self.lost.as_ref()
     }
 
     /// The share of `job`, if it has one: how a later step finds its GPU.
@@ -175,6 +189,15 @@ impl LedgerState {
     /// Whole-GPU holders in job order.
     pub fn whole_holders(&self) -> impl Iterator<Item = &WholeRecord> {
         self.whole.values()
+    }
+
+    /// Every job with a record, ascending.
+    pub fn jobs(&self) -> BTreeSet<u32> {
+        self.shares
+            .keys()
+            .chain(self.whole.keys())
+            .copied()
+            .collect()
     }
 
     /// Adds or replaces the share of `share.job`; returns the one replaced.
@@ -252,6 +275,34 @@ impl LedgerState {
             .collect()
     }
 
+    /// The records a per-GPU view shows (how a state is rebuilt from the
+    /// published status copy). Whole-GPU holders get the GPUs they are
+    /// listed on, and the time of the rebuild.
+    pub fn from_views(gpus: &[GpuView], lost: Option<Lost>) -> Self {
+        let mut state = Self {
+            lost,
+            ..Self::default()
+        };
+        for view in gpus {
+            for share in &view.shares {
+                state.insert_share(share.clone());
+            }
+            for job in &view.whole_jobs {
+                let record = state.whole.entry(*job).or_insert_with(|| WholeRecord {
+                    job: *job,
+                    gpus: Vec::new(),
+                    since: unix_now(),
+                });
+                record.gpus.push(view.index);
+            }
+        }
+        for record in state.whole.values_mut() {
+            record.gpus.sort_unstable();
+            record.gpus.dedup();
+        }
+        state
+    }
+
     /// Parses the text of a state file; `file` only names it in errors.
     pub fn parse(text: &str, file: &Path) -> Result<Self, ParseError> {
         let error = |line: usize, problem: String| ParseError {
@@ -259,87 +310,83 @@ impl LedgerState {
             line,
             problem,
         };
-        if text.is_empty() {
+        if text.starts_with("gpushare-mps-ledger version=1") {
             return Err(error(
                 1,
                 format!(
-                    "empty file: expected the header `{HEADER_KEYWORD} version={FORMAT_VERSION}`"
+                    "written in the text format of gpushare 0.1; this gpushare reads \
+                     {FORMAT_NAME} version {FORMAT_VERSION} (JSON)"
                 ),
             ));
         }
-        let lines: Vec<&str> = text.split('\n').collect();
-        if !text.ends_with('\n') {
+        let raw: StateFile =
+            serde_json::from_str(text).map_err(|e| error(e.line(), e.to_string()))?;
+        if raw.format != FORMAT_NAME || raw.version != FORMAT_VERSION {
             return Err(error(
-                lines.len(),
-                "the last line has no newline: the file was cut short".to_string(),
+                1,
+                format!(
+                    "this is {} version {}; this gpushare reads {FORMAT_NAME} version {FORMAT_VERSION}",
+                    raw.format, raw.version
+                ),
             ));
         }
-        let mut state = Self::new();
-        // Where each job's record was, to name both lines of a duplicate.
-        let mut share_lines: BTreeMap<u32, usize> = BTreeMap::new();
-        let mut whole_lines: BTreeMap<u32, usize> = BTreeMap::new();
-        // The split leaves an empty piece after the final newline.
-        let body = lines.len().saturating_sub(1);
-        for (number, line) in lines
-            .iter()
-            .take(body)
-            .enumerate()
-            .map(|(i, l)| (i + 1, *l))
-        {
-            if number == 1 {
-                parse_header(line).map_err(|problem| error(number, problem))?;
-                continue;
+        let mut state = Self {
+            lost: raw.lost,
+            ..Self::default()
+        };
+        for share in raw.shares {
+            if share.units == 0 {
+                return Err(error(
+                    0,
+                    format!("job {}: a share holds at least 1 unit", share.job),
+                ));
             }
-            let trimmed = line.trim();
-            if trimmed.is_empty() || trimmed.starts_with('#') {
-                continue;
+            let job = share.job;
+            if state.insert_share(share).is_some() {
+                return Err(error(0, format!("job {job} has two share records")));
             }
-            match parse_record(trimmed).map_err(|problem| error(number, problem))? {
-                Record::Share(share) => {
-                    if let Some(first) = share_lines.insert(share.job, number) {
-                        return Err(error(
-                            number,
-                            format!(
-                                "job {} already has a share record on line {first}",
-                                share.job
-                            ),
-                        ));
-                    }
-                    state.insert_share(share);
-                }
-                Record::Whole(whole) => {
-                    if let Some(first) = whole_lines.insert(whole.job, number) {
-                        return Err(error(
-                            number,
-                            format!(
-                                "job {} already has a whole record on line {first}",
-                                whole.job
-                            ),
-                        ));
-                    }
-                    state.insert_whole(whole);
-                }
+        }
+        for whole in raw.whole {
+            let mut gpus = whole.gpus.clone();
+            gpus.sort_unstable();
+            gpus.dedup();
+            if gpus.is_empty() || gpus.len() != whole.gpus.len() {
+                return Err(error(
+                    0,
+                    format!(
+                        "job {}: whole GPUs {:?} must be a non-empty list without repeats",
+                        whole.job, whole.gpus
+                    ),
+                ));
+            }
+            let job = whole.job;
+            if state.insert_whole(whole).is_some() {
+                return Err(error(0, format!("job {job} has two whole records")));
             }
         }
         Ok(state)
     }
 
     /// The text of a state file holding this state (see the module docs).
-    pub fn to_text(&self) -> String {
-        let mut text = format!("{HEADER_KEYWORD} version={FORMAT_VERSION}\n");
-        let shares = self.shares.values().cloned().map(Record::Share);
-        let whole = self.whole.values().cloned().map(Record::Whole);
-        for record in shares.chain(whole) {
-            text.push_str(&record.to_string());
-            text.push('\n');
-        }
+    pub fn to_json(&self) -> String {
+        let file = StateFile {
+            format: FORMAT_NAME.to_owned(),
+            version: FORMAT_VERSION,
+            shares: self.shares.values().cloned().collect(),
+            whole: self.whole.values().cloned().collect(),
+            lost: self.lost.clone(),
+        };
+        let mut text = serde_json::to_string_pretty(&file).unwrap_or_default();
+        text.push('\n');
         text
     }
 }
 
 /// One GPU as `gpu-mps status` shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct GpuView {
+    #[serde(rename = "gpu")]
     pub index: u32,
     pub used_units: u32,
     /// `UnitsPerGPU` minus used, never below 0.
@@ -388,49 +435,63 @@ impl Snapshot {
     }
 }
 
-/// A state file that did not parse: `file:line: problem`.
+/// A state file that did not parse: `file:line: problem` (`file: problem`
+/// when the problem is not on one line).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParseError {
     pub file: PathBuf,
-    /// 1-based.
+    /// 1-based; 0 for the file as a whole.
     pub line: usize,
     pub problem: String,
 }
 
 impl fmt::Display for ParseError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}: {}", self.file.display(), self.line, self.problem)
+        match self.line {
+            0 => write!(f, "{}: {}", self.file.display(), self.problem),
+            line => write!(f, "{}:{line}: {}", self.file.display(), self.problem),
+        }
     }
 }
 
 impl std::error::Error for ParseError {}
 
-/// An unreadable state file that a transaction moved aside before starting
-/// from an empty state.
+/// What a transaction had to repair before it could run: the state file
+/// was unreadable (and moved aside) or missing, and the state was rebuilt
+/// from the published copy or marked lost.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SetAside {
-    pub moved_to: PathBuf,
-    pub reason: ParseError,
+pub struct Repair {
+    /// Where the unreadable file went (`None`: it was missing).
+    pub moved_to: Option<PathBuf>,
+    /// What was wrong with it.
+    pub reason: String,
+    /// The published copy the records were taken from (`None`: none was
+    /// readable, so the state is now lost).
+    pub rebuilt_from: Option<PathBuf>,
 }
 
-impl fmt::Display for SetAside {
+impl fmt::Display for Repair {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "the MPS state file was unreadable ({}); it was moved to {} and the state \
-             started empty, so shares placed before are no longer counted",
-            self.reason,
-            self.moved_to.display()
-        )
+        write!(f, "the MPS state file {}", self.reason)?;
+        if let Some(moved_to) = &self.moved_to {
+            write!(f, "; it was moved to {}", moved_to.display())?;
+        }
+        match &self.rebuilt_from {
+            Some(copy) => write!(f, "; the records were rebuilt from {}", copy.display()),
+            None => f.write_str(
+                "; no readable status copy was left, so the GPU loads are unknown and no share \
+                 is placed until an admin runs `gpu-mps gc`",
+            ),
+        }
     }
 }
 
-/// What a transaction returned, and whether it had to set a corrupt state
-/// file aside first (callers log that).
+/// What a transaction returned, and whether it had to repair the state
+/// first (callers log that).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome<T> {
     pub value: T,
-    pub set_aside: Option<SetAside>,
+    pub repair: Option<Repair>,
 }
 
 /// The result of [`Ledger::place`].
@@ -446,84 +507,47 @@ pub struct Placed {
 /// Why the ledger could not be used or changed.
 #[derive(Debug)]
 pub enum LedgerError {
-    /// The state directory is a symbolic link.
-    DirIsSymlink { dir: PathBuf },
-    /// The state directory path names something else than a directory.
-    NotADirectory { dir: PathBuf },
-    /// The state directory belongs to another user.
-    DirWrongOwner {
-        dir: PathBuf,
-        owner: u32,
-        expected: u32,
-    },
-    /// The state directory grants group or other users access.
-    DirOpenToOthers { dir: PathBuf, mode: u32 },
-    /// A file system call failed.
-    Io {
-        action: &'static str,
-        path: PathBuf,
-        source: io::Error,
-    },
+    /// The state directory (or the status copy's) cannot be trusted or used.
+    Dir(DirError),
     /// A reader found a state file it cannot parse (readers never move it).
     Corrupt(ParseError),
-    /// No GPU could take the share; the state is unchanged, except that an
-    /// unreadable state file may have been set aside first.
+    /// A reader found no state file in an existing state directory.
+    Missing(PathBuf),
+    /// No GPU could take the share; the state is unchanged, except that it
+    /// may have been repaired first.
     Placement {
         error: PlacementError,
-        set_aside: Option<SetAside>,
+        repair: Option<Repair>,
     },
     /// [`Ledger::record_whole`] was given no GPUs.
     NoWholeGpus { job: u32 },
 }
 
+impl From<DirError> for LedgerError {
+    fn from(e: DirError) -> Self {
+        LedgerError::Dir(e)
+    }
+}
+
 impl fmt::Display for LedgerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::DirIsSymlink { dir } => write!(
-                f,
-                "MPS state directory {} is a symbolic link; refusing to use it \
-                 (it must be a real directory with mode 0700; remove the link and \
-                 gpushare creates the directory)",
-                dir.display()
-            ),
-            Self::NotADirectory { dir } => write!(
-                f,
-                "MPS state directory {} exists but is not a directory; refusing to use it \
-                 (remove it, or point StateDir in gpu_mps.conf elsewhere)",
-                dir.display()
-            ),
-            Self::DirWrongOwner {
-                dir,
-                owner,
-                expected,
-            } => write!(
-                f,
-                "MPS state directory {} is owned by uid {owner}, not uid {expected}; \
-                 refusing to use it (another user could change the sharing state: \
-                 chown {expected} it, or remove it and gpushare recreates it)",
-                dir.display()
-            ),
-            Self::DirOpenToOthers { dir, mode } => write!(
-                f,
-                "MPS state directory {} has mode {mode:04o}, which gives group or other \
-                 users access; refusing to use it (run: chmod 0700 {})",
-                dir.display(),
-                dir.display()
-            ),
-            Self::Io {
-                action,
-                path,
-                source,
-            } => write!(f, "cannot {action} {}: {source}", path.display()),
+            Self::Dir(e) => write!(f, "MPS {e}"),
             Self::Corrupt(reason) => write!(
                 f,
                 "MPS state file is unreadable: {reason} (the next prolog, epilog or \
-                 `gpu-mps gc` moves it aside and starts empty)"
+                 `gpu-mps gc` sets it aside and rebuilds the state)"
             ),
-            Self::Placement { error, set_aside } => {
+            Self::Missing(path) => write!(
+                f,
+                "MPS state file {} is missing (the next prolog, epilog or `gpu-mps gc` \
+                 rebuilds the state)",
+                path.display()
+            ),
+            Self::Placement { error, repair } => {
                 write!(f, "{error}")?;
-                if let Some(set_aside) = set_aside {
-                    write!(f, "; also, {set_aside}")?;
+                if let Some(repair) = repair {
+                    write!(f, "; also, {repair}")?;
                 }
                 Ok(())
             }
@@ -538,7 +562,7 @@ impl fmt::Display for LedgerError {
 impl std::error::Error for LedgerError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Self::Io { source, .. } => Some(source),
+            Self::Dir(e) => Some(e),
             Self::Corrupt(reason) => Some(reason),
             Self::Placement { error, .. } => Some(error),
             _ => None,
@@ -546,50 +570,65 @@ impl std::error::Error for LedgerError {
     }
 }
 
+/// The world-readable copy of the state that `gpu-mps status` shows to
+/// users and a lost state is rebuilt from. Its directory is checked like
+/// the ledger's (owned by the ledger's owner, writable by nobody else).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusCopy {
+    pub dir: PathBuf,
+    pub gpu_count: u32,
+    pub units_per_gpu: u32,
+}
+
+impl StatusCopy {
+    pub const FILE: &'static str = "state";
+
+    pub fn path(&self) -> PathBuf {
+        self.dir.join(Self::FILE)
+    }
+
+    /// The records of a readable copy.
+    fn read_records(&self) -> Option<LedgerState> {
+        let text = fs::read_to_string(self.path()).ok()?;
+        let status: NodeStatus = serde_json::from_str(&text).ok()?;
+        Some(LedgerState::from_views(&status.gpus, status.lost))
+    }
+}
+
 /// The node's ledger in its state directory.
 #[derive(Debug, Clone)]
 pub struct Ledger {
     dir: PathBuf,
+    owner: u32,
     created: bool,
+    copy: Option<StatusCopy>,
 }
 
 impl Ledger {
-    /// Opens the state directory, creating it (mode 0700) when missing, as
-    /// after a reboot wiped `/run`. `expected_owner` is the uid that must own
-    /// it: the binaries pass their effective uid.
-    pub fn open(dir: &Path, expected_owner: u32) -> Result<Self, LedgerError> {
+    /// Opens the state directory, creating it (mode 0700, with an empty
+    /// state) when missing, as after a reboot wiped `/run`. `owner` is the
+    /// uid that must own it: the binaries pass their effective uid.
+    pub fn open(dir: &Path, owner: u32) -> Result<Self, LedgerError> {
         let created = match fs::symlink_metadata(dir) {
             Ok(_) => false,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                create_private_dir(dir)?;
-                true
-            }
-            Err(source) => return Err(io_error("inspect state directory", dir, source)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => create_with_state(dir, owner)?,
+            Err(e) => return Err(io_error("inspect state directory", dir, e).into()),
         };
-        let meta = fs::symlink_metadata(dir)
-            .map_err(|source| io_error("inspect state directory", dir, source))?;
-        let dir_buf = dir.to_path_buf();
-        if meta.file_type().is_symlink() {
-            return Err(LedgerError::DirIsSymlink { dir: dir_buf });
-        }
-        if !meta.is_dir() {
-            return Err(LedgerError::NotADirectory { dir: dir_buf });
-        }
-        if meta.uid() != expected_owner {
-            return Err(LedgerError::DirWrongOwner {
-                dir: dir_buf,
-                owner: meta.uid(),
-                expected: expected_owner,
-            });
-        }
-        let mode = meta.mode() & 0o7777;
-        if mode & 0o077 != 0 {
-            return Err(LedgerError::DirOpenToOthers { dir: dir_buf, mode });
-        }
+        state_dir::check(dir, owner, Access::Private)?;
         Ok(Self {
-            dir: dir_buf,
+            dir: dir.to_path_buf(),
+            owner,
             created,
+            copy: None,
         })
+    }
+
+    /// Publishes the status copy in every transaction, and rebuilds a lost
+    /// state from it. Its directory is created or checked now.
+    pub fn with_status_copy(mut self, copy: StatusCopy) -> Result<Self, LedgerError> {
+        state_dir::ensure(&copy.dir, self.owner, Access::WorldReadable)?;
+        self.copy = Some(copy);
+        Ok(self)
     }
 
     pub fn dir(&self) -> &Path {
@@ -598,6 +637,10 @@ impl Ledger {
 
     pub fn state_path(&self) -> PathBuf {
         self.dir.join(STATE_FILE)
+    }
+
+    pub fn status_copy(&self) -> Option<&StatusCopy> {
+        self.copy.as_ref()
     }
 
     /// The directory did not exist and [`Ledger::open`] created it; normal
@@ -623,6 +666,11 @@ impl Ledger {
                 return Ok(Placed {
                     share: share.clone(),
                     already_recorded: true,
+                });
+            }
+            if let Some(lost) = &state.lost {
+                return Err(PlacementError::LoadsUnknown {
+                    reason: lost.reason.clone(),
                 });
             }
             if gpu_count > MAX_GPUS_PER_NODE {
@@ -685,24 +733,40 @@ impl Ledger {
 
     /// Drops the records of every job for which `is_running` says no, and
     /// returns them. It runs under the lock: pass a lookup in a list taken
-    /// beforehand, not a query to slurmctld. The prolog must answer yes for
-    /// its own job.
+    /// beforehand, not a query to slurmctld.
     pub fn reconcile(
         &self,
         mut is_running: impl FnMut(u32) -> bool,
     ) -> Result<Outcome<Vec<Record>>, LedgerError> {
         self.transact(|state| {
-            let jobs: BTreeSet<u32> = state
-                .shares
-                .keys()
-                .chain(state.whole.keys())
-                .copied()
-                .collect();
-            Ok(jobs
+            Ok(state
+                .jobs()
                 .into_iter()
                 .filter(|job| !is_running(*job))
                 .flat_map(|job| state.remove_job(job))
                 .collect())
+        })
+    }
+
+    /// Ends a lost state once `unaccounted` (given the records the ledger
+    /// holds) says no running job holds a share the ledger does not know:
+    /// `Err(jobs)` names those that do, and the state stays lost. Returns
+    /// whether the state was lost.
+    pub fn rebuild(
+        &self,
+        unaccounted: impl FnOnce(&LedgerState) -> Vec<u32>,
+    ) -> Result<Outcome<Result<bool, Vec<u32>>>, LedgerError> {
+        self.transact(|state| {
+            if state.lost.is_none() {
+                return Ok(Ok(false));
+            }
+            let missing = unaccounted(state);
+            if missing.is_empty() {
+                state.lost = None;
+                Ok(Ok(true))
+            } else {
+                Ok(Err(missing))
+            }
         })
     }
 
@@ -711,7 +775,7 @@ impl Ledger {
     pub fn snapshot(&self) -> Result<Snapshot, LedgerError> {
         let path = self.state_path();
         let state = match read_state(&path)? {
-            None => LedgerState::new(),
+            None => return Err(LedgerError::Missing(path)),
             Some(Ok(state)) => state,
             Some(Err(reason)) => return Err(LedgerError::Corrupt(reason)),
         };
@@ -736,33 +800,73 @@ impl Ledger {
     }
 
     /// Runs `change` on the state under the exclusive lock and writes the
-    /// result back durably when it differs.
+    /// result back durably when it differs (or had to be repaired).
     fn transact<T>(
         &self,
         change: impl FnOnce(&mut LedgerState) -> Result<T, PlacementError>,
     ) -> Result<Outcome<T>, LedgerError> {
         let lock = self.lock()?;
-        let path = self.state_path();
-        let (mut state, set_aside) = match read_state(&path)? {
-            None => (LedgerState::new(), None),
+        let (mut state, repair) = match read_state(&self.state_path())? {
             Some(Ok(state)) => (state, None),
             Some(Err(reason)) => {
                 let moved_to = self.set_aside_corrupt_state()?;
-                (LedgerState::new(), Some(SetAside { moved_to, reason }))
+                self.rebuilt(format!("was unreadable ({reason})"), Some(moved_to))
             }
+            None => self.rebuilt("was missing".to_owned(), None),
         };
         let before = state.clone();
         let value = match change(&mut state) {
             Ok(value) => value,
-            Err(error) => return Err(LedgerError::Placement { error, set_aside }),
+            Err(error) => {
+                if repair.is_some() {
+                    self.write(&state)?;
+                }
+                return Err(LedgerError::Placement { error, repair });
+            }
         };
         // Skipping the write keeps repeated calls (every step of a job, a
         // second epilog) cheap and leaves the file untouched.
-        if state != before {
-            self.write_state(&state)?;
+        if state != before || repair.is_some() {
+            self.write(&state)?;
         }
-        unlock(&lock, &self.dir.join(LOCK_FILE))?;
-        Ok(Outcome { value, set_aside })
+        lock.unlock()
+            .map_err(|e| io_error("unlock", &self.dir.join(LOCK_FILE), e))?;
+        Ok(Outcome { value, repair })
+    }
+
+    /// The state that replaces a lost one: the status copy's records, or an
+    /// empty state marked lost.
+    fn rebuilt(&self, reason: String, moved_to: Option<PathBuf>) -> (LedgerState, Option<Repair>) {
+        let from_copy = self
+            .copy
+            .as_ref()
+            .and_then(|copy| Some((copy.read_records()?, copy.path())));
+        let (state, rebuilt_from) = match from_copy {
+            Some((state, path)) => (state, Some(path)),
+            None => (LedgerState::lost(format!("the state file {reason}")), None),
+        };
+        let repair = Repair {
+            moved_to,
+            reason,
+            rebuilt_from,
+        };
+        (state, Some(repair))
+    }
+
+    /// Publishes the status copy, then the state: the copy never knows less
+    /// than the ledger, so a state rebuilt from it never under-counts a GPU.
+    fn write(&self, state: &LedgerState) -> Result<(), LedgerError> {
+        if let Some(copy) = &self.copy {
+            let status = NodeStatus::of(state, copy.gpu_count, copy.units_per_gpu, Vec::new());
+            state_dir::replace_file(
+                &copy.dir,
+                StatusCopy::FILE,
+                status.to_json().as_bytes(),
+                0o644,
+            )?;
+        }
+        state_dir::replace_file(&self.dir, STATE_FILE, state.to_json().as_bytes(), 0o600)?;
+        Ok(())
     }
 
     fn lock(&self) -> Result<File, LedgerError> {
@@ -780,29 +884,9 @@ impl Ledger {
                 Ok(()) => return Ok(file),
                 // A signal to slurmstepd must not fail the job's placement.
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(source) => return Err(io_error("lock", &path, source)),
+                Err(source) => return Err(io_error("lock", &path, source).into()),
             }
         }
-    }
-
-    fn write_state(&self, state: &LedgerState) -> Result<(), LedgerError> {
-        let temp = self.dir.join(TEMP_FILE);
-        // A leftover from a write cut short by a crash; never read, replaced here.
-        remove_if_present(&temp)?;
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&temp)
-            .map_err(|source| io_error("create", &temp, source))?;
-        file.write_all(state.to_text().as_bytes())
-            .map_err(|source| io_error("write", &temp, source))?;
-        file.sync_all()
-            .map_err(|source| io_error("fsync", &temp, source))?;
-        drop(file);
-        let path = self.state_path();
-        fs::rename(&temp, &path).map_err(|source| io_error("rename into place", &path, source))?;
-        sync_dir(&self.dir)
     }
 
     /// Moves the unreadable state file to a fresh `state.corrupt-<unixtime>`
@@ -820,17 +904,54 @@ impl Ledger {
         let path = self.state_path();
         fs::rename(&path, &target)
             .map_err(|source| io_error("move aside unreadable state file", &path, source))?;
-        sync_dir(&self.dir)?;
+        state_dir::sync_dir(&self.dir)?;
         Ok(target)
     }
 }
 
-/// `None` when there is no state file (a fresh node or one just rebooted).
+/// Creates `dir` with an empty state already inside, by building it under
+/// a temporary name beside it and renaming it into place. Returns whether
+/// this call made it (false: another process did at the same time).
+fn create_with_state(dir: &Path, owner: u32) -> Result<bool, LedgerError> {
+    let parent = dir.parent().unwrap_or(Path::new("/"));
+    fs::create_dir_all(parent).map_err(|e| io_error("create", parent, e))?;
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    // A fresh random name (mode 0700) per attempt: concurrent first prologs
+    // each build their own and one rename wins.
+    let temp = tempfile::Builder::new()
+        .prefix(&format!(".{name}.new-"))
+        .tempdir_in(parent)
+        .map_err(|e| io_error("create a directory in", parent, e))?;
+    fs::set_permissions(temp.path(), fs::Permissions::from_mode(0o700))
+        .map_err(|e| io_error("set the mode of", temp.path(), e))?;
+    state_dir::check(temp.path(), owner, Access::Private)?;
+    state_dir::replace_file(
+        temp.path(),
+        STATE_FILE,
+        LedgerState::new().to_json().as_bytes(),
+        0o600,
+    )?;
+    match fs::rename(temp.path(), dir) {
+        Ok(()) => {
+            // Renamed away: nothing left for the guard to remove.
+            let _ = temp.keep();
+            state_dir::sync_dir(parent)?;
+            Ok(true)
+        }
+        Err(_) if fs::symlink_metadata(dir).is_ok() => Ok(false),
+        Err(e) => Err(io_error("create state directory", dir, e).into()),
+    }
+}
+
+/// `None` when there is no state file.
 fn read_state(path: &Path) -> Result<Option<Result<LedgerState, ParseError>>, LedgerError> {
     let bytes = match fs::read(path) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(io_error("read", path, source)),
+        Err(source) => return Err(io_error("read", path, source).into()),
     };
     Ok(Some(match String::from_utf8(bytes) {
         Ok(text) => LedgerState::parse(&text, path),
@@ -849,205 +970,7 @@ fn read_state(path: &Path) -> Result<Option<Result<LedgerState, ParseError>>, Le
     }))
 }
 
-fn parse_header(line: &str) -> Result<(), String> {
-    let expected = format!("expected the header `{HEADER_KEYWORD} version={FORMAT_VERSION}`");
-    let mut words = line.split_ascii_whitespace();
-    if words.next() != Some(HEADER_KEYWORD) {
-        return Err(format!("{expected}, found `{line}`"));
-    }
-    let version = match (words.next(), words.next()) {
-        (Some(word), None) => word.strip_prefix("version=").map(parse_number::<u32>),
-        _ => None,
-    };
-    match version {
-        Some(Ok(FORMAT_VERSION)) => Ok(()),
-        Some(Ok(other)) => Err(format!(
-            "state format version {other} is not supported by this gpushare (it reads version {FORMAT_VERSION})"
-        )),
-        _ => Err(format!("{expected}, found `{line}`")),
-    }
-}
-
-/// The `key=value` fields of one record, each to be taken exactly once.
-struct Fields<'a> {
-    fields: Vec<(&'a str, &'a str)>,
-}
-
-impl<'a> Fields<'a> {
-    fn parse(words: impl Iterator<Item = &'a str>) -> Result<Self, String> {
-        let mut fields: Vec<(&str, &str)> = Vec::new();
-        for word in words {
-            let (key, value) = word
-                .split_once('=')
-                .ok_or_else(|| format!("`{word}` is not key=value"))?;
-            if fields.iter().any(|(seen, _)| *seen == key) {
-                return Err(format!("`{key}` appears twice"));
-            }
-            fields.push((key, value));
-        }
-        Ok(Self { fields })
-    }
-
-    fn take(&mut self, key: &str) -> Result<&'a str, String> {
-        let position = self
-            .fields
-            .iter()
-            .position(|(seen, _)| *seen == key)
-            .ok_or_else(|| format!("`{key}=` is missing"))?;
-        Ok(self.fields.remove(position).1)
-    }
-
-    fn take_number<N: std::str::FromStr>(&mut self, key: &str) -> Result<N, String> {
-        let value = self.take(key)?;
-        parse_number(value).map_err(|problem| format!("`{key}={value}`: {problem}"))
-    }
-
-    fn finish(self) -> Result<(), String> {
-        match self.fields.first() {
-            None => Ok(()),
-            Some((key, _)) => Err(format!("unknown key `{key}`")),
-        }
-    }
-}
-
-/// Plain decimal digits only: `str::parse` would also take a sign.
-fn parse_number<N: std::str::FromStr>(text: &str) -> Result<N, String> {
-    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
-        return Err("not a number".to_string());
-    }
-    text.parse().map_err(|_| "number too large".to_string())
-}
-
-fn parse_record(line: &str) -> Result<Record, String> {
-    let mut words = line.split_ascii_whitespace();
-    let kind = words.next().unwrap_or_default();
-    let mut fields = Fields::parse(words)?;
-    let record = match kind {
-        "share" => {
-            let share = ShareRecord {
-                job: fields.take_number("job")?,
-                uid: fields.take_number("uid")?,
-                user: decode_user(fields.take("user")?)?,
-                gpu: fields.take_number("gpu")?,
-                units: fields.take_number("units")?,
-                since: fields.take_number("since")?,
-            };
-            if share.units == 0 {
-                return Err("`units=0`: a share holds at least 1 unit".to_string());
-            }
-            Record::Share(share)
-        }
-        "whole" => {
-            let job = fields.take_number("job")?;
-            let list = fields.take("gpus")?;
-            let mut gpus = Vec::new();
-            for item in list.split(',') {
-                let gpu: u32 =
-                    parse_number(item).map_err(|problem| format!("`gpus={list}`: {problem}"))?;
-                if gpus.contains(&gpu) {
-                    return Err(format!("`gpus={list}`: GPU {gpu} is listed twice"));
-                }
-                gpus.push(gpu);
-            }
-            gpus.sort_unstable();
-            Record::Whole(WholeRecord {
-                job,
-                gpus,
-                since: fields.take_number("since")?,
-            })
-        }
-        other => {
-            return Err(format!(
-                "unknown record kind `{other}` (expected `share` or `whole`)"
-            ))
-        }
-    };
-    fields.finish()?;
-    Ok(record)
-}
-
-/// Keeps a user name in one field whatever it holds (directory-service
-/// names can have spaces or non-ASCII letters).
-fn encode_user(user: &str) -> String {
-    let mut encoded = String::with_capacity(user.len());
-    for byte in user.bytes() {
-        if byte.is_ascii_graphic() && byte != b'%' {
-            encoded.push(char::from(byte));
-        } else {
-            encoded.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    encoded
-}
-
-fn decode_user(encoded: &str) -> Result<String, String> {
-    let problem = || format!("`user={encoded}`: bad %XX escape");
-    let mut bytes = Vec::with_capacity(encoded.len());
-    let mut rest = encoded.as_bytes();
-    while let Some((&byte, tail)) = rest.split_first() {
-        if byte == b'%' {
-            let hex = tail.get(..2).ok_or_else(problem)?;
-            let hex = std::str::from_utf8(hex).map_err(|_| problem())?;
-            if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-                return Err(problem());
-            }
-            bytes.push(u8::from_str_radix(hex, 16).map_err(|_| problem())?);
-            rest = tail.get(2..).unwrap_or_default();
-        } else {
-            bytes.push(byte);
-            rest = tail;
-        }
-    }
-    String::from_utf8(bytes).map_err(|_| format!("`user={encoded}`: not UTF-8 once decoded"))
-}
-
-fn create_private_dir(dir: &Path) -> Result<(), LedgerError> {
-    DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|source| io_error("create state directory", dir, source))?;
-    let meta = fs::symlink_metadata(dir)
-        .map_err(|source| io_error("inspect state directory", dir, source))?;
-    // The umask may have taken bits the owner needs; only fix a directory
-    // that is really one (the checks in `open` refuse anything else).
-    if meta.is_dir() && !meta.file_type().is_symlink() {
-        fs::set_permissions(dir, Permissions::from_mode(0o700))
-            .map_err(|source| io_error("set mode 0700 on state directory", dir, source))?;
-    }
-    Ok(())
-}
-
-fn remove_if_present(path: &Path) -> Result<(), LedgerError> {
-    match fs::remove_file(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(source) => Err(io_error("remove leftover", path, source)),
-    }
-}
-
-/// Makes a rename in `dir` durable: without it a crash can bring back the
-/// old directory entry.
-fn sync_dir(dir: &Path) -> Result<(), LedgerError> {
-    File::open(dir)
-        .and_then(|handle| handle.sync_all())
-        .map_err(|source| io_error("fsync directory", dir, source))
-}
-
-fn unlock(lock: &File, path: &Path) -> Result<(), LedgerError> {
-    lock.unlock()
-        .map_err(|source| io_error("unlock", path, source))
-}
-
-fn io_error(action: &'static str, path: &Path, source: io::Error) -> LedgerError {
-    LedgerError::Io {
-        action,
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
-fn unix_now() -> u64 {
+pub(crate) fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_secs())
@@ -1063,38 +986,39 @@ fn index(gpu: u32) -> usize {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     use std::sync::Arc;
 
     /// A directory of its own per test, removed even when the test fails.
-    struct TempDir(PathBuf);
+    struct TempDir(tempfile::TempDir);
 
     impl TempDir {
-        fn new(name: &str) -> Self {
-            static NEXT: AtomicU32 = AtomicU32::new(0);
-            let n = NEXT.fetch_add(1, Ordering::Relaxed);
-            let path = std::env::temp_dir()
-                .join(format!("gpushare-ledger-{}-{n}-{name}", std::process::id()));
-            let _ = fs::remove_dir_all(&path);
-            fs::create_dir_all(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            Self(path)
+        fn new() -> Self {
+            Self(tempfile::tempdir().unwrap_or_else(|e| panic!("{e}")))
+        }
+
+        fn path(&self) -> &Path {
+            self.0.path()
         }
 
         fn owner(&self) -> u32 {
-            fs::metadata(&self.0)
+            fs::metadata(self.path())
                 .map(|m| m.uid())
                 .unwrap_or_else(|e| panic!("{e}"))
         }
 
         /// A ledger in `<temp>/gpu-mps`, created by `open` as on a fresh boot.
         fn ledger(&self) -> Ledger {
-            Ledger::open(&self.0.join("gpu-mps"), self.owner()).unwrap_or_else(|e| panic!("{e}"))
+            ok(Ledger::open(&self.path().join("gpu-mps"), self.owner()))
         }
-    }
 
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
+        /// The same, publishing its status copy in `<temp>/gpu-mps-mps`.
+        fn ledger_with_copy(&self) -> Ledger {
+            ok(self.ledger().with_status_copy(StatusCopy {
+                dir: self.path().join("gpu-mps-mps"),
+                gpu_count: 4,
+                units_per_gpu: 100,
+            }))
         }
     }
 
@@ -1131,68 +1055,82 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"))
     }
 
+    fn jobs(state: &LedgerState) -> Vec<u32> {
+        state.shares().map(|s| s.job).collect()
+    }
+
     #[test]
-    fn open_creates_a_missing_directory_private_with_its_parents() {
-        let temp = TempDir::new("create");
+    fn open_creates_a_missing_directory_private_with_an_empty_state() {
+        let temp = TempDir::new();
         // After a reboot /run is empty: neither level exists.
-        let dir = temp.0.join("run").join("gpu-mps");
+        let dir = temp.path().join("run").join("gpu-mps");
         let ledger = ok(Ledger::open(&dir, temp.owner()));
         assert!(ledger.created());
         assert_eq!(mode_of(&dir), 0o700);
+        assert_eq!(mode_of(&ledger.state_path()), 0o600);
         assert_eq!(ledger.dir(), dir.as_path());
         let again = ok(Ledger::open(&dir, temp.owner()));
         assert!(!again.created());
         let snapshot = ok(again.snapshot());
         assert!(snapshot.state.is_empty() && snapshot.set_aside_files.is_empty());
+        // Nothing but the directory itself is left beside it.
+        let names: Vec<String> = fs::read_dir(temp.path().join("run"))
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert_eq!(names, vec!["gpu-mps".to_string()]);
     }
 
     #[test]
     fn open_refuses_a_symlink_even_to_a_good_directory() {
-        let temp = TempDir::new("symlink");
-        let real = temp.0.join("real");
+        let temp = TempDir::new();
+        let real = temp.path().join("real");
         ok(Ledger::open(&real, temp.owner()));
-        let link = temp.0.join("gpu-mps");
+        let link = temp.path().join("gpu-mps");
         std::os::unix::fs::symlink(&real, &link).unwrap_or_else(|e| panic!("{e}"));
         let error = Ledger::open(&link, temp.owner()).err();
         assert!(
-            matches!(&error, Some(LedgerError::DirIsSymlink { dir }) if *dir == link),
+            matches!(&error, Some(LedgerError::Dir(DirError::IsSymlink(dir))) if *dir == link),
             "{error:?}"
         );
         let text = error.map(|e| e.to_string()).unwrap_or_default();
         assert!(text.contains("is a symbolic link"), "{text}");
         // A dangling link is refused too, not followed to create a directory.
-        let dangling = temp.0.join("dangling");
-        std::os::unix::fs::symlink(temp.0.join("nowhere"), &dangling)
+        let dangling = temp.path().join("dangling");
+        std::os::unix::fs::symlink(temp.path().join("nowhere"), &dangling)
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(matches!(
             Ledger::open(&dangling, temp.owner()),
-            Err(LedgerError::DirIsSymlink { .. })
+            Err(LedgerError::Dir(DirError::IsSymlink(_)))
         ));
-        assert!(!temp.0.join("nowhere").exists());
+        assert!(!temp.path().join("nowhere").exists());
     }
 
     #[test]
     fn open_refuses_a_file_in_place_of_the_directory() {
-        let temp = TempDir::new("notdir");
-        let path = temp.0.join("gpu-mps");
+        let temp = TempDir::new();
+        let path = temp.path().join("gpu-mps");
         write(&path, "");
         let error = Ledger::open(&path, temp.owner()).err();
         assert!(
-            matches!(error, Some(LedgerError::NotADirectory { .. })),
+            matches!(error, Some(LedgerError::Dir(DirError::NotADirectory(_)))),
             "{error:?}"
         );
     }
 
     #[test]
     fn open_refuses_a_foreign_owner() {
-        let temp = TempDir::new("owner");
-        let dir = temp.0.join("gpu-mps");
+        let temp = TempDir::new();
+        let dir = temp.path().join("gpu-mps");
         ok(Ledger::open(&dir, temp.owner()));
         let stranger = temp.owner().wrapping_add(1);
         let error = Ledger::open(&dir, stranger).err();
         let text = error.as_ref().map(|e| e.to_string()).unwrap_or_default();
         assert!(
-            matches!(error, Some(LedgerError::DirWrongOwner { owner, expected, .. })
+            matches!(error, Some(LedgerError::Dir(DirError::WrongOwner { owner, expected, .. }))
                 if owner == temp.owner() && expected == stranger),
             "{text}"
         );
@@ -1207,16 +1145,16 @@ mod tests {
 
     #[test]
     fn open_refuses_group_or_other_permissions() {
-        let temp = TempDir::new("mode");
-        let dir = temp.0.join("gpu-mps");
+        let temp = TempDir::new();
+        let dir = temp.path().join("gpu-mps");
         ok(Ledger::open(&dir, temp.owner()));
         for mode in [0o750, 0o701, 0o755, 0o1777] {
-            fs::set_permissions(&dir, Permissions::from_mode(mode))
+            fs::set_permissions(&dir, fs::Permissions::from_mode(mode))
                 .unwrap_or_else(|e| panic!("{e}"));
             let error = Ledger::open(&dir, temp.owner()).err();
             let text = error.as_ref().map(|e| e.to_string()).unwrap_or_default();
             assert!(
-                matches!(error, Some(LedgerError::DirOpenToOthers { mode: m, .. }) if m == mode),
+                matches!(error, Some(LedgerError::Dir(DirError::TooOpen { mode: m, .. })) if m == mode),
                 "{mode:o}: {text}"
             );
             assert!(
@@ -1224,16 +1162,17 @@ mod tests {
                 "{text}"
             );
         }
-        fs::set_permissions(&dir, Permissions::from_mode(0o700)).unwrap_or_else(|e| panic!("{e}"));
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o700))
+            .unwrap_or_else(|e| panic!("{e}"));
         ok(Ledger::open(&dir, temp.owner()));
     }
 
     #[test]
-    fn a_placement_is_written_in_the_documented_format() {
-        let temp = TempDir::new("format");
+    fn a_placement_is_written_as_versioned_json() {
+        let temp = TempDir::new();
         let ledger = temp.ledger();
         let outcome = ok(ledger.place(123, 1000, "alice", 50, 4, 100));
-        assert_eq!(outcome.set_aside, None);
+        assert_eq!(outcome.repair, None);
         let share = outcome.value.share;
         assert!(!outcome.value.already_recorded);
         assert_eq!(
@@ -1248,29 +1187,23 @@ mod tests {
         );
         assert!(share.since > 1_600_000_000);
         ok(ledger.record_whole(124, &[3, 1]));
-        let text = read(&ledger.state_path());
-        let whole_since = ok(ledger.snapshot())
-            .state
-            .whole_holder(124)
-            .map(|w| w.since)
-            .unwrap_or_default();
-        assert_eq!(
-            text,
-            format!(
-                "gpushare-mps-ledger version=1\n\
-                 share job=123 uid=1000 user=alice gpu=0 units=50 since={}\n\
-                 whole job=124 gpus=1,3 since={whole_since}\n",
-                share.since
-            )
-        );
+        let json: serde_json::Value =
+            serde_json::from_str(&read(&ledger.state_path())).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(json["format"], "gpushare-mps-ledger");
+        assert_eq!(json["version"], 2);
+        assert_eq!(json["shares"][0]["job"], 123);
+        assert_eq!(json["shares"][0]["user"], "alice");
+        assert_eq!(json["shares"][0]["units"], 50);
+        assert_eq!(json["whole"][0]["gpus"], serde_json::json!([1, 3]));
+        assert!(json.get("lost").is_none());
         assert_eq!(mode_of(&ledger.state_path()), 0o600);
         assert_eq!(mode_of(&ledger.dir().join(LOCK_FILE)), 0o600);
-        assert!(!ledger.dir().join(TEMP_FILE).exists());
+        assert!(!ledger.dir().join("state.new").exists());
     }
 
     #[test]
     fn placing_a_job_again_returns_its_gpu_unchanged_without_writing() {
-        let temp = TempDir::new("idempotent");
+        let temp = TempDir::new();
         let ledger = temp.ledger();
         assert_eq!(place(&ledger, 1, 50), 0);
         assert_eq!(place(&ledger, 2, 50), 1);
@@ -1293,7 +1226,7 @@ mod tests {
 
     #[test]
     fn halves_spread_one_per_gpu_then_two_per_gpu_then_are_refused() {
-        let temp = TempDir::new("halves");
+        let temp = TempDir::new();
         let ledger = temp.ledger();
         let first: Vec<u32> = (1..=4).map(|job| place(&ledger, job, 50)).collect();
         assert_eq!(first, vec![0, 1, 2, 3]);
@@ -1311,7 +1244,7 @@ mod tests {
                         most_free_on_one_gpu: 0,
                         ..
                     },
-                    set_aside: None,
+                    repair: None,
                 })
             ),
             "{text}"
@@ -1329,45 +1262,32 @@ mod tests {
 
     #[test]
     fn bad_unit_counts_are_refused_before_any_change() {
-        let temp = TempDir::new("units");
+        let temp = TempDir::new();
         let ledger = temp.ledger();
+        let empty = read(&ledger.state_path());
+        let refused = |units, gpus| match ledger.place(1, 1, "u", units, gpus, 100) {
+            Err(LedgerError::Placement { error, .. }) => error,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(refused(0, 4), PlacementError::ZeroUnits);
+        assert_eq!(
+            refused(101, 4),
+            PlacementError::MoreThanOneGpu {
+                units: 101,
+                units_per_gpu: 100
+            }
+        );
+        assert_eq!(refused(10, 0), PlacementError::NoGpus);
         assert!(matches!(
-            ledger.place(1, 1, "u", 0, 4, 100),
-            Err(LedgerError::Placement {
-                error: PlacementError::ZeroUnits,
-                ..
-            })
+            refused(10, u32::MAX),
+            PlacementError::TooManyGpus { .. }
         ));
-        assert!(matches!(
-            ledger.place(1, 1, "u", 101, 4, 100),
-            Err(LedgerError::Placement {
-                error: PlacementError::MoreThanOneGpu {
-                    units: 101,
-                    units_per_gpu: 100
-                },
-                ..
-            })
-        ));
-        assert!(matches!(
-            ledger.place(1, 1, "u", 10, 0, 100),
-            Err(LedgerError::Placement {
-                error: PlacementError::NoGpus,
-                ..
-            })
-        ));
-        assert!(matches!(
-            ledger.place(1, 1, "u", 10, u32::MAX, 100),
-            Err(LedgerError::Placement {
-                error: PlacementError::TooManyGpus { .. },
-                ..
-            })
-        ));
-        assert!(!ledger.state_path().exists());
+        assert_eq!(read(&ledger.state_path()), empty);
     }
 
     #[test]
     fn shares_avoid_gpus_held_whole() {
-        let temp = TempDir::new("whole");
+        let temp = TempDir::new();
         let ledger = temp.ledger();
         let overlap = ok(ledger.record_whole(500, &[0])).value;
         assert!(overlap.is_empty());
@@ -1395,7 +1315,7 @@ mod tests {
 
     #[test]
     fn a_whole_holder_on_shared_gpus_is_reported_as_overlap() {
-        let temp = TempDir::new("overlap");
+        let temp = TempDir::new();
         let ledger = temp.ledger();
         assert_eq!(place(&ledger, 1, 30), 0);
         assert_eq!(place(&ledger, 2, 30), 1);
@@ -1423,7 +1343,7 @@ mod tests {
 
     #[test]
     fn record_whole_is_idempotent_and_needs_gpus() {
-        let temp = TempDir::new("whole-again");
+        let temp = TempDir::new();
         let ledger = temp.ledger();
         ok(ledger.record_whole(7, &[2, 2, 1]));
         let first = read(&ledger.state_path());
@@ -1440,8 +1360,9 @@ mod tests {
 
     #[test]
     fn release_removes_the_job_and_a_second_release_is_a_no_op() {
-        let temp = TempDir::new("release");
+        let temp = TempDir::new();
         let ledger = temp.ledger();
+        let empty = read(&ledger.state_path());
         place(&ledger, 1, 40);
         place(&ledger, 2, 40);
         let released = ok(ledger.release(1)).value;
@@ -1455,29 +1376,17 @@ mod tests {
         ));
         assert!(ok(ledger.release(1)).value.is_empty());
         assert!(ok(ledger.release(77)).value.is_empty());
-        let state = ok(ledger.snapshot()).state;
-        assert_eq!(state.shares().map(|s| s.job).collect::<Vec<_>>(), vec![2]);
+        assert_eq!(jobs(&ok(ledger.snapshot()).state), vec![2]);
         // A job with both kinds loses both.
         ok(ledger.record_whole(2, &[3]));
         assert_eq!(ok(ledger.release(2)).value.len(), 2);
         assert!(ok(ledger.snapshot()).state.is_empty());
-        assert_eq!(
-            read(&ledger.state_path()),
-            "gpushare-mps-ledger version=1\n"
-        );
-    }
-
-    #[test]
-    fn release_on_a_fresh_node_creates_nothing_but_the_lock() {
-        let temp = TempDir::new("fresh-release");
-        let ledger = temp.ledger();
-        assert!(ok(ledger.release(5)).value.is_empty());
-        assert!(!ledger.state_path().exists());
+        assert_eq!(read(&ledger.state_path()), empty);
     }
 
     #[test]
     fn reconcile_drops_the_records_of_jobs_no_longer_running() {
-        let temp = TempDir::new("reconcile");
+        let temp = TempDir::new();
         let ledger = temp.ledger();
         for job in 1..=4 {
             place(&ledger, job, 20);
@@ -1490,10 +1399,7 @@ mod tests {
         dropped_jobs.sort_unstable();
         assert_eq!(dropped_jobs, vec![1, 3, 10]);
         let state = ok(ledger.snapshot()).state;
-        assert_eq!(
-            state.shares().map(|s| s.job).collect::<Vec<_>>(),
-            vec![2, 4]
-        );
+        assert_eq!(jobs(&state), vec![2, 4]);
         assert_eq!(
             state.whole_holders().map(|w| w.job).collect::<Vec<_>>(),
             vec![11]
@@ -1501,102 +1407,129 @@ mod tests {
         assert!(ok(ledger.reconcile(|job| running.contains(&job)))
             .value
             .is_empty());
-        let dropped_lines: Vec<String> = dropped.iter().map(Record::to_string).collect();
+        let lines: Vec<String> = dropped.iter().map(Record::to_string).collect();
         assert!(
-            dropped_lines
+            lines
                 .iter()
-                .any(|l| l.starts_with("whole job=10 gpus=3 since=")),
-            "{dropped_lines:?}"
+                .any(|l| l.starts_with("whole job=10 gpus=[3] since=")),
+            "{lines:?}"
         );
     }
 
     #[test]
-    fn an_unreadable_state_is_set_aside_reported_and_replaced() {
-        let temp = TempDir::new("corrupt");
+    fn an_unreadable_state_without_a_copy_is_set_aside_and_the_node_stops_placing() {
+        let temp = TempDir::new();
         let ledger = temp.ledger();
-        let garbage = "gpushare-mps-ledger version=1\nshare job=1 uid=5 gpu=0 units=10 since=1\n";
+        place(&ledger, 1, 100);
+        let garbage = "{\"format\":\"gpushare-mps-ledger\",\"version\":2,\"shares\":[{\"job\":1}";
         write(&ledger.state_path(), garbage);
         // Readers report it and leave it where it is.
         let error = ledger.snapshot().err();
         let text = error.as_ref().map(|e| e.to_string()).unwrap_or_default();
+        assert!(matches!(&error, Some(LedgerError::Corrupt(_))), "{text}");
         assert!(
-            matches!(
-                &error,
-                Some(LedgerError::Corrupt(ParseError { line: 2, .. }))
-            ),
-            "{text}"
-        );
-        assert!(
-            text.contains(&format!(
-                "{}:2: `user=` is missing",
-                ledger.state_path().display()
-            )),
+            text.contains(&ledger.state_path().display().to_string()),
             "{text}"
         );
         assert_eq!(read(&ledger.state_path()), garbage);
 
-        let outcome = ok(ledger.place(2, 1000, "bob", 30, 4, 100));
-        let set_aside = outcome
-            .set_aside
-            .unwrap_or_else(|| panic!("no set-aside reported"));
-        assert_eq!(set_aside.reason.line, 2);
+        // GPU 0 may be full: placing anywhere would be a guess.
+        let refused = ledger.place(2, 1000, "bob", 30, 4, 100);
+        let Err(LedgerError::Placement {
+            error: PlacementError::LoadsUnknown { reason },
+            repair: Some(repair),
+        }) = refused
+        else {
+            panic!("expected a refusal with a repair, got {refused:?}");
+        };
+        assert!(reason.contains("unreadable"), "{reason}");
+        let moved_to = repair.moved_to.clone().unwrap_or_default();
         assert_eq!(
-            read(&set_aside.moved_to),
+            read(&moved_to),
             garbage,
             "the bad file is kept for the admin"
         );
-        let name = set_aside
-            .moved_to
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned());
-        assert!(name.is_some_and(|n| n.starts_with("state.corrupt-")));
-        assert!(set_aside.to_string().contains("moved to"), "{set_aside}");
-        assert_eq!(outcome.value.share.gpu, 0);
+        assert!(repair.rebuilt_from.is_none());
+        assert!(repair.to_string().contains("gpu-mps gc"), "{repair}");
         let snapshot = ok(ledger.snapshot());
-        assert_eq!(
-            snapshot.state.shares().map(|s| s.job).collect::<Vec<_>>(),
-            vec![2]
-        );
-        assert_eq!(snapshot.set_aside_files, vec![set_aside.moved_to.clone()]);
-
-        // Two corruptions within one second get distinct names.
-        write(&ledger.state_path(), "nonsense\n");
-        let second = ok(ledger.release(2))
-            .set_aside
-            .unwrap_or_else(|| panic!("no set-aside"));
-        assert_ne!(second.moved_to, set_aside.moved_to);
-        assert_eq!(read(&second.moved_to), "nonsense\n");
-        assert_eq!(ok(ledger.snapshot()).set_aside_files.len(), 2);
-        assert!(ok(ledger.snapshot()).state.is_empty());
+        assert!(snapshot.state.lost_reason().is_some());
+        assert_eq!(snapshot.set_aside_files, vec![moved_to]);
+        // Whole-GPU holders are still recorded, releases still work.
+        ok(ledger.record_whole(5, &[1]));
+        assert_eq!(ok(ledger.release(5)).value.len(), 1);
+        // Until an admin's rebuild finds every running share accounted for.
+        let still = ok(ledger.rebuild(|_| vec![1])).value;
+        assert_eq!(still, Err(vec![1]));
+        assert!(ledger.place(2, 1000, "bob", 30, 4, 100).is_err());
+        assert_eq!(ok(ledger.rebuild(|_| Vec::new())).value, Ok(true));
+        assert_eq!(place(&ledger, 2, 30), 0);
+        assert_eq!(ok(ledger.rebuild(|_| Vec::new())).value, Ok(false));
     }
 
     #[test]
-    fn a_refusal_after_setting_aside_still_reports_the_set_aside() {
-        let temp = TempDir::new("corrupt-refused");
-        let ledger = temp.ledger();
-        write(&ledger.state_path(), "\u{0}\u{1}");
-        match ledger.place(1, 1, "u", 10, 0, 100) {
-            Err(LedgerError::Placement {
-                error: PlacementError::NoGpus,
-                set_aside: Some(set_aside),
-            }) => {
-                assert_eq!(set_aside.reason.line, 1);
-            }
-            other => panic!("expected a refusal with set_aside, got {other:?}"),
+    fn a_lost_state_is_rebuilt_from_the_status_copy_and_no_gpu_over_fills() {
+        let temp = TempDir::new();
+        let ledger = temp.ledger_with_copy();
+        for job in 1..=4 {
+            place(&ledger, job, 100);
         }
-        assert!(!ledger.state_path().exists());
-        assert!(ok(ledger.snapshot()).state.is_empty());
+        ok(ledger.record_whole(9, &[3]));
+        ok(ledger.release(4));
+        let copy = temp.path().join("gpu-mps-mps/state");
+        assert_eq!(mode_of(&copy), 0o644);
+        // Corrupt, then missing: both times the loads come back from the copy.
+        for damage in ["corrupt", "missing"] {
+            if damage == "corrupt" {
+                write(&ledger.state_path(), "\u{1}\u{2}");
+            } else {
+                fs::remove_file(ledger.state_path()).unwrap_or_else(|e| panic!("{e}"));
+            }
+            let refused = ledger.place(10, 1, "u", 50, 4, 100);
+            let Err(LedgerError::Placement {
+                error: PlacementError::NoGpuHasRoom { .. },
+                repair: Some(repair),
+            }) = refused
+            else {
+                panic!("{damage}: expected the rebuilt loads to refuse, got {refused:?}");
+            };
+            assert_eq!(
+                repair.rebuilt_from.as_deref(),
+                Some(copy.as_path()),
+                "{damage}"
+            );
+            assert_eq!(repair.moved_to.is_some(), damage == "corrupt");
+            let state = ok(ledger.snapshot()).state;
+            assert_eq!(jobs(&state), vec![1, 2, 3], "{damage}");
+            assert_eq!(state.whole_holder(9).map(|w| w.gpus.clone()), Some(vec![3]));
+            assert!(state.lost_reason().is_none());
+        }
+    }
+
+    #[test]
+    fn the_text_format_of_gpushare_0_1_is_named_and_set_aside() {
+        let temp = TempDir::new();
+        let ledger = temp.ledger();
+        let old =
+            "gpushare-mps-ledger version=1\nshare job=1 uid=5 user=a gpu=0 units=10 since=1\n";
+        write(&ledger.state_path(), old);
+        let text = ledger
+            .snapshot()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(text.contains("text format of gpushare 0.1"), "{text}");
+        let repair = ok(ledger.release(1))
+            .repair
+            .unwrap_or_else(|| panic!("no repair"));
+        assert_eq!(read(&repair.moved_to.unwrap_or_default()), old);
     }
 
     #[test]
     fn non_utf8_state_names_the_line() {
-        let temp = TempDir::new("utf8");
+        let temp = TempDir::new();
         let ledger = temp.ledger();
-        fs::write(
-            ledger.state_path(),
-            b"gpushare-mps-ledger version=1\nshare \xff\n",
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
+        fs::write(ledger.state_path(), b"{\n\"format\": \"\xff\"}")
+            .unwrap_or_else(|e| panic!("{e}"));
         let error = ledger.snapshot().err();
         assert!(
             matches!(&error, Some(LedgerError::Corrupt(ParseError { line: 2, problem, .. })) if problem == "not UTF-8 text"),
@@ -1606,34 +1539,26 @@ mod tests {
 
     #[test]
     fn a_leftover_temp_file_is_ignored_and_replaced() {
-        let temp = TempDir::new("leftover");
+        let temp = TempDir::new();
         let ledger = temp.ledger();
         place(&ledger, 1, 50);
         let good = read(&ledger.state_path());
         // A crash between creating the temp file and the rename.
-        let leftover = ledger.dir().join(TEMP_FILE);
-        write(
-            &leftover,
-            "gpushare-mps-ledger version=1\nshare job=99 uid=1 user=x gpu=3 un",
-        );
+        let leftover = ledger.dir().join("state.new");
+        write(&leftover, "{\"format\":\"gpushare-mps-ledger\",\"vers");
         assert_eq!(read(&ledger.state_path()), good);
-        let state = ok(ledger.snapshot()).state;
-        assert_eq!(state.shares().map(|s| s.job).collect::<Vec<_>>(), vec![1]);
+        assert_eq!(jobs(&ok(ledger.snapshot()).state), vec![1]);
         // A no-op leaves it (it is harmless); the next write replaces it.
         ok(ledger.release(42));
         assert_eq!(place(&ledger, 2, 50), 1);
         assert!(!leftover.exists());
-        let state = ok(ledger.snapshot()).state;
-        assert_eq!(
-            state.shares().map(|s| s.job).collect::<Vec<_>>(),
-            vec![1, 2]
-        );
+        assert_eq!(jobs(&ok(ledger.snapshot()).state), vec![1, 2]);
         assert!(ok(ledger.snapshot()).set_aside_files.is_empty());
     }
 
     #[test]
     fn the_state_survives_the_directory_being_wiped_as_by_a_reboot() {
-        let temp = TempDir::new("reboot");
+        let temp = TempDir::new();
         let ledger = temp.ledger();
         place(&ledger, 1, 50);
         fs::remove_dir_all(ledger.dir()).unwrap_or_else(|e| panic!("{e}"));
@@ -1643,6 +1568,61 @@ mod tests {
         assert_eq!(place(&fresh, 2, 50), 0);
     }
 
+    #[test]
+    fn parse_refuses_what_it_cannot_trust() {
+        let share = r#"{"job":1,"uid":2,"user":"a","gpu":0,"units":10,"since":3}"#;
+        let file = |shares: &str, whole: &str, extra: &str| {
+            format!(
+                r#"{{"format":"gpushare-mps-ledger","version":2,"shares":[{shares}],"whole":[{whole}]{extra}}}"#
+            )
+        };
+        let cases: Vec<(String, &str)> = vec![
+            (String::new(), "EOF"),
+            (file(share, "", ",\"colour\":1"), "unknown field `colour`"),
+            (
+                file(&share.replace("\"units\":10", "\"units\":0"), "", ""),
+                "at least 1 unit",
+            ),
+            (
+                file(&format!("{share},{share}"), "", ""),
+                "two share records",
+            ),
+            (
+                file("", r#"{"job":4,"gpus":[],"since":1}"#, ""),
+                "non-empty list",
+            ),
+            (
+                file("", r#"{"job":4,"gpus":[1,1],"since":1}"#, ""),
+                "without repeats",
+            ),
+            (
+                file(&share.replace("\"units\":10", "\"units\":-1"), "", ""),
+                "invalid value",
+            ),
+            (
+                file(share, "", "").replace("\"version\":2", "\"version\":3"),
+                "version 3",
+            ),
+        ];
+        for (text, want) in cases {
+            match LedgerState::parse(&text, Path::new("/run/gpu-mps/state")) {
+                Ok(state) => panic!("{text:?} parsed as {state:?}"),
+                Err(e) => assert!(
+                    e.to_string().contains(want),
+                    "{text:?}: {e} (wanted {want:?})"
+                ),
+            }
+        }
+        let good = LedgerState::parse(
+            &file(share, r#"{"job":4,"gpus":[3,1],"since":1}"#, ""),
+            Path::new("s"),
+        );
+        let good = good.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            good.whole_holder(4).map(|w| w.gpus.clone()),
+            Some(vec![1, 3])
+        );
+    }
     #[test]
     fn per_gpu_view_shows_unconfigured_and_over_capacity_gpus() {
         let mut state = LedgerState::new();
@@ -1714,150 +1694,6 @@ mod tests {
         assert_eq!(state.per_gpu(1, 100).len(), 3);
     }
 
-    #[test]
-    fn parse_accepts_comments_blank_lines_and_any_key_order() {
-        let text = "gpushare-mps-ledger version=1\n\n# hand note\n  \
-                    share since=5 units=10 gpu=1 user=a%20b uid=7 job=3\nwhole gpus=3,1 job=4 since=6\n";
-        let state = LedgerState::parse(text, Path::new("state"));
-        let state = state.unwrap_or_else(|e| panic!("{e}"));
-        let share = state.share(3).cloned();
-        assert_eq!(
-            share.map(|s| (s.user, s.uid, s.gpu, s.units, s.since)),
-            Some(("a b".to_string(), 7, 1, 10, 5))
-        );
-        assert_eq!(
-            state.whole_holder(4).map(|w| w.gpus.clone()),
-            Some(vec![1, 3])
-        );
-    }
-
-    #[test]
-    fn parse_errors_name_the_line_and_the_problem() {
-        let header = "gpushare-mps-ledger version=1\n";
-        let share = "share job=1 uid=2 user=a gpu=0 units=10 since=3";
-        let cases: Vec<(String, usize, &str)> = vec![
-            (String::new(), 1, "empty file"),
-            ("gpushare-mps-ledger version=1".into(), 1, "no newline"),
-            (
-                format!("{header}{share}"),
-                2,
-                "no newline: the file was cut short",
-            ),
-            ("something else\n".into(), 1, "expected the header"),
-            (
-                "gpushare-mps-ledger version=2\n".into(),
-                1,
-                "version 2 is not supported",
-            ),
-            (
-                "gpushare-mps-ledger version=x\n".into(),
-                1,
-                "expected the header",
-            ),
-            (
-                "gpushare-mps-ledger version=1 extra\n".into(),
-                1,
-                "expected the header",
-            ),
-            (
-                format!("{header}lease job=1\n"),
-                2,
-                "unknown record kind `lease`",
-            ),
-            (
-                format!("{header}share job=1 uid=2 user=a gpu=0 units=10\n"),
-                2,
-                "`since=` is missing",
-            ),
-            (format!("{header}{share} gpu=1\n"), 2, "`gpu` appears twice"),
-            (
-                format!("{header}{share} colour=red\n"),
-                2,
-                "unknown key `colour`",
-            ),
-            (
-                format!("{header}{share} loose\n"),
-                2,
-                "`loose` is not key=value",
-            ),
-            (
-                format!("{header}share job=1 uid=+2 user=a gpu=0 units=10 since=3\n"),
-                2,
-                "`uid=+2`: not a number",
-            ),
-            (
-                format!("{header}share job=1 uid=2 user=a gpu=0 units=10 since=\n"),
-                2,
-                "`since=`: not a number",
-            ),
-            (
-                format!("{header}share job=99999999999 uid=2 user=a gpu=0 units=1 since=3\n"),
-                2,
-                "number too large",
-            ),
-            (
-                format!("{header}share job=1 uid=2 user=a gpu=0 units=0 since=3\n"),
-                2,
-                "at least 1 unit",
-            ),
-            (
-                format!("{header}share job=1 uid=2 user=a%2 gpu=0 units=1 since=3\n"),
-                2,
-                "bad %XX escape",
-            ),
-            (
-                format!("{header}share job=1 uid=2 user=a%zz gpu=0 units=1 since=3\n"),
-                2,
-                "bad %XX escape",
-            ),
-            (
-                format!("{header}share job=1 uid=2 user=%FF gpu=0 units=1 since=3\n"),
-                2,
-                "not UTF-8 once decoded",
-            ),
-            (
-                format!("{header}{share}\n# ok\n{share}\n"),
-                4,
-                "job 1 already has a share record on line 2",
-            ),
-            (
-                format!("{header}whole job=1 gpus=1 since=1\nwhole job=1 gpus=2 since=1\n"),
-                3,
-                "already has a whole record on line 2",
-            ),
-            (
-                format!("{header}whole job=1 gpus= since=1\n"),
-                2,
-                "`gpus=`: not a number",
-            ),
-            (
-                format!("{header}whole job=1 gpus=1,,2 since=1\n"),
-                2,
-                "not a number",
-            ),
-            (
-                format!("{header}whole job=1 gpus=2,1,2 since=1\n"),
-                2,
-                "GPU 2 is listed twice",
-            ),
-        ];
-        for (text, line, problem) in cases {
-            match LedgerState::parse(&text, Path::new("/run/gpu-mps/state")) {
-                Ok(state) => panic!("{text:?} parsed as {state:?}"),
-                Err(error) => {
-                    assert_eq!(error.line, line, "{text:?}: {error}");
-                    assert!(error.problem.contains(problem), "{text:?}: {error}");
-                    assert!(
-                        error
-                            .to_string()
-                            .starts_with(&format!("/run/gpu-mps/state:{line}: ")),
-                        "{error}"
-                    );
-                }
-            }
-        }
-    }
-
     fn any_share() -> impl Strategy<Value = ShareRecord> {
         (
             any::<u32>(),
@@ -1895,20 +1731,17 @@ mod tests {
         fn every_state_survives_writing_and_reading_back(
             shares in proptest::collection::vec(any_share(), 0..8),
             wholes in proptest::collection::vec(any_whole(), 0..4),
+            lost in proptest::option::of(any::<String>()),
         ) {
-            let mut state = LedgerState::new();
+            let mut state = lost.map_or_else(LedgerState::new, LedgerState::lost);
             for share in shares {
                 state.insert_share(share);
             }
             for whole in wholes {
                 state.insert_whole(whole);
             }
-            let text = state.to_text();
-            let parsed = LedgerState::parse(&text, Path::new("state"));
+            let parsed = LedgerState::parse(&state.to_json(), Path::new("state"));
             prop_assert_eq!(parsed, Ok(state));
-            // One record per line, whatever the user names hold.
-            let records = text.lines().count() - 1;
-            prop_assert_eq!(records, text.lines().skip(1).filter(|l| l.starts_with("share ") || l.starts_with("whole ")).count());
         }
     }
 
@@ -1933,8 +1766,8 @@ mod tests {
 
     #[test]
     fn concurrent_threads_never_over_fill_and_stay_balanced() {
-        let temp = TempDir::new("threads");
-        let dir = Arc::new(temp.0.join("gpu-mps"));
+        let temp = TempDir::new();
+        let dir = Arc::new(temp.path().join("gpu-mps"));
         let owner = temp.owner();
         let threads: Vec<_> = (0..8u32)
             .map(|thread| {
@@ -1954,13 +1787,25 @@ mod tests {
 
     const WORKER_DIR: &str = "GPUSHARE_LEDGER_TEST_WORKER_DIR";
     const WORKER_ID: &str = "GPUSHARE_LEDGER_TEST_WORKER_ID";
+    const WORKER_GATE: &str = "GPUSHARE_LEDGER_TEST_WORKER_GATE";
+
+    fn now_ns() -> u128 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    }
 
     /// Does nothing in a normal run; the multi-process test re-runs this
-    /// binary with only this test selected and the variables set.
+    /// binary with only this test selected and the variables set. It waits
+    /// at the gate so all workers start placing together, and prints when
+    /// it started and ended placing.
     #[test]
     fn process_worker() {
-        let (Some(dir), Some(id)) = (std::env::var_os(WORKER_DIR), std::env::var_os(WORKER_ID))
-        else {
+        let (Some(dir), Some(id), Some(gate)) = (
+            std::env::var_os(WORKER_DIR),
+            std::env::var_os(WORKER_ID),
+            std::env::var_os(WORKER_GATE),
+        ) else {
             return;
         };
         let id: u32 = id
@@ -1971,6 +1816,15 @@ mod tests {
         let owner = fs::metadata(dir.parent().unwrap_or(Path::new("/")))
             .map(|m| m.uid())
             .unwrap_or_else(|e| panic!("{e}"));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !Path::new(&gate).exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the gate never opened"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let start = now_ns();
         let threads: Vec<_> = (0..2u32)
             .map(|thread| {
                 let dir = dir.clone();
@@ -1984,28 +1838,44 @@ mod tests {
                 std::panic::resume_unwind(panic);
             }
         }
+        println!("worker-interval {start} {}", now_ns());
     }
 
     #[test]
     fn concurrent_processes_never_over_fill_and_stay_balanced() {
-        let temp = TempDir::new("processes");
-        let dir = temp.0.join("gpu-mps");
+        let temp = TempDir::new();
+        let dir = temp.path().join("gpu-mps");
+        // Created once up front, as the first prolog after a boot would.
+        ok(Ledger::open(&dir, temp.owner()));
+        let gate = temp.path().join("gate");
         let exe = std::env::current_exe().unwrap_or_else(|e| panic!("{e}"));
         let test_name = format!(
             "{}::process_worker",
             module_path!().split_once("::").map_or("", |(_, rest)| rest)
         );
+        // All spawned before any is waited for: they run at the same time.
         let workers: Vec<_> = (0..4u32)
             .map(|id| {
                 std::process::Command::new(&exe)
-                    .args([test_name.as_str(), "--exact", "--test-threads=1", "--quiet"])
+                    .args([
+                        test_name.as_str(),
+                        "--exact",
+                        "--test-threads=1",
+                        "--nocapture",
+                    ])
                     .env(WORKER_DIR, &dir)
                     .env(WORKER_ID, id.to_string())
-                    .output()
+                    .env(WORKER_GATE, &gate)
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap_or_else(|e| panic!("{e}"))
             })
             .collect();
+        write(&gate, "");
+        let mut intervals = Vec::new();
         for worker in workers {
-            let output = worker.unwrap_or_else(|e| panic!("{e}"));
+            let output = worker.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
             let stdout = String::from_utf8_lossy(&output.stdout);
             assert!(
                 output.status.success(),
@@ -2013,11 +1883,21 @@ mod tests {
                 output.status,
                 String::from_utf8_lossy(&output.stderr)
             );
-            assert!(
-                stdout.contains("1 passed"),
-                "the worker test did not run: {stdout}"
-            );
+            let interval = stdout
+                .lines()
+                .find_map(|l| l.split("worker-interval ").nth(1))
+                .and_then(|l| l.split_once(' '))
+                .and_then(|(a, b)| Some((a.parse::<u128>().ok()?, b.parse::<u128>().ok()?)))
+                .unwrap_or_else(|| panic!("the worker test did not run: {stdout}"));
+            intervals.push(interval);
         }
+        // The property under test needs the workers to overlap in time.
+        let latest_start = intervals.iter().map(|i| i.0).max().unwrap_or(0);
+        let earliest_end = intervals.iter().map(|i| i.1).min().unwrap_or(0);
+        assert!(
+            latest_start < earliest_end,
+            "the workers ran one after another, not at once: {intervals:?}"
+        );
         assert_balanced_full_house(&temp.ledger(), 32);
     }
 }

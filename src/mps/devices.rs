@@ -174,7 +174,8 @@ mod tests {
 
     #[test]
     fn rules_go_top_down_and_denies_to_the_job_level() {
-        let root = std::env::temp_dir().join(format!("gpushare-devcg-{}", std::process::id()));
+        let temp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let root = temp.path();
         let task = root.join("slurm/uid_0/job_9/step_batch/task_0");
         fs::create_dir_all(&task).unwrap_or_else(|e| panic!("{e}"));
         let levels = job_levels(&task).unwrap_or_default();
@@ -193,7 +194,6 @@ mod tests {
             "c 195:3 rwm"
         );
         assert!(!levels[1].join("devices.deny").exists());
-        let _ = fs::remove_dir_all(&root);
     }
 
     #[test]

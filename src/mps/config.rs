@@ -3,7 +3,7 @@
 //! Read by the SPANK plugin `gpu_mps` (slurmstepd), by `gpu-mps-prolog` and
 //! `gpu-mps-epilog` (slurmd) and by the `gpu-mps` admin command, from the
 //! directory of the slurm.conf in use. Slurm `Key=Value` syntax (see
-//! [`crate::kv`]); every error names `file:line`.
+//! [`crate::shared::syntax`]); every error names `file:line`.
 //!
 //! ```text
 //! UnitsPerGPU=100                  # mps units one GPU holds (a job's share = units / UnitsPerGPU)
@@ -12,12 +12,12 @@
 //! SlurmMpsCount=1600               # the node's gres.conf `Name=mps Count=`; enables the checks and the fallback
 //! GPUMemory=48G                    # per GPU; caps each client's device memory in proportion to its units
 //! MPSControl=/usr/bin/nvidia-cuda-mps-control   # or `none`; default: found in PATH, skipped when absent
+//! SyslogSocket=/dev/log            # where the prolog and epilog log (default /dev/log)
 //! ```
 
-use std::fmt;
 use std::path::PathBuf;
 
-use crate::kv::{self, WordError};
+use crate::shared::syntax::{self as kv, ConfigError, MissingEquals};
 
 /// Default `UnitsPerGPU`.
 pub const DEFAULT_UNITS_PER_GPU: u32 = 100;
@@ -49,6 +49,8 @@ pub struct GpuMpsConfig {
     /// Device memory of one GPU, in MiB.
     pub gpu_memory_mib: Option<u64>,
     pub mps_control: MpsControl,
+    /// Where the prolog and epilog send their log lines (`None`: /dev/log).
+    pub syslog_socket: Option<PathBuf>,
 }
 
 impl Default for GpuMpsConfig {
@@ -60,126 +62,142 @@ impl Default for GpuMpsConfig {
             slurm_mps_count: None,
             gpu_memory_mib: None,
             mps_control: MpsControl::default(),
+            syslog_socket: None,
         }
     }
 }
 
-/// A problem in the file, shown as `file:line: reason`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    pub file: String,
-    pub line: usize,
-    pub reason: String,
+/// The keys of `gpu_mps.conf`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Key {
+    UnitsPerGpu,
+    GpuDevices,
+    StateDir,
+    SlurmMpsCount,
+    GpuMemory,
+    MpsControl,
+    SyslogSocket,
 }
 
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}: {}", self.file, self.line, self.reason)
+impl Key {
+    const ALL: [Key; 7] = [
+        Key::UnitsPerGpu,
+        Key::GpuDevices,
+        Key::StateDir,
+        Key::SlurmMpsCount,
+        Key::GpuMemory,
+        Key::MpsControl,
+        Key::SyslogSocket,
+    ];
+
+    /// The canonical spelling, used in messages.
+    fn name(self) -> &'static str {
+        match self {
+            Key::UnitsPerGpu => "UnitsPerGPU",
+            Key::GpuDevices => "GPUDevices",
+            Key::StateDir => "StateDir",
+            Key::SlurmMpsCount => "SlurmMpsCount",
+            Key::GpuMemory => "GPUMemory",
+            Key::MpsControl => "MPSControl",
+            Key::SyslogSocket => "SyslogSocket",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<Key> {
+        kv::key_named(&Key::ALL, Key::name, name)
+    }
+
+    /// Sets this key's field of `cfg` from `value` (never empty).
+    fn apply(self, cfg: &mut GpuMpsConfig, value: &str) -> Result<(), String> {
+        match self {
+            Key::UnitsPerGpu => {
+                cfg.units_per_gpu = value
+                    .parse()
+                    .ok()
+                    .filter(|&u: &u32| (1..=1_000_000).contains(&u))
+                    .ok_or_else(|| {
+                        format!("UnitsPerGPU must be an integer from 1 to 1000000, got \"{value}\"")
+                    })?;
+            }
+            Key::GpuDevices => cfg.gpu_devices = Some(expand_devices(value)?),
+            Key::StateDir => {
+                if !value.starts_with('/') {
+                    return Err(format!(
+                        "StateDir must be an absolute path, got \"{value}\""
+                    ));
+                }
+                cfg.state_dir = PathBuf::from(value);
+            }
+            Key::SlurmMpsCount => {
+                let count = value.parse().ok().filter(|&c: &u64| c > 0);
+                cfg.slurm_mps_count = Some(count.ok_or_else(|| {
+                    format!("SlurmMpsCount must be a positive integer, got \"{value}\"")
+                })?);
+            }
+            Key::GpuMemory => {
+                cfg.gpu_memory_mib = Some(parse_mib(value).ok_or_else(|| {
+                    format!("GPUMemory must be a size such as 48G or 40960M, got \"{value}\"")
+                })?);
+            }
+            Key::MpsControl => {
+                cfg.mps_control = if value.eq_ignore_ascii_case("none") {
+                    MpsControl::Disabled
+                } else if value.starts_with('/') {
+                    MpsControl::Program(PathBuf::from(value))
+                } else {
+                    return Err(format!(
+                        "MPSControl must be an absolute path or none, got \"{value}\""
+                    ));
+                };
+            }
+            Key::SyslogSocket => {
+                if !value.starts_with('/') {
+                    return Err(format!(
+                        "SyslogSocket must be an absolute path, got \"{value}\""
+                    ));
+                }
+                cfg.syslog_socket = Some(PathBuf::from(value));
+            }
+        }
+        Ok(())
     }
 }
-
-impl std::error::Error for ConfigError {}
-
-const KEYS: [&str; 6] = [
-    "UnitsPerGPU",
-    "GPUDevices",
-    "StateDir",
-    "SlurmMpsCount",
-    "GPUMemory",
-    "MPSControl",
-];
 
 /// Parses the text of `gpu_mps.conf`; `file` only names it in errors.
 pub fn parse(text: &str, file: &str) -> Result<GpuMpsConfig, ConfigError> {
     let mut cfg = GpuMpsConfig::default();
-    let mut seen: [Option<usize>; KEYS.len()] = [None; KEYS.len()];
+    let mut seen: Vec<(Key, usize)> = Vec::new();
     for (line, pairs) in kv::lines(text) {
-        let err = |reason: String| ConfigError {
-            file: file.to_owned(),
-            line,
-            reason,
-        };
-        let pairs = pairs.map_err(|e| {
-            err(match e {
-                WordError::MissingEquals(w) => format!("expected Key=Value, got \"{w}\""),
-                WordError::EmptyValue(k) => format!("{k} has an empty value"),
-            })
-        })?;
+        let err = |reason: String| ConfigError::new(file, line, reason);
+        let pairs =
+            pairs.map_err(|MissingEquals(w)| err(format!("expected Key=Value, got \"{w}\"")))?;
         for p in pairs {
-            let Some(index) = KEYS.iter().position(|k| k.eq_ignore_ascii_case(p.key)) else {
+            let Some(key) = Key::from_name(p.key) else {
+                let known: Vec<&str> = Key::ALL.iter().map(|k| k.name()).collect();
                 return Err(err(format!(
                     "unknown key \"{}\" (known: {})",
                     p.key,
-                    KEYS.join(", ")
+                    known.join(", ")
                 )));
             };
-            let key = KEYS[index];
-            if let Some(first) = seen[index] {
-                return Err(err(format!("{key} already set on line {first}")));
+            if p.value.is_empty() {
+                return Err(err(format!("{} has an empty value", key.name())));
             }
-            seen[index] = Some(line);
-            match index {
-                0 => {
-                    cfg.units_per_gpu = p
-                        .value
-                        .parse()
-                        .ok()
-                        .filter(|&u: &u32| (1..=1_000_000).contains(&u))
-                        .ok_or_else(|| {
-                            err(format!(
-                                "UnitsPerGPU must be an integer from 1 to 1000000, got \"{}\"",
-                                p.value
-                            ))
-                        })?;
-                }
-                1 => cfg.gpu_devices = Some(expand_devices(p.value).map_err(err)?),
-                2 => {
-                    if !p.value.starts_with('/') {
-                        return Err(err(format!(
-                            "StateDir must be an absolute path, got \"{}\"",
-                            p.value
-                        )));
-                    }
-                    cfg.state_dir = PathBuf::from(p.value);
-                }
-                3 => {
-                    cfg.slurm_mps_count = Some(
-                        p.value
-                            .parse()
-                            .ok()
-                            .filter(|&c: &u64| c > 0)
-                            .ok_or_else(|| {
-                                err(format!(
-                                    "SlurmMpsCount must be a positive integer, got \"{}\"",
-                                    p.value
-                                ))
-                            })?,
-                    );
-                }
-                4 => {
-                    cfg.gpu_memory_mib = Some(parse_mib(p.value).ok_or_else(|| {
-                        err(format!(
-                            "GPUMemory must be a size such as 48G or 40960M, got \"{}\"",
-                            p.value
-                        ))
-                    })?)
-                }
-                _ => {
-                    cfg.mps_control = if p.value.eq_ignore_ascii_case("none") {
-                        MpsControl::Disabled
-                    } else if p.value.starts_with('/') {
-                        MpsControl::Program(PathBuf::from(p.value))
-                    } else {
-                        return Err(err(format!(
-                            "MPSControl must be an absolute path or none, got \"{}\"",
-                            p.value
-                        )));
-                    };
-                }
+            if let Some((_, first)) = seen.iter().find(|(k, _)| *k == key) {
+                return Err(err(format!("{} already set on line {first}", key.name())));
             }
+            seen.push((key, line));
+            key.apply(&mut cfg, p.value).map_err(err)?;
         }
     }
     Ok(cfg)
+}
+
+/// Reads and parses the file at `path`. `Ok(None)`: there is none, so the
+/// node shares nothing (what the prolog, epilog and SPANK plugin do with
+/// that is theirs to decide).
+pub fn load(path: &std::path::Path) -> Result<Option<GpuMpsConfig>, ConfigError> {
+    kv::load(path, parse)
 }
 
 /// `48G`, `40960M`, `40960` (MiB) → MiB.
@@ -256,14 +274,16 @@ impl GpuMpsConfig {
         u64::from(gpus) * u64::from(gpus) * u64::from(self.units_per_gpu)
     }
 
-    /// Units from Slurm's `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`, the fallback
-    /// when the job_submit plugin did not record them: Slurm's percentage is
-    /// relative to Count / gpus and rounded down, so this is approximate.
-    pub fn units_from_percentage(&self, percent: u32, gpus: u32) -> Option<u32> {
-        let count = self.slurm_mps_count?;
-        let per_gpu = count.checked_div(u64::from(gpus))?;
-        let units = (u64::from(percent) * per_gpu).div_ceil(100);
-        u32::try_from(units).ok().filter(|&u| u > 0)
+    /// Slurm's mps count of one GPU, which its
+    /// `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` is relative to: the node's Count
+    /// (`SlurmMpsCount`, else the one [`Self::slurm_count_for`] prescribes)
+    /// over its GPUs, on every release (22.05 books it all on GPU 0 but
+    /// still divides by the GPUs).
+    pub fn slurm_per_gpu_count(&self, gpus: u32) -> u64 {
+        let count = self
+            .slurm_mps_count
+            .unwrap_or_else(|| self.slurm_count_for(gpus));
+        count.checked_div(u64::from(gpus)).unwrap_or(count)
     }
 
     /// `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT` value for a client of `units`.
@@ -318,6 +338,7 @@ mod tests {
             ("GPUDevices=/dev/nvidia[0-1\n", "f:1: bad brackets"),
             ("GPUMemory=lots\n", "f:1: GPUMemory must be a size"),
             ("StateDir\n", "f:1: expected Key=Value, got \"StateDir\""),
+            ("statedir=\n", "f:1: StateDir has an empty value"),
         ];
         for (text, want) in cases {
             let e = parse(text, "f")
@@ -336,8 +357,8 @@ mod tests {
         };
         assert_eq!(cfg.slurm_count_for(4), 1600);
         // mps:50 on a 4-GPU node with Count=1600: Slurm says 12 % (of 400).
-        assert_eq!(cfg.units_from_percentage(12, 4), Some(48));
-        assert_eq!(cfg.units_from_percentage(25, 4), Some(100));
-        assert_eq!(GpuMpsConfig::default().units_from_percentage(12, 4), None);
+        assert_eq!(cfg.slurm_per_gpu_count(4), 400);
+        assert_eq!(GpuMpsConfig::default().slurm_per_gpu_count(4), 400);
+        assert_eq!(GpuMpsConfig::default().slurm_per_gpu_count(0), 0);
     }
 }

@@ -22,7 +22,9 @@ use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
 
-use crate::qos_conf::GpuQosConfig;
+use serde::{Deserialize, Serialize};
+
+use super::config::GpuQosConfig;
 
 /// The arguments `gpu-qos` passes to `sacctmgr`; [`parse_sacctmgr`] reads
 /// exactly these three fields.
@@ -667,61 +669,72 @@ pub fn summary_line(file: &str, cfg: &GpuQosConfig, db: &[QosRecord], tally: Tal
     )
 }
 
-/// `check`'s result as one JSON object, for monitoring scripts. Written by
-/// hand: the core takes no serialisation dependency for one small object.
-pub fn report_json(file: &str, findings: &[Finding]) -> String {
-    let tally = Tally::of(findings);
-    let mut out = String::from("{");
-    let _ = write!(
-        out,
-        "\"conf\":{},\"exit\":{},\"errors\":{},\"warnings\":{},\"notes\":{},\"findings\":[",
-        json_string(file),
-        tally.exit_code(),
-        tally.errors,
-        tally.warnings,
-        tally.notes
-    );
-    for (i, f) in findings.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        let _ = write!(
-            out,
-            "{{\"severity\":\"{}\",\"kind\":\"{}\",\"qos\":{},\"message\":{}}}",
-            f.severity(),
-            f.kind(),
-            json_string(f.qos()),
-            json_string(&f.to_string())
-        );
-    }
-    out.push_str("]}");
-    out
+/// One finding as `check --json` prints it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FindingJson {
+    pub severity: String,
+    pub kind: String,
+    pub qos: String,
+    pub message: String,
 }
 
-/// The JSON for `check` when it could not check (exit 2).
-pub fn unchecked_json(reason: &str) -> String {
-    format!("{{\"exit\":2,\"error\":{}}}", json_string(reason))
+/// What `check --json` prints: the result, or why there is none (`exit`
+/// 2 and `error`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckJson {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conf: Option<String>,
+    pub exit: u8,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default)]
+    pub errors: usize,
+    #[serde(default)]
+    pub warnings: usize,
+    #[serde(default)]
+    pub notes: usize,
+    #[serde(default)]
+    pub findings: Vec<FindingJson>,
 }
 
-/// A JSON string literal; paths and QOS names are admin-controlled text.
-pub fn json_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
+impl CheckJson {
+    pub fn report(file: &str, findings: &[Finding]) -> Self {
+        let tally = Tally::of(findings);
+        Self {
+            conf: Some(file.to_owned()),
+            exit: tally.exit_code(),
+            error: None,
+            errors: tally.errors,
+            warnings: tally.warnings,
+            notes: tally.notes,
+            findings: findings
+                .iter()
+                .map(|f| FindingJson {
+                    severity: f.severity().to_string(),
+                    kind: f.kind().to_string(),
+                    qos: f.qos().to_owned(),
+                    message: f.to_string(),
+                })
+                .collect(),
         }
     }
-    out.push('"');
-    out
+
+    /// `check` could not check (exit 2).
+    pub fn unchecked(reason: &str) -> Self {
+        Self {
+            conf: None,
+            exit: 2,
+            error: Some(reason.to_owned()),
+            errors: 0,
+            warnings: 0,
+            notes: 0,
+            findings: Vec::new(),
+        }
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
 }
 
 /// A complete `gpu_qos.conf` for the database: one rule per set of QOS with
@@ -851,7 +864,7 @@ pub fn generate(db: &[QosRecord]) -> String {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::qos_conf;
+    use crate::qos::config as qos_conf;
     use proptest::prelude::*;
 
     const FILE: &str = "gpu_qos.conf";
@@ -870,7 +883,7 @@ qos_lafferty|gres/gpu:a40=4|lowprio
 qos_yildirim|gres/gpu:a40=12|lowprio
 ";
 
-    const SITE_CONF: &str = include_str!("../plugins/job_submit_gpu_qos/gpu_qos.conf.example");
+    const SITE_CONF: &str = include_str!("../../plugins/job_submit_gpu_qos/gpu_qos.conf.example");
 
     fn db(text: &str) -> Vec<QosRecord> {
         parse_sacctmgr(text).unwrap()
@@ -1229,19 +1242,19 @@ lowprio||
     #[test]
     fn json_report() {
         let f = findings("QOS=q GPUTypes=a40", "q|gres/gpu:a40=4|");
+        let text = CheckJson::report("/etc/slurm/\"x\".conf", &f).to_json();
+        let back: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(back["conf"], "/etc/slurm/\"x\".conf");
         assert_eq!(
-            report_json("/etc/slurm/\"x\".conf", &f),
-            format!(
-                "{{\"conf\":\"/etc/slurm/\\\"x\\\".conf\",\"exit\":0,\"errors\":0,\"warnings\":1,\
-                 \"notes\":0,\"findings\":[{{\"severity\":\"warning\",\"kind\":\"limit_check_off\",\
-                 \"qos\":\"q\",\"message\":{}}}]}}",
-                json_string(&f[0].to_string())
-            )
+            (back["exit"].as_u64(), back["warnings"].as_u64()),
+            (Some(0), Some(1))
         );
-        assert_eq!(json_string("a\\b\n\u{1}é"), "\"a\\\\b\\n\\u0001é\"");
+        assert_eq!(back["findings"][0]["kind"], "limit_check_off");
+        assert_eq!(back["findings"][0]["qos"], "q");
+        assert_eq!(back["findings"][0]["message"], f[0].to_string());
         assert_eq!(
-            unchecked_json("sacctmgr: error"),
-            "{\"exit\":2,\"error\":\"sacctmgr: error\"}"
+            CheckJson::unchecked("sacctmgr: error").to_json(),
+            "{\"exit\":2,\"error\":\"sacctmgr: error\",\"errors\":0,\"warnings\":0,\"notes\":0,\"findings\":[]}"
         );
     }
 

@@ -9,13 +9,10 @@
 
 use std::fmt;
 
-use crate::gres::{tres_entries, GpuOption, GresParseError, GresRequest, TresField};
-use crate::qos_conf::{GpuQosConfig, QosRule, RequireGpuType};
+use super::config::{GpuQosConfig, QosRule, RequireGpuType};
+use super::gres::{tres_entries, GpuOption, GresParseError, GresRequest, TresField};
 
-/// The SPANK environment variable telling the prolog and the `gpu_mps` SPANK
-/// plugin how many mps units per node the job holds; it reaches them as
-/// `SPANK_GPUSHARE_MPS_UNITS`.
-pub const MPS_UNITS_ENV: &str = "GPUSHARE_MPS_UNITS";
+use crate::shared::spank_env::MPS_UNITS as MPS_UNITS_ENV;
 
 /// What the plugin sees of a job submission or update. `None` means the
 /// client did not set the field (Slurm's NULL / NO_VAL).
@@ -710,7 +707,7 @@ fn throttled_array(inx: &str, max: u32) -> Result<Option<String>, Rejection> {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::qos_conf;
+    use crate::qos::config as qos_conf;
     use proptest::prelude::*;
 
     const CONF: &str = "\

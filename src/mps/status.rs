@@ -1,18 +1,88 @@
-//! What `gpu-mps` shows: the per-GPU share table (text and JSON) and the
+//! What `gpu-mps` shows: the per-GPU share table, its JSON form (which is
+//! also the world-readable status copy the ledger publishes), and the
 //! slurm.conf/gres.conf lines a node needs. Pure functions over the
-//! ledger's per-GPU view, so the command itself only gathers inputs.
+//! ledger's state, so the command itself only gathers inputs.
 
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use crate::ledger::GpuView;
-use crate::mps_conf::GpuMpsConfig;
-use crate::qos_check::json_string;
+use serde::{Deserialize, Serialize};
 
-/// Whether any GPU needs an admin's attention (the command exits 1).
-pub fn has_problem(gpus: &[GpuView]) -> bool {
-    gpus.iter()
-        .any(|g| g.overlap || g.over_capacity || !g.configured)
+use super::config::GpuMpsConfig;
+use super::ledger::{GpuView, LedgerState, Lost};
+
+/// Version of the [`NodeStatus`] schema.
+pub const STATUS_VERSION: u32 = 1;
+
+/// A node's shares as `gpu-mps status --json` prints them and as the
+/// ledger publishes them for users (`<StateDir>-mps/state`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeStatus {
+    pub version: u32,
+    pub units_per_gpu: u32,
+    pub gpus: Vec<GpuView>,
+    /// Set while the GPU loads are unknown (see the ledger's docs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost: Option<Lost>,
+    /// Unreadable state files moved aside, waiting for an admin.
+    #[serde(default)]
+    pub set_aside_files: Vec<PathBuf>,
+}
+
+impl NodeStatus {
+    pub fn of(
+        state: &LedgerState,
+        gpu_count: u32,
+        units_per_gpu: u32,
+        set_aside_files: Vec<PathBuf>,
+    ) -> Self {
+        Self {
+            version: STATUS_VERSION,
+            units_per_gpu,
+            gpus: state.per_gpu(gpu_count, units_per_gpu),
+            lost: state.lost_reason().cloned(),
+            set_aside_files,
+        }
+    }
+
+    /// Whether anything needs an admin's attention (the command exits 1).
+    pub fn has_problem(&self) -> bool {
+        self.lost.is_some()
+            || !self.set_aside_files.is_empty()
+            || self
+                .gpus
+                .iter()
+                .any(|g| g.overlap || g.over_capacity || !g.configured)
+    }
+
+    /// One JSON object and a newline.
+    pub fn to_json(&self) -> String {
+        let mut text = serde_json::to_string(self).unwrap_or_default();
+        text.push('\n');
+        text
+    }
+
+    /// The aligned table `gpu-mps status` prints, with a warning line per
+    /// problem that is not a GPU's.
+    pub fn table(&self, devices: &[impl AsRef<Path>]) -> String {
+        let mut out = table(&self.gpus, devices, self.units_per_gpu);
+        if let Some(lost) = &self.lost {
+            let _ = writeln!(
+                out,
+                "LOST: the GPU loads are unknown since {} ({}); no share is placed until root runs `gpu-mps gc`",
+                lost.since, lost.reason
+            );
+        }
+        for file in &self.set_aside_files {
+            let _ = writeln!(
+                out,
+                "SET ASIDE: {} (an unreadable state file, kept for inspection)",
+                file.display()
+            );
+        }
+        out
+    }
 }
 
 fn flags(g: &GpuView) -> String {
@@ -43,8 +113,8 @@ fn jobs_text(g: &GpuView) -> String {
     }
 }
 
-/// The aligned table `gpu-mps status` prints.
-pub fn table(gpus: &[GpuView], devices: &[impl AsRef<Path>], units_per_gpu: u32) -> String {
+/// The per-GPU rows.
+fn table(gpus: &[GpuView], devices: &[impl AsRef<Path>], units_per_gpu: u32) -> String {
     let rows: Vec<[String; 6]> = gpus
         .iter()
         .map(|g| {
@@ -86,41 +156,6 @@ pub fn table(gpus: &[GpuView], devices: &[impl AsRef<Path>], units_per_gpu: u32)
     out
 }
 
-/// `gpu-mps status --json`.
-pub fn json(gpus: &[GpuView], units_per_gpu: u32, set_aside: &[impl AsRef<Path>]) -> String {
-    let gpu_items: Vec<String> = gpus
-        .iter()
-        .map(|g| {
-            let shares: Vec<String> = g
-                .shares
-                .iter()
-                .map(|s| format!("{{\"job\":{},\"uid\":{},\"user\":{},\"units\":{},\"since\":{}}}", s.job, s.uid, json_string(&s.user), s.units, s.since))
-                .collect();
-            let whole: Vec<String> = g.whole_jobs.iter().map(u32::to_string).collect();
-            format!(
-                "{{\"gpu\":{},\"used_units\":{},\"free_units\":{},\"shares\":[{}],\"whole_jobs\":[{}],\"overlap\":{},\"over_capacity\":{},\"configured\":{}}}",
-                g.index,
-                g.used_units,
-                g.free_units,
-                shares.join(","),
-                whole.join(","),
-                g.overlap,
-                g.over_capacity,
-                g.configured
-            )
-        })
-        .collect();
-    let aside: Vec<String> = set_aside
-        .iter()
-        .map(|p| json_string(&p.as_ref().display().to_string()))
-        .collect();
-    format!(
-        "{{\"units_per_gpu\":{units_per_gpu},\"gpus\":[{}],\"set_aside_files\":[{}]}}",
-        gpu_items.join(","),
-        aside.join(",")
-    )
-}
-
 /// The lines a node of `gpus` GPUs of type `gpu_type` needs (Slurm 22.05).
 pub fn node_config(
     cfg: &GpuMpsConfig,
@@ -143,7 +178,9 @@ pub fn node_config(
          # units at once: {gpus} GPUs x {u} units each at once need Count = {gpus} x {gpus} x {u} = {count}.\n\
          \n# gres.conf\nName=gpu Type={gpu_type} File={files}\nName=mps Count={count}\n\
          \n# slurm.conf\nGresTypes=gpu,mps\nNodeName={node} Gres=gpu:{gpu_type}:{gpus},mps:{count}\n\
-         Prolog={prolog}\nEpilog={epilog}\nTaskPlugin=task/cgroup\nProctrackType=proctrack/cgroup\n\
+         Prolog={prolog}\nEpilog={epilog}\n\
+         # the prolog of srun/salloc jobs gets the share size job_submit/gpu_qos recorded only so:\n\
+         PrologFlags=Alloc\nTaskPlugin=task/cgroup\nProctrackType=proctrack/cgroup\n\
          \n# cgroup.conf\nCgroupPlugin=cgroup/v1\nConstrainDevices=yes\n\
          \n# plugstack.conf\nrequired {plugin}/spank_gpu_mps.so conf={conf}\n\
          \n# gpu_mps.conf\nSlurmMpsCount={count}\n",
@@ -165,7 +202,7 @@ pub fn node_config(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::{LedgerState, ShareRecord, WholeRecord};
+    use crate::mps::ledger::{LedgerState, ShareRecord, WholeRecord};
 
     fn state() -> LedgerState {
         let mut s = LedgerState::new();
@@ -195,9 +232,9 @@ mod tests {
 
     #[test]
     fn table_is_aligned_and_flags_overlap() {
-        let gpus = state().per_gpu(4, 100);
+        let status = NodeStatus::of(&state(), 4, 100, Vec::new());
         let devs: Vec<String> = (0..4).map(|i| format!("/dev/nvidia{i}")).collect();
-        let t = table(&gpus, &devs, 100);
+        let t = status.table(&devs);
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines.len(), 5, "{t}");
         let col = lines[0].find("UNITS").unwrap_or(0);
@@ -222,27 +259,29 @@ mod tests {
             lines[4].contains("0/100") && lines[4].ends_with(" -"),
             "{t}"
         );
-        assert!(has_problem(&gpus));
-        assert!(!has_problem(&LedgerState::new().per_gpu(4, 100)));
+        assert!(status.has_problem());
+        assert!(!NodeStatus::of(&LedgerState::new(), 4, 100, Vec::new()).has_problem());
     }
 
     #[test]
-    fn json_escapes_and_lists_everything() {
-        let gpus = state().per_gpu(2, 100);
-        let j = json(&gpus, 100, &["/run/gpu-mps/state.corrupt-1"]);
-        assert!(j.contains("\"user\":\"bo\\\"b\""), "{j}");
-        assert!(
-            j.contains("\"gpu\":1,\"used_units\":75,\"free_units\":25"),
-            "{j}"
-        );
-        assert!(
-            j.contains("\"whole_jobs\":[20]") && j.contains("\"overlap\":true"),
-            "{j}"
-        );
-        assert!(
-            j.ends_with("\"set_aside_files\":[\"/run/gpu-mps/state.corrupt-1\"]}"),
-            "{j}"
-        );
+    fn json_round_trips_and_lists_everything() {
+        let aside = vec![PathBuf::from("/run/gpu-mps/state.corrupt-1")];
+        let status = NodeStatus::of(&state(), 2, 100, aside);
+        let j = status.to_json();
+        let value: serde_json::Value = serde_json::from_str(&j).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(value["gpus"][1]["gpu"], 1);
+        assert_eq!(value["gpus"][1]["used_units"], 75);
+        assert_eq!(value["gpus"][1]["free_units"], 25);
+        assert_eq!(value["gpus"][1]["shares"][1]["user"], "bo\"b");
+        assert_eq!(value["gpus"][1]["whole_jobs"], serde_json::json!([20]));
+        assert_eq!(value["gpus"][1]["overlap"], true);
+        assert_eq!(value["set_aside_files"][0], "/run/gpu-mps/state.corrupt-1");
+        let back: NodeStatus = serde_json::from_str(&j).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(back, status);
+        assert!(back.has_problem());
+        let lost = NodeStatus::of(&LedgerState::lost("test".into()), 2, 100, Vec::new());
+        assert!(lost.has_problem());
+        assert!(lost.table(&["/dev/nvidia0"]).contains("LOST"));
     }
 
     #[test]
@@ -266,6 +305,7 @@ mod tests {
             "File=/dev/nvidia[0-3]",
             "Prolog=/usr/libexec/gpushare/gpu-mps-prolog",
             "SlurmMpsCount=1600",
+            "PrologFlags=Alloc",
             "WARNING: gpu_mps.conf has SlurmMpsCount=400",
         ] {
             assert!(t.contains(want), "{want}:\n{t}");

@@ -16,6 +16,8 @@
 use std::collections::HashMap;
 use std::fmt;
 
+use crate::shared::syntax::{self as kv, ConfigError};
+
 /// Whom untyped GPU requests are refused for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RequireGpuType {
@@ -195,25 +197,9 @@ fn next_char_start(text: &[u8], at: usize) -> usize {
     next
 }
 
-/// A line of the file is wrong; `Display` is `FILE:LINE: reason`.
+/// What is wrong with a line; it becomes the reason of a [`ConfigError`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    pub file: String,
-    /// 1-based.
-    pub line: usize,
-    pub kind: ConfigErrorKind,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}: {}", self.file, self.line, self.kind)
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ConfigErrorKind {
+enum Problem {
     UnknownKey(String),
     /// A word with no `=` in it.
     MissingEquals(String),
@@ -256,10 +242,10 @@ pub enum ConfigErrorKind {
     },
 }
 
-impl fmt::Display for ConfigErrorKind {
+impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ConfigErrorKind::UnknownKey(key) => {
+            Problem::UnknownKey(key) => {
                 write!(f, "unknown key \"{key}\" (known keys: ")?;
                 for (i, k) in Key::ALL.iter().enumerate() {
                     if i > 0 {
@@ -269,47 +255,47 @@ impl fmt::Display for ConfigErrorKind {
                 }
                 f.write_str(")")
             }
-            ConfigErrorKind::MissingEquals(word) => {
+            Problem::MissingEquals(word) => {
                 write!(f, "expected Key=Value, got \"{word}\"")
             }
-            ConfigErrorKind::EmptyValue(key) => write!(f, "{key} has an empty value"),
-            ConfigErrorKind::EmptyListItem(key) => {
+            Problem::EmptyValue(key) => write!(f, "{key} has an empty value"),
+            Problem::EmptyListItem(key) => {
                 write!(f, "{key} has an empty item in its comma list")
             }
-            ConfigErrorKind::NotPositiveInteger { key, value } => {
+            Problem::NotPositiveInteger { key, value } => {
                 write!(f, "{key} must be a positive integer, got \"{value}\"")
             }
-            ConfigErrorKind::BadEnumValue {
+            Problem::BadEnumValue {
                 key,
                 value,
                 allowed,
             } => write!(f, "{key} must be one of {allowed}, got \"{value}\""),
-            ConfigErrorKind::BadGpuType(ty) => write!(
+            Problem::BadGpuType(ty) => write!(
                 f,
                 "GPU type \"{ty}\" may contain only letters, digits, '_', '-' and '.', \
                  and must not be a number"
             ),
-            ConfigErrorKind::KeyTwiceOnLine(key) => write!(f, "{key} given twice on this line"),
-            ConfigErrorKind::GlobalKeyRepeated { key, first_line } => {
+            Problem::KeyTwiceOnLine(key) => write!(f, "{key} given twice on this line"),
+            Problem::GlobalKeyRepeated { key, first_line } => {
                 write!(f, "{key} already set on line {first_line}")
             }
-            ConfigErrorKind::QosInTwoRules { qos, first_line } => {
+            Problem::QosInTwoRules { qos, first_line } => {
                 write!(f, "QOS {qos} already has a rule on line {first_line}")
             }
-            ConfigErrorKind::DuplicateListItem { key, item } => {
+            Problem::DuplicateListItem { key, item } => {
                 write!(f, "{key} lists {item} twice")
             }
-            ConfigErrorKind::RuleWithoutGpuTypes => {
+            Problem::RuleWithoutGpuTypes => {
                 f.write_str("a QOS line needs GPUTypes= (the GPU types the QOS may use)")
             }
-            ConfigErrorKind::RuleKeyWithoutQos(key) => {
+            Problem::RuleKeyWithoutQos(key) => {
                 write!(f, "{key} needs QOS= on the same line")
             }
-            ConfigErrorKind::GlobalKeyOnRuleLine(key) => write!(
+            Problem::GlobalKeyOnRuleLine(key) => write!(
                 f,
                 "{key} is a global setting and cannot share a line with QOS="
             ),
-            ConfigErrorKind::NeedsOtherKey { key, needs } => {
+            Problem::NeedsOtherKey { key, needs } => {
                 write!(f, "{key} has no effect without {needs}")
             }
         }
@@ -355,9 +341,7 @@ impl Key {
     }
 
     fn from_name(name: &str) -> Option<Key> {
-        Key::ALL
-            .into_iter()
-            .find(|k| k.name().eq_ignore_ascii_case(name))
+        kv::key_named(&Key::ALL, Key::name, name)
     }
 
     fn is_rule_key(self) -> bool {
@@ -389,26 +373,22 @@ pub fn parse(text: &str, file: &str) -> Result<GpuQosConfig, ConfigError> {
     // Lower-cased QOS name → line of its rule.
     let mut rule_line_by_qos: HashMap<String, usize> = HashMap::new();
 
-    for (index, raw_line) in text.lines().enumerate() {
-        let line_no = index + 1;
-        let error = |kind| ConfigError {
-            file: file.to_owned(),
-            line: line_no,
-            kind,
-        };
-        let content = raw_line.split('#').next().unwrap_or("");
+    for (line_no, words) in kv::lines(text) {
+        let error = |problem: Problem| ConfigError::new(file, line_no, problem);
+        let words = words.map_err(|kv::MissingEquals(word)| error(Problem::MissingEquals(word)))?;
         let mut line = LineValues::default();
-        for word in content.split_whitespace() {
-            let (key_text, value) = word
-                .split_once('=')
-                .ok_or_else(|| error(ConfigErrorKind::MissingEquals(word.to_owned())))?;
+        for kv::Pair {
+            key: key_text,
+            value,
+        } in words
+        {
             let key = Key::from_name(key_text)
-                .ok_or_else(|| error(ConfigErrorKind::UnknownKey(key_text.to_owned())))?;
+                .ok_or_else(|| error(Problem::UnknownKey(key_text.to_owned())))?;
             if value.is_empty() {
-                return Err(error(ConfigErrorKind::EmptyValue(key.name())));
+                return Err(error(Problem::EmptyValue(key.name())));
             }
             match line.values.get_mut(key.index()) {
-                Some(Some(_)) => return Err(error(ConfigErrorKind::KeyTwiceOnLine(key.name()))),
+                Some(Some(_)) => return Err(error(Problem::KeyTwiceOnLine(key.name()))),
                 Some(slot) => *slot = Some(value),
                 None => {}
             }
@@ -419,7 +399,7 @@ pub fn parse(text: &str, file: &str) -> Result<GpuQosConfig, ConfigError> {
             for qos in &rule.qos {
                 let folded = qos.to_ascii_lowercase();
                 if let Some(&first_line) = rule_line_by_qos.get(&folded) {
-                    return Err(error(ConfigErrorKind::QosInTwoRules {
+                    return Err(error(Problem::QosInTwoRules {
                         qos: qos.clone(),
                         first_line,
                     }));
@@ -439,11 +419,11 @@ pub fn parse(text: &str, file: &str) -> Result<GpuQosConfig, ConfigError> {
         for key in Key::ALL {
             let Some(value) = line.get(key) else { continue };
             if key.is_rule_key() {
-                return Err(error(ConfigErrorKind::RuleKeyWithoutQos(key.name())));
+                return Err(error(Problem::RuleKeyWithoutQos(key.name())));
             }
             if let Some(slot) = global_seen.get_mut(key.index()) {
                 if let Some(first_line) = *slot {
-                    return Err(error(ConfigErrorKind::GlobalKeyRepeated {
+                    return Err(error(Problem::GlobalKeyRepeated {
                         key: key.name(),
                         first_line,
                     }));
@@ -460,36 +440,32 @@ pub fn parse(text: &str, file: &str) -> Result<GpuQosConfig, ConfigError> {
         .flatten()
     {
         if cfg.low_priority_qos.is_empty() {
-            return Err(ConfigError {
-                file: file.to_owned(),
+            return Err(ConfigError::new(
+                file,
                 line,
-                kind: ConfigErrorKind::NeedsOtherKey {
+                Problem::NeedsOtherKey {
                     key: Key::LowPriorityMaxArrayTasks.name(),
                     needs: Key::LowPriorityQos.name(),
                 },
-            });
+            ));
         }
     }
     Ok(cfg)
 }
 
-fn parse_rule(
-    line: &LineValues<'_>,
-    qos: &str,
-    line_no: usize,
-) -> Result<QosRule, ConfigErrorKind> {
+fn parse_rule(line: &LineValues<'_>, qos: &str, line_no: usize) -> Result<QosRule, Problem> {
     for key in Key::ALL {
         if !key.is_rule_key() && line.get(key).is_some() {
-            return Err(ConfigErrorKind::GlobalKeyOnRuleLine(key.name()));
+            return Err(Problem::GlobalKeyOnRuleLine(key.name()));
         }
     }
     let qos = split_list(Key::Qos, qos)?;
     let types_value = line
         .get(Key::GpuTypes)
-        .ok_or(ConfigErrorKind::RuleWithoutGpuTypes)?;
+        .ok_or(Problem::RuleWithoutGpuTypes)?;
     let gpu_types = split_list(Key::GpuTypes, types_value)?;
     if let Some(bad) = gpu_types.iter().find(|t| !is_gpu_type(t)) {
-        return Err(ConfigErrorKind::BadGpuType(bad.clone()));
+        return Err(Problem::BadGpuType(bad.clone()));
     }
     let gpu_limit = line
         .get(Key::GpuLimit)
@@ -503,7 +479,7 @@ fn parse_rule(
     })
 }
 
-fn set_global(cfg: &mut GpuQosConfig, key: Key, value: &str) -> Result<(), ConfigErrorKind> {
+fn set_global(cfg: &mut GpuQosConfig, key: Key, value: &str) -> Result<(), Problem> {
     match key {
         Key::RequireGpuType => {
             cfg.require_gpu_type = if value.eq_ignore_ascii_case("qos") {
@@ -511,7 +487,7 @@ fn set_global(cfg: &mut GpuQosConfig, key: Key, value: &str) -> Result<(), Confi
             } else if value.eq_ignore_ascii_case("all") {
                 RequireGpuType::All
             } else {
-                return Err(ConfigErrorKind::BadEnumValue {
+                return Err(Problem::BadEnumValue {
                     key: key.name(),
                     value: value.to_owned(),
                     allowed: "qos, all",
@@ -522,12 +498,10 @@ fn set_global(cfg: &mut GpuQosConfig, key: Key, value: &str) -> Result<(), Confi
         Key::LowPriorityMaxArrayTasks => {
             let n = positive_integer(key, value)?;
             cfg.low_priority_max_array_tasks =
-                Some(
-                    u32::try_from(n).map_err(|_| ConfigErrorKind::NotPositiveInteger {
-                        key: key.name(),
-                        value: value.to_owned(),
-                    })?,
-                );
+                Some(u32::try_from(n).map_err(|_| Problem::NotPositiveInteger {
+                    key: key.name(),
+                    value: value.to_owned(),
+                })?);
         }
         Key::SharedGpuReservations => cfg.shared_gpu_reservations = Some(split_list(key, value)?),
         Key::MaxMpsPerJob => cfg.max_mps_per_job = Some(positive_integer(key, value)?),
@@ -538,12 +512,12 @@ fn set_global(cfg: &mut GpuQosConfig, key: Key, value: &str) -> Result<(), Confi
 
 /// A comma list with no empty and no repeated items. Repeats compare without
 /// case for QOS names, since slurmctld does.
-fn split_list(key: Key, value: &str) -> Result<Vec<String>, ConfigErrorKind> {
+fn split_list(key: Key, value: &str) -> Result<Vec<String>, Problem> {
     let fold_case = matches!(key, Key::Qos | Key::LowPriorityQos);
     let mut items: Vec<String> = Vec::new();
     for item in value.split(',') {
         if item.is_empty() {
-            return Err(ConfigErrorKind::EmptyListItem(key.name()));
+            return Err(Problem::EmptyListItem(key.name()));
         }
         let repeated = items.iter().any(|seen| {
             if fold_case {
@@ -553,7 +527,7 @@ fn split_list(key: Key, value: &str) -> Result<Vec<String>, ConfigErrorKind> {
             }
         });
         if repeated {
-            return Err(ConfigErrorKind::DuplicateListItem {
+            return Err(Problem::DuplicateListItem {
                 key: key.name(),
                 item: item.to_owned(),
             });
@@ -578,8 +552,8 @@ fn is_gpu_type(t: &str) -> bool {
     word && !count_shaped
 }
 
-fn positive_integer(key: Key, value: &str) -> Result<u64, ConfigErrorKind> {
-    let bad = || ConfigErrorKind::NotPositiveInteger {
+fn positive_integer(key: Key, value: &str) -> Result<u64, Problem> {
+    let bad = || Problem::NotPositiveInteger {
         key: key.name(),
         value: value.to_owned(),
     };

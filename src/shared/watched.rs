@@ -6,13 +6,18 @@
 //! every few seconds (one `stat`), and the submit path only clones the
 //! current `Arc` (see [`Current`]).
 
-use std::fmt::Display;
 use std::fs;
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::SystemTime;
+
+use super::ConfigError;
+
+/// A parser of a whole file: `(text, file name)` to the value or a
+/// `file:line: reason` error.
+pub type Parser<T> = fn(&str, &str) -> Result<T, ConfigError>;
 
 /// What identifies one version of a file on disk, cheaply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,7 +82,7 @@ pub enum PollOutcome {
 #[derive(Debug)]
 pub struct WatchedFile<T> {
     path: PathBuf,
-    parse: fn(&str, &str) -> Result<T, String>,
+    parse: Parser<T>,
     seen: Option<Stamp>,
     current: Arc<Current<T>>,
 }
@@ -86,8 +91,8 @@ impl<T> WatchedFile<T> {
     /// Loads `path` now; fails if it is missing or invalid, so a daemon can
     /// refuse to start without a policy. `parse(text, file_name)` returns
     /// the value or a `file:line: reason` message.
-    pub fn load(path: &Path, parse: fn(&str, &str) -> Result<T, String>) -> Result<Self, String> {
-        let stamp = Stamp::of(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    pub fn load(path: &Path, parse: Parser<T>) -> Result<Self, ConfigError> {
+        let stamp = Stamp::of(path).map_err(|e| ConfigError::new(&path.to_string_lossy(), 0, e))?;
         let value = read_and_parse(path, parse)?;
         Ok(Self {
             path: path.to_path_buf(),
@@ -129,45 +134,28 @@ impl<T> WatchedFile<T> {
     }
 }
 
-fn read_and_parse<T>(path: &Path, parse: fn(&str, &str) -> Result<T, String>) -> Result<T, String> {
-    let text = fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    parse(&text, &path.to_string_lossy())
-}
-
-/// Adapts a parser with a typed error to [`WatchedFile`]'s signature.
-pub fn stringly<T, E: Display>(r: Result<T, E>) -> Result<T, String> {
-    r.map_err(|e| e.to_string())
-}
-
-/// The path of `name` in the directory of the `slurm.conf` in use.
-///
-/// `slurm_conf` is the path slurmctld reports; otherwise `$SLURM_CONF`,
-/// otherwise Slurm's default `/etc/slurm/slurm.conf`.
-pub fn beside_slurm_conf(slurm_conf: Option<&Path>, name: &str) -> PathBuf {
-    let conf = slurm_conf
-        .map(Path::to_path_buf)
-        .or_else(|| std::env::var_os("SLURM_CONF").map(PathBuf::from))
-        .unwrap_or_else(|| PathBuf::from("/etc/slurm/slurm.conf"));
-    conf.parent().unwrap_or(Path::new("/")).join(name)
+fn read_and_parse<T>(path: &Path, parse: Parser<T>) -> Result<T, ConfigError> {
+    let name = path.to_string_lossy();
+    let text = fs::read_to_string(path).map_err(|e| ConfigError::new(&name, 0, e))?;
+    parse(&text, &name)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn parse_number(text: &str, file: &str) -> Result<u32, String> {
+    fn parse_number(text: &str, file: &str) -> Result<u32, ConfigError> {
         text.trim()
             .parse()
-            .map_err(|_| format!("{file}:1: not a number: {:?}", text.trim()))
+            .map_err(|_| ConfigError::new(file, 1, format!("not a number: {:?}", text.trim())))
     }
 
-    fn temp_file(name: &str, text: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("gpushare-reload-{}-{name}", std::process::id()));
-        let _ = fs::create_dir_all(&dir);
-        let path = dir.join("value.conf");
+    /// A file in a directory removed when the returned guard drops.
+    fn temp_file(text: &str) -> (PathBuf, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("value.conf");
         fs::write(&path, text).unwrap_or_else(|e| panic!("{e}"));
-        path
+        (path, dir)
     }
 
     /// Writes through a temp file + rename, as editors and config tools do,
@@ -183,18 +171,20 @@ mod tests {
         let missing = Path::new("/nonexistent/gpu_qos.conf");
         let e = WatchedFile::load(missing, parse_number)
             .err()
+            .map(|e| e.to_string())
             .unwrap_or_default();
         assert!(e.starts_with("/nonexistent/gpu_qos.conf: "), "{e}");
-        let bad = temp_file("bad", "four\n");
+        let (bad, _dir) = temp_file("four\n");
         let e = WatchedFile::load(&bad, parse_number)
             .err()
+            .map(|e| e.to_string())
             .unwrap_or_default();
         assert_eq!(e, format!("{}:1: not a number: \"four\"", bad.display()));
     }
 
     #[test]
     fn edit_is_picked_up_and_bad_edit_keeps_last_good() {
-        let path = temp_file("edit", "4\n");
+        let (path, _dir) = temp_file("4\n");
         let mut w = WatchedFile::load(&path, parse_number).unwrap_or_else(|e| panic!("{e}"));
         let cur = w.current();
         assert_eq!(*cur.get(), 4);
@@ -225,16 +215,5 @@ mod tests {
         replace(&path, "8\n");
         assert_eq!(w.poll(), PollOutcome::Reloaded);
         assert_eq!(*cur.get(), 8);
-    }
-
-    #[test]
-    fn config_lives_beside_slurm_conf() {
-        assert_eq!(
-            beside_slurm_conf(
-                Some(Path::new("/etc/slurm-llnl/slurm.conf")),
-                "gpu_qos.conf"
-            ),
-            Path::new("/etc/slurm-llnl/gpu_qos.conf")
-        );
     }
 }

@@ -1,6 +1,6 @@
 //! Which GPU of a node an MPS share goes to: the pure choice, with no I/O.
 //!
-//! The ledger ([`crate::ledger`]) calls [`choose_gpu`] under its lock when the
+//! The ledger ([`super::ledger`]) calls [`choose_gpu`] under its lock when the
 //! prolog or the SPANK plugin in slurmstepd places a job, so concurrent job
 //! starts see each other's choices. The `gpu-mps` admin command uses the same
 //! errors to explain a refusal. Slurm 22.05 admits MPS shares by the node's
@@ -59,11 +59,19 @@ pub enum PlacementError {
         /// GPUs held whole by gpu jobs.
         whole_gpus: usize,
     },
+    /// The node's ledger was lost and could not be rebuilt: the load of its
+    /// GPUs is unknown, so no share is placed until an admin rebuilds it.
+    LoadsUnknown { reason: String },
 }
 
 impl fmt::Display for PlacementError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Self::LoadsUnknown { reason } => write!(
+                f,
+                "the GPU loads of this node are unknown ({reason}); no share is placed \
+                 here until an admin runs `gpu-mps gc` on the node"
+            ),
             Self::ZeroUnits => write!(
                 f,
                 "the job asks for an MPS share of 0 units; a share needs at least 1 unit"

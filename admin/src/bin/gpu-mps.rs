@@ -1,0 +1,282 @@
+//! `gpu-mps`: the sysadmin's (and curious user's) view of a GPU node's MPS
+//! shares, kept by gpushare's prolog/epilog.
+//!
+//! `status` works for any user (it falls back to the world-readable copy the
+//! prolog and epilog publish); `gc` (root) drops records of jobs that ended
+//! without an epilog and rebuilds a lost state; `config` prints the
+//! slurm.conf/gres.conf lines the node needs. Rendering lives in
+//! `gpushare::mps::status`, where it is tested.
+
+#![forbid(unsafe_code)]
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use gpushare::mps::config::{self, GpuMpsConfig, CONF_NAME};
+use gpushare::mps::daemon;
+use gpushare::mps::ledger::{Ledger, StatusCopy};
+use gpushare::mps::node::{gpu_devices, running_jobs, Node};
+use gpushare::mps::status::{self, NodeStatus};
+use gpushare::shared::locations::beside_slurm_conf;
+use gpushare_admin::effective_uid;
+
+/// The MPS shares of this GPU node (gpushare).
+///
+/// Exit status: 0 fine; 1 a problem shown (OVERLAP, OVER, a lost or
+/// set-aside state); 2 could not run.
+#[derive(Debug, Parser)]
+#[command(name = "gpu-mps", version = env!("CARGO_PKG_VERSION"))]
+struct Cli {
+    /// gpu_mps.conf (default: next to $SLURM_CONF, or /etc/slurm)
+    #[arg(long, value_name = "PATH", global = true)]
+    conf: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// One row per GPU: units used/total, share jobs (id, user, units),
+    /// whole-GPU holders, and flags: OVERLAP (shares and a whole-GPU job on
+    /// one GPU, which Slurm 22.05 can create), OVER (over capacity). Any
+    /// user may run it.
+    Status {
+        /// Print the status as one JSON object
+        #[arg(long)]
+        json: bool,
+    },
+    /// (root) Drop the records of jobs slurmctld no longer runs on this
+    /// node, and end a lost state once every running share is accounted for.
+    Gc {
+        /// Node name (default: $SLURMD_NODENAME, else the short hostname)
+        #[arg(long)]
+        node: Option<String>,
+    },
+    /// Print the gres.conf, slurm.conf, cgroup.conf, plugstack.conf and
+    /// gpu_mps.conf lines this node needs.
+    Config {
+        /// GPUs of the node (default: the device files gpu_mps.conf finds)
+        #[arg(long)]
+        gpus: Option<u32>,
+        /// GPU type for gres.conf
+        #[arg(long = "type", default_value = "TYPE")]
+        gpu_type: String,
+        /// Node name (default: $SLURMD_NODENAME, else the short hostname)
+        #[arg(long)]
+        node: Option<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let conf = cli
+        .conf
+        .clone()
+        .unwrap_or_else(|| beside_slurm_conf(None, CONF_NAME));
+    let result = match cli.command {
+        Cmd::Status { json } => status(&conf, json),
+        Cmd::Gc { node } => gc(&conf, node),
+        Cmd::Config {
+            gpus,
+            gpu_type,
+            node,
+        } => config(&conf, gpus, &gpu_type, node),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("gpu-mps: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn load(conf: &Path) -> Result<GpuMpsConfig> {
+    config::load(conf)?
+        .with_context(|| format!("{}: not found: this node shares no GPU", conf.display()))
+}
+
+fn node_name(arg: Option<String>) -> String {
+    arg.or_else(|| std::env::var("SLURMD_NODENAME").ok())
+        .or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|h| h.trim().split('.').next().unwrap_or("").to_owned())
+        })
+        .unwrap_or_default()
+}
+
+/// The published copy, as any user reads it.
+fn published(cfg: &GpuMpsConfig, gpus: u32) -> Result<NodeStatus> {
+    let copy = StatusCopy {
+        dir: daemon::public_dir(cfg),
+        gpu_count: gpus,
+        units_per_gpu: cfg.units_per_gpu,
+    };
+    let path = copy.path();
+    match std::fs::read_to_string(&path) {
+        Ok(text) => serde_json::from_str(&text).with_context(|| format!("{}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(NodeStatus::of(
+            &Default::default(),
+            gpus,
+            cfg.units_per_gpu,
+            Vec::new(),
+        )),
+        Err(e) => Err(e).with_context(|| format!("{}", path.display())),
+    }
+}
+
+fn status(conf: &Path, json: bool) -> Result<u8> {
+    let cfg = load(conf)?;
+    let devices = gpu_devices(&cfg);
+    let gpus = u32::try_from(devices.len()).unwrap_or(u32::MAX);
+    let mut trouble = None;
+    let view = if effective_uid() == 0 {
+        let snapshot = Ledger::open(&cfg.state_dir, 0).and_then(|l| l.snapshot());
+        match snapshot {
+            Ok(s) => NodeStatus::of(&s.state, gpus, cfg.units_per_gpu, s.set_aside_files),
+            Err(e) => {
+                // Show what users see, and say why the ledger could not be read.
+                trouble = Some(e.to_string());
+                published(&cfg, gpus)?
+            }
+        }
+    } else {
+        published(&cfg, gpus)?
+    };
+    if json {
+        print!("{}", view.to_json());
+    } else {
+        print!("{}", view.table(&devices));
+    }
+    if let Some(t) = &trouble {
+        eprintln!("gpu-mps: the ledger cannot be read, the table above is the published copy: {t}");
+    }
+    Ok(u8::from(view.has_problem() || trouble.is_some()))
+}
+
+fn gc(conf: &Path, node: Option<String>) -> Result<u8> {
+    if effective_uid() != 0 {
+        bail!("gc changes the node's ledger: run it as root");
+    }
+    let shared = Node::open(conf, 0)?
+        .with_context(|| format!("{}: not found: this node shares no GPU", conf.display()))?;
+    let name = node_name(node);
+    let running = running_jobs(&name)
+        .map_err(anyhow::Error::msg)
+        .with_context(|| {
+            format!("cannot ask slurmctld which jobs run on {name:?}: nothing dropped")
+        })?;
+    let ids: HashSet<u32> = running.iter().map(|j| j.job).collect();
+    let dropped = shared.ledger.reconcile(|job| ids.contains(&job))?;
+    if let Some(repair) = &dropped.repair {
+        println!("repaired: {repair}");
+    }
+    for r in &dropped.value {
+        println!("dropped: {r}");
+    }
+    if dropped.value.is_empty() {
+        println!("nothing to drop: every record belongs to a job running on {name}");
+    }
+    let rebuilt = shared.ledger.rebuild(|state| {
+        running
+            .iter()
+            .filter(|j| j.holds_mps && state.share(j.job).is_none())
+            .map(|j| j.job)
+            .collect()
+    })?;
+    match rebuilt.value {
+        Ok(false) => Ok(0),
+        Ok(true) => {
+            println!("the GPU loads are known again: every running share is in the ledger");
+            Ok(0)
+        }
+        Err(jobs) => {
+            println!(
+                "the GPU loads stay unknown: running share jobs {jobs:?} are not in the ledger; \
+                 run gc again once they have ended"
+            );
+            Ok(1)
+        }
+    }
+}
+
+fn config(conf: &Path, gpus: Option<u32>, gpu_type: &str, node: Option<String>) -> Result<u8> {
+    // Without a gpu_mps.conf yet, print the lines for the defaults.
+    let cfg = config::load(conf).ok().flatten().unwrap_or_default();
+    let gpus = gpus.unwrap_or_else(|| u32::try_from(gpu_devices(&cfg).len()).unwrap_or(0));
+    if gpus == 0 {
+        bail!("no GPU device files found: pass --gpus N");
+    }
+    // Installed as PREFIX/sbin/gpu-mps: the scripts are in PREFIX/libexec/gpushare.
+    let libexec = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent()?.parent().map(|p| p.join("libexec/gpushare")))
+        .unwrap_or_else(|| PathBuf::from("/usr/local/libexec/gpushare"));
+    let plugin_dir = Command::new("scontrol")
+        .args(["show", "config"])
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .find(|l| l.starts_with("PluginDir"))
+                .and_then(|l| l.split('=').nth(1))
+                .map(|v| v.trim().split(':').next().unwrap_or("").to_owned())
+        })
+        .filter(|d| !d.is_empty())
+        .unwrap_or_else(|| "<PluginDir>".into());
+    print!(
+        "{}",
+        status::node_config(
+            &cfg,
+            &node_name(node),
+            gpu_type,
+            gpus,
+            &libexec,
+            Path::new(&plugin_dir),
+            conf
+        )
+    );
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("gpu-mps").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn each_command_takes_only_its_own_flags() {
+        Cli::command().debug_assert();
+        assert!(matches!(
+            parse(&["status", "--json"]).map(|c| c.command),
+            Ok(Cmd::Status { json: true })
+        ));
+        assert!(matches!(
+            parse(&["--conf", "/x", "gc", "--node", "n1"]).map(|c| (c.conf, c.command)),
+            Ok((Some(_), Cmd::Gc { node: Some(_) }))
+        ));
+        assert!(matches!(
+            parse(&["config", "--gpus", "4", "--type", "a40"]).map(|c| c.command),
+            Ok(Cmd::Config { gpus: Some(4), .. })
+        ));
+        for bad in [
+            &["status", "--gpus", "4"][..],
+            &["gc", "--json"],
+            &["config", "--gpus", "x"],
+            &[],
+            &["stat"],
+        ] {
+            assert_eq!(parse(bad).err().map(|e| e.exit_code()), Some(2), "{bad:?}");
+        }
+        assert_eq!(parse(&["--help"]).err().map(|e| e.exit_code()), Some(0));
+    }
+}

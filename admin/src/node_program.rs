@@ -1,0 +1,61 @@
+//! The common start of `gpu-mps-prolog` and `gpu-mps-epilog`: the command
+//! line, the node, the job from slurmd's environment, the logger.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use gpushare::mps::config::CONF_NAME;
+use gpushare::mps::node::{JobEnv, Node};
+use gpushare::shared::locations::beside_slurm_conf;
+
+use crate::node_log;
+
+/// The command line both programs take (slurmd runs them without arguments).
+#[derive(Debug, Parser)]
+pub struct NodeArgs {
+    /// gpu_mps.conf (default: next to $SLURM_CONF, else /etc/slurm)
+    #[arg(long, value_name = "PATH")]
+    pub conf: Option<PathBuf>,
+}
+
+/// What a started node program works with.
+#[derive(Debug)]
+pub struct Started {
+    pub node: Node,
+    pub env: JobEnv,
+}
+
+/// Opens the node and reads the job; installs the logger. `Ok(None)`: the
+/// node shares nothing, exit 0. `Err(code)`: already logged; 2 for misuse,
+/// 1 when the node is unfit (slurmd then drains it, as it should).
+pub fn start(program: &str, args: &NodeArgs) -> Result<Option<Started>, ExitCode> {
+    let conf = args
+        .conf
+        .clone()
+        .unwrap_or_else(|| beside_slurm_conf(None, CONF_NAME));
+    let env = JobEnv::from_env(|k| std::env::var(k).ok());
+    let job = env.as_ref().ok().map(|e| e.job);
+    let node = Node::open(&conf, crate::effective_uid());
+    let socket = node
+        .as_ref()
+        .ok()
+        .and_then(|n| n.as_ref())
+        .and_then(|n| n.cfg.syslog_socket.clone());
+    node_log::init(program, job, socket.as_deref());
+    let env = match env {
+        Ok(env) => env,
+        Err(e) => {
+            log::error!("{e}");
+            return Err(ExitCode::from(2));
+        }
+    };
+    match node {
+        Ok(Some(node)) => Ok(Some(Started { node, env })),
+        Ok(None) => Ok(None),
+        Err(e) => {
+            log::error!("node unfit for GPU sharing: {e}");
+            Err(ExitCode::FAILURE)
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! Running an external program from a node daemon's hook, bounded in time.
+//!
+//! The prolog and epilog run while slurmd waits to start or end a job: a
+//! program that never exits (a hung MPS control daemon, slurmctld not
+//! answering squeue) must not hang the job start. Each run here has a
+//! deadline; past it the program is killed and the run is an error that
+//! says so.
+//!
+//! Output goes to unlinked temporary files, read back once the program
+//! exited: `nvidia-cuda-mps-control -d` leaves a daemon that keeps its
+//! output open, so reading a pipe to end-of-file would never end.
+
+use std::fmt;
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// What a bounded run gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ran {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Why a bounded run gave nothing usable.
+#[derive(Debug)]
+pub enum RunError {
+    /// The program could not be started.
+    Spawn {
+        program: String,
+        source: std::io::Error,
+    },
+    /// Still running at the deadline; it was killed.
+    TimedOut { program: String, after: Duration },
+    /// Waiting for it failed.
+    Wait {
+        program: String,
+        source: std::io::Error,
+    },
+}
+
+impl fmt::Display for RunError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RunError::Spawn { program, source } => write!(f, "cannot run {program}: {source}"),
+            RunError::TimedOut { program, after } => write!(
+                f,
+                "{program} did not finish within {} s and was killed",
+                after.as_secs_f32()
+            ),
+            RunError::Wait { program, source } => write!(f, "waiting for {program}: {source}"),
+        }
+    }
+}
+
+impl std::error::Error for RunError {}
+
+/// Runs `cmd` with `input` on its stdin, killing it after `timeout`.
+pub fn run(mut cmd: Command, input: Option<&[u8]>, timeout: Duration) -> Result<Ran, RunError> {
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    let spawn_error = |source| RunError::Spawn {
+        program: program.clone(),
+        source,
+    };
+    // Unlinked files, not pipes: see the module doc.
+    let mut out = tempfile::tempfile().map_err(spawn_error)?;
+    let mut err = tempfile::tempfile().map_err(spawn_error)?;
+    let mut child = cmd
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(out.try_clone().map_err(spawn_error)?)
+        .stderr(err.try_clone().map_err(spawn_error)?)
+        .spawn()
+        .map_err(spawn_error)?;
+    if let (Some(bytes), Some(mut stdin)) = (input, child.stdin.take()) {
+        // A program that does not read its input gets EPIPE here; its exit
+        // status says what happened.
+        let _ = stdin.write_all(bytes);
+    }
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() >= deadline => {
+                kill(&mut child);
+                return Err(RunError::TimedOut {
+                    program,
+                    after: timeout,
+                });
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(2)),
+            Err(source) => {
+                kill(&mut child);
+                return Err(RunError::Wait { program, source });
+            }
+        }
+    };
+    Ok(Ran {
+        status,
+        stdout: read_back(&mut out),
+        stderr: read_back(&mut err),
+    })
+}
+
+fn kill(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// What the program wrote, at most 1 MiB.
+fn read_back(file: &mut File) -> String {
+    let mut bytes = Vec::new();
+    if file.seek(SeekFrom::Start(0)).is_ok() {
+        let _ = file.take(1 << 20).read_to_end(&mut bytes);
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(script: &str) -> Command {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", script]);
+        cmd
+    }
+
+    #[test]
+    fn output_and_status_come_back() {
+        let ran = run(
+            sh("read x; echo out $x; echo err >&2; exit 3"),
+            Some(b"in\n"),
+            Duration::from_secs(10),
+        );
+        let ran = ran.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (ran.status.code(), ran.stdout.as_str(), ran.stderr.as_str()),
+            (Some(3), "out in\n", "err\n")
+        );
+    }
+
+    #[test]
+    fn a_program_that_never_exits_is_killed_at_the_deadline() {
+        let started = Instant::now();
+        let error = run(sh("sleep 30"), None, Duration::from_millis(200)).err();
+        assert!(
+            matches!(error, Some(RunError::TimedOut { .. })),
+            "{error:?}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(10));
+        assert!(error
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+            .contains("was killed"));
+    }
+
+    #[test]
+    fn a_daemon_keeping_the_pipe_open_does_not_hang_the_run() {
+        // Like `nvidia-cuda-mps-control -d`: the parent exits, a child lives on.
+        let started = Instant::now();
+        let ran = run(
+            sh("(sleep 5 &) ; echo started"),
+            None,
+            Duration::from_secs(4),
+        );
+        let ran = ran.unwrap_or_else(|e| panic!("{e}"));
+        assert!(ran.status.success());
+        assert!(started.elapsed() < Duration::from_secs(4));
+    }
+
+    #[test]
+    fn a_missing_program_is_a_spawn_error() {
+        let error = run(
+            Command::new("/nonexistent/gpushare-test"),
+            None,
+            Duration::from_secs(1),
+        )
+        .err();
+        assert!(matches!(error, Some(RunError::Spawn { .. })), "{error:?}");
+    }
+}

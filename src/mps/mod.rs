@@ -1,0 +1,22 @@
+//! The node's MPS half: small GPU shares spread over every GPU of a node,
+//! each job confined to its GPU, with an MPS control daemon behind it.
+//!
+//! - [`config`]: `gpu_mps.conf`, how the node shares its GPUs.
+//! - [`ledger`]: the node's sharing state on disk (flock + atomic rename).
+//! - [`placement`]: the least-loaded choice of a GPU for a share.
+//! - [`node`]: what the prolog, the SPANK plugin and the epilog do for a job.
+//! - [`daemon`]: starting and stopping a GPU's MPS control daemon.
+//! - [`devices`]: confining a task to its GPU's device file.
+//! - [`status`]: the per-GPU view `gpu-mps status` prints.
+//! - [`state_dir`]: state directories no user can turn against root.
+//! - [`bounded`]: external programs run with a deadline.
+
+pub mod bounded;
+pub mod config;
+pub mod daemon;
+pub mod devices;
+pub mod ledger;
+pub mod node;
+pub mod placement;
+pub mod state_dir;
+pub mod status;

@@ -1,0 +1,877 @@
+//! What happens on a GPU node for MPS shares, between the slurmd prolog,
+//! the SPANK plugin in slurmstepd and the epilog.
+//!
+//! - `gpu-mps-prolog` ([`prolog`]): classify the job from what Slurm put in
+//!   its Prolog environment ([`JobEnv`]), place a share on the least-loaded
+//!   GPU (or record a whole-GPU holder), start that GPU's MPS daemon. A
+//!   share that cannot be placed is *refused*, not failed: a failing prolog
+//!   drains the node, so the prolog writes a refusal note and the SPANK
+//!   plugin fails the job with its text.
+//! - SPANK `gpu_mps` ([`task_plan`]): read the placement, set each task's
+//!   environment, confine its devices.
+//! - `gpu-mps-epilog` ([`epilog`]): release the job; stop a GPU's MPS
+//!   daemon when its last share ends.
+//!
+//! # What a job holds, and who says so
+//!
+//! Only slurmd's own variables decide: `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`
+//! (an mps allocation) and `SLURM_JOB_GPUS` (GPUs held whole) come from the
+//! job's credential, which slurmctld signed. A job without the percentage
+//! holds no share, whatever its SPANK environment says. The exact units the
+//! job_submit plugin recorded (`SPANK_GPUSHARE_MPS_UNITS`) are used only
+//! where they agree with Slurm's percentage: Slurm rounds it down, and on
+//! 22.05 a unit is less than 1 %, so the percentage alone cannot tell 48
+//! from 50 units.
+
+use std::collections::HashSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use super::bounded;
+use super::config::{self, GpuMpsConfig};
+use super::daemon::{self, MpsDaemon};
+use super::ledger::{Ledger, LedgerError, Record, ShareRecord, StatusCopy};
+use super::placement::PlacementError;
+use super::state_dir;
+use crate::shared::{spank_env, ConfigError};
+
+/// How long the prolog waits for `squeue` (asked only when a share finds
+/// no room, to drop records of jobs that ended without an epilog).
+pub const SQUEUE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A GPU node as the prolog, epilog and admin command see it.
+#[derive(Debug)]
+pub struct Node {
+    pub cfg: GpuMpsConfig,
+    pub gpu_count: u32,
+    pub ledger: Ledger,
+    /// The effective uid that owns the state (root on a real node).
+    pub owner: u32,
+}
+
+/// Why a node cannot share GPUs (the prolog then fails and slurmd drains
+/// the node, which is right: its jobs' GPUs would be wrong).
+#[derive(Debug)]
+pub enum Unfit {
+    Config(ConfigError),
+    NoGpus(PathBuf),
+    Ledger(LedgerError),
+}
+
+impl std::fmt::Display for Unfit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unfit::Config(e) => write!(f, "{e}"),
+            Unfit::NoGpus(conf) => write!(
+                f,
+                "{}: no GPU device files found (set GPUDevices=)",
+                conf.display()
+            ),
+            Unfit::Ledger(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for Unfit {}
+
+impl From<LedgerError> for Unfit {
+    fn from(e: LedgerError) -> Self {
+        Unfit::Ledger(e)
+    }
+}
+
+impl Node {
+    /// Loads `gpu_mps.conf` and opens the ledger with its status copy.
+    /// `Ok(None)`: the node has no `gpu_mps.conf`, so it shares nothing.
+    pub fn open(conf_path: &Path, owner: u32) -> Result<Option<Self>, Unfit> {
+        let Some(cfg) = config::load(conf_path).map_err(Unfit::Config)? else {
+            return Ok(None);
+        };
+        let gpu_count = u32::try_from(gpu_devices(&cfg).len()).unwrap_or(u32::MAX);
+        if gpu_count == 0 {
+            return Err(Unfit::NoGpus(conf_path.to_path_buf()));
+        }
+        let ledger = Ledger::open(&cfg.state_dir, owner)?.with_status_copy(StatusCopy {
+            dir: daemon::public_dir(&cfg),
+            gpu_count,
+            units_per_gpu: cfg.units_per_gpu,
+        })?;
+        Ok(Some(Self {
+            cfg,
+            gpu_count,
+            ledger,
+            owner,
+        }))
+    }
+}
+
+/// A job that runs on this node now, as slurmctld tells.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunningJob {
+    pub job: u32,
+    /// Its GRES request names mps.
+    pub holds_mps: bool,
+}
+
+/// The jobs slurmctld says run on `node` (None when it cannot be asked in
+/// [`SQUEUE_TIMEOUT`]: callers must then not drop anything).
+pub fn running_jobs(node: &str) -> Result<Vec<RunningJob>, String> {
+    let mut cmd = Command::new("squeue");
+    cmd.args([
+        "--noheader",
+        "--nodelist",
+        node,
+        "--states=RUNNING,COMPLETING,CONFIGURING,SUSPENDED,STOPPED",
+        "--format=%A|%b",
+    ]);
+    let ran = bounded::run(cmd, None, SQUEUE_TIMEOUT).map_err(|e| e.to_string())?;
+    if !ran.status.success() {
+        return Err(format!("squeue: {} {}", ran.status, ran.stderr.trim()));
+    }
+    ran.stdout
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            let (job, gres) = line.split_once('|').unwrap_or((line, ""));
+            let job = job
+                .trim()
+                .parse()
+                .map_err(|_| format!("squeue printed {line:?}, not a job id"))?;
+            Ok(RunningJob {
+                job,
+                holds_mps: gres.contains("mps"),
+            })
+        })
+        .collect()
+}
+
+/// What the node knows about a job from its Prolog/Epilog environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobEnv {
+    pub job: u32,
+    pub uid: u32,
+    pub user: String,
+    /// Slurm's `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`: set for mps jobs only,
+    /// from the credential. The one sign that the job holds a share.
+    pub mps_percentage: Option<u32>,
+    /// The units in the SPANK environment (from job_submit/gpu_qos, or
+    /// whatever a client sent): a claim, checked against the percentage.
+    pub units_claimed: Option<u32>,
+    /// `SLURM_JOB_GPUS`: the GPU indices Slurm allocated.
+    pub job_gpus: Vec<u32>,
+}
+
+impl JobEnv {
+    /// Reads the variables slurmd gives a Prolog/Epilog.
+    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
+        let num = |name: &str| -> Result<Option<u32>, String> {
+            match get(name) {
+                None => Ok(None),
+                Some(v) if v.trim().is_empty() => Ok(None),
+                Some(v) => v
+                    .trim()
+                    .parse()
+                    .map(Some)
+                    .map_err(|_| format!("{name}={v:?} is not a number")),
+            }
+        };
+        let job = num("SLURM_JOB_ID")?
+            .ok_or("SLURM_JOB_ID is not set: run me as slurmd's Prolog/Epilog")?;
+        let uid = num("SLURM_JOB_UID")?.unwrap_or(0);
+        let user = get("SLURM_JOB_USER").unwrap_or_else(|| uid.to_string());
+        let job_gpus = match get("SLURM_JOB_GPUS") {
+            Some(list) if !list.trim().is_empty() => list
+                .split(',')
+                .map(|g| {
+                    g.trim()
+                        .parse::<u32>()
+                        .map_err(|_| format!("SLURM_JOB_GPUS={list:?} is not a list of indices"))
+                })
+                .collect::<Result<_, _>>()?,
+            _ => Vec::new(),
+        };
+        // A claim that is not a number is no claim: it cannot make the
+        // prolog fail (and the node drain) for what a client sent.
+        let units_claimed =
+            get(&spank_env::in_prolog(spank_env::MPS_UNITS)).and_then(|v| v.trim().parse().ok());
+        Ok(Self {
+            job,
+            uid,
+            user,
+            mps_percentage: num("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")?,
+            units_claimed,
+            job_gpus,
+        })
+    }
+
+    /// Whether the job holds an MPS share on this node: Slurm gave it a
+    /// thread percentage, which only an mps allocation gets.
+    pub fn is_share(&self) -> bool {
+        self.mps_percentage.is_some()
+    }
+}
+
+/// The units of a share job, from Slurm's percentage and the claimed
+/// units: the claim where Slurm's rounding agrees with it, else what the
+/// percentage alone says where it says it exactly. `Err`: why the size
+/// cannot be known (the job is refused with this text).
+pub fn share_units(cfg: &GpuMpsConfig, gpu_count: u32, env: &JobEnv) -> Result<u32, String> {
+    let Some(percent) = env.mps_percentage else {
+        return Err("the job holds no MPS allocation".into());
+    };
+    let per_gpu = cfg.slurm_per_gpu_count(gpu_count);
+    let percent_of = |units: u32| u64::from(units) * 100 / per_gpu.max(1);
+    if let Some(claimed) = env.units_claimed {
+        if claimed > 0 && percent_of(claimed) == u64::from(percent) {
+            return Ok(claimed);
+        }
+    }
+    // Below 100 units per GPU every unit is at least 1 %, so the percentage
+    // names exactly one unit count.
+    let exact = per_gpu <= 100;
+    let derived = u32::try_from((u64::from(percent) * per_gpu).div_ceil(100))
+        .ok()
+        .filter(|&u| u > 0 && percent_of(u) == u64::from(percent));
+    match (exact, derived, env.units_claimed) {
+        (true, Some(units), _) => Ok(units),
+        (_, _, Some(claimed)) => Err(format!(
+            "the size in the job's SPANK environment ({claimed} units) does not match what Slurm \
+             allocated ({percent} % of a GPU of {per_gpu} mps units); the job is refused"
+        )),
+        _ => Err(format!(
+            "Slurm gives the job {percent} % of a GPU of {per_gpu} mps units, which does not say \
+             how many units it asked for, and its exact size did not reach the prolog: \
+             slurm.conf needs PrologFlags=Alloc so that srun and salloc jobs carry the size \
+             job_submit/gpu_qos recorded (see `gpu-mps config`)"
+        )),
+    }
+}
+
+/// The Slurm 22.05 Count check, one text for every place that reports it.
+pub fn count_mismatch(cfg: &GpuMpsConfig, gpus: u32) -> Option<String> {
+    let count = cfg.slurm_mps_count?;
+    let wanted = cfg.slurm_count_for(gpus);
+    (count != wanted).then(|| {
+        format!(
+            "gpu_mps.conf says SlurmMpsCount={count}, but {gpus} GPUs of {} units each need \
+             Name=mps Count={wanted} in gres.conf on Slurm 22.05 (see gpu-mps config)",
+            cfg.units_per_gpu
+        )
+    })
+}
+
+/// The node's GPU device files, in index order.
+pub fn gpu_devices(cfg: &GpuMpsConfig) -> Vec<PathBuf> {
+    if let Some(list) = &cfg.gpu_devices {
+        return list.clone();
+    }
+    let mut found: Vec<(u32, PathBuf)> = fs::read_dir("/dev")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter_map(|e| {
+                    let name = e.file_name();
+                    let n = name.to_str()?.strip_prefix("nvidia")?.parse::<u32>().ok()?;
+                    Some((n, e.path()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort();
+    found.into_iter().map(|(_, p)| p).collect()
+}
+
+fn refusal_name(job: u32) -> String {
+    format!("refused.{job}")
+}
+
+/// The refusal note the prolog left for `job`, if any.
+pub fn refusal(ledger: &Ledger, job: u32) -> Option<String> {
+    fs::read_to_string(ledger.dir().join(refusal_name(job))).ok()
+}
+
+/// What the prolog did, for its log line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PrologOutcome {
+    /// Not a GPU job: nothing recorded.
+    Untouched,
+    /// A share placed (or found placed by an earlier prolog run).
+    Placed {
+        share: ShareRecord,
+        already: bool,
+        mps: MpsDaemon,
+    },
+    /// A share that cannot run here; the SPANK plugin fails the job with this text.
+    Refused(String),
+    /// A whole-GPU job recorded; shares already on its GPUs are listed (an overlap Slurm created).
+    Whole {
+        gpus: Vec<u32>,
+        overlapping: Vec<ShareRecord>,
+    },
+}
+
+/// Result of the prolog: the outcome, plus what it noticed on the way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrologReport {
+    pub outcome: PrologOutcome,
+    /// Records dropped by reconciliation (jobs no longer running here).
+    pub dropped: Vec<Record>,
+    /// Anything an admin should know (a repaired state, a count mismatch).
+    pub notes: Vec<String>,
+}
+
+/// Runs the prolog's logic for `env`'s job. `running` is asked for the jobs
+/// slurmctld runs on this node only when a share finds no room (records of
+/// jobs that ended without an epilog may be what fills the GPUs); `Err`
+/// from it means nothing is dropped. An `Err` from here means the node is
+/// unfit (unusable state directory): the prolog then fails, and Slurm
+/// drains the node, which is right.
+pub fn prolog(
+    node: &Node,
+    env: &JobEnv,
+    running: impl FnOnce() -> Result<Vec<RunningJob>, String>,
+) -> Result<PrologReport, LedgerError> {
+    let Node {
+        cfg,
+        gpu_count,
+        ledger,
+        owner,
+    } = node;
+    let mut report = PrologReport {
+        outcome: PrologOutcome::Untouched,
+        dropped: Vec::new(),
+        notes: Vec::new(),
+    };
+    if env.is_share() {
+        report.notes.extend(count_mismatch(cfg, *gpu_count));
+        let units = match share_units(cfg, *gpu_count, env) {
+            Ok(units) => units,
+            Err(why) => {
+                report.outcome =
+                    refuse(ledger, env.job, format!("gpu_mps: job {}: {why}", env.job));
+                return Ok(report);
+            }
+        };
+        let place = || {
+            ledger.place(
+                env.job,
+                env.uid,
+                &env.user,
+                units,
+                *gpu_count,
+                cfg.units_per_gpu,
+            )
+        };
+        let mut placed = place();
+        if let Err(LedgerError::Placement {
+            error: PlacementError::NoGpuHasRoom { .. },
+            ..
+        }) = &placed
+        {
+            match running() {
+                Ok(jobs) => {
+                    let running: HashSet<u32> = jobs.iter().map(|j| j.job).collect();
+                    let out = ledger.reconcile(|job| job == env.job || running.contains(&job))?;
+                    report.notes.extend(out.repair.map(|r| r.to_string()));
+                    for record in &out.value {
+                        let _ = fs::remove_file(ledger.dir().join(refusal_name(record.job())));
+                    }
+                    if !out.value.is_empty() {
+                        report.dropped = out.value;
+                        placed = place();
+                    }
+                }
+                Err(e) => report.notes.push(format!(
+                    "cannot ask slurmctld which jobs still run here, so no record was dropped: {e}"
+                )),
+            }
+        }
+        report.outcome = match placed {
+            Ok(placed) => {
+                report.notes.extend(placed.repair.map(|r| r.to_string()));
+                let share = placed.value.share;
+                let mps = daemon::start(cfg, share.gpu, *owner);
+                PrologOutcome::Placed {
+                    share,
+                    already: placed.value.already_recorded,
+                    mps,
+                }
+            }
+            Err(LedgerError::Placement { error, repair }) => {
+                report.notes.extend(repair.map(|r| r.to_string()));
+                refuse(
+                    ledger,
+                    env.job,
+                    format!("gpu_mps: job {}: {error}", env.job),
+                )
+            }
+            Err(other) => return Err(other),
+        };
+    } else if !env.job_gpus.is_empty() {
+        let out = ledger.record_whole(env.job, &env.job_gpus)?;
+        report.notes.extend(out.repair.map(|r| r.to_string()));
+        report.outcome = PrologOutcome::Whole {
+            gpus: env.job_gpus.clone(),
+            overlapping: out.value,
+        };
+    }
+    Ok(report)
+}
+
+fn refuse(ledger: &Ledger, job: u32, text: String) -> PrologOutcome {
+    match state_dir::replace_file(ledger.dir(), &refusal_name(job), text.as_bytes(), 0o600) {
+        Ok(()) => PrologOutcome::Refused(text),
+        Err(e) => PrologOutcome::Refused(format!(
+            "{text} (and the refusal note could not be written: {e})"
+        )),
+    }
+}
+
+/// What the epilog did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EpilogReport {
+    pub released: Vec<Record>,
+    /// MPS daemons stopped because their GPU has no share left.
+    pub stopped: Vec<(u32, MpsDaemon)>,
+    /// A repaired state, worth a log line.
+    pub notes: Vec<String>,
+}
+
+/// Releases `job` (idempotent: a second run releases nothing).
+pub fn epilog(node: &Node, job: u32) -> Result<EpilogReport, LedgerError> {
+    let out = node.ledger.release(job)?;
+    let _ = fs::remove_file(node.ledger.dir().join(refusal_name(job)));
+    let mut stopped = Vec::new();
+    let snapshot = node.ledger.snapshot()?;
+    for r in &out.value {
+        if let Record::Share(s) = r {
+            let idle = snapshot
+                .state
+                .gpu_loads(node.gpu_count)
+                .get(s.gpu as usize)
+                .is_none_or(|l| l.share_jobs == 0);
+            if idle {
+                stopped.push((s.gpu, daemon::stop(&node.cfg, s.gpu)));
+            }
+        }
+    }
+    Ok(EpilogReport {
+        released: out.value,
+        stopped,
+        notes: out.repair.map(|r| r.to_string()).into_iter().collect(),
+    })
+}
+
+/// What each task of a share job gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskPlan {
+    pub gpu: u32,
+    pub units: u32,
+    /// The chosen GPU's device file (allowed).
+    pub device: PathBuf,
+    /// Every other GPU's device file (denied).
+    pub other_devices: Vec<PathBuf>,
+    /// Environment to set, replacing what Slurm set.
+    pub env: Vec<(String, String)>,
+}
+
+/// The plan for `job`'s tasks: `Ok(None)` when the job holds no share
+/// here, `Err(text)` when it must fail (refused by the prolog, or a share
+/// Slurm granted that the prolog never placed). `slurm_says_share` only
+/// sharpens that message: a share is given by the ledger's record alone,
+/// which only the prolog writes, from the credential's facts.
+pub fn task_plan(
+    cfg: &GpuMpsConfig,
+    ledger: &Ledger,
+    job: u32,
+    slurm_says_share: bool,
+) -> Result<Option<TaskPlan>, String> {
+    if let Some(text) = refusal(ledger, job) {
+        return Err(text);
+    }
+    let snapshot = match ledger.snapshot() {
+        Ok(snapshot) => snapshot,
+        // A job Slurm gave no share is left as Slurm made it, whatever the
+        // state of the ledger.
+        Err(_) if !slurm_says_share => return Ok(None),
+        Err(e) => {
+            return Err(format!(
+                "gpu_mps: job {job}: cannot read the node's share ledger: {e}"
+            ))
+        }
+    };
+    let Some(share) = snapshot.state.share(job) else {
+        if slurm_says_share {
+            return Err(format!(
+                "gpu_mps: job {job} holds an MPS share but no GPU was chosen for it: is Prolog=gpu-mps-prolog configured on this node?"
+            ));
+        }
+        return Ok(None);
+    };
+    let devices = gpu_devices(cfg);
+    let device = devices.get(share.gpu as usize).cloned().ok_or_else(|| {
+        format!(
+            "gpu_mps: job {job} was placed on GPU {} but the node lists only {} GPU devices",
+            share.gpu,
+            devices.len()
+        )
+    })?;
+    let other_devices = devices
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| i != share.gpu as usize)
+        .map(|(_, p)| p.clone())
+        .collect();
+    let dir = daemon::gpu_dir(cfg, share.gpu);
+    let percent = (u64::from(share.units) * 100 / u64::from(cfg.units_per_gpu)).max(1);
+    let mut env = vec![
+        // The MPS server of this GPU exposes exactly one device to clients.
+        ("CUDA_VISIBLE_DEVICES".to_owned(), "0".to_owned()),
+        (
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".to_owned(),
+            percent.to_string(),
+        ),
+        (
+            "CUDA_MPS_PIPE_DIRECTORY".to_owned(),
+            dir.join("pipe").to_string_lossy().into_owned(),
+        ),
+        (
+            "CUDA_MPS_LOG_DIRECTORY".to_owned(),
+            dir.join("log").to_string_lossy().into_owned(),
+        ),
+        ("GPUSHARE_GPU".to_owned(), share.gpu.to_string()),
+        (spank_env::MPS_UNITS.to_owned(), share.units.to_string()),
+    ];
+    if let Some(limit) = cfg.memory_limit(share.units) {
+        env.push(("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".to_owned(), limit));
+    }
+    Ok(Some(TaskPlan {
+        gpu: share.gpu,
+        units: share.units,
+        device,
+        other_devices,
+        env,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mps::config::MpsControl;
+    use std::collections::HashMap;
+    use std::os::unix::fs::MetadataExt;
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    fn temp_node(count: Option<u64>) -> (Node, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let owner = fs::metadata(dir.path()).map(|m| m.uid()).unwrap_or(0);
+        let cfg = GpuMpsConfig {
+            state_dir: dir.path().join("state"),
+            gpu_devices: Some(
+                (0..4)
+                    .map(|i| PathBuf::from(format!("/dev/fake{i}")))
+                    .collect(),
+            ),
+            mps_control: MpsControl::Disabled,
+            slurm_mps_count: count,
+            ..GpuMpsConfig::default()
+        };
+        let ledger = Ledger::open(&cfg.state_dir, owner)
+            .and_then(|l| {
+                l.with_status_copy(StatusCopy {
+                    dir: daemon::public_dir(&cfg),
+                    gpu_count: 4,
+                    units_per_gpu: 100,
+                })
+            })
+            .unwrap_or_else(|e| panic!("{e}"));
+        let node = Node {
+            cfg,
+            gpu_count: 4,
+            ledger,
+            owner,
+        };
+        (node, dir)
+    }
+
+    /// A share job as Slurm 22.05 sends it with Count=1600 on 4 GPUs
+    /// (400 a GPU): the plugin's units and Slurm's rounded percentage.
+    fn share_env(job: u32, units: u32) -> JobEnv {
+        JobEnv {
+            job,
+            uid: 1000,
+            user: "alice".into(),
+            mps_percentage: Some(units / 4),
+            units_claimed: Some(units),
+            job_gpus: vec![0],
+        }
+    }
+
+    fn no_squeue() -> Result<Vec<RunningJob>, String> {
+        Err("not asked in this test".into())
+    }
+
+    fn outcome(node: &Node, env: &JobEnv) -> PrologOutcome {
+        prolog(node, env, no_squeue)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .outcome
+    }
+
+    #[test]
+    fn prolog_environment_is_classified() {
+        let e = JobEnv::from_env(env_of(&[
+            ("SLURM_JOB_ID", "7"),
+            ("SLURM_JOB_UID", "1000"),
+            ("SLURM_JOB_USER", "alice"),
+            ("SLURM_JOB_GPUS", "1,3"),
+        ]))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (e.job, e.job_gpus.clone(), e.is_share()),
+            (7, vec![1, 3], false)
+        );
+        let e = JobEnv::from_env(env_of(&[
+            ("SLURM_JOB_ID", "8"),
+            ("SPANK_GPUSHARE_MPS_UNITS", "50"),
+            ("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "12"),
+            ("SLURM_JOB_GPUS", "0"),
+        ]))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(e.is_share());
+        assert_eq!(e.units_claimed, Some(50));
+        // The claim alone makes no share, and a junk claim fails nothing.
+        let forged = JobEnv::from_env(env_of(&[
+            ("SLURM_JOB_ID", "9"),
+            ("SPANK_GPUSHARE_MPS_UNITS", "7"),
+        ]))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(!forged.is_share());
+        let junk = JobEnv::from_env(env_of(&[
+            ("SLURM_JOB_ID", "9"),
+            ("SPANK_GPUSHARE_MPS_UNITS", "x"),
+        ]));
+        assert_eq!(junk.map(|e| e.units_claimed), Ok(None));
+        assert!(JobEnv::from_env(env_of(&[])).is_err());
+        assert!(JobEnv::from_env(env_of(&[("SLURM_JOB_ID", "x")])).is_err());
+    }
+
+    #[test]
+    fn units_are_the_claim_only_where_slurm_agrees() {
+        let cfg22 = GpuMpsConfig {
+            slurm_mps_count: Some(1600),
+            ..GpuMpsConfig::default()
+        };
+        let env = |pct, claim| JobEnv {
+            mps_percentage: Some(pct),
+            units_claimed: claim,
+            ..share_env(1, 0)
+        };
+        // 22.05, 400 units a GPU: 50 units are 12 %, and so are 48..=51.
+        assert_eq!(share_units(&cfg22, 4, &env(12, Some(50))), Ok(50));
+        assert_eq!(share_units(&cfg22, 4, &env(12, Some(51))), Ok(51));
+        let forged_big = share_units(&cfg22, 4, &env(12, Some(100)));
+        assert!(
+            forged_big
+                .as_ref()
+                .is_err_and(|e| e.contains("does not match")),
+            "{forged_big:?}"
+        );
+        let forged_small = share_units(&cfg22, 4, &env(25, Some(1)));
+        assert!(forged_small.is_err());
+        let missing = share_units(&cfg22, 4, &env(12, None));
+        assert!(
+            missing
+                .as_ref()
+                .is_err_and(|e| e.contains("PrologFlags=Alloc")),
+            "{missing:?}"
+        );
+        // 24.11 and later, 100 units a GPU: the percentage is the units.
+        let cfg24 = GpuMpsConfig {
+            slurm_mps_count: Some(400),
+            ..GpuMpsConfig::default()
+        };
+        assert_eq!(share_units(&cfg24, 4, &env(25, None)), Ok(25));
+        assert_eq!(share_units(&cfg24, 4, &env(25, Some(25))), Ok(25));
+        assert_eq!(share_units(&cfg24, 4, &env(25, Some(90))), Ok(25));
+        // Without SlurmMpsCount the count gpu-mps config prescribes is assumed.
+        assert_eq!(
+            share_units(&GpuMpsConfig::default(), 4, &env(12, Some(50))),
+            Ok(50)
+        );
+    }
+
+    #[test]
+    fn shares_spread_and_tasks_get_their_gpu() {
+        let (node, _dir) = temp_node(None);
+        let mut gpus = Vec::new();
+        for job in 1..=4 {
+            match prolog(&node, &share_env(job, 50), no_squeue) {
+                Ok(PrologReport {
+                    outcome: PrologOutcome::Placed { share, .. },
+                    notes,
+                    ..
+                }) => {
+                    assert!(notes.is_empty(), "{notes:?}");
+                    gpus.push(share.gpu)
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(gpus, vec![0, 1, 2, 3]);
+        let copy = daemon::public_dir(&node.cfg).join(StatusCopy::FILE);
+        let public: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(&copy).unwrap_or_default())
+                .unwrap_or_default();
+        assert_eq!(public["gpus"][2]["shares"][0]["job"], 3, "{public}");
+        let plan = task_plan(&node.cfg, &node.ledger, 3, true)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap_or_else(|| panic!("no plan"));
+        assert_eq!(plan.gpu, 2);
+        assert_eq!(plan.device, PathBuf::from("/dev/fake2"));
+        assert_eq!(plan.other_devices.len(), 3);
+        assert!(plan
+            .env
+            .contains(&("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".into(), "50".into())));
+        assert!(plan.env.contains(&("GPUSHARE_GPU".into(), "2".into())));
+        assert_eq!(task_plan(&node.cfg, &node.ledger, 99, false), Ok(None));
+        assert!(task_plan(&node.cfg, &node.ledger, 99, true)
+            .is_err_and(|e| e.contains("Prolog=gpu-mps-prolog")));
+        // An unreadable ledger fails share jobs only.
+        fs::write(node.ledger.state_path(), "{").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(task_plan(&node.cfg, &node.ledger, 99, false), Ok(None));
+        assert!(
+            task_plan(&node.cfg, &node.ledger, 3, true).is_err_and(|e| e.contains("unreadable"))
+        );
+    }
+
+    #[test]
+    fn forged_units_on_jobs_without_an_mps_allocation_change_nothing() {
+        let (node, _dir) = temp_node(None);
+        let forged = |job, gpus: Vec<u32>| JobEnv {
+            job,
+            uid: 1000,
+            user: "mallory".into(),
+            mps_percentage: None,
+            units_claimed: Some(100),
+            job_gpus: gpus,
+        };
+        for job in 1..=4 {
+            assert_eq!(
+                outcome(&node, &forged(job, Vec::new())),
+                PrologOutcome::Untouched
+            );
+        }
+        // A whole-GPU job claiming units is a whole-GPU job.
+        assert!(matches!(
+            outcome(&node, &forged(5, vec![1])),
+            PrologOutcome::Whole { .. }
+        ));
+        for job in 1..=4 {
+            assert_eq!(task_plan(&node.cfg, &node.ledger, job, false), Ok(None));
+        }
+        // An honest share still fits, beside the whole GPU.
+        match outcome(&node, &share_env(6, 100)) {
+            PrologOutcome::Placed { share, .. } => assert_ne!(share.gpu, 1),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_share_that_fits_no_gpu_is_refused_not_failed_and_epilog_is_idempotent() {
+        let (node, _dir) = temp_node(None);
+        for job in 1..=4 {
+            assert!(matches!(
+                outcome(&node, &share_env(job, 60)),
+                PrologOutcome::Placed { .. }
+            ));
+        }
+        // 160 units free on the node, but at most 40 on any one GPU.
+        match prolog(&node, &share_env(5, 60), no_squeue) {
+            Ok(PrologReport {
+                outcome: PrologOutcome::Refused(text),
+                notes,
+                ..
+            }) => {
+                assert!(text.contains("job 5"), "{text}");
+                assert!(
+                    notes.iter().any(|n| n.contains("no record was dropped")),
+                    "{notes:?}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            task_plan(&node.cfg, &node.ledger, 5, true).is_err_and(|e| e.contains("no single GPU"))
+        );
+        let r = epilog(&node, 1).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(r.released.len(), 1);
+        assert_eq!(r.stopped, vec![(0, MpsDaemon::NotAvailable)]);
+        assert!(epilog(&node, 1).is_ok_and(|r| r.released.is_empty()));
+        assert!(epilog(&node, 5).is_ok_and(|r| r.released.is_empty()));
+        assert_eq!(refusal(&node.ledger, 5), None);
+    }
+
+    #[test]
+    fn records_of_vanished_jobs_are_dropped_only_when_a_share_needs_the_room() {
+        let (node, _dir) = temp_node(None);
+        let whole = JobEnv {
+            job: 10,
+            uid: 0,
+            user: "root".into(),
+            mps_percentage: None,
+            units_claimed: None,
+            job_gpus: vec![0],
+        };
+        assert!(matches!(
+            outcome(&node, &whole),
+            PrologOutcome::Whole { .. }
+        ));
+        for job in 1..=6 {
+            match outcome(&node, &share_env(job, 50)) {
+                PrologOutcome::Placed { share, .. } => assert_ne!(share.gpu, 0),
+                other => panic!("{other:?}"),
+            }
+        }
+        let asked = std::cell::Cell::new(false);
+        let running = || {
+            asked.set(true);
+            Ok(vec![
+                RunningJob {
+                    job: 2,
+                    holds_mps: true,
+                },
+                RunningJob {
+                    job: 3,
+                    holds_mps: true,
+                },
+            ])
+        };
+        let report = prolog(&node, &share_env(7, 50), running).unwrap_or_else(|e| panic!("{e}"));
+        assert!(asked.get());
+        let dropped: Vec<u32> = report.dropped.iter().map(Record::job).collect();
+        assert_eq!(dropped, vec![1, 4, 5, 6, 10]);
+        assert!(matches!(report.outcome, PrologOutcome::Placed { .. }));
+        // With room to spare nobody asks slurmctld anything.
+        let never = || -> Result<Vec<RunningJob>, String> { panic!("squeue asked") };
+        assert!(prolog(&node, &share_env(8, 10), never).is_ok());
+    }
+
+    #[test]
+    fn a_count_mismatch_is_noted() {
+        let (node, _dir) = temp_node(Some(400));
+        let r = prolog(&node, &share_env(3, 40), no_squeue).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            r.notes.iter().any(|n| n.contains("Count=1600")),
+            "{:?}",
+            r.notes
+        );
+    }
+}

@@ -1,0 +1,291 @@
+//! The node's state directories, made so that no user can turn them
+//! against root.
+//!
+//! The prolog, epilog and SPANK plugin run as root and write under
+//! `StateDir` (root only: the ledger) and `<StateDir>-mps` (world-readable:
+//! MPS pipes and logs, the published status). If a user could plant a
+//! symbolic link or a file there, root would follow it. So every directory
+//! is either created here (mode set explicitly, not left to the umask) or
+//! checked: a real directory, not a link, owned by the expected user, not
+//! writable by group or others (and, for a private one, not readable
+//! either). Files are replaced by writing a new file that must not exist
+//! (`O_CREAT|O_EXCL|O_NOFOLLOW`), setting its mode on the open file,
+//! fsyncing, and renaming it into place, then fsyncing the directory:
+//! readers see the old or the new file, never half of one.
+
+use std::fmt;
+use std::fs::{self, DirBuilder, File, OpenOptions, Permissions};
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// Who may look into a state directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Mode 0700: the ledger, refusal notes.
+    Private,
+    /// Mode 0755: what jobs and users must reach (MPS pipes, the status copy).
+    WorldReadable,
+}
+
+impl Access {
+    fn mode(self) -> u32 {
+        match self {
+            Access::Private => 0o700,
+            Access::WorldReadable => 0o755,
+        }
+    }
+
+    /// Permission bits a directory of this kind must not have.
+    fn forbidden(self) -> u32 {
+        match self {
+            Access::Private => 0o077,
+            Access::WorldReadable => 0o022,
+        }
+    }
+}
+
+/// Why a state directory or file cannot be used.
+#[derive(Debug)]
+pub enum DirError {
+    IsSymlink(PathBuf),
+    NotADirectory(PathBuf),
+    WrongOwner {
+        dir: PathBuf,
+        owner: u32,
+        expected: u32,
+    },
+    TooOpen {
+        dir: PathBuf,
+        mode: u32,
+        access: Access,
+    },
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+}
+
+impl fmt::Display for DirError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DirError::IsSymlink(dir) => write!(
+                f,
+                "state directory {} is a symbolic link; refusing to use it (remove the link \
+                 and gpushare creates the directory)",
+                dir.display()
+            ),
+            DirError::NotADirectory(dir) => write!(
+                f,
+                "state directory {} exists but is not a directory; refusing to use it \
+                 (remove it, or point StateDir in gpu_mps.conf elsewhere)",
+                dir.display()
+            ),
+            DirError::WrongOwner {
+                dir,
+                owner,
+                expected,
+            } => write!(
+                f,
+                "state directory {} is owned by uid {owner}, not uid {expected}; refusing to \
+                 use it (another user could change the sharing state: remove it and gpushare \
+                 recreates it)",
+                dir.display()
+            ),
+            DirError::TooOpen { dir, mode, access } => write!(
+                f,
+                "state directory {} has mode {mode:04o}, which lets other users {}; refusing \
+                 to use it (run: chmod {:04o} {})",
+                dir.display(),
+                match access {
+                    Access::Private => "in",
+                    Access::WorldReadable => "write to it",
+                },
+                access.mode(),
+                dir.display()
+            ),
+            DirError::Io {
+                action,
+                path,
+                source,
+            } => write!(f, "cannot {action} {}: {source}", path.display()),
+        }
+    }
+}
+
+impl std::error::Error for DirError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            DirError::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+pub(crate) fn io_error(action: &'static str, path: &Path, source: io::Error) -> DirError {
+    DirError::Io {
+        action,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Checks that `dir` is a directory `owner` may trust (see the module doc).
+pub fn check(dir: &Path, owner: u32, access: Access) -> Result<(), DirError> {
+    let meta = fs::symlink_metadata(dir).map_err(|e| io_error("inspect", dir, e))?;
+    if meta.file_type().is_symlink() {
+        return Err(DirError::IsSymlink(dir.to_path_buf()));
+    }
+    if !meta.is_dir() {
+        return Err(DirError::NotADirectory(dir.to_path_buf()));
+    }
+    if meta.uid() != owner {
+        return Err(DirError::WrongOwner {
+            dir: dir.to_path_buf(),
+            owner: meta.uid(),
+            expected: owner,
+        });
+    }
+    let mode = meta.mode() & 0o7777;
+    if mode & access.forbidden() != 0 {
+        return Err(DirError::TooOpen {
+            dir: dir.to_path_buf(),
+            mode,
+            access,
+        });
+    }
+    Ok(())
+}
+
+/// Creates `dir` (and missing parents) when it does not exist, then
+/// [`check`]s it. Returns whether it was created.
+pub fn ensure(dir: &Path, owner: u32, access: Access) -> Result<bool, DirError> {
+    let created = match fs::symlink_metadata(dir) {
+        Ok(_) => false,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            if let Some(parent) = dir.parent() {
+                fs::create_dir_all(parent).map_err(|e| io_error("create", parent, e))?;
+            }
+            match DirBuilder::new().mode(access.mode()).create(dir) {
+                Ok(()) => {
+                    // The umask may have taken bits; set them on what we made.
+                    fs::set_permissions(dir, Permissions::from_mode(access.mode()))
+                        .map_err(|e| io_error("set the mode of", dir, e))?;
+                    true
+                }
+                // Another process made it first: check theirs.
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => false,
+                Err(e) => return Err(io_error("create", dir, e)),
+            }
+        }
+        Err(e) => return Err(io_error("inspect", dir, e)),
+    };
+    check(dir, owner, access)?;
+    Ok(created)
+}
+
+/// Replaces `dir/name` with `bytes` (mode `mode`), atomically and durably.
+/// `dir` must be a checked directory; the temporary name `name.new` is
+/// removed first if a crash left it (nobody else can write in `dir`).
+pub fn replace_file(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> Result<(), DirError> {
+    let temp = dir.join(format!("{name}.new"));
+    match fs::remove_file(&temp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_error("remove leftover", &temp, e)),
+    }
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&temp)
+        .map_err(|e| io_error("create", &temp, e))?;
+    // fchmod on the open file: the umask cannot have changed what we chose.
+    file.set_permissions(Permissions::from_mode(mode))
+        .map_err(|e| io_error("set the mode of", &temp, e))?;
+    file.write_all(bytes)
+        .map_err(|e| io_error("write", &temp, e))?;
+    file.sync_all().map_err(|e| io_error("fsync", &temp, e))?;
+    drop(file);
+    let path = dir.join(name);
+    fs::rename(&temp, &path).map_err(|e| io_error("rename into place", &path, e))?;
+    sync_dir(dir)
+}
+
+/// Makes a rename in `dir` durable: without it a crash can bring back the
+/// old directory entry.
+pub fn sync_dir(dir: &Path) -> Result<(), DirError> {
+    File::open(dir)
+        .and_then(|handle| handle.sync_all())
+        .map_err(|e| io_error("fsync directory", dir, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn owner(dir: &Path) -> u32 {
+        fs::metadata(dir).map(|m| m.uid()).unwrap_or(u32::MAX)
+    }
+
+    #[test]
+    fn created_with_exact_modes_and_checked_afterwards() {
+        let temp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let me = owner(temp.path());
+        let private = temp.path().join("run/gpu-mps");
+        let public = temp.path().join("run/gpu-mps-mps");
+        assert!(matches!(ensure(&private, me, Access::Private), Ok(true)));
+        assert!(matches!(
+            ensure(&public, me, Access::WorldReadable),
+            Ok(false | true)
+        ));
+        let mode = |p: &Path| fs::metadata(p).map(|m| m.mode() & 0o7777).unwrap_or(0);
+        assert_eq!((mode(&private), mode(&public)), (0o700, 0o755));
+        assert!(matches!(ensure(&private, me, Access::Private), Ok(false)));
+        assert!(matches!(
+            ensure(&private, me.wrapping_add(1), Access::Private),
+            Err(DirError::WrongOwner { .. })
+        ));
+        fs::set_permissions(&public, Permissions::from_mode(0o777))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let err = check(&public, me, Access::WorldReadable).err();
+        assert!(
+            matches!(err, Some(DirError::TooOpen { mode: 0o777, .. })),
+            "{err:?}"
+        );
+        let link = temp.path().join("link");
+        symlink(&private, &link).unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(
+            check(&link, me, Access::Private),
+            Err(DirError::IsSymlink(_))
+        ));
+    }
+
+    #[test]
+    fn replace_file_never_follows_a_planted_link_and_sets_the_mode() {
+        let temp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let victim = temp.path().join("victim");
+        fs::write(&victim, "root's own data").unwrap_or_else(|e| panic!("{e}"));
+        let dir = temp.path().join("d");
+        ensure(&dir, owner(temp.path()), Access::WorldReadable).unwrap_or_else(|e| panic!("{e}"));
+        // A link where the temporary file goes: removed, never written through.
+        symlink(&victim, dir.join("state.new")).unwrap_or_else(|e| panic!("{e}"));
+        replace_file(&dir, "state", b"{}", 0o644).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            fs::read_to_string(&victim).unwrap_or_default(),
+            "root's own data"
+        );
+        assert_eq!(
+            fs::read_to_string(dir.join("state")).unwrap_or_default(),
+            "{}"
+        );
+        let mode = fs::metadata(dir.join("state"))
+            .map(|m| m.mode() & 0o777)
+            .unwrap_or(0);
+        assert_eq!(mode, 0o644);
+        assert!(!dir.join("state.new").exists());
+    }
+}

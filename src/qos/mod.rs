@@ -1,0 +1,16 @@
+//! The typed-GPU QOS half: Slurm's typed `GrpTRES` limits are enforced only
+//! when a job names the GPU type, so `job_submit/gpu_qos` refuses GPU jobs
+//! under a group QOS that do not, and says what to type instead.
+//!
+//! - [`gres`]: the GPU requests in a job description, in every spelling
+//!   Slurm releases use (`gres:gpu:a40:2`, `gres/gpu:a40=1`, ...).
+//! - [`config`]: `gpu_qos.conf`, which QOS may use which types.
+//! - [`policy`]: the decision for a submission or an update, and the words
+//!   the user reads.
+//! - [`check`]: `gpu_qos.conf` compared with the accounting database
+//!   (`gpu-qos check`).
+
+pub mod check;
+pub mod config;
+pub mod gres;
+pub mod policy;

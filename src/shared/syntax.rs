@@ -1,0 +1,146 @@
+//! The `Key=Value` line syntax of Slurm's own config files, shared by
+//! `gpu_qos.conf` and `gpu_mps.conf`: `#` starts a comment anywhere on a
+//! line, blank lines are ignored, several whitespace-separated `Key=Value`
+//! words may share a line. Keys are matched case-insensitively by callers.
+//!
+//! [`ConfigError`] is the one error both files report: `file:line: reason`.
+
+use std::fmt;
+use std::io;
+use std::path::Path;
+
+/// A problem in a configuration file, shown as `file:line: reason`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub file: String,
+    /// 1-based; 0 when the file as a whole is the problem (unreadable).
+    pub line: usize,
+    pub reason: String,
+}
+
+impl ConfigError {
+    pub fn new(file: &str, line: usize, reason: impl fmt::Display) -> Self {
+        Self {
+            file: file.to_owned(),
+            line,
+            reason: reason.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.line == 0 {
+            write!(f, "{}: {}", self.file, self.reason)
+        } else {
+            write!(f, "{}:{}: {}", self.file, self.line, self.reason)
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Reads and parses the configuration file at `path`. `Ok(None)`: there is
+/// none (what that means is the caller's to decide).
+pub fn load<T>(
+    path: &Path,
+    parse: impl FnOnce(&str, &str) -> Result<T, ConfigError>,
+) -> Result<Option<T>, ConfigError> {
+    let name = path.to_string_lossy();
+    match std::fs::read_to_string(path) {
+        Ok(text) => parse(&text, &name).map(Some),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(ConfigError::new(&name, 0, e)),
+    }
+}
+
+/// One `Key=Value` word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pair<'a> {
+    pub key: &'a str,
+    pub value: &'a str,
+}
+
+/// A word without `=`. (`Key=` with an empty value is a [`Pair`]: callers
+/// report it after recognising the key, so the message can name it.)
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MissingEquals(pub String);
+
+/// The key of `keys` whose canonical spelling (`name_of`) is `name`, up to
+/// ASCII case, as Slurm matches its own keys.
+pub fn key_named<K: Copy>(keys: &[K], name_of: fn(K) -> &'static str, name: &str) -> Option<K> {
+    keys.iter()
+        .copied()
+        .find(|k| name_of(*k).eq_ignore_ascii_case(name))
+}
+
+/// The words of each non-empty line, with 1-based line numbers.
+pub fn lines(text: &str) -> impl Iterator<Item = (usize, Result<Vec<Pair<'_>>, MissingEquals>)> {
+    text.lines().enumerate().filter_map(|(i, raw)| {
+        let content = raw.split('#').next().unwrap_or("");
+        let words: Vec<&str> = content.split_whitespace().collect();
+        if words.is_empty() {
+            return None;
+        }
+        let pairs = words
+            .into_iter()
+            .map(|w| match w.split_once('=') {
+                None => Err(MissingEquals(w.to_owned())),
+                Some((key, value)) => Ok(Pair { key, value }),
+            })
+            .collect();
+        Some((i + 1, pairs))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn comments_blank_lines_and_several_pairs_per_line() {
+        let text = "# header\n\nA=1 B=two # tail\n  C=x=y\n";
+        let got: Vec<_> = lines(text).collect();
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].0, 3);
+        assert_eq!(
+            got[0].1,
+            Ok(vec![
+                Pair {
+                    key: "A",
+                    value: "1"
+                },
+                Pair {
+                    key: "B",
+                    value: "two"
+                }
+            ])
+        );
+        assert_eq!(
+            got[1],
+            (
+                4,
+                Ok(vec![Pair {
+                    key: "C",
+                    value: "x=y"
+                }])
+            )
+        );
+    }
+
+    #[test]
+    fn bad_words_are_reported_with_their_line() {
+        let got: Vec<_> = lines("A=1\nlonely\nB=\n").collect();
+        assert_eq!(got[1], (2, Err(MissingEquals("lonely".into()))));
+        assert_eq!(
+            got[2],
+            (
+                3,
+                Ok(vec![Pair {
+                    key: "B",
+                    value: ""
+                }])
+            )
+        );
+    }
+}
