@@ -57,7 +57,7 @@ DESTDIR ?=
 # Slurm's PluginDir: from the running configuration, else where the
 # distribution put Slurm's own plugins. Override with PLUGINDIR=.
 PLUGINDIR ?= $(shell { scontrol show config 2>/dev/null | awk '$$1 == "PluginDir" {print $$3}' | cut -d: -f1; \
-	for d in /usr/lib/x86_64-linux-gnu/slurm-wlm /usr/lib/aarch64-linux-gnu/slurm-wlm /usr/lib64/slurm /usr/lib/slurm; do \
+	for d in $$(grep -v '^\#' slurm-sys/plugin-dirs); do \
 	[ -e $$d/job_submit_defaults.so ] && echo $$d; done; } | head -n 1)
 TARGET_DIR = target/$(PROFILE)
 ifeq ($(PROFILE),dev)

@@ -88,19 +88,15 @@ fn read_version(include: &Path) -> u32 {
 /// outside a daemon (benchmarks). Plugins never link it.
 fn find_lib_dir() -> Option<PathBuf> {
     println!("cargo::rerun-if-env-changed=SLURM_LIB_DIR");
+    println!("cargo::rerun-if-changed=plugin-dirs");
     let candidates = env::var_os("SLURM_LIB_DIR")
         .map(PathBuf::from)
         .into_iter()
         .chain(
-            [
-                "/usr/lib/x86_64-linux-gnu/slurm-wlm",
-                "/usr/lib/aarch64-linux-gnu/slurm-wlm",
-                "/usr/lib64/slurm",
-                "/usr/lib/slurm",
-                "/usr/local/lib/slurm",
-            ]
-            .into_iter()
-            .map(PathBuf::from),
+            include_str!("plugin-dirs")
+                .lines()
+                .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+                .map(PathBuf::from),
         );
     candidates
         .into_iter()

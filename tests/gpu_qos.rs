@@ -51,6 +51,10 @@ fn main() -> ExitCode {
         )
         .test("hostile_requests_never_hurt_slurmctld", hostile_requests)
         .test(
+            "gpu_qos_check_json_is_json_against_the_database",
+            check_json,
+        )
+        .test(
             "edited_config_is_picked_up_and_bad_edit_keeps_last_good",
             reload,
         )
@@ -448,4 +452,58 @@ fn bad_config_at_init(c: &mut Cluster) -> TestResult {
         format!("slurmctld with a bad gpu_qos.conf exited {status}"),
     )?;
     contains_all(&log, &["gpu_qos.conf:2:", "Bogus", "fatal"])
+}
+
+/// `gpu-qos check --json` against the cluster's accounting database: what it
+/// prints is JSON to `python3 -m json.tool` and to the schema, with the exit
+/// status inside equal to the command's.
+fn check_json(c: &mut Cluster) -> TestResult {
+    let bin = testcluster::cluster::build_dir()?.join("gpu-qos");
+    let conf = conf_path(c);
+    let script = format!(
+        "{} check --json --conf {}; echo \"exit=$?\" >&2",
+        bin.display(),
+        conf.display()
+    );
+    let out = c.run("sh", &["-c", &script])?;
+    let json = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let tool = c.run(
+        "sh",
+        &[
+            "-c",
+            &format!(
+                "printf '%s' '{}' | python3 -m json.tool",
+                json.trim().replace('\'', "'\\''")
+            ),
+        ],
+    )?;
+    ensure(
+        tool.status.success(),
+        format!(
+            "python3 -m json.tool refused {json:?}: {}",
+            String::from_utf8_lossy(&tool.stderr)
+        ),
+    )?;
+    let parsed: gpushare::qos::check::CheckJson =
+        serde_json::from_str(&json).map_err(|e| format!("{e}: {json}"))?;
+    ensure(
+        stderr.contains(&format!("exit={}", parsed.exit)) && parsed.exit < 2,
+        format!("exit status and JSON disagree or the check failed: {stderr} / {json}"),
+    )?;
+    ensure(
+        parsed.conf.as_deref() == Some(&*conf.to_string_lossy()),
+        format!("JSON names another file: {json}"),
+    )?;
+    // A file that does not parse: exit 2, still JSON.
+    let out = c.run(
+        &bin.to_string_lossy(),
+        &["check", "--json", "--conf", "/nonexistent/gpu_qos.conf"],
+    )?;
+    let unchecked: gpushare::qos::check::CheckJson =
+        serde_json::from_slice(&out.stdout).map_err(|e| format!("{e}: {:?}", out.stdout))?;
+    ensure(
+        out.status.code() == Some(2) && unchecked.exit == 2 && unchecked.error.is_some(),
+        format!("unchecked: {unchecked:?}"),
+    )
 }

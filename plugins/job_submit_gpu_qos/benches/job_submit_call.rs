@@ -73,7 +73,8 @@ fn main() {
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
     std::fs::write(dir.join("gpu_qos.conf"), CONF).unwrap_or_else(|e| panic!("{e}"));
     std::env::set_var("SLURM_CONF", dir.join("slurm.conf"));
-    assert_eq!(init(), 0);
+    // SAFETY: called once, as slurmctld does at load.
+    assert_eq!(unsafe { init() }, 0);
     let cfg = qos_conf::parse(CONF, "gpu_qos.conf").unwrap_or_else(|e| panic!("{e}"));
 
     println!(

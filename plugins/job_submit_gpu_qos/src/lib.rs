@@ -6,14 +6,14 @@
 //! `scontrol update`, with its own locks held: nothing here may block, sleep
 //! or call back into slurmctld. The policy itself is `gpushare::qos::policy`;
 //! this crate is the C ABI around it, and every export is a shim through
-//! [`slurm_plugin::guard`], so a panic becomes an error code, never a crash.
+//! [`slurm_plugin::export!`], so a panic becomes an error code, never a crash.
 
 use std::os::raw::{c_char, c_int, c_void};
 use std::path::PathBuf;
 
 use gpushare::qos::policy::{judge_modify, judge_submit, Verdict};
+use slurm_plugin::log;
 use slurm_plugin::slurm_str::{opt_str, set_message};
-use slurm_plugin::{guard, log};
 use slurm_sys::{job_desc_msg_t, SLURM_ERROR, SLURM_SUCCESS};
 
 mod job_desc;
@@ -39,40 +39,52 @@ fn daemon_slurm_conf() -> Option<PathBuf> {
     unsafe { opt_str(path) }.map(|p| PathBuf::from(p.into_owned()))
 }
 
-/// Called once when slurmctld loads the plugin; a non-zero return stops
-/// slurmctld, which is what a site wants when its policy cannot be enforced.
-#[no_mangle]
-pub extern "C" fn init() -> c_int {
-    guard("job_submit/gpu_qos: init", SLURM_ERROR, || {
-        log::info(&format!(
-            "{PLUGIN}: loaded (gpushare {}, built for Slurm {})",
-            env!("CARGO_PKG_VERSION"),
-            slurm_sys::SLURM_VERSION
-        ));
-        let path = policy_state::conf_path(daemon_slurm_conf().as_deref());
-        match policy_state::start(&path) {
-            Ok(()) => OK,
-            Err(e) => {
-                log::error(&format!("{PLUGIN}: {e}"));
-                SLURM_ERROR
-            }
-        }
-    })
+slurm_plugin::export! {
+    /// Called once when slurmctld loads the plugin; a non-zero return stops
+    /// slurmctld, which is what a site wants when its policy cannot be enforced.
+    fn init() -> c_int, on_panic SLURM_ERROR => plugin_init;
+    /// Called when slurmctld shuts down or reloads its plugins.
+    fn fini() -> c_int, on_panic SLURM_ERROR => plugin_fini;
+    /// Judges a new job. Same signature in every supported Slurm release.
+    fn job_submit(job_desc: *mut job_desc_msg_t, submit_uid: u32, err_msg: *mut *mut c_char) -> c_int,
+        on_panic SLURM_ERROR => submit;
+    /// Judges an `scontrol update` of a job (22.05: no message slot, so the
+    /// explanation goes to slurmctld's log only). `job_ptr` is slurmctld's
+    /// private job record, never dereferenced here.
+    #[cfg(not(slurm_23_02))]
+    fn job_modify(job_desc: *mut job_desc_msg_t, job_ptr: *mut c_void, submit_uid: u32) -> c_int,
+        on_panic SLURM_ERROR => modify_22_05;
+    /// Judges an `scontrol update` of a job (23.02+: with a message slot).
+    #[cfg(slurm_23_02)]
+    fn job_modify(job_desc: *mut job_desc_msg_t, job_ptr: *mut c_void, submit_uid: u32, err_msg: *mut *mut c_char) -> c_int,
+        on_panic SLURM_ERROR => modify;
 }
 
-/// Called when slurmctld shuts down or reloads its plugins.
-#[no_mangle]
-pub extern "C" fn fini() -> c_int {
-    guard("job_submit/gpu_qos: fini", SLURM_ERROR, || {
-        policy_state::stop();
-        OK
-    })
+fn plugin_init() -> c_int {
+    log::info(&format!(
+        "{PLUGIN}: loaded (gpushare {}, built for Slurm {})",
+        env!("CARGO_PKG_VERSION"),
+        slurm_sys::SLURM_VERSION
+    ));
+    let path = policy_state::conf_path(daemon_slurm_conf().as_deref());
+    match policy_state::start(&path) {
+        Ok(()) => OK,
+        Err(e) => {
+            log::error(&format!("{PLUGIN}: {e}"));
+            SLURM_ERROR
+        }
+    }
+}
+
+fn plugin_fini() -> c_int {
+    policy_state::stop();
+    OK
 }
 
 /// What both entry points do with a verdict.
 ///
 /// # Safety
-/// As for [`job_submit`].
+/// As for [`submit`].
 unsafe fn conclude(
     what: &str,
     verdict: Verdict,
@@ -98,40 +110,38 @@ unsafe fn conclude(
     }
 }
 
-/// Judges a new job. Same signature in every supported Slurm release.
-///
 /// # Safety
 /// Called by slurmctld only: `job_desc` is a live job description it owns and
 /// `err_msg` NULL or a slot for a Slurm-allocated message.
-#[no_mangle]
-pub unsafe extern "C" fn job_submit(
+unsafe fn submit(
     job_desc: *mut job_desc_msg_t,
     submit_uid: u32,
     err_msg: *mut *mut c_char,
 ) -> c_int {
-    guard("job_submit/gpu_qos: job_submit", SLURM_ERROR, || {
-        // SAFETY: slurmctld passes a valid, exclusively ours description.
-        let Some(desc) = (unsafe { job_desc.as_mut() }) else {
-            return SLURM_ERROR;
-        };
-        let Some(policy) = policy_state::policy() else {
-            log::error(&format!("{PLUGIN}: job_submit before init"));
-            return SLURM_ERROR;
-        };
-        // SAFETY: strings stay valid and unchanged during this call.
-        let strings = unsafe { JobStrings::read(desc) };
-        let verdict = judge_submit(&policy, &strings.describe(desc));
-        drop(strings);
-        // SAFETY: forwarded from slurmctld's contract above.
-        unsafe { conclude("job", verdict, desc, submit_uid, err_msg) }
-    })
+    // SAFETY: slurmctld passes a valid, exclusively ours description.
+    let Some(desc) = (unsafe { job_desc.as_mut() }) else {
+        return SLURM_ERROR;
+    };
+    let Some(policy) = policy_state::policy() else {
+        log::error(&format!("{PLUGIN}: job_submit before init"));
+        return SLURM_ERROR;
+    };
+    // SAFETY: strings stay valid and unchanged during this call.
+    let strings = unsafe { JobStrings::read(desc) };
+    let verdict = judge_submit(&policy, &strings.describe(desc));
+    drop(strings);
+    // SAFETY: forwarded from slurmctld's contract above.
+    unsafe { conclude("job", verdict, desc, submit_uid, err_msg) }
 }
 
-/// Shared body of both `job_modify` signatures.
-///
 /// # Safety
-/// As for [`job_submit`].
-unsafe fn modify(job_desc: *mut job_desc_msg_t, uid: u32, err_msg: *mut *mut c_char) -> c_int {
+/// As for [`submit`]; `job_ptr` is never dereferenced.
+unsafe fn modify(
+    job_desc: *mut job_desc_msg_t,
+    _job_ptr: *mut c_void,
+    uid: u32,
+    err_msg: *mut *mut c_char,
+) -> c_int {
     // SAFETY: slurmctld passes a valid, exclusively ours description.
     let Some(desc) = (unsafe { job_desc.as_mut() }) else {
         return SLURM_ERROR;
@@ -147,41 +157,10 @@ unsafe fn modify(job_desc: *mut job_desc_msg_t, uid: u32, err_msg: *mut *mut c_c
     unsafe { conclude("update", verdict, desc, uid, err_msg) }
 }
 
-/// Judges an `scontrol update` of a job (22.05: no message slot, so the
-/// explanation goes to slurmctld's log only).
-///
 /// # Safety
-/// Called by slurmctld only: `job_desc` is the update it owns; `job_ptr` is
-/// slurmctld's private job record, never dereferenced here.
+/// As for [`modify`], on 22.05 (no message slot).
 #[cfg(not(slurm_23_02))]
-#[no_mangle]
-pub unsafe extern "C" fn job_modify(
-    job_desc: *mut job_desc_msg_t,
-    job_ptr: *mut c_void,
-    submit_uid: u32,
-) -> c_int {
-    let _ = job_ptr;
-    guard("job_submit/gpu_qos: job_modify", SLURM_ERROR, || {
-        // SAFETY: slurmctld's contract; no message slot on this release.
-        unsafe { modify(job_desc, submit_uid, std::ptr::null_mut()) }
-    })
-}
-
-/// Judges an `scontrol update` of a job (23.02+: with a message slot).
-///
-/// # Safety
-/// As above; `err_msg` is NULL or a slot for a Slurm-allocated message.
-#[cfg(slurm_23_02)]
-#[no_mangle]
-pub unsafe extern "C" fn job_modify(
-    job_desc: *mut job_desc_msg_t,
-    job_ptr: *mut c_void,
-    submit_uid: u32,
-    err_msg: *mut *mut c_char,
-) -> c_int {
-    let _ = job_ptr;
-    guard("job_submit/gpu_qos: job_modify", SLURM_ERROR, || {
-        // SAFETY: slurmctld's contract.
-        unsafe { modify(job_desc, submit_uid, err_msg) }
-    })
+unsafe fn modify_22_05(job_desc: *mut job_desc_msg_t, job_ptr: *mut c_void, uid: u32) -> c_int {
+    // SAFETY: forwarded; a NULL message slot is allowed.
+    unsafe { modify(job_desc, job_ptr, uid, std::ptr::null_mut()) }
 }

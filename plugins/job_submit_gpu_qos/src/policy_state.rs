@@ -9,6 +9,7 @@
 //! code from an unloaded library would crash the daemon).
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -20,6 +21,26 @@ use slurm_plugin::{guard, log};
 
 /// How often the watcher looks at the file's stamp.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Overrides [`POLL_INTERVAL`] (milliseconds) when set at `init()`: tests
+/// use it to see reloads within their run; sites have no need to.
+pub const POLL_INTERVAL_ENV: &str = "GPUSHARE_QOS_POLL_MS";
+
+/// Reloads applied since the library was loaded (a test observes them).
+static RELOADS: AtomicU64 = AtomicU64::new(0);
+
+/// How many edits of the file have been put in force since load.
+pub fn reloads() -> u64 {
+    RELOADS.load(Ordering::Relaxed)
+}
+
+fn poll_interval() -> Duration {
+    std::env::var(POLL_INTERVAL_ENV)
+        .ok()
+        .and_then(|ms| ms.trim().parse().ok())
+        .filter(|&ms: &u64| ms > 0)
+        .map_or(POLL_INTERVAL, Duration::from_millis)
+}
 
 /// File name of the policy, next to slurm.conf.
 pub const CONF_NAME: &str = "gpu_qos.conf";
@@ -73,20 +94,24 @@ pub fn start(path: &Path) -> Result<(), String> {
     let current = file.current();
     let rules = current.get().rules().len();
     let stop = Arc::new(StopSignal::default());
+    let interval = poll_interval();
     let thread_stop = Arc::clone(&stop);
     let watcher = std::thread::Builder::new()
         .name("gpu_qos-reload".into())
         .spawn(move || {
-            while !thread_stop.wait(POLL_INTERVAL) {
+            while !thread_stop.wait(interval) {
                 // A panic here must not unwind out of a thread slurmctld
                 // never joins; log it and keep watching.
                 guard("job_submit/gpu_qos: reload", (), || match file.poll() {
                     PollOutcome::Unchanged => {}
-                    PollOutcome::Reloaded => log::info(&format!(
-                        "{PLUGIN}: reloaded {} ({} QOS rules)",
-                        file.path().display(),
-                        file.current().get().rules().len()
-                    )),
+                    PollOutcome::Reloaded => {
+                        RELOADS.fetch_add(1, Ordering::Relaxed);
+                        log::info(&format!(
+                            "{PLUGIN}: reloaded {} ({} QOS rules)",
+                            file.path().display(),
+                            file.current().get().rules().len()
+                        ))
+                    }
                     PollOutcome::Rejected(why) => log::error(&format!("{PLUGIN}: {why}")),
                 });
             }

@@ -30,6 +30,8 @@ fn setup() {
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
         std::fs::write(dir.join("gpu_qos.conf"), CONF).unwrap_or_else(|e| panic!("{e}"));
         std::env::set_var("SLURM_CONF", dir.join("slurm.conf"));
+        // Poll every 5 ms so the reload test sees reloads while it calls.
+        std::env::set_var(job_submit_gpu_qos::policy_state::POLL_INTERVAL_ENV, "5");
         // Outside a daemon Slurm logs every rejection to stderr; thousands of
         // generated jobs would bury the test report. Panics are reported by
         // the test harness through its own capture, not fd 2.
@@ -39,7 +41,9 @@ fn setup() {
             .unwrap_or_else(|e| panic!("{e}"));
         // SAFETY: dup2 onto fd 2 with a valid open descriptor.
         unsafe { libc::dup2(std::os::unix::io::AsRawFd::as_raw_fd(&devnull), 2) };
-        assert_eq!(init(), SLURM_SUCCESS as i32, "init with the example config");
+        // SAFETY: called once, as slurmctld does at load.
+        let rc = unsafe { init() };
+        assert_eq!(rc, SLURM_SUCCESS as i32, "init with the example config");
     });
 }
 
@@ -232,10 +236,86 @@ fn lowprio_job_is_changed_in_place_and_units_reach_spank_env() {
     assert!(after.is_null());
 }
 
+/// Puts `entries` into the description's SPANK environment, as a client's
+/// submission carries them (Slurm-allocated array, NULL after the last).
+fn set_spank_env(d: &mut job_desc_msg_t, entries: &[&str]) {
+    let len = entries.len();
+    let mut block: *mut std::os::raw::c_void = ptr::null_mut();
+    // SAFETY: Slurm's allocator, zeroed: len entries plus a NULL slot.
+    unsafe {
+        slurm_sys::slurm_xrecalloc(
+            &mut block,
+            len + 1,
+            std::mem::size_of::<*mut c_char>(),
+            true,
+            false,
+            c"test".as_ptr(),
+            line!() as i32,
+            c"set_spank_env".as_ptr(),
+        )
+    };
+    let array = block.cast::<*mut c_char>();
+    for (i, e) in entries.iter().enumerate() {
+        // SAFETY: i < len, inside the array just allocated.
+        unsafe { *array.add(i) = xstr(Some(e)) };
+    }
+    d.spank_job_env = array;
+    d.spank_job_env_size = len as u32;
+}
+
+fn spank_env_of(d: &job_desc_msg_t) -> Vec<String> {
+    (0..d.spank_job_env_size as usize)
+        .map(|i| {
+            // SAFETY: the plugin keeps size entries, each a Slurm C string.
+            unsafe { CStr::from_ptr(*d.spank_job_env.add(i)) }
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect()
+}
+
+#[test]
+fn client_sent_gpushare_variables_never_survive_submission() {
+    setup();
+    let forged = [
+        "GPUSHARE_MPS_UNITS=100",
+        "OTHER=1",
+        "GPUSHARE_MPS_UNITS=100",
+        "gpushare_mps_units=7",
+        "GPUSHARE_GPU=3",
+    ];
+    // A share of 1 unit: exactly one GPUSHARE_MPS_UNITS, the plugin's.
+    let mut d = desc_of(&Fields {
+        reservation: Some("jhl_homework_gpu1".into()),
+        per_node: Some("gres:mps:1".into()),
+        requeue: slurm_sys::NO_VAL16,
+        ..Fields::default()
+    });
+    set_spank_env(&mut d, &forged);
+    let (rc, msg) = submit(&mut d);
+    assert_eq!(rc, SLURM_SUCCESS as i32, "{msg:?}");
+    assert_eq!(spank_env_of(&d), vec!["OTHER=1", "GPUSHARE_MPS_UNITS=1"]);
+    // SAFETY: the array keeps a NULL slot after its last entry.
+    assert!(unsafe { *d.spank_job_env.add(d.spank_job_env_size as usize) }.is_null());
+    // A CPU-only job keeps nothing of gpushare's.
+    let mut d = desc_of(&Fields {
+        requeue: slurm_sys::NO_VAL16,
+        ..Fields::default()
+    });
+    set_spank_env(&mut d, &forged);
+    let (rc, msg) = submit(&mut d);
+    assert_eq!(rc, SLURM_SUCCESS as i32, "{msg:?}");
+    assert_eq!(spank_env_of(&d), vec!["OTHER=1"]);
+}
+
 #[test]
 fn concurrent_calls_during_reloads_stay_correct() {
     setup();
     let path = conf_dir().join("gpu_qos.conf");
+    let reloads_before = job_submit_gpu_qos::policy_state::reloads();
+    let calls_done = std::sync::atomic::AtomicUsize::new(0);
+    // The reload count each caller saw as it finished its last call.
+    let seen_at_end = std::sync::Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for _ in 0..4 {
             s.spawn(|| {
@@ -256,10 +336,19 @@ fn concurrent_calls_during_reloads_stay_correct() {
                     });
                     assert_eq!(submit(&mut d).0, SLURM_SUCCESS as i32);
                 }
+                let seen = job_submit_gpu_qos::policy_state::reloads();
+                seen_at_end
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(seen);
+                calls_done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             });
         }
         s.spawn(|| {
-            for i in 0..50 {
+            let mut i = 0;
+            // Edit until every caller is done, so edits and calls overlap
+            // however fast the callers are.
+            while calls_done.load(std::sync::atomic::Ordering::SeqCst) < 4 {
                 let text = if i % 2 == 0 {
                     format!("{CONF}# edit {i}\n")
                 } else {
@@ -269,8 +358,26 @@ fn concurrent_calls_during_reloads_stay_correct() {
                 std::fs::write(&tmp, text).unwrap_or_else(|e| panic!("{e}"));
                 std::fs::rename(&tmp, &path).unwrap_or_else(|e| panic!("{e}"));
                 std::thread::sleep(std::time::Duration::from_millis(5));
+                i += 1;
             }
         });
     });
-    std::fs::write(&path, CONF).unwrap_or_else(|e| panic!("{e}"));
+    let last_seen = seen_at_end
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .into_iter()
+        .max()
+        .unwrap_or(0);
+    // Reloads a caller saw before its last call returned happened while
+    // calls were running.
+    let reloads_while_calling = last_seen - reloads_before;
+    // Atomically, as the edits: other tests run beside this one, and a
+    // half-written file can be a valid policy with rules missing.
+    let tmp = path.with_extension("new");
+    std::fs::write(&tmp, CONF).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::rename(&tmp, &path).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        reloads_while_calling >= 1,
+        "no reload happened while the calls ran: the test proves nothing"
+    );
 }

@@ -2,18 +2,25 @@
 //!
 //! Loaded by slurmstepd through `plugstack.conf`
 //! (`required /usr/lib/.../spank_gpu_mps.so [conf=/etc/slurm/gpu_mps.conf]`).
-//! The GPU was chosen by `gpu-mps-prolog` (recorded in the node's ledger);
+//! The GPU was chosen by `gpu-mps-prolog` (recorded in the node's ledger,
+//! which only the prolog writes, from what Slurm put in its environment);
 //! here, in the remote context only:
 //! - `slurm_spank_init` reads the placement once per step (or the prolog's
 //!   refusal, which fails the job with its text);
 //! - `slurm_spank_task_init` (in the task, before exec) replaces Slurm's
 //!   GPU environment with the share's;
 //! - `slurm_spank_task_post_fork` (slurmstepd, root, after Slurm wrote its
-//!   device rules) confines the task to the chosen GPU's device file.
+//!   device rules) confines the task to the chosen GPU's device file. It only
+//!   narrows: the chosen GPU is allowed, every other GPU denied; a job without
+//!   a share is left as Slurm made it.
 //!
 //! No `init()` is exported: the SPANK loader would run it in every context.
-//! Every callback goes through [`slurm_plugin::guard`].
+//! Every export is made by [`slurm_plugin::export!`]; every callback is a
+//! plain `fn -> Result<(), SpankError>` mapped to a SPANK code in one place
+//! ([`finish`]).
 
+use std::ffi::CString;
+use std::fmt;
 use std::os::raw::{c_char, c_int};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
@@ -23,14 +30,64 @@ use gpushare::mps::devices::{confine, job_levels, task_devices_dir, CharDevice, 
 use gpushare::mps::ledger::Ledger;
 use gpushare::mps::node::{count_mismatch, gpu_devices, task_plan, TaskPlan};
 use gpushare::shared::locations::beside_slurm_conf;
+use slurm_plugin::log;
 use slurm_plugin::slurm_str::opt_str;
-use slurm_plugin::{guard, log};
-use slurm_sys::{spank_t, ESPANK_SUCCESS, S_CTX_REMOTE, S_JOB_ID, S_TASK_PID};
+use slurm_sys::{
+    spank_err_t, spank_t, ESPANK_ENV_NOEXIST, ESPANK_NOSPACE, ESPANK_SUCCESS, S_CTX_REMOTE,
+    S_JOB_ID, S_TASK_PID,
+};
 
 slurm_plugin::plugin_identity!(name: "gpu_mps", kind: "spank");
 
-const FAIL: c_int = -1;
-const OK: c_int = 0;
+/// Why a callback fails; `Display` is the line for slurmstepd's log.
+#[derive(Debug)]
+enum SpankError {
+    /// A SPANK call failed with this code.
+    Spank {
+        call: &'static str,
+        code: spank_err_t,
+    },
+    /// Anything else, said in words.
+    Failed(String),
+}
+
+impl fmt::Display for SpankError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SpankError::Spank { call, code } => {
+                // SAFETY: spank_strerror returns a static string for any code.
+                let text = unsafe { opt_str(slurm_sys::spank_strerror(*code)) };
+                write!(
+                    f,
+                    "{call}: {} (SPANK error {code})",
+                    text.as_deref().unwrap_or("unknown error")
+                )
+            }
+            SpankError::Failed(text) => f.write_str(text),
+        }
+    }
+}
+
+type SpankResult = Result<(), SpankError>;
+
+/// The one mapping from a callback's result to what slurmstepd gets.
+fn finish(callback: &str, result: SpankResult) -> c_int {
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            log::error(&format!("gpu_mps: {callback}: {e}"));
+            -1
+        }
+    }
+}
+
+fn spank_call(call: &'static str, code: spank_err_t) -> SpankResult {
+    if code == ESPANK_SUCCESS {
+        Ok(())
+    } else {
+        Err(SpankError::Spank { call, code })
+    }
+}
 
 /// What this slurmstepd's step does with its tasks.
 #[derive(Debug, Clone)]
@@ -39,56 +96,70 @@ enum StepPlan {
     Untouched,
     Share(TaskPlan),
     /// The job must not run: each task prints this and exits 1. Failing
-    /// later, in slurm_spank_init, would make slurmctld drain the node
+    /// earlier, in slurm_spank_init, would make slurmctld drain the node
     /// ("Plugin initialization failed") for what is a job's problem.
     Refused(String),
 }
 
 static PLAN: Mutex<StepPlan> = Mutex::new(StepPlan::Untouched);
 
+fn plan() -> StepPlan {
+    PLAN.lock().unwrap_or_else(PoisonError::into_inner).clone()
+}
+
 fn remote(sp: spank_t) -> bool {
     // SAFETY: sp is the handle slurmstepd passed to the callback.
     unsafe { slurm_sys::spank_remote(sp) == 1 && slurm_sys::spank_context() == S_CTX_REMOTE }
 }
 
-fn job_id(sp: spank_t) -> Option<u32> {
+fn job_id(sp: spank_t) -> Result<u32, SpankError> {
     let mut id: u32 = 0;
     // SAFETY: S_JOB_ID writes a uint32_t through the pointer we pass.
     let rc = unsafe { slurm_sys::spank_get_item(sp, S_JOB_ID, &mut id as *mut u32) };
-    (rc == ESPANK_SUCCESS).then_some(id)
+    spank_call("spank_get_item(S_JOB_ID)", rc).map(|()| id)
 }
 
-fn task_pid(sp: spank_t) -> Option<i32> {
+fn task_pid(sp: spank_t) -> Result<libc::pid_t, SpankError> {
     let mut pid: libc::pid_t = 0;
     // SAFETY: S_TASK_PID writes a pid_t through the pointer we pass.
     let rc = unsafe { slurm_sys::spank_get_item(sp, S_TASK_PID, &mut pid as *mut libc::pid_t) };
-    (rc == ESPANK_SUCCESS).then_some(pid)
+    spank_call("spank_get_item(S_TASK_PID)", rc).map(|()| pid)
 }
 
-fn getenv(sp: spank_t, name: &str) -> Option<String> {
-    let c_name = std::ffi::CString::new(name).ok()?;
-    let mut buf = [0 as c_char; 256];
-    // SAFETY: buf is writable for its length; spank_getenv NUL-terminates.
-    let rc = unsafe {
-        slurm_sys::spank_getenv(sp, c_name.as_ptr(), buf.as_mut_ptr(), buf.len() as c_int)
-    };
-    // SAFETY: on success buf holds a NUL-terminated string.
-    (rc == ESPANK_SUCCESS)
-        .then(|| unsafe { opt_str(buf.as_ptr()) }.map(|s| s.into_owned()))
-        .flatten()
+/// The job's variable `name`: `Ok(None)` when unset. The buffer grows while
+/// Slurm says it is too small, so a long value is never read as unset.
+fn getenv(sp: spank_t, name: &str) -> Result<Option<String>, SpankError> {
+    let c_name = CString::new(name).map_err(|_| SpankError::Failed(format!("{name}: NUL")))?;
+    let mut len: usize = 256;
+    loop {
+        let mut buf = vec![0 as c_char; len];
+        let size = c_int::try_from(len).unwrap_or(c_int::MAX);
+        // SAFETY: buf is writable for `size` bytes; spank_getenv NUL-terminates.
+        let rc = unsafe { slurm_sys::spank_getenv(sp, c_name.as_ptr(), buf.as_mut_ptr(), size) };
+        match rc {
+            ESPANK_SUCCESS => {
+                // SAFETY: on success buf holds a NUL-terminated string.
+                return Ok(unsafe { opt_str(buf.as_ptr()) }.map(|s| s.into_owned()));
+            }
+            ESPANK_ENV_NOEXIST => return Ok(None),
+            ESPANK_NOSPACE if len < (1 << 24) => len *= 16,
+            code => {
+                return Err(SpankError::Spank {
+                    call: "spank_getenv",
+                    code,
+                })
+            }
+        }
+    }
 }
 
-fn setenv(sp: spank_t, name: &str, value: &str) -> Result<(), String> {
-    let (Ok(n), Ok(v)) = (std::ffi::CString::new(name), std::ffi::CString::new(value)) else {
-        return Err(format!("{name}: value contains NUL"));
+fn setenv(sp: spank_t, name: &str, value: &str) -> SpankResult {
+    let (Ok(n), Ok(v)) = (CString::new(name), CString::new(value)) else {
+        return Err(SpankError::Failed(format!("{name}: value contains NUL")));
     };
     // SAFETY: valid C strings; overwrite = 1 replaces what Slurm set.
     let rc = unsafe { slurm_sys::spank_setenv(sp, n.as_ptr(), v.as_ptr(), 1) };
-    if rc == ESPANK_SUCCESS {
-        Ok(())
-    } else {
-        Err(format!("spank_setenv({name}) failed ({rc})"))
-    }
+    spank_call("spank_setenv", rc)
 }
 
 /// `conf=PATH` from the plugstack line, else next to slurm.conf.
@@ -98,10 +169,10 @@ fn conf_path(args: &[String]) -> PathBuf {
         .unwrap_or_else(|| beside_slurm_conf(None, CONF_NAME))
 }
 
-fn load_config(path: &Path) -> Result<GpuMpsConfig, String> {
+fn load_config(path: &Path) -> Result<GpuMpsConfig, SpankError> {
     // A node without the file shares nothing: every job is left alone.
     Ok(mps_conf::load(path)
-        .map_err(|e| e.to_string())?
+        .map_err(|e| SpankError::Failed(e.to_string()))?
         .unwrap_or_default())
 }
 
@@ -117,26 +188,20 @@ unsafe fn args(ac: c_int, av: *mut *mut c_char) -> Vec<String> {
         .collect()
 }
 
-fn init(sp: spank_t, args: &[String]) -> c_int {
+fn init(sp: spank_t, args: &[String]) -> SpankResult {
     if !remote(sp) {
-        return OK;
+        return Ok(());
     }
-    let Some(job) = job_id(sp) else { return OK };
-    let fail = |msg: String| {
-        log::error(&msg);
-        FAIL
-    };
-    let cfg = match load_config(&conf_path(args)) {
-        Ok(c) => c,
-        Err(e) => return fail(format!("gpu_mps: job {job}: {e}")),
-    };
+    let job = job_id(sp)?;
+    let in_job = |e: SpankError| SpankError::Failed(format!("job {job}: {e}"));
+    let cfg = load_config(&conf_path(args)).map_err(in_job)?;
     // SAFETY: geteuid has no preconditions (slurmstepd runs as root).
     let euid = unsafe { libc::geteuid() };
-    let ledger = match Ledger::open(&cfg.state_dir, euid) {
-        Ok(l) => l,
-        Err(e) => return fail(format!("gpu_mps: job {job}: {e}")),
-    };
-    let slurm_says_share = getenv(sp, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE").is_some();
+    let ledger = Ledger::open(&cfg.state_dir, euid)
+        .map_err(|e| in_job(SpankError::Failed(e.to_string())))?;
+    // Only sharpens the message for a share the prolog never placed: what
+    // the job holds is the ledger's record, which only the prolog writes.
+    let slurm_says_share = getenv(sp, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")?.is_some();
     let plan = match task_plan(&cfg, &ledger, job, slurm_says_share) {
         Ok(Some(p)) => {
             log::info(&format!(
@@ -146,6 +211,8 @@ fn init(sp: spank_t, args: &[String]) -> c_int {
                 p.units
             ));
             let gpus = u32::try_from(gpu_devices(&cfg).len()).unwrap_or(u32::MAX);
+            // A prolog's output never reaches slurmd's log when it succeeds,
+            // so the Count warning is logged here too, per share job.
             if let Some(warning) = count_mismatch(&cfg, gpus) {
                 log::error(&format!("gpu_mps: job {job}: {warning}"));
             }
@@ -158,100 +225,84 @@ fn init(sp: spank_t, args: &[String]) -> c_int {
         }
     };
     *PLAN.lock().unwrap_or_else(PoisonError::into_inner) = plan;
-    OK
+    Ok(())
 }
 
-fn plan() -> StepPlan {
-    PLAN.lock().unwrap_or_else(PoisonError::into_inner).clone()
-}
-
-fn task_init(sp: spank_t) -> c_int {
-    let plan = match plan() {
-        StepPlan::Untouched => return OK,
+fn task_init(sp: spank_t) -> SpankResult {
+    match plan() {
+        StepPlan::Untouched => Ok(()),
         StepPlan::Refused(text) => {
             // This runs in the task: its stderr is the job's error output.
             eprintln!("{text}");
-            return FAIL;
+            Err(SpankError::Failed(text))
         }
-        StepPlan::Share(p) => p,
-    };
-    for (name, value) in &plan.env {
-        if let Err(e) = setenv(sp, name, value) {
-            log::error(&format!("gpu_mps: {e}"));
-            return FAIL;
-        }
+        StepPlan::Share(plan) => plan
+            .env
+            .iter()
+            .try_for_each(|(name, value)| setenv(sp, name, value)),
     }
-    OK
 }
 
-fn task_post_fork(sp: spank_t) -> c_int {
+fn task_post_fork(sp: spank_t) -> SpankResult {
     let StepPlan::Share(plan) = plan() else {
-        return OK;
+        return Ok(());
     };
-    let job = job_id(sp).unwrap_or(0);
-    let fail = |msg: String| {
-        log::error(&format!("gpu_mps: job {job}: {msg}"));
-        FAIL
+    let job = job_id(sp)?;
+    let fail = |msg: String| SpankError::Failed(format!("job {job}: {msg}"));
+    let pid = task_pid(sp)?;
+    let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .map_err(|e| fail(format!("/proc/{pid}/cgroup: {e}")))?;
+    let levels = task_devices_dir(&cgroup, Path::new(DEVICES_ROOT))
+        .and_then(|d| job_levels(&d))
+        .map_err(|e| fail(e.to_string()))?;
+    let device = |path: &Path| {
+        CharDevice::of(path).map_err(|e| {
+            fail(format!(
+                "cannot read the device numbers of {} to confine task {pid}: {e}",
+                path.display()
+            ))
+        })
     };
-    let Some(pid) = task_pid(sp) else {
-        return fail("no task pid".into());
-    };
-    let cgroup = match std::fs::read_to_string(format!("/proc/{pid}/cgroup")) {
-        Ok(t) => t,
-        Err(e) => return fail(format!("/proc/{pid}/cgroup: {e}")),
-    };
-    let levels =
-        match task_devices_dir(&cgroup, Path::new(DEVICES_ROOT)).and_then(|d| job_levels(&d)) {
-            Ok(l) => l,
-            Err(e) => return fail(e.to_string()),
-        };
-    let allow = match CharDevice::of(&plan.device) {
-        Ok(d) => d,
-        Err(e) => return fail(format!("{}: {e}", plan.device.display())),
-    };
-    let deny: Vec<CharDevice> = plan
+    let allow = device(&plan.device)?;
+    // Every other GPU must be denied: one that cannot be named fails the
+    // task rather than leave it reachable.
+    let deny = plan
         .other_devices
         .iter()
-        .filter_map(|p| CharDevice::of(p).ok())
-        .collect();
-    match confine(&levels, allow, &deny) {
-        Ok(()) => OK,
-        Err(e) => fail(format!(
+        .map(|p| device(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    confine(&levels, allow, &deny).map_err(|e| {
+        fail(format!(
             "cannot confine task {pid} to {}: {e}",
             plan.device.display()
-        )),
-    }
-}
-
-/// # Safety
-/// Called by slurmstepd with its SPANK handle and plugin arguments.
-#[no_mangle]
-pub unsafe extern "C" fn slurm_spank_init(sp: spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
-    guard("spank/gpu_mps: init", FAIL, || {
-        // SAFETY: slurmstepd's argument vector.
-        let a = unsafe { args(ac, av) };
-        init(sp, &a)
+        ))
     })
 }
 
 /// # Safety
-/// Called by slurmstepd in the task, before exec.
-#[no_mangle]
-pub unsafe extern "C" fn slurm_spank_task_init(
-    sp: spank_t,
-    _ac: c_int,
-    _av: *mut *mut c_char,
-) -> c_int {
-    guard("spank/gpu_mps: task_init", FAIL, || task_init(sp))
+/// slurmstepd's handle and argument vector.
+unsafe fn spank_init(sp: spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
+    // SAFETY: slurmstepd's argument vector.
+    let a = unsafe { args(ac, av) };
+    finish("init", init(sp, &a))
 }
 
-/// # Safety
-/// Called by slurmstepd (root) after forking each task.
-#[no_mangle]
-pub unsafe extern "C" fn slurm_spank_task_post_fork(
-    sp: spank_t,
-    _ac: c_int,
-    _av: *mut *mut c_char,
-) -> c_int {
-    guard("spank/gpu_mps: task_post_fork", FAIL, || task_post_fork(sp))
+fn spank_task_init(sp: spank_t, _ac: c_int, _av: *mut *mut c_char) -> c_int {
+    finish("task_init", task_init(sp))
+}
+
+fn spank_task_post_fork(sp: spank_t, _ac: c_int, _av: *mut *mut c_char) -> c_int {
+    finish("task_post_fork", task_post_fork(sp))
+}
+
+slurm_plugin::export! {
+    /// Once per step, in every context; acts in the remote one.
+    fn slurm_spank_init(sp: spank_t, ac: c_int, av: *mut *mut c_char) -> c_int,
+        on_panic -1 => spank_init;
+    /// In each task, as the user, before exec.
+    fn slurm_spank_task_init(sp: spank_t, ac: c_int, av: *mut *mut c_char) -> c_int,
+        on_panic -1 => spank_task_init;
+    /// In slurmstepd, as root, after each task was forked and Slurm set its cgroup.
+    fn slurm_spank_task_post_fork(sp: spank_t, ac: c_int, av: *mut *mut c_char) -> c_int,
+        on_panic -1 => spank_task_post_fork;
 }
