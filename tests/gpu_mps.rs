@@ -34,6 +34,12 @@ fn main() -> ExitCode {
         .test("share_that_fits_no_gpu_fails_the_job_not_the_node", refused)
         .test("slurmd_killed_mid_job_then_epilog_releases", slurmd_crash)
         .test("records_of_vanished_jobs_are_reconciled", reconcile)
+        .test(
+            "interactive_srun_shares_put_every_task_on_one_gpu",
+            interactive_srun,
+        )
+        .test("salloc_then_srun_steps_share_one_gpu", salloc_steps)
+        .test("srun_pty_share_gets_its_gpu", srun_pty)
         .run()
 }
 
@@ -394,4 +400,108 @@ fn status(c: &mut Cluster) -> TestResult {
         format!("a user sees another table:\n{as_user}\nroot sees:\n{table}"),
     )?;
     c.cancel_all()
+}
+
+/// The lines a step's tasks print: `GPU=`, `PCT=` and the probe's words,
+/// one line per task; checks they agree on one GPU, 25 %, confined to it.
+fn one_gpu_per_step(out: &str, tasks: usize) -> TestResult {
+    let lines: Vec<BTreeMap<String, String>> = out
+        .lines()
+        .filter(|l| l.contains("dev0="))
+        .map(|l| {
+            l.split_whitespace()
+                .filter_map(|w| w.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
+                .collect()
+        })
+        .collect();
+    ensure(
+        lines.len() == tasks,
+        format!("expected {tasks} task lines:\n{out}"),
+    )?;
+    let gpu = lines[0].get("GPU").cloned().unwrap_or_default();
+    let index: u32 = gpu.parse().map_err(|_| format!("no GPU told:\n{out}"))?;
+    for l in &lines {
+        ensure(
+            l.get("GPU") == Some(&gpu) && l.get("PCT").map(String::as_str) == Some("25"),
+            format!("tasks disagree or are told another share:\n{out}"),
+        )?;
+        for i in 0..4u32 {
+            let want = if i == index {
+                "No_such_device_or_address"
+            } else {
+                "Operation_not_permitted"
+            };
+            ensure(
+                l.get(&format!("dev{i}")).map(String::as_str) == Some(want),
+                format!("GPU {index}: expected dev{i}={want}:\n{out}"),
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn task_script(c: &Cluster) -> Result<String, String> {
+    let probe = c.write_device_probe()?;
+    Ok(format!(
+        "echo GPU=$GPUSHARE_GPU PCT=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE $(sh {})",
+        probe.display()
+    ))
+}
+
+fn interactive_srun(c: &mut Cluster) -> TestResult {
+    c.cancel_all()?;
+    let script = task_script(c)?;
+    let out = c.srun(&["-n3", "--gres=mps:25", "sh", "-c", &script])?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    ensure(
+        out.status.success(),
+        format!(
+            "srun failed: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )?;
+    one_gpu_per_step(&text, 3)
+}
+
+fn salloc_steps(c: &mut Cluster) -> TestResult {
+    c.cancel_all()?;
+    let script = task_script(c)?;
+    // Two steps in one allocation: the second finds the first's GPU.
+    let steps = format!("srun -n2 sh -c '{script}' && srun -n1 sh -c '{script}'");
+    let out = c.run(
+        "timeout",
+        &["120", "salloc", "-n2", "--gres=mps:25", "sh", "-c", &steps],
+    )?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    ensure(
+        out.status.success(),
+        format!(
+            "salloc failed ({}): {text}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )?;
+    one_gpu_per_step(&text, 3)
+}
+
+fn srun_pty(c: &mut Cluster) -> TestResult {
+    c.cancel_all()?;
+    let script = task_script(c)?;
+    // A terminal for srun --pty, as a user's shell would give it.
+    let cmd = format!("srun --pty --gres=mps:25 sh -c '{script}'");
+    let out = c.run("timeout", &["120", "script", "-qec", &cmd, "/dev/null"])?;
+    // The terminal adds carriage returns, and a NUL that script(1) echoes as `^@`.
+    let text: String = String::from_utf8_lossy(&out.stdout)
+        .replace("^@", "")
+        .chars()
+        .filter(|ch| *ch == '\n' || !ch.is_control())
+        .collect();
+    ensure(
+        out.status.success(),
+        format!(
+            "srun --pty failed: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )?;
+    one_gpu_per_step(&text, 1)
 }

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use gpushare::mps::config::CONF_NAME;
-use gpushare::mps::node::{JobEnv, Node};
+use gpushare::mps::config::{self, CONF_NAME};
+use gpushare::mps::node::{JobEnv, Node, Unfit};
 use gpushare::shared::locations::beside_slurm_conf;
 
 use crate::node_log;
@@ -36,12 +36,14 @@ pub fn start(program: &str, args: &NodeArgs) -> Result<Option<Started>, ExitCode
         .unwrap_or_else(|| beside_slurm_conf(None, CONF_NAME));
     let env = JobEnv::from_env(|k| std::env::var(k).ok());
     let job = env.as_ref().ok().map(|e| e.job);
-    let node = Node::open(&conf, crate::effective_uid());
-    let socket = node
+    // The configuration first, for its syslog socket: even a node found
+    // unfit must say why where the admin looks.
+    let cfg = config::load(&conf);
+    let socket = cfg
         .as_ref()
         .ok()
-        .and_then(|n| n.as_ref())
-        .and_then(|n| n.cfg.syslog_socket.clone());
+        .and_then(|c| c.as_ref())
+        .and_then(|c| c.syslog_socket.clone());
     node_log::init(program, job, socket.as_deref());
     let env = match env {
         Ok(env) => env,
@@ -50,9 +52,13 @@ pub fn start(program: &str, args: &NodeArgs) -> Result<Option<Started>, ExitCode
             return Err(ExitCode::from(2));
         }
     };
+    let node = match cfg {
+        Ok(Some(cfg)) => Node::with_config(cfg, &conf, crate::effective_uid()),
+        Ok(None) => return Ok(None),
+        Err(e) => Err(Unfit::Config(e)),
+    };
     match node {
-        Ok(Some(node)) => Ok(Some(Started { node, env })),
-        Ok(None) => Ok(None),
+        Ok(node) => Ok(Some(Started { node, env })),
         Err(e) => {
             log::error!("node unfit for GPU sharing: {e}");
             Err(ExitCode::FAILURE)

@@ -86,9 +86,14 @@ impl Node {
     /// Loads `gpu_mps.conf` and opens the ledger with its status copy.
     /// `Ok(None)`: the node has no `gpu_mps.conf`, so it shares nothing.
     pub fn open(conf_path: &Path, owner: u32) -> Result<Option<Self>, Unfit> {
-        let Some(cfg) = config::load(conf_path).map_err(Unfit::Config)? else {
-            return Ok(None);
-        };
+        match config::load(conf_path).map_err(Unfit::Config)? {
+            Some(cfg) => Self::with_config(cfg, conf_path, owner).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The node of an already loaded `gpu_mps.conf` (read from `conf_path`).
+    pub fn with_config(cfg: GpuMpsConfig, conf_path: &Path, owner: u32) -> Result<Self, Unfit> {
         let gpu_count = u32::try_from(gpu_devices(&cfg).len()).unwrap_or(u32::MAX);
         if gpu_count == 0 {
             return Err(Unfit::NoGpus(conf_path.to_path_buf()));
@@ -98,12 +103,12 @@ impl Node {
             gpu_count,
             units_per_gpu: cfg.units_per_gpu,
         })?;
-        Ok(Some(Self {
+        Ok(Self {
             cfg,
             gpu_count,
             ledger,
             owner,
-        }))
+        })
     }
 }
 
@@ -213,8 +218,9 @@ impl JobEnv {
     }
 }
 
-/// The units of a share job, from Slurm's percentage and the claimed
-/// units: the claim where Slurm's rounding agrees with it, else what the
+/// The units of a share job, from Slurm's percentage (units × 100 / the
+/// per-GPU count, rounded down, at least 1) and the claimed units: the
+/// claim where Slurm's rounding agrees with it, else what the
 /// percentage alone says where it says it exactly. `Err`: why the size
 /// cannot be known (the job is refused with this text).
 pub fn share_units(cfg: &GpuMpsConfig, gpu_count: u32, env: &JobEnv) -> Result<u32, String> {
@@ -222,7 +228,8 @@ pub fn share_units(cfg: &GpuMpsConfig, gpu_count: u32, env: &JobEnv) -> Result<u
         return Err("the job holds no MPS allocation".into());
     };
     let per_gpu = cfg.slurm_per_gpu_count(gpu_count);
-    let percent_of = |units: u32| u64::from(units) * 100 / per_gpu.max(1);
+    // Slurm's figure: rounded down, but never below 1 %.
+    let percent_of = |units: u32| (u64::from(units) * 100 / per_gpu.max(1)).max(1);
     if let Some(claimed) = env.units_claimed {
         if claimed > 0 && percent_of(claimed) == u64::from(percent) {
             return Ok(claimed);
@@ -231,9 +238,9 @@ pub fn share_units(cfg: &GpuMpsConfig, gpu_count: u32, env: &JobEnv) -> Result<u
     // Below 100 units per GPU every unit is at least 1 %, so the percentage
     // names exactly one unit count.
     let exact = per_gpu <= 100;
-    let derived = u32::try_from((u64::from(percent) * per_gpu).div_ceil(100))
+    let derived = u32::try_from((u64::from(percent) * per_gpu).div_ceil(100).max(1))
         .ok()
-        .filter(|&u| u > 0 && percent_of(u) == u64::from(percent));
+        .filter(|&u| percent_of(u) == u64::from(percent));
     match (exact, derived, env.units_claimed) {
         (true, Some(units), _) => Ok(units),
         (_, _, Some(claimed)) => Err(format!(
@@ -674,8 +681,11 @@ mod tests {
             units_claimed: claim,
             ..share_env(1, 0)
         };
-        // 22.05, 400 units a GPU: 50 units are 12 %, and so are 48..=51.
+        // 22.05, 400 units a GPU: 50 units are 12 %, and so are 48..=51;
+        // 1 unit is 1 % (Slurm never says less), and so are 2..=7.
         assert_eq!(share_units(&cfg22, 4, &env(12, Some(50))), Ok(50));
+        assert_eq!(share_units(&cfg22, 4, &env(1, Some(1))), Ok(1));
+        assert!(share_units(&cfg22, 4, &env(1, Some(8))).is_err());
         assert_eq!(share_units(&cfg22, 4, &env(12, Some(51))), Ok(51));
         let forged_big = share_units(&cfg22, 4, &env(12, Some(100)));
         assert!(

@@ -790,7 +790,9 @@ impl Cluster {
         Ok(())
     }
 
-    fn command(&self, program: &str) -> Command {
+    /// A command for this cluster: `SLURM_CONF` set, the caller's Slurm
+    /// variables removed, marked so that `Drop` reaps what it leaves.
+    pub fn command(&self, program: &str) -> Command {
         let mut cmd = Command::new(program);
         cmd.env("SLURM_CONF", self.slurm_conf())
             .env(MARKER, &self.dir);
@@ -1159,7 +1161,8 @@ impl Cluster {
 
     /// Cancels every job and waits for them to leave the node.
     pub fn cancel_all(&self) -> Result<()> {
-        self.run_ok("scancel", &["--full", "-u", "root"])?;
+        // Every user's jobs: attack tests run jobs as other users.
+        self.run_ok("scancel", &["--full", "--partition", PARTITION])?;
         wait_for("all jobs to end", Duration::from_secs(30), || {
             let out = self
                 .run(

@@ -16,6 +16,7 @@ pub mod cluster;
 pub mod elf;
 pub mod process;
 pub mod suite;
+pub mod users;
 
 pub use cluster::{Cluster, ClusterSpec, GpuSpec, JobInfo, Qos};
 pub use suite::{ensure, Suite, TestResult};

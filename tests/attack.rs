@@ -1,0 +1,566 @@
+//! Attacks on the node's share books, made as non-root users with what a
+//! user has: their own copy of slurm.conf loading their own client SPANK
+//! plugin (`tests/attack/forge_spank.c`), a program calling libslurm
+//! directly (`tests/attack/raw_submit.c`), files they can create. Each test
+//! asserts what the job could open (ENXIO: its own GPU, the cgroup allows
+//! it; EPERM: denied) and what it was told.
+//!
+//! On the cluster of `ClusterSpec::mps_node()`: 4 fake a40, Slurm 22.05's
+//! Count=1600, job_submit/gpu_qos, gpushare's prolog, epilog and SPANK
+//! plugin, PrologFlags=Alloc.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use gpushare::mps::ledger::LedgerState;
+use testcluster::cluster::{wait_for, NODE};
+use testcluster::users::TestUser;
+use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
+
+fn main() -> ExitCode {
+    Suite::new(ClusterSpec::mps_node())
+        .test(
+            "cpu_only_jobs_forging_units_get_no_gpu",
+            cpu_jobs_get_nothing,
+        )
+        .test(
+            "a_flood_of_forged_cpu_jobs_does_not_lock_out_an_honest_share",
+            flood,
+        )
+        .test("forged_sizes_on_share_jobs_get_slurms_size", share_sizes)
+        .test(
+            "a_whole_gpu_job_forging_a_share_stays_whole",
+            whole_stays_whole,
+        )
+        .test("symlinked_state_files_are_never_followed", symlinks)
+        .test(
+            "a_corrupted_ledger_with_running_shares_fails_safe",
+            corrupted_ledger,
+        )
+        .test(
+            "a_hung_mps_control_program_does_not_hang_the_job",
+            hung_control,
+        )
+        .run()
+}
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/attack");
+
+/// What a job prints: its GPU, percentage and units, then the probe's
+/// `dev<i>=<error>` words.
+fn report_script(c: &Cluster) -> Result<String, String> {
+    let probe = c.write_device_probe()?;
+    Ok(format!(
+        "echo GPU=$GPUSHARE_GPU PCT=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE UNITS=$GPUSHARE_MPS_UNITS $(sh {})",
+        probe.display()
+    ))
+}
+
+/// The `KEY=value` words of a text.
+fn words(text: &str) -> BTreeMap<String, String> {
+    text.split_whitespace()
+        .filter_map(|w| w.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
+        .collect()
+}
+
+/// The device each of the 4 GPUs gave the job: `Some(gpu)` when exactly
+/// that one was allowed, `None` when all were denied; an error otherwise.
+fn opened(report: &BTreeMap<String, String>, what: &str) -> Result<Option<u32>, String> {
+    let mut allowed = Vec::new();
+    for i in 0..4u32 {
+        match report.get(&format!("dev{i}")).map(String::as_str) {
+            Some("Operation_not_permitted") => {}
+            Some("No_such_device_or_address") => allowed.push(i),
+            other => return Err(format!("{what}: dev{i}={other:?} in {report:?}")),
+        }
+    }
+    match allowed.as_slice() {
+        [] => Ok(None),
+        [gpu] => Ok(Some(*gpu)),
+        more => Err(format!("{what}: could open GPUs {more:?}: {report:?}")),
+    }
+}
+
+fn ledger(c: &Cluster) -> LedgerState {
+    let path = c.dir.join("run/gpu-mps/state");
+    LedgerState::parse(&fs::read_to_string(&path).unwrap_or_default(), &path).unwrap_or_default()
+}
+
+/// A user with their forging plugin loaded through their own slurm.conf.
+struct Forger {
+    user: TestUser,
+    plugin: PathBuf,
+}
+
+impl Forger {
+    fn new(c: &Cluster, name: &str) -> Result<Self, String> {
+        let user = TestUser::create(c, name)?;
+        let plugin = user.compile(
+            c,
+            &Path::new(FIXTURES).join("forge_spank.c"),
+            "forge.so",
+            true,
+        )?;
+        Ok(Self { user, plugin })
+    }
+
+    /// The user's slurm.conf whose plugstack sets `entries` (`NAME=VALUE`).
+    fn conf(&self, c: &Cluster, tag: &str, entries: &[&str]) -> Result<PathBuf, String> {
+        self.user.own_slurm_conf(c, tag, &self.plugin, entries)
+    }
+
+    fn sbatch(&self, c: &Cluster, conf: &Path, args: &[&str]) -> Result<u32, String> {
+        let out_arg = format!("--output={}/%j.out", c.jobs_dir.display());
+        let mut full = vec!["--parsable", out_arg.as_str()];
+        full.extend_from_slice(args);
+        let out = self.user.run_ok(c, Some(conf), "sbatch", &full)?;
+        out.trim()
+            .split(';')
+            .next()
+            .and_then(|id| id.parse().ok())
+            .ok_or_else(|| format!("sbatch printed {out:?}"))
+    }
+}
+
+fn finished_report(c: &Cluster, id: u32) -> Result<BTreeMap<String, String>, String> {
+    let info = c.wait_job_done(id, Duration::from_secs(90))?;
+    let out = c.job_output(id);
+    ensure(
+        info.state() == "COMPLETED",
+        format!("job {id} ended {}:\n{out}", info.state()),
+    )?;
+    Ok(words(&out))
+}
+
+fn cpu_jobs_get_nothing(c: &mut Cluster) -> TestResult {
+    let mallory = Forger::new(c, "gpushare-mallory")?;
+    let script = report_script(c)?;
+    let mut jobs: Vec<(String, u32)> = Vec::new();
+    for (tag, entries) in [
+        ("one", &["GPUSHARE_MPS_UNITS=7"][..]),
+        ("case", &["gpushare_mps_units=100", "GPUSHARE_GPU=0"][..]),
+    ] {
+        let conf = mallory.conf(c, tag, entries)?;
+        let id = mallory.sbatch(c, &conf, &[&format!("--wrap={script}")])?;
+        jobs.push((format!("sbatch with {entries:?}"), id));
+        // srun and salloc+srun: interactive jobs through the same plugin.
+        for (how, cmd) in [
+            ("srun", vec!["srun", "sh", "-c", script.as_str()]),
+            (
+                "salloc",
+                vec!["salloc", "srun", "sh", "-c", script.as_str()],
+            ),
+        ] {
+            let out = mallory.user.run_ok(c, Some(&conf), cmd[0], &cmd[1..])?;
+            let report = words(&out);
+            let what = format!("{how} with {entries:?}");
+            ensure(
+                opened(&report, &what)?.is_none() && report.get("GPU").is_none_or(String::is_empty),
+                format!("{what} got a GPU: {out}"),
+            )?;
+        }
+    }
+    // libslurm called directly: no, one and two forged entries.
+    let raw = mallory.user.compile(
+        c,
+        &Path::new(FIXTURES).join("raw_submit.c"),
+        "raw_submit",
+        false,
+    )?;
+    let output = format!("{}/%j.out", c.jobs_dir.display());
+    let batch = format!("#!/bin/sh\n{script}\n");
+    for entries in [
+        &[][..],
+        &["GPUSHARE_MPS_UNITS=7"][..],
+        &["GPUSHARE_MPS_UNITS=100", "GPUSHARE_MPS_UNITS=100"][..],
+    ] {
+        let mut args = vec![output.as_str(), batch.as_str(), "-"];
+        args.extend_from_slice(entries);
+        let out = mallory
+            .user
+            .run_ok(c, None, &raw.to_string_lossy(), &args)?;
+        let id = out
+            .trim()
+            .parse()
+            .map_err(|_| format!("raw_submit printed {out:?}"))?;
+        jobs.push((format!("libslurm with {entries:?}"), id));
+    }
+    for (what, id) in &jobs {
+        let report = finished_report(c, *id)?;
+        ensure(
+            opened(&report, what)?.is_none(),
+            format!("{what}: job {id} could open a GPU: {report:?}"),
+        )?;
+        ensure(
+            report.get("GPU").is_none_or(String::is_empty),
+            format!("{what}: job {id} was told a GPU: {report:?}"),
+        )?;
+        ensure(
+            ledger(c).share(*id).is_none() && ledger(c).whole_holder(*id).is_none(),
+            format!("{what}: job {id} is in the ledger"),
+        )?;
+    }
+    Ok(())
+}
+
+fn flood(c: &mut Cluster) -> TestResult {
+    let mallory = Forger::new(c, "gpushare-mallory")?;
+    let alice = TestUser::create(c, "gpushare-alice")?;
+    let conf = mallory.conf(c, "flood", &["GPUSHARE_MPS_UNITS=100"])?;
+    let mut flood = Vec::new();
+    for _ in 0..6 {
+        flood.push(mallory.sbatch(c, &conf, &["--wrap=sleep 300"])?);
+    }
+    for &id in &flood {
+        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
+    }
+    let script = report_script(c)?;
+    let out = alice.run_ok(c, None, "srun", &["--gres=mps:50", "sh", "-c", &script])?;
+    let report = words(&out);
+    ensure(
+        opened(&report, "alice's share")?.is_some()
+            && report.get("PCT").map(String::as_str) == Some("50"),
+        format!(
+            "alice's honest share beside {} forged jobs: {out}",
+            flood.len()
+        ),
+    )?;
+    ensure(
+        flood.iter().all(|id| ledger(c).share(*id).is_none()),
+        "a forged job holds a share in the ledger",
+    )?;
+    c.cancel_all()
+}
+
+fn share_sizes(c: &mut Cluster) -> TestResult {
+    let mallory = Forger::new(c, "gpushare-mallory")?;
+    let script = report_script(c)?;
+    let wrap = format!("--wrap={script}");
+    let small = mallory.conf(c, "small", &["GPUSHARE_MPS_UNITS=1"])?;
+    let big = mallory.conf(c, "big", &["GPUSHARE_MPS_UNITS=100"])?;
+    let cases: [(&Path, &str, &str, &str); 2] = [
+        (&small, "--gres=mps:100", "100", "100"),
+        (&big, "--gres=mps:1", "1", "1"),
+    ];
+    for (conf, gres, pct, units) in cases {
+        let id = mallory.sbatch(c, conf, &[gres, &wrap])?;
+        let report = finished_report(c, id)?;
+        ensure(
+            report.get("PCT").map(String::as_str) == Some(pct)
+                && report.get("UNITS").map(String::as_str) == Some(units)
+                && opened(&report, gres)?.is_some(),
+            format!("{gres} with a forged size: {report:?}"),
+        )?;
+    }
+    // srun through the plugin: the size Slurm allocated.
+    let out = mallory.user.run_ok(
+        c,
+        Some(&big),
+        "srun",
+        &["--gres=mps:25", "sh", "-c", &script],
+    )?;
+    let report = words(&out);
+    ensure(
+        report.get("PCT").map(String::as_str) == Some("25"),
+        format!("srun --gres=mps:25 forging 100: {out}"),
+    )?;
+    // libslurm with two forged entries around a real mps:50 request.
+    let raw = mallory.user.compile(
+        c,
+        &Path::new(FIXTURES).join("raw_submit.c"),
+        "raw_submit",
+        false,
+    )?;
+    let output = format!("{}/%j.out", c.jobs_dir.display());
+    let batch = format!("#!/bin/sh\n{script}\n");
+    let out = mallory.user.run_ok(
+        c,
+        None,
+        &raw.to_string_lossy(),
+        &[
+            &output,
+            &batch,
+            "gres:mps:50",
+            "GPUSHARE_MPS_UNITS=1",
+            "GPUSHARE_MPS_UNITS=100",
+        ],
+    )?;
+    let id: u32 = out
+        .trim()
+        .parse()
+        .map_err(|_| format!("raw_submit printed {out:?}"))?;
+    let report = finished_report(c, id)?;
+    ensure(
+        report.get("UNITS").map(String::as_str) == Some("50")
+            && report.get("PCT").map(String::as_str) == Some("50"),
+        format!("libslurm mps:50 with two forged entries: {report:?}"),
+    )
+}
+
+fn whole_stays_whole(c: &mut Cluster) -> TestResult {
+    let mallory = Forger::new(c, "gpushare-mallory")?;
+    let conf = mallory.conf(c, "whole", &["GPUSHARE_MPS_UNITS=1"])?;
+    let whole = mallory.sbatch(
+        c,
+        &conf,
+        &[
+            "--gres=gpu:a40:1",
+            "--wrap=echo HELD=$SLURM_JOB_GPUS; sleep 300",
+        ],
+    )?;
+    c.wait_job_state(whole, &["RUNNING"], Duration::from_secs(60))?;
+    let held: u32 = wait_for(
+        "the whole-GPU job's output",
+        Duration::from_secs(20),
+        || {
+            words(&c.job_output(whole))
+                .get("HELD")
+                .and_then(|g| g.parse().ok())
+        },
+    )?;
+    let state = ledger(c);
+    ensure(
+        state.share(whole).is_none()
+            && state.whole_holder(whole).map(|w| w.gpus.clone()) == Some(vec![held]),
+        format!(
+            "job {whole} holding GPU {held} whole is booked as: {:?}",
+            (state.share(whole), state.whole_holder(whole))
+        ),
+    )?;
+    // Three full shares go to the three other GPUs.
+    let script = report_script(c)?;
+    let mut gpus = Vec::new();
+    for _ in 0..3 {
+        let id = c.sbatch_ok(&["--gres=mps:100", &format!("--wrap={script}; sleep 300")])?;
+        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
+        let report = wait_for("the share's report", Duration::from_secs(20), || {
+            let w = words(&c.job_output(id));
+            w.contains_key("dev3").then_some(w)
+        })?;
+        gpus.push(opened(&report, "share")?.ok_or("a share got no GPU")?);
+    }
+    ensure(
+        !gpus.contains(&held),
+        format!("a share was put on GPU {held}, held whole by job {whole}: {gpus:?}"),
+    )?;
+    c.cancel_all()
+}
+
+fn gpu_mps_conf(c: &Cluster) -> PathBuf {
+    c.slurm_conf().with_file_name("gpu_mps.conf")
+}
+
+/// Runs `f` with gpu_mps.conf changed by `edit`, restoring it (and
+/// resuming the node if the test drained it) whatever happens.
+fn with_conf(
+    c: &mut Cluster,
+    edit: impl FnOnce(&str) -> String,
+    f: impl FnOnce(&mut Cluster) -> TestResult,
+) -> TestResult {
+    let path = gpu_mps_conf(c);
+    let original = fs::read_to_string(&path).map_err(|e| e.to_string())?;
+    fs::write(&path, edit(&original)).map_err(|e| e.to_string())?;
+    let result = f(c);
+    fs::write(&path, original).map_err(|e| e.to_string())?;
+    let _ = c.cancel_all();
+    let _ = c.run(
+        "scontrol",
+        &["update", &format!("nodename={NODE}"), "state=resume"],
+    );
+    result
+}
+
+fn symlinks(c: &mut Cluster) -> TestResult {
+    let mallory = TestUser::create(c, "gpushare-mallory")?;
+    let victim = c.dir.join("victim");
+    fs::write(&victim, "root's own data\n").map_err(|e| e.to_string())?;
+    fs::set_permissions(&victim, fs::Permissions::from_mode(0o600)).map_err(|e| e.to_string())?;
+    let before = fs::metadata(&victim).map_err(|e| e.to_string())?;
+    // A StateDir where users can write (here the 0777 job output directory).
+    let state_dir = c.jobs_dir.join("attack-state");
+    let public = c.jobs_dir.join("attack-state-mps");
+    let plant = format!(
+        "mkdir -p {p}/gpu0 && ln -s {v} {p}/state.new && ln -s {v} {p}/state && mkfifo {p}/gpu1 && ln -s {v} {p}/gpu0/pipe",
+        p = public.display(),
+        v = victim.display()
+    );
+    mallory.run_ok(c, None, "sh", &["-c", &plant])?;
+    let conf_line = format!("StateDir={}", state_dir.display());
+    with_conf(
+        c,
+        |text| {
+            text.lines()
+                .map(|l| {
+                    if l.starts_with("StateDir=") {
+                        conf_line.clone()
+                    } else {
+                        l.to_owned()
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+                + "\n"
+        },
+        |c| {
+            let id = c.sbatch_ok(&["--gres=mps:25", "--wrap=true"])?;
+            // The prolog refuses the node: the job does not run there.
+            wait_for("the prolog's refusal", Duration::from_secs(60), || {
+                c.syslog()
+                    .lines()
+                    .any(|l| {
+                        l.contains("gpu-mps-prolog")
+                            && l.contains("attack-state-mps")
+                            && l.contains("owned by uid")
+                    })
+                    .then_some(())
+            })?;
+            let after = fs::metadata(&victim).map_err(|e| e.to_string())?;
+            ensure(
+                fs::read_to_string(&victim).unwrap_or_default() == "root's own data\n"
+                    && after.mode() == before.mode()
+                    && after.uid() == before.uid()
+                    && after.mtime() == before.mtime(),
+                format!("the victim file changed: mode {:o}", after.mode()),
+            )?;
+            ensure(
+                fs::symlink_metadata(public.join("state.new"))
+                    .is_ok_and(|m| m.file_type().is_symlink()),
+                "the planted link was replaced (so something wrote there)",
+            )?;
+            let info = c.job(id)?;
+            ensure(
+                info.state() != "RUNNING" && info.state() != "COMPLETED",
+                format!(
+                    "the share ran on a node whose state directory a user owns: {}",
+                    info.state()
+                ),
+            )
+        },
+    )
+}
+
+fn corrupted_ledger(c: &mut Cluster) -> TestResult {
+    let script = report_script(c)?;
+    // 4 shares of 90: Slurm 22.05 still admits 40 more units on the node,
+    // but no GPU has room for 30.
+    let mut full = Vec::new();
+    for _ in 0..4 {
+        let id = c.sbatch_ok(&["--gres=mps:90", &format!("--wrap={script}; sleep 300")])?;
+        full.push(id);
+    }
+    for &id in &full {
+        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
+    }
+    let state = c.dir.join("run/gpu-mps/state");
+    let copy = c.dir.join("run/gpu-mps-mps/state");
+    let refused = |c: &Cluster, want: &str| -> TestResult {
+        let id = c.sbatch_ok(&["--gres=mps:30", &format!("--wrap={script}")])?;
+        let info = c.wait_job_done(id, Duration::from_secs(60))?;
+        let out = c.job_output(id);
+        ensure(
+            info.state() == "FAILED" && out.contains(want),
+            format!(
+                "job {id} ended {} with {out:?}, wanted a refusal saying {want:?}",
+                info.state()
+            ),
+        )
+    };
+    // 1. The ledger is garbage: rebuilt from the published copy, so the
+    //    four nearly full GPUs stay nearly full.
+    fs::write(&state, "garbage").map_err(|e| e.to_string())?;
+    refused(c, "no single GPU")?;
+    ensure(
+        full.iter().all(|id| ledger(c).share(*id).is_some()),
+        "the rebuilt ledger lost a running share",
+    )?;
+    // 2. Both gone: nothing is placed until an admin runs gc.
+    fs::write(&state, "garbage").map_err(|e| e.to_string())?;
+    fs::remove_file(&copy).map_err(|e| e.to_string())?;
+    refused(c, "gpu-mps gc")?;
+    let bin = testcluster::cluster::build_dir()?.join("gpu-mps");
+    let bin = bin.to_string_lossy();
+    let conf = gpu_mps_conf(c);
+    let conf = conf.to_string_lossy();
+    let status = c.run(&bin, &["status", "--conf", &conf])?;
+    let table = String::from_utf8_lossy(&status.stdout).into_owned();
+    ensure(
+        status.status.code() == Some(1) && table.contains("LOST"),
+        format!("gpu-mps status while lost ({}):\n{table}", status.status),
+    )?;
+    let gc = c.run(&bin, &["gc", "--conf", &conf, "--node", NODE])?;
+    ensure(
+        gc.status.code() == Some(1),
+        format!(
+            "gc with four unaccounted shares: {} {}",
+            gc.status,
+            String::from_utf8_lossy(&gc.stdout)
+        ),
+    )?;
+    c.cancel_all()?;
+    let gc = c.run(&bin, &["gc", "--conf", &conf, "--node", NODE])?;
+    ensure(
+        gc.status.success(),
+        format!(
+            "gc once the shares ended: {} {}",
+            gc.status,
+            String::from_utf8_lossy(&gc.stdout)
+        ),
+    )?;
+    let table = c.run(&bin, &["status", "--conf", &conf])?;
+    ensure(
+        !String::from_utf8_lossy(&table.stdout).contains("LOST"),
+        "still lost after gc",
+    )?;
+    let id = c.sbatch_ok(&["--gres=mps:50", &format!("--wrap={script}")])?;
+    let report = finished_report(c, id)?;
+    ensure(
+        opened(&report, "share after gc")?.is_some(),
+        format!("no share after gc: {report:?}"),
+    )
+}
+
+fn hung_control(c: &mut Cluster) -> TestResult {
+    let program = c.dir.join("hung-mps-control");
+    fs::write(&program, "#!/bin/sh\nexec sleep 1000\n").map_err(|e| e.to_string())?;
+    fs::set_permissions(&program, fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
+    let line = format!("MPSControl={}", program.display());
+    with_conf(
+        c,
+        |text| {
+            text.lines()
+                .map(|l| {
+                    if l.starts_with("MPSControl=") {
+                        line.clone()
+                    } else {
+                        l.to_owned()
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+                + "\n"
+        },
+        |c| {
+            let started = Instant::now();
+            let id = c.sbatch_ok(&["--gres=mps:25", "--wrap=echo GPU=$GPUSHARE_GPU"])?;
+            let info = c.wait_job_done(id, Duration::from_secs(90))?;
+            ensure(
+                info.state() == "COMPLETED" && words(&c.job_output(id)).contains_key("GPU"),
+                format!("job {id} ended {}: {}", info.state(), c.job_output(id)),
+            )?;
+            ensure(
+                started.elapsed() < Duration::from_secs(60),
+                format!("the job took {:?}", started.elapsed()),
+            )?;
+            let log = c.syslog();
+            ensure(
+                log.lines()
+                    .any(|l| l.contains("gpu-mps-prolog") && l.contains("did not finish within")),
+                format!("syslog lacks the killed control program:\n{log}"),
+            )
+        },
+    )
+}

@@ -1,0 +1,192 @@
+//! Non-root users for attack tests, with what a user has: their own home,
+//! their own copy of slurm.conf (and so their own plugstack.conf and client
+//! SPANK plugins), compilers, libslurm. Nothing here gives them more.
+
+use std::fs;
+use std::os::unix::fs::{chown, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use crate::cluster::{Cluster, CLUSTER_NAME};
+use crate::Result;
+
+/// A user account on this machine, known to the cluster's accounting.
+#[derive(Debug, Clone)]
+pub struct TestUser {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+    /// Theirs alone: `<cluster>/home/<name>`, mode 0755.
+    pub home: PathBuf,
+}
+
+fn ids(name: &str) -> Option<(u32, u32)> {
+    let out = Command::new("id").args(["-u", name]).output().ok()?;
+    let uid = String::from_utf8_lossy(&out.stdout).trim().parse().ok()?;
+    let out = Command::new("id").args(["-g", name]).output().ok()?;
+    let gid = String::from_utf8_lossy(&out.stdout).trim().parse().ok()?;
+    Some((uid, gid))
+}
+
+impl TestUser {
+    /// Creates the account if the machine lacks it (idempotent), a home in
+    /// the cluster's directory, and the user's association (account
+    /// `research`) in the cluster's accounting.
+    pub fn create(c: &Cluster, name: &str) -> Result<Self> {
+        if ids(name).is_none() {
+            let out = Command::new("useradd")
+                .args(["--no-create-home", "--shell", "/bin/sh", name])
+                .output()
+                .map_err(|e| format!("useradd: {e}"))?;
+            if !out.status.success() && ids(name).is_none() {
+                return Err(format!(
+                    "useradd {name}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+        }
+        let (uid, gid) = ids(name).ok_or_else(|| format!("no user {name} after useradd"))?;
+        let home = c.dir.join("home").join(name);
+        fs::create_dir_all(&home).map_err(|e| format!("{}: {e}", home.display()))?;
+        chown(&home, Some(uid), Some(gid)).map_err(|e| format!("chown {}: {e}", home.display()))?;
+        fs::set_permissions(&home, fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
+        let home_parent = c.dir.join("home");
+        fs::set_permissions(&home_parent, fs::Permissions::from_mode(0o755))
+            .map_err(|e| e.to_string())?;
+        let known = c.run_ok("sacctmgr", &["-n", "-P", "show", "user", name])?;
+        if known.trim().is_empty() {
+            c.run_ok(
+                "sacctmgr",
+                &[
+                    "-i",
+                    "add",
+                    "user",
+                    name,
+                    "account=research",
+                    &format!("cluster={CLUSTER_NAME}"),
+                ],
+            )?;
+        }
+        Ok(Self {
+            name: name.to_owned(),
+            uid,
+            gid,
+            home,
+        })
+    }
+
+    /// `program` run as this user, in their home, with `slurm_conf` (the
+    /// cluster's unless the user brings their own).
+    pub fn command(&self, c: &Cluster, slurm_conf: Option<&Path>, program: &str) -> Command {
+        let mut cmd = c.command("setpriv");
+        cmd.args([
+            &format!("--reuid={}", self.uid),
+            &format!("--regid={}", self.gid),
+            "--init-groups",
+            "--",
+            "timeout",
+            "120",
+            program,
+        ])
+        .current_dir(&self.home)
+        .env("HOME", &self.home)
+        .env("USER", &self.name)
+        .env("LOGNAME", &self.name);
+        if let Some(conf) = slurm_conf {
+            cmd.env("SLURM_CONF", conf);
+        }
+        cmd
+    }
+
+    /// Runs `program args` as this user.
+    pub fn run(
+        &self,
+        c: &Cluster,
+        slurm_conf: Option<&Path>,
+        program: &str,
+        args: &[&str],
+    ) -> Result<Output> {
+        self.command(c, slurm_conf, program)
+            .args(args)
+            .output()
+            .map_err(|e| format!("{program} as {}: {e}", self.name))
+    }
+
+    /// Like [`Self::run`], failing with the output unless it exits 0.
+    pub fn run_ok(
+        &self,
+        c: &Cluster,
+        slurm_conf: Option<&Path>,
+        program: &str,
+        args: &[&str],
+    ) -> Result<String> {
+        let out = self.run(c, slurm_conf, program, args)?;
+        if !out.status.success() {
+            return Err(format!(
+                "{program} {args:?} as {} failed ({}):\n{}\n{}",
+                self.name,
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Compiles the C file `source` as this user into their home (`-shared`
+    /// for a plugin); returns the output path.
+    pub fn compile(
+        &self,
+        c: &Cluster,
+        source: &Path,
+        output: &str,
+        shared: bool,
+    ) -> Result<PathBuf> {
+        let out = self.home.join(output);
+        let src = source.to_string_lossy();
+        let dst = out.to_string_lossy();
+        let mut args = vec!["-Wall", "-o", &*dst, &*src];
+        if shared {
+            args.splice(0..0, ["-shared", "-fPIC"]);
+        } else {
+            args.push("-lslurm");
+        }
+        self.run_ok(c, None, "cc", &args)?;
+        Ok(out)
+    }
+
+    /// The user's own copy of the cluster's slurm.conf, whose
+    /// plugstack.conf loads `plugin` with `args`, as a user can make one.
+    pub fn own_slurm_conf(
+        &self,
+        c: &Cluster,
+        name: &str,
+        plugin: &Path,
+        args: &[&str],
+    ) -> Result<PathBuf> {
+        let dir = self.home.join(name);
+        let plugstack = dir.join("plugstack.conf");
+        let conf = dir.join("slurm.conf");
+        let text = fs::read_to_string(c.slurm_conf()).map_err(|e| e.to_string())?;
+        let text: String = text
+            .lines()
+            .map(|l| {
+                if l.starts_with("PlugStackConfig=") {
+                    format!("PlugStackConfig={}\n", plugstack.display())
+                } else {
+                    format!("{l}\n")
+                }
+            })
+            .collect();
+        let plugstack_text = format!("required {} {}\n", plugin.display(), args.join(" "));
+        // Written by the user, in the user's directory.
+        let script = format!(
+            "mkdir -p '{d}' && cat > '{c}' <<'EOF'\n{text}EOF\ncat > '{p}' <<'EOF'\n{plugstack_text}EOF\n",
+            d = dir.display(),
+            c = conf.display(),
+            p = plugstack.display(),
+        );
+        self.run_ok(c, None, "sh", &["-c", &script])?;
+        Ok(conf)
+    }
+}
