@@ -354,16 +354,28 @@ fn gpu_mps_conf(c: &Cluster) -> PathBuf {
     c.slurm_conf().with_file_name("gpu_mps.conf")
 }
 
-/// Runs `f` with gpu_mps.conf changed by `edit`, restoring it (and
+/// Runs `f` with gpu_mps.conf's `key` line replaced by `line`, restoring it (and
 /// resuming the node if the test drained it) whatever happens.
 fn with_conf(
     c: &mut Cluster,
-    edit: impl FnOnce(&str) -> String,
+    key: &str,
+    line: &str,
     f: impl FnOnce(&mut Cluster) -> TestResult,
 ) -> TestResult {
     let path = gpu_mps_conf(c);
     let original = fs::read_to_string(&path).map_err(|e| e.to_string())?;
-    fs::write(&path, edit(&original)).map_err(|e| e.to_string())?;
+    let edited: String = original
+        .lines()
+        .map(|l| {
+            if l.starts_with(&format!("{key}=")) {
+                line
+            } else {
+                l
+            }
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    fs::write(&path, edited).map_err(|e| e.to_string())?;
     let result = f(c);
     fs::write(&path, original).map_err(|e| e.to_string())?;
     let _ = c.cancel_all();
@@ -390,57 +402,41 @@ fn symlinks(c: &mut Cluster) -> TestResult {
     );
     mallory.run_ok(c, None, "sh", &["-c", &plant])?;
     let conf_line = format!("StateDir={}", state_dir.display());
-    with_conf(
-        c,
-        |text| {
-            text.lines()
-                .map(|l| {
-                    if l.starts_with("StateDir=") {
-                        conf_line.clone()
-                    } else {
-                        l.to_owned()
-                    }
+    with_conf(c, "StateDir", &conf_line, |c| {
+        let id = c.sbatch_ok(&["--gres=mps:25", "--wrap=true"])?;
+        // The prolog refuses the node: the job does not run there.
+        wait_for("the prolog's refusal", Duration::from_secs(60), || {
+            c.syslog()
+                .lines()
+                .any(|l| {
+                    l.contains("gpu-mps-prolog")
+                        && l.contains("attack-state-mps")
+                        && l.contains("owned by uid")
                 })
-                .collect::<Vec<_>>()
-                .join("\n")
-                + "\n"
-        },
-        |c| {
-            let id = c.sbatch_ok(&["--gres=mps:25", "--wrap=true"])?;
-            // The prolog refuses the node: the job does not run there.
-            wait_for("the prolog's refusal", Duration::from_secs(60), || {
-                c.syslog()
-                    .lines()
-                    .any(|l| {
-                        l.contains("gpu-mps-prolog")
-                            && l.contains("attack-state-mps")
-                            && l.contains("owned by uid")
-                    })
-                    .then_some(())
-            })?;
-            let after = fs::metadata(&victim).map_err(|e| e.to_string())?;
-            ensure(
-                fs::read_to_string(&victim).unwrap_or_default() == "root's own data\n"
-                    && after.mode() == before.mode()
-                    && after.uid() == before.uid()
-                    && after.mtime() == before.mtime(),
-                format!("the victim file changed: mode {:o}", after.mode()),
-            )?;
-            ensure(
-                fs::symlink_metadata(public.join("state.new"))
-                    .is_ok_and(|m| m.file_type().is_symlink()),
-                "the planted link was replaced (so something wrote there)",
-            )?;
-            let info = c.job(id)?;
-            ensure(
-                info.state() != "RUNNING" && info.state() != "COMPLETED",
-                format!(
-                    "the share ran on a node whose state directory a user owns: {}",
-                    info.state()
-                ),
-            )
-        },
-    )
+                .then_some(())
+        })?;
+        let after = fs::metadata(&victim).map_err(|e| e.to_string())?;
+        ensure(
+            fs::read_to_string(&victim).unwrap_or_default() == "root's own data\n"
+                && after.mode() == before.mode()
+                && after.uid() == before.uid()
+                && after.mtime() == before.mtime(),
+            format!("the victim file changed: mode {:o}", after.mode()),
+        )?;
+        ensure(
+            fs::symlink_metadata(public.join("state.new"))
+                .is_ok_and(|m| m.file_type().is_symlink()),
+            "the planted link was replaced (so something wrote there)",
+        )?;
+        let info = c.job(id)?;
+        ensure(
+            info.state() != "RUNNING" && info.state() != "COMPLETED",
+            format!(
+                "the share ran on a node whose state directory a user owns: {}",
+                info.state()
+            ),
+        )
+    })
 }
 
 fn corrupted_ledger(c: &mut Cluster) -> TestResult {
@@ -455,6 +451,12 @@ fn corrupted_ledger(c: &mut Cluster) -> TestResult {
     for &id in &full {
         c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
     }
+    // Their steps have started (the damage below is for later jobs).
+    wait_for("the shares' reports", Duration::from_secs(20), || {
+        full.iter()
+            .all(|&id| words(&c.job_output(id)).contains_key("dev3"))
+            .then_some(())
+    })?;
     let state = c.dir.join("run/gpu-mps/state");
     let copy = c.dir.join("run/gpu-mps-mps/state");
     let refused = |c: &Cluster, want: &str| -> TestResult {
@@ -528,39 +530,23 @@ fn hung_control(c: &mut Cluster) -> TestResult {
     fs::write(&program, "#!/bin/sh\nexec sleep 1000\n").map_err(|e| e.to_string())?;
     fs::set_permissions(&program, fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
     let line = format!("MPSControl={}", program.display());
-    with_conf(
-        c,
-        |text| {
-            text.lines()
-                .map(|l| {
-                    if l.starts_with("MPSControl=") {
-                        line.clone()
-                    } else {
-                        l.to_owned()
-                    }
-                })
-                .collect::<Vec<_>>()
-                .join("\n")
-                + "\n"
-        },
-        |c| {
-            let started = Instant::now();
-            let id = c.sbatch_ok(&["--gres=mps:25", "--wrap=echo GPU=$GPUSHARE_GPU"])?;
-            let info = c.wait_job_done(id, Duration::from_secs(90))?;
-            ensure(
-                info.state() == "COMPLETED" && words(&c.job_output(id)).contains_key("GPU"),
-                format!("job {id} ended {}: {}", info.state(), c.job_output(id)),
-            )?;
-            ensure(
-                started.elapsed() < Duration::from_secs(60),
-                format!("the job took {:?}", started.elapsed()),
-            )?;
-            let log = c.syslog();
-            ensure(
-                log.lines()
-                    .any(|l| l.contains("gpu-mps-prolog") && l.contains("did not finish within")),
-                format!("syslog lacks the killed control program:\n{log}"),
-            )
-        },
-    )
+    with_conf(c, "MPSControl", &line, |c| {
+        let started = Instant::now();
+        let id = c.sbatch_ok(&["--gres=mps:25", "--wrap=echo GPU=$GPUSHARE_GPU"])?;
+        let info = c.wait_job_done(id, Duration::from_secs(90))?;
+        ensure(
+            info.state() == "COMPLETED" && words(&c.job_output(id)).contains_key("GPU"),
+            format!("job {id} ended {}: {}", info.state(), c.job_output(id)),
+        )?;
+        ensure(
+            started.elapsed() < Duration::from_secs(60),
+            format!("the job took {:?}", started.elapsed()),
+        )?;
+        let log = c.syslog();
+        ensure(
+            log.lines()
+                .any(|l| l.contains("gpu-mps-prolog") && l.contains("did not finish within")),
+            format!("syslog lacks the killed control program:\n{log}"),
+        )
+    })
 }

@@ -587,8 +587,9 @@ impl StatusCopy {
         self.dir.join(Self::FILE)
     }
 
-    /// The records of a readable copy.
-    fn read_records(&self) -> Option<LedgerState> {
+    /// The records of a readable copy. The caller has checked its
+    /// directory (see [`state_dir::check`]).
+    pub fn read_records(&self) -> Option<LedgerState> {
         let text = fs::read_to_string(self.path()).ok()?;
         let status: NodeStatus = serde_json::from_str(&text).ok()?;
         Some(LedgerState::from_views(&status.gpus, status.lost))
@@ -637,6 +638,11 @@ impl Ledger {
 
     pub fn state_path(&self) -> PathBuf {
         self.dir.join(STATE_FILE)
+    }
+
+    /// The uid that owns the state.
+    pub fn owner(&self) -> u32 {
+        self.owner
     }
 
     pub fn status_copy(&self) -> Option<&StatusCopy> {

@@ -32,7 +32,7 @@ use std::time::Duration;
 use super::bounded;
 use super::config::{self, GpuMpsConfig};
 use super::daemon::{self, MpsDaemon};
-use super::ledger::{Ledger, LedgerError, Record, ShareRecord, StatusCopy};
+use super::ledger::{Ledger, LedgerError, LedgerState, Record, ShareRecord, StatusCopy};
 use super::placement::PlacementError;
 use super::state_dir;
 use crate::shared::{spank_env, ConfigError};
@@ -470,6 +470,19 @@ pub fn epilog(node: &Node, job: u32) -> Result<EpilogReport, LedgerError> {
     })
 }
 
+/// The records of the published status copy, if its directory can be
+/// trusted (owned by `owner`, writable by nobody else) and it reads.
+fn published_records(cfg: &GpuMpsConfig, owner: u32) -> Option<LedgerState> {
+    let dir = daemon::public_dir(cfg);
+    state_dir::check(&dir, owner, state_dir::Access::WorldReadable).ok()?;
+    StatusCopy {
+        dir,
+        gpu_count: 0,
+        units_per_gpu: cfg.units_per_gpu,
+    }
+    .read_records()
+}
+
 /// What each task of a share job gets.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskPlan {
@@ -497,18 +510,23 @@ pub fn task_plan(
     if let Some(text) = refusal(ledger, job) {
         return Err(text);
     }
-    let snapshot = match ledger.snapshot() {
-        Ok(snapshot) => snapshot,
-        // A job Slurm gave no share is left as Slurm made it, whatever the
-        // state of the ledger.
-        Err(_) if !slurm_says_share => return Ok(None),
-        Err(e) => {
-            return Err(format!(
-                "gpu_mps: job {job}: cannot read the node's share ledger: {e}"
-            ))
-        }
+    let state = match ledger.snapshot() {
+        Ok(snapshot) => snapshot.state,
+        // Found damaged (the next transaction repairs it): the published
+        // copy, never behind the ledger, still says where the job is.
+        Err(e) => match published_records(cfg, ledger.owner()) {
+            Some(state) => state,
+            // A job Slurm gave no share is left as Slurm made it, whatever
+            // the state of the ledger.
+            None if !slurm_says_share => return Ok(None),
+            None => {
+                return Err(format!(
+                    "gpu_mps: job {job}: cannot read the node's share ledger: {e}"
+                ))
+            }
+        },
     };
-    let Some(share) = snapshot.state.share(job) else {
+    let Some(share) = state.share(job) else {
         if slurm_says_share {
             return Err(format!(
                 "gpu_mps: job {job} holds an MPS share but no GPU was chosen for it: is Prolog=gpu-mps-prolog configured on this node?"
@@ -754,8 +772,12 @@ mod tests {
         assert_eq!(task_plan(&node.cfg, &node.ledger, 99, false), Ok(None));
         assert!(task_plan(&node.cfg, &node.ledger, 99, true)
             .is_err_and(|e| e.contains("Prolog=gpu-mps-prolog")));
-        // An unreadable ledger fails share jobs only.
+        // An unreadable ledger: the published copy still places the job;
+        // without it, only share jobs fail.
         fs::write(node.ledger.state_path(), "{").unwrap_or_else(|e| panic!("{e}"));
+        let from_copy = task_plan(&node.cfg, &node.ledger, 3, true);
+        assert_eq!(from_copy.map(|p| p.map(|p| p.gpu)), Ok(Some(2)));
+        fs::remove_file(&copy).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(task_plan(&node.cfg, &node.ledger, 99, false), Ok(None));
         assert!(
             task_plan(&node.cfg, &node.ledger, 3, true).is_err_and(|e| e.contains("unreadable"))
