@@ -2,7 +2,10 @@
 #
 #   make demo      install dependencies, build, install into a staging tree,
 #                  run the narrated demo cluster (KEEP=1: leave it running)
-#   make test      install build dependencies (apt), build, run every test
+#   make test      install build dependencies (apt), build, run every test,
+#                  then check-releases
+#   make check-releases  build the plugins warnings-free against the headers
+#                  of the other Slurm releases Debian ships (24.11, 26.05)
 #   make build     release build of the plugins and tools
 #   make install   install (DESTDIR, PREFIX, PLUGINDIR, NOBUILD=1)
 #   make uninstall remove exactly what install put there
@@ -16,7 +19,7 @@ PROFILE ?= release
 APT_PACKAGES = slurm-wlm slurmdbd slurm-wlm-basic-plugins libslurm-dev munge \
 	mariadb-server mariadb-client libclang-dev pkg-config
 
-.PHONY: all deps build test lint clean install uninstall demo
+.PHONY: all deps build test lint clean install uninstall demo check-releases
 
 all: build
 
@@ -46,6 +49,22 @@ test: deps lint
 	$(CARGO) build --workspace --all-targets
 	$(CARGO) test --workspace --exclude gpushare-tests
 	$(CARGO) test -p gpushare-tests --tests --no-fail-fast
+	$(MAKE) check-releases
+
+# The plugins against each other release's own headers (Debian suite:
+# Slurm release), each in its own target directory; the headers are cached
+# in target/releases/<suite>. Version differences are cfg(slurm_X_Y) gates.
+RELEASE_SUITES ?= trixie sid
+check-releases:
+	@set -e; for suite in $(RELEASE_SUITES); do \
+		root=$(CURDIR)/target/releases/$$suite; \
+		version=$$(tests/release_headers.sh $$suite $$root); \
+		echo "== Slurm $$version (Debian $$suite): plugins build and lint clean"; \
+		SLURM_INCLUDE_DIR=$$root/usr/include CARGO_TARGET_DIR=$(CURDIR)/target/slurm-$$suite \
+			$(CARGO) clippy -p job_submit_gpu_qos -p spank_gpu_mps --all-targets -- -D warnings; \
+		SLURM_INCLUDE_DIR=$$root/usr/include CARGO_TARGET_DIR=$(CURDIR)/target/slurm-$$suite \
+			$(CARGO) build --release -p job_submit_gpu_qos -p spank_gpu_mps; \
+	done
 
 clean:
 	$(CARGO) clean

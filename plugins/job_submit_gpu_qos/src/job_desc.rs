@@ -63,13 +63,25 @@ impl<'a> JobStrings<'a> {
             array_inx: self.array_inx.as_deref(),
             // An update names its job in job_id_str ("123", or "123_4" for
             // an array task); job_id stays unset.
-            job_id_for_messages: set_u32(desc.job_id).or_else(|| {
+            job_id_for_messages: set_u32(requested_job_id(desc)).or_else(|| {
                 self.job_id_str
                     .as_deref()
                     .and_then(|s| s.trim().parse().ok())
             }),
         }
     }
+}
+
+/// The job id a submission asks for (`sbatch --jobid`, or an update's id).
+#[cfg(not(slurm_25_11))]
+fn requested_job_id(desc: &job_desc_msg_t) -> u32 {
+    desc.job_id
+}
+
+/// The job id a submission asks for: from 25.11 it lives in `step_id`.
+#[cfg(slurm_25_11)]
+fn requested_job_id(desc: &job_desc_msg_t) -> u32 {
+    desc.step_id.job_id
 }
 
 fn set_u32(v: u32) -> Option<u32> {
