@@ -17,7 +17,7 @@ PROFILE ?= release
 
 # Debian/Ubuntu packages the build and the test cluster need.
 APT_PACKAGES = slurm-wlm slurmdbd slurm-wlm-basic-plugins libslurm-dev munge \
-	mariadb-server mariadb-client libclang-dev pkg-config
+	mariadb-server mariadb-client libclang-dev pkg-config debootstrap
 
 .PHONY: all deps build test lint clean install uninstall demo check-releases
 

@@ -403,7 +403,8 @@ fn symlinks(c: &mut Cluster) -> TestResult {
     mallory.run_ok(c, None, "sh", &["-c", &plant])?;
     let conf_line = format!("StateDir={}", state_dir.display());
     with_conf(c, "StateDir", &conf_line, |c| {
-        let id = c.sbatch_ok(&["--gres=mps:25", "--wrap=true"])?;
+        let ran = c.jobs_dir.join("attack-state-ran");
+        let id = c.sbatch_ok(&["--gres=mps:25", &format!("--wrap=touch {}", ran.display())])?;
         // The prolog refuses the node: the job does not run there.
         wait_for("the prolog's refusal", Duration::from_secs(60), || {
             c.syslog()
@@ -428,13 +429,15 @@ fn symlinks(c: &mut Cluster) -> TestResult {
                 .is_ok_and(|m| m.file_type().is_symlink()),
             "the planted link was replaced (so something wrote there)",
         )?;
-        let info = c.job(id)?;
+        // Slurm shows the job RUNNING while its prolog runs; what matters is
+        // that the prolog's failure keeps the job's program from running.
+        let state = wait_for("the job to leave the node", Duration::from_secs(60), || {
+            let state = c.job(id).ok()?.state().to_string();
+            (!matches!(state.as_str(), "RUNNING" | "CONFIGURING")).then_some(state)
+        })?;
         ensure(
-            info.state() != "RUNNING" && info.state() != "COMPLETED",
-            format!(
-                "the share ran on a node whose state directory a user owns: {}",
-                info.state()
-            ),
+            state != "COMPLETED" && !ran.exists(),
+            format!("the share ran on a node whose state directory a user owns: {state}"),
         )
     })
 }

@@ -49,6 +49,7 @@ fn install_layout_and_uninstall(stage: &Path) -> Result<(), String> {
             .arg(repo().join("tests/install_tree.sh"))
             .arg(stage)
             .env("PROFILE", profile())
+            .env("TARGET_DIR", profile_dir())
             .current_dir(repo()),
     )
     .map(drop)
@@ -65,6 +66,7 @@ fn demo_from_installed_tree(stage: &Path) -> Result<(), String> {
                 "PLUGINDIR=/usr/lib/gpushare",
             ])
             .arg(format!("PROFILE={}", profile()))
+            .arg(format!("TARGET_DIR={}", profile_dir().display()))
             .arg(format!("DESTDIR={}", stage.display()))
             .current_dir(repo()),
     )?;

@@ -118,7 +118,7 @@ fn typed_accepted(c: &mut Cluster) -> TestResult {
         format!("QOS {:?}", job.get("QOS")),
     )?;
     ensure(
-        job.get("TresPerNode") == Some("gres:gpu:a40:2"),
+        job.tres_request("TresPerNode").as_deref() == Some("gres:gpu:a40:2"),
         format!("TresPerNode {:?}", job.get("TresPerNode")),
     )?;
     ensure(

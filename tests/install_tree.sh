@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Checks `make install` / `make uninstall` into a staging tree:
-#   tests/install_tree.sh DESTDIR      (PROFILE=debug|release, default release)
+#   tests/install_tree.sh DESTDIR      (PROFILE=debug|release, default release;
+#                                       TARGET_DIR=the built files, default target/PROFILE)
 # Every expected file must exist with its mode, each plugin must export the
 # symbols Slurm's loader reads, and uninstall must leave no file behind.
 set -euo pipefail
 dest=${1:?usage: tests/install_tree.sh DESTDIR}
 profile=${PROFILE:-release}
+target_dir=${TARGET_DIR:-target/$profile}
 cd "$(dirname "$0")/.."
-vars=(NOBUILD=1 "PROFILE=$profile" "DESTDIR=$dest" PREFIX=/usr PLUGINDIR=/usr/lib/x86_64-linux-gnu/slurm-wlm)
+vars=(NOBUILD=1 "PROFILE=$profile" "TARGET_DIR=$target_dir" "DESTDIR=$dest" PREFIX=/usr PLUGINDIR=/usr/lib/x86_64-linux-gnu/slurm-wlm)
 fail() { echo "install_tree: $*" >&2; exit 1; }
 
 rm -rf "$dest"

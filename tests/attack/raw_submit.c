@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <slurm/slurm.h>
+#include <slurm/slurm_version.h>
 #include <slurm/slurm_errno.h>
 
 int main(int argc, char **argv)
@@ -43,7 +44,11 @@ int main(int argc, char **argv)
 		slurm_perror("slurm_submit_batch_job");
 		return 1;
 	}
+#if SLURM_VERSION_NUMBER >= SLURM_VERSION_NUM(25, 11, 0)
+	printf("%u\n", resp->step_id.job_id); /* moved into step_id in 25.11 */
+#else
 	printf("%u\n", resp->job_id);
+#endif
 	slurm_free_submit_response_response_msg(resp);
 	slurm_fini();
 	return 0;

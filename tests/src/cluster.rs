@@ -271,12 +271,22 @@ impl Ports {
             .map_err(|e| format!("no free port: {e}"))?;
         let p = |i: usize| ls[i].local_addr().map(|a| a.port()).unwrap_or(0);
         Ok(Self {
-            mysql: p(0),
+            mysql: external_mysql_port().unwrap_or(p(0)),
             dbd: p(1),
             slurmctld: p(2),
             slurmd: p(3),
         })
     }
+}
+
+/// A MariaDB server already listening on this loopback port, for a release
+/// whose own MariaDB its slurmdbd cannot use (`GPUSHARE_TEST_MYSQL_PORT`,
+/// set by tests/release_suite.sh for Debian sid); each cluster then keeps
+/// its accounting in a database of its own there.
+fn external_mysql_port() -> Option<u16> {
+    std::env::var("GPUSHARE_TEST_MYSQL_PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
 }
 
 /// What `scontrol show job` says about a job.
@@ -290,6 +300,12 @@ impl JobInfo {
         self.fields.get(key).map(String::as_str)
     }
     /// `JobState`, e.g. `RUNNING`.
+    /// A TRES request field (`TresPerNode`, `TresPerJob`, ...) spelt the
+    /// same on every release: 22.05 writes `gres:gpu:a40:2`, later releases
+    /// `gres/gpu:a40:2`.
+    pub fn tres_request(&self, key: &str) -> Option<String> {
+        self.get(key).map(|v| v.replace("gres/", "gres:"))
+    }
     pub fn state(&self) -> &str {
         self.get("JobState").unwrap_or("")
     }
@@ -486,7 +502,9 @@ impl Cluster {
         self.write_configs()?;
         self.start_munge()?;
         if self.spec.accounting {
-            self.start_mysql()?;
+            if external_mysql_port().is_none() {
+                self.start_mysql()?;
+            }
             self.start_slurmdbd()?;
             self.run_ok("sacctmgr", &["-i", "add", "cluster", CLUSTER_NAME])?;
         }
@@ -779,15 +797,30 @@ impl Cluster {
                  StorageHost=127.0.0.1\n\
                  StoragePort={mysql}\n\
                  StorageUser=root\n\
-                 StorageLoc=slurm_acct_db\n",
+                 StorageLoc={db}\n",
                 munge = munge_sock.display(),
                 dbd = p.dbd,
                 d = d.display(),
                 mysql = p.mysql,
+                db = self.database_name(),
             );
             write(&etc.join("slurmdbd.conf"), &dbd, 0o600)?;
         }
         Ok(())
+    }
+
+    /// The accounting database: one per cluster, so that clusters can share
+    /// a server (`GPUSHARE_TEST_MYSQL_PORT`).
+    fn database_name(&self) -> String {
+        let tag: String = self
+            .dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        format!("slurm_acct_{tag}")
     }
 
     /// A command for this cluster: `SLURM_CONF` set, the caller's Slurm

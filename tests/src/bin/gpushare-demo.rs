@@ -218,7 +218,7 @@ fn scenario(d: &mut Demo, c: &mut Cluster) -> Step {
         &format!("Submitted batch job {id}"),
     );
     d.check(
-        c.job(id)?.get("TresPerNode") == Some("gres:gpu:a40:2"),
+        c.job(id)?.tres_request("TresPerNode").as_deref() == Some("gres:gpu:a40:2"),
         "the typed request is accepted unchanged",
     )?;
     c.run_ok("scancel", &[&id.to_string()])?;

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Runs the whole integration suite (and the demo) against another Slurm
+# release, with that release's own daemons and clients:
+#   tests/release_suite.sh SUITE [TEST-BINARY-FILTER]   (trixie | sid)
+#
+# The Debian root of SUITE (tests/release_root.sh, cached in
+# target/releases/SUITE-root) supplies munged, MariaDB, slurmdbd, slurmctld,
+# slurmd and the clients. The plugins are built against the root's own
+# headers; the prolog, epilog, admin commands and test binaries are the
+# host's (they do not link libslurm, and the roots' glibc is newer). Each
+# test binary runs chrooted into the root, in a private mount namespace
+# holding /proc, /sys, /dev and this checkout at its own path, so nothing
+# stays mounted when it ends.
+set -euo pipefail
+suite=${1:?usage: tests/release_suite.sh trixie|sid [FILTER]}
+filter=${2:-}
+cd "$(dirname "$0")/.."
+repo=$PWD
+cargo=${CARGO:-cargo}
+root=$repo/target/releases/$suite-root
+version=$(tests/release_root.sh "$suite" "$root")
+echo "== Slurm $version (Debian $suite root: $root)"
+
+# The plugins from the release's headers (only Slurm's: the root's own libc
+# headers must not mix with the host's), as `make check-releases` builds
+# them; everything else from the host build.
+headers=$repo/target/releases/$suite
+tests/release_headers.sh "$suite" "$headers" >/dev/null
+SLURM_INCLUDE_DIR=$headers/usr/include CARGO_TARGET_DIR=$repo/target/slurm-$suite \
+    "$cargo" build --release -p job_submit_gpu_qos -p spank_gpu_mps
+"$cargo" build --workspace --all-targets
+mapfile -t tests < <("$cargo" test -p gpushare-tests --tests --no-run --message-format=json 2>/dev/null |
+    python3 -c 'import json,sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
+        print(m["target"]["name"], m["executable"])')
+
+# The build directory the harness reads: the host's binaries, this release's plugins.
+build=$repo/target/slurm-$suite/suite
+rm -rf "$build"
+mkdir -p "$build"
+for f in "$repo"/target/debug/*; do
+    [ -f "$f" ] && [ -x "$f" ] && ln -s "$f" "$build/"
+done
+for so in "$repo"/target/slurm-$suite/release/lib*.so; do
+    ln -sf "$so" "$build/"
+done
+
+inside() {
+    unshare --mount --propagation private -- bash -euc '
+        root=$1 repo=$2; shift 2
+        mount -t proc proc "$root/proc"
+        mount --rbind /sys "$root/sys"
+        mount --rbind /dev "$root/dev"
+        mkdir -p "$root$repo"
+        mount --bind "$repo" "$root$repo"
+        exec chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
+            LANG=C.UTF-8 TMPDIR=/tmp "$@"' inside "$root" "$repo" "$@"
+}
+
+# slurmdbd 26.05.5 cannot use sid's MariaDB 11.8 (it stops at start:
+# "_check_mysql_concat_is_sane ... 5027"), so sid's clusters keep their
+# accounting in the host's MariaDB (bookworm's 10.11), which the harness
+# reaches on loopback; every cluster makes a database of its own there.
+env_extra=()
+if [ "$suite" = sid ]; then
+    db=$(mktemp -d /tmp/gpushare-hostdb.XXXXXX)
+    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    mariadb-install-db --no-defaults --datadir="$db" --user=root --auth-root-authentication-method=normal \
+        --skip-test-db --skip-name-resolve >"$db.install.log" 2>&1
+    mariadbd --no-defaults --datadir="$db" --socket="$db/mysqld.sock" --pid-file="$db/mysqld.pid" \
+        --log-error="$db.log" --port="$port" --bind-address=127.0.0.1 --user=root --skip-name-resolve \
+        --skip-log-bin --innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0 \
+        --innodb-buffer-pool-size=64M --innodb-lock-wait-timeout=900 &
+    db_pid=$!
+    trap 'kill $db_pid 2>/dev/null; wait $db_pid 2>/dev/null; rm -rf "$db" "$db.log" "$db.install.log"' EXIT
+    for _ in $(seq 60); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+        sleep 0.5
+    done
+    env_extra+=(GPUSHARE_TEST_MYSQL_PORT="$port")
+    echo "== accounting in the host's MariaDB on 127.0.0.1:$port"
+fi
+
+failed=()
+for entry in "${tests[@]}"; do
+    name=${entry%% *}
+    exe=${entry#* }
+    [ -z "$filter" ] || [[ $name == *"$filter"* ]] || continue
+    echo "== $name on Slurm $version"
+    start=$SECONDS
+    if inside env GPUSHARE_BUILD_DIR="$build" "${env_extra[@]}" "$exe"; then
+        echo "== $name: passed in $((SECONDS - start)) s"
+    else
+        echo "== $name: FAILED after $((SECONDS - start)) s"
+        failed+=("$name")
+    fi
+done
+if [ ${#failed[@]} -gt 0 ]; then
+    echo "Slurm $version: failed: ${failed[*]}"
+    exit 1
+fi
+echo "Slurm $version: all integration suites passed"
