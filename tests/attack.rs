@@ -444,11 +444,19 @@ fn symlinks(c: &mut Cluster) -> TestResult {
 
 fn corrupted_ledger(c: &mut Cluster) -> TestResult {
     let script = report_script(c)?;
-    // 4 shares of 90: Slurm 22.05 still admits 40 more units on the node,
-    // but no GPU has room for 30.
+    // Where gpushare places: 4 shares of 90, so Slurm 22.05 still admits 40
+    // more units on the node, but no GPU has room for 30. Where Slurm
+    // places: 4 shares of 60, so Slurm starts a share of 30, and the
+    // node's damaged state must neither stop it nor lose it.
+    let by_slurm = testcluster::cluster::slurm_places_shares();
+    let size = if by_slurm {
+        "--gres=mps:60"
+    } else {
+        "--gres=mps:90"
+    };
     let mut full = Vec::new();
     for _ in 0..4 {
-        let id = c.sbatch_ok(&["--gres=mps:90", &format!("--wrap={script}; sleep 300")])?;
+        let id = c.sbatch_ok(&[size, &format!("--wrap={script}; sleep 300")])?;
         full.push(id);
     }
     for &id in &full {
@@ -464,6 +472,13 @@ fn corrupted_ledger(c: &mut Cluster) -> TestResult {
     let copy = c.dir.join("run/gpu-mps-mps/state");
     let refused = |c: &Cluster, want: &str| -> TestResult {
         let id = c.sbatch_ok(&["--gres=mps:30", &format!("--wrap={script}")])?;
+        if by_slurm {
+            let report = finished_report(c, id)?;
+            return ensure(
+                opened(&report, "Slurm's share on a damaged node")?.is_some(),
+                format!("job {id} could open no GPU: {report:?}"),
+            );
+        }
         let info = c.wait_job_done(id, Duration::from_secs(60))?;
         let out = c.job_output(id);
         ensure(

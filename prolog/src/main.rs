@@ -13,7 +13,9 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use gpushare::mps::booking::MpsBooking;
 use gpushare::mps::node::{prolog, running_jobs, PrologOutcome};
+use gpushare::shared::locations::beside_slurm_conf;
 use gpushare_admin::node_program::{self, NodeArgs, Started};
 
 /// slurmd's Prolog on GPU nodes that share GPUs through MPS (gpushare).
@@ -31,12 +33,25 @@ fn main() -> ExitCode {
         Ok(None) => return ExitCode::SUCCESS,
         Err(code) => return code,
     };
+    let node_name = std::env::var("SLURMD_NODENAME").ok();
     let running = || {
-        let name = std::env::var("SLURMD_NODENAME")
-            .map_err(|_| "SLURMD_NODENAME is not set".to_owned())?;
-        running_jobs(&name)
+        let name = node_name
+            .as_deref()
+            .ok_or_else(|| "SLURMD_NODENAME is not set".to_owned())?;
+        running_jobs(name)
     };
-    let report = match prolog(&node, &env, running) {
+    // How Slurm books mps here: gres.conf, slurm.conf and cgroup.conf in
+    // slurm.conf's directory (slurmd's configless cache included).
+    let slurm_conf = beside_slurm_conf(None, "slurm.conf");
+    let conf_dir = slurm_conf.parent().unwrap_or(std::path::Path::new("/"));
+    let booking = match MpsBooking::read(conf_dir, node_name.as_deref().unwrap_or_default()) {
+        Ok(booking) => booking,
+        Err(e) => {
+            log::error!("node unfit for GPU sharing: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let report = match prolog(&node, &env, &booking, running) {
         Ok(report) => report,
         Err(e) => {
             log::error!("node unfit for GPU sharing: {e}");
@@ -56,11 +71,16 @@ fn main() -> ExitCode {
             already,
             mps,
         } => log::info!(
-            "{} ({}): {} units on GPU {}{}; MPS daemon: {mps:?}",
+            "{} ({}): {} units on GPU {} ({}){}; MPS daemon: {mps:?}",
             env.user,
             env.uid,
             share.units,
             share.gpu,
+            if share.placed_by_slurm {
+                "Slurm's choice"
+            } else {
+                "gpushare's choice"
+            },
             if *already { " (already placed)" } else { "" }
         ),
         PrologOutcome::Refused(text) => log::warn!("refused: {text}"),

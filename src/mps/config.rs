@@ -13,6 +13,7 @@
 //! GPUMemory=48G                    # per GPU; caps each client's device memory in proportion to its units
 //! MPSControl=/usr/bin/nvidia-cuda-mps-control   # or `none`; default: found in PATH, skipped when absent
 //! SyslogSocket=/dev/log            # where the prolog and epilog log (default /dev/log)
+//! Placement=auto                   # who picks a share's GPU: auto (Slurm where gres.conf books mps per GPU), slurm, gpushare
 //! ```
 
 use std::path::PathBuf;
@@ -38,6 +39,20 @@ pub enum MpsControl {
     Program(PathBuf),
 }
 
+/// Who picks the GPU of a share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Placement {
+    /// Slurm where gres.conf books mps per GPU (`File=` on the mps lines),
+    /// gpushare where it books a node-wide Count (see [`super::booking`]).
+    #[default]
+    Auto,
+    /// Slurm: gpushare records the GPU in `SLURM_JOB_GPUS` and leaves the
+    /// job's devices to Slurm.
+    Slurm,
+    /// gpushare: the least-loaded GPU, confined through cgroup v1.
+    Gpushare,
+}
+
 /// The parsed file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpuMpsConfig {
@@ -51,6 +66,7 @@ pub struct GpuMpsConfig {
     pub mps_control: MpsControl,
     /// Where the prolog and epilog send their log lines (`None`: /dev/log).
     pub syslog_socket: Option<PathBuf>,
+    pub placement: Placement,
 }
 
 impl Default for GpuMpsConfig {
@@ -63,6 +79,7 @@ impl Default for GpuMpsConfig {
             gpu_memory_mib: None,
             mps_control: MpsControl::default(),
             syslog_socket: None,
+            placement: Placement::default(),
         }
     }
 }
@@ -77,10 +94,11 @@ enum Key {
     GpuMemory,
     MpsControl,
     SyslogSocket,
+    Placement,
 }
 
 impl Key {
-    const ALL: [Key; 7] = [
+    const ALL: [Key; 8] = [
         Key::UnitsPerGpu,
         Key::GpuDevices,
         Key::StateDir,
@@ -88,6 +106,7 @@ impl Key {
         Key::GpuMemory,
         Key::MpsControl,
         Key::SyslogSocket,
+        Key::Placement,
     ];
 
     /// The canonical spelling, used in messages.
@@ -100,6 +119,7 @@ impl Key {
             Key::GpuMemory => "GPUMemory",
             Key::MpsControl => "MPSControl",
             Key::SyslogSocket => "SyslogSocket",
+            Key::Placement => "Placement",
         }
     }
 
@@ -157,6 +177,18 @@ impl Key {
                     ));
                 }
                 cfg.syslog_socket = Some(PathBuf::from(value));
+            }
+            Key::Placement => {
+                cfg.placement = match value.to_ascii_lowercase().as_str() {
+                    "auto" => Placement::Auto,
+                    "slurm" => Placement::Slurm,
+                    "gpushare" => Placement::Gpushare,
+                    _ => {
+                        return Err(format!(
+                            "Placement must be auto, slurm or gpushare, got \"{value}\""
+                        ))
+                    }
+                };
             }
         }
         Ok(())
@@ -299,7 +331,7 @@ mod tests {
 
     #[test]
     fn full_file_parses() {
-        let text = "UnitsPerGPU=50 # half GPUs\nGPUDevices=/dev/nvidia[0-1],/dev/nvidia3\nStateDir=/run/x\nSlurmMpsCount=1600\nGPUMemory=48G\nMPSControl=none\n";
+        let text = "UnitsPerGPU=50 # half GPUs\nGPUDevices=/dev/nvidia[0-1],/dev/nvidia3\nStateDir=/run/x\nSlurmMpsCount=1600\nGPUMemory=48G\nMPSControl=none\nplacement=Slurm\n";
         let cfg = parse(text, "gpu_mps.conf").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(cfg.units_per_gpu, 50);
         assert_eq!(
@@ -313,6 +345,7 @@ mod tests {
         assert_eq!(cfg.state_dir, PathBuf::from("/run/x"));
         assert_eq!(cfg.gpu_memory_mib, Some(48 * 1024));
         assert_eq!(cfg.mps_control, MpsControl::Disabled);
+        assert_eq!(cfg.placement, Placement::Slurm);
         assert_eq!(cfg.memory_limit(25), Some("0=24576M".into()));
     }
 
@@ -337,6 +370,10 @@ mod tests {
             ("GPUDevices=/dev/nvidia[3-1]\n", "f:1: bad range \"3-1\""),
             ("GPUDevices=/dev/nvidia[0-1\n", "f:1: bad brackets"),
             ("GPUMemory=lots\n", "f:1: GPUMemory must be a size"),
+            (
+                "Placement=mine\n",
+                "f:1: Placement must be auto, slurm or gpushare, got \"mine\"",
+            ),
             ("StateDir\n", "f:1: expected Key=Value, got \"StateDir\""),
             ("statedir=\n", "f:1: StateDir has an empty value"),
         ];

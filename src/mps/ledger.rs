@@ -76,6 +76,9 @@ pub struct ShareRecord {
     pub units: u32,
     /// When the share was placed, in Unix seconds.
     pub since: u64,
+    /// Slurm chose the GPU (and confines the job to it), not gpushare.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub placed_by_slurm: bool,
 }
 
 /// A job holding GPUs whole (gpu GRES), as named by its Prolog environment.
@@ -692,6 +695,47 @@ impl Ledger {
                 gpu,
                 units,
                 since: unix_now(),
+                placed_by_slurm: false,
+            };
+            state.insert_share(share.clone());
+            Ok(Placed {
+                share,
+                already_recorded: false,
+            })
+        })
+    }
+
+    /// Records `job`'s share of `units` on `gpu`, the GPU Slurm chose: Slurm
+    /// booked it there, so no room is checked and lost loads do not matter
+    /// (a share that overfills a GPU shows as such in `gpu-mps status`). A
+    /// job that already has a share gets it back unchanged.
+    pub fn record_slurm_share(
+        &self,
+        job: u32,
+        uid: u32,
+        user: &str,
+        units: u32,
+        gpu: u32,
+        gpu_count: u32,
+    ) -> Result<Outcome<Placed>, LedgerError> {
+        self.transact(|state| {
+            if let Some(share) = state.share(job) {
+                return Ok(Placed {
+                    share: share.clone(),
+                    already_recorded: true,
+                });
+            }
+            if gpu >= gpu_count {
+                return Err(PlacementError::SlurmGpuUnknown { gpu, gpu_count });
+            }
+            let share = ShareRecord {
+                job,
+                uid,
+                user: user.to_string(),
+                gpu,
+                units,
+                since: unix_now(),
+                placed_by_slurm: true,
             };
             state.insert_share(share.clone());
             Ok(Placed {
@@ -1640,6 +1684,7 @@ mod tests {
                 gpu,
                 units,
                 since: 0,
+                placed_by_slurm: false,
             });
         }
         state.insert_whole(WholeRecord {
@@ -1689,6 +1734,7 @@ mod tests {
             gpu: 7,
             units: 90,
             since: 0,
+            placed_by_slurm: true,
         });
         state.insert_whole(WholeRecord {
             job: 2,
@@ -1708,15 +1754,19 @@ mod tests {
             0u32..16,
             1u32..=100,
             any::<u64>(),
+            any::<bool>(),
         )
-            .prop_map(|(job, uid, user, gpu, units, since)| ShareRecord {
-                job,
-                uid,
-                user,
-                gpu,
-                units,
-                since,
-            })
+            .prop_map(
+                |(job, uid, user, gpu, units, since, placed_by_slurm)| ShareRecord {
+                    job,
+                    uid,
+                    user,
+                    gpu,
+                    units,
+                    since,
+                    placed_by_slurm,
+                },
+            )
     }
 
     fn any_whole() -> impl Strategy<Value = WholeRecord> {

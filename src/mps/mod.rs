@@ -9,8 +9,10 @@
 //! - [`devices`]: confining a task to its GPU's device file.
 //! - [`status`]: the per-GPU view `gpu-mps status` prints.
 //! - [`state_dir`]: state directories no user can turn against root.
+//! - [`booking`]: how Slurm books the node's mps (who places a share).
 //! - [`bounded`]: external programs run with a deadline.
 
+pub mod booking;
 pub mod bounded;
 pub mod config;
 pub mod daemon;

@@ -29,8 +29,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use super::booking::MpsBooking;
 use super::bounded;
-use super::config::{self, GpuMpsConfig};
+use super::config::{self, GpuMpsConfig, Placement};
 use super::daemon::{self, MpsDaemon};
 use super::ledger::{Ledger, LedgerError, LedgerState, Record, ShareRecord, StatusCopy};
 use super::placement::PlacementError;
@@ -218,16 +219,33 @@ impl JobEnv {
     }
 }
 
+/// Slurm's mps count of one GPU, which its percentage is relative to: the
+/// `Count` of gres.conf's per-GPU mps lines where it has them, else the
+/// node-wide count over the GPUs (see [`GpuMpsConfig::slurm_per_gpu_count`]).
+pub fn slurm_per_gpu(cfg: &GpuMpsConfig, gpu_count: u32, booking: &MpsBooking) -> u64 {
+    booking
+        .per_gpu_count
+        .unwrap_or_else(|| cfg.slurm_per_gpu_count(gpu_count))
+}
+
+/// Whether Slurm picks the GPU of this node's shares (else gpushare does).
+pub fn slurm_places(cfg: &GpuMpsConfig, booking: &MpsBooking) -> bool {
+    match cfg.placement {
+        Placement::Slurm => true,
+        Placement::Gpushare => false,
+        Placement::Auto => booking.per_gpu,
+    }
+}
+
 /// The units of a share job, from Slurm's percentage (units × 100 / the
 /// per-GPU count, rounded down, at least 1) and the claimed units: the
 /// claim where Slurm's rounding agrees with it, else what the
 /// percentage alone says where it says it exactly. `Err`: why the size
 /// cannot be known (the job is refused with this text).
-pub fn share_units(cfg: &GpuMpsConfig, gpu_count: u32, env: &JobEnv) -> Result<u32, String> {
+pub fn share_units(per_gpu: u64, env: &JobEnv) -> Result<u32, String> {
     let Some(percent) = env.mps_percentage else {
         return Err("the job holds no MPS allocation".into());
     };
-    let per_gpu = cfg.slurm_per_gpu_count(gpu_count);
     // Slurm's figure: rounded down, but never below 1 %.
     let percent_of = |units: u32| (u64::from(units) * 100 / per_gpu.max(1)).max(1);
     if let Some(claimed) = env.units_claimed {
@@ -337,6 +355,7 @@ pub struct PrologReport {
 pub fn prolog(
     node: &Node,
     env: &JobEnv,
+    booking: &MpsBooking,
     running: impl FnOnce() -> Result<Vec<RunningJob>, String>,
 ) -> Result<PrologReport, LedgerError> {
     let Node {
@@ -351,8 +370,14 @@ pub fn prolog(
         notes: Vec::new(),
     };
     if env.is_share() {
-        report.notes.extend(count_mismatch(cfg, *gpu_count));
-        let units = match share_units(cfg, *gpu_count, env) {
+        let by_slurm = slurm_places(cfg, booking);
+        if by_slurm {
+            report.notes.extend(booking.stacking_warning());
+            report.notes.extend(units_mismatch(cfg, booking));
+        } else {
+            report.notes.extend(count_mismatch(cfg, *gpu_count));
+        }
+        let units = match share_units(slurm_per_gpu(cfg, *gpu_count, booking), env) {
             Ok(units) => units,
             Err(why) => {
                 report.outcome =
@@ -360,6 +385,40 @@ pub fn prolog(
                 return Ok(report);
             }
         };
+        if by_slurm {
+            report.outcome = record_slurm_choice(node, env, units, &mut report.notes)?;
+            // Slurm put the share where the ledger sees no room: records of
+            // jobs that ended without an epilog are what fills it.
+            if let PrologOutcome::Placed { share, .. } = &report.outcome {
+                let load = ledger
+                    .snapshot()?
+                    .state
+                    .gpu_loads(*gpu_count)
+                    .get(share.gpu as usize)
+                    .copied()
+                    .unwrap_or_default();
+                if load.held_whole || load.used_units > cfg.units_per_gpu {
+                    drop_vanished(ledger, env.job, running, &mut report)?;
+                }
+            }
+            return Ok(report);
+        }
+        if booking.cgroup_v2 {
+            report.outcome = refuse(
+                ledger,
+                env.job,
+                format!(
+                    "gpu_mps: job {}: this node runs cgroup v2, where a job can only be kept \
+                     from devices, never given one Slurm did not allow; gpushare cannot move \
+                     the share to the GPU it would choose, so the job is refused. Let Slurm \
+                     place shares (Slurm 23.11 or later: per-GPU mps lines with \
+                     Flags=all_sharing and LL_SHARED_GRES, see `gpu-mps config`) or use \
+                     CgroupPlugin=cgroup/v1",
+                    env.job
+                ),
+            );
+            return Ok(report);
+        }
         let place = || {
             ledger.place(
                 env.job,
@@ -376,22 +435,8 @@ pub fn prolog(
             ..
         }) = &placed
         {
-            match running() {
-                Ok(jobs) => {
-                    let running: HashSet<u32> = jobs.iter().map(|j| j.job).collect();
-                    let out = ledger.reconcile(|job| job == env.job || running.contains(&job))?;
-                    report.notes.extend(out.repair.map(|r| r.to_string()));
-                    for record in &out.value {
-                        let _ = fs::remove_file(ledger.dir().join(refusal_name(record.job())));
-                    }
-                    if !out.value.is_empty() {
-                        report.dropped = out.value;
-                        placed = place();
-                    }
-                }
-                Err(e) => report.notes.push(format!(
-                    "cannot ask slurmctld which jobs still run here, so no record was dropped: {e}"
-                )),
+            if drop_vanished(ledger, env.job, running, &mut report)? {
+                placed = place();
             }
         }
         report.outcome = match placed {
@@ -424,6 +469,100 @@ pub fn prolog(
         };
     }
     Ok(report)
+}
+
+/// Drops the records of jobs slurmctld no longer runs here (ended without
+/// an epilog), keeping `job`'s; `true` if any was dropped. When slurmctld
+/// cannot be asked nothing is dropped, and a note says so.
+fn drop_vanished(
+    ledger: &Ledger,
+    job: u32,
+    running: impl FnOnce() -> Result<Vec<RunningJob>, String>,
+    report: &mut PrologReport,
+) -> Result<bool, LedgerError> {
+    let jobs = match running() {
+        Ok(jobs) => jobs,
+        Err(e) => {
+            report.notes.push(format!(
+                "cannot ask slurmctld which jobs still run here, so no record was dropped: {e}"
+            ));
+            return Ok(false);
+        }
+    };
+    let running: HashSet<u32> = jobs.iter().map(|j| j.job).collect();
+    let out = ledger.reconcile(|j| j == job || running.contains(&j))?;
+    report.notes.extend(out.repair.map(|r| r.to_string()));
+    for record in &out.value {
+        let _ = fs::remove_file(ledger.dir().join(refusal_name(record.job())));
+    }
+    let dropped = !out.value.is_empty();
+    report.dropped.extend(out.value);
+    Ok(dropped)
+}
+
+/// Records a share where Slurm put it (`SLURM_JOB_GPUS`) and starts that
+/// GPU's MPS daemon; Slurm's device rules already confine the job there.
+fn record_slurm_choice(
+    node: &Node,
+    env: &JobEnv,
+    units: u32,
+    notes: &mut Vec<String>,
+) -> Result<PrologOutcome, LedgerError> {
+    let Some(&gpu) = env.job_gpus.first() else {
+        return Ok(refuse(
+            &node.ledger,
+            env.job,
+            format!(
+                "gpu_mps: job {}: Slurm places this node's shares, but named no GPU for it \
+                 (SLURM_JOB_GPUS is not set in the prolog)",
+                env.job
+            ),
+        ));
+    };
+    if env.job_gpus.len() > 1 {
+        notes.push(format!(
+            "Slurm gave job {} mps on GPUs {:?}; one MPS client uses one GPU, so gpushare \
+             records it on GPU {gpu}",
+            env.job, env.job_gpus
+        ));
+    }
+    match node
+        .ledger
+        .record_slurm_share(env.job, env.uid, &env.user, units, gpu, node.gpu_count)
+    {
+        Ok(placed) => {
+            notes.extend(placed.repair.map(|r| r.to_string()));
+            let share = placed.value.share;
+            let mps = daemon::start(&node.cfg, share.gpu, node.owner);
+            Ok(PrologOutcome::Placed {
+                share,
+                already: placed.value.already_recorded,
+                mps,
+            })
+        }
+        Err(LedgerError::Placement { error, repair }) => {
+            notes.extend(repair.map(|r| r.to_string()));
+            Ok(refuse(
+                &node.ledger,
+                env.job,
+                format!("gpu_mps: job {}: {error}", env.job),
+            ))
+        }
+        Err(other) => Err(other),
+    }
+}
+
+/// Where Slurm places shares, its per-GPU Count and gpushare's UnitsPerGPU
+/// must agree, or the status view and memory limits are off.
+pub fn units_mismatch(cfg: &GpuMpsConfig, booking: &MpsBooking) -> Option<String> {
+    let count = booking.per_gpu_count?;
+    (count != u64::from(cfg.units_per_gpu)).then(|| {
+        format!(
+            "gres.conf gives each GPU Count={count} mps, but gpu_mps.conf says UnitsPerGPU={}: \
+             make them equal (see gpu-mps config)",
+            cfg.units_per_gpu
+        )
+    })
 }
 
 fn refuse(ledger: &Ledger, job: u32, text: String) -> PrologOutcome {
@@ -488,6 +627,9 @@ fn published_records(cfg: &GpuMpsConfig, owner: u32) -> Option<LedgerState> {
 pub struct TaskPlan {
     pub gpu: u32,
     pub units: u32,
+    /// gpushare placed the share, so it confines the tasks to its GPU;
+    /// where Slurm placed it, Slurm's own device rules already do.
+    pub confine: bool,
     /// The chosen GPU's device file (allowed).
     pub device: PathBuf,
     /// Every other GPU's device file (denied).
@@ -550,13 +692,20 @@ pub fn task_plan(
         .collect();
     let dir = daemon::gpu_dir(cfg, share.gpu);
     let percent = (u64::from(share.units) * 100 / u64::from(cfg.units_per_gpu)).max(1);
-    let mut env = vec![
-        // The MPS server of this GPU exposes exactly one device to clients.
-        ("CUDA_VISIBLE_DEVICES".to_owned(), "0".to_owned()),
-        (
-            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".to_owned(),
-            percent.to_string(),
-        ),
+    let mut env = Vec::new();
+    if !share.placed_by_slurm {
+        env.extend([
+            // The MPS server of this GPU exposes exactly one device to clients.
+            ("CUDA_VISIBLE_DEVICES".to_owned(), "0".to_owned()),
+            (
+                "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".to_owned(),
+                percent.to_string(),
+            ),
+        ]);
+    }
+    // Where Slurm placed the share, its own CUDA_VISIBLE_DEVICES and
+    // percentage already match its device rules and the share.
+    env.extend([
         (
             "CUDA_MPS_PIPE_DIRECTORY".to_owned(),
             dir.join("pipe").to_string_lossy().into_owned(),
@@ -567,13 +716,14 @@ pub fn task_plan(
         ),
         ("GPUSHARE_GPU".to_owned(), share.gpu.to_string()),
         (spank_env::MPS_UNITS.to_owned(), share.units.to_string()),
-    ];
+    ]);
     if let Some(limit) = cfg.memory_limit(share.units) {
         env.push(("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".to_owned(), limit));
     }
     Ok(Some(TaskPlan {
         gpu: share.gpu,
         units: share.units,
+        confine: !share.placed_by_slurm,
         device,
         other_devices,
         env,
@@ -645,7 +795,7 @@ mod tests {
     }
 
     fn outcome(node: &Node, env: &JobEnv) -> PrologOutcome {
-        prolog(node, env, no_squeue)
+        prolog(node, env, &MpsBooking::default(), no_squeue)
             .unwrap_or_else(|e| panic!("{e}"))
             .outcome
     }
@@ -701,20 +851,29 @@ mod tests {
         };
         // 22.05, 400 units a GPU: 50 units are 12 %, and so are 48..=51;
         // 1 unit is 1 % (Slurm never says less), and so are 2..=7.
-        assert_eq!(share_units(&cfg22, 4, &env(12, Some(50))), Ok(50));
-        assert_eq!(share_units(&cfg22, 4, &env(1, Some(1))), Ok(1));
-        assert!(share_units(&cfg22, 4, &env(1, Some(8))).is_err());
-        assert_eq!(share_units(&cfg22, 4, &env(12, Some(51))), Ok(51));
-        let forged_big = share_units(&cfg22, 4, &env(12, Some(100)));
+        assert_eq!(
+            share_units(cfg22.slurm_per_gpu_count(4), &env(12, Some(50))),
+            Ok(50)
+        );
+        assert_eq!(
+            share_units(cfg22.slurm_per_gpu_count(4), &env(1, Some(1))),
+            Ok(1)
+        );
+        assert!(share_units(cfg22.slurm_per_gpu_count(4), &env(1, Some(8))).is_err());
+        assert_eq!(
+            share_units(cfg22.slurm_per_gpu_count(4), &env(12, Some(51))),
+            Ok(51)
+        );
+        let forged_big = share_units(cfg22.slurm_per_gpu_count(4), &env(12, Some(100)));
         assert!(
             forged_big
                 .as_ref()
                 .is_err_and(|e| e.contains("does not match")),
             "{forged_big:?}"
         );
-        let forged_small = share_units(&cfg22, 4, &env(25, Some(1)));
+        let forged_small = share_units(cfg22.slurm_per_gpu_count(4), &env(25, Some(1)));
         assert!(forged_small.is_err());
-        let missing = share_units(&cfg22, 4, &env(12, None));
+        let missing = share_units(cfg22.slurm_per_gpu_count(4), &env(12, None));
         assert!(
             missing
                 .as_ref()
@@ -726,12 +885,24 @@ mod tests {
             slurm_mps_count: Some(400),
             ..GpuMpsConfig::default()
         };
-        assert_eq!(share_units(&cfg24, 4, &env(25, None)), Ok(25));
-        assert_eq!(share_units(&cfg24, 4, &env(25, Some(25))), Ok(25));
-        assert_eq!(share_units(&cfg24, 4, &env(25, Some(90))), Ok(25));
+        assert_eq!(
+            share_units(cfg24.slurm_per_gpu_count(4), &env(25, None)),
+            Ok(25)
+        );
+        assert_eq!(
+            share_units(cfg24.slurm_per_gpu_count(4), &env(25, Some(25))),
+            Ok(25)
+        );
+        assert_eq!(
+            share_units(cfg24.slurm_per_gpu_count(4), &env(25, Some(90))),
+            Ok(25)
+        );
         // Without SlurmMpsCount the count gpu-mps config prescribes is assumed.
         assert_eq!(
-            share_units(&GpuMpsConfig::default(), 4, &env(12, Some(50))),
+            share_units(
+                GpuMpsConfig::default().slurm_per_gpu_count(4),
+                &env(12, Some(50))
+            ),
             Ok(50)
         );
     }
@@ -741,7 +912,12 @@ mod tests {
         let (node, _dir) = temp_node(None);
         let mut gpus = Vec::new();
         for job in 1..=4 {
-            match prolog(&node, &share_env(job, 50), no_squeue) {
+            match prolog(
+                &node,
+                &share_env(job, 50),
+                &MpsBooking::default(),
+                no_squeue,
+            ) {
                 Ok(PrologReport {
                     outcome: PrologOutcome::Placed { share, .. },
                     notes,
@@ -826,7 +1002,7 @@ mod tests {
             ));
         }
         // 160 units free on the node, but at most 40 on any one GPU.
-        match prolog(&node, &share_env(5, 60), no_squeue) {
+        match prolog(&node, &share_env(5, 60), &MpsBooking::default(), no_squeue) {
             Ok(PrologReport {
                 outcome: PrologOutcome::Refused(text),
                 notes,
@@ -886,24 +1062,187 @@ mod tests {
                 },
             ])
         };
-        let report = prolog(&node, &share_env(7, 50), running).unwrap_or_else(|e| panic!("{e}"));
+        let report = prolog(&node, &share_env(7, 50), &MpsBooking::default(), running)
+            .unwrap_or_else(|e| panic!("{e}"));
         assert!(asked.get());
         let dropped: Vec<u32> = report.dropped.iter().map(Record::job).collect();
         assert_eq!(dropped, vec![1, 4, 5, 6, 10]);
         assert!(matches!(report.outcome, PrologOutcome::Placed { .. }));
         // With room to spare nobody asks slurmctld anything.
         let never = || -> Result<Vec<RunningJob>, String> { panic!("squeue asked") };
-        assert!(prolog(&node, &share_env(8, 10), never).is_ok());
+        assert!(prolog(&node, &share_env(8, 10), &MpsBooking::default(), never).is_ok());
     }
 
     #[test]
     fn a_count_mismatch_is_noted() {
         let (node, _dir) = temp_node(Some(400));
-        let r = prolog(&node, &share_env(3, 40), no_squeue).unwrap_or_else(|e| panic!("{e}"));
+        let r = prolog(&node, &share_env(3, 40), &MpsBooking::default(), no_squeue)
+            .unwrap_or_else(|e| panic!("{e}"));
         assert!(
             r.notes.iter().any(|n| n.contains("Count=1600")),
             "{:?}",
             r.notes
         );
+    }
+
+    /// A node whose gres.conf books 100 mps per GPU, spread by Slurm.
+    fn slurm_booking() -> MpsBooking {
+        MpsBooking {
+            per_gpu: true,
+            all_sharing: true,
+            least_loaded: true,
+            per_gpu_count: Some(100),
+            cgroup_v2: true,
+        }
+    }
+
+    /// A share as Slurm 24.11 sends it with per-GPU lines: its GPU and the
+    /// true percentage.
+    fn slurm_share_env(job: u32, units: u32, gpu: u32) -> JobEnv {
+        JobEnv {
+            mps_percentage: Some(units),
+            units_claimed: None,
+            job_gpus: vec![gpu],
+            ..share_env(job, units)
+        }
+    }
+
+    #[test]
+    fn where_slurm_places_its_gpu_is_recorded_and_left_to_slurm() {
+        let (node, _dir) = temp_node(None);
+        let booking = slurm_booking();
+        // Slurm's books are the truth: a third share on a full GPU is
+        // recorded there too (it shows as over capacity), never moved.
+        for (job, gpu) in [(1, 2), (2, 2), (3, 2)] {
+            let report = prolog(&node, &slurm_share_env(job, 50, gpu), &booking, no_squeue)
+                .unwrap_or_else(|e| panic!("{e}"));
+            let PrologOutcome::Placed { share, .. } = report.outcome else {
+                panic!("{:?}", report.outcome);
+            };
+            assert_eq!(
+                (share.gpu, share.units, share.placed_by_slurm),
+                (2, 50, true)
+            );
+            // The third overfills GPU 2 in the ledger: slurmctld is asked
+            // for vanished jobs (here it cannot be, so nothing is dropped).
+            let asked = report
+                .notes
+                .iter()
+                .any(|n| n.contains("cannot ask slurmctld"));
+            assert_eq!(asked, job == 3, "{:?}", report.notes);
+        }
+        let plan = task_plan(&node.cfg, &node.ledger, 1, true)
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| panic!("no plan"));
+        // No device rules and Slurm's own CUDA variables: cgroup v2 is fine.
+        assert!(!plan.confine);
+        assert!(!plan
+            .env
+            .iter()
+            .any(|(k, _)| k == "CUDA_VISIBLE_DEVICES" || k == "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"));
+        assert!(plan
+            .env
+            .iter()
+            .any(|(k, v)| k == "GPUSHARE_GPU" && v == "2"));
+    }
+
+    #[test]
+    fn where_slurm_places_on_a_gpu_full_of_vanished_jobs_they_are_dropped() {
+        let (node, _dir) = temp_node(None);
+        let booking = slurm_booking();
+        for job in [1, 2] {
+            outcome_with(&node, &slurm_share_env(job, 60, 0), &booking);
+        }
+        // Job 1 ended without an epilog; slurmctld runs 2 and 3.
+        let running = || {
+            Ok(vec![
+                RunningJob {
+                    job: 2,
+                    holds_mps: true,
+                },
+                RunningJob {
+                    job: 3,
+                    holds_mps: true,
+                },
+            ])
+        };
+        let report = prolog(&node, &slurm_share_env(3, 30, 0), &booking, running)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let dropped: Vec<u32> = report.dropped.iter().map(Record::job).collect();
+        assert_eq!(dropped, vec![1]);
+        let state = node.ledger.snapshot().map(|s| s.state);
+        assert!(state.is_ok_and(|s| s.share(2).is_some() && s.share(3).is_some()));
+    }
+
+    #[test]
+    fn where_slurm_places_a_missing_or_unknown_gpu_is_refused() {
+        let (node, _dir) = temp_node(None);
+        let booking = slurm_booking();
+        let none = JobEnv {
+            job_gpus: Vec::new(),
+            ..slurm_share_env(1, 50, 0)
+        };
+        let refused = |env: &JobEnv, text: &str| {
+            let outcome = outcome_with(&node, env, &booking);
+            assert!(
+                matches!(&outcome, PrologOutcome::Refused(t) if t.contains(text)),
+                "{outcome:?}"
+            );
+        };
+        refused(&none, "SLURM_JOB_GPUS");
+        refused(&slurm_share_env(2, 50, 4), "lists only 4 GPU devices");
+    }
+
+    #[test]
+    fn stacking_and_unit_mismatches_are_noted() {
+        let (node, _dir) = temp_node(None);
+        let booking = MpsBooking {
+            least_loaded: false,
+            per_gpu_count: Some(50),
+            ..slurm_booking()
+        };
+        let env = JobEnv {
+            mps_percentage: Some(50),
+            ..slurm_share_env(1, 25, 0)
+        };
+        let r = prolog(&node, &env, &booking, no_squeue).unwrap_or_else(|e| panic!("{e}"));
+        let notes = r.notes.join("\n");
+        assert!(notes.contains("LL_SHARED_GRES"), "{notes}");
+        assert!(
+            notes.contains("Count=50") && notes.contains("UnitsPerGPU=100"),
+            "{notes}"
+        );
+        assert!(matches!(r.outcome, PrologOutcome::Placed { share, .. } if share.units == 25));
+    }
+
+    #[test]
+    fn gpushare_placement_on_cgroup_v2_is_refused_with_the_way_out() {
+        let (node, _dir) = temp_node(None);
+        let booking = MpsBooking {
+            cgroup_v2: true,
+            ..MpsBooking::default()
+        };
+        let outcome = outcome_with(&node, &share_env(1, 50), &booking);
+        let PrologOutcome::Refused(text) = outcome else {
+            panic!("{outcome:?}");
+        };
+        assert!(
+            text.contains("cgroup v2") && text.contains("all_sharing"),
+            "{text}"
+        );
+        assert!(node
+            .ledger
+            .snapshot()
+            .is_ok_and(|s| s.state.share(1).is_none()));
+        // The same node placing through Slurm runs the share.
+        let placed = outcome_with(&node, &slurm_share_env(2, 50, 1), &slurm_booking());
+        assert!(matches!(placed, PrologOutcome::Placed { .. }), "{placed:?}");
+    }
+
+    fn outcome_with(node: &Node, env: &JobEnv, booking: &MpsBooking) -> PrologOutcome {
+        prolog(node, env, booking, no_squeue)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .outcome
     }
 }

@@ -62,11 +62,18 @@ pub enum PlacementError {
     /// The node's ledger was lost and could not be rebuilt: the load of its
     /// GPUs is unknown, so no share is placed until an admin rebuilds it.
     LoadsUnknown { reason: String },
+    /// Slurm chose a GPU the node's GPUDevices do not list.
+    SlurmGpuUnknown { gpu: u32, gpu_count: u32 },
 }
 
 impl fmt::Display for PlacementError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Self::SlurmGpuUnknown { gpu, gpu_count } => write!(
+                f,
+                "Slurm chose GPU {gpu} for the share, but gpu_mps.conf lists only {gpu_count} \
+                 GPU devices (GPUDevices= must list the node's GPUs in gres.conf order)"
+            ),
             Self::LoadsUnknown { reason } => write!(
                 f,
                 "the GPU loads of this node are unknown ({reason}); no share is placed \

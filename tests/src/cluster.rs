@@ -69,6 +69,10 @@ pub struct ClusterSpec {
     pub gpus: Vec<GpuSpec>,
     /// `Name=mps Count=N` on the node (needs gpus).
     pub mps_count: Option<u32>,
+    /// The count split over one `Name=mps ... File=<gpu> Flags=all_sharing`
+    /// line per GPU, with `LL_SHARED_GRES`: Slurm (23.11 and later) places
+    /// shares itself. Otherwise one node-wide `Count=` line.
+    pub mps_per_gpu: bool,
     /// Start MariaDB + slurmdbd and enforce associations/limits/QOS.
     pub accounting: bool,
     /// QOS created before the node starts; the test user may use all.
@@ -104,6 +108,7 @@ impl Default for ClusterSpec {
                 count: 4,
             }],
             mps_count: None,
+            mps_per_gpu: false,
             accounting: true,
             qos: Vec::new(),
             job_submit_plugins: Vec::new(),
@@ -198,10 +203,18 @@ impl ClusterSpec {
     /// 4 × 100 units, the Slurm 22.05 arithmetic), gpushare's prolog,
     /// epilog and SPANK plugin, cgroup v1 device confinement, and
     /// `job_submit/gpu_qos` recording each job's units.
+    ///
+    /// Where Slurm can place shares itself ([`slurm_places_shares`]), the
+    /// node is set up as `gpu-mps config` says for such a release instead:
+    /// one `Count=100` mps line per GPU, `Flags=all_sharing`,
+    /// `LL_SHARED_GRES`, and gpushare records Slurm's choice.
     pub fn mps_node() -> Self {
+        let by_slurm = slurm_places_shares();
+        let count_line = if by_slurm { "" } else { "SlurmMpsCount=1600\n" };
         Self {
             gpus: vec![GpuSpec { gpu_type: "a40".into(), count: 4 }],
-            mps_count: Some(1600),
+            mps_count: Some(if by_slurm { 400 } else { 1600 }),
+            mps_per_gpu: by_slurm,
             cgroup_devices: true,
             job_submit_plugins: vec!["gpu_qos".into()],
             prolog: Some("{build}/gpu-mps-prolog".into()),
@@ -211,7 +224,7 @@ impl ClusterSpec {
                 ("gpu_qos.conf".into(), "MaxMPSPerJob=100\n".into()),
                 (
                     "gpu_mps.conf".into(),
-                    "UnitsPerGPU=100\nGPUDevices={cluster}/dev/nvidia[0-3]\nStateDir={cluster}/run/gpu-mps\nSlurmMpsCount=1600\nMPSControl=none\nSyslogSocket={cluster}/log/syslog.sock\n".into(),
+                    format!("UnitsPerGPU=100\nGPUDevices={{cluster}}/dev/nvidia[0-3]\nStateDir={{cluster}}/run/gpu-mps\n{count_line}MPSControl=none\nSyslogSocket={{cluster}}/log/syslog.sock\n"),
                 ),
             ],
             // srun/salloc jobs' prologs get job_submit/gpu_qos's share size.
@@ -251,6 +264,33 @@ impl ClusterSpec {
             Err(e) => Err(format!("{e}\n{}", cluster.log_tails(60))),
         }
     }
+}
+
+/// The Slurm release of the daemons on PATH, as (major, minor):
+/// `slurmctld -V` prints `slurm-wlm 24.11.5` (Debian) or `slurm 22.05.8`.
+pub fn slurm_release() -> (u32, u32) {
+    static RELEASE: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
+    *RELEASE.get_or_init(|| {
+        let out = Command::new("slurmctld").arg("-V").output();
+        let text = out
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        let mut numbers = text
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or("")
+            .split('.')
+            .map(|n| n.parse::<u32>().unwrap_or(0));
+        (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0))
+    })
+}
+
+/// Whether the MPS tests let Slurm place shares: Slurm 23.11 and later can
+/// (`LL_SHARED_GRES`). `GPUSHARE_TEST_MPS_SETUP=node-count` keeps the
+/// Slurm 22.05 setup, where gpushare places, on any release.
+pub fn slurm_places_shares() -> bool {
+    slurm_release() >= (23, 11)
+        && std::env::var("GPUSHARE_TEST_MPS_SETUP").as_deref() != Ok("node-count")
 }
 
 /// Free loopback ports, picked at start.
@@ -681,7 +721,7 @@ impl Cluster {
              ProctrackType={proctrack}\n\
              TaskPlugin={task}\n\
              SelectType=select/cons_tres\n\
-             SelectTypeParameters=CR_Core\n\
+             SelectTypeParameters=CR_Core{ll}\n\
              SchedulerType=sched/backfill\n\
              SchedulerParameters=sched_interval=2,bf_interval=2\n\
              MpiDefault=none\n\
@@ -707,6 +747,11 @@ impl Cluster {
             plugins = self.plugin_dir.display(),
             etc = etc.display(),
             gres_types = gres_types.join(","),
+            ll = if self.spec.mps_per_gpu {
+                ",LL_SHARED_GRES"
+            } else {
+                ""
+            },
         );
         if self.spec.accounting {
             let _ = write!(
@@ -765,8 +810,21 @@ impl Cluster {
             );
             first = last + 1;
         }
-        if let Some(c) = self.spec.mps_count {
-            let _ = writeln!(gres, "NodeName={NODE} Name=mps Count={c}");
+        match self.spec.mps_count {
+            Some(c) if self.spec.mps_per_gpu => {
+                let per_gpu = c / self.total_gpus().max(1);
+                for i in 0..self.total_gpus() {
+                    let _ = writeln!(
+                        gres,
+                        "NodeName={NODE} Name=mps Count={per_gpu} File={}/dev/nvidia{i} Flags=all_sharing",
+                        d.display()
+                    );
+                }
+            }
+            Some(c) => {
+                let _ = writeln!(gres, "NodeName={NODE} Name=mps Count={c}");
+            }
+            None => {}
         }
         write(&etc.join("gres.conf"), &gres, 0o644)?;
 

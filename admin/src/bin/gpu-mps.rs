@@ -12,14 +12,16 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
+use gpushare::mps::bounded;
 use gpushare::mps::config::{self, GpuMpsConfig, CONF_NAME};
 use gpushare::mps::daemon;
 use gpushare::mps::ledger::{Ledger, StatusCopy};
 use gpushare::mps::node::{gpu_devices, running_jobs, Node};
-use gpushare::mps::status::{self, NodeStatus};
+use gpushare::mps::status::{self, Installed, NodeStatus, SlurmSetup};
 use gpushare::shared::locations::beside_slurm_conf;
 use gpushare_admin::effective_uid;
 
@@ -67,7 +69,32 @@ enum Cmd {
         /// Node name (default: $SLURMD_NODENAME, else the short hostname)
         #[arg(long)]
         node: Option<String>,
+        /// Slurm release the lines are for, as 24.11 (default: what
+        /// `scontrol --version` says)
+        #[arg(long, value_name = "MAJOR.MINOR", value_parser = parse_release)]
+        release: Option<(u32, u32)>,
     },
+}
+
+/// `24.11` or `24.11.5` → (24, 11).
+fn parse_release(text: &str) -> Result<(u32, u32), String> {
+    let mut parts = text.trim().split('.');
+    let number = |p: Option<&str>| p.and_then(|p| p.parse::<u32>().ok());
+    number(parts.next())
+        .zip(number(parts.next()))
+        .ok_or_else(|| format!("expected a release such as 24.11, got {text:?}"))
+}
+
+/// The release of the Slurm commands on this machine (`scontrol --version`
+/// prints `slurm 24.11.5` or `slurm-wlm 24.11.5`).
+fn installed_release() -> Option<(u32, u32)> {
+    let mut cmd = Command::new("scontrol");
+    cmd.arg("--version");
+    let ran = bounded::run(cmd, None, Duration::from_secs(10)).ok()?;
+    ran.stdout
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| parse_release(v).ok())
 }
 
 fn main() -> ExitCode {
@@ -83,7 +110,8 @@ fn main() -> ExitCode {
             gpus,
             gpu_type,
             node,
-        } => config(&conf, gpus, &gpu_type, node),
+            release,
+        } => config(&conf, gpus, &gpu_type, node, release),
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -204,7 +232,16 @@ fn gc(conf: &Path, node: Option<String>) -> Result<u8> {
     }
 }
 
-fn config(conf: &Path, gpus: Option<u32>, gpu_type: &str, node: Option<String>) -> Result<u8> {
+fn config(
+    conf: &Path,
+    gpus: Option<u32>,
+    gpu_type: &str,
+    node: Option<String>,
+    release: Option<(u32, u32)>,
+) -> Result<u8> {
+    let Some((major, minor)) = release.or_else(installed_release) else {
+        bail!("cannot tell the Slurm release (scontrol --version): pass --release, e.g. --release 24.11");
+    };
     // Without a gpu_mps.conf yet, print the lines for the defaults.
     let cfg = config::load(conf).ok().flatten().unwrap_or_default();
     let gpus = gpus.unwrap_or_else(|| u32::try_from(gpu_devices(&cfg).len()).unwrap_or(0));
@@ -229,16 +266,20 @@ fn config(conf: &Path, gpus: Option<u32>, gpu_type: &str, node: Option<String>) 
         })
         .filter(|d| !d.is_empty())
         .unwrap_or_else(|| "<PluginDir>".into());
+    println!("# for Slurm {major}.{minor:02}");
     print!(
         "{}",
         status::node_config(
             &cfg,
+            SlurmSetup::for_release(major, minor),
             &node_name(node),
             gpu_type,
             gpus,
-            &libexec,
-            Path::new(&plugin_dir),
-            conf
+            Installed {
+                libexec: &libexec,
+                plugin_dir: Path::new(&plugin_dir),
+                conf,
+            },
         )
     );
     Ok(0)
@@ -268,10 +309,18 @@ mod tests {
             parse(&["config", "--gpus", "4", "--type", "a40"]).map(|c| c.command),
             Ok(Cmd::Config { gpus: Some(4), .. })
         ));
+        assert!(matches!(
+            parse(&["config", "--release", "24.11.5"]).map(|c| c.command),
+            Ok(Cmd::Config {
+                release: Some((24, 11)),
+                ..
+            })
+        ));
         for bad in [
             &["status", "--gpus", "4"][..],
             &["gc", "--json"],
             &["config", "--gpus", "x"],
+            &["config", "--release", "new"],
             &[],
             &["stat"],
         ] {

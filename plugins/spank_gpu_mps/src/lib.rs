@@ -205,15 +205,16 @@ fn init(sp: spank_t, args: &[String]) -> SpankResult {
     let plan = match task_plan(&cfg, &ledger, job, slurm_says_share) {
         Ok(Some(p)) => {
             log::info(&format!(
-                "gpu_mps: job {job}: GPU {} ({}), {} units",
+                "gpu_mps: job {job}: GPU {} ({}), {} units, placed by {}",
                 p.gpu,
                 p.device.display(),
-                p.units
+                p.units,
+                if p.confine { "gpushare" } else { "Slurm" }
             ));
             let gpus = u32::try_from(gpu_devices(&cfg).len()).unwrap_or(u32::MAX);
             // A prolog's output never reaches slurmd's log when it succeeds,
             // so the Count warning is logged here too, per share job.
-            if let Some(warning) = count_mismatch(&cfg, gpus) {
+            if let Some(warning) = count_mismatch(&cfg, gpus).filter(|_| p.confine) {
                 log::error(&format!("gpu_mps: job {job}: {warning}"));
             }
             StepPlan::Share(p)
@@ -247,6 +248,11 @@ fn task_post_fork(sp: spank_t) -> SpankResult {
     let StepPlan::Share(plan) = plan() else {
         return Ok(());
     };
+    // Slurm chose this share's GPU and its device rules confine the job
+    // there (cgroup v1 or v2): nothing to add.
+    if !plan.confine {
+        return Ok(());
+    }
     let job = job_id(sp)?;
     let fail = |msg: String| SpankError::Failed(format!("job {job}: {msg}"));
     let pid = task_pid(sp)?;

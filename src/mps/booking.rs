@@ -1,0 +1,312 @@
+//! How Slurm books this node's mps and confines its devices, read from the
+//! `gres.conf`, `slurm.conf` and `cgroup.conf` beside `gpu_mps.conf`: the
+//! facts that decide who places a share (gpushare or Slurm) and whether
+//! gpushare can confine a share to a GPU Slurm did not choose.
+//!
+//! - mps lines with `File=` (one per GPU, or a range): Slurm books mps per
+//!   GPU and names each share's GPU in `SLURM_JOB_GPUS`. gpushare then
+//!   follows Slurm's choice: moving the job elsewhere would contradict
+//!   Slurm's books and Slurm's device rules. Slurm spreads shares over the
+//!   GPUs only with `Flags=all_sharing` on those lines and
+//!   `LL_SHARED_GRES` in `SelectTypeParameters` (Slurm 23.11 and later);
+//!   without them it stacks every share on the first GPU with room.
+//! - A node-wide `Count=` without `File=` (the Slurm 22.05 setup of
+//!   `gpu-mps config`): Slurm books nothing per GPU, so gpushare places.
+
+use std::fs;
+use std::path::Path;
+
+use crate::shared::syntax;
+
+/// What the configuration says about this node's mps.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MpsBooking {
+    /// Some mps line of this node names device files.
+    pub per_gpu: bool,
+    /// Every such line has `Flags=all_sharing`.
+    pub all_sharing: bool,
+    /// `SelectTypeParameters` has `LL_SHARED_GRES`.
+    pub least_loaded: bool,
+    /// The mps count of one GPU on those lines (Count over the files named).
+    pub per_gpu_count: Option<u64>,
+    /// `CgroupPlugin=cgroup/v2` (or autodetect on a cgroup2 `/sys/fs/cgroup`).
+    pub cgroup_v2: bool,
+}
+
+impl MpsBooking {
+    /// Reads the configuration files in `dir` (slurm.conf's directory) for
+    /// the node `host`. A file that is missing says nothing; one that cannot
+    /// be read is an error.
+    pub fn read(dir: &Path, host: &str) -> Result<Self, String> {
+        let text = |name: &str| match fs::read_to_string(dir.join(name)) {
+            Ok(text) => Ok(text),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+            Err(e) => Err(format!("{}: {e}", dir.join(name).display())),
+        };
+        let mut booking = Self::from_texts(&text("gres.conf")?, &text("slurm.conf")?, host);
+        booking.cgroup_v2 = cgroup_v2(&text("cgroup.conf")?, unified_mount);
+        Ok(booking)
+    }
+
+    /// The facts of a `gres.conf` and a `slurm.conf` text for node `host`.
+    pub fn from_texts(gres_conf: &str, slurm_conf: &str, host: &str) -> Self {
+        let mut booking = Self {
+            all_sharing: true,
+            ..Self::default()
+        };
+        for (_, pairs) in syntax::lines(gres_conf) {
+            // A line that is not all Key=Value (Include, typos) books nothing
+            // slurmd would accept either.
+            let Ok(pairs) = pairs else { continue };
+            let get = |key: &str| {
+                pairs
+                    .iter()
+                    .find(|p| p.key.eq_ignore_ascii_case(key))
+                    .map(|p| p.value)
+            };
+            let is_mps = get("Name").is_some_and(|n| n.eq_ignore_ascii_case("mps"));
+            let ours = get("NodeName").is_none_or(|n| hostlist_contains(n, host));
+            let Some(files) = get("File").filter(|_| is_mps && ours) else {
+                continue;
+            };
+            booking.per_gpu = true;
+            booking.all_sharing &= get("Flags").is_some_and(|f| {
+                f.split(',')
+                    .any(|flag| flag.eq_ignore_ascii_case("all_sharing"))
+            });
+            let count = get("Count").and_then(|c| c.parse::<u64>().ok());
+            if booking.per_gpu_count.is_none() {
+                booking.per_gpu_count =
+                    count.and_then(|c| c.checked_div(hostlist_len(files).max(1)));
+            }
+        }
+        booking.all_sharing &= booking.per_gpu;
+        booking.least_loaded = syntax::lines(slurm_conf)
+            .filter_map(|(_, pairs)| pairs.ok())
+            .flatten()
+            .filter(|p| p.key.eq_ignore_ascii_case("SelectTypeParameters"))
+            .any(|p| {
+                p.value
+                    .split(',')
+                    .any(|v| v.eq_ignore_ascii_case("LL_SHARED_GRES"))
+            });
+        booking
+    }
+
+    /// Whether Slurm spreads shares over the GPUs itself.
+    pub fn spreads(&self) -> bool {
+        self.per_gpu && self.all_sharing && self.least_loaded
+    }
+
+    /// The node-log warning for a node where Slurm places shares but will
+    /// stack them on one GPU.
+    pub fn stacking_warning(&self) -> Option<String> {
+        if !self.per_gpu || self.spreads() {
+            return None;
+        }
+        let mut missing = Vec::new();
+        if !self.all_sharing {
+            missing.push("Flags=all_sharing on every mps line of gres.conf");
+        }
+        if !self.least_loaded {
+            missing.push("LL_SHARED_GRES in SelectTypeParameters (Slurm 23.11 or later)");
+        }
+        Some(format!(
+            "Slurm places this node's mps shares (gres.conf books mps per GPU with File=) but \
+             will stack them on one GPU until it is full: add {} (see gpu-mps config)",
+            missing.join(" and ")
+        ))
+    }
+}
+
+/// Whether Slurm's cgroup plugin is cgroup v2: `CgroupPlugin=cgroup/v2`, or
+/// autodetect (the default) and `unified()` says `/sys/fs/cgroup` is cgroup2.
+fn cgroup_v2(cgroup_conf: &str, unified: fn() -> bool) -> bool {
+    let plugin = syntax::lines(cgroup_conf)
+        .filter_map(|(_, pairs)| pairs.ok())
+        .flatten()
+        .filter(|p| p.key.eq_ignore_ascii_case("CgroupPlugin"))
+        .map(|p| p.value.to_ascii_lowercase())
+        .last();
+    match plugin.as_deref() {
+        Some("cgroup/v2") => true,
+        Some("cgroup/v1") => false,
+        _ => unified(),
+    }
+}
+
+/// Whether `/sys/fs/cgroup` is a cgroup2 mount (the last mount there wins).
+fn unified_mount() -> bool {
+    fs::read_to_string("/proc/self/mounts").is_ok_and(|mounts| {
+        mounts
+            .lines()
+            .filter_map(|l| {
+                let mut words = l.split_whitespace().skip(1);
+                Some((words.next()?, words.next()?))
+            })
+            .rfind(|(at, _)| *at == "/sys/fs/cgroup")
+            .is_some_and(|(_, kind)| kind == "cgroup2")
+    })
+}
+
+/// Splits a Slurm host list or file list at its top-level commas
+/// (`a[1-2,5],b` → `a[1-2,5]`, `b`).
+fn top_level_items(list: &str) -> Vec<&str> {
+    let mut items = Vec::new();
+    let (mut depth, mut start) = (0usize, 0usize);
+    for (i, c) in list.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                items.push(&list[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&list[start..]);
+    items.into_iter().filter(|s| !s.is_empty()).collect()
+}
+
+/// The numbers of a bracket body such as `0-3,7` (`None`: not numeric).
+fn bracket_numbers(body: &str) -> Option<Vec<(u64, u64)>> {
+    body.split(',')
+        .map(|r| match r.split_once('-') {
+            Some((a, b)) => Some((a.parse().ok()?, b.parse().ok()?)),
+            None => r.parse().ok().map(|n| (n, n)),
+        })
+        .collect()
+}
+
+/// How many names a host or file list such as `/dev/nvidia[0-3]` holds.
+fn hostlist_len(list: &str) -> u64 {
+    top_level_items(list)
+        .into_iter()
+        .map(|item| {
+            item.split_once('[')
+                .and_then(|(_, rest)| rest.split_once(']'))
+                .and_then(|(body, _)| bracket_numbers(body))
+                .map_or(1, |ranges| {
+                    ranges.iter().map(|(a, b)| b.saturating_sub(*a) + 1).sum()
+                })
+        })
+        .sum()
+}
+
+/// Whether the Slurm host list `list` (`gpu[01-04],login`) names `host`.
+fn hostlist_contains(list: &str, host: &str) -> bool {
+    top_level_items(list).into_iter().any(|item| {
+        let Some((prefix, rest)) = item.split_once('[') else {
+            return item == host || item.eq_ignore_ascii_case("ALL");
+        };
+        let Some((body, suffix)) = rest.split_once(']') else {
+            return false;
+        };
+        let Some(number) = host
+            .strip_prefix(prefix)
+            .and_then(|h| h.strip_suffix(suffix))
+            .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            return false;
+        };
+        let Ok(n) = number.parse::<u64>() else {
+            return false;
+        };
+        body.split(',').any(|range| {
+            let (first, last) = range.split_once('-').unwrap_or((range, range));
+            let (Ok(a), Ok(b)) = (first.parse::<u64>(), last.parse::<u64>()) else {
+                return false;
+            };
+            // gpu[01-04] names gpu01, not gpu1; gpu[1-4] names gpu1, not gpu01.
+            let width = (first.len() > 1 && first.starts_with('0')).then_some(first.len());
+            let written = match width {
+                Some(w) => number.len() == w,
+                None => number == n.to_string(),
+            };
+            (a..=b).contains(&n) && written
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SPREAD: &str = "AutoDetect=off\nName=gpu Type=a40 File=/dev/nvidia[0-3]\n\
+        Name=mps Count=100 File=/dev/nvidia0 Flags=all_sharing\n\
+        Name=mps Count=100 File=/dev/nvidia1 Flags=all_sharing\n";
+    const LL: &str = "SelectType=select/cons_tres\nSelectTypeParameters=CR_Core,LL_SHARED_GRES\n";
+
+    #[test]
+    fn per_gpu_lines_with_all_sharing_and_ll_shared_gres_spread() {
+        let b = MpsBooking::from_texts(SPREAD, LL, "gpu01");
+        assert!(b.per_gpu && b.all_sharing && b.least_loaded && b.spreads());
+        assert_eq!(b.per_gpu_count, Some(100));
+        assert_eq!(b.stacking_warning(), None);
+    }
+
+    #[test]
+    fn the_count_only_setup_is_placed_by_gpushare() {
+        let gres = "Name=gpu Type=a40 File=/dev/nvidia[0-3]\nName=mps Count=1600\n";
+        let b = MpsBooking::from_texts(gres, LL, "gpu01");
+        assert!(!b.per_gpu && !b.spreads());
+        assert_eq!(b.stacking_warning(), None);
+    }
+
+    #[test]
+    fn a_missing_flag_or_parameter_is_named_in_the_warning() {
+        let one_sharing = "Name=mps Count=400 File=/dev/nvidia[0-3]\n";
+        let b = MpsBooking::from_texts(one_sharing, "SelectTypeParameters=CR_Core\n", "n");
+        assert_eq!(b.per_gpu_count, Some(100));
+        let w = b.stacking_warning().unwrap_or_default();
+        assert!(
+            w.contains("Flags=all_sharing") && w.contains("LL_SHARED_GRES"),
+            "{w}"
+        );
+        let b = MpsBooking::from_texts(SPREAD, "SelectTypeParameters=CR_Core\n", "n");
+        let w = b.stacking_warning().unwrap_or_default();
+        assert!(
+            !w.contains("Flags=all_sharing") && w.contains("LL_SHARED_GRES"),
+            "{w}"
+        );
+        // One line without the flag is enough to stack.
+        let mixed = format!("{SPREAD}Name=mps Count=100 File=/dev/nvidia2\n");
+        assert!(!MpsBooking::from_texts(&mixed, LL, "n").all_sharing);
+    }
+
+    #[test]
+    fn lines_of_other_nodes_are_ignored() {
+        let gres = "NodeName=gpu[01-04] Name=mps Count=100 File=/dev/nvidia0 Flags=all_sharing\n\
+                    NodeName=big Name=mps Count=800\n";
+        assert!(MpsBooking::from_texts(gres, LL, "gpu03").spreads());
+        assert!(!MpsBooking::from_texts(gres, LL, "gpu05").per_gpu);
+        assert!(!MpsBooking::from_texts(gres, LL, "big").per_gpu);
+        assert!(!MpsBooking::from_texts(gres, LL, "gpu3").per_gpu);
+    }
+
+    #[test]
+    fn host_lists() {
+        assert!(hostlist_contains("a,b[1-3,7],c", "b7"));
+        assert!(hostlist_contains("n[1-10]", "n10"));
+        assert!(!hostlist_contains("n[1-10]", "n11"));
+        assert!(hostlist_contains("ALL", "x"));
+        assert!(!hostlist_contains("n[x-y]", "nx"));
+        assert_eq!(hostlist_len("/dev/nvidia[0-3,6]"), 5);
+        assert_eq!(hostlist_len("/dev/nvidia0,/dev/nvidia1"), 2);
+    }
+
+    #[test]
+    fn cgroup_version_from_cgroup_conf() {
+        fn yes() -> bool {
+            true
+        }
+        fn no() -> bool {
+            false
+        }
+        assert!(cgroup_v2("CgroupPlugin=cgroup/v2\n", no));
+        assert!(!cgroup_v2("CgroupPlugin=cgroup/v1\n", yes));
+        assert!(cgroup_v2("CgroupPlugin=autodetect\n", yes));
+        assert!(!cgroup_v2("", no));
+    }
+}
