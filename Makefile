@@ -19,7 +19,7 @@ PROFILE ?= release
 APT_PACKAGES = slurm-wlm slurmdbd slurm-wlm-basic-plugins libslurm-dev munge \
 	mariadb-server mariadb-client libclang-dev pkg-config debootstrap
 
-.PHONY: all deps build test lint clean install uninstall demo check-releases
+.PHONY: all deps build test lint clean install uninstall demo check-releases test-releases
 
 all: build
 
@@ -50,6 +50,7 @@ test: deps lint
 	$(CARGO) test --workspace --exclude gpushare-tests
 	$(CARGO) test -p gpushare-tests --tests --no-fail-fast
 	$(MAKE) check-releases
+	$(MAKE) test-releases
 
 # The plugins against each other release's own headers (Debian suite:
 # Slurm release), each in its own target directory; the headers are cached
@@ -65,6 +66,22 @@ check-releases:
 		SLURM_INCLUDE_DIR=$$root/usr/include CARGO_TARGET_DIR=$(CURDIR)/target/slurm-$$suite \
 			$(CARGO) build --release -p job_submit_gpu_qos -p spank_gpu_mps; \
 	done
+
+# The integration suites on the other releases, each inside its cached
+# Debian root, and on cgroup v2 (tests/release_suite.sh). A run is
+# SUITE:CGROUP:BINARIES (all, or test binaries separated by commas); host is
+# this machine's own Slurm. Where gpushare places shares (host, 22.05) only
+# gpu_mps runs on v2: there every share is refused, and that is its test.
+RELEASE_RUNS ?= trixie:v1:all sid:v1:all trixie:v2:gpu_mps,attack sid:v2:gpu_mps,attack host:v2:gpu_mps
+test-releases:
+	@failed=""; for run in $(RELEASE_RUNS); do \
+		suite=$${run%%:*}; rest=$${run#*:}; cgroup=$${rest%%:*}; only=$${rest#*:}; \
+		[ "$$only" != all ] || only=""; \
+		start=$$(date +%s); \
+		if tests/release_suite.sh $$suite $$cgroup $$only; then result=passed; else result=FAILED; failed="$$failed $$run"; fi; \
+		echo "== release run $$run: $$result in $$(( $$(date +%s) - start )) s"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "release runs failed:$$failed"; exit 1; fi
 
 clean:
 	$(CARGO) clean

@@ -20,6 +20,16 @@ use testcluster::cluster::wait_for;
 use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
 
 fn main() -> ExitCode {
+    if testcluster::cluster::cgroup_v2() && !testcluster::cluster::slurm_places_shares() {
+        // gpushare cannot move a share to its GPU under cgroup v2 (Slurm's
+        // device filter is the last word there): every share is refused.
+        return Suite::new(ClusterSpec::mps_node())
+            .test(
+                "on_cgroup_v2_shares_gpushare_would_place_are_refused_clearly",
+                refused_on_cgroup_v2,
+            )
+            .run();
+    }
     Suite::new(ClusterSpec::mps_node())
         .test("four_shares_land_on_four_gpus_then_two_per_gpu", spread)
         .test("gpu_mps_status_shows_placements_to_root_and_users", status)
@@ -68,9 +78,18 @@ fn printed(c: &Cluster, id: u32) -> BTreeMap<String, String> {
 }
 
 fn start_shares(c: &Cluster, n: usize, units: u32) -> Result<Vec<u32>, String> {
+    start_shares_running(c, n, units, SCRIPT)
+}
+
+fn start_shares_running(
+    c: &Cluster,
+    n: usize,
+    units: u32,
+    script: &str,
+) -> Result<Vec<u32>, String> {
     let gres = format!("--gres=mps:{units}");
     let ids: Vec<u32> = (0..n)
-        .map(|_| c.sbatch_ok(&[&gres, SCRIPT]))
+        .map(|_| c.sbatch_ok(&[&gres, script]))
         .collect::<Result<_, _>>()?;
     for &id in &ids {
         c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
@@ -104,8 +123,36 @@ fn per_gpu_count(gpus: &[u32]) -> [usize; 4] {
     n
 }
 
+/// Each job's probe line says it can open its own GPU (ENXIO: allowed, no
+/// driver) and no other (EPERM).
+fn each_confined_to_its_gpu(c: &Cluster, ids: &[u32]) -> TestResult {
+    for (&id, gpu) in ids.iter().zip(gpus_of(c, ids)?) {
+        let p = printed(c, id);
+        for i in 0..4u32 {
+            let want = if i == gpu {
+                "No_such_device_or_address"
+            } else {
+                "Operation_not_permitted"
+            };
+            ensure(
+                p.get(&format!("dev{i}")).map(String::as_str) == Some(want),
+                format!(
+                    "job {id} on GPU {gpu}: dev{i} {:?}, expected {want}",
+                    p.get(&format!("dev{i}"))
+                ),
+            )?;
+        }
+    }
+    Ok(())
+}
+
 fn spread(c: &mut Cluster) -> TestResult {
-    let first = start_shares(c, 4, 50)?;
+    let probe = c.write_device_probe()?;
+    let script = format!(
+        "--wrap=echo GPU=$GPUSHARE_GPU CVD=$CUDA_VISIBLE_DEVICES PCT=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE UNITS=$GPUSHARE_MPS_UNITS PIPE=$CUDA_MPS_PIPE_DIRECTORY $(sh {}); sleep 120",
+        probe.display()
+    );
+    let first = start_shares_running(c, 4, 50, &script)?;
     let mut gpus = gpus_of(c, &first)?;
     gpus.sort();
     ensure(
@@ -147,12 +194,19 @@ fn spread(c: &mut Cluster) -> TestResult {
         }),
         format!("expected placed_by_slurm={by_slurm}:\n{}", state_text(c)),
     )?;
-    let second = start_shares(c, 4, 50)?;
+    let second = start_shares_running(c, 4, 50, &script)?;
     let all = [gpus_of(c, &first)?, gpus_of(c, &second)?].concat();
     ensure(
         per_gpu_count(&all) == [2, 2, 2, 2],
         format!("8 shares of 50 per GPU: {:?}", per_gpu_count(&all)),
     )?;
+    // All eight run at once, each confined to its own GPU.
+    let both = [first.as_slice(), second.as_slice()].concat();
+    for &id in &both {
+        let state = c.job(id)?.state().to_owned();
+        ensure(state == "RUNNING", format!("job {id} is {state}"))?;
+    }
+    each_confined_to_its_gpu(c, &both)?;
     c.cancel_all()?;
     wait_for(
         "the epilogs to empty the ledger",
@@ -292,6 +346,54 @@ fn refused(c: &mut Cluster) -> TestResult {
         format!("the node was drained: {node}"),
     )?;
     c.cancel_all()
+}
+
+fn refused_on_cgroup_v2(c: &mut Cluster) -> TestResult {
+    let probe = c.write_device_probe()?;
+    let id = c.sbatch_ok(&["--gres=mps:50", SCRIPT])?;
+    let info = c.wait_job_done(id, Duration::from_secs(60))?;
+    let out = c.job_output(id);
+    ensure(
+        info.state() == "FAILED"
+            && out.contains(&format!("job {id}"))
+            && out.contains("cgroup v2")
+            && out.contains("Flags=all_sharing"),
+        format!("job {id} ended {} with:\n{out}", info.state()),
+    )?;
+    let srun = c.srun(&["--gres=mps:50", "sh", "-c", "echo ran"])?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&srun.stdout),
+        String::from_utf8_lossy(&srun.stderr)
+    );
+    ensure(
+        !srun.status.success() && text.contains("cgroup v2") && !text.contains("ran"),
+        format!("srun share on cgroup v2: {}\n{text}", srun.status),
+    )?;
+    ensure(
+        ledger(c).shares().next().is_none(),
+        format!("a refused share was recorded:\n{}", state_text(c)),
+    )?;
+    // Whole GPUs are Slurm's business alone and still work, confined by
+    // Slurm's device filter.
+    let whole = c.sbatch_ok(&[
+        "--gres=gpu:a40:1",
+        &format!("--wrap=echo HELD=$SLURM_JOB_GPUS; sh {}", probe.display()),
+    ])?;
+    let info = c.wait_job_done(whole, Duration::from_secs(60))?;
+    let out = c.job_output(whole);
+    let held = printed(c, whole).get("HELD").cloned().unwrap_or_default();
+    ensure(
+        info.state() == "COMPLETED"
+            && out.contains(&format!("dev{held}=No_such_device_or_address"))
+            && out.matches("Operation_not_permitted").count() == 3,
+        format!("whole-GPU job {whole} ended {}:\n{out}", info.state()),
+    )?;
+    let node = c.run_ok("sinfo", &["-h", "-N", "-o", "%T"])?;
+    ensure(
+        !node.contains("drain"),
+        format!("the node was drained: {node}"),
+    )
 }
 
 fn slurmd_crash(c: &mut Cluster) -> TestResult {

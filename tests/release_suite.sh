@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs the whole integration suite (and the demo) against another Slurm
-# release, with that release's own daemons and clients:
-#   tests/release_suite.sh SUITE [TEST-BINARY-FILTER]   (trixie | sid)
+# Runs the whole integration suite (and the demo) against a Slurm release,
+# with that release's own daemons and clients, on cgroup v1 or v2:
+#   tests/release_suite.sh SUITE [v1|v2] [TEST-BINARIES]   (e.g. gpu_mps,attack)
+#   SUITE: trixie (Slurm 24.11), sid (26.05), host (this machine's 22.05)
 #
 # The Debian root of SUITE (tests/release_root.sh, cached in
 # target/releases/SUITE-root) supplies munged, MariaDB, slurmdbd, slurmctld,
@@ -10,24 +11,17 @@
 # host's (they do not link libslurm, and the roots' glibc is newer). Each
 # test binary runs chrooted into the root, in a private mount namespace
 # holding /proc, /sys, /dev and this checkout at its own path, so nothing
-# stays mounted when it ends.
+# stays mounted when it ends. With v2 that namespace also mounts cgroup2 on
+# /sys/fs/cgroup (see tests/cgroup2/unified_only.c for why slurmd needs a
+# shim on this machine kind).
 set -euo pipefail
-suite=${1:?usage: tests/release_suite.sh trixie|sid [FILTER]}
-filter=${2:-}
+suite=${1:?usage: tests/release_suite.sh host|trixie|sid [v1|v2] [FILTER]}
+cgroup=${2:-v1}
+filter=${3:-}
+export GPUSHARE_TEST_CGROUP=$cgroup
 cd "$(dirname "$0")/.."
 repo=$PWD
 cargo=${CARGO:-cargo}
-root=$repo/target/releases/$suite-root
-version=$(tests/release_root.sh "$suite" "$root")
-echo "== Slurm $version (Debian $suite root: $root)"
-
-# The plugins from the release's headers (only Slurm's: the root's own libc
-# headers must not mix with the host's), as `make check-releases` builds
-# them; everything else from the host build.
-headers=$repo/target/releases/$suite
-tests/release_headers.sh "$suite" "$headers" >/dev/null
-SLURM_INCLUDE_DIR=$headers/usr/include CARGO_TARGET_DIR=$repo/target/slurm-$suite \
-    "$cargo" build --release -p job_submit_gpu_qos -p spank_gpu_mps
 "$cargo" build --workspace --all-targets
 mapfile -t tests < <("$cargo" test -p gpushare-tests --tests --no-run --message-format=json 2>/dev/null |
     python3 -c 'import json,sys
@@ -36,25 +30,52 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
         print(m["target"]["name"], m["executable"])')
 
-# The build directory the harness reads: the host's binaries, this release's plugins.
-build=$repo/target/slurm-$suite/suite
-rm -rf "$build"
-mkdir -p "$build"
-for f in "$repo"/target/debug/*; do
-    [ -f "$f" ] && [ -x "$f" ] && ln -s "$f" "$build/"
-done
-for so in "$repo"/target/slurm-$suite/release/lib*.so; do
-    ln -sf "$so" "$build/"
-done
+if [ "$suite" = host ]; then
+    # This machine's own Slurm (only cgroup v2 needs this script for it).
+    root=/
+    version=$(slurmctld -V | awk '{print $2}')
+    build=$repo/target/debug
+    echo "== Slurm $version (this machine)"
+else
+    root=$repo/target/releases/$suite-root
+    version=$(tests/release_root.sh "$suite" "$root")
+    echo "== Slurm $version (Debian $suite root: $root)"
+    # The plugins from the release's headers (only Slurm's: the root's own
+    # libc headers must not mix with the host's), as `make check-releases`
+    # builds them; everything else from the host build.
+    headers=$repo/target/releases/$suite
+    tests/release_headers.sh "$suite" "$headers" >/dev/null
+    SLURM_INCLUDE_DIR=$headers/usr/include CARGO_TARGET_DIR=$repo/target/slurm-$suite \
+        "$cargo" build --release -p job_submit_gpu_qos -p spank_gpu_mps
+    # The build directory the harness reads: the host's binaries, this
+    # release's plugins.
+    build=$repo/target/slurm-$suite/suite
+    rm -rf "$build"
+    mkdir -p "$build"
+    for f in "$repo"/target/debug/*; do
+        [ -f "$f" ] && [ -x "$f" ] && ln -s "$f" "$build/"
+    done
+    for so in "$repo"/target/slurm-$suite/release/lib*.so; do
+        ln -sf "$so" "$build/"
+    done
+fi
 
 inside() {
     unshare --mount --propagation private -- bash -euc '
         root=$1 repo=$2; shift 2
-        mount -t proc proc "$root/proc"
-        mount --rbind /sys "$root/sys"
-        mount --rbind /dev "$root/dev"
-        mkdir -p "$root$repo"
-        mount --bind "$repo" "$root$repo"
+        if [ "$root" != / ]; then
+            mount -t proc proc "$root/proc"
+            mount --rbind /sys "$root/sys"
+            mount --rbind /dev "$root/dev"
+            mkdir -p "$root$repo"
+            mount --bind "$repo" "$root$repo"
+        fi
+        if [ "${GPUSHARE_TEST_CGROUP:-}" = v2 ]; then
+            # This kernel mounts the v1 controllers; the suite sees a cgroup2
+            # /sys/fs/cgroup (and slurmd an LD_PRELOAD shim, see
+            # tests/cgroup2/unified_only.c).
+            mount -t cgroup2 none "${root%/}/sys/fs/cgroup"
+        fi
         exec chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
             LANG=C.UTF-8 TMPDIR=/tmp "$@"' inside "$root" "$repo" "$@"
 }
@@ -64,6 +85,8 @@ inside() {
 # accounting in the host's MariaDB (bookworm's 10.11), which the harness
 # reaches on loopback; every cluster makes a database of its own there.
 env_extra=()
+# Keep the clusters' directories (inside the root's /tmp) for a post-mortem.
+[ -z "${GPUSHARE_KEEP_TEST_DIRS:-}" ] || env_extra+=(GPUSHARE_KEEP_TEST_DIRS=1)
 if [ "$suite" = sid ]; then
     db=$(mktemp -d /tmp/gpushare-hostdb.XXXXXX)
     port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -87,10 +110,11 @@ failed=()
 for entry in "${tests[@]}"; do
     name=${entry%% *}
     exe=${entry#* }
-    [ -z "$filter" ] || [[ $name == *"$filter"* ]] || continue
-    echo "== $name on Slurm $version"
+    # FILTER: test binary names, comma-separated (gpu_mps,attack).
+    [ -z "$filter" ] || [[ ",$filter," == *",$name,"* ]] || continue
+    echo "== $name on Slurm $version, cgroup $cgroup"
     start=$SECONDS
-    if inside env GPUSHARE_BUILD_DIR="$build" "${env_extra[@]}" "$exe"; then
+    if inside env GPUSHARE_BUILD_DIR="$build" GPUSHARE_TEST_CGROUP="$cgroup" "${env_extra[@]}" "$exe"; then
         echo "== $name: passed in $((SECONDS - start)) s"
     else
         echo "== $name: FAILED after $((SECONDS - start)) s"

@@ -293,6 +293,13 @@ pub fn slurm_places_shares() -> bool {
         && std::env::var("GPUSHARE_TEST_MPS_SETUP").as_deref() != Ok("node-count")
 }
 
+/// Whether the clusters use cgroup v2 (`GPUSHARE_TEST_CGROUP=v2`, set by
+/// `tests/release_suite.sh SUITE v2`, which mounts cgroup2 on
+/// /sys/fs/cgroup in the suite's own mount namespace).
+pub fn cgroup_v2() -> bool {
+    std::env::var("GPUSHARE_TEST_CGROUP").as_deref() == Ok("v2")
+}
+
 /// Free loopback ports, picked at start.
 #[derive(Debug, Clone, Copy)]
 pub struct Ports {
@@ -828,9 +835,16 @@ impl Cluster {
         }
         write(&etc.join("gres.conf"), &gres, 0o644)?;
 
+        // cgroup v2: slurmd starts no systemd scope here (there is no
+        // systemd); it makes its own below its cgroup.
+        let cgroup_plugin = if cgroup_v2() {
+            "cgroup/v2\nIgnoreSystemd=yes"
+        } else {
+            "cgroup/v1"
+        };
         write(
             &etc.join("cgroup.conf"),
-            "CgroupPlugin=cgroup/v1\nCgroupMountpoint=/sys/fs/cgroup\nConstrainDevices=yes\nConstrainCores=no\nConstrainRAMSpace=no\n",
+            &format!("CgroupPlugin={cgroup_plugin}\nCgroupMountpoint=/sys/fs/cgroup\nConstrainDevices=yes\nConstrainCores=no\nConstrainRAMSpace=no\n"),
             0o644,
         )?;
         let mut plugstack = self.expand(&self.spec.plugstack.join("\n"));
@@ -1033,8 +1047,33 @@ impl Cluster {
     fn start_slurmd(&mut self) -> Result<()> {
         let mut cmd = self.command("slurmd");
         cmd.args(["-D", "-N", NODE]);
+        if cgroup_v2() {
+            cmd.env("LD_PRELOAD", self.unified_only_shim()?);
+        }
         self.spawn("slurmd", cmd)?;
         self.wait_node_idle(Duration::from_secs(60))
+    }
+
+    /// Builds tests/cgroup2/unified_only.c for slurmd (see there why this
+    /// machine needs it for cgroup v2) and returns the library's path.
+    fn unified_only_shim(&self) -> Result<PathBuf> {
+        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("cgroup2/unified_only.c");
+        let lib = self.dir.join("unified_only.so");
+        let out = Command::new("cc")
+            .args(["-shared", "-fPIC", "-Wall", "-o"])
+            .arg(&lib)
+            .arg(&source)
+            .arg("-ldl")
+            .output()
+            .map_err(|e| format!("cc: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "cc {}: {}",
+                source.display(),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(lib)
     }
 
     /// Waits until the node reports `idle` (or `mixed`/`allocated`).
