@@ -123,17 +123,24 @@ fn per_gpu_count(gpus: &[u32]) -> [usize; 4] {
     n
 }
 
+/// What the device probe prints for GPU `i` of a job confined to `gpu`:
+/// ENXIO where the cgroup allows (the fake device has no driver), EPERM
+/// where it denies.
+fn probe_result(i: u32, gpu: u32) -> &'static str {
+    if i == gpu {
+        "No_such_device_or_address"
+    } else {
+        "Operation_not_permitted"
+    }
+}
+
 /// Each job's probe line says it can open its own GPU (ENXIO: allowed, no
 /// driver) and no other (EPERM).
 fn each_confined_to_its_gpu(c: &Cluster, ids: &[u32]) -> TestResult {
     for (&id, gpu) in ids.iter().zip(gpus_of(c, ids)?) {
         let p = printed(c, id);
         for i in 0..4u32 {
-            let want = if i == gpu {
-                "No_such_device_or_address"
-            } else {
-                "Operation_not_permitted"
-            };
+            let want = probe_result(i, gpu);
             ensure(
                 p.get(&format!("dev{i}")).map(String::as_str) == Some(want),
                 format!(
@@ -239,11 +246,7 @@ fn confinement(c: &mut Cluster) -> TestResult {
     ensure(probes.len() == 3, format!("expected 3 probe lines:\n{out}"))?;
     for line in probes {
         for i in 0..4u32 {
-            let want = if i == gpu {
-                "No_such_device_or_address"
-            } else {
-                "Operation_not_permitted"
-            };
+            let want = probe_result(i, gpu);
             ensure(
                 line.contains(&format!("dev{i}={want}")),
                 format!("GPU {gpu}: expected dev{i}={want} in {line:?}\n{out}"),

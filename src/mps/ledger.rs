@@ -670,13 +670,7 @@ impl Ledger {
         gpu_count: u32,
         units_per_gpu: u32,
     ) -> Result<Outcome<Placed>, LedgerError> {
-        self.transact(|state| {
-            if let Some(share) = state.share(job) {
-                return Ok(Placed {
-                    share: share.clone(),
-                    already_recorded: true,
-                });
-            }
+        self.record_share(job, uid, user, units, false, |state| {
             if let Some(lost) = &state.lost {
                 return Err(PlacementError::LoadsUnknown {
                     reason: lost.reason.clone(),
@@ -686,22 +680,7 @@ impl Ledger {
                 return Err(PlacementError::TooManyGpus { gpu_count });
             }
             let chosen = placement::choose_gpu(&state.gpu_loads(gpu_count), units_per_gpu, units)?;
-            let gpu =
-                u32::try_from(chosen).map_err(|_| PlacementError::TooManyGpus { gpu_count })?;
-            let share = ShareRecord {
-                job,
-                uid,
-                user: user.to_string(),
-                gpu,
-                units,
-                since: unix_now(),
-                placed_by_slurm: false,
-            };
-            state.insert_share(share.clone());
-            Ok(Placed {
-                share,
-                already_recorded: false,
-            })
+            u32::try_from(chosen).map_err(|_| PlacementError::TooManyGpus { gpu_count })
         })
     }
 
@@ -718,6 +697,25 @@ impl Ledger {
         gpu: u32,
         gpu_count: u32,
     ) -> Result<Outcome<Placed>, LedgerError> {
+        self.record_share(job, uid, user, units, true, |_| {
+            if gpu >= gpu_count {
+                return Err(PlacementError::SlurmGpuUnknown { gpu, gpu_count });
+            }
+            Ok(gpu)
+        })
+    }
+
+    /// Records a new share on the GPU `choose` names, under the lock; a job
+    /// already recorded keeps its share.
+    fn record_share(
+        &self,
+        job: u32,
+        uid: u32,
+        user: &str,
+        units: u32,
+        placed_by_slurm: bool,
+        choose: impl FnOnce(&LedgerState) -> Result<u32, PlacementError>,
+    ) -> Result<Outcome<Placed>, LedgerError> {
         self.transact(|state| {
             if let Some(share) = state.share(job) {
                 return Ok(Placed {
@@ -725,17 +723,14 @@ impl Ledger {
                     already_recorded: true,
                 });
             }
-            if gpu >= gpu_count {
-                return Err(PlacementError::SlurmGpuUnknown { gpu, gpu_count });
-            }
             let share = ShareRecord {
                 job,
                 uid,
                 user: user.to_string(),
-                gpu,
+                gpu: choose(state)?,
                 units,
                 since: unix_now(),
-                placed_by_slurm: true,
+                placed_by_slurm,
             };
             state.insert_share(share.clone());
             Ok(Placed {

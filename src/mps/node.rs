@@ -1156,16 +1156,12 @@ mod tests {
         }
         // Job 1 ended without an epilog; slurmctld runs 2 and 3.
         let running = || {
-            Ok(vec![
-                RunningJob {
-                    job: 2,
+            Ok([2, 3]
+                .map(|job| RunningJob {
+                    job,
                     holds_mps: true,
-                },
-                RunningJob {
-                    job: 3,
-                    holds_mps: true,
-                },
-            ])
+                })
+                .to_vec())
         };
         let report = prolog(&node, &slurm_share_env(3, 30, 0), &booking, running)
             .unwrap_or_else(|e| panic!("{e}"));

@@ -90,17 +90,6 @@ int open(const char *path, int flags, ...)
 	return shim_openat(AT_FDCWD, path, flags, mode);
 }
 
-int open64(const char *path, int flags, ...)
-{
-	va_list ap;
-	mode_t mode;
-
-	va_start(ap, flags);
-	mode = mode_arg(flags, ap);
-	va_end(ap);
-	return shim_openat(AT_FDCWD, path, flags, mode);
-}
-
 int openat(int dirfd, const char *path, int flags, ...)
 {
 	va_list ap;
@@ -112,16 +101,9 @@ int openat(int dirfd, const char *path, int flags, ...)
 	return shim_openat(dirfd, path, flags, mode);
 }
 
-int openat64(int dirfd, const char *path, int flags, ...)
-{
-	va_list ap;
-	mode_t mode;
-
-	va_start(ap, flags);
-	mode = mode_arg(flags, ap);
-	va_end(ap);
-	return shim_openat(dirfd, path, flags, mode);
-}
+/* On x86_64 the 64-bit variants are the same calls. */
+int open64(const char *path, int flags, ...) __attribute__((alias("open")));
+int openat64(int dirfd, const char *path, int flags, ...) __attribute__((alias("openat")));
 
 FILE *fopen(const char *path, const char *how)
 {

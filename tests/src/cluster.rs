@@ -70,7 +70,7 @@ pub struct ClusterSpec {
     /// `Name=mps Count=N` on the node (needs gpus).
     pub mps_count: Option<u32>,
     /// The count split over one `Name=mps ... File=<gpu> Flags=all_sharing`
-    /// line per GPU, with `LL_SHARED_GRES`: Slurm (23.11 and later) places
+    /// line per GPU of the first type (the MPS pool), with `LL_SHARED_GRES`: Slurm (23.11 and later) places
     /// shares itself. Otherwise one node-wide `Count=` line.
     pub mps_per_gpu: bool,
     /// Start MariaDB + slurmdbd and enforce associations/limits/QOS.
@@ -819,8 +819,10 @@ impl Cluster {
         }
         match self.spec.mps_count {
             Some(c) if self.spec.mps_per_gpu => {
-                let per_gpu = c / self.total_gpus().max(1);
-                for i in 0..self.total_gpus() {
+                // The GPUs of the first type are the MPS pool.
+                let pool = self.spec.gpus.first().map_or(0, |g| g.count);
+                let per_gpu = c / pool.max(1);
+                for i in 0..pool {
                     let _ = writeln!(
                         gres,
                         "NodeName={NODE} Name=mps Count={per_gpu} File={}/dev/nvidia{i} Flags=all_sharing",
