@@ -41,15 +41,20 @@ fn main() -> ExitCode {
         running_jobs(name)
     };
     // How Slurm books mps here: gres.conf, slurm.conf and cgroup.conf in
-    // slurm.conf's directory (slurmd's configless cache included).
-    let slurm_conf = beside_slurm_conf(None, "slurm.conf");
-    let conf_dir = slurm_conf.parent().unwrap_or(std::path::Path::new("/"));
-    let booking = match MpsBooking::read(conf_dir, node_name.as_deref().unwrap_or_default()) {
-        Ok(booking) => booking,
-        Err(e) => {
-            log::error!("node unfit for GPU sharing: {e}");
-            return ExitCode::FAILURE;
+    // slurm.conf's directory (slurmd's configless cache included). Only a
+    // share needs it: other jobs start without reading them.
+    let booking = if env.is_share() {
+        let slurm_conf = beside_slurm_conf(None, "slurm.conf");
+        let conf_dir = slurm_conf.parent().unwrap_or(std::path::Path::new("/"));
+        match MpsBooking::read(conf_dir, node_name.as_deref().unwrap_or_default()) {
+            Ok(booking) => booking,
+            Err(e) => {
+                log::error!("node unfit for GPU sharing: {e}");
+                return ExitCode::FAILURE;
+            }
         }
+    } else {
+        MpsBooking::default()
     };
     let report = match prolog(&node, &env, &booking, running) {
         Ok(report) => report,

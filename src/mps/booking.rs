@@ -16,6 +16,7 @@
 use std::fs;
 use std::path::Path;
 
+use super::config::expand_devices;
 use crate::shared::syntax;
 
 /// What the configuration says about this node's mps.
@@ -76,8 +77,9 @@ impl MpsBooking {
             });
             let count = get("Count").and_then(|c| c.parse::<u64>().ok());
             if booking.per_gpu_count.is_none() {
-                booking.per_gpu_count =
-                    count.and_then(|c| c.checked_div(hostlist_len(files).max(1)));
+                // A line that names no valid device list counts as one GPU.
+                let gpus = expand_devices(files).map_or(1, |d| d.len().max(1));
+                booking.per_gpu_count = count.and_then(|c| c.checked_div(gpus as u64));
             }
         }
         booking.all_sharing &= booking.per_gpu;
@@ -149,7 +151,7 @@ fn unified_mount() -> bool {
     })
 }
 
-/// Splits a Slurm host list or file list at its top-level commas
+/// Splits a Slurm host list at its top-level commas
 /// (`a[1-2,5],b` → `a[1-2,5]`, `b`).
 fn top_level_items(list: &str) -> Vec<&str> {
     let mut items = Vec::new();
@@ -167,31 +169,6 @@ fn top_level_items(list: &str) -> Vec<&str> {
     }
     items.push(&list[start..]);
     items.into_iter().filter(|s| !s.is_empty()).collect()
-}
-
-/// The numbers of a bracket body such as `0-3,7` (`None`: not numeric).
-fn bracket_numbers(body: &str) -> Option<Vec<(u64, u64)>> {
-    body.split(',')
-        .map(|r| match r.split_once('-') {
-            Some((a, b)) => Some((a.parse().ok()?, b.parse().ok()?)),
-            None => r.parse().ok().map(|n| (n, n)),
-        })
-        .collect()
-}
-
-/// How many names a host or file list such as `/dev/nvidia[0-3]` holds.
-fn hostlist_len(list: &str) -> u64 {
-    top_level_items(list)
-        .into_iter()
-        .map(|item| {
-            item.split_once('[')
-                .and_then(|(_, rest)| rest.split_once(']'))
-                .and_then(|(body, _)| bracket_numbers(body))
-                .map_or(1, |ranges| {
-                    ranges.iter().map(|(a, b)| b.saturating_sub(*a) + 1).sum()
-                })
-        })
-        .sum()
 }
 
 /// Whether the Slurm host list `list` (`gpu[01-04],login`) names `host`.
@@ -292,8 +269,6 @@ mod tests {
         assert!(!hostlist_contains("n[1-10]", "n11"));
         assert!(hostlist_contains("ALL", "x"));
         assert!(!hostlist_contains("n[x-y]", "nx"));
-        assert_eq!(hostlist_len("/dev/nvidia[0-3,6]"), 5);
-        assert_eq!(hostlist_len("/dev/nvidia0,/dev/nvidia1"), 2);
     }
 
     #[test]

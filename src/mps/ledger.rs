@@ -505,6 +505,18 @@ pub struct Placed {
     /// The job already had a share (a later step, or a repeated call), which
     /// is returned unchanged.
     pub already_recorded: bool,
+    /// With this share its GPU holds more units than it has, or another job
+    /// holds it whole: only where Slurm chose the GPU, and then a sign of
+    /// records whose jobs ended without an epilog.
+    pub crowded: bool,
+}
+
+/// The GPU Slurm chose for a share, and the node it is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlurmChoice {
+    pub gpu: u32,
+    pub gpu_count: u32,
+    pub units_per_gpu: u32,
 }
 
 /// Why the ledger could not be used or changed.
@@ -670,7 +682,7 @@ impl Ledger {
         gpu_count: u32,
         units_per_gpu: u32,
     ) -> Result<Outcome<Placed>, LedgerError> {
-        self.record_share(job, uid, user, units, false, |state| {
+        self.record_share(job, uid, user, units, None, |state| {
             if let Some(lost) = &state.lost {
                 return Err(PlacementError::LoadsUnknown {
                     reason: lost.reason.clone(),
@@ -686,18 +698,19 @@ impl Ledger {
 
     /// Records `job`'s share of `units` on `gpu`, the GPU Slurm chose: Slurm
     /// booked it there, so no room is checked and lost loads do not matter
-    /// (a share that overfills a GPU shows as such in `gpu-mps status`). A
-    /// job that already has a share gets it back unchanged.
+    /// (a share that overfills a GPU shows as such in `gpu-mps status`, and
+    /// is reported as [`Placed::crowded`]). A job that already has a share
+    /// gets it back unchanged.
     pub fn record_slurm_share(
         &self,
         job: u32,
         uid: u32,
         user: &str,
         units: u32,
-        gpu: u32,
-        gpu_count: u32,
+        choice: SlurmChoice,
     ) -> Result<Outcome<Placed>, LedgerError> {
-        self.record_share(job, uid, user, units, true, |_| {
+        let SlurmChoice { gpu, gpu_count, .. } = choice;
+        self.record_share(job, uid, user, units, Some(choice), |_| {
             if gpu >= gpu_count {
                 return Err(PlacementError::SlurmGpuUnknown { gpu, gpu_count });
             }
@@ -706,14 +719,14 @@ impl Ledger {
     }
 
     /// Records a new share on the GPU `choose` names, under the lock; a job
-    /// already recorded keeps its share.
+    /// already recorded keeps its share. `slurm`: Slurm chose the GPU.
     fn record_share(
         &self,
         job: u32,
         uid: u32,
         user: &str,
         units: u32,
-        placed_by_slurm: bool,
+        slurm: Option<SlurmChoice>,
         choose: impl FnOnce(&LedgerState) -> Result<u32, PlacementError>,
     ) -> Result<Outcome<Placed>, LedgerError> {
         self.transact(|state| {
@@ -721,6 +734,7 @@ impl Ledger {
                 return Ok(Placed {
                     share: share.clone(),
                     already_recorded: true,
+                    crowded: false,
                 });
             }
             let share = ShareRecord {
@@ -730,12 +744,19 @@ impl Ledger {
                 gpu: choose(state)?,
                 units,
                 since: unix_now(),
-                placed_by_slurm,
+                placed_by_slurm: slurm.is_some(),
             };
             state.insert_share(share.clone());
+            let crowded = slurm.is_some_and(|s| {
+                state
+                    .gpu_loads(s.gpu_count)
+                    .get(share.gpu as usize)
+                    .is_some_and(|l| l.held_whole || l.used_units > s.units_per_gpu)
+            });
             Ok(Placed {
                 share,
                 already_recorded: false,
+                crowded,
             })
         })
     }

@@ -33,7 +33,9 @@ use super::booking::MpsBooking;
 use super::bounded;
 use super::config::{self, GpuMpsConfig, Placement};
 use super::daemon::{self, MpsDaemon};
-use super::ledger::{Ledger, LedgerError, LedgerState, Record, ShareRecord, StatusCopy};
+use super::ledger::{
+    Ledger, LedgerError, LedgerState, Record, ShareRecord, SlurmChoice, StatusCopy,
+};
 use super::placement::PlacementError;
 use super::state_dir;
 use crate::shared::{spank_env, ConfigError};
@@ -386,21 +388,7 @@ pub fn prolog(
             }
         };
         if by_slurm {
-            report.outcome = record_slurm_choice(node, env, units, &mut report.notes)?;
-            // Slurm put the share where the ledger sees no room: records of
-            // jobs that ended without an epilog are what fills it.
-            if let PrologOutcome::Placed { share, .. } = &report.outcome {
-                let load = ledger
-                    .snapshot()?
-                    .state
-                    .gpu_loads(*gpu_count)
-                    .get(share.gpu as usize)
-                    .copied()
-                    .unwrap_or_default();
-                if load.held_whole || load.used_units > cfg.units_per_gpu {
-                    drop_vanished(ledger, env.job, running, &mut report)?;
-                }
-            }
+            report.outcome = record_slurm_choice(node, env, units, running, &mut report)?;
             return Ok(report);
         }
         if booking.cgroup_v2 {
@@ -502,11 +490,14 @@ fn drop_vanished(
 
 /// Records a share where Slurm put it (`SLURM_JOB_GPUS`) and starts that
 /// GPU's MPS daemon; Slurm's device rules already confine the job there.
+/// Where the ledger sees no room on that GPU, records of jobs that ended
+/// without an epilog are what fills it: they are dropped.
 fn record_slurm_choice(
     node: &Node,
     env: &JobEnv,
     units: u32,
-    notes: &mut Vec<String>,
+    running: impl FnOnce() -> Result<Vec<RunningJob>, String>,
+    report: &mut PrologReport,
 ) -> Result<PrologOutcome, LedgerError> {
     let Some(&gpu) = env.job_gpus.first() else {
         return Ok(refuse(
@@ -520,18 +511,26 @@ fn record_slurm_choice(
         ));
     };
     if env.job_gpus.len() > 1 {
-        notes.push(format!(
+        report.notes.push(format!(
             "Slurm gave job {} mps on GPUs {:?}; one MPS client uses one GPU, so gpushare \
              records it on GPU {gpu}",
             env.job, env.job_gpus
         ));
     }
+    let choice = SlurmChoice {
+        gpu,
+        gpu_count: node.gpu_count,
+        units_per_gpu: node.cfg.units_per_gpu,
+    };
     match node
         .ledger
-        .record_slurm_share(env.job, env.uid, &env.user, units, gpu, node.gpu_count)
+        .record_slurm_share(env.job, env.uid, &env.user, units, choice)
     {
         Ok(placed) => {
-            notes.extend(placed.repair.map(|r| r.to_string()));
+            report.notes.extend(placed.repair.map(|r| r.to_string()));
+            if placed.value.crowded {
+                drop_vanished(&node.ledger, env.job, running, report)?;
+            }
             let share = placed.value.share;
             let mps = daemon::start(&node.cfg, share.gpu, node.owner);
             Ok(PrologOutcome::Placed {
@@ -541,7 +540,7 @@ fn record_slurm_choice(
             })
         }
         Err(LedgerError::Placement { error, repair }) => {
-            notes.extend(repair.map(|r| r.to_string()));
+            report.notes.extend(repair.map(|r| r.to_string()));
             Ok(refuse(
                 &node.ledger,
                 env.job,

@@ -346,13 +346,13 @@ impl JobInfo {
     pub fn get(&self, key: &str) -> Option<&str> {
         self.fields.get(key).map(String::as_str)
     }
-    /// `JobState`, e.g. `RUNNING`.
     /// A TRES request field (`TresPerNode`, `TresPerJob`, ...) spelt the
     /// same on every release: 22.05 writes `gres:gpu:a40:2`, later releases
     /// `gres/gpu:a40:2`.
     pub fn tres_request(&self, key: &str) -> Option<String> {
         self.get(key).map(|v| v.replace("gres/", "gres:"))
     }
+    /// `JobState`, e.g. `RUNNING`.
     pub fn state(&self) -> &str {
         self.get("JobState").unwrap_or("")
     }

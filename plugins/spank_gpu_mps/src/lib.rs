@@ -211,11 +211,14 @@ fn init(sp: spank_t, args: &[String]) -> SpankResult {
                 p.units,
                 if p.confine { "gpushare" } else { "Slurm" }
             ));
-            let gpus = u32::try_from(gpu_devices(&cfg).len()).unwrap_or(u32::MAX);
             // A prolog's output never reaches slurmd's log when it succeeds,
-            // so the Count warning is logged here too, per share job.
-            if let Some(warning) = count_mismatch(&cfg, gpus).filter(|_| p.confine) {
-                log::error(&format!("gpu_mps: job {job}: {warning}"));
+            // so the Count warning (which matters only where gpushare
+            // places) is logged here too, per share job.
+            if p.confine {
+                let gpus = u32::try_from(gpu_devices(&cfg).len()).unwrap_or(u32::MAX);
+                if let Some(warning) = count_mismatch(&cfg, gpus) {
+                    log::error(&format!("gpu_mps: job {job}: {warning}"));
+                }
             }
             StepPlan::Share(p)
         }
