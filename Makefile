@@ -72,7 +72,7 @@ check-releases:
 # SUITE:CGROUP:BINARIES (all, or test binaries separated by commas); host is
 # this machine's own Slurm. Where gpushare places shares (host, 22.05) only
 # gpu_mps runs on v2: there every share is refused, and that is its test.
-RELEASE_RUNS ?= trixie:v1:all sid:v1:all trixie:v2:gpu_mps,attack sid:v2:gpu_mps,attack host:v2:gpu_mps
+RELEASE_RUNS ?= trixie:v1:all sid:v1:all trixie:v2:gpu_mps,mps_daemon,attack sid:v2:gpu_mps,mps_daemon,attack host:v2:gpu_mps
 test-releases:
 	@failed=""; for run in $(RELEASE_RUNS); do \
 		suite=$${run%%:*}; rest=$${run#*:}; cgroup=$${rest%%:*}; only=$${rest#*:}; \

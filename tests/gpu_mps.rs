@@ -437,6 +437,7 @@ fn reconcile(c: &mut Cluster) -> TestResult {
             units: 90,
             since: 1,
             placed_by_slurm: false,
+            memory_mib: None,
         });
     }
     fs::write(c.dir.join("run/gpu-mps/state"), state.to_json()).map_err(|e| e.to_string())?;

@@ -8,6 +8,7 @@
 
 pub mod node_log;
 pub mod node_program;
+pub mod nvml;
 
 /// `--version` text: the program, gpushare's version.
 pub fn version_line(program: &str) -> String {

@@ -36,7 +36,7 @@ fn main() -> ExitCode {
                 log::info!("released {r}");
             }
             for (gpu, outcome) in &report.stopped {
-                log::info!("GPU {gpu} has no share left; MPS daemon stop: {outcome:?}");
+                log::info!("GPU {gpu} has no share left; MPS daemon: {outcome}");
             }
             ExitCode::SUCCESS
         }

@@ -14,9 +14,11 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use gpushare::mps::booking::MpsBooking;
+use gpushare::mps::config::MemoryLimit;
 use gpushare::mps::node::{prolog, running_jobs, PrologOutcome};
 use gpushare::shared::locations::beside_slurm_conf;
 use gpushare_admin::node_program::{self, NodeArgs, Started};
+use gpushare_admin::nvml;
 
 /// slurmd's Prolog on GPU nodes that share GPUs through MPS (gpushare).
 #[derive(Debug, Parser)]
@@ -28,7 +30,7 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let Started { node, env } = match node_program::start("gpu-mps-prolog", &args.node) {
+    let Started { mut node, env } = match node_program::start("gpu-mps-prolog", &args.node) {
         Ok(Some(started)) => started,
         Ok(None) => return ExitCode::SUCCESS,
         Err(code) => return code,
@@ -56,6 +58,19 @@ fn main() -> ExitCode {
     } else {
         MpsBooking::default()
     };
+    // A proportional memory limit needs the GPU's memory: GPUMemory= where
+    // the admin set it, else NVML (loaded only for shares, and only then).
+    if env.is_share()
+        && node.cfg.memory_limit == MemoryLimit::Proportional
+        && node.cfg.gpu_memory_mib.is_none()
+    {
+        match nvml::gpus() {
+            // The smallest GPU's: a node's GPUs are one type in practice,
+            // and a limit must never exceed the GPU it is set on.
+            Ok(gpus) => node.gpu_memory_mib = gpus.iter().filter_map(|g| g.memory_mib).min(),
+            Err(e) => log::debug!("no memory limit from NVML: {e}"),
+        }
+    }
     let report = match prolog(&node, &env, &booking, running) {
         Ok(report) => report,
         Err(e) => {
@@ -76,7 +91,7 @@ fn main() -> ExitCode {
             already,
             mps,
         } => log::info!(
-            "{} ({}): {} units on GPU {} ({}){}; MPS daemon: {mps:?}",
+            "{} ({}): {} units on GPU {} ({}){}; MPS daemon: {mps}",
             env.user,
             env.uid,
             share.units,

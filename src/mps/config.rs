@@ -10,8 +10,12 @@
 //! GPUDevices=/dev/nvidia[0-3]      # the node's GPU device files, in index order (default: every /dev/nvidia<N>)
 //! StateDir=/run/gpu-mps            # root-only state (ledger, MPS pipe and log directories)
 //! SlurmMpsCount=1600               # the node's gres.conf `Name=mps Count=`; enables the checks and the fallback
-//! GPUMemory=48G                    # per GPU; caps each client's device memory in proportion to its units
-//! MPSControl=/usr/bin/nvidia-cuda-mps-control   # or `none`; default: found in PATH, skipped when absent
+//! GPUMemory=48G                    # per GPU, where NVML cannot tell (NVML's figure wins)
+//! MemoryLimit=proportional         # a share's device memory: proportional (its units' part), none, or a size
+//! MPSControl=auto                  # auto (found in PATH or the usual dirs), none, or the program's path
+//! MultiUser=no                     # yes: one multi-user MPS server per GPU (-M), isolation between users given up
+//! OtherUsers=queue                 # a share that only fits beside another user's server: queue (time-sliced) or refuse
+//! MaxClientsPerGPU=48              # MPS clients one GPU's server takes (48 on Volta and newer)
 //! SyslogSocket=/dev/log            # where the prolog and epilog log (default /dev/log)
 //! Placement=auto                   # who picks a share's GPU: auto (Slurm where gres.conf books mps per GPU), slurm, gpushare
 //! ```
@@ -27,10 +31,15 @@ pub const DEFAULT_STATE_DIR: &str = "/run/gpu-mps";
 /// File name, next to slurm.conf.
 pub const CONF_NAME: &str = "gpu_mps.conf";
 
+/// Default `MaxClientsPerGPU`: what one MPS server serves on Volta and newer.
+pub const DEFAULT_MAX_CLIENTS_PER_GPU: u32 = 48;
+
 /// Where the MPS control daemon comes from.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum MpsControl {
-    /// `nvidia-cuda-mps-control` from PATH if installed; nothing otherwise.
+    /// `MPSControl=auto`: `nvidia-cuda-mps-control` from PATH or the usual
+    /// install directories (slurmd runs the Prolog without PATH) if
+    /// installed; no daemon otherwise.
     #[default]
     FromPath,
     /// Never start MPS daemons (a site that runs them itself).
@@ -53,6 +62,31 @@ pub enum Placement {
     Gpushare,
 }
 
+/// A share's device memory limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MemoryLimit {
+    /// The share's part of the GPU's memory (units / UnitsPerGPU), where
+    /// the GPU's memory is known (NVML or `GPUMemory=`).
+    #[default]
+    Proportional,
+    /// No device memory limit.
+    Unlimited,
+    /// This many MiB for every share.
+    Fixed(u64),
+}
+
+/// What to do with a share that only fits on a GPU whose MPS server
+/// serves another user (one user per server, in MPS's default mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OtherUsers {
+    /// Place it on the least-loaded such GPU: the two users' jobs are
+    /// time-sliced on it, and the job's output says so.
+    #[default]
+    Queue,
+    /// Refuse the job with the reason.
+    Refuse,
+}
+
 /// The parsed file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpuMpsConfig {
@@ -67,6 +101,11 @@ pub struct GpuMpsConfig {
     /// Where the prolog and epilog send their log lines (`None`: /dev/log).
     pub syslog_socket: Option<PathBuf>,
     pub placement: Placement,
+    pub memory_limit: MemoryLimit,
+    /// Run each GPU's daemon with `-M` (one multi-user server).
+    pub multi_user: bool,
+    pub other_users: OtherUsers,
+    pub max_clients_per_gpu: u32,
 }
 
 impl Default for GpuMpsConfig {
@@ -80,6 +119,10 @@ impl Default for GpuMpsConfig {
             mps_control: MpsControl::default(),
             syslog_socket: None,
             placement: Placement::default(),
+            memory_limit: MemoryLimit::default(),
+            multi_user: false,
+            other_users: OtherUsers::default(),
+            max_clients_per_gpu: DEFAULT_MAX_CLIENTS_PER_GPU,
         }
     }
 }
@@ -95,10 +138,14 @@ enum Key {
     MpsControl,
     SyslogSocket,
     Placement,
+    MemoryLimit,
+    MultiUser,
+    OtherUsers,
+    MaxClientsPerGpu,
 }
 
 impl Key {
-    const ALL: [Key; 8] = [
+    const ALL: [Key; 12] = [
         Key::UnitsPerGpu,
         Key::GpuDevices,
         Key::StateDir,
@@ -107,6 +154,10 @@ impl Key {
         Key::MpsControl,
         Key::SyslogSocket,
         Key::Placement,
+        Key::MemoryLimit,
+        Key::MultiUser,
+        Key::OtherUsers,
+        Key::MaxClientsPerGpu,
     ];
 
     /// The canonical spelling, used in messages.
@@ -120,6 +171,10 @@ impl Key {
             Key::MpsControl => "MPSControl",
             Key::SyslogSocket => "SyslogSocket",
             Key::Placement => "Placement",
+            Key::MemoryLimit => "MemoryLimit",
+            Key::MultiUser => "MultiUser",
+            Key::OtherUsers => "OtherUsers",
+            Key::MaxClientsPerGpu => "MaxClientsPerGPU",
         }
     }
 
@@ -162,11 +217,13 @@ impl Key {
             Key::MpsControl => {
                 cfg.mps_control = if value.eq_ignore_ascii_case("none") {
                     MpsControl::Disabled
+                } else if value.eq_ignore_ascii_case("auto") {
+                    MpsControl::FromPath
                 } else if value.starts_with('/') {
                     MpsControl::Program(PathBuf::from(value))
                 } else {
                     return Err(format!(
-                        "MPSControl must be an absolute path or none, got \"{value}\""
+                        "MPSControl must be auto, none or an absolute path, got \"{value}\""
                     ));
                 };
             }
@@ -189,6 +246,46 @@ impl Key {
                         ))
                     }
                 };
+            }
+            Key::MemoryLimit => {
+                cfg.memory_limit = match value.to_ascii_lowercase().as_str() {
+                    "proportional" => MemoryLimit::Proportional,
+                    "none" => MemoryLimit::Unlimited,
+                    _ => MemoryLimit::Fixed(parse_mib(value).ok_or_else(|| {
+                        format!(
+                            "MemoryLimit must be proportional, none or a size such as 8G, got \"{value}\""
+                        )
+                    })?),
+                };
+            }
+            Key::MultiUser => {
+                cfg.multi_user = match value.to_ascii_lowercase().as_str() {
+                    "yes" | "true" | "1" => true,
+                    "no" | "false" | "0" => false,
+                    _ => return Err(format!("MultiUser must be yes or no, got \"{value}\"")),
+                };
+            }
+            Key::OtherUsers => {
+                cfg.other_users = match value.to_ascii_lowercase().as_str() {
+                    "queue" => OtherUsers::Queue,
+                    "refuse" => OtherUsers::Refuse,
+                    _ => {
+                        return Err(format!(
+                            "OtherUsers must be queue or refuse, got \"{value}\""
+                        ))
+                    }
+                };
+            }
+            Key::MaxClientsPerGpu => {
+                cfg.max_clients_per_gpu = value
+                    .parse()
+                    .ok()
+                    .filter(|&n: &u32| (1..=1024).contains(&n))
+                    .ok_or_else(|| {
+                        format!(
+                            "MaxClientsPerGPU must be an integer from 1 to 1024, got \"{value}\""
+                        )
+                    })?;
             }
         }
         Ok(())
@@ -318,10 +415,25 @@ impl GpuMpsConfig {
         count.checked_div(u64::from(gpus)).unwrap_or(count)
     }
 
-    /// `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT` value for a client of `units`.
-    pub fn memory_limit(&self, units: u32) -> Option<String> {
-        let mib = self.gpu_memory_mib? * u64::from(units) / u64::from(self.units_per_gpu);
-        Some(format!("0={}M", mib.max(1)))
+    /// The device memory limit of a share of `units`, in MiB, on a GPU of
+    /// `gpu_mib` (NVML's figure, else `GPUMemory=`); `None`: no limit
+    /// (`MemoryLimit=none`, or proportional with the GPU's memory unknown).
+    pub fn memory_limit_mib(&self, units: u32, gpu_mib: Option<u64>) -> Option<u64> {
+        match self.memory_limit {
+            MemoryLimit::Unlimited => None,
+            MemoryLimit::Fixed(mib) => Some(mib),
+            MemoryLimit::Proportional => {
+                let total = gpu_mib.or(self.gpu_memory_mib)?;
+                Some((total * u64::from(units) / u64::from(self.units_per_gpu.max(1))).max(1))
+            }
+        }
+    }
+
+    /// A share's thread percentage, as Slurm computes it: units × 100 /
+    /// UnitsPerGPU, rounded down, at least 1, at most 100.
+    pub fn thread_percentage(&self, units: u32) -> u32 {
+        let pct = u64::from(units) * 100 / u64::from(self.units_per_gpu.max(1));
+        u32::try_from(pct.clamp(1, 100)).unwrap_or(100)
     }
 }
 
@@ -346,7 +458,30 @@ mod tests {
         assert_eq!(cfg.gpu_memory_mib, Some(48 * 1024));
         assert_eq!(cfg.mps_control, MpsControl::Disabled);
         assert_eq!(cfg.placement, Placement::Slurm);
-        assert_eq!(cfg.memory_limit(25), Some("0=24576M".into()));
+        assert_eq!(cfg.memory_limit_mib(25, None), Some(24576));
+        // NVML's figure wins over GPUMemory=.
+        assert_eq!(cfg.memory_limit_mib(25, Some(40960)), Some(20480));
+        assert_eq!(cfg.thread_percentage(25), 50);
+        assert_eq!(cfg.thread_percentage(0), 1);
+        assert!(!cfg.multi_user);
+        assert_eq!(cfg.max_clients_per_gpu, 48);
+    }
+
+    #[test]
+    fn mps_keys_parse() {
+        let text = "MPSControl=auto\nMultiUser=yes\nMemoryLimit=8G\nOtherUsers=refuse\nMaxClientsPerGPU=16\n";
+        let cfg = parse(text, "f").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(cfg.mps_control, MpsControl::FromPath);
+        assert!(cfg.multi_user);
+        assert_eq!(cfg.memory_limit, MemoryLimit::Fixed(8192));
+        assert_eq!(cfg.memory_limit_mib(10, Some(1 << 20)), Some(8192));
+        assert_eq!(cfg.other_users, OtherUsers::Refuse);
+        assert_eq!(cfg.max_clients_per_gpu, 16);
+        let none =
+            parse("MemoryLimit=none\nGPUMemory=48G\n", "f").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(none.memory_limit_mib(50, Some(1000)), None);
+        // Proportional without any figure for the GPU's memory: no limit.
+        assert_eq!(GpuMpsConfig::default().memory_limit_mib(50, None), None);
     }
 
     #[test]
@@ -376,6 +511,23 @@ mod tests {
             ),
             ("StateDir\n", "f:1: expected Key=Value, got \"StateDir\""),
             ("statedir=\n", "f:1: StateDir has an empty value"),
+            ("MultiUser=maybe\n", "f:1: MultiUser must be yes or no"),
+            (
+                "MemoryLimit=half\n",
+                "f:1: MemoryLimit must be proportional, none or a size",
+            ),
+            (
+                "OtherUsers=mix\n",
+                "f:1: OtherUsers must be queue or refuse",
+            ),
+            (
+                "MaxClientsPerGPU=0\n",
+                "f:1: MaxClientsPerGPU must be an integer from 1 to 1024",
+            ),
+            (
+                "MPSControl=nvidia\n",
+                "f:1: MPSControl must be auto, none or an absolute path",
+            ),
         ];
         for (text, want) in cases {
             let e = parse(text, "f")

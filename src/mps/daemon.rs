@@ -4,31 +4,92 @@
 //! Each daemon sees only its GPU (`CUDA_VISIBLE_DEVICES`) and has its own
 //! pipe and log directories under `<StateDir>-mps/gpu<N>/`, which jobs can
 //! traverse and read but not write (they are created or checked by
-//! [`super::state_dir`]). Every call of the control program is bounded by
-//! [`CONTROL_TIMEOUT`]: a hung daemon must not hang a job's start.
+//! [`super::state_dir`]). Every call of the control program is bounded in
+//! time ([`CONTROL_TIMEOUT`], [`PROBE_TIMEOUT`]): a hung daemon must not
+//! hang a job's start.
+//!
+//! A daemon is *running* when its control pipe answers `get_server_list`.
+//! A pipe that does not answer (the daemon was killed and left its socket,
+//! or it hangs) is a dead daemon: its processes are killed, the pipe
+//! directory emptied, and a new daemon started. The processes of a GPU's
+//! daemon are found in `/proc` by their name (`nvidia-cuda-mps-control`,
+//! `nvidia-cuda-mps-server`) and their `CUDA_MPS_PIPE_DIRECTORY`, which is
+//! how they outlive a slurmd restart and are still found by `gpu-mps gc`.
+//!
+//! Limits: the server of a GPU gets the thread percentage and device memory
+//! limit of the largest share on that GPU (`set_default_*`, and the
+//! `set_*` commands for servers already running). A client can lower its
+//! own limits through its environment, never raise them past the server's.
 
+use std::fmt;
+use std::fs;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::bounded;
 use super::config::{GpuMpsConfig, MpsControl};
+use super::ledger::ShareRecord;
 use super::state_dir::{self, Access};
 
 /// How long one call of `nvidia-cuda-mps-control` may take.
 pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a daemon may take to answer whether it is alive.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a new daemon may take to open its control pipe.
+const START_WAIT: Duration = Duration::from_secs(5);
+/// The control program's name.
+pub const CONTROL_PROGRAM: &str = "nvidia-cuda-mps-control";
+/// The server program the daemon spawns for each user.
+pub const SERVER_PROGRAM: &str = "nvidia-cuda-mps-server";
+/// Where `MPSControl=auto` looks after PATH: slurmd runs the Prolog with
+/// no PATH at all (seen on 22.05), so PATH alone never finds it there.
+pub const SEARCH_DIRS: [&str; 5] = [
+    "/usr/bin",
+    "/usr/local/bin",
+    "/usr/local/cuda/bin",
+    "/usr/sbin",
+    "/opt/nvidia/bin",
+];
 
 /// What happened to an MPS control daemon.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MpsDaemon {
-    /// Started (or asked to stop) successfully.
-    Done,
-    /// Already running.
-    AlreadyRunning,
-    /// No `nvidia-cuda-mps-control` on this node (or `MPSControl=none`).
+    /// Started now.
+    Started,
+    /// Already running and answering.
+    Running,
+    /// Found dead or hung (the text says how), killed, started anew.
+    Restarted(String),
+    /// Asked to quit (or found gone already).
+    Stopped,
+    /// No control program on this node (or `MPSControl=none`).
     NotAvailable,
     /// The control program failed; the text says how.
     Failed(String),
+}
+
+impl fmt::Display for MpsDaemon {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Started => write!(f, "started"),
+            Self::Running => write!(f, "running"),
+            Self::Restarted(why) => write!(f, "restarted ({why})"),
+            Self::Stopped => write!(f, "stopped"),
+            Self::NotAvailable => {
+                write!(f, "not managed (no {CONTROL_PROGRAM}, or MPSControl=none)")
+            }
+            Self::Failed(why) => write!(f, "FAILED: {why}"),
+        }
+    }
+}
+
+/// A server's limits: what its largest share may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub thread_percentage: u32,
+    pub memory_mib: Option<u64>,
 }
 
 /// The directory of the node's MPS pipes and logs and of the published
@@ -45,74 +106,405 @@ pub fn gpu_dir(cfg: &GpuMpsConfig, gpu: u32) -> PathBuf {
     public_dir(cfg).join(format!("gpu{gpu}"))
 }
 
-fn program(cfg: &GpuMpsConfig) -> Option<PathBuf> {
+/// GPU `gpu`'s pipe directory (its daemon's `CUDA_MPS_PIPE_DIRECTORY`).
+pub fn pipe_dir(cfg: &GpuMpsConfig, gpu: u32) -> PathBuf {
+    gpu_dir(cfg, gpu).join("pipe")
+}
+
+/// The control program this node uses, if any.
+pub fn program(cfg: &GpuMpsConfig) -> Option<PathBuf> {
     match &cfg.mps_control {
         MpsControl::Disabled => None,
         MpsControl::Program(p) => Some(p.clone()),
-        MpsControl::FromPath => std::env::var_os("PATH").and_then(|paths| {
-            std::env::split_paths(&paths)
-                .map(|d| d.join("nvidia-cuda-mps-control"))
-                .find(|p| p.is_file())
-        }),
+        MpsControl::FromPath => find_in(std::env::var_os("PATH").as_deref()),
     }
+}
+
+/// `nvidia-cuda-mps-control` in `path` (a PATH value), else in
+/// [`SEARCH_DIRS`].
+pub fn find_in(path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
+    path.map(|p| std::env::split_paths(p).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .chain(SEARCH_DIRS.iter().map(PathBuf::from))
+        .map(|d| d.join(CONTROL_PROGRAM))
+        .find(|p| p.is_file())
 }
 
 fn command(cfg: &GpuMpsConfig, program: &Path, gpu: u32) -> Command {
     let dir = gpu_dir(cfg, gpu);
     let mut cmd = Command::new(program);
     // Index N must mean /dev/nvidiaN: CUDA's default order is "fastest first".
-    cmd.env("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    cmd.env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
         .env("CUDA_VISIBLE_DEVICES", gpu.to_string())
         .env("CUDA_MPS_PIPE_DIRECTORY", dir.join("pipe"))
         .env("CUDA_MPS_LOG_DIRECTORY", dir.join("log"));
     cmd
 }
 
-fn outcome(what: &str, program: &Path, ran: Result<bounded::Ran, bounded::RunError>) -> MpsDaemon {
-    match ran {
-        Ok(r) if r.status.success() => MpsDaemon::Done,
-        Ok(r) => MpsDaemon::Failed(format!(
-            "{} {what}: {} {}",
+/// Sends one command line to GPU `gpu`'s daemon; its answer on success.
+pub fn control(
+    cfg: &GpuMpsConfig,
+    program: &Path,
+    gpu: u32,
+    line: &str,
+    timeout: Duration,
+) -> Result<String, String> {
+    let mut input = line.as_bytes().to_vec();
+    input.push(b'\n');
+    let ran = bounded::run(command(cfg, program, gpu), Some(&input), timeout)
+        .map_err(|e| format!("`{line}`: {e}"))?;
+    if ran.status.success() {
+        Ok(ran.stdout)
+    } else {
+        Err(format!(
+            "`{line}`: {} exited with {} {}",
             program.display(),
-            r.status,
-            r.stderr.trim()
-        )),
-        Err(e) => MpsDaemon::Failed(e.to_string()),
+            ran.status,
+            ran.stderr.trim()
+        ))
     }
 }
 
-/// Starts GPU `gpu`'s MPS control daemon unless it runs already. `owner`
-/// must own the directories (the prolog's effective uid, root).
-pub fn start(cfg: &GpuMpsConfig, gpu: u32, owner: u32) -> MpsDaemon {
+/// Whether GPU `gpu`'s daemon answers: `Ok(server pids)`, `Err(why not)`.
+pub fn probe(cfg: &GpuMpsConfig, program: &Path, gpu: u32) -> Result<Vec<u32>, String> {
+    if !pipe_dir(cfg, gpu).join("control").exists() {
+        return Err("no control pipe".into());
+    }
+    control(cfg, program, gpu, "get_server_list", PROBE_TIMEOUT).map(|out| pids(&out))
+}
+
+/// The numbers of a control command's answer (pids, one per line or word).
+pub fn pids(text: &str) -> Vec<u32> {
+    text.split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect()
+}
+
+/// Makes sure GPU `gpu`'s daemon runs and answers: started if absent,
+/// killed and started anew if dead or hung. `owner` must own the
+/// directories (the prolog's effective uid, root).
+pub fn ensure(cfg: &GpuMpsConfig, gpu: u32, owner: u32) -> MpsDaemon {
     let Some(program) = program(cfg) else {
         return MpsDaemon::NotAvailable;
     };
     let dir = gpu_dir(cfg, gpu);
-    if dir.join("pipe/control").exists() {
-        return MpsDaemon::AlreadyRunning;
-    }
     for sub in [dir.clone(), dir.join("pipe"), dir.join("log")] {
         if let Err(e) = state_dir::ensure(&sub, owner, Access::WorldReadable) {
             return MpsDaemon::Failed(e.to_string());
         }
     }
+    let pipe = dir.join("pipe");
+    let restarted = match probe(cfg, &program, gpu) {
+        Ok(_) => return MpsDaemon::Running,
+        Err(why) => {
+            let leftovers = processes(&pipe);
+            if leftovers.is_empty() && !pipe.join("control").exists() {
+                None
+            } else {
+                kill_all(&leftovers);
+                clear(&pipe);
+                Some(if leftovers.is_empty() {
+                    format!("its control pipe was left behind and does not answer: {why}")
+                } else {
+                    format!(
+                        "{} process(es) of a daemon that does not answer: {why}",
+                        leftovers.len()
+                    )
+                })
+            }
+        }
+    };
     let mut cmd = command(cfg, &program, gpu);
     cmd.arg("-d");
-    outcome("-d", &program, bounded::run(cmd, None, CONTROL_TIMEOUT))
+    if cfg.multi_user {
+        cmd.arg("-M");
+    }
+    match bounded::run(cmd, None, CONTROL_TIMEOUT) {
+        Ok(r) if r.status.success() => {}
+        Ok(r) => {
+            return MpsDaemon::Failed(format!(
+                "{} -d exited with {} {}",
+                program.display(),
+                r.status,
+                r.stderr.trim()
+            ))
+        }
+        Err(e) => return MpsDaemon::Failed(e.to_string()),
+    }
+    // The daemon opens its pipe on its own time: wait for it, bounded.
+    let deadline = Instant::now() + START_WAIT;
+    while !pipe.join("control").exists() {
+        if Instant::now() >= deadline {
+            return MpsDaemon::Failed(format!(
+                "{} -d exited, but no control pipe appeared in {} within {} s",
+                program.display(),
+                pipe.display(),
+                START_WAIT.as_secs()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    match restarted {
+        Some(why) => MpsDaemon::Restarted(why),
+        None => MpsDaemon::Started,
+    }
 }
 
-/// Asks GPU `gpu`'s MPS control daemon to quit.
+/// Runs `f` holding GPU `gpu`'s daemon lock (a file in the root-only
+/// state directory): a prolog starting the daemon and an epilog deciding
+/// to stop it never interleave, so a share placed while the last one ends
+/// always finds its daemon running.
+pub fn with_gpu_lock<T>(cfg: &GpuMpsConfig, gpu: u32, f: impl FnOnce() -> T) -> Result<T, String> {
+    let path = cfg.state_dir.join(format!("daemon-gpu{gpu}.lock"));
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    loop {
+        match file.lock() {
+            Ok(()) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(format!("lock {}: {e}", path.display())),
+        }
+    }
+    let out = f();
+    drop(file);
+    Ok(out)
+}
+
+/// Sets GPU `gpu`'s server limits: the defaults for servers the daemon
+/// starts from now on, and the same on each server already running.
+pub fn apply_limits(cfg: &GpuMpsConfig, gpu: u32, limits: Limits) -> Result<(), String> {
+    let Some(program) = program(cfg) else {
+        return Ok(());
+    };
+    let servers = probe(cfg, &program, gpu)?;
+    let mut lines = vec![format!(
+        "set_default_active_thread_percentage {}",
+        limits.thread_percentage
+    )];
+    if let Some(mib) = limits.memory_mib {
+        // The daemon sees one GPU, so its device 0 is this GPU.
+        lines.push(format!("set_default_device_pinned_mem_limit 0 {mib}M"));
+    }
+    for pid in servers {
+        lines.push(format!(
+            "set_active_thread_percentage {pid} {}",
+            limits.thread_percentage
+        ));
+        if let Some(mib) = limits.memory_mib {
+            lines.push(format!("set_device_pinned_mem_limit {pid} 0 {mib}M"));
+        }
+    }
+    let failed: Vec<String> = lines
+        .iter()
+        .filter_map(|line| control(cfg, &program, gpu, line, CONTROL_TIMEOUT).err())
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(failed.join("; "))
+    }
+}
+
+/// The limits GPU `gpu`'s server gets for `shares` (those on that GPU):
+/// the largest share's. `None` when no share is left.
+pub fn server_limits<'a>(
+    cfg: &GpuMpsConfig,
+    shares: impl Iterator<Item = &'a ShareRecord>,
+) -> Option<Limits> {
+    shares.fold(None, |acc: Option<Limits>, s| {
+        let pct = cfg.thread_percentage(s.units);
+        let mem = s.memory_mib;
+        Some(match acc {
+            None => Limits {
+                thread_percentage: pct,
+                memory_mib: mem,
+            },
+            Some(l) => Limits {
+                thread_percentage: l.thread_percentage.max(pct),
+                // A share without a limit makes the server's unlimited.
+                memory_mib: l.memory_mib.zip(mem).map(|(a, b)| a.max(b)),
+            },
+        })
+    })
+}
+
+/// Asks GPU `gpu`'s daemon to quit; one that does not answer is killed.
 pub fn stop(cfg: &GpuMpsConfig, gpu: u32) -> MpsDaemon {
     let Some(program) = program(cfg) else {
         return MpsDaemon::NotAvailable;
     };
-    if !gpu_dir(cfg, gpu).join("pipe/control").exists() {
-        return MpsDaemon::NotAvailable;
+    let pipe = pipe_dir(cfg, gpu);
+    let quit = if pipe.join("control").exists() {
+        control(cfg, &program, gpu, "quit", CONTROL_TIMEOUT).map(|_| ())
+    } else {
+        Ok(())
+    };
+    // `quit` returns before the daemon is gone; whatever is left of it
+    // after a short wait (or after a failed quit) is killed.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut left = processes(&pipe);
+    while !left.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        left = processes(&pipe);
     }
-    let ran = bounded::run(
-        command(cfg, &program, gpu),
-        Some(b"quit\n"),
-        CONTROL_TIMEOUT,
-    );
-    outcome("quit", &program, ran)
+    kill_all(&left);
+    clear(&pipe);
+    match quit {
+        Ok(()) => MpsDaemon::Stopped,
+        Err(e) => MpsDaemon::Failed(format!("{e}; its processes were killed")),
+    }
+}
+
+/// Pids of GPU processes of MPS tied to `pipe`: the control daemon and the
+/// servers it spawned, named so in `argv[0]`, with
+/// `CUDA_MPS_PIPE_DIRECTORY=<pipe>`. Only root can read other users'
+/// environments, so others find only their own.
+pub fn processes(pipe: &Path) -> Vec<u32> {
+    let wanted = {
+        let mut w = b"CUDA_MPS_PIPE_DIRECTORY=".to_vec();
+        w.extend_from_slice(pipe.as_os_str().as_encoded_bytes());
+        w
+    };
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut found: Vec<u32> = entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| {
+            let proc = PathBuf::from(format!("/proc/{pid}"));
+            let is_mps = fs::read(proc.join("cmdline")).is_ok_and(|c| {
+                let argv0 = c.split(|&b| b == 0).next().unwrap_or_default();
+                let name = argv0.rsplit(|&b| b == b'/').next().unwrap_or_default();
+                name == CONTROL_PROGRAM.as_bytes() || name == SERVER_PROGRAM.as_bytes()
+            });
+            is_mps
+                && fs::read(proc.join("environ"))
+                    .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == wanted.as_slice()))
+        })
+        .collect();
+    found.sort_unstable();
+    found
+}
+
+fn kill_all(pids: &[u32]) {
+    if pids.is_empty() {
+        return;
+    }
+    let mut cmd = Command::new("kill");
+    cmd.arg("-KILL").args(pids.iter().map(u32::to_string));
+    // Best effort: a process may be gone already.
+    let _ = bounded::run(cmd, None, CONTROL_TIMEOUT);
+}
+
+/// Empties a pipe directory (sockets and files a dead daemon left).
+fn clear(pipe: &Path) {
+    if let Ok(entries) = fs::read_dir(pipe) {
+        for e in entries.flatten() {
+            let _ = fs::remove_file(e.path());
+        }
+    }
+}
+
+/// The uid of process `pid`, from `/proc/<pid>/status`.
+pub fn process_uid(pid: u32) -> Option<u32> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn share(units: u32, memory_mib: Option<u64>) -> ShareRecord {
+        ShareRecord {
+            job: 1,
+            uid: 1000,
+            user: "a".into(),
+            gpu: 0,
+            units,
+            since: 0,
+            placed_by_slurm: false,
+            memory_mib,
+        }
+    }
+
+    #[test]
+    fn a_server_gets_its_largest_shares_limits() {
+        let cfg = GpuMpsConfig::default();
+        let shares = [share(25, Some(1000)), share(50, Some(2000))];
+        assert_eq!(
+            server_limits(&cfg, shares.iter()),
+            Some(Limits {
+                thread_percentage: 50,
+                memory_mib: Some(2000)
+            })
+        );
+        let mixed = [share(25, Some(1000)), share(10, None)];
+        assert_eq!(
+            server_limits(&cfg, mixed.iter()).and_then(|l| l.memory_mib),
+            None
+        );
+        assert_eq!(server_limits(&cfg, [].iter()), None);
+    }
+
+    #[test]
+    fn auto_finds_the_program_without_path_in_the_usual_dirs() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let fake = dir.path().join(CONTROL_PROGRAM);
+        fs::write(&fake, "").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(find_in(Some(dir.path().as_os_str())), Some(fake));
+        // No PATH (slurmd's Prolog): the usual dirs, which hold none here.
+        let none = find_in(None);
+        assert!(none.is_none_or(|p| SEARCH_DIRS.iter().any(|d| p.starts_with(d))));
+    }
+
+    #[test]
+    fn pids_of_an_answer() {
+        assert_eq!(pids("123\n456\n"), vec![123, 456]);
+        assert_eq!(pids("Server 1 not found\n"), vec![1]);
+        assert_eq!(pids(""), Vec::<u32>::new());
+    }
+
+    #[test]
+    fn only_named_processes_with_the_pipe_are_found() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let pipe = dir.path().join("pipe");
+        let spawn = |argv0: &str, pipe: &Path| {
+            Command::new("bash")
+                .args(["-c", &format!("exec -a {argv0} sleep 30")])
+                .env("CUDA_MPS_PIPE_DIRECTORY", pipe)
+                .spawn()
+                .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let mut daemon = spawn(CONTROL_PROGRAM, &pipe);
+        let mut client = spawn("python3", &pipe);
+        let mut elsewhere = spawn(CONTROL_PROGRAM, &dir.path().join("other"));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut found = processes(&pipe);
+        while found.is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+            found = processes(&pipe);
+        }
+        for c in [&mut daemon, &mut client, &mut elsewhere] {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        assert_eq!(found, vec![daemon.id()]);
+    }
 }

@@ -54,7 +54,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use super::placement::{self, GpuLoad, PlacementError, MAX_GPUS_PER_NODE};
+use super::placement::{self, GpuLoad, PlacementError, ServerRule, MAX_GPUS_PER_NODE};
 use super::state_dir::{self, io_error, Access, DirError};
 use super::status::NodeStatus;
 
@@ -79,6 +79,10 @@ pub struct ShareRecord {
     /// Slurm chose the GPU (and confines the job to it), not gpushare.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub placed_by_slurm: bool,
+    /// The share's device memory limit in MiB, set by the prolog after
+    /// placement (`None`: none, or not known yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u64>,
 }
 
 /// A job holding GPUs whole (gpu GRES), as named by its Prolog environment.
@@ -240,6 +244,27 @@ impl LedgerState {
             }
         }
         loads
+    }
+
+    /// [`Self::gpu_loads`] as seen by a share of user `uid`: GPUs with
+    /// another user's shares are marked (their MPS server is not `uid`'s).
+    pub fn gpu_loads_for(&self, gpu_count: u32, uid: u32) -> Vec<GpuLoad> {
+        let mut loads = self.gpu_loads(gpu_count);
+        for share in self.shares.values().filter(|s| s.uid != uid) {
+            if let Some(load) = loads.get_mut(index(share.gpu)) {
+                load.other_user = true;
+            }
+        }
+        loads
+    }
+
+    /// The users with shares on `gpu`, other than `uid`, by name.
+    pub fn other_users_on(&self, gpu: u32, uid: u32) -> BTreeSet<String> {
+        self.shares
+            .values()
+            .filter(|s| s.gpu == gpu && s.uid != uid)
+            .map(|s| s.user.clone())
+            .collect()
     }
 
     /// One entry per GPU for display: GPUs `0..gpu_count`, plus any GPU a
@@ -618,6 +643,7 @@ pub struct Ledger {
     owner: u32,
     created: bool,
     copy: Option<StatusCopy>,
+    rule: ServerRule,
 }
 
 impl Ledger {
@@ -636,7 +662,15 @@ impl Ledger {
             owner,
             created,
             copy: None,
+            rule: ServerRule::NONE,
         })
+    }
+
+    /// Places shares under `rule` (one user per MPS server, clients per
+    /// GPU) from now on; without it, the plain least-loaded choice.
+    pub fn with_server_rule(mut self, rule: ServerRule) -> Self {
+        self.rule = rule;
+        self
     }
 
     /// Publishes the status copy in every transaction, and rebuilds a lost
@@ -691,7 +725,8 @@ impl Ledger {
             if gpu_count > MAX_GPUS_PER_NODE {
                 return Err(PlacementError::TooManyGpus { gpu_count });
             }
-            let chosen = placement::choose_gpu(&state.gpu_loads(gpu_count), units_per_gpu, units)?;
+            let loads = state.gpu_loads_for(gpu_count, uid);
+            let chosen = placement::choose_gpu_for_user(&loads, units_per_gpu, units, self.rule)?;
             u32::try_from(chosen).map_err(|_| PlacementError::TooManyGpus { gpu_count })
         })
     }
@@ -745,6 +780,7 @@ impl Ledger {
                 units,
                 since: unix_now(),
                 placed_by_slurm: slurm.is_some(),
+                memory_mib: None,
             };
             state.insert_share(share.clone());
             let crowded = slurm.is_some_and(|s| {
@@ -757,6 +793,24 @@ impl Ledger {
                 share,
                 already_recorded: false,
                 crowded,
+            })
+        })
+    }
+
+    /// Records `job`'s device memory limit (the prolog sets it once the
+    /// share is placed); `false` when the job has no share.
+    pub fn set_memory_limit(
+        &self,
+        job: u32,
+        mib: Option<u64>,
+    ) -> Result<Outcome<bool>, LedgerError> {
+        self.transact(|state| {
+            Ok(match state.shares.get_mut(&job) {
+                Some(share) => {
+                    share.memory_mib = mib;
+                    true
+                }
+                None => false,
             })
         })
     }
@@ -1701,6 +1755,7 @@ mod tests {
                 units,
                 since: 0,
                 placed_by_slurm: false,
+                memory_mib: None,
             });
         }
         state.insert_whole(WholeRecord {
@@ -1751,6 +1806,7 @@ mod tests {
             units: 90,
             since: 0,
             placed_by_slurm: true,
+            memory_mib: None,
         });
         state.insert_whole(WholeRecord {
             job: 2,
@@ -1771,9 +1827,10 @@ mod tests {
             1u32..=100,
             any::<u64>(),
             any::<bool>(),
+            proptest::option::of(any::<u64>()),
         )
             .prop_map(
-                |(job, uid, user, gpu, units, since, placed_by_slurm)| ShareRecord {
+                |(job, uid, user, gpu, units, since, placed_by_slurm, memory_mib)| ShareRecord {
                     job,
                     uid,
                     user,
@@ -1781,6 +1838,7 @@ mod tests {
                     units,
                     since,
                     placed_by_slurm,
+                    memory_mib,
                 },
             )
     }

@@ -37,6 +37,7 @@ use super::ledger::{
     Ledger, LedgerError, LedgerState, Record, ShareRecord, SlurmChoice, StatusCopy,
 };
 use super::placement::PlacementError;
+use super::placement::ServerRule;
 use super::state_dir;
 use crate::shared::{spank_env, ConfigError};
 
@@ -52,6 +53,9 @@ pub struct Node {
     pub ledger: Ledger,
     /// The effective uid that owns the state (root on a real node).
     pub owner: u32,
+    /// One GPU's memory in MiB as NVML reports it (`None`: no NVML here;
+    /// `GPUMemory=` is used instead).
+    pub gpu_memory_mib: Option<u64>,
 }
 
 /// Why a node cannot share GPUs (the prolog then fails and slurmd drains
@@ -101,17 +105,29 @@ impl Node {
         if gpu_count == 0 {
             return Err(Unfit::NoGpus(conf_path.to_path_buf()));
         }
-        let ledger = Ledger::open(&cfg.state_dir, owner)?.with_status_copy(StatusCopy {
-            dir: daemon::public_dir(&cfg),
-            gpu_count,
-            units_per_gpu: cfg.units_per_gpu,
-        })?;
+        let ledger = Ledger::open(&cfg.state_dir, owner)?
+            .with_status_copy(StatusCopy {
+                dir: daemon::public_dir(&cfg),
+                gpu_count,
+                units_per_gpu: cfg.units_per_gpu,
+            })?
+            .with_server_rule(server_rule(&cfg));
         Ok(Self {
             cfg,
             gpu_count,
             ledger,
             owner,
+            gpu_memory_mib: None,
         })
+    }
+}
+
+/// How this node's shares meet MPS servers (see [`ServerRule`]).
+pub fn server_rule(cfg: &GpuMpsConfig) -> ServerRule {
+    ServerRule {
+        multi_user: cfg.multi_user,
+        refuse_other_users: cfg.other_users == config::OtherUsers::Refuse,
+        max_clients: cfg.max_clients_per_gpu,
     }
 }
 
@@ -313,6 +329,32 @@ fn refusal_name(job: u32) -> String {
     format!("refused.{job}")
 }
 
+fn banner_name(job: u32) -> String {
+    format!("banner.{job}")
+}
+
+/// Whether this step is the first of `job` here to print the job's limits
+/// line: the first to call wins (a marker in the ledger directory, removed
+/// by the epilog). Where the marker cannot be written, every step prints.
+pub fn claim_banner(ledger: &Ledger, job: u32) -> bool {
+    match fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(ledger.dir().join(banner_name(job)))
+    {
+        Ok(_) => true,
+        Err(e) => e.kind() != std::io::ErrorKind::AlreadyExists,
+    }
+}
+
+/// Removes what the prolog and SPANK plugin left for `job` beside the
+/// ledger (refusal note, banner marker).
+fn forget_notes(ledger: &Ledger, job: u32) {
+    for name in [refusal_name(job), banner_name(job)] {
+        let _ = fs::remove_file(ledger.dir().join(name));
+    }
+}
+
 /// The refusal note the prolog left for `job`, if any.
 pub fn refusal(ledger: &Ledger, job: u32) -> Option<String> {
     fs::read_to_string(ledger.dir().join(refusal_name(job))).ok()
@@ -364,7 +406,7 @@ pub fn prolog(
         cfg,
         gpu_count,
         ledger,
-        owner,
+        ..
     } = node;
     let mut report = PrologReport {
         outcome: PrologOutcome::Untouched,
@@ -430,13 +472,7 @@ pub fn prolog(
         report.outcome = match placed {
             Ok(placed) => {
                 report.notes.extend(placed.repair.map(|r| r.to_string()));
-                let share = placed.value.share;
-                let mps = daemon::start(cfg, share.gpu, *owner);
-                PrologOutcome::Placed {
-                    share,
-                    already: placed.value.already_recorded,
-                    mps,
-                }
+                serve(node, placed.value, &mut report)?
             }
             Err(LedgerError::Placement { error, repair }) => {
                 report.notes.extend(repair.map(|r| r.to_string()));
@@ -481,7 +517,7 @@ fn drop_vanished(
     let out = ledger.reconcile(|j| j == job || running.contains(&j))?;
     report.notes.extend(out.repair.map(|r| r.to_string()));
     for record in &out.value {
-        let _ = fs::remove_file(ledger.dir().join(refusal_name(record.job())));
+        forget_notes(ledger, record.job());
     }
     let dropped = !out.value.is_empty();
     report.dropped.extend(out.value);
@@ -531,13 +567,27 @@ fn record_slurm_choice(
             if placed.value.crowded {
                 drop_vanished(&node.ledger, env.job, running, report)?;
             }
-            let share = placed.value.share;
-            let mps = daemon::start(&node.cfg, share.gpu, node.owner);
-            Ok(PrologOutcome::Placed {
-                share,
-                already: placed.value.already_recorded,
-                mps,
-            })
+            let gpu = placed.value.share.gpu;
+            let clients = node.ledger.snapshot()?.state.gpu_loads(node.gpu_count);
+            if clients
+                .get(gpu as usize)
+                .is_some_and(|l| l.share_jobs > node.cfg.max_clients_per_gpu)
+            {
+                // Slurm booked it, but the GPU's server takes no more clients.
+                node.ledger.release(env.job)?;
+                let why = PlacementError::TooManyClients {
+                    max_clients: node.cfg.max_clients_per_gpu,
+                };
+                return Ok(refuse(
+                    &node.ledger,
+                    env.job,
+                    format!(
+                        "gpu_mps: job {}: on GPU {gpu} (Slurm's choice): {why}",
+                        env.job
+                    ),
+                ));
+            }
+            serve(node, placed.value, report)
         }
         Err(LedgerError::Placement { error, repair }) => {
             report.notes.extend(repair.map(|r| r.to_string()));
@@ -548,6 +598,72 @@ fn record_slurm_choice(
             ))
         }
         Err(other) => Err(other),
+    }
+}
+
+/// What follows a share's placement: its memory limit recorded, its GPU's
+/// MPS daemon made to run with the limits of the GPU's shares, and a note
+/// when it shares the GPU with another user's server.
+fn serve(
+    node: &Node,
+    placed: super::ledger::Placed,
+    report: &mut PrologReport,
+) -> Result<PrologOutcome, LedgerError> {
+    let mut share = placed.share;
+    if !placed.already_recorded {
+        share.memory_mib = node.cfg.memory_limit_mib(share.units, node.gpu_memory_mib);
+        let out = node.ledger.set_memory_limit(share.job, share.memory_mib)?;
+        report.notes.extend(out.repair.map(|r| r.to_string()));
+    }
+    let state = node.ledger.snapshot()?.state;
+    let others = state.other_users_on(share.gpu, share.uid);
+    if !others.is_empty() && !node.cfg.multi_user {
+        report.notes.push(format!(
+            "job {} ({}) shares GPU {} with the MPS server of {}: MPS serves one user at a \
+             time, so their work is time-sliced",
+            share.job,
+            share.user,
+            share.gpu,
+            names(&others)
+        ));
+    }
+    let gpu = share.gpu;
+    let locked = daemon::with_gpu_lock(&node.cfg, gpu, || -> Result<MpsDaemon, LedgerError> {
+        let mps = daemon::ensure(&node.cfg, gpu, node.owner);
+        if matches!(
+            mps,
+            MpsDaemon::Started | MpsDaemon::Running | MpsDaemon::Restarted(_)
+        ) {
+            // Read under the lock: the limits of the shares on the GPU now.
+            let state = node.ledger.snapshot()?.state;
+            let on_gpu = state.shares().filter(|s| s.gpu == gpu);
+            if let Some(limits) = daemon::server_limits(&node.cfg, on_gpu) {
+                if let Err(e) = daemon::apply_limits(&node.cfg, gpu, limits) {
+                    report.notes.push(format!(
+                        "GPU {gpu}'s MPS limits could not be set on its daemon: {e}"
+                    ));
+                }
+            }
+        }
+        Ok(mps)
+    });
+    let mps = match locked {
+        Ok(result) => result?,
+        Err(e) => MpsDaemon::Failed(e),
+    };
+    Ok(PrologOutcome::Placed {
+        share,
+        already: placed.already_recorded,
+        mps,
+    })
+}
+
+/// `user a`, `users a, b`.
+fn names(users: &std::collections::BTreeSet<String>) -> String {
+    let list: Vec<&str> = users.iter().map(String::as_str).collect();
+    match list.as_slice() {
+        [one] => format!("user {one}"),
+        _ => format!("users {}", list.join(", ")),
     }
 }
 
@@ -586,25 +702,45 @@ pub struct EpilogReport {
 /// Releases `job` (idempotent: a second run releases nothing).
 pub fn epilog(node: &Node, job: u32) -> Result<EpilogReport, LedgerError> {
     let out = node.ledger.release(job)?;
-    let _ = fs::remove_file(node.ledger.dir().join(refusal_name(job)));
+    forget_notes(&node.ledger, job);
     let mut stopped = Vec::new();
-    let snapshot = node.ledger.snapshot()?;
-    for r in &out.value {
-        if let Record::Share(s) = r {
-            let idle = snapshot
-                .state
-                .gpu_loads(node.gpu_count)
-                .get(s.gpu as usize)
-                .is_none_or(|l| l.share_jobs == 0);
-            if idle {
-                stopped.push((s.gpu, daemon::stop(&node.cfg, s.gpu)));
+    let mut notes: Vec<String> = out.repair.map(|r| r.to_string()).into_iter().collect();
+    let gpus: std::collections::BTreeSet<u32> = out
+        .value
+        .iter()
+        .filter_map(|r| match r {
+            Record::Share(s) => Some(s.gpu),
+            _ => None,
+        })
+        .collect();
+    for gpu in gpus {
+        // Under the GPU's daemon lock, from the ledger as it is then: a
+        // share placed meanwhile keeps its daemon.
+        let locked = daemon::with_gpu_lock(&node.cfg, gpu, || -> Result<(), LedgerError> {
+            let state = node.ledger.snapshot()?.state;
+            let left = state.shares().filter(|o| o.gpu == gpu);
+            match daemon::server_limits(&node.cfg, left) {
+                None => stopped.push((gpu, daemon::stop(&node.cfg, gpu))),
+                // The largest share may have left: the server's limits follow.
+                Some(limits) => {
+                    if let Err(e) = daemon::apply_limits(&node.cfg, gpu, limits) {
+                        notes.push(format!(
+                            "GPU {gpu}'s MPS limits could not be lowered on its daemon: {e}"
+                        ));
+                    }
+                }
             }
+            Ok(())
+        });
+        match locked {
+            Ok(result) => result?,
+            Err(e) => notes.push(format!("GPU {gpu}'s MPS daemon left as it is: {e}")),
         }
     }
     Ok(EpilogReport {
         released: out.value,
         stopped,
-        notes: out.repair.map(|r| r.to_string()).into_iter().collect(),
+        notes,
     })
 }
 
@@ -635,6 +771,8 @@ pub struct TaskPlan {
     pub other_devices: Vec<PathBuf>,
     /// Environment to set, replacing what Slurm set.
     pub env: Vec<(String, String)>,
+    /// The line the job's output starts with (its limits, see [`banner`]).
+    pub banner: String,
 }
 
 /// The plan for `job`'s tasks: `Ok(None)` when the job holds no share
@@ -690,7 +828,10 @@ pub fn task_plan(
         .map(|(_, p)| p.clone())
         .collect();
     let dir = daemon::gpu_dir(cfg, share.gpu);
-    let percent = (u64::from(share.units) * 100 / u64::from(cfg.units_per_gpu)).max(1);
+    let percent = cfg.thread_percentage(share.units);
+    let memory_mib = share
+        .memory_mib
+        .or_else(|| cfg.memory_limit_mib(share.units, None));
     let mut env = Vec::new();
     if !share.placed_by_slurm {
         env.extend([
@@ -716,9 +857,19 @@ pub fn task_plan(
         ("GPUSHARE_GPU".to_owned(), share.gpu.to_string()),
         (spank_env::MPS_UNITS.to_owned(), share.units.to_string()),
     ]);
-    if let Some(limit) = cfg.memory_limit(share.units) {
-        env.push(("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".to_owned(), limit));
+    if let Some(mib) = memory_mib {
+        // The server sees one GPU, so the client's device 0 is this GPU.
+        env.push((
+            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".to_owned(),
+            format!("0={mib}M"),
+        ));
     }
+    let others = if cfg.multi_user {
+        Default::default()
+    } else {
+        state.other_users_on(share.gpu, share.uid)
+    };
+    let banner = banner(cfg, job, share, percent, memory_mib, &others);
     Ok(Some(TaskPlan {
         gpu: share.gpu,
         units: share.units,
@@ -726,7 +877,41 @@ pub fn task_plan(
         device,
         other_devices,
         env,
+        banner,
     }))
+}
+
+/// The one line a share job's output starts with: its GPU, its limits and
+/// who enforces them, and any other user's server it is time-sliced with.
+fn banner(
+    cfg: &GpuMpsConfig,
+    job: u32,
+    share: &ShareRecord,
+    percent: u32,
+    memory_mib: Option<u64>,
+    others: &std::collections::BTreeSet<String>,
+) -> String {
+    let memory = match memory_mib {
+        Some(mib) => format!(
+            "{mib} MiB of device memory (CUDA still reports the whole GPU's memory: stay \
+             under {mib} MiB)"
+        ),
+        None => "no device memory limit".to_owned(),
+    };
+    let mut line = format!(
+        "gpu_mps: job {job}: MPS share of {} units on GPU {}: {percent} % of its threads, {memory}",
+        share.units, share.gpu
+    );
+    if cfg.multi_user {
+        line.push_str("; the GPU's MPS server is shared by all users");
+    } else if !others.is_empty() {
+        line.push_str(&format!(
+            "; this GPU also runs the MPS server of {}, and MPS serves one user at a time: \
+             your work and theirs will be time-sliced",
+            names(others)
+        ));
+    }
+    line
 }
 
 #[cfg(test)]
@@ -772,6 +957,7 @@ mod tests {
             gpu_count: 4,
             ledger,
             owner,
+            gpu_memory_mib: None,
         };
         (node, dir)
     }

@@ -24,6 +24,9 @@ pub struct GpuLoad {
     /// A running job holds this GPU whole (gpu GRES): shares never go here,
     /// whatever its units say.
     pub held_whole: bool,
+    /// A share of another user than the one being placed is on this GPU
+    /// (set by [`super::ledger::LedgerState::gpu_loads_for`] only).
+    pub other_user: bool,
 }
 
 impl GpuLoad {
@@ -64,11 +67,30 @@ pub enum PlacementError {
     LoadsUnknown { reason: String },
     /// Slurm chose a GPU the node's GPUDevices do not list.
     SlurmGpuUnknown { gpu: u32, gpu_count: u32 },
+    /// Every GPU with room already serves as many MPS clients as one
+    /// server takes.
+    TooManyClients { max_clients: u32 },
+    /// Only GPUs whose MPS server serves another user have room, and the
+    /// node refuses to time-slice users (`OtherUsers=refuse`).
+    OnlyBesideOtherUsers { units: u32 },
 }
 
 impl fmt::Display for PlacementError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Self::TooManyClients { max_clients } => write!(
+                f,
+                "every GPU with room for the share already has {max_clients} MPS clients, the \
+                 most one MPS server takes (MaxClientsPerGPU in gpu_mps.conf); the job is \
+                 refused: resubmit it later"
+            ),
+            Self::OnlyBesideOtherUsers { units } => write!(
+                f,
+                "the only GPUs with room for {units} MPS units run another user's MPS server; \
+                 MPS serves one user per GPU at a time, and this node refuses to time-slice \
+                 users (OtherUsers=refuse in gpu_mps.conf), so the job is refused: resubmit \
+                 it later"
+            ),
             Self::SlurmGpuUnknown { gpu, gpu_count } => write!(
                 f,
                 "Slurm chose GPU {gpu} for the share, but gpu_mps.conf lists only {gpu_count} \
@@ -188,6 +210,69 @@ pub fn choose_gpu(
     }
 }
 
+/// How a share meets MPS's servers: one user per server unless the
+/// daemons run multi-user servers, and a bound on clients per server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerRule {
+    /// Daemons run one multi-user server per GPU (`MultiUser=yes`): users
+    /// never wait for each other, so they are not kept apart.
+    pub multi_user: bool,
+    /// Refuse a share that fits only beside another user's server
+    /// (`OtherUsers=refuse`) instead of time-slicing the two.
+    pub refuse_other_users: bool,
+    /// Share jobs one GPU takes (`MaxClientsPerGPU`).
+    pub max_clients: u32,
+}
+
+impl ServerRule {
+    /// No rule at all: the plain least-loaded choice.
+    pub const NONE: ServerRule = ServerRule {
+        multi_user: true,
+        refuse_other_users: false,
+        max_clients: u32::MAX,
+    };
+}
+
+/// [`choose_gpu`] under `rule`: among the GPUs with room and fewer than
+/// `max_clients` share jobs, those without another user's shares first;
+/// where only such GPUs have room, the least-loaded of them (the two
+/// users are time-sliced there) or, with `refuse_other_users`, an error.
+pub fn choose_gpu_for_user(
+    gpus: &[GpuLoad],
+    units_per_gpu: u32,
+    units: u32,
+    rule: ServerRule,
+) -> Result<usize, PlacementError> {
+    choose_gpu(gpus, units_per_gpu, units)?;
+    // The same choice over a subset: GPUs outside it count as held whole.
+    let among = |keep: &dyn Fn(&GpuLoad) -> bool| {
+        let masked: Vec<GpuLoad> = gpus
+            .iter()
+            .map(|g| GpuLoad {
+                held_whole: g.held_whole || !keep(g),
+                ..*g
+            })
+            .collect();
+        choose_gpu(&masked, units_per_gpu, units).ok()
+    };
+    let open = |g: &GpuLoad| g.share_jobs < rule.max_clients;
+    if among(&open).is_none() {
+        return Err(PlacementError::TooManyClients {
+            max_clients: rule.max_clients,
+        });
+    }
+    if rule.multi_user {
+        return among(&open).ok_or(PlacementError::NoGpus);
+    }
+    if let Some(gpu) = among(&|g: &GpuLoad| open(g) && !g.other_user) {
+        return Ok(gpu);
+    }
+    if rule.refuse_other_users {
+        return Err(PlacementError::OnlyBesideOtherUsers { units });
+    }
+    among(&open).ok_or(PlacementError::NoGpus)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -250,24 +335,109 @@ mod tests {
                 used_units: 40,
                 share_jobs: 4,
                 held_whole: false,
+                ..GpuLoad::default()
             },
             GpuLoad {
                 used_units: 40,
                 share_jobs: 1,
                 held_whole: false,
+                ..GpuLoad::default()
             },
             GpuLoad {
                 used_units: 40,
                 share_jobs: 1,
                 held_whole: false,
+                ..GpuLoad::default()
             },
             GpuLoad {
                 used_units: 60,
                 share_jobs: 1,
                 held_whole: false,
+                ..GpuLoad::default()
             },
         ];
         assert_eq!(choose_gpu(&gpus, 100, 10), Ok(1));
+    }
+
+    fn rule(multi_user: bool, refuse: bool, max_clients: u32) -> ServerRule {
+        ServerRule {
+            multi_user,
+            refuse_other_users: refuse,
+            max_clients,
+        }
+    }
+
+    /// GPU 0 empty-ish but another user's; GPU 1 fuller, the job's user's.
+    fn one_foreign_one_own() -> [GpuLoad; 2] {
+        [
+            GpuLoad {
+                used_units: 10,
+                share_jobs: 1,
+                other_user: true,
+                ..GpuLoad::default()
+            },
+            GpuLoad {
+                used_units: 50,
+                share_jobs: 1,
+                ..GpuLoad::default()
+            },
+        ]
+    }
+
+    #[test]
+    fn a_gpu_of_the_same_user_beats_a_less_loaded_one_of_another_user() {
+        let gpus = one_foreign_one_own();
+        assert_eq!(choose_gpu(&gpus, 100, 25), Ok(0));
+        assert_eq!(
+            choose_gpu_for_user(&gpus, 100, 25, rule(false, false, 48)),
+            Ok(1)
+        );
+        // With multi-user servers users are not kept apart.
+        assert_eq!(
+            choose_gpu_for_user(&gpus, 100, 25, rule(true, false, 48)),
+            Ok(0)
+        );
+    }
+
+    #[test]
+    fn only_another_users_gpu_has_room_queue_or_refuse() {
+        let gpus = one_foreign_one_own();
+        // 60 units fit only on GPU 0, another user's.
+        assert_eq!(
+            choose_gpu_for_user(&gpus, 100, 60, rule(false, false, 48)),
+            Ok(0)
+        );
+        assert_eq!(
+            choose_gpu_for_user(&gpus, 100, 60, rule(false, true, 48)),
+            Err(PlacementError::OnlyBesideOtherUsers { units: 60 })
+        );
+        // What fits nowhere is still NoGpuHasRoom.
+        assert!(matches!(
+            choose_gpu_for_user(&gpus, 100, 95, rule(false, true, 48)),
+            Err(PlacementError::NoGpuHasRoom { .. })
+        ));
+    }
+
+    #[test]
+    fn a_gpu_at_its_client_limit_takes_no_more_shares() {
+        let mut gpus = empty_gpus(2);
+        let placed: Vec<usize> = (0..4)
+            .map(|_| {
+                let g = choose_gpu_for_user(&gpus, 100, 1, rule(true, false, 2))
+                    .unwrap_or_else(|e| panic!("{e}"));
+                gpus[g].used_units += 1;
+                gpus[g].share_jobs += 1;
+                g
+            })
+            .collect();
+        assert_eq!(placed, vec![0, 1, 0, 1]);
+        let e = choose_gpu_for_user(&gpus, 100, 1, rule(true, false, 2));
+        assert_eq!(e, Err(PlacementError::TooManyClients { max_clients: 2 }));
+        assert!(e
+            .map_err(|e| e.to_string())
+            .err()
+            .unwrap_or_default()
+            .contains("MaxClientsPerGPU"));
     }
 
     #[test]
@@ -277,11 +447,13 @@ mod tests {
                 used_units: 50,
                 share_jobs: 1,
                 held_whole: false,
+                ..GpuLoad::default()
             },
             GpuLoad {
                 used_units: 30,
                 share_jobs: 3,
                 held_whole: false,
+                ..GpuLoad::default()
             },
         ];
         assert_eq!(choose_gpu(&gpus, 100, 10), Ok(1));
@@ -332,11 +504,13 @@ mod tests {
                 used_units: 50,
                 share_jobs: 1,
                 held_whole: false,
+                ..GpuLoad::default()
             },
             GpuLoad {
                 used_units: 60,
                 share_jobs: 2,
                 held_whole: false,
+                ..GpuLoad::default()
             },
         ];
         let error = choose_gpu(&gpus, 100, 60);
@@ -363,11 +537,13 @@ mod tests {
                 used_units: 150,
                 share_jobs: 3,
                 held_whole: false,
+                ..GpuLoad::default()
             },
             GpuLoad {
                 used_units: 95,
                 share_jobs: 1,
                 held_whole: false,
+                ..GpuLoad::default()
             },
         ];
         assert_eq!(choose_gpu(&gpus, 100, 5), Ok(1));
@@ -418,6 +594,7 @@ mod tests {
                 used_units,
                 share_jobs,
                 held_whole,
+                other_user: false,
             })
     }
 

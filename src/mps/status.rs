@@ -28,6 +28,199 @@ pub struct NodeStatus {
     /// Unreadable state files moved aside, waiting for an admin.
     #[serde(default)]
     pub set_aside_files: Vec<PathBuf>,
+    /// Each GPU's MPS daemon and limits (`gpu-mps status` adds them; the
+    /// published copy has none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mps: Vec<GpuMps>,
+    /// What an admin should fix that is not a GPU's row (an NVML order
+    /// that contradicts GPUDevices).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// What is known of a GPU's MPS control daemon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DaemonState {
+    /// It answers on its control pipe (root asked it).
+    Running,
+    /// Its control pipe is there but it does not answer: the next
+    /// placement on this GPU kills and restarts it.
+    NotAnswering,
+    /// Its control pipe is there (only root can ask the daemon itself).
+    PipePresent,
+    /// No daemon.
+    Stopped,
+    /// gpushare does not run daemons here (`MPSControl=none`, or no
+    /// `nvidia-cuda-mps-control` installed).
+    Unmanaged,
+}
+
+/// A share's limits, as the job was told and the server enforces.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShareLimits {
+    pub job: u32,
+    pub user: String,
+    pub thread_percentage: u32,
+    pub memory_limit_mib: Option<u64>,
+}
+
+/// One GPU's MPS side: daemon, users, server limits, each share's limits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuMps {
+    pub gpu: u32,
+    pub daemon: DaemonState,
+    /// The daemon's and its servers' processes (root only).
+    pub daemon_pids: Vec<u32>,
+    /// MPS server processes the daemon lists (root only).
+    pub servers: Vec<u32>,
+    /// One server for all users (`MultiUser=yes`).
+    pub multi_user: bool,
+    /// Users with shares on this GPU.
+    pub users: Vec<String>,
+    /// More than one user without a multi-user server: MPS serves one
+    /// user at a time, so they are time-sliced.
+    pub time_sliced: bool,
+    /// MPS clients on this GPU (share jobs), and the most it takes.
+    pub clients: u32,
+    pub max_clients: u32,
+    /// The server's limits: those of the largest share.
+    pub thread_percentage: Option<u32>,
+    pub memory_limit_mib: Option<u64>,
+    pub shares: Vec<ShareLimits>,
+    /// From NVML, where it could be loaded: the GPU's UUID, its memory
+    /// (MiB), and its compute processes (the MPS server, and on recent drivers its clients).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvml_compute_processes: Option<Vec<u32>>,
+}
+
+/// What `gpu-mps status` learnt of GPU `gpu`'s daemon.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DaemonProbe {
+    pub state: DaemonState,
+    pub pids: Vec<u32>,
+    pub servers: Vec<u32>,
+}
+
+/// The MPS rows of `gpus` (from [`LedgerState::per_gpu`]), with each
+/// GPU's daemon as `probe` finds it.
+pub fn mps_view(
+    cfg: &GpuMpsConfig,
+    gpus: &[GpuView],
+    probe: impl Fn(u32) -> DaemonProbe,
+) -> Vec<GpuMps> {
+    gpus.iter()
+        .map(|g| {
+            let users: Vec<String> = g
+                .shares
+                .iter()
+                .map(|s| s.user.clone())
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            let limits = super::daemon::server_limits(cfg, g.shares.iter());
+            let found = probe(g.index);
+            GpuMps {
+                gpu: g.index,
+                daemon: found.state,
+                daemon_pids: found.pids,
+                servers: found.servers,
+                multi_user: cfg.multi_user,
+                time_sliced: users.len() > 1 && !cfg.multi_user,
+                users,
+                clients: u32::try_from(g.shares.len()).unwrap_or(u32::MAX),
+                max_clients: cfg.max_clients_per_gpu,
+                thread_percentage: limits.map(|l| l.thread_percentage),
+                memory_limit_mib: limits.and_then(|l| l.memory_mib),
+                shares: g
+                    .shares
+                    .iter()
+                    .map(|s| ShareLimits {
+                        job: s.job,
+                        user: s.user.clone(),
+                        thread_percentage: cfg.thread_percentage(s.units),
+                        memory_limit_mib: s.memory_mib,
+                    })
+                    .collect(),
+                uuid: None,
+                memory_mib: None,
+                nvml_compute_processes: None,
+            }
+        })
+        .collect()
+}
+
+/// The MPS table under the share table.
+fn mps_table(rows: &[GpuMps]) -> String {
+    let cells: Vec<[String; 6]> = rows
+        .iter()
+        .map(|m| {
+            let daemon = match m.daemon {
+                DaemonState::Running => "running",
+                DaemonState::NotAnswering => "NOT-ANSWERING",
+                DaemonState::PipePresent => "pipe-present",
+                DaemonState::Stopped => "stopped",
+                DaemonState::Unmanaged => "unmanaged",
+            };
+            let limits = m
+                .shares
+                .iter()
+                .map(|s| match s.memory_limit_mib {
+                    Some(mib) => format!("{}:{}%/{mib}M", s.job, s.thread_percentage),
+                    None => format!("{}:{}%", s.job, s.thread_percentage),
+                })
+                .collect::<Vec<_>>()
+                .join(" ");
+            [
+                m.gpu.to_string(),
+                if m.daemon_pids.is_empty() {
+                    daemon.to_owned()
+                } else {
+                    format!(
+                        "{daemon}({})",
+                        m.daemon_pids
+                            .iter()
+                            .map(u32::to_string)
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    )
+                },
+                if m.users.is_empty() {
+                    "-".to_owned()
+                } else {
+                    m.users.join(",")
+                },
+                format!("{}/{}", m.clients, m.max_clients),
+                if limits.is_empty() {
+                    "-".to_owned()
+                } else {
+                    limits
+                },
+                match (m.multi_user, m.time_sliced) {
+                    (true, _) => "MULTI-USER".to_owned(),
+                    (false, true) => "TIME-SLICED".to_owned(),
+                    _ => String::new(),
+                },
+            ]
+        })
+        .collect();
+    aligned(
+        [
+            "GPU",
+            "MPS-DAEMON",
+            "USERS",
+            "CLIENTS",
+            "LIMITS(job:threads/mem)",
+            "FLAGS",
+        ],
+        cells,
+    )
 }
 
 impl NodeStatus {
@@ -43,12 +236,19 @@ impl NodeStatus {
             gpus: state.per_gpu(gpu_count, units_per_gpu),
             lost: state.lost_reason().cloned(),
             set_aside_files,
+            mps: Vec::new(),
+            warnings: Vec::new(),
         }
     }
 
     /// Whether anything needs an admin's attention (the command exits 1).
     pub fn has_problem(&self) -> bool {
         self.lost.is_some()
+            || !self.warnings.is_empty()
+            || self
+                .mps
+                .iter()
+                .any(|m| m.daemon == DaemonState::NotAnswering)
             || !self.set_aside_files.is_empty()
             || self
                 .gpus
@@ -67,12 +267,19 @@ impl NodeStatus {
     /// problem that is not a GPU's.
     pub fn table(&self, devices: &[impl AsRef<Path>]) -> String {
         let mut out = table(&self.gpus, devices, self.units_per_gpu);
+        if !self.mps.is_empty() {
+            out.push('\n');
+            out.push_str(&mps_table(&self.mps));
+        }
         if let Some(lost) = &self.lost {
             let _ = writeln!(
                 out,
                 "LOST: the GPU loads are unknown since {} ({}); no share is placed until root runs `gpu-mps gc`",
                 lost.since, lost.reason
             );
+        }
+        for w in &self.warnings {
+            let _ = writeln!(out, "WARNING: {w}");
         }
         for file in &self.set_aside_files {
             let _ = writeln!(
@@ -138,6 +345,11 @@ fn table(gpus: &[GpuView], devices: &[impl AsRef<Path>], units_per_gpu: u32) -> 
         "JOBS(user:units)",
         "FLAGS",
     ];
+    aligned(head, rows)
+}
+
+/// Rows under a head, columns padded to their widest cell.
+fn aligned<const N: usize>(head: [&str; N], rows: Vec<[String; N]>) -> String {
     let mut width = head.map(str::len);
     for r in &rows {
         for (w, cell) in width.iter_mut().zip(r) {
@@ -281,11 +493,104 @@ pub fn node_config(
     out
 }
 
+/// Where NVML's minor numbers (the N of `/dev/nvidiaN`, in NVML's PCI
+/// order) disagree with `GPUDevices=`: one warning per GPU. A node whose
+/// list is in another order would start GPU i's daemon on another GPU than
+/// the device file its jobs are confined to.
+pub fn minor_mismatches(devices: &[impl AsRef<Path>], minors: &[Option<u32>]) -> Vec<String> {
+    let listed = |p: &Path| -> Option<u32> {
+        p.file_name()?
+            .to_str()?
+            .strip_prefix("nvidia")?
+            .parse()
+            .ok()
+    };
+    let mut out = Vec::new();
+    for (i, minor) in minors.iter().enumerate() {
+        let device = devices.get(i).map(AsRef::as_ref);
+        match (device, minor) {
+            (Some(d), Some(m)) if listed(d) != Some(*m) => out.push(format!(
+                "GPU {i}: NVML's GPU {i} (PCI order) is /dev/nvidia{m}, but GPUDevices lists {} \
+                 in position {i}: list the device files in PCI bus order",
+                d.display()
+            )),
+            (None, _) => out.push(format!(
+                "GPU {i}: NVML reports {} GPUs, GPUDevices lists {}",
+                minors.len(),
+                devices.len()
+            )),
+            _ => {}
+        }
+    }
+    out.dedup();
+    out
+}
+
+/// Whether a node could use MPS v3's kernel-enforced memory limits
+/// (driver r615 or later, cgroup v2 with the `dmem` controller): the line
+/// `gpu-mps config` prints.
+pub fn mps_v3_readiness(driver: Option<&str>, cgroup_v2: bool, dmem: bool) -> String {
+    let major = driver
+        .and_then(|d| d.split('.').next())
+        .and_then(|m| m.parse::<u32>().ok());
+    let driver_text = match (driver, major) {
+        (Some(d), Some(m)) if m >= 615 => format!("driver {d} (r615 or later: yes)"),
+        (Some(d), _) => format!("driver {d} (needs r615 or later)"),
+        (None, _) => "no NVIDIA driver found".to_owned(),
+    };
+    let ready = major.is_some_and(|m| m >= 615) && cgroup_v2 && dmem;
+    format!(
+        "# MPS v3 (namespaces, kernel-enforced memory limits): {}; {driver_text}; cgroup v2: {}; \
+         dmem controller: {}\n",
+        if ready {
+            "this node could use it"
+        } else {
+            "not on this node"
+        },
+        if cgroup_v2 { "yes" } else { "no" },
+        if dmem {
+            "yes"
+        } else {
+            "no (kernel 6.14 or later)"
+        },
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::mps::booking::MpsBooking;
     use crate::mps::ledger::{LedgerState, ShareRecord, WholeRecord};
+
+    #[test]
+    fn nvml_minors_are_checked_against_the_device_list() {
+        let devices = ["/dev/nvidia0", "/dev/nvidia1"];
+        assert!(minor_mismatches(&devices, &[Some(0), Some(1)]).is_empty());
+        let swapped = minor_mismatches(&devices, &[Some(1), Some(0)]);
+        assert_eq!(swapped.len(), 2, "{swapped:?}");
+        assert!(swapped[0].contains("is /dev/nvidia1, but GPUDevices lists /dev/nvidia0"));
+        assert_eq!(
+            minor_mismatches(&devices, &[Some(0), Some(1), Some(2)]).len(),
+            1
+        );
+        assert!(minor_mismatches(&devices, &[None, None]).is_empty());
+    }
+
+    #[test]
+    fn mps_v3_needs_r615_cgroup_v2_and_dmem() {
+        assert!(mps_v3_readiness(Some("615.12"), true, true).contains("this node could use it"));
+        for (driver, v2, dmem) in [
+            (Some("580.65.06"), true, true),
+            (Some("615.12"), false, true),
+            (Some("615.12"), true, false),
+            (None, true, true),
+        ] {
+            assert!(
+                mps_v3_readiness(driver, v2, dmem).contains("not on this node"),
+                "{driver:?} {v2} {dmem}"
+            );
+        }
+    }
 
     fn state() -> LedgerState {
         let mut s = LedgerState::new();
@@ -297,6 +602,7 @@ mod tests {
             units: 50,
             since: 1,
             placed_by_slurm: false,
+            memory_mib: None,
         });
         s.insert_share(ShareRecord {
             job: 12,
@@ -306,6 +612,7 @@ mod tests {
             units: 25,
             since: 2,
             placed_by_slurm: false,
+            memory_mib: None,
         });
         s.insert_whole(WholeRecord {
             job: 20,

@@ -21,9 +21,9 @@ use gpushare::mps::config::{self, GpuMpsConfig, CONF_NAME};
 use gpushare::mps::daemon;
 use gpushare::mps::ledger::{Ledger, StatusCopy};
 use gpushare::mps::node::{gpu_devices, running_jobs, Node};
-use gpushare::mps::status::{self, Installed, NodeStatus, SlurmSetup};
+use gpushare::mps::status::{self, DaemonProbe, DaemonState, Installed, NodeStatus, SlurmSetup};
 use gpushare::shared::locations::beside_slurm_conf;
-use gpushare_admin::effective_uid;
+use gpushare_admin::{effective_uid, nvml};
 
 /// The MPS shares of this GPU node (gpushare).
 ///
@@ -175,6 +175,19 @@ fn status(conf: &Path, json: bool) -> Result<u8> {
     } else {
         published(&cfg, gpus)?
     };
+    let mut view = view;
+    view.mps = status::mps_view(&cfg, &view.gpus, |gpu| probe_daemon(&cfg, gpu));
+    // NVML where it loads (a node with the driver): UUIDs, memory, MPS
+    // clients, and its GPU order checked against GPUDevices.
+    if let Ok(facts) = nvml::gpus() {
+        for (m, f) in view.mps.iter_mut().zip(&facts) {
+            m.uuid = f.uuid.clone();
+            m.memory_mib = f.memory_mib;
+            m.nvml_compute_processes = Some(f.compute_processes.clone());
+        }
+        let minors: Vec<Option<u32>> = facts.iter().map(|f| f.minor).collect();
+        view.warnings = status::minor_mismatches(&devices, &minors);
+    }
     if json {
         print!("{}", view.to_json());
     } else {
@@ -184,6 +197,64 @@ fn status(conf: &Path, json: bool) -> Result<u8> {
         eprintln!("gpu-mps: the ledger cannot be read, the table above is the published copy: {t}");
     }
     Ok(u8::from(view.has_problem() || trouble.is_some()))
+}
+
+/// GPU `gpu`'s daemon as this user can see it: root asks it and finds its
+/// processes; others see only whether its control pipe is there.
+fn probe_daemon(cfg: &GpuMpsConfig, gpu: u32) -> DaemonProbe {
+    let pipe = daemon::pipe_dir(cfg, gpu);
+    let has_pipe = pipe.join("control").exists();
+    let Some(program) = daemon::program(cfg) else {
+        return DaemonProbe {
+            state: DaemonState::Unmanaged,
+            pids: Vec::new(),
+            servers: Vec::new(),
+        };
+    };
+    if effective_uid() != 0 {
+        return DaemonProbe {
+            state: if has_pipe {
+                DaemonState::PipePresent
+            } else {
+                DaemonState::Stopped
+            },
+            pids: Vec::new(),
+            servers: Vec::new(),
+        };
+    }
+    let pids = daemon::processes(&pipe);
+    match daemon::probe(cfg, &program, gpu) {
+        Ok(servers) => DaemonProbe {
+            state: DaemonState::Running,
+            pids,
+            servers,
+        },
+        Err(_) if has_pipe || !pids.is_empty() => DaemonProbe {
+            state: DaemonState::NotAnswering,
+            pids,
+            servers: Vec::new(),
+        },
+        Err(_) => DaemonProbe {
+            state: DaemonState::Stopped,
+            pids,
+            servers: Vec::new(),
+        },
+    }
+}
+
+/// Stops the daemons of GPUs without a share (left by a crash, or by a
+/// node whose epilog never ran); their names and outcomes.
+fn stop_orphans(shared: &Node) -> Result<Vec<(u32, daemon::MpsDaemon)>> {
+    let state = shared.ledger.snapshot()?.state;
+    let mut stopped = Vec::new();
+    for gpu in 0..shared.gpu_count {
+        let pipe = daemon::pipe_dir(&shared.cfg, gpu);
+        let busy = state.shares().any(|s| s.gpu == gpu);
+        if !busy && (pipe.join("control").exists() || !daemon::processes(&pipe).is_empty()) {
+            stopped.push((gpu, daemon::stop(&shared.cfg, gpu)));
+        }
+    }
+    Ok(stopped)
 }
 
 fn gc(conf: &Path, node: Option<String>) -> Result<u8> {
@@ -208,6 +279,9 @@ fn gc(conf: &Path, node: Option<String>) -> Result<u8> {
     }
     if dropped.value.is_empty() {
         println!("nothing to drop: every record belongs to a job running on {name}");
+    }
+    for (gpu, outcome) in stop_orphans(&shared)? {
+        println!("GPU {gpu}: MPS daemon without a share: {outcome}");
     }
     let rebuilt = shared.ledger.rebuild(|state| {
         running
@@ -267,6 +341,13 @@ fn config(
         .filter(|d| !d.is_empty())
         .unwrap_or_else(|| "<PluginDir>".into());
     println!("# for Slurm {major}.{minor:02}");
+    let cgroup_v2 = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+    let dmem = std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers")
+        .is_ok_and(|c| c.split_whitespace().any(|w| w == "dmem"));
+    print!(
+        "{}",
+        status::mps_v3_readiness(nvml::driver_version().as_deref(), cgroup_v2, dmem)
+    );
     print!(
         "{}",
         status::node_config(

@@ -28,7 +28,7 @@ use std::sync::{Mutex, PoisonError};
 use gpushare::mps::config::{self as mps_conf, GpuMpsConfig, CONF_NAME};
 use gpushare::mps::devices::{confine, job_levels, task_devices_dir, CharDevice, DEVICES_ROOT};
 use gpushare::mps::ledger::Ledger;
-use gpushare::mps::node::{count_mismatch, gpu_devices, task_plan, TaskPlan};
+use gpushare::mps::node::{claim_banner, count_mismatch, gpu_devices, task_plan, TaskPlan};
 use gpushare::shared::locations::beside_slurm_conf;
 use slurm_plugin::log;
 use slurm_plugin::slurm_str::opt_str;
@@ -119,6 +119,21 @@ fn job_id(sp: spank_t) -> Result<u32, SpankError> {
     spank_call("spank_get_item(S_JOB_ID)", rc).map(|()| id)
 }
 
+/// Slurm's step id of the extern step (`SLURM_EXTERN_CONT`, the same on
+/// every release): it runs no task, so it prints nothing.
+const EXTERN_STEP: u32 = 0xffff_fffc;
+
+fn item_u32(
+    sp: spank_t,
+    item: slurm_sys::spank_item,
+    name: &'static str,
+) -> Result<u32, SpankError> {
+    let mut value: u32 = 0;
+    // SAFETY: S_JOB_STEPID and S_TASK_ID write a uint32_t through the pointer.
+    let rc = unsafe { slurm_sys::spank_get_item(sp, item, &mut value as *mut u32) };
+    spank_call(name, rc).map(|()| value)
+}
+
 fn task_pid(sp: spank_t) -> Result<libc::pid_t, SpankError> {
     let mut pid: libc::pid_t = 0;
     // SAFETY: S_TASK_PID writes a pid_t through the pointer we pass.
@@ -203,7 +218,13 @@ fn init(sp: spank_t, args: &[String]) -> SpankResult {
     // the job holds is the ledger's record, which only the prolog writes.
     let slurm_says_share = getenv(sp, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")?.is_some();
     let plan = match task_plan(&cfg, &ledger, job, slurm_says_share) {
-        Ok(Some(p)) => {
+        Ok(Some(mut p)) => {
+            // The limits line goes once into the job's output: from the
+            // first step on this node that runs tasks.
+            let step = item_u32(sp, slurm_sys::S_JOB_STEPID, "spank_get_item(S_JOB_STEPID)")?;
+            if step == EXTERN_STEP || !claim_banner(&ledger, job) {
+                p.banner.clear();
+            }
             log::info(&format!(
                 "gpu_mps: job {job}: GPU {} ({}), {} units, placed by {}",
                 p.gpu,
@@ -240,10 +261,16 @@ fn task_init(sp: spank_t) -> SpankResult {
             eprintln!("{text}");
             Err(SpankError::Failed(text))
         }
-        StepPlan::Share(plan) => plan
-            .env
-            .iter()
-            .try_for_each(|(name, value)| setenv(sp, name, value)),
+        StepPlan::Share(plan) => {
+            if !plan.banner.is_empty()
+                && item_u32(sp, slurm_sys::S_TASK_ID, "spank_get_item(S_TASK_ID)")? == 0
+            {
+                eprintln!("{}", plan.banner);
+            }
+            plan.env
+                .iter()
+                .try_for_each(|(name, value)| setenv(sp, name, value))
+        }
     }
 }
 

@@ -1,0 +1,404 @@
+//! The MPS control daemons gpushare runs for shares, on a real cluster
+//! with 4 fake a40s and a stand-in `nvidia-cuda-mps-control`
+//! (`tests/mps/nvidia-cuda-mps-control`). There is no GPU here: these
+//! tests check gpushare's handling of the control program and of the
+//! daemon's process (when it is started, asked, restarted, stopped, with
+//! which arguments and limits), not MPS itself. The stand-in records each
+//! call in `standin.log` and leaves a process named like the real daemon.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use gpushare::mps::ledger::LedgerState;
+use gpushare::mps::status::{DaemonState, NodeStatus};
+use testcluster::cluster::{slurm_places_shares, wait_for};
+use testcluster::users::TestUser;
+use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
+
+/// A40s of 48 GiB: a share of 25 units may pin 12 GiB.
+const GPU_MEMORY: &str = "GPUMemory=48G";
+
+fn spec() -> ClusterSpec {
+    let mut spec = ClusterSpec::mps_node();
+    for (name, text) in &mut spec.extra_conf_files {
+        if name == "gpu_mps.conf" {
+            *text = text.replace(
+                "MPSControl=none",
+                &format!("MPSControl={{cluster}}/mps-bin/nvidia-cuda-mps-control\n{GPU_MEMORY}"),
+            );
+        }
+    }
+    spec
+}
+
+fn main() -> ExitCode {
+    if testcluster::cluster::cgroup_v2() && !slurm_places_shares() {
+        // Every share is refused there (see gpu_mps.rs): no daemon to run.
+        return ExitCode::SUCCESS;
+    }
+    let mut suite = Suite::new(spec())
+        .test(
+            "one_daemon_per_gpu_started_by_the_first_share_quit_after_the_last",
+            lifecycle,
+        )
+        .test(
+            "a_killed_daemon_is_restarted_by_the_next_share",
+            killed_daemon,
+        )
+        .test("a_hung_daemon_does_not_hang_the_job_start", hung_daemon)
+        .test(
+            "a_share_beside_another_users_server_is_told_and_shown",
+            beside_other_user,
+        );
+    if !slurm_places_shares() {
+        suite = suite.test(
+            "two_users_never_share_a_server_while_another_gpu_has_room",
+            users_kept_apart,
+        );
+    }
+    suite
+        .test("multi_user_daemons_start_with_minus_m", multi_user)
+        .run()
+}
+
+const SCRIPT: &str = "--wrap=echo GPU=$GPUSHARE_GPU MEM=$CUDA_MPS_PINNED_DEVICE_MEM_LIMIT PIPE=$CUDA_MPS_PIPE_DIRECTORY; sleep 300";
+
+fn bin_dir(c: &Cluster) -> PathBuf {
+    c.dir.join("mps-bin")
+}
+
+/// Ends every job, puts the stand-in in place and empties its call log.
+fn standin(c: &Cluster) -> Result<(), String> {
+    cancel_and_wait_stopped(c)?;
+    let dir = bin_dir(c);
+    fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let program = dir.join("nvidia-cuda-mps-control");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("mps/nvidia-cuda-mps-control");
+    fs::copy(&source, &program).map_err(|e| format!("{}: {e}", source.display()))?;
+    fs::set_permissions(&program, fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
+    let _ = fs::remove_file(dir.join("hang"));
+    fs::write(dir.join("standin.log"), "").map_err(|e| e.to_string())
+}
+
+/// The stand-in's calls so far, one per line: `gpu=N args=...` or `gpu=N cmd=...`.
+fn calls(c: &Cluster) -> Vec<String> {
+    fs::read_to_string(bin_dir(c).join("standin.log"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// GPUs the stand-in got `what` for (`args=-d`, `cmd=quit`), one entry per call.
+fn gpus_with(c: &Cluster, what: &str) -> Vec<u32> {
+    calls(c)
+        .iter()
+        .filter(|l| l.split_once(' ').is_some_and(|(_, rest)| rest == what))
+        .filter_map(|l| l.strip_prefix("gpu=")?.split(' ').next()?.parse().ok())
+        .collect()
+}
+
+fn ledger(c: &Cluster) -> LedgerState {
+    let path = c.dir.join("run/gpu-mps/state");
+    LedgerState::parse(&fs::read_to_string(&path).unwrap_or_default(), &path).unwrap_or_default()
+}
+
+fn pipe(c: &Cluster, gpu: u32) -> PathBuf {
+    c.dir.join(format!("run/gpu-mps-mps/gpu{gpu}/pipe"))
+}
+
+/// The stand-in daemon's processes for GPU `gpu`.
+fn daemons(c: &Cluster, gpu: u32) -> Vec<u32> {
+    gpushare::mps::daemon::processes(&pipe(c, gpu))
+}
+
+/// Submits `n` shares of `units` as root and waits for them to run.
+fn shares(c: &Cluster, n: usize, units: u32) -> Result<Vec<u32>, String> {
+    let gres = format!("--gres=mps:{units}");
+    let ids: Vec<u32> = (0..n)
+        .map(|_| c.sbatch_ok(&[&gres, SCRIPT]))
+        .collect::<Result<_, _>>()?;
+    for &id in &ids {
+        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(90))?;
+    }
+    // The job's output is there once its prolog is done.
+    wait_for("the jobs' output", Duration::from_secs(60), || {
+        ids.iter()
+            .all(|&id| c.job_output(id).contains("GPU="))
+            .then_some(())
+    })?;
+    Ok(ids)
+}
+
+fn status_json(c: &Cluster) -> Result<NodeStatus, String> {
+    let bin = testcluster::cluster::build_dir()?.join("gpu-mps");
+    let conf = c.slurm_conf().with_file_name("gpu_mps.conf");
+    let out = c.run(
+        &bin.to_string_lossy(),
+        &["status", "--json", "--conf", &conf.to_string_lossy()],
+    )?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(&text).map_err(|e| format!("gpu-mps status --json: {e}: {text}"))
+}
+
+fn used_gpus(c: &Cluster) -> BTreeSet<u32> {
+    ledger(c).shares().map(|s| s.gpu).collect()
+}
+
+fn cancel_and_wait_stopped(c: &Cluster) -> TestResult {
+    c.cancel_all()?;
+    wait_for(
+        "every daemon to be stopped",
+        Duration::from_secs(30),
+        || (0..4).all(|g| daemons(c, g).is_empty()).then_some(()),
+    )
+    .map_err(|e| format!("{e}: calls {:?}", calls(c)))
+}
+
+fn lifecycle(c: &mut Cluster) -> TestResult {
+    standin(c)?;
+    let ids = shares(c, 8, 25)?;
+    let gpus = used_gpus(c);
+    ensure(gpus.len() == 4, format!("8 shares on GPUs {gpus:?}"))?;
+    let mut started = gpus_with(c, "args=-d");
+    started.sort_unstable();
+    ensure(
+        started == vec![0, 1, 2, 3],
+        format!("one -d per GPU expected, got {started:?}: {:?}", calls(c)),
+    )?;
+    for g in 0..4 {
+        ensure(
+            daemons(c, g).len() == 1,
+            format!("GPU {g}: daemon processes {:?}", daemons(c, g)),
+        )?;
+    }
+    // The server limits: the largest share's (25 units: 25 %, 12 GiB).
+    let log = calls(c);
+    for want in [
+        "cmd=set_default_active_thread_percentage 25",
+        "cmd=set_default_device_pinned_mem_limit 0 12288M",
+    ] {
+        ensure(
+            log.iter().any(|l| l.ends_with(want)),
+            format!("no `{want}` among {log:?}"),
+        )?;
+    }
+    for &id in &ids {
+        let out = c.job_output(id);
+        ensure(
+            out.contains("MEM=0=12288M")
+                && out.lines().next().is_some_and(|l| {
+                    l.contains(&format!("gpu_mps: job {id}: MPS share of 25 units"))
+                        && l.contains("25 % of its threads, 12288 MiB of device memory")
+                })
+                && out.matches("gpu_mps: job").count() == 1,
+            format!("job {id}'s output: {out}"),
+        )?;
+    }
+    let status = status_json(c)?;
+    ensure(
+        status.mps.len() == 4
+            && status.mps.iter().all(|m| {
+                m.daemon == DaemonState::Running
+                    && m.daemon_pids.len() == 1
+                    && m.clients == 2
+                    && m.thread_percentage == Some(25)
+                    && m.memory_limit_mib == Some(12288)
+                    && m.shares.iter().all(|s| s.memory_limit_mib == Some(12288))
+            }),
+        format!("gpu-mps status --json: {:?}", status.mps),
+    )?;
+    cancel_and_wait_stopped(c)?;
+    let mut quit = gpus_with(c, "cmd=quit");
+    quit.sort_unstable();
+    ensure(
+        quit == vec![0, 1, 2, 3] && gpus_with(c, "args=-d").len() == 4,
+        format!(
+            "one quit per GPU after its last share expected: {:?}",
+            calls(c)
+        ),
+    )
+}
+
+fn killed_daemon(c: &mut Cluster) -> TestResult {
+    standin(c)?;
+    shares(c, 4, 50)?;
+    let before: Vec<u32> = (0..4).flat_map(|g| daemons(c, g)).collect();
+    ensure(before.len() == 4, format!("daemons {before:?}"))?;
+    let pids: Vec<String> = before.iter().map(u32::to_string).collect();
+    let mut args = vec!["-KILL"];
+    args.extend(pids.iter().map(String::as_str));
+    c.run_ok("kill", &args)?;
+    wait_for("the daemons to die", Duration::from_secs(10), || {
+        (0..4).all(|g| daemons(c, g).is_empty()).then_some(())
+    })?;
+    // Each left its control pipe behind, as a killed real daemon does.
+    ensure(
+        (0..4).all(|g| pipe(c, g).join("control").exists()),
+        "a killed daemon's control file is gone",
+    )?;
+    shares(c, 4, 50)?;
+    for g in 0..4 {
+        let now = daemons(c, g);
+        ensure(
+            now.len() == 1 && !before.contains(&now[0]),
+            format!("GPU {g}: daemon {now:?} after the kill of {before:?}"),
+        )?;
+    }
+    ensure(
+        gpus_with(c, "args=-d").len() == 8,
+        format!("4 starts and 4 restarts expected: {:?}", calls(c)),
+    )?;
+    let log = c.syslog();
+    ensure(
+        log.contains("restarted"),
+        format!("syslog does not say the daemons were restarted:\n{log}"),
+    )?;
+    cancel_and_wait_stopped(c)
+}
+
+fn hung_daemon(c: &mut Cluster) -> TestResult {
+    standin(c)?;
+    shares(c, 4, 50)?;
+    // Every call of the control program hangs from now on.
+    fs::write(bin_dir(c).join("hang"), "").map_err(|e| e.to_string())?;
+    let started = Instant::now();
+    let ids = shares(c, 1, 50)?;
+    ensure(
+        started.elapsed() < Duration::from_secs(80),
+        format!("the share took {:?} to start", started.elapsed()),
+    )?;
+    ensure(!ids.is_empty(), "no job")?;
+    let log = c.syslog();
+    ensure(
+        log.lines()
+            .any(|l| l.contains("gpu-mps-prolog") && l.contains("did not finish within")),
+        format!("syslog lacks the killed control program:\n{log}"),
+    )?;
+    let _ = fs::remove_file(bin_dir(c).join("hang"));
+    cancel_and_wait_stopped(c)
+}
+
+/// A user's sbatch of a share, its output in the user's home.
+fn user_share(c: &Cluster, user: &TestUser, units: u32) -> Result<u32, String> {
+    let out = user.run_ok(
+        c,
+        None,
+        "sbatch",
+        &[
+            "--parsable",
+            &format!("--output={}/%j.out", user.home.display()),
+            &format!("--gres=mps:{units}"),
+            SCRIPT,
+        ],
+    )?;
+    let id = out
+        .trim()
+        .split(';')
+        .next()
+        .and_then(|i| i.parse().ok())
+        .ok_or_else(|| format!("sbatch printed {out:?}"))?;
+    c.wait_job_state(id, &["RUNNING"], Duration::from_secs(90))?;
+    wait_for("the job's output", Duration::from_secs(60), || {
+        user_output(user, id).contains("GPU=").then_some(())
+    })?;
+    Ok(id)
+}
+
+fn user_output(user: &TestUser, id: u32) -> String {
+    fs::read_to_string(user.home.join(format!("{id}.out"))).unwrap_or_default()
+}
+
+fn gpu_of(c: &Cluster, id: u32) -> Result<u32, String> {
+    ledger(c)
+        .share(id)
+        .map(|s| s.gpu)
+        .ok_or_else(|| format!("job {id} has no share"))
+}
+
+/// Only another user's GPUs have room: the share is queued there (the
+/// default rule), its output says it will be time-sliced, and the status
+/// marks the GPU. Also where Slurm chose the GPU.
+fn beside_other_user(c: &mut Cluster) -> TestResult {
+    standin(c)?;
+    let alice = TestUser::create(c, "gpushare-alice")?;
+    let bob = TestUser::create(c, "gpushare-bob")?;
+    for _ in 0..4 {
+        user_share(c, &alice, 60)?;
+    }
+    let id = user_share(c, &bob, 30)?;
+    let gpu = gpu_of(c, id)?;
+    let out = user_output(&bob, id);
+    ensure(
+        out.contains("runs the MPS server of user gpushare-alice") && out.contains("time-sliced"),
+        format!("bob's job {id} on GPU {gpu} was not told: {out}"),
+    )?;
+    let status = status_json(c)?;
+    let row = status.mps.iter().find(|m| m.gpu == gpu);
+    ensure(
+        row.is_some_and(|m| {
+            m.time_sliced && m.users == vec!["gpushare-alice".to_owned(), "gpushare-bob".to_owned()]
+        }),
+        format!("status of GPU {gpu}: {row:?}"),
+    )?;
+    cancel_and_wait_stopped(c)
+}
+
+/// Where gpushare places: a GPU of the user's own (or an empty one) beats
+/// a less loaded GPU of another user's server.
+fn users_kept_apart(c: &mut Cluster) -> TestResult {
+    standin(c)?;
+    let alice = TestUser::create(c, "gpushare-alice")?;
+    let bob = TestUser::create(c, "gpushare-bob")?;
+    let a = user_share(c, &alice, 20)?;
+    let alice_gpu = gpu_of(c, a)?;
+    let mut bob_gpus = BTreeSet::new();
+    for _ in 0..3 {
+        let id = user_share(c, &bob, 60)?;
+        bob_gpus.insert(gpu_of(c, id)?);
+    }
+    ensure(
+        bob_gpus.len() == 3 && !bob_gpus.contains(&alice_gpu),
+        format!("bob's 60-unit shares on {bob_gpus:?}, alice's on {alice_gpu}"),
+    )?;
+    // 30 units: alice's GPU is the least loaded (80 free against 40), but
+    // bob's own GPUs have room, so it goes to one of them.
+    let id = user_share(c, &bob, 30)?;
+    let gpu = gpu_of(c, id)?;
+    ensure(
+        bob_gpus.contains(&gpu),
+        format!("bob's 30-unit share went to GPU {gpu}, alice's is {alice_gpu}"),
+    )?;
+    let out = user_output(&bob, id);
+    ensure(
+        !out.contains("time-sliced"),
+        format!("bob's job {id}: {out}"),
+    )?;
+    cancel_and_wait_stopped(c)
+}
+
+fn multi_user(c: &mut Cluster) -> TestResult {
+    standin(c)?;
+    let path = c.slurm_conf().with_file_name("gpu_mps.conf");
+    let original = fs::read_to_string(&path).map_err(|e| e.to_string())?;
+    fs::write(&path, format!("{original}MultiUser=yes\n")).map_err(|e| e.to_string())?;
+    let result = (|| {
+        let ids = shares(c, 1, 25)?;
+        let gpu = gpu_of(c, ids[0])?;
+        let starts: Vec<String> = calls(c)
+            .into_iter()
+            .filter(|l| l.contains("args=-d"))
+            .collect();
+        ensure(
+            starts == vec![format!("gpu={gpu} args=-d -M")],
+            format!("MultiUser=yes: starts {starts:?}"),
+        )
+    })();
+    fs::write(&path, original).map_err(|e| e.to_string())?;
+    cancel_and_wait_stopped(c)?;
+    result
+}
