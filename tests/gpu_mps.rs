@@ -438,6 +438,7 @@ fn reconcile(c: &mut Cluster) -> TestResult {
             since: 1,
             placed_by_slurm: false,
             memory_mib: None,
+            clients: None,
         });
     }
     fs::write(c.dir.join("run/gpu-mps/state"), state.to_json()).map_err(|e| e.to_string())?;

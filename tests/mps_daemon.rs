@@ -62,6 +62,10 @@ fn main() -> ExitCode {
     }
     suite
         .test("multi_user_daemons_start_with_minus_m", multi_user)
+        .test(
+            "a_step_with_more_tasks_than_the_gpu_serves_is_refused",
+            too_many_clients,
+        )
         .run()
 }
 
@@ -381,12 +385,24 @@ fn users_kept_apart(c: &mut Cluster) -> TestResult {
     cancel_and_wait_stopped(c)
 }
 
-fn multi_user(c: &mut Cluster) -> TestResult {
-    standin(c)?;
+/// Runs `f` with `line` added to gpu_mps.conf, restoring it after.
+fn with_line(
+    c: &mut Cluster,
+    line: &str,
+    f: impl FnOnce(&mut Cluster) -> TestResult,
+) -> TestResult {
     let path = c.slurm_conf().with_file_name("gpu_mps.conf");
     let original = fs::read_to_string(&path).map_err(|e| e.to_string())?;
-    fs::write(&path, format!("{original}MultiUser=yes\n")).map_err(|e| e.to_string())?;
-    let result = (|| {
+    fs::write(&path, format!("{original}{line}\n")).map_err(|e| e.to_string())?;
+    let result = f(c);
+    fs::write(&path, original).map_err(|e| e.to_string())?;
+    cancel_and_wait_stopped(c)?;
+    result
+}
+
+fn multi_user(c: &mut Cluster) -> TestResult {
+    standin(c)?;
+    with_line(c, "MultiUser=yes", |c| {
         let ids = shares(c, 1, 25)?;
         let gpu = gpu_of(c, ids[0])?;
         let starts: Vec<String> = calls(c)
@@ -397,8 +413,35 @@ fn multi_user(c: &mut Cluster) -> TestResult {
             starts == vec![format!("gpu={gpu} args=-d -M")],
             format!("MultiUser=yes: starts {starts:?}"),
         )
-    })();
-    fs::write(&path, original).map_err(|e| e.to_string())?;
-    cancel_and_wait_stopped(c)?;
-    result
+    })
+}
+
+/// Each task is an MPS client: a step with more tasks than the GPU's
+/// server takes fails with the reason; one within the limit runs.
+fn too_many_clients(c: &mut Cluster) -> TestResult {
+    standin(c)?;
+    with_line(c, "MaxClientsPerGPU=2", |c| {
+        let two = c.srun(&["--gres=mps:25", "-n2", "sh", "-c", "echo GPU=$GPUSHARE_GPU"])?;
+        let text = String::from_utf8_lossy(&two.stdout);
+        ensure(
+            two.status.success() && text.matches("GPU=").count() == 2,
+            format!(
+                "srun -n2 under MaxClientsPerGPU=2: {text} {}",
+                String::from_utf8_lossy(&two.stderr)
+            ),
+        )?;
+        let three = c.srun(&["--gres=mps:25", "-n3", "sh", "-c", "echo GPU=$GPUSHARE_GPU"])?;
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&three.stdout),
+            String::from_utf8_lossy(&three.stderr)
+        );
+        ensure(
+            !three.status.success()
+                && all.contains("this step runs 3 tasks")
+                && all.contains("MaxClientsPerGPU")
+                && !all.contains("GPU="),
+            format!("srun -n3 under MaxClientsPerGPU=2: {all}"),
+        )
+    })
 }

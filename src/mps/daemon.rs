@@ -441,6 +441,7 @@ mod tests {
             since: 0,
             placed_by_slurm: false,
             memory_mib,
+            clients: None,
         }
     }
 

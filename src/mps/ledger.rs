@@ -83,6 +83,18 @@ pub struct ShareRecord {
     /// placement (`None`: none, or not known yet).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_mib: Option<u64>,
+    /// MPS clients the job runs on its GPU: its largest step's tasks on
+    /// this node, set by the SPANK plugin when a step starts (`None`: no
+    /// step yet, counted as 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clients: Option<u32>,
+}
+
+impl ShareRecord {
+    /// The MPS clients this share counts for.
+    pub fn client_count(&self) -> u32 {
+        self.clients.unwrap_or(1).max(1)
+    }
 }
 
 /// A job holding GPUs whole (gpu GRES), as named by its Prolog environment.
@@ -236,6 +248,7 @@ impl LedgerState {
             if let Some(load) = loads.get_mut(index(share.gpu)) {
                 load.used_units = load.used_units.saturating_add(share.units);
                 load.share_jobs = load.share_jobs.saturating_add(1);
+                load.clients = load.clients.saturating_add(share.client_count());
             }
         }
         for gpu in self.whole.values().flat_map(|whole| &whole.gpus) {
@@ -781,6 +794,7 @@ impl Ledger {
                 since: unix_now(),
                 placed_by_slurm: slurm.is_some(),
                 memory_mib: None,
+                clients: None,
             };
             state.insert_share(share.clone());
             let crowded = slurm.is_some_and(|s| {
@@ -812,6 +826,44 @@ impl Ledger {
                 }
                 None => false,
             })
+        })
+    }
+
+    /// Records that a step of `job` runs `tasks` MPS clients on its GPU:
+    /// the job counts for its largest step. `Ok(Err(text))`: the GPU would
+    /// then have more than `max_clients` (the step must fail with `text`).
+    pub fn note_step_clients(
+        &self,
+        job: u32,
+        tasks: u32,
+        max_clients: u32,
+    ) -> Result<Outcome<Result<(), String>>, LedgerError> {
+        self.transact(|state| {
+            let Some(share) = state.shares.get(&job).cloned() else {
+                return Ok(Ok(()));
+            };
+            if tasks <= share.client_count() {
+                return Ok(Ok(()));
+            }
+            let others: u32 = state
+                .shares
+                .values()
+                .filter(|s| s.gpu == share.gpu && s.job != job)
+                .map(ShareRecord::client_count)
+                .sum();
+            if others.saturating_add(tasks) > max_clients {
+                return Ok(Err(format!(
+                    "gpu_mps: job {job}: this step runs {tasks} tasks on GPU {}, each an MPS \
+                     client, and the GPU's MPS server already serves {others} clients of other \
+                     jobs; it takes at most {max_clients} (MaxClientsPerGPU): run fewer tasks \
+                     per share, or ask for whole GPUs",
+                    share.gpu
+                )));
+            }
+            if let Some(s) = state.shares.get_mut(&job) {
+                s.clients = Some(tasks);
+            }
+            Ok(Ok(()))
         })
     }
 
@@ -1756,6 +1808,7 @@ mod tests {
                 since: 0,
                 placed_by_slurm: false,
                 memory_mib: None,
+                clients: None,
             });
         }
         state.insert_whole(WholeRecord {
@@ -1807,6 +1860,7 @@ mod tests {
             since: 0,
             placed_by_slurm: true,
             memory_mib: None,
+            clients: None,
         });
         state.insert_whole(WholeRecord {
             job: 2,
@@ -1828,17 +1882,21 @@ mod tests {
             any::<u64>(),
             any::<bool>(),
             proptest::option::of(any::<u64>()),
+            proptest::option::of(any::<u32>()),
         )
             .prop_map(
-                |(job, uid, user, gpu, units, since, placed_by_slurm, memory_mib)| ShareRecord {
-                    job,
-                    uid,
-                    user,
-                    gpu,
-                    units,
-                    since,
-                    placed_by_slurm,
-                    memory_mib,
+                |(job, uid, user, gpu, units, since, placed_by_slurm, memory_mib, clients)| {
+                    ShareRecord {
+                        job,
+                        uid,
+                        user,
+                        gpu,
+                        units,
+                        since,
+                        placed_by_slurm,
+                        memory_mib,
+                        clients,
+                    }
                 },
             )
     }

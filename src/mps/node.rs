@@ -571,7 +571,7 @@ fn record_slurm_choice(
             let clients = node.ledger.snapshot()?.state.gpu_loads(node.gpu_count);
             if clients
                 .get(gpu as usize)
-                .is_some_and(|l| l.share_jobs > node.cfg.max_clients_per_gpu)
+                .is_some_and(|l| l.clients > node.cfg.max_clients_per_gpu)
             {
                 // Slurm booked it, but the GPU's server takes no more clients.
                 node.ledger.release(env.job)?;

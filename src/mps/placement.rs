@@ -21,6 +21,8 @@ pub struct GpuLoad {
     pub used_units: u32,
     /// How many share jobs hold those units.
     pub share_jobs: u32,
+    /// MPS clients of those jobs (tasks of their largest steps).
+    pub clients: u32,
     /// A running job holds this GPU whole (gpu GRES): shares never go here,
     /// whatever its units say.
     pub held_whole: bool,
@@ -220,7 +222,7 @@ pub struct ServerRule {
     /// Refuse a share that fits only beside another user's server
     /// (`OtherUsers=refuse`) instead of time-slicing the two.
     pub refuse_other_users: bool,
-    /// Share jobs one GPU takes (`MaxClientsPerGPU`).
+    /// MPS clients one GPU takes (`MaxClientsPerGPU`).
     pub max_clients: u32,
 }
 
@@ -255,7 +257,7 @@ pub fn choose_gpu_for_user(
             .collect();
         choose_gpu(&masked, units_per_gpu, units).ok()
     };
-    let open = |g: &GpuLoad| g.share_jobs < rule.max_clients;
+    let open = |g: &GpuLoad| g.clients < rule.max_clients;
     if among(&open).is_none() {
         return Err(PlacementError::TooManyClients {
             max_clients: rule.max_clients,
@@ -427,6 +429,7 @@ mod tests {
                     .unwrap_or_else(|e| panic!("{e}"));
                 gpus[g].used_units += 1;
                 gpus[g].share_jobs += 1;
+                gpus[g].clients += 1;
                 g
             })
             .collect();
@@ -594,6 +597,7 @@ mod tests {
                 used_units,
                 share_jobs,
                 held_whole,
+                clients: share_jobs,
                 other_user: false,
             })
     }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::config::{GpuMpsConfig, Placement};
-use super::ledger::{GpuView, LedgerState, Lost};
+use super::ledger::{GpuView, LedgerState, Lost, ShareRecord};
 
 /// Version of the [`NodeStatus`] schema.
 pub const STATUS_VERSION: u32 = 1;
@@ -83,7 +83,8 @@ pub struct GpuMps {
     /// More than one user without a multi-user server: MPS serves one
     /// user at a time, so they are time-sliced.
     pub time_sliced: bool,
-    /// MPS clients on this GPU (share jobs), and the most it takes.
+    /// MPS clients on this GPU (each share job's largest step's tasks),
+    /// and the most it takes.
     pub clients: u32,
     pub max_clients: u32,
     /// The server's limits: those of the largest share.
@@ -134,7 +135,7 @@ pub fn mps_view(
                 multi_user: cfg.multi_user,
                 time_sliced: users.len() > 1 && !cfg.multi_user,
                 users,
-                clients: u32::try_from(g.shares.len()).unwrap_or(u32::MAX),
+                clients: g.shares.iter().map(ShareRecord::client_count).sum(),
                 max_clients: cfg.max_clients_per_gpu,
                 thread_percentage: limits.map(|l| l.thread_percentage),
                 memory_limit_mib: limits.and_then(|l| l.memory_mib),
@@ -603,6 +604,7 @@ mod tests {
             since: 1,
             placed_by_slurm: false,
             memory_mib: None,
+            clients: None,
         });
         s.insert_share(ShareRecord {
             job: 12,
@@ -613,6 +615,7 @@ mod tests {
             since: 2,
             placed_by_slurm: false,
             memory_mib: None,
+            clients: None,
         });
         s.insert_whole(WholeRecord {
             job: 20,

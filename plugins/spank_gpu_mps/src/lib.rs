@@ -225,6 +225,18 @@ fn init(sp: spank_t, args: &[String]) -> SpankResult {
             if step == EXTERN_STEP || !claim_banner(&ledger, job) {
                 p.banner.clear();
             }
+            // Each task is an MPS client of the GPU's server, which takes
+            // only so many: the job counts for its largest step.
+            let tasks = if step == EXTERN_STEP {
+                0
+            } else {
+                item_u32(
+                    sp,
+                    slurm_sys::S_JOB_LOCAL_TASK_COUNT,
+                    "spank_get_item(S_JOB_LOCAL_TASK_COUNT)",
+                )?
+            };
+            let clients = ledger.note_step_clients(job, tasks, cfg.max_clients_per_gpu);
             log::info(&format!(
                 "gpu_mps: job {job}: GPU {} ({}), {} units, placed by {}",
                 p.gpu,
@@ -241,7 +253,20 @@ fn init(sp: spank_t, args: &[String]) -> SpankResult {
                     log::error(&format!("gpu_mps: job {job}: {warning}"));
                 }
             }
-            StepPlan::Share(p)
+            match clients {
+                Ok(out) => match out.value {
+                    Ok(()) => StepPlan::Share(p),
+                    Err(text) => {
+                        log::error(&text);
+                        StepPlan::Refused(text)
+                    }
+                },
+                // Bookkeeping only: the step keeps its share.
+                Err(e) => {
+                    log::error(&format!("gpu_mps: job {job}: MPS clients not counted: {e}"));
+                    StepPlan::Share(p)
+                }
+            }
         }
         Ok(None) => StepPlan::Untouched,
         Err(text) => {
