@@ -29,6 +29,12 @@ for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
         print(m["target"]["name"], m["executable"])')
+# An empty list (a build error above, a filter naming nothing) must fail,
+# never pass by running nothing.
+if [ ${#tests[@]} -eq 0 ]; then
+    echo "release_suite: no test binary was built (see: $cargo test -p gpushare-tests --tests --no-run)" >&2
+    exit 1
+fi
 
 if [ "$suite" = host ]; then
     # This machine's own Slurm (only cgroup v2 needs this script for it).
@@ -107,12 +113,14 @@ if [ "$suite" = sid ]; then
 fi
 
 failed=()
+ran=0
 for entry in "${tests[@]}"; do
     name=${entry%% *}
     exe=${entry#* }
     # FILTER: test binary names, comma-separated (gpu_mps,attack).
     [ -z "$filter" ] || [[ ",$filter," == *",$name,"* ]] || continue
     echo "== $name on Slurm $version, cgroup $cgroup"
+    ran=$((ran + 1))
     start=$SECONDS
     if inside env GPUSHARE_BUILD_DIR="$build" GPUSHARE_TEST_CGROUP="$cgroup" "${env_extra[@]}" "$exe"; then
         echo "== $name: passed in $((SECONDS - start)) s"
@@ -123,6 +131,10 @@ for entry in "${tests[@]}"; do
 done
 if [ ${#failed[@]} -gt 0 ]; then
     echo "Slurm $version: failed: ${failed[*]}"
+    exit 1
+fi
+if [ "$ran" -eq 0 ]; then
+    echo "Slurm $version: no test binary matches \"$filter\"" >&2
     exit 1
 fi
 echo "Slurm $version: all integration suites passed"
