@@ -66,6 +66,10 @@ fn main() -> ExitCode {
             "a_step_with_more_tasks_than_the_gpu_serves_is_refused",
             too_many_clients,
         )
+        .test(
+            "a_gpus_mps_pipes_are_reachable_only_by_users_with_a_share_on_it",
+            pipes_guarded,
+        )
         .run()
 }
 
@@ -444,4 +448,57 @@ fn too_many_clients(c: &mut Cluster) -> TestResult {
             format!("srun -n3 under MaxClientsPerGPU=2: {all}"),
         )
     })
+}
+
+/// Whether `user` can enter GPU `gpu`'s MPS directory (where its pipes are).
+fn can_enter(c: &Cluster, user: &TestUser, gpu: u32) -> Result<bool, String> {
+    let dir = pipe(c, gpu);
+    let out = user.run(
+        c,
+        None,
+        "sh",
+        &["-c", &format!("cd {} && echo inside", dir.display())],
+    )?;
+    Ok(String::from_utf8_lossy(&out.stdout).contains("inside"))
+}
+
+/// The MPS server runs outside the job's cgroup, so a job's device rules
+/// cannot keep it off another GPU's daemon: the pipe directories do. Only
+/// users with a share on a GPU can reach its pipes, while they have one.
+fn pipes_guarded(c: &mut Cluster) -> TestResult {
+    standin(c)?;
+    let alice = TestUser::create(c, "gpushare-alice")?;
+    let bob = TestUser::create(c, "gpushare-bob")?;
+    let root_job = shares(c, 1, 50)?;
+    let root_gpu = gpu_of(c, root_job[0])?;
+    let id = user_share(c, &alice, 50)?;
+    let gpu = gpu_of(c, id)?;
+    ensure(
+        gpu != root_gpu,
+        format!("alice's share on root's GPU {gpu}"),
+    )?;
+    let seen = (
+        can_enter(c, &alice, gpu)?,
+        can_enter(c, &alice, root_gpu)?,
+        can_enter(c, &bob, gpu)?,
+        can_enter(c, &bob, root_gpu)?,
+    );
+    ensure(
+        seen == (true, false, false, false),
+        format!(
+            "(alice her GPU {gpu}, alice root's GPU {root_gpu}, bob each): {seen:?}; calls {:?}",
+            calls(c)
+        ),
+    )?;
+    c.run_ok("scancel", &[&id.to_string()])?;
+    wait_for(
+        "alice's share to be released",
+        Duration::from_secs(30),
+        || ledger(c).share(id).is_none().then_some(()),
+    )?;
+    ensure(
+        !can_enter(c, &alice, gpu)?,
+        "alice still reaches the pipes of a GPU where she has no share left",
+    )?;
+    cancel_and_wait_stopped(c)
 }

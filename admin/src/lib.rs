@@ -6,6 +6,7 @@
 //! parsing, the syslog backend, error reporting); the Slurm plugins link
 //! only the core `gpushare` crate.
 
+pub mod acl;
 pub mod node_log;
 pub mod node_program;
 pub mod nvml;

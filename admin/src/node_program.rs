@@ -58,7 +58,10 @@ pub fn start(program: &str, args: &NodeArgs) -> Result<Option<Started>, ExitCode
         Err(e) => Err(Unfit::Config(e)),
     };
     match node {
-        Ok(node) => Ok(Some(Started { node, env })),
+        Ok(mut node) => {
+            node.pipe_guard = Some(crate::acl::allow_traverse);
+            Ok(Some(Started { node, env }))
+        }
         Err(e) => {
             log::error!("node unfit for GPU sharing: {e}");
             Err(ExitCode::FAILURE)

@@ -56,6 +56,36 @@ pub struct Node {
     /// One GPU's memory in MiB as NVML reports it (`None`: no NVML here;
     /// `GPUMemory=` is used instead).
     pub gpu_memory_mib: Option<u64>,
+    /// Restricts who may traverse a GPU's MPS directory to these uids (and
+    /// root): the node programs set a POSIX ACL (`gpushare_admin::acl`);
+    /// `None` leaves the directories 0755.
+    pub pipe_guard: Option<PipeGuard>,
+}
+
+/// See [`Node::pipe_guard`].
+pub type PipeGuard = fn(&Path, &[u32]) -> std::io::Result<()>;
+
+/// Lets only the users with a share on `gpu` (read from `state`) reach its
+/// MPS pipes, where the node has a guard; a note when it cannot.
+fn guard_pipes(node: &Node, state: &LedgerState, gpu: u32, notes: &mut Vec<String>) {
+    let Some(guard) = node.pipe_guard else {
+        return;
+    };
+    let mut uids: Vec<u32> = state
+        .shares()
+        .filter(|s| s.gpu == gpu)
+        .map(|s| s.uid)
+        .collect();
+    uids.sort_unstable();
+    uids.dedup();
+    let dir = daemon::gpu_dir(&node.cfg, gpu);
+    if let Err(e) = guard(&dir, &uids) {
+        notes.push(format!(
+            "{} stays open to every user ({e}): any job on this node can reach GPU {gpu}'s MPS \
+             server; put StateDir on a filesystem with POSIX ACLs (tmpfs /run has them)",
+            dir.display()
+        ));
+    }
 }
 
 /// Why a node cannot share GPUs (the prolog then fails and slurmd drains
@@ -118,6 +148,7 @@ impl Node {
             ledger,
             owner,
             gpu_memory_mib: None,
+            pipe_guard: None,
         })
     }
 }
@@ -630,14 +661,14 @@ fn serve(
     let gpu = share.gpu;
     let locked = daemon::with_gpu_lock(&node.cfg, gpu, || -> Result<MpsDaemon, LedgerError> {
         let mps = daemon::ensure(&node.cfg, gpu, node.owner);
-        if matches!(
-            mps,
-            MpsDaemon::Started | MpsDaemon::Running | MpsDaemon::Restarted(_)
-        ) {
-            // Read under the lock: the limits of the shares on the GPU now.
+        if mps != MpsDaemon::NotAvailable {
+            // Read under the lock: the users and limits of the GPU's shares now.
             let state = node.ledger.snapshot()?.state;
+            guard_pipes(node, &state, gpu, &mut report.notes);
             let on_gpu = state.shares().filter(|s| s.gpu == gpu);
-            if let Some(limits) = daemon::server_limits(&node.cfg, on_gpu) {
+            let limits = daemon::server_limits(&node.cfg, on_gpu)
+                .filter(|_| !matches!(mps, MpsDaemon::Failed(_)));
+            if let Some(limits) = limits {
                 if let Err(e) = daemon::apply_limits(&node.cfg, gpu, limits) {
                     report.notes.push(format!(
                         "GPU {gpu}'s MPS limits could not be set on its daemon: {e}"
@@ -718,6 +749,9 @@ pub fn epilog(node: &Node, job: u32) -> Result<EpilogReport, LedgerError> {
         // share placed meanwhile keeps its daemon.
         let locked = daemon::with_gpu_lock(&node.cfg, gpu, || -> Result<(), LedgerError> {
             let state = node.ledger.snapshot()?.state;
+            if daemon::program(&node.cfg).is_some() {
+                guard_pipes(node, &state, gpu, &mut notes);
+            }
             let left = state.shares().filter(|o| o.gpu == gpu);
             match daemon::server_limits(&node.cfg, left) {
                 None => stopped.push((gpu, daemon::stop(&node.cfg, gpu))),
@@ -958,6 +992,7 @@ mod tests {
             ledger,
             owner,
             gpu_memory_mib: None,
+            pipe_guard: None,
         };
         (node, dir)
     }
