@@ -73,7 +73,17 @@ while read -r d; do
     fi
 done <slurm-sys/plugin-dirs
 [ -n "$plugindir" ] || fail "no Slurm job_submit plugins under $root in any directory of slurm-sys/plugin-dirs: is slurmctld installed there?"
-echo "== gpushare $version for Slurm $slurm ($suite), PluginDir $plugindir"
+# The packages the pins name: whichever holds the daemon there (Debian:
+# slurmctld, slurmd; SchedMD's: slurm-smd-slurmctld, slurm-smd-slurmd),
+# Debian's names where the daemon is not installed.
+owner() { # daemon
+    local p
+    p=$(dpkg-query --admindir="${root%/}/var/lib/dpkg" -S "/usr/sbin/$1" 2>/dev/null | head -n 1 | cut -d: -f1)
+    echo "${p:-$1}"
+}
+slurmctld_pkg=$(owner slurmctld)
+slurmd_pkg=$(owner slurmd)
+echo "== gpushare $version for Slurm $slurm ($suite), PluginDir $plugindir, pinned to $slurmctld_pkg and $slurmd_pkg"
 
 # Stage with the one install recipe, from a directory holding exactly the
 # files this package is made of.
@@ -206,7 +216,8 @@ shlibs() { # package
     mapfile -t files < <(find "$work/$1" -type f \( -name '*.so' -o -perm -u+x \))
     mkdir -p "$work/shlibs/debian"
     printf 'Source: gpushare\n\nPackage: gpushare-%s\nArchitecture: any\n' "$1" >"$work/shlibs/debian/control"
-    (cd "$work/shlibs" && dpkg-shlibdeps -O "${files[@]/#/-e}" 2>/dev/null) | sed -n 's/^shlibs:Depends=//p'
+    (cd "$work/shlibs" && dpkg-shlibdeps -O "${files[@]/#/-e}" 2>"$work/shlibs/log") |
+        sed -n 's/^shlibs:Depends=//p' || { cat "$work/shlibs/log" >&2; fail "dpkg-shlibdeps failed"; }
 }
 
 # The pins. The controller's job_submit plugin loads only into the Slurm
@@ -217,10 +228,10 @@ shlibs() { # package
 # gpushare with it, when asked to). Conflicts makes dpkg -i refuse it too:
 # dpkg alone does not check that an upgrade unsatisfies others' Depends, and
 # with Breaks it would unpack the new Slurm and only refuse to configure it.
-depends_controller="$(shlibs controller), slurmctld (>= $slurm), slurmctld (<< $slurm_next_micro)"
-conflicts_controller="slurmctld (>= $slurm_next_micro)"
-depends_node="$(shlibs node), slurmd (>= $slurm_minor), slurmd (<< $slurm_next_minor)"
-conflicts_node="slurmd (>= $slurm_next_minor)"
+depends_controller="$(shlibs controller), $slurmctld_pkg (>= $slurm), $slurmctld_pkg (<< $slurm_next_micro)"
+conflicts_controller="$slurmctld_pkg (>= $slurm_next_micro)"
+depends_node="$(shlibs node), $slurmd_pkg (>= $slurm_minor), $slurmd_pkg (<< $slurm_next_minor)"
+conflicts_node="$slurmd_pkg (>= $slurm_next_minor)"
 
 control() { # package depends conflicts synopsis description
     local size
