@@ -34,11 +34,14 @@ programs=(-p gpu-mps-prolog -p gpu-mps-epilog -p gpushare-admin)
 plugins=(-p job_submit_gpu_qos -p spank_gpu_mps)
 if [ "$suite" = host ]; then
     root=/
-    headers=/usr/include
+    distro=$(. /etc/os-release && echo "$ID $VERSION_CODENAME")
+    # Where slurm-sys looks first (then pkg-config's slurm, then here).
+    headers=${SLURM_INCLUDE_DIR:-/usr/include}
     "$cargo" build --release "${programs[@]}" "${plugins[@]}"
     plugin_build=$repo/target/release
 else
     root=$repo/target/releases/$suite-root
+    distro="debian $suite"
     tests/release_root.sh "$suite" "$root" >/dev/null
     tests/release_headers.sh "$suite" "$repo/target/releases/$suite" >/dev/null
     headers=$repo/target/releases/$suite/usr/include
@@ -188,7 +191,7 @@ for p in controller node; do
     {
         echo "gpushare ($version) unstable; urgency=medium"
         echo
-        echo "  * Built for Slurm $slurm (Debian $suite)."
+        echo "  * Built for Slurm $slurm ($distro)."
         echo
         echo " -- $maintainer  $(date -u -R -d "@$SOURCE_DATE_EPOCH")"
     } | gzip -9n >"$d/changelog.Debian.gz"
@@ -267,9 +270,10 @@ control controller "$depends_controller" "$conflicts_controller" "typed-GPU QOS 
  Nothing is enabled by installing it: add JobSubmitPlugins=gpu_qos to
  slurm.conf and write /etc/slurm/gpu_qos.conf (see the example)."
 control node "$depends_node" "$conflicts_node" "MPS GPU sharing for Slurm nodes (SPANK plugin, prolog, epilog)" \
-" gpushare spreads MPS GPU shares over all GPUs of a node, confines each
- job to its GPU, starts the per-GPU MPS control daemons and sets each
- job's thread and memory limits. This package holds the gpu_mps SPANK
+" gpushare places MPS GPU shares on the least-loaded GPU of a node (from
+ Slurm 23.11 it records Slurm's choice), confines each job to its GPU,
+ starts the per-GPU MPS control daemons and gives each job its thread
+ percentage and memory cap. This package holds the gpu_mps SPANK
  plugin (built for Slurm $slurm_minor), the gpu-mps-prolog and
  gpu-mps-epilog programs slurmd runs, and the gpu-mps admin command.
  .

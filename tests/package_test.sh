@@ -7,7 +7,8 @@
 #  2. the installed plugins and programs work in that root's slurmctld and
 #     slurmd: a submission refused with the typed-GPU message, MPS shares
 #     placed (one test of each integration suite; the harness reads a
-#     directory of links to the installed files);
+#     directory of links to the installed files); the SPANK drop-in, once
+#     linked into plugstack.conf.d, loads the plugin in sbatch's plugin stack;
 #  3. apt remove, and apt purge after a reinstall, leave no file of theirs;
 #  4. apt refuses the controller package built for another Slurm, naming the pin;
 #  5. a slurmctld of the next micro release is kept back by apt upgrade and
@@ -107,6 +108,30 @@ done
 GPUSHARE_RELEASE_ROOT=$root GPUSHARE_RELEASE_BUILD=$harness tests/release_suite.sh "$suite" v1 \
     gpu_qos:untyped_gpu_under_group_qos_is_rejected_with_the_fix,gpu_mps:four_shares_land_on_four_gpus_then_two_per_gpu ||
     fail "the installed plugins did not pass their tests"
+
+step "2b. the SPANK drop-in, once linked, loads the plugin in Slurm's plugin stack"
+# sbatch reads plugstack.conf (Debian's includes plugstack.conf.d/*.conf)
+# and loads every plugin, Slurm's version check included, before it
+# contacts slurmctld; there is none here, so that is where it must stop.
+grep -qx 'include /etc/slurm/plugstack.conf.d/\*.conf' "$root/etc/slurm/plugstack.conf" ||
+    fail "this release's plugstack.conf does not include plugstack.conf.d"
+printf 'ClusterName=packagetest\nSlurmctldHost=localhost\nSlurmctldPort=1\nMessageTimeout=1\nNodeName=n1\nPartitionName=p Nodes=n1 Default=yes\n' \
+    >"$root/etc/slurm/slurm.conf"
+submit() { in_root sbatch --wrap=true >"$tmp/sbatch.log" 2>&1 || true; }
+ln -s "$dropin" "$root/etc/slurm/plugstack.conf.d/gpu_mps.conf"
+submit
+if grep -q "plugin stack" "$tmp/sbatch.log" || ! grep -q "Unable to contact slurm controller" "$tmp/sbatch.log"; then
+    cat "$tmp/sbatch.log"
+    fail "sbatch with the drop-in linked did not get past the plugin stack"
+fi
+# The same check fails where the drop-in names a plugin that is not there.
+rm "$root/etc/slurm/plugstack.conf.d/gpu_mps.conf"
+sed 's/spank_gpu_mps\.so/spank_gpu_mps_absent.so/' "$root$dropin" >"$root/etc/slurm/plugstack.conf.d/gpu_mps.conf"
+submit
+grep -q "Failed to initialize plugin stack" "$tmp/sbatch.log" ||
+    { cat "$tmp/sbatch.log"; fail "sbatch with a drop-in naming a missing plugin did not stop at the plugin stack"; }
+rm "$root/etc/slurm/plugstack.conf.d/gpu_mps.conf" "$root/etc/slurm/slurm.conf"
+echo "   linked: sbatch stops only at the absent slurmctld; a drop-in naming a missing plugin stops it at the plugin stack"
 
 step "3. apt-get remove, then install again and apt-get purge"
 in_root apt-get remove -y -q gpushare-controller gpushare-node >"$tmp/apt.log" 2>&1 ||
