@@ -10,9 +10,10 @@
 #     directory of links to the installed files); the SPANK drop-in, once
 #     linked into plugstack.conf.d, loads the plugin in sbatch's plugin stack;
 #  3. apt remove, and apt purge after a reinstall, leave no file of theirs;
-#  4. apt refuses the controller package built for another Slurm, naming the pin;
+#  4. apt refuses both packages built for another Slurm, naming the pin;
 #  5. a slurmctld of the next micro release is kept back by apt upgrade and
-#     refused by apt install --no-remove and by dpkg -i.
+#     refused by apt install --no-remove and by dpkg -i; a slurmd of the next
+#     micro release is taken (the node package pins major.minor only).
 # The root is an overlay on the cached one (tests/release_root.sh) in a
 # private mount namespace: nothing of the run outlives it.
 set -euo pipefail
@@ -147,41 +148,55 @@ in_root dpkg-query -W -f='${db:Status-Abbrev}\n' gpushare-controller gpushare-no
     fail "dpkg still knows the packages after purge"
 echo "   nothing of $(wc -l <<<"$files") paths left after remove, nor after purge"
 
-step "4. the controller package of another Slurm is refused"
-other=
-for s in host trixie sid; do
-    for d in "$repo"/target/deb/"$s"/gpushare-controller_*.deb; do
-        [ -f "$d" ] && [ "$(basename "$d")" != "$controller" ] && other=$d && break 2
+step "4. the packages built for another Slurm are refused"
+for half in controller:slurmctld node:slurmd; do
+    pkg=gpushare-${half%%:*} daemon=${half#*:}
+    other=
+    for s in host trixie sid; do
+        for d in "$repo"/target/deb/"$s"/"$pkg"_*.deb; do
+            [ -f "$d" ] && [ ! -e "$root/tmp/debs/$(basename "$d")" ] && other=$d && break 2
+        done
     done
+    [ -n "$other" ] || fail "no $pkg package built for another Slurm in target/deb: make deb SUITE=... for another release first (make test-packages builds all)"
+    cp "$other" "$root/tmp/"
+    if in_root apt-get install -y -q "/tmp/$(basename "$other")" >"$tmp/apt.log" 2>&1; then
+        cat "$tmp/apt.log"
+        fail "apt installed $(basename "$other") next to this root's $daemon"
+    fi
+    grep -q "$pkg : Depends: $daemon (" "$tmp/apt.log" ||
+        { cat "$tmp/apt.log"; fail "apt refused $(basename "$other") without naming the $daemon pin"; }
+    grep "Depends: $daemon" "$tmp/apt.log" | sed 's/^/   apt: /'
+    in_root dpkg-query -W -f='${db:Status-Abbrev}' "$pkg" 2>/dev/null | grep -q '^i' &&
+        fail "the mismatched $pkg package got installed"
 done
-[ -n "$other" ] || fail "no controller package built for another Slurm in target/deb: make deb SUITE=... for another release first (make test-packages builds all)"
-cp "$other" "$root/tmp/"
-if in_root apt-get install -y -q "/tmp/$(basename "$other")" >"$tmp/apt.log" 2>&1; then
-    cat "$tmp/apt.log"
-    fail "apt installed $(basename "$other") next to slurmctld $slurm_pkg"
-fi
-grep -q "gpushare-controller : Depends: slurmctld (" "$tmp/apt.log" ||
-    { cat "$tmp/apt.log"; fail "apt refused $(basename "$other") without naming the slurmctld pin"; }
-grep "Depends: slurmctld" "$tmp/apt.log" | sed 's/^/   apt: /'
-in_root dpkg-query -W -f='${db:Status-Abbrev}' gpushare-controller 2>/dev/null | grep -q '^i' &&
-    fail "the mismatched controller package got installed"
 
-step "5. an upgrade of slurmctld to the next micro release is refused"
+step "5. slurmctld's next micro release is refused, slurmd's is not"
 install_both
-upstream=${slurm_pkg#*:}
-upstream=${upstream%%-*}
-next=${upstream%.*}.$((${upstream##*.} + 1))-1
-fake=$tmp/fake
-mkdir -p "$fake/DEBIAN" "$root/tmp/repo"
-cat >"$fake/DEBIAN/control" <<EOF
-Package: slurmctld
-Version: $next
-Architecture: $(dpkg --print-architecture)
+mkdir -p "$root/tmp/repo"
+next_micro() { # package: its installed upstream version, micro + 1, Debian revision 1
+    local v
+    v=$(in_root dpkg-query -W -f='${Version}' "$1")
+    v=${v#*:}
+    v=${v%%-*}
+    echo "${v%.*}.$((${v##*.} + 1))-1"
+}
+stand_in() { # package version
+    local fake=$tmp/fake-$1
+    mkdir -p "$fake/DEBIAN"
+    cat >"$fake/DEBIAN/control" <<EOF
+Package: $1
+Version: $2
+Architecture: all
 Maintainer: gpushare tests <tests@example.invalid>
-Description: stand-in for the next micro release of slurmctld
- Made by tests/package_test.sh to upgrade slurmctld past gpushare's pin.
+Description: stand-in for the next micro release of $1
+ Made by tests/package_test.sh to upgrade $1 past gpushare's pin.
 EOF
-dpkg-deb --root-owner-group --build "$fake" "$root/tmp/repo/slurmctld_${next}_all.deb" >/dev/null
+    dpkg-deb --root-owner-group --build "$fake" "$root/tmp/repo/${1}_${2}_all.deb" >/dev/null
+}
+next=$(next_micro slurmctld)
+next_slurmd=$(next_micro slurmd)
+stand_in slurmctld "$next"
+stand_in slurmd "$next_slurmd"
 (cd "$root/tmp/repo" && dpkg-scanpackages . /dev/null 2>/dev/null >Packages)
 echo "deb [trusted=yes] file:/tmp/repo ./" >"$root/tmp/repo.list"
 local_repo=(-o Dir::Etc::SourceList=/tmp/repo.list -o Dir::Etc::SourceParts=/nonexistent -q)
@@ -189,7 +204,9 @@ in_root apt-get "${local_repo[@]}" update >"$tmp/apt.log" 2>&1 || { cat "$tmp/ap
 in_root apt-get "${local_repo[@]}" -s upgrade >"$tmp/apt.log" 2>&1 || { cat "$tmp/apt.log"; fail "apt-get -s upgrade"; }
 grep -q "^Inst slurmctld" "$tmp/apt.log" && { cat "$tmp/apt.log"; fail "apt-get upgrade would install slurmctld $next"; }
 grep -A1 "kept back" "$tmp/apt.log" | grep -qw slurmctld || { cat "$tmp/apt.log"; fail "apt-get upgrade does not keep slurmctld $next back"; }
-echo "   apt-get upgrade: slurmctld $next kept back"
+grep -q "^Inst slurmd " "$tmp/apt.log" && ! grep -q "^Remv gpushare" "$tmp/apt.log" ||
+    { cat "$tmp/apt.log"; fail "apt-get upgrade would not take slurmd $next_slurmd, a micro release the node package allows"; }
+echo "   apt-get upgrade: slurmctld $next kept back, slurmd $next_slurmd taken with gpushare-node kept"
 if in_root apt-get "${local_repo[@]}" install -y --no-remove slurmctld >"$tmp/apt.log" 2>&1; then
     cat "$tmp/apt.log"
     fail "apt-get install slurmctld $next succeeded"
