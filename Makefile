@@ -166,8 +166,8 @@ PACKAGE_SUITES ?= host trixie sid
 deb: deps
 	packaging/deb.sh $(SUITE)
 
-# All packages first: each test also installs another release's controller
-# package to see it refused.
+# All packages first: each test also installs another release's packages
+# to see them refused.
 test-packages: deps
 	@set -e; for suite in $(PACKAGE_SUITES); do packaging/deb.sh $$suite; done
 	@failed=""; for suite in $(PACKAGE_SUITES); do \
