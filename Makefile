@@ -3,12 +3,13 @@
 #   make demo      install dependencies, build, install into a staging tree,
 #                  run the narrated demo cluster (KEEP=1: leave it running)
 #   make test      install build dependencies (apt), build, run every test,
-#                  then check-releases
+#                  then check-releases, test-releases and test-packages
 #   make check-releases  build the plugins warnings-free against the headers
 #                  of the other Slurm releases Debian ships (24.11, 26.05)
 #   make build     release build of the plugins and tools
 #   make install   install (DESTDIR, PREFIX, PLUGINDIR, NOBUILD=1)
 #   make uninstall remove exactly what install put there
+#   make deb       Debian packages pinned to the Slurm they run (SUITE=host|trixie|sid)
 #
 # Everything needs root for the tests (they run real Slurm daemons).
 
@@ -51,6 +52,7 @@ test: deps lint
 	$(CARGO) test -p gpushare-tests --tests --no-fail-fast
 	$(MAKE) check-releases
 	$(MAKE) test-releases
+	$(MAKE) test-packages
 
 # The plugins against each other release's own headers (Debian suite:
 # Slurm release), each in its own target directory; the headers are cached
@@ -148,3 +150,29 @@ demo: deps build
 	rm -rf $(DEMO_ROOT)
 	$(MAKE) install NOBUILD=1 DESTDIR=$(DEMO_ROOT) PREFIX=/usr PLUGINDIR=/usr/lib/gpushare
 	$(TARGET_DIR)/gpushare-demo --root $(DEMO_ROOT) $(if $(KEEP),--keep)
+
+# ---- Debian packages -----------------------------------------------------
+#   make deb [SUITE=host|trixie|sid]  gpushare-controller and gpushare-node
+#                  for that release's Slurm, pinned to it, into target/deb/SUITE
+#                  (packaging/deb.sh; host = this machine's Slurm)
+#   make test-packages  build them for every release and test each in a fresh
+#                  root of its release (tests/package_test.sh)
+APT_PACKAGES += dpkg-dev lintian help2man
+SUITE ?= host
+PACKAGE_SUITES ?= host trixie sid
+
+.PHONY: deb test-packages
+
+deb: deps
+	packaging/deb.sh $(SUITE)
+
+# All packages first: each test also installs another release's packages
+# to see them refused.
+test-packages: deps
+	@set -e; for suite in $(PACKAGE_SUITES); do packaging/deb.sh $$suite; done
+	@failed=""; for suite in $(PACKAGE_SUITES); do \
+		start=$$(date +%s); \
+		if tests/package_test.sh $$suite; then result=passed; else result=FAILED; failed="$$failed $$suite"; fi; \
+		echo "== package test $$suite: $$result in $$(( $$(date +%s) - start )) s"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "package tests failed:$$failed"; exit 1; fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole integration suite (and the demo) against a Slurm release,
 # with that release's own daemons and clients, on cgroup v1 or v2:
-#   tests/release_suite.sh SUITE [v1|v2] [TEST-BINARIES]   (e.g. gpu_mps,attack)
+#   tests/release_suite.sh SUITE [v1|v2] [TEST-BINARIES]   (e.g. gpu_mps,attack or gpu_qos:untyped)
 #   SUITE: trixie (Slurm 24.11), sid (26.05), host (this machine's 22.05)
 #
 # The Debian root of SUITE (tests/release_root.sh, cached in
@@ -36,7 +36,15 @@ if [ ${#tests[@]} -eq 0 ]; then
     exit 1
 fi
 
-if [ "$suite" = host ]; then
+if [ -n "${GPUSHARE_RELEASE_ROOT:-}" ]; then
+    # Another root holding the release, and the build directory the harness
+    # reads (tests/package_test.sh: a root with gpushare's packages
+    # installed, links to the installed files).
+    root=$GPUSHARE_RELEASE_ROOT
+    build=${GPUSHARE_RELEASE_BUILD:?GPUSHARE_RELEASE_ROOT needs GPUSHARE_RELEASE_BUILD}
+    version=$(chroot "$root" slurmctld -V | awk '{print $2}')
+    echo "== Slurm $version (root $root, harness reads $build)"
+elif [ "$suite" = host ]; then
     # This machine's own Slurm (only cgroup v2 needs this script for it).
     root=/
     version=$(slurmctld -V | awk '{print $2}')
@@ -117,12 +125,24 @@ ran=0
 for entry in "${tests[@]}"; do
     name=${entry%% *}
     exe=${entry#* }
-    # FILTER: test binary names, comma-separated (gpu_mps,attack).
-    [ -z "$filter" ] || [[ ",$filter," == *",$name,"* ]] || continue
+    # FILTER: test binary names, comma-separated (gpu_mps,attack); BINARY:TEST
+    # runs only that binary's tests whose names contain TEST.
+    args=()
+    if [ -n "$filter" ]; then
+        selected=
+        IFS=, read -ra wanted <<<"$filter"
+        for w in "${wanted[@]}"; do
+            case $w in
+            "$name") selected=1 ;;
+            "$name":*) selected=1 args=("${w#*:}") ;;
+            esac
+        done
+        [ -n "$selected" ] || continue
+    fi
     echo "== $name on Slurm $version, cgroup $cgroup"
     ran=$((ran + 1))
     start=$SECONDS
-    if inside env GPUSHARE_BUILD_DIR="$build" GPUSHARE_TEST_CGROUP="$cgroup" "${env_extra[@]}" "$exe"; then
+    if inside env GPUSHARE_BUILD_DIR="$build" GPUSHARE_TEST_CGROUP="$cgroup" "${env_extra[@]}" "$exe" "${args[@]}"; then
         echo "== $name: passed in $((SECONDS - start)) s"
     else
         echo "== $name: FAILED after $((SECONDS - start)) s"

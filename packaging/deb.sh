@@ -1,0 +1,292 @@
+#!/usr/bin/env bash
+# Builds gpushare's two Debian packages for one Slurm release, pinned to it:
+#   packaging/deb.sh [host|trixie|sid]        (make deb SUITE=...)
+# -> target/deb/SUITE/gpushare-controller_V_ARCH.deb and gpushare-node_V_ARCH.deb,
+#    V = <crate version>+slurm<X.Y.Z>-1, then lintian on both.
+#
+# host: this machine's Slurm (its headers, plugins in target/release).
+# trixie, sid: that release's headers and plugin build exactly as
+# `make check-releases` makes them (target/releases/SUITE,
+# target/slurm-SUITE/release); its PluginDir is read from its root
+# (tests/release_root.sh). The programs that link no Slurm (prolog, epilog,
+# gpu-qos, gpu-mps) are the host's release build in every package: bookworm's
+# glibc is the oldest of the three, and dpkg-shlibdeps states what they need.
+#
+# One install recipe: `make install` stages everything into one tree, which
+# is split into the two packages; dpkg-deb builds them (no debian/ source
+# tree: the version and the Slurm pins come from the headers of the build).
+set -euo pipefail
+suite=${1:-host}
+cd "$(dirname "$0")/.."
+repo=$PWD
+cargo=${CARGO:-cargo}
+fail() { echo "deb: $*" >&2; exit 1; }
+for tool in dpkg-deb dpkg-shlibdeps dpkg-scanpackages lintian help2man strip; do
+    command -v "$tool" >/dev/null || fail "$tool is missing: run make deps"
+done
+arch=$(dpkg --print-architecture)
+out=$repo/target/deb/$suite
+work=$repo/target/deb/.work-$suite
+rm -rf "$work" "$out"
+mkdir -p "$work/bin" "$out"
+
+programs=(-p gpu-mps-prolog -p gpu-mps-epilog -p gpushare-admin)
+plugins=(-p job_submit_gpu_qos -p spank_gpu_mps)
+if [ "$suite" = host ]; then
+    root=/
+    distro=$(. /etc/os-release && echo "$ID $VERSION_CODENAME")
+    # Where slurm-sys looks first (then pkg-config's slurm, then here).
+    headers=${SLURM_INCLUDE_DIR:-/usr/include}
+    "$cargo" build --release "${programs[@]}" "${plugins[@]}"
+    plugin_build=$repo/target/release
+else
+    root=$repo/target/releases/$suite-root
+    distro="debian $suite"
+    tests/release_root.sh "$suite" "$root" >/dev/null
+    tests/release_headers.sh "$suite" "$repo/target/releases/$suite" >/dev/null
+    headers=$repo/target/releases/$suite/usr/include
+    # The same package set as for host, so that both share one build.
+    "$cargo" build --release "${programs[@]}" "${plugins[@]}"
+    SLURM_INCLUDE_DIR=$headers CARGO_TARGET_DIR=$repo/target/slurm-$suite \
+        "$cargo" build --release "${plugins[@]}"
+    plugin_build=$repo/target/slurm-$suite/release
+fi
+
+# The Slurm the plugins were built for, from the headers the build read.
+n=$(awk '$2 == "SLURM_VERSION_NUMBER" {print $3}' "$headers/slurm/slurm_version.h")
+n=$((n))
+major=$((n >> 16)) minor=$(((n >> 8) & 255)) micro=$((n & 255))
+slurm=$(printf "%d.%02d.%d" $major $minor $micro)
+slurm_next_micro=$(printf "%d.%02d.%d" $major $minor $((micro + 1)))
+slurm_minor=$(printf "%d.%02d" $major $minor)
+slurm_next_minor=$(printf "%d.%02d" $major $((minor + 1)))
+crate=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
+[ -n "$crate" ] || fail "no version in Cargo.toml's [workspace.package]"
+version=$crate+slurm$slurm-1
+
+# Slurm's PluginDir in that release's own layout: the first directory of
+# slurm-sys/plugin-dirs holding the release's job_submit plugins (Debian's
+# slurm-wlm: /usr/lib/<triplet>/slurm-wlm; SchedMD's slurm-smd: /usr/lib/<triplet>/slurm).
+plugindir=
+while read -r d; do
+    case $d in '' | \#*) continue ;; esac
+    if compgen -G "${root%/}$d/job_submit_*.so" >/dev/null; then
+        plugindir=$d
+        break
+    fi
+done <slurm-sys/plugin-dirs
+[ -n "$plugindir" ] || fail "no Slurm job_submit plugins under $root in any directory of slurm-sys/plugin-dirs: is slurmctld installed there?"
+# The packages the pins name: whichever holds the daemon there (Debian:
+# slurmctld, slurmd; SchedMD's: slurm-smd-slurmctld, slurm-smd-slurmd),
+# Debian's names where the daemon is not installed.
+owner() { # daemon
+    local p
+    p=$(dpkg-query --admindir="${root%/}/var/lib/dpkg" -S "/usr/sbin/$1" 2>/dev/null | head -n 1 | cut -d: -f1)
+    echo "${p:-$1}"
+}
+slurmctld_pkg=$(owner slurmctld)
+slurmd_pkg=$(owner slurmd)
+echo "== gpushare $version for Slurm $slurm ($suite), PluginDir $plugindir, pinned to $slurmctld_pkg and $slurmd_pkg"
+
+# Stage with the one install recipe, from a directory holding exactly the
+# files this package is made of.
+for f in gpu-mps-prolog gpu-mps-epilog gpu-qos gpu-mps; do
+    ln -s "$repo/target/release/$f" "$work/bin/$f"
+done
+for f in libjob_submit_gpu_qos.so libspank_gpu_mps.so; do
+    ln -s "$plugin_build/$f" "$work/bin/$f"
+done
+stage=$work/stage
+make -s install NOBUILD=1 TARGET_DIR="$work/bin" DESTDIR="$stage" PREFIX=/usr PLUGINDIR="$plugindir" >/dev/null
+
+# Split: each staged file goes to one package (or is dropped on purpose); a
+# file make install gains later stops this build until it is given a home.
+doc=/usr/share/doc/gpushare
+take() { # package staged-path [packaged-path]
+    local from=$stage$2 to=$work/$1${3:-$2}
+    [ -f "$from" ] || fail "make install did not stage $2"
+    install -D -m "$(stat -c %a "$from")" "$from" "$to"
+    rm "$from"
+}
+take controller "$plugindir/job_submit_gpu_qos.so"
+take controller /usr/sbin/gpu-qos
+take controller "$doc/examples/gpu_qos.conf.example" /usr/share/doc/gpushare-controller/examples/gpu_qos.conf.example
+take controller "$doc/examples/slurm.conf.controller.fragment" /usr/share/doc/gpushare-controller/examples/slurm.conf.fragment
+take node "$plugindir/spank_gpu_mps.so"
+take node /usr/libexec/gpushare/gpu-mps-prolog
+take node /usr/libexec/gpushare/gpu-mps-epilog
+take node /usr/sbin/gpu-mps
+for f in gpu_mps.conf.example plugstack.conf.example gres.conf.fragment; do
+    take node "$doc/examples/$f" "/usr/share/doc/gpushare-node/examples/$f"
+done
+take node "$doc/examples/slurm.conf.gpu-node.fragment" /usr/share/doc/gpushare-node/examples/slurm.conf.fragment
+for p in controller node; do
+    install -D -m 0644 "$stage$doc/README.md" "$work/$p/usr/share/doc/gpushare-$p/README.md"
+done
+# The README goes to both; LICENSE becomes debian/copyright; dpkg -L is
+# the manifest.
+rm "$stage$doc/README.md" "$stage$doc/LICENSE" "$stage$doc/installed-files"
+left=$(find "$stage" -type f)
+[ -z "$left" ] || fail "staged by make install but in no package (add them to packaging/deb.sh): $left"
+
+# The opt-in SPANK drop-in: inert where it is; the admin links it into
+# Slurm's plugstack.conf.d (Debian's plugstack.conf includes that directory).
+install -d "$work/node/usr/share/gpushare/plugstack.conf.d"
+cat >"$work/node/usr/share/gpushare/plugstack.conf.d/gpu_mps.conf" <<EOF
+# gpushare's SPANK plugin (gpu_mps), for GPU nodes that share GPUs with MPS.
+# Inactive here; to enable it on a node (after setting up gpu_mps.conf):
+#   ln -s /usr/share/gpushare/plugstack.conf.d/gpu_mps.conf /etc/slurm/plugstack.conf.d/
+# and remove the link before removing gpushare-node.
+# required: a step whose share cannot be confined must not run.
+# Without conf=, the plugin reads gpu_mps.conf next to slurm.conf.
+required $plugindir/spank_gpu_mps.so
+EOF
+chmod 0644 "$work/node/usr/share/gpushare/plugstack.conf.d/gpu_mps.conf"
+
+# Shared objects are not executable in Debian (as Slurm's own plugins).
+find "$work/controller" "$work/node" -name '*.so' -exec chmod 0644 {} +
+
+# What Debian's dh_strip does: no symbol table, no .comment/.note; the
+# dynamic symbols Slurm's loader reads stay.
+for p in controller node; do
+    while IFS= read -r -d '' f; do
+        case $f in
+        *.so) strip --remove-section=.comment --remove-section=.note --strip-unneeded "$f" ;;
+        *) strip --remove-section=.comment --remove-section=.note "$f" ;;
+        esac
+    done < <(find "$work/$p/usr/lib" "$work/$p/usr/sbin" "$work/$p/usr/libexec" -type f -print0 2>/dev/null)
+done
+
+# Reproducible: every date is the last commit's.
+export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}
+
+# Manual pages of the admin commands, from their clap --help.
+manpage() { # package command synopsis
+    install -d "$work/$1/usr/share/man/man8"
+    help2man --no-info --section=8 --name="$3" --version-string="$crate" "$work/$1/usr/sbin/$2" |
+        gzip -9n >"$work/$1/usr/share/man/man8/$2.8.gz"
+    chmod 0644 "$work/$1/usr/share/man/man8/$2.8.gz"
+}
+manpage controller gpu-qos "check gpu_qos.conf against Slurm's accounting database, or generate it"
+manpage node gpu-mps "show and set up the MPS GPU shares of a Slurm node (gpushare)"
+maintainer="gpushare maintainers <gpushare@example.invalid>"
+for p in controller node; do
+    d=$work/$p/usr/share/doc/gpushare-$p
+    {
+        echo "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/"
+        echo "Upstream-Name: gpushare"
+        echo "Source: https://example.invalid/gpushare"
+        echo
+        echo "Files: *"
+        echo "Copyright: 2026 the gpushare authors"
+        echo "License: MIT or Apache-2.0"
+        echo
+        echo "License: MIT"
+        sed -n '/^Permission is hereby granted/,/^SOFTWARE\.$/p' LICENSE | sed 's/^$/./; s/^/ /'
+        echo
+        echo "License: Apache-2.0"
+        echo " On Debian systems, the complete text of the Apache License, Version 2.0"
+        echo " can be found in /usr/share/common-licenses/Apache-2.0."
+    } >"$d/copyright"
+    {
+        echo "gpushare ($version) unstable; urgency=medium"
+        echo
+        echo "  * Built for Slurm $slurm ($distro)."
+        echo
+        echo " -- $maintainer  $(date -u -R -d "@$SOURCE_DATE_EPOCH")"
+    } | gzip -9n >"$d/changelog.Debian.gz"
+    install -d "$work/$p/usr/share/lintian/overrides"
+    # Each tag lintian raises that is not fixed, and why.
+    cat >"$work/$p/usr/share/lintian/overrides/gpushare-$p" <<EOF
+# Built from gpushare's own tree for a site's own repository, never uploaded
+# to Debian: there is no Debian bug for the changelog entry to close.
+gpushare-$p: initial-upload-closes-no-bugs [usr/share/doc/gpushare-$p/changelog.Debian.gz:1]
+# Conflicts, not Breaks, with the next Slurm release: dpkg -i then refuses
+# to unpack it at all; with Breaks it unpacks it and only refuses to
+# configure it, leaving a Slurm on disk that refuses this plugin.
+gpushare-$p: conflicts-with-version
+# Rust calls no C string functions that _FORTIFY_SOURCE could check (it
+# checks bounds itself); PIE, full RELRO and immediate binding are on.
+gpushare-$p: hardening-no-fortify-functions
+EOF
+    chmod 0644 "$d/copyright" "$d/changelog.Debian.gz" "$work/$p/usr/share/lintian/overrides/gpushare-$p"
+done
+
+# libc and friends, from what the ELF files need (host symbols files: every
+# file here was linked on this machine).
+shlibs() { # package
+    local files
+    mapfile -t files < <(find "$work/$1" -type f \( -name '*.so' -o -perm -u+x \))
+    mkdir -p "$work/shlibs/debian"
+    printf 'Source: gpushare\n\nPackage: gpushare-%s\nArchitecture: any\n' "$1" >"$work/shlibs/debian/control"
+    (cd "$work/shlibs" && dpkg-shlibdeps -O "${files[@]/#/-e}" 2>"$work/shlibs/log") |
+        sed -n 's/^shlibs:Depends=//p' || { cat "$work/shlibs/log" >&2; fail "dpkg-shlibdeps failed"; }
+}
+
+# The pins. The controller's job_submit plugin loads only into the Slurm
+# release (major.minor.micro) it was built for: slurmctld must be that micro
+# release, any Debian revision of it (security updates keep the plugin ABI;
+# `=` the exact version would refuse them). A SPANK plugin loads into the
+# same major.minor. Depends makes apt keep a newer Slurm back (or remove
+# gpushare with it, when asked to). Conflicts makes dpkg -i refuse it too:
+# dpkg alone does not check that an upgrade unsatisfies others' Depends, and
+# with Breaks it would unpack the new Slurm and only refuse to configure it.
+depends_controller="$(shlibs controller), $slurmctld_pkg (>= $slurm), $slurmctld_pkg (<< $slurm_next_micro)"
+conflicts_controller="$slurmctld_pkg (>= $slurm_next_micro)"
+depends_node="$(shlibs node), $slurmd_pkg (>= $slurm_minor), $slurmd_pkg (<< $slurm_next_minor)"
+conflicts_node="$slurmd_pkg (>= $slurm_next_minor)"
+
+control() { # package depends conflicts synopsis description
+    local size
+    size=$(du -sk --apparent-size "$work/$1" | cut -f1)
+    mkdir -p "$work/$1/DEBIAN"
+    cat >"$work/$1/DEBIAN/control" <<EOF
+Package: gpushare-$1
+Source: gpushare
+Version: $version
+Architecture: $arch
+Maintainer: $maintainer
+Installed-Size: $size
+Depends: $2
+Conflicts: $3
+Section: admin
+Priority: optional
+Homepage: https://example.invalid/gpushare
+Description: $4
+$5
+EOF
+    (cd "$work/$1" && find . -path ./DEBIAN -prune -o -type f -printf '%P\0' | sort -z |
+        xargs -0 md5sum) >"$work/$1/DEBIAN/md5sums"
+    chmod 0644 "$work/$1/DEBIAN/control" "$work/$1/DEBIAN/md5sums"
+}
+control controller "$depends_controller" "$conflicts_controller" "typed-GPU QOS limits for Slurm (slurmctld plugin)" \
+" gpushare closes the typed-GPU hole of Slurm's QOS limits: a job under a
+ group's QOS must name a GPU type the group may use, and is refused with
+ a message saying what to write instead. This package holds the
+ job_submit/gpu_qos plugin for slurmctld (built for Slurm $slurm only)
+ and the gpu-qos admin command, which checks gpu_qos.conf against the
+ accounting database.
+ .
+ Nothing is enabled by installing it: add JobSubmitPlugins=gpu_qos to
+ slurm.conf and write /etc/slurm/gpu_qos.conf (see the example)."
+control node "$depends_node" "$conflicts_node" "MPS GPU sharing for Slurm nodes (SPANK plugin, prolog, epilog)" \
+" gpushare places MPS GPU shares on the least-loaded GPU of a node (from
+ Slurm 23.11 it records Slurm's choice), confines each job to its GPU,
+ starts the per-GPU MPS control daemons and gives each job its thread
+ percentage and memory cap. This package holds the gpu_mps SPANK
+ plugin (built for Slurm $slurm_minor), the gpu-mps-prolog and
+ gpu-mps-epilog programs slurmd runs, and the gpu-mps admin command.
+ .
+ Nothing is enabled by installing it: link the shipped plugstack.conf.d
+ drop-in, set Prolog= and Epilog= in slurm.conf and write
+ /etc/slurm/gpu_mps.conf (gpu-mps config prints the setup)."
+
+for p in controller node; do
+    find "$work/$p" -type d -exec chmod 0755 {} +
+    dpkg-deb --root-owner-group -Zxz --build "$work/$p" "$out/" >/dev/null
+done
+rm -rf "$work"
+ls -1 "$out"/*.deb
+# Every tag lintian raises, information included, is fixed or explained in
+# the package's override file above.
+lintian -I --fail-on error,warning,info --tag-display-limit 0 "$out"/*.deb
