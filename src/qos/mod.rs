@@ -9,8 +9,14 @@
 //!   the user reads.
 //! - [`check`]: `gpu_qos.conf` compared with the accounting database
 //!   (`gpu-qos check`).
+//! - [`site`]: what Slurm says about the site (`scontrol show config`,
+//!   `sacctmgr`, nodes, partitions), read leniently for the audit.
+//! - [`audit`]: the whole QOS/preemption/priority chain, link by link
+//!   (`gpu-qos audit`).
 
+pub mod audit;
 pub mod check;
 pub mod config;
 pub mod gres;
 pub mod policy;
+pub mod site;
