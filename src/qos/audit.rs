@@ -764,12 +764,14 @@ fn mps_nodes(site: &Site, out: &mut Vec<AuditFinding>) {
     ] {
         let value = s.get(key).unwrap_or("");
         if !value.contains(program) {
+            let is = if value.is_empty() {
+                "unset".to_owned()
+            } else {
+                format!("{value}, which does not run {program}")
+            };
             out.push(
                 AuditFinding::new(Severity::Error, kind, "slurm.conf", DOC_GRES)
-                    .what(format!(
-                        "{nodes} offers mps, but {key} is {} and does not run {program}",
-                        if value.is_empty() { "unset" } else { value }
-                    ))
+                    .what(format!("{nodes} offers mps, but {key} is {is}"))
                     .why("gpushare keeps no share state and starts no MPS daemon for mps jobs")
                     .fix(format!(
                         "{key}=/usr/libexec/gpushare/{program} (or a script that runs it)"
@@ -794,25 +796,36 @@ fn mps_nodes(site: &Site, out: &mut Vec<AuditFinding>) {
                 .fix("required /usr/lib/x86_64-linux-gnu/slurm-wlm/spank_gpu_mps.so conf=/etc/slurm/gpu_mps.conf"),
         );
     }
-    let constrained = site
+    // ConstrainDevices acts only through task/cgroup (cgroup.conf.html).
+    let constrain_devices = site
         .cgroup_conf
         .as_deref()
         .and_then(|t| super::site::conf_value(t, "ConstrainDevices"))
         .or_else(|| s.get("ConstrainDevices").map(str::to_owned))
         .is_some_and(|v| v.eq_ignore_ascii_case("yes"));
-    if !constrained {
+    let task_cgroup = s.list_has("TaskPlugin", "task/cgroup");
+    if !(constrain_devices && task_cgroup) {
+        let mut missing = Vec::new();
+        if !constrain_devices {
+            missing.push("cgroup.conf does not say ConstrainDevices=yes");
+        }
+        if !task_cgroup {
+            missing.push("TaskPlugin lacks task/cgroup");
+        }
         out.push(
             AuditFinding::new(
                 Severity::Error,
                 "devices_unconstrained",
-                "cgroup.conf",
+                if constrain_devices {
+                    "slurm.conf"
+                } else {
+                    "cgroup.conf"
+                },
                 DOC_CGROUP_CONF,
             )
-            .what(format!(
-                "{nodes} offers mps, but cgroup.conf does not say ConstrainDevices=yes"
-            ))
+            .what(format!("{nodes} offers mps, but {}", missing.join(" and ")))
             .why("every job can open every GPU of the node: shares are not isolated")
-            .fix("ConstrainDevices=yes in cgroup.conf, with TaskPlugin=task/cgroup"),
+            .fix("ConstrainDevices=yes in cgroup.conf and TaskPlugin=task/cgroup in slurm.conf"),
         );
     }
 }
@@ -970,6 +983,7 @@ PriorityType            = priority/multifactor
 PriorityWeightFairShare = 1000
 PriorityWeightQOS       = 10000
 Prolog                  = /usr/libexec/gpushare/gpu-mps-prolog
+TaskPlugin              = task/cgroup,task/affinity
 ";
     const QOS: &str = "\
 normal|||cluster|00:00:00|1.000000||0
@@ -1233,6 +1247,16 @@ qos_dijk|gres/gpu:h100=2|lowprio|cluster|00:00:00|1.000000|DenyOnLimit|100
                 "spank_gpu_mps_missing",
                 "devices_unconstrained"
             ]
+        );
+        let site = site_with(|c, _, _, _| replace(c, "task/cgroup,task/affinity", "task/none"));
+        let found = audit(&site);
+        assert_eq!(found.len(), 1);
+        assert_eq!(
+            (found[0].object.as_str(), found[0].what.as_str()),
+            (
+                "slurm.conf",
+                "node node1 offers mps, but TaskPlugin lacks task/cgroup"
+            )
         );
     }
 

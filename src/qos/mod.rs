@@ -13,10 +13,13 @@
 //!   `sacctmgr`, nodes, partitions), read leniently for the audit.
 //! - [`audit`]: the whole QOS/preemption/priority chain, link by link
 //!   (`gpu-qos audit`).
+//! - [`explain`]: the same site told in plain words and as the users' QOS
+//!   table (`gpu-qos audit --explain`, `--markdown`).
 
 pub mod audit;
 pub mod check;
 pub mod config;
+pub mod explain;
 pub mod gres;
 pub mod policy;
 pub mod site;

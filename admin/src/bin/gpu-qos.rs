@@ -18,9 +18,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 use gpushare::mps::bounded;
 use gpushare::qos::audit::{self, AuditReport, FailOn, GpuQosConf, Site};
 use gpushare::qos::check::{self, CheckJson, QosRecord, Tally, SACCTMGR_ARGS};
-use gpushare::qos::config;
 use gpushare::qos::site::{self as site_text, SlurmSettings, Unread, AUDIT_SACCTMGR_ARGS};
-use gpushare::shared::locations::beside_slurm_conf;
+use gpushare::qos::{config, explain};
+use gpushare::shared::locations::{beside_slurm_conf, DEFAULT_SLURM_CONF};
 
 /// Compare gpushare's gpu_qos.conf with Slurm's accounting database.
 ///
@@ -70,6 +70,14 @@ enum Cmd {
         /// The lowest severity that makes the audit fail (exit 1)
         #[arg(long, value_enum, default_value_t = FailOnArg::Error)]
         fail_on: FailOnArg,
+        /// First tell the site's design in plain words: which QOS may use
+        /// which GPU types up to how many, whom each may preempt and with
+        /// what grace time, priority weights, fair-share cost per GPU type
+        #[arg(long, conflicts_with = "json")]
+        explain: bool,
+        /// Print only the users' QOS table, in Markdown (exit 0, or 2)
+        #[arg(long, conflicts_with_all = ["json", "explain"])]
+        markdown: bool,
     },
 }
 
@@ -97,7 +105,20 @@ fn main() -> ExitCode {
             conf,
             json,
             fail_on,
-        } => run_audit(conf, json, fail_on.into()),
+            explain,
+            markdown,
+        } => {
+            let view = if json {
+                AuditView::Json
+            } else if markdown {
+                AuditView::Markdown
+            } else if explain {
+                AuditView::Explain
+            } else {
+                AuditView::Table
+            };
+            run_audit(conf, view, fail_on.into())
+        }
         Cmd::Generate => match read_database() {
             Ok(db) => {
                 print!("{}", check::generate(&db));
@@ -211,7 +232,9 @@ fn gather(conf: Option<PathBuf>) -> Result<(Site, Vec<String>)> {
                 (settings, nodes, partitions, slurm_conf)
             }
             Err(e) => {
-                let path = beside_slurm_conf(None, "slurm.conf");
+                let path = std::env::var_os("SLURM_CONF")
+                    .map(PathBuf::from)
+                    .unwrap_or_else(|| PathBuf::from(DEFAULT_SLURM_CONF));
                 let file = path.to_string_lossy().into_owned();
                 let text = std::fs::read_to_string(&path)
                     .with_context(|| format!("{e:#}; and {file} cannot be read either"))?;
@@ -276,23 +299,36 @@ fn unread_from(source: &str, e: &anyhow::Error) -> Unread {
     }
 }
 
-fn run_audit(conf: Option<PathBuf>, json: bool, fail_on: FailOn) -> ExitCode {
+/// What `audit` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AuditView {
+    Table,
+    Json,
+    Explain,
+    Markdown,
+}
+
+fn run_audit(conf: Option<PathBuf>, view: AuditView, fail_on: FailOn) -> ExitCode {
     let (site, sources) = match gather(conf) {
         Ok(found) => found,
         Err(e) => {
             let reason = format!("{e:#}");
             eprintln!("gpu-qos audit: {reason}");
-            if json {
+            if view == AuditView::Json {
                 println!("{}", AuditReport::unread(&reason, fail_on).to_json());
             }
             return ExitCode::from(2);
         }
     };
+    if view == AuditView::Markdown {
+        print!("{}", explain::markdown(&site));
+        return ExitCode::SUCCESS;
+    }
     let report = AuditReport::new(audit::audit(&site), fail_on, sources);
-    if json {
-        println!("{}", report.to_json());
-    } else {
-        print!("{}", report.to_table());
+    match view {
+        AuditView::Json => println!("{}", report.to_json()),
+        AuditView::Explain => print!("{}\n{}", explain::explain(&site), report.to_table()),
+        AuditView::Table | AuditView::Markdown => print!("{}", report.to_table()),
     }
     ExitCode::from(report.exit)
 }
@@ -332,7 +368,9 @@ mod tests {
             Ok(Cmd::Audit {
                 conf: None,
                 json: false,
-                fail_on: FailOnArg::Error
+                fail_on: FailOnArg::Error,
+                explain: false,
+                markdown: false,
             })
         ));
         assert!(matches!(
@@ -350,6 +388,8 @@ mod tests {
             &["check", "extra"],
             &["generate", "--json"],
             &["audit", "--fail-on", "never"],
+            &["audit", "--json", "--markdown"],
+            &["audit", "--explain", "--json"],
         ] {
             let e = parse(bad).err().map(|e| e.exit_code());
             assert_eq!(e, Some(2), "{bad:?}");
