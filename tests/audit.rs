@@ -11,7 +11,11 @@ use std::process::ExitCode;
 
 use gpushare::qos::audit::{AuditFinding, AuditReport};
 use gpushare::qos::check::Severity;
-use testcluster::cluster::{GpuSpec, Qos};
+use std::time::Duration;
+
+use gpushare::qos::usage::UsageReport;
+use testcluster::cluster::{wait_for, GpuSpec, Qos};
+use testcluster::users::TestUser;
 use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
 
 /// A site where every link holds: the MPS node of the suites (prolog,
@@ -76,6 +80,10 @@ fn main() -> ExitCode {
         .test(
             "slurm_conf_is_read_when_slurmctld_does_not_answer",
             fallback,
+        )
+        .test(
+            "usage_tells_a_user_why_the_full_group_waits",
+            usage_when_full,
         )
         .test_on(
             "the_suites_example_site_has_no_qos_error",
@@ -401,4 +409,99 @@ fn deny_on_limit(c: &mut Cluster) -> TestResult {
     ensure(f.object == "QOS qos_ying_rex", format!("{f:?}"))?;
     apply(c, &f)?;
     passes_clean(c)
+}
+
+/// A member of the group, allowed its QOS; returns the user.
+fn member(c: &Cluster, name: &str) -> Result<TestUser, String> {
+    let user = TestUser::create(c, name)?;
+    c.run_ok(
+        "sacctmgr",
+        &[
+            "-i",
+            "modify",
+            "user",
+            "where",
+            &format!("name={name}"),
+            "set",
+            "qos=normal,lowprio,qos_lafferty",
+        ],
+    )?;
+    Ok(user)
+}
+
+/// `sbatch` as `user` under qos_lafferty, retried while slurmctld has not
+/// yet learnt the user's new QOS from slurmdbd.
+fn submit_as(c: &Cluster, user: &TestUser, gpus: u32) -> Result<u32, String> {
+    let gres = format!("--gres=gpu:a40:{gpus}");
+    let args = [
+        "--parsable",
+        "--qos=qos_lafferty",
+        &gres,
+        "--output=/dev/null",
+        "--wrap=sleep 300",
+    ];
+    let mut last = String::new();
+    wait_for(
+        &format!("sbatch as {} to be accepted", user.name),
+        Duration::from_secs(30),
+        || match user.run_ok(c, None, "sbatch", &args) {
+            Ok(out) => out.trim().split(';').next()?.parse().ok(),
+            Err(e) => {
+                last = e;
+                None
+            }
+        },
+    )
+    .map_err(|e| format!("{e}: {last}"))
+}
+
+fn usage_when_full(c: &mut Cluster) -> TestResult {
+    let alice = member(c, "gpushare_alice")?;
+    let bob = member(c, "gpushare_bob")?;
+    let a = submit_as(c, &alice, 2)?;
+    let b = submit_as(c, &bob, 2)?;
+    for id in [a, b] {
+        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
+    }
+    let waiting = submit_as(c, &alice, 1)?;
+    wait_for(
+        "the third job to wait for the group limit",
+        Duration::from_secs(30),
+        || {
+            c.job(waiting)
+                .ok()
+                .filter(|j| j.get("Reason") == Some("QOSGrpGRES"))
+        },
+    )?;
+    let bin = testcluster::cluster::build_dir()?.join("gpu-qos");
+    let bin = bin.to_string_lossy();
+    let json = alice.run_ok(c, None, &bin, &["usage", "--json"])?;
+    let report: UsageReport = serde_json::from_str(&json).map_err(|e| format!("{e}: {json}"))?;
+    let why = format!(
+        "qos_lafferty's 4 a40 are all held: jobs {a} (gpushare_alice, 2), {b} (gpushare_bob, 2)"
+    );
+    let q = report.qos.first();
+    ensure(
+        report.user == "gpushare_alice"
+            && report.qos.len() == 1
+            && q.is_some_and(|q| {
+                q.qos == "qos_lafferty"
+                    && q.types.len() == 1
+                    && (q.types[0].held, q.types[0].limit) == (4, 4)
+                    && q.running.len() == 2
+                    && q.pending.len() == 1
+                    && q.pending[0].job.id == waiting.to_string()
+                    && q.pending[0].why == why
+            }),
+        format!("expected {why:?} in {report:?}"),
+    )?;
+    let text = alice.run_ok(c, None, &bin, &["usage"])?;
+    ensure(
+        text.starts_with("qos_lafferty: 4 of 4 a40 held\n")
+            && text.contains(&format!(
+                "  pending  {waiting} (gpushare_alice, 1 a40): {why}\n"
+            )),
+        format!("text:\n{text}"),
+    )?;
+    c.cancel_all()
 }

@@ -198,6 +198,15 @@ pub fn explain(site: &Site) -> String {
         if types.is_empty() {
             continue;
         }
+        if p.billing.is_empty() {
+            // slurm.conf.html: without TRESBillingWeights a job is billed its CPUs.
+            let _ = writeln!(
+                billing,
+                "- {}: no TRESBillingWeights: a job costs its CPUs; GPUs cost nothing.",
+                p.name
+            );
+            continue;
+        }
         let weight = |k: &str| p.billing_weight(k).and_then(|w| w.parse::<f64>().ok());
         let untyped = weight("gres/gpu").unwrap_or(0.0);
         let costs: Vec<String> = types
@@ -306,6 +315,14 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line}\nnot in\n{text}");
         }
+    }
+
+    #[test]
+    fn a_partition_without_billing_weights_bills_cpus() {
+        let mut s = site();
+        s.partitions = parse_partitions("PartitionName=gpu Nodes=n1\n").0;
+        assert!(explain(&s)
+            .contains("- gpu: no TRESBillingWeights: a job costs its CPUs; GPUs cost nothing.\n"));
     }
 
     #[test]

@@ -15,6 +15,8 @@
 //!   (`gpu-qos audit`).
 //! - [`explain`]: the same site told in plain words and as the users' QOS
 //!   table (`gpu-qos audit --explain`, `--markdown`).
+//! - [`usage`]: a user's group QOS, the GPUs held against the limit and why
+//!   the group's jobs wait (`gpu-qos usage`).
 
 pub mod audit;
 pub mod check;
@@ -23,3 +25,4 @@ pub mod explain;
 pub mod gres;
 pub mod policy;
 pub mod site;
+pub mod usage;

@@ -19,7 +19,7 @@ use gpushare::mps::bounded;
 use gpushare::qos::audit::{self, AuditReport, FailOn, GpuQosConf, Site};
 use gpushare::qos::check::{self, CheckJson, QosRecord, Tally, SACCTMGR_ARGS};
 use gpushare::qos::site::{self as site_text, SlurmSettings, Unread, AUDIT_SACCTMGR_ARGS};
-use gpushare::qos::{config, explain};
+use gpushare::qos::{config, explain, usage};
 use gpushare::shared::locations::{beside_slurm_conf, DEFAULT_SLURM_CONF};
 
 /// Compare gpushare's gpu_qos.conf with Slurm's accounting database.
@@ -79,6 +79,17 @@ enum Cmd {
         #[arg(long, conflicts_with_all = ["json", "explain"])]
         markdown: bool,
     },
+    /// For you (any user): each group QOS you may use, the GPUs the group
+    /// holds by type against its limit, its running and pending jobs, and
+    /// why each pending job waits, in words.
+    Usage {
+        /// Only this QOS (group QOS or not)
+        #[arg(long, value_name = "QOS")]
+        qos: Option<String>,
+        /// Print the report as one JSON object on stdout
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -119,6 +130,7 @@ fn main() -> ExitCode {
             };
             run_audit(conf, view, fail_on.into())
         }
+        Cmd::Usage { qos, json } => run_usage(qos.as_deref(), json),
         Cmd::Generate => match read_database() {
             Ok(db) => {
                 print!("{}", check::generate(&db));
@@ -333,6 +345,50 @@ fn run_audit(conf: Option<PathBuf>, view: AuditView, fail_on: FailOn) -> ExitCod
     ExitCode::from(report.exit)
 }
 
+fn run_usage(only: Option<&str>, json: bool) -> ExitCode {
+    let gathered = || -> Result<usage::UsageReport> {
+        // The name of the uid that runs this, not $USER, which anyone sets.
+        let user = slurm_output("id", &["-un"])?.trim().to_owned();
+        let assoc = slurm_output(
+            "sacctmgr",
+            &[
+                "-nP",
+                "show",
+                "assoc",
+                &format!("user={user}"),
+                usage::ASSOC_FORMAT,
+            ],
+        )?;
+        let (all_qos, mut unread) =
+            site_text::parse_qos(&slurm_output("sacctmgr", &AUDIT_SACCTMGR_ARGS)?);
+        let (jobs, u) = usage::parse_squeue(&slurm_output("squeue", &usage::SQUEUE_ARGS)?);
+        unread.extend(u);
+        let mut report = usage::usage(
+            &user,
+            &usage::parse_assoc_qos(&assoc),
+            &all_qos,
+            &jobs,
+            only,
+        );
+        report.unread = unread;
+        Ok(report)
+    };
+    match gathered() {
+        Ok(report) => {
+            if json {
+                println!("{}", report.to_json());
+            } else {
+                print!("{}", report.to_text());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("gpu-qos usage: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -364,6 +420,10 @@ mod tests {
         ));
         assert!(matches!(parse(&["generate"]), Ok(Cmd::Generate)));
         assert!(matches!(
+            parse(&["usage", "--qos", "qos_lafferty", "--json"]),
+            Ok(Cmd::Usage { qos: Some(q), json: true }) if q == "qos_lafferty"
+        ));
+        assert!(matches!(
             parse(&["audit"]),
             Ok(Cmd::Audit {
                 conf: None,
@@ -390,6 +450,7 @@ mod tests {
             &["audit", "--fail-on", "never"],
             &["audit", "--json", "--markdown"],
             &["audit", "--explain", "--json"],
+            &["usage", "--qos"],
         ] {
             let e = parse(bad).err().map(|e| e.exit_code());
             assert_eq!(e, Some(2), "{bad:?}");
