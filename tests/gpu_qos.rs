@@ -42,6 +42,10 @@ fn main() -> ExitCode {
             lowprio_no_requeue,
         )
         .test(
+            "lowprio_exclusive_user_is_cleared_with_a_warning",
+            lowprio_exclusive_user,
+        )
+        .test(
             "preempted_lowprio_job_keeps_its_earlier_output",
             lowprio_output_kept,
         )
@@ -281,6 +285,49 @@ fn lowprio_no_requeue(c: &mut Cluster) -> TestResult {
         "the user's --no-requeue was overridden",
     )?;
     c.run_ok("scancel", &[&id.to_string()]).map(drop)
+}
+
+/// `--exclusive=user` under lowprio would keep other users off the node's
+/// idle GPUs: the job is accepted without it and the user told; a group
+/// job keeps it.
+fn lowprio_exclusive_user(c: &mut Cluster) -> TestResult {
+    let out = c.run(
+        "sbatch",
+        &[
+            "--parsable",
+            "-H",
+            "--wrap=true",
+            "--qos=lowprio",
+            "--exclusive=user",
+            "--gres=gpu:a40:1",
+        ],
+    )?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure(
+        out.status.success(),
+        format!("--exclusive=user under lowprio was rejected: {stderr}"),
+    )?;
+    contains_all(&stderr, &["lowprio", "may not use --exclusive=user"])?;
+    let id: u32 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .map_err(|_| "no job id")?;
+    let shared = c.job(id)?.get("OverSubscribe").map(str::to_owned);
+    ensure(
+        shared.as_deref() == Some("OK"),
+        format!("lowprio job kept OverSubscribe={shared:?}"),
+    )?;
+    let group = accepted(
+        c,
+        &["--qos=qos_lafferty", "--gres=gpu:a40:1", "--exclusive=user"],
+    )?;
+    let shared = c.job(group)?.get("OverSubscribe").map(str::to_owned);
+    ensure(
+        shared.as_deref() == Some("USER"),
+        format!("group job has OverSubscribe={shared:?}, not USER"),
+    )?;
+    c.run_ok("scancel", &[&id.to_string(), &group.to_string()])
+        .map(drop)
 }
 
 /// A preempted and requeued lowprio job appends to its output, so the first
