@@ -440,8 +440,6 @@ fn preemption(site: &Site, out: &mut Vec<AuditFinding>) {
         );
     }
     let plugin = plugin_loaded(site);
-    let conf_lows =
-        matches!(&site.gpu_qos_conf, GpuQosConf::Read(c) if !c.low_priority_qos().is_empty());
     for low in &lows {
         let mode = effective_preempt_mode(s, low);
         let words: Vec<&str> = mode.split(',').map(str::trim).collect();
@@ -454,7 +452,9 @@ fn preemption(site: &Site, out: &mut Vec<AuditFinding>) {
         let object = qos_object(low.name());
         if words.contains(&"requeue") {
             if s.number("JobRequeue") == Some(0) {
-                let forced = plugin && conf_lows;
+                // The plugin makes jobs under its LowPriorityQOS requeueable.
+                let forced = plugin
+                    && matches!(&site.gpu_qos_conf, GpuQosConf::Read(c) if c.is_low_priority(low.name()));
                 out.push(
                     AuditFinding::new(
                         if forced {
@@ -1267,6 +1267,17 @@ qos_dijk|gres/gpu:h100=2|lowprio|cluster|00:00:00|1.000000|DenyOnLimit|100
         assert_eq!(
             kinds(&site),
             [(Severity::Error, "gpu_qos_conf_missing".to_owned())]
+        );
+        // Without the plugin nothing makes lowprio jobs requeueable.
+        let mut site =
+            site_with(|c, _, _, _| replace(c, "JobRequeue              = 1", "JobRequeue = 0"));
+        site.gpu_qos_conf = GpuQosConf::Missing;
+        assert_eq!(
+            kinds(&site),
+            [
+                (Severity::Error, "gpu_qos_conf_missing".to_owned()),
+                (Severity::Warning, "job_requeue_off".to_owned())
+            ]
         );
         // Without LowPriorityQOS the preempted QOS are found from Preempt lists.
         let found = audit(&site_with(|_, q, _, _| {
