@@ -762,7 +762,8 @@ fn mps_nodes(site: &Site, out: &mut Vec<AuditFinding>) {
         ("Prolog", "gpu-mps-prolog", "mps_prolog_missing"),
         ("Epilog", "gpu-mps-epilog", "mps_epilog_missing"),
     ] {
-        let value = s.get(key).unwrap_or("");
+        // Several Prolog= are allowed from 23.11 (shown as Prolog[N]).
+        let value = s.all(key).join(",");
         if !value.contains(program) {
             let is = if value.is_empty() {
                 "unset".to_owned()

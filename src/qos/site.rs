@@ -50,8 +50,7 @@ pub struct Unread {
 /// Slurm's global settings, from `scontrol show config` or `slurm.conf`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SlurmSettings {
-    /// In the order read; the first of a repeated key wins, as
-    /// `scontrol show config` prints the slurm.conf section first.
+    /// In the order read, repeats kept.
     pairs: Vec<(String, String)>,
     /// Whether unset keys mean Slurm's default (`slurm.conf`) or "not
     /// reported" (`scontrol show config` reports every key it has).
@@ -78,17 +77,39 @@ impl SlurmSettings {
         settings
     }
 
+    /// Keeps every pair. `Prolog[0]`, `Prolog[1]` (23.11+ print each of
+    /// several `Prolog=` that way) are kept under `Prolog`.
     fn push(&mut self, key: &str, value: &str) {
-        if self.get_raw(key).is_none() {
-            self.pairs.push((key.to_owned(), value.to_owned()));
-        }
+        let key = match key.split_once('[') {
+            Some((base, index)) if index.ends_with(']') => base,
+            _ => key,
+        };
+        self.pairs.push((key.to_owned(), value.to_owned()));
+    }
+
+    /// Every value given for `key` (several `Prolog=` lines), in order.
+    pub fn all(&self, key: &str) -> Vec<&str> {
+        self.pairs
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case(key))
+            .map(|(_, v)| v.trim())
+            .filter(|v| !v.is_empty() && *v != "(null)")
+            .collect()
     }
 
     fn get_raw(&self, key: &str) -> Option<&str> {
-        self.pairs
+        let mut matching = self
+            .pairs
             .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(key))
-            .map(|(_, v)| v.as_str())
+            .filter(|(k, _)| k.eq_ignore_ascii_case(key))
+            .map(|(_, v)| v.as_str());
+        // In slurm.conf the last of a repeated key counts (Slurm warns);
+        // scontrol prints each key once, its slurm.conf section first.
+        if self.from_file {
+            matching.next_back()
+        } else {
+            matching.next()
+        }
     }
 
     /// The value of `key`; `None` when unset, empty or `(null)`.
@@ -629,7 +650,7 @@ Slurmctld(primary) at vm is UP
         assert_eq!(s.number("JobRequeue"), Some(1));
         // slurm.conf spells it PriorityWeightFairshare.
         assert_eq!(s.number("PriorityWeightFairshare"), Some(1000));
-        assert_eq!(s.get("SlurmctldHost[0]"), Some("vm(127.0.0.1)"));
+        assert_eq!(s.get("SlurmctldHost"), Some("vm(127.0.0.1)"));
         assert_eq!(s.get("ConstrainDevices"), Some("yes"));
         assert_eq!(s.get("SLURM_CONF"), Some("/etc/slurm/slurm.conf"));
         assert!(!s.from_file);
@@ -642,8 +663,19 @@ Slurmctld(primary) at vm is UP
             AccountingStorageTRES   = cpu,mem,energy,node,billing,fs/disk,vmem,pages,gres/gpu,gres/gpu:a40,gres/gpu:h100\n\
             PriorityType            = priority/multifactor\n\
             PriorityWeightQOS       = 0\n\
-            MCSParameters           = (null)\n";
+            MCSParameters           = (null)\n\
+            Prolog[0]               = /etc/slurm/prolog.d/site\n\
+            Prolog[1]               = /usr/libexec/gpushare/gpu-mps-prolog\n";
         let s = SlurmSettings::from_show_config(text);
+        // 23.11+ print each of several Prolog= as Prolog[N].
+        assert_eq!(
+            s.all("Prolog"),
+            [
+                "/etc/slurm/prolog.d/site",
+                "/usr/libexec/gpushare/gpu-mps-prolog"
+            ]
+        );
+        assert_eq!(s.get("Prolog"), Some("/etc/slurm/prolog.d/site"));
         assert!(s.list_has("AccountingStorageTRES", "gres/gpu:h100"));
         assert_eq!(s.number("PriorityWeightQOS"), Some(0));
         assert_eq!(s.get("MCSParameters"), None);
@@ -743,13 +775,17 @@ NodeName=gpu1 CPUs=32 Gres=gpu:a40:4,mps:1600
 PartitionName=gpu Nodes=gpu1 TRESBillingWeights=GRES/gpu=1
 PartitionName=all Nodes=ALL
 ";
-        let conf = parse_slurm_conf(text, "slurm.conf");
+        let conf = parse_slurm_conf(
+            &format!("{text}PriorityWeightFairshare=200\n"),
+            "slurm.conf",
+        );
         assert!(conf.settings.from_file);
+        // The last of a repeated key counts, as in Slurm.
+        assert_eq!(conf.settings.number("PriorityWeightFairShare"), Some(200));
         assert_eq!(
             conf.settings.get("AccountingStorageEnforce"),
             Some("limits,qos")
         );
-        assert_eq!(conf.settings.number("PriorityWeightFairShare"), Some(100));
         assert_eq!(conf.nodes.len(), 1);
         assert_eq!(conf.nodes[0].partitions, ["gpu", "all"]);
         assert_eq!(conf.partitions[0].billing_weight("gres/gpu"), Some("1"));
