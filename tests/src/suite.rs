@@ -86,10 +86,12 @@ impl Suite {
             return ExitCode::SUCCESS;
         }
         let shared = selected.iter().filter(|t| t.1.is_none()).count();
-        println!(
-            "\nstarting a Slurm test cluster for {shared} tests, and one for each of {} more",
-            selected.len() - shared
-        );
+        let own = selected.len() - shared;
+        if own == 0 {
+            println!("\nstarting a Slurm test cluster for {shared} tests");
+        } else {
+            println!("\nstarting a Slurm test cluster for {shared} tests, and one for each of {own} more");
+        }
         let mut cluster = if shared == 0 {
             None
         } else {
