@@ -168,6 +168,7 @@ fn main() {
         .allowlist_var("NO_VAL(8|16|64)?")
         .allowlist_var("INFINITE(8|16|64)?")
         .allowlist_var("OPEN_MODE_.*")
+        .allowlist_var("JOB_SHARED_.*")
         .generate()
         .unwrap_or_else(|e| {
             fail(&format!(

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use testcluster::cluster::{wait_for, EXAMPLE_GPU_QOS_CONF};
+use testcluster::users::TestUser;
 use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
 
 fn main() -> ExitCode {
@@ -40,6 +41,10 @@ fn main() -> ExitCode {
         .test(
             "lowprio_no_requeue_is_accepted_with_a_warning",
             lowprio_no_requeue,
+        )
+        .test(
+            "lowprio_exclusive_user_is_cleared_with_a_warning",
+            lowprio_exclusive_user,
         )
         .test(
             "preempted_lowprio_job_keeps_its_earlier_output",
@@ -281,6 +286,66 @@ fn lowprio_no_requeue(c: &mut Cluster) -> TestResult {
         "the user's --no-requeue was overridden",
     )?;
     c.run_ok("scancel", &[&id.to_string()]).map(drop)
+}
+
+/// `--exclusive=user` under lowprio would keep other users off the node's
+/// idle GPUs: the job is accepted without it and the user told; a group
+/// job keeps it. Seen by what it does (another user's job starts beside
+/// the lowprio job, not beside the group job): `scontrol show job`'s
+/// OverSubscribe shows USER on 22.05 but NO on 26.05.5 for both.
+fn lowprio_exclusive_user(c: &mut Cluster) -> TestResult {
+    let other = TestUser::create(c, "gpushare_carol")?;
+    let other_job = || -> Result<u32, String> {
+        let out = other.run_ok(
+            c,
+            None,
+            "sbatch",
+            &["--parsable", "--output=/dev/null", "--wrap=sleep 300"],
+        )?;
+        out.trim()
+            .parse()
+            .map_err(|_| format!("sbatch printed no job id: {out}"))
+    };
+    let exclusive = |qos: &str, gres: &str| -> Result<(u32, String), String> {
+        let out = c.run(
+            "sbatch",
+            &[
+                "--parsable",
+                "--output=/dev/null",
+                "--wrap=sleep 300",
+                qos,
+                gres,
+                "--exclusive=user",
+            ],
+        )?;
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let id = String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .map_err(|_| format!("{qos} --exclusive=user was rejected: {stderr}"))?;
+        Ok((id, stderr))
+    };
+
+    // A group job keeps the node to root's jobs: the other user's job waits.
+    let (group, stderr) = exclusive("--qos=qos_lafferty", "--gres=gpu:a40:1")?;
+    ensure(stderr.is_empty(), format!("a group job was told: {stderr}"))?;
+    c.wait_job_state(group, &["RUNNING"], ACCEPT_TIMEOUT)?;
+    let blocked = other_job()?;
+    std::thread::sleep(Duration::from_secs(8));
+    let state = c.job(blocked)?.state().to_owned();
+    ensure(
+        state == "PENDING",
+        format!("beside a group job with --exclusive=user another user's job is {state}"),
+    )?;
+    c.run_ok("scancel", &[&group.to_string(), &blocked.to_string()])?;
+
+    // Under lowprio the option is dropped, with a warning.
+    let (low, stderr) = exclusive("--qos=lowprio", "--gres=gpu:a40:1")?;
+    contains_all(&stderr, &["lowprio", "may not use --exclusive=user"])?;
+    c.wait_job_state(low, &["RUNNING"], ACCEPT_TIMEOUT)?;
+    let beside = other_job()?;
+    c.wait_job_state(beside, &["RUNNING"], ACCEPT_TIMEOUT)?;
+    c.cancel_all()
 }
 
 /// A preempted and requeued lowprio job appends to its output, so the first

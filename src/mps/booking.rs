@@ -154,21 +154,7 @@ fn unified_mount() -> bool {
 /// Splits a Slurm host list at its top-level commas
 /// (`a[1-2,5],b` → `a[1-2,5]`, `b`).
 fn top_level_items(list: &str) -> Vec<&str> {
-    let mut items = Vec::new();
-    let (mut depth, mut start) = (0usize, 0usize);
-    for (i, c) in list.char_indices() {
-        match c {
-            '[' => depth += 1,
-            ']' => depth = depth.saturating_sub(1),
-            ',' if depth == 0 => {
-                items.push(&list[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    items.push(&list[start..]);
-    items.into_iter().filter(|s| !s.is_empty()).collect()
+    crate::shared::syntax::split_top_level(list, '[', ']')
 }
 
 /// Whether the Slurm host list `list` (`gpu[01-04],login`) names `host`.

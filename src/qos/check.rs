@@ -186,7 +186,7 @@ pub fn parse_sacctmgr(text: &str) -> Result<Vec<QosRecord>, SacctmgrParseError> 
     Ok(records)
 }
 
-fn parse_grp_tres(text: &str) -> Result<Vec<GpuTresLimit>, String> {
+pub(crate) fn parse_grp_tres(text: &str) -> Result<Vec<GpuTresLimit>, String> {
     let mut limits: Vec<GpuTresLimit> = Vec::new();
     for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
         let (name, value) = entry
@@ -214,7 +214,8 @@ fn parse_grp_tres(text: &str) -> Result<Vec<GpuTresLimit>, String> {
 }
 
 /// How much a finding matters; `check` exits 1 on any [`Severity::Error`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Severity {
     /// Jobs are judged wrongly: accepted where they escape a limit, or
     /// refused where they would fit.

@@ -83,6 +83,9 @@ pub struct GpuQosConfig {
     low_priority_max_array_tasks: Option<u32>,
     shared_gpu_reservations: Option<Vec<String>>,
     max_mps_per_job: Option<u64>,
+    /// `LowPriorityExclusiveUser=keep`; the default (`clear`) is false here
+    /// so that `Default` stays the empty file.
+    keep_low_priority_exclusive_user: bool,
 }
 
 impl GpuQosConfig {
@@ -140,6 +143,12 @@ impl GpuQosConfig {
 
     pub fn max_mps_per_job(&self) -> Option<u64> {
         self.max_mps_per_job
+    }
+
+    /// Whether `--exclusive=user` is taken off low-priority jobs
+    /// (`LowPriorityExclusiveUser=clear`, the default).
+    pub fn low_priority_clears_exclusive_user(&self) -> bool {
+        !self.keep_low_priority_exclusive_user
     }
 }
 
@@ -312,10 +321,11 @@ enum Key {
     LowPriorityMaxArrayTasks,
     SharedGpuReservations,
     MaxMpsPerJob,
+    LowPriorityExclusiveUser,
 }
 
 impl Key {
-    const ALL: [Key; 8] = [
+    const ALL: [Key; 9] = [
         Key::Qos,
         Key::GpuTypes,
         Key::GpuLimit,
@@ -324,6 +334,7 @@ impl Key {
         Key::LowPriorityMaxArrayTasks,
         Key::SharedGpuReservations,
         Key::MaxMpsPerJob,
+        Key::LowPriorityExclusiveUser,
     ];
 
     /// The canonical spelling, used in messages.
@@ -337,6 +348,7 @@ impl Key {
             Key::LowPriorityMaxArrayTasks => "LowPriorityMaxArrayTasks",
             Key::SharedGpuReservations => "SharedGPUReservations",
             Key::MaxMpsPerJob => "MaxMPSPerJob",
+            Key::LowPriorityExclusiveUser => "LowPriorityExclusiveUser",
         }
     }
 
@@ -505,6 +517,19 @@ fn set_global(cfg: &mut GpuQosConfig, key: Key, value: &str) -> Result<(), Probl
         }
         Key::SharedGpuReservations => cfg.shared_gpu_reservations = Some(split_list(key, value)?),
         Key::MaxMpsPerJob => cfg.max_mps_per_job = Some(positive_integer(key, value)?),
+        Key::LowPriorityExclusiveUser => {
+            cfg.keep_low_priority_exclusive_user = if value.eq_ignore_ascii_case("clear") {
+                false
+            } else if value.eq_ignore_ascii_case("keep") {
+                true
+            } else {
+                return Err(Problem::BadEnumValue {
+                    key: key.name(),
+                    value: value.to_owned(),
+                    allowed: "clear, keep",
+                });
+            }
+        }
         Key::Qos | Key::GpuTypes | Key::GpuLimit => {}
     }
     Ok(())
@@ -672,7 +697,7 @@ MaxMPSPerJob=100
             err("GPUS=4"),
             "/etc/slurm/gpu_qos.conf:1: unknown key \"GPUS\" (known keys: QOS, GPUTypes, \
              GPULimit, RequireGPUType, LowPriorityQOS, LowPriorityMaxArrayTasks, \
-             SharedGPUReservations, MaxMPSPerJob)"
+             SharedGPUReservations, MaxMPSPerJob, LowPriorityExclusiveUser)"
         );
     }
 

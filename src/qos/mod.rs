@@ -9,8 +9,20 @@
 //!   the user reads.
 //! - [`check`]: `gpu_qos.conf` compared with the accounting database
 //!   (`gpu-qos check`).
+//! - [`site`]: what Slurm says about the site (`scontrol show config`,
+//!   `sacctmgr`, nodes, partitions), read leniently for the audit.
+//! - [`audit`]: the whole QOS/preemption/priority chain, link by link
+//!   (`gpu-qos audit`).
+//! - [`explain`]: the same site told in plain words and as the users' QOS
+//!   table (`gpu-qos audit --explain`, `--markdown`).
+//! - [`usage`]: a user's group QOS, the GPUs held against the limit and why
+//!   the group's jobs wait (`gpu-qos usage`).
 
+pub mod audit;
 pub mod check;
 pub mod config;
+pub mod explain;
 pub mod gres;
 pub mod policy;
+pub mod site;
+pub mod usage;

@@ -32,6 +32,8 @@ pub struct JobDescription<'a> {
     /// `None`: the user gave neither `--requeue` nor `--no-requeue`.
     pub requeue: Option<bool>,
     pub open_mode_set: bool,
+    /// `--exclusive=user`: the node is shared only with the user's own jobs.
+    pub exclusive_user: bool,
     pub array_inx: Option<&'a str>,
     /// Known for updates; makes the suggested `scontrol` line copy-pasteable.
     pub job_id_for_messages: Option<u32>,
@@ -84,6 +86,8 @@ pub struct JobChanges {
     pub set_requeue: bool,
     /// Set `open_mode` to append, so a requeued job keeps its earlier output.
     pub set_open_mode_append: bool,
+    /// Drop `--exclusive=user` (the node's sharing back to the default).
+    pub clear_exclusive_user: bool,
     /// Replace `array_inx` with this.
     pub array_inx: Option<String>,
     pub spank_env: Vec<SpankEnvVar>,
@@ -189,6 +193,7 @@ fn submit(cfg: &GpuQosConfig, job: &JobDescription<'_>) -> Result<JobChanges, Re
     }
     if let Some(low_qos) = job.qos_names().find(|q| cfg.is_low_priority(q)) {
         apply_requeue(job, low_qos, &mut changes);
+        apply_exclusive_user(cfg, job, low_qos, &mut changes);
         if !job.open_mode_set {
             changes.set_open_mode_append = true;
         }
@@ -232,6 +237,7 @@ fn modify(cfg: &GpuQosConfig, update: &JobDescription<'_>) -> Result<JobChanges,
     let mut changes = JobChanges::default();
     if let Some(low_qos) = update.qos_names().find(|q| cfg.is_low_priority(q)) {
         apply_requeue(update, low_qos, &mut changes);
+        apply_exclusive_user(cfg, update, low_qos, &mut changes);
     }
     Ok(changes)
 }
@@ -679,6 +685,29 @@ fn apply_requeue(job: &JobDescription<'_>, low_qos: &str, changes: &mut JobChang
     }
 }
 
+/// A low-priority job with `--exclusive=user` would keep every other user
+/// off its node, idle GPUs included, until preempted: it loses the option
+/// (unless `LowPriorityExclusiveUser=keep`) and its user is told.
+fn apply_exclusive_user(
+    cfg: &GpuQosConfig,
+    job: &JobDescription<'_>,
+    low_qos: &str,
+    changes: &mut JobChanges,
+) {
+    if !job.exclusive_user || !cfg.low_priority_clears_exclusive_user() {
+        return;
+    }
+    changes.clear_exclusive_user = true;
+    let warning = format!(
+        "Jobs under QOS {low_qos} may not use --exclusive=user: it would keep other users \
+         off the node's idle GPUs. The job was accepted without it."
+    );
+    changes.user_warning = Some(match changes.user_warning.take() {
+        Some(earlier) => format!("{earlier}\n{warning}"),
+        None => warning,
+    });
+}
+
 /// Rule 9's array cap: `Some(new)` when `array_inx` must change. A throttle
 /// of 0 is treated as "no throttle", which is what Slurm makes of it.
 fn throttled_array(inx: &str, max: u32) -> Result<Option<String>, Rejection> {
@@ -1115,6 +1144,40 @@ MaxMPSPerJob=100
     }
 
     #[test]
+    fn exclusive_user_under_low_priority_is_cleared_with_a_warning() {
+        let j = JobDescription {
+            exclusive_user: true,
+            requeue: Some(false),
+            ..job(Some("lowprio"), None)
+        };
+        let c = changes(submit(&j));
+        assert!(c.clear_exclusive_user);
+        let warning = c.user_warning.unwrap_or_default();
+        assert!(
+            warning.starts_with("Jobs under QOS lowprio can be preempted;"),
+            "{warning}"
+        );
+        assert!(warning.ends_with(
+            "\nJobs under QOS lowprio may not use --exclusive=user: it would keep other users \
+             off the node's idle GPUs. The job was accepted without it."
+        ));
+        // Other QOS keep it; so does a site that says keep.
+        let group = JobDescription {
+            exclusive_user: true,
+            ..job(Some("qos_lafferty"), Some("gres:gpu:a40:1"))
+        };
+        assert!(!changes(submit(&group)).clear_exclusive_user);
+        let keep = cfg_from("LowPriorityQOS=lowprio\nLowPriorityExclusiveUser=keep");
+        assert!(!changes(judge_submit(&keep, &j)).clear_exclusive_user);
+        // An update to the low-priority QOS loses it too.
+        let update = JobDescription {
+            exclusive_user: true,
+            ..job(Some("lowprio"), None)
+        };
+        assert!(changes(judge_modify(&cfg(), &update)).clear_exclusive_user);
+    }
+
+    #[test]
     fn no_requeue_under_low_priority_is_accepted_with_a_warning() {
         let j = JobDescription {
             requeue: Some(false),
@@ -1433,6 +1496,7 @@ MaxMPSPerJob=100
         sockets_per_node: Option<u16>,
         requeue: Option<bool>,
         open_mode_set: bool,
+        exclusive_user: bool,
         job_id: Option<u32>,
     }
 
@@ -1452,6 +1516,7 @@ MaxMPSPerJob=100
                 sockets_per_node: self.sockets_per_node,
                 requeue: self.requeue,
                 open_mode_set: self.open_mode_set,
+                exclusive_user: self.exclusive_user,
                 job_id_for_messages: self.job_id,
             }
         }
@@ -1474,6 +1539,7 @@ MaxMPSPerJob=100
             any::<Option<bool>>(),
             any::<bool>(),
             any::<Option<u32>>(),
+            any::<bool>(),
         );
         (strings, numbers).prop_map(|(s, n)| OwnedJob {
             strings: [s.0, s.1, s.2, s.3, s.4, s.5, s.6],
@@ -1482,6 +1548,7 @@ MaxMPSPerJob=100
             sockets_per_node: n.2,
             requeue: n.3,
             open_mode_set: n.4,
+            exclusive_user: n.6,
             job_id: n.5,
         })
     }
@@ -1490,7 +1557,14 @@ MaxMPSPerJob=100
         let strings = proptest::array::uniform7(opt_str(".{0,24}"));
         (
             strings,
-            any::<(Option<u32>, Option<u32>, Option<u16>, Option<bool>, bool)>(),
+            any::<(
+                Option<u32>,
+                Option<u32>,
+                Option<u16>,
+                Option<bool>,
+                bool,
+                bool,
+            )>(),
         )
             .prop_map(|(strings, n)| OwnedJob {
                 strings,
@@ -1499,6 +1573,7 @@ MaxMPSPerJob=100
                 sockets_per_node: n.2,
                 requeue: n.3,
                 open_mode_set: n.4,
+                exclusive_user: n.5,
                 job_id: None,
             })
     }

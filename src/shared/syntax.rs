@@ -93,9 +93,42 @@ pub fn lines(text: &str) -> impl Iterator<Item = (usize, Result<Vec<Pair<'_>>, M
     })
 }
 
+/// Splits `text` at the commas outside `open`…`close` brackets, dropping
+/// empty items: Slurm host lists (`a[1-2,5],b`) and node `Gres=` values
+/// (`gpu:a40:2(S:0,1),mps:100`) nest commas that way.
+pub fn split_top_level(text: &str, open: char, close: char) -> Vec<&str> {
+    let mut items = Vec::new();
+    let (mut depth, mut start) = (0usize, 0usize);
+    for (i, c) in text.char_indices() {
+        if c == open {
+            depth += 1;
+        } else if c == close {
+            depth = depth.saturating_sub(1);
+        } else if c == ',' && depth == 0 {
+            items.push(&text[start..i]);
+            start = i + 1;
+        }
+    }
+    items.push(&text[start..]);
+    items.into_iter().filter(|s| !s.is_empty()).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn commas_inside_brackets_do_not_split() {
+        assert_eq!(
+            split_top_level("a[1-2,5],b,,c", '[', ']'),
+            ["a[1-2,5]", "b", "c"]
+        );
+        assert_eq!(
+            split_top_level("gpu:a40:2(S:0,1),mps:100", '(', ')'),
+            ["gpu:a40:2(S:0,1)", "mps:100"]
+        );
+        assert_eq!(split_top_level("x]],y", '[', ']'), ["x]]", "y"]);
+    }
 
     #[test]
     fn comments_blank_lines_and_several_pairs_per_line() {

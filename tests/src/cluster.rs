@@ -51,6 +51,8 @@ pub struct Qos {
     pub priority: Option<u32>,
     /// `UsageFactor` (0 = free).
     pub usage_factor: Option<f64>,
+    /// `Flags` (e.g. `DenyOnLimit`).
+    pub flags: Option<String>,
 }
 
 impl Qos {
@@ -98,6 +100,12 @@ pub struct ClusterSpec {
     /// Use the plugins installed in this directory (by `make install`)
     /// instead of copying them from the build directory.
     pub installed_plugin_dir: Option<PathBuf>,
+    /// Extra words of the partition's `PartitionName=` line
+    /// (`TRESBillingWeights=...`).
+    pub partition_options: Vec<String>,
+    /// slurm.conf settings that replace the harness's own (`Key`, `Value`),
+    /// or are added when it has none: a site with one link broken.
+    pub conf_overrides: Vec<(String, String)>,
 }
 
 impl Default for ClusterSpec {
@@ -121,6 +129,8 @@ impl Default for ClusterSpec {
             cpus: 32,
             extra_gpu_types: Vec::new(),
             installed_plugin_dir: None,
+            partition_options: Vec::new(),
+            conf_overrides: Vec::new(),
         }
     }
 }
@@ -447,6 +457,30 @@ fn write(path: &Path, text: &str, mode: u32) -> Result<()> {
     fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
     fs::set_permissions(path, fs::Permissions::from_mode(mode))
         .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// `text` (slurm.conf) with each `Key=` line of `overrides` replaced by
+/// `Key=Value`, and the keys it lacks added before the first node line.
+fn override_settings(text: &str, overrides: &[(String, String)]) -> String {
+    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    for (key, value) in overrides {
+        let line = format!("{key}={value}");
+        let found = lines.iter().position(|l| {
+            l.split_once('=')
+                .is_some_and(|(k, _)| k.trim().eq_ignore_ascii_case(key))
+        });
+        match found {
+            Some(i) => lines[i] = line,
+            None => {
+                let at = lines
+                    .iter()
+                    .position(|l| l.starts_with("NodeName="))
+                    .unwrap_or(lines.len());
+                lines.insert(at, line);
+            }
+        }
+    }
+    lines.join("\n") + "\n"
 }
 
 /// Polls `check` every 100 ms until it returns `Some`, or fails after `timeout`.
@@ -795,10 +829,17 @@ impl Cluster {
         let _ = writeln!(
             conf,
             "NodeName={NODE} NodeAddr=127.0.0.1 NodeHostname={host} CPUs={cpus} RealMemory=16000 Gres={gres} State=UNKNOWN\n\
-             PartitionName={PARTITION} Nodes={NODE} Default=YES MaxTime=INFINITE State=UP",
+             PartitionName={PARTITION} Nodes={NODE} Default=YES MaxTime=INFINITE State=UP{options}",
             cpus = self.spec.cpus,
             gres = node_gres.join(","),
+            options = self
+                .spec
+                .partition_options
+                .iter()
+                .map(|o| format!(" {o}"))
+                .collect::<String>(),
         );
+        let conf = override_settings(&conf, &self.spec.conf_overrides);
         write(&etc.join("slurm.conf"), &conf, 0o644)?;
 
         let mut gres = String::from("AutoDetect=off\n");
@@ -1125,6 +1166,9 @@ impl Cluster {
             }
             if let Some(u) = q.usage_factor {
                 set.push(format!("UsageFactor={u}"));
+            }
+            if let Some(f) = &q.flags {
+                set.push(format!("Flags={f}"));
             }
             if set.is_empty() {
                 continue;

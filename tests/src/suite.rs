@@ -1,7 +1,8 @@
 //! The runner of each integration test binary (`harness = false`).
 //!
 //! One cluster per binary, started only if some test passes the filter;
-//! tests run in order against it; a failing test prints the tail of every
+//! tests run in order against it (a test added with `test_on` gets a
+//! cluster of its own instead); a failing test prints the tail of every
 //! daemon log; the binary ends with `N passed, N failed` and a non-zero exit
 //! status on any failure. A test needing something this machine lacks fails:
 //! nothing is skipped silently.
@@ -18,10 +19,11 @@ pub type TestResult = crate::Result<()>;
 
 type TestFn = Box<dyn FnOnce(&mut Cluster) -> TestResult>;
 
-/// Tests sharing one cluster.
+/// Tests sharing one cluster, and tests with a cluster of their own.
 pub struct Suite {
     spec: ClusterSpec,
-    tests: Vec<(&'static str, TestFn)>,
+    /// A test with a spec of its own gets a fresh cluster from it.
+    tests: Vec<(&'static str, Option<ClusterSpec>, TestFn)>,
 }
 
 impl std::fmt::Debug for Suite {
@@ -46,7 +48,20 @@ impl Suite {
         name: &'static str,
         f: impl FnOnce(&mut Cluster) -> TestResult + 'static,
     ) -> Self {
-        self.tests.push((name, Box::new(f)));
+        self.tests.push((name, None, Box::new(f)));
+        self
+    }
+
+    /// Adds a test that runs on a cluster of its own, started from `spec`
+    /// (a site that differs from the suite's from the start) and stopped
+    /// after it.
+    pub fn test_on(
+        mut self,
+        name: &'static str,
+        spec: ClusterSpec,
+        f: impl FnOnce(&mut Cluster) -> TestResult + 'static,
+    ) -> Self {
+        self.tests.push((name, Some(spec), Box::new(f)));
         self
     }
 
@@ -55,7 +70,7 @@ impl Suite {
     pub fn run(self) -> ExitCode {
         let args: Vec<String> = std::env::args().skip(1).collect();
         if args.iter().any(|a| a == "--list") {
-            for (name, _) in &self.tests {
+            for (name, _, _) in &self.tests {
                 println!("{name}: test");
             }
             return ExitCode::SUCCESS;
@@ -64,28 +79,50 @@ impl Suite {
         let selected: Vec<_> = self
             .tests
             .into_iter()
-            .filter(|(name, _)| filter.as_deref().is_none_or(|f| name.contains(f)))
+            .filter(|(name, _, _)| filter.as_deref().is_none_or(|f| name.contains(f)))
             .collect();
         if selected.is_empty() {
             println!("0 passed, 0 failed");
             return ExitCode::SUCCESS;
         }
-        println!(
-            "\nstarting a Slurm test cluster for {} tests",
-            selected.len()
-        );
-        let mut cluster = match self.spec.start() {
-            Ok(c) => c,
-            Err(e) => {
-                println!("cluster did not start:\n{e}");
-                println!("0 passed, {} failed", selected.len());
-                return ExitCode::FAILURE;
+        let shared = selected.iter().filter(|t| t.1.is_none()).count();
+        let own = selected.len() - shared;
+        if own == 0 {
+            println!("\nstarting a Slurm test cluster for {shared} tests");
+        } else {
+            println!("\nstarting a Slurm test cluster for {shared} tests, and one for each of {own} more");
+        }
+        let mut cluster = if shared == 0 {
+            None
+        } else {
+            match self.spec.start() {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    println!("cluster did not start:\n{e}");
+                    println!("0 passed, {} failed", selected.len());
+                    return ExitCode::FAILURE;
+                }
             }
         };
         let (mut passed, mut failed) = (0, Vec::new());
-        for (name, test) in selected {
+        for (name, own_spec, test) in selected {
             let started = Instant::now();
-            let outcome = catch_unwind(AssertUnwindSafe(|| test(&mut cluster)))
+            let mut own = None;
+            if let Some(spec) = own_spec {
+                match spec.start() {
+                    Ok(c) => own = Some(c),
+                    Err(e) => {
+                        println!("test {name} ... FAILED: its cluster did not start:\n{e}");
+                        failed.push(name);
+                        continue;
+                    }
+                }
+            }
+            let Some(c) = own.as_mut().or(cluster.as_mut()) else {
+                failed.push(name);
+                continue;
+            };
+            let outcome = catch_unwind(AssertUnwindSafe(|| test(c)))
                 .unwrap_or_else(|p| Err(format!("panicked: {}", guard_message(p.as_ref()))));
             let secs = started.elapsed().as_secs_f64();
             match outcome {
@@ -96,7 +133,7 @@ impl Suite {
                 Err(e) => {
                     println!(
                         "test {name} ... FAILED ({secs:.1}s)\n{e}\n{}",
-                        cluster.log_tails(40)
+                        c.log_tails(40)
                     );
                     failed.push(name);
                 }

@@ -9,14 +9,18 @@
 
 #![forbid(unsafe_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
+use gpushare::mps::bounded;
+use gpushare::qos::audit::{self, AuditReport, FailOn, GpuQosConf, Site};
 use gpushare::qos::check::{self, CheckJson, QosRecord, Tally, SACCTMGR_ARGS};
-use gpushare::qos::config;
-use gpushare::shared::locations::beside_slurm_conf;
+use gpushare::qos::site::{self as site_text, SlurmSettings, Unread, AUDIT_SACCTMGR_ARGS};
+use gpushare::qos::{config, explain, usage};
+use gpushare::shared::locations::{beside_slurm_conf, DEFAULT_SLURM_CONF};
 
 /// Compare gpushare's gpu_qos.conf with Slurm's accounting database.
 ///
@@ -49,11 +53,84 @@ enum Cmd {
     /// Print a complete gpu_qos.conf derived from the QOS's typed GPU limits
     /// (GrpTRES gres/gpu:TYPE=N) and Preempt lists.
     Generate,
+    /// Audit the site's whole typed-GPU QOS design: accounting enforcement
+    /// and tracked TRES, gpu_qos.conf against the QOS, preemption and
+    /// requeue, priority weights, GPU billing, DenyOnLimit, and the node
+    /// half on MPS nodes. Reads `scontrol show config` (slurm.conf when
+    /// slurmctld does not answer), `scontrol show node/partition`,
+    /// `sacctmgr show qos`, plugstack.conf and cgroup.conf. Exit status:
+    /// 0 clean, 1 findings at or above --fail-on, 2 could not read.
+    Audit {
+        /// gpu_qos.conf (default: next to slurm.conf)
+        #[arg(long, value_name = "PATH")]
+        conf: Option<PathBuf>,
+        /// Print the report as one JSON object on stdout
+        #[arg(long)]
+        json: bool,
+        /// The lowest severity that makes the audit fail (exit 1)
+        #[arg(long, value_enum, default_value_t = FailOnArg::Error)]
+        fail_on: FailOnArg,
+        /// First tell the site's design in plain words: which QOS may use
+        /// which GPU types up to how many, whom each may preempt and with
+        /// what grace time, priority weights, fair-share cost per GPU type
+        #[arg(long, conflicts_with = "json")]
+        explain: bool,
+        /// Print only the users' QOS table, in Markdown (exit 0, or 2)
+        #[arg(long, conflicts_with_all = ["json", "explain"])]
+        markdown: bool,
+    },
+    /// For you (any user): each group QOS you may use, the GPUs the group
+    /// holds by type against its limit, its running and pending jobs, and
+    /// why each pending job waits, in words.
+    Usage {
+        /// Only this QOS (group QOS or not)
+        #[arg(long, value_name = "QOS")]
+        qos: Option<String>,
+        /// Print the report as one JSON object on stdout
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum FailOnArg {
+    Error,
+    Warning,
+    Note,
+}
+
+impl From<FailOnArg> for FailOn {
+    fn from(a: FailOnArg) -> Self {
+        match a {
+            FailOnArg::Error => FailOn::Error,
+            FailOnArg::Warning => FailOn::Warning,
+            FailOnArg::Note => FailOn::Note,
+        }
+    }
 }
 
 fn main() -> ExitCode {
     match Cli::parse().command {
         Cmd::Check { conf, json } => run_check(conf, json),
+        Cmd::Audit {
+            conf,
+            json,
+            fail_on,
+            explain,
+            markdown,
+        } => {
+            let view = if json {
+                AuditView::Json
+            } else if markdown {
+                AuditView::Markdown
+            } else if explain {
+                AuditView::Explain
+            } else {
+                AuditView::Table
+            };
+            run_audit(conf, view, fail_on.into())
+        }
+        Cmd::Usage { qos, json } => run_usage(qos.as_deref(), json),
         Cmd::Generate => match read_database() {
             Ok(db) => {
                 print!("{}", check::generate(&db));
@@ -120,6 +197,198 @@ fn run_check(conf: Option<PathBuf>, json: bool) -> ExitCode {
     ExitCode::from(tally.exit_code())
 }
 
+/// How long one Slurm command of the audit may take; slurmctld or slurmdbd
+/// not answering must end the audit, not hang a cron job.
+const AUDIT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Runs a Slurm command for the audit: its stdout, or why there is none.
+fn slurm_output(program: &str, args: &[&str]) -> Result<String> {
+    let mut cmd = Command::new(program);
+    cmd.args(args);
+    let shown = format!("{program} {}", args.join(" "));
+    let ran = bounded::run(cmd, None, AUDIT_TIMEOUT).with_context(|| format!("`{shown}`"))?;
+    if !ran.status.success() {
+        bail!("`{shown}` failed ({}): {}", ran.status, ran.stderr.trim());
+    }
+    Ok(ran.stdout)
+}
+
+fn read_optional(path: &Path) -> Option<String> {
+    std::fs::read_to_string(path).ok()
+}
+
+/// Gathers what the audit reads; an error means the site could not be read
+/// at all (exit 2).
+fn gather(conf: Option<PathBuf>) -> Result<(Site, Vec<String>)> {
+    let mut sources = Vec::new();
+    let mut unread: Vec<Unread> = Vec::new();
+    let (settings, nodes, partitions, slurm_conf) =
+        match slurm_output("scontrol", &["show", "config"]) {
+            Ok(text) => {
+                let settings = SlurmSettings::from_show_config(&text);
+                if settings.is_empty() {
+                    bail!("`scontrol show config` printed no setting");
+                }
+                sources.push("scontrol show config".to_owned());
+                let slurm_conf = settings.get("SLURM_CONF").map(PathBuf::from);
+                let (nodes, u) = match slurm_output("scontrol", &["show", "node", "-o"]) {
+                    Ok(t) => site_text::parse_nodes(&t),
+                    Err(e) => (Vec::new(), vec![unread_from("scontrol show node", &e)]),
+                };
+                unread.extend(u);
+                let (partitions, u) = match slurm_output("scontrol", &["show", "partition", "-o"]) {
+                    Ok(t) => site_text::parse_partitions(&t),
+                    Err(e) => (Vec::new(), vec![unread_from("scontrol show partition", &e)]),
+                };
+                unread.extend(u);
+                (settings, nodes, partitions, slurm_conf)
+            }
+            Err(e) => {
+                let path = std::env::var_os("SLURM_CONF")
+                    .map(PathBuf::from)
+                    .unwrap_or_else(|| PathBuf::from(DEFAULT_SLURM_CONF));
+                let file = path.to_string_lossy().into_owned();
+                let text = std::fs::read_to_string(&path)
+                    .with_context(|| format!("{e:#}; and {file} cannot be read either"))?;
+                sources.push(format!("{file} (scontrol show config: {e:#})"));
+                let parsed = site_text::parse_slurm_conf(&text, &file);
+                unread.extend(parsed.unread);
+                (parsed.settings, parsed.nodes, parsed.partitions, Some(path))
+            }
+        };
+    let beside = |name: &str| beside_slurm_conf(slurm_conf.as_deref(), name);
+    let accounting = settings
+        .get("AccountingStorageType")
+        .is_some_and(|t| t.eq_ignore_ascii_case("accounting_storage/slurmdbd"));
+    let qos = if accounting {
+        let text = slurm_output("sacctmgr", &AUDIT_SACCTMGR_ARGS)?;
+        let (qos, u) = site_text::parse_qos(&text);
+        unread.extend(u);
+        sources.push(format!("sacctmgr show qos ({} QOS)", qos.len()));
+        qos
+    } else {
+        Vec::new()
+    };
+    sources.push(format!(
+        "{} node{}, {} partition{}",
+        nodes.len(),
+        if nodes.len() == 1 { "" } else { "s" },
+        partitions.len(),
+        if partitions.len() == 1 { "" } else { "s" }
+    ));
+    let plugstack_path = settings
+        .get("PlugStackConfig")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| beside("plugstack.conf"));
+    let gpu_qos_path = conf.unwrap_or_else(|| beside("gpu_qos.conf"));
+    let gpu_qos_conf_path = gpu_qos_path.to_string_lossy().into_owned();
+    let gpu_qos_conf = match gpushare::shared::syntax::load(&gpu_qos_path, config::parse) {
+        Ok(None) => GpuQosConf::Missing,
+        Ok(Some(cfg)) => {
+            sources.push(gpu_qos_conf_path.clone());
+            GpuQosConf::Read(cfg)
+        }
+        Err(e) => GpuQosConf::Invalid(e.to_string()),
+    };
+    let site = Site {
+        settings,
+        qos,
+        nodes,
+        partitions,
+        plugstack: read_optional(&plugstack_path),
+        cgroup_conf: read_optional(&beside("cgroup.conf")),
+        gpu_qos_conf_path,
+        gpu_qos_conf,
+        unread,
+    };
+    Ok((site, sources))
+}
+
+fn unread_from(source: &str, e: &anyhow::Error) -> Unread {
+    Unread {
+        source: source.to_owned(),
+        reason: format!("{e:#}"),
+    }
+}
+
+/// What `audit` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AuditView {
+    Table,
+    Json,
+    Explain,
+    Markdown,
+}
+
+fn run_audit(conf: Option<PathBuf>, view: AuditView, fail_on: FailOn) -> ExitCode {
+    let (site, sources) = match gather(conf) {
+        Ok(found) => found,
+        Err(e) => {
+            let reason = format!("{e:#}");
+            eprintln!("gpu-qos audit: {reason}");
+            if view == AuditView::Json {
+                println!("{}", AuditReport::unread(&reason, fail_on).to_json());
+            }
+            return ExitCode::from(2);
+        }
+    };
+    if view == AuditView::Markdown {
+        print!("{}", explain::markdown(&site));
+        return ExitCode::SUCCESS;
+    }
+    let report = AuditReport::new(audit::audit(&site), fail_on, sources);
+    match view {
+        AuditView::Json => println!("{}", report.to_json()),
+        AuditView::Explain => print!("{}\n{}", explain::explain(&site), report.to_table()),
+        AuditView::Table | AuditView::Markdown => print!("{}", report.to_table()),
+    }
+    ExitCode::from(report.exit)
+}
+
+fn run_usage(only: Option<&str>, json: bool) -> ExitCode {
+    let gathered = || -> Result<usage::UsageReport> {
+        // The name of the uid that runs this, not $USER, which anyone sets.
+        let user = slurm_output("id", &["-un"])?.trim().to_owned();
+        let assoc = slurm_output(
+            "sacctmgr",
+            &[
+                "-nP",
+                "show",
+                "assoc",
+                &format!("user={user}"),
+                usage::ASSOC_FORMAT,
+            ],
+        )?;
+        let (all_qos, mut unread) =
+            site_text::parse_qos(&slurm_output("sacctmgr", &AUDIT_SACCTMGR_ARGS)?);
+        let (jobs, u) = usage::parse_squeue(&slurm_output("squeue", &usage::SQUEUE_ARGS)?);
+        unread.extend(u);
+        let mut report = usage::usage(
+            &user,
+            &usage::parse_assoc_qos(&assoc),
+            &all_qos,
+            &jobs,
+            only,
+        );
+        report.unread = unread;
+        Ok(report)
+    };
+    match gathered() {
+        Ok(report) => {
+            if json {
+                println!("{}", report.to_json());
+            } else {
+                print!("{}", report.to_text());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("gpu-qos usage: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -150,12 +419,38 @@ mod tests {
             Ok(Cmd::Check { conf: Some(_), .. })
         ));
         assert!(matches!(parse(&["generate"]), Ok(Cmd::Generate)));
+        assert!(matches!(
+            parse(&["usage", "--qos", "qos_lafferty", "--json"]),
+            Ok(Cmd::Usage { qos: Some(q), json: true }) if q == "qos_lafferty"
+        ));
+        assert!(matches!(
+            parse(&["audit"]),
+            Ok(Cmd::Audit {
+                conf: None,
+                json: false,
+                fail_on: FailOnArg::Error,
+                explain: false,
+                markdown: false,
+            })
+        ));
+        assert!(matches!(
+            parse(&["audit", "--json", "--fail-on", "note"]),
+            Ok(Cmd::Audit {
+                json: true,
+                fail_on: FailOnArg::Note,
+                ..
+            })
+        ));
         for bad in [
             &[][..],
             &["chek"],
             &["check", "--conf"],
             &["check", "extra"],
             &["generate", "--json"],
+            &["audit", "--fail-on", "never"],
+            &["audit", "--json", "--markdown"],
+            &["audit", "--explain", "--json"],
+            &["usage", "--qos"],
         ] {
             let e = parse(bad).err().map(|e| e.exit_code());
             assert_eq!(e, Some(2), "{bad:?}");

@@ -6,7 +6,7 @@ use std::os::raw::{c_char, c_int};
 use gpushare::qos::policy::{JobChanges, JobDescription, RejectionKind};
 use gpushare::shared::spank_env;
 use slurm_plugin::slurm_str::{opt_str, remove_env, set_env, set_message, xstrdup};
-use slurm_sys::{job_desc_msg_t, NO_VAL, NO_VAL16, OPEN_MODE_APPEND};
+use slurm_sys::{job_desc_msg_t, JOB_SHARED_USER, NO_VAL, NO_VAL16, OPEN_MODE_APPEND};
 
 /// The string fields of a job description, read once (lossily if not UTF-8).
 #[derive(Debug, Default)]
@@ -60,6 +60,7 @@ impl<'a> JobStrings<'a> {
                 _ => Some(true),
             },
             open_mode_set: desc.open_mode != 0,
+            exclusive_user: u32::from(desc.shared) == JOB_SHARED_USER,
             array_inx: self.array_inx.as_deref(),
             // An update names its job in job_id_str ("123", or "123_4" for
             // an array task); job_id stays unset.
@@ -100,6 +101,10 @@ pub unsafe fn apply(desc: &mut job_desc_msg_t, err_msg: *mut *mut c_char, change
     }
     if changes.set_open_mode_append {
         desc.open_mode = OPEN_MODE_APPEND as u8;
+    }
+    if changes.clear_exclusive_user {
+        // NO_VAL16: "the system default", as if the option was never given.
+        desc.shared = NO_VAL16;
     }
     if let Some(inx) = &changes.array_inx {
         // SAFETY: array_inx is NULL or Slurm-allocated; xfree NULLs it.

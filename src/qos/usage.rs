@@ -1,0 +1,443 @@
+//! `gpu-qos usage`: for a user, each group QOS they may use, the GPUs the
+//! group holds by type against its limit, the group's running and pending
+//! jobs, and why each pending job waits, in words (`QOSGrpGRES` becomes
+//! "qos_lafferty's 4 a40 are all held: jobs 101 (alice, 2), 102 (bob, 2)").
+//!
+//! Users run it without privileges: it reads only what any user may
+//! (`sacctmgr show assoc`, `sacctmgr show qos`, `squeue`). The squeue
+//! fields are ones Slurm itself fills in (ids, user names, state, QOS,
+//! TRES, reason code), `|`-separated, so nothing a user names a job can
+//! shift them.
+
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use super::site::{AuditQos, Unread};
+
+/// The `squeue` arguments [`parse_squeue`] reads: every job, pending or
+/// running, `|` after each field (`-O` field suffix). `tres-alloc` is the
+/// allocation of a running job and the request of a pending one.
+pub const SQUEUE_ARGS: [&str; 6] = [
+    "-h",
+    "-a",
+    "-t",
+    "RUNNING,PENDING",
+    "-O",
+    "JobID:|,UserName:|,StateCompact:|,QOS:|,tres-alloc:|,Reason:|",
+];
+
+/// A user's associations' QOS: `sacctmgr -nP show assoc user=NAME format=QOS`.
+pub const ASSOC_FORMAT: &str = "format=QOS";
+
+/// One job as `squeue` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobRow {
+    pub id: String,
+    pub user: String,
+    pub running: bool,
+    pub qos: String,
+    /// GPUs by type (`None`: untyped `gres/gpu` only), allocated or asked.
+    pub gpus: Vec<(Option<String>, u64)>,
+    /// Slurm's reason code (`QOSGrpGRES`, `Priority`, `None`).
+    pub reason: String,
+}
+
+impl JobRow {
+    /// GPUs of `gpu_type` in the job.
+    pub fn gpus_of(&self, gpu_type: &str) -> u64 {
+        self.gpus
+            .iter()
+            .filter(|(t, _)| t.as_deref() == Some(gpu_type))
+            .map(|&(_, n)| n)
+            .sum()
+    }
+}
+
+/// The GPUs of a TRES string (`cpu=1,gres/gpu=2,gres/gpu:a40=2`): the
+/// typed entries, or the untyped one when there is no typed entry.
+fn gpus_of_tres(tres: &str) -> Vec<(Option<String>, u64)> {
+    let mut typed = Vec::new();
+    let mut untyped = None;
+    for (name, value) in tres.split(',').filter_map(|e| e.split_once('=')) {
+        let Ok(n) = value.trim().parse::<u64>() else {
+            continue;
+        };
+        match name.trim().strip_prefix("gres/gpu") {
+            Some("") => untyped = Some(n),
+            Some(rest) => {
+                if let Some(t) = rest.strip_prefix(':').filter(|t| !t.is_empty()) {
+                    typed.push((Some(t.to_owned()), n));
+                }
+            }
+            None => {}
+        }
+    }
+    if typed.is_empty() {
+        typed.extend(untyped.filter(|&n| n > 0).map(|n| (None, n)));
+    }
+    typed
+}
+
+/// Reads `squeue` run with [`SQUEUE_ARGS`].
+pub fn parse_squeue(text: &str) -> (Vec<JobRow>, Vec<Unread>) {
+    let mut jobs = Vec::new();
+    let mut unread = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        if raw.trim().is_empty() {
+            continue;
+        }
+        let fields: Vec<&str> = raw.split('|').map(str::trim).collect();
+        match fields[..] {
+            [id, user, state, qos, tres, reason, ""] if !id.is_empty() => jobs.push(JobRow {
+                id: id.to_owned(),
+                user: user.to_owned(),
+                running: state == "R",
+                qos: qos.to_owned(),
+                gpus: gpus_of_tres(tres),
+                reason: reason.to_owned(),
+            }),
+            _ => unread.push(Unread {
+                source: format!("squeue line {}", i + 1),
+                reason: format!(
+                    "{} fields in \"{raw}\", expected 6",
+                    fields.len().saturating_sub(1)
+                ),
+            }),
+        }
+    }
+    (jobs, unread)
+}
+
+/// The QOS of a user's associations (one comma list per association).
+pub fn parse_assoc_qos(text: &str) -> Vec<String> {
+    let mut all: Vec<String> = Vec::new();
+    for q in text
+        .lines()
+        .flat_map(|l| l.split([',', '|']))
+        .map(str::trim)
+    {
+        if !q.is_empty() && !all.iter().any(|a| a.eq_ignore_ascii_case(q)) {
+            all.push(q.to_owned());
+        }
+    }
+    all
+}
+
+/// One GPU type of a group QOS: its limit and what the group holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TypeUse {
+    pub gpu_type: String,
+    pub limit: u64,
+    pub held: u64,
+}
+
+/// A pending job and why it waits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingJob {
+    pub job: JobRow,
+    pub why: String,
+}
+
+/// A group QOS as the user sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QosUse {
+    pub qos: String,
+    pub types: Vec<TypeUse>,
+    pub running: Vec<JobRow>,
+    pub pending: Vec<PendingJob>,
+}
+
+/// What `gpu-qos usage --json` prints.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageReport {
+    pub user: String,
+    pub qos: Vec<QosUse>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unread: Vec<Unread>,
+}
+
+fn job_list(jobs: &[&JobRow], gpu_type: &str) -> String {
+    jobs.iter()
+        .map(|j| format!("{} ({}, {})", j.id, j.user, j.gpus_of(gpu_type)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Why a pending job of `qos` waits, in words; `running` are the group's
+/// running jobs.
+pub fn reason_words(job: &JobRow, qos: &str, types: &[TypeUse], running: &[JobRow]) -> String {
+    match job.reason.as_str() {
+        "QOSGrpGRES" | "QOSGrpTRES" => {
+            let mut parts = Vec::new();
+            for t in types {
+                let wants = job.gpus_of(&t.gpu_type);
+                if wants == 0 || t.held + wants <= t.limit {
+                    continue;
+                }
+                let holders: Vec<&JobRow> = running
+                    .iter()
+                    .filter(|j| j.gpus_of(&t.gpu_type) > 0)
+                    .collect();
+                let list = job_list(&holders, &t.gpu_type);
+                if t.held >= t.limit {
+                    parts.push(format!(
+                        "{qos}'s {} {} are all held: jobs {list}",
+                        t.limit, t.gpu_type
+                    ));
+                } else {
+                    parts.push(format!(
+                        "{qos} holds {} of its {} {}, {wants} more would exceed it: jobs {list}",
+                        t.held, t.limit, t.gpu_type
+                    ));
+                }
+            }
+            if parts.is_empty() {
+                format!("{qos}'s group GPU limit is reached (Slurm: {})", job.reason)
+            } else {
+                parts.join("; ")
+            }
+        }
+        "Priority" => "jobs of higher priority are to start first".to_owned(),
+        "Resources" => "waiting for enough free GPUs (or CPUs, memory) on the nodes".to_owned(),
+        "Dependency" => "waiting for the jobs it depends on".to_owned(),
+        "BeginTime" => "its start time has not come yet".to_owned(),
+        "JobHeldUser" => "held by its user (scontrol release <job>)".to_owned(),
+        "JobHeldAdmin" => "held by an administrator".to_owned(),
+        "None" | "" => "waiting for the scheduler's next pass".to_owned(),
+        other => format!("Slurm's reason: {other} (man squeue, JOB REASON CODES)"),
+    }
+}
+
+/// The report for `user`, whose associations may use `user_qos`: every
+/// group QOS (typed GPU limit) among them, or only `only`.
+pub fn usage(
+    user: &str,
+    user_qos: &[String],
+    all_qos: &[AuditQos],
+    jobs: &[JobRow],
+    only: Option<&str>,
+) -> UsageReport {
+    let mut report = UsageReport {
+        user: user.to_owned(),
+        qos: Vec::new(),
+        unread: Vec::new(),
+    };
+    for q in all_qos {
+        let name = q.name();
+        let wanted = match only {
+            Some(o) => o.eq_ignore_ascii_case(name),
+            None => {
+                user_qos.iter().any(|u| u.eq_ignore_ascii_case(name))
+                    && q.record.expected_gpu_limit().is_some()
+            }
+        };
+        if !wanted {
+            continue;
+        }
+        let of_qos = |running: bool| -> Vec<JobRow> {
+            jobs.iter()
+                .filter(|j| j.qos.eq_ignore_ascii_case(name) && j.running == running)
+                .cloned()
+                .collect()
+        };
+        let running = of_qos(true);
+        let types: Vec<TypeUse> = q
+            .record
+            .usable_types()
+            .into_iter()
+            .map(|(t, limit)| TypeUse {
+                held: running.iter().map(|j| j.gpus_of(&t)).sum(),
+                gpu_type: t,
+                limit,
+            })
+            .collect();
+        let pending = of_qos(false)
+            .into_iter()
+            .map(|job| PendingJob {
+                why: reason_words(&job, name, &types, &running),
+                job,
+            })
+            .collect();
+        report.qos.push(QosUse {
+            qos: name.to_owned(),
+            types,
+            running,
+            pending,
+        });
+    }
+    report
+}
+
+fn gpus_text(job: &JobRow) -> String {
+    let parts: Vec<String> = job
+        .gpus
+        .iter()
+        .map(|(t, n)| match t {
+            Some(t) => format!("{n} {t}"),
+            None => format!("{n} GPU"),
+        })
+        .collect();
+    if parts.is_empty() {
+        "no GPU".to_owned()
+    } else {
+        parts.join(", ")
+    }
+}
+
+impl UsageReport {
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// The text for people.
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        if self.qos.is_empty() {
+            let _ = writeln!(out, "{} may use no QOS with a GPU limit.", self.user);
+        }
+        for q in &self.qos {
+            let held: Vec<String> = q
+                .types
+                .iter()
+                .map(|t| format!("{} of {} {} held", t.held, t.limit, t.gpu_type))
+                .collect();
+            let _ = writeln!(
+                out,
+                "{}: {}",
+                q.qos,
+                if held.is_empty() {
+                    "no typed GPU limit".to_owned()
+                } else {
+                    held.join(", ")
+                }
+            );
+            for j in &q.running {
+                let _ = writeln!(out, "  running  {} ({}, {})", j.id, j.user, gpus_text(j));
+            }
+            for p in &q.pending {
+                let _ = writeln!(
+                    out,
+                    "  pending  {} ({}, {}): {}",
+                    p.job.id,
+                    p.job.user,
+                    gpus_text(&p.job),
+                    p.why
+                );
+            }
+        }
+        for u in &self.unread {
+            let _ = writeln!(out, "note: {}: {}", u.source, u.reason);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::qos::site::parse_qos;
+    use proptest::prelude::*;
+
+    /// `squeue` 22.05.8 with [`SQUEUE_ARGS`], group qos_lafferty full.
+    const SQUEUE: &str = "\
+103|alice|PD|qos_lafferty|cpu=1,mem=16000M,node=1,billing=1,gres/gpu=2,gres/gpu:a40=2|QOSGrpGRES|
+104|alice|PD|qos_lafferty|cpu=1,mem=16000M,node=1,billing=1,gres/gpu=1,gres/gpu:a40=1|Priority|
+101|alice|R|qos_lafferty|cpu=1,node=1,billing=1,gres/gpu=2,gres/gpu:a40=2|None|
+102|bob|R|qos_lafferty|cpu=1,node=1,billing=1,gres/gpu=2,gres/gpu:a40=2|None|
+105|carol|R|lowprio|cpu=1,node=1,billing=1,gres/gpu=1|None|
+";
+
+    fn qos() -> Vec<AuditQos> {
+        parse_qos(
+            "normal|||cluster|00:00:00|1.000000||0\n\
+             lowprio|||requeue|00:02:00|0.000000||0\n\
+             qos_lafferty|gres/gpu:a40=4|lowprio|cluster|00:00:00|1.000000||100\n\
+             qos_other|gres/gpu:h100=2|lowprio|cluster|00:00:00|1.000000||100\n",
+        )
+        .0
+    }
+
+    #[test]
+    fn reads_squeue() {
+        let (jobs, unread) = parse_squeue(SQUEUE);
+        assert!(unread.is_empty());
+        assert_eq!(jobs.len(), 5);
+        assert_eq!(jobs[2].gpus, [(Some("a40".to_owned()), 2)]);
+        assert!(jobs[2].running && !jobs[0].running);
+        assert_eq!(jobs[4].gpus, [(None, 1)]);
+        let (jobs, unread) = parse_squeue("1|a|R\n\n");
+        assert!(jobs.is_empty());
+        assert_eq!(unread[0].source, "squeue line 1");
+    }
+
+    #[test]
+    fn assoc_qos_lists() {
+        assert_eq!(
+            parse_assoc_qos("lowprio,normal,qos_lafferty\nnormal,QOS_X\n\n"),
+            ["lowprio", "normal", "qos_lafferty", "QOS_X"]
+        );
+    }
+
+    #[test]
+    fn a_full_group_in_words() {
+        let (jobs, _) = parse_squeue(SQUEUE);
+        let user_qos = parse_assoc_qos("lowprio,normal,qos_lafferty\n");
+        let report = usage("alice", &user_qos, &qos(), &jobs, None);
+        assert_eq!(report.qos.len(), 1);
+        let q = &report.qos[0];
+        assert_eq!(
+            q.types,
+            [TypeUse {
+                gpu_type: "a40".into(),
+                limit: 4,
+                held: 4
+            }]
+        );
+        assert_eq!(
+            q.pending[0].why,
+            "qos_lafferty's 4 a40 are all held: jobs 101 (alice, 2), 102 (bob, 2)"
+        );
+        assert_eq!(
+            q.pending[1].why,
+            "jobs of higher priority are to start first"
+        );
+        assert_eq!(
+            report.to_text(),
+            "qos_lafferty: 4 of 4 a40 held\n\
+             \x20 running  101 (alice, 2 a40)\n\
+             \x20 running  102 (bob, 2 a40)\n\
+             \x20 pending  103 (alice, 2 a40): qos_lafferty's 4 a40 are all held: jobs 101 (alice, 2), 102 (bob, 2)\n\
+             \x20 pending  104 (alice, 1 a40): jobs of higher priority are to start first\n"
+        );
+        let back: UsageReport = serde_json::from_str(&report.to_json()).unwrap();
+        assert_eq!(back, report);
+        // --qos picks one, group or not.
+        let low = usage("alice", &user_qos, &qos(), &jobs, Some("lowprio"));
+        assert_eq!(low.qos[0].running.len(), 1);
+        assert!(usage("bob", &[], &qos(), &jobs, None).qos.is_empty());
+    }
+
+    #[test]
+    fn a_group_short_of_room_in_words() {
+        let (jobs, _) = parse_squeue(
+            "7|bob|R|qos_lafferty|gres/gpu=3,gres/gpu:a40=3|None|\n\
+             8|alice|PD|qos_lafferty|gres/gpu=2,gres/gpu:a40=2|QOSGrpGRES|\n",
+        );
+        let report = usage("alice", &["qos_lafferty".into()], &qos(), &jobs, None);
+        assert_eq!(
+            report.qos[0].pending[0].why,
+            "qos_lafferty holds 3 of its 4 a40, 2 more would exceed it: jobs 7 (bob, 3)"
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn squeue_reader_never_panics(text in "\\PC{0,200}") {
+            let (jobs, _) = parse_squeue(&text);
+            let _ = usage("u", &["q".into()], &qos(), &jobs, None).to_text();
+            let _ = parse_assoc_qos(&text);
+        }
+    }
+}

@@ -1,0 +1,507 @@
+//! `gpu-qos audit` against real daemons: a correct site passes with no
+//! finding at all, and each site with one link of the chain broken fails
+//! with exactly that finding; where the printed fix is a `sacctmgr`
+//! command, running it makes the audit pass again.
+//!
+//! The correct site is the suite's cluster; each broken site is a cluster
+//! of its own (one starts in seconds), differing in slurm.conf or
+//! accounting from the start, as a site would.
+
+use std::process::ExitCode;
+
+use gpushare::qos::audit::{AuditFinding, AuditReport};
+use gpushare::qos::check::Severity;
+use std::time::Duration;
+
+use gpushare::qos::usage::UsageReport;
+use testcluster::cluster::{wait_for, GpuSpec, Qos};
+use testcluster::users::TestUser;
+use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
+
+/// A site where every link holds: the MPS node of the suites (prolog,
+/// epilog, SPANK plugin, device cgroup) under two group QOS that may
+/// preempt a free `lowprio` with a grace time, DenyOnLimit, GPU billing.
+fn correct_site() -> ClusterSpec {
+    let node = ClusterSpec::mps_node();
+    let group = |name: &str, n: u32| Qos {
+        grp_tres: Some(format!("gres/gpu:a40={n}")),
+        preempt: vec!["lowprio".into()],
+        priority: Some(100),
+        flags: Some("DenyOnLimit".into()),
+        ..Qos::new(name)
+    };
+    let mut files: Vec<(String, String)> = node
+        .extra_conf_files
+        .iter()
+        .filter(|(name, _)| name != "gpu_qos.conf")
+        .cloned()
+        .collect();
+    files.push((
+        "gpu_qos.conf".into(),
+        "QOS=qos_lafferty GPUTypes=a40 GPULimit=4\nQOS=qos_ying_rex GPUTypes=a40 GPULimit=2\n\
+         LowPriorityQOS=lowprio\nMaxMPSPerJob=100\n"
+            .into(),
+    ));
+    ClusterSpec {
+        qos: vec![
+            Qos {
+                preempt_mode: Some("requeue".into()),
+                grace_time: Some(60),
+                usage_factor: Some(0.0),
+                priority: Some(0),
+                ..Qos::new("lowprio")
+            },
+            group("qos_lafferty", 4),
+            group("qos_ying_rex", 2),
+        ],
+        extra_conf_files: files,
+        partition_options: vec!["TRESBillingWeights=CPU=1.0,GRES/gpu=1.0".into()],
+        ..node
+    }
+}
+
+fn with_conf(key: &str, value: &str) -> ClusterSpec {
+    let mut spec = correct_site();
+    spec.conf_overrides.push((key.into(), value.into()));
+    spec
+}
+
+fn with_qos(name: &str, edit: impl FnOnce(&mut Qos)) -> ClusterSpec {
+    let mut spec = correct_site();
+    if let Some(q) = spec.qos.iter_mut().find(|q| q.name == name) {
+        edit(q);
+    }
+    spec
+}
+
+fn main() -> ExitCode {
+    Suite::new(correct_site())
+        .test("correct_site_has_no_finding", clean)
+        .test(
+            "slurm_conf_is_read_when_slurmctld_does_not_answer",
+            fallback,
+        )
+        .test(
+            "usage_tells_a_user_why_the_full_group_waits",
+            usage_when_full,
+        )
+        .test_on(
+            "the_suites_example_site_has_no_qos_error",
+            ClusterSpec::example_site(),
+            example_site,
+        )
+        .test_on(
+            "enforce_without_limits_and_qos_is_an_error",
+            with_conf("AccountingStorageEnforce", "associations"),
+            enforce,
+        )
+        .test_on(
+            "untracked_gpu_type_is_an_error",
+            {
+                let mut spec = with_conf("AccountingStorageTRES", "gres/gpu,gres/gpu:a40,gres/mps");
+                spec.gpus.push(GpuSpec {
+                    gpu_type: "h100".into(),
+                    count: 1,
+                });
+                spec
+            },
+            untracked,
+        )
+        .test_on(
+            "zero_qos_priority_weight_is_a_warning",
+            with_conf("PriorityWeightQOS", "0"),
+            qos_weight,
+        )
+        .test_on(
+            "requeue_mode_with_job_requeue_off_is_noted",
+            with_conf("JobRequeue", "0"),
+            job_requeue,
+        )
+        .test_on(
+            "preempt_type_none_is_an_error",
+            {
+                // Slurm itself refuses preempt/none with PreemptMode=REQUEUE.
+                let mut spec = with_conf("PreemptType", "preempt/none");
+                spec.conf_overrides
+                    .push(("PreemptMode".into(), "OFF".into()));
+                spec
+            },
+            preempt_type,
+        )
+        .test_on(
+            "group_qos_that_cannot_preempt_lowprio_is_fixed_by_the_printed_command",
+            with_qos("qos_lafferty", |q| q.preempt.clear()),
+            cannot_preempt,
+        )
+        .test_on(
+            "lowprio_without_grace_time_is_fixed_by_the_printed_command",
+            with_qos("lowprio", |q| q.grace_time = Some(0)),
+            no_grace,
+        )
+        .test_on(
+            "group_qos_without_deny_on_limit_is_fixed_by_the_printed_command",
+            with_qos("qos_ying_rex", |q| q.flags = None),
+            deny_on_limit,
+        )
+        .run()
+}
+
+/// Runs `gpu-qos audit --json ARGS` as root against the cluster; the
+/// report and the exit status, which must agree.
+fn audit(c: &Cluster, args: &[&str]) -> Result<(AuditReport, i32), String> {
+    let bin = testcluster::cluster::build_dir()?.join("gpu-qos");
+    let out = c
+        .command(&bin.to_string_lossy())
+        .arg("audit")
+        .arg("--json")
+        .args(args)
+        .output()
+        .map_err(|e| {
+            format!(
+                "{}: {e} (cargo build -p gpushare-admin first)",
+                bin.display()
+            )
+        })?;
+    let code = out.status.code().unwrap_or(-1);
+    let report: AuditReport = serde_json::from_slice(&out.stdout).map_err(|e| {
+        format!(
+            "not an audit report ({e}): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })?;
+    ensure(
+        i32::from(report.exit) == code,
+        format!("exit status {code}, report says {}", report.exit),
+    )?;
+    Ok((report, code))
+}
+
+fn listing(findings: &[AuditFinding]) -> String {
+    findings
+        .iter()
+        .map(|f| {
+            format!(
+                "\n  {} {} [{}] {}: {}",
+                f.severity, f.kind, f.object, f.what, f.fix
+            )
+        })
+        .collect()
+}
+
+/// The audit fails at `fail_on` with exactly one finding, of `kind` and
+/// `severity`; returns it.
+fn exactly(
+    c: &Cluster,
+    fail_on: &str,
+    severity: Severity,
+    kind: &str,
+) -> Result<AuditFinding, String> {
+    let (report, code) = audit(c, &["--fail-on", fail_on])?;
+    let found = &report.findings;
+    ensure(
+        code == 1 && found.len() == 1 && found[0].kind == kind && found[0].severity == severity,
+        format!(
+            "expected exit 1 with only {severity} {kind} at --fail-on {fail_on}, got exit {code}:{}",
+            listing(found)
+        ),
+    )?;
+    Ok(found[0].clone())
+}
+
+/// Nothing at all, even at `--fail-on note`.
+fn passes_clean(c: &Cluster) -> TestResult {
+    let (report, code) = audit(c, &["--fail-on", "note"])?;
+    ensure(
+        code == 0 && report.findings.is_empty(),
+        format!(
+            "expected a clean audit, got exit {code}:{}",
+            listing(&report.findings)
+        ),
+    )
+}
+
+/// Runs the finding's fix, which must be one `sacctmgr` command line.
+fn apply(c: &Cluster, finding: &AuditFinding) -> TestResult {
+    ensure(
+        finding.fix.starts_with("sacctmgr -i "),
+        format!("not a sacctmgr command: {:?}", finding.fix),
+    )?;
+    c.run_ok("sh", &["-c", &finding.fix]).map(drop)
+}
+
+fn clean(c: &mut Cluster) -> TestResult {
+    passes_clean(c)?;
+    // The table for people says the same.
+    let bin = testcluster::cluster::build_dir()?.join("gpu-qos");
+    let table = c.run_ok(&bin.to_string_lossy(), &["audit"])?;
+    ensure(
+        table.starts_with("audit passed (--fail-on error): 0 errors, 0 warnings, 0 notes; read scontrol show config, sacctmgr show qos (4 QOS), 1 node, 1 partition, "),
+        format!("table: {table}"),
+    )?;
+    // The users' table and the story come from the same accounting.
+    let md = c.run_ok(&bin.to_string_lossy(), &["audit", "--markdown"])?;
+    ensure(
+        md.lines()
+            .any(|l| l == "| qos_lafferty | 4 a40 | lowprio | – | – | 100 | 1 |")
+            && md.lines().any(|l| {
+                l == "| lowprio | no GPU limit | – | qos_lafferty, qos_ying_rex | requeued after a grace time of 1 min | 0 | 0 |"
+            }),
+        format!("markdown:\n{md}"),
+    )?;
+    let story = c.run_ok(&bin.to_string_lossy(), &["audit", "--explain"])?;
+    ensure(
+        story.contains("- qos_ying_rex: at most 2 a40 at a time; jobs must name the type")
+            && story.contains(
+                "- gpu: per GPU asked by type: a40 1; per GPU asked without a type: 1; per CPU: 1.",
+            ),
+        format!("explain:\n{story}"),
+    )
+}
+
+/// The gpu_qos suite's site has no QOS error; it offers mps without
+/// gpushare's node half, and the audit says exactly that.
+fn example_site(c: &mut Cluster) -> TestResult {
+    let (report, code) = audit(c, &[])?;
+    let mut errors: Vec<&str> = report
+        .findings
+        .iter()
+        .filter(|f| f.severity == Severity::Error)
+        .map(|f| f.kind.as_str())
+        .collect();
+    errors.sort();
+    ensure(
+        code == 1
+            && errors
+                == [
+                    "devices_unconstrained",
+                    "mps_epilog_missing",
+                    "mps_prolog_missing",
+                    "spank_gpu_mps_missing",
+                ],
+        format!("exit {code}:{}", listing(&report.findings)),
+    )?;
+    // Nine QOS read; the QOS part is sound (DenyOnLimit is a note).
+    ensure(
+        report
+            .sources
+            .iter()
+            .any(|s| s == "sacctmgr show qos (9 QOS)")
+            && report
+                .findings
+                .iter()
+                .filter(|f| f.object.starts_with("QOS "))
+                .all(|f| f.kind == "no_deny_on_limit"),
+        format!("{:?}{}", report.sources, listing(&report.findings)),
+    )
+}
+
+/// With slurmctld unreachable the audit reads slurm.conf (and says so),
+/// and finds the same: nothing.
+fn fallback(c: &mut Cluster) -> TestResult {
+    let conf = std::fs::read_to_string(c.slurm_conf()).map_err(|e| e.to_string())?;
+    let away: String = conf
+        .lines()
+        .map(|l| {
+            if l.starts_with("SlurmctldPort=") {
+                "SlurmctldPort=1\n".to_owned()
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
+    let path = c.slurm_conf().with_file_name("slurm-away.conf");
+    std::fs::write(&path, away).map_err(|e| e.to_string())?;
+    let bin = testcluster::cluster::build_dir()?.join("gpu-qos");
+    let out = c
+        .command(&bin.to_string_lossy())
+        .args(["audit", "--json", "--fail-on", "note"])
+        .env("SLURM_CONF", &path)
+        .output()
+        .map_err(|e| e.to_string())?;
+    let report: AuditReport = serde_json::from_slice(&out.stdout)
+        .map_err(|e| format!("{e}: {}", String::from_utf8_lossy(&out.stderr)))?;
+    ensure(
+        out.status.code() == Some(0)
+            && report.findings.is_empty()
+            && report.sources.first().is_some_and(|s| {
+                s.starts_with(&format!("{} (scontrol show config: ", path.display()))
+            }),
+        format!(
+            "exit {:?}, {:?}{}",
+            out.status.code(),
+            report.sources,
+            listing(&report.findings)
+        ),
+    )
+}
+
+fn enforce(c: &mut Cluster) -> TestResult {
+    let f = exactly(c, "error", Severity::Error, "enforce_incomplete")?;
+    ensure(
+        f.what == "AccountingStorageEnforce is associations, without limits and qos"
+            && f.fix == "AccountingStorageEnforce=associations,limits,qos (then restart slurmctld)",
+        format!("{f:?}"),
+    )
+}
+
+fn untracked(c: &mut Cluster) -> TestResult {
+    let f = exactly(c, "error", Severity::Error, "tres_untracked")?;
+    ensure(
+        f.what == "AccountingStorageTRES does not track gres/gpu:h100 (Gres of node node1)"
+            // 24.11 adds gres/gpumem and gres/gpuutil to the list itself.
+            && f.fix.contains(",gres/gpu,gres/gpu:a40,")
+            && f.fix.ends_with(",gres/mps,gres/gpu:h100 (then restart slurmctld)"),
+        format!("{f:?}"),
+    )
+}
+
+fn qos_weight(c: &mut Cluster) -> TestResult {
+    let (report, code) = audit(c, &[])?;
+    ensure(
+        code == 0,
+        format!(
+            "a warning failed the default audit:{}",
+            listing(&report.findings)
+        ),
+    )?;
+    exactly(c, "warning", Severity::Warning, "priority_weight_qos_zero").map(drop)
+}
+
+fn job_requeue(c: &mut Cluster) -> TestResult {
+    // gpu_qos makes lowprio jobs requeueable, so this is a note.
+    let (_, code) = audit(c, &["--fail-on", "warning"])?;
+    ensure(code == 0, "a note failed the audit at --fail-on warning")?;
+    let f = exactly(c, "note", Severity::Note, "job_requeue_off")?;
+    ensure(
+        f.fix == "JobRequeue=1 (then scontrol reconfigure)",
+        format!("{f:?}"),
+    )
+}
+
+fn preempt_type(c: &mut Cluster) -> TestResult {
+    let f = exactly(c, "error", Severity::Error, "preempt_type")?;
+    ensure(
+        f.what == "PreemptType is preempt/none, not preempt/qos",
+        format!("{f:?}"),
+    )
+}
+
+fn cannot_preempt(c: &mut Cluster) -> TestResult {
+    let f = exactly(c, "error", Severity::Error, "group_cannot_preempt")?;
+    ensure(
+        f.object == "QOS qos_lafferty"
+            && f.fix == "sacctmgr -i modify qos qos_lafferty set Preempt+=lowprio",
+        format!("{f:?}"),
+    )?;
+    apply(c, &f)?;
+    passes_clean(c)
+}
+
+fn no_grace(c: &mut Cluster) -> TestResult {
+    let f = exactly(c, "warning", Severity::Warning, "no_grace_time")?;
+    apply(c, &f)?;
+    passes_clean(c)
+}
+
+fn deny_on_limit(c: &mut Cluster) -> TestResult {
+    let f = exactly(c, "note", Severity::Note, "no_deny_on_limit")?;
+    ensure(f.object == "QOS qos_ying_rex", format!("{f:?}"))?;
+    apply(c, &f)?;
+    passes_clean(c)
+}
+
+/// A member of the group, allowed its QOS; returns the user.
+fn member(c: &Cluster, name: &str) -> Result<TestUser, String> {
+    let user = TestUser::create(c, name)?;
+    c.run_ok(
+        "sacctmgr",
+        &[
+            "-i",
+            "modify",
+            "user",
+            "where",
+            &format!("name={name}"),
+            "set",
+            "qos=normal,lowprio,qos_lafferty",
+        ],
+    )?;
+    Ok(user)
+}
+
+/// `sbatch` as `user` under qos_lafferty, retried while slurmctld has not
+/// yet learnt the user's new QOS from slurmdbd.
+fn submit_as(c: &Cluster, user: &TestUser, gpus: u32) -> Result<u32, String> {
+    let gres = format!("--gres=gpu:a40:{gpus}");
+    let args = [
+        "--parsable",
+        "--qos=qos_lafferty",
+        &gres,
+        "--output=/dev/null",
+        "--wrap=sleep 300",
+    ];
+    let mut last = String::new();
+    wait_for(
+        &format!("sbatch as {} to be accepted", user.name),
+        Duration::from_secs(30),
+        || match user.run_ok(c, None, "sbatch", &args) {
+            Ok(out) => out.trim().split(';').next()?.parse().ok(),
+            Err(e) => {
+                last = e;
+                None
+            }
+        },
+    )
+    .map_err(|e| format!("{e}: {last}"))
+}
+
+fn usage_when_full(c: &mut Cluster) -> TestResult {
+    let alice = member(c, "gpushare_alice")?;
+    let bob = member(c, "gpushare_bob")?;
+    let a = submit_as(c, &alice, 2)?;
+    let b = submit_as(c, &bob, 2)?;
+    for id in [a, b] {
+        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
+    }
+    let waiting = submit_as(c, &alice, 1)?;
+    wait_for(
+        "the third job to wait for the group limit",
+        Duration::from_secs(30),
+        || {
+            c.job(waiting)
+                .ok()
+                .filter(|j| j.get("Reason") == Some("QOSGrpGRES"))
+        },
+    )?;
+    let bin = testcluster::cluster::build_dir()?.join("gpu-qos");
+    let bin = bin.to_string_lossy();
+    let json = alice.run_ok(c, None, &bin, &["usage", "--json"])?;
+    let report: UsageReport = serde_json::from_str(&json).map_err(|e| format!("{e}: {json}"))?;
+    let why = format!(
+        "qos_lafferty's 4 a40 are all held: jobs {a} (gpushare_alice, 2), {b} (gpushare_bob, 2)"
+    );
+    let q = report.qos.first();
+    ensure(
+        report.user == "gpushare_alice"
+            && report.qos.len() == 1
+            && q.is_some_and(|q| {
+                q.qos == "qos_lafferty"
+                    && q.types.len() == 1
+                    && (q.types[0].held, q.types[0].limit) == (4, 4)
+                    && q.running.len() == 2
+                    && q.pending.len() == 1
+                    && q.pending[0].job.id == waiting.to_string()
+                    && q.pending[0].why == why
+            }),
+        format!("expected {why:?} in {report:?}"),
+    )?;
+    let text = alice.run_ok(c, None, &bin, &["usage"])?;
+    ensure(
+        text.starts_with("qos_lafferty: 4 of 4 a40 held\n")
+            && text.contains(&format!(
+                "  pending  {waiting} (gpushare_alice, 1 a40): {why}\n"
+            )),
+        format!("text:\n{text}"),
+    )?;
+    c.cancel_all()
+}
