@@ -75,8 +75,9 @@ enum Cmd {
         /// what grace time, priority weights, fair-share cost per GPU type
         #[arg(long, conflicts_with = "json")]
         explain: bool,
-        /// Print only the users' QOS table, in Markdown (exit 0, or 2)
-        #[arg(long, conflicts_with_all = ["json", "explain"])]
+        /// Print only the users' QOS table, in Markdown (exit 0, or 2);
+        /// with --explain too, the explanation's table in Markdown
+        #[arg(long, conflicts_with = "json")]
         markdown: bool,
     },
     /// For you (any user): each group QOS you may use, the GPUs the group

@@ -199,6 +199,24 @@ fn scenario(d: &mut Demo, c: &mut Cluster) -> Step {
         check.status.success(),
         "gpu_qos.conf agrees with the accounting database",
     )?;
+    let audit = c.run(&d.sbin("gpu-qos").to_string_lossy(), &["audit"])?;
+    d.shell("gpu-qos audit", &String::from_utf8_lossy(&audit.stdout));
+    d.check(
+        audit.status.code() == Some(0),
+        "the audit finds no broken link in the site's QOS design",
+    )?;
+    let table = c.run(
+        &d.sbin("gpu-qos").to_string_lossy(),
+        &["audit", "--explain", "--markdown"],
+    )?;
+    let table_text = String::from_utf8_lossy(&table.stdout);
+    d.shell("gpu-qos audit --explain --markdown", &table_text);
+    d.check(
+        table_text
+            .lines()
+            .any(|l| l.starts_with("| qos_lafferty |") && l.contains("4 a40")),
+        "the users' QOS table says qos_lafferty may hold 4 a40",
+    )?;
     let err = c
         .sbatch(&["--qos=qos_lafferty", "--gres=gpu:2", "--wrap=nvidia-smi"])
         .err()
