@@ -209,6 +209,14 @@ gpushare-$p: conflicts-with-version
 # checks bounds itself); PIE, full RELRO and immediate binding are on.
 gpushare-$p: hardening-no-fortify-functions
 EOF
+    if [ "$p" = node ]; then
+        cat >>"$work/$p/usr/share/lintian/overrides/gpushare-$p" <<EOF
+# A misspelt error message of the nvml-wrapper crate (NVML, loaded at run
+# time by gpu-mps-prolog and gpu-mps), not gpushare's own text.
+gpushare-$p: spelling-error-in-binary occured occurred [usr/libexec/gpushare/gpu-mps-prolog]
+gpushare-$p: spelling-error-in-binary occured occurred [usr/sbin/gpu-mps]
+EOF
+    fi
     chmod 0644 "$d/copyright" "$d/changelog.Debian.gz" "$work/$p/usr/share/lintian/overrides/gpushare-$p"
 done
 
