@@ -179,10 +179,12 @@ fn lifecycle(c: &mut Cluster) -> TestResult {
         format!("one -d per GPU expected, got {started:?}: {:?}", calls(c)),
     )?;
     for g in 0..4 {
-        ensure(
-            daemons(c, g).len() == 1,
-            format!("GPU {g}: daemon processes {:?}", daemons(c, g)),
-        )?;
+        wait_for(
+            &format!("GPU {g}'s daemon"),
+            Duration::from_secs(10),
+            || (daemons(c, g).len() == 1).then_some(()),
+        )
+        .map_err(|e| format!("{e}: daemon processes {:?}", daemons(c, g)))?;
     }
     // The server limits: the largest share's (25 units: 25 %, 12 GiB).
     let log = calls(c);
@@ -235,8 +237,10 @@ fn lifecycle(c: &mut Cluster) -> TestResult {
 fn killed_daemon(c: &mut Cluster) -> TestResult {
     standin(c)?;
     shares(c, 4, 50)?;
-    let before: Vec<u32> = (0..4).flat_map(|g| daemons(c, g)).collect();
-    ensure(before.len() == 4, format!("daemons {before:?}"))?;
+    let before: Vec<u32> = wait_for("the 4 daemons", Duration::from_secs(10), || {
+        let all: Vec<u32> = (0..4).flat_map(|g| daemons(c, g)).collect();
+        (all.len() == 4).then_some(all)
+    })?;
     let pids: Vec<String> = before.iter().map(u32::to_string).collect();
     let mut args = vec!["-KILL"];
     args.extend(pids.iter().map(String::as_str));
@@ -251,11 +255,21 @@ fn killed_daemon(c: &mut Cluster) -> TestResult {
     )?;
     shares(c, 4, 50)?;
     for g in 0..4 {
-        let now = daemons(c, g);
-        ensure(
-            now.len() == 1 && !before.contains(&now[0]),
-            format!("GPU {g}: daemon {now:?} after the kill of {before:?}"),
-        )?;
+        let now = wait_for(
+            &format!("GPU {g}'s new daemon"),
+            Duration::from_secs(10),
+            || {
+                let now = daemons(c, g);
+                (now.len() == 1 && !before.contains(&now[0])).then_some(now)
+            },
+        )
+        .map_err(|e| {
+            format!(
+                "{e}: daemon {:?} after the kill of {before:?}",
+                daemons(c, g)
+            )
+        })?;
+        ensure(now.len() == 1, format!("GPU {g}: {now:?}"))?;
     }
     ensure(
         gpus_with(c, "args=-d").len() == 8,
