@@ -758,9 +758,19 @@ impl Ledger {
         choice: SlurmChoice,
     ) -> Result<Outcome<Placed>, LedgerError> {
         let SlurmChoice { gpu, gpu_count, .. } = choice;
-        self.record_share(job, uid, user, units, Some(choice), |_| {
+        let max_clients = self.rule.max_clients;
+        self.record_share(job, uid, user, units, Some(choice), |state| {
             if gpu >= gpu_count {
                 return Err(PlacementError::SlurmGpuUnknown { gpu, gpu_count });
+            }
+            // Slurm booked the units, but the GPU's server takes only so
+            // many clients: refused before anything is recorded.
+            if state
+                .gpu_loads(gpu_count)
+                .get(index(gpu))
+                .is_some_and(|l| l.clients >= max_clients)
+            {
+                return Err(PlacementError::TooManyClients { max_clients });
             }
             Ok(gpu)
         })
@@ -1192,6 +1202,33 @@ mod tests {
                 units_per_gpu: 100,
             }))
         }
+    }
+
+    #[test]
+    fn a_slurm_chosen_gpu_at_its_client_limit_is_refused_unrecorded() {
+        let temp = TempDir::new();
+        let ledger = temp.ledger().with_server_rule(ServerRule {
+            multi_user: false,
+            refuse_other_users: false,
+            max_clients: 1,
+        });
+        let choice = SlurmChoice {
+            gpu: 1,
+            gpu_count: 2,
+            units_per_gpu: 100,
+        };
+        ok(ledger.record_slurm_share(1, 1000, "a", 10, choice));
+        match ledger.record_slurm_share(2, 1000, "a", 10, choice) {
+            Err(LedgerError::Placement {
+                error: PlacementError::TooManyClients { max_clients: 1 },
+                ..
+            }) => {}
+            other => panic!("expected TooManyClients, got {other:?}"),
+        }
+        let state = ok(ledger.snapshot()).state;
+        assert!(state.share(2).is_none());
+        // The other GPU still takes it.
+        ok(ledger.record_slurm_share(2, 1000, "a", 10, SlurmChoice { gpu: 0, ..choice }));
     }
 
     fn ok<T>(result: Result<T, LedgerError>) -> T {

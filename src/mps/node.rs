@@ -598,26 +598,6 @@ fn record_slurm_choice(
             if placed.value.crowded {
                 drop_vanished(&node.ledger, env.job, running, report)?;
             }
-            let gpu = placed.value.share.gpu;
-            let clients = node.ledger.snapshot()?.state.gpu_loads(node.gpu_count);
-            if clients
-                .get(gpu as usize)
-                .is_some_and(|l| l.clients > node.cfg.max_clients_per_gpu)
-            {
-                // Slurm booked it, but the GPU's server takes no more clients.
-                node.ledger.release(env.job)?;
-                let why = PlacementError::TooManyClients {
-                    max_clients: node.cfg.max_clients_per_gpu,
-                };
-                return Ok(refuse(
-                    &node.ledger,
-                    env.job,
-                    format!(
-                        "gpu_mps: job {}: on GPU {gpu} (Slurm's choice): {why}",
-                        env.job
-                    ),
-                ));
-            }
             serve(node, placed.value, report)
         }
         Err(LedgerError::Placement { error, repair }) => {
@@ -625,7 +605,10 @@ fn record_slurm_choice(
             Ok(refuse(
                 &node.ledger,
                 env.job,
-                format!("gpu_mps: job {}: {error}", env.job),
+                format!(
+                    "gpu_mps: job {}: on GPU {gpu} (Slurm's choice): {error}",
+                    env.job
+                ),
             ))
         }
         Err(other) => Err(other),
@@ -646,24 +629,22 @@ fn serve(
         let out = node.ledger.set_memory_limit(share.job, share.memory_mib)?;
         report.notes.extend(out.repair.map(|r| r.to_string()));
     }
-    let state = node.ledger.snapshot()?.state;
-    let others = state.other_users_on(share.gpu, share.uid);
-    if !others.is_empty() && !node.cfg.multi_user {
-        report.notes.push(format!(
-            "job {} ({}) shares GPU {} with the MPS server of {}: MPS serves one user at a \
-             time, so their work is time-sliced",
-            share.job,
-            share.user,
-            share.gpu,
-            names(&others)
-        ));
-    }
     let gpu = share.gpu;
     let locked = daemon::with_gpu_lock(&node.cfg, gpu, || -> Result<MpsDaemon, LedgerError> {
         let mps = daemon::ensure(&node.cfg, gpu, node.owner);
+        // Read once, under the lock: the users and limits of the GPU's shares now.
+        let state = node.ledger.snapshot()?.state;
+        let others = state.other_users_on(gpu, share.uid);
+        if !others.is_empty() && !node.cfg.multi_user {
+            report.notes.push(format!(
+                "job {} ({}) shares GPU {gpu} with the MPS server of {}: MPS serves one user \
+                 at a time, so their work is time-sliced",
+                share.job,
+                share.user,
+                names(&others)
+            ));
+        }
         if mps != MpsDaemon::NotAvailable {
-            // Read under the lock: the users and limits of the GPU's shares now.
-            let state = node.ledger.snapshot()?.state;
             guard_pipes(node, &state, gpu, &mut report.notes);
             let on_gpu = state.shares().filter(|s| s.gpu == gpu);
             let limits = daemon::server_limits(&node.cfg, on_gpu)
