@@ -8,10 +8,12 @@ set -euo pipefail
 suite=$1
 dir=$2
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
-# Daemons, clients and headers of the release; what the suite runs besides
+# Daemons, clients and headers of the release, and no MariaDB server: the
+# suites keep accounting in the host's (tests/release_suite.sh), so that a
+# Debian point release of MariaDB cannot stop slurmdbd. What the suite runs besides
 # (cc for the attack fixtures, python3 for JSON checks, make for the demo's
 # install, procps for pgrep/pkill).
-packages=slurmctld,slurmd,slurm-client,slurmdbd,slurm-wlm-basic-plugins,munge,mariadb-server,mariadb-client,libslurm-dev,gcc,libc6-dev,python3,make,procps,iproute2
+packages=slurmctld,slurmd,slurm-client,slurmdbd,slurm-wlm-basic-plugins,munge,libslurm-dev,gcc,libc6-dev,python3,make,procps,iproute2
 ready=$dir/.gpushare-root
 header=$dir/usr/include/slurm/slurm_version.h
 
@@ -33,7 +35,7 @@ partial=$dir.partial
 rm -rf "$partial"
 debootstrap --variant=minbase --include="$packages" "$suite" "$partial" "$mirror" >&2 \
     || { echo "debootstrap $suite failed; its log: $partial/debootstrap/debootstrap.log" >&2; exit 1; }
-# mariadb-install-db resolves the host name; debootstrap writes no hosts file.
+# Slurm and munge resolve the host name; debootstrap writes no hosts file.
 cp /etc/hosts "$partial/etc/hosts"
 echo "$suite $packages" >"$partial/.gpushare-root"
 mv "$partial" "$dir"

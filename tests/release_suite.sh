@@ -74,6 +74,15 @@ else
     done
 fi
 
+# What this run tests with: the Debian versions of the packages the suites
+# depend on, so a log says which point releases it saw (Debian moves under
+# a cached root).
+tested_with() {
+    local q=(dpkg-query -W -f='${Package} ${Version}\n' slurmctld slurmd slurmdbd libmariadb3 munge)
+    if [ "$root" = / ]; then "${q[@]}"; else chroot "$root" "${q[@]}"; fi | paste -sd, | sed 's/,/, /g'
+}
+echo "== tested with: $(tested_with)"
+
 inside() {
     unshare --mount --propagation private -- bash -euc '
         root=$1 repo=$2; shift 2
@@ -94,30 +103,39 @@ inside() {
             LANG=C.UTF-8 TMPDIR=/tmp "$@"' inside "$root" "$repo" "$@"
 }
 
-# slurmdbd 26.05.5 cannot use sid's MariaDB 11.8 (it stops at start:
-# "_check_mysql_concat_is_sane ... 5027"), so sid's clusters keep their
-# accounting in the host's MariaDB (bookworm's 10.11), which the harness
-# reaches on loopback; every cluster makes a database of its own there.
+# No release root runs its own MariaDB server: a Debian point release of
+# MariaDB in a root (11.8.9 reached trixie in November 2026, sid before)
+# stops that root's slurmdbd at start ("_check_mysql_concat_is_sane ...
+# 5027"). Every root keeps its clusters' accounting in the host's MariaDB
+# (bookworm's 10.11), started once for this run on a free loopback port;
+# every cluster makes a database of its own there. The roots hold no
+# mariadb-server at all (tests/release_root.sh). Only this machine's own
+# Slurm (root /) starts a MariaDB per cluster, its own.
 env_extra=()
 # Keep the clusters' directories (inside the root's /tmp) for a post-mortem.
 [ -z "${GPUSHARE_KEEP_TEST_DIRS:-}" ] || env_extra+=(GPUSHARE_KEEP_TEST_DIRS=1)
-if [ "$suite" = sid ]; then
+if [ "$root" != / ]; then
+    command -v mariadbd >/dev/null || { echo "release_suite: the host's mariadbd is missing: run make deps" >&2; exit 1; }
     db=$(mktemp -d /tmp/gpushare-hostdb.XXXXXX)
     port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     mariadb-install-db --no-defaults --datadir="$db" --user=root --auth-root-authentication-method=normal \
-        --skip-test-db --skip-name-resolve >"$db.install.log" 2>&1
+        --skip-test-db --skip-name-resolve >"$db.install.log" 2>&1 ||
+        { cat "$db.install.log" >&2; echo "release_suite: mariadb-install-db failed" >&2; exit 1; }
     mariadbd --no-defaults --datadir="$db" --socket="$db/mysqld.sock" --pid-file="$db/mysqld.pid" \
         --log-error="$db.log" --port="$port" --bind-address=127.0.0.1 --user=root --skip-name-resolve \
         --skip-log-bin --innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0 \
         --innodb-buffer-pool-size=64M --innodb-lock-wait-timeout=900 &
     db_pid=$!
     trap 'kill $db_pid 2>/dev/null; wait $db_pid 2>/dev/null; rm -rf "$db" "$db.log" "$db.install.log"' EXIT
-    for _ in $(seq 60); do
-        (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+    up=
+    for _ in $(seq 120); do
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then up=1; break; fi
+        kill -0 "$db_pid" 2>/dev/null || break
         sleep 0.5
     done
+    [ -n "$up" ] || { cat "$db.log" >&2; echo "release_suite: the host's MariaDB did not start" >&2; exit 1; }
     env_extra+=(GPUSHARE_TEST_MYSQL_PORT="$port")
-    echo "== accounting in the host's MariaDB on 127.0.0.1:$port"
+    echo "== accounting in the host's MariaDB $(mariadbd --version | awk '{print $3}') on 127.0.0.1:$port"
 fi
 
 failed=()
