@@ -496,9 +496,13 @@ pub fn prolog(
             ..
         }) = &placed
         {
-            if drop_vanished(ledger, env.job, running, &mut report)? {
-                placed = place();
-            }
+            // Place again whatever this call dropped: a prolog running beside
+            // this one may have dropped the same records of vanished jobs
+            // first (after a node failure Slurm starts many shares at once),
+            // leaving this reconciliation nothing to drop but the room free.
+            // The refusal, if any, then states the load this second look saw.
+            drop_vanished(ledger, env.job, running, &mut report)?;
+            placed = place();
         }
         report.outcome = match placed {
             Ok(placed) => {
@@ -527,21 +531,21 @@ pub fn prolog(
 }
 
 /// Drops the records of jobs slurmctld no longer runs here (ended without
-/// an epilog), keeping `job`'s; `true` if any was dropped. When slurmctld
-/// cannot be asked nothing is dropped, and a note says so.
+/// an epilog), keeping `job`'s; what it dropped goes into the report. When
+/// slurmctld cannot be asked nothing is dropped, and a note says so.
 fn drop_vanished(
     ledger: &Ledger,
     job: u32,
     running: impl FnOnce() -> Result<Vec<RunningJob>, String>,
     report: &mut PrologReport,
-) -> Result<bool, LedgerError> {
+) -> Result<(), LedgerError> {
     let jobs = match running() {
         Ok(jobs) => jobs,
         Err(e) => {
             report.notes.push(format!(
                 "cannot ask slurmctld which jobs still run here, so no record was dropped: {e}"
             ));
-            return Ok(false);
+            return Ok(());
         }
     };
     let running: HashSet<u32> = jobs.iter().map(|j| j.job).collect();
@@ -550,9 +554,8 @@ fn drop_vanished(
     for record in &out.value {
         forget_notes(ledger, record.job());
     }
-    let dropped = !out.value.is_empty();
     report.dropped.extend(out.value);
-    Ok(dropped)
+    Ok(())
 }
 
 /// Records a share where Slurm put it (`SLURM_JOB_GPUS`) and starts that
@@ -1272,6 +1275,75 @@ mod tests {
         // With room to spare nobody asks slurmctld anything.
         let never = || -> Result<Vec<RunningJob>, String> { panic!("squeue asked") };
         assert!(prolog(&node, &share_env(8, 10), &MpsBooking::default(), never).is_ok());
+    }
+
+    /// After a node failure Slurm starts many shares at once on a node whose
+    /// ledger still holds the records of the jobs it lost. Every prolog that
+    /// finds no room asks slurmctld; the first to reconcile drops the ghosts,
+    /// and the others find nothing left to drop: they must place again all
+    /// the same, and a refusal must state the load of that second look.
+    #[test]
+    fn a_share_places_again_after_another_prolog_dropped_the_ghosts() {
+        let (node, _dir) = temp_node(None);
+        // Jobs 1-8 ran two per GPU and vanished without an epilog.
+        for job in 1..=8 {
+            assert!(matches!(
+                outcome(&node, &share_env(job, 50)),
+                PrologOutcome::Placed { .. }
+            ));
+        }
+        let only_new_jobs = || {
+            Ok((20..=27)
+                .map(|job| RunningJob {
+                    job,
+                    holds_mps: true,
+                })
+                .collect())
+        };
+        // The other prolog's reconciliation lands between this prolog's
+        // failed placement and its own reconciliation.
+        let beside =
+            Ledger::open(&node.cfg.state_dir, node.owner).unwrap_or_else(|e| panic!("{e}"));
+        let raced = || {
+            let out = beside
+                .reconcile(|j| j >= 20)
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(out.value.len(), 8, "the other prolog drops the ghosts");
+            only_new_jobs()
+        };
+        let report = prolog(&node, &share_env(20, 50), &MpsBooking::default(), raced)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(report.dropped.is_empty(), "{:?}", report.dropped);
+        assert!(
+            matches!(report.outcome, PrologOutcome::Placed { .. }),
+            "{:?}",
+            report.outcome
+        );
+        // Seven more fill the node (two per GPU); the ninth is refused
+        // with the load it saw after reconciling: 0 units free.
+        for job in 21..=27 {
+            let r = prolog(
+                &node,
+                &share_env(job, 50),
+                &MpsBooking::default(),
+                only_new_jobs,
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+            assert!(matches!(r.outcome, PrologOutcome::Placed { .. }), "{r:?}");
+        }
+        let ninth = prolog(
+            &node,
+            &share_env(28, 50),
+            &MpsBooking::default(),
+            only_new_jobs,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        match ninth.outcome {
+            PrologOutcome::Refused(text) => {
+                assert!(text.contains("0 free in total"), "{text}")
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
