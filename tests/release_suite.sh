@@ -84,7 +84,7 @@ tested_with() {
 echo "== tested with: $(tested_with)"
 
 inside() {
-    unshare --mount --propagation private -- bash -euc '
+    in_lab unshare --mount --propagation private -- bash -euc '
         root=$1 repo=$2; shift 2
         if [ "$root" != / ]; then
             mount -t proc proc "$root/proc"
@@ -103,6 +103,16 @@ inside() {
             LANG=C.UTF-8 TMPDIR=/tmp "$@"' inside "$root" "$repo" "$@"
 }
 
+# One network namespace for the run, the lab: the host's MariaDB below,
+# every test binary and the clusters they start (multi-node clusters put
+# their bridge and nodes' cables there). Nothing in it is reachable from
+# outside; it is deleted when the run ends.
+lab=gpushare-lab-$$
+ip netns add "$lab"
+in_lab() { nsenter --net="/run/netns/$lab" "$@"; }
+trap 'ip netns del "$lab" 2>/dev/null' EXIT
+in_lab ip link set lo up
+
 # No release root runs its own MariaDB server: a Debian point release of
 # MariaDB in a root (11.8.9 reached trixie in November 2026, sid before)
 # stops that root's slurmdbd at start ("_check_mysql_concat_is_sane ...
@@ -111,25 +121,25 @@ inside() {
 # every cluster makes a database of its own there. The roots hold no
 # mariadb-server at all (tests/release_root.sh). Only this machine's own
 # Slurm (root /) starts a MariaDB per cluster, its own.
-env_extra=()
+env_extra=(GPUSHARE_TEST_NETNS=own)
 # Keep the clusters' directories (inside the root's /tmp) for a post-mortem.
 [ -z "${GPUSHARE_KEEP_TEST_DIRS:-}" ] || env_extra+=(GPUSHARE_KEEP_TEST_DIRS=1)
 if [ "$root" != / ]; then
     command -v mariadbd >/dev/null || { echo "release_suite: the host's mariadbd is missing: run make deps" >&2; exit 1; }
     db=$(mktemp -d /tmp/gpushare-hostdb.XXXXXX)
-    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    port=$(in_lab python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     mariadb-install-db --no-defaults --datadir="$db" --user=root --auth-root-authentication-method=normal \
         --skip-test-db --skip-name-resolve >"$db.install.log" 2>&1 ||
         { cat "$db.install.log" >&2; echo "release_suite: mariadb-install-db failed" >&2; exit 1; }
-    mariadbd --no-defaults --datadir="$db" --socket="$db/mysqld.sock" --pid-file="$db/mysqld.pid" \
+    in_lab mariadbd --no-defaults --datadir="$db" --socket="$db/mysqld.sock" --pid-file="$db/mysqld.pid" \
         --log-error="$db.log" --port="$port" --bind-address=127.0.0.1 --user=root --skip-name-resolve \
         --skip-log-bin --innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0 \
         --innodb-buffer-pool-size=64M --innodb-lock-wait-timeout=900 &
     db_pid=$!
-    trap 'kill $db_pid 2>/dev/null; wait $db_pid 2>/dev/null; rm -rf "$db" "$db.log" "$db.install.log"' EXIT
+    trap 'kill $db_pid 2>/dev/null; wait $db_pid 2>/dev/null; rm -rf "$db" "$db.log" "$db.install.log"; ip netns del "$lab" 2>/dev/null' EXIT
     up=
     for _ in $(seq 120); do
-        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then up=1; break; fi
+        if in_lab bash -c "exec 3<>/dev/tcp/127.0.0.1/$port" 2>/dev/null; then up=1; break; fi
         kill -0 "$db_pid" 2>/dev/null || break
         sleep 0.5
     done

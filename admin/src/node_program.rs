@@ -5,16 +5,16 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use gpushare::mps::config::{self, CONF_NAME};
+use gpushare::mps::config::{self, missing_conf_refusal, CONF_NAME};
 use gpushare::mps::node::{JobEnv, Node, Unfit};
-use gpushare::shared::locations::beside_slurm_conf;
+use gpushare::shared::locations::{first_existing, node_conf_candidates};
 
 use crate::node_log;
 
 /// The command line both programs take (slurmd runs them without arguments).
 #[derive(Debug, Parser)]
 pub struct NodeArgs {
-    /// gpu_mps.conf (default: next to $SLURM_CONF, else /etc/slurm)
+    /// gpu_mps.conf (default: next to $SLURM_CONF, else /etc/slurm/gpu_mps.conf)
     #[arg(long, value_name = "PATH")]
     pub conf: Option<PathBuf>,
 }
@@ -30,12 +30,23 @@ pub struct Started {
 /// node shares nothing, exit 0. `Err(code)`: already logged; 2 for misuse,
 /// 1 when the node is unfit (slurmd then drains it, as it should).
 pub fn start(program: &str, args: &NodeArgs) -> Result<Option<Started>, ExitCode> {
-    let conf = args
-        .conf
-        .clone()
-        .unwrap_or_else(|| beside_slurm_conf(None, CONF_NAME));
     let env = JobEnv::from_env(|k| std::env::var(k).ok());
     let job = env.as_ref().ok().map(|e| e.job);
+    let conf = match first_existing(node_conf_candidates(args.conf.as_deref(), None, CONF_NAME)) {
+        Ok(conf) => conf,
+        Err(looked_at) => {
+            // No gpushare here: every job is Slurm's alone. A share must not
+            // run so silently: the SPANK plugin refuses it, and the node's
+            // log says why.
+            if let (Ok(env), Some(job)) = (&env, job) {
+                if env.is_share() {
+                    node_log::init(program, Some(job), None);
+                    log::error!("{}", missing_conf_refusal(job, &looked_at));
+                }
+            }
+            return Ok(None);
+        }
+    };
     // The configuration first, for its syslog socket: even a node found
     // unfit must say why where the admin looks.
     let cfg = config::load(&conf);

@@ -325,6 +325,23 @@ pub fn parse(text: &str, file: &str) -> Result<GpuMpsConfig, ConfigError> {
 /// Reads and parses the file at `path`. `Ok(None)`: there is none, so the
 /// node shares nothing (what the prolog, epilog and SPANK plugin do with
 /// that is theirs to decide).
+/// What a job holding an MPS share is told on a node where gpushare has no
+/// configuration: Slurm alone would run the share unplaced (22.05 stacks
+/// every share on GPU 0), unconfined and without an MPS daemon, so gpushare
+/// refuses it and says why, in the job's output and the node's log.
+pub fn missing_conf_refusal(job: u32, looked_at: &[std::path::PathBuf]) -> String {
+    let places: Vec<String> = looked_at.iter().map(|p| p.display().to_string()).collect();
+    format!(
+        "gpu_mps: job {job}: Slurm gave this job an MPS share on this node, but gpushare has \
+         no configuration here (no {CONF_NAME} at {}); the share would run as Slurm alone, \
+         without gpushare's GPU placement, confinement and MPS daemon, so it is refused. \
+         Sysadmin: install {CONF_NAME} on this node ({} on a configless node: slurmctld does \
+         not send it), or take mps off this node's Gres",
+        places.join(" nor "),
+        crate::shared::locations::NODE_CONF_DIR
+    )
+}
+
 pub fn load(path: &std::path::Path) -> Result<Option<GpuMpsConfig>, ConfigError> {
     kv::load(path, parse)
 }

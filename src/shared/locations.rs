@@ -18,9 +18,80 @@ pub fn beside_slurm_conf(slurm_conf: Option<&Path>, name: &str) -> PathBuf {
     conf.parent().unwrap_or(Path::new("/")).join(name)
 }
 
+/// Where a node keeps its own gpushare configuration when slurm.conf comes
+/// from elsewhere: a configless slurmd caches what slurmctld sends (slurm.conf,
+/// gres.conf, cgroup.conf, plugstack.conf) in `/run/slurm/conf`, and
+/// slurmctld never sends gpushare's files.
+pub const NODE_CONF_DIR: &str = "/etc/slurm";
+
+/// The places a node's configuration file `name` is looked for, in order:
+/// `explicit` alone where the admin named one (`conf=` in plugstack.conf,
+/// `--conf`); else beside the slurm.conf in use, then [`NODE_CONF_DIR`].
+pub fn node_conf_candidates(
+    explicit: Option<&Path>,
+    slurm_conf: Option<&Path>,
+    name: &str,
+) -> Vec<PathBuf> {
+    if let Some(path) = explicit {
+        return vec![path.to_path_buf()];
+    }
+    let mut out = vec![beside_slurm_conf(slurm_conf, name)];
+    let local = Path::new(NODE_CONF_DIR).join(name);
+    if !out.contains(&local) {
+        out.push(local);
+    }
+    out
+}
+
+/// The first of `candidates` that exists, or `Err` with them all (where
+/// it was looked for, for the message).
+pub fn first_existing(candidates: Vec<PathBuf>) -> Result<PathBuf, Vec<PathBuf>> {
+    match candidates.iter().find(|p| p.exists()) {
+        Some(found) => Ok(found.clone()),
+        None => Err(candidates),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_node_conf_is_looked_for_beside_slurm_conf_then_in_etc_slurm() {
+        // A configless node: slurm.conf in slurmd's cache.
+        assert_eq!(
+            node_conf_candidates(
+                None,
+                Some(Path::new("/run/slurm/conf/slurm.conf")),
+                "gpu_mps.conf"
+            ),
+            vec![
+                PathBuf::from("/run/slurm/conf/gpu_mps.conf"),
+                PathBuf::from("/etc/slurm/gpu_mps.conf")
+            ]
+        );
+        assert_eq!(
+            node_conf_candidates(
+                None,
+                Some(Path::new("/etc/slurm/slurm.conf")),
+                "gpu_mps.conf"
+            ),
+            vec![PathBuf::from("/etc/slurm/gpu_mps.conf")]
+        );
+        assert_eq!(
+            node_conf_candidates(Some(Path::new("/opt/g.conf")), None, "gpu_mps.conf"),
+            vec![PathBuf::from("/opt/g.conf")]
+        );
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let there = dir.path().join("b");
+        std::fs::write(&there, "").unwrap_or_else(|e| panic!("{e}"));
+        let missing = dir.path().join("a");
+        assert_eq!(
+            first_existing(vec![missing.clone(), there.clone()]),
+            Ok(there)
+        );
+        assert_eq!(first_existing(vec![missing.clone()]), Err(vec![missing]));
+    }
 
     #[test]
     fn config_lives_beside_slurm_conf() {

@@ -1,4 +1,5 @@
-//! Describing, starting and driving a one-node Slurm cluster on loopback.
+//! Describing, starting and driving a Slurm cluster: one node on loopback,
+//! or several nodes, each a host of its own (see [`crate::hosts`]).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -12,12 +13,13 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
+use crate::hosts::{enter_lab, Fabric, NodeHost};
 use crate::process::{kill_marked, kill_orphans, Daemon, MARKER};
 use crate::Result;
 
 /// Where Debian's slurm-wlm puts Slurm's own plugins.
 pub const SLURM_PLUGIN_DIR: &str = "/usr/lib/x86_64-linux-gnu/slurm-wlm";
-/// Name of the only node.
+/// Name of the node of a one-node cluster.
 pub const NODE: &str = "node1";
 /// Name of the only partition.
 pub const PARTITION: &str = "gpu";
@@ -33,6 +35,42 @@ pub const EXAMPLE_GPU_QOS_CONF: &str =
 pub struct GpuSpec {
     pub gpu_type: String,
     pub count: u32,
+}
+
+/// One node of a multi-node cluster: a host of its own.
+#[derive(Debug, Clone, Default)]
+pub struct NodeSpec {
+    /// Node name and hostname (`gpu01`).
+    pub name: String,
+    /// Its GPUs, in device order (`/dev/nvidia0` ... on the node).
+    pub gpus: Vec<GpuSpec>,
+    /// `Name=mps Count=N` on the node, as [`ClusterSpec::mps_count`].
+    pub mps_count: Option<u32>,
+    /// The count split over per-GPU lines, as [`ClusterSpec::mps_per_gpu`].
+    pub mps_per_gpu: bool,
+    /// Files of the node's own `/etc/slurm` (name, text with `{cluster}`...):
+    /// a node's local `gpu_mps.conf`.
+    pub local_files: Vec<(String, String)>,
+    /// slurmd runs configless (`--conf-server`): it gets its configuration
+    /// from slurmctld into `/run/slurm/conf`, not from the cluster's `etc/`.
+    pub configless: bool,
+}
+
+impl NodeSpec {
+    pub fn new(name: &str, gpu_type: &str, count: u32) -> Self {
+        Self {
+            name: name.to_owned(),
+            gpus: vec![GpuSpec {
+                gpu_type: gpu_type.to_owned(),
+                count,
+            }],
+            ..Self::default()
+        }
+    }
+
+    fn gpu_count(&self) -> u32 {
+        self.gpus.iter().map(|g| g.count).sum()
+    }
 }
 
 /// A QOS in the accounting database.
@@ -67,8 +105,11 @@ impl Qos {
 /// Everything a test can choose about its cluster.
 #[derive(Debug, Clone)]
 pub struct ClusterSpec {
-    /// Whole GPUs on the node, in device order.
+    /// Whole GPUs on the node, in device order (one-node clusters).
     pub gpus: Vec<GpuSpec>,
+    /// The nodes of a multi-node cluster, each a host of its own; empty: one
+    /// node ([`NODE`]) on loopback, from `gpus`, `mps_count` and `mps_per_gpu`.
+    pub nodes: Vec<NodeSpec>,
     /// `Name=mps Count=N` on the node (needs gpus).
     pub mps_count: Option<u32>,
     /// The count split over one `Name=mps ... File=<gpu> Flags=all_sharing`
@@ -115,6 +156,7 @@ impl Default for ClusterSpec {
                 gpu_type: "a40".into(),
                 count: 4,
             }],
+            nodes: Vec::new(),
             mps_count: None,
             mps_per_gpu: false,
             accounting: true,
@@ -243,18 +285,99 @@ impl ClusterSpec {
         }
     }
 
+    /// The example site across three nodes, each a host of its own:
+    /// `gpu01` and `gpu02` with 4 a40 each, shared in MPS slices (as
+    /// [`Self::mps_node`] sets one node up, for the release in use), and
+    /// `gpu03` with 2 h100 held whole; the site's group QOS, `lowprio`,
+    /// `job_submit/gpu_qos` with the example `gpu_qos.conf` (shares allowed
+    /// outside reservations too), and gpushare's
+    /// prolog, epilog and SPANK plugin on every node. Each node's
+    /// `gpu_mps.conf` is its own, in its `/etc/slurm` (the SPANK line names
+    /// no `conf=`): GPU lists differ between nodes. `gpu01` runs configless.
+    pub fn example_site_nodes() -> Self {
+        let by_slurm = slurm_places_shares();
+        let node_conf = |gpus: u32, pool: bool| {
+            let count = if pool && !by_slurm {
+                "SlurmMpsCount=1600\n"
+            } else {
+                ""
+            };
+            (
+                "gpu_mps.conf".to_owned(),
+                format!(
+                    "UnitsPerGPU=100\nGPUDevices={{cluster}}/dev/nvidia[0-{}]\nStateDir={{cluster}}/run/gpu-mps\n{count}MPSControl=none\nSyslogSocket={{cluster}}/log/syslog.sock\n",
+                    gpus - 1
+                ),
+            )
+        };
+        let pool = |name: &str| NodeSpec {
+            mps_count: Some(if by_slurm { 400 } else { 1600 }),
+            mps_per_gpu: by_slurm,
+            local_files: vec![node_conf(4, true)],
+            ..NodeSpec::new(name, "a40", 4)
+        };
+        let mut site = Self::example_site();
+        // Shares anywhere on the MPS nodes, not only inside the course
+        // reservations of the example.
+        site.extra_conf_files = vec![(
+            "gpu_qos.conf".into(),
+            EXAMPLE_GPU_QOS_CONF
+                .lines()
+                .filter(|l| !l.starts_with("SharedGPUReservations="))
+                .map(|l| format!("{l}\n"))
+                .collect(),
+        )];
+        Self {
+            gpus: Vec::new(),
+            mps_count: None,
+            nodes: vec![
+                // Configless, as many sites run their nodes: slurm.conf,
+                // gres.conf, cgroup.conf and plugstack.conf come from
+                // slurmctld, gpu_mps.conf from the node's /etc/slurm.
+                NodeSpec {
+                    configless: true,
+                    ..pool("gpu01")
+                },
+                pool("gpu02"),
+                NodeSpec {
+                    local_files: vec![node_conf(2, false)],
+                    ..NodeSpec::new("gpu03", "h100", 2)
+                },
+            ],
+            cgroup_devices: true,
+            prolog: Some("{build}/gpu-mps-prolog".into()),
+            epilog: Some("{build}/gpu-mps-epilog".into()),
+            plugstack: vec!["required {plugins}/spank_gpu_mps.so".into()],
+            extra_slurm_conf: vec!["PrologFlags=Alloc".into()],
+            // A node that stops answering is DOWN (and its jobs end) in
+            // seconds, not the harness's usual five minutes.
+            // Ended jobs are forgotten after 10 s (purged every 10 s), as
+            // a busy site forgets them while a node is away.
+            conf_overrides: vec![
+                ("SlurmdTimeout".into(), "10".into()),
+                ("MinJobAge".into(), "10".into()),
+            ],
+            cpus: 16,
+            ..site
+        }
+    }
+
     /// Starts the cluster; fails with the daemon logs if it does not come up.
     pub fn start(&self) -> Result<Cluster> {
         if !is_root() {
             return Err("the Slurm test cluster needs root (daemons, mknod, cgroups): run the tests as root".into());
         }
         kill_orphans();
+        enter_lab()?;
         let dir = make_cluster_dir()?;
         let mut cluster = Cluster {
             spec: self.clone(),
             dir: dir.clone(),
             ports: Ports::pick()?,
             daemons: BTreeMap::new(),
+            slurmds: BTreeMap::new(),
+            hosts: Vec::new(),
+            fabric: None,
             plugin_dir: self
                 .installed_plugin_dir
                 .clone()
@@ -382,6 +505,12 @@ pub struct Cluster {
     pub dir: PathBuf,
     pub ports: Ports,
     daemons: BTreeMap<&'static str, Daemon>,
+    /// Each node's slurmd, by node name.
+    slurmds: BTreeMap<String, Daemon>,
+    /// The nodes' hosts (multi-node clusters), in the spec's order.
+    hosts: Vec<NodeHost>,
+    /// The lab's bridge the nodes hang on (multi-node clusters).
+    fabric: Option<Fabric>,
     /// Where our plugins are copied under Slurm's file names.
     pub plugin_dir: PathBuf,
     /// Default directory for job output.
@@ -483,6 +612,86 @@ fn override_settings(text: &str, overrides: &[(String, String)]) -> String {
     lines.join("\n") + "\n"
 }
 
+/// Receives datagrams on `path` and appends them to `out`, for as long as
+/// the socket file exists.
+fn start_syslog(path: PathBuf, out: PathBuf) -> Result<()> {
+    let socket = std::os::unix::net::UnixDatagram::bind(&path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    socket
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .map_err(|e| e.to_string())?;
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 16384];
+        while path.exists() {
+            if let Ok(n) = socket.recv(&mut buf) {
+                let line = String::from_utf8_lossy(buf.get(..n).unwrap_or_default()).into_owned();
+                if let Ok(mut f) = fs::OpenOptions::new().create(true).append(true).open(&out) {
+                    let _ = std::io::Write::write_all(
+                        &mut f,
+                        format!("{}\n", line.trim_end()).as_bytes(),
+                    );
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+/// A node's lines of gres.conf, its GPUs at `dev/nvidia<N>`.
+fn gres_lines(n: &NodeSpec, dev: &Path) -> String {
+    let mut gres = String::new();
+    let node = &n.name;
+    let dev = dev.display();
+    let mut first = 0;
+    for g in &n.gpus {
+        let last = first + g.count - 1;
+        let files = if g.count == 1 {
+            format!("{dev}/nvidia{first}")
+        } else {
+            format!("{dev}/nvidia[{first}-{last}]")
+        };
+        let _ = writeln!(
+            gres,
+            "NodeName={node} Name=gpu Type={} File={files}",
+            g.gpu_type
+        );
+        first = last + 1;
+    }
+    match n.mps_count {
+        Some(c) if n.mps_per_gpu => {
+            // The GPUs of the first type are the MPS pool.
+            let pool = n.gpus.first().map_or(0, |g| g.count);
+            let per_gpu = c / pool.max(1);
+            for i in 0..pool {
+                let _ = writeln!(
+                    gres,
+                    "NodeName={node} Name=mps Count={per_gpu} File={dev}/nvidia{i} Flags=all_sharing"
+                );
+            }
+        }
+        Some(c) => {
+            let _ = writeln!(gres, "NodeName={node} Name=mps Count={c}");
+        }
+        None => {}
+    }
+    gres
+}
+
+/// A fake GPU: the char device `c 195 minor` at `path`.
+fn mknod_gpu(path: &Path, minor: u32) -> Result<()> {
+    let c = std::ffi::CString::new(path.to_string_lossy().as_bytes()).map_err(|e| e.to_string())?;
+    // SAFETY: valid path; makedev/mknod have no memory preconditions.
+    let rc = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(195, minor)) };
+    if rc != 0 {
+        return Err(format!(
+            "mknod {}: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
+}
+
 /// Polls `check` every 100 ms until it returns `Some`, or fails after `timeout`.
 pub fn wait_for<T>(
     what: &str,
@@ -524,9 +733,29 @@ impl Cluster {
         self.log_dir().join(format!("{daemon}.log"))
     }
 
-    /// Contents of a daemon's log.
+    /// Contents of a daemon's log; on a multi-node cluster, a node
+    /// daemon's (`slurmd`) is every node's log, each behind a header line.
     pub fn log(&self, daemon: &str) -> String {
-        fs::read_to_string(self.log_path(daemon)).unwrap_or_default()
+        if self.hosts.is_empty() || daemon != "slurmd" {
+            return fs::read_to_string(self.log_path(daemon)).unwrap_or_default();
+        }
+        let mut out = String::new();
+        for h in &self.hosts {
+            let _ = writeln!(out, "----- {} -----", h.name);
+            out.push_str(&self.node_log(&h.name, daemon));
+        }
+        out
+    }
+
+    /// A log of node `node`'s own (`slurmd`, `syslog`).
+    pub fn node_log(&self, node: &str, name: &str) -> String {
+        let dir = self.node_dir(node).join("log");
+        let file = if name == "syslog" {
+            dir.join("syslog")
+        } else {
+            dir.join(format!("{name}.log"))
+        };
+        fs::read_to_string(file).unwrap_or_default()
     }
 
     /// The last `lines` lines of every log, for failure reports.
@@ -536,6 +765,12 @@ impl Cluster {
             return out;
         };
         let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        for h in &self.hosts {
+            if let Ok(entries) = fs::read_dir(h.dir.join("log")) {
+                paths.extend(entries.filter_map(|e| e.ok().map(|e| e.path())));
+            }
+        }
+        paths.retain(|p| p.is_file() && p.extension().is_none_or(|e| e != "sock"));
         paths.sort();
         for p in paths {
             let text = fs::read_to_string(&p).unwrap_or_default();
@@ -554,13 +789,120 @@ impl Cluster {
         out
     }
 
-    /// Device file of GPU `index`.
+    /// Device file of GPU `index`: the path in gres.conf, the same on
+    /// every node (each node sees its own there).
     pub fn gpu_device(&self, index: u32) -> PathBuf {
         self.dir.join("dev").join(format!("nvidia{index}"))
     }
 
+    /// The most GPUs any node has.
     fn total_gpus(&self) -> u32 {
-        self.spec.gpus.iter().map(|g| g.count).sum()
+        self.node_specs()
+            .iter()
+            .map(NodeSpec::gpu_count)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Whether the nodes are hosts of their own.
+    pub fn multi_node(&self) -> bool {
+        !self.spec.nodes.is_empty()
+    }
+
+    /// The nodes: the spec's, or the one node of a one-node cluster.
+    fn node_specs(&self) -> Vec<NodeSpec> {
+        if self.multi_node() {
+            return self.spec.nodes.clone();
+        }
+        vec![NodeSpec {
+            name: NODE.to_owned(),
+            gpus: self.spec.gpus.clone(),
+            mps_count: self.spec.mps_count,
+            mps_per_gpu: self.spec.mps_per_gpu,
+            local_files: Vec::new(),
+            configless: false,
+        }]
+    }
+
+    /// Names of the nodes, in the spec's order.
+    pub fn node_names(&self) -> Vec<String> {
+        self.node_specs().into_iter().map(|n| n.name).collect()
+    }
+
+    /// A node's own directory as the harness sees it: `nodes/<name>` (its
+    /// `run/`, `dev/`, `log/`, `etc-slurm/`); the cluster's own directory
+    /// on a one-node cluster.
+    pub fn node_dir(&self, node: &str) -> PathBuf {
+        if self.multi_node() {
+            self.dir.join("nodes").join(node)
+        } else {
+            self.dir.clone()
+        }
+    }
+
+    fn host(&self, node: &str) -> Result<&NodeHost> {
+        self.hosts
+            .iter()
+            .find(|h| h.name == node)
+            .ok_or_else(|| format!("no node {node} in this cluster"))
+    }
+
+    /// `program` run as root on node `node` (in its namespaces on a
+    /// multi-node cluster), with this cluster's `SLURM_CONF`.
+    pub fn on_node(&self, node: &str, program: &str) -> Command {
+        let mut cmd = match self.host(node) {
+            Ok(h) => h.command(program),
+            Err(_) => Command::new(program),
+        };
+        self.slurm_env(&mut cmd);
+        cmd
+    }
+
+    /// Runs `program ARGS` on node `node`, as [`Self::on_node`].
+    pub fn run_on(&self, node: &str, program: &str, args: &[&str]) -> Result<Output> {
+        self.on_node(node, program)
+            .args(args)
+            .output()
+            .map_err(|e| format!("{program} on {node}: {e}"))
+    }
+
+    /// How a person reaches this cluster from another shell (as root): it
+    /// lives in this process's network namespace, and each node of a
+    /// multi-node cluster in namespaces of its own.
+    pub fn enter_hint(&self) -> String {
+        let mut out = format!(
+            "nsenter --net=/proc/{pid}/ns/net env SLURM_CONF={conf} bash    # sinfo, squeue, sbatch ...",
+            pid = std::process::id(),
+            conf = self.slurm_conf().display()
+        );
+        for h in &self.hosts {
+            let _ = write!(
+                out,
+                "\nnsenter -t {pid} --net --uts --mount env SLURM_CONF={conf} bash    # a shell on {name}",
+                pid = h.pid().unwrap_or(0),
+                conf = self.slurm_conf().display(),
+                name = h.name
+            );
+        }
+        out
+    }
+
+    /// Makes the nodes' hosts and the bridge between them and the lab.
+    fn start_hosts(&mut self) -> Result<()> {
+        let fabric = Fabric::create_next()?;
+        for (i, n) in self.spec.nodes.iter().enumerate() {
+            let host = NodeHost::start(&n.name, i, &fabric, &self.dir, &self.dir)?;
+            for (name, text) in &n.local_files {
+                write(
+                    &host.dir.join("etc-slurm").join(name),
+                    &self.expand(text),
+                    0o644,
+                )?;
+            }
+            self.hosts.push(host);
+        }
+        self.fabric = Some(fabric);
+        Ok(())
     }
 
     fn boot(&mut self) -> Result<()> {
@@ -577,8 +919,11 @@ impl Cluster {
         ] {
             mkdir(&self.dir.join(d), mode)?;
         }
+        if self.multi_node() {
+            self.start_hosts()?;
+        }
         self.make_gpu_devices()?;
-        self.start_syslog()?;
+        self.start_syslogs()?;
         self.install_plugins()?;
         self.write_configs()?;
         self.start_munge()?;
@@ -593,8 +938,10 @@ impl Cluster {
         if self.spec.accounting {
             self.setup_accounting()?;
         }
-        self.start_slurmd()?;
-        Ok(())
+        for node in self.node_names() {
+            self.start_slurmd_on(&node)?;
+        }
+        self.wait_node_idle(Duration::from_secs(60))
     }
 
     /// Where the node programs' syslog lines arrive (gpu_mps.conf's
@@ -603,53 +950,39 @@ impl Cluster {
         self.log_dir().join("syslog.sock")
     }
 
-    /// Every syslog line received so far, one per line, as syslog keeps them.
+    /// Every syslog line received so far, one per line, as syslog keeps
+    /// them; on a multi-node cluster every node's, each line behind the
+    /// node's name (`gpu01: ...`), as a central syslog writes them.
     pub fn syslog(&self) -> String {
-        fs::read_to_string(self.log_dir().join("syslog")).unwrap_or_default()
+        if !self.multi_node() {
+            return fs::read_to_string(self.log_dir().join("syslog")).unwrap_or_default();
+        }
+        let mut out = String::new();
+        for node in self.node_names() {
+            for line in self.node_log(&node, "syslog").lines() {
+                let _ = writeln!(out, "{node}: {line}");
+            }
+        }
+        out
     }
 
-    /// Receives datagrams on [`Self::syslog_socket`] and appends them to
-    /// `log/syslog`, for as long as the socket file exists.
-    fn start_syslog(&self) -> Result<()> {
-        let path = self.syslog_socket();
-        let socket = std::os::unix::net::UnixDatagram::bind(&path)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        socket
-            .set_read_timeout(Some(Duration::from_millis(500)))
-            .map_err(|e| e.to_string())?;
-        let out = self.log_dir().join("syslog");
-        std::thread::spawn(move || {
-            let mut buf = vec![0u8; 16384];
-            while path.exists() {
-                if let Ok(n) = socket.recv(&mut buf) {
-                    let line =
-                        String::from_utf8_lossy(buf.get(..n).unwrap_or_default()).into_owned();
-                    if let Ok(mut f) = fs::OpenOptions::new().create(true).append(true).open(&out) {
-                        let _ = std::io::Write::write_all(
-                            &mut f,
-                            format!("{}\n", line.trim_end()).as_bytes(),
-                        );
-                    }
-                }
-            }
-        });
+    /// A syslog receiver for every node (each node's `log/syslog.sock`).
+    fn start_syslogs(&self) -> Result<()> {
+        if !self.multi_node() {
+            return start_syslog(self.syslog_socket(), self.log_dir().join("syslog"));
+        }
+        for node in self.node_names() {
+            let log = self.node_dir(&node).join("log");
+            start_syslog(log.join("syslog.sock"), log.join("syslog"))?;
+        }
         Ok(())
     }
 
     fn make_gpu_devices(&self) -> Result<()> {
-        for i in 0..self.total_gpus() {
-            let path = self.gpu_device(i);
-            let c = std::ffi::CString::new(path.to_string_lossy().as_bytes())
-                .map_err(|e| e.to_string())?;
-            // SAFETY: valid path; makedev/mknod have no memory preconditions.
-            let rc =
-                unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(195, i)) };
-            if rc != 0 {
-                return Err(format!(
-                    "mknod {}: {}",
-                    path.display(),
-                    std::io::Error::last_os_error()
-                ));
+        for node in self.node_specs() {
+            let dev = self.node_dir(&node.name).join("dev");
+            for i in 0..node.gpu_count() {
+                mknod_gpu(&dev.join(format!("nvidia{i}")), i)?;
             }
         }
         Ok(())
@@ -707,32 +1040,30 @@ impl Cluster {
         let p = self.ports;
         let host = hostname();
         let munge_sock = d.join("munge/munge.sock");
+        let nodes = self.node_specs();
+        let any_mps = nodes.iter().any(|n| n.mps_count.is_some());
         let mut gres_types = vec!["gpu"];
-        if self.spec.mps_count.is_some() {
+        if any_mps {
             gres_types.push("mps");
         }
         let mut tres = vec!["gres/gpu".to_owned()];
-        for t in self
-            .spec
-            .gpus
+        for t in nodes
             .iter()
-            .map(|g| &g.gpu_type)
+            .flat_map(|n| n.gpus.iter().map(|g| &g.gpu_type))
             .chain(&self.spec.extra_gpu_types)
         {
-            tres.push(format!("gres/gpu:{t}"));
+            let t = format!("gres/gpu:{t}");
+            if !tres.contains(&t) {
+                tres.push(t);
+            }
         }
-        if self.spec.mps_count.is_some() {
+        if any_mps {
             tres.push("gres/mps".into());
         }
-        let mut node_gres: Vec<String> = self
-            .spec
-            .gpus
-            .iter()
-            .map(|g| format!("gpu:{}:{}", g.gpu_type, g.count))
-            .collect();
-        if let Some(c) = self.spec.mps_count {
-            node_gres.push(format!("mps:{c}"));
-        }
+        let ctl_addr = self.fabric.as_ref().map_or_else(
+            || "127.0.0.1".to_owned(),
+            |f| f.controller_addr().to_string(),
+        );
         let (proctrack, task) = if self.spec.cgroup_devices {
             ("proctrack/cgroup", "task/cgroup")
         } else {
@@ -741,7 +1072,7 @@ impl Cluster {
         let mut conf = format!(
             "# Generated by gpushare's test harness.\n\
              ClusterName={CLUSTER_NAME}\n\
-             SlurmctldHost={host}(127.0.0.1)\n\
+             SlurmctldHost={host}({ctl_addr})\n\
              SlurmctldPort={ctld}\n\
              SlurmdPort={slurmd}\n\
              AuthType=auth/munge\n\
@@ -788,7 +1119,7 @@ impl Cluster {
             plugins = self.plugin_dir.display(),
             etc = etc.display(),
             gres_types = gres_types.join(","),
-            ll = if self.spec.mps_per_gpu {
+            ll = if nodes.iter().any(|n| n.mps_per_gpu) {
                 ",LL_SHARED_GRES"
             } else {
                 ""
@@ -826,12 +1157,34 @@ impl Cluster {
         for l in &self.spec.extra_slurm_conf {
             let _ = writeln!(conf, "{l}");
         }
+        if nodes.iter().any(|n| n.configless) {
+            conf.push_str("SlurmctldParameters=enable_configless\n");
+        }
+        for (i, n) in nodes.iter().enumerate() {
+            let mut node_gres: Vec<String> = n
+                .gpus
+                .iter()
+                .map(|g| format!("gpu:{}:{}", g.gpu_type, g.count))
+                .collect();
+            if let Some(c) = n.mps_count {
+                node_gres.push(format!("mps:{c}"));
+            }
+            let (addr, hostname) = match &self.fabric {
+                Some(f) => (f.node_addr(i).to_string(), n.name.clone()),
+                None => ("127.0.0.1".to_owned(), host.clone()),
+            };
+            let _ = writeln!(
+                conf,
+                "NodeName={name} NodeAddr={addr} NodeHostname={hostname} CPUs={cpus} RealMemory=16000 Gres={gres} State=UNKNOWN",
+                name = n.name,
+                cpus = self.spec.cpus,
+                gres = node_gres.join(","),
+            );
+        }
         let _ = writeln!(
             conf,
-            "NodeName={NODE} NodeAddr=127.0.0.1 NodeHostname={host} CPUs={cpus} RealMemory=16000 Gres={gres} State=UNKNOWN\n\
-             PartitionName={PARTITION} Nodes={NODE} Default=YES MaxTime=INFINITE State=UP{options}",
-            cpus = self.spec.cpus,
-            gres = node_gres.join(","),
+            "PartitionName={PARTITION} Nodes={nodes} Default=YES MaxTime=INFINITE State=UP{options}",
+            nodes = self.node_names().join(","),
             options = self
                 .spec
                 .partition_options
@@ -843,38 +1196,8 @@ impl Cluster {
         write(&etc.join("slurm.conf"), &conf, 0o644)?;
 
         let mut gres = String::from("AutoDetect=off\n");
-        let mut first = 0;
-        for g in &self.spec.gpus {
-            let last = first + g.count - 1;
-            let files = if g.count == 1 {
-                format!("{}/dev/nvidia{first}", d.display())
-            } else {
-                format!("{}/dev/nvidia[{first}-{last}]", d.display())
-            };
-            let _ = writeln!(
-                gres,
-                "NodeName={NODE} Name=gpu Type={} File={files}",
-                g.gpu_type
-            );
-            first = last + 1;
-        }
-        match self.spec.mps_count {
-            Some(c) if self.spec.mps_per_gpu => {
-                // The GPUs of the first type are the MPS pool.
-                let pool = self.spec.gpus.first().map_or(0, |g| g.count);
-                let per_gpu = c / pool.max(1);
-                for i in 0..pool {
-                    let _ = writeln!(
-                        gres,
-                        "NodeName={NODE} Name=mps Count={per_gpu} File={}/dev/nvidia{i} Flags=all_sharing",
-                        d.display()
-                    );
-                }
-            }
-            Some(c) => {
-                let _ = writeln!(gres, "NodeName={NODE} Name=mps Count={c}");
-            }
-            None => {}
+        for n in &nodes {
+            gres.push_str(&gres_lines(n, &d.join("dev")));
         }
         write(&etc.join("gres.conf"), &gres, 0o644)?;
 
@@ -942,6 +1265,12 @@ impl Cluster {
     /// variables removed, marked so that `Drop` reaps what it leaves.
     pub fn command(&self, program: &str) -> Command {
         let mut cmd = Command::new(program);
+        self.slurm_env(&mut cmd);
+        cmd
+    }
+
+    /// `SLURM_CONF` and the marker set, the caller's Slurm variables removed.
+    fn slurm_env(&self, cmd: &mut Command) {
         cmd.env("SLURM_CONF", self.slurm_conf())
             .env(MARKER, &self.dir);
         // The caller's Slurm environment (a test run inside a job) must not leak in.
@@ -955,7 +1284,6 @@ impl Cluster {
                 }
             }
         }
-        cmd
     }
 
     fn spawn(&mut self, name: &'static str, cmd: Command) -> Result<()> {
@@ -1087,14 +1415,42 @@ impl Cluster {
         })
     }
 
-    fn start_slurmd(&mut self) -> Result<()> {
-        let mut cmd = self.command("slurmd");
-        cmd.args(["-D", "-N", NODE]);
+    /// Stops slurmctld (SIGTERM: it saves its state) and starts it again
+    /// on that state; jobs on the nodes go on meanwhile.
+    pub fn restart_slurmctld(&mut self) -> Result<()> {
+        if let Some(mut d) = self.daemons.remove("slurmctld") {
+            d.stop(Duration::from_secs(30));
+        }
+        self.start_slurmctld()
+    }
+
+    /// Starts node `node`'s slurmd (on its own host on a multi-node
+    /// cluster; configless nodes ask slurmctld for their configuration).
+    fn start_slurmd_on(&mut self, node: &str) -> Result<()> {
+        let spec = self
+            .node_specs()
+            .into_iter()
+            .find(|n| n.name == node)
+            .ok_or_else(|| format!("no node {node} in this cluster"))?;
+        let mut cmd = self.on_node(node, "slurmd");
+        cmd.args(["-D", "-N", node]);
+        if spec.configless {
+            let ctl = self.fabric.as_ref().map_or_else(
+                || "127.0.0.1".to_owned(),
+                |f| f.controller_addr().to_string(),
+            );
+            cmd.env_remove("SLURM_CONF")
+                .arg("--conf-server")
+                .arg(format!("{ctl}:{}", self.ports.slurmctld));
+        }
         if cgroup_v2() {
             cmd.env("LD_PRELOAD", self.unified_only_shim()?);
         }
-        self.spawn("slurmd", cmd)?;
-        self.wait_node_idle(Duration::from_secs(60))
+        let log = self.node_dir(node).join("log").join("slurmd.stdio.log");
+        let daemon = Daemon::spawn("slurmd", cmd, &self.dir, log)
+            .map_err(|e| format!("cannot start slurmd on {node}: {e}"))?;
+        self.slurmds.insert(node.to_owned(), daemon);
+        Ok(())
     }
 
     /// Builds tests/cgroup2/unified_only.c for slurmd (see there why this
@@ -1119,16 +1475,51 @@ impl Cluster {
         Ok(lib)
     }
 
-    /// Waits until the node reports `idle` (or `mixed`/`allocated`).
+    /// Waits until every node reports `idle` (or `mixed`/`allocated`),
+    /// failing early with its log if a slurmd exits.
     pub fn wait_node_idle(&mut self, timeout: Duration) -> Result<()> {
-        self.wait_daemon("slurmd", timeout, |c| {
-            c.run("sinfo", &["-h", "-N", "-n", NODE, "-o", "%T"])
-                .is_ok_and(|o| {
-                    let s = String::from_utf8_lossy(&o.stdout);
-                    let s = s.trim();
-                    s == "idle" || s == "mixed" || s == "allocated"
+        let names = self.node_names();
+        self.wait_nodes(&names, timeout)
+    }
+
+    /// Waits until each of `nodes` reports `idle`, `mixed` or `allocated`.
+    pub fn wait_nodes(&mut self, nodes: &[String], timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let up = self.node_states().is_ok_and(|states| {
+                nodes.iter().all(|n| {
+                    states.get(n).is_some_and(|s| {
+                        let s = s.trim_end_matches(['*', '~', '#', '!', '%', '$', '@', '^', '-']);
+                        s == "idle" || s == "mixed" || s == "allocated"
+                    })
                 })
-        })
+            });
+            if up {
+                return Ok(());
+            }
+            for n in nodes {
+                if let Some(status) = self.slurmds.get_mut(n).and_then(Daemon::exited) {
+                    return Err(format!("slurmd on {n} exited ({status})"));
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "nodes {nodes:?} not up after {timeout:?}: {:?}",
+                    self.node_states()
+                ));
+            }
+            sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Each node's state as `sinfo` prints it (`idle`, `mixed`, `down*`...).
+    pub fn node_states(&self) -> Result<BTreeMap<String, String>> {
+        let out = self.run_ok("sinfo", &["-h", "-N", "-o", "%N %T"])?;
+        Ok(out
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .map(|(n, s)| (n.to_owned(), s.trim().to_owned()))
+            .collect())
     }
 
     fn setup_accounting(&mut self) -> Result<()> {
@@ -1364,7 +1755,10 @@ impl Cluster {
         if self.daemons.contains_key("slurmctld") {
             let _ = self.run("scancel", &["--full", "-u", "root"]);
         }
-        for name in ["slurmd", "slurmctld", "slurmdbd", "mariadb", "munged"] {
+        for (_, mut d) in std::mem::take(&mut self.slurmds) {
+            d.stop(Duration::from_secs(10));
+        }
+        for name in ["slurmctld", "slurmdbd", "mariadb", "munged"] {
             if let Some(mut d) = self.daemons.remove(name) {
                 d.stop(Duration::from_secs(10));
             }
@@ -1376,6 +1770,8 @@ impl Cluster {
                 self.dir.display()
             );
         }
+        self.hosts.clear();
+        self.fabric = None;
     }
 
     /// Starts a second slurmctld on a copy of this cluster's configuration
@@ -1457,7 +1853,7 @@ impl Cluster {
                 "reservation",
                 &format!("ReservationName={name}"),
                 "Users=root",
-                &format!("Nodes={NODE}"),
+                &format!("Nodes={}", self.node_names().join(",")),
                 "StartTime=now",
                 &format!("Duration={minutes}"),
                 "Flags=ignore_jobs",
@@ -1484,14 +1880,59 @@ impl Cluster {
 
     /// Kills slurmd with SIGKILL (a crash) without touching its jobs.
     pub fn kill9_slurmd(&mut self) {
-        if let Some(mut d) = self.daemons.remove("slurmd") {
-            d.kill9();
-        }
+        self.kill9_slurmd_on(NODE);
     }
 
     /// Starts slurmd again (after [`Cluster::kill9_slurmd`]).
     pub fn restart_slurmd(&mut self) -> Result<()> {
-        self.start_slurmd()
+        self.restart_slurmd_on(NODE)
+    }
+
+    /// Kills node `node`'s slurmd with SIGKILL (a crash); its jobs and
+    /// slurmstepds go on.
+    pub fn kill9_slurmd_on(&mut self, node: &str) {
+        if let Some(mut d) = self.slurmds.remove(node) {
+            d.kill9();
+        }
+    }
+
+    /// Starts node `node`'s slurmd again and waits until it is up.
+    pub fn restart_slurmd_on(&mut self, node: &str) -> Result<()> {
+        self.start_slurmd_on(node)?;
+        self.wait_nodes(&[node.to_owned()], Duration::from_secs(60))
+    }
+
+    /// A node crashes: every process on it dies at once (slurmd,
+    /// slurmstepds, jobs, MPS daemons), nothing runs an epilog.
+    pub fn crash_node(&mut self, node: &str) -> Result<()> {
+        self.kill9_slurmd_on(node);
+        let host = self.host(node)?;
+        wait_for(
+            &format!("every process on {node} to die"),
+            Duration::from_secs(20),
+            || {
+                let left = host.processes();
+                for &pid in &left {
+                    if let Ok(pid) = i32::try_from(pid) {
+                        // SAFETY: kill(2) on a pid of this node; gone is fine.
+                        unsafe { libc::kill(pid, libc::SIGKILL) };
+                    }
+                }
+                left.is_empty().then_some(())
+            },
+        )
+    }
+
+    /// The node comes back from a reboot: its `/run` (and with it
+    /// gpushare's state directory) is empty, slurmd starts afresh.
+    pub fn boot_node(&mut self, node: &str) -> Result<()> {
+        self.host(node)?.wipe_run(&self.dir)?;
+        self.restart_slurmd_on(node)
+    }
+
+    /// Unplugs (`false`) or plugs back (`true`) node `node`'s network cable.
+    pub fn set_cable(&self, node: &str, connected: bool) -> Result<()> {
+        self.host(node)?.set_cable(connected)
     }
 }
 

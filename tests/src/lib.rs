@@ -14,11 +14,12 @@
 
 pub mod cluster;
 pub mod elf;
+pub mod hosts;
 pub mod process;
 pub mod suite;
 pub mod users;
 
-pub use cluster::{Cluster, ClusterSpec, GpuSpec, JobInfo, Qos};
+pub use cluster::{Cluster, ClusterSpec, GpuSpec, JobInfo, NodeSpec, Qos};
 pub use suite::{ensure, Suite, TestResult};
 
 /// The text of a panic payload.

@@ -25,11 +25,11 @@ use std::os::raw::{c_char, c_int};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
-use gpushare::mps::config::{self as mps_conf, GpuMpsConfig, CONF_NAME};
+use gpushare::mps::config::{self as mps_conf, missing_conf_refusal, CONF_NAME};
 use gpushare::mps::devices::{confine, job_levels, task_devices_dir, CharDevice, DEVICES_ROOT};
 use gpushare::mps::ledger::Ledger;
 use gpushare::mps::node::{claim_banner, count_mismatch, gpu_devices, task_plan, TaskPlan};
-use gpushare::shared::locations::beside_slurm_conf;
+use gpushare::shared::locations::{first_existing, node_conf_candidates};
 use slurm_plugin::log;
 use slurm_plugin::slurm_str::opt_str;
 use slurm_sys::{
@@ -177,18 +177,14 @@ fn setenv(sp: spank_t, name: &str, value: &str) -> SpankResult {
     spank_call("spank_setenv", rc)
 }
 
-/// `conf=PATH` from the plugstack line, else next to slurm.conf.
-fn conf_path(args: &[String]) -> PathBuf {
-    args.iter()
-        .find_map(|a| a.strip_prefix("conf=").map(PathBuf::from))
-        .unwrap_or_else(|| beside_slurm_conf(None, CONF_NAME))
-}
-
-fn load_config(path: &Path) -> Result<GpuMpsConfig, SpankError> {
-    // A node without the file shares nothing: every job is left alone.
-    Ok(mps_conf::load(path)
-        .map_err(|e| SpankError::Failed(e.to_string()))?
-        .unwrap_or_default())
+/// Where the node's gpu_mps.conf is: `conf=PATH` from the plugstack line,
+/// else next to slurm.conf, else /etc/slurm (a configless node's own
+/// file); `Err`: nowhere, with the places looked at.
+fn conf_path(args: &[String]) -> Result<PathBuf, Vec<PathBuf>> {
+    let explicit = args
+        .iter()
+        .find_map(|a| a.strip_prefix("conf=").map(PathBuf::from));
+    first_existing(node_conf_candidates(explicit.as_deref(), None, CONF_NAME))
 }
 
 /// # Safety
@@ -209,7 +205,23 @@ fn init(sp: spank_t, args: &[String]) -> SpankResult {
     }
     let job = job_id(sp)?;
     let in_job = |e: SpankError| SpankError::Failed(format!("job {job}: {e}"));
-    let cfg = load_config(&conf_path(args)).map_err(in_job)?;
+    let cfg = match conf_path(args) {
+        Ok(path) => match mps_conf::load(&path) {
+            Ok(Some(cfg)) => cfg,
+            Ok(None) => return Ok(()),
+            Err(e) => return Err(in_job(SpankError::Failed(e.to_string()))),
+        },
+        // No gpushare on this node: jobs are Slurm's alone, but a share
+        // never runs so without a word.
+        Err(looked_at) => {
+            if getenv(sp, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")?.is_some() {
+                let text = missing_conf_refusal(job, &looked_at);
+                log::error(&text);
+                *PLAN.lock().unwrap_or_else(PoisonError::into_inner) = StepPlan::Refused(text);
+            }
+            return Ok(());
+        }
+    };
     // SAFETY: geteuid has no preconditions (slurmstepd runs as root).
     let euid = unsafe { libc::geteuid() };
     let ledger = Ledger::open(&cfg.state_dir, euid)

@@ -166,7 +166,10 @@ fn main() -> ExitCode {
         ),
     }
     if keep && outcome.is_ok() {
-        println!("\nThe cluster keeps running. In another shell:\n   export SLURM_CONF={}\n   sinfo; squeue; sbatch ...", cluster.slurm_conf().display());
+        println!(
+            "\nThe cluster keeps running, in a network namespace of its own. In another shell, as root:\n   {}",
+            cluster.enter_hint().replace('\n', "\n   ")
+        );
         println!("Press Enter (or Ctrl-D) here to stop it.");
         let _ = std::io::stdout().flush();
         let _ = std::io::stdin().lock().lines().next();

@@ -1,0 +1,568 @@
+//! gpushare across nodes: the example site on three nodes, each a host of
+//! its own (own hostname, address, `/run`, GPU device files, slurmd and
+//! slurmstepds; see `testcluster::hosts`). What one node cannot show: the
+//! group limit counted over nodes, what Slurm sends for multi-node requests,
+//! each node's ledger holding its own shares, and node failures.
+//!
+//! The fault tests print the state they rely on (which node held which
+//! share before the fault) into their failure message, and check it before
+//! the fault: each can fail for the reason its name gives.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use gpushare::mps::ledger::LedgerState;
+use testcluster::cluster::wait_for;
+use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
+
+fn main() -> ExitCode {
+    Suite::new(ClusterSpec::example_site_nodes())
+        .test("each_node_is_a_host_of_its_own", own_hosts)
+        .test("the_group_limit_holds_across_nodes", group_limit)
+        .test(
+            "a_typed_request_over_the_limit_on_two_nodes_is_refused_at_submit",
+            never_fits_on_two_nodes,
+        )
+        .test(
+            "shares_on_two_nodes_each_node_keeps_its_own_ledger",
+            shares_on_two_nodes,
+        )
+        .test(
+            "a_group_job_preempts_lowprio_on_one_a40_node_only",
+            preemption,
+        )
+        .test(
+            "a_two_node_share_puts_each_task_on_one_gpu_of_its_node",
+            two_node_share,
+        )
+        .test(
+            "a_node_without_gpushare_refuses_shares_loudly",
+            missing_node_config,
+        )
+        .test(
+            "shares_on_two_nodes_survive_slurmctld_and_slurmd_restarts",
+            daemon_restarts,
+        )
+        .test(
+            "after_a_long_outage_ghost_records_never_refuse_a_share_with_room",
+            ghosts_after_outage,
+        )
+        .test(
+            "a_rebooted_node_comes_back_empty_and_takes_shares",
+            rebooted_node,
+        )
+        .run()
+}
+
+/// A share job that prints its GPU and waits.
+const SHARE: &str = "--wrap=echo GPU=$GPUSHARE_GPU HOST=$(hostname); sleep 300";
+
+fn ledger_text(c: &Cluster, node: &str) -> String {
+    fs::read_to_string(c.node_dir(node).join("run/gpu-mps/state")).unwrap_or_default()
+}
+
+fn ledger(c: &Cluster, node: &str) -> LedgerState {
+    LedgerState::parse(&ledger_text(c, node), std::path::Path::new("state")).unwrap_or_default()
+}
+
+/// Job id → GPU of every share in `node`'s ledger.
+fn shares(c: &Cluster, node: &str) -> BTreeMap<u32, u32> {
+    ledger(c, node).shares().map(|s| (s.job, s.gpu)).collect()
+}
+
+fn printed(c: &Cluster, id: u32, key: &str) -> Option<String> {
+    c.job_output(id)
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('=').map(str::to_owned))
+}
+
+/// Submits `n` shares of `units` on `node` (extra sbatch words in
+/// `extra`) and waits until each runs and printed its GPU.
+fn start_shares(
+    c: &Cluster,
+    node: &str,
+    n: usize,
+    units: u32,
+    extra: &[&str],
+) -> Result<Vec<u32>, String> {
+    let gres = format!("--gres=mps:{units}");
+    let ids: Vec<u32> = (0..n)
+        .map(|_| {
+            let mut args = vec!["-w", node, gres.as_str()];
+            args.extend_from_slice(extra);
+            args.push(SHARE);
+            c.sbatch_ok(&args)
+        })
+        .collect::<Result<_, _>>()?;
+    for &id in &ids {
+        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))
+            .map_err(|e| format!("{e}\njob output: {}", c.job_output(id)))?;
+    }
+    wait_for("the shares' output", Duration::from_secs(30), || {
+        ids.iter()
+            .all(|&id| printed(c, id, "GPU").is_some_and(|g| !g.is_empty()))
+            .then_some(())
+    })
+    .map_err(|e| {
+        let outs: Vec<String> = ids
+            .iter()
+            .map(|id| format!("{id}: {}", c.job_output(*id)))
+            .collect();
+        format!("{e}\n{}", outs.join("\n"))
+    })?;
+    Ok(ids)
+}
+
+fn all_ledgers_empty(c: &Cluster) -> Option<()> {
+    c.node_names()
+        .iter()
+        .all(|n| ledger(c, n).shares().count() == 0)
+        .then_some(())
+}
+
+fn clean(c: &Cluster) -> TestResult {
+    c.cancel_all()?;
+    wait_for(
+        "every node's ledger to be empty",
+        Duration::from_secs(30),
+        || all_ledgers_empty(c),
+    )
+    .map_err(|e| {
+        let left: Vec<String> = c
+            .node_names()
+            .iter()
+            .map(|n| format!("{n}: {:?}", shares(c, n)))
+            .collect();
+        format!("{e}: {}", left.join("; "))
+    })
+}
+
+fn own_hosts(c: &mut Cluster) -> TestResult {
+    let out = c.srun(&[
+        "-N3",
+        "-l",
+        "sh",
+        "-c",
+        "echo $(hostname) $(ls /run | wc -l)",
+    ])?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut hosts: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .collect();
+    hosts.sort_unstable();
+    ensure(
+        hosts == ["gpu01", "gpu02", "gpu03"],
+        format!(
+            "srun -N3 ran on {hosts:?}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )?;
+    // gpu01 runs configless: its slurm.conf came from slurmctld into /run,
+    // gpushare's own file did not (it is in gpu01's /etc/slurm).
+    let cache = c.run_on("gpu01", "ls", &["/run/slurm/conf/"])?;
+    let cache = String::from_utf8_lossy(&cache.stdout).into_owned();
+    ensure(
+        cache.contains("slurm.conf")
+            && cache.contains("plugstack.conf")
+            && !cache.contains("gpu_mps.conf"),
+        format!("gpu01's configless cache holds {cache:?}"),
+    )?;
+    // Each node sees its own GPU device files at the path gres.conf names.
+    let dev = c.gpu_device(0);
+    let dev = dev
+        .parent()
+        .map(|d| d.display().to_string())
+        .unwrap_or_default();
+    for (node, want) in [("gpu01", 4), ("gpu03", 2)] {
+        let out = c.run_ok("srun", &["-w", node, "ls", &dev])?;
+        ensure(
+            out.lines().filter(|l| l.starts_with("nvidia")).count() == want,
+            format!("{node} sees {dev} as {out:?}, not its {want} GPUs"),
+        )?;
+    }
+    Ok(())
+}
+
+fn group_limit(c: &mut Cluster) -> TestResult {
+    clean(c)?;
+    let lafferty = |node: &str, gres: &str| {
+        c.sbatch_ok(&["--qos=qos_lafferty", "-w", node, gres, "--wrap=sleep 300"])
+    };
+    let first = lafferty("gpu01", "--gres=gpu:a40:2")?;
+    let second = lafferty("gpu02", "--gres=gpu:a40:2")?;
+    for id in [first, second] {
+        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
+    }
+    // Two a40 stay free on each node: the next one waits on the group.
+    let third = c.sbatch_ok(&["--qos=qos_lafferty", "--gres=gpu:a40:1", "--wrap=sleep 300"])?;
+    let info = wait_for(
+        "the third lafferty job to wait on its group",
+        Duration::from_secs(30),
+        || {
+            let info = c.job(third).ok()?;
+            let reason = info.get("Reason")?.to_owned();
+            (info.state() == "PENDING" && reason.starts_with("QOSGrp")).then_some(reason)
+        },
+    )
+    .map_err(|e| format!("{e}: {:?}", c.job(third).map(|j| j.fields)))?;
+    // Untyped, the same request would slip past the group's typed limit.
+    let untyped = c.sbatch(&["--qos=qos_lafferty", "--gres=gpu:1", "--wrap=true"]);
+    ensure(
+        untyped
+            .as_ref()
+            .is_err_and(|e| e.contains("--gres=gpu:a40:1")),
+        format!("an untyped lafferty job was not refused with the fix: {untyped:?}"),
+    )?;
+    // A lowprio job still finds the free a40s.
+    let low = c.sbatch_ok(&["--qos=lowprio", "--gres=gpu:a40:2", "--wrap=sleep 300"])?;
+    c.wait_job_state(low, &["RUNNING"], Duration::from_secs(60))
+        .map_err(|e| format!("{e} (the third lafferty job waited on {info})"))?;
+    Ok(())
+}
+
+fn never_fits_on_two_nodes(c: &mut Cluster) -> TestResult {
+    clean(c)?;
+    let out = c.sbatch(&[
+        "--qos=qos_lafferty",
+        "-N2",
+        "--gres=gpu:a40:3",
+        "--wrap=true",
+    ]);
+    ensure(
+        out.as_ref()
+            .is_err_and(|e| e.contains("asks 6 a40") && e.contains("--gres=gpu:a40:2")),
+        format!("-N2 --gres=gpu:a40:3 under a limit of 4 was not refused with the fix: {out:?}"),
+    )?;
+    // Two a40 on each of two nodes is the whole group limit, and fits.
+    let id = c.sbatch_ok(&[
+        "--qos=qos_lafferty",
+        "-N2",
+        "--gres=gpu:a40:2",
+        "--wrap=srun -l hostname; sleep 300",
+    ])?;
+    let info = c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
+    ensure(
+        info.get("NumNodes") == Some("2"),
+        format!("job {id} runs on {:?} nodes", info.get("NumNodes")),
+    )
+}
+
+fn shares_on_two_nodes(c: &mut Cluster) -> TestResult {
+    clean(c)?;
+    let mut placed = BTreeMap::new();
+    for node in ["gpu01", "gpu02"] {
+        let ids = start_shares(c, node, 8, 50, &[])?;
+        placed.insert(node, ids);
+    }
+    for (node, ids) in &placed {
+        let held = shares(c, node);
+        let mine: Vec<u32> = held.keys().copied().collect();
+        ensure(
+            &mine == ids,
+            format!("{node}'s ledger holds {held:?}, its jobs are {ids:?}"),
+        )?;
+        let mut per_gpu = [0; 4];
+        for gpu in held.values() {
+            if let Some(n) = per_gpu.get_mut(*gpu as usize) {
+                *n += 1;
+            }
+        }
+        ensure(
+            per_gpu == [2, 2, 2, 2],
+            format!("{node}: shares per GPU {per_gpu:?}: {held:?}"),
+        )?;
+        for id in ids {
+            let host = printed(c, *id, "HOST");
+            ensure(
+                host.as_deref() == Some(*node),
+                format!("job {id} ran on {host:?}, not {node}"),
+            )?;
+        }
+    }
+    clean(c)
+}
+
+/// The bug seen on a three-node cluster: gpu01's slurmd dies with shares
+/// running and stays away long enough for slurmctld to end those jobs;
+/// no epilog runs, so their records stay in gpu01's ledger. Slurm then
+/// starts eight shares there at once: the first prologs fill what the
+/// ghosts left, the others find no room and reconcile; every one of them
+/// must be placed.
+fn ghosts_after_outage(c: &mut Cluster) -> TestResult {
+    clean(c)?;
+    let lost = start_shares(c, "gpu01", 4, 50, &["--no-requeue"])?;
+    let before = shares(c, "gpu01");
+    ensure(
+        before.keys().copied().collect::<Vec<_>>() == lost,
+        format!("before the outage gpu01 holds {before:?}, not jobs {lost:?}"),
+    )?;
+    c.crash_node("gpu01")?;
+    for &id in &lost {
+        let info = c.wait_job_done(id, Duration::from_secs(90))?;
+        ensure(
+            info.state() == "NODE_FAIL",
+            format!("job {id} ended {} after gpu01 went away", info.state()),
+        )?;
+    }
+    // slurmctld forgets them while gpu01 is away (MinJobAge): nothing will
+    // ever run their epilogs.
+    wait_for(
+        "slurmctld to forget the lost jobs",
+        Duration::from_secs(60),
+        || lost.iter().all(|&id| c.job(id).is_err()).then_some(()),
+    )?;
+    let ghosts = shares(c, "gpu01");
+    ensure(
+        ghosts == before,
+        format!("after the outage gpu01's ledger holds {ghosts:?}, expected the ghosts {before:?}"),
+    )?;
+    // Queued while gpu01 is away, the eight start together when it is back:
+    // their prologs run side by side, as on the site where this was seen.
+    let ids: Vec<u32> = (0..8)
+        .map(|_| c.sbatch_ok(&["-w", "gpu01", "--gres=mps:50", SHARE]))
+        .collect::<Result<_, _>>()?;
+    c.restart_slurmd_on("gpu01")?;
+    // Each share either prints its GPU (placed) or fails with the prolog's
+    // refusal in its output.
+    let mut refused = Vec::new();
+    for &id in &ids {
+        let placed = wait_for(
+            &format!("job {id} to print its GPU or fail"),
+            Duration::from_secs(90),
+            || {
+                if printed(c, id, "GPU").is_some_and(|g| !g.is_empty()) {
+                    return Some(true);
+                }
+                let ended = c
+                    .job(id)
+                    .is_ok_and(|j| !["RUNNING", "PENDING", "CONFIGURING"].contains(&j.state()));
+                ended.then_some(false)
+            },
+        )?;
+        if !placed {
+            refused.push(format!("{id}: {}", c.job_output(id).trim()));
+        }
+    }
+    let now = shares(c, "gpu01");
+    ensure(
+        refused.is_empty(),
+        format!(
+            "with the ghosts {ghosts:?} of jobs {lost:?} in gpu01's ledger, shares were refused although room existed: {refused:?}; ledger now {now:?}"
+        ),
+    )?;
+    let placed: Vec<u32> = now.keys().copied().collect();
+    ensure(
+        placed == ids,
+        format!("gpu01's ledger holds {now:?}; the running shares are {ids:?}, the ghosts were {lost:?}"),
+    )?;
+    clean(c)
+}
+
+fn rebooted_node(c: &mut Cluster) -> TestResult {
+    clean(c)?;
+    let lost = start_shares(c, "gpu02", 2, 50, &["--no-requeue"])?;
+    let before = shares(c, "gpu02");
+    ensure(
+        before.len() == 2,
+        format!("before the crash gpu02 holds {before:?}, not jobs {lost:?}"),
+    )?;
+    c.crash_node("gpu02")?;
+    for &id in &lost {
+        c.wait_job_done(id, Duration::from_secs(90))?;
+    }
+    c.boot_node("gpu02")?;
+    ensure(
+        shares(c, "gpu02").is_empty(),
+        format!(
+            "gpu02 rebooted with shares in its ledger: {:?}",
+            shares(c, "gpu02")
+        ),
+    )?;
+    let ids = start_shares(c, "gpu02", 8, 50, &[])?;
+    let now = shares(c, "gpu02");
+    ensure(
+        now.keys().copied().collect::<Vec<_>>() == ids,
+        format!("after the reboot gpu02 holds {now:?}, its jobs are {ids:?} (before: {before:?})"),
+    )?;
+    clean(c)
+}
+
+fn preemption(c: &mut Cluster) -> TestResult {
+    clean(c)?;
+    let low = |node: &str, gres: &str| {
+        c.sbatch_ok(&[
+            "--qos=lowprio",
+            "-w",
+            node,
+            gres,
+            "--open-mode=append",
+            "--wrap=echo started on $(hostname); sleep 300",
+        ])
+    };
+    let a40 = [
+        ("gpu01", low("gpu01", "--gres=gpu:a40:4")?),
+        ("gpu02", low("gpu02", "--gres=gpu:a40:4")?),
+    ];
+    let h100 = low("gpu03", "--gres=gpu:h100:2")?;
+    for id in a40.iter().map(|(_, id)| *id).chain([h100]) {
+        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
+    }
+    let group = c.sbatch_ok(&["--qos=qos_lafferty", "--gres=gpu:a40:2", "--wrap=sleep 300"])?;
+    let info = c.wait_job_state(group, &["RUNNING"], Duration::from_secs(90))?;
+    let node = info.get("NodeList").unwrap_or_default().to_owned();
+    let mut preempted = Vec::new();
+    for (low_node, id) in a40 {
+        let j = c.job(id)?;
+        if j.restarts() > 0 || j.state() != "RUNNING" {
+            preempted.push((low_node, id, j.state().to_owned()));
+        }
+    }
+    ensure(
+        preempted.len() == 1 && preempted[0].0 == node,
+        format!(
+            "the lafferty job runs on {node}; lowprio a40 jobs preempted: {preempted:?} (want exactly the one on {node})"
+        ),
+    )?;
+    let h = c.job(h100)?;
+    ensure(
+        h.state() == "RUNNING" && h.restarts() == 0,
+        format!(
+            "the lowprio h100 job on gpu03 was touched: {} restarts {}",
+            h.state(),
+            h.restarts()
+        ),
+    )?;
+    // Requeued, it runs again once the group job ends, its output appended.
+    let (_, victim, _) = preempted[0];
+    c.run_ok("scancel", &[&group.to_string()])?;
+    c.wait_job_state(victim, &["RUNNING"], Duration::from_secs(90))?;
+    wait_for(
+        "the requeued job's second start",
+        Duration::from_secs(30),
+        || (c.job_output(victim).matches("started on").count() == 2).then_some(()),
+    )
+    .map_err(|e| format!("{e}: {:?}", c.job_output(victim)))?;
+    clean(c)
+}
+
+fn two_node_share(c: &mut Cluster) -> TestResult {
+    clean(c)?;
+    let probe = c.write_device_probe()?;
+    let probe = probe.to_string_lossy().into_owned();
+    let out = c.srun(&[
+        "-N2",
+        "-w",
+        "gpu01,gpu02",
+        "--gres=mps:25",
+        "-l",
+        "sh",
+        "-c",
+        &format!("echo $(hostname) GPU=$GPUSHARE_GPU; {probe}"),
+    ])?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    ensure(
+        out.status.success(),
+        format!("srun -N2 --gres=mps:25 failed: {text}{err}"),
+    )?;
+    for node in ["gpu01", "gpu02"] {
+        ensure(
+            text.lines()
+                .any(|l| l.contains(node) && l.contains("GPU=") && !l.ends_with("GPU=")),
+            format!("no task on {node} was given a GPU: {text}{err}"),
+        )?;
+    }
+    // Each task reaches exactly one GPU device of its node.
+    let probes: Vec<&str> = text.lines().filter(|l| l.contains("dev0=")).collect();
+    ensure(
+        probes.len() == 2
+            && probes
+                .iter()
+                .all(|l| l.matches("No_such_device_or_address").count() == 1),
+        format!("each task should open exactly its own GPU: {text}"),
+    )?;
+    wait_for(
+        "both ledgers to be empty after the step",
+        Duration::from_secs(30),
+        || all_ledgers_empty(c),
+    )
+}
+
+fn missing_node_config(c: &mut Cluster) -> TestResult {
+    clean(c)?;
+    let conf = c.node_dir("gpu02").join("etc-slurm/gpu_mps.conf");
+    let aside = conf.with_extension("aside");
+    fs::rename(&conf, &aside).map_err(|e| format!("{}: {e}", conf.display()))?;
+    let result = (|| -> TestResult {
+        let id = c.sbatch_ok(&["-w", "gpu02", "--gres=mps:50", SHARE])?;
+        let info = c.wait_job_done(id, Duration::from_secs(60))?;
+        let out = c.job_output(id);
+        ensure(
+            info.state() == "FAILED"
+                && out.contains("gpushare has no configuration here")
+                && out.contains("/etc/slurm/gpu_mps.conf"),
+            format!(
+                "a share on gpu02 without gpu_mps.conf ended {}: {out:?}",
+                info.state()
+            ),
+        )?;
+        ensure(
+            c.node_log("gpu02", "syslog")
+                .contains("gpushare has no configuration here")
+                || c.log("slurmd")
+                    .contains("gpushare has no configuration here"),
+            "the node's log does not say why the share was refused",
+        )?;
+        // A job without mps runs there as ever.
+        let plain = c.sbatch_ok(&["-w", "gpu02", "--gres=gpu:a40:1", "--wrap=true"])?;
+        let done = c.wait_job_done(plain, Duration::from_secs(60))?;
+        ensure(
+            done.state() == "COMPLETED",
+            format!("a whole-GPU job on gpu02 ended {}", done.state()),
+        )
+    })();
+    fs::rename(&aside, &conf).map_err(|e| format!("{}: {e}", aside.display()))?;
+    result?;
+    clean(c)
+}
+
+fn daemon_restarts(c: &mut Cluster) -> TestResult {
+    clean(c)?;
+    let mut held = BTreeMap::new();
+    for node in ["gpu01", "gpu02"] {
+        start_shares(c, node, 3, 50, &[])?;
+        held.insert(node, shares(c, node));
+    }
+    c.restart_slurmctld()?;
+    c.kill9_slurmd_on("gpu02");
+    c.restart_slurmd_on("gpu02")?;
+    for (node, before) in &held {
+        for id in before.keys() {
+            let state = c.job(*id)?.state().to_owned();
+            ensure(
+                state == "RUNNING",
+                format!(
+                    "job {id} on {node} is {state} after slurmctld's and gpu02's slurmd's restarts"
+                ),
+            )?;
+        }
+        let now = shares(c, node);
+        ensure(
+            &now == before,
+            format!("{node}'s ledger went from {before:?} to {now:?} across the restarts"),
+        )?;
+    }
+    // New shares still spread beside them.
+    let more = start_shares(c, "gpu01", 1, 50, &[])?;
+    ensure(
+        shares(c, "gpu01").len() == 4,
+        format!(
+            "gpu01 holds {:?} after one more share {more:?}",
+            shares(c, "gpu01")
+        ),
+    )?;
+    clean(c)
+}

@@ -1,0 +1,322 @@
+//! Each node of a multi-node cluster as a host of its own, on one machine.
+//!
+//! A test process first moves into a network namespace of its own, the
+//! *lab* ([`enter_lab`]): the controller side (munged, MariaDB, slurmdbd,
+//! slurmctld) and every client command live there, on its loopback and on a
+//! bridge the harness creates in it. Each node is a [`NodeHost`]: a process
+//! holding a network, UTS and mount namespace of its own, with its own
+//! hostname, its own address on the lab's bridge (a veth pair), its own
+//! tmpfs `/run`, and its own view of the cluster's per-node directories (its
+//! `run/`, `dev/` and `log/` are bound over the cluster's, so every node
+//! reads the same paths in `gres.conf` and `gpu_mps.conf` and finds its own
+//! files there, as on a real site), and its own `/etc/slurm` (local
+//! configuration such as a node's `gpu_mps.conf`). Its slurmd, slurmstepds
+//! and jobs run inside.
+//!
+//! No address is ever put outside these namespaces: the bridge lives in the
+//! lab, which dies with the test process (or with the `unshare` of
+//! tests/release_suite.sh); a node's namespaces die with its last process.
+
+use std::fs;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use crate::cluster::wait_for;
+use crate::process::Daemon;
+use crate::Result;
+
+/// Set to `own` when this process already runs in a network namespace made
+/// for the tests (tests/release_suite.sh makes one per run, with the
+/// MariaDB the clusters share in it): [`enter_lab`] then stays there.
+pub const LAB_ENV: &str = "GPUSHARE_TEST_NETNS";
+
+/// The lab's own interface (10.251.0.1): no node hangs on it.
+const LAB_ANCHOR: &str = "gslab0";
+
+/// Moves this process into a network namespace of its own (once; later
+/// calls return the first outcome), with its loopback up. Call it from the
+/// thread that starts clusters, before the first: namespaces belong to a
+/// thread, and everything it spawns afterwards inherits them.
+pub fn enter_lab() -> Result<()> {
+    static ENTERED: OnceLock<Result<()>> = OnceLock::new();
+    ENTERED
+        .get_or_init(|| {
+            if std::env::var(LAB_ENV).as_deref() != Ok("own") {
+                // SAFETY: unshare(2) with a flag constant; it changes only
+                // this thread's namespaces.
+                if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+                    return Err(format!(
+                        "cannot make a network namespace for the test cluster: {}",
+                        std::io::Error::last_os_error()
+                    ));
+                }
+                ip(&["link", "set", "lo", "up"])?;
+                // Children (the demo binary started by a test) stay here.
+                std::env::set_var(LAB_ENV, "own");
+            }
+            // slurmdbd and slurmctld resolve their listening address with
+            // AI_ADDRCONFIG, which finds nothing where loopback is the only
+            // address: give the lab one more, on a bridge of its own.
+            if ip(&["link", "show", LAB_ANCHOR]).is_err() {
+                ip(&["link", "add", LAB_ANCHOR, "type", "bridge"])?;
+                ip(&["addr", "add", "10.251.0.1/24", "dev", LAB_ANCHOR])?;
+                ip(&["link", "set", LAB_ANCHOR, "up"])?;
+            }
+            Ok(())
+        })
+        .clone()
+}
+
+/// Runs `ip ARGS` in the current (lab) namespace.
+pub fn ip(args: &[&str]) -> Result<()> {
+    run_checked(
+        Command::new("ip").args(args),
+        &format!("ip {}", args.join(" ")),
+    )
+}
+
+fn run_checked(cmd: &mut Command, what: &str) -> Result<()> {
+    let out = cmd.output().map_err(|e| format!("{what}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} failed ({}): {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// The lab side of a multi-node cluster's network: one bridge, its
+/// address (where nodes reach slurmctld and clients), deleted on drop.
+#[derive(Debug)]
+pub struct Fabric {
+    pub bridge: String,
+    pub subnet: u8,
+}
+
+impl Fabric {
+    /// A fabric of its own for each cluster this process starts.
+    pub fn create_next() -> Result<Self> {
+        static NEXT: AtomicU8 = AtomicU8::new(1);
+        Self::create(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// `gsb<subnet>` with 10.251.<subnet>.1/24, in the lab.
+    pub fn create(subnet: u8) -> Result<Self> {
+        let bridge = format!("gsb{subnet}");
+        // A bridge of the same name left by a killed test run in this lab.
+        let _ = ip(&["link", "del", &bridge]);
+        ip(&["link", "add", &bridge, "type", "bridge"])?;
+        let fabric = Self { bridge, subnet };
+        ip(&[
+            "addr",
+            "add",
+            &format!("{}/24", fabric.controller_addr()),
+            "dev",
+            &fabric.bridge,
+        ])?;
+        ip(&["link", "set", &fabric.bridge, "up"])?;
+        Ok(fabric)
+    }
+
+    /// slurmctld's address for the nodes (and the clients).
+    pub fn controller_addr(&self) -> Ipv4Addr {
+        Ipv4Addr::new(10, 251, self.subnet, 1)
+    }
+
+    /// Address of node `index` (0-based).
+    pub fn node_addr(&self, index: usize) -> Ipv4Addr {
+        Ipv4Addr::new(10, 251, self.subnet, 11 + index.min(200) as u8)
+    }
+}
+
+impl Drop for Fabric {
+    fn drop(&mut self) {
+        let _ = ip(&["link", "del", &self.bridge]);
+    }
+}
+
+/// A node's host: the process that holds its namespaces, and what tells
+/// them apart.
+#[derive(Debug)]
+pub struct NodeHost {
+    pub name: String,
+    pub addr: Ipv4Addr,
+    /// The node's directory in the cluster (`nodes/<name>`): its `run`,
+    /// `dev`, `log` and `etc-slurm`, bound inside the node.
+    pub dir: PathBuf,
+    holder: Daemon,
+    /// The lab end of the node's veth pair (its "cable").
+    pub cable: String,
+}
+
+impl NodeHost {
+    /// Starts the holder of a new network, UTS and mount namespace, links
+    /// it to `fabric`, and sets the node up: hostname, loopback, address,
+    /// a tmpfs `/run`, its own `run/`, `dev/`, `log/` over the cluster's and
+    /// its own `/etc/slurm`.
+    pub fn start(
+        name: &str,
+        index: usize,
+        fabric: &Fabric,
+        cluster_dir: &Path,
+        marker: &Path,
+    ) -> Result<Self> {
+        let dir = cluster_dir.join("nodes").join(name);
+        for sub in ["run", "dev", "log", "etc-slurm"] {
+            fs::create_dir_all(dir.join(sub)).map_err(|e| format!("{}: {e}", dir.display()))?;
+        }
+        let mut cmd = Command::new("unshare");
+        cmd.args([
+            "--net",
+            "--uts",
+            "--mount",
+            "--propagation",
+            "private",
+            "sleep",
+            "infinity",
+        ]);
+        let holder = Daemon::spawn(
+            "node-host",
+            cmd,
+            marker,
+            cluster_dir.join("log").join(format!("host-{name}.log")),
+        )
+        .map_err(|e| format!("cannot start node {name}'s namespaces: {e}"))?;
+        let pid = holder.pid().ok_or("node holder has no pid")?;
+        // unshare(1) makes the namespaces, then execs sleep: wait for them.
+        let own = fs::read_link("/proc/self/ns/mnt").map_err(|e| e.to_string())?;
+        wait_for(
+            &format!("node {name}'s namespaces"),
+            Duration::from_secs(10),
+            || {
+                let theirs = fs::read_link(format!("/proc/{pid}/ns/mnt")).ok()?;
+                let comm = fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+                (theirs != own && comm.trim() == "sleep").then_some(())
+            },
+        )?;
+        let cable = format!("gsv{}n{index}", fabric.subnet);
+        let host = Self {
+            name: name.to_owned(),
+            addr: fabric.node_addr(index),
+            dir,
+            holder,
+            cable,
+        };
+        let _ = ip(&["link", "del", &host.cable]);
+        ip(&[
+            "link",
+            "add",
+            &host.cable,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            &pid.to_string(),
+        ])?;
+        ip(&["link", "set", &host.cable, "master", &fabric.bridge, "up"])?;
+        let d = cluster_dir.display();
+        let n = host.dir.display();
+        let setup = format!(
+            "set -e\n\
+             hostname {name}\n\
+             ip link set lo up\n\
+             ip addr add {addr}/24 dev eth0\n\
+             ip link set eth0 up\n\
+             mount -t tmpfs -o mode=0755 tmpfs /run\n\
+             for sub in run dev log; do mount --bind {n}/$sub {d}/$sub; done\n\
+             mkdir -p /etc/slurm\n\
+             mount --bind {n}/etc-slurm /etc/slurm\n",
+            addr = host.addr,
+        );
+        run_checked(
+            host.command("sh").args(["-c", &setup]),
+            &format!("setting up node {name}"),
+        )?;
+        host.boot_run(cluster_dir)?;
+        Ok(host)
+    }
+
+    /// What a node's boot puts into its empty `/run`: munged's socket where
+    /// Slurm looks by default (a configless slurmd asks slurmctld for its
+    /// configuration before it reads any `AuthInfo=`), here the lab's
+    /// munged.
+    fn boot_run(&self, cluster_dir: &Path) -> Result<()> {
+        let script = format!(
+            "set -e\nmkdir -p /run/munge\nln -sf {} /run/munge/munge.socket.2\n",
+            cluster_dir.join("munge/munge.sock").display()
+        );
+        run_checked(
+            self.command("sh").args(["-c", &script]),
+            &format!("booting node {}", self.name),
+        )
+    }
+
+    /// Pid of the process holding the node's namespaces.
+    pub fn pid(&self) -> Option<u32> {
+        self.holder.pid()
+    }
+
+    /// `program` run on this node: in its namespaces, with the root of the
+    /// holder (a release root when the suite runs chrooted in one).
+    pub fn command(&self, program: &str) -> Command {
+        let mut cmd = Command::new("nsenter");
+        cmd.args(["-t", &self.pid().unwrap_or(0).to_string()])
+            .args(["--net", "--uts", "--mount", "--root", "--wd=/", "--"])
+            .arg(program);
+        cmd
+    }
+
+    /// Pids of the processes on this node (those in its network namespace),
+    /// the holder left out.
+    pub fn processes(&self) -> Vec<u32> {
+        let Some(holder) = self.pid() else {
+            return Vec::new();
+        };
+        let Ok(ns) = fs::read_link(format!("/proc/{holder}/ns/net")) else {
+            return Vec::new();
+        };
+        let Ok(dir) = fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        dir.filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
+            .filter(|&pid| pid != holder)
+            .filter(|pid| fs::read_link(format!("/proc/{pid}/ns/net")).is_ok_and(|l| l == ns))
+            .collect()
+    }
+
+    /// Unplugs (`false`) or plugs back (`true`) the node's cable.
+    pub fn set_cable(&self, connected: bool) -> Result<()> {
+        ip(&[
+            "link",
+            "set",
+            &self.cable,
+            if connected { "up" } else { "down" },
+        ])
+    }
+
+    /// Empties what a reboot empties: its tmpfs `/run` and the node's own
+    /// `run/` (gpushare's state directory lives there); then what boot puts
+    /// back.
+    pub fn wipe_run(&self, cluster_dir: &Path) -> Result<()> {
+        let script = format!(
+            "set -e\nfind /run -mindepth 1 -delete\nfind {} -mindepth 1 -delete\n",
+            self.dir.join("run").display()
+        );
+        run_checked(
+            self.command("sh").args(["-c", &script]),
+            &format!("emptying node {}'s /run", self.name),
+        )?;
+        self.boot_run(cluster_dir)
+    }
+}
