@@ -18,7 +18,7 @@ PROFILE ?= release
 
 # Debian/Ubuntu packages the build and the test cluster need.
 APT_PACKAGES = slurm-wlm slurmdbd slurm-wlm-basic-plugins libslurm-dev munge \
-	mariadb-server mariadb-client libclang-dev pkg-config debootstrap
+	mariadb-server mariadb-client libclang-dev pkg-config debootstrap iproute2
 
 .PHONY: all deps build test lint clean install uninstall demo check-releases test-releases
 

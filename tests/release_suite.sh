@@ -87,6 +87,10 @@ inside() {
     in_lab unshare --mount --propagation private -- bash -euc '
         root=$1 repo=$2; shift 2
         if [ "$root" != / ]; then
+            # The root a mount point of its own, so that a namespace made
+            # inside it (a node of a multi-node cluster) can make its
+            # mounts private there.
+            mount --bind "$root" "$root"
             mount -t proc proc "$root/proc"
             mount --rbind /sys "$root/sys"
             mount --rbind /dev "$root/dev"
@@ -108,9 +112,21 @@ inside() {
 # their bridge and nodes' cables there). Nothing in it is reachable from
 # outside; it is deleted when the run ends.
 lab=gpushare-lab-$$
+db= db_pid=
+# Keeps the run's exit status whatever the clean-up meets.
+cleanup() {
+    local rc=$?
+    if [ -n "$db_pid" ]; then
+        kill "$db_pid" 2>/dev/null || true
+        wait "$db_pid" 2>/dev/null || true
+    fi
+    [ -z "$db" ] || rm -rf "$db" "$db.log" "$db.install.log"
+    ip netns del "$lab" 2>/dev/null || true
+    exit "$rc"
+}
+trap cleanup EXIT
 ip netns add "$lab"
 in_lab() { nsenter --net="/run/netns/$lab" "$@"; }
-trap 'ip netns del "$lab" 2>/dev/null' EXIT
 in_lab ip link set lo up
 
 # No release root runs its own MariaDB server: a Debian point release of
@@ -136,7 +152,6 @@ if [ "$root" != / ]; then
         --skip-log-bin --innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0 \
         --innodb-buffer-pool-size=64M --innodb-lock-wait-timeout=900 &
     db_pid=$!
-    trap 'kill $db_pid 2>/dev/null; wait $db_pid 2>/dev/null; rm -rf "$db" "$db.log" "$db.install.log"; ip netns del "$lab" 2>/dev/null' EXIT
     up=
     for _ in $(seq 120); do
         if in_lab bash -c "exec 3<>/dev/tcp/127.0.0.1/$port" 2>/dev/null; then up=1; break; fi
