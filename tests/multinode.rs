@@ -26,6 +26,10 @@ fn main() -> ExitCode {
             never_fits_on_two_nodes,
         )
         .test(
+            "multi_node_request_shapes_are_judged_as_slurm_sends_them",
+            request_shapes,
+        )
+        .test(
             "shares_on_two_nodes_each_node_keeps_its_own_ledger",
             shares_on_two_nodes,
         )
@@ -44,6 +48,10 @@ fn main() -> ExitCode {
         .test(
             "shares_on_two_nodes_survive_slurmctld_and_slurmd_restarts",
             daemon_restarts,
+        )
+        .test(
+            "a_node_cut_off_its_network_comes_back_and_no_requeued_share_runs_unplaced",
+            cable_cut,
         )
         .test(
             "after_a_long_outage_ghost_records_never_refuse_a_share_with_room",
@@ -208,6 +216,25 @@ fn group_limit(c: &mut Cluster) -> TestResult {
         },
     )
     .map_err(|e| format!("{e}: {:?}", c.job(third).map(|j| j.fields)))?;
+    // gpu-qos usage counts the group's GPUs over both nodes.
+    let bin = testcluster::cluster::build_dir()?.join("gpu-qos");
+    let bin = bin.to_string_lossy();
+    let usage = c.run_ok(&bin, &["usage", "--qos", "qos_lafferty"])?;
+    ensure(
+        usage.starts_with("qos_lafferty: 4 of 4 a40 held\n")
+            && usage.contains(&format!("pending  {third} ")),
+        format!("gpu-qos usage with 2 a40 on gpu01 and 2 on gpu02:\n{usage}"),
+    )?;
+    // The multi-node site's design audits clean.
+    let audit = c.run(&bin, &["audit", "--fail-on", "error"])?;
+    ensure(
+        audit.status.success(),
+        format!(
+            "gpu-qos audit on the three-node site: {}{}",
+            String::from_utf8_lossy(&audit.stdout),
+            String::from_utf8_lossy(&audit.stderr)
+        ),
+    )?;
     // Untyped, the same request would slip past the group's typed limit.
     let untyped = c.sbatch(&["--qos=qos_lafferty", "--gres=gpu:1", "--wrap=true"]);
     ensure(
@@ -563,6 +590,170 @@ fn daemon_restarts(c: &mut Cluster) -> TestResult {
             "gpu01 holds {:?} after one more share {more:?}",
             shares(c, "gpu01")
         ),
+    )?;
+    clean(c)
+}
+
+/// What Slurm sends job_submit for requests that span nodes, each judged
+/// and (where accepted) run on the three nodes.
+fn request_shapes(c: &mut Cluster) -> TestResult {
+    clean(c)?;
+    let lafferty = |extra: &[&str]| {
+        let mut args = vec!["--qos=qos_lafferty"];
+        args.extend_from_slice(extra);
+        c.sbatch(&args)
+    };
+    // One a40 per task, one task on each of two nodes: 2 of the group's 4.
+    let per_task = lafferty(&[
+        "-N2",
+        "--ntasks-per-node=1",
+        "--gpus-per-task=a40:1",
+        "--wrap=srun -l hostname; sleep 300",
+    ])
+    .map_err(|e| format!("-N2 --gpus-per-task=a40:1 refused: {e}"))?;
+    let info = c.wait_job_state(per_task, &["RUNNING"], Duration::from_secs(60))?;
+    ensure(
+        info.get("NumNodes") == Some("2"),
+        format!(
+            "--gpus-per-task on two nodes runs on {:?}",
+            info.get("NodeList")
+        ),
+    )?;
+    c.run_ok("scancel", &[&per_task.to_string()])?;
+    // Six tasks of one a40 can never fit a group of 4, however spread.
+    let six = lafferty(&[
+        "-n6",
+        "--ntasks-per-node=3",
+        "--gpus-per-task=a40:1",
+        "--wrap=true",
+    ]);
+    ensure(
+        six.as_ref().is_err_and(|e| e.contains("can never start")),
+        format!("-n6 --gpus-per-task=a40:1 under a limit of 4: {six:?}"),
+    )?;
+    // --gpus for the whole job, over two nodes: Slurm spreads it.
+    let spread = lafferty(&["-N2", "--gpus=a40:4", "--wrap=sleep 300"])
+        .map_err(|e| format!("-N2 --gpus=a40:4 refused: {e}"))?;
+    let info = c.wait_job_state(spread, &["RUNNING"], Duration::from_secs(60))?;
+    ensure(
+        info.get("NumNodes") == Some("2"),
+        format!("-N2 --gpus=a40:4 runs on {:?}", info.get("NodeList")),
+    )?;
+    c.run_ok("scancel", &[&spread.to_string()])?;
+    // A node range is judged by its least node count (2 a40 on one node
+    // fit the group); Slurm's own limit keeps what it is given within 4.
+    let range = lafferty(&["-N1-3", "--gres=gpu:a40:2", "--wrap=sleep 300"])
+        .map_err(|e| format!("-N1-3 --gres=gpu:a40:2 refused: {e}"))?;
+    let info = c.wait_job_state(range, &["RUNNING"], Duration::from_secs(60))?;
+    let nodes: u32 = info
+        .get("NumNodes")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    ensure(
+        (1..=2).contains(&nodes),
+        format!("-N1-3 --gres=gpu:a40:2 under a limit of 4 runs on {nodes} nodes"),
+    )?;
+    c.run_ok("scancel", &[&range.to_string()])?;
+    // A heterogeneous job: one job_submit call per component, and the
+    // untyped second one is refused with the fix.
+    let script = c.jobs_dir.join("het.sh");
+    fs::write(&script, "#!/bin/sh\nsleep 30\n").map_err(|e| e.to_string())?;
+    let script = script.to_string_lossy().into_owned();
+    let het = c.sbatch(&[
+        "--qos=qos_lafferty",
+        "--gres=gpu:a40:1",
+        ":",
+        "--qos=qos_lafferty",
+        "--gres=gpu:1",
+        &script,
+    ]);
+    ensure(
+        het.as_ref().is_err_and(|e| e.contains("--gres=gpu:a40:1")),
+        format!("a heterogeneous job with an untyped component: {het:?}"),
+    )?;
+    let het_ok = c.sbatch(&[
+        "--qos=qos_lafferty",
+        "--gres=gpu:a40:1",
+        ":",
+        "--qos=lowprio",
+        "--gres=gpu:h100:1",
+        &script,
+    ]);
+    ensure(
+        het_ok.is_ok(),
+        format!("a heterogeneous job, a40 under the group and h100 under lowprio: {het_ok:?}"),
+    )?;
+    clean(c)
+}
+
+/// gpu02 drops off the network with shares running, past SlurmdTimeout:
+/// slurmctld marks it DOWN and requeues the jobs, while their processes go
+/// on on the cut-off node. Plugged back, slurmd re-registers, the stale
+/// instances are killed (their epilogs release the records) and the
+/// requeued jobs start again there. Each then runs on the GPU its prolog
+/// chose, or, where Slurm started it without running the Prolog (seen on
+/// 22.05 for a requeued job on the same node), is refused with that reason:
+/// no share ever runs unplaced, nothing over-fills, nothing is left behind.
+fn cable_cut(c: &mut Cluster) -> TestResult {
+    clean(c)?;
+    let ids = start_shares(c, "gpu02", 2, 50, &["--requeue", "--open-mode=append"])?;
+    let before = shares(c, "gpu02");
+    ensure(
+        before.keys().copied().collect::<Vec<_>>() == ids,
+        format!("before the cut gpu02 holds {before:?}, not jobs {ids:?}"),
+    )?;
+    c.set_cable("gpu02", false)?;
+    wait_for("gpu02 to be DOWN", Duration::from_secs(60), || {
+        let states = c.node_states().ok()?;
+        states.get("gpu02")?.starts_with("down").then_some(())
+    })?;
+    for &id in &ids {
+        wait_for(
+            &format!("job {id} to be requeued"),
+            Duration::from_secs(60),
+            || {
+                let j = c.job(id).ok()?;
+                (j.state() != "RUNNING").then_some(())
+            },
+        )?;
+    }
+    // Cut off, the node still holds both shares.
+    let during = shares(c, "gpu02");
+    ensure(
+        during == before,
+        format!("while cut off gpu02's ledger went from {before:?} to {during:?}"),
+    )?;
+    c.set_cable("gpu02", true)?;
+    c.wait_nodes(&["gpu02".to_owned()], Duration::from_secs(90))?;
+    let mut running = Vec::new();
+    for &id in &ids {
+        let outcome = wait_for(
+            &format!("job {id} to run again placed, or be refused"),
+            Duration::from_secs(120),
+            || {
+                let j = c.job(id).ok()?;
+                let out = c.job_output(id);
+                if j.restarts() >= 1 && j.state() == "RUNNING" && out.matches("GPU=").count() >= 2 {
+                    return Some(true);
+                }
+                (j.state() == "FAILED").then_some(false)
+            },
+        )?;
+        if outcome {
+            running.push(id);
+        } else {
+            let out = c.job_output(id);
+            ensure(
+                out.contains("the node's Prolog did not run for this job"),
+                format!("requeued job {id} failed for another reason: {out:?}"),
+            )?;
+            println!("note: Slurm started requeued job {id} on gpu02 without its Prolog; gpushare refused it");
+        }
+    }
+    let after = shares(c, "gpu02");
+    ensure(
+        after.keys().copied().collect::<Vec<_>>() == running,
+        format!("after the cable came back gpu02 holds {after:?}, its running shares are {running:?} (before the cut {before:?})"),
     )?;
     clean(c)
 }

@@ -826,7 +826,11 @@ pub fn task_plan(
     let Some(share) = state.share(job) else {
         if slurm_says_share {
             return Err(format!(
-                "gpu_mps: job {job} holds an MPS share but no GPU was chosen for it: is Prolog=gpu-mps-prolog configured on this node?"
+                "gpu_mps: job {job} holds an MPS share but no GPU was chosen for it: the node's \
+                 Prolog did not run for this job. Either Prolog=gpu-mps-prolog is not configured \
+                 on this node, or Slurm skipped it (Slurm 22.05 can start a requeued job again on \
+                 the same node without its Prolog); the share is refused rather than run \
+                 unplaced: resubmit the job"
             ));
         }
         return Ok(None);
