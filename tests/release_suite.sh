@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole integration suite (and the demo) against a Slurm release,
 # with that release's own daemons and clients, on cgroup v1 or v2:
-#   tests/release_suite.sh SUITE [v1|v2] [TEST-BINARIES]   (e.g. gpu_mps,attack or gpu_qos:untyped)
+#   tests/release_suite.sh SUITE [v1|v2] [TEST-BINARIES]   (e.g. gpu_mps,attack or gpu_qos:untyped or multinode:two_node/shares_on)
 #   SUITE: trixie (Slurm 24.11), sid (26.05), host (this machine's 22.05)
 #
 # The Debian root of SUITE (tests/release_root.sh, cached in
@@ -169,7 +169,8 @@ for entry in "${tests[@]}"; do
     name=${entry%% *}
     exe=${entry#* }
     # FILTER: test binary names, comma-separated (gpu_mps,attack); BINARY:TEST
-    # runs only that binary's tests whose names contain TEST.
+    # runs only that binary's tests whose names contain TEST (several:
+    # BINARY:TEST1/TEST2).
     args=()
     if [ -n "$filter" ]; then
         selected=
@@ -177,7 +178,7 @@ for entry in "${tests[@]}"; do
         for w in "${wanted[@]}"; do
             case $w in
             "$name") selected=1 ;;
-            "$name":*) selected=1 args=("${w#*:}") ;;
+            "$name":*) selected=1; IFS=/ read -ra args <<<"${w#*:}" ;;
             esac
         done
         [ -n "$selected" ] || continue

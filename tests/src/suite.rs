@@ -65,8 +65,8 @@ impl Suite {
         self
     }
 
-    /// Runs the selected tests (first non-flag argument filters by substring,
-    /// like libtest) and reports.
+    /// Runs the selected tests (each non-flag argument a name substring,
+    /// like libtest's filter) and reports.
     pub fn run(self) -> ExitCode {
         let args: Vec<String> = std::env::args().skip(1).collect();
         if args.iter().any(|a| a == "--list") {
@@ -75,11 +75,15 @@ impl Suite {
             }
             return ExitCode::SUCCESS;
         }
-        let filter = args.iter().find(|a| !a.starts_with('-')).cloned();
+        // Every non-flag argument is a filter; a test runs if its name
+        // contains any of them.
+        let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
         let selected: Vec<_> = self
             .tests
             .into_iter()
-            .filter(|(name, _, _)| filter.as_deref().is_none_or(|f| name.contains(f)))
+            .filter(|(name, _, _)| {
+                filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()))
+            })
             .collect();
         if selected.is_empty() {
             println!("0 passed, 0 failed");

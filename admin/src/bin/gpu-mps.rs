@@ -22,7 +22,7 @@ use gpushare::mps::daemon;
 use gpushare::mps::ledger::{Ledger, StatusCopy};
 use gpushare::mps::node::{gpu_devices, running_jobs, Node};
 use gpushare::mps::status::{self, DaemonProbe, DaemonState, Installed, NodeStatus, SlurmSetup};
-use gpushare::shared::locations::beside_slurm_conf;
+use gpushare::shared::locations::{first_existing, node_conf_candidates};
 use gpushare_admin::{effective_uid, nvml};
 
 /// The MPS shares of this GPU node (gpushare).
@@ -99,10 +99,10 @@ fn installed_release() -> Option<(u32, u32)> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let conf = cli
-        .conf
-        .clone()
-        .unwrap_or_else(|| beside_slurm_conf(None, CONF_NAME));
+    // As the node programs find it: beside slurm.conf, else /etc/slurm (a
+    // configless node); where neither exists, the first place is named.
+    let conf = first_existing(node_conf_candidates(cli.conf.as_deref(), None, CONF_NAME))
+        .unwrap_or_else(|looked_at| looked_at.into_iter().next().unwrap_or_default());
     let result = match cli.command {
         Cmd::Status { json } => status(&conf, json),
         Cmd::Gc { node } => gc(&conf, node),

@@ -1,12 +1,15 @@
-//! `make demo`: gpushare end to end on a throwaway cluster, narrated.
+//! `make demo`: gpushare end to end on a throwaway cluster of three nodes,
+//! narrated.
 //!
 //! `gpushare-demo --root DESTDIR [--keep]` runs against what
 //! `make install DESTDIR=... PREFIX=/usr PLUGINDIR=/usr/lib/gpushare` put
 //! under DESTDIR (the same install step a sysadmin uses): the example site's
-//! group QOS with typed GrpTRES, a free preemptible `lowprio`, a node with 4
-//! a40 and 2 h100 (fake devices) whose a40s also form an MPS pool. Every
-//! expected outcome is checked; the first one that fails stops the demo with
-//! a non-zero exit status. Daemon logs stay in the directory it names.
+//! group QOS with typed GrpTRES and a free preemptible `lowprio`, on three
+//! nodes, each a host of its own (`ClusterSpec::example_site_nodes`): `gpu01`
+//! (configless) and `gpu02` with 4 a40 each, also an MPS pool, and `gpu03`
+//! with 2 h100 (fake devices). Every expected outcome is checked; the first
+//! one that fails stops the demo with a non-zero exit status. Daemon logs
+//! stay in the directory it names.
 
 use gpushare::mps::ledger::LedgerState;
 use std::collections::BTreeMap;
@@ -79,34 +82,19 @@ fn spec(root: &Path) -> Result<ClusterSpec, String> {
             examples.display()
         )
     })?;
-    let mut spec = ClusterSpec::example_site();
+    let mut spec = ClusterSpec::example_site_nodes();
     spec.installed_plugin_dir = Some(plugins.clone());
-    // Slurm 22.05 spreads Count over all 6 GPUs and books every share on
-    // GPU 0: 400 units at once (4 a40 × 100) need Count = 6 × 400. The demo
-    // keeps this setup (gpushare places) on every release: with per-GPU
-    // mps lines on the a40s only and LL_SHARED_GRES, Slurm 24.11 started 4
-    // of the 8 shares and left the rest pending (Resources) while each a40
-    // had 75 units free (the node showed `mps:h100:0`); see the README.
-    spec.mps_count = Some(2400);
-    spec.cgroup_devices = true;
     spec.prolog = Some(libexec.join("gpu-mps-prolog"));
     spec.epilog = Some(libexec.join("gpu-mps-epilog"));
-    spec.plugstack = vec![format!(
-        "required {}/spank_gpu_mps.so conf={{cluster}}/etc/gpu_mps.conf",
-        plugins.display()
-    )];
-    spec.extra_conf_files = vec![
-        ("gpu_qos.conf".into(), qos_conf),
-        (
-            "gpu_mps.conf".into(),
-            "UnitsPerGPU=100\nGPUDevices={cluster}/dev/nvidia[0-3]\nStateDir={cluster}/run/gpu-mps\nMPSControl=none\nSyslogSocket={cluster}/log/syslog.sock\n".into(),
-        ),
-    ];
-    spec.extra_slurm_conf = vec![
-        "PrologFlags=Alloc".into(),
+    // Each node's gpu_mps.conf is in its own /etc/slurm (gpu01 is
+    // configless): the SPANK line names none.
+    spec.plugstack = vec![format!("required {}/spank_gpu_mps.so", plugins.display())];
+    // The installed example as it is: shares only in the course reservations.
+    spec.extra_conf_files = vec![("gpu_qos.conf".into(), qos_conf)];
+    spec.extra_slurm_conf.extend([
         "PriorityWeightTRES=GRES/gpu=2000".into(),
         "PriorityDecayHalfLife=7-0".into(),
-    ];
+    ]);
     Ok(spec)
 }
 
@@ -136,7 +124,7 @@ fn main() -> ExitCode {
     };
     demo.step(
         0,
-        "Starting a throwaway cluster: munged, MariaDB, slurmdbd, slurmctld, slurmd",
+        "Starting a throwaway cluster: munged, MariaDB, slurmdbd, slurmctld, and a slurmd on each of three nodes",
     );
     let mut cluster = match spec.start() {
         Ok(c) => c,
@@ -146,16 +134,18 @@ fn main() -> ExitCode {
         }
     };
     demo.say(&format!(
-        "cluster directory: {} (configs in etc/, daemon logs in log/)",
+        "cluster directory: {} (configs in etc/, daemon logs in log/, each node's own files in nodes/<name>/)",
         cluster.dir.display()
     ));
+    demo.say("gpu01 (4 a40, MPS pool, configless), gpu02 (4 a40, MPS pool), gpu03 (2 h100): each its own host, with its own address, /run, /etc/slurm and GPUs");
     let outcome = scenario(&mut demo, &mut cluster);
     let logs = cluster.dir.join("log");
     match &outcome {
         Ok(()) => {
             println!(
-                "\n\x1b[1mSummary\x1b[0m: {} checks passed in {:.0}s. Untyped GPU requests under a group QOS are refused with the fix; \
-                 lowprio is preempted and requeued without losing its output; MPS shares spread over every GPU, each confined to its own.",
+                "\n\x1b[1mSummary\x1b[0m: {} checks passed in {:.0}s on three nodes. Untyped GPU requests under a group QOS are refused with the fix; \
+                 lowprio is preempted and requeued on the node where the group's GPUs are, without losing its output; MPS shares spread over \
+                 every GPU of two nodes, each confined to its own.",
                 demo.checks,
                 demo.started.elapsed().as_secs_f64()
             );
@@ -180,6 +170,18 @@ fn main() -> ExitCode {
     if fs::create_dir_all(&kept).is_ok() {
         for entry in fs::read_dir(&logs).into_iter().flatten().flatten() {
             let _ = fs::copy(entry.path(), kept.join(entry.file_name()));
+        }
+        // Each node's own logs (slurmd, syslog) in a folder of its name.
+        for node in cluster.node_names() {
+            let dir = cluster.node_dir(&node).join("log");
+            let into = kept.join(&node);
+            if fs::create_dir_all(&into).is_ok() {
+                for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
+                    if entry.path().extension().is_none_or(|e| e != "sock") {
+                        let _ = fs::copy(entry.path(), into.join(entry.file_name()));
+                    }
+                }
+            }
         }
         println!("Logs kept in {}", kept.display());
     }
@@ -250,19 +252,31 @@ fn scenario(d: &mut Demo, c: &mut Cluster) -> Step {
 
     d.step(
         2,
-        "lowprio (free, preemptible) fills every GPU; a group job takes one back",
+        "lowprio (free, preemptible) fills every GPU of the three nodes; a group job takes one back",
     );
-    let run = "--wrap=echo run ${SLURM_RESTART_COUNT:-0} on $(date +%T); sleep 600";
+    let run = "--wrap=echo run ${SLURM_RESTART_COUNT:-0} on $(hostname) at $(date +%T); sleep 600";
     let mut low = Vec::new();
-    for gres in ["a40", "a40", "a40", "a40", "h100", "h100"] {
-        low.push(c.sbatch_ok(&["--qos=lowprio", &format!("--gres=gpu:{gres}:1"), run])?);
+    for (node, gres, n) in [
+        ("gpu01", "a40", 4),
+        ("gpu02", "a40", 4),
+        ("gpu03", "h100", 2),
+    ] {
+        for _ in 0..n {
+            low.push(c.sbatch_ok(&[
+                "--qos=lowprio",
+                "-w",
+                node,
+                &format!("--gres=gpu:{gres}:1"),
+                run,
+            ])?);
+        }
     }
     for &id in &low {
         c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
     }
     d.shell(
         "squeue",
-        &c.run_ok("squeue", &["-o", "%.5i %.9q %.14b %.8T"])?,
+        &c.run_ok("squeue", &["-o", "%.5i %.9q %.14b %.8T %N"])?,
     );
     let requeueable = low.iter().all(|&id| {
         c.job(id)
@@ -270,10 +284,37 @@ fn scenario(d: &mut Demo, c: &mut Cluster) -> Step {
     });
     d.check(
         requeueable,
-        "6 lowprio jobs run on the 4 a40 and 2 h100, made requeueable by the plugin",
+        "10 lowprio jobs run on the 8 a40 of gpu01 and gpu02 and the 2 h100 of gpu03, made requeueable by the plugin",
     )?;
-    let high = c.sbatch_ok(&["--qos=qos_lafferty", "--gres=gpu:a40:1", "--wrap=sleep 600"])?;
-    c.wait_job_state(high, &["RUNNING"], Duration::from_secs(60))?;
+    // Submitted from a shell on gpu03, as from any node of the cluster.
+    let high = c
+        .run_on(
+            "gpu03",
+            "sbatch",
+            &[
+                "--parsable",
+                "--qos=qos_lafferty",
+                "--gres=gpu:a40:1",
+                &format!("--output={}/%j.out", c.jobs_dir.display()),
+                "--wrap=sleep 600",
+            ],
+        )
+        .map_err(|e| e.to_string())
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .trim()
+                .parse::<u32>()
+                .map_err(|_| format!("sbatch on gpu03: {}", String::from_utf8_lossy(&o.stderr)))
+        })?;
+    d.shell(
+        "gpu03$ sbatch --qos=qos_lafferty --gres=gpu:a40:1 --wrap='sleep 600'",
+        &format!("Submitted batch job {high}"),
+    );
+    let high_node = c
+        .wait_job_state(high, &["RUNNING"], Duration::from_secs(60))?
+        .get("NodeList")
+        .unwrap_or_default()
+        .to_owned();
     let victim = wait_for("a requeued lowprio job", Duration::from_secs(30), || {
         low.iter()
             .copied()
@@ -281,12 +322,23 @@ fn scenario(d: &mut Demo, c: &mut Cluster) -> Step {
     })?;
     d.shell(
         "squeue",
-        &c.run_ok("squeue", &["-o", "%.5i %.9q %.14b %.8T %.10r"])?,
+        &c.run_ok("squeue", &["-o", "%.5i %.9q %.14b %.8T %.10r %N"])?,
     );
-    let preempted = c.job(high)?.state() == "RUNNING" && c.job(victim)?.state() != "RUNNING";
+    let victim_out = c.job_output(victim);
+    let victim_node = victim_out
+        .split_whitespace()
+        .skip_while(|w| *w != "on")
+        .nth(1)
+        .unwrap_or_default()
+        .to_owned();
+    let preempted = c.job(high)?.state() == "RUNNING"
+        && c.job(victim)?.state() != "RUNNING"
+        && victim_node == high_node;
     d.check(
         preempted,
-        &format!("qos_lafferty job {high} runs; lowprio job {victim} was preempted and requeued"),
+        &format!(
+            "qos_lafferty job {high}, submitted on gpu03, runs on {high_node}, where lowprio job {victim} (on {victim_node}) was preempted and requeued"
+        ),
     )?;
     d.say("when the group job ends, the requeued job runs again (after Slurm's requeue delay)...");
     c.run_ok("scancel", &[&high.to_string()])?;
@@ -303,13 +355,25 @@ fn scenario(d: &mut Demo, c: &mut Cluster) -> Step {
 
     d.step(
         3,
-        "MPS shares on every a40 of the pool, inside the course reservation",
+        "MPS shares on every a40 of gpu01 and gpu02, inside the course reservation",
     );
-    // A GPU held whole is never shared (Slurm's books on 23.11+, gpushare's
-    // ledger on 22.05): the course gets the a40s back from lowprio first.
-    c.run_ok("scancel", &["--qos=lowprio"])?;
-    d.shell("scancel --qos=lowprio", "");
-    c.create_reservation("jhl_homework_gpu1", 120)?;
+    c.run_ok(
+        "scontrol",
+        &[
+            "create",
+            "reservation",
+            "ReservationName=jhl_homework_gpu1",
+            "Users=root",
+            "Nodes=gpu01,gpu02",
+            "StartTime=now",
+            "Duration=120",
+            "Flags=ignore_jobs",
+        ],
+    )?;
+    d.shell(
+        "scontrol create reservation ReservationName=jhl_homework_gpu1 Nodes=gpu01,gpu02 ...",
+        "",
+    );
     let err = c
         .sbatch(&["--gres=mps:25", "--wrap=true"])
         .err()
@@ -325,40 +389,48 @@ fn scenario(d: &mut Demo, c: &mut Cluster) -> Step {
         probe.display()
     );
     let mut shares = Vec::new();
-    for _ in 0..8 {
-        shares.push(c.sbatch_ok(&[
-            "--reservation=jhl_homework_gpu1",
-            "--gres=mps:25",
-            &probe_arg,
-        ])?);
+    for node in ["gpu01", "gpu02"] {
+        for _ in 0..8 {
+            shares.push((
+                node,
+                c.sbatch_ok(&[
+                    "--reservation=jhl_homework_gpu1",
+                    "-w",
+                    node,
+                    "--gres=mps:25",
+                    &probe_arg,
+                ])?,
+            ));
+        }
     }
     d.shell(
-        "for i in $(seq 8); do sbatch --reservation=jhl_homework_gpu1 --gres=mps:25 probe.sh; done",
-        &format!("Submitted batch jobs {shares:?}"),
+        "for n in gpu01 gpu02; do for i in $(seq 8); do sbatch --reservation=jhl_homework_gpu1 -w $n --gres=mps:25 probe.sh; done; done",
+        &format!(
+            "Submitted batch jobs {:?}",
+            shares.iter().map(|s| s.1).collect::<Vec<_>>()
+        ),
     );
-    for &id in &shares {
+    for &(_, id) in &shares {
         c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
     }
     wait_for("the probes", Duration::from_secs(20), || {
         shares
             .iter()
-            .all(|&id| printed(c, id).contains_key("dev3"))
+            .all(|&(_, id)| printed(c, id).contains_key("dev3"))
             .then_some(())
     })?;
-    let status = c.run(
-        &d.sbin("gpu-mps").to_string_lossy(),
-        &[
-            "status",
-            "--conf",
-            &c.slurm_conf()
-                .with_file_name("gpu_mps.conf")
-                .to_string_lossy(),
-        ],
-    )?;
-    d.shell("gpu-mps status", &String::from_utf8_lossy(&status.stdout));
+    for node in ["gpu01", "gpu02"] {
+        let status = c.run_on(node, &d.sbin("gpu-mps").to_string_lossy(), &["status"])?;
+        d.shell(
+            &format!("{node}$ gpu-mps status"),
+            &String::from_utf8_lossy(&status.stdout),
+        );
+    }
     // An interactive share beside the batch ones: two tasks of one srun.
     let step = c.srun(&[
         "--reservation=jhl_homework_gpu1",
+        "-w",
+        "gpu01",
         "--gres=mps:25",
         "-n2",
         "sh",
@@ -370,7 +442,7 @@ fn scenario(d: &mut Demo, c: &mut Cluster) -> Step {
     ])?;
     let step_out = String::from_utf8_lossy(&step.stdout).into_owned();
     d.shell(
-        "srun --reservation=jhl_homework_gpu1 --gres=mps:25 -n2 sh -c 'echo GPU=$GPUSHARE_GPU ...; sh probe.sh'",
+        "srun --reservation=jhl_homework_gpu1 -w gpu01 --gres=mps:25 -n2 sh -c 'echo GPU=$GPUSHARE_GPU ...; sh probe.sh'",
         &format!("{step_out}{}", String::from_utf8_lossy(&step.stderr)),
     );
     let tasks: Vec<BTreeMap<String, String>> = step_out
@@ -407,15 +479,15 @@ fn scenario(d: &mut Demo, c: &mut Cluster) -> Step {
         step_ok,
         "an interactive srun share: both tasks on one GPU, told 25 %, confined to it",
     )?;
-    let mut per_gpu = [0u32; 4];
+    let mut per_gpu: BTreeMap<&str, [u32; 4]> = BTreeMap::new();
     let mut confined = true;
-    for &id in &shares {
+    for &(node, id) in &shares {
         let p = printed(c, id);
         let gpu: u32 = p
             .get("GPU")
             .and_then(|g| g.parse().ok())
             .ok_or(format!("job {id} printed no GPU"))?;
-        if let Some(n) = per_gpu.get_mut(gpu as usize) {
+        if let Some(n) = per_gpu.entry(node).or_default().get_mut(gpu as usize) {
             *n += 1;
         }
         for i in 0..4u32 {
@@ -427,14 +499,14 @@ fn scenario(d: &mut Demo, c: &mut Cluster) -> Step {
             confined &= p.get(&format!("dev{i}")).map(String::as_str) == Some(want);
         }
     }
-    let first = printed(c, shares[0]);
+    let first = printed(c, shares[0].1);
     d.shell(
-        &format!("head -2 slurm-{}.out", shares[0]),
-        &c.job_output(shares[0]),
+        &format!("head -2 slurm-{}.out", shares[0].1),
+        &c.job_output(shares[0].1),
     );
     d.check(
-        per_gpu == [2, 2, 2, 2],
-        &format!("8 shares of 25 units spread 2 per GPU: {per_gpu:?} (Slurm alone puts all on one GPU with this setup)"),
+        per_gpu.values().all(|n| *n == [2, 2, 2, 2]) && per_gpu.len() == 2,
+        &format!("8 shares of 25 units on each of gpu01 and gpu02, 2 per GPU: {per_gpu:?}"),
     )?;
     d.check(
         first.get("PCT").map(String::as_str) == Some("25"),
@@ -442,10 +514,15 @@ fn scenario(d: &mut Demo, c: &mut Cluster) -> Step {
     )?;
     d.check(confined, "each job opens its own GPU (ENXIO: no driver behind the fake device) and gets EPERM on the others")?;
     c.cancel_all()?;
-    let state = c.dir.join("run/gpu-mps/state");
     let shares_left = || {
-        let text = fs::read_to_string(&state).unwrap_or_default();
-        LedgerState::parse(&text, &state).map_or(usize::MAX, |s| s.shares().count())
+        c.node_names()
+            .iter()
+            .map(|n| {
+                let state = c.node_dir(n).join("run/gpu-mps/state");
+                let text = fs::read_to_string(&state).unwrap_or_default();
+                LedgerState::parse(&text, &state).map_or(usize::MAX, |s| s.shares().count())
+            })
+            .sum::<usize>()
     };
     wait_for(
         "the epilogs to release every share",
@@ -453,6 +530,9 @@ fn scenario(d: &mut Demo, c: &mut Cluster) -> Step {
         || (shares_left() == 0).then_some(()),
     )?;
     let empty = shares_left() == 0;
-    d.check(empty, "after the jobs end the node's ledger holds no share")?;
+    d.check(
+        empty,
+        "after the jobs end every node's ledger holds no share",
+    )?;
     Ok(())
 }
