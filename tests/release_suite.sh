@@ -147,7 +147,9 @@ if [ "$root" != / ]; then
     mariadb-install-db --no-defaults --datadir="$db" --user=root --auth-root-authentication-method=normal \
         --skip-test-db --skip-name-resolve >"$db.install.log" 2>&1 ||
         { cat "$db.install.log" >&2; echo "release_suite: mariadb-install-db failed" >&2; exit 1; }
-    in_lab mariadbd --no-defaults --datadir="$db" --socket="$db/mysqld.sock" --pid-file="$db/mysqld.pid" \
+    # nsenter itself (not the in_lab function, which would run in a
+    # subshell): it execs mariadbd, so $! is the server the clean-up stops.
+    nsenter --net="/run/netns/$lab" mariadbd --no-defaults --datadir="$db" --socket="$db/mysqld.sock" --pid-file="$db/mysqld.pid" \
         --log-error="$db.log" --port="$port" --bind-address=127.0.0.1 --user=root --skip-name-resolve \
         --skip-log-bin --innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0 \
         --innodb-buffer-pool-size=64M --innodb-lock-wait-timeout=900 &
