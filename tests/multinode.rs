@@ -123,6 +123,23 @@ fn start_shares(
     Ok(ids)
 }
 
+/// [`start_shares`], then the state a fault test relies on: `node`'s
+/// ledger holds exactly those jobs (job → GPU).
+fn start_shares_held(
+    c: &Cluster,
+    node: &str,
+    n: usize,
+    extra: &[&str],
+) -> Result<(Vec<u32>, BTreeMap<u32, u32>), String> {
+    let ids = start_shares(c, node, n, 50, extra)?;
+    let held = shares(c, node);
+    ensure(
+        held.keys().copied().collect::<Vec<_>>() == ids,
+        format!("before the fault {node} holds {held:?}, not jobs {ids:?}"),
+    )?;
+    Ok((ids, held))
+}
+
 fn all_ledgers_empty(c: &Cluster) -> Option<()> {
     c.node_names()
         .iter()
@@ -320,12 +337,7 @@ fn shares_on_two_nodes(c: &mut Cluster) -> TestResult {
 /// must be placed.
 fn ghosts_after_outage(c: &mut Cluster) -> TestResult {
     clean(c)?;
-    let lost = start_shares(c, "gpu01", 4, 50, &["--no-requeue"])?;
-    let before = shares(c, "gpu01");
-    ensure(
-        before.keys().copied().collect::<Vec<_>>() == lost,
-        format!("before the outage gpu01 holds {before:?}, not jobs {lost:?}"),
-    )?;
+    let (lost, before) = start_shares_held(c, "gpu01", 4, &["--no-requeue"])?;
     c.crash_node("gpu01")?;
     for &id in &lost {
         let info = c.wait_job_done(id, Duration::from_secs(90))?;
@@ -363,10 +375,7 @@ fn ghosts_after_outage(c: &mut Cluster) -> TestResult {
                 if printed(c, id, "GPU").is_some_and(|g| !g.is_empty()) {
                     return Some(true);
                 }
-                let ended = c
-                    .job(id)
-                    .is_ok_and(|j| !["RUNNING", "PENDING", "CONFIGURING"].contains(&j.state()));
-                ended.then_some(false)
+                c.job(id).is_ok_and(|j| j.is_done()).then_some(false)
             },
         )?;
         if !placed {
@@ -390,12 +399,7 @@ fn ghosts_after_outage(c: &mut Cluster) -> TestResult {
 
 fn rebooted_node(c: &mut Cluster) -> TestResult {
     clean(c)?;
-    let lost = start_shares(c, "gpu02", 2, 50, &["--no-requeue"])?;
-    let before = shares(c, "gpu02");
-    ensure(
-        before.len() == 2,
-        format!("before the crash gpu02 holds {before:?}, not jobs {lost:?}"),
-    )?;
+    let (lost, before) = start_shares_held(c, "gpu02", 2, &["--no-requeue"])?;
     c.crash_node("gpu02")?;
     for &id in &lost {
         c.wait_job_done(id, Duration::from_secs(90))?;
@@ -696,12 +700,7 @@ fn request_shapes(c: &mut Cluster) -> TestResult {
 /// no share ever runs unplaced, nothing over-fills, nothing is left behind.
 fn cable_cut(c: &mut Cluster) -> TestResult {
     clean(c)?;
-    let ids = start_shares(c, "gpu02", 2, 50, &["--requeue", "--open-mode=append"])?;
-    let before = shares(c, "gpu02");
-    ensure(
-        before.keys().copied().collect::<Vec<_>>() == ids,
-        format!("before the cut gpu02 holds {before:?}, not jobs {ids:?}"),
-    )?;
+    let (ids, before) = start_shares_held(c, "gpu02", 2, &["--requeue", "--open-mode=append"])?;
     c.set_cable("gpu02", false)?;
     wait_for("gpu02 to be DOWN", Duration::from_secs(60), || {
         let states = c.node_states().ok()?;
@@ -740,18 +739,7 @@ fn cable_cut(c: &mut Cluster) -> TestResult {
                 if j.restarts() >= 1 && j.state() == "RUNNING" && out.matches("GPU=").count() >= 2 {
                     return Some(None);
                 }
-                let live = [
-                    "RUNNING",
-                    "PENDING",
-                    "CONFIGURING",
-                    "COMPLETING",
-                    "REQUEUED",
-                    "REQUEUE_HOLD",
-                    "REQUEUE_FED",
-                    "RESIZING",
-                    "SUSPENDED",
-                ];
-                (!live.contains(&j.state())).then(|| Some(j.state().to_owned()))
+                j.is_done().then(|| Some(j.state().to_owned()))
             },
         )?;
         let out = c.job_output(id);

@@ -5,9 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use gpushare::mps::config::{self, missing_conf_refusal, CONF_NAME};
+use gpushare::mps::config::{self, missing_conf_refusal};
 use gpushare::mps::node::{JobEnv, Node, Unfit};
-use gpushare::shared::locations::{first_existing, node_conf_candidates};
 
 use crate::node_log;
 
@@ -32,7 +31,7 @@ pub struct Started {
 pub fn start(program: &str, args: &NodeArgs) -> Result<Option<Started>, ExitCode> {
     let env = JobEnv::from_env(|k| std::env::var(k).ok());
     let job = env.as_ref().ok().map(|e| e.job);
-    let conf = match first_existing(node_conf_candidates(args.conf.as_deref(), None, CONF_NAME)) {
+    let conf = match config::locate(args.conf.as_deref()) {
         Ok(conf) => conf,
         Err(looked_at) => {
             // No gpushare here: every job is Slurm's alone. A share must not

@@ -322,9 +322,6 @@ pub fn parse(text: &str, file: &str) -> Result<GpuMpsConfig, ConfigError> {
     Ok(cfg)
 }
 
-/// Reads and parses the file at `path`. `Ok(None)`: there is none, so the
-/// node shares nothing (what the prolog, epilog and SPANK plugin do with
-/// that is theirs to decide).
 /// What a job holding an MPS share is told on a node where gpushare has no
 /// configuration: Slurm alone would run the share unplaced (22.05 stacks
 /// every share on GPU 0), unconfined and without an MPS daemon, so gpushare
@@ -342,6 +339,20 @@ pub fn missing_conf_refusal(job: u32, looked_at: &[std::path::PathBuf]) -> Strin
     )
 }
 
+/// Where this node's gpu_mps.conf is: `explicit` (`conf=` in plugstack.conf,
+/// `--conf`), else beside the slurm.conf in use, else in
+/// [`NODE_CONF_DIR`](crate::shared::locations::NODE_CONF_DIR) (a configless
+/// node's own file); `Err`: nowhere, with the places looked at.
+pub fn locate(
+    explicit: Option<&std::path::Path>,
+) -> Result<std::path::PathBuf, Vec<std::path::PathBuf>> {
+    use crate::shared::locations::{first_existing, node_conf_candidates};
+    first_existing(node_conf_candidates(explicit, None, CONF_NAME))
+}
+
+/// Reads and parses the file at `path`. `Ok(None)`: there is none, so the
+/// node shares nothing (what the prolog, epilog and SPANK plugin do with
+/// that is theirs to decide).
 pub fn load(path: &std::path::Path) -> Result<Option<GpuMpsConfig>, ConfigError> {
     kv::load(path, parse)
 }

@@ -262,22 +262,23 @@ impl ClusterSpec {
     /// `LL_SHARED_GRES`, and gpushare records Slurm's choice.
     pub fn mps_node() -> Self {
         let by_slurm = slurm_places_shares();
-        let count_line = if by_slurm { "" } else { "SlurmMpsCount=1600\n" };
         Self {
-            gpus: vec![GpuSpec { gpu_type: "a40".into(), count: 4 }],
+            gpus: vec![GpuSpec {
+                gpu_type: "a40".into(),
+                count: 4,
+            }],
             mps_count: Some(if by_slurm { 400 } else { 1600 }),
             mps_per_gpu: by_slurm,
             cgroup_devices: true,
             job_submit_plugins: vec!["gpu_qos".into()],
             prolog: Some("{build}/gpu-mps-prolog".into()),
             epilog: Some("{build}/gpu-mps-epilog".into()),
-            plugstack: vec!["required {plugins}/spank_gpu_mps.so conf={cluster}/etc/gpu_mps.conf".into()],
+            plugstack: vec![
+                "required {plugins}/spank_gpu_mps.so conf={cluster}/etc/gpu_mps.conf".into(),
+            ],
             extra_conf_files: vec![
                 ("gpu_qos.conf".into(), "MaxMPSPerJob=100\n".into()),
-                (
-                    "gpu_mps.conf".into(),
-                    format!("UnitsPerGPU=100\nGPUDevices={{cluster}}/dev/nvidia[0-3]\nStateDir={{cluster}}/run/gpu-mps\n{count_line}MPSControl=none\nSyslogSocket={{cluster}}/log/syslog.sock\n"),
-                ),
+                ("gpu_mps.conf".into(), harness_gpu_mps_conf(4, !by_slurm)),
             ],
             // srun/salloc jobs' prologs get job_submit/gpu_qos's share size.
             extra_slurm_conf: vec!["PrologFlags=Alloc".into()],
@@ -297,17 +298,9 @@ impl ClusterSpec {
     pub fn example_site_nodes() -> Self {
         let by_slurm = slurm_places_shares();
         let node_conf = |gpus: u32, pool: bool| {
-            let count = if pool && !by_slurm {
-                "SlurmMpsCount=1600\n"
-            } else {
-                ""
-            };
             (
                 "gpu_mps.conf".to_owned(),
-                format!(
-                    "UnitsPerGPU=100\nGPUDevices={{cluster}}/dev/nvidia[0-{}]\nStateDir={{cluster}}/run/gpu-mps\n{count}MPSControl=none\nSyslogSocket={{cluster}}/log/syslog.sock\n",
-                    gpus - 1
-                ),
+                harness_gpu_mps_conf(gpus, pool && !by_slurm),
             )
         };
         let pool = |name: &str| NodeSpec {
@@ -375,6 +368,18 @@ impl ClusterSpec {
             dir: dir.clone(),
             ports: Ports::pick()?,
             daemons: BTreeMap::new(),
+            nodes: if self.nodes.is_empty() {
+                vec![NodeSpec {
+                    name: NODE.to_owned(),
+                    gpus: self.gpus.clone(),
+                    mps_count: self.mps_count,
+                    mps_per_gpu: self.mps_per_gpu,
+                    local_files: Vec::new(),
+                    configless: false,
+                }]
+            } else {
+                self.nodes.clone()
+            },
             slurmds: BTreeMap::new(),
             hosts: Vec::new(),
             fabric: None,
@@ -489,6 +494,21 @@ impl JobInfo {
     pub fn state(&self) -> &str {
         self.get("JobState").unwrap_or("")
     }
+    /// The states of a job that has ended, successfully or not.
+    pub const DONE: &'static [&'static str] = &[
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "BOOT_FAIL",
+        "DEADLINE",
+    ];
+    /// Whether the job has ended ([`Self::DONE`]).
+    pub fn is_done(&self) -> bool {
+        Self::DONE.contains(&self.state())
+    }
     /// Number of times the job was requeued.
     pub fn restarts(&self) -> u32 {
         self.get("Restarts")
@@ -505,6 +525,8 @@ pub struct Cluster {
     pub dir: PathBuf,
     pub ports: Ports,
     daemons: BTreeMap<&'static str, Daemon>,
+    /// The nodes: the spec's, or the one node of a one-node cluster.
+    nodes: Vec<NodeSpec>,
     /// Each node's slurmd, by node name.
     slurmds: BTreeMap<String, Daemon>,
     /// The nodes' hosts (multi-node clusters), in the spec's order.
@@ -637,6 +659,18 @@ fn start_syslog(path: PathBuf, out: PathBuf) -> Result<()> {
     Ok(())
 }
 
+/// The harness's gpu_mps.conf for a node of `gpus` GPUs at
+/// `{cluster}/dev/nvidia<N>`: state in `{cluster}/run`, syslog to the
+/// harness, no MPS daemons; with `slurm_mps_count`, the node-wide
+/// `Count=1600` of the 22.05 setup (gpushare places).
+fn harness_gpu_mps_conf(gpus: u32, slurm_mps_count: bool) -> String {
+    format!(
+        "UnitsPerGPU=100\nGPUDevices={{cluster}}/dev/nvidia[0-{last}]\nStateDir={{cluster}}/run/gpu-mps\n{count}MPSControl=none\nSyslogSocket={{cluster}}/log/syslog.sock\n",
+        last = gpus.saturating_sub(1),
+        count = if slurm_mps_count { "SlurmMpsCount=1600\n" } else { "" },
+    )
+}
+
 /// A node's lines of gres.conf, its GPUs at `dev/nvidia<N>`.
 fn gres_lines(n: &NodeSpec, dev: &Path) -> String {
     let mut gres = String::new();
@@ -736,7 +770,7 @@ impl Cluster {
     /// Contents of a daemon's log; on a multi-node cluster, a node
     /// daemon's (`slurmd`) is every node's log, each behind a header line.
     pub fn log(&self, daemon: &str) -> String {
-        if self.hosts.is_empty() || daemon != "slurmd" {
+        if !self.multi_node() || daemon != "slurmd" {
             return fs::read_to_string(self.log_path(daemon)).unwrap_or_default();
         }
         let mut out = String::new();
@@ -797,7 +831,7 @@ impl Cluster {
 
     /// The most GPUs any node has.
     fn total_gpus(&self) -> u32 {
-        self.node_specs()
+        self.nodes
             .iter()
             .map(NodeSpec::gpu_count)
             .max()
@@ -809,24 +843,17 @@ impl Cluster {
         !self.spec.nodes.is_empty()
     }
 
-    /// The nodes: the spec's, or the one node of a one-node cluster.
-    fn node_specs(&self) -> Vec<NodeSpec> {
-        if self.multi_node() {
-            return self.spec.nodes.clone();
-        }
-        vec![NodeSpec {
-            name: NODE.to_owned(),
-            gpus: self.spec.gpus.clone(),
-            mps_count: self.spec.mps_count,
-            mps_per_gpu: self.spec.mps_per_gpu,
-            local_files: Vec::new(),
-            configless: false,
-        }]
-    }
-
     /// Names of the nodes, in the spec's order.
     pub fn node_names(&self) -> Vec<String> {
-        self.node_specs().into_iter().map(|n| n.name).collect()
+        self.nodes.iter().map(|n| n.name.clone()).collect()
+    }
+
+    /// Where nodes and clients reach slurmctld.
+    fn controller_addr(&self) -> String {
+        self.fabric.as_ref().map_or_else(
+            || "127.0.0.1".to_owned(),
+            |f| f.controller_addr().to_string(),
+        )
     }
 
     /// A node's own directory as the harness sees it: `nodes/<name>` (its
@@ -891,7 +918,7 @@ impl Cluster {
     fn start_hosts(&mut self) -> Result<()> {
         let fabric = Fabric::create_next()?;
         for (i, n) in self.spec.nodes.iter().enumerate() {
-            let host = NodeHost::start(&n.name, i, &fabric, &self.dir, &self.dir)?;
+            let host = NodeHost::start(&n.name, i, &fabric, &self.dir)?;
             for (name, text) in &n.local_files {
                 write(
                     &host.dir.join("etc-slurm").join(name),
@@ -979,7 +1006,7 @@ impl Cluster {
     }
 
     fn make_gpu_devices(&self) -> Result<()> {
-        for node in self.node_specs() {
+        for node in &self.nodes {
             let dev = self.node_dir(&node.name).join("dev");
             for i in 0..node.gpu_count() {
                 mknod_gpu(&dev.join(format!("nvidia{i}")), i)?;
@@ -1040,7 +1067,7 @@ impl Cluster {
         let p = self.ports;
         let host = hostname();
         let munge_sock = d.join("munge/munge.sock");
-        let nodes = self.node_specs();
+        let nodes = &self.nodes;
         let any_mps = nodes.iter().any(|n| n.mps_count.is_some());
         let mut gres_types = vec!["gpu"];
         if any_mps {
@@ -1060,10 +1087,7 @@ impl Cluster {
         if any_mps {
             tres.push("gres/mps".into());
         }
-        let ctl_addr = self.fabric.as_ref().map_or_else(
-            || "127.0.0.1".to_owned(),
-            |f| f.controller_addr().to_string(),
-        );
+        let ctl_addr = self.controller_addr();
         let (proctrack, task) = if self.spec.cgroup_devices {
             ("proctrack/cgroup", "task/cgroup")
         } else {
@@ -1196,7 +1220,7 @@ impl Cluster {
         write(&etc.join("slurm.conf"), &conf, 0o644)?;
 
         let mut gres = String::from("AutoDetect=off\n");
-        for n in &nodes {
+        for n in nodes {
             gres.push_str(&gres_lines(n, &d.join("dev")));
         }
         write(&etc.join("gres.conf"), &gres, 0o644)?;
@@ -1427,21 +1451,22 @@ impl Cluster {
     /// Starts node `node`'s slurmd (on its own host on a multi-node
     /// cluster; configless nodes ask slurmctld for their configuration).
     fn start_slurmd_on(&mut self, node: &str) -> Result<()> {
-        let spec = self
-            .node_specs()
-            .into_iter()
+        let configless = self
+            .nodes
+            .iter()
             .find(|n| n.name == node)
-            .ok_or_else(|| format!("no node {node} in this cluster"))?;
+            .ok_or_else(|| format!("no node {node} in this cluster"))?
+            .configless;
         let mut cmd = self.on_node(node, "slurmd");
         cmd.args(["-D", "-N", node]);
-        if spec.configless {
-            let ctl = self.fabric.as_ref().map_or_else(
-                || "127.0.0.1".to_owned(),
-                |f| f.controller_addr().to_string(),
-            );
+        if configless {
             cmd.env_remove("SLURM_CONF")
                 .arg("--conf-server")
-                .arg(format!("{ctl}:{}", self.ports.slurmctld));
+                .arg(format!(
+                    "{}:{}",
+                    self.controller_addr(),
+                    self.ports.slurmctld
+                ));
         }
         if cgroup_v2() {
             cmd.env("LD_PRELOAD", self.unified_only_shim()?);
@@ -1705,20 +1730,7 @@ impl Cluster {
 
     /// Waits until the job has finished, successfully or not.
     pub fn wait_job_done(&self, id: u32, timeout: Duration) -> Result<JobInfo> {
-        self.wait_job_state(
-            id,
-            &[
-                "COMPLETED",
-                "FAILED",
-                "CANCELLED",
-                "TIMEOUT",
-                "NODE_FAIL",
-                "OUT_OF_MEMORY",
-                "BOOT_FAIL",
-                "DEADLINE",
-            ],
-            timeout,
-        )
+        self.wait_job_state(id, JobInfo::DONE, timeout)
     }
 
     /// Output file of a batch job submitted with the default `--output`.
@@ -1926,7 +1938,7 @@ impl Cluster {
     /// The node comes back from a reboot: its `/run` (and with it
     /// gpushare's state directory) is empty, slurmd starts afresh.
     pub fn boot_node(&mut self, node: &str) -> Result<()> {
-        self.host(node)?.wipe_run(&self.dir)?;
+        self.host(node)?.wipe_run()?;
         self.restart_slurmd_on(node)
     }
 

@@ -155,6 +155,8 @@ pub struct NodeHost {
     holder: Daemon,
     /// The lab end of the node's veth pair (its "cable").
     pub cable: String,
+    /// The lab's munged, which the node's default socket leads to.
+    munge_socket: PathBuf,
 }
 
 impl NodeHost {
@@ -162,13 +164,7 @@ impl NodeHost {
     /// it to `fabric`, and sets the node up: hostname, loopback, address,
     /// a tmpfs `/run`, its own `run/`, `dev/`, `log/` over the cluster's and
     /// its own `/etc/slurm`.
-    pub fn start(
-        name: &str,
-        index: usize,
-        fabric: &Fabric,
-        cluster_dir: &Path,
-        marker: &Path,
-    ) -> Result<Self> {
+    pub fn start(name: &str, index: usize, fabric: &Fabric, cluster_dir: &Path) -> Result<Self> {
         let dir = cluster_dir.join("nodes").join(name);
         for sub in ["run", "dev", "log", "etc-slurm"] {
             fs::create_dir_all(dir.join(sub)).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -186,7 +182,7 @@ impl NodeHost {
         let holder = Daemon::spawn(
             "node-host",
             cmd,
-            marker,
+            cluster_dir,
             cluster_dir.join("log").join(format!("host-{name}.log")),
         )
         .map_err(|e| format!("cannot start node {name}'s namespaces: {e}"))?;
@@ -209,6 +205,7 @@ impl NodeHost {
             dir,
             holder,
             cable,
+            munge_socket: cluster_dir.join("munge/munge.sock"),
         };
         let _ = ip(&["link", "del", &host.cable]);
         ip(&[
@@ -227,8 +224,7 @@ impl NodeHost {
         let d = cluster_dir.display();
         let n = host.dir.display();
         let setup = format!(
-            "set -e\n\
-             hostname {name}\n\
+            "hostname {name}\n\
              ip link set lo up\n\
              ip addr add {addr}/24 dev eth0\n\
              ip link set eth0 up\n\
@@ -238,11 +234,8 @@ impl NodeHost {
              mount --bind {n}/etc-slurm /etc/slurm\n",
             addr = host.addr,
         );
-        run_checked(
-            host.command("sh").args(["-c", &setup]),
-            &format!("setting up node {name}"),
-        )?;
-        host.boot_run(cluster_dir)?;
+        host.sh(&setup, "setting up")?;
+        host.boot_run()?;
         Ok(host)
     }
 
@@ -250,14 +243,20 @@ impl NodeHost {
     /// Slurm looks by default (a configless slurmd asks slurmctld for its
     /// configuration before it reads any `AuthInfo=`), here the lab's
     /// munged.
-    fn boot_run(&self, cluster_dir: &Path) -> Result<()> {
+    fn boot_run(&self) -> Result<()> {
         let script = format!(
-            "set -e\nmkdir -p /run/munge\nln -sf {} /run/munge/munge.socket.2\n",
-            cluster_dir.join("munge/munge.sock").display()
+            "mkdir -p /run/munge\nln -sf {} /run/munge/munge.socket.2\n",
+            self.munge_socket.display()
         );
+        self.sh(&script, "booting")
+    }
+
+    /// Runs a shell script on this node (as root), stopping at its first
+    /// failing command; `what` names the step in the error.
+    fn sh(&self, script: &str, what: &str) -> Result<()> {
         run_checked(
-            self.command("sh").args(["-c", &script]),
-            &format!("booting node {}", self.name),
+            self.command("sh").args(["-ec", script]),
+            &format!("{what} node {}", self.name),
         )
     }
 
@@ -308,15 +307,12 @@ impl NodeHost {
     /// Empties what a reboot empties: its tmpfs `/run` and the node's own
     /// `run/` (gpushare's state directory lives there); then what boot puts
     /// back.
-    pub fn wipe_run(&self, cluster_dir: &Path) -> Result<()> {
+    pub fn wipe_run(&self) -> Result<()> {
         let script = format!(
-            "set -e\nfind /run -mindepth 1 -delete\nfind {} -mindepth 1 -delete\n",
+            "find /run -mindepth 1 -delete\nfind {} -mindepth 1 -delete\n",
             self.dir.join("run").display()
         );
-        run_checked(
-            self.command("sh").args(["-c", &script]),
-            &format!("emptying node {}'s /run", self.name),
-        )?;
-        self.boot_run(cluster_dir)
+        self.sh(&script, "emptying /run of")?;
+        self.boot_run()
     }
 }

@@ -17,12 +17,11 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use gpushare::mps::bounded;
-use gpushare::mps::config::{self, GpuMpsConfig, CONF_NAME};
+use gpushare::mps::config::{self, GpuMpsConfig};
 use gpushare::mps::daemon;
 use gpushare::mps::ledger::{Ledger, StatusCopy};
 use gpushare::mps::node::{gpu_devices, running_jobs, Node};
 use gpushare::mps::status::{self, DaemonProbe, DaemonState, Installed, NodeStatus, SlurmSetup};
-use gpushare::shared::locations::{first_existing, node_conf_candidates};
 use gpushare_admin::{effective_uid, nvml};
 
 /// The MPS shares of this GPU node (gpushare).
@@ -101,7 +100,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // As the node programs find it: beside slurm.conf, else /etc/slurm (a
     // configless node); where neither exists, the first place is named.
-    let conf = first_existing(node_conf_candidates(cli.conf.as_deref(), None, CONF_NAME))
+    let conf = config::locate(cli.conf.as_deref())
         .unwrap_or_else(|looked_at| looked_at.into_iter().next().unwrap_or_default());
     let result = match cli.command {
         Cmd::Status { json } => status(&conf, json),

@@ -25,11 +25,10 @@ use std::os::raw::{c_char, c_int};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
-use gpushare::mps::config::{self as mps_conf, missing_conf_refusal, CONF_NAME};
+use gpushare::mps::config::{self as mps_conf, missing_conf_refusal};
 use gpushare::mps::devices::{confine, job_levels, task_devices_dir, CharDevice, DEVICES_ROOT};
 use gpushare::mps::ledger::Ledger;
 use gpushare::mps::node::{claim_banner, count_mismatch, gpu_devices, task_plan, TaskPlan};
-use gpushare::shared::locations::{first_existing, node_conf_candidates};
 use slurm_plugin::log;
 use slurm_plugin::slurm_str::opt_str;
 use slurm_sys::{
@@ -178,13 +177,12 @@ fn setenv(sp: spank_t, name: &str, value: &str) -> SpankResult {
 }
 
 /// Where the node's gpu_mps.conf is: `conf=PATH` from the plugstack line,
-/// else next to slurm.conf, else /etc/slurm (a configless node's own
-/// file); `Err`: nowhere, with the places looked at.
+/// else where [`mps_conf::locate`] finds it.
 fn conf_path(args: &[String]) -> Result<PathBuf, Vec<PathBuf>> {
     let explicit = args
         .iter()
         .find_map(|a| a.strip_prefix("conf=").map(PathBuf::from));
-    first_existing(node_conf_candidates(explicit.as_deref(), None, CONF_NAME))
+    mps_conf::locate(explicit.as_deref())
 }
 
 /// # Safety
