@@ -74,9 +74,8 @@ check-releases:
 # SUITE:CGROUP:BINARIES (all, or test binaries separated by commas); host is
 # this machine's own Slurm. Where gpushare places shares (host, 22.05) only
 # gpu_mps runs on v2: there every share is refused, and that is its test.
-# On v2 the multi-node share tests run on 24.11 (CI's time budget; 26.05
-# places shares as 24.11 does, and runs the whole suite on v1).
-RELEASE_RUNS ?= trixie:v1:all sid:v1:all trixie:v2:gpu_mps,mps_daemon,attack,multinode:two_node/shares_on sid:v2:gpu_mps,mps_daemon,attack host:v2:gpu_mps
+# On v2 the multi-node share tests run on 24.11 and 26.05.
+RELEASE_RUNS ?= trixie:v1:all sid:v1:all trixie:v2:gpu_mps,mps_daemon,attack,multinode:two_node/shares_on/no_room sid:v2:gpu_mps,mps_daemon,attack,multinode:two_node/shares_on/no_room host:v2:gpu_mps
 test-releases:
 	@failed=""; for run in $(RELEASE_RUNS); do \
 		suite=$${run%%:*}; rest=$${run#*:}; cgroup=$${rest%%:*}; only=$${rest#*:}; \

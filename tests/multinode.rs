@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use gpushare::mps::ledger::LedgerState;
-use testcluster::cluster::wait_for;
+use testcluster::cluster::{slurm_places_shares, wait_for};
 use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
 
 fn main() -> ExitCode {
@@ -42,6 +42,10 @@ fn main() -> ExitCode {
             two_node_share,
         )
         .test(
+            "a_two_node_share_with_no_room_on_one_node_never_runs_there",
+            no_room_on_one_node,
+        )
+        .test(
             "a_node_without_gpushare_refuses_shares_loudly",
             missing_node_config,
         )
@@ -66,6 +70,16 @@ fn main() -> ExitCode {
 
 /// A share job that prints its GPU and waits.
 const SHARE: &str = "--wrap=echo GPU=$GPUSHARE_GPU HOST=$(hostname); sleep 300";
+
+/// [`SHARE`], which also prints which GPU devices of its node it can open
+/// (see [`Cluster::write_device_probe`]).
+fn probed_share(c: &Cluster) -> Result<String, String> {
+    let probe = c.write_device_probe()?;
+    Ok(format!(
+        "--wrap=echo GPU=$GPUSHARE_GPU HOST=$(hostname); {}; sleep 300",
+        probe.display()
+    ))
+}
 
 fn ledger_text(c: &Cluster, node: &str) -> String {
     fs::read_to_string(c.node_dir(node).join("run/gpu-mps/state")).unwrap_or_default()
@@ -96,11 +110,12 @@ fn start_shares(
     extra: &[&str],
 ) -> Result<Vec<u32>, String> {
     let gres = format!("--gres=mps:{units}");
+    let script = probed_share(c)?;
     let ids: Vec<u32> = (0..n)
         .map(|_| {
             let mut args = vec!["-w", node, gres.as_str()];
             args.extend_from_slice(extra);
-            args.push(SHARE);
+            args.push(&script);
             c.sbatch_ok(&args)
         })
         .collect::<Result<_, _>>()?;
@@ -318,11 +333,21 @@ fn shares_on_two_nodes(c: &mut Cluster) -> TestResult {
             per_gpu == [2, 2, 2, 2],
             format!("{node}: shares per GPU {per_gpu:?}: {held:?}"),
         )?;
-        for id in ids {
+        for (id, gpu) in &held {
             let host = printed(c, *id, "HOST");
             ensure(
                 host.as_deref() == Some(*node),
                 format!("job {id} ran on {host:?}, not {node}"),
+            )?;
+            // Confined: its own GPU's device opens, no other of its node.
+            let out = c.job_output(*id);
+            let open: Vec<&str> = out
+                .split_whitespace()
+                .filter(|w| w.ends_with("=No_such_device_or_address"))
+                .collect();
+            ensure(
+                open == [format!("dev{gpu}=No_such_device_or_address")],
+                format!("job {id}, placed on GPU {gpu} of {node}, can open {open:?}: {out}"),
             )?;
         }
     }
@@ -522,6 +547,89 @@ fn two_node_share(c: &mut Cluster) -> TestResult {
     )
 }
 
+/// gpu01 holds four shares of 60 units, one per GPU: 160 units free on
+/// the node, at most 40 on any GPU. A two-node share of 50 on gpu01 and
+/// gpu02: where gpushare places (Slurm counts the node's mps as one pool),
+/// Slurm starts it, gpu01's prolog refuses it and the job fails naming
+/// gpu01, while gpu02, which placed its half, releases it. Where Slurm
+/// places, it sees each GPU's room and holds the job until one has room.
+fn no_room_on_one_node(c: &mut Cluster) -> TestResult {
+    clean(c)?;
+    let fillers = start_shares(c, "gpu01", 4, 60, &[])?;
+    let held = shares(c, "gpu01");
+    let gpus: Vec<u32> = held.values().copied().collect();
+    ensure(
+        gpus.len() == 4 && (0..4).all(|g| gpus.contains(&g)),
+        format!("gpu01 should hold one 60-unit share per GPU: {held:?}"),
+    )?;
+    let id = c.sbatch_ok(&[
+        "-N2",
+        "-w",
+        "gpu01,gpu02",
+        "--gres=mps:50",
+        "--wrap=srun -l sh -c 'echo $(hostname) GPU=$GPUSHARE_GPU'",
+    ])?;
+    if slurm_places_shares() {
+        // Slurm holds it: no GPU of gpu01 has 50 units.
+        std::thread::sleep(Duration::from_secs(5));
+        let info = c.job(id)?;
+        ensure(
+            info.state() == "PENDING" && shares(c, "gpu01") == held,
+            format!(
+                "with 40 units free on each GPU of gpu01, job {id} is {} and gpu01 holds {:?}",
+                info.state(),
+                shares(c, "gpu01")
+            ),
+        )?;
+        c.run_ok("scancel", &[&fillers[0].to_string()])?;
+        let done = c.wait_job_done(id, Duration::from_secs(60))?;
+        let out = c.job_output(id);
+        ensure(
+            done.state() == "COMPLETED"
+                && ["gpu01", "gpu02"]
+                    .iter()
+                    .all(|n| out.lines().any(|l| l.contains(n) && !l.ends_with("GPU="))),
+            format!("once a GPU had room job {id} ended {}: {out}", done.state()),
+        )?;
+        return clean(c);
+    }
+    let done = c.wait_job_done(id, Duration::from_secs(60))?;
+    let out = c.job_output(id);
+    ensure(
+        done.state() == "FAILED"
+            && out.contains(&format!("job {id} on node gpu01:"))
+            && out.contains("no single GPU"),
+        format!(
+            "a share with no room on gpu01 ended {}, its output: {out:?}",
+            done.state()
+        ),
+    )?;
+    // gpu02 placed its half, then released it; gpu01 holds its fillers only.
+    let log = c.node_log("gpu02", "syslog");
+    let about: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(&format!("job {id}")))
+        .collect();
+    ensure(
+        about.iter().any(|l| l.contains("units on GPU"))
+            && about.iter().any(|l| l.contains("released")),
+        format!("gpu02's log should show job {id} placed and released: {about:?}"),
+    )?;
+    wait_for(
+        "gpu02's ledger to be empty",
+        Duration::from_secs(30),
+        || shares(c, "gpu02").is_empty().then_some(()),
+    )?;
+    ensure(
+        shares(c, "gpu01") == held,
+        format!(
+            "gpu01 holds {:?}, its fillers were {held:?}",
+            shares(c, "gpu01")
+        ),
+    )?;
+    clean(c)
+}
+
 fn missing_node_config(c: &mut Cluster) -> TestResult {
     clean(c)?;
     let conf = c.node_dir("gpu02").join("etc-slurm/gpu_mps.conf");
@@ -658,6 +766,47 @@ fn request_shapes(c: &mut Cluster) -> TestResult {
         format!("-N1-3 --gres=gpu:a40:2 under a limit of 4 runs on {nodes} nodes"),
     )?;
     c.run_ok("scancel", &[&range.to_string()])?;
+    // An array: one job_submit call for all its tasks, the untyped one
+    // refused with the fix; the typed one's tasks count against the group
+    // wherever they run, four at a time, the others waiting on the group.
+    let untyped = lafferty(&["--array=0-5", "--gres=gpu:1", "--wrap=true"]);
+    ensure(
+        untyped
+            .as_ref()
+            .is_err_and(|e| e.contains("--gres=gpu:a40:1")),
+        format!("an untyped lafferty array: {untyped:?}"),
+    )?;
+    let array = lafferty(&["--array=0-5", "--gres=gpu:a40:1", "--wrap=sleep 300"])
+        .map_err(|e| format!("--array=0-5 --gres=gpu:a40:1 refused: {e}"))?;
+    let tasks = wait_for(
+        "four array tasks to run and two to wait on the group",
+        Duration::from_secs(60),
+        || {
+            let out = c
+                .run_ok(
+                    "squeue",
+                    &["-h", "-r", "-j", &array.to_string(), "-o", "%T %N %r"],
+                )
+                .ok()?;
+            let running = out.lines().filter(|l| l.starts_with("RUNNING")).count();
+            let on_group = out
+                .lines()
+                .filter(|l| l.starts_with("PENDING") && l.contains("QOSGrp"))
+                .count();
+            (running == 4 && on_group == 2).then_some(out)
+        },
+    )
+    .map_err(|e| {
+        let now = c
+            .run_ok(
+                "squeue",
+                &["-h", "-r", "-j", &array.to_string(), "-o", "%T %N %r"],
+            )
+            .unwrap_or_default();
+        format!("{e}: {now}")
+    })?;
+    eprintln!("array {array} under qos_lafferty:\n{tasks}");
+    c.run_ok("scancel", &[&array.to_string()])?;
     // A heterogeneous job: one job_submit call per component, and the
     // untyped second one is refused with the fix.
     let script = c.jobs_dir.join("het.sh");

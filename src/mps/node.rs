@@ -216,6 +216,9 @@ pub struct JobEnv {
     pub units_claimed: Option<u32>,
     /// `SLURM_JOB_GPUS`: the GPU indices Slurm allocated.
     pub job_gpus: Vec<u32>,
+    /// `SLURMD_NODENAME`: this node, as Slurm names it; a refusal names it,
+    /// so a job spanning nodes says which one refused.
+    pub node: String,
 }
 
 impl JobEnv {
@@ -251,6 +254,14 @@ impl JobEnv {
         // prolog fail (and the node drain) for what a client sent.
         let units_claimed =
             get(&spank_env::in_prolog(spank_env::MPS_UNITS)).and_then(|v| v.trim().parse().ok());
+        let node = get("SLURMD_NODENAME")
+            .filter(|n| !n.trim().is_empty())
+            .or_else(|| {
+                fs::read_to_string("/proc/sys/kernel/hostname")
+                    .ok()
+                    .map(|h| h.trim().to_owned())
+            })
+            .unwrap_or_else(|| "this node".to_owned());
         Ok(Self {
             job,
             uid,
@@ -258,6 +269,7 @@ impl JobEnv {
             mps_percentage: num("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")?,
             units_claimed,
             job_gpus,
+            node,
         })
     }
 
@@ -455,8 +467,7 @@ pub fn prolog(
         let units = match share_units(slurm_per_gpu(cfg, *gpu_count, booking), env) {
             Ok(units) => units,
             Err(why) => {
-                report.outcome =
-                    refuse(ledger, env.job, format!("gpu_mps: job {}: {why}", env.job));
+                report.outcome = refuse(ledger, env, why);
                 return Ok(report);
             }
         };
@@ -467,16 +478,12 @@ pub fn prolog(
         if booking.cgroup_v2 {
             report.outcome = refuse(
                 ledger,
-                env.job,
-                format!(
-                    "gpu_mps: job {}: this node runs cgroup v2, where a job can only be kept \
-                     from devices, never given one Slurm did not allow; gpushare cannot move \
-                     the share to the GPU it would choose, so the job is refused. Let Slurm \
-                     place shares (Slurm 23.11 or later: per-GPU mps lines with \
-                     Flags=all_sharing and LL_SHARED_GRES, see `gpu-mps config`) or use \
-                     CgroupPlugin=cgroup/v1",
-                    env.job
-                ),
+                env,
+                "this node runs cgroup v2, where a job can only be kept from devices, never \
+                 given one Slurm did not allow; gpushare cannot move the share to the GPU it \
+                 would choose, so the job is refused. Let Slurm place shares (Slurm 23.11 or \
+                 later: per-GPU mps lines with Flags=all_sharing and LL_SHARED_GRES, see \
+                 `gpu-mps config`) or use CgroupPlugin=cgroup/v1",
             );
             return Ok(report);
         }
@@ -511,11 +518,7 @@ pub fn prolog(
             }
             Err(LedgerError::Placement { error, repair }) => {
                 report.notes.extend(repair.map(|r| r.to_string()));
-                refuse(
-                    ledger,
-                    env.job,
-                    format!("gpu_mps: job {}: {error}", env.job),
-                )
+                refuse(ledger, env, error)
             }
             Err(other) => return Err(other),
         };
@@ -572,12 +575,9 @@ fn record_slurm_choice(
     let Some(&gpu) = env.job_gpus.first() else {
         return Ok(refuse(
             &node.ledger,
-            env.job,
-            format!(
-                "gpu_mps: job {}: Slurm places this node's shares, but named no GPU for it \
-                 (SLURM_JOB_GPUS is not set in the prolog)",
-                env.job
-            ),
+            env,
+            "Slurm places this node's shares, but named no GPU for it (SLURM_JOB_GPUS is not \
+             set in the prolog)",
         ));
     };
     if env.job_gpus.len() > 1 {
@@ -607,11 +607,8 @@ fn record_slurm_choice(
             report.notes.extend(repair.map(|r| r.to_string()));
             Ok(refuse(
                 &node.ledger,
-                env.job,
-                format!(
-                    "gpu_mps: job {}: on GPU {gpu} (Slurm's choice): {error}",
-                    env.job
-                ),
+                env,
+                format!("on GPU {gpu} (Slurm's choice): {error}"),
             ))
         }
         Err(other) => Err(other),
@@ -695,8 +692,11 @@ pub fn units_mismatch(cfg: &GpuMpsConfig, booking: &MpsBooking) -> Option<String
     })
 }
 
-fn refuse(ledger: &Ledger, job: u32, text: String) -> PrologOutcome {
-    match state_dir::replace_file(ledger.dir(), &refusal_name(job), text.as_bytes(), 0o600) {
+/// Leaves the refusal note the SPANK plugin fails `env`'s job with: the
+/// job, the node (a job on several nodes must say which one refused) and why.
+fn refuse(ledger: &Ledger, env: &JobEnv, why: impl std::fmt::Display) -> PrologOutcome {
+    let text = format!("gpu_mps: job {} on node {}: {why}", env.job, env.node);
+    match state_dir::replace_file(ledger.dir(), &refusal_name(env.job), text.as_bytes(), 0o600) {
         Ok(()) => PrologOutcome::Refused(text),
         Err(e) => PrologOutcome::Refused(format!(
             "{text} (and the refusal note could not be written: {e})"
@@ -995,6 +995,7 @@ mod tests {
             mps_percentage: Some(units / 4),
             units_claimed: Some(units),
             job_gpus: vec![0],
+            node: "gpu01".to_owned(),
         }
     }
 
@@ -1178,6 +1179,7 @@ mod tests {
             mps_percentage: None,
             units_claimed: Some(100),
             job_gpus: gpus,
+            node: "gpu01".to_owned(),
         };
         for job in 1..=4 {
             assert_eq!(
@@ -1216,7 +1218,8 @@ mod tests {
                 notes,
                 ..
             }) => {
-                assert!(text.contains("job 5"), "{text}");
+                // A job on several nodes says which one refused it.
+                assert!(text.contains("job 5 on node gpu01:"), "{text}");
                 assert!(
                     notes.iter().any(|n| n.contains("no record was dropped")),
                     "{notes:?}"
@@ -1245,6 +1248,7 @@ mod tests {
             mps_percentage: None,
             units_claimed: None,
             job_gpus: vec![0],
+            node: "gpu01".to_owned(),
         };
         assert!(matches!(
             outcome(&node, &whole),
@@ -1380,6 +1384,7 @@ mod tests {
             mps_percentage: Some(units),
             units_claimed: None,
             job_gpus: vec![gpu],
+            node: "gpu01".to_owned(),
             ..share_env(job, units)
         }
     }
@@ -1454,6 +1459,7 @@ mod tests {
         let booking = slurm_booking();
         let none = JobEnv {
             job_gpus: Vec::new(),
+            node: "gpu01".to_owned(),
             ..slurm_share_env(1, 50, 0)
         };
         let refused = |env: &JobEnv, text: &str| {
