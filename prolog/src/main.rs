@@ -103,7 +103,7 @@ fn main() -> ExitCode {
             },
             if *already { " (already placed)" } else { "" }
         ),
-        PrologOutcome::Refused(text) => log::warn!("refused: {text}"),
+        PrologOutcome::Refused { text, .. } => log::warn!("refused: {text}"),
         PrologOutcome::Whole { gpus, overlapping } => {
             log::info!("holds GPUs {gpus:?} whole");
             for s in overlapping {

@@ -50,13 +50,13 @@ use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
 use super::placement::{self, GpuLoad, PlacementError, ServerRule, MAX_GPUS_PER_NODE};
 use super::state_dir::{self, io_error, Access, DirError};
-use super::status::NodeStatus;
 
 const STATE_FILE: &str = "state";
 const LOCK_FILE: &str = "lock";
@@ -533,6 +533,19 @@ impl fmt::Display for Repair {
 pub struct Outcome<T> {
     pub value: T,
     pub repair: Option<Repair>,
+    /// What the optional views could not publish (see [`View::required`]).
+    pub notes: Vec<String>,
+}
+
+impl<T> Outcome<T> {
+    /// What callers log: the repair, then what the views could not publish.
+    pub fn remarks(&self) -> Vec<String> {
+        let repair = self.repair.as_ref().map(|r| r.to_string());
+        repair
+            .into_iter()
+            .chain(self.notes.iter().cloned())
+            .collect()
+    }
 }
 
 /// The result of [`Ledger::place`].
@@ -623,29 +636,24 @@ impl std::error::Error for LedgerError {
     }
 }
 
-/// The world-readable copy of the state that `gpu-mps status` shows to
-/// users and a lost state is rebuilt from. Its directory is checked like
-/// the ledger's (owned by the ledger's owner, writable by nobody else).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StatusCopy {
-    pub dir: PathBuf,
-    pub gpu_count: u32,
-    pub units_per_gpu: u32,
-}
-
-impl StatusCopy {
-    pub const FILE: &'static str = "state";
-
-    pub fn path(&self) -> PathBuf {
-        self.dir.join(Self::FILE)
+/// A file (or files) published from the state by every transaction that
+/// changes it, under the ledger's lock, before the state file is written:
+/// the world-readable status copy (`status::StatusCopy`), the DCGM job
+/// mapping (`dcgm::JobMapping`). Views know the ledger; the ledger knows
+/// them only through this trait.
+pub trait View: fmt::Debug + Send + Sync {
+    /// Publishes `state`.
+    fn publish(&self, state: &LedgerState) -> Result<(), LedgerError>;
+    /// Whether a failed publication fails the transaction (the status copy,
+    /// which a lost state is rebuilt from, must never know less than the
+    /// ledger); for the others it becomes a note of the outcome, and the
+    /// next transaction publishes again.
+    fn required(&self) -> bool {
+        false
     }
-
-    /// The records of a readable copy. The caller has checked its
-    /// directory (see [`state_dir::check`]).
-    pub fn read_records(&self) -> Option<LedgerState> {
-        let text = fs::read_to_string(self.path()).ok()?;
-        let status: NodeStatus = serde_json::from_str(&text).ok()?;
-        Some(LedgerState::from_views(&status.gpus, status.lost))
+    /// The records this view gives back for a lost state, and from where.
+    fn recover(&self) -> Option<(LedgerState, PathBuf)> {
+        None
     }
 }
 
@@ -655,7 +663,7 @@ pub struct Ledger {
     dir: PathBuf,
     owner: u32,
     created: bool,
-    copy: Option<StatusCopy>,
+    views: Vec<Arc<dyn View>>,
     rule: ServerRule,
 }
 
@@ -674,7 +682,7 @@ impl Ledger {
             dir: dir.to_path_buf(),
             owner,
             created,
-            copy: None,
+            views: Vec::new(),
             rule: ServerRule::NONE,
         })
     }
@@ -686,12 +694,11 @@ impl Ledger {
         self
     }
 
-    /// Publishes the status copy in every transaction, and rebuilds a lost
-    /// state from it. Its directory is created or checked now.
-    pub fn with_status_copy(mut self, copy: StatusCopy) -> Result<Self, LedgerError> {
-        state_dir::ensure(&copy.dir, self.owner, Access::WorldReadable)?;
-        self.copy = Some(copy);
-        Ok(self)
+    /// Publishes `view` in every transaction that changes the state (a
+    /// lost state is rebuilt from the first view that can give it back).
+    pub fn with_view(mut self, view: Arc<dyn View>) -> Self {
+        self.views.push(view);
+        self
     }
 
     pub fn dir(&self) -> &Path {
@@ -705,10 +712,6 @@ impl Ledger {
     /// The uid that owns the state.
     pub fn owner(&self) -> u32 {
         self.owner
-    }
-
-    pub fn status_copy(&self) -> Option<&StatusCopy> {
-        self.copy.as_ref()
     }
 
     /// The directory did not exist and [`Ledger::open`] created it; normal
@@ -1008,21 +1011,24 @@ impl Ledger {
         };
         // Skipping the write keeps repeated calls (every step of a job, a
         // second epilog) cheap and leaves the file untouched.
-        if state != before || repair.is_some() {
-            self.write(&state)?;
-        }
+        let notes = if state != before || repair.is_some() {
+            self.write(&state)?
+        } else {
+            Vec::new()
+        };
         lock.unlock()
             .map_err(|e| io_error("unlock", &self.dir.join(LOCK_FILE), e))?;
-        Ok(Outcome { value, repair })
+        Ok(Outcome {
+            value,
+            repair,
+            notes,
+        })
     }
 
     /// The state that replaces a lost one: the status copy's records, or an
     /// empty state marked lost.
     fn rebuilt(&self, reason: String, moved_to: Option<PathBuf>) -> (LedgerState, Option<Repair>) {
-        let from_copy = self
-            .copy
-            .as_ref()
-            .and_then(|copy| Some((copy.read_records()?, copy.path())));
+        let from_copy = self.views.iter().find_map(|v| v.recover());
         let (state, rebuilt_from) = match from_copy {
             Some((state, path)) => (state, Some(path)),
             None => (LedgerState::lost(format!("the state file {reason}")), None),
@@ -1035,20 +1041,20 @@ impl Ledger {
         (state, Some(repair))
     }
 
-    /// Publishes the status copy, then the state: the copy never knows less
-    /// than the ledger, so a state rebuilt from it never under-counts a GPU.
-    fn write(&self, state: &LedgerState) -> Result<(), LedgerError> {
-        if let Some(copy) = &self.copy {
-            let status = NodeStatus::of(state, copy.gpu_count, copy.units_per_gpu, Vec::new());
-            state_dir::replace_file(
-                &copy.dir,
-                StatusCopy::FILE,
-                status.to_json().as_bytes(),
-                0o644,
-            )?;
+    /// Publishes the views, then the state: the status copy never knows
+    /// less than the ledger, so a state rebuilt from it never under-counts a
+    /// GPU. Returns what the optional views could not publish.
+    fn write(&self, state: &LedgerState) -> Result<Vec<String>, LedgerError> {
+        let mut notes = Vec::new();
+        for view in &self.views {
+            match view.publish(state) {
+                Ok(()) => {}
+                Err(e) if view.required() => return Err(e),
+                Err(e) => notes.push(e.to_string()),
+            }
         }
         state_dir::replace_file(&self.dir, STATE_FILE, state.to_json().as_bytes(), 0o600)?;
-        Ok(())
+        Ok(notes)
     }
 
     fn lock(&self) -> Result<File, LedgerError> {
@@ -1166,10 +1172,10 @@ fn index(gpu: u32) -> usize {
 
 #[cfg(test)]
 mod tests {
+    use super::super::status::StatusCopy;
     use super::*;
     use proptest::prelude::*;
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    use std::sync::Arc;
 
     /// A directory of its own per test, removed even when the test fails.
     struct TempDir(tempfile::TempDir);
@@ -1196,11 +1202,9 @@ mod tests {
 
         /// The same, publishing its status copy in `<temp>/gpu-mps-mps`.
         fn ledger_with_copy(&self) -> Ledger {
-            ok(self.ledger().with_status_copy(StatusCopy {
-                dir: self.path().join("gpu-mps-mps"),
-                gpu_count: 4,
-                units_per_gpu: 100,
-            }))
+            let dir = self.path().join("gpu-mps-mps");
+            let copy = ok(StatusCopy::create(dir, self.owner(), 4, 100));
+            self.ledger().with_view(Arc::new(copy))
         }
     }
 

@@ -27,18 +27,18 @@ use std::collections::HashSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::booking::MpsBooking;
 use super::bounded;
 use super::config::{self, GpuMpsConfig, Placement};
 use super::daemon::{self, MpsDaemon};
-use super::ledger::{
-    Ledger, LedgerError, LedgerState, Record, ShareRecord, SlurmChoice, StatusCopy,
-};
+use super::ledger::{Ledger, LedgerError, LedgerState, Record, ShareRecord, SlurmChoice};
 use super::placement::PlacementError;
 use super::placement::ServerRule;
 use super::state_dir;
+use super::status::StatusCopy;
 use crate::shared::{spank_env, ConfigError};
 
 /// How long the prolog waits for `squeue` (asked only when a share finds
@@ -135,12 +135,14 @@ impl Node {
         if gpu_count == 0 {
             return Err(Unfit::NoGpus(conf_path.to_path_buf()));
         }
+        let copy = StatusCopy::create(
+            daemon::public_dir(&cfg),
+            owner,
+            gpu_count,
+            cfg.units_per_gpu,
+        )?;
         let ledger = Ledger::open(&cfg.state_dir, owner)?
-            .with_status_copy(StatusCopy {
-                dir: daemon::public_dir(&cfg),
-                gpu_count,
-                units_per_gpu: cfg.units_per_gpu,
-            })?
+            .with_view(Arc::new(copy))
             .with_server_rule(server_rule(&cfg));
         Ok(Self {
             cfg,
@@ -414,8 +416,10 @@ pub enum PrologOutcome {
         already: bool,
         mps: MpsDaemon,
     },
-    /// A share that cannot run here; the SPANK plugin fails the job with this text.
-    Refused(String),
+    /// A share that cannot run here; the SPANK plugin fails the job with
+    /// `text`. `reason` is what the metrics count it as (see
+    /// [`PlacementError::reason`]).
+    Refused { reason: &'static str, text: String },
     /// A whole-GPU job recorded; shares already on its GPUs are listed (an overlap Slurm created).
     Whole {
         gpus: Vec<u32>,
@@ -467,7 +471,7 @@ pub fn prolog(
         let units = match share_units(slurm_per_gpu(cfg, *gpu_count, booking), env) {
             Ok(units) => units,
             Err(why) => {
-                report.outcome = refuse(ledger, env, why);
+                report.outcome = refuse(ledger, env, "size", why);
                 return Ok(report);
             }
         };
@@ -479,6 +483,7 @@ pub fn prolog(
             report.outcome = refuse(
                 ledger,
                 env,
+                "cgroup_v2",
                 "this node runs cgroup v2, where a job can only be kept from devices, never \
                  given one Slurm did not allow; gpushare cannot move the share to the GPU it \
                  would choose, so the job is refused. Let Slurm place shares (Slurm 23.11 or \
@@ -513,18 +518,18 @@ pub fn prolog(
         }
         report.outcome = match placed {
             Ok(placed) => {
-                report.notes.extend(placed.repair.map(|r| r.to_string()));
+                report.notes.extend(placed.remarks());
                 serve(node, placed.value, &mut report)?
             }
             Err(LedgerError::Placement { error, repair }) => {
                 report.notes.extend(repair.map(|r| r.to_string()));
-                refuse(ledger, env, error)
+                refuse(ledger, env, error.reason(), error)
             }
             Err(other) => return Err(other),
         };
     } else if !env.job_gpus.is_empty() {
         let out = ledger.record_whole(env.job, &env.job_gpus)?;
-        report.notes.extend(out.repair.map(|r| r.to_string()));
+        report.notes.extend(out.remarks());
         report.outcome = PrologOutcome::Whole {
             gpus: env.job_gpus.clone(),
             overlapping: out.value,
@@ -553,7 +558,7 @@ fn drop_vanished(
     };
     let running: HashSet<u32> = jobs.iter().map(|j| j.job).collect();
     let out = ledger.reconcile(|j| j == job || running.contains(&j))?;
-    report.notes.extend(out.repair.map(|r| r.to_string()));
+    report.notes.extend(out.remarks());
     for record in &out.value {
         forget_notes(ledger, record.job());
     }
@@ -576,6 +581,7 @@ fn record_slurm_choice(
         return Ok(refuse(
             &node.ledger,
             env,
+            "slurm_gpu",
             "Slurm places this node's shares, but named no GPU for it (SLURM_JOB_GPUS is not \
              set in the prolog)",
         ));
@@ -597,7 +603,7 @@ fn record_slurm_choice(
         .record_slurm_share(env.job, env.uid, &env.user, units, choice)
     {
         Ok(placed) => {
-            report.notes.extend(placed.repair.map(|r| r.to_string()));
+            report.notes.extend(placed.remarks());
             if placed.value.crowded {
                 drop_vanished(&node.ledger, env.job, running, report)?;
             }
@@ -608,6 +614,7 @@ fn record_slurm_choice(
             Ok(refuse(
                 &node.ledger,
                 env,
+                error.reason(),
                 format!("on GPU {gpu} (Slurm's choice): {error}"),
             ))
         }
@@ -627,7 +634,7 @@ fn serve(
     if !placed.already_recorded {
         share.memory_mib = node.cfg.memory_limit_mib(share.units, node.gpu_memory_mib);
         let out = node.ledger.set_memory_limit(share.job, share.memory_mib)?;
-        report.notes.extend(out.repair.map(|r| r.to_string()));
+        report.notes.extend(out.remarks());
     }
     let gpu = share.gpu;
     let locked = daemon::with_gpu_lock(&node.cfg, gpu, || -> Result<MpsDaemon, LedgerError> {
@@ -694,14 +701,20 @@ pub fn units_mismatch(cfg: &GpuMpsConfig, booking: &MpsBooking) -> Option<String
 
 /// Leaves the refusal note the SPANK plugin fails `env`'s job with: the
 /// job, the node (a job on several nodes must say which one refused) and why.
-fn refuse(ledger: &Ledger, env: &JobEnv, why: impl std::fmt::Display) -> PrologOutcome {
+fn refuse(
+    ledger: &Ledger,
+    env: &JobEnv,
+    reason: &'static str,
+    why: impl std::fmt::Display,
+) -> PrologOutcome {
     let text = format!("gpu_mps: job {} on node {}: {why}", env.job, env.node);
-    match state_dir::replace_file(ledger.dir(), &refusal_name(env.job), text.as_bytes(), 0o600) {
-        Ok(()) => PrologOutcome::Refused(text),
-        Err(e) => PrologOutcome::Refused(format!(
-            "{text} (and the refusal note could not be written: {e})"
-        )),
-    }
+    let text =
+        match state_dir::replace_file(ledger.dir(), &refusal_name(env.job), text.as_bytes(), 0o600)
+        {
+            Ok(()) => text,
+            Err(e) => format!("{text} (and the refusal note could not be written: {e})"),
+        };
+    PrologOutcome::Refused { reason, text }
 }
 
 /// What the epilog did.
@@ -719,7 +732,7 @@ pub fn epilog(node: &Node, job: u32) -> Result<EpilogReport, LedgerError> {
     let out = node.ledger.release(job)?;
     forget_notes(&node.ledger, job);
     let mut stopped = Vec::new();
-    let mut notes: Vec<String> = out.repair.map(|r| r.to_string()).into_iter().collect();
+    let mut notes = out.remarks();
     let gpus: std::collections::BTreeSet<u32> = out
         .value
         .iter()
@@ -967,11 +980,8 @@ mod tests {
         };
         let ledger = Ledger::open(&cfg.state_dir, owner)
             .and_then(|l| {
-                l.with_status_copy(StatusCopy {
-                    dir: daemon::public_dir(&cfg),
-                    gpu_count: 4,
-                    units_per_gpu: 100,
-                })
+                let copy = StatusCopy::create(daemon::public_dir(&cfg), owner, 4, 100)?;
+                Ok(l.with_view(Arc::new(copy)))
             })
             .unwrap_or_else(|e| panic!("{e}"));
         let node = Node {
@@ -1214,7 +1224,11 @@ mod tests {
         // 160 units free on the node, but at most 40 on any one GPU.
         match prolog(&node, &share_env(5, 60), &MpsBooking::default(), no_squeue) {
             Ok(PrologReport {
-                outcome: PrologOutcome::Refused(text),
+                outcome:
+                    PrologOutcome::Refused {
+                        text,
+                        reason: "no_room",
+                    },
                 notes,
                 ..
             }) => {
@@ -1347,7 +1361,7 @@ mod tests {
         )
         .unwrap_or_else(|e| panic!("{e}"));
         match ninth.outcome {
-            PrologOutcome::Refused(text) => {
+            PrologOutcome::Refused { text, .. } => {
                 assert!(text.contains("0 free in total"), "{text}")
             }
             other => panic!("{other:?}"),
@@ -1465,7 +1479,7 @@ mod tests {
         let refused = |env: &JobEnv, text: &str| {
             let outcome = outcome_with(&node, env, &booking);
             assert!(
-                matches!(&outcome, PrologOutcome::Refused(t) if t.contains(text)),
+                matches!(&outcome, PrologOutcome::Refused { text: t, .. } if t.contains(text)),
                 "{outcome:?}"
             );
         };
@@ -1503,7 +1517,11 @@ mod tests {
             ..MpsBooking::default()
         };
         let outcome = outcome_with(&node, &share_env(1, 50), &booking);
-        let PrologOutcome::Refused(text) = outcome else {
+        let PrologOutcome::Refused {
+            text,
+            reason: "cgroup_v2",
+        } = outcome
+        else {
             panic!("{outcome:?}");
         };
         assert!(

@@ -77,6 +77,22 @@ pub enum PlacementError {
     OnlyBesideOtherUsers { units: u32 },
 }
 
+impl PlacementError {
+    /// The refusal's reason as the metrics count it
+    /// (`gpushare_refusals_total{reason}`).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::ZeroUnits | Self::MoreThanOneGpu { .. } => "size",
+            Self::NoGpus | Self::TooManyGpus { .. } => "node_config",
+            Self::NoGpuHasRoom { .. } => "no_room",
+            Self::LoadsUnknown { .. } => "ledger_lost",
+            Self::SlurmGpuUnknown { .. } => "slurm_gpu",
+            Self::TooManyClients { .. } => "client_limit",
+            Self::OnlyBesideOtherUsers { .. } => "other_users",
+        }
+    }
+}
+
 impl fmt::Display for PlacementError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::config::{GpuMpsConfig, Placement};
-use super::ledger::{GpuView, LedgerState, Lost, ShareRecord};
+use super::ledger::{GpuView, LedgerError, LedgerState, Lost, ShareRecord, View};
+use super::state_dir::{self, Access};
 
 /// Version of the [`NodeStatus`] schema.
 pub const STATUS_VERSION: u32 = 1;
@@ -222,6 +223,65 @@ fn mps_table(rows: &[GpuMps]) -> String {
         ],
         cells,
     )
+}
+
+/// The world-readable copy of the state that `gpu-mps status` shows to
+/// users and a lost state is rebuilt from (a [`View`] of the ledger). Its
+/// directory is checked like the ledger's (owned by the ledger's owner,
+/// writable by nobody else).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusCopy {
+    pub dir: PathBuf,
+    pub gpu_count: u32,
+    pub units_per_gpu: u32,
+}
+
+impl StatusCopy {
+    pub const FILE: &'static str = "state";
+
+    /// The copy in `dir`, which is created (world-readable, owned by
+    /// `owner`) or checked now.
+    pub fn create(
+        dir: PathBuf,
+        owner: u32,
+        gpu_count: u32,
+        units_per_gpu: u32,
+    ) -> Result<Self, LedgerError> {
+        state_dir::ensure(&dir, owner, Access::WorldReadable)?;
+        Ok(Self {
+            dir,
+            gpu_count,
+            units_per_gpu,
+        })
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.dir.join(Self::FILE)
+    }
+
+    /// The records of a readable copy. The caller has checked its
+    /// directory (see [`state_dir::check`]).
+    pub fn read_records(&self) -> Option<LedgerState> {
+        let text = std::fs::read_to_string(self.path()).ok()?;
+        let status: NodeStatus = serde_json::from_str(&text).ok()?;
+        Some(LedgerState::from_views(&status.gpus, status.lost))
+    }
+}
+
+impl View for StatusCopy {
+    fn publish(&self, state: &LedgerState) -> Result<(), LedgerError> {
+        let status = NodeStatus::of(state, self.gpu_count, self.units_per_gpu, Vec::new());
+        state_dir::replace_file(&self.dir, Self::FILE, status.to_json().as_bytes(), 0o644)?;
+        Ok(())
+    }
+
+    fn required(&self) -> bool {
+        true
+    }
+
+    fn recover(&self) -> Option<(LedgerState, PathBuf)> {
+        Some((self.read_records()?, self.path()))
+    }
 }
 
 impl NodeStatus {

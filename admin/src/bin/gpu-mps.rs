@@ -19,9 +19,11 @@ use clap::{Parser, Subcommand};
 use gpushare::mps::bounded;
 use gpushare::mps::config::{self, GpuMpsConfig};
 use gpushare::mps::daemon;
-use gpushare::mps::ledger::{Ledger, StatusCopy};
+use gpushare::mps::ledger::Ledger;
 use gpushare::mps::node::{gpu_devices, running_jobs, Node};
-use gpushare::mps::status::{self, DaemonProbe, DaemonState, Installed, NodeStatus, SlurmSetup};
+use gpushare::mps::status::{
+    self, DaemonProbe, DaemonState, Installed, NodeStatus, SlurmSetup, StatusCopy,
+};
 use gpushare_admin::{effective_uid, nvml};
 
 /// The MPS shares of this GPU node (gpushare).
@@ -270,8 +272,8 @@ fn gc(conf: &Path, node: Option<String>) -> Result<u8> {
         })?;
     let ids: HashSet<u32> = running.iter().map(|j| j.job).collect();
     let dropped = shared.ledger.reconcile(|job| ids.contains(&job))?;
-    if let Some(repair) = &dropped.repair {
-        println!("repaired: {repair}");
+    for remark in dropped.remarks() {
+        println!("note: {remark}");
     }
     for r in &dropped.value {
         println!("dropped: {r}");
