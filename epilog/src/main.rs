@@ -9,7 +9,8 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use gpushare::mps::node::epilog;
+use gpushare::mps::node::{epilog, publish_metrics};
+use gpushare::mps::status;
 use gpushare_admin::node_program::{self, NodeArgs, Started};
 
 /// slurmd's Epilog on GPU nodes that share GPUs through MPS (gpushare).
@@ -37,6 +38,13 @@ fn main() -> ExitCode {
             }
             for (gpu, outcome) in &report.stopped {
                 log::info!("GPU {gpu} has no share left; MPS daemon: {outcome}");
+            }
+            if !report.released.is_empty() {
+                if let Err(e) =
+                    publish_metrics(&node, &[], |gpu| status::pipe_probe(&node.cfg, gpu))
+                {
+                    log::warn!("metrics not written: {e}");
+                }
             }
             ExitCode::SUCCESS
         }

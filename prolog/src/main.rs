@@ -15,7 +15,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use gpushare::mps::booking::MpsBooking;
 use gpushare::mps::config::MemoryLimit;
-use gpushare::mps::node::{prolog, running_jobs, PrologOutcome};
+use gpushare::mps::node::{prolog, publish_metrics, running_jobs, PrologOutcome};
+use gpushare::mps::status;
 use gpushare::shared::locations::beside_slurm_conf;
 use gpushare_admin::node_program::{self, NodeArgs, Started};
 use gpushare_admin::nvml;
@@ -113,6 +114,13 @@ fn main() -> ExitCode {
                     s.job
                 );
             }
+        }
+    }
+    if report.outcome != PrologOutcome::Untouched || !report.dropped.is_empty() {
+        if let Err(e) = publish_metrics(&node, &report.events(), |gpu| {
+            status::pipe_probe(&node.cfg, gpu)
+        }) {
+            log::warn!("metrics not written: {e}");
         }
     }
     ExitCode::SUCCESS

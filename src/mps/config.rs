@@ -106,6 +106,11 @@ pub struct GpuMpsConfig {
     pub multi_user: bool,
     pub other_users: OtherUsers,
     pub max_clients_per_gpu: u32,
+    /// The node's metrics for node_exporter's textfile collector (`*.prom`);
+    /// `None`: no metrics, no counters.
+    pub metrics_file: Option<PathBuf>,
+    /// dcgm-exporter's HPC job mapping directory (one file per GPU).
+    pub dcgm_job_mapping_dir: Option<PathBuf>,
 }
 
 impl Default for GpuMpsConfig {
@@ -123,6 +128,8 @@ impl Default for GpuMpsConfig {
             multi_user: false,
             other_users: OtherUsers::default(),
             max_clients_per_gpu: DEFAULT_MAX_CLIENTS_PER_GPU,
+            metrics_file: None,
+            dcgm_job_mapping_dir: None,
         }
     }
 }
@@ -142,10 +149,12 @@ enum Key {
     MultiUser,
     OtherUsers,
     MaxClientsPerGpu,
+    MetricsFile,
+    DcgmJobMappingDir,
 }
 
 impl Key {
-    const ALL: [Key; 12] = [
+    const ALL: [Key; 14] = [
         Key::UnitsPerGpu,
         Key::GpuDevices,
         Key::StateDir,
@@ -158,6 +167,8 @@ impl Key {
         Key::MultiUser,
         Key::OtherUsers,
         Key::MaxClientsPerGpu,
+        Key::MetricsFile,
+        Key::DcgmJobMappingDir,
     ];
 
     /// The canonical spelling, used in messages.
@@ -175,11 +186,25 @@ impl Key {
             Key::MultiUser => "MultiUser",
             Key::OtherUsers => "OtherUsers",
             Key::MaxClientsPerGpu => "MaxClientsPerGPU",
+            Key::MetricsFile => "MetricsFile",
+            Key::DcgmJobMappingDir => "DCGMJobMappingDir",
         }
     }
 
     fn from_name(name: &str) -> Option<Key> {
         kv::key_named(&Key::ALL, Key::name, name)
+    }
+
+    /// `value` as an absolute path, the only kind a path key takes.
+    fn absolute(self, value: &str) -> Result<PathBuf, String> {
+        if value.starts_with('/') {
+            Ok(PathBuf::from(value))
+        } else {
+            Err(format!(
+                "{} must be an absolute path, got \"{value}\"",
+                self.name()
+            ))
+        }
     }
 
     /// Sets this key's field of `cfg` from `value` (never empty).
@@ -195,14 +220,7 @@ impl Key {
                     })?;
             }
             Key::GpuDevices => cfg.gpu_devices = Some(expand_devices(value)?),
-            Key::StateDir => {
-                if !value.starts_with('/') {
-                    return Err(format!(
-                        "StateDir must be an absolute path, got \"{value}\""
-                    ));
-                }
-                cfg.state_dir = PathBuf::from(value);
-            }
+            Key::StateDir => cfg.state_dir = self.absolute(value)?,
             Key::SlurmMpsCount => {
                 let count = value.parse().ok().filter(|&c: &u64| c > 0);
                 cfg.slurm_mps_count = Some(count.ok_or_else(|| {
@@ -227,14 +245,19 @@ impl Key {
                     ));
                 };
             }
-            Key::SyslogSocket => {
-                if !value.starts_with('/') {
+            Key::SyslogSocket => cfg.syslog_socket = Some(self.absolute(value)?),
+            Key::MetricsFile => {
+                let path = self.absolute(value)?;
+                // node_exporter's textfile collector reads *.prom only.
+                if path.extension().is_none_or(|e| e != "prom") {
                     return Err(format!(
-                        "SyslogSocket must be an absolute path, got \"{value}\""
+                        "MetricsFile must end in .prom (node_exporter's textfile collector reads \
+                         only those), got \"{value}\""
                     ));
                 }
-                cfg.syslog_socket = Some(PathBuf::from(value));
+                cfg.metrics_file = Some(path);
             }
+            Key::DcgmJobMappingDir => cfg.dcgm_job_mapping_dir = Some(self.absolute(value)?),
             Key::Placement => {
                 cfg.placement = match value.to_ascii_lowercase().as_str() {
                     "auto" => Placement::Auto,

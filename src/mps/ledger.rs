@@ -587,6 +587,8 @@ pub enum LedgerError {
     },
     /// [`Ledger::record_whole`] was given no GPUs.
     NoWholeGpus { job: u32 },
+    /// A [`View`] could not publish (the text says which and why).
+    View(String),
 }
 
 impl From<DirError> for LedgerError {
@@ -621,6 +623,7 @@ impl fmt::Display for LedgerError {
                 f,
                 "job {job} was to be recorded as holding GPUs whole, but no GPU was named"
             ),
+            Self::View(text) => write!(f, "{text}"),
         }
     }
 }
@@ -982,6 +985,21 @@ impl Ledger {
             state,
             set_aside_files,
         })
+    }
+
+    /// Runs `f` on a [`Ledger::snapshot`] taken under the exclusive lock:
+    /// what `f` publishes from it (the metrics file) is never overtaken by
+    /// a change published before it. `f` may write files of its own in the
+    /// state directory, never the state.
+    pub fn with_lock<T>(
+        &self,
+        f: impl FnOnce(Result<Snapshot, LedgerError>) -> T,
+    ) -> Result<T, LedgerError> {
+        let lock = self.lock()?;
+        let value = f(self.snapshot());
+        lock.unlock()
+            .map_err(|e| io_error("unlock", &self.dir.join(LOCK_FILE), e))?;
+        Ok(value)
     }
 
     /// Runs `change` on the state under the exclusive lock and writes the

@@ -8,6 +8,8 @@
 //! - [`daemon`]: starting and stopping a GPU's MPS control daemon.
 //! - [`devices`]: confining a task to its GPU's device file.
 //! - [`status`]: the per-GPU view `gpu-mps status` prints.
+//! - [`dcgm`]: dcgm-exporter's job mapping, one file per GPU.
+//! - [`metrics`]: the node's metrics for Prometheus, and its counters.
 //! - [`state_dir`]: state directories no user can turn against root.
 //! - [`booking`]: how Slurm books the node's mps (who places a share).
 //! - [`bounded`]: external programs run with a deadline.
@@ -16,8 +18,10 @@ pub mod booking;
 pub mod bounded;
 pub mod config;
 pub mod daemon;
+pub mod dcgm;
 pub mod devices;
 pub mod ledger;
+pub mod metrics;
 pub mod node;
 pub mod placement;
 pub mod state_dir;

@@ -34,11 +34,13 @@ use super::booking::MpsBooking;
 use super::bounded;
 use super::config::{self, GpuMpsConfig, Placement};
 use super::daemon::{self, MpsDaemon};
-use super::ledger::{Ledger, LedgerError, LedgerState, Record, ShareRecord, SlurmChoice};
+use super::dcgm::JobMapping;
+use super::ledger::{Ledger, LedgerError, LedgerState, Record, ShareRecord, SlurmChoice, Snapshot};
+use super::metrics::{self, Counters, Event};
 use super::placement::PlacementError;
 use super::placement::ServerRule;
 use super::state_dir;
-use super::status::StatusCopy;
+use super::status::{self, NodeStatus, StatusCopy};
 use crate::shared::{spank_env, ConfigError};
 
 /// How long the prolog waits for `squeue` (asked only when a share finds
@@ -141,9 +143,13 @@ impl Node {
             gpu_count,
             cfg.units_per_gpu,
         )?;
-        let ledger = Ledger::open(&cfg.state_dir, owner)?
+        let mut ledger = Ledger::open(&cfg.state_dir, owner)?
             .with_view(Arc::new(copy))
             .with_server_rule(server_rule(&cfg));
+        if let Some(dir) = &cfg.dcgm_job_mapping_dir {
+            let mapping = JobMapping::create(dir.clone(), owner, &gpu_devices(&cfg))?;
+            ledger = ledger.with_view(Arc::new(mapping));
+        }
         Ok(Self {
             cfg,
             gpu_count,
@@ -427,6 +433,73 @@ pub enum PrologOutcome {
     },
 }
 
+/// Counts `events` and rewrites the node's metrics file (`MetricsFile=`),
+/// under the ledger's lock, so that no older view ever replaces a newer
+/// one; nothing at all where no metrics file is configured. `probe` tells
+/// each GPU's daemon and is called under the lock: the node programs pass
+/// [`status::pipe_probe`] (a stat, never a question to the daemon).
+pub fn publish_metrics(
+    node: &Node,
+    events: &[Event<'_>],
+    probe: impl Fn(u32) -> status::DaemonProbe,
+) -> Result<(), String> {
+    let Some(path) = &node.cfg.metrics_file else {
+        return Ok(());
+    };
+    let dir = node.ledger.dir();
+    let written = node.ledger.with_lock(|snapshot| -> Result<(), String> {
+        let (mut counters, note) = Counters::read(dir);
+        for event in events {
+            counters.count(*event);
+        }
+        let mut problems: Vec<String> = note.into_iter().collect();
+        if !events.is_empty() || !problems.is_empty() {
+            if let Err(e) = counters.write(dir) {
+                problems.push(e.to_string());
+            }
+        }
+        let text = metrics_text(node, snapshot, &counters, probe);
+        if let Err(e) = write_metrics(path, &text) {
+            problems.push(e);
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join("; "))
+        }
+    });
+    written.map_err(|e| e.to_string())?
+}
+
+/// The node's metrics: the same [`NodeStatus`] as `gpu-mps status` builds
+/// from `snapshot` (unreadable: the loads are unknown until the next
+/// transaction repairs it), each GPU's daemon as `probe` tells, and the
+/// counters.
+pub fn metrics_text(
+    node: &Node,
+    snapshot: Result<Snapshot, LedgerError>,
+    counters: &Counters,
+    probe: impl Fn(u32) -> status::DaemonProbe,
+) -> String {
+    let (state, set_aside) = match snapshot {
+        Ok(s) => (s.state, s.set_aside_files),
+        Err(e) => (LedgerState::lost(e.to_string()), Vec::new()),
+    };
+    let mut view = NodeStatus::of(&state, node.gpu_count, node.cfg.units_per_gpu, set_aside);
+    view.mps = status::mps_view(&node.cfg, &view.gpus, probe);
+    metrics::render(&view, counters)
+}
+
+/// Replaces the metrics file atomically: node_exporter reads only `*.prom`,
+/// so the temporary `<name>.new` beside it is never scraped half-written.
+pub fn write_metrics(path: &Path, text: &str) -> Result<(), String> {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
+        return Err(format!("MetricsFile {}: not a file path", path.display()));
+    };
+    state_dir::replace_file(dir, name, text.as_bytes(), 0o644)
+        .map_err(|e| format!("MetricsFile: {e}"))
+}
+
 /// Result of the prolog: the outcome, plus what it noticed on the way.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PrologReport {
@@ -435,6 +508,32 @@ pub struct PrologReport {
     pub dropped: Vec<Record>,
     /// Anything an admin should know (a repaired state, a count mismatch).
     pub notes: Vec<String>,
+}
+
+impl PrologReport {
+    /// What the metrics count of this prolog (see [`publish_metrics`]).
+    pub fn events(&self) -> Vec<Event<'_>> {
+        let mut events = Vec::new();
+        if !self.dropped.is_empty() {
+            events.push(Event::Dropped(self.dropped.len()));
+        }
+        match &self.outcome {
+            PrologOutcome::Placed {
+                share,
+                already: false,
+                mps,
+            } => {
+                events.push(Event::Placed {
+                    by_slurm: share.placed_by_slurm,
+                });
+                events.push(Event::Daemon(mps));
+            }
+            PrologOutcome::Placed { mps, .. } => events.push(Event::Daemon(mps)),
+            PrologOutcome::Refused { reason, .. } => events.push(Event::Refused(reason)),
+            PrologOutcome::Untouched | PrologOutcome::Whole { .. } => {}
+        }
+        events
+    }
 }
 
 /// Runs the prolog's logic for `env`'s job. `running` is asked for the jobs
@@ -1535,6 +1634,48 @@ mod tests {
         // The same node placing through Slurm runs the share.
         let placed = outcome_with(&node, &slurm_share_env(2, 50, 1), &slurm_booking());
         assert!(matches!(placed, PrologOutcome::Placed { .. }), "{placed:?}");
+    }
+
+    /// The prolog and epilog keep the metrics file in step with the ledger
+    /// and count placements and refusals across their runs.
+    #[test]
+    fn metrics_follow_each_prolog_and_epilog() {
+        let (mut node, dir) = temp_node(None);
+        let path = dir.path().join("textfile/gpushare.prom");
+        fs::create_dir_all(dir.path().join("textfile")).unwrap_or_else(|e| panic!("{e}"));
+        node.cfg.metrics_file = Some(path.clone());
+        let probe = |gpu| status::pipe_probe(&node.cfg, gpu);
+        let read = || fs::read_to_string(&path).unwrap_or_else(|e| panic!("{e}"));
+        let run = |job, units| {
+            let report = prolog(&node, &share_env(job, units), &MpsBooking::default(), no_squeue)
+                .unwrap_or_else(|e| panic!("{e}"));
+            publish_metrics(&node, &report.events(), probe).unwrap_or_else(|e| panic!("{e}"));
+        };
+        for job in 1..=4 {
+            run(job, 60);
+        }
+        run(5, 60); // fits no GPU: refused
+        let text = read();
+        for line in [
+            "gpushare_gpu_units_allocated{gpu=\"3\"} 60",
+            "gpushare_share_units{job=\"2\",user=\"alice\",gpu=\"1\"} 60",
+            "gpushare_placements_total{placed_by=\"gpushare\"} 4",
+            "gpushare_refusals_total{reason=\"no_room\"} 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
+        }
+        epilog(&node, 2).unwrap_or_else(|e| panic!("{e}"));
+        publish_metrics(&node, &[], probe).unwrap_or_else(|e| panic!("{e}"));
+        let text = read();
+        assert!(text.contains("gpushare_gpu_units_allocated{gpu=\"1\"} 0\n"), "{text}");
+        assert!(!text.contains("job=\"2\""), "{text}");
+        // Counted once each, whatever the number of writes.
+        assert!(text.contains("gpushare_placements_total{placed_by=\"gpushare\"} 4\n"));
+        // No temporary file is left where node_exporter looks.
+        let names: Vec<_> = fs::read_dir(dir.path().join("textfile"))
+            .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        assert_eq!(names, vec![std::ffi::OsString::from("gpushare.prom")]);
     }
 
     fn outcome_with(node: &Node, env: &JobEnv, booking: &MpsBooking) -> PrologOutcome {

@@ -110,6 +110,24 @@ pub struct DaemonProbe {
     pub servers: Vec<u32>,
 }
 
+/// GPU `gpu`'s daemon as anyone can see it, without asking it: whether
+/// its control pipe is there (a stat or two; what the node programs'
+/// metrics and `gpu-mps status` for users show).
+pub fn pipe_probe(cfg: &GpuMpsConfig, gpu: u32) -> DaemonProbe {
+    let state = if super::daemon::program(cfg).is_none() {
+        DaemonState::Unmanaged
+    } else if super::daemon::pipe_dir(cfg, gpu).join("control").exists() {
+        DaemonState::PipePresent
+    } else {
+        DaemonState::Stopped
+    };
+    DaemonProbe {
+        state,
+        pids: Vec::new(),
+        servers: Vec::new(),
+    }
+}
+
 /// The MPS rows of `gpus` (from [`LedgerState::per_gpu`]), with each
 /// GPU's daemon as `probe` finds it.
 pub fn mps_view(

@@ -20,7 +20,8 @@ use gpushare::mps::bounded;
 use gpushare::mps::config::{self, GpuMpsConfig};
 use gpushare::mps::daemon;
 use gpushare::mps::ledger::Ledger;
-use gpushare::mps::node::{gpu_devices, running_jobs, Node};
+use gpushare::mps::metrics::Counters;
+use gpushare::mps::node::{gpu_devices, metrics_text, publish_metrics, running_jobs, Node};
 use gpushare::mps::status::{
     self, DaemonProbe, DaemonState, Installed, NodeStatus, SlurmSetup, StatusCopy,
 };
@@ -50,6 +51,15 @@ enum Cmd {
         /// Print the status as one JSON object
         #[arg(long)]
         json: bool,
+    },
+    /// (root) The node's metrics in Prometheus's text format, as the
+    /// prolog and epilog write them to MetricsFile (each daemon asked, not
+    /// only its pipe seen). A timer runs `--write` every minute, so a node
+    /// whose file is not rewritten is known stale.
+    Metrics {
+        /// Write MetricsFile atomically instead of printing
+        #[arg(long)]
+        write: bool,
     },
     /// (root) Drop the records of jobs slurmctld no longer runs on this
     /// node, and end a lost state once every running share is accounted for.
@@ -107,6 +117,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Cmd::Status { json } => status(&conf, json),
         Cmd::Gc { node } => gc(&conf, node),
+        Cmd::Metrics { write } => metrics(&conf, write),
         Cmd::Config {
             gpus,
             gpu_type,
@@ -200,29 +211,56 @@ fn status(conf: &Path, json: bool) -> Result<u8> {
     Ok(u8::from(view.has_problem() || trouble.is_some()))
 }
 
+fn metrics(conf: &Path, write: bool) -> Result<u8> {
+    if effective_uid() != 0 {
+        bail!("metrics: run as root (the ledger and its counters are root's)");
+    }
+    let node = Node::open(conf, 0)?
+        .with_context(|| format!("{}: not found: this node shares no GPU", conf.display()))?;
+    // Each daemon asked now, outside the ledger's lock: a hung one must
+    // not hold up a prolog.
+    let probes: Vec<DaemonProbe> = (0..node.gpu_count)
+        .map(|gpu| probe_daemon(&node.cfg, gpu))
+        .collect();
+    let probe = |gpu: u32| {
+        probes
+            .get(gpu as usize)
+            .cloned()
+            .unwrap_or_else(|| status::pipe_probe(&node.cfg, gpu))
+    };
+    if write {
+        if node.cfg.metrics_file.is_none() {
+            bail!(
+                "{}: no MetricsFile= set, so there is nothing to write (metrics are off)",
+                conf.display()
+            );
+        }
+        publish_metrics(&node, &[], probe).map_err(anyhow::Error::msg)?;
+    } else {
+        let (counters, note) = Counters::read(node.ledger.dir());
+        if let Some(note) = note {
+            eprintln!("gpu-mps: {note}");
+        }
+        print!(
+            "{}",
+            metrics_text(&node, node.ledger.snapshot(), &counters, probe)
+        );
+    }
+    Ok(0)
+}
+
 /// GPU `gpu`'s daemon as this user can see it: root asks it and finds its
 /// processes; others see only whether its control pipe is there.
 fn probe_daemon(cfg: &GpuMpsConfig, gpu: u32) -> DaemonProbe {
-    let pipe = daemon::pipe_dir(cfg, gpu);
-    let has_pipe = pipe.join("control").exists();
-    let Some(program) = daemon::program(cfg) else {
-        return DaemonProbe {
-            state: DaemonState::Unmanaged,
-            pids: Vec::new(),
-            servers: Vec::new(),
-        };
-    };
-    if effective_uid() != 0 {
-        return DaemonProbe {
-            state: if has_pipe {
-                DaemonState::PipePresent
-            } else {
-                DaemonState::Stopped
-            },
-            pids: Vec::new(),
-            servers: Vec::new(),
-        };
+    let seen = status::pipe_probe(cfg, gpu);
+    if effective_uid() != 0 || seen.state == DaemonState::Unmanaged {
+        return seen;
     }
+    let Some(program) = daemon::program(cfg) else {
+        return seen;
+    };
+    let pipe = daemon::pipe_dir(cfg, gpu);
+    let has_pipe = seen.state == DaemonState::PipePresent;
     let pids = daemon::processes(&pipe);
     match daemon::probe(cfg, &program, gpu) {
         Ok(servers) => DaemonProbe {

@@ -1,0 +1,506 @@
+//! The node's metrics in Prometheus's text format (for node_exporter's
+//! textfile collector, `MetricsFile=` in gpu_mps.conf), and the counters
+//! behind them.
+//!
+//! The figures are a view of the same [`NodeStatus`] `gpu-mps status`
+//! prints: [`render`] is a pure function of it and of the [`Counters`].
+//! The counters (placements, refusals by reason, daemon starts and
+//! restarts, records dropped, repairs) outlive the prolog's short life in
+//! `<StateDir>/counters`; they start from zero when `/run` is emptied (a
+//! reboot), which Prometheus's `rate()` and `increase()` take as a reset.
+//!
+//! Series carry no node label: node_exporter's `instance` tells the node.
+//! Only the per-share series carry a job label, so cardinality stays that
+//! of the jobs running.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::fs;
+use std::io;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::daemon::MpsDaemon;
+use super::state_dir::{self, io_error, DirError};
+use super::status::{DaemonState, NodeStatus};
+
+/// The counters file in the state directory.
+pub const COUNTERS_FILE: &str = "counters";
+
+/// Every reason a share is refused for (see `PlacementError::reason`),
+/// exported from zero so that `increase()` sees the first one.
+pub const REFUSAL_REASONS: [&str; 8] = [
+    "size",
+    "node_config",
+    "no_room",
+    "ledger_lost",
+    "slurm_gpu",
+    "client_limit",
+    "other_users",
+    "cgroup_v2",
+];
+
+/// What the node programs count, kept across their runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Counters {
+    /// Shares placed, by who chose the GPU (`gpushare`, `slurm`).
+    pub placements: BTreeMap<String, u64>,
+    /// Shares refused, by reason.
+    pub refusals: BTreeMap<String, u64>,
+    pub daemon_starts: u64,
+    /// Daemons found dead or hung, killed and started anew.
+    pub daemon_restarts: u64,
+    pub daemon_failures: u64,
+    /// Records of jobs no longer running, dropped by reconciliation.
+    pub records_dropped: u64,
+    /// Lost or unreadable states repaired.
+    pub state_repairs: u64,
+}
+
+/// One thing the node programs count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event<'a> {
+    Placed { by_slurm: bool },
+    Refused(&'static str),
+    Daemon(&'a MpsDaemon),
+    Dropped(usize),
+    Repaired,
+}
+
+impl Counters {
+    /// The counters in `dir`: zero where there are none yet, and where the
+    /// file cannot be read (the note says why; counting starts again).
+    pub fn read(dir: &Path) -> (Self, Option<String>) {
+        let path = dir.join(COUNTERS_FILE);
+        match fs::read_to_string(&path) {
+            Ok(text) => match serde_json::from_str(&text) {
+                Ok(c) => (c, None),
+                Err(e) => (
+                    Self::default(),
+                    Some(format!(
+                        "{}: unreadable, counting from 0: {e}",
+                        path.display()
+                    )),
+                ),
+            },
+            Err(e) if e.kind() == io::ErrorKind::NotFound => (Self::default(), None),
+            Err(e) => (
+                Self::default(),
+                Some(format!("{}: {e}; counting from 0", path.display())),
+            ),
+        }
+    }
+
+    /// Writes them to `dir` atomically (a checked, private directory).
+    pub fn write(&self, dir: &Path) -> Result<(), DirError> {
+        let text = serde_json::to_string(self)
+            .map_err(|e| io_error("encode", &dir.join(COUNTERS_FILE), io::Error::other(e)))?;
+        state_dir::replace_file(dir, COUNTERS_FILE, text.as_bytes(), 0o600)
+    }
+
+    pub fn count(&mut self, event: Event<'_>) {
+        match event {
+            Event::Placed { by_slurm } => {
+                let by = if by_slurm { "slurm" } else { "gpushare" };
+                *self.placements.entry(by.to_owned()).or_default() += 1;
+            }
+            Event::Refused(reason) => *self.refusals.entry(reason.to_owned()).or_default() += 1,
+            Event::Daemon(MpsDaemon::Started) => self.daemon_starts += 1,
+            Event::Daemon(MpsDaemon::Restarted(_)) => self.daemon_restarts += 1,
+            Event::Daemon(MpsDaemon::Failed(_)) => self.daemon_failures += 1,
+            Event::Daemon(_) => {}
+            Event::Dropped(n) => self.records_dropped += n as u64,
+            Event::Repaired => self.state_repairs += 1,
+        }
+    }
+}
+
+/// The Prometheus text of `status` (with its MPS rows where gpushare runs
+/// daemons) and `counters`: HELP and TYPE once per metric, its samples
+/// together, a newline at the end.
+pub fn render(status: &NodeStatus, counters: &Counters) -> String {
+    let mut out = Exposition::default();
+    let gpus: Vec<_> = status.gpus.iter().filter(|g| g.configured).collect();
+    let per_gpu = |out: &mut Exposition, name, help, value: &dyn Fn(usize) -> u64| {
+        out.family(name, "gauge", help);
+        for (i, g) in gpus.iter().enumerate() {
+            out.sample(name, &[("gpu", &g.index.to_string())], value(i));
+        }
+    };
+    per_gpu(
+        &mut out,
+        "gpushare_gpu_units_capacity",
+        "MPS units one GPU holds (UnitsPerGPU).",
+        &|_| u64::from(status.units_per_gpu),
+    );
+    per_gpu(
+        &mut out,
+        "gpushare_gpu_units_allocated",
+        "MPS units held by the shares on the GPU.",
+        &|i| u64::from(gpus[i].used_units),
+    );
+    per_gpu(
+        &mut out,
+        "gpushare_gpu_shares",
+        "Share jobs on the GPU.",
+        &|i| gpus[i].shares.len() as u64,
+    );
+    per_gpu(
+        &mut out,
+        "gpushare_gpu_held_whole",
+        "1 while a job holds the GPU whole.",
+        &|i| u64::from(!gpus[i].whole_jobs.is_empty()),
+    );
+    out.family(
+        "gpushare_share_units",
+        "gauge",
+        "MPS units of each share, by job, user and GPU.",
+    );
+    for g in &gpus {
+        for s in &g.shares {
+            out.sample(
+                "gpushare_share_units",
+                &[
+                    ("job", &s.job.to_string()),
+                    ("user", &s.user),
+                    ("gpu", &g.index.to_string()),
+                ],
+                u64::from(s.units),
+            );
+        }
+    }
+    let managed: Vec<_> = status
+        .mps
+        .iter()
+        .filter(|m| m.daemon != DaemonState::Unmanaged)
+        .collect();
+    if !managed.is_empty() {
+        let rows = |out: &mut Exposition, name, help, value: &dyn Fn(usize) -> u64| {
+            out.family(name, "gauge", help);
+            for (i, m) in managed.iter().enumerate() {
+                out.sample(name, &[("gpu", &m.gpu.to_string())], value(i));
+            }
+        };
+        rows(
+            &mut out,
+            "gpushare_gpu_mps_daemon_up",
+            "1 while the GPU's MPS control daemon runs (its control pipe is there and, \
+             where root asked it, it answers).",
+            &|i| {
+                u64::from(matches!(
+                    managed[i].daemon,
+                    DaemonState::Running | DaemonState::PipePresent
+                ))
+            },
+        );
+        rows(
+            &mut out,
+            "gpushare_gpu_mps_clients",
+            "MPS clients on the GPU (each share's largest step's tasks).",
+            &|i| u64::from(managed[i].clients),
+        );
+        rows(
+            &mut out,
+            "gpushare_gpu_mps_users",
+            "Users with shares on the GPU.",
+            &|i| managed[i].users.len() as u64,
+        );
+        rows(
+            &mut out,
+            "gpushare_gpu_mps_time_sliced",
+            "1 while users share the GPU without a multi-user server (MPS serves one user \
+             at a time: their work is time-sliced).",
+            &|i| u64::from(managed[i].time_sliced),
+        );
+    }
+    out.family(
+        "gpushare_ledger_lost",
+        "gauge",
+        "1 while the node's share ledger is lost: no share is placed until `gpu-mps gc`.",
+    );
+    out.sample(
+        "gpushare_ledger_lost",
+        &[],
+        u64::from(status.lost.is_some()),
+    );
+    out.family(
+        "gpushare_ledger_set_aside_files",
+        "gauge",
+        "Unreadable state files set aside, waiting for an admin.",
+    );
+    out.sample(
+        "gpushare_ledger_set_aside_files",
+        &[],
+        status.set_aside_files.len() as u64,
+    );
+    out.family(
+        "gpushare_placements_total",
+        "counter",
+        "Shares placed, by who chose the GPU.",
+    );
+    for by in ["gpushare", "slurm"] {
+        let n = counters.placements.get(by).copied().unwrap_or(0);
+        out.sample("gpushare_placements_total", &[("placed_by", by)], n);
+    }
+    out.family(
+        "gpushare_refusals_total",
+        "counter",
+        "Shares refused by the prolog, by reason.",
+    );
+    let mut reasons: BTreeMap<&str, u64> = REFUSAL_REASONS.iter().map(|r| (*r, 0)).collect();
+    for (reason, n) in &counters.refusals {
+        reasons.insert(reason, *n);
+    }
+    for (reason, n) in reasons {
+        out.sample("gpushare_refusals_total", &[("reason", reason)], n);
+    }
+    for (name, help, n) in [
+        (
+            "gpushare_mps_daemon_starts_total",
+            "MPS control daemons started.",
+            counters.daemon_starts,
+        ),
+        (
+            "gpushare_mps_daemon_restarts_total",
+            "MPS control daemons found dead or hung, killed and started anew.",
+            counters.daemon_restarts,
+        ),
+        (
+            "gpushare_mps_daemon_failures_total",
+            "MPS control daemons that could not be started.",
+            counters.daemon_failures,
+        ),
+        (
+            "gpushare_records_dropped_total",
+            "Ledger records of jobs no longer running, dropped by reconciliation.",
+            counters.records_dropped,
+        ),
+        (
+            "gpushare_ledger_repairs_total",
+            "Lost or unreadable ledger states rebuilt.",
+            counters.state_repairs,
+        ),
+    ] {
+        out.family(name, "counter", help);
+        out.sample(name, &[], n);
+    }
+    out.text
+}
+
+/// Prometheus text exposition, built family by family.
+#[derive(Debug, Default)]
+struct Exposition {
+    text: String,
+}
+
+impl Exposition {
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.text, "# HELP {name} {}", escape_help(help));
+        let _ = writeln!(self.text, "# TYPE {name} {kind}");
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: u64) {
+        self.text.push_str(name);
+        if !labels.is_empty() {
+            let inner: Vec<String> = labels
+                .iter()
+                .map(|(k, v)| format!("{k}=\"{}\"", escape_label(v)))
+                .collect();
+            let _ = write!(self.text, "{{{}}}", inner.join(","));
+        }
+        let _ = writeln!(self.text, " {value}");
+    }
+}
+
+/// A label value as the text format needs it: `\`, `"` and newlines escaped.
+pub fn escape_label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn escape_help(text: &str) -> String {
+    text.replace('\\', "\\\\").replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::ledger::{LedgerState, ShareRecord, WholeRecord};
+    use super::super::placement::PlacementError;
+    use super::super::status::GpuMps;
+    use super::*;
+
+    fn share(job: u32, user: &str, gpu: u32, units: u32) -> ShareRecord {
+        ShareRecord {
+            job,
+            uid: 1000,
+            user: user.into(),
+            gpu,
+            units,
+            since: 0,
+            placed_by_slurm: false,
+            memory_mib: None,
+            clients: Some(1),
+        }
+    }
+
+    fn status() -> NodeStatus {
+        let mut state = LedgerState::new();
+        state.insert_share(share(7, "alice", 0, 25));
+        state.insert_share(share(8, "bob\"x", 0, 50));
+        state.insert_whole(WholeRecord {
+            job: 9,
+            gpus: vec![1],
+            since: 0,
+        });
+        NodeStatus::of(&state, 2, 100, Vec::new())
+    }
+
+    fn value(text: &str, series: &str) -> Option<u64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    #[test]
+    fn per_gpu_and_per_share_figures_follow_the_ledger() {
+        let text = render(&status(), &Counters::default());
+        assert_eq!(
+            value(&text, "gpushare_gpu_units_allocated{gpu=\"0\"}"),
+            Some(75)
+        );
+        assert_eq!(
+            value(&text, "gpushare_gpu_units_allocated{gpu=\"1\"}"),
+            Some(0)
+        );
+        assert_eq!(
+            value(&text, "gpushare_gpu_units_capacity{gpu=\"1\"}"),
+            Some(100)
+        );
+        assert_eq!(value(&text, "gpushare_gpu_shares{gpu=\"0\"}"), Some(2));
+        assert_eq!(value(&text, "gpushare_gpu_held_whole{gpu=\"1\"}"), Some(1));
+        assert_eq!(
+            value(
+                &text,
+                "gpushare_share_units{job=\"8\",user=\"bob\\\"x\",gpu=\"0\"}"
+            ),
+            Some(50)
+        );
+        assert_eq!(value(&text, "gpushare_ledger_lost"), Some(0));
+        // No daemon rows: no daemon series.
+        assert!(!text.contains("gpushare_gpu_mps_daemon_up"));
+        assert!(text.ends_with('\n'));
+    }
+
+    #[test]
+    fn each_metric_has_help_and_type_once_before_all_its_samples() {
+        let mut st = status();
+        st.mps = (0..2)
+            .map(|gpu| GpuMps {
+                gpu,
+                daemon: if gpu == 0 {
+                    DaemonState::Running
+                } else {
+                    DaemonState::Stopped
+                },
+                daemon_pids: Vec::new(),
+                servers: Vec::new(),
+                multi_user: false,
+                users: vec!["alice".into(), "bob".into()],
+                time_sliced: gpu == 0,
+                clients: 2,
+                max_clients: 48,
+                thread_percentage: None,
+                memory_limit_mib: None,
+                shares: Vec::new(),
+                uuid: None,
+                memory_mib: None,
+                nvml_compute_processes: None,
+            })
+            .collect();
+        let text = render(&st, &Counters::default());
+        assert_eq!(
+            value(&text, "gpushare_gpu_mps_daemon_up{gpu=\"0\"}"),
+            Some(1)
+        );
+        assert_eq!(
+            value(&text, "gpushare_gpu_mps_daemon_up{gpu=\"1\"}"),
+            Some(0)
+        );
+        assert_eq!(
+            value(&text, "gpushare_gpu_mps_time_sliced{gpu=\"0\"}"),
+            Some(1)
+        );
+        let mut seen: Vec<&str> = Vec::new();
+        let mut current = "";
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let name = rest.split(' ').next().unwrap_or("");
+                assert!(!seen.contains(&name), "{name} twice");
+                seen.push(name);
+                current = name;
+            } else if !line.starts_with('#') {
+                let name = line.split(['{', ' ']).next().unwrap_or("");
+                assert_eq!(name, current, "{line} outside its family");
+            }
+        }
+    }
+
+    #[test]
+    fn counters_count_and_every_refusal_reason_is_exported() {
+        let mut c = Counters::default();
+        c.count(Event::Placed { by_slurm: false });
+        c.count(Event::Placed { by_slurm: true });
+        c.count(Event::Placed { by_slurm: true });
+        c.count(Event::Refused("no_room"));
+        c.count(Event::Daemon(&MpsDaemon::Restarted("hung".into())));
+        c.count(Event::Daemon(&MpsDaemon::Running));
+        c.count(Event::Dropped(3));
+        let text = render(&status(), &c);
+        assert_eq!(
+            value(&text, "gpushare_placements_total{placed_by=\"slurm\"}"),
+            Some(2)
+        );
+        assert_eq!(
+            value(&text, "gpushare_refusals_total{reason=\"no_room\"}"),
+            Some(1)
+        );
+        assert_eq!(
+            value(&text, "gpushare_refusals_total{reason=\"cgroup_v2\"}"),
+            Some(0)
+        );
+        assert_eq!(value(&text, "gpushare_mps_daemon_restarts_total"), Some(1));
+        assert_eq!(value(&text, "gpushare_mps_daemon_starts_total"), Some(0));
+        assert_eq!(value(&text, "gpushare_records_dropped_total"), Some(3));
+        // Every reason a placement can fail for is among those exported.
+        let errors = [
+            PlacementError::ZeroUnits,
+            PlacementError::NoGpus,
+            PlacementError::LoadsUnknown { reason: "x".into() },
+            PlacementError::SlurmGpuUnknown {
+                gpu: 1,
+                gpu_count: 1,
+            },
+            PlacementError::TooManyClients { max_clients: 1 },
+            PlacementError::OnlyBesideOtherUsers { units: 1 },
+        ];
+        for e in errors {
+            assert!(REFUSAL_REASONS.contains(&e.reason()), "{}", e.reason());
+        }
+    }
+
+    #[test]
+    fn counters_survive_writing_and_an_unreadable_file_counts_from_zero() {
+        let temp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let mut c = Counters::default();
+        c.count(Event::Repaired);
+        c.write(temp.path()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(Counters::read(temp.path()), (c, None));
+        fs::write(temp.path().join(COUNTERS_FILE), "{not json").unwrap_or_else(|e| panic!("{e}"));
+        let (back, note) = Counters::read(temp.path());
+        assert_eq!(back, Counters::default());
+        assert!(note.is_some_and(|n| n.contains("counting from 0")));
+    }
+}
