@@ -14,7 +14,6 @@
 //! of the jobs running.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::fs;
 use std::io;
 use std::path::Path;
@@ -24,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use super::daemon::MpsDaemon;
 use super::state_dir::{self, io_error, DirError};
 use super::status::{DaemonState, NodeStatus};
+use crate::shared::prom::Exposition;
 
 /// The counters file in the state directory.
 pub const COUNTERS_FILE: &str = "counters";
@@ -286,44 +286,7 @@ pub fn render(status: &NodeStatus, counters: &Counters) -> String {
         out.family(name, "counter", help);
         out.sample(name, &[], n);
     }
-    out.text
-}
-
-/// Prometheus text exposition, built family by family.
-#[derive(Debug, Default)]
-struct Exposition {
-    text: String,
-}
-
-impl Exposition {
-    fn family(&mut self, name: &str, kind: &str, help: &str) {
-        let _ = writeln!(self.text, "# HELP {name} {}", escape_help(help));
-        let _ = writeln!(self.text, "# TYPE {name} {kind}");
-    }
-
-    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: u64) {
-        self.text.push_str(name);
-        if !labels.is_empty() {
-            let inner: Vec<String> = labels
-                .iter()
-                .map(|(k, v)| format!("{k}=\"{}\"", escape_label(v)))
-                .collect();
-            let _ = write!(self.text, "{{{}}}", inner.join(","));
-        }
-        let _ = writeln!(self.text, " {value}");
-    }
-}
-
-/// A label value as the text format needs it: `\`, `"` and newlines escaped.
-pub fn escape_label(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-fn escape_help(text: &str) -> String {
-    text.replace('\\', "\\\\").replace('\n', "\\n")
+    out.into_text()
 }
 
 #[cfg(test)]

@@ -459,8 +459,8 @@ pub fn publish_metrics(
             }
         }
         let text = metrics_text(node, snapshot, &counters, probe);
-        if let Err(e) = write_metrics(path, &text) {
-            problems.push(e);
+        if let Err(e) = crate::shared::prom::write_file(path, &text) {
+            problems.push(format!("MetricsFile: {e}"));
         }
         if problems.is_empty() {
             Ok(())
@@ -488,16 +488,6 @@ pub fn metrics_text(
     let mut view = NodeStatus::of(&state, node.gpu_count, node.cfg.units_per_gpu, set_aside);
     view.mps = status::mps_view(&node.cfg, &view.gpus, probe);
     metrics::render(&view, counters)
-}
-
-/// Replaces the metrics file atomically: node_exporter reads only `*.prom`,
-/// so the temporary `<name>.new` beside it is never scraped half-written.
-pub fn write_metrics(path: &Path, text: &str) -> Result<(), String> {
-    let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
-        return Err(format!("MetricsFile {}: not a file path", path.display()));
-    };
-    state_dir::replace_file(dir, name, text.as_bytes(), 0o644)
-        .map_err(|e| format!("MetricsFile: {e}"))
 }
 
 /// Result of the prolog: the outcome, plus what it noticed on the way.
@@ -1647,8 +1637,13 @@ mod tests {
         let probe = |gpu| status::pipe_probe(&node.cfg, gpu);
         let read = || fs::read_to_string(&path).unwrap_or_else(|e| panic!("{e}"));
         let run = |job, units| {
-            let report = prolog(&node, &share_env(job, units), &MpsBooking::default(), no_squeue)
-                .unwrap_or_else(|e| panic!("{e}"));
+            let report = prolog(
+                &node,
+                &share_env(job, units),
+                &MpsBooking::default(),
+                no_squeue,
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
             publish_metrics(&node, &report.events(), probe).unwrap_or_else(|e| panic!("{e}"));
         };
         for job in 1..=4 {
@@ -1667,7 +1662,10 @@ mod tests {
         epilog(&node, 2).unwrap_or_else(|e| panic!("{e}"));
         publish_metrics(&node, &[], probe).unwrap_or_else(|e| panic!("{e}"));
         let text = read();
-        assert!(text.contains("gpushare_gpu_units_allocated{gpu=\"1\"} 0\n"), "{text}");
+        assert!(
+            text.contains("gpushare_gpu_units_allocated{gpu=\"1\"} 0\n"),
+            "{text}"
+        );
         assert!(!text.contains("job=\"2\""), "{text}");
         // Counted once each, whatever the number of writes.
         assert!(text.contains("gpushare_placements_total{placed_by=\"gpushare\"} 4\n"));

@@ -15,6 +15,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::path::PathBuf;
 
 use crate::shared::syntax::{self as kv, ConfigError};
 
@@ -86,6 +87,8 @@ pub struct GpuQosConfig {
     /// `LowPriorityExclusiveUser=keep`; the default (`clear`) is false here
     /// so that `Default` stays the empty file.
     keep_low_priority_exclusive_user: bool,
+    /// Where the plugin publishes its decision counters (`*.prom`).
+    metrics_file: Option<PathBuf>,
 }
 
 impl GpuQosConfig {
@@ -110,6 +113,11 @@ impl GpuQosConfig {
 
     pub fn require_gpu_type(&self) -> RequireGpuType {
         self.require_gpu_type
+    }
+
+    /// Where `job_submit/gpu_qos` publishes its decision counters.
+    pub fn metrics_file(&self) -> Option<&std::path::Path> {
+        self.metrics_file.as_deref()
     }
 
     pub fn low_priority_qos(&self) -> &[String] {
@@ -225,6 +233,12 @@ enum Problem {
         allowed: &'static str,
     },
     BadGpuType(String),
+    /// A path key's value that is not an absolute path ending as it must.
+    BadPath {
+        key: &'static str,
+        value: String,
+        must: &'static str,
+    },
     KeyTwiceOnLine(&'static str),
     GlobalKeyRepeated {
         key: &'static str,
@@ -279,6 +293,9 @@ impl fmt::Display for Problem {
                 value,
                 allowed,
             } => write!(f, "{key} must be one of {allowed}, got \"{value}\""),
+            Problem::BadPath { key, value, must } => {
+                write!(f, "{key} must be {must}, got \"{value}\"")
+            }
             Problem::BadGpuType(ty) => write!(
                 f,
                 "GPU type \"{ty}\" may contain only letters, digits, '_', '-' and '.', \
@@ -322,10 +339,11 @@ enum Key {
     SharedGpuReservations,
     MaxMpsPerJob,
     LowPriorityExclusiveUser,
+    MetricsFile,
 }
 
 impl Key {
-    const ALL: [Key; 9] = [
+    const ALL: [Key; 10] = [
         Key::Qos,
         Key::GpuTypes,
         Key::GpuLimit,
@@ -335,6 +353,7 @@ impl Key {
         Key::SharedGpuReservations,
         Key::MaxMpsPerJob,
         Key::LowPriorityExclusiveUser,
+        Key::MetricsFile,
     ];
 
     /// The canonical spelling, used in messages.
@@ -349,6 +368,7 @@ impl Key {
             Key::SharedGpuReservations => "SharedGPUReservations",
             Key::MaxMpsPerJob => "MaxMPSPerJob",
             Key::LowPriorityExclusiveUser => "LowPriorityExclusiveUser",
+            Key::MetricsFile => "MetricsFile",
         }
     }
 
@@ -530,6 +550,17 @@ fn set_global(cfg: &mut GpuQosConfig, key: Key, value: &str) -> Result<(), Probl
                 });
             }
         }
+        Key::MetricsFile => {
+            if !value.starts_with('/') || !value.ends_with(".prom") {
+                return Err(Problem::BadPath {
+                    key: key.name(),
+                    value: value.to_owned(),
+                    must: "an absolute path ending in .prom (node_exporter's textfile collector \
+                           reads only those)",
+                });
+            }
+            cfg.metrics_file = Some(PathBuf::from(value));
+        }
         Key::Qos | Key::GpuTypes | Key::GpuLimit => {}
     }
     Ok(())
@@ -697,7 +728,7 @@ MaxMPSPerJob=100
             err("GPUS=4"),
             "/etc/slurm/gpu_qos.conf:1: unknown key \"GPUS\" (known keys: QOS, GPUTypes, \
              GPULimit, RequireGPUType, LowPriorityQOS, LowPriorityMaxArrayTasks, \
-             SharedGPUReservations, MaxMPSPerJob, LowPriorityExclusiveUser)"
+             SharedGPUReservations, MaxMPSPerJob, LowPriorityExclusiveUser, MetricsFile)"
         );
     }
 

@@ -15,6 +15,7 @@
 //!   (`gpu-qos audit`).
 //! - [`explain`]: the same site told in plain words and as the users' QOS
 //!   table (`gpu-qos audit --explain`, `--markdown`).
+//! - [`metrics`]: group QOS usage and the plugin's decisions for Prometheus.
 //! - [`usage`]: a user's group QOS, the GPUs held against the limit and why
 //!   the group's jobs wait (`gpu-qos usage`).
 
@@ -23,6 +24,7 @@ pub mod check;
 pub mod config;
 pub mod explain;
 pub mod gres;
+pub mod metrics;
 pub mod policy;
 pub mod site;
 pub mod usage;

@@ -19,8 +19,9 @@ use gpushare::mps::bounded;
 use gpushare::qos::audit::{self, AuditReport, FailOn, GpuQosConf, Site};
 use gpushare::qos::check::{self, CheckJson, QosRecord, Tally, SACCTMGR_ARGS};
 use gpushare::qos::site::{self as site_text, SlurmSettings, Unread, AUDIT_SACCTMGR_ARGS};
-use gpushare::qos::{config, explain, usage};
+use gpushare::qos::{config, explain, metrics, usage};
 use gpushare::shared::locations::{beside_slurm_conf, DEFAULT_SLURM_CONF};
+use gpushare::shared::prom;
 
 /// Compare gpushare's gpu_qos.conf with Slurm's accounting database.
 ///
@@ -91,6 +92,16 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Metrics of the group QOS for Prometheus (the controller's
+    /// node_exporter textfile collector): GPUs in use by type against
+    /// each GrpTRES limit, pending jobs by reason. Two calls to slurmctld:
+    /// `scontrol show assoc_mgr flags=qos` and `squeue -t PENDING`. Exit
+    /// status: 0 written, 2 could not read or write.
+    Metrics {
+        /// Write FILE atomically (a `*.prom` file) instead of printing
+        #[arg(long, value_name = "FILE")]
+        write: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -132,6 +143,13 @@ fn main() -> ExitCode {
             run_audit(conf, view, fail_on.into())
         }
         Cmd::Usage { qos, json } => run_usage(qos.as_deref(), json),
+        Cmd::Metrics { write } => match run_metrics(write.as_deref()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("gpu-qos: {e:#}");
+                ExitCode::from(2)
+            }
+        },
         Cmd::Generate => match read_database() {
             Ok(db) => {
                 print!("{}", check::generate(&db));
@@ -212,6 +230,22 @@ fn slurm_output(program: &str, args: &[&str]) -> Result<String> {
         bail!("`{shown}` failed ({}): {}", ran.status, ran.stderr.trim());
     }
     Ok(ran.stdout)
+}
+
+fn run_metrics(write: Option<&Path>) -> Result<()> {
+    let assoc = slurm_output("scontrol", &metrics::ASSOC_MGR_ARGS)?;
+    let pending = slurm_output("squeue", &metrics::PENDING_SQUEUE_ARGS)?;
+    let text = metrics::render_qos(
+        &metrics::parse_assoc_mgr_qos(&assoc),
+        &metrics::parse_pending(&pending),
+    );
+    match write {
+        Some(path) => prom::write_file(path, &text).map_err(anyhow::Error::msg),
+        None => {
+            print!("{text}");
+            Ok(())
+        }
+    }
 }
 
 fn read_optional(path: &Path) -> Option<String> {

@@ -11,6 +11,7 @@
 use std::os::raw::{c_char, c_int, c_void};
 use std::path::PathBuf;
 
+use gpushare::qos::metrics::Call;
 use gpushare::qos::policy::{judge_modify, judge_submit, Verdict};
 use slurm_plugin::log;
 use slurm_plugin::slurm_str::{opt_str, set_message};
@@ -130,6 +131,7 @@ unsafe fn submit(
     let strings = unsafe { JobStrings::read(desc) };
     let verdict = judge_submit(&policy, &strings.describe(desc));
     drop(strings);
+    policy_state::decisions().record(Call::Submit, &verdict);
     // SAFETY: forwarded from slurmctld's contract above.
     unsafe { conclude("job", verdict, desc, submit_uid, err_msg) }
 }
@@ -153,6 +155,7 @@ unsafe fn modify(
     let strings = unsafe { JobStrings::read(desc) };
     let verdict = judge_modify(&policy, &strings.describe(desc));
     drop(strings);
+    policy_state::decisions().record(Call::Modify, &verdict);
     // SAFETY: forwarded from slurmctld's contract above.
     unsafe { conclude("update", verdict, desc, uid, err_msg) }
 }

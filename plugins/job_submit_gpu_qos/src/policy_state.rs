@@ -7,6 +7,10 @@
 //! path only clones an `Arc`: no file I/O per job. `fini()` stops and joins
 //! the thread before slurmctld unloads the library (a thread left running
 //! code from an unloaded library would crash the daemon).
+//!
+//! The same thread publishes the decision counters ([`decisions`]) to
+//! `MetricsFile=` of gpu_qos.conf when they changed, and once more at
+//! `fini()`: the submit path only adds to an atomic.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,7 +19,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use gpushare::qos::config::{self, GpuQosConfig};
+use gpushare::qos::metrics::DecisionCounts;
 use gpushare::shared::locations::beside_slurm_conf;
+use gpushare::shared::prom;
 use gpushare::shared::watched::{Current, PollOutcome, WatchedFile};
 use slurm_plugin::{guard, log};
 
@@ -28,6 +34,30 @@ pub const POLL_INTERVAL_ENV: &str = "GPUSHARE_QOS_POLL_MS";
 
 /// Reloads applied since the library was loaded (a test observes them).
 static RELOADS: AtomicU64 = AtomicU64::new(0);
+
+/// Decisions since the library was loaded.
+static DECISIONS: DecisionCounts = DecisionCounts::new();
+
+/// The decision counters the submit and modify paths add to.
+pub fn decisions() -> &'static DecisionCounts {
+    &DECISIONS
+}
+
+/// Writes the counters to the policy's `MetricsFile=` when they changed
+/// since `last` (the total written last; `None`: never written).
+fn publish_decisions(cfg: &GpuQosConfig, last: &mut Option<u64>) {
+    let Some(path) = cfg.metrics_file() else {
+        return;
+    };
+    let total = DECISIONS.total();
+    if *last == Some(total) {
+        return;
+    }
+    match prom::write_file(path, &DECISIONS.render()) {
+        Ok(()) => *last = Some(total),
+        Err(e) => log::error(&format!("{PLUGIN}: MetricsFile: {e}")),
+    }
+}
 
 /// How many edits of the file have been put in force since load.
 pub fn reloads() -> u64 {
@@ -99,6 +129,13 @@ pub fn start(path: &Path) -> Result<(), String> {
     let watcher = std::thread::Builder::new()
         .name("gpu_qos-reload".into())
         .spawn(move || {
+            let mut written = None;
+            let publish = |file: &WatchedFile<GpuQosConfig>, written: &mut Option<u64>| {
+                guard("job_submit/gpu_qos: metrics", (), || {
+                    publish_decisions(&file.current().get(), written)
+                })
+            };
+            publish(&file, &mut written);
             while !thread_stop.wait(interval) {
                 // A panic here must not unwind out of a thread slurmctld
                 // never joins; log it and keep watching.
@@ -114,7 +151,10 @@ pub fn start(path: &Path) -> Result<(), String> {
                     }
                     PollOutcome::Rejected(why) => log::error(&format!("{PLUGIN}: {why}")),
                 });
+                publish(&file, &mut written);
             }
+            // The last decisions before fini.
+            publish(&file, &mut written);
         })
         .map_err(|e| format!("cannot start the reload thread: {e}"))?;
     log::info(&format!(

@@ -1,0 +1,313 @@
+//! The controller's metrics: each group QOS's GPUs in use by type against
+//! its limit and its pending jobs by reason (`gpu-qos metrics`), and the
+//! decisions of `job_submit/gpu_qos` (written by the plugin itself).
+//!
+//! `gpu-qos metrics` asks slurmctld twice, whatever the size of the site:
+//! `scontrol -o show assoc_mgr flags=qos` (every QOS's `GrpTRES` limits
+//! with their usage, from slurmctld's own accounting cache) and `squeue`
+//! for the pending jobs' QOS and reason ([`PENDING_SQUEUE_ARGS`]).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::policy::{RejectionKind, Verdict};
+use crate::shared::prom::Exposition;
+
+/// `scontrol` arguments [`parse_assoc_mgr_qos`] reads (one line per QOS).
+pub const ASSOC_MGR_ARGS: [&str; 4] = ["-o", "show", "assoc_mgr", "flags=qos"];
+
+/// `squeue` arguments [`parse_pending`] reads: every pending job's QOS and
+/// reason code, fields Slurm fills in itself, `|` after each.
+pub const PENDING_SQUEUE_ARGS: [&str; 6] = ["-h", "-a", "-t", "PENDING", "-O", "QOS:|,Reason:|"];
+
+/// One GPU type in one QOS's `GrpTRES`: the limit (`None`: no limit) and
+/// the GPUs its running jobs hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QosGpus {
+    pub qos: String,
+    pub gpu_type: String,
+    pub limit: Option<u64>,
+    pub in_use: u64,
+}
+
+/// Reads `scontrol -o show assoc_mgr flags=qos`: for each QOS, each typed
+/// `gres/gpu:TYPE=LIMIT(USED)` entry of its `GrpTRES` (`N` is no limit).
+/// The format is the same in 22.05, 24.11 and 25.11 (`_print_tres_line`).
+pub fn parse_assoc_mgr_qos(text: &str) -> Vec<QosGpus> {
+    let mut out = Vec::new();
+    let mut qos: Option<String> = None;
+    for word in text.split_whitespace() {
+        if let Some(rest) = word.strip_prefix("QOS=") {
+            // `QOS=name(id)`
+            qos = Some(rest.rsplit_once('(').map_or(rest, |(n, _)| n).to_owned());
+        } else if let (Some(rest), Some(q)) = (word.strip_prefix("GrpTRES="), &qos) {
+            for entry in rest.split(',') {
+                let Some((name, value)) = entry.split_once('=') else {
+                    continue;
+                };
+                let Some(gpu_type) = name.strip_prefix("gres/gpu:") else {
+                    continue;
+                };
+                let Some((limit, used)) = value.strip_suffix(')').and_then(|v| v.split_once('('))
+                else {
+                    continue;
+                };
+                let Ok(in_use) = used.parse() else {
+                    continue;
+                };
+                out.push(QosGpus {
+                    qos: q.clone(),
+                    gpu_type: gpu_type.to_owned(),
+                    limit: limit.parse().ok(),
+                    in_use,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Reads `squeue` run with [`PENDING_SQUEUE_ARGS`]: pending jobs by
+/// (QOS, reason).
+pub fn parse_pending(text: &str) -> BTreeMap<(String, String), u64> {
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let fields: Vec<&str> = line.split('|').map(str::trim).collect();
+        if let [qos, reason, ""] = fields[..] {
+            if !qos.is_empty() {
+                *out.entry((qos.to_owned(), reason.to_owned())).or_default() += 1;
+            }
+        }
+    }
+    out
+}
+
+/// The Prometheus text of the group QOS: GPUs in use by type for every QOS
+/// that holds or limits a type, limits where there is one, and pending
+/// jobs by reason for those QOS.
+pub fn render_qos(gpus: &[QosGpus], pending: &BTreeMap<(String, String), u64>) -> String {
+    let mut out = Exposition::default();
+    let shown: Vec<&QosGpus> = gpus
+        .iter()
+        .filter(|g| g.limit.is_some() || g.in_use > 0)
+        .collect();
+    out.family(
+        "gpushare_qos_gpus_in_use",
+        "gauge",
+        "GPUs of a type held by the QOS's running jobs (Slurm's GrpTRES usage).",
+    );
+    for g in &shown {
+        out.sample(
+            "gpushare_qos_gpus_in_use",
+            &[("qos", &g.qos), ("gpu_type", &g.gpu_type)],
+            g.in_use,
+        );
+    }
+    out.family(
+        "gpushare_qos_gpus_limit",
+        "gauge",
+        "The QOS's GrpTRES limit for a GPU type.",
+    );
+    for g in &shown {
+        if let Some(limit) = g.limit {
+            out.sample(
+                "gpushare_qos_gpus_limit",
+                &[("qos", &g.qos), ("gpu_type", &g.gpu_type)],
+                limit,
+            );
+        }
+    }
+    out.family(
+        "gpushare_qos_jobs_pending",
+        "gauge",
+        "Pending jobs of the QOS, by Slurm's reason code.",
+    );
+    for ((qos, reason), n) in pending {
+        if shown.iter().any(|g| &g.qos == qos) {
+            out.sample(
+                "gpushare_qos_jobs_pending",
+                &[("qos", qos), ("reason", reason)],
+                *n,
+            );
+        }
+    }
+    out.into_text()
+}
+
+/// Which call a decision answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Call {
+    Submit,
+    Modify,
+}
+
+const KINDS: [RejectionKind; 8] = [
+    RejectionKind::UntypedGpu,
+    RejectionKind::TypeNotPermitted,
+    RejectionKind::OverLimit,
+    RejectionKind::NoGpuRequest,
+    RejectionKind::SharedOutsideReservation,
+    RejectionKind::ShareTooLarge,
+    RejectionKind::UpdateNeedsTypedGpu,
+    RejectionKind::BadRequest,
+];
+
+/// The `rule` label of a rejection.
+pub fn rule_name(kind: RejectionKind) -> &'static str {
+    match kind {
+        RejectionKind::UntypedGpu => "untyped_gpu",
+        RejectionKind::TypeNotPermitted => "type_not_permitted",
+        RejectionKind::OverLimit => "over_limit",
+        RejectionKind::NoGpuRequest => "no_gpu_request",
+        RejectionKind::SharedOutsideReservation => "shared_outside_reservation",
+        RejectionKind::ShareTooLarge => "share_too_large",
+        RejectionKind::UpdateNeedsTypedGpu => "update_needs_typed_gpu",
+        RejectionKind::BadRequest => "bad_request",
+    }
+}
+
+const SLOTS: usize = 2 * (1 + KINDS.len());
+
+/// The plugin's decision counters: lock-free, so counting costs a
+/// submission one atomic add; written out by the plugin's own thread.
+#[derive(Debug)]
+pub struct DecisionCounts {
+    counts: [AtomicU64; SLOTS],
+}
+
+impl Default for DecisionCounts {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl DecisionCounts {
+    pub const fn new() -> Self {
+        Self {
+            counts: [const { AtomicU64::new(0) }; SLOTS],
+        }
+    }
+
+    fn slot(call: Call, rejected: Option<RejectionKind>) -> usize {
+        let base = match call {
+            Call::Submit => 0,
+            Call::Modify => 1 + KINDS.len(),
+        };
+        base + rejected.map_or(0, |k| 1 + KINDS.iter().position(|&x| x == k).unwrap_or(0))
+    }
+
+    pub fn record(&self, call: Call, verdict: &Verdict) {
+        let rejected = match verdict {
+            Verdict::Accept(_) => None,
+            Verdict::Reject(r) => Some(r.kind),
+        };
+        if let Some(c) = self.counts.get(Self::slot(call, rejected)) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Every decision so far (a change is seen by comparing two of these).
+    pub fn total(&self) -> u64 {
+        self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    }
+
+    /// `gpushare_job_submit_decisions_total{call,decision,rule}`, every
+    /// combination from zero.
+    pub fn render(&self) -> String {
+        let name = "gpushare_job_submit_decisions_total";
+        let mut out = Exposition::default();
+        out.family(
+            name,
+            "counter",
+            "Decisions of job_submit/gpu_qos since slurmctld loaded it, by call, decision \
+             and the rule that refused.",
+        );
+        for (call, label) in [(Call::Submit, "submit"), (Call::Modify, "modify")] {
+            let n = |k| self.counts[Self::slot(call, k)].load(Ordering::Relaxed);
+            out.sample(
+                name,
+                &[("call", label), ("decision", "accept"), ("rule", "none")],
+                n(None),
+            );
+            for kind in KINDS {
+                out.sample(
+                    name,
+                    &[
+                        ("call", label),
+                        ("decision", "reject"),
+                        ("rule", rule_name(kind)),
+                    ],
+                    n(Some(kind)),
+                );
+            }
+        }
+        out.into_text()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::policy::{JobChanges, Rejection};
+    use super::*;
+
+    /// As `scontrol -o show assoc_mgr flags=qos` prints two QOS (24.11).
+    const ASSOC_MGR: &str = "QOS=normal(1) UsageRaw=0.000000 GrpJobs=N(0) GrpJobsAccrue=N(0) GrpSubmitJobs=N(0) GrpWall=N(0.00) GrpTRES=cpu=N(0),mem=N(0),energy=N(0),node=N(0),billing=N(0),fs/disk=N(0),vmem=N(0),pages=N(0),gres/gpu=N(0),gres/gpu:a40=N(0),gres/gpu:h100=N(0) GrpTRESMins=cpu=N(0)
+QOS=qos_lafferty(3) UsageRaw=120.000000 GrpJobs=N(2) GrpJobsAccrue=N(0) GrpSubmitJobs=N(3) GrpWall=N(2.00) GrpTRES=cpu=N(2),mem=N(200),gres/gpu=N(2),gres/gpu:a40=4(2),gres/gpu:h100=N(0) GrpTRESMins=cpu=N(4),gres/gpu:a40=N(7) MaxTRESPJ=gres/gpu:a40=2
+QOS=lowprio(4) GrpTRES=cpu=N(8),gres/gpu=N(3),gres/gpu:a40=N(3),gres/gpu:h100=N(0)";
+
+    #[test]
+    fn assoc_mgr_gives_each_qos_typed_limits_and_usage() {
+        let gpus = parse_assoc_mgr_qos(ASSOC_MGR);
+        let lafferty: Vec<_> = gpus.iter().filter(|g| g.qos == "qos_lafferty").collect();
+        assert_eq!(lafferty.len(), 2, "{gpus:?}");
+        assert_eq!(
+            *lafferty[0],
+            QosGpus {
+                qos: "qos_lafferty".into(),
+                gpu_type: "a40".into(),
+                limit: Some(4),
+                in_use: 2,
+            }
+        );
+        // GrpTRESMins and MaxTRESPJ are not GrpTRES.
+        assert!(gpus.iter().all(|g| g.in_use != 7));
+        let text = render_qos(&gpus, &parse_pending("qos_lafferty|QOSGrpGRES|\nqos_lafferty|QOSGrpGRES|\nlowprio|Priority|\nnormal|Resources|\n"));
+        for line in [
+            "gpushare_qos_gpus_in_use{qos=\"qos_lafferty\",gpu_type=\"a40\"} 2",
+            "gpushare_qos_gpus_limit{qos=\"qos_lafferty\",gpu_type=\"a40\"} 4",
+            "gpushare_qos_gpus_in_use{qos=\"lowprio\",gpu_type=\"a40\"} 3",
+            "gpushare_qos_jobs_pending{qos=\"qos_lafferty\",reason=\"QOSGrpGRES\"} 2",
+            "gpushare_qos_jobs_pending{qos=\"lowprio\",reason=\"Priority\"} 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
+        }
+        // Nothing for a QOS that neither limits nor holds a type.
+        assert!(!text.contains("qos=\"normal\""), "{text}");
+        assert!(!text.contains("h100"), "{text}");
+    }
+
+    #[test]
+    fn decisions_are_counted_by_call_and_rule() {
+        let counts = DecisionCounts::new();
+        let reject = |kind| {
+            Verdict::Reject(Rejection {
+                kind,
+                message: String::new(),
+            })
+        };
+        counts.record(Call::Submit, &Verdict::Accept(JobChanges::default()));
+        counts.record(Call::Submit, &reject(RejectionKind::UntypedGpu));
+        counts.record(Call::Submit, &reject(RejectionKind::UntypedGpu));
+        counts.record(Call::Modify, &reject(RejectionKind::BadRequest));
+        assert_eq!(counts.total(), 4);
+        let text = counts.render();
+        for line in [
+            "gpushare_job_submit_decisions_total{call=\"submit\",decision=\"accept\",rule=\"none\"} 1",
+            "gpushare_job_submit_decisions_total{call=\"submit\",decision=\"reject\",rule=\"untyped_gpu\"} 2",
+            "gpushare_job_submit_decisions_total{call=\"modify\",decision=\"reject\",rule=\"bad_request\"} 1",
+            "gpushare_job_submit_decisions_total{call=\"modify\",decision=\"reject\",rule=\"over_limit\"} 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
+        }
+    }
+}
