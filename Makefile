@@ -18,9 +18,10 @@ PROFILE ?= release
 
 # Debian/Ubuntu packages the build and the test cluster need.
 APT_PACKAGES = slurm-wlm slurmdbd slurm-wlm-basic-plugins libslurm-dev munge \
-	mariadb-server mariadb-client libclang-dev pkg-config debootstrap iproute2
+	mariadb-server mariadb-client libclang-dev pkg-config debootstrap iproute2 \
+	prometheus prometheus-node-exporter
 
-.PHONY: all deps build test lint clean install uninstall demo check-releases test-releases
+.PHONY: all deps build test lint clean install uninstall demo check-releases test-releases test-monitoring
 
 all: build
 
@@ -50,9 +51,15 @@ test: deps lint
 	$(CARGO) build --workspace --all-targets
 	$(CARGO) test --workspace --exclude gpushare-tests
 	$(CARGO) test -p gpushare-tests --tests --no-fail-fast
+	$(MAKE) test-monitoring
 	$(MAKE) check-releases
 	$(MAKE) test-releases
 	$(MAKE) test-packages
+
+# The alerting rules shipped for Prometheus: valid, and their unit tests
+# (promtool's own format) pass.
+test-monitoring:
+	cd packaging/monitoring && promtool check rules gpushare-rules.yml && promtool test rules gpushare-rules.test.yml
 
 # The plugins against each other release's own headers (Debian suite:
 # Slurm release), each in its own target directory; the headers are cached

@@ -83,9 +83,13 @@ pub fn parse_pending(text: &str) -> BTreeMap<(String, String), u64> {
 }
 
 /// The Prometheus text of the group QOS: GPUs in use by type for every QOS
-/// that holds or limits a type, limits where there is one, and pending
-/// jobs by reason for those QOS.
-pub fn render_qos(gpus: &[QosGpus], pending: &BTreeMap<(String, String), u64>) -> String {
+/// that holds or limits a type, limits where there is one, pending jobs by
+/// reason for those QOS, and which QOS are low priority (gpu_qos.conf).
+pub fn render_qos(
+    gpus: &[QosGpus],
+    pending: &BTreeMap<(String, String), u64>,
+    low_priority: &[String],
+) -> String {
     let mut out = Exposition::default();
     let shown: Vec<&QosGpus> = gpus
         .iter()
@@ -130,6 +134,14 @@ pub fn render_qos(gpus: &[QosGpus], pending: &BTreeMap<(String, String), u64>) -
                 *n,
             );
         }
+    }
+    out.family(
+        "gpushare_qos_low_priority",
+        "gauge",
+        "1 for each LowPriorityQOS of gpu_qos.conf (preemptable by the group QOS).",
+    );
+    for qos in low_priority {
+        out.sample("gpushare_qos_low_priority", &[("qos", qos)], 1);
     }
     out.into_text()
 }
@@ -271,13 +283,17 @@ QOS=lowprio(4) GrpTRES=cpu=N(8),gres/gpu=N(3),gres/gpu:a40=N(3),gres/gpu:h100=N(
         );
         // GrpTRESMins and MaxTRESPJ are not GrpTRES.
         assert!(gpus.iter().all(|g| g.in_use != 7));
-        let text = render_qos(&gpus, &parse_pending("qos_lafferty|QOSGrpGRES|\nqos_lafferty|QOSGrpGRES|\nlowprio|Priority|\nnormal|Resources|\n"));
+        let pending = parse_pending(
+            "qos_lafferty|QOSGrpGRES|\nqos_lafferty|QOSGrpGRES|\nlowprio|Priority|\nnormal|Resources|\n",
+        );
+        let text = render_qos(&gpus, &pending, &["lowprio".to_owned()]);
         for line in [
             "gpushare_qos_gpus_in_use{qos=\"qos_lafferty\",gpu_type=\"a40\"} 2",
             "gpushare_qos_gpus_limit{qos=\"qos_lafferty\",gpu_type=\"a40\"} 4",
             "gpushare_qos_gpus_in_use{qos=\"lowprio\",gpu_type=\"a40\"} 3",
             "gpushare_qos_jobs_pending{qos=\"qos_lafferty\",reason=\"QOSGrpGRES\"} 2",
             "gpushare_qos_jobs_pending{qos=\"lowprio\",reason=\"Priority\"} 1",
+            "gpushare_qos_low_priority{qos=\"lowprio\"} 1",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
         }

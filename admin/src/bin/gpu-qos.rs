@@ -235,9 +235,21 @@ fn slurm_output(program: &str, args: &[&str]) -> Result<String> {
 fn run_metrics(write: Option<&Path>) -> Result<()> {
     let assoc = slurm_output("scontrol", &metrics::ASSOC_MGR_ARGS)?;
     let pending = slurm_output("squeue", &metrics::PENDING_SQUEUE_ARGS)?;
+    // Which QOS are low priority (for the alert on group jobs waiting
+    // while they hold the group's GPUs): gpu_qos.conf, where it reads.
+    let policy = beside_slurm_conf(None, "gpu_qos.conf");
+    let low_priority = match gpushare::shared::syntax::load(&policy, config::parse) {
+        Ok(Some(cfg)) => cfg.low_priority_qos().to_vec(),
+        Ok(None) => Vec::new(),
+        Err(e) => {
+            eprintln!("gpu-qos: {e}; no QOS marked low priority");
+            Vec::new()
+        }
+    };
     let text = metrics::render_qos(
         &metrics::parse_assoc_mgr_qos(&assoc),
         &metrics::parse_pending(&pending),
+        &low_priority,
     );
     match write {
         Some(path) => prom::write_file(path, &text).map_err(anyhow::Error::msg),
