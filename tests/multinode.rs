@@ -123,9 +123,13 @@ fn start_shares(
         c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))
             .map_err(|e| format!("{e}\njob output: {}", c.job_output(id)))?;
     }
+    // Its GPU, then the device probe's line (printed after it).
     wait_for("the shares' output", Duration::from_secs(30), || {
         ids.iter()
-            .all(|&id| printed(c, id, "GPU").is_some_and(|g| !g.is_empty()))
+            .all(|&id| {
+                printed(c, id, "GPU").is_some_and(|g| !g.is_empty())
+                    && c.job_output(id).contains("dev0=")
+            })
             .then_some(())
     })
     .map_err(|e| {
@@ -152,7 +156,43 @@ fn start_shares_held(
         held.keys().copied().collect::<Vec<_>>() == ids,
         format!("before the fault {node} holds {held:?}, not jobs {ids:?}"),
     )?;
+    mapping_follows_ledger(c, node)?;
     Ok((ids, held))
+}
+
+/// Checks `node`'s DCGM job mapping (`DCGMJobMappingDir`, one file per GPU
+/// named by its device minor, which is its index here) line by line
+/// against its ledger: each GPU's file lists exactly the jobs on it, one
+/// per line in job order, and is empty (or not yet written) when none is.
+fn mapping_follows_ledger(c: &Cluster, node: &str) -> TestResult {
+    let state = ledger(c, node);
+    let dir = c.node_dir(node).join("run/dcgm-jobs");
+    let mut per_gpu: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    for s in state.shares() {
+        per_gpu.entry(s.gpu).or_default().push(s.job);
+    }
+    for w in state.whole_holders() {
+        for &g in &w.gpus {
+            per_gpu.entry(g).or_default().push(w.job);
+        }
+    }
+    let files: Vec<u32> = fs::read_dir(&dir)
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    for gpu in files.iter().chain(per_gpu.keys()) {
+        let mut jobs = per_gpu.get(gpu).cloned().unwrap_or_default();
+        jobs.sort_unstable();
+        let want: String = jobs.iter().map(|j| format!("{j}\n")).collect();
+        let have = fs::read_to_string(dir.join(gpu.to_string())).unwrap_or_default();
+        ensure(
+            have == want,
+            format!("{node}'s DCGM mapping for GPU {gpu} is {have:?}, its ledger says {want:?}"),
+        )?;
+    }
+    Ok(())
 }
 
 fn all_ledgers_empty(c: &Cluster) -> Option<()> {
@@ -176,7 +216,11 @@ fn clean(c: &Cluster) -> TestResult {
             .map(|n| format!("{n}: {:?}", shares(c, n)))
             .collect();
         format!("{e}: {}", left.join("; "))
-    })
+    })?;
+    for node in c.node_names() {
+        mapping_follows_ledger(c, &node)?;
+    }
+    Ok(())
 }
 
 fn own_hosts(c: &mut Cluster) -> TestResult {
@@ -317,6 +361,7 @@ fn shares_on_two_nodes(c: &mut Cluster) -> TestResult {
         placed.insert(node, ids);
     }
     for (node, ids) in &placed {
+        mapping_follows_ledger(c, node)?;
         let held = shares(c, node);
         let mine: Vec<u32> = held.keys().copied().collect();
         ensure(
@@ -419,6 +464,8 @@ fn ghosts_after_outage(c: &mut Cluster) -> TestResult {
         placed == ids,
         format!("gpu01's ledger holds {now:?}; the running shares are {ids:?}, the ghosts were {lost:?}"),
     )?;
+    // The ghosts left dcgm-exporter's mapping with the ledger.
+    mapping_follows_ledger(c, "gpu01")?;
     clean(c)
 }
 

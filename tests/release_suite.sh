@@ -96,6 +96,14 @@ inside() {
             mount --rbind /dev "$root/dev"
             mkdir -p "$root$repo"
             mount --bind "$repo" "$root$repo"
+            # The monitoring tests use this machine'"'"'s Prometheus tools (Go
+            # programs needing only libc): a root has none of its own.
+            for tool in prometheus promtool prometheus-node-exporter; do
+                if [ -x "/usr/bin/$tool" ] && ! chroot "$root" sh -c "command -v $tool" >/dev/null; then
+                    touch "$root/usr/local/bin/$tool"
+                    mount --bind "/usr/bin/$tool" "$root/usr/local/bin/$tool"
+                fi
+            done
         fi
         if [ "${GPUSHARE_TEST_CGROUP:-}" = v2 ]; then
             # This kernel mounts the v1 controllers; the suite sees a cgroup2

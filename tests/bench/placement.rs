@@ -8,7 +8,10 @@
 //! 1. in-process `Ledger::place` (flock, read, choose, write temp, fsync,
 //!    rename, fsync dir), each followed by an untimed release;
 //! 2. the real `gpu-mps-prolog` process, as slurmd runs it (spawn included),
-//!    each followed by an untimed `gpu-mps-epilog`;
+//!    each followed by an untimed `gpu-mps-epilog`; the same, alternately,
+//!    with `MetricsFile=` and `DCGMJobMappingDir=` set (what metrics cost a
+//!    prolog: the mapping files in the transaction, the counters and the
+//!    metrics file under the ledger's lock after it);
 //! 3. the shell prolog (`surf_style_prolog.sh`), spawn included, on the same
 //!    number of jobs (no lock, no fsync: cheaper work than ours);
 //! 4. a bare process start (`/bin/true`), the floor of any prolog.
@@ -101,10 +104,22 @@ fn main() {
     });
     std::fs::write(&conf, format!("UnitsPerGPU={UNITS}\nGPUDevices=/dev/null,/dev/zero,/dev/full,/dev/random\nStateDir={}\nMPSControl=none\nSyslogSocket={}\n", state.display(), syslog.display()))
         .unwrap_or_else(|e| panic!("{e}"));
-    let job_cmd = |prog: &str, job: u32| {
+    let conf_metrics = dir.join("gpu_mps_metrics.conf");
+    std::fs::create_dir_all(dir.join("textfile")).unwrap_or_else(|e| panic!("{e}"));
+    let plain = std::fs::read_to_string(&conf).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(
+        &conf_metrics,
+        format!(
+            "{plain}MetricsFile={}\nDCGMJobMappingDir={}\n",
+            dir.join("textfile/gpushare.prom").display(),
+            dir.join("dcgm").display()
+        ),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let job_cmd = |prog: &str, job: u32, conf: &Path| {
         let mut c = Command::new(bin.join(prog));
         c.arg("--conf")
-            .arg(&conf)
+            .arg(conf)
             .env("SLURM_JOB_ID", job.to_string())
             .env("SLURM_JOB_UID", "1000")
             .env("SLURM_JOB_USER", "bob")
@@ -115,14 +130,17 @@ fn main() {
         c
     };
     let mut epilogs = Vec::with_capacity(runs);
-    let process: Vec<Duration> = (0..runs)
-        .map(|i| {
-            let job = 20_000 + i as u32;
-            let took = run(&mut job_cmd("gpu-mps-prolog", job));
-            epilogs.push(run(&mut job_cmd("gpu-mps-epilog", job)));
-            took
-        })
-        .collect();
+    let mut with_metrics = Vec::with_capacity(runs);
+    let mut process = Vec::with_capacity(runs);
+    // A B A B: the prolog without metrics, then with them, each followed by
+    // an untimed epilog of the same configuration.
+    for i in 0..runs {
+        let job = 20_000 + 2 * i as u32;
+        process.push(run(&mut job_cmd("gpu-mps-prolog", job, &conf)));
+        epilogs.push(run(&mut job_cmd("gpu-mps-epilog", job, &conf)));
+        with_metrics.push(run(&mut job_cmd("gpu-mps-prolog", job + 1, &conf_metrics)));
+        run(&mut job_cmd("gpu-mps-epilog", job + 1, &conf_metrics));
+    }
     let bare: Vec<Duration> = (0..runs)
         .map(|_| run(&mut Command::new("/bin/true")))
         .collect();
@@ -155,6 +173,7 @@ fn main() {
 
     let (a, b, c) = (median(inproc), median(process), median(shell));
     let (e, t) = (median(epilogs), median(bare));
+    let m = median(with_metrics);
     println!(
         "\nplacement on a node of {GPUS} GPUs x {UNITS} units holding {FULL} jobs, state on {}",
         base.display()
@@ -173,6 +192,7 @@ fn main() {
     };
     row("Ledger::place in-process (lock+read+choose+write)", a);
     row("gpu-mps-prolog process (as slurmd runs it)", b);
+    row("gpu-mps-prolog, MetricsFile + DCGMJobMappingDir", m);
     row("gpu-mps-epilog process (as slurmd runs it)", e);
     row("surf-style shell prolog (no lock, no fsync)", c);
     row("bare process start (/bin/true)", t);
@@ -180,6 +200,11 @@ fn main() {
         "prolog + epilog = {:.2}x two bare process starts; the shell prolog alone = {:.1}x the gpushare prolog",
         (us(b) + us(e)) / (2.0 * us(t)),
         us(c) / us(b)
+    );
+    println!(
+        "metrics file and DCGM mapping add {:.0} us to the prolog ({:+.1} %)",
+        us(m) - us(b),
+        (us(m) / us(b) - 1.0) * 100.0
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

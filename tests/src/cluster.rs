@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use crate::hosts::{enter_lab, Fabric, NodeHost};
+use crate::hosts::{enter_lab, Fabric, NodeHost, TEXTFILE_DIR};
 use crate::process::{kill_marked, kill_orphans, Daemon, MARKER};
 use crate::Result;
 
@@ -297,10 +297,15 @@ impl ClusterSpec {
     /// no `conf=`): GPU lists differ between nodes. `gpu01` runs configless.
     pub fn example_site_nodes() -> Self {
         let by_slurm = slurm_places_shares();
+        // Every node publishes its metrics and dcgm-exporter's job mapping
+        // in its own /run (see tests/monitoring.rs).
         let node_conf = |gpus: u32, pool: bool| {
             (
                 "gpu_mps.conf".to_owned(),
-                harness_gpu_mps_conf(gpus, pool && !by_slurm),
+                format!(
+                    "{}{SITE_MONITORING_CONF}",
+                    harness_gpu_mps_conf(gpus, pool && !by_slurm)
+                ),
             )
         };
         let pool = |name: &str| NodeSpec {
@@ -312,14 +317,15 @@ impl ClusterSpec {
         let mut site = Self::example_site();
         // Shares anywhere on the MPS nodes, not only inside the course
         // reservations of the example.
-        site.extra_conf_files = vec![(
-            "gpu_qos.conf".into(),
-            EXAMPLE_GPU_QOS_CONF
-                .lines()
-                .filter(|l| !l.starts_with("SharedGPUReservations="))
-                .map(|l| format!("{l}\n"))
-                .collect(),
-        )];
+        let mut policy: String = EXAMPLE_GPU_QOS_CONF
+            .lines()
+            .filter(|l| !l.starts_with("SharedGPUReservations="))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        policy.push_str(&format!(
+            "MetricsFile={{cluster}}/{TEXTFILE_DIR}/gpushare_job_submit.prom\n"
+        ));
+        site.extra_conf_files = vec![("gpu_qos.conf".into(), policy)];
         Self {
             gpus: Vec::new(),
             mps_count: None,
@@ -659,6 +665,12 @@ fn start_syslog(path: PathBuf, out: PathBuf) -> Result<()> {
     Ok(())
 }
 
+/// The monitoring lines of the example site's nodes' gpu_mps.conf: each
+/// node's metrics file in its own textfile directory
+/// ([`crate::hosts::TEXTFILE_DIR`]), its DCGM job mapping in its own `/run`.
+pub const SITE_MONITORING_CONF: &str =
+    "MetricsFile={cluster}/textfile/gpushare.prom\nDCGMJobMappingDir={cluster}/run/dcgm-jobs\n";
+
 /// The harness's gpu_mps.conf for a node of `gpus` GPUs at
 /// `{cluster}/dev/nvidia<N>`: state in `{cluster}/run`, syslog to the
 /// harness, no MPS daemons; with `slurm_mps_count`, the node-wide
@@ -865,6 +877,11 @@ impl Cluster {
         } else {
             self.dir.clone()
         }
+    }
+
+    /// Node `node`'s address on the cluster's fabric (multi-node clusters).
+    pub fn node_addr(&self, node: &str) -> Result<std::net::Ipv4Addr> {
+        self.host(node).map(|h| h.addr)
     }
 
     fn host(&self, node: &str) -> Result<&NodeHost> {

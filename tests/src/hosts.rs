@@ -34,6 +34,11 @@ use crate::Result;
 /// MariaDB the clusters share in it): [`enter_lab`] then stays there.
 pub const LAB_ENV: &str = "GPUSHARE_TEST_NETNS";
 
+/// node_exporter's textfile directory of each host, under the cluster's
+/// directory: the controller's in the lab, each node's bound over it in
+/// the node's own mount namespace.
+pub const TEXTFILE_DIR: &str = "textfile";
+
 /// The lab's own interface (10.251.0.1): no node hangs on it.
 const LAB_ANCHOR: &str = "gslab0";
 
@@ -162,13 +167,17 @@ pub struct NodeHost {
 impl NodeHost {
     /// Starts the holder of a new network, UTS and mount namespace, links
     /// it to `fabric`, and sets the node up: hostname, loopback, address,
-    /// a tmpfs `/run`, its own `run/`, `dev/`, `log/` over the cluster's and
-    /// its own `/etc/slurm`.
+    /// a tmpfs `/run`, its own `run/`, `dev/`, `log/` and `textfile/` (its
+    /// node_exporter's textfile directory, `/var/lib/prometheus/node-exporter`
+    /// on a real node, kept across reboots) over the cluster's, and its own
+    /// `/etc/slurm`.
     pub fn start(name: &str, index: usize, fabric: &Fabric, cluster_dir: &Path) -> Result<Self> {
         let dir = cluster_dir.join("nodes").join(name);
-        for sub in ["run", "dev", "log", "etc-slurm"] {
+        for sub in ["run", "dev", "log", "textfile", "etc-slurm"] {
             fs::create_dir_all(dir.join(sub)).map_err(|e| format!("{}: {e}", dir.display()))?;
         }
+        let shared = cluster_dir.join(TEXTFILE_DIR);
+        fs::create_dir_all(&shared).map_err(|e| format!("{}: {e}", shared.display()))?;
         let mut cmd = Command::new("unshare");
         cmd.args([
             "--net",
@@ -229,7 +238,7 @@ impl NodeHost {
              ip addr add {addr}/24 dev eth0\n\
              ip link set eth0 up\n\
              mount -t tmpfs -o mode=0755 tmpfs /run\n\
-             for sub in run dev log; do mount --bind {n}/$sub {d}/$sub; done\n\
+             for sub in run dev log textfile; do mount --bind {n}/$sub {d}/$sub; done\n\
              mkdir -p /etc/slurm\n\
              mount --bind {n}/etc-slurm /etc/slurm\n",
             addr = host.addr,

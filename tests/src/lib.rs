@@ -15,6 +15,7 @@
 pub mod cluster;
 pub mod elf;
 pub mod hosts;
+pub mod monitor;
 pub mod process;
 pub mod suite;
 pub mod users;

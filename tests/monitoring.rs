@@ -1,0 +1,310 @@
+//! gpushare seen from Prometheus, with the tools Debian ships: the example
+//! site on three nodes, each node's metrics file read by its own
+//! node_exporter, the controller's (`gpu-qos metrics --write` and the
+//! job_submit plugin's decisions) by another, a Prometheus server scraping
+//! them all; the figures are checked through Prometheus's query API, every
+//! file gpushare writes with `promtool check metrics`, and the shipped
+//! alerting rules and dashboard against that server.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::Duration;
+
+use testcluster::cluster::{build_dir, wait_for};
+use testcluster::hosts::TEXTFILE_DIR;
+use testcluster::monitor::Monitoring;
+use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
+
+fn main() -> ExitCode {
+    Suite::new(ClusterSpec::example_site_nodes())
+        .test(
+            "prometheus_sees_shares_group_use_and_decisions_across_nodes",
+            figures,
+        )
+        .test(
+            "every_metrics_file_gpushare_writes_passes_promtool",
+            promtool_check_metrics,
+        )
+        .run()
+}
+
+/// A share job that waits.
+const SHARE: &str = "--wrap=sleep 300";
+
+fn gpu_qos(c: &Cluster, args: &[&str]) -> Result<String, String> {
+    let bin = build_dir()?.join("gpu-qos");
+    c.run_ok(&bin.to_string_lossy(), args)
+}
+
+/// The controller's textfile directory, where `gpu-qos metrics --write`
+/// goes (a timer's job on a real controller).
+fn qos_file(c: &Cluster) -> PathBuf {
+    c.dir.join(TEXTFILE_DIR).join("gpushare_qos.prom")
+}
+
+fn node_file(c: &Cluster, node: &str) -> PathBuf {
+    c.node_dir(node).join(TEXTFILE_DIR).join("gpushare.prom")
+}
+
+fn figures(c: &mut Cluster) -> TestResult {
+    c.cancel_all()?;
+    let mon = Monitoring::start(c)?;
+    // Eight shares of 25 units on gpu01, two a40 of qos_lafferty on gpu02.
+    let shares: Vec<u32> = (0..8)
+        .map(|_| c.sbatch_ok(&["-w", "gpu01", "--gres=mps:25", SHARE]))
+        .collect::<Result<_, _>>()?;
+    let group = c.sbatch_ok(&[
+        "--qos=qos_lafferty",
+        "-w",
+        "gpu02",
+        "--gres=gpu:a40:2",
+        "--wrap=sleep 300",
+    ])?;
+    for &id in shares.iter().chain([&group]) {
+        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
+    }
+    // One untyped group job, refused by the plugin.
+    let refused = c.sbatch(&["--qos=qos_lafferty", "--gres=gpu:1", "--wrap=true"]);
+    ensure(
+        refused.is_err(),
+        format!("untyped job accepted: {refused:?}"),
+    )?;
+    let write = qos_file(c);
+    gpu_qos(c, &["metrics", "--write", &write.to_string_lossy()])?;
+    let wait = Duration::from_secs(30);
+    mon.wait_value(
+        r#"sum(gpushare_gpu_units_allocated{node="gpu01"})"#,
+        200.0,
+        wait,
+    )?;
+    mon.wait_value(r#"count(gpushare_share_units{node="gpu01"})"#, 8.0, wait)?;
+    mon.wait_value(
+        r#"sum(gpushare_gpu_units_capacity{node="gpu01"})"#,
+        400.0,
+        wait,
+    )?;
+    mon.wait_value(r#"sum(gpushare_gpu_held_whole{node="gpu02"})"#, 2.0, wait)?;
+    mon.wait_value(
+        r#"gpushare_qos_gpus_in_use{qos="qos_lafferty",gpu_type="a40"}"#,
+        2.0,
+        wait,
+    )?;
+    mon.wait_value(
+        r#"gpushare_qos_gpus_limit{qos="qos_lafferty",gpu_type="a40"}"#,
+        4.0,
+        wait,
+    )?;
+    mon.wait_value(
+        r#"gpushare_job_submit_decisions_total{call="submit",decision="reject",rule="untyped_gpu"}"#,
+        1.0,
+        wait,
+    )?;
+    mon.wait_value(r#"sum(gpushare_placements_total{node="gpu01"})"#, 8.0, wait)?;
+    // A lafferty job over what is left waits on the group; the pending
+    // figure says so once gpu-qos metrics runs again.
+    let waiting = c.sbatch_ok(&["--qos=qos_lafferty", "--gres=gpu:a40:3", "--wrap=sleep 300"])?;
+    wait_for("the job to wait on its group", wait, || {
+        let info = c.job(waiting).ok()?;
+        info.get("Reason")?.starts_with("QOSGrp").then_some(())
+    })?;
+    gpu_qos(c, &["metrics", "--write", &write.to_string_lossy()])?;
+    mon.wait_value(
+        r#"sum(gpushare_qos_jobs_pending{qos="qos_lafferty",reason=~"QOSGrp.*"})"#,
+        1.0,
+        wait,
+    )?;
+    // A low-priority job on the h100 node, for the dashboard's view of
+    // what low-priority QOS hold.
+    let low = c.sbatch_ok(&["--qos=lowprio", "-w", "gpu03", "--gres=gpu:h100:1", SHARE])?;
+    c.wait_job_state(low, &["RUNNING"], wait)?;
+    gpu_qos(c, &["metrics", "--write", &write.to_string_lossy()])?;
+    mon.wait_value(
+        r#"gpushare_qos_gpus_in_use{qos="lowprio",gpu_type="h100"}"#,
+        1.0,
+        wait,
+    )?;
+    // The shipped rules and dashboard against this server: every alert's
+    // expression evaluates, every panel's query returns data.
+    check_rules_evaluate(&mon)?;
+    check_dashboard(&mon)?;
+    // Released: the figures fall back to zero.
+    c.cancel_all()?;
+    mon.wait_value(
+        r#"sum(gpushare_gpu_units_allocated{node="gpu01"})"#,
+        0.0,
+        wait,
+    )?;
+    mon.wait_value(r#"count(gpushare_share_units) or vector(0)"#, 0.0, wait)?;
+    Ok(())
+}
+
+/// Every alerting rule's expression, run against the live server.
+fn check_rules_evaluate(mon: &Monitoring) -> TestResult {
+    let rules = repo().join("packaging/monitoring/gpushare-rules.yml");
+    let text = fs::read_to_string(&rules).map_err(|e| format!("{}: {e}", rules.display()))?;
+    let exprs = rule_exprs(&text);
+    ensure(exprs.len() >= 5, format!("{} rules read", exprs.len()))?;
+    for expr in exprs {
+        mon.query(&expr)
+            .map_err(|e| format!("rule expression {expr:?}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Panel queries that have no data on this cluster: its nodes run no MPS
+/// daemons (`MPSControl=none`), so no daemon series exists.
+const NO_DAEMONS_HERE: [&str; 3] = [
+    "gpushare_gpu_mps_daemon_up",
+    "gpushare_gpu_mps_users",
+    "gpushare_gpu_mps_time_sliced",
+];
+
+/// Every query of the shipped Grafana dashboard, run against the live
+/// server: none fails, and each returns data (but for [`NO_DAEMONS_HERE`]).
+fn check_dashboard(mon: &Monitoring) -> TestResult {
+    let path = repo().join("packaging/monitoring/gpushare-dashboard.json");
+    let text = fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let dash: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut exprs = Vec::new();
+    for panel in dash["panels"].as_array().into_iter().flatten() {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            if let Some(e) = target["expr"].as_str() {
+                exprs.push((
+                    panel["title"].as_str().unwrap_or("").to_owned(),
+                    e.to_owned(),
+                ));
+            }
+        }
+    }
+    ensure(
+        exprs.len() >= 15,
+        format!("{} dashboard queries", exprs.len()),
+    )?;
+    // Rates need two samples a few seconds apart.
+    std::thread::sleep(Duration::from_secs(3));
+    let mut empty = Vec::new();
+    for (title, expr) in &exprs {
+        let got = mon
+            .query(expr)
+            .map_err(|e| format!("dashboard panel {title:?}: {e}"))?;
+        if got.is_empty() && !NO_DAEMONS_HERE.contains(&expr.as_str()) {
+            empty.push(format!("{title}: {expr}"));
+        }
+    }
+    ensure(
+        empty.is_empty(),
+        format!("dashboard queries without data: {empty:#?}"),
+    )
+}
+
+/// The `expr:` of each rule (one line, or a `|` block).
+fn rule_exprs(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        let Some(rest) = line.trim_start().strip_prefix("expr:") else {
+            continue;
+        };
+        let rest = rest.trim();
+        if rest == "|" {
+            let mut block = Vec::new();
+            while let Some(next) = lines.peek() {
+                if next.trim().is_empty() || !next.starts_with("          ") {
+                    break;
+                }
+                block.push(next.trim().to_owned());
+                lines.next();
+            }
+            out.push(block.join(" "));
+        } else {
+            out.push(rest.to_owned());
+        }
+    }
+    out
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+}
+
+fn promtool_check(what: &str, text: &str) -> TestResult {
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("promtool: {e}"))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        use std::io::Write as _;
+        stdin
+            .write_all(text.as_bytes())
+            .map_err(|e| format!("promtool: {e}"))?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("promtool: {e}"))?;
+    ensure(
+        out.status.success(),
+        format!(
+            "promtool check metrics on {what}: {}{}\n{text}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+fn promtool_check_metrics(c: &mut Cluster) -> TestResult {
+    c.cancel_all()?;
+    for _ in 0..3 {
+        c.sbatch_ok(&["-w", "gpu02", "--gres=mps:25", SHARE])?;
+    }
+    c.sbatch_ok(&["-w", "gpu03", "--gres=gpu:h100:1", SHARE])?;
+    let _ = c.sbatch(&["--qos=qos_dijk", "--gres=gpu:1", "--wrap=true"]);
+    wait_for(
+        "gpu02's metrics to show three shares",
+        Duration::from_secs(60),
+        || {
+            let text = fs::read_to_string(node_file(c, "gpu02")).ok()?;
+            (text.matches("gpushare_share_units{").count() == 3).then_some(())
+        },
+    )?;
+    let write = qos_file(c);
+    gpu_qos(c, &["metrics", "--write", &write.to_string_lossy()])?;
+    let plugin = c.dir.join(TEXTFILE_DIR).join("gpushare_job_submit.prom");
+    wait_for(
+        "the plugin's decisions file",
+        Duration::from_secs(30),
+        || fs::metadata(&plugin).ok().map(|_| ()),
+    )?;
+    let gpu_mps = build_dir()?.join("gpu-mps");
+    let printed = c.run_on("gpu02", &gpu_mps.to_string_lossy(), &["metrics"])?;
+    let mut files: Vec<(String, String)> = Vec::new();
+    for node in c.node_names() {
+        let path = node_file(c, &node);
+        if let Ok(text) = fs::read_to_string(&path) {
+            files.push((path.display().to_string(), text));
+        }
+    }
+    ensure(
+        files.len() == 3,
+        format!("{} node metrics files", files.len()),
+    )?;
+    for path in [write, plugin] {
+        let text = fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        files.push((path.display().to_string(), text));
+    }
+    files.push((
+        "gpu-mps metrics on gpu02".into(),
+        String::from_utf8_lossy(&printed.stdout).into_owned(),
+    ));
+    for (what, text) in &files {
+        promtool_check(what, text)?;
+    }
+    c.cancel_all()
+}
