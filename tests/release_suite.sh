@@ -111,7 +111,7 @@ inside() {
             # tests/cgroup2/unified_only.c).
             mount -t cgroup2 none "${root%/}/sys/fs/cgroup"
         fi
-        exec chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
+        exec chroot "$root" /usr/bin/env -i PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
             LANG=C.UTF-8 TMPDIR=/tmp "$@"' inside "$root" "$repo" "$@"
 }
 
