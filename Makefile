@@ -116,6 +116,17 @@ EXAMPLES = plugins/job_submit_gpu_qos/gpu_qos.conf.example \
 	plugins/spank_gpu_mps/gpu_mps.conf.example \
 	plugins/spank_gpu_mps/plugstack.conf.example \
 	plugins/spank_gpu_mps/gres.conf.fragment
+# The metrics timers (packaging/systemd; make install fills in SBINDIR and
+# DOCDIR). $(PREFIX)/lib/systemd/system: /usr/lib/systemd/system, Debian's
+# place for units, for PREFIX=/usr; systemd also reads /usr/local/lib/systemd/system.
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+UNITS = gpushare-node-metrics.service gpushare-node-metrics.timer \
+	gpushare-qos-metrics.service gpushare-qos-metrics.timer
+# Prometheus alerting rules, their promtool tests, the Grafana dashboard:
+# examples a site copies into its own monitoring configuration.
+MONITORING = packaging/monitoring/gpushare-rules.yml \
+	packaging/monitoring/gpushare-rules.test.yml \
+	packaging/monitoring/gpushare-dashboard.json
 MANIFEST = $(DESTDIR)$(DOCDIR)/installed-files
 
 install:
@@ -133,6 +144,9 @@ install:
 	put 0644 plugins/job_submit_gpu_qos/slurm.conf.fragment $(DOCDIR)/examples/slurm.conf.controller.fragment; \
 	put 0644 plugins/spank_gpu_mps/slurm.conf.fragment $(DOCDIR)/examples/slurm.conf.gpu-node.fragment; \
 	for f in $(EXAMPLES); do put 0644 $$f $(DOCDIR)/examples/$$(basename $$f); done; \
+	for f in $(MONITORING); do put 0644 $$f $(DOCDIR)/examples/monitoring/$$(basename $$f); done; \
+	for u in $(UNITS); do put 0644 packaging/systemd/$$u $(UNITDIR)/$$u; \
+		sed -i -e 's|@SBINDIR@|$(SBINDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' "$(DESTDIR)$(UNITDIR)/$$u"; done; \
 	put 0644 README.md $(DOCDIR)/README.md; \
 	put 0644 LICENSE $(DOCDIR)/LICENSE; \
 	for f in $$files; do echo $$f; done > $(MANIFEST); \
@@ -141,12 +155,16 @@ install:
 	@echo "Next steps (configs are never written by make install):"
 	@[ -e "$(DESTDIR)$(SYSCONFDIR)/gpu_qos.conf" ] || echo "  controller: cp $(DOCDIR)/examples/gpu_qos.conf.example $(SYSCONFDIR)/gpu_qos.conf, edit, add JobSubmitPlugins=gpu_qos, run gpu-qos check"
 	@[ -e "$(DESTDIR)$(SYSCONFDIR)/gpu_mps.conf" ] || echo "  GPU nodes:  cp $(DOCDIR)/examples/gpu_mps.conf.example $(SYSCONFDIR)/gpu_mps.conf; see gpu-mps config for slurm.conf/gres.conf/plugstack.conf"
+	@echo "  metrics:    systemctl enable --now gpushare-node-metrics.timer (GPU nodes, MetricsFile= set) or gpushare-qos-metrics.timer (controller); alerts and dashboard: $(DOCDIR)/examples/monitoring"
 
 uninstall:
 	@set -e; \
 	if [ -f "$(MANIFEST)" ]; then list=$$(cat "$(MANIFEST)"); else \
-	list="$(PLUGINDIR)/job_submit_gpu_qos.so $(PLUGINDIR)/spank_gpu_mps.so $(LIBEXECDIR)/gpu-mps-prolog $(LIBEXECDIR)/gpu-mps-epilog $(SBINDIR)/gpu-qos $(SBINDIR)/gpu-mps"; fi; \
+	list="$(PLUGINDIR)/job_submit_gpu_qos.so $(PLUGINDIR)/spank_gpu_mps.so $(LIBEXECDIR)/gpu-mps-prolog $(LIBEXECDIR)/gpu-mps-epilog $(SBINDIR)/gpu-qos $(SBINDIR)/gpu-mps"; \
+	for u in $(UNITS); do list="$$list $(UNITDIR)/$$u"; done; fi; \
 	for f in $$list; do rm -f "$(DESTDIR)$$f" && echo "  removed $$f"; done; \
+	for u in $(UNITS); do [ ! -L "$(DESTDIR)/etc/systemd/system/timers.target.wants/$$u" ] || \
+		echo "  $$u is still enabled: systemctl disable $$u"; done; \
 	rm -f "$(MANIFEST)"; \
 	rm -rf "$(DESTDIR)$(DOCDIR)/examples"; rm -f "$(DESTDIR)$(DOCDIR)/README.md" "$(DESTDIR)$(DOCDIR)/LICENSE"; \
 	for d in "$(DESTDIR)$(DOCDIR)" "$(DESTDIR)$(LIBEXECDIR)"; do rmdir "$$d" 2>/dev/null || true; done

@@ -97,7 +97,8 @@ for f in libjob_submit_gpu_qos.so libspank_gpu_mps.so; do
     ln -s "$plugin_build/$f" "$work/bin/$f"
 done
 stage=$work/stage
-make -s install NOBUILD=1 TARGET_DIR="$work/bin" DESTDIR="$stage" PREFIX=/usr PLUGINDIR="$plugindir" >/dev/null
+units=/usr/lib/systemd/system
+make -s install NOBUILD=1 TARGET_DIR="$work/bin" DESTDIR="$stage" PREFIX=/usr PLUGINDIR="$plugindir" UNITDIR=$units >/dev/null
 
 # Split: each staged file goes to one package (or is dropped on purpose); a
 # file make install gains later stops this build until it is given a home.
@@ -120,6 +121,25 @@ for f in gpu_mps.conf.example plugstack.conf.example gres.conf.fragment; do
     take node "$doc/examples/$f" "/usr/share/doc/gpushare-node/examples/$f"
 done
 take node "$doc/examples/slurm.conf.gpu-node.fragment" /usr/share/doc/gpushare-node/examples/slurm.conf.fragment
+# The metrics timers, each with the half whose command it runs; never
+# enabled by the package (no maintainer scripts): the admin enables them.
+# Their Documentation= names the package's own README.
+for u in gpushare-node-metrics.service gpushare-node-metrics.timer; do
+    take node "$units/$u"
+done
+for u in gpushare-qos-metrics.service gpushare-qos-metrics.timer; do
+    take controller "$units/$u"
+done
+for p in controller node; do
+    sed -i "s|file://$doc/|file:///usr/share/doc/gpushare-$p/|" "$work/$p$units"/*
+done
+# The alerting rules (with their promtool tests, which name the rules file
+# beside them) and the Grafana dashboard go with the controller: that is
+# where a site keeps its Prometheus configuration. Examples to copy: nothing
+# reads them where they are.
+for f in gpushare-rules.yml gpushare-rules.test.yml gpushare-dashboard.json; do
+    take controller "$doc/examples/monitoring/$f" "/usr/share/doc/gpushare-controller/examples/monitoring/$f"
+done
 for p in controller node; do
     install -D -m 0644 "$stage$doc/README.md" "$work/$p/usr/share/doc/gpushare-$p/README.md"
 done
@@ -154,7 +174,7 @@ for p in controller node; do
         *.so) strip --remove-section=.comment --remove-section=.note --strip-unneeded "$f" ;;
         *) strip --remove-section=.comment --remove-section=.note "$f" ;;
         esac
-    done < <(find "$work/$p/usr/lib" "$work/$p/usr/sbin" "$work/$p/usr/libexec" -type f -print0 2>/dev/null)
+    done < <(find "$work/$p/usr/lib" "$work/$p/usr/sbin" "$work/$p/usr/libexec" -path "$work/$p$units" -prune -o -type f -print0 2>/dev/null)
 done
 
 # Reproducible: every date is the last commit's.
@@ -276,7 +296,9 @@ control controller "$depends_controller" "$conflicts_controller" "typed-GPU QOS 
  accounting database.
  .
  Nothing is enabled by installing it: add JobSubmitPlugins=gpu_qos to
- slurm.conf and write /etc/slurm/gpu_qos.conf (see the example)."
+ slurm.conf and write /etc/slurm/gpu_qos.conf (see the example). The
+ gpushare-qos-metrics timer writes the QOS metrics for node_exporter;
+ Prometheus alerting rules and a Grafana dashboard are in the examples."
 control node "$depends_node" "$conflicts_node" "MPS GPU sharing for Slurm nodes (SPANK plugin, prolog, epilog)" \
 " gpushare places MPS GPU shares on the least-loaded GPU of a node (from
  Slurm 23.11 it records Slurm's choice), confines each job to its GPU,
@@ -287,7 +309,8 @@ control node "$depends_node" "$conflicts_node" "MPS GPU sharing for Slurm nodes 
  .
  Nothing is enabled by installing it: link the shipped plugstack.conf.d
  drop-in, set Prolog= and Epilog= in slurm.conf and write
- /etc/slurm/gpu_mps.conf (gpu-mps config prints the setup)."
+ /etc/slurm/gpu_mps.conf (gpu-mps config prints the setup). The
+ gpushare-node-metrics timer keeps the node's metrics file fresh."
 
 for p in controller node; do
     find "$work/$p" -type d -exec chmod 0755 {} +

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use gpushare::mps::ledger::LedgerState;
 use gpushare::mps::status::{DaemonState, NodeStatus};
 use testcluster::cluster::{slurm_places_shares, wait_for};
+use testcluster::monitor::mapping_follows_ledger;
 use testcluster::users::TestUser;
 use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
 
@@ -28,7 +29,10 @@ fn spec() -> ClusterSpec {
         if name == "gpu_mps.conf" {
             *text = text.replace(
                 "MPSControl=none",
-                &format!("MPSControl={{cluster}}/mps-bin/nvidia-cuda-mps-control\n{GPU_MEMORY}"),
+                &format!(
+                    "MPSControl={{cluster}}/mps-bin/nvidia-cuda-mps-control\n{GPU_MEMORY}\n\
+                     DCGMJobMappingDir={{cluster}}/run/dcgm-jobs"
+                ),
             );
         }
     }
@@ -50,6 +54,10 @@ fn main() -> ExitCode {
             killed_daemon,
         )
         .test("a_hung_daemon_does_not_hang_the_job_start", hung_daemon)
+        .test(
+            "the_dcgm_mapping_follows_the_ledger_when_a_prolog_is_killed_mid_way",
+            prolog_killed,
+        )
         .test(
             "a_share_beside_another_users_server_is_told_and_shown",
             beside_other_user,
@@ -303,6 +311,87 @@ fn hung_daemon(c: &mut Cluster) -> TestResult {
     )?;
     let _ = fs::remove_file(bin_dir(c).join("hang"));
     cancel_and_wait_stopped(c)
+}
+
+/// A prolog killed while it waits on a hung control program, after its
+/// ledger transaction: dcgm-exporter's mapping lists exactly what the
+/// ledger holds before the kill, after it (Slurm drains the node; the
+/// epilog, where Slurm runs one, releases the job) and once the node is
+/// resumed and `gpu-mps gc` has dropped any record left.
+fn prolog_killed(c: &mut Cluster) -> TestResult {
+    standin(c)?;
+    let node = c.node_names().first().cloned().unwrap_or_default();
+    let running = shares(c, 2, 25)?;
+    mapping_follows_ledger(c, &node)?;
+    fs::write(bin_dir(c).join("hang"), "").map_err(|e| e.to_string())?;
+    let id = c.sbatch_ok(&["--gres=mps:25", SCRIPT])?;
+    // Its prolog placed it and now waits on the control program.
+    let prolog = wait_for(
+        "the prolog to place the share and wait on the daemon",
+        Duration::from_secs(60),
+        || {
+            ledger(c).share(id)?;
+            let out = c.run("pgrep", &["-x", "gpu-mps-prolog"]).ok()?;
+            let pids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect();
+            (!pids.is_empty()).then_some(pids)
+        },
+    )?;
+    mapping_follows_ledger(c, &node)?;
+    for pid in &prolog {
+        c.run("kill", &["-9", pid])?;
+    }
+    let _ = fs::remove_file(bin_dir(c).join("hang"));
+    // Slurm gives up on the job (22.05 runs the epilog, which releases
+    // it); whatever the ledger holds, the mapping holds the same.
+    wait_for(
+        "the job to leave RUNNING/CONFIGURING",
+        Duration::from_secs(60),
+        || {
+            let state = c.job(id).ok()?.state().to_owned();
+            (state != "RUNNING" && state != "CONFIGURING").then_some(())
+        },
+    )?;
+    mapping_follows_ledger(c, &node)?;
+    c.run_ok("scancel", &[&id.to_string()])?;
+    // Slurm drains a node whose prolog failed: once it has, resume it and
+    // wait until it takes jobs again (the next tests need it).
+    let drained = |c: &Cluster| {
+        c.node_states()
+            .ok()
+            .and_then(|s| s.get(&node).cloned())
+            .unwrap_or_default()
+    };
+    wait_for("Slurm to drain the node", Duration::from_secs(60), || {
+        drained(c).to_lowercase().contains("drain").then_some(())
+    })?;
+    c.run_ok(
+        "scontrol",
+        &["update", &format!("nodename={node}"), "state=resume"],
+    )?;
+    wait_for(
+        "the node to take jobs again",
+        Duration::from_secs(60),
+        || {
+            let state = drained(c);
+            (!state.to_lowercase().contains("drain") && !state.is_empty()).then_some(())
+        },
+    )?;
+    let bin = testcluster::cluster::build_dir()?.join("gpu-mps");
+    let conf = c.slurm_conf().with_file_name("gpu_mps.conf");
+    c.run_ok(
+        &bin.to_string_lossy(),
+        &["gc", "--conf", &conf.to_string_lossy(), "--node", &node],
+    )?;
+    ensure(
+        ledger(c).share(id).is_none() && running.iter().all(|r| ledger(c).share(*r).is_some()),
+        format!("after gc the ledger holds {:?}", ledger(c)),
+    )?;
+    mapping_follows_ledger(c, &node)?;
+    cancel_and_wait_stopped(c)?;
+    mapping_follows_ledger(c, &node)
 }
 
 /// A user's sbatch of a share, its output in the user's home.

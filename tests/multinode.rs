@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use gpushare::mps::ledger::LedgerState;
 use testcluster::cluster::{slurm_places_shares, wait_for};
+use testcluster::monitor::mapping_follows_ledger;
 use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
 
 fn main() -> ExitCode {
@@ -158,41 +159,6 @@ fn start_shares_held(
     )?;
     mapping_follows_ledger(c, node)?;
     Ok((ids, held))
-}
-
-/// Checks `node`'s DCGM job mapping (`DCGMJobMappingDir`, one file per GPU
-/// named by its device minor, which is its index here) line by line
-/// against its ledger: each GPU's file lists exactly the jobs on it, one
-/// per line in job order, and is empty (or not yet written) when none is.
-fn mapping_follows_ledger(c: &Cluster, node: &str) -> TestResult {
-    let state = ledger(c, node);
-    let dir = c.node_dir(node).join("run/dcgm-jobs");
-    let mut per_gpu: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
-    for s in state.shares() {
-        per_gpu.entry(s.gpu).or_default().push(s.job);
-    }
-    for w in state.whole_holders() {
-        for &g in &w.gpus {
-            per_gpu.entry(g).or_default().push(w.job);
-        }
-    }
-    let files: Vec<u32> = fs::read_dir(&dir)
-        .map(|d| {
-            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default();
-    for gpu in files.iter().chain(per_gpu.keys()) {
-        let mut jobs = per_gpu.get(gpu).cloned().unwrap_or_default();
-        jobs.sort_unstable();
-        let want: String = jobs.iter().map(|j| format!("{j}\n")).collect();
-        let have = fs::read_to_string(dir.join(gpu.to_string())).unwrap_or_default();
-        ensure(
-            have == want,
-            format!("{node}'s DCGM mapping for GPU {gpu} is {have:?}, its ledger says {want:?}"),
-        )?;
-    }
-    Ok(())
 }
 
 fn all_ledgers_empty(c: &Cluster) -> Option<()> {

@@ -4,6 +4,9 @@
 #   tests/package_test.sh host|trixie|sid     (after make deb SUITE=...; make test-packages does both)
 # host's packages are tested in a Debian root of this machine's own release.
 #  1. apt installs both packages offline (the root already holds Slurm);
+#     the metrics timers are installed and not enabled, systemd-analyze
+#     verify passes them (where the root has systemd), the shipped alerting
+#     rules pass their promtool tests where they are installed;
 #  2. the installed plugins and programs work in that root's slurmctld and
 #     slurmd: a submission refused with the typed-GPU message, MPS shares
 #     placed (one test of each integration suite; the harness reads a
@@ -96,6 +99,37 @@ grep -q "^required $spank\$" "$root$dropin" || fail "$dropin does not load $span
 [ ! -e "$root/etc/slurm/plugstack.conf.d/gpu_mps.conf" ] || fail "the SPANK drop-in is active after install"
 in_root dpkg-query -W -f='${Conffiles}' gpushare-controller gpushare-node | grep -q . &&
     fail "the packages ship conffiles"
+
+step "1b. the metrics timers and the monitoring examples"
+units=/usr/lib/systemd/system
+unit_files=()
+for u in gpushare-node-metrics.service gpushare-node-metrics.timer gpushare-qos-metrics.service gpushare-qos-metrics.timer; do
+    grep -qx "$units/$u" <<<"$files" || fail "$units/$u is not in the packages"
+    unit_files+=("$units/$u")
+done
+in_root dpkg -L gpushare-node | grep -qx "$units/gpushare-node-metrics.timer" || fail "the node timer is not in gpushare-node"
+in_root dpkg -L gpushare-controller | grep -qx "$units/gpushare-qos-metrics.timer" || fail "the QOS timer is not in gpushare-controller"
+enabled=$(find "$root/etc/systemd" -name 'gpushare-*' 2>/dev/null)
+[ -z "$enabled" ] || fail "installing enabled a unit: $enabled"
+grep -qx 'ExecStart=/usr/sbin/gpu-mps metrics --write' "$root$units/gpushare-node-metrics.service" ||
+    fail "gpushare-node-metrics.service does not run /usr/sbin/gpu-mps metrics --write"
+if [ -x "$root/usr/bin/systemd-analyze" ]; then
+    # It exits 0 on a setting it ignores, saying so: any word from it fails.
+    in_root systemd-analyze verify --man=no "${unit_files[@]}" >"$tmp/verify.log" 2>&1 && [ ! -s "$tmp/verify.log" ] ||
+        { cat "$tmp/verify.log"; fail "systemd-analyze verify of the units"; }
+    echo "   units not enabled; systemd-analyze verify passes them"
+else
+    echo "   units not enabled; no systemd in this root, not verified"
+fi
+examples=/usr/share/doc/gpushare-controller/examples/monitoring
+for f in gpushare-rules.yml gpushare-rules.test.yml gpushare-dashboard.json; do
+    grep -qx "$examples/$f" <<<"$files" || fail "$examples/$f is not in the packages"
+done
+if command -v promtool >/dev/null; then
+    (cd "$root$examples" && promtool test rules gpushare-rules.test.yml) >"$tmp/promtool.log" 2>&1 ||
+        { cat "$tmp/promtool.log"; fail "promtool test rules of the installed rules"; }
+    echo "   the installed alerting rules pass their promtool tests"
+fi
 
 step "2. the installed plugins work in this root's Slurm"
 rm -rf "$harness"

@@ -12,6 +12,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
+use gpushare::mps::ledger::LedgerState;
+
 use crate::cluster::{wait_for, Cluster};
 use crate::hosts::TEXTFILE_DIR;
 use crate::process::Daemon;
@@ -19,6 +21,44 @@ use crate::Result;
 
 /// node_exporter's port on each node.
 pub const NODE_EXPORTER_PORT: u16 = 9100;
+
+/// Checks `node`'s DCGM job mapping (`DCGMJobMappingDir`, one file per GPU
+/// named by its device minor, which is its index in the harness; the
+/// directory is `run/dcgm-jobs` of the node) line by line
+/// against its ledger: each GPU's file lists exactly the jobs on it, one
+/// per line in job order, and is empty (or not yet written) when none is.
+pub fn mapping_follows_ledger(c: &Cluster, node: &str) -> Result<()> {
+    let text = fs::read_to_string(c.node_dir(node).join("run/gpu-mps/state")).unwrap_or_default();
+    let state = LedgerState::parse(&text, std::path::Path::new("state")).unwrap_or_default();
+    let dir = c.node_dir(node).join("run/dcgm-jobs");
+    let mut per_gpu: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    for s in state.shares() {
+        per_gpu.entry(s.gpu).or_default().push(s.job);
+    }
+    for w in state.whole_holders() {
+        for &g in &w.gpus {
+            per_gpu.entry(g).or_default().push(w.job);
+        }
+    }
+    let files: Vec<u32> = fs::read_dir(&dir)
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    for gpu in files.iter().chain(per_gpu.keys()) {
+        let mut jobs = per_gpu.get(gpu).cloned().unwrap_or_default();
+        jobs.sort_unstable();
+        let want: String = jobs.iter().map(|j| format!("{j}\n")).collect();
+        let have = fs::read_to_string(dir.join(gpu.to_string())).unwrap_or_default();
+        if have != want {
+            return Err(format!(
+                "{node}'s DCGM mapping for GPU {gpu} is {have:?}, its ledger says {want:?}"
+            ));
+        }
+    }
+    Ok(())
+}
 
 /// One sample of a query's result: its labels and value.
 #[derive(Debug, Clone, PartialEq)]
