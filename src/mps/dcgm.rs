@@ -30,21 +30,23 @@ use super::state_dir::{self, Access};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobMapping {
     dir: PathBuf,
+    owner: u32,
     names: Vec<String>,
 }
 
 impl JobMapping {
-    /// The mapping in `dir` (created, owned by `owner` and writable by
-    /// nobody else, or checked) for the GPUs of `devices`, each file named
-    /// by its device's minor number, else by its position.
-    pub fn create(dir: PathBuf, owner: u32, devices: &[PathBuf]) -> Result<Self, LedgerError> {
-        state_dir::ensure(&dir, owner, Access::WorldReadable)?;
-        Ok(Self::with_names(dir, file_names(devices)))
+    /// The mapping in `dir` for the GPUs of `devices`, each file named by
+    /// its device's minor number, else by its position. The directory is
+    /// created (owned by `owner`, writable by nobody else) or checked at
+    /// each publication: a bad one is a note of the transaction, never a
+    /// node unfit for jobs.
+    pub fn new(dir: PathBuf, owner: u32, devices: &[PathBuf]) -> Self {
+        Self::with_names(dir, owner, file_names(devices))
     }
 
     /// A mapping with the given file names (GPU i's is `names[i]`).
-    pub fn with_names(dir: PathBuf, names: Vec<String>) -> Self {
-        Self { dir, names }
+    pub fn with_names(dir: PathBuf, owner: u32, names: Vec<String>) -> Self {
+        Self { dir, owner, names }
     }
 
     pub fn dir(&self) -> &Path {
@@ -90,6 +92,8 @@ pub fn file_text(state: &LedgerState, gpu: u32) -> String {
 
 impl View for JobMapping {
     fn publish(&self, state: &LedgerState) -> Result<(), LedgerError> {
+        state_dir::ensure(&self.dir, self.owner, Access::WorldReadable)
+            .map_err(|e| LedgerError::View(format!("DCGM job mapping: {e}")))?;
         let mut failed = Vec::new();
         for (gpu, name) in self.names.iter().enumerate() {
             let text = file_text(state, gpu as u32);
@@ -169,8 +173,7 @@ mod tests {
         let owner = euid();
         let dir = temp.path().join("dcgm");
         let names: Vec<String> = ["10", "11"].map(str::to_owned).to_vec();
-        state_dir::ensure(&dir, owner, Access::WorldReadable).unwrap_or_else(|e| panic!("{e}"));
-        let mapping = JobMapping::with_names(dir.clone(), names);
+        let mapping = JobMapping::with_names(dir.clone(), owner, names);
         let ledger = Ledger::open(&temp.path().join("state"), owner)
             .unwrap_or_else(|e| panic!("{e}"))
             .with_view(Arc::new(mapping));
@@ -188,6 +191,35 @@ mod tests {
         ledger.release(2).unwrap_or_else(|e| panic!("{e}"));
         ledger.release(3).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((read("10"), read("11")), (String::new(), String::new()));
+    }
+
+    /// A mapping directory that cannot be trusted is a note of the
+    /// transaction: the job is placed all the same.
+    #[test]
+    fn a_bad_mapping_directory_never_refuses_a_share() {
+        let temp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let owner = euid();
+        let dir = temp.path().join("dcgm");
+        fs::create_dir(&dir).unwrap_or_else(|e| panic!("{e}"));
+        // World-writable: refused as a place to write.
+        fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let ledger = Ledger::open(&temp.path().join("state"), owner)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .with_view(Arc::new(JobMapping::with_names(
+                dir,
+                owner,
+                vec!["0".into()],
+            )));
+        let placed = ledger
+            .place(1, 1000, "alice", 50, 1, 100)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(placed.value.share.gpu, 0);
+        assert!(
+            placed.notes.iter().any(|n| n.contains("DCGM job mapping")),
+            "{:?}",
+            placed.notes
+        );
     }
 
     /// The owner of a directory this process creates.

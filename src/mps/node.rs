@@ -147,7 +147,7 @@ impl Node {
             .with_view(Arc::new(copy))
             .with_server_rule(server_rule(&cfg));
         if let Some(dir) = &cfg.dcgm_job_mapping_dir {
-            let mapping = JobMapping::create(dir.clone(), owner, &gpu_devices(&cfg))?;
+            let mapping = JobMapping::new(dir.clone(), owner, &gpu_devices(&cfg));
             ledger = ledger.with_view(Arc::new(mapping));
         }
         Ok(Self {
