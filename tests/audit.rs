@@ -483,6 +483,8 @@ fn usage_when_full(c: &mut Cluster) -> TestResult {
     let q = report.qos.first();
     ensure(
         report.user == "gpushare_alice"
+            // Read through assoc_mgr and per-user squeue, not every job.
+            && report.unread.is_empty()
             && report.qos.len() == 1
             && q.is_some_and(|q| {
                 q.qos == "qos_lafferty"

@@ -4,11 +4,17 @@
 //! "qos_lafferty's 4 a40 are all held: jobs 101 (alice, 2), 102 (bob, 2)").
 //!
 //! Users run it without privileges: it reads only what any user may
-//! (`sacctmgr show assoc`, `sacctmgr show qos`, `squeue`). The squeue
+//! (`sacctmgr show assoc`, `sacctmgr show qos`, `scontrol show assoc_mgr`,
+//! `squeue -u`). What it asks slurmctld does not grow with the site's
+//! jobs: the QOS's per-user counts name who has jobs there
+//! ([`parse_qos_users`]), and squeue is asked for one user at a time, the
+//! one filter slurmctld applies itself (naming several users, or filtering
+//! by QOS or state, makes squeue load every job). The squeue
 //! fields are ones Slurm itself fills in (ids, user names, state, QOS,
 //! TRES, reason code), `|`-separated, so nothing a user names a job can
 //! shift them.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
@@ -211,6 +217,113 @@ pub fn reason_words(job: &JobRow, qos: &str, types: &[TypeUse], running: &[JobRo
 
 /// The report for `user`, whose associations may use `user_qos`: every
 /// group QOS (typed GPU limit) among them, or only `only`.
+/// Whether the report covers `q`: the one QOS asked for, else each of the
+/// user's QOS with a typed GPU limit (a group QOS).
+fn covers(q: &AuditQos, user_qos: &[String], only: Option<&str>) -> bool {
+    let name = q.name();
+    match only {
+        Some(o) => o.eq_ignore_ascii_case(name),
+        None => {
+            user_qos.iter().any(|u| u.eq_ignore_ascii_case(name))
+                && q.record.expected_gpu_limit().is_some()
+        }
+    }
+}
+
+/// The QOS the report covers (see [`usage`]), to ask Slurm about them only.
+pub fn covered_qos(all_qos: &[AuditQos], user_qos: &[String], only: Option<&str>) -> Vec<String> {
+    all_qos
+        .iter()
+        .filter(|q| covers(q, user_qos, only))
+        .map(|q| q.name().to_owned())
+        .collect()
+}
+
+/// `scontrol -o show assoc_mgr flags=qos qos=A,B` for the covered QOS: one
+/// call answered from slurmctld's association cache (no job lock), whose
+/// size does not grow with the site's jobs.
+pub fn assoc_mgr_args(qos: &[String]) -> Vec<String> {
+    vec![
+        "-o".into(),
+        "show".into(),
+        "assoc_mgr".into(),
+        "flags=qos".into(),
+        format!("qos={}", qos.join(",")),
+    ]
+}
+
+/// Who has jobs in each QOS, from [`assoc_mgr_args`]'s answer: the users
+/// of its `User Limits` with submitted jobs (`MaxSubmitJobsPU=..(N)`, N >
+/// 0), as a name where Slurm prints one (`alice(1001)`, 24.11 on) or a uid
+/// (22.05). `None` for a QOS whose jobs Slurm counts but lists no user
+/// for (no per-user counters: `AccountingStorageEnforce` without
+/// `limits`): its jobs must then be found another way.
+pub fn parse_qos_users(text: &str) -> BTreeMap<String, Option<Vec<String>>> {
+    let mut out: BTreeMap<String, Option<Vec<String>>> = BTreeMap::new();
+    let mut qos: Option<String> = None;
+    let mut submitted_in_qos = 0u64;
+    let mut in_users = false;
+    let mut previous = "";
+    let mut current_user: Option<String> = None;
+    let used = |word: &str| -> u64 {
+        word.rsplit_once('(')
+            .and_then(|(_, n)| n.trim_end_matches(['}', ')']).parse().ok())
+            .unwrap_or(0)
+    };
+    let finish = |qos: &Option<String>, submitted: u64, out: &mut BTreeMap<_, _>| {
+        if let Some(q) = qos {
+            let entry: &mut Option<Vec<String>> = out.entry(q.clone()).or_insert(Some(Vec::new()));
+            if submitted > 0 && entry.as_ref().is_some_and(|u| u.is_empty()) {
+                *entry = None;
+            }
+        }
+    };
+    for word in text.split_whitespace() {
+        if let Some(rest) = word.strip_prefix("QOS=") {
+            finish(&qos, submitted_in_qos, &mut out);
+            qos = Some(rest.rsplit_once('(').map_or(rest, |(n, _)| n).to_owned());
+            out.entry(qos.clone().unwrap_or_default())
+                .or_insert(Some(Vec::new()));
+            submitted_in_qos = 0;
+            in_users = false;
+            current_user = None;
+        } else if let Some(rest) = word.strip_prefix("GrpSubmitJobs=") {
+            submitted_in_qos = used(rest);
+        } else if word == "Limits=" {
+            in_users = previous == "User";
+        } else if in_users {
+            if let Some((who, _)) = word.split_once("={") {
+                let name = who.split_once('(').map_or(who, |(n, _)| n);
+                current_user = Some(name.to_owned());
+            }
+            let stat = word.split_once("={").map_or(word, |(_, s)| s);
+            if let (Some(rest), Some(user), Some(q)) =
+                (stat.strip_prefix("MaxSubmitJobsPU="), &current_user, &qos)
+            {
+                if used(rest) > 0 {
+                    if let Some(Some(users)) = out.get_mut(q) {
+                        if !users.contains(user) {
+                            users.push(user.clone());
+                        }
+                    }
+                }
+            }
+        }
+        previous = word;
+    }
+    finish(&qos, submitted_in_qos, &mut out);
+    out
+}
+
+/// The `squeue` arguments for one user's jobs (by name or uid): the same
+/// fields as [`SQUEUE_ARGS`], filtered by slurmctld (it packs only that
+/// user's jobs), where naming several users would load every job.
+pub fn user_squeue_args(user: &str) -> Vec<String> {
+    let mut args: Vec<String> = SQUEUE_ARGS.iter().map(|a| (*a).to_owned()).collect();
+    args.splice(2..2, ["-u".to_owned(), user.to_owned()]);
+    args
+}
+
 pub fn usage(
     user: &str,
     user_qos: &[String],
@@ -225,14 +338,7 @@ pub fn usage(
     };
     for q in all_qos {
         let name = q.name();
-        let wanted = match only {
-            Some(o) => o.eq_ignore_ascii_case(name),
-            None => {
-                user_qos.iter().any(|u| u.eq_ignore_ascii_case(name))
-                    && q.record.expected_gpu_limit().is_some()
-            }
-        };
-        if !wanted {
+        if !covers(q, user_qos, only) {
             continue;
         }
         let of_qos = |running: bool| -> Vec<JobRow> {
@@ -336,6 +442,34 @@ impl UsageReport {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
+
+    /// `scontrol -o show assoc_mgr flags=qos qos=...` as 22.05 prints it
+    /// (users by uid) and as 24.11 and later do (`name(uid)`), and a QOS
+    /// whose jobs Slurm counts without per-user records.
+    #[test]
+    fn assoc_mgr_names_who_has_jobs_in_each_qos() {
+        let v24 = "QOS=qos_lafferty(3) UsageRaw=1.0 GrpJobs=N(2) GrpJobsAccrue=N(1) GrpSubmitJobs=N(3) GrpWall=N(2.00) GrpTRES=cpu=N(2),gres/gpu:a40=4(4) Account Limits= research={MaxJobsPA=N(2) MaxJobsAccruePA=N(1) MaxSubmitJobsPA=N(3) MaxTRESPA=cpu=N(2)} User Limits= alice(1001)={MaxJobsPU=N(2) MaxJobsAccruePU=N(0) MaxSubmitJobsPU=N(2) MaxTRESPU=cpu=N(2),gres/gpu:a40=N(4)} bob(1002)={MaxJobsPU=N(0) MaxJobsAccruePU=N(1) MaxSubmitJobsPU=N(1) MaxTRESPU=cpu=N(0)} carol(1003)={MaxJobsPU=N(0) MaxJobsAccruePU=N(0) MaxSubmitJobsPU=N(0) MaxTRESPU=cpu=N(0)}
+QOS=qos_dijk(4) UsageRaw=0.0 GrpJobs=N(0) GrpJobsAccrue=N(0) GrpSubmitJobs=N(0) GrpWall=N(0.00) GrpTRES=cpu=N(0) Account Limits= No Accounts User Limits= No Users
+QOS=qos_saxena(5) GrpSubmitJobs=N(2) GrpTRES=cpu=N(1) Account Limits= No Accounts User Limits= No Users";
+        let users = parse_qos_users(v24);
+        assert_eq!(
+            users.get("qos_lafferty"),
+            Some(&Some(vec!["alice".to_owned(), "bob".to_owned()]))
+        );
+        assert_eq!(users.get("qos_dijk"), Some(&Some(Vec::new())));
+        // Two jobs counted, nobody listed: find them another way.
+        assert_eq!(users.get("qos_saxena"), Some(&None));
+        let v22 = "QOS=qos_lafferty(3) GrpSubmitJobs=N(1) GrpTRES=cpu=N(1) Account Limits= research={MaxJobsPA=N(1) MaxJobsAccruePA=N(0) MaxSubmitJobsPA=N(1) MaxTRESPA=cpu=N(1)} User Limits= 1001={MaxJobsPU=N(1) MaxJobsAccruePU=N(0) MaxSubmitJobsPU=N(1) MaxTRESPU=cpu=N(1)}";
+        assert_eq!(
+            parse_qos_users(v22).get("qos_lafferty"),
+            Some(&Some(vec!["1001".to_owned()]))
+        );
+        assert_eq!(
+            user_squeue_args("alice")[..4],
+            ["-h", "-a", "-u", "alice"].map(str::to_owned)
+        );
+    }
+
     use super::*;
     use crate::qos::site::parse_qos;
     use proptest::prelude::*;

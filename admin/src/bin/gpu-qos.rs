@@ -392,6 +392,56 @@ fn run_audit(conf: Option<PathBuf>, view: AuditView, fail_on: FailOn) -> ExitCod
     ExitCode::from(report.exit)
 }
 
+/// The jobs of the users who have jobs in `qos` (and of `user`), asked
+/// of slurmctld so that neither the number of calls nor their answers grow
+/// with the site's jobs: one `scontrol show assoc_mgr` for the QOS names
+/// who has jobs there, then one `squeue -u` per such user (slurmctld
+/// packs only that user's jobs). Where Slurm keeps no per-user counts for
+/// a QOS (`AccountingStorageEnforce` without `limits`), every job is read
+/// as before.
+fn group_jobs(user: &str, qos: &[String]) -> Result<(Vec<usage::JobRow>, Vec<Unread>)> {
+    if qos.is_empty() {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let args = usage::assoc_mgr_args(qos);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let by_qos = usage::parse_qos_users(&slurm_output("scontrol", &args)?);
+    let mut users = vec![user.to_owned()];
+    for (name, listed) in &by_qos {
+        let Some(listed) = listed else {
+            let (jobs, mut unread) =
+                usage::parse_squeue(&slurm_output("squeue", &usage::SQUEUE_ARGS)?);
+            unread.push(Unread {
+                source: format!("scontrol show assoc_mgr flags=qos qos={name}"),
+                reason: "Slurm keeps no per-user job counts for this QOS \
+                         (AccountingStorageEnforce without limits): every job of the \
+                         cluster was read instead"
+                    .to_owned(),
+            });
+            return Ok((jobs, unread));
+        };
+        for u in listed {
+            if !users.contains(u) {
+                users.push(u.clone());
+            }
+        }
+    }
+    let mut jobs: Vec<usage::JobRow> = Vec::new();
+    let mut unread = Vec::new();
+    for u in &users {
+        let args = usage::user_squeue_args(u);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (rows, bad) = usage::parse_squeue(&slurm_output("squeue", &args)?);
+        unread.extend(bad);
+        for row in rows {
+            if !jobs.iter().any(|j| j.id == row.id) {
+                jobs.push(row);
+            }
+        }
+    }
+    Ok((jobs, unread))
+}
+
 fn run_usage(only: Option<&str>, json: bool) -> ExitCode {
     let gathered = || -> Result<usage::UsageReport> {
         // The name of the uid that runs this, not $USER, which anyone sets.
@@ -408,15 +458,10 @@ fn run_usage(only: Option<&str>, json: bool) -> ExitCode {
         )?;
         let (all_qos, mut unread) =
             site_text::parse_qos(&slurm_output("sacctmgr", &AUDIT_SACCTMGR_ARGS)?);
-        let (jobs, u) = usage::parse_squeue(&slurm_output("squeue", &usage::SQUEUE_ARGS)?);
+        let user_qos = usage::parse_assoc_qos(&assoc);
+        let (jobs, u) = group_jobs(&user, &usage::covered_qos(&all_qos, &user_qos, only))?;
         unread.extend(u);
-        let mut report = usage::usage(
-            &user,
-            &usage::parse_assoc_qos(&assoc),
-            &all_qos,
-            &jobs,
-            only,
-        );
+        let mut report = usage::usage(&user, &user_qos, &all_qos, &jobs, only);
         report.unread = unread;
         Ok(report)
     };
