@@ -73,11 +73,12 @@ fn main() -> ExitCode {
 const SHARE: &str = "--wrap=echo GPU=$GPUSHARE_GPU HOST=$(hostname); sleep 300";
 
 /// [`SHARE`], which also prints which GPU devices of its node it can open
-/// (see [`Cluster::write_device_probe`]).
+/// (see [`Cluster::write_device_probe`]), then `PROBED` once that line is
+/// whole.
 fn probed_share(c: &Cluster) -> Result<String, String> {
     let probe = c.write_device_probe()?;
     Ok(format!(
-        "--wrap=echo GPU=$GPUSHARE_GPU HOST=$(hostname); {}; sleep 300",
+        "--wrap=echo GPU=$GPUSHARE_GPU HOST=$(hostname); {}; echo PROBED; sleep 300",
         probe.display()
     ))
 }
@@ -124,12 +125,12 @@ fn start_shares(
         c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))
             .map_err(|e| format!("{e}\njob output: {}", c.job_output(id)))?;
     }
-    // Its GPU, then the device probe's line (printed after it).
+    // Its GPU, then the device probe's whole line (`PROBED` after it).
     wait_for("the shares' output", Duration::from_secs(30), || {
         ids.iter()
             .all(|&id| {
                 printed(c, id, "GPU").is_some_and(|g| !g.is_empty())
-                    && c.job_output(id).contains("dev0=")
+                    && c.job_output(id).contains("PROBED")
             })
             .then_some(())
     })
