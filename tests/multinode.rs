@@ -13,9 +13,8 @@ use std::fs;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use gpushare::mps::ledger::LedgerState;
 use testcluster::cluster::{slurm_places_shares, wait_for};
-use testcluster::monitor::mapping_follows_ledger;
+use testcluster::monitor::{mapping_follows_ledger, node_ledger};
 use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
 
 fn main() -> ExitCode {
@@ -83,17 +82,12 @@ fn probed_share(c: &Cluster) -> Result<String, String> {
     ))
 }
 
-fn ledger_text(c: &Cluster, node: &str) -> String {
-    fs::read_to_string(c.node_dir(node).join("run/gpu-mps/state")).unwrap_or_default()
-}
-
-fn ledger(c: &Cluster, node: &str) -> LedgerState {
-    LedgerState::parse(&ledger_text(c, node), std::path::Path::new("state")).unwrap_or_default()
-}
-
 /// Job id → GPU of every share in `node`'s ledger.
 fn shares(c: &Cluster, node: &str) -> BTreeMap<u32, u32> {
-    ledger(c, node).shares().map(|s| (s.job, s.gpu)).collect()
+    node_ledger(c, node)
+        .shares()
+        .map(|s| (s.job, s.gpu))
+        .collect()
 }
 
 fn printed(c: &Cluster, id: u32, key: &str) -> Option<String> {
@@ -165,7 +159,7 @@ fn start_shares_held(
 fn all_ledgers_empty(c: &Cluster) -> Option<()> {
     c.node_names()
         .iter()
-        .all(|n| ledger(c, n).shares().count() == 0)
+        .all(|n| node_ledger(c, n).shares().count() == 0)
         .then_some(())
 }
 

@@ -20,7 +20,7 @@
 
 use std::collections::BTreeSet;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::devices::CharDevice;
 use super::ledger::{LedgerError, LedgerState, View};
@@ -47,15 +47,6 @@ impl JobMapping {
     /// A mapping with the given file names (GPU i's is `names[i]`).
     pub fn with_names(dir: PathBuf, owner: u32, names: Vec<String>) -> Self {
         Self { dir, owner, names }
-    }
-
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
-    /// The file of GPU `gpu`.
-    pub fn file_name(&self, gpu: u32) -> Option<&str> {
-        self.names.get(gpu as usize).map(String::as_str)
     }
 }
 

@@ -5,7 +5,7 @@
 //! The figures are a view of the same [`NodeStatus`] `gpu-mps status`
 //! prints: [`render`] is a pure function of it and of the [`Counters`].
 //! The counters (placements, refusals by reason, daemon starts and
-//! restarts, records dropped, repairs) outlive the prolog's short life in
+//! restarts, records dropped) outlive the prolog's short life in
 //! `<StateDir>/counters`; they start from zero when `/run` is emptied (a
 //! reboot), which Prometheus's `rate()` and `increase()` take as a reset.
 //!
@@ -21,8 +21,9 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::daemon::MpsDaemon;
+use super::ledger::GpuView;
 use super::state_dir::{self, io_error, DirError};
-use super::status::{DaemonState, NodeStatus};
+use super::status::{DaemonState, GpuMps, NodeStatus};
 use crate::shared::prom::Exposition;
 
 /// The counters file in the state directory.
@@ -55,8 +56,6 @@ pub struct Counters {
     pub daemon_failures: u64,
     /// Records of jobs no longer running, dropped by reconciliation.
     pub records_dropped: u64,
-    /// Lost or unreadable states repaired.
-    pub state_repairs: u64,
 }
 
 /// One thing the node programs count.
@@ -66,7 +65,6 @@ pub enum Event<'a> {
     Refused(&'static str),
     Daemon(&'a MpsDaemon),
     Dropped(usize),
-    Repaired,
 }
 
 impl Counters {
@@ -112,8 +110,25 @@ impl Counters {
             Event::Daemon(MpsDaemon::Failed(_)) => self.daemon_failures += 1,
             Event::Daemon(_) => {}
             Event::Dropped(n) => self.records_dropped += n as u64,
-            Event::Repaired => self.state_repairs += 1,
         }
+    }
+}
+
+/// A per-GPU gauge: its name, help and value of one row.
+type Gauge<'a, T> = (&'a str, &'a str, &'a dyn Fn(&T) -> u64);
+
+/// A gauge with one sample per row, labelled by the row's GPU.
+fn gauge_per_gpu<T>(
+    out: &mut Exposition,
+    rows: &[T],
+    gpu: impl Fn(&T) -> u32,
+    name: &str,
+    help: &str,
+    value: &dyn Fn(&T) -> u64,
+) {
+    out.family(name, "gauge", help);
+    for row in rows {
+        out.sample(name, &[("gpu", &gpu(row).to_string())], value(row));
     }
 }
 
@@ -122,37 +137,31 @@ impl Counters {
 /// together, a newline at the end.
 pub fn render(status: &NodeStatus, counters: &Counters) -> String {
     let mut out = Exposition::default();
-    let gpus: Vec<_> = status.gpus.iter().filter(|g| g.configured).collect();
-    let per_gpu = |out: &mut Exposition, name, help, value: &dyn Fn(usize) -> u64| {
-        out.family(name, "gauge", help);
-        for (i, g) in gpus.iter().enumerate() {
-            out.sample(name, &[("gpu", &g.index.to_string())], value(i));
-        }
-    };
-    per_gpu(
-        &mut out,
-        "gpushare_gpu_units_capacity",
-        "MPS units one GPU holds (UnitsPerGPU).",
-        &|_| u64::from(status.units_per_gpu),
-    );
-    per_gpu(
-        &mut out,
-        "gpushare_gpu_units_allocated",
-        "MPS units held by the shares on the GPU.",
-        &|i| u64::from(gpus[i].used_units),
-    );
-    per_gpu(
-        &mut out,
-        "gpushare_gpu_shares",
-        "Share jobs on the GPU.",
-        &|i| gpus[i].shares.len() as u64,
-    );
-    per_gpu(
-        &mut out,
-        "gpushare_gpu_held_whole",
-        "1 while a job holds the GPU whole.",
-        &|i| u64::from(!gpus[i].whole_jobs.is_empty()),
-    );
+    let gpus: Vec<&GpuView> = status.gpus.iter().filter(|g| g.configured).collect();
+    let capacity = u64::from(status.units_per_gpu);
+    let gpu_gauges: [Gauge<&GpuView>; 4] = [
+        (
+            "gpushare_gpu_units_capacity",
+            "MPS units one GPU holds (UnitsPerGPU).",
+            &|_| capacity,
+        ),
+        (
+            "gpushare_gpu_units_allocated",
+            "MPS units held by the shares on the GPU.",
+            &|g| u64::from(g.used_units),
+        ),
+        ("gpushare_gpu_shares", "Share jobs on the GPU.", &|g| {
+            g.shares.len() as u64
+        }),
+        (
+            "gpushare_gpu_held_whole",
+            "1 while a job holds the GPU whole.",
+            &|g| u64::from(!g.whole_jobs.is_empty()),
+        ),
+    ];
+    for (name, help, value) in gpu_gauges {
+        gauge_per_gpu(&mut out, &gpus, |g| g.index, name, help, value);
+    }
     out.family(
         "gpushare_share_units",
         "gauge",
@@ -177,43 +186,38 @@ pub fn render(status: &NodeStatus, counters: &Counters) -> String {
         .filter(|m| m.daemon != DaemonState::Unmanaged)
         .collect();
     if !managed.is_empty() {
-        let rows = |out: &mut Exposition, name, help, value: &dyn Fn(usize) -> u64| {
-            out.family(name, "gauge", help);
-            for (i, m) in managed.iter().enumerate() {
-                out.sample(name, &[("gpu", &m.gpu.to_string())], value(i));
-            }
-        };
-        rows(
-            &mut out,
-            "gpushare_gpu_mps_daemon_up",
-            "1 while the GPU's MPS control daemon runs (its control pipe is there and, \
-             where root asked it, it answers).",
-            &|i| {
-                u64::from(matches!(
-                    managed[i].daemon,
-                    DaemonState::Running | DaemonState::PipePresent
-                ))
-            },
-        );
-        rows(
-            &mut out,
-            "gpushare_gpu_mps_clients",
-            "MPS clients on the GPU (each share's largest step's tasks).",
-            &|i| u64::from(managed[i].clients),
-        );
-        rows(
-            &mut out,
-            "gpushare_gpu_mps_users",
-            "Users with shares on the GPU.",
-            &|i| managed[i].users.len() as u64,
-        );
-        rows(
-            &mut out,
-            "gpushare_gpu_mps_time_sliced",
-            "1 while users share the GPU without a multi-user server (MPS serves one user \
-             at a time: their work is time-sliced).",
-            &|i| u64::from(managed[i].time_sliced),
-        );
+        let mps_gauges: [Gauge<&GpuMps>; 4] = [
+            (
+                "gpushare_gpu_mps_daemon_up",
+                "1 while the GPU's MPS control daemon runs (its control pipe is there and, \
+                 where root asked it, it answers).",
+                &|m| {
+                    u64::from(matches!(
+                        m.daemon,
+                        DaemonState::Running | DaemonState::PipePresent
+                    ))
+                },
+            ),
+            (
+                "gpushare_gpu_mps_clients",
+                "MPS clients on the GPU (each share's largest step's tasks).",
+                &|m| u64::from(m.clients),
+            ),
+            (
+                "gpushare_gpu_mps_users",
+                "Users with shares on the GPU.",
+                &|m| m.users.len() as u64,
+            ),
+            (
+                "gpushare_gpu_mps_time_sliced",
+                "1 while users share the GPU without a multi-user server (MPS serves one user \
+                 at a time: their work is time-sliced).",
+                &|m| u64::from(m.time_sliced),
+            ),
+        ];
+        for (name, help, value) in mps_gauges {
+            gauge_per_gpu(&mut out, &managed, |m| m.gpu, name, help, value);
+        }
     }
     out.family(
         "gpushare_ledger_lost",
@@ -276,11 +280,6 @@ pub fn render(status: &NodeStatus, counters: &Counters) -> String {
             "gpushare_records_dropped_total",
             "Ledger records of jobs no longer running, dropped by reconciliation.",
             counters.records_dropped,
-        ),
-        (
-            "gpushare_ledger_repairs_total",
-            "Lost or unreadable ledger states rebuilt.",
-            counters.state_repairs,
         ),
     ] {
         out.family(name, "counter", help);
@@ -458,7 +457,7 @@ mod tests {
     fn counters_survive_writing_and_an_unreadable_file_counts_from_zero() {
         let temp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let mut c = Counters::default();
-        c.count(Event::Repaired);
+        c.count(Event::Dropped(2));
         c.write(temp.path()).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(Counters::read(temp.path()), (c, None));
         fs::write(temp.path().join(COUNTERS_FILE), "{not json").unwrap_or_else(|e| panic!("{e}"));

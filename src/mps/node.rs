@@ -264,11 +264,7 @@ impl JobEnv {
             get(&spank_env::in_prolog(spank_env::MPS_UNITS)).and_then(|v| v.trim().parse().ok());
         let node = get("SLURMD_NODENAME")
             .filter(|n| !n.trim().is_empty())
-            .or_else(|| {
-                fs::read_to_string("/proc/sys/kernel/hostname")
-                    .ok()
-                    .map(|h| h.trim().to_owned())
-            })
+            .or_else(crate::shared::locations::short_hostname)
             .unwrap_or_else(|| "this node".to_owned());
         Ok(Self {
             job,

@@ -52,6 +52,14 @@ pub fn first_existing(candidates: Vec<PathBuf>) -> Result<PathBuf, Vec<PathBuf>>
     }
 }
 
+/// This host's short name (the kernel's hostname up to its first dot), as
+/// Slurm names a node by default; `None` where it cannot be read.
+pub fn short_hostname() -> Option<String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    let short = name.trim().split('.').next().unwrap_or("");
+    (!short.is_empty()).then(|| short.to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,14 +22,21 @@ use crate::Result;
 /// node_exporter's port on each node.
 pub const NODE_EXPORTER_PORT: u16 = 9100;
 
+/// Node `node`'s share ledger (the harness's `StateDir`, `run/gpu-mps`),
+/// empty where it cannot be read.
+pub fn node_ledger(c: &Cluster, node: &str) -> LedgerState {
+    let path = c.node_dir(node).join("run/gpu-mps/state");
+    let text = fs::read_to_string(&path).unwrap_or_default();
+    LedgerState::parse(&text, &path).unwrap_or_default()
+}
+
 /// Checks `node`'s DCGM job mapping (`DCGMJobMappingDir`, one file per GPU
 /// named by its device minor, which is its index in the harness; the
 /// directory is `run/dcgm-jobs` of the node) line by line
 /// against its ledger: each GPU's file lists exactly the jobs on it, one
 /// per line in job order, and is empty (or not yet written) when none is.
 pub fn mapping_follows_ledger(c: &Cluster, node: &str) -> Result<()> {
-    let text = fs::read_to_string(c.node_dir(node).join("run/gpu-mps/state")).unwrap_or_default();
-    let state = LedgerState::parse(&text, std::path::Path::new("state")).unwrap_or_default();
+    let state = node_ledger(c, node);
     let dir = c.node_dir(node).join("run/dcgm-jobs");
     let mut per_gpu: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
     for s in state.shares() {

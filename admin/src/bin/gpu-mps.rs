@@ -141,11 +141,7 @@ fn load(conf: &Path) -> Result<GpuMpsConfig> {
 
 fn node_name(arg: Option<String>) -> String {
     arg.or_else(|| std::env::var("SLURMD_NODENAME").ok())
-        .or_else(|| {
-            std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .ok()
-                .map(|h| h.trim().split('.').next().unwrap_or("").to_owned())
-        })
+        .or_else(gpushare::shared::locations::short_hostname)
         .unwrap_or_default()
 }
 

@@ -221,9 +221,10 @@ fn run_check(conf: Option<PathBuf>, json: bool) -> ExitCode {
 const AUDIT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Runs a Slurm command for the audit: its stdout, or why there is none.
-fn slurm_output(program: &str, args: &[&str]) -> Result<String> {
+fn slurm_output(program: &str, args: &[impl AsRef<str>]) -> Result<String> {
+    let args: Vec<&str> = args.iter().map(AsRef::as_ref).collect();
     let mut cmd = Command::new(program);
-    cmd.args(args);
+    cmd.args(&args);
     let shown = format!("{program} {}", args.join(" "));
     let ran = bounded::run(cmd, None, AUDIT_TIMEOUT).with_context(|| format!("`{shown}`"))?;
     if !ran.status.success() {
@@ -403,9 +404,7 @@ fn group_jobs(user: &str, qos: &[String]) -> Result<(Vec<usage::JobRow>, Vec<Unr
     if qos.is_empty() {
         return Ok((Vec::new(), Vec::new()));
     }
-    let args = usage::assoc_mgr_args(qos);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let by_qos = usage::parse_qos_users(&slurm_output("scontrol", &args)?);
+    let by_qos = usage::parse_qos_users(&slurm_output("scontrol", &usage::assoc_mgr_args(qos))?);
     let mut users = vec![user.to_owned()];
     for (name, listed) in &by_qos {
         let Some(listed) = listed else {
@@ -429,9 +428,8 @@ fn group_jobs(user: &str, qos: &[String]) -> Result<(Vec<usage::JobRow>, Vec<Unr
     let mut jobs: Vec<usage::JobRow> = Vec::new();
     let mut unread = Vec::new();
     for u in &users {
-        let args = usage::user_squeue_args(u);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let (rows, bad) = usage::parse_squeue(&slurm_output("squeue", &args)?);
+        let (rows, bad) =
+            usage::parse_squeue(&slurm_output("squeue", &usage::user_squeue_args(u))?);
         unread.extend(bad);
         for row in rows {
             if !jobs.iter().any(|j| j.id == row.id) {
