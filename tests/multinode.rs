@@ -848,8 +848,8 @@ fn request_shapes(c: &mut Cluster) -> TestResult {
 }
 
 /// gpu02 drops off the network with shares running, past SlurmdTimeout:
-/// slurmctld marks it DOWN and requeues the jobs, while their processes go
-/// on on the cut-off node. Plugged back, slurmd re-registers, the stale
+/// slurmctld marks it DOWN and requeues the jobs, while their processes keep
+/// running on the cut-off node. Plugged back, slurmd re-registers, the stale
 /// instances are killed (their epilogs release the records) and the
 /// requeued jobs start again there. Each then runs on the GPU its prolog
 /// chose, or, where Slurm started it without running the Prolog (seen on
