@@ -1,6 +1,6 @@
 //! The MPS control daemons gpushare runs for shares, on a real cluster
 //! with 4 fake a40s and a stand-in `nvidia-cuda-mps-control`
-//! (`tests/mps/nvidia-cuda-mps-control`). There is no GPU here: these
+//! (`tests/src/bin/mps-control-standin.rs`). There is no GPU here: these
 //! tests check gpushare's handling of the control program and of the
 //! daemon's process (when it is started, asked, restarted, stopped, with
 //! which arguments and limits), not MPS itself. The stand-in records each
@@ -8,8 +8,7 @@
 
 use std::collections::BTreeSet;
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -91,13 +90,18 @@ fn bin_dir(c: &Cluster) -> PathBuf {
 fn standin(c: &Cluster) -> Result<(), String> {
     cancel_and_wait_stopped(c)?;
     let dir = bin_dir(c);
-    fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let program = dir.join("nvidia-cuda-mps-control");
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("mps/nvidia-cuda-mps-control");
-    fs::copy(&source, &program).map_err(|e| format!("{}: {e}", source.display()))?;
-    fs::set_permissions(&program, fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
+    testcluster::standin::install(&dir)?;
     let _ = fs::remove_file(dir.join("hang"));
+    fs::write(dir.join("standin.calls"), "").map_err(|e| e.to_string())?;
     fs::write(dir.join("standin.log"), "").map_err(|e| e.to_string())
+}
+
+/// How many times the stand-in was started so far.
+fn process_starts(c: &Cluster) -> usize {
+    fs::read_to_string(bin_dir(c).join("standin.calls"))
+        .unwrap_or_default()
+        .lines()
+        .count()
 }
 
 /// The stand-in's calls so far, one per line: `gpu=N args=...` or `gpu=N cmd=...`.
@@ -194,6 +198,17 @@ fn lifecycle(c: &mut Cluster) -> TestResult {
         )
         .map_err(|e| format!("{e}: daemon processes {:?}", daemons(c, g)))?;
     }
+    // A GPU's first share starts its daemon and sets its limits (both
+    // set_default lines in one call); each further share of the same size
+    // only asks the daemon whether it lives: k + 1 calls for k shares.
+    ensure(
+        process_starts(c) == 8 + 4,
+        format!(
+            "12 calls of the control program expected for 8 shares on 4 GPUs, got {}: {:?}",
+            process_starts(c),
+            calls(c)
+        ),
+    )?;
     // The server limits: the largest share's (25 units: 25 %, 12 GiB).
     let log = calls(c);
     for want in [
@@ -230,6 +245,38 @@ fn lifecycle(c: &mut Cluster) -> TestResult {
             }),
         format!("gpu-mps status --json: {:?}", status.mps),
     )?;
+    // A larger share raises its GPU's limits: the defaults and each running
+    // server's (the stand-in names server 9000+N on GPU N), in one call
+    // after the liveness probe that named the servers.
+    let servers: String = (0..4).map(|g| format!("{g} {}\n", 9000 + g)).collect();
+    fs::write(bin_dir(c).join("servers"), servers).map_err(|e| e.to_string())?;
+    let before = process_starts(c);
+    let log_before = calls(c).len();
+    let big = shares(c, 1, 50)?;
+    let gpu = ledger(c)
+        .shares()
+        .find(|s| big.contains(&s.job))
+        .map(|s| s.gpu)
+        .ok_or("the 50-unit share is not in the ledger")?;
+    let new: Vec<String> = calls(c).split_off(log_before);
+    let want: Vec<String> = [
+        "get_server_list".to_owned(),
+        "set_default_active_thread_percentage 50".to_owned(),
+        "set_default_device_pinned_mem_limit 0 24576M".to_owned(),
+        format!("set_active_thread_percentage {} 50", 9000 + gpu),
+        format!("set_device_pinned_mem_limit {} 0 24576M", 9000 + gpu),
+    ]
+    .iter()
+    .map(|l| format!("gpu={gpu} cmd={l}"))
+    .collect();
+    ensure(
+        new == want && process_starts(c) == before + 2,
+        format!(
+            "a 50-unit share on GPU {gpu}: want {want:?} in 2 calls, got {new:?} in {}",
+            process_starts(c) - before
+        ),
+    )?;
+    let _ = fs::remove_file(bin_dir(c).join("servers"));
     cancel_and_wait_stopped(c)?;
     let mut quit = gpus_with(c, "cmd=quit");
     quit.sort_unstable();

@@ -20,6 +20,17 @@
 //! limit of the largest share on that GPU (`set_default_*`, and the
 //! `set_*` commands for servers already running). A client can lower its
 //! own limits through its environment, never raise them past the server's.
+//!
+//! Cost: every call is a process start, and a share's start waits for them.
+//! A share start makes one call where the daemon runs and its limits stay
+//! (the liveness probe, `get_server_list`, whose answer also names the
+//! servers to set); two where they change or the daemon is started (the
+//! start, or the probe, then every `set_*` line in one call, as the control
+//! program reads commands from its standard input until its end). The
+//! limits last set are recorded beside the daemon lock, tied to the daemon
+//! by its control pipe's inode and change time: a restarted daemon (new
+//! pipe) has none, so nothing is skipped that a new daemon lacks. A share's
+//! end calls nothing unless the limits change.
 
 use std::fmt;
 use std::fs;
@@ -152,15 +163,31 @@ pub fn control(
     line: &str,
     timeout: Duration,
 ) -> Result<String, String> {
-    let mut input = line.as_bytes().to_vec();
-    input.push(b'\n');
+    control_lines(cfg, program, gpu, &[line.to_owned()], timeout)
+}
+
+/// Sends command lines to GPU `gpu`'s daemon in one call of the control
+/// program (one process start); its answer on success.
+pub fn control_lines(
+    cfg: &GpuMpsConfig,
+    program: &Path,
+    gpu: u32,
+    lines: &[String],
+    timeout: Duration,
+) -> Result<String, String> {
+    let mut input = Vec::new();
+    for line in lines {
+        input.extend_from_slice(line.as_bytes());
+        input.push(b'\n');
+    }
+    let shown = lines.join("; ");
     let ran = bounded::run(command(cfg, program, gpu), Some(&input), timeout)
-        .map_err(|e| format!("`{line}`: {e}"))?;
+        .map_err(|e| format!("`{shown}`: {e}"))?;
     if ran.status.success() {
         Ok(ran.stdout)
     } else {
         Err(format!(
-            "`{line}`: {} exited with {} {}",
+            "`{shown}`: {} exited with {} {}",
             program.display(),
             ran.status,
             ran.stderr.trim()
@@ -183,22 +210,41 @@ pub fn pids(text: &str) -> Vec<u32> {
         .collect()
 }
 
+/// What [`ensure`] found or did, and the daemon's servers where it knows
+/// them (none on a daemon it started).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ensured {
+    pub daemon: MpsDaemon,
+    pub servers: Option<Vec<u32>>,
+}
+
 /// Makes sure GPU `gpu`'s daemon runs and answers: started if absent,
 /// killed and started anew if dead or hung. `owner` must own the
 /// directories (the prolog's effective uid, root).
-pub fn ensure(cfg: &GpuMpsConfig, gpu: u32, owner: u32) -> MpsDaemon {
+pub fn ensure(cfg: &GpuMpsConfig, gpu: u32, owner: u32) -> Ensured {
+    let (daemon, servers) = match ensure_daemon(cfg, gpu, owner) {
+        Ok(Some(servers)) => (MpsDaemon::Running, Some(servers)),
+        Ok(None) => (MpsDaemon::Started, Some(Vec::new())),
+        Err(daemon @ MpsDaemon::Restarted(_)) => (daemon, Some(Vec::new())),
+        Err(daemon) => (daemon, None),
+    };
+    Ensured { daemon, servers }
+}
+
+/// `Ok(Some(servers))`: running; `Ok(None)`: started; `Err`: anything else.
+fn ensure_daemon(cfg: &GpuMpsConfig, gpu: u32, owner: u32) -> Result<Option<Vec<u32>>, MpsDaemon> {
     let Some(program) = program(cfg) else {
-        return MpsDaemon::NotAvailable;
+        return Err(MpsDaemon::NotAvailable);
     };
     let dir = gpu_dir(cfg, gpu);
     for sub in [dir.clone(), dir.join("pipe"), dir.join("log")] {
         if let Err(e) = state_dir::ensure(&sub, owner, Access::WorldReadable) {
-            return MpsDaemon::Failed(e.to_string());
+            return Err(MpsDaemon::Failed(e.to_string()));
         }
     }
     let pipe = dir.join("pipe");
     let restarted = match probe(cfg, &program, gpu) {
-        Ok(_) => return MpsDaemon::Running,
+        Ok(servers) => return Ok(Some(servers)),
         Err(why) => {
             let leftovers = processes(&pipe);
             if leftovers.is_empty() && !pipe.join("control").exists() {
@@ -225,31 +271,31 @@ pub fn ensure(cfg: &GpuMpsConfig, gpu: u32, owner: u32) -> MpsDaemon {
     match bounded::run(cmd, None, CONTROL_TIMEOUT) {
         Ok(r) if r.status.success() => {}
         Ok(r) => {
-            return MpsDaemon::Failed(format!(
+            return Err(MpsDaemon::Failed(format!(
                 "{} -d exited with {} {}",
                 program.display(),
                 r.status,
                 r.stderr.trim()
-            ))
+            )))
         }
-        Err(e) => return MpsDaemon::Failed(e.to_string()),
+        Err(e) => return Err(MpsDaemon::Failed(e.to_string())),
     }
     // The daemon opens its pipe on its own time: wait for it, bounded.
     let deadline = Instant::now() + START_WAIT;
     while !pipe.join("control").exists() {
         if Instant::now() >= deadline {
-            return MpsDaemon::Failed(format!(
+            return Err(MpsDaemon::Failed(format!(
                 "{} -d exited, but no control pipe appeared in {} within {} s",
                 program.display(),
                 pipe.display(),
                 START_WAIT.as_secs()
-            ));
+            )));
         }
         std::thread::sleep(Duration::from_millis(10));
     }
     match restarted {
-        Some(why) => MpsDaemon::Restarted(why),
-        None => MpsDaemon::Started,
+        Some(why) => Err(MpsDaemon::Restarted(why)),
+        None => Ok(None),
     }
 }
 
@@ -280,13 +326,40 @@ pub fn with_gpu_lock<T>(cfg: &GpuMpsConfig, gpu: u32, f: impl FnOnce() -> T) -> 
     Ok(out)
 }
 
+/// What [`apply_limits`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitsSet {
+    /// The daemon has had these limits since they were last set: no call.
+    Unchanged,
+    /// Set, in one call of the control program.
+    Set,
+    /// No control program on this node.
+    Unmanaged,
+}
+
 /// Sets GPU `gpu`'s server limits: the defaults for servers the daemon
 /// starts from now on, and the same on each server already running.
-pub fn apply_limits(cfg: &GpuMpsConfig, gpu: u32, limits: Limits) -> Result<(), String> {
+/// `servers`: the running servers where the caller has just asked the
+/// daemon (else they are asked for, only if the limits change). Call it
+/// holding the GPU's daemon lock ([`with_gpu_lock`]).
+pub fn apply_limits(
+    cfg: &GpuMpsConfig,
+    gpu: u32,
+    limits: Limits,
+    servers: Option<Vec<u32>>,
+) -> Result<LimitsSet, String> {
     let Some(program) = program(cfg) else {
-        return Ok(());
+        return Ok(LimitsSet::Unmanaged);
     };
-    let servers = probe(cfg, &program, gpu)?;
+    let daemon = pipe_identity(cfg, gpu);
+    let record = daemon.map(|daemon| LimitsRecord { daemon, limits });
+    if record.is_some() && applied_limits(cfg, gpu) == record {
+        return Ok(LimitsSet::Unchanged);
+    }
+    let servers = match servers {
+        Some(known) => known,
+        None => probe(cfg, &program, gpu)?,
+    };
     let mut lines = vec![format!(
         "set_default_active_thread_percentage {}",
         limits.thread_percentage
@@ -304,26 +377,100 @@ pub fn apply_limits(cfg: &GpuMpsConfig, gpu: u32, limits: Limits) -> Result<(), 
             lines.push(format!("set_device_pinned_mem_limit {pid} 0 {mib}M"));
         }
     }
-    let failed: Vec<String> = lines
-        .iter()
-        .filter_map(|line| control(cfg, &program, gpu, line, CONTROL_TIMEOUT).err())
-        .collect();
-    if failed.is_empty() {
-        Ok(())
-    } else {
-        Err(failed.join("; "))
+    // A failed record only costs the next share a call that changes nothing.
+    forget_limits(cfg, gpu);
+    control_lines(cfg, &program, gpu, &lines, CONTROL_TIMEOUT)?;
+    if let Some(record) = record {
+        let _ = state_dir::replace_file(
+            &cfg.state_dir,
+            &limits_file(gpu),
+            record.to_string().as_bytes(),
+            0o600,
+        );
+    }
+    Ok(LimitsSet::Set)
+}
+
+/// The record of the limits last set on GPU `gpu`'s daemon.
+fn limits_file(gpu: u32) -> String {
+    format!("daemon-gpu{gpu}.limits")
+}
+
+/// Which daemon owns GPU `gpu`'s control pipe now: the pipe's inode and
+/// change time (a daemon makes its pipe when it starts).
+fn pipe_identity(cfg: &GpuMpsConfig, gpu: u32) -> Option<(u64, i64, i64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = fs::symlink_metadata(pipe_dir(cfg, gpu).join("control")).ok()?;
+    Some((meta.ino(), meta.ctime(), meta.ctime_nsec()))
+}
+
+/// Limits set on a daemon, as recorded: `<inode> <ctime s> <ctime ns>
+/// <thread %> <memory MiB or ->`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct LimitsRecord {
+    daemon: (u64, i64, i64),
+    limits: Limits,
+}
+
+impl fmt::Display for LimitsRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (ino, s, ns) = self.daemon;
+        let mem = self
+            .limits
+            .memory_mib
+            .map_or_else(|| "-".to_owned(), |m| m.to_string());
+        writeln!(f, "{ino} {s} {ns} {} {mem}", self.limits.thread_percentage)
     }
 }
 
+impl LimitsRecord {
+    fn parse(text: &str) -> Option<Self> {
+        let mut w = text.split_whitespace();
+        let daemon = (
+            w.next()?.parse().ok()?,
+            w.next()?.parse().ok()?,
+            w.next()?.parse().ok()?,
+        );
+        let thread_percentage = w.next()?.parse().ok()?;
+        let memory_mib = match w.next()? {
+            "-" => None,
+            m => Some(m.parse().ok()?),
+        };
+        w.next().is_none().then_some(Self {
+            daemon,
+            limits: Limits {
+                thread_percentage,
+                memory_mib,
+            },
+        })
+    }
+}
+
+/// The limits recorded as set on GPU `gpu`'s daemon, with that daemon.
+fn applied_limits(cfg: &GpuMpsConfig, gpu: u32) -> Option<LimitsRecord> {
+    let text = fs::read_to_string(cfg.state_dir.join(limits_file(gpu))).ok()?;
+    LimitsRecord::parse(&text)
+}
+
+fn forget_limits(cfg: &GpuMpsConfig, gpu: u32) {
+    let _ = fs::remove_file(cfg.state_dir.join(limits_file(gpu)));
+}
+
 /// The limits GPU `gpu`'s server gets for `shares` (those on that GPU):
-/// the largest share's. `None` when no share is left.
+/// the largest share's. `None` when no share is left. A share whose
+/// memory limit is not recorded yet (another prolog placed it and has not
+/// come to it) counts with the limit the configuration gives it on a GPU
+/// of `gpu_mib` (else of `GPUMemory=`): that prolog records exactly that.
 pub fn server_limits<'a>(
     cfg: &GpuMpsConfig,
+    gpu_mib: Option<u64>,
     shares: impl Iterator<Item = &'a ShareRecord>,
 ) -> Option<Limits> {
     shares.fold(None, |acc: Option<Limits>, s| {
         let pct = cfg.thread_percentage(s.units);
-        let mem = s.memory_mib;
+        let mem = s
+            .memory_mib
+            .or_else(|| cfg.memory_limit_mib(s.units, gpu_mib));
         Some(match acc {
             None => Limits {
                 thread_percentage: pct,
@@ -359,6 +506,7 @@ pub fn stop(cfg: &GpuMpsConfig, gpu: u32) -> MpsDaemon {
     }
     kill_all(&left);
     clear(&pipe);
+    forget_limits(cfg, gpu);
     match quit {
         Ok(()) => MpsDaemon::Stopped,
         Err(e) => MpsDaemon::Failed(format!("{e}; its processes were killed")),
@@ -450,7 +598,7 @@ mod tests {
         let cfg = GpuMpsConfig::default();
         let shares = [share(25, Some(1000)), share(50, Some(2000))];
         assert_eq!(
-            server_limits(&cfg, shares.iter()),
+            server_limits(&cfg, None, shares.iter()),
             Some(Limits {
                 thread_percentage: 50,
                 memory_mib: Some(2000)
@@ -458,10 +606,24 @@ mod tests {
         );
         let mixed = [share(25, Some(1000)), share(10, None)];
         assert_eq!(
-            server_limits(&cfg, mixed.iter()).and_then(|l| l.memory_mib),
+            server_limits(&cfg, None, mixed.iter()).and_then(|l| l.memory_mib),
             None
         );
-        assert_eq!(server_limits(&cfg, [].iter()), None);
+        assert_eq!(server_limits(&cfg, None, [].iter()), None);
+        // A share placed by another prolog that has not recorded its limit
+        // yet counts with the limit it is about to get, not as unlimited.
+        let proportional = GpuMpsConfig {
+            memory_limit: crate::mps::config::MemoryLimit::Proportional,
+            ..GpuMpsConfig::default()
+        };
+        let pending = [share(25, Some(12288)), share(50, None)];
+        assert_eq!(
+            server_limits(&proportional, Some(48 * 1024), pending.iter()),
+            Some(Limits {
+                thread_percentage: 50,
+                memory_mib: Some(24576)
+            })
+        );
     }
 
     #[test]
@@ -473,6 +635,29 @@ mod tests {
         // No PATH (slurmd's Prolog): the usual dirs, which hold none here.
         let none = find_in(None);
         assert!(none.is_none_or(|p| SEARCH_DIRS.iter().any(|d| p.starts_with(d))));
+    }
+
+    #[test]
+    fn a_limits_record_reads_back_and_nothing_else_does() {
+        for memory_mib in [Some(12288), None] {
+            let r = LimitsRecord {
+                daemon: (77, 1_700_000_000, 123_456_789),
+                limits: Limits {
+                    thread_percentage: 25,
+                    memory_mib,
+                },
+            };
+            assert_eq!(LimitsRecord::parse(&r.to_string()), Some(r));
+        }
+        for bad in [
+            "",
+            "77 1 2 25",
+            "77 1 2 25 12M",
+            "77 1 2 x -",
+            "77 1 2 25 - extra",
+        ] {
+            assert_eq!(LimitsRecord::parse(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

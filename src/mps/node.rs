@@ -723,7 +723,10 @@ fn serve(
     }
     let gpu = share.gpu;
     let locked = daemon::with_gpu_lock(&node.cfg, gpu, || -> Result<MpsDaemon, LedgerError> {
-        let mps = daemon::ensure(&node.cfg, gpu, node.owner);
+        let daemon::Ensured {
+            daemon: mps,
+            servers,
+        } = daemon::ensure(&node.cfg, gpu, node.owner);
         // Read once, under the lock: the users and limits of the GPU's shares now.
         let state = node.ledger.snapshot()?.state;
         let others = state.other_users_on(gpu, share.uid);
@@ -739,10 +742,10 @@ fn serve(
         if mps != MpsDaemon::NotAvailable {
             guard_pipes(node, &state, gpu, &mut report.notes);
             let on_gpu = state.shares().filter(|s| s.gpu == gpu);
-            let limits = daemon::server_limits(&node.cfg, on_gpu)
+            let limits = daemon::server_limits(&node.cfg, node.gpu_memory_mib, on_gpu)
                 .filter(|_| !matches!(mps, MpsDaemon::Failed(_)));
             if let Some(limits) = limits {
-                if let Err(e) = daemon::apply_limits(&node.cfg, gpu, limits) {
+                if let Err(e) = daemon::apply_limits(&node.cfg, gpu, limits, servers) {
                     report.notes.push(format!(
                         "GPU {gpu}'s MPS limits could not be set on its daemon: {e}"
                     ));
@@ -835,11 +838,11 @@ pub fn epilog(node: &Node, job: u32) -> Result<EpilogReport, LedgerError> {
                 guard_pipes(node, &state, gpu, &mut notes);
             }
             let left = state.shares().filter(|o| o.gpu == gpu);
-            match daemon::server_limits(&node.cfg, left) {
+            match daemon::server_limits(&node.cfg, node.gpu_memory_mib, left) {
                 None => stopped.push((gpu, daemon::stop(&node.cfg, gpu))),
                 // The largest share may have left: the server's limits follow.
                 Some(limits) => {
-                    if let Err(e) = daemon::apply_limits(&node.cfg, gpu, limits) {
+                    if let Err(e) = daemon::apply_limits(&node.cfg, gpu, limits, None) {
                         notes.push(format!(
                             "GPU {gpu}'s MPS limits could not be lowered on its daemon: {e}"
                         ));

@@ -144,7 +144,7 @@ pub fn mps_view(
                 .collect::<std::collections::BTreeSet<_>>()
                 .into_iter()
                 .collect();
-            let limits = super::daemon::server_limits(cfg, g.shares.iter());
+            let limits = super::daemon::server_limits(cfg, None, g.shares.iter());
             let found = probe(g.index);
             GpuMps {
                 gpu: g.index,

@@ -1974,12 +1974,19 @@ impl Drop for Cluster {
     }
 }
 
-/// Directory holding the built plugin libraries (`target/<profile>`).
+/// Directory holding the built plugin libraries (`target/<profile>`), or
+/// `GPUSHARE_BUILD_DIR` (another release's build, installed packages).
 pub fn build_dir() -> Result<PathBuf> {
-    if let Some(dir) = std::env::var_os("GPUSHARE_BUILD_DIR") {
-        return Ok(PathBuf::from(dir));
+    match std::env::var_os("GPUSHARE_BUILD_DIR") {
+        Some(dir) => Ok(PathBuf::from(dir)),
+        None => harness_dir(),
     }
-    // Test binaries live in target/<profile>/deps, other binaries in target/<profile>.
+}
+
+/// The harness's own build directory (`target/<profile>`), whatever
+/// `GPUSHARE_BUILD_DIR` says: the directory of the running program (test
+/// binaries live in `target/<profile>/deps`, other binaries one up).
+pub fn harness_dir() -> Result<PathBuf> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let dir = exe
         .parent()

@@ -17,6 +17,7 @@ pub mod elf;
 pub mod hosts;
 pub mod monitor;
 pub mod process;
+pub mod standin;
 pub mod suite;
 pub mod users;
 

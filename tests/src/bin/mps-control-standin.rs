@@ -1,0 +1,149 @@
+//! A stand-in for NVIDIA's `nvidia-cuda-mps-control`, for the test cluster
+//! (there is no GPU here), installed under that name
+//! ([`testcluster::standin::install`]). It tests gpushare's handling of
+//! the program and its daemon process, not MPS, and costs what a small
+//! compiled program costs, so that benchmarks show gpushare's calls and not
+//! a shell's start-up.
+//!
+//! - It records every call in `standin.log` beside itself: `gpu=N args=...`
+//!   for a call with arguments, `gpu=N cmd=LINE` for each line read from
+//!   its standard input (the real program reads commands until the end of
+//!   its input); and one line per call (per process start) in
+//!   `standin.calls`.
+//! - `-d` leaves a process named `nvidia-cuda-mps-control` running with the
+//!   caller's `CUDA_MPS_PIPE_DIRECTORY`, as the real daemon does, and a
+//!   `control` file in that directory holding its pid (the real one makes a
+//!   socket there); a second `-d` fails while that file exists.
+//! - Commands fail with the real program's message when the daemon of that
+//!   file is gone; `quit` ends it; `get_server_list` answers the pids that
+//!   `<dir>/servers` lists for the GPU (lines `GPU PID`); other `set_*` and
+//!   `get_*` commands succeed silently; anything else fails.
+//! - `<dir>/hang` exists: every call hangs (a hung control program).
+
+use std::fs;
+use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::Duration;
+
+const NAME: &str = "nvidia-cuda-mps-control";
+
+fn fail(text: &str) -> ExitCode {
+    eprintln!("{text}");
+    ExitCode::FAILURE
+}
+
+/// A live process (a killed daemon nobody reaped is a zombie: as dead as
+/// a gone one).
+fn alive(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
+        !s.lines()
+            .any(|l| l.starts_with("State:") && l.contains('Z'))
+    })
+}
+
+fn start_daemon(pipe: &Path) -> ExitCode {
+    let control = pipe.join("control");
+    if control.exists() {
+        return fail("An instance of this daemon is already running");
+    }
+    let mut cmd = Command::new("sleep");
+    cmd.arg0(NAME)
+        .arg("100000")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: setsid is async-signal-safe and touches no memory; detached
+    // as the real daemon is, so callers never wait on it.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    // spawn returns once the exec succeeded: the process carries its name.
+    match cmd.spawn() {
+        Ok(child) => match fs::write(&control, format!("{}\n", child.id())) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(&format!("{}: {e}", control.display())),
+        },
+        Err(e) => fail(&format!("cannot start the daemon: {e}")),
+    }
+}
+
+fn main() -> ExitCode {
+    let here = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+        .unwrap_or_else(|| PathBuf::from("."));
+    let gpu = std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_else(|_| "?".into());
+    let pipe = PathBuf::from(
+        std::env::var_os("CUDA_MPS_PIPE_DIRECTORY").unwrap_or_else(|| "/tmp/nvidia-mps".into()),
+    );
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut input = String::new();
+    if args.is_empty() {
+        let _ = std::io::stdin().read_to_string(&mut input);
+    }
+    let mut log = String::new();
+    if args.is_empty() {
+        for line in input.lines() {
+            log.push_str(&format!("gpu={gpu} cmd={line}\n"));
+        }
+    } else {
+        log.push_str(&format!("gpu={gpu} args={}\n", args.join(" ")));
+    }
+    // One append of whole lines: concurrent calls never interleave a line.
+    let append = |name: &str, text: &str| {
+        if let Ok(mut f) = fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(here.join(name))
+        {
+            let _ = f.write_all(text.as_bytes());
+        }
+    };
+    append("standin.log", &log);
+    append("standin.calls", &format!("gpu={gpu}\n"));
+    if here.join("hang").exists() {
+        std::thread::sleep(Duration::from_secs(1000));
+    }
+    if args.first().map(String::as_str) == Some("-d") {
+        return start_daemon(&pipe);
+    }
+    let pid = fs::read_to_string(pipe.join("control"))
+        .ok()
+        .and_then(|t| t.trim().parse::<u32>().ok());
+    let Some(pid) = pid.filter(|&p| alive(p)) else {
+        return fail("Cannot find MPS control daemon process");
+    };
+    let mut out = String::new();
+    for line in input.lines() {
+        match line.split_whitespace().next().unwrap_or_default() {
+            "quit" => {
+                // SAFETY: kill has no memory preconditions.
+                unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+                let _ = fs::remove_file(pipe.join("control"));
+            }
+            "get_server_list" => {
+                let servers = fs::read_to_string(here.join("servers")).unwrap_or_default();
+                for l in servers.lines() {
+                    if let Some((g, p)) = l.split_once(' ') {
+                        if g == gpu {
+                            out.push_str(p.trim());
+                            out.push('\n');
+                        }
+                    }
+                }
+            }
+            c if c.starts_with("set_") || c.starts_with("get_") => {}
+            _ => {
+                print!("{out}");
+                return fail(&format!("unknown command {line}"));
+            }
+        }
+    }
+    print!("{out}");
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,31 @@
+//! The stand-in MPS control program (`src/bin/mps-control-standin.rs`),
+//! built with the harness: installed under NVIDIA's name where a cluster's
+//! `MPSControl=` points.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use crate::cluster::harness_dir;
+
+use gpushare::mps::daemon::CONTROL_PROGRAM;
+
+/// Copies the stand-in into `dir` as `nvidia-cuda-mps-control` (its log,
+/// `hang` and `servers` files live beside it) and returns its path.
+pub fn install(dir: &Path) -> crate::Result<PathBuf> {
+    let source = harness_dir()?.join("mps-control-standin");
+    fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let program = dir.join(CONTROL_PROGRAM);
+    // A copy, not a link: a running copy is replaced by rename, never
+    // written over (ETXTBSY).
+    let temp = dir.join(format!(".{CONTROL_PROGRAM}.new"));
+    fs::copy(&source, &temp).map_err(|e| {
+        format!(
+            "{}: {e} (built by cargo build -p gpushare-tests --bins)",
+            source.display()
+        )
+    })?;
+    fs::set_permissions(&temp, fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
+    fs::rename(&temp, &program).map_err(|e| e.to_string())?;
+    Ok(program)
+}
