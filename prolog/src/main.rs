@@ -68,7 +68,7 @@ fn main() -> ExitCode {
         match nvml::gpus() {
             // The smallest GPU's: a node's GPUs are one type in practice,
             // and a limit must never exceed the GPU it is set on.
-            Ok(gpus) => node.gpu_memory_mib = gpus.iter().filter_map(|g| g.memory_mib).min(),
+            Ok(gpus) => node.set_gpu_memory(gpus.iter().filter_map(|g| g.memory_mib).min()),
             Err(e) => log::debug!("no memory limit from NVML: {e}"),
         }
     }

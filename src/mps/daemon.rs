@@ -282,6 +282,7 @@ fn ensure_daemon(cfg: &GpuMpsConfig, gpu: u32, owner: u32) -> Result<Option<Vec<
     }
     // The daemon opens its pipe on its own time: wait for it, bounded.
     let deadline = Instant::now() + START_WAIT;
+    let mut pause = Backoff::new();
     while !pipe.join("control").exists() {
         if Instant::now() >= deadline {
             return Err(MpsDaemon::Failed(format!(
@@ -291,7 +292,7 @@ fn ensure_daemon(cfg: &GpuMpsConfig, gpu: u32, owner: u32) -> Result<Option<Vec<
                 START_WAIT.as_secs()
             )));
         }
-        std::thread::sleep(Duration::from_millis(10));
+        pause.sleep();
     }
     match restarted {
         Some(why) => Err(MpsDaemon::Restarted(why)),
@@ -485,6 +486,22 @@ pub fn server_limits<'a>(
     })
 }
 
+/// Pauses between looks at something a daemon does on its own time: 1 ms,
+/// doubling up to 20 ms. A share's start or end waits for it, and the
+/// stand-in or a real daemon is usually done within a millisecond or two.
+struct Backoff(Duration);
+
+impl Backoff {
+    fn new() -> Self {
+        Self(Duration::from_millis(1))
+    }
+
+    fn sleep(&mut self) {
+        std::thread::sleep(self.0);
+        self.0 = (self.0 * 2).min(Duration::from_millis(20));
+    }
+}
+
 /// Asks GPU `gpu`'s daemon to quit; one that does not answer is killed.
 pub fn stop(cfg: &GpuMpsConfig, gpu: u32) -> MpsDaemon {
     let Some(program) = program(cfg) else {
@@ -499,9 +516,10 @@ pub fn stop(cfg: &GpuMpsConfig, gpu: u32) -> MpsDaemon {
     // `quit` returns before the daemon is gone; whatever is left of it
     // after a short wait (or after a failed quit) is killed.
     let deadline = Instant::now() + Duration::from_secs(2);
+    let mut pause = Backoff::new();
     let mut left = processes(&pipe);
     while !left.is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
+        pause.sleep();
         left = processes(&pipe);
     }
     kill_all(&left);

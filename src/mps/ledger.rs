@@ -668,6 +668,18 @@ pub struct Ledger {
     created: bool,
     views: Vec<Arc<dyn View>>,
     rule: ServerRule,
+    share_memory: Option<ShareMemory>,
+}
+
+/// The device memory limit (MiB) a new share of so many units gets,
+/// recorded with it in its placing transaction.
+#[derive(Clone)]
+pub struct ShareMemory(pub Arc<dyn Fn(u32) -> Option<u64> + Send + Sync>);
+
+impl fmt::Debug for ShareMemory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ShareMemory")
+    }
 }
 
 impl Ledger {
@@ -687,11 +699,18 @@ impl Ledger {
             created,
             views: Vec::new(),
             rule: ServerRule::NONE,
+            share_memory: None,
         })
     }
 
     /// Places shares under `rule` (one user per MPS server, clients per
     /// GPU) from now on; without it, the plain least-loaded choice.
+    /// New shares get their memory limit from `limit` in the transaction
+    /// that places them (one transaction per share start, not two).
+    pub fn set_share_memory(&mut self, limit: ShareMemory) {
+        self.share_memory = Some(limit);
+    }
+
     pub fn with_server_rule(mut self, rule: ServerRule) -> Self {
         self.rule = rule;
         self
@@ -809,7 +828,10 @@ impl Ledger {
                 units,
                 since: unix_now(),
                 placed_by_slurm: slurm.is_some(),
-                memory_mib: None,
+                memory_mib: self
+                    .share_memory
+                    .as_ref()
+                    .and_then(|limit| (limit.0)(units)),
                 clients: None,
             };
             state.insert_share(share.clone());
@@ -1396,6 +1418,25 @@ mod tests {
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o700))
             .unwrap_or_else(|e| panic!("{e}"));
         ok(Ledger::open(&dir, temp.owner()));
+    }
+
+    #[test]
+    fn a_share_is_placed_with_its_memory_limit_in_one_transaction() {
+        let temp = TempDir::new();
+        let mut ledger = temp.ledger();
+        ledger.set_share_memory(ShareMemory(Arc::new(|units| Some(u64::from(units) * 480))));
+        let placed = ok(ledger.place(7, 1000, "alice", 25, 4, 100)).value;
+        assert_eq!(placed.share.memory_mib, Some(12000));
+        // Written so: a reader sees the limit with the share, never without.
+        let state = ok(ledger.snapshot()).state;
+        assert_eq!(state.share(7).and_then(|s| s.memory_mib), Some(12000));
+        let slurm = SlurmChoice {
+            gpu: 2,
+            gpu_count: 4,
+            units_per_gpu: 100,
+        };
+        let placed = ok(ledger.record_slurm_share(8, 1000, "alice", 50, slurm)).value;
+        assert_eq!(placed.share.memory_mib, Some(24000));
     }
 
     #[test]

@@ -150,14 +150,28 @@ impl Node {
             let mapping = JobMapping::new(dir.clone(), owner, &gpu_devices(&cfg));
             ledger = ledger.with_view(Arc::new(mapping));
         }
-        Ok(Self {
+        let mut node = Self {
             cfg,
             gpu_count,
             ledger,
             owner,
             gpu_memory_mib: None,
             pipe_guard: None,
-        })
+        };
+        node.set_gpu_memory(None);
+        Ok(node)
+    }
+
+    /// The memory of this node's GPUs where known (NVML), for proportional
+    /// limits when `gpu_mps.conf` has no `GPUMemory=`: new shares get
+    /// their limit from it as they are placed.
+    pub fn set_gpu_memory(&mut self, mib: Option<u64>) {
+        self.gpu_memory_mib = mib;
+        let cfg = self.cfg.clone();
+        self.ledger
+            .set_share_memory(super::ledger::ShareMemory(Arc::new(move |units| {
+                cfg.memory_limit_mib(units, mib)
+            })));
     }
 }
 
@@ -716,8 +730,11 @@ fn serve(
     report: &mut PrologReport,
 ) -> Result<PrologOutcome, LedgerError> {
     let mut share = placed.share;
-    if !placed.already_recorded {
-        share.memory_mib = node.cfg.memory_limit_mib(share.units, node.gpu_memory_mib);
+    // Placed with its limit (Node::set_gpu_memory); a record without the
+    // limit it should have is mended in a transaction of its own.
+    let wanted = node.cfg.memory_limit_mib(share.units, node.gpu_memory_mib);
+    if !placed.already_recorded && share.memory_mib != wanted {
+        share.memory_mib = wanted;
         let out = node.ledger.set_memory_limit(share.job, share.memory_mib)?;
         report.notes.extend(out.remarks());
     }

@@ -1,0 +1,440 @@
+//! What a share's start and end cost, where users feel it: from the
+//! allocation to the job's first instruction, and from its last to the
+//! node giving the resources back, beside Slurm alone and Slurm with a
+//! trivial Prolog/Epilog.
+//!
+//! `cargo bench -p gpushare-tests --bench share_latency [-- SERIAL BURST ROUNDS]`
+//! (defaults 20 50 3; `make bench` runs it).
+//!
+//! One cluster per configuration, all started first (the node of
+//! `ClusterSpec::mps_node`, this machine's Slurm), then ROUNDS interleaved
+//! rounds: in each, every configuration in turn runs SERIAL share jobs one
+//! after the other (each submitted once the previous one is gone), then a
+//! burst of BURST share jobs submitted at once. Every job is `--gres=mps:25`
+//! and prints the time as its first and last command. Times:
+//!
+//! - allocation: slurmctld's `sched: Allocate JobId=N` log line (or the
+//!   backfill scheduler's `Started JobId=N`);
+//! - task start and task end: the job's own two time stamps;
+//! - job gone: slurmctld's `cleanup_completing: JobId=N`
+//!   (`DebugFlags=TraceJobs`), when it clears the job's COMPLETING state
+//!   and the node's resources are free again: after the Epilog where there
+//!   is one, at once where slurmd has nothing to run.
+//!
+//! Submission → end is not measured: 22.05 starts batch jobs on its
+//! scheduler's tick, which hides everything else. All stamps are the same
+//! clock at millisecond resolution (Slurm's log format).
+//!
+//! Configurations: Slurm alone (no Prolog, Epilog or SPANK plugin); a
+//! trivial Prolog and Epilog (`/bin/true`) with the `PrologFlags` gpushare
+//! uses on this release, and without any (what `PrologFlags=Alloc` costs);
+//! gpushare with `MPSControl=none`; gpushare with the compiled stand-in
+//! control program (`tests/src/bin/mps-control-standin.rs`: a small
+//! program's cost, so the figure shows gpushare's calls, not a shell's).
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use testcluster::cluster::slurm_places_shares;
+use testcluster::{Cluster, ClusterSpec};
+
+/// Where the gpushare clusters keep their state: `/dev/shm/<cluster dir>`.
+const SHM: &str = "/dev/shm";
+
+const SCRIPT: &str = "#!/bin/bash\ndate +S%Y-%m-%dT%H:%M:%S.%3N\ndate +E%Y-%m-%dT%H:%M:%S.%3N\n";
+
+/// Milliseconds since 1970 of a `YYYY-MM-DDTHH:MM:SS.mmm` stamp read as
+/// UTC (Slurm and `date` both print local time: only differences matter).
+fn stamp_ms(s: &str) -> Option<i64> {
+    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
+    let (y, m, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hh, mm, ss, ms) = (num(11..13)?, num(14..16)?, num(17..19)?, num(20..23)?);
+    // Days from civil (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * ((m + 9) % 12) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(((days * 24 + hh) * 60 + mm) * 60_000 + ss * 1000 + ms)
+}
+
+/// The stamp that opens a Slurm log line: `[2026-11-23T19:05:02.123] ...`.
+fn log_stamp(line: &str) -> Option<i64> {
+    stamp_ms(line.strip_prefix('[')?)
+}
+
+/// The job id after `JobId=` or `StepId=` in a log line.
+fn job_in(line: &str) -> Option<u32> {
+    let at = line
+        .find("JobId=")
+        .map(|i| i + 6)
+        .or_else(|| line.find("StepId=").map(|i| i + 7))?;
+    let digits: String = line[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
+
+/// Lines of a growing log, read from where the last call stopped.
+struct Tail {
+    path: PathBuf,
+    offset: u64,
+}
+
+impl Tail {
+    fn new(path: PathBuf) -> Self {
+        let offset = fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        Self { path, offset }
+    }
+
+    fn lines(&mut self) -> Vec<String> {
+        let Ok(mut f) = fs::File::open(&self.path) else {
+            return Vec::new();
+        };
+        let mut text = String::new();
+        if f.seek(SeekFrom::Start(self.offset)).is_err() || f.read_to_string(&mut text).is_err() {
+            return Vec::new();
+        }
+        // Only whole lines; a half-written one is read next time.
+        let whole = text.rfind('\n').map_or(0, |i| i + 1);
+        self.offset += whole as u64;
+        text[..whole].lines().map(str::to_owned).collect()
+    }
+}
+
+struct Config {
+    name: &'static str,
+    spec: ClusterSpec,
+    standin: bool,
+}
+
+fn configs() -> Vec<Config> {
+    // gpushare needs PrologFlags=Alloc only where it places shares (see the
+    // README); the trivial configuration uses the same flags.
+    let flags: Vec<String> = if slurm_places_shares() {
+        Vec::new()
+    } else {
+        vec!["PrologFlags=Alloc".into()]
+    };
+    let debug = vec![("DebugFlags".to_owned(), "TraceJobs".to_owned())];
+    let mut gpushare = ClusterSpec {
+        extra_slurm_conf: flags.clone(),
+        conf_overrides: debug.clone(),
+        ..ClusterSpec::mps_node()
+    };
+    // State on tmpfs, as /run is on a node (here /run is on disk).
+    for (name, text) in &mut gpushare.extra_conf_files {
+        if name == "gpu_mps.conf" {
+            *text = text.replace(
+                "StateDir={cluster}/run/",
+                &format!("StateDir={SHM}{{cluster}}/"),
+            );
+        }
+    }
+    let plain = |prolog: Option<&str>, flags: Vec<String>| ClusterSpec {
+        prolog: prolog.map(PathBuf::from),
+        epilog: prolog.map(PathBuf::from),
+        plugstack: Vec::new(),
+        extra_slurm_conf: flags,
+        ..gpushare.clone()
+    };
+    let mut standin = gpushare.clone();
+    for (name, text) in &mut standin.extra_conf_files {
+        if name == "gpu_mps.conf" {
+            *text = text.replace(
+                "MPSControl=none",
+                "MPSControl={cluster}/mps-bin/nvidia-cuda-mps-control\nGPUMemory=48G",
+            );
+        }
+    }
+    let mut out = vec![
+        Config {
+            name: "Slurm alone",
+            spec: plain(None, Vec::new()),
+            standin: false,
+        },
+        Config {
+            name: "trivial Prolog/Epilog",
+            spec: plain(Some("/bin/true"), flags.clone()),
+            standin: false,
+        },
+    ];
+    if !flags.is_empty() {
+        out.push(Config {
+            name: "trivial, no PrologFlags",
+            spec: plain(Some("/bin/true"), Vec::new()),
+            standin: false,
+        });
+    }
+    out.push(Config {
+        name: "gpushare, MPSControl=none",
+        spec: gpushare,
+        standin: false,
+    });
+    out.push(Config {
+        name: "gpushare, control program",
+        spec: standin,
+        standin: true,
+    });
+    out
+}
+
+/// One job's stamps, in ms.
+#[derive(Debug, Default, Clone, Copy)]
+struct Timeline {
+    alloc: Option<i64>,
+    start: Option<i64>,
+    end: Option<i64>,
+    gone: Option<i64>,
+}
+
+struct Bench<'a> {
+    c: &'a Cluster,
+    script: PathBuf,
+    ctld: Tail,
+    jobs: BTreeMap<u32, Timeline>,
+    /// Jobs per second of each burst.
+    bursts: Vec<f64>,
+    serial: Vec<u32>,
+}
+
+impl<'a> Bench<'a> {
+    fn new(c: &'a Cluster) -> Result<Self, String> {
+        let script = c.jobs_dir.join("share.sh");
+        fs::write(&script, SCRIPT).map_err(|e| e.to_string())?;
+        Ok(Self {
+            c,
+            script,
+            ctld: Tail::new(c.log_path("slurmctld")),
+            jobs: BTreeMap::new(),
+            bursts: Vec::new(),
+            serial: Vec::new(),
+        })
+    }
+
+    fn submit(&mut self) -> Result<u32, String> {
+        let id = self
+            .c
+            .sbatch(&["--gres=mps:25", &self.script.to_string_lossy()])?;
+        self.jobs.insert(id, Timeline::default());
+        Ok(id)
+    }
+
+    /// Reads the new log lines into the jobs' timelines.
+    fn read_logs(&mut self) {
+        for line in self.ctld.lines() {
+            let (Some(t), Some(j)) = (log_stamp(&line), job_in(&line)) else {
+                continue;
+            };
+            let job = self.jobs.entry(j).or_default();
+            if line.contains("Allocate JobId=") || line.contains("Started JobId=") {
+                job.alloc.get_or_insert(t);
+            } else if line.contains("cleanup_completing: ") {
+                job.gone.get_or_insert(t);
+            }
+        }
+    }
+
+    fn wait_gone(&mut self, ids: &[u32]) -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            self.read_logs();
+            if ids
+                .iter()
+                .all(|id| self.jobs.get(id).is_some_and(|t| t.gone.is_some()))
+            {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "jobs {ids:?} not gone after 30 s: {:?}\n{}",
+                    ids.iter()
+                        .map(|id| self.c.job(*id).map(|j| j.state().to_owned()))
+                        .collect::<Vec<_>>(),
+                    self.c.log_tails(30)
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn round(&mut self, serial: usize, burst: usize) -> Result<(), String> {
+        for _ in 0..serial {
+            let id = self.submit()?;
+            self.serial.push(id);
+            self.wait_gone(&[id])?;
+        }
+        let ids: Vec<u32> = (0..burst)
+            .map(|_| self.submit())
+            .collect::<Result<_, _>>()?;
+        self.wait_gone(&ids)?;
+        self.read_stamps(&ids);
+        let jobs = &self.jobs;
+        let first = ids.iter().filter_map(|id| jobs[id].alloc).min();
+        let last = ids.iter().filter_map(|id| jobs[id].gone).max();
+        if let (Some(first), Some(last)) = (first, last) {
+            self.bursts
+                .push(burst as f64 * 1000.0 / (last - first).max(1) as f64);
+        }
+        Ok(())
+    }
+
+    /// The jobs' own stamps, from their output.
+    fn read_stamps(&mut self, ids: &[u32]) {
+        for id in ids {
+            let out = self.c.job_output(*id);
+            let get = |p: char| {
+                out.lines()
+                    .find_map(|l| l.strip_prefix(p))
+                    .and_then(stamp_ms)
+            };
+            if let Some(t) = self.jobs.get_mut(id) {
+                t.start = get('S');
+                t.end = get('E');
+            }
+        }
+    }
+
+    /// (allocation → task start, task end → gone) of the serial jobs.
+    fn serial_spans(&mut self) -> (Vec<i64>, Vec<i64>) {
+        let ids = self.serial.clone();
+        self.read_stamps(&ids);
+        let mut start = Vec::new();
+        let mut end = Vec::new();
+        for id in &ids {
+            let t = self.jobs[id];
+            if let (Some(a), Some(s)) = (t.alloc, t.start) {
+                start.push(s - a);
+            }
+            if let (Some(e), Some(g)) = (t.end, t.gone) {
+                end.push(g - e);
+            }
+        }
+        (start, end)
+    }
+}
+
+fn quantile(v: &[i64], q: f64) -> i64 {
+    let mut v = v.to_vec();
+    v.sort_unstable();
+    v.get(((v.len().saturating_sub(1)) as f64 * q).round() as usize)
+        .copied()
+        .unwrap_or(-1)
+}
+
+fn median_f(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+fn main() -> Result<(), String> {
+    let nums: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let serial = nums.first().copied().unwrap_or(20);
+    let burst = nums.get(1).copied().unwrap_or(50);
+    let rounds = nums.get(2).copied().unwrap_or(3);
+    let configs = configs();
+    let mut clusters: Vec<Cluster> = Vec::new();
+    for cfg in &configs {
+        eprintln!("starting cluster: {}", cfg.name);
+        let c = cfg.spec.start()?;
+        if cfg.standin {
+            testcluster::standin::install(&c.dir.join("mps-bin"))?;
+        }
+        clusters.push(c);
+    }
+    let shm: Vec<PathBuf> = clusters
+        .iter()
+        .map(|c| PathBuf::from(format!("{SHM}{}", c.dir.display())))
+        .collect();
+    let result = run(&configs, &clusters, serial, burst, rounds);
+    drop(clusters);
+    for dir in shm {
+        let _ = fs::remove_dir_all(&dir);
+        // The emptied parents (/dev/shm/tmp), where nothing else is.
+        for parent in dir.ancestors().skip(1).take_while(|p| *p != Path::new(SHM)) {
+            let _ = fs::remove_dir(parent);
+        }
+    }
+    result
+}
+
+fn run(
+    configs: &[Config],
+    clusters: &[Cluster],
+    serial: usize,
+    burst: usize,
+    rounds: usize,
+) -> Result<(), String> {
+    let mut benches: Vec<Bench> = clusters.iter().map(Bench::new).collect::<Result<_, _>>()?;
+    for round in 0..rounds {
+        for (cfg, b) in configs.iter().zip(&mut benches) {
+            let t = Instant::now();
+            b.round(serial, burst)?;
+            eprintln!(
+                "round {round}: {:<28} {:5.1} s, burst {:5.1} jobs/s",
+                cfg.name,
+                t.elapsed().as_secs_f64(),
+                b.bursts.last().copied().unwrap_or(0.0)
+            );
+        }
+    }
+    let version = clusters
+        .first()
+        .and_then(|c| c.run_ok("sinfo", &["-V"]).ok())
+        .unwrap_or_default();
+    println!(
+        "\nshare start and end, {} ({}), {serial} serial + {burst}-job bursts × {rounds} interleaved rounds, ms",
+        version.trim(),
+        if slurm_places_shares() { "Slurm places shares" } else { "gpushare places shares, PrologFlags=Alloc" }
+    );
+    println!(
+        "{:<28} {:>16} {:>16} {:>12} {:>12} {:>10}",
+        "configuration",
+        "alloc→start p50/p90",
+        "end→gone p50/p90",
+        "+ms/share",
+        "burst jobs/s",
+        "vs trivial"
+    );
+    let rows: Vec<(i64, i64, i64, i64, f64)> = benches
+        .iter_mut()
+        .map(|b| {
+            let (s, e) = b.serial_spans();
+            (
+                quantile(&s, 0.5),
+                quantile(&s, 0.9),
+                quantile(&e, 0.5),
+                quantile(&e, 0.9),
+                median_f(&b.bursts),
+            )
+        })
+        .collect();
+    let trivial = rows.get(1).copied().unwrap_or_default();
+    for (cfg, r) in configs.iter().zip(&rows) {
+        println!(
+            "{:<28} {:>9}/{:<6} {:>9}/{:<6} {:>+12} {:>12.1} {:>9.2}×",
+            cfg.name,
+            r.0,
+            r.1,
+            r.2,
+            r.3,
+            (r.0 + r.2) - (trivial.0 + trivial.2),
+            r.4,
+            r.4 / trivial.4.max(f64::MIN_POSITIVE)
+        );
+    }
+    println!(
+        "(+ms/share: median start + end over the trivial Prolog/Epilog row; burst: jobs/s from the \
+         first allocation to the last job gone, median of the rounds)"
+    );
+    Ok(())
+}
