@@ -280,8 +280,10 @@ impl ClusterSpec {
                 ("gpu_qos.conf".into(), "MaxMPSPerJob=100\n".into()),
                 ("gpu_mps.conf".into(), harness_gpu_mps_conf(4, !by_slurm)),
             ],
-            // srun/salloc jobs' prologs get job_submit/gpu_qos's share size.
-            extra_slurm_conf: vec!["PrologFlags=Alloc".into()],
+            // Where gpushare places, srun/salloc jobs' prologs get
+            // job_submit/gpu_qos's share size only so; where Slurm places,
+            // its percentage is exact and the flag is not needed.
+            extra_slurm_conf: alloc_flag(by_slurm),
             ..Self::default()
         }
     }
@@ -347,7 +349,7 @@ impl ClusterSpec {
             prolog: Some("{build}/gpu-mps-prolog".into()),
             epilog: Some("{build}/gpu-mps-epilog".into()),
             plugstack: vec!["required {plugins}/spank_gpu_mps.so".into()],
-            extra_slurm_conf: vec!["PrologFlags=Alloc".into()],
+            extra_slurm_conf: alloc_flag(by_slurm),
             // A node that stops answering is DOWN (and its jobs end) in
             // seconds, not the harness's usual five minutes.
             // Ended jobs are forgotten after 10 s (purged every 10 s), as
@@ -675,6 +677,16 @@ pub const SITE_MONITORING_CONF: &str =
 /// `{cluster}/dev/nvidia<N>`: state in `{cluster}/run`, syslog to the
 /// harness, no MPS daemons; with `slurm_mps_count`, the node-wide
 /// `Count=1600` of the 22.05 setup (gpushare places).
+/// `PrologFlags=Alloc` where gpushare places shares (it needs the flag
+/// there, see the README), nothing where Slurm does.
+fn alloc_flag(slurm_places: bool) -> Vec<String> {
+    if slurm_places {
+        Vec::new()
+    } else {
+        vec!["PrologFlags=Alloc".into()]
+    }
+}
+
 fn harness_gpu_mps_conf(gpus: u32, slurm_mps_count: bool) -> String {
     format!(
         "UnitsPerGPU=100\nGPUDevices={{cluster}}/dev/nvidia[0-{last}]\nStateDir={{cluster}}/run/gpu-mps\n{count}MPSControl=none\nSyslogSocket={{cluster}}/log/syslog.sock\n",

@@ -405,6 +405,12 @@ fn group_jobs(user: &str, qos: &[String]) -> Result<(Vec<usage::JobRow>, Vec<Unr
         return Ok((Vec::new(), Vec::new()));
     }
     let by_qos = usage::parse_qos_users(&slurm_output("scontrol", &usage::assoc_mgr_args(qos))?);
+    // Slurm 22.05 names users by uid there: the caller's own uid is the
+    // caller, asked for once.
+    let my_uid = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata("/proc/self").map_or_else(|_| String::new(), |m| m.uid().to_string())
+    };
     let mut users = vec![user.to_owned()];
     for (name, listed) in &by_qos {
         let Some(listed) = listed else {
@@ -420,7 +426,7 @@ fn group_jobs(user: &str, qos: &[String]) -> Result<(Vec<usage::JobRow>, Vec<Unr
             return Ok((jobs, unread));
         };
         for u in listed {
-            if !users.contains(u) {
+            if *u != my_uid && !users.contains(u) {
                 users.push(u.clone());
             }
         }
