@@ -10,6 +10,8 @@
 #   make install   install (DESTDIR, PREFIX, PLUGINDIR, NOBUILD=1)
 #   make uninstall remove exactly what install put there
 #   make deb       Debian packages pinned to the Slurm they run (SUITE=host|trixie|sid)
+#   make bench     every benchmark side by side with what a site would use,
+#                  then one table (figures and the command for each row)
 #
 # Everything needs root for the tests (they run real Slurm daemons).
 
@@ -95,6 +97,31 @@ test-releases:
 
 clean:
 	$(CARGO) clean
+
+# ---- benchmarks ----------------------------------------------------------
+# Each bench prints its own table and `ROW|what|figure|command` lines; the
+# table at the end is those lines. Outputs in target/bench/. Arguments:
+# SHARE_ARGS (serial burst rounds), SCALE_ARGS (pending running qos),
+# SUBMIT_JOBS, PLACEMENT_RUNS. No timing here is asserted anywhere.
+SHARE_ARGS ?= 20 50 3
+SCALE_ARGS ?= 20000 2000 200
+SUBMIT_JOBS ?= 600
+PLACEMENT_RUNS ?= 300
+BENCHES = job_submit_call submit_throughput placement share_latency user_commands
+
+.PHONY: bench
+bench: deps
+	$(CARGO) build --release --workspace
+	@mkdir -p target/bench
+	@bash -o pipefail -c '$(CARGO) bench -p job_submit_gpu_qos --bench job_submit_call | tee target/bench/job_submit_call.txt'
+	@bash -o pipefail -c '$(CARGO) bench -p gpushare-tests --bench submit_throughput -- $(SUBMIT_JOBS) | tee target/bench/submit_throughput.txt'
+	@bash -o pipefail -c '$(CARGO) bench -p gpushare-tests --bench placement -- $(PLACEMENT_RUNS) | tee target/bench/placement.txt'
+	@bash -o pipefail -c '$(CARGO) bench -p gpushare-tests --bench share_latency -- $(SHARE_ARGS) | tee target/bench/share_latency.txt'
+	@bash -o pipefail -c '$(CARGO) bench -p gpushare-tests --bench user_commands -- $(SCALE_ARGS) | tee target/bench/user_commands.txt'
+	@echo; echo "== gpushare benchmarks, $$(nproc) cores, $$(sinfo -V), $$(date -u +%F)"; \
+	echo "| what | figure | reproduce |"; echo "|---|---|---|"; \
+	for b in $(BENCHES); do grep -h '^ROW|' target/bench/$$b.txt | \
+		awk -F'|' '{printf "| %s | %s | `%s` |\n", $$2, $$3, $$4}'; done
 
 # ---- install -------------------------------------------------------------
 PREFIX ?= /usr/local

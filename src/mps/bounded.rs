@@ -83,6 +83,10 @@ pub fn run(mut cmd: Command, input: Option<&[u8]>, timeout: Duration) -> Result<
         let _ = stdin.write_all(bytes);
     }
     let deadline = Instant::now() + timeout;
+    // A short program (a control command) ends within a millisecond or
+    // two: look often at first, then every 2 ms, so that waiting for it
+    // adds little to the share's start.
+    let mut pause = Duration::from_micros(100);
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break status,
@@ -93,7 +97,10 @@ pub fn run(mut cmd: Command, input: Option<&[u8]>, timeout: Duration) -> Result<
                     after: timeout,
                 });
             }
-            Ok(None) => std::thread::sleep(Duration::from_millis(2)),
+            Ok(None) => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(2));
+            }
             Err(source) => {
                 kill(&mut child);
                 return Err(RunError::Wait { program, source });

@@ -14,7 +14,11 @@
 //!    metrics file under the ledger's lock after it);
 //! 3. the shell prolog (`surf_style_prolog.sh`), spawn included, on the same
 //!    number of jobs (no lock, no fsync: cheaper work than ours);
-//! 4. a bare process start (`/bin/true`), the floor of any prolog.
+//! 4. a bare process start (`/bin/true`), the floor of any prolog;
+//! 5. one share's prolog + epilog with `MPSControl=none` and with the
+//!    compiled stand-in control program (`testcluster::standin`), its
+//!    GPU's daemon already running (another share holds the GPU), and the
+//!    number of control-program starts per share.
 //!
 //! The prolog does what it does on a node: the trust checks (Slurm's
 //! percentage against the claimed units), the ledger transaction with its
@@ -116,6 +120,25 @@ fn main() {
         ),
     )
     .unwrap_or_else(|e| panic!("{e}"));
+    // The compiled stand-in control program (a small program's cost): the
+    // GPU's daemon started by its first share, probed by every later one.
+    let standin =
+        testcluster::standin::install(&dir.join("mps-bin")).unwrap_or_else(|e| panic!("{e}"));
+    let conf_mps = dir.join("gpu_mps_control.conf");
+    std::fs::write(
+        &conf_mps,
+        plain.replace(
+            "MPSControl=none",
+            &format!("MPSControl={}\nGPUMemory=48G", standin.display()),
+        ),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let calls_file = dir.join("mps-bin/standin.calls");
+    let calls = || {
+        std::fs::read_to_string(&calls_file)
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    };
     let job_cmd = |prog: &str, job: u32, conf: &Path| {
         let mut c = Command::new(bin.join(prog));
         c.arg("--conf")
@@ -132,15 +155,31 @@ fn main() {
     let mut epilogs = Vec::with_capacity(runs);
     let mut with_metrics = Vec::with_capacity(runs);
     let mut process = Vec::with_capacity(runs);
-    // A B A B: the prolog without metrics, then with them, each followed by
-    // an untimed epilog of the same configuration.
+    let mut pairs = Vec::with_capacity(runs);
+    let mut pairs_mps = Vec::with_capacity(runs);
+    // The first share on its GPU starts the daemon (untimed): from then on
+    // the GPU always holds a share, as on a busy node.
+    run(&mut job_cmd("gpu-mps-prolog", 19_999, &conf_mps));
+    let calls_before = calls();
+    // A B C: the prolog without metrics, then with them, each followed by
+    // an epilog of the same configuration; then a share with the control
+    // program.
     for i in 0..runs {
-        let job = 20_000 + 2 * i as u32;
-        process.push(run(&mut job_cmd("gpu-mps-prolog", job, &conf)));
-        epilogs.push(run(&mut job_cmd("gpu-mps-epilog", job, &conf)));
+        let job = 20_000 + 3 * i as u32;
+        let p = run(&mut job_cmd("gpu-mps-prolog", job, &conf));
+        let e = run(&mut job_cmd("gpu-mps-epilog", job, &conf));
+        process.push(p);
+        epilogs.push(e);
+        pairs.push(p + e);
         with_metrics.push(run(&mut job_cmd("gpu-mps-prolog", job + 1, &conf_metrics)));
         run(&mut job_cmd("gpu-mps-epilog", job + 1, &conf_metrics));
+        pairs_mps.push(
+            run(&mut job_cmd("gpu-mps-prolog", job + 2, &conf_mps))
+                + run(&mut job_cmd("gpu-mps-epilog", job + 2, &conf_mps)),
+        );
     }
+    let calls_per_pair = (calls() - calls_before) as f64 / runs as f64;
+    run(&mut job_cmd("gpu-mps-epilog", 19_999, &conf_mps));
     let bare: Vec<Duration> = (0..runs)
         .map(|_| run(&mut Command::new("/bin/true")))
         .collect();
@@ -196,6 +235,16 @@ fn main() {
     row("gpu-mps-epilog process (as slurmd runs it)", e);
     row("surf-style shell prolog (no lock, no fsync)", c);
     row("bare process start (/bin/true)", t);
+    let (pair, pair_mps) = (median(pairs), median(pairs_mps));
+    println!(
+        "one share's prolog + epilog: {:.0} us = {:.2}x two bare process starts (MPSControl=none); \
+         with the control program {:.0} us = {:.2}x ({calls_per_pair:.1} control-program starts per share, \
+         its GPU's daemon running)",
+        us(pair),
+        us(pair) / (2.0 * us(t)),
+        us(pair_mps),
+        us(pair_mps) / (2.0 * us(t)),
+    );
     println!(
         "prolog + epilog = {:.2}x two bare process starts; the shell prolog alone = {:.1}x the gpushare prolog",
         (us(b) + us(e)) / (2.0 * us(t)),
@@ -205,6 +254,24 @@ fn main() {
         "metrics file and DCGM mapping add {:.0} us to the prolog ({:+.1} %)",
         us(m) - us(b),
         (us(m) / us(b) - 1.0) * 100.0
+    );
+    // make bench's summary lines.
+    let cmd = format!("cargo bench -p gpushare-tests --bench placement -- {runs}");
+    println!(
+        "ROW|node programs: one share's prolog + epilog, state on tmpfs|{:.2} ms = {:.2}× two bare process starts (MPSControl=none, no control program started)|{cmd}",
+        us(pair) / 1000.0,
+        us(pair) / (2.0 * us(t))
+    );
+    println!(
+        "ROW|node programs, with the control program (daemon running)|{:.2} ms = {:.2}× two bare process starts; {calls_per_pair:.1} control-program start per share|{cmd}",
+        us(pair_mps) / 1000.0,
+        us(pair_mps) / (2.0 * us(t))
+    );
+    println!(
+        "ROW|share placement in process, node of 36 shares|Ledger::place {:.0} µs vs SURF-style shell prolog {:.1} ms ({:.0}×)|{cmd}",
+        us(a),
+        us(c) / 1000.0,
+        us(c) / us(a)
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -436,5 +436,19 @@ fn run(
         "(+ms/share: median start + end over the trivial Prolog/Epilog row; burst: jobs/s from the \
          first allocation to the last job gone, median of the rounds)"
     );
+    // make bench's summary lines.
+    let cmd =
+        format!("cargo bench -p gpushare-tests --bench share_latency -- {serial} {burst} {rounds}");
+    for (cfg, r) in configs.iter().zip(&rows) {
+        println!(
+            "ROW|share start + end: {}|alloc→start {} ms, end→gone {} ms (p50), {:+} ms/share vs trivial Prolog/Epilog; bursts {:.1} jobs/s = {:.2}×|{cmd}",
+            cfg.name,
+            r.0,
+            r.2,
+            (r.0 + r.2) - (trivial.0 + trivial.2),
+            r.4,
+            r.4 / trivial.4.max(f64::MIN_POSITIVE)
+        );
+    }
     Ok(())
 }

@@ -120,14 +120,32 @@ fn main() -> Result<(), String> {
         "configuration", "jobs/s", "slurmctld us/job", "vs no plugin"
     );
     let base = rate[0];
+    let mut rpc_us = Vec::new();
     for (i, (cfg, c)) in clusters.iter().enumerate() {
         let (us, count) = sdiag_submit(c)?;
+        rpc_us.push(us);
         println!(
             "{:<20} {:>10.1} {:>18} {:>13.1}%   ({count} RPCs)",
             cfg.name,
             rate[i],
             us,
             100.0 * rate[i] / base
+        );
+    }
+    // make bench's summary lines.
+    let cmd = format!("cargo bench -p gpushare-tests --bench submit_throughput -- {jobs}");
+    if let [none, lua, ours] = rpc_us[..] {
+        println!(
+            "ROW|job_submit in slurmctld: µs per submission RPC (sdiag)|no plugin {none} · lua {lua} · gpu_qos {ours}: gpu_qos adds {:+} µs, lua {:+} µs|{cmd}",
+            ours as i64 - none as i64,
+            lua as i64 - none as i64
+        );
+    }
+    if let [none, lua, ours] = rate[..] {
+        println!(
+            "ROW|submissions end to end, 4 sbatch clients|no plugin {none:.0} jobs/s · lua {lua:.0} ({:.2}×) · gpu_qos {ours:.0} ({:.2}×)|{cmd}",
+            lua / none,
+            ours / none
         );
     }
     Ok(())

@@ -255,10 +255,24 @@ fn main() -> Result<(), String> {
         "{:<26} {:<22} {:>9} {:>12}  RPCs to slurmctld per run",
         "for", "command", "wall ms", "slurmctld ms"
     );
-    for r in rows {
+    for r in &rows {
         println!(
             "{:<26} {:<22} {:>9.0} {:>12.1}  {}",
             r.what, r.command, r.wall_ms, r.ctld_ms, r.rpcs
+        );
+    }
+    // make bench's summary lines.
+    let cmd = format!(
+        "cargo bench -p gpushare-tests --bench user_commands -- {pending} {running} {qos_count}"
+    );
+    for r in &rows {
+        println!(
+            "ROW|{} on {pending}+{running} jobs, {} QOS|{:.0} ms wall, slurmctld {:.1} ms: {}|{cmd}",
+            r.command,
+            qos_count + 8,
+            r.wall_ms,
+            r.ctld_ms,
+            r.rpcs
         );
     }
     Ok(())
