@@ -30,7 +30,11 @@
 //! uses on this release, and without any (what `PrologFlags=Alloc` costs);
 //! gpushare with `MPSControl=none`; gpushare with the compiled stand-in
 //! control program (`tests/src/bin/mps-control-standin.rs`: a small
-//! program's cost, so the figure shows gpushare's calls, not a shell's).
+//! program's cost, so the figure shows gpushare's calls, not a shell's),
+//! where each serial share is its GPU's first and last (the daemon started
+//! and stopped for it), and again with a share held on every GPU all along
+//! (the daemon running, as on a busy node; bursts then have 12 places, not
+//! 16).
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -111,6 +115,10 @@ struct Config {
     name: &'static str,
     spec: ClusterSpec,
     standin: bool,
+    /// Shares of 25 units held on each GPU for the whole run: every
+    /// measured share finds its GPU's daemon running (a busy node), where
+    /// without them each serial share starts and stops it.
+    holders: bool,
 }
 
 fn configs() -> Vec<Config> {
@@ -157,11 +165,13 @@ fn configs() -> Vec<Config> {
             name: "Slurm alone",
             spec: plain(None, Vec::new()),
             standin: false,
+            holders: false,
         },
         Config {
             name: "trivial Prolog/Epilog",
             spec: plain(Some("/bin/true"), flags.clone()),
             standin: false,
+            holders: false,
         },
     ];
     if !flags.is_empty() {
@@ -169,17 +179,26 @@ fn configs() -> Vec<Config> {
             name: "trivial, no PrologFlags",
             spec: plain(Some("/bin/true"), Vec::new()),
             standin: false,
+            holders: false,
         });
     }
     out.push(Config {
         name: "gpushare, MPSControl=none",
         spec: gpushare,
         standin: false,
+        holders: false,
     });
     out.push(Config {
         name: "gpushare, control program",
+        spec: standin.clone(),
+        standin: true,
+        holders: false,
+    });
+    out.push(Config {
+        name: "gpushare, control, daemons up",
         spec: standin,
         standin: true,
+        holders: true,
     });
     out
 }
@@ -348,6 +367,13 @@ fn main() -> Result<(), String> {
         let c = cfg.spec.start()?;
         if cfg.standin {
             testcluster::standin::install(&c.dir.join("mps-bin"))?;
+        }
+        if cfg.holders {
+            for _ in 0..4 {
+                let id =
+                    c.sbatch_ok(&["--gres=mps:25", "--output=/dev/null", "--wrap=sleep 100000"])?;
+                c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
+            }
         }
         clusters.push(c);
     }

@@ -216,7 +216,8 @@ fn main() -> Result<(), String> {
                 .ok()?
                 .lines()
                 .count();
-            (n >= goal).then_some(())
+            // A job or two may end early (a node's hiccup): 99 % will do.
+            (n * 100 >= goal * 99).then_some(())
         },
     )?;
     eprintln!(
