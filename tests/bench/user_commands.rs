@@ -262,6 +262,15 @@ fn main() -> Result<(), String> {
             r.what, r.command, r.wall_ms, r.ctld_ms, r.rpcs
         );
     }
+    // Every job ends before the cluster goes: 2,000 running steps take
+    // slurmd a while to kill.
+    for (u, _) in &users {
+        let _ = c.run("scancel", &["--full", "-u", &u.name]);
+    }
+    let _ = wait_for("every job to end", Duration::from_secs(300), || {
+        let left = c.run_ok("squeue", &["-h", "-t", "R,CG", "-o", "%i"]).ok()?;
+        left.trim().is_empty().then_some(())
+    });
     // make bench's summary lines.
     let cmd = format!(
         "cargo bench -p gpushare-tests --bench user_commands -- {pending} {running} {qos_count}"

@@ -1794,7 +1794,19 @@ impl Cluster {
     /// Stops and reaps every process the cluster started.
     pub fn stop(&mut self) {
         if self.daemons.contains_key("slurmctld") {
-            let _ = self.run("scancel", &["--full", "-u", "root"]);
+            // Every user's jobs, not only root's: a bench runs thousands as
+            // test users, and their steps must end with the cluster.
+            let mut users = vec!["root".to_owned()];
+            if let Ok(out) = self.run("squeue", &["-h", "-o", "%u"]) {
+                for u in String::from_utf8_lossy(&out.stdout).lines() {
+                    if !users.iter().any(|k| k == u.trim()) {
+                        users.push(u.trim().to_owned());
+                    }
+                }
+            }
+            for u in &users {
+                let _ = self.run("scancel", &["--full", "-u", u]);
+            }
         }
         for (_, mut d) in std::mem::take(&mut self.slurmds) {
             d.stop(Duration::from_secs(10));
