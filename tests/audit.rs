@@ -475,10 +475,31 @@ fn usage_when_full(c: &mut Cluster) -> TestResult {
     )?;
     let bin = testcluster::cluster::build_dir()?.join("gpu-qos");
     let bin = bin.to_string_lossy();
-    let json = alice.run_ok(c, None, &bin, &["usage", "--json"])?;
-    let report: UsageReport = serde_json::from_str(&json).map_err(|e| format!("{e}: {json}"))?;
     let why = format!(
         "qos_lafferty's 4 a40 are all held: jobs {a} (gpushare_alice, 2), {b} (gpushare_bob, 2)"
+    );
+    // Slurm clears a pending job's reason while its scheduler looks at it
+    // (seen on 24.11: `None` between two QOSGrpGRES), and the report then
+    // says so: read again until a report gives the reason (or 30 s).
+    let read = || -> Result<UsageReport, String> {
+        let json = alice.run_ok(c, None, &bin, &["usage", "--json"])?;
+        serde_json::from_str(&json).map_err(|e| format!("{e}: {json}"))
+    };
+    let mut report = read()?;
+    let gives_reason = |r: &UsageReport| {
+        r.qos
+            .first()
+            .is_some_and(|q| q.pending.first().is_some_and(|p| p.why == why))
+    };
+    let _ = wait_for(
+        "the report to give the reason",
+        Duration::from_secs(30),
+        || {
+            if !gives_reason(&report) {
+                report = read().ok()?;
+            }
+            gives_reason(&report).then_some(())
+        },
     );
     let q = report.qos.first();
     ensure(
@@ -497,13 +518,20 @@ fn usage_when_full(c: &mut Cluster) -> TestResult {
             }),
         format!("expected {why:?} in {report:?}"),
     )?;
-    let text = alice.run_ok(c, None, &bin, &["usage"])?;
-    ensure(
-        text.starts_with("qos_lafferty: 4 of 4 a40 held\n")
-            && text.contains(&format!(
-                "  pending  {waiting} (gpushare_alice, 1 a40): {why}\n"
-            )),
-        format!("text:\n{text}"),
-    )?;
+    // Slurm clears a pending job's reason while its scheduler looks at it
+    // (seen on 24.11: `None` between two QOSGrpGRES), and the report then
+    // says so: the text is read again until it shows the reason once more.
+    let want = format!("  pending  {waiting} (gpushare_alice, 1 a40): {why}\n");
+    let mut text = String::new();
+    let shown = wait_for(
+        "the text report to give the reason",
+        Duration::from_secs(30),
+        || {
+            text = alice.run_ok(c, None, &bin, &["usage"]).ok()?;
+            (text.starts_with("qos_lafferty: 4 of 4 a40 held\n") && text.contains(&want))
+                .then_some(())
+        },
+    );
+    ensure(shown.is_ok(), format!("text:\n{text}"))?;
     c.cancel_all()
 }
