@@ -414,18 +414,7 @@ fn deny_on_limit(c: &mut Cluster) -> TestResult {
 /// A member of the group, allowed its QOS; returns the user.
 fn member(c: &Cluster, name: &str) -> Result<TestUser, String> {
     let user = TestUser::create(c, name)?;
-    c.run_ok(
-        "sacctmgr",
-        &[
-            "-i",
-            "modify",
-            "user",
-            "where",
-            &format!("name={name}"),
-            "set",
-            "qos=normal,lowprio,qos_lafferty",
-        ],
-    )?;
+    user.allow_qos(c, &["normal", "lowprio", "qos_lafferty"])?;
     Ok(user)
 }
 

@@ -849,24 +849,6 @@ impl Ledger {
         })
     }
 
-    /// Records `job`'s device memory limit (the prolog sets it once the
-    /// share is placed); `false` when the job has no share.
-    pub fn set_memory_limit(
-        &self,
-        job: u32,
-        mib: Option<u64>,
-    ) -> Result<Outcome<bool>, LedgerError> {
-        self.transact(|state| {
-            Ok(match state.shares.get_mut(&job) {
-                Some(share) => {
-                    share.memory_mib = mib;
-                    true
-                }
-                None => false,
-            })
-        })
-    }
-
     /// Records that a step of `job` runs `tasks` MPS clients on its GPU:
     /// the job counts for its largest step. `Ok(Err(text))`: the GPU would
     /// then have more than `max_clients` (the step must fail with `text`).

@@ -56,8 +56,9 @@ pub struct Node {
     /// The effective uid that owns the state (root on a real node).
     pub owner: u32,
     /// One GPU's memory in MiB as NVML reports it (`None`: no NVML here;
-    /// `GPUMemory=` is used instead).
-    pub gpu_memory_mib: Option<u64>,
+    /// `GPUMemory=` is used instead). Set through [`Node::set_gpu_memory`],
+    /// which gives the ledger the same figure for new shares.
+    gpu_memory_mib: Option<u64>,
     /// Restricts who may traverse a GPU's MPS directory to these uids (and
     /// root): the node programs set a POSIX ACL (`gpushare_admin::acl`);
     /// `None` leaves the directories 0755.
@@ -729,15 +730,8 @@ fn serve(
     placed: super::ledger::Placed,
     report: &mut PrologReport,
 ) -> Result<PrologOutcome, LedgerError> {
-    let mut share = placed.share;
-    // Placed with its limit (Node::set_gpu_memory); a record without the
-    // limit it should have is mended in a transaction of its own.
-    let wanted = node.cfg.memory_limit_mib(share.units, node.gpu_memory_mib);
-    if !placed.already_recorded && share.memory_mib != wanted {
-        share.memory_mib = wanted;
-        let out = node.ledger.set_memory_limit(share.job, share.memory_mib)?;
-        report.notes.extend(out.remarks());
-    }
+    // Placed with its memory limit (Node::set_gpu_memory).
+    let share = placed.share;
     let gpu = share.gpu;
     let locked = daemon::with_gpu_lock(&node.cfg, gpu, || -> Result<MpsDaemon, LedgerError> {
         let daemon::Ensured {
@@ -1089,7 +1083,7 @@ mod tests {
                 Ok(l.with_view(Arc::new(copy)))
             })
             .unwrap_or_else(|e| panic!("{e}"));
-        let node = Node {
+        let mut node = Node {
             cfg,
             gpu_count: 4,
             ledger,
@@ -1097,6 +1091,7 @@ mod tests {
             gpu_memory_mib: None,
             pipe_guard: None,
         };
+        node.set_gpu_memory(None);
         (node, dir)
     }
 

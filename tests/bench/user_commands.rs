@@ -160,18 +160,9 @@ fn main() -> Result<(), String> {
             .step_by(USERS)
             .map(String::as_str)
             .collect();
-        c.run_ok(
-            "sacctmgr",
-            &[
-                "-i",
-                "modify",
-                "user",
-                "where",
-                &format!("name={}", user.name),
-                "set",
-                &format!("qos=normal,{}", mine.join(",")),
-            ],
-        )?;
+        let mut allowed = vec!["normal"];
+        allowed.extend(&mine);
+        user.allow_qos(&c, &allowed)?;
         users.push((
             user,
             mine.iter().map(|q| (*q).to_owned()).collect::<Vec<_>>(),

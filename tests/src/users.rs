@@ -98,6 +98,25 @@ impl TestUser {
         cmd
     }
 
+    /// Sets the QOS this user's association may use (`sacctmgr modify
+    /// user ... set qos=`); slurmctld learns it from slurmdbd on its own
+    /// time.
+    pub fn allow_qos(&self, c: &Cluster, qos: &[&str]) -> Result<()> {
+        c.run_ok(
+            "sacctmgr",
+            &[
+                "-i",
+                "modify",
+                "user",
+                "where",
+                &format!("name={}", self.name),
+                "set",
+                &format!("qos={}", qos.join(",")),
+            ],
+        )
+        .map(|_| ())
+    }
+
     /// Runs `program args` as this user.
     pub fn run(
         &self,
