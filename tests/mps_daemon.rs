@@ -199,12 +199,13 @@ fn lifecycle(c: &mut Cluster) -> TestResult {
         .map_err(|e| format!("{e}: daemon processes {:?}", daemons(c, g)))?;
     }
     // A GPU's first share starts its daemon and sets its limits (both
-    // set_default lines in one call); each further share of the same size
-    // only asks the daemon whether it lives: k + 1 calls for k shares.
+    // set_default lines in one call); a further share of the same size
+    // calls nothing: the daemon the prolog recorded still runs, with those
+    // limits. 2 calls per GPU, whatever its number of shares.
     ensure(
-        process_starts(c) == 8 + 4,
+        process_starts(c) == 4 * 2,
         format!(
-            "12 calls of the control program expected for 8 shares on 4 GPUs, got {}: {:?}",
+            "8 calls of the control program expected for 8 shares on 4 GPUs, got {}: {:?}",
             process_starts(c),
             calls(c)
         ),
@@ -247,7 +248,7 @@ fn lifecycle(c: &mut Cluster) -> TestResult {
     )?;
     // A larger share raises its GPU's limits: the defaults and each running
     // server's (the stand-in names server 9000+N on GPU N), in one call
-    // after the liveness probe that named the servers.
+    // after the `get_server_list` that named the servers.
     let servers: String = (0..4).map(|g| format!("{g} {}\n", 9000 + g)).collect();
     fs::write(bin_dir(c).join("servers"), servers).map_err(|e| e.to_string())?;
     let before = process_starts(c);
@@ -340,8 +341,9 @@ fn killed_daemon(c: &mut Cluster) -> TestResult {
 
 fn hung_daemon(c: &mut Cluster) -> TestResult {
     standin(c)?;
-    shares(c, 4, 50)?;
-    // Every call of the control program hangs from now on.
+    shares(c, 4, 25)?;
+    // Every call of the control program hangs from now on; the next share
+    // raises its GPU's limits, so its prolog must call the daemon.
     fs::write(bin_dir(c).join("hang"), "").map_err(|e| e.to_string())?;
     let started = Instant::now();
     let ids = shares(c, 1, 50)?;

@@ -8,10 +8,16 @@
 //! time ([`CONTROL_TIMEOUT`], [`PROBE_TIMEOUT`]): a hung daemon must not
 //! hang a job's start.
 //!
-//! A daemon is *running* when its control pipe answers `get_server_list`.
-//! A pipe that does not answer (the daemon was killed and left its socket,
-//! or it hangs) is a dead daemon: its processes are killed, the pipe
-//! directory emptied, and a new daemon started. The processes of a GPU's
+//! A daemon is *running* when the control process the prolog recorded
+//! when it started or last probed the daemon (its pid and start time, with
+//! its control pipe's inode and change time, `<StateDir>/daemon-gpuN.alive`)
+//! is still that process with that pipe; without such a record, when its
+//! control pipe answers `get_server_list`. A daemon whose process is gone,
+//! or whose pipe does not answer (the daemon was killed and left its
+//! socket, or it hangs), is a dead daemon: its processes are killed, the
+//! pipe directory emptied, and a new daemon started. A daemon that hangs
+//! while its process lives is found by the next call that changes its
+//! limits (bounded, logged) and by `gpu-mps status`. The processes of a GPU's
 //! daemon are found in `/proc` by their name (`nvidia-cuda-mps-control`,
 //! `nvidia-cuda-mps-server`) and their `CUDA_MPS_PIPE_DIRECTORY`, which is
 //! how they outlive a slurmd restart and are still found by `gpu-mps gc`.
@@ -22,11 +28,11 @@
 //! own limits through its environment, never raise them past the server's.
 //!
 //! Cost: every call is a process start, and a share's start waits for them.
-//! A share start makes one call where the daemon runs and its limits stay
-//! (the liveness probe, `get_server_list`, whose answer also names the
-//! servers to set); two where they change or the daemon is started (the
-//! start, or the probe, then every `set_*` line in one call, as the control
-//! program reads commands from its standard input until its end). The
+//! A share start makes no call where the recorded daemon runs and its
+//! limits stay (two small file reads under the GPU's lock); one where they
+//! change (`get_server_list` then every `set_*` line, in one call, as the
+//! control program reads commands from its standard input until its end);
+//! two where the daemon is started (the start, then the limits). The
 //! limits last set are recorded beside the daemon lock, tied to the daemon
 //! by its control pipe's inode and change time: a restarted daemon (new
 //! pipe) has none, so nothing is skipped that a new daemon lacks. A share's
@@ -210,8 +216,8 @@ pub fn pids(text: &str) -> Vec<u32> {
         .collect()
 }
 
-/// What [`ensure`] found or did, and the daemon's servers where it knows
-/// them (none on a daemon it started).
+/// What [`ensure`] found or did, and the daemon's servers where it asked
+/// for them (none on a daemon it started; `None` where it did not ask).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ensured {
     pub daemon: MpsDaemon,
@@ -223,16 +229,24 @@ pub struct Ensured {
 /// directories (the prolog's effective uid, root).
 pub fn ensure(cfg: &GpuMpsConfig, gpu: u32, owner: u32) -> Ensured {
     let (daemon, servers) = match ensure_daemon(cfg, gpu, owner) {
-        Ok(Some(servers)) => (MpsDaemon::Running, Some(servers)),
-        Ok(None) => (MpsDaemon::Started, Some(Vec::new())),
+        Ok(Found::Running(servers)) => (MpsDaemon::Running, servers),
+        Ok(Found::Started) => (MpsDaemon::Started, Some(Vec::new())),
         Err(daemon @ MpsDaemon::Restarted(_)) => (daemon, Some(Vec::new())),
         Err(daemon) => (daemon, None),
     };
     Ensured { daemon, servers }
 }
 
-/// `Ok(Some(servers))`: running; `Ok(None)`: started; `Err`: anything else.
-fn ensure_daemon(cfg: &GpuMpsConfig, gpu: u32, owner: u32) -> Result<Option<Vec<u32>>, MpsDaemon> {
+/// A daemon [`ensure_daemon`] found or started.
+enum Found {
+    /// Running; its servers where it was asked (`None`: the recorded
+    /// daemon lives, nothing was asked).
+    Running(Option<Vec<u32>>),
+    Started,
+}
+
+/// `Err`: restarted, failed or not available.
+fn ensure_daemon(cfg: &GpuMpsConfig, gpu: u32, owner: u32) -> Result<Found, MpsDaemon> {
     let Some(program) = program(cfg) else {
         return Err(MpsDaemon::NotAvailable);
     };
@@ -243,8 +257,14 @@ fn ensure_daemon(cfg: &GpuMpsConfig, gpu: u32, owner: u32) -> Result<Option<Vec<
         }
     }
     let pipe = dir.join("pipe");
+    if recorded_alive(cfg, gpu) {
+        return Ok(Found::Running(None));
+    }
     let restarted = match probe(cfg, &program, gpu) {
-        Ok(servers) => return Ok(Some(servers)),
+        Ok(servers) => {
+            record_alive(cfg, gpu, &pipe);
+            return Ok(Found::Running(Some(servers)));
+        }
         Err(why) => {
             let leftovers = processes(&pipe);
             if leftovers.is_empty() && !pipe.join("control").exists() {
@@ -294,9 +314,10 @@ fn ensure_daemon(cfg: &GpuMpsConfig, gpu: u32, owner: u32) -> Result<Option<Vec<
         }
         pause.sleep();
     }
+    record_alive(cfg, gpu, &pipe);
     match restarted {
         Some(why) => Err(MpsDaemon::Restarted(why)),
-        None => Ok(None),
+        None => Ok(Found::Started),
     }
 }
 
@@ -390,6 +411,99 @@ pub fn apply_limits(
         );
     }
     Ok(LimitsSet::Set)
+}
+
+/// The record of GPU `gpu`'s control daemon process (see [`AliveRecord`]).
+fn alive_file(gpu: u32) -> String {
+    format!("daemon-gpu{gpu}.alive")
+}
+
+/// GPU `gpu`'s control daemon as last seen answering or started: its pid,
+/// its start time (clock ticks since boot, which a reused pid never
+/// repeats) and its control pipe's identity. `<pid> <start> <inode> <ctime
+/// s> <ctime ns>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct AliveRecord {
+    pid: u32,
+    start: u64,
+    pipe: (u64, i64, i64),
+}
+
+impl AliveRecord {
+    fn parse(text: &str) -> Option<Self> {
+        let mut w = text.split_whitespace().map(str::parse::<i128>);
+        let mut next = || w.next()?.ok();
+        let record = Self {
+            pid: u32::try_from(next()?).ok()?,
+            start: u64::try_from(next()?).ok()?,
+            pipe: (
+                u64::try_from(next()?).ok()?,
+                i64::try_from(next()?).ok()?,
+                i64::try_from(next()?).ok()?,
+            ),
+        };
+        next().is_none().then_some(record)
+    }
+}
+
+impl fmt::Display for AliveRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (ino, s, ns) = self.pipe;
+        writeln!(f, "{} {} {ino} {s} {ns}", self.pid, self.start)
+    }
+}
+
+/// The start time of process `pid` (`/proc/<pid>/stat` field 22), `None`
+/// for a process that is gone or a zombie.
+fn process_start(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The name (field 2) may hold spaces and parentheses: fields 3 on
+    // follow its last ')'.
+    let mut rest = stat.get(stat.rfind(')')? + 1..)?.split_whitespace();
+    if rest.next()? == "Z" {
+        return None;
+    }
+    rest.nth(18)?.parse().ok()
+}
+
+/// Whether the daemon recorded for GPU `gpu` is still the process it was,
+/// with the control pipe it had.
+fn recorded_alive(cfg: &GpuMpsConfig, gpu: u32) -> bool {
+    let Ok(text) = fs::read_to_string(cfg.state_dir.join(alive_file(gpu))) else {
+        return false;
+    };
+    AliveRecord::parse(&text).is_some_and(|r| {
+        pipe_identity(cfg, gpu) == Some(r.pipe) && process_start(r.pid) == Some(r.start)
+    })
+}
+
+/// Records the control daemon of `pipe` as alive (one look through
+/// `/proc`, made only when a daemon starts or is first found); nothing when
+/// it cannot be found, so the next share probes again.
+fn record_alive(cfg: &GpuMpsConfig, gpu: u32, pipe: &Path) {
+    forget_alive(cfg, gpu);
+    let control = processes(pipe)
+        .into_iter()
+        .find(|&pid| argv0_name(pid).is_some_and(|n| n == CONTROL_PROGRAM.as_bytes()));
+    let record = control.and_then(|pid| {
+        Some(AliveRecord {
+            pid,
+            start: process_start(pid)?,
+            pipe: pipe_identity(cfg, gpu)?,
+        })
+    });
+    if let Some(record) = record {
+        let _ = state_dir::replace_file(
+            &cfg.state_dir,
+            &alive_file(gpu),
+            record.to_string().as_bytes(),
+            0o600,
+        );
+    }
+}
+
+fn forget_alive(cfg: &GpuMpsConfig, gpu: u32) {
+    let _ = fs::remove_file(cfg.state_dir.join(alive_file(gpu)));
 }
 
 /// The record of the limits last set on GPU `gpu`'s daemon.
@@ -525,6 +639,7 @@ pub fn stop(cfg: &GpuMpsConfig, gpu: u32) -> MpsDaemon {
     kill_all(&left);
     clear(&pipe);
     forget_limits(cfg, gpu);
+    forget_alive(cfg, gpu);
     match quit {
         Ok(()) => MpsDaemon::Stopped,
         Err(e) => MpsDaemon::Failed(format!("{e}; its processes were killed")),
@@ -547,19 +662,23 @@ pub fn processes(pipe: &Path) -> Vec<u32> {
     let mut found: Vec<u32> = entries
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|&pid| {
-            let proc = PathBuf::from(format!("/proc/{pid}"));
-            let is_mps = fs::read(proc.join("cmdline")).is_ok_and(|c| {
-                let argv0 = c.split(|&b| b == 0).next().unwrap_or_default();
-                let name = argv0.rsplit(|&b| b == b'/').next().unwrap_or_default();
+            let is_mps = argv0_name(pid).is_some_and(|name| {
                 name == CONTROL_PROGRAM.as_bytes() || name == SERVER_PROGRAM.as_bytes()
             });
             is_mps
-                && fs::read(proc.join("environ"))
+                && fs::read(format!("/proc/{pid}/environ"))
                     .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == wanted.as_slice()))
         })
         .collect();
     found.sort_unstable();
     found
+}
+
+/// The file name of process `pid`'s `argv[0]`.
+fn argv0_name(pid: u32) -> Option<Vec<u8>> {
+    let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let argv0 = cmdline.split(|&b| b == 0).next()?;
+    Some(argv0.rsplit(|&b| b == b'/').next()?.to_vec())
 }
 
 fn kill_all(pids: &[u32]) {
@@ -676,6 +795,43 @@ mod tests {
         ] {
             assert_eq!(LimitsRecord::parse(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn an_alive_record_reads_back_and_nothing_else_does() {
+        let r = AliveRecord {
+            pid: 4242,
+            start: 987_654,
+            pipe: (77, 1_700_000_000, 123_456_789),
+        };
+        assert_eq!(AliveRecord::parse(&r.to_string()), Some(r));
+        for bad in [
+            "",
+            "4242 987654 77 1",
+            "4242 987654 77 1 2 3",
+            "-1 9 77 1 2",
+            "x 9 77 1 2",
+        ] {
+            assert_eq!(AliveRecord::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_process_start_time_tells_a_live_process_from_a_gone_one() {
+        let me = std::process::id();
+        let start = process_start(me);
+        assert!(start.is_some_and(|s| s > 0), "{start:?}");
+        assert_eq!(process_start(me), start, "the same process, the same time");
+        let mut child = Command::new("true")
+            .spawn()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let pid = child.id();
+        let _ = child.wait();
+        assert_eq!(
+            process_start(pid),
+            None,
+            "a reaped process has no start time"
+        );
     }
 
     #[test]

@@ -903,6 +903,10 @@ pub struct TaskPlan {
     pub env: Vec<(String, String)>,
     /// The line the job's output starts with (its limits, see [`banner`]).
     pub banner: String,
+    /// The MPS clients the ledger counted for the job when the plan was
+    /// read: a step with no more tasks changes nothing, so it need not take
+    /// the ledger's lock (the count only grows while the job runs).
+    pub clients: u32,
 }
 
 /// The plan for `job`'s tasks: `Ok(None)` when the job holds no share
@@ -1012,6 +1016,7 @@ pub fn task_plan(
         other_devices,
         env,
         banner,
+        clients: share.client_count(),
     }))
 }
 

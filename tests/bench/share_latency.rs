@@ -28,13 +28,18 @@
 //! Configurations: Slurm alone (no Prolog, Epilog or SPANK plugin); a
 //! trivial Prolog and Epilog (`/bin/true`) with the `PrologFlags` gpushare
 //! uses on this release, and without any (what `PrologFlags=Alloc` costs);
-//! gpushare with `MPSControl=none`; gpushare with the compiled stand-in
+//! gpushare with `MPSControl=none`, and the same without its SPANK plugin
+//! (the node programs alone); gpushare with the compiled stand-in
 //! control program (`tests/src/bin/mps-control-standin.rs`: a small
 //! program's cost, so the figure shows gpushare's calls, not a shell's),
 //! where each serial share is its GPU's first and last (the daemon started
 //! and stopped for it), and again with a share held on every GPU all along
 //! (the daemon running, as on a busy node; bursts then have 12 places, not
 //! 16).
+//!
+//! Bursts on a small machine are CPU-bound, so each burst also counts the
+//! machine's busy CPU time per job (`/proc/stat`): what each configuration
+//! costs, wherever it runs.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -184,7 +189,18 @@ fn configs() -> Vec<Config> {
     }
     out.push(Config {
         name: "gpushare, MPSControl=none",
-        spec: gpushare,
+        spec: gpushare.clone(),
+        standin: false,
+        holders: false,
+    });
+    // The node programs alone: what the SPANK plugin adds is the
+    // difference from the row above.
+    out.push(Config {
+        name: "gpushare none, no SPANK",
+        spec: ClusterSpec {
+            plugstack: Vec::new(),
+            ..gpushare
+        },
         standin: false,
         holders: false,
     });
@@ -219,6 +235,8 @@ struct Bench<'a> {
     jobs: BTreeMap<u32, Timeline>,
     /// Jobs per second of each burst.
     bursts: Vec<f64>,
+    /// CPU time of the whole machine per job of each burst, ms.
+    cpu_per_job: Vec<f64>,
     serial: Vec<u32>,
 }
 
@@ -232,6 +250,7 @@ impl<'a> Bench<'a> {
             ctld: Tail::new(c.log_path("slurmctld")),
             jobs: BTreeMap::new(),
             bursts: Vec::new(),
+            cpu_per_job: Vec::new(),
             serial: Vec::new(),
         })
     }
@@ -288,10 +307,15 @@ impl<'a> Bench<'a> {
             self.serial.push(id);
             self.wait_gone(&[id])?;
         }
+        let cpu_before = busy_cpu_ms();
         let ids: Vec<u32> = (0..burst)
             .map(|_| self.submit())
             .collect::<Result<_, _>>()?;
         self.wait_gone(&ids)?;
+        if let (Some(before), Some(after)) = (cpu_before, busy_cpu_ms()) {
+            self.cpu_per_job
+                .push((after - before) / burst.max(1) as f64);
+        }
         self.read_stamps(&ids);
         let jobs = &self.jobs;
         let first = ids.iter().filter_map(|id| jobs[id].alloc).min();
@@ -336,6 +360,26 @@ impl<'a> Bench<'a> {
         }
         (start, end)
     }
+}
+
+/// CPU time every processor of the machine spent busy (user, nice,
+/// system, irq, softirq, steal) since boot, ms, from `/proc/stat`. Over a
+/// burst it counts everything the burst made run: sbatch, slurmctld,
+/// slurmd, slurmstepd, the prolog and epilog, the job (the same in every
+/// configuration) and the machine's idle background.
+fn busy_cpu_ms() -> Option<f64> {
+    let text = fs::read_to_string("/proc/stat").ok()?;
+    let line = text.lines().find(|l| l.starts_with("cpu "))?;
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal
+    let busy: u64 = [0, 1, 2, 5, 6, 7].iter().filter_map(|&i| f.get(i)).sum();
+    // SAFETY: sysconf has no preconditions.
+    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (tick > 0).then(|| busy as f64 * 1000.0 / tick as f64)
 }
 
 fn quantile(v: &[i64], q: f64) -> i64 {
@@ -423,15 +467,16 @@ fn run(
         if slurm_places_shares() { "Slurm places shares" } else { "gpushare places shares, PrologFlags=Alloc" }
     );
     println!(
-        "{:<28} {:>16} {:>16} {:>12} {:>12} {:>10}",
+        "{:<28} {:>16} {:>16} {:>12} {:>12} {:>10} {:>12}",
         "configuration",
         "alloc→start p50/p90",
         "end→gone p50/p90",
         "+ms/share",
         "burst jobs/s",
-        "vs trivial"
+        "vs trivial",
+        "CPU ms/job"
     );
-    let rows: Vec<(i64, i64, i64, i64, f64)> = benches
+    let rows: Vec<(i64, i64, i64, i64, f64, f64)> = benches
         .iter_mut()
         .map(|b| {
             let (s, e) = b.serial_spans();
@@ -441,13 +486,14 @@ fn run(
                 quantile(&e, 0.5),
                 quantile(&e, 0.9),
                 median_f(&b.bursts),
+                median_f(&b.cpu_per_job),
             )
         })
         .collect();
     let trivial = rows.get(1).copied().unwrap_or_default();
     for (cfg, r) in configs.iter().zip(&rows) {
         println!(
-            "{:<28} {:>9}/{:<6} {:>9}/{:<6} {:>+12} {:>12.1} {:>9.2}×",
+            "{:<28} {:>9}/{:<6} {:>9}/{:<6} {:>+12} {:>12.1} {:>9.2}× {:>12.1}",
             cfg.name,
             r.0,
             r.1,
@@ -455,25 +501,29 @@ fn run(
             r.3,
             (r.0 + r.2) - (trivial.0 + trivial.2),
             r.4,
-            r.4 / trivial.4.max(f64::MIN_POSITIVE)
+            r.4 / trivial.4.max(f64::MIN_POSITIVE),
+            r.5
         );
     }
     println!(
         "(+ms/share: median start + end over the trivial Prolog/Epilog row; burst: jobs/s from the \
-         first allocation to the last job gone, median of the rounds)"
+         first allocation to the last job gone, median of the rounds; CPU ms/job: the whole \
+         machine's busy CPU time over a burst, from its first submission to its last job gone, \
+         per job)"
     );
     // make bench's summary lines.
     let cmd =
         format!("cargo bench -p gpushare-tests --bench share_latency -- {serial} {burst} {rounds}");
     for (cfg, r) in configs.iter().zip(&rows) {
         println!(
-            "ROW|share start + end: {}|alloc→start {} ms, end→gone {} ms (p50), {:+} ms/share vs trivial Prolog/Epilog; bursts {:.1} jobs/s = {:.2}×|{cmd}",
+            "ROW|share start + end: {}|alloc→start {} ms, end→gone {} ms (p50), {:+} ms/share vs trivial Prolog/Epilog; bursts {:.1} jobs/s = {:.2}×, {:.1} CPU ms/job|{cmd}",
             cfg.name,
             r.0,
             r.2,
             (r.0 + r.2) - (trivial.0 + trivial.2),
             r.4,
-            r.4 / trivial.4.max(f64::MIN_POSITIVE)
+            r.4 / trivial.4.max(f64::MIN_POSITIVE),
+            r.5
         );
     }
     Ok(())

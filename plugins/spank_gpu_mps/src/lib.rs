@@ -246,7 +246,15 @@ fn init(sp: spank_t, args: &[String]) -> SpankResult {
                     "spank_get_item(S_JOB_LOCAL_TASK_COUNT)",
                 )?
             };
-            let clients = ledger.note_step_clients(job, tasks, cfg.max_clients_per_gpu);
+            // Most steps run no more tasks than the ledger counts already
+            // (a batch step's one): nothing to write, so no lock to take.
+            let clients = if tasks <= p.clients {
+                Ok(Ok(()))
+            } else {
+                ledger
+                    .note_step_clients(job, tasks, cfg.max_clients_per_gpu)
+                    .map(|outcome| outcome.value)
+            };
             log::info(&format!(
                 "gpu_mps: job {job}: GPU {} ({}), {} units, placed by {}",
                 p.gpu,
@@ -264,13 +272,11 @@ fn init(sp: spank_t, args: &[String]) -> SpankResult {
                 }
             }
             match clients {
-                Ok(out) => match out.value {
-                    Ok(()) => StepPlan::Share(p),
-                    Err(text) => {
-                        log::error(&text);
-                        StepPlan::Refused(text)
-                    }
-                },
+                Ok(Ok(())) => StepPlan::Share(p),
+                Ok(Err(text)) => {
+                    log::error(&text);
+                    StepPlan::Refused(text)
+                }
                 // Bookkeeping only: the step keeps its share.
                 Err(e) => {
                     log::error(&format!("gpu_mps: job {job}: MPS clients not counted: {e}"));
