@@ -14,6 +14,7 @@ use gpushare::qos::check::Severity;
 use std::time::Duration;
 
 use gpushare::qos::usage::UsageReport;
+use gpushare::qos::why::WhyReport;
 use testcluster::cluster::{wait_for, GpuSpec, Qos};
 use testcluster::users::TestUser;
 use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
@@ -84,6 +85,10 @@ fn main() -> ExitCode {
         .test(
             "usage_tells_a_user_why_the_full_group_waits",
             usage_when_full,
+        )
+        .test(
+            "why_tells_a_user_which_preempted_job_they_wait_for_and_until_when",
+            why_preempted,
         )
         .test_on(
             "the_suites_example_site_has_no_qos_error",
@@ -522,5 +527,113 @@ fn usage_when_full(c: &mut Cluster) -> TestResult {
         },
     );
     ensure(shown.is_ok(), format!("text:\n{text}"))?;
+    c.cancel_all()
+}
+
+/// A group job that preempts a lowprio job waits out the lowprio QOS's
+/// GraceTime (60 s here): `gpu-qos why`, run by the group job's user,
+/// names the lowprio job, when Slurm signalled it and when it ends (its
+/// EndTime: PreemptTime + GraceTime), with the priority figures sprio gives.
+fn why_preempted(c: &mut Cluster) -> TestResult {
+    let alice = member(c, "gpushare_alice")?;
+    let bob = member(c, "gpushare_bob")?;
+    // The lowprio job ignores SIGTERM (so do its children), as a job that
+    // checkpoints on it would take its time: it runs to the grace's end.
+    let victim = {
+        let args = [
+            "--parsable",
+            "--qos=lowprio",
+            "--gres=gpu:a40:4",
+            "--output=/dev/null",
+            "--wrap=trap '' TERM; sleep 300",
+        ];
+        wait_for(
+            "bob's lowprio job to be accepted",
+            Duration::from_secs(30),
+            || {
+                bob.run_ok(c, None, "sbatch", &args)
+                    .ok()?
+                    .trim()
+                    .split(';')
+                    .next()?
+                    .parse::<u32>()
+                    .ok()
+            },
+        )?
+    };
+    c.wait_job_state(victim, &["RUNNING"], Duration::from_secs(60))?;
+    let waiting = submit_as(c, &alice, 2)?;
+    let at = wait_for(
+        "Slurm to preempt the lowprio job for the group job",
+        Duration::from_secs(30),
+        || {
+            let v = c.job(victim).ok()?;
+            v.get("PreemptTime")
+                .filter(|t| t.len() == 19)
+                .map(str::to_owned)
+        },
+    )?;
+    // Slurm ends it GraceTime after signalling it.
+    let end = gpushare::qos::why::add_seconds(&at, 60).ok_or("PreemptTime unread")?;
+    let bin = testcluster::cluster::build_dir()?.join("gpu-qos");
+    let bin = bin.to_string_lossy();
+    let id = waiting.to_string();
+    let json = alice.run_ok(c, None, &bin, &["why", &id, "--json"])?;
+    let report: WhyReport = serde_json::from_str(&json).map_err(|e| format!("{e}: {json}"))?;
+    let want_summary = format!(
+        "job {id} (gpushare_alice, QOS qos_lafferty, 2 a40, partition {}) waits for 1 preempted \
+         job to end: it should start by {end}",
+        report.job.partition
+    );
+    let want_detail = format!(
+        "lowprio job {victim} (gpushare_bob, 4 a40) on {} was signalled at {at}; lowprio's \
+         GraceTime is 1 min: it ends by {end}",
+        c.node_names().first().cloned().unwrap_or_default()
+    );
+    ensure(
+        report.summary == want_summary && report.details.first() == Some(&want_detail),
+        format!("want {want_summary:?} and {want_detail:?}, got {report:#?}"),
+    )?;
+    // The figures are sprio's for the same job (its age factor may have
+    // grown between the two reads, and its priority with it).
+    let sprio = c.run_ok("sprio", &["-h", "-j", &id, "-o", "%Y|%Q|%F|%A|"])?;
+    let f = report.factors.clone().ok_or("no factors in the report")?;
+    let theirs: Vec<f64> = sprio
+        .trim()
+        .split('|')
+        .filter_map(|x| x.trim().parse().ok())
+        .collect();
+    ensure(
+        theirs.len() == 4
+            && theirs[1] == f.qos
+            && theirs[2] == f.fairshare
+            && (theirs[0] - theirs[3] - (f.priority - f.age)).abs() < 1.0,
+        format!("report's factors {f:?} against sprio's {sprio:?}"),
+    )?;
+    let text = alice.run_ok(c, None, &bin, &["why", &id])?;
+    ensure(
+        text.starts_with(&format!("{want_summary}\n  {want_detail}\n")),
+        format!("text:\n{text}"),
+    )?;
+    // What it said comes true: the group job starts once the lowprio job's
+    // grace time is over (within a few scheduler passes of it).
+    c.wait_job_state(waiting, &["RUNNING"], Duration::from_secs(120))?;
+    let started = c
+        .job(waiting)?
+        .get("StartTime")
+        .map(str::to_owned)
+        .unwrap_or_default();
+    let late = gpushare::qos::why::add_seconds(&end, 20).unwrap_or_default();
+    ensure(
+        started >= end && started <= late,
+        format!("predicted start {end}, started {started}"),
+    )?;
+    // Not a job id: a clear error, exit 2.
+    let bad = alice.run(c, None, &bin, &["why", "12;rm"])?;
+    ensure(
+        bad.status.code() == Some(2)
+            && String::from_utf8_lossy(&bad.stderr).contains("is not a job id"),
+        format!("why 12;rm: {bad:?}"),
+    )?;
     c.cancel_all()
 }

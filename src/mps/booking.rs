@@ -17,7 +17,7 @@ use std::fs;
 use std::path::Path;
 
 use super::config::expand_devices;
-use crate::shared::syntax;
+use crate::shared::syntax::{self, hostlist_contains};
 
 /// What the configuration says about this node's mps.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -148,47 +148,6 @@ fn unified_mount() -> bool {
             })
             .rfind(|(at, _)| *at == "/sys/fs/cgroup")
             .is_some_and(|(_, kind)| kind == "cgroup2")
-    })
-}
-
-/// Splits a Slurm host list at its top-level commas
-/// (`a[1-2,5],b` → `a[1-2,5]`, `b`).
-fn top_level_items(list: &str) -> Vec<&str> {
-    crate::shared::syntax::split_top_level(list, '[', ']')
-}
-
-/// Whether the Slurm host list `list` (`gpu[01-04],login`) names `host`.
-fn hostlist_contains(list: &str, host: &str) -> bool {
-    top_level_items(list).into_iter().any(|item| {
-        let Some((prefix, rest)) = item.split_once('[') else {
-            return item == host || item.eq_ignore_ascii_case("ALL");
-        };
-        let Some((body, suffix)) = rest.split_once(']') else {
-            return false;
-        };
-        let Some(number) = host
-            .strip_prefix(prefix)
-            .and_then(|h| h.strip_suffix(suffix))
-            .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-        else {
-            return false;
-        };
-        let Ok(n) = number.parse::<u64>() else {
-            return false;
-        };
-        body.split(',').any(|range| {
-            let (first, last) = range.split_once('-').unwrap_or((range, range));
-            let (Ok(a), Ok(b)) = (first.parse::<u64>(), last.parse::<u64>()) else {
-                return false;
-            };
-            // gpu[01-04] names gpu01, not gpu1; gpu[1-4] names gpu1, not gpu01.
-            let width = (first.len() > 1 && first.starts_with('0')).then_some(first.len());
-            let written = match width {
-                Some(w) => number.len() == w,
-                None => number == n.to_string(),
-            };
-            (a..=b).contains(&n) && written
-        })
     })
 }
 

@@ -18,6 +18,8 @@
 //! - [`metrics`]: group QOS usage and the plugin's decisions for Prometheus.
 //! - [`usage`]: a user's group QOS, the GPUs held against the limit and why
 //!   the group's jobs wait (`gpu-qos usage`).
+//! - [`why`]: one pending job explained: priority and fair share, free
+//!   GPUs, preemption under way (`gpu-qos why`).
 
 pub mod audit;
 pub mod check;
@@ -28,3 +30,4 @@ pub mod metrics;
 pub mod policy;
 pub mod site;
 pub mod usage;
+pub mod why;

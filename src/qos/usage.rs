@@ -62,7 +62,7 @@ impl JobRow {
 
 /// The GPUs of a TRES string (`cpu=1,gres/gpu=2,gres/gpu:a40=2`): the
 /// typed entries, or the untyped one when there is no typed entry.
-fn gpus_of_tres(tres: &str) -> Vec<(Option<String>, u64)> {
+pub fn gpus_of_tres(tres: &str) -> Vec<(Option<String>, u64)> {
     let mut typed = Vec::new();
     let mut untyped = None;
     for (name, value) in tres.split(',').filter_map(|e| e.split_once('=')) {
@@ -376,8 +376,12 @@ pub fn usage(
 }
 
 fn gpus_text(job: &JobRow) -> String {
-    let parts: Vec<String> = job
-        .gpus
+    gpu_words(&job.gpus)
+}
+
+/// `2 a40, 1 h100`; `1 GPU` for an untyped request; `no GPU`.
+pub fn gpu_words(gpus: &[(Option<String>, u64)]) -> String {
+    let parts: Vec<String> = gpus
         .iter()
         .map(|(t, n)| match t {
             Some(t) => format!("{n} {t}"),

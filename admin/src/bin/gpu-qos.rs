@@ -19,7 +19,7 @@ use gpushare::mps::bounded;
 use gpushare::qos::audit::{self, AuditReport, FailOn, GpuQosConf, Site};
 use gpushare::qos::check::{self, CheckJson, QosRecord, Tally, SACCTMGR_ARGS};
 use gpushare::qos::site::{self as site_text, SlurmSettings, Unread, AUDIT_SACCTMGR_ARGS};
-use gpushare::qos::{config, explain, metrics, usage};
+use gpushare::qos::{config, explain, metrics, usage, why};
 use gpushare::shared::locations::{beside_slurm_conf, DEFAULT_SLURM_CONF};
 use gpushare::shared::prom;
 
@@ -92,6 +92,18 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Why a pending job waits (any user, for the jobs they may see): its
+    /// reason in words, its priority factors against the site's weights and
+    /// the one that holds it back, its fair share and GPU-hours, the jobs
+    /// being preempted for it and when their grace time ends, the command
+    /// that shows more. Exit status: 0 told, 2 could not read the job.
+    Why {
+        /// The job id
+        job: String,
+        /// Print the report as one JSON object on stdout
+        #[arg(long)]
+        json: bool,
+    },
     /// Metrics of the group QOS for Prometheus (the controller's
     /// node_exporter textfile collector): GPUs in use by type against
     /// each GrpTRES limit, pending jobs by reason. Two calls to slurmctld:
@@ -143,6 +155,7 @@ fn main() -> ExitCode {
             run_audit(conf, view, fail_on.into())
         }
         Cmd::Usage { qos, json } => run_usage(qos.as_deref(), json),
+        Cmd::Why { job, json } => run_why(&job, json),
         Cmd::Metrics { write } => match run_metrics(write.as_deref()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -404,33 +417,15 @@ fn group_jobs(user: &str, qos: &[String]) -> Result<(Vec<usage::JobRow>, Vec<Unr
     if qos.is_empty() {
         return Ok((Vec::new(), Vec::new()));
     }
-    let by_qos = usage::parse_qos_users(&slurm_output("scontrol", &usage::assoc_mgr_args(qos))?);
-    // Slurm 22.05 names users by uid there: the caller's own uid is the
-    // caller, asked for once.
-    let my_uid = {
-        use std::os::unix::fs::MetadataExt;
-        std::fs::metadata("/proc/self").map_or_else(|_| String::new(), |m| m.uid().to_string())
-    };
-    let mut users = vec![user.to_owned()];
-    for (name, listed) in &by_qos {
-        let Some(listed) = listed else {
+    let users = match qos_users(user, qos)? {
+        Ok(users) => users,
+        Err(name) => {
             let (jobs, mut unread) =
                 usage::parse_squeue(&slurm_output("squeue", &usage::SQUEUE_ARGS)?);
-            unread.push(Unread {
-                source: format!("scontrol show assoc_mgr flags=qos qos={name}"),
-                reason: "Slurm keeps no per-user job counts for this QOS \
-                         (AccountingStorageEnforce without limits): every job of the \
-                         cluster was read instead"
-                    .to_owned(),
-            });
+            unread.push(every_job_read(&name));
             return Ok((jobs, unread));
-        };
-        for u in listed {
-            if *u != my_uid && !users.contains(u) {
-                users.push(u.clone());
-            }
         }
-    }
+    };
     let mut jobs: Vec<usage::JobRow> = Vec::new();
     let mut unread = Vec::new();
     for u in &users {
@@ -444,6 +439,163 @@ fn group_jobs(user: &str, qos: &[String]) -> Result<(Vec<usage::JobRow>, Vec<Unr
         }
     }
     Ok((jobs, unread))
+}
+
+/// `user` and every user with jobs in `qos`, from one `scontrol show
+/// assoc_mgr`; `Err(qos name)` where Slurm keeps no per-user counts for a
+/// QOS (`AccountingStorageEnforce` without `limits`).
+fn qos_users(user: &str, qos: &[String]) -> Result<std::result::Result<Vec<String>, String>> {
+    let by_qos = usage::parse_qos_users(&slurm_output("scontrol", &usage::assoc_mgr_args(qos))?);
+    // Slurm 22.05 names users by uid there: the caller's own uid is the
+    // caller, asked for once.
+    let my_uid = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata("/proc/self").map_or_else(|_| String::new(), |m| m.uid().to_string())
+    };
+    let mut users = vec![user.to_owned()];
+    for (name, listed) in &by_qos {
+        let Some(listed) = listed else {
+            return Ok(Err(name.clone()));
+        };
+        for u in listed {
+            if *u != my_uid && !users.contains(u) {
+                users.push(u.clone());
+            }
+        }
+    }
+    Ok(Ok(users))
+}
+
+fn every_job_read(qos: &str) -> Unread {
+    Unread {
+        source: format!("scontrol show assoc_mgr flags=qos qos={qos}"),
+        reason: "Slurm keeps no per-user job counts for this QOS (AccountingStorageEnforce \
+                 without limits): every job of the cluster was read instead"
+            .to_owned(),
+    }
+}
+
+/// The running jobs of `qos` (read as [`group_jobs`] reads a group).
+fn running_in(user: &str, qos: &[String]) -> Result<(Vec<why::Job>, Vec<Unread>)> {
+    if qos.is_empty() {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let (mut jobs, mut unread) = (Vec::new(), Vec::new());
+    match qos_users(user, qos)? {
+        Ok(users) => {
+            for u in &users {
+                let (rows, bad) = why::parse_jobs(&slurm_output("squeue", &why::running_args(u))?);
+                unread.extend(bad);
+                jobs.extend(rows);
+            }
+        }
+        Err(name) => {
+            let args = ["-h", "-t", "RUNNING", "-O", why::JOB_FIELDS];
+            let (rows, bad) = why::parse_jobs(&slurm_output("squeue", &args)?);
+            unread.extend(bad);
+            unread.push(every_job_read(&name));
+            jobs = rows;
+        }
+    }
+    jobs.retain(|j| qos.iter().any(|q| q.eq_ignore_ascii_case(&j.qos)));
+    jobs.sort_by(|a, b| a.id.cmp(&b.id));
+    jobs.dedup_by(|a, b| a.id == b.id);
+    Ok((jobs, unread))
+}
+
+/// `gpu-qos why JOB`: what Slurm says of the job, then only what explains
+/// its reason; a part that cannot be read is named in the report.
+fn run_why(job: &str, json: bool) -> ExitCode {
+    let gathered = || -> Result<why::WhyReport> {
+        if job.is_empty() || !job.bytes().all(|b| b.is_ascii_digit() || b == b'_') {
+            bail!("`{job}` is not a job id (a number, or ARRAYID_TASK)");
+        }
+        let (jobs, mut unread) = why::parse_jobs(&slurm_output("squeue", &why::job_args(job))?);
+        let Some(found) = jobs.into_iter().next() else {
+            bail!("no job {job} pending or running (squeue -j {job} lists none)");
+        };
+        let mut soft = |source: &str, r: Result<String>| -> Option<String> {
+            match r {
+                Ok(text) => Some(text),
+                Err(e) => {
+                    unread.push(unread_from(source, &e));
+                    None
+                }
+            }
+        };
+        let (all_qos, u) = site_text::parse_qos(&slurm_output("sacctmgr", &AUDIT_SACCTMGR_ARGS)?);
+        let mut facts = why::Facts {
+            qos: all_qos,
+            ..why::Facts::default()
+        };
+        let pending = found.state == "PD";
+        if pending {
+            if let Some(t) = soft("sprio -j", slurm_output("sprio", &why::sprio_job_args(job))) {
+                facts.factors = why::parse_factors(&t).into_iter().next().map(|(_, f)| f);
+            }
+            if let Some(t) = soft("sprio -w", slurm_output("sprio", &why::sprio_weight_args())) {
+                facts.weights = why::parse_factors(&t).into_iter().next().map(|(_, f)| f);
+            }
+            if let Some(t) = soft(
+                "sshare",
+                slurm_output("sshare", &why::sshare_args(&found.account, &found.user)),
+            ) {
+                facts.shares = why::parse_shares(&t);
+            }
+            if let Some(t) = soft(
+                "scontrol show config",
+                slurm_output("scontrol", &["show", "config"]),
+            ) {
+                let conf = SlurmSettings::from_show_config(&t);
+                facts.max_age = conf.get("PriorityMaxAge").map(str::to_owned);
+                facts.half_life = conf.get("PriorityDecayHalfLife").map(str::to_owned);
+            }
+            let victims = why::preempt_list(&facts.qos, &found.qos);
+            match running_in(&found.user, &victims) {
+                Ok((jobs, bad)) => {
+                    facts.preemptable = jobs;
+                    unread.extend(bad);
+                }
+                Err(e) => unread.push(unread_from("running jobs of the QOS it may preempt", &e)),
+            }
+            if found.reason.starts_with("QOSGrp") {
+                let me = slurm_output("id", &["-un"])?.trim().to_owned();
+                let report = group_jobs(&me, std::slice::from_ref(&found.qos))
+                    .map(|(jobs, _)| usage::usage(&me, &[], &facts.qos, &jobs, Some(&found.qos)));
+                facts.group_words = report.ok().and_then(|r| {
+                    r.qos
+                        .iter()
+                        .flat_map(|q| q.pending.iter())
+                        .find(|p| p.job.id == found.id)
+                        .map(|p| p.why.clone())
+                });
+            }
+        }
+        unread.extend(u);
+        let mut report = why::explain(found, facts);
+        report.unread = unread;
+        Ok(report)
+    };
+    match gathered() {
+        Ok(report) => {
+            if json {
+                match serde_json::to_string_pretty(&report) {
+                    Ok(text) => println!("{text}"),
+                    Err(e) => {
+                        eprintln!("gpu-qos why: {e}");
+                        return ExitCode::from(2);
+                    }
+                }
+            } else {
+                print!("{}", why::render(&report));
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("gpu-qos why: {e:#}");
+            ExitCode::from(2)
+        }
+    }
 }
 
 fn run_usage(only: Option<&str>, json: bool) -> ExitCode {
@@ -519,6 +671,11 @@ mod tests {
             parse(&["usage", "--qos", "qos_lafferty", "--json"]),
             Ok(Cmd::Usage { qos: Some(q), json: true }) if q == "qos_lafferty"
         ));
+        assert!(matches!(
+            parse(&["why", "4242_3", "--json"]),
+            Ok(Cmd::Why { job, json: true }) if job == "4242_3"
+        ));
+        assert!(parse(&["why"]).is_err(), "why needs a job id");
         assert!(matches!(
             parse(&["audit"]),
             Ok(Cmd::Audit {

@@ -1,0 +1,998 @@
+//! `gpu-qos why JOB`: one pending job explained in words and numbers.
+//!
+//! What it reads, all of it what any user may read, each with a filter
+//! slurmctld applies itself so that nothing grows with the site's jobs:
+//! the job (`squeue -j`), its priority factors and the site's weights
+//! (`sprio -j`, `sprio -w`), its association's fair share (`sshare -A -u`),
+//! `PriorityMaxAge` and `PriorityDecayHalfLife` (`scontrol show config`),
+//! and, for a job its QOS may preempt others for, the running jobs of the
+//! QOS it may preempt (the users `scontrol show assoc_mgr` names, then
+//! `squeue -u` each, as `gpu-qos usage` reads a group).
+//!
+//! Slurm fills in every field read here (ids, names, states, times, TRES),
+//! `|`-separated, so nothing a user names a job can shift them.
+//!
+//! What a preempted job's end means: when a job's QOS preempts another, the
+//! victim gets `PreemptTime` (when it was signalled) and an `EndTime` of
+//! `PreemptTime` plus its QOS's `GraceTime` (seen on 22.05, 24.11 and
+//! 26.05); the waiting job can start once the victims on the nodes Slurm
+//! chose for it (`SchedNodes`) are gone.
+
+use serde::{Deserialize, Serialize};
+
+use super::site::{AuditQos, Unread};
+use super::usage::{gpu_words, gpus_of_tres};
+use crate::shared::syntax::hostlist_contains;
+
+/// The `squeue -O` fields [`parse_jobs`] reads, `|` after each.
+pub const JOB_FIELDS: &str = "JobID:|,UserName:|,Account:|,StateCompact:|,QOS:|,Partition:|,\
+     PriorityLong:|,tres-alloc:|,Reason:|,StartTime:|,SchedNodes:|,PreemptTime:|,EndTime:|,\
+     NodeList:|";
+
+/// `squeue` for one job (slurmctld packs only that job).
+pub fn job_args(job: &str) -> Vec<String> {
+    ["-h", "-j", job, "-O", JOB_FIELDS]
+        .iter()
+        .map(|a| (*a).to_owned())
+        .collect()
+}
+
+/// `squeue` for one user's running jobs (slurmctld packs only that
+/// user's jobs).
+pub fn running_args(user: &str) -> Vec<String> {
+    ["-h", "-u", user, "-t", "RUNNING", "-O", JOB_FIELDS]
+        .iter()
+        .map(|a| (*a).to_owned())
+        .collect()
+}
+
+/// The `sprio -o` format [`parse_factors`] reads: job, partition, user,
+/// priority, then each weighted factor.
+pub const SPRIO_FORMAT: &str = "%i|%r|%u|%Y|%S|%A|%B|%F|%J|%P|%Q|%N|%T|";
+
+/// `sprio` for one job's factors.
+pub fn sprio_job_args(job: &str) -> Vec<String> {
+    ["-h", "-j", job, "-o", SPRIO_FORMAT]
+        .iter()
+        .map(|a| (*a).to_owned())
+        .collect()
+}
+
+/// `sprio` for the site's weights (one row, `Weights` in the job column).
+pub fn sprio_weight_args() -> Vec<String> {
+    ["-h", "-w", "-o", SPRIO_FORMAT]
+        .iter()
+        .map(|a| (*a).to_owned())
+        .collect()
+}
+
+/// `sshare` for one association and its account.
+pub fn sshare_args(account: &str, user: &str) -> Vec<String> {
+    [
+        "-h",
+        "-P",
+        "-A",
+        account,
+        "-u",
+        user,
+        "-o",
+        "Account,User,RawShares,NormShares,RawUsage,EffectvUsage,FairShare,GrpTRESRaw",
+    ]
+    .iter()
+    .map(|a| (*a).to_owned())
+    .collect()
+}
+
+/// A job as [`JOB_FIELDS`] shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    pub id: String,
+    pub user: String,
+    pub account: String,
+    /// `PD`, `R`, ...
+    pub state: String,
+    pub qos: String,
+    pub partition: String,
+    pub priority: u64,
+    /// GPUs by type (`None`: untyped only), allocated or asked.
+    pub gpus: Vec<(Option<String>, u64)>,
+    pub reason: String,
+    /// Slurm's expected start of a pending job (`squeue --start`).
+    pub start: Option<String>,
+    /// The nodes Slurm plans a pending job on.
+    pub sched_nodes: Option<String>,
+    /// When a running job was signalled for preemption.
+    pub preempt_time: Option<String>,
+    pub end: Option<String>,
+    pub nodes: Option<String>,
+}
+
+impl Job {
+    fn gpu_words(&self) -> String {
+        gpu_words(&self.gpus)
+    }
+}
+
+/// A time or node field: Slurm's words for "none" become `None`.
+fn given(field: &str) -> Option<String> {
+    match field {
+        "" | "N/A" | "NONE" | "None" | "(null)" | "Unknown" => None,
+        f => Some(f.to_owned()),
+    }
+}
+
+/// Reads `squeue` run with [`JOB_FIELDS`].
+pub fn parse_jobs(text: &str) -> (Vec<Job>, Vec<Unread>) {
+    let mut jobs = Vec::new();
+    let mut unread = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        if raw.trim().is_empty() {
+            continue;
+        }
+        let f: Vec<&str> = raw.split('|').map(str::trim).collect();
+        match f[..] {
+            [id, user, account, state, qos, partition, priority, tres, reason, start, sched, preempt, end, nodes, ""]
+                if !id.is_empty() =>
+            {
+                jobs.push(Job {
+                    id: id.to_owned(),
+                    user: user.to_owned(),
+                    account: account.to_owned(),
+                    state: state.to_owned(),
+                    qos: qos.to_owned(),
+                    partition: partition.to_owned(),
+                    priority: priority.parse().unwrap_or(0),
+                    gpus: gpus_of_tres(tres),
+                    reason: reason.to_owned(),
+                    start: given(start),
+                    sched_nodes: given(sched),
+                    preempt_time: given(preempt),
+                    end: given(end),
+                    nodes: given(nodes),
+                })
+            }
+            _ => unread.push(Unread {
+                source: format!("squeue line {}", i + 1),
+                reason: format!(
+                    "{} fields in \"{raw}\", expected 14",
+                    f.len().saturating_sub(1)
+                ),
+            }),
+        }
+    }
+    (jobs, unread)
+}
+
+/// One row of [`SPRIO_FORMAT`]: the weighted factors (or, in the
+/// `Weights` row, the weights).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Factors {
+    pub priority: f64,
+    pub site: f64,
+    pub age: f64,
+    pub assoc: f64,
+    pub fairshare: f64,
+    pub jobsize: f64,
+    pub partition: f64,
+    pub qos: f64,
+    pub nice: f64,
+    /// `cpu=..,gres/gpu=..` as sprio prints it (empty: no TRES weights).
+    pub tres: String,
+}
+
+impl Factors {
+    /// The factors that add to a priority, with their names.
+    fn named(&self) -> [(&'static str, f64); 6] {
+        [
+            ("QOS", self.qos),
+            ("fair share", self.fairshare),
+            ("age", self.age),
+            ("job size", self.jobsize),
+            ("partition", self.partition),
+            ("association", self.assoc),
+        ]
+    }
+}
+
+/// Reads `sprio` run with [`SPRIO_FORMAT`]: `(job or "Weights", factors)`.
+pub fn parse_factors(text: &str) -> Vec<(String, Factors)> {
+    let num = |s: &str| s.trim().parse::<f64>().unwrap_or(0.0);
+    text.lines()
+        .filter_map(|raw| {
+            let f: Vec<&str> = raw.split('|').collect();
+            match f[..] {
+                [job, _part, _user, prio, site, age, assoc, fs, js, part, qos, nice, tres, ""] => {
+                    Some((
+                        job.trim().to_owned(),
+                        Factors {
+                            priority: num(prio),
+                            site: num(site),
+                            age: num(age),
+                            assoc: num(assoc),
+                            fairshare: num(fs),
+                            jobsize: num(js),
+                            partition: num(part),
+                            qos: num(qos),
+                            nice: num(nice),
+                            tres: given(tres.trim()).unwrap_or_default(),
+                        },
+                    ))
+                }
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// One row of `sshare` run with [`sshare_args`]: the account's (no user)
+/// or the user's association.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShareRow {
+    pub account: String,
+    pub user: Option<String>,
+    pub raw_shares: String,
+    pub norm_shares: f64,
+    /// Decayed usage, in billed CPU-seconds.
+    pub raw_usage: f64,
+    pub effective_usage: f64,
+    pub fairshare: Option<f64>,
+    /// Decayed usage per TRES, in TRES-minutes (`sshare` divides Slurm's
+    /// seconds by 60).
+    pub tres_minutes: Vec<(String, f64)>,
+}
+
+/// Reads `sshare` run with [`sshare_args`].
+pub fn parse_shares(text: &str) -> Vec<ShareRow> {
+    let num = |s: &str| s.trim().parse::<f64>().ok();
+    text.lines()
+        .filter_map(|raw| {
+            let f: Vec<&str> = raw.split('|').collect();
+            let [account, user, raw_shares, norm, usage, eff, fs, tres] = f[..] else {
+                return None;
+            };
+            Some(ShareRow {
+                account: account.trim().to_owned(),
+                user: given(user.trim()),
+                raw_shares: raw_shares.trim().to_owned(),
+                norm_shares: num(norm).unwrap_or(0.0),
+                raw_usage: num(usage).unwrap_or(0.0),
+                effective_usage: num(eff).unwrap_or(0.0),
+                fairshare: num(fs),
+                tres_minutes: tres
+                    .split(',')
+                    .filter_map(|e| {
+                        let (k, v) = e.split_once('=')?;
+                        Some((k.trim().to_owned(), v.trim().parse().ok()?))
+                    })
+                    .collect(),
+            })
+        })
+        .collect()
+}
+
+/// A running job being preempted for the pending one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Preempting {
+    pub job: Job,
+    /// Its QOS's grace time, seconds.
+    pub grace_s: Option<u64>,
+}
+
+/// What `gpu-qos why --json` prints.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WhyReport {
+    pub job: Job,
+    /// The one-line answer.
+    pub summary: String,
+    /// What follows it, line by line.
+    pub details: Vec<String>,
+    /// Commands that show more.
+    pub see: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub factors: Option<Factors>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weights: Option<Factors>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fair_share: Vec<ShareRow>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preempting: Vec<Preempting>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unread: Vec<Unread>,
+}
+
+/// Everything [`explain`] works from.
+#[derive(Debug, Clone, Default)]
+pub struct Facts {
+    /// This job's factors and the site's weights (`sprio`).
+    pub factors: Option<Factors>,
+    pub weights: Option<Factors>,
+    /// The job's account and association (`sshare`).
+    pub shares: Vec<ShareRow>,
+    /// Running jobs of the QOS the job's QOS may preempt.
+    pub preemptable: Vec<Job>,
+    /// Every QOS (for `Preempt` lists and grace times).
+    pub qos: Vec<AuditQos>,
+    /// `PriorityMaxAge`, `PriorityDecayHalfLife` as Slurm prints them.
+    pub max_age: Option<String>,
+    pub half_life: Option<String>,
+    /// For a group-limit wait: `gpu-qos usage`'s sentence for the job.
+    pub group_words: Option<String>,
+}
+
+fn whole(x: f64) -> String {
+    format!("{x:.0}")
+}
+
+fn grace_words(s: u64) -> String {
+    match s {
+        s if s >= 3600 && s % 3600 == 0 => format!("{} h", s / 3600),
+        s if s >= 60 && s % 60 == 0 => format!("{} min", s / 60),
+        s => format!("{s} s"),
+    }
+}
+
+/// Seconds since 1970 of Slurm's `YYYY-MM-DDTHH:MM:SS` (read as UTC:
+/// only differences and sums matter, in the controller's own zone).
+fn stamp_seconds(s: &str) -> Option<i64> {
+    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
+    if s.len() != 19 {
+        return None;
+    }
+    let (y, m, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hh, mm, ss) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
+        return None;
+    }
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * ((m + 9) % 12) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(((days * 24 + hh) * 60 + mm) * 60 + ss)
+}
+
+/// The stamp `secs` seconds after `stamp`, in the same form.
+pub fn add_seconds(stamp: &str, secs: u64) -> Option<String> {
+    let t = stamp_seconds(stamp)?.checked_add(i64::try_from(secs).ok()?)?;
+    let (days, rest) = (t.div_euclid(86_400), t.rem_euclid(86_400));
+    // The civil date of a day number (the same algorithm, inverted).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    Some(format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    ))
+}
+
+/// When a signalled job ends at the latest: its grace time after it was
+/// signalled, or its own end where that comes first (Slurm sets it so
+/// where the job had an end; a job without a time limit has none).
+fn ends_by(p: &Preempting) -> Option<String> {
+    let by_grace = p
+        .job
+        .preempt_time
+        .as_deref()
+        .zip(p.grace_s)
+        .and_then(|(at, g)| add_seconds(at, g));
+    match (by_grace, p.job.end.clone()) {
+        (Some(g), Some(e)) => Some(if stamp_seconds(&e) < stamp_seconds(&g) {
+            e
+        } else {
+            g
+        }),
+        (g, e) => g.or(e),
+    }
+}
+
+/// The QOS `qos` may preempt (its `Preempt` list).
+pub fn preempt_list(all: &[AuditQos], qos: &str) -> Vec<String> {
+    all.iter()
+        .find(|q| q.name().eq_ignore_ascii_case(qos))
+        .map(|q| q.record.preempt.clone())
+        .unwrap_or_default()
+}
+
+/// The explanation of `job` from `facts`.
+pub fn explain(job: Job, facts: Facts) -> WhyReport {
+    let id = job.id.clone();
+    let mut details = Vec::new();
+    let mut see = Vec::new();
+    let head = format!(
+        "job {id} ({}, QOS {}, {}, partition {})",
+        job.user,
+        job.qos,
+        job.gpu_words(),
+        job.partition
+    );
+    if job.state != "PD" {
+        let summary = format!("{head} is not pending (state {})", job.state);
+        return report(job, summary, details, see, facts, Vec::new());
+    }
+    // Victims of preemption for it: signalled jobs of a QOS it may preempt,
+    // on the nodes Slurm chose for it (anywhere when it has not chosen).
+    let preempting: Vec<Preempting> = facts
+        .preemptable
+        .iter()
+        .filter(|v| v.preempt_time.is_some())
+        .filter(|v| match (&job.sched_nodes, &v.nodes) {
+            (Some(planned), Some(held)) => node_names(held)
+                .iter()
+                .any(|n| hostlist_contains(planned, n)),
+            _ => true,
+        })
+        .map(|v| Preempting {
+            job: v.clone(),
+            grace_s: facts
+                .qos
+                .iter()
+                .find(|q| q.name().eq_ignore_ascii_case(&v.qos))
+                .and_then(|q| q.grace_time),
+        })
+        .collect();
+    let summary = match job.reason.as_str() {
+        "Resources" | "Priority" | "None" if !preempting.is_empty() => {
+            let ends: Vec<Option<String>> = preempting.iter().map(ends_by).collect();
+            // All of them must be gone; one without a known end leaves it open.
+            let last_end = if ends.iter().all(Option::is_some) {
+                ends.iter()
+                    .flatten()
+                    .max_by_key(|e| stamp_seconds(e))
+                    .cloned()
+            } else {
+                None
+            };
+            for (p, end) in preempting.iter().zip(&ends) {
+                details.push(format!(
+                    "{} job {} ({}, {}) on {} was signalled at {}{}: it ends by {}",
+                    p.job.qos,
+                    p.job.id,
+                    p.job.user,
+                    p.job.gpu_words(),
+                    p.job.nodes.as_deref().unwrap_or("?"),
+                    p.job.preempt_time.as_deref().unwrap_or("?"),
+                    p.grace_s
+                        .map(|g| format!("; {}'s GraceTime is {}", p.job.qos, grace_words(g)))
+                        .unwrap_or_default(),
+                    end.as_deref().unwrap_or("its grace time's end"),
+                ));
+            }
+            see.push(format!("squeue -j {id} --start"));
+            format!(
+                "{head} waits for {} preempted job{} to end: it should start by {}",
+                preempting.len(),
+                if preempting.len() == 1 { "" } else { "s" },
+                last_end.as_deref().unwrap_or("the end of their grace time"),
+            )
+        }
+        "Resources" => {
+            let holders: Vec<&Job> = facts
+                .preemptable
+                .iter()
+                .filter(|v| match (&job.sched_nodes, &v.nodes) {
+                    (Some(planned), Some(held)) => node_names(held)
+                        .iter()
+                        .any(|n| hostlist_contains(planned, n)),
+                    _ => false,
+                })
+                .collect();
+            if let Some(nodes) = &job.sched_nodes {
+                details.push(format!(
+                    "Slurm plans it on {nodes}{}",
+                    job.start
+                        .as_deref()
+                        .map(|s| format!(", expected to start by {s} (an estimate)"))
+                        .unwrap_or_default()
+                ));
+            }
+            for h in holders {
+                details.push(format!(
+                    "{} job {} ({}, {}) there may be preempted for it",
+                    h.qos,
+                    h.id,
+                    h.user,
+                    h.gpu_words()
+                ));
+            }
+            see.push(format!("squeue -j {id} --start"));
+            see.push(format!(
+                "sinfo -p {} -O NodeList,Gres,GresUsed",
+                job.partition
+            ));
+            format!("{head} waits for free GPUs: no node it may run on has enough free now")
+        }
+        "Priority" => {
+            priority_details(&facts, &mut details);
+            see.push(format!("sprio -l -j {id}"));
+            see.push(format!("sshare -l -A {} -u {}", job.account, job.user));
+            format!("{head} waits behind pending jobs of higher priority")
+        }
+        "QOSGrpGRES" | "QOSGrpTRES" => {
+            see.push(format!("gpu-qos usage --qos {}", job.qos));
+            format!(
+                "{head} waits for its group's GPU limit: {}",
+                facts
+                    .group_words
+                    .clone()
+                    .unwrap_or_else(|| format!("{}'s GrpTRES is reached", job.qos))
+            )
+        }
+        other => {
+            let (words, command) = other_reason(other, &job);
+            see.extend(command);
+            format!("{head} {words}")
+        }
+    };
+    if matches!(job.reason.as_str(), "Resources" | "Priority") && details.is_empty() {
+        priority_details(&facts, &mut details);
+    }
+    report(job, summary, details, see, facts, preempting)
+}
+
+fn report(
+    job: Job,
+    summary: String,
+    details: Vec<String>,
+    see: Vec<String>,
+    facts: Facts,
+    preempting: Vec<Preempting>,
+) -> WhyReport {
+    WhyReport {
+        job,
+        summary,
+        details,
+        see,
+        factors: facts.factors,
+        weights: facts.weights,
+        fair_share: facts.shares,
+        preempting,
+        unread: Vec::new(),
+    }
+}
+
+/// Every node a Slurm host list names (`gpu[01-02],x` → gpu01, gpu02, x);
+/// a range it cannot read is kept as written.
+fn node_names(list: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for item in crate::shared::syntax::split_top_level(list, '[', ']') {
+        let Some((prefix, rest)) = item.split_once('[') else {
+            out.push(item.to_owned());
+            continue;
+        };
+        let Some((body, suffix)) = rest.split_once(']') else {
+            out.push(item.to_owned());
+            continue;
+        };
+        for range in body.split(',') {
+            let (a, b) = range.split_once('-').unwrap_or((range, range));
+            let width = a.len();
+            match (a.parse::<u64>(), b.parse::<u64>()) {
+                (Ok(x), Ok(y)) if y >= x && y - x < 100_000 => {
+                    for n in x..=y {
+                        out.push(format!("{prefix}{n:0width$}{suffix}"));
+                    }
+                }
+                _ => out.push(item.to_owned()),
+            }
+        }
+    }
+    out
+}
+
+/// The priority in its factors, which one holds it back, and the fair share.
+fn priority_details(facts: &Facts, details: &mut Vec<String>) {
+    let (Some(f), Some(w)) = (&facts.factors, &facts.weights) else {
+        return;
+    };
+    let parts: Vec<String> = f
+        .named()
+        .iter()
+        .zip(w.named())
+        .filter(|(_, (_, weight))| *weight > 0.0)
+        .map(|((name, got), (_, weight))| format!("{name} {} of {}", whole(*got), whole(weight)))
+        .collect();
+    details.push(format!(
+        "its priority is {} = {} (sprio)",
+        whole(f.priority),
+        parts.join(" + ")
+    ));
+    // The factor with the most left out of what its weight could give.
+    let lost = f
+        .named()
+        .iter()
+        .zip(w.named())
+        .filter(|(_, (_, weight))| *weight > 0.0)
+        .map(|((name, got), (_, weight))| (*name, weight - got))
+        .max_by(|a, b| a.1.total_cmp(&b.1));
+    if let Some((name, missing)) = lost.filter(|(_, m)| *m >= 1.0) {
+        let why = match name {
+            "fair share" => {
+                " (its account's and user's recent usage against their shares: see below)"
+                    .to_owned()
+            }
+            "age" => format!(
+                " (a job's age factor grows while it waits, to its weight after PriorityMaxAge{})",
+                facts
+                    .max_age
+                    .as_deref()
+                    .map(|a| format!(" = {a}"))
+                    .unwrap_or_default()
+            ),
+            "QOS" => " (a group QOS of higher priority, where you have one, raises it)".to_owned(),
+            "job size" => " (the site weighs job size: fewer or more GPUs change it)".to_owned(),
+            _ => String::new(),
+        };
+        details.push(format!(
+            "{name} holds it back most: {} below its weight{why}",
+            whole(missing)
+        ));
+    }
+    for s in &facts.shares {
+        let who = match &s.user {
+            Some(u) => format!("user {u} in account {}", s.account),
+            None => format!("account {}", s.account),
+        };
+        let gpus: Vec<String> = s
+            .tres_minutes
+            .iter()
+            .filter_map(|(k, v)| {
+                let t = k.strip_prefix("gres/gpu:")?;
+                (*v > 0.0).then(|| format!("{:.1} {t}-hours", v / 60.0))
+            })
+            .collect();
+        details.push(format!(
+            "{who}: fair-share factor {}, effective usage {:.4} against normalized shares {:.4}{}",
+            s.fairshare
+                .map_or_else(|| "-".to_owned(), |f| format!("{f:.4}")),
+            s.effective_usage,
+            s.norm_shares,
+            if gpus.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; used {} (decayed{})",
+                    gpus.join(", "),
+                    facts
+                        .half_life
+                        .as_deref()
+                        .map(|h| format!(", half-life {h}"))
+                        .unwrap_or_default()
+                )
+            }
+        ));
+    }
+}
+
+/// One sentence and the command that shows more, for the other reasons.
+fn other_reason(reason: &str, job: &Job) -> (String, Option<String>) {
+    let id = &job.id;
+    let (words, cmd) = match reason {
+        "QOSMaxGRESPerUser" | "QOSMaxTRESPerUser" => (
+            format!(
+                "waits because you hold as many GPUs under {} as it allows one user \
+                 (MaxTRESPerUser): it starts when one of your jobs there ends",
+                job.qos
+            ),
+            Some(format!("squeue --me -q {}", job.qos)),
+        ),
+        "AssocGrpGRES" | "AssocGrpTRES" | "AssocGrpGRESRunMinutes" | "AssocGrpTRESRunMinutes" => (
+            format!(
+                "waits for account {}'s own GPU limit (GrpTRES of the association)",
+                job.account
+            ),
+            Some(format!(
+                "sacctmgr show assoc account={} format=account,user,grptres,grptresrunmins",
+                job.account
+            )),
+        ),
+        "ReqNodeNotAvail" => (
+            "waits because a node it needs is down, drained or reserved".to_owned(),
+            Some("sinfo -R".to_owned()),
+        ),
+        "Reservation" => (
+            "waits for its reservation to start".to_owned(),
+            Some("scontrol show reservation".to_owned()),
+        ),
+        "BeginTime" => (
+            "waits for the start time it was given (--begin)".to_owned(),
+            Some(format!("squeue -j {id} -O StartTime")),
+        ),
+        "Dependency" => (
+            "waits for the jobs it depends on".to_owned(),
+            Some(format!("squeue -j {id} -O Dependency")),
+        ),
+        "DependencyNeverSatisfied" => (
+            "can never start: a job it depends on ended the wrong way (scancel it)".to_owned(),
+            Some(format!("squeue -j {id} -O Dependency")),
+        ),
+        "JobHeldUser" => (
+            "is held by its user".to_owned(),
+            Some(format!("scontrol release {id}")),
+        ),
+        "JobHeldAdmin" => ("is held by an administrator: ask them".to_owned(), None),
+        "None" | "" => ("waits for the scheduler's next pass".to_owned(), None),
+        other => (
+            format!("waits: Slurm's reason is {other}"),
+            Some("man squeue (JOB REASON CODES)".to_owned()),
+        ),
+    };
+    (words, cmd)
+}
+
+/// The report as text: the summary, each detail, then the commands.
+pub fn render(r: &WhyReport) -> String {
+    let mut out = format!("{}\n", r.summary);
+    for d in &r.details {
+        out.push_str(&format!("  {d}\n"));
+    }
+    if !r.see.is_empty() {
+        out.push_str(&format!("  more: {}\n", r.see.join("; ")));
+    }
+    for u in &r.unread {
+        out.push_str(&format!("  (not read: {}: {})\n", u.source, u.reason));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Captured from a 22.05 test cluster: a qos_lafferty job pending while
+    // lowprio job 1, signalled for preemption with GraceTime 120 s, ends.
+    const PENDING: &str = "4|root|research|PD|qos_lafferty|gpu|10000|cpu=1,mem=16000M,node=1,billing=1,gres/gpu=2,gres/gpu:a40=2|Resources|2026-11-23T23:07:56|gpu01|N/A|NONE||\n";
+    const VICTIMS: &str = "1|root|research|R|lowprio|gpu|1|cpu=1,node=1,billing=1,gres/gpu=4,gres/gpu:a40=4|None|2026-11-23T23:07:09|(null)|2026-11-23T23:07:24|2026-11-23T23:09:24|gpu01|\n\
+        3|root|research|R|lowprio|gpu|1|cpu=1,node=1,billing=1,gres/gpu=4,gres/gpu:a40=4|None|2026-11-23T23:07:21|(null)|N/A|NONE|gpu02|\n";
+    const SPRIO: &str = "4|gpu|root|10000|0|0|0|0|0|0|10000|0||\n";
+    const WEIGHTS: &str = "Weights||||1|100|0|1000|0|0|10000||(null)|\n";
+    const SSHARE: &str = "research||1|0.500000|6|0.000000||cpu=0,gres/gpu=0,gres/gpu:a40=0\n \
+        research|root|1|1.000000|6|0.000000|0.250000|cpu=60,gres/gpu=1200,gres/gpu:a40=1200\n";
+
+    fn qos(name: &str, preempt: &[&str], grace: Option<u64>) -> AuditQos {
+        AuditQos {
+            record: super::super::check::QosRecord {
+                name: name.to_owned(),
+                gpu_limits: Vec::new(),
+                preempt: preempt.iter().map(|s| (*s).to_owned()).collect(),
+            },
+            preempt_mode: None,
+            grace_time: grace,
+            usage_factor: None,
+            flags: Vec::new(),
+            priority: None,
+        }
+    }
+
+    fn one(text: &str) -> Job {
+        let (jobs, unread) = parse_jobs(text);
+        assert!(unread.is_empty(), "{unread:?}");
+        jobs.into_iter().next().unwrap_or_else(|| panic!("no job"))
+    }
+
+    #[test]
+    fn jobs_read_with_slurms_words_for_none() {
+        let j = one(PENDING);
+        assert_eq!(
+            (j.id.as_str(), j.state.as_str(), j.priority),
+            ("4", "PD", 10000)
+        );
+        assert_eq!(j.gpus, vec![(Some("a40".to_owned()), 2)]);
+        assert_eq!(j.sched_nodes.as_deref(), Some("gpu01"));
+        assert_eq!((j.preempt_time, j.end, j.nodes), (None, None, None));
+        let (v, bad) = parse_jobs(VICTIMS);
+        assert!(bad.is_empty());
+        assert_eq!(v[0].preempt_time.as_deref(), Some("2026-11-23T23:07:24"));
+        assert_eq!(v[0].end.as_deref(), Some("2026-11-23T23:09:24"));
+        assert_eq!(v[1].preempt_time, None);
+        let (none, bad) = parse_jobs("4|root|x\n");
+        assert!(none.is_empty() && bad.len() == 1, "{bad:?}");
+    }
+
+    #[test]
+    fn a_job_behind_a_preempted_job_is_told_when_it_should_start() {
+        let (preemptable, _) = parse_jobs(VICTIMS);
+        let r = explain(
+            one(PENDING),
+            Facts {
+                preemptable,
+                qos: vec![
+                    qos("qos_lafferty", &["lowprio"], None),
+                    qos("lowprio", &[], Some(120)),
+                ],
+                ..Facts::default()
+            },
+        );
+        assert_eq!(
+            r.summary,
+            "job 4 (root, QOS qos_lafferty, 2 a40, partition gpu) waits for 1 preempted job to \
+             end: it should start by 2026-11-23T23:09:24"
+        );
+        assert_eq!(
+            r.details,
+            vec![
+                "lowprio job 1 (root, 4 a40) on gpu01 was signalled at 2026-11-23T23:07:24; \
+                 lowprio's GraceTime is 2 min: it ends by 2026-11-23T23:09:24"
+            ]
+        );
+        // The job on gpu02, not signalled, is not waited for.
+        assert_eq!(r.preempting.len(), 1);
+    }
+
+    #[test]
+    fn a_resources_wait_names_the_planned_node_and_what_may_be_preempted_there() {
+        let (mut preemptable, _) = parse_jobs(VICTIMS);
+        for v in &mut preemptable {
+            v.preempt_time = None;
+        }
+        let r = explain(
+            one(PENDING),
+            Facts {
+                preemptable,
+                ..Facts::default()
+            },
+        );
+        assert!(
+            r.summary
+                .ends_with("waits for free GPUs: no node it may run on has enough free now"),
+            "{}",
+            r.summary
+        );
+        assert_eq!(
+            r.details,
+            vec![
+                "Slurm plans it on gpu01, expected to start by 2026-11-23T23:07:56 (an estimate)",
+                "lowprio job 1 (root, 4 a40) there may be preempted for it",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_priority_wait_names_the_factor_that_holds_it_back_and_the_usage() {
+        let mut job = one(PENDING);
+        job.reason = "Priority".into();
+        let factors = parse_factors(SPRIO);
+        let weights = parse_factors(WEIGHTS);
+        assert_eq!(weights[0].0, "Weights");
+        assert_eq!(
+            (weights[0].1.age, weights[0].1.fairshare, weights[0].1.qos),
+            (100.0, 1000.0, 10000.0)
+        );
+        let shares = parse_shares(SSHARE);
+        assert_eq!(shares.len(), 2);
+        assert_eq!(shares[1].user.as_deref(), Some("root"));
+        assert_eq!(shares[0].fairshare, None);
+        let r = explain(
+            job,
+            Facts {
+                factors: Some(factors[0].1.clone()),
+                weights: Some(weights[0].1.clone()),
+                shares,
+                half_life: Some("7-00:00:00".into()),
+                ..Facts::default()
+            },
+        );
+        assert!(
+            r.summary
+                .ends_with("waits behind pending jobs of higher priority"),
+            "{}",
+            r.summary
+        );
+        assert_eq!(r.details[0], "its priority is 10000 = QOS 10000 of 10000 + fair share 0 of 1000 + age 0 of 100 (sprio)");
+        assert!(
+            r.details[1].starts_with("fair share holds it back most: 1000 below its weight"),
+            "{}",
+            r.details[1]
+        );
+        assert_eq!(
+            r.details[3],
+            "user root in account research: fair-share factor 0.2500, effective usage 0.0000 \
+             against normalized shares 1.0000; used 20.0 a40-hours (decayed, half-life 7-00:00:00)"
+        );
+        assert_eq!(
+            r.see,
+            vec!["sprio -l -j 4", "sshare -l -A research -u root"]
+        );
+    }
+
+    #[test]
+    fn other_reasons_get_a_sentence_and_a_command() {
+        for (reason, words, cmd) in [
+            (
+                "QOSMaxGRESPerUser",
+                "as many GPUs under qos_lafferty",
+                Some("squeue --me -q qos_lafferty"),
+            ),
+            (
+                "ReqNodeNotAvail",
+                "down, drained or reserved",
+                Some("sinfo -R"),
+            ),
+            (
+                "JobHeldUser",
+                "held by its user",
+                Some("scontrol release 4"),
+            ),
+            (
+                "Weird",
+                "Slurm's reason is Weird",
+                Some("man squeue (JOB REASON CODES)"),
+            ),
+        ] {
+            let mut job = one(PENDING);
+            job.reason = reason.into();
+            let r = explain(job, Facts::default());
+            assert!(r.summary.contains(words), "{reason}: {}", r.summary);
+            assert_eq!(r.see.first().map(String::as_str), cmd, "{reason}");
+        }
+        let mut running = one(PENDING);
+        running.state = "R".into();
+        assert!(explain(running, Facts::default())
+            .summary
+            .ends_with("is not pending (state R)"));
+    }
+
+    #[test]
+    fn stamps_add_across_days_months_and_leap_years() {
+        assert_eq!(
+            add_seconds("2026-11-23T23:07:24", 120).as_deref(),
+            Some("2026-11-23T23:09:24")
+        );
+        assert_eq!(
+            add_seconds("2026-12-31T23:59:30", 3600).as_deref(),
+            Some("2027-01-01T00:59:30")
+        );
+        assert_eq!(
+            add_seconds("2028-02-28T12:00:00", 86_400).as_deref(),
+            Some("2028-02-29T12:00:00")
+        );
+        assert_eq!(add_seconds("Unknown", 1), None);
+        assert_eq!(add_seconds("2026-13-01T00:00:00", 1), None);
+    }
+
+    #[test]
+    fn a_victim_without_an_end_ends_by_its_grace_time() {
+        let (mut preemptable, _) = parse_jobs(VICTIMS);
+        preemptable[0].end = None;
+        let facts = |grace| Facts {
+            preemptable: preemptable.clone(),
+            qos: vec![
+                qos("qos_lafferty", &["lowprio"], None),
+                qos("lowprio", &[], grace),
+            ],
+            ..Facts::default()
+        };
+        let r = explain(one(PENDING), facts(Some(60)));
+        assert!(
+            r.summary
+                .ends_with("it should start by 2026-11-23T23:08:24"),
+            "{}",
+            r.summary
+        );
+        let r = explain(one(PENDING), facts(None));
+        assert!(
+            r.summary
+                .ends_with("it should start by the end of their grace time"),
+            "{}",
+            r.summary
+        );
+    }
+
+    #[test]
+    fn host_lists_expand_with_their_width() {
+        assert_eq!(
+            node_names("gpu[01-03,07],login"),
+            vec!["gpu01", "gpu02", "gpu03", "gpu07", "login"]
+        );
+        assert_eq!(node_names("n[9-10]"), vec!["n9", "n10"]);
+    }
+}
