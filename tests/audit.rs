@@ -628,6 +628,29 @@ fn why_preempted(c: &mut Cluster) -> TestResult {
         started >= end && started <= late,
         format!("predicted start {end}, started {started}"),
     )?;
+    // The lowprio job was requeued: its user is told so, with the run
+    // accounting recorded and what became of its output.
+    let victim_id = victim.to_string();
+    let mut last = String::new();
+    let told = wait_for(
+        "bob's requeued job to be explained with its preempted run",
+        Duration::from_secs(60),
+        || {
+            last = bob
+                .run_ok(c, None, &bin, &["why", &victim_id, "--json"])
+                .ok()?;
+            let r: WhyReport = serde_json::from_str(&last).ok()?;
+            let runs: Vec<&String> = r.details.iter().filter(|d| d.starts_with("ran ")).collect();
+            (r.job.restarts == 1
+                && r.details.first().map(String::as_str)
+                    == Some("it was requeued 1 time (jobs of qos_lafferty, qos_ying_rex may preempt lowprio jobs)")
+                && runs.len() == 1
+                && runs[0].ends_with(": PREEMPTED")
+                && r.details.iter().any(|d| d.contains("--open-mode=append")))
+            .then_some(r)
+        },
+    );
+    ensure(told.is_ok(), format!("why {victim} as bob: {last}"))?;
     // Not a job id: a clear error, exit 2.
     let bad = alice.run(c, None, &bin, &["why", "12;rm"])?;
     ensure(

@@ -27,7 +27,7 @@ use crate::shared::syntax::hostlist_contains;
 /// The `squeue -O` fields [`parse_jobs`] reads, `|` after each.
 pub const JOB_FIELDS: &str = "JobID:|,UserName:|,Account:|,StateCompact:|,QOS:|,Partition:|,\
      PriorityLong:|,tres-alloc:|,Reason:|,StartTime:|,SchedNodes:|,PreemptTime:|,EndTime:|,\
-     NodeList:|";
+     NodeList:|,RestartCnt:|";
 
 /// `squeue` for one job (slurmctld packs only that job).
 pub fn job_args(job: &str) -> Vec<String> {
@@ -105,6 +105,9 @@ pub struct Job {
     pub preempt_time: Option<String>,
     pub end: Option<String>,
     pub nodes: Option<String>,
+    /// How many times Slurm requeued it (preempted, node failure, by hand).
+    #[serde(default)]
+    pub restarts: u32,
 }
 
 impl Job {
@@ -131,7 +134,7 @@ pub fn parse_jobs(text: &str) -> (Vec<Job>, Vec<Unread>) {
         }
         let f: Vec<&str> = raw.split('|').map(str::trim).collect();
         match f[..] {
-            [id, user, account, state, qos, partition, priority, tres, reason, start, sched, preempt, end, nodes, ""]
+            [id, user, account, state, qos, partition, priority, tres, reason, start, sched, preempt, end, nodes, restarts, ""]
                 if !id.is_empty() =>
             {
                 jobs.push(Job {
@@ -149,12 +152,13 @@ pub fn parse_jobs(text: &str) -> (Vec<Job>, Vec<Unread>) {
                     preempt_time: given(preempt),
                     end: given(end),
                     nodes: given(nodes),
+                    restarts: restarts.parse().unwrap_or(0),
                 })
             }
             _ => unread.push(Unread {
                 source: format!("squeue line {}", i + 1),
                 reason: format!(
-                    "{} fields in \"{raw}\", expected 14",
+                    "{} fields in \"{raw}\", expected 15",
                     f.len().saturating_sub(1)
                 ),
             }),
@@ -270,6 +274,55 @@ pub fn parse_shares(text: &str) -> Vec<ShareRow> {
         .collect()
 }
 
+/// `sacct` for every run of a requeued job (`-D`: each requeue is a record).
+pub fn sacct_runs_args(job: &str) -> Vec<String> {
+    [
+        "-n",
+        "-P",
+        "-X",
+        "-D",
+        "-j",
+        job,
+        "-o",
+        "JobID,State,Start,End,NodeList",
+    ]
+    .iter()
+    .map(|a| (*a).to_owned())
+    .collect()
+}
+
+/// One run of a job, as `sacct -D` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Run {
+    pub state: String,
+    pub start: Option<String>,
+    pub end: Option<String>,
+    pub nodes: Option<String>,
+}
+
+/// Reads `sacct` run with [`sacct_runs_args`]: the runs that ended (the
+/// current, pending or running record is left out).
+pub fn parse_runs(text: &str) -> Vec<Run> {
+    text.lines()
+        .filter_map(|raw| {
+            let [_, state, start, end, nodes] = raw.split('|').collect::<Vec<_>>()[..] else {
+                return None;
+            };
+            let state = state
+                .split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+            (!matches!(state.as_str(), "PENDING" | "RUNNING" | "")).then(|| Run {
+                state,
+                start: given(start),
+                end: given(end),
+                nodes: given(nodes).filter(|n| n != "None assigned"),
+            })
+        })
+        .collect()
+}
+
 /// A running job being preempted for the pending one.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Preempting {
@@ -317,6 +370,12 @@ pub struct Facts {
     pub half_life: Option<String>,
     /// For a group-limit wait: `gpu-qos usage`'s sentence for the job.
     pub group_words: Option<String>,
+    /// Earlier runs of a requeued job (`sacct -D`).
+    pub runs: Vec<Run>,
+    /// `JobFileAppend` (`scontrol show config`): whether a requeued job's
+    /// output file is appended to (else each run truncates it, unless the
+    /// job was submitted with `--open-mode=append`).
+    pub file_append: Option<bool>,
 }
 
 fn whole(x: f64) -> String {
@@ -536,6 +595,12 @@ pub fn explain(job: Job, facts: Facts) -> WhyReport {
     if matches!(job.reason.as_str(), "Resources" | "Priority") && details.is_empty() {
         priority_details(&facts, &mut details);
     }
+    if job.restarts > 0 {
+        requeue_details(&job, &facts, &mut details);
+        see.push(format!(
+            "sacct -D -X -j {id} -o JobID,State,Start,End,NodeList"
+        ));
+    }
     report(job, summary, details, see, facts, preempting)
 }
 
@@ -673,6 +738,72 @@ fn priority_details(facts: &Facts, details: &mut Vec<String>) {
     }
 }
 
+/// What a requeued job went through and what it means for its output.
+fn requeue_details(job: &Job, facts: &Facts, details: &mut Vec<String>) {
+    let n = job.restarts;
+    let preemptors: Vec<&str> = facts
+        .qos
+        .iter()
+        .filter(|q| {
+            q.record
+                .preempt
+                .iter()
+                .any(|p| p.eq_ignore_ascii_case(&job.qos))
+        })
+        .map(AuditQos::name)
+        .collect();
+    details.push(format!(
+        "it was requeued {n} time{}{}",
+        if n == 1 { "" } else { "s" },
+        if preemptors.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " (jobs of {} may preempt {} jobs)",
+                preemptors.join(", "),
+                job.qos
+            )
+        }
+    ));
+    for r in &facts.runs {
+        details.push(format!(
+            "ran {} to {}{}: {}",
+            r.start.as_deref().unwrap_or("?"),
+            r.end.as_deref().unwrap_or("?"),
+            r.nodes
+                .as_deref()
+                .map(|n| format!(" on {n}"))
+                .unwrap_or_default(),
+            r.state
+        ));
+    }
+    details.push(match facts.file_append {
+        Some(true) => "each run appends to its output file (JobFileAppend=1): the earlier runs' \
+                       output stays in it"
+            .to_owned(),
+        _ => "each run starts its output file anew, losing the earlier runs' output, unless the \
+              job was submitted with --open-mode=append"
+            .to_owned(),
+    });
+    let grace = facts
+        .qos
+        .iter()
+        .find(|q| q.name().eq_ignore_ascii_case(&job.qos))
+        .and_then(|q| q.grace_time)
+        .filter(|g| *g > 0);
+    details.push(format!(
+        "a job that may be preempted should save its state when it gets SIGTERM{} and resume \
+         from it when it starts again",
+        grace
+            .map(|g| format!(
+                " (it then has {}'s GraceTime, {}, to do so)",
+                job.qos,
+                grace_words(g)
+            ))
+            .unwrap_or_default()
+    ));
+}
+
 /// One sentence and the command that shows more, for the other reasons.
 fn other_reason(reason: &str, job: &Job) -> (String, Option<String>) {
     let id = &job.id;
@@ -750,9 +881,9 @@ mod tests {
 
     // Captured from a 22.05 test cluster: a qos_lafferty job pending while
     // lowprio job 1, signalled for preemption with GraceTime 120 s, ends.
-    const PENDING: &str = "4|root|research|PD|qos_lafferty|gpu|10000|cpu=1,mem=16000M,node=1,billing=1,gres/gpu=2,gres/gpu:a40=2|Resources|2026-11-23T23:07:56|gpu01|N/A|NONE||\n";
-    const VICTIMS: &str = "1|root|research|R|lowprio|gpu|1|cpu=1,node=1,billing=1,gres/gpu=4,gres/gpu:a40=4|None|2026-11-23T23:07:09|(null)|2026-11-23T23:07:24|2026-11-23T23:09:24|gpu01|\n\
-        3|root|research|R|lowprio|gpu|1|cpu=1,node=1,billing=1,gres/gpu=4,gres/gpu:a40=4|None|2026-11-23T23:07:21|(null)|N/A|NONE|gpu02|\n";
+    const PENDING: &str = "4|root|research|PD|qos_lafferty|gpu|10000|cpu=1,mem=16000M,node=1,billing=1,gres/gpu=2,gres/gpu:a40=2|Resources|2026-11-23T23:07:56|gpu01|N/A|NONE||0|\n";
+    const VICTIMS: &str = "1|root|research|R|lowprio|gpu|1|cpu=1,node=1,billing=1,gres/gpu=4,gres/gpu:a40=4|None|2026-11-23T23:07:09|(null)|2026-11-23T23:07:24|2026-11-23T23:09:24|gpu01|0|\n\
+        3|root|research|R|lowprio|gpu|1|cpu=1,node=1,billing=1,gres/gpu=4,gres/gpu:a40=4|None|2026-11-23T23:07:21|(null)|N/A|NONE|gpu02|0|\n";
     const SPRIO: &str = "4|gpu|root|10000|0|0|0|0|0|0|10000|0||\n";
     const WEIGHTS: &str = "Weights||||1|100|0|1000|0|0|10000||(null)|\n";
     const SSHARE: &str = "research||1|0.500000|6|0.000000||cpu=0,gres/gpu=0,gres/gpu:a40=0\n \
@@ -984,6 +1115,45 @@ mod tests {
                 .ends_with("it should start by the end of their grace time"),
             "{}",
             r.summary
+        );
+    }
+
+    #[test]
+    fn a_requeued_job_is_told_its_runs_and_what_became_of_its_output() {
+        let mut job = one(VICTIMS);
+        job.state = "PD".into();
+        job.reason = "BeginTime".into();
+        job.restarts = 1;
+        let runs = parse_runs(
+            "1|PREEMPTED|2026-11-23T23:07:09|2026-11-23T23:09:24|gpu01\n\
+             1|PENDING|Unknown|Unknown|None assigned\n",
+        );
+        assert_eq!(runs.len(), 1);
+        let facts = Facts {
+            runs,
+            qos: vec![
+                qos("qos_lafferty", &["lowprio"], None),
+                qos("lowprio", &[], Some(120)),
+            ],
+            file_append: Some(false),
+            ..Facts::default()
+        };
+        let r = explain(job, facts);
+        assert_eq!(
+            r.details,
+            vec![
+                "it was requeued 1 time (jobs of qos_lafferty may preempt lowprio jobs)",
+                "ran 2026-11-23T23:07:09 to 2026-11-23T23:09:24 on gpu01: PREEMPTED",
+                "each run starts its output file anew, losing the earlier runs' output, unless \
+                 the job was submitted with --open-mode=append",
+                "a job that may be preempted should save its state when it gets SIGTERM (it \
+                 then has lowprio's GraceTime, 2 min, to do so) and resume from it when it \
+                 starts again",
+            ]
+        );
+        assert_eq!(
+            r.see.last().map(String::as_str),
+            Some("sacct -D -X -j 1 -o JobID,State,Start,End,NodeList")
         );
     }
 

@@ -503,6 +503,18 @@ fn running_in(user: &str, qos: &[String]) -> Result<(Vec<why::Job>, Vec<Unread>)
     Ok((jobs, unread))
 }
 
+/// The output of a read `why` can do without: `None`, and the reason
+/// noted in the report.
+fn soft(unread: &mut Vec<Unread>, source: &str, r: Result<String>) -> Option<String> {
+    match r {
+        Ok(text) => Some(text),
+        Err(e) => {
+            unread.push(unread_from(source, &e));
+            None
+        }
+    }
+}
+
 /// `gpu-qos why JOB`: what Slurm says of the job, then only what explains
 /// its reason; a part that cannot be read is named in the report.
 fn run_why(job: &str, json: bool) -> ExitCode {
@@ -514,15 +526,6 @@ fn run_why(job: &str, json: bool) -> ExitCode {
         let Some(found) = jobs.into_iter().next() else {
             bail!("no job {job} pending or running (squeue -j {job} lists none)");
         };
-        let mut soft = |source: &str, r: Result<String>| -> Option<String> {
-            match r {
-                Ok(text) => Some(text),
-                Err(e) => {
-                    unread.push(unread_from(source, &e));
-                    None
-                }
-            }
-        };
         let (all_qos, u) = site_text::parse_qos(&slurm_output("sacctmgr", &AUDIT_SACCTMGR_ARGS)?);
         let mut facts = why::Facts {
             qos: all_qos,
@@ -530,25 +533,26 @@ fn run_why(job: &str, json: bool) -> ExitCode {
         };
         let pending = found.state == "PD";
         if pending {
-            if let Some(t) = soft("sprio -j", slurm_output("sprio", &why::sprio_job_args(job))) {
+            if let Some(t) = soft(
+                &mut unread,
+                "sprio -j",
+                slurm_output("sprio", &why::sprio_job_args(job)),
+            ) {
                 facts.factors = why::parse_factors(&t).into_iter().next().map(|(_, f)| f);
             }
-            if let Some(t) = soft("sprio -w", slurm_output("sprio", &why::sprio_weight_args())) {
+            if let Some(t) = soft(
+                &mut unread,
+                "sprio -w",
+                slurm_output("sprio", &why::sprio_weight_args()),
+            ) {
                 facts.weights = why::parse_factors(&t).into_iter().next().map(|(_, f)| f);
             }
             if let Some(t) = soft(
+                &mut unread,
                 "sshare",
                 slurm_output("sshare", &why::sshare_args(&found.account, &found.user)),
             ) {
                 facts.shares = why::parse_shares(&t);
-            }
-            if let Some(t) = soft(
-                "scontrol show config",
-                slurm_output("scontrol", &["show", "config"]),
-            ) {
-                let conf = SlurmSettings::from_show_config(&t);
-                facts.max_age = conf.get("PriorityMaxAge").map(str::to_owned);
-                facts.half_life = conf.get("PriorityDecayHalfLife").map(str::to_owned);
             }
             let victims = why::preempt_list(&facts.qos, &found.qos);
             match running_in(&found.user, &victims) {
@@ -569,6 +573,27 @@ fn run_why(job: &str, json: bool) -> ExitCode {
                         .find(|p| p.job.id == found.id)
                         .map(|p| p.why.clone())
                 });
+            }
+        }
+        if pending || found.restarts > 0 {
+            if let Some(t) = soft(
+                &mut unread,
+                "scontrol show config",
+                slurm_output("scontrol", &["show", "config"]),
+            ) {
+                let conf = SlurmSettings::from_show_config(&t);
+                facts.max_age = conf.get("PriorityMaxAge").map(str::to_owned);
+                facts.half_life = conf.get("PriorityDecayHalfLife").map(str::to_owned);
+                facts.file_append = conf.get("JobFileAppend").map(|v| v.trim() == "1");
+            }
+        }
+        if found.restarts > 0 {
+            if let Some(t) = soft(
+                &mut unread,
+                "sacct -D",
+                slurm_output("sacct", &why::sacct_runs_args(job)),
+            ) {
+                facts.runs = why::parse_runs(&t);
             }
         }
         unread.extend(u);
