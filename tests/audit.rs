@@ -91,6 +91,11 @@ fn main() -> ExitCode {
             why_preempted,
         )
         .test_on(
+            "why_names_the_fair_share_that_puts_another_users_job_ahead",
+            with_conf("PriorityCalcPeriod", "1"),
+            why_fair_share,
+        )
+        .test_on(
             "the_suites_example_site_has_no_qos_error",
             ClusterSpec::example_site(),
             example_site,
@@ -657,6 +662,86 @@ fn why_preempted(c: &mut Cluster) -> TestResult {
         bad.status.code() == Some(2)
             && String::from_utf8_lossy(&bad.stderr).contains("is not a job id"),
         format!("why 12;rm: {bad:?}"),
+    )?;
+    c.cancel_all()
+}
+
+/// Two users of one account; one has used the GPUs, the other not. Both
+/// wait behind a job holding every GPU; the one with usage is behind the
+/// other (Reason=Priority), and `gpu-qos why`, as that user, says so and
+/// names fair share with sprio's own figures.
+fn why_fair_share(c: &mut Cluster) -> TestResult {
+    let alice = member(c, "gpushare_alice")?;
+    let bob = member(c, "gpushare_bob")?;
+    let sbatch = |user: &TestUser, wrap: &str| -> Result<u32, String> {
+        let wrap = format!("--wrap={wrap}");
+        let args = [
+            "--parsable",
+            "--gres=gpu:a40:4",
+            "--output=/dev/null",
+            &wrap,
+        ];
+        wait_for(
+            &format!("sbatch as {}", user.name),
+            Duration::from_secs(30),
+            || {
+                user.run_ok(c, None, "sbatch", &args)
+                    .ok()?
+                    .trim()
+                    .split(';')
+                    .next()?
+                    .parse()
+                    .ok()
+            },
+        )
+    };
+    // alice uses the node's 4 GPUs for a while.
+    let used = sbatch(&alice, "sleep 8")?;
+    c.wait_job_state(used, &["COMPLETED"], Duration::from_secs(60))?;
+    let blocker = c.sbatch_ok(&["--gres=gpu:a40:4", "--output=/dev/null", "--wrap=sleep 300"])?;
+    c.wait_job_state(blocker, &["RUNNING"], Duration::from_secs(60))?;
+    let a = sbatch(&alice, "sleep 1")?;
+    let b = sbatch(&bob, "sleep 1")?;
+    let (ida, idb) = (a.to_string(), b.to_string());
+    // The next priority pass (PriorityCalcPeriod, 1 min) counts alice's
+    // usage and ranks bob's job first.
+    let factor = |id: &str, fmt: &str| -> Option<f64> {
+        c.run_ok("sprio", &["-h", "-j", id, "-o", fmt])
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    wait_for(
+        "bob's job to rank ahead of alice's, hers waiting on Priority",
+        Duration::from_secs(150),
+        || {
+            let ahead = factor(&idb, "%Y")? > factor(&ida, "%Y")?;
+            let reason = c.job(a).ok()?.get("Reason").map(str::to_owned);
+            (ahead && reason.as_deref() == Some("Priority")).then_some(())
+        },
+    )?;
+    let bin = testcluster::cluster::build_dir()?.join("gpu-qos");
+    let bin = bin.to_string_lossy();
+    let json = alice.run_ok(c, None, &bin, &["why", &ida, "--json"])?;
+    let report: WhyReport = serde_json::from_str(&json).map_err(|e| format!("{e}: {json}"))?;
+    let fs_a = factor(&ida, "%F").ok_or("no sprio for alice's job")?;
+    let fs_b = factor(&idb, "%F").ok_or("no sprio for bob's job")?;
+    let partition = report.job.partition.clone();
+    let want_ahead =
+        format!("1 pending job of partition {partition} is ahead of it (by user: gpushare_bob 1)");
+    let want_factor =
+        format!("fair share puts them ahead: {fs_b:.0} on average against its {fs_a:.0}");
+    ensure(
+        report
+            .summary
+            .ends_with("waits behind pending jobs of higher priority")
+            && report.details.contains(&want_ahead)
+            && report.details.iter().any(|d| d.starts_with(&want_factor))
+            && report.details.iter().any(|d| {
+                d.starts_with("user gpushare_alice in account research: fair-share factor")
+            }),
+        format!("want {want_ahead:?} and {want_factor:?}, got {report:#?}"),
     )?;
     c.cancel_all()
 }

@@ -58,6 +58,41 @@ pub fn sprio_job_args(job: &str) -> Vec<String> {
         .collect()
 }
 
+/// `sprio` for the pending jobs of one partition (slurmctld filters by
+/// partition itself): the jobs a pending job may be behind.
+pub fn sprio_partition_args(partition: &str) -> Vec<String> {
+    ["-h", "-p", partition, "-o", SPRIO_FORMAT]
+        .iter()
+        .map(|a| (*a).to_owned())
+        .collect()
+}
+
+/// A pending job's row of [`SPRIO_FORMAT`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Ranked {
+    pub job: String,
+    pub partition: String,
+    pub user: String,
+    pub factors: Factors,
+}
+
+/// Reads `sprio` run with [`sprio_partition_args`].
+pub fn parse_ranked(text: &str) -> Vec<Ranked> {
+    text.lines()
+        .filter_map(|raw| {
+            let f: Vec<&str> = raw.split('|').map(str::trim).collect();
+            let (job, part, user) = (f.first()?, f.get(1)?, f.get(2)?);
+            let (_, factors) = parse_factors(raw).into_iter().next()?;
+            Some(Ranked {
+                job: (*job).to_owned(),
+                partition: (*part).to_owned(),
+                user: (*user).to_owned(),
+                factors,
+            })
+        })
+        .collect()
+}
+
 /// `sprio` for the site's weights (one row, `Weights` in the job column).
 pub fn sprio_weight_args() -> Vec<String> {
     ["-h", "-w", "-o", SPRIO_FORMAT]
@@ -365,6 +400,8 @@ pub struct Facts {
     pub preemptable: Vec<Job>,
     /// Every QOS (for `Preempt` lists and grace times).
     pub qos: Vec<AuditQos>,
+    /// The pending jobs of the job's partition with their factors.
+    pub ranked: Vec<Ranked>,
     /// `PriorityMaxAge`, `PriorityDecayHalfLife` as Slurm prints them.
     pub max_age: Option<String>,
     pub half_life: Option<String>,
@@ -571,7 +608,7 @@ pub fn explain(job: Job, facts: Facts) -> WhyReport {
             format!("{head} waits for free GPUs: no node it may run on has enough free now")
         }
         "Priority" => {
-            priority_details(&facts, &mut details);
+            priority_details(&facts, &job.id, Some(&job.partition), &mut details);
             see.push(format!("sprio -l -j {id}"));
             see.push(format!("sshare -l -A {} -u {}", job.account, job.user));
             format!("{head} waits behind pending jobs of higher priority")
@@ -593,7 +630,7 @@ pub fn explain(job: Job, facts: Facts) -> WhyReport {
         }
     };
     if matches!(job.reason.as_str(), "Resources" | "Priority") && details.is_empty() {
-        priority_details(&facts, &mut details);
+        priority_details(&facts, &job.id, Some(&job.partition), &mut details);
     }
     if job.restarts > 0 {
         requeue_details(&job, &facts, &mut details);
@@ -655,7 +692,12 @@ fn node_names(list: &str) -> Vec<String> {
 }
 
 /// The priority in its factors, which one holds it back, and the fair share.
-fn priority_details(facts: &Facts, details: &mut Vec<String>) {
+fn priority_details(
+    facts: &Facts,
+    job_id: &str,
+    partition: Option<&str>,
+    details: &mut Vec<String>,
+) {
     let (Some(f), Some(w)) = (&facts.factors, &facts.weights) else {
         return;
     };
@@ -671,6 +713,50 @@ fn priority_details(facts: &Facts, details: &mut Vec<String>) {
         whole(f.priority),
         parts.join(" + ")
     ));
+    let ahead: Vec<&Ranked> = facts
+        .ranked
+        .iter()
+        .filter(|r| r.job != job_id && r.factors.priority > f.priority)
+        .filter(|r| partition.is_none_or(|p| r.partition == p))
+        .collect();
+    if !ahead.is_empty() {
+        let mut users: Vec<(&str, usize)> = Vec::new();
+        for r in &ahead {
+            match users.iter_mut().find(|(u, _)| *u == r.user) {
+                Some((_, n)) => *n += 1,
+                None => users.push((&r.user, 1)),
+            }
+        }
+        let who: Vec<String> = users.iter().map(|(u, n)| format!("{u} {n}")).collect();
+        details.push(format!(
+            "{} pending job{} of partition {} {} ahead of it (by user: {})",
+            ahead.len(),
+            if ahead.len() == 1 { "" } else { "s" },
+            partition.unwrap_or("?"),
+            if ahead.len() == 1 { "is" } else { "are" },
+            who.join(", ")
+        ));
+        // The factor in which the jobs ahead lead it most, on average.
+        let n = ahead.len() as f64;
+        let lead = f
+            .named()
+            .iter()
+            .enumerate()
+            .map(|(i, (name, mine))| {
+                let theirs = ahead.iter().map(|r| r.factors.named()[i].1).sum::<f64>() / n;
+                (*name, theirs, *mine)
+            })
+            .max_by(|a, b| (a.1 - a.2).total_cmp(&(b.1 - b.2)));
+        if let Some((name, theirs, mine)) = lead.filter(|(_, t, m)| t - m >= 1.0) {
+            details.push(format!(
+                "{name} puts them ahead: {} on average against its {}{}",
+                whole(theirs),
+                whole(mine),
+                factor_hint(name, facts)
+            ));
+            return shares_details(facts, details);
+        }
+    }
     // The factor with the most left out of what its weight could give.
     let lost = f
         .named()
@@ -680,28 +766,37 @@ fn priority_details(facts: &Facts, details: &mut Vec<String>) {
         .map(|((name, got), (_, weight))| (*name, weight - got))
         .max_by(|a, b| a.1.total_cmp(&b.1));
     if let Some((name, missing)) = lost.filter(|(_, m)| *m >= 1.0) {
-        let why = match name {
-            "fair share" => {
-                " (its account's and user's recent usage against their shares: see below)"
-                    .to_owned()
-            }
-            "age" => format!(
-                " (a job's age factor grows while it waits, to its weight after PriorityMaxAge{})",
-                facts
-                    .max_age
-                    .as_deref()
-                    .map(|a| format!(" = {a}"))
-                    .unwrap_or_default()
-            ),
-            "QOS" => " (a group QOS of higher priority, where you have one, raises it)".to_owned(),
-            "job size" => " (the site weighs job size: fewer or more GPUs change it)".to_owned(),
-            _ => String::new(),
-        };
         details.push(format!(
-            "{name} holds it back most: {} below its weight{why}",
-            whole(missing)
+            "{name} holds it back most: {} below its weight{}",
+            whole(missing),
+            factor_hint(name, facts)
         ));
     }
+    shares_details(facts, details);
+}
+
+/// What a factor depends on, in a few words.
+fn factor_hint(name: &str, facts: &Facts) -> String {
+    match name {
+        "fair share" => {
+            " (recent usage against shares, of the account and the user: see below)".to_owned()
+        }
+        "age" => format!(
+            " (a job's age factor grows while it waits, to its weight after PriorityMaxAge{})",
+            facts
+                .max_age
+                .as_deref()
+                .map(|a| format!(" = {a}"))
+                .unwrap_or_default()
+        ),
+        "QOS" => " (a group QOS of higher priority, where you have one, raises it)".to_owned(),
+        "job size" => " (the site weighs job size: fewer or more GPUs change it)".to_owned(),
+        _ => String::new(),
+    }
+}
+
+/// The fair share of the account and the user, with GPU-hours by type.
+fn shares_details(facts: &Facts, details: &mut Vec<String>) {
     for s in &facts.shares {
         let who = match &s.user {
             Some(u) => format!("user {u} in account {}", s.account),
@@ -1032,6 +1127,41 @@ mod tests {
         assert_eq!(
             r.see,
             vec!["sprio -l -j 4", "sshare -l -A research -u root"]
+        );
+    }
+
+    #[test]
+    fn a_job_behind_others_is_told_who_is_ahead_and_which_factor_puts_them_there() {
+        let mut job = one(PENDING);
+        job.reason = "Priority".into();
+        job.priority = 1250;
+        // Two ahead (bob's two, more fair share), one behind, another partition's.
+        let ranked = parse_ranked(
+            "7|gpu|bob|1900|0|50|0|850|0|0|1000|0||\n\
+             8|gpu|bob|1700|0|40|0|660|0|0|1000|0||\n\
+             4|gpu|root|1250|0|50|0|200|0|0|1000|0||\n\
+             9|gpu|carol|1100|0|100|0|0|0|0|1000|0||\n\
+             10|other|dave|9000|0|0|0|0|0|0|9000|0||\n",
+        );
+        assert_eq!(ranked.len(), 5);
+        let weights = parse_factors(WEIGHTS);
+        let r = explain(
+            job,
+            Facts {
+                factors: Some(ranked[2].factors.clone()),
+                weights: Some(weights[0].1.clone()),
+                ranked,
+                ..Facts::default()
+            },
+        );
+        assert_eq!(
+            r.details[1],
+            "2 pending jobs of partition gpu are ahead of it (by user: bob 2)"
+        );
+        assert_eq!(
+            r.details[2],
+            "fair share puts them ahead: 755 on average against its 200 (recent usage against \
+             shares, of the account and the user: see below)"
         );
     }
 

@@ -542,6 +542,13 @@ fn run_why(job: &str, json: bool) -> ExitCode {
             }
             if let Some(t) = soft(
                 &mut unread,
+                "sprio -p",
+                slurm_output("sprio", &why::sprio_partition_args(&found.partition)),
+            ) {
+                facts.ranked = why::parse_ranked(&t);
+            }
+            if let Some(t) = soft(
+                &mut unread,
                 "sprio -w",
                 slurm_output("sprio", &why::sprio_weight_args()),
             ) {
