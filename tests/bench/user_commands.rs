@@ -220,11 +220,24 @@ fn main() -> Result<(), String> {
     let gpu_qos = gpu_qos.to_string_lossy();
     let user = &users[0].0;
     let as_user = |program: &str, args: &[&str]| user.run_ok(&c, None, program, args);
+    // One of the user's own held jobs.
+    let held = as_user("squeue", &["--me", "-h", "-t", "PD", "-o", "%i"])?
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
     let rows = vec![
         measure(&c, "a user's group usage", "gpu-qos usage", || {
             as_user(&gpu_qos, &["usage"])
         })?,
         measure(&c, "", "squeue --me", || as_user("squeue", &["--me"]))?,
+        measure(&c, "one held job explained", "gpu-qos why", || {
+            as_user(&gpu_qos, &["why", &held])
+        })?,
+        measure(&c, "", "sprio -p (why, Priority)", || {
+            as_user("sprio", &["-h", "-p", testcluster::cluster::PARTITION])
+        })?,
         measure(&c, "", "squeue (every job)", || as_user("squeue", &[]))?,
         measure(&c, "the controller's metrics", "gpu-qos metrics", || {
             c.run_ok(&gpu_qos, &["metrics"])

@@ -540,11 +540,19 @@ fn run_why(job: &str, json: bool) -> ExitCode {
             ) {
                 facts.factors = why::parse_factors(&t).into_iter().next().map(|(_, f)| f);
             }
-            if let Some(t) = soft(
-                &mut unread,
-                "sprio -p",
-                slurm_output("sprio", &why::sprio_partition_args(&found.partition)),
-            ) {
+            // The jobs it may be behind: only where priority decides (the
+            // answer is the partition's pending jobs).
+            let ranked = matches!(found.reason.as_str(), "Priority" | "Resources");
+            if let Some(t) = ranked
+                .then(|| {
+                    soft(
+                        &mut unread,
+                        "sprio -p",
+                        slurm_output("sprio", &why::sprio_partition_args(&found.partition)),
+                    )
+                })
+                .flatten()
+            {
                 facts.ranked = why::parse_ranked(&t);
             }
             if let Some(t) = soft(
