@@ -1,13 +1,21 @@
 //! `gpu-qos why JOB`: one pending job explained in words and numbers.
 //!
-//! What it reads, all of it what any user may read, each with a filter
-//! slurmctld applies itself so that nothing grows with the site's jobs:
-//! the job (`squeue -j`), its priority factors and the site's weights
-//! (`sprio -j`, `sprio -w`), its association's fair share (`sshare -A -u`),
+//! What it reads, all of it what any user may read, in a number of calls
+//! that does not grow with the site's jobs: the job (`squeue -j`, one job
+//! packed), its priority factors and the site's weights (`sprio -j`,
+//! `sprio -w`), its association's fair share (`sshare -A -u`, filtered by
+//! slurmctld),
 //! `PriorityMaxAge` and `PriorityDecayHalfLife` (`scontrol show config`),
 //! and, for a job its QOS may preempt others for, the running jobs of the
 //! QOS it may preempt (the users `scontrol show assoc_mgr` names, then
 //! `squeue -u` each, as `gpu-qos usage` reads a group).
+//!
+//! `sprio` is one `REQUEST_PRIORITY_FACTORS` whatever it is asked, but
+//! only 22.05 sends the job, partition and user filters to slurmctld; from
+//! 23.02 on the request carries none, slurmctld answers with every pending
+//! job the caller may see and `sprio` filters them itself. So on 24.11 and
+//! 26.05 each `sprio` answer grows with the site's pending queue (held
+//! jobs, priority 0, are never in it).
 //!
 //! Slurm fills in every field read here (ids, names, states, times, TRES),
 //! `|`-separated, so nothing a user names a job can shift them.
@@ -58,8 +66,9 @@ pub fn sprio_job_args(job: &str) -> Vec<String> {
         .collect()
 }
 
-/// `sprio` for the pending jobs of one partition (slurmctld filters by
-/// partition itself): the jobs a pending job may be behind.
+/// `sprio` for the pending jobs of one partition: the jobs a pending job
+/// may be behind (slurmctld filters by partition on 22.05 only; later
+/// releases answer every pending job and `sprio` filters).
 pub fn sprio_partition_args(partition: &str) -> Vec<String> {
     ["-h", "-p", partition, "-o", SPRIO_FORMAT]
         .iter()
