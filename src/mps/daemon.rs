@@ -431,18 +431,17 @@ struct AliveRecord {
 
 impl AliveRecord {
     fn parse(text: &str) -> Option<Self> {
-        let mut w = text.split_whitespace().map(str::parse::<i128>);
-        let mut next = || w.next()?.ok();
+        let mut w = text.split_whitespace();
         let record = Self {
-            pid: u32::try_from(next()?).ok()?,
-            start: u64::try_from(next()?).ok()?,
+            pid: w.next()?.parse().ok()?,
+            start: w.next()?.parse().ok()?,
             pipe: (
-                u64::try_from(next()?).ok()?,
-                i64::try_from(next()?).ok()?,
-                i64::try_from(next()?).ok()?,
+                w.next()?.parse().ok()?,
+                w.next()?.parse().ok()?,
+                w.next()?.parse().ok()?,
             ),
         };
-        next().is_none().then_some(record)
+        w.next().is_none().then_some(record)
     }
 }
 

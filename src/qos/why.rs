@@ -37,21 +37,19 @@ pub const JOB_FIELDS: &str = "JobID:|,UserName:|,Account:|,StateCompact:|,QOS:|,
      PriorityLong:|,tres-alloc:|,Reason:|,StartTime:|,SchedNodes:|,PreemptTime:|,EndTime:|,\
      NodeList:|,RestartCnt:|";
 
+fn owned(args: &[&str]) -> Vec<String> {
+    args.iter().map(|a| (*a).to_owned()).collect()
+}
+
 /// `squeue` for one job (slurmctld packs only that job).
 pub fn job_args(job: &str) -> Vec<String> {
-    ["-h", "-j", job, "-O", JOB_FIELDS]
-        .iter()
-        .map(|a| (*a).to_owned())
-        .collect()
+    owned(&["-h", "-j", job, "-O", JOB_FIELDS])
 }
 
 /// `squeue` for one user's running jobs (slurmctld packs only that
 /// user's jobs).
 pub fn running_args(user: &str) -> Vec<String> {
-    ["-h", "-u", user, "-t", "RUNNING", "-O", JOB_FIELDS]
-        .iter()
-        .map(|a| (*a).to_owned())
-        .collect()
+    owned(&["-h", "-u", user, "-t", "RUNNING", "-O", JOB_FIELDS])
 }
 
 /// The `sprio -o` format [`parse_factors`] reads: job, partition, user,
@@ -60,20 +58,14 @@ pub const SPRIO_FORMAT: &str = "%i|%r|%u|%Y|%S|%A|%B|%F|%J|%P|%Q|%N|%T|";
 
 /// `sprio` for one job's factors.
 pub fn sprio_job_args(job: &str) -> Vec<String> {
-    ["-h", "-j", job, "-o", SPRIO_FORMAT]
-        .iter()
-        .map(|a| (*a).to_owned())
-        .collect()
+    owned(&["-h", "-j", job, "-o", SPRIO_FORMAT])
 }
 
 /// `sprio` for the pending jobs of one partition: the jobs a pending job
 /// may be behind (slurmctld filters by partition on 22.05 only; later
 /// releases answer every pending job and `sprio` filters).
 pub fn sprio_partition_args(partition: &str) -> Vec<String> {
-    ["-h", "-p", partition, "-o", SPRIO_FORMAT]
-        .iter()
-        .map(|a| (*a).to_owned())
-        .collect()
+    owned(&["-h", "-p", partition, "-o", SPRIO_FORMAT])
 }
 
 /// A pending job's row of [`SPRIO_FORMAT`].
@@ -104,15 +96,12 @@ pub fn parse_ranked(text: &str) -> Vec<Ranked> {
 
 /// `sprio` for the site's weights (one row, `Weights` in the job column).
 pub fn sprio_weight_args() -> Vec<String> {
-    ["-h", "-w", "-o", SPRIO_FORMAT]
-        .iter()
-        .map(|a| (*a).to_owned())
-        .collect()
+    owned(&["-h", "-w", "-o", SPRIO_FORMAT])
 }
 
 /// `sshare` for one association and its account.
 pub fn sshare_args(account: &str, user: &str) -> Vec<String> {
-    [
+    owned(&[
         "-h",
         "-P",
         "-A",
@@ -121,10 +110,7 @@ pub fn sshare_args(account: &str, user: &str) -> Vec<String> {
         user,
         "-o",
         "Account,User,RawShares,NormShares,RawUsage,EffectvUsage,FairShare,GrpTRESRaw",
-    ]
-    .iter()
-    .map(|a| (*a).to_owned())
-    .collect()
+    ])
 }
 
 /// A job as [`JOB_FIELDS`] shows it.
@@ -320,7 +306,7 @@ pub fn parse_shares(text: &str) -> Vec<ShareRow> {
 
 /// `sacct` for every run of a requeued job (`-D`: each requeue is a record).
 pub fn sacct_runs_args(job: &str) -> Vec<String> {
-    [
+    owned(&[
         "-n",
         "-P",
         "-X",
@@ -329,10 +315,7 @@ pub fn sacct_runs_args(job: &str) -> Vec<String> {
         job,
         "-o",
         "JobID,State,Start,End,NodeList",
-    ]
-    .iter()
-    .map(|a| (*a).to_owned())
-    .collect()
+    ])
 }
 
 /// One run of a job, as `sacct -D` lists it.

@@ -414,26 +414,45 @@ fn run_audit(conf: Option<PathBuf>, view: AuditView, fail_on: FailOn) -> ExitCod
 /// a QOS (`AccountingStorageEnforce` without `limits`), every job is read
 /// as before.
 fn group_jobs(user: &str, qos: &[String]) -> Result<(Vec<usage::JobRow>, Vec<Unread>)> {
+    qos_jobs(
+        user,
+        qos,
+        &usage::SQUEUE_ARGS,
+        usage::user_squeue_args,
+        usage::parse_squeue,
+        |j| &j.id,
+    )
+}
+
+/// The jobs of `user` and of every user with jobs in `qos`, one `squeue`
+/// (`of_user`) per user, each job once; every job (`every`) where Slurm
+/// keeps no per-user counts for a QOS.
+fn qos_jobs<T>(
+    user: &str,
+    qos: &[String],
+    every: &[&str],
+    of_user: impl Fn(&str) -> Vec<String>,
+    parse: impl Fn(&str) -> (Vec<T>, Vec<Unread>),
+    id: impl Fn(&T) -> &String,
+) -> Result<(Vec<T>, Vec<Unread>)> {
     if qos.is_empty() {
         return Ok((Vec::new(), Vec::new()));
     }
     let users = match qos_users(user, qos)? {
         Ok(users) => users,
         Err(name) => {
-            let (jobs, mut unread) =
-                usage::parse_squeue(&slurm_output("squeue", &usage::SQUEUE_ARGS)?);
+            let (jobs, mut unread) = parse(&slurm_output("squeue", every)?);
             unread.push(every_job_read(&name));
             return Ok((jobs, unread));
         }
     };
-    let mut jobs: Vec<usage::JobRow> = Vec::new();
+    let mut jobs: Vec<T> = Vec::new();
     let mut unread = Vec::new();
     for u in &users {
-        let (rows, bad) =
-            usage::parse_squeue(&slurm_output("squeue", &usage::user_squeue_args(u))?);
+        let (rows, bad) = parse(&slurm_output("squeue", &of_user(u))?);
         unread.extend(bad);
         for row in rows {
-            if !jobs.iter().any(|j| j.id == row.id) {
+            if !jobs.iter().any(|j| id(j) == id(&row)) {
                 jobs.push(row);
             }
         }
@@ -477,29 +496,12 @@ fn every_job_read(qos: &str) -> Unread {
 
 /// The running jobs of `qos` (read as [`group_jobs`] reads a group).
 fn running_in(user: &str, qos: &[String]) -> Result<(Vec<why::Job>, Vec<Unread>)> {
-    if qos.is_empty() {
-        return Ok((Vec::new(), Vec::new()));
-    }
-    let (mut jobs, mut unread) = (Vec::new(), Vec::new());
-    match qos_users(user, qos)? {
-        Ok(users) => {
-            for u in &users {
-                let (rows, bad) = why::parse_jobs(&slurm_output("squeue", &why::running_args(u))?);
-                unread.extend(bad);
-                jobs.extend(rows);
-            }
-        }
-        Err(name) => {
-            let args = ["-h", "-t", "RUNNING", "-O", why::JOB_FIELDS];
-            let (rows, bad) = why::parse_jobs(&slurm_output("squeue", &args)?);
-            unread.extend(bad);
-            unread.push(every_job_read(&name));
-            jobs = rows;
-        }
-    }
+    let every = ["-h", "-t", "RUNNING", "-O", why::JOB_FIELDS];
+    let (mut jobs, unread) =
+        qos_jobs(user, qos, &every, why::running_args, why::parse_jobs, |j| {
+            &j.id
+        })?;
     jobs.retain(|j| qos.iter().any(|q| q.eq_ignore_ascii_case(&j.qos)));
-    jobs.sort_by(|a, b| a.id.cmp(&b.id));
-    jobs.dedup_by(|a, b| a.id == b.id);
     Ok((jobs, unread))
 }
 
