@@ -101,6 +101,22 @@ fn main() -> ExitCode {
             example_site,
         )
         .test_on(
+            "priority_periods_left_at_defaults_and_gpu_types_billed_alike_are_noted",
+            {
+                // a40 and h100 on the node, both billed GRES/gpu=1.0;
+                // slurm.conf without the decay or the maximum age.
+                let mut spec = with_conf("PriorityDecayHalfLife", "");
+                spec.conf_overrides
+                    .push(("PriorityMaxAge".into(), String::new()));
+                spec.gpus.push(GpuSpec {
+                    gpu_type: "h100".into(),
+                    count: 1,
+                });
+                spec
+            },
+            priority_defaults,
+        )
+        .test_on(
             "enforce_without_limits_and_qos_is_an_error",
             with_conf("AccountingStorageEnforce", "associations"),
             enforce,
@@ -419,6 +435,81 @@ fn deny_on_limit(c: &mut Cluster) -> TestResult {
     ensure(f.object == "QOS qos_ying_rex", format!("{f:?}"))?;
     apply(c, &f)?;
     passes_clean(c)
+}
+
+/// Slurm's defaults for the two priority periods and one billing weight
+/// for both GPU types: three notes, the audit still passes; once the
+/// partition weighs h100 above a40, the users' page (as a user reads it)
+/// states the site's own figures.
+fn priority_defaults(c: &mut Cluster) -> TestResult {
+    let (report, code) = audit(c, &[])?;
+    let kinds: Vec<(&str, Severity)> = report
+        .findings
+        .iter()
+        .map(|f| (f.kind.as_str(), f.severity))
+        .collect();
+    ensure(
+        code == 0
+            && kinds
+                == [
+                    ("decay_half_life_default", Severity::Note),
+                    ("max_age_default", Severity::Note),
+                    ("billing_types_alike", Severity::Note),
+                ],
+        format!("exit {code}:{}", listing(&report.findings)),
+    )?;
+    let f = &report.findings;
+    ensure(
+        f[0].what
+            == "PriorityDecayHalfLife is not set in slurm.conf: Slurm's default 7-00:00:00 applies"
+            && f[2].what
+                == "gpu bills its GPU types a40, h100 alike (1 per GPU; no GRES/gpu:TYPE weight tells them apart)",
+        listing(f),
+    )?;
+    c.run_ok(
+        "scontrol",
+        &[
+            "update",
+            "PartitionName=gpu",
+            "TRESBillingWeights=CPU=1.0,GRES/gpu=1.0,GRES/gpu:h100=1.5",
+        ],
+    )?;
+    let user = member(c, "gpushare_carol")?;
+    let bin = testcluster::cluster::build_dir()?.join("gpu-qos");
+    let page = user.run_ok(
+        c,
+        None,
+        &bin.to_string_lossy(),
+        &["audit", "--explain", "--markdown"],
+    )?;
+    for line in [
+        "| fair share | 1000 | little recent GPU use by you and your account, against your shares |",
+        "| age | 100 | waiting: it grows to 1 over 7 days (PriorityMaxAge) |",
+        "| gpu | h100 | 2.5 | |",
+        "| gpu | | | an h100-hour counts 2.5 a40-hours |",
+        "| qos_lafferty | 4 a40 | lowprio | – | – | 100 | 1 |",
+    ] {
+        ensure(
+            page.lines().any(|l| l == line),
+            format!("{line:?} is not a line of the page:\n{page}"),
+        )?;
+    }
+    ensure(
+        page.contains("decays with a half-life of 7 days (PriorityDecayHalfLife)")
+            && page.contains(
+                "a job of qos_lafferty or qos_ying_rex that needs GPUs held by lowprio jobs waits while they are requeued after a grace time of 1 min: up to 1 min",
+            ),
+        format!("page:\n{page}"),
+    )?;
+    // The partition's weights now tell the types apart.
+    let (report, _) = audit(c, &[])?;
+    ensure(
+        !report
+            .findings
+            .iter()
+            .any(|f| f.kind == "billing_types_alike"),
+        listing(&report.findings),
+    )
 }
 
 /// A member of the group, allowed its QOS; returns the user.

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use super::check::{self, Finding, Severity};
 use super::config::GpuQosConfig;
-use super::site::{AuditQos, NodeInfo, PartitionInfo, SlurmSettings, Unread};
+use super::site::{conf_value, AuditQos, NodeInfo, PartitionInfo, SlurmSettings, Unread};
 
 const DOC_RESOURCE_LIMITS: &str = "https://slurm.schedmd.com/resource_limits.html";
 const DOC_SLURM_CONF: &str = "https://slurm.schedmd.com/slurm.conf.html";
@@ -48,6 +48,10 @@ pub struct Site {
     pub plugstack: Option<String>,
     /// `cgroup.conf`'s text, likewise.
     pub cgroup_conf: Option<String>,
+    /// `slurm.conf`'s own text with the files it includes: what the site
+    /// set on purpose, where `scontrol show config` also prints defaults;
+    /// `None` when it cannot all be read.
+    pub slurm_conf: Option<String>,
     /// Where gpu_qos.conf is (for messages) and what it holds.
     pub gpu_qos_conf_path: String,
     pub gpu_qos_conf: GpuQosConf,
@@ -633,6 +637,53 @@ fn priority(site: &Site, out: &mut Vec<AuditFinding>) {
             );
         }
     }
+    priority_defaults(site, out);
+}
+
+/// https://slurm.schedmd.com/slurm.conf.html (PriorityDecayHalfLife,
+/// PriorityMaxAge, both 7-0 by default): the two periods users are told
+/// when they ask why they wait (how long their GPU use counts against
+/// them, how long before waiting stops raising a job). A site that weighs
+/// fair share or age should have chosen them; `scontrol show config`
+/// prints the default as if set, so only slurm.conf's text tells.
+fn priority_defaults(site: &Site, out: &mut Vec<AuditFinding>) {
+    let Some(text) = &site.slurm_conf else {
+        return;
+    };
+    let s = &site.settings;
+    for (key, weight, kind, why, fix) in [
+        (
+            "PriorityDecayHalfLife",
+            "PriorityWeightFairshare",
+            "decay_half_life_default",
+            "fair share forgets GPU use at this half-life (a GPU-hour used one half-life ago \
+             counts half): it decides how long a group's heavy use keeps its jobs behind, and \
+             users are told it (gpu-qos why)",
+            "PriorityDecayHalfLife=14-0 (the period GPU use should weigh on priority; then \
+             scontrol reconfigure)",
+        ),
+        (
+            "PriorityMaxAge",
+            "PriorityWeightAge",
+            "max_age_default",
+            "a pending job's age factor grows to its full weight over this period: it decides \
+             how long a job waits before age alone lifts it past others",
+            "PriorityMaxAge=1-0 (the wait after which age weighs fully; then scontrol \
+             reconfigure)",
+        ),
+    ] {
+        if s.number(weight).unwrap_or(0) > 0 && conf_value(text, key).is_none() {
+            out.push(
+                AuditFinding::new(Severity::Note, kind, "slurm.conf", DOC_SLURM_CONF)
+                    .what(format!(
+                        "{key} is not set in slurm.conf: Slurm's default {} applies",
+                        s.get(key).unwrap_or("7-00:00:00")
+                    ))
+                    .why(why)
+                    .fix(fix),
+            );
+        }
+    }
 }
 
 /// The partitions holding GPU nodes, with the GPU types on them.
@@ -687,6 +738,7 @@ fn billing(site: &Site, out: &mut Vec<AuditFinding>) {
             )
         };
         if untyped {
+            billed_alike(p, &types, out);
             continue;
         }
         if typed.is_empty() {
@@ -712,6 +764,56 @@ fn billing(site: &Site, out: &mut Vec<AuditFinding>) {
             );
         }
     }
+}
+
+/// What one GPU of `gpu_type` adds to a job's billing in `p`: a typed
+/// request counts against `gres/gpu` and `gres/gpu:TYPE` both.
+pub fn gpu_cost(p: &PartitionInfo, gpu_type: &str) -> f64 {
+    let weight = |k: &str| {
+        p.billing_weight(k)
+            .and_then(|w| w.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    weight("gres/gpu") + weight(&format!("gres/gpu:{gpu_type}"))
+}
+
+/// Partitions whose GPU types all cost the same in fair share: an hour of
+/// the site's dearest GPU lowers a group's priority no more than one of
+/// its cheapest.
+fn billed_alike(p: &PartitionInfo, types: &[String], out: &mut Vec<AuditFinding>) {
+    if types.len() < 2 {
+        return;
+    }
+    let cost = gpu_cost(p, &types[0]);
+    if types.iter().any(|t| gpu_cost(p, t) != cost) {
+        return;
+    }
+    let w: Vec<String> = p.billing.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    out.push(
+        AuditFinding::new(
+            Severity::Note,
+            "billing_types_alike",
+            format!("PartitionName={}", p.name),
+            DOC_PRIORITY,
+        )
+        .what(format!(
+            "{} bills its GPU types {} alike ({cost} per GPU; no GRES/gpu:TYPE weight tells them apart)",
+            p.name,
+            types.join(", ")
+        ))
+        .why(
+            "fair share charges an hour of every type the same: a group on the dearest GPUs \
+             loses no more priority than one on the cheapest",
+        )
+        .fix(format!(
+            "PartitionName={} ... TRESBillingWeights={},GRES/gpu:{}=W (W: what a {}-hour costs \
+             beyond GRES/gpu; then scontrol reconfigure)",
+            p.name,
+            w.join(","),
+            types[types.len() - 1],
+            types[types.len() - 1]
+        )),
+    );
 }
 
 /// https://slurm.schedmd.com/resource_limits.html (QOS Flags,
@@ -1001,6 +1103,9 @@ qos_dijk|gres/gpu:h100=2|lowprio|cluster|00:00:00|1.000000|DenyOnLimit|100
     const PLUGSTACK: &str =
         "required /usr/lib/slurm/spank_gpu_mps.so conf=/etc/slurm/gpu_mps.conf\n";
     const CGROUP: &str = "CgroupPlugin=cgroup/v1\nConstrainDevices=yes\n";
+    /// What the site set on purpose: the decay (the config above weighs
+    /// fair share, not age).
+    const SLURM_CONF: &str = "PriorityType=priority/multifactor\nPriorityDecayHalfLife=14-0\n";
 
     fn site_with(edit: impl FnOnce(&mut String, &mut String, &mut String, &mut String)) -> Site {
         let (mut config, mut qos, mut partitions, mut conf) = (
@@ -1022,6 +1127,7 @@ qos_dijk|gres/gpu:h100=2|lowprio|cluster|00:00:00|1.000000|DenyOnLimit|100
             partitions,
             plugstack: Some(PLUGSTACK.into()),
             cgroup_conf: Some(CGROUP.into()),
+            slurm_conf: Some(SLURM_CONF.into()),
             gpu_qos_conf_path: "/etc/slurm/gpu_qos.conf".into(),
             gpu_qos_conf: match qos_conf::parse(&conf, "/etc/slurm/gpu_qos.conf") {
                 Ok(c) => GpuQosConf::Read(c),
@@ -1158,6 +1264,16 @@ qos_dijk|gres/gpu:h100=2|lowprio|cluster|00:00:00|1.000000|DenyOnLimit|100
                 "limit_differs",
             ),
             (
+                Box::new(|_, _, p, _| replace(p, ",GRES/gpu:h100=2.0", "")),
+                Note,
+                "billing_types_alike",
+            ),
+            (
+                Box::new(|c, _, _, _| c.push_str("PriorityWeightAge = 100\n")),
+                Note,
+                "max_age_default",
+            ),
+            (
                 Box::new(|_, _, p, _| replace(p, "GRES/gpu=1.0,", "")),
                 Warning,
                 "billing_typed_only",
@@ -1288,6 +1404,59 @@ qos_dijk|gres/gpu:h100=2|lowprio|cluster|00:00:00|1.000000|DenyOnLimit|100
     }
 
     #[test]
+    fn priority_periods_left_at_their_default_are_noted_only_where_they_weigh() {
+        let mut site = site_with(|c, _, _, _| {
+            c.push_str("PriorityDecayHalfLife   = 7-00:00:00\nPriorityWeightAge = 10\n");
+        });
+        site.slurm_conf = Some("PriorityType=priority/multifactor\n# PriorityMaxAge=1-0\n".into());
+        let found = audit(&site);
+        let kinds: Vec<&str> = found.iter().map(|f| f.kind.as_str()).collect();
+        assert_eq!(kinds, ["decay_half_life_default", "max_age_default"]);
+        assert_eq!(
+            found[0].what,
+            "PriorityDecayHalfLife is not set in slurm.conf: Slurm's default 7-00:00:00 applies"
+        );
+        assert_eq!(found[1].severity, Severity::Note);
+        // Set on purpose (any case, through an Include read into the text):
+        // nothing to say.
+        site.slurm_conf = Some("prioritydecayhalflife=7-0\nPriorityMaxAge=7-0\n".into());
+        assert!(audit(&site).is_empty());
+        // A weight of 0: the period changes nothing users see.
+        let mut site = site_with(|c, _, _, _| replace(c, "FairShare = 1000", "FairShare = 0"));
+        site.slurm_conf = Some(String::new());
+        assert_eq!(
+            kinds_of(&site),
+            ["priority_weight_fairshare_zero".to_owned()]
+        );
+        // slurm.conf unreadable: the audit cannot tell, and says nothing.
+        let mut site = site_with(|_, _, _, _| {});
+        site.slurm_conf = None;
+        assert!(audit(&site).is_empty());
+    }
+
+    fn kinds_of(site: &Site) -> Vec<String> {
+        audit(site).into_iter().map(|f| f.kind).collect()
+    }
+
+    #[test]
+    fn gpu_types_billed_alike_name_the_dearer_type_to_weigh() {
+        let site = site_with(|_, _, p, _| replace(p, "GRES/gpu:h100=2.0", "GRES/gpu:a40=0"));
+        let found = audit(&site);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(
+            found[0].what,
+            "gpu bills its GPU types a40, h100 alike (1 per GPU; no GRES/gpu:TYPE weight tells them apart)"
+        );
+        assert!(found[0]
+            .fix
+            .starts_with("PartitionName=gpu ... TRESBillingWeights=CPU=1.0,GRES/gpu=1.0,GRES/gpu:a40=0,GRES/gpu:h100=W"));
+        let p = &site.partitions[0];
+        assert_eq!((gpu_cost(p, "a40"), gpu_cost(p, "h100")), (1.0, 1.0));
+        let priced = site_with(|_, _, _, _| {});
+        assert_eq!(gpu_cost(&priced.partitions[0], "h100"), 3.0);
+    }
+
+    #[test]
     fn unreadable_parts_become_notes() {
         let site = site_with(|_, q, _, _| q.push_str("broken|line\n"));
         let found = audit(&site);
@@ -1322,6 +1491,7 @@ qos_dijk|gres/gpu:h100=2|lowprio|cluster|00:00:00|1.000000|DenyOnLimit|100
                 partitions,
                 plugstack: None,
                 cgroup_conf: None,
+                slurm_conf: None,
                 gpu_qos_conf_path: "gpu_qos.conf".into(),
                 gpu_qos_conf: GpuQosConf::Missing,
                 unread,

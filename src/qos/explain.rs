@@ -7,8 +7,8 @@
 
 use std::fmt::Write as _;
 
-use super::audit::{effective_preempt_mode, GpuQosConf, Site};
-use super::site::AuditQos;
+use super::audit::{effective_preempt_mode, gpu_cost, GpuQosConf, Site};
+use super::site::{parse_duration, AuditQos, NodeInfo, PartitionInfo};
 
 fn seconds(secs: u64) -> String {
     if secs >= 60 && secs.is_multiple_of(60) {
@@ -184,17 +184,7 @@ pub fn explain(site: &Site) -> String {
 
     let mut billing = String::new();
     for p in &site.partitions {
-        let types: Vec<&str> = {
-            let mut t: Vec<&str> = site
-                .nodes
-                .iter()
-                .filter(|n| n.partitions.iter().any(|x| x == &p.name))
-                .flat_map(|n| n.gpu_types())
-                .collect();
-            t.sort_unstable();
-            t.dedup();
-            t
-        };
+        let types = partition_gpu_types(site, &p.name);
         if types.is_empty() {
             continue;
         }
@@ -219,16 +209,282 @@ pub fn explain(site: &Site) -> String {
         let _ = writeln!(
             billing,
             "- {}: per GPU asked by type: {}; per GPU asked without a type: {untyped}; \
-             per CPU: {}.",
+             per CPU: {}{}.",
             p.name,
             costs.join(", "),
-            weight("cpu").unwrap_or(0.0)
+            weight("cpu").unwrap_or(0.0),
+            relative_costs(p, &types)
+                .map(|w| format!(": {w}"))
+                .unwrap_or_default()
         );
     }
     if !billing.is_empty() {
         out.push_str("\nFair-share cost (TRESBillingWeights, summed per job):\n");
         out.push_str(&billing);
     }
+    out
+}
+
+/// The GPU types on the nodes of partition `name`, sorted.
+pub fn partition_gpu_types(site: &Site, name: &str) -> Vec<String> {
+    partition_gpu_types_of(&site.nodes, name)
+}
+
+/// The GPU types on those of `nodes` in partition `name`, sorted.
+pub fn partition_gpu_types_of(nodes: &[NodeInfo], name: &str) -> Vec<String> {
+    let mut t: Vec<String> = nodes
+        .iter()
+        .filter(|n| n.partitions.iter().any(|x| x == name))
+        .flat_map(|n| n.gpu_types().map(str::to_owned))
+        .collect();
+    t.sort_unstable();
+    t.dedup();
+    t
+}
+
+/// A figure as people write it: `4`, `2.5`, `0.33`.
+fn figure(x: f64) -> String {
+    let text = format!("{x:.2}");
+    text.trim_end_matches('0').trim_end_matches('.').to_owned()
+}
+
+/// What each GPU type costs in fair share against the cheapest one, the
+/// way users compare them: "an h100-hour counts 2.5 a40-hours".
+pub fn relative_costs(p: &PartitionInfo, types: &[String]) -> Option<String> {
+    let costs: Vec<(&str, f64)> = types.iter().map(|t| (t.as_str(), gpu_cost(p, t))).collect();
+    let (base, base_cost) = costs
+        .iter()
+        .copied()
+        .filter(|(_, c)| *c > 0.0)
+        .min_by(|a, b| a.1.total_cmp(&b.1))?;
+    if costs.len() < 2 {
+        return None;
+    }
+    if costs.iter().all(|(_, c)| *c == base_cost) {
+        return Some(format!(
+            "an hour of any GPU type ({}) counts the same",
+            types.join(", ")
+        ));
+    }
+    let words: Vec<String> = costs
+        .iter()
+        .filter(|(t, _)| *t != base)
+        .map(|(t, c)| {
+            let r = c / base_cost;
+            format!(
+                "{} {t}-hour counts {} {base}-hour{}",
+                article(t),
+                figure(r),
+                if r == 1.0 { "" } else { "s" }
+            )
+        })
+        .collect();
+    Some(words.join(", "))
+}
+
+/// `an` before a type read with a vowel sound (`a40`, `h100`: "an
+/// h-one-hundred"), else `a`.
+fn article(word: &str) -> &'static str {
+    match word.chars().next().map(|c| c.to_ascii_lowercase()) {
+        Some('a' | 'e' | 'f' | 'h' | 'i' | 'l' | 'm' | 'n' | 'o' | 'r' | 's' | 'x') => "an",
+        _ => "a",
+    }
+}
+
+/// A period in words: `7 days`, `12 h`, `30 min`.
+pub fn period_words(secs: u64) -> String {
+    match secs {
+        0 => "0 (no decay)".to_owned(),
+        s if s % 86_400 == 0 => format!("{} day{}", s / 86_400, if s == 86_400 { "" } else { "s" }),
+        s if s % 3600 == 0 => format!("{} h", s / 3600),
+        s => seconds(s),
+    }
+}
+
+/// The page a site links its users to, in Markdown: their QOS, why jobs
+/// wait and how priority is made here (the site's own weights, decay and
+/// cost per GPU type), what preemption means on either side, and the
+/// commands that show more. Everything in it comes from the same [`Site`]
+/// the audit reads, so it says what Slurm is configured to do.
+pub fn user_page(site: &Site) -> String {
+    let s = &site.settings;
+    let mut out =
+        String::from("# Using the GPUs: your QOS, why jobs wait, what GPU time costs\n\n");
+    out.push_str(
+        "_Generated from this cluster's configuration by `gpu-qos audit --explain --markdown`._\n\n\
+         ## Your QOS\n\n",
+    );
+    out.push_str(&markdown(site));
+    out.push_str(
+        "\nSee yours, the GPUs your group holds and why its jobs wait: `gpu-qos usage`.\n\n\
+         ## Why is my job waiting?\n\n\
+         `gpu-qos why JOBID` explains one pending job in words and numbers, from what Slurm \
+         says of it. `squeue --me` shows each job's reason; the ones met most:\n\n",
+    );
+    let multifactor = s
+        .get("PriorityType")
+        .is_some_and(|t| t.eq_ignore_ascii_case("priority/multifactor"));
+    let period = |key: &str| {
+        s.get(key)
+            .and_then(parse_duration)
+            .map_or_else(|| "7 days (Slurm's default)".to_owned(), period_words)
+    };
+    if multifactor {
+        let top = site
+            .qos
+            .iter()
+            .filter_map(|q| q.priority)
+            .max()
+            .unwrap_or(0);
+        out.push_str(
+            "**Priority**: jobs of higher priority are ahead of it. A pending job's priority is \
+             the sum of these factors, each between 0 and 1, times this site's weight:\n\n\
+             | factor | weight | what raises it |\n|---|---|---|\n",
+        );
+        for (word, key, raises) in [
+            (
+                "QOS",
+                "PriorityWeightQOS",
+                format!("a QOS of higher priority (its priority over the highest, {top})"),
+            ),
+            (
+                "fair share",
+                "PriorityWeightFairshare",
+                "little recent GPU use by you and your account, against your shares".to_owned(),
+            ),
+            (
+                "age",
+                "PriorityWeightAge",
+                format!(
+                    "waiting: it grows to 1 over {} (PriorityMaxAge)",
+                    period("PriorityMaxAge")
+                ),
+            ),
+            (
+                "job size",
+                "PriorityWeightJobSize",
+                "the job's size (fewer or more GPUs)".to_owned(),
+            ),
+            (
+                "partition",
+                "PriorityWeightPartition",
+                "the partition's PriorityJobFactor".to_owned(),
+            ),
+        ] {
+            let w = s.number(key).unwrap_or(0);
+            if w > 0 {
+                let _ = writeln!(out, "| {word} | {w} | {raises} |");
+            }
+        }
+        let _ = write!(
+            out,
+            "\nFair share: what you and your account used counts against the shares you \
+             were given, in billing units, and decays with a half-life of {} \
+             (PriorityDecayHalfLife): an hour used that long ago counts half. \
+             `sprio -l -j JOBID` shows a job's factors, `sshare -l -u $USER` your usage.\n",
+            period("PriorityDecayHalfLife")
+        );
+        let mut table = String::new();
+        for p in &site.partitions {
+            let types = partition_gpu_types(site, &p.name);
+            if types.is_empty() || p.billing.is_empty() {
+                continue;
+            }
+            let relative = relative_costs(p, &types).unwrap_or_default();
+            for t in &types {
+                let _ = writeln!(table, "| {} | {t} | {} | |", p.name, figure(gpu_cost(p, t)));
+            }
+            if !relative.is_empty() {
+                let _ = writeln!(table, "| {} | | | {relative} |", p.name);
+            }
+        }
+        if !table.is_empty() {
+            out.push_str(
+                "\nWhat one GPU-hour costs in fair share (TRESBillingWeights):\n\n\
+                 | partition | GPU type | billing units per GPU-hour | compared |\n\
+                 |---|---|---|---|\n",
+            );
+            out.push_str(&table);
+        }
+        out.push('\n');
+    } else {
+        out.push_str("**Priority**: jobs start in the order they were submitted.\n\n");
+    }
+    out.push_str(
+        "- **Resources**: no node it may run on has enough free GPUs of its type now. \
+         `squeue --start -j JOBID` shows Slurm's estimate; `gpu-qos why JOBID` names the nodes \
+         and what holds their GPUs.\n\
+         - **QOSGrpGRES**: your group's QOS holds as many GPUs as its limit allows; the job \
+         starts when one of the group's jobs ends (`gpu-qos usage` says whose).\n",
+    );
+    // The QOS whose jobs are in fact preempted (a mode other than off).
+    let lows: Vec<&AuditQos> = site
+        .qos
+        .iter()
+        .filter(|q| !preempted_by(site, q).is_empty())
+        .filter(|q| !effective_preempt_mode(s, q).eq_ignore_ascii_case("off"))
+        .collect();
+    for q in &lows {
+        let by = preempted_by(site, q);
+        let grace = q.grace_time.unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "- **Waiting for preemption**: a job of {} that needs GPUs held by {} jobs waits \
+             while they are {}{}",
+            by.join(" or "),
+            q.name(),
+            preemption_words(site, q),
+            if grace > 0 {
+                format!(
+                    ": up to {} (`gpu-qos why JOBID` says until when).",
+                    seconds(grace)
+                )
+            } else {
+                ".".to_owned()
+            }
+        );
+    }
+    out.push_str(
+        "- **Dependency**, **BeginTime**, **JobHeldUser**, **ReqNodeNotAvail**, \
+         **Reservation**: `gpu-qos why JOBID` says which, in one sentence, with the command \
+         that shows more.\n",
+    );
+    if !lows.is_empty() {
+        let append = s.get("JobFileAppend").is_some_and(|v| v.trim() == "1");
+        out.push_str("\n## Low-priority jobs may be interrupted\n\n");
+        for q in &lows {
+            let grace = q.grace_time.unwrap_or(0);
+            let _ = writeln!(
+                out,
+                "- {} jobs use idle GPUs and are {} when a job of {} needs them.{}",
+                q.name(),
+                preemption_words(site, q),
+                preempted_by(site, q).join(" or "),
+                if grace > 0 {
+                    format!(
+                        " They get SIGTERM first and {} to save their state: checkpoint \
+                         then, and resume from the checkpoint when the job starts again.",
+                        seconds(grace)
+                    )
+                } else {
+                    " Checkpoint often: they get no warning.".to_owned()
+                }
+            );
+        }
+        out.push_str(if append {
+            "- A requeued job appends to its output file (JobFileAppend=1 here).\n"
+        } else {
+            "- A requeued job starts its output file anew, unless it was submitted with \
+             `--open-mode=append`.\n"
+        });
+    }
+    out.push_str(
+        "\n## Commands\n\n\
+         - `gpu-qos why JOBID`: why one job waits (`--json` for scripts)\n\
+         - `gpu-qos usage` (`--explain`: each of your pending jobs explained): your group QOS, \
+         the GPUs they hold, why their jobs wait\n\
+         - `sprio -l -j JOBID`, `sshare -l -u $USER`, `squeue --start -j JOBID`: Slurm's own figures\n",
+    );
     out
 }
 
@@ -289,6 +545,7 @@ mod tests {
             .0,
             plugstack: None,
             cgroup_conf: None,
+            slurm_conf: None,
             gpu_qos_conf_path: "gpu_qos.conf".into(),
             gpu_qos_conf: GpuQosConf::Read(
                 qos_conf::parse(
@@ -311,7 +568,7 @@ mod tests {
             "- lowprio: no GPU limit; preempted by qos_lafferty, qos_new, its jobs are requeued after a grace time of 2 min; its use counts 0 times in fair share.",
             "- normal: no GPU limit.",
             "Priority: priority/multifactor; weights QOS 10000, fair share 1000, age 0, job size 0, partition 0. A pending job's priority is the sum of each weight times its factor (0 to 1); the QOS factor is the QOS's priority over the highest (100).",
-            "- gpu: per GPU asked by type: a40 1, h100 4; per GPU asked without a type: 1; per CPU: 0.5.",
+            "- gpu: per GPU asked by type: a40 1, h100 4; per GPU asked without a type: 1; per CPU: 0.5: an h100-hour counts 4 a40-hours.",
         ] {
             assert!(text.contains(line), "{line}\nnot in\n{text}");
         }
@@ -323,6 +580,76 @@ mod tests {
         s.partitions = parse_partitions("PartitionName=gpu Nodes=n1\n").0;
         assert!(explain(&s)
             .contains("- gpu: no TRESBillingWeights: a job costs its CPUs; GPUs cost nothing.\n"));
+    }
+
+    #[test]
+    fn gpu_types_compared_with_the_cheapest() {
+        let types = ["a40".to_owned(), "h100".to_owned(), "l4".to_owned()];
+        let p = |w: &str| {
+            parse_partitions(&format!(
+                "PartitionName=gpu Nodes=n1 TRESBillingWeights={w}\n"
+            ))
+            .0
+            .remove(0)
+        };
+        assert_eq!(
+            relative_costs(&p("GRES/gpu=1,GRES/gpu:h100=1.5,GRES/gpu:l4=-0.5"), &types).as_deref(),
+            Some("an a40-hour counts 2 l4-hours, an h100-hour counts 5 l4-hours")
+        );
+        assert_eq!(
+            relative_costs(&p("GRES/gpu=2"), &types).as_deref(),
+            Some("an hour of any GPU type (a40, h100, l4) counts the same")
+        );
+        assert_eq!(relative_costs(&p("CPU=1"), &types), None);
+        assert_eq!(relative_costs(&p("GRES/gpu=3"), &types[..1]), None);
+        assert_eq!(
+            relative_costs(&p("GRES/gpu:a40=1,GRES/gpu:h100=3"), &types[..2]).as_deref(),
+            Some("an h100-hour counts 3 a40-hours")
+        );
+        assert_eq!(
+            (
+                period_words(1_209_600),
+                period_words(86_400),
+                period_words(7200)
+            ),
+            ("14 days".into(), "1 day".into(), "2 h".into())
+        );
+    }
+
+    #[test]
+    fn the_users_page_is_the_sites_own() {
+        let mut s = site();
+        s.settings = SlurmSettings::from_show_config(
+            "PreemptMode = REQUEUE\nPriorityType = priority/multifactor\n\
+             PriorityWeightQOS = 10000\n\
+             PriorityWeightFairShare = 1000\nPriorityWeightAge = 100\n\
+             PriorityDecayHalfLife = 14-00:00:00\nPriorityMaxAge = 1-00:00:00\n",
+        );
+        let page = user_page(&s);
+        for line in [
+            "| qos_lafferty | 4 a40 | lowprio | – | – | 100 | 1 |",
+            "| QOS | 10000 | a QOS of higher priority (its priority over the highest, 100) |",
+            "| age | 100 | waiting: it grows to 1 over 1 day (PriorityMaxAge) |",
+            "| gpu | h100 | 4 | |",
+            "| gpu | | | an h100-hour counts 4 a40-hours |",
+            "- A requeued job starts its output file anew, unless it was submitted with `--open-mode=append`.",
+        ] {
+            assert!(page.lines().any(|l| l == line), "{line}\nnot a line of\n{page}");
+        }
+        for words in [
+            "decays with a half-life of 14 days (PriorityDecayHalfLife)",
+            "- **Waiting for preemption**: a job of qos_lafferty or qos_new that needs GPUs held by lowprio jobs waits while they are requeued after a grace time of 2 min: up to 2 min (`gpu-qos why JOBID` says until when).",
+            "They get SIGTERM first and 2 min to save their state",
+        ] {
+            assert!(page.contains(words), "{words}\nnot in\n{page}");
+        }
+        // Weights of 0 are left out: nothing a user does changes them.
+        assert!(!page.contains("| job size |"));
+        // Where Slurm's defaults apply, the page says so.
+        s.settings = SlurmSettings::from_show_config(
+            "PriorityType = priority/multifactor\nPriorityWeightFairShare = 1\n",
+        );
+        assert!(user_page(&s).contains("half-life of 7 days (Slurm's default)"));
     }
 
     #[test]

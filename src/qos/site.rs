@@ -166,6 +166,10 @@ pub struct NodeInfo {
     pub name: String,
     pub gres: Vec<GresItem>,
     pub partitions: Vec<String>,
+    /// `State=` (`IDLE`, `MIXED+DRAIN`, ...); empty from slurm.conf.
+    pub state: String,
+    /// `AllocTRES=`: what running jobs hold now (`gres/gpu:a40=2,...`).
+    pub alloc_tres: String,
 }
 
 impl NodeInfo {
@@ -310,6 +314,10 @@ pub fn parse_nodes(text: &str) -> (Vec<NodeInfo>, Vec<Unread>) {
                 }));
             } else if key.eq_ignore_ascii_case("Partitions") {
                 node.partitions = split_list(value);
+            } else if key.eq_ignore_ascii_case("State") {
+                value.clone_into(&mut node.state);
+            } else if key.eq_ignore_ascii_case("AllocTRES") {
+                value.clone_into(&mut node.alloc_tres);
             }
         },
     );

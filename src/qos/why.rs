@@ -28,7 +28,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::site::{AuditQos, Unread};
+use super::explain::{partition_gpu_types_of, relative_costs};
+use super::site::{AuditQos, NodeInfo, PartitionInfo, Unread};
 use super::usage::{gpu_words, gpus_of_tres};
 use crate::shared::syntax::hostlist_contains;
 
@@ -405,7 +406,17 @@ pub struct Facts {
     /// output file is appended to (else each run truncates it, unless the
     /// job was submitted with `--open-mode=append`).
     pub file_append: Option<bool>,
+    /// The cluster's nodes (`scontrol show node -o`): those of the job's
+    /// partition with its GPU type are the ones that could run it.
+    pub nodes: Vec<NodeInfo>,
+    /// The job's partition (`scontrol show partition`): its billing weights.
+    pub partition: Option<PartitionInfo>,
+    /// Running jobs of the job's own group QOS (whose GPUs free up for it).
+    pub group_running: Vec<Job>,
 }
+
+/// At most this many nodes are described one by one.
+const NODES_SHOWN: usize = 6;
 
 fn whole(x: f64) -> String {
     format!("{x:.0}")
@@ -592,6 +603,7 @@ pub fn explain(job: Job, facts: Facts) -> WhyReport {
                     h.gpu_words()
                 ));
             }
+            node_details(&job, &facts, &mut details);
             see.push(format!("squeue -j {id} --start"));
             see.push(format!(
                 "sinfo -p {} -O NodeList,Gres,GresUsed",
@@ -681,6 +693,159 @@ fn node_names(list: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// The nodes of the job's partition that have its GPU type (any GPU for
+/// an untyped request), planned ones first: each one's GPUs of that type,
+/// how many are in use and by which jobs this user may see that matter
+/// here (jobs it may preempt, its own group's), and what is left to others.
+fn node_details(job: &Job, facts: &Facts, details: &mut Vec<String>) {
+    let want = job.gpus.iter().find_map(|(t, _)| t.clone());
+    let mut nodes: Vec<&NodeInfo> = facts
+        .nodes
+        .iter()
+        .filter(|n| n.partitions.iter().any(|p| *p == job.partition))
+        .filter(|n| match &want {
+            Some(t) => n.gpu_types().any(|x| x == t),
+            None => n.has_gpus(),
+        })
+        .collect();
+    let planned = |n: &NodeInfo| {
+        job.sched_nodes
+            .as_deref()
+            .is_some_and(|p| hostlist_contains(p, &n.name))
+    };
+    nodes.sort_by_key(|n| !planned(n));
+    let kind = want.as_deref().unwrap_or("GPU");
+    for n in nodes.iter().take(NODES_SHOWN) {
+        let total: u64 = n
+            .gres
+            .iter()
+            .filter(|g| g.name == "gpu")
+            .filter(|g| want.is_none() || g.gres_type == want)
+            .map(|g| g.count)
+            .sum();
+        let alloc = gpus_of_tres(&n.alloc_tres);
+        let used: u64 = match &want {
+            Some(t) => alloc
+                .iter()
+                .find(|(x, _)| x.as_deref() == Some(t.as_str()))
+                .map(|&(_, c)| c)
+                // Untracked types: the node's untyped count, where it has
+                // one type only.
+                .or_else(|| {
+                    (n.gpu_types().count() == 1)
+                        .then(|| alloc.iter().find(|(x, _)| x.is_none()).map(|&(_, c)| c))
+                        .flatten()
+                })
+                .unwrap_or(0),
+            None => alloc.iter().map(|&(_, c)| c).sum(),
+        };
+        let on_node = |j: &&Job| {
+            j.nodes
+                .as_deref()
+                .is_some_and(|l| hostlist_contains(l, &n.name))
+        };
+        let victims = preempt_list(&facts.qos, &job.qos);
+        let mut holders: Vec<String> = Vec::new();
+        let mut known = 0;
+        let mut seen: Vec<&str> = Vec::new();
+        for h in facts
+            .preemptable
+            .iter()
+            .chain(&facts.group_running)
+            .filter(on_node)
+        {
+            if seen.contains(&h.id.as_str()) {
+                continue;
+            }
+            seen.push(&h.id);
+            let gpus: u64 = match &want {
+                Some(t) => h
+                    .gpus
+                    .iter()
+                    .filter(|(x, _)| x.as_deref() == Some(t.as_str()))
+                    .map(|&(_, c)| c)
+                    .sum(),
+                None => h.gpus.iter().map(|&(_, c)| c).sum(),
+            };
+            known += gpus;
+            let preemptable = victims.iter().any(|v| v.eq_ignore_ascii_case(&h.qos));
+            holders.push(format!(
+                "{} job {} ({}, {}){}",
+                h.qos,
+                h.id,
+                h.user,
+                h.gpu_words(),
+                if preemptable {
+                    ", which it may preempt"
+                } else {
+                    ""
+                }
+            ));
+        }
+        let others = used.saturating_sub(known);
+        if others > 0 {
+            holders.push(format!(
+                "{others} by {}",
+                if holders.is_empty() {
+                    "jobs of other QOS"
+                } else {
+                    "other jobs"
+                }
+            ));
+        }
+        let state = n.state.to_ascii_uppercase();
+        let unusable = ["DOWN", "DRAIN", "FAIL", "MAINT", "RESERVED", "POWERED_DOWN"]
+            .iter()
+            .any(|w| state.contains(w));
+        let mps = alloc_mps(&n.alloc_tres);
+        details.push(format!(
+            "{}{}{}: {total} {kind}, {used} in use{}{}{}",
+            n.name,
+            if state.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", n.state)
+            },
+            if planned(n) {
+                ", where Slurm plans it"
+            } else {
+                ""
+            },
+            if holders.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", holders.join("; "))
+            },
+            if mps > 0 {
+                format!("; MPS shares hold {mps} units")
+            } else {
+                String::new()
+            },
+            if unusable {
+                "; it takes no new job in this state"
+            } else {
+                ""
+            },
+        ));
+    }
+    if nodes.len() > NODES_SHOWN {
+        details.push(format!(
+            "and {} more nodes of partition {} with {kind}s",
+            nodes.len() - NODES_SHOWN,
+            job.partition
+        ));
+    }
+}
+
+/// The `gres/mps` units of a TRES string.
+fn alloc_mps(tres: &str) -> u64 {
+    tres.split(',')
+        .filter_map(|e| e.split_once('='))
+        .filter(|(k, _)| k.trim() == "gres/mps")
+        .filter_map(|(_, v)| v.trim().parse::<u64>().ok())
+        .sum()
 }
 
 /// The priority in its factors, which one holds it back, and the fair share.
@@ -787,8 +952,23 @@ fn factor_hint(name: &str, facts: &Facts) -> String {
     }
 }
 
-/// The fair share of the account and the user, with GPU-hours by type.
+/// The fair share of the account and the user, with GPU-hours by type
+/// and what each type costs here.
 fn shares_details(facts: &Facts, details: &mut Vec<String>) {
+    shares_usage(facts, details);
+    let Some(p) = &facts.partition else {
+        return;
+    };
+    let types = partition_gpu_types_of(&facts.nodes, &p.name);
+    if let Some(words) = relative_costs(p, &types) {
+        details.push(format!(
+            "fair share counts GPU time as partition {}'s TRESBillingWeights bill it: {words}",
+            p.name
+        ));
+    }
+}
+
+fn shares_usage(facts: &Facts, details: &mut Vec<String>) {
     for s in &facts.shares {
         let who = match &s.user {
             Some(u) => format!("user {u} in account {}", s.account),
@@ -1071,6 +1251,77 @@ mod tests {
                 "Slurm plans it on gpu01, expected to start by 2026-11-23T23:07:56 (an estimate)",
                 "lowprio job 1 (root, 4 a40) there may be preempted for it",
             ]
+        );
+    }
+
+    #[test]
+    fn a_resources_wait_describes_each_node_that_could_run_it_and_its_holders() {
+        let (mut preemptable, _) = parse_jobs(VICTIMS);
+        for v in &mut preemptable {
+            v.preempt_time = None;
+        }
+        let (group_running, _) = parse_jobs(
+            "7|alice|research|R|qos_lafferty|gpu|10000|cpu=1,node=1,billing=1,gres/gpu=2,gres/gpu:a40=2|None|2026-11-23T23:00:00|(null)|N/A|NONE|gpu03|0|\n",
+        );
+        let (nodes, unread) = crate::qos::site::parse_nodes(
+            "NodeName=gpu02 Gres=gpu:a40:4,mps:400 State=MIXED AllocTRES=cpu=2,gres/gpu=4,gres/gpu:a40=4,gres/mps=50 Partitions=gpu\n\
+             NodeName=gpu01 Gres=gpu:a40:4 State=ALLOCATED AllocTRES=cpu=1,gres/gpu=4 Partitions=gpu\n\
+             NodeName=gpu03 Gres=gpu:a40:4 State=MIXED+DRAIN AllocTRES=cpu=2,gres/gpu:a40=3 Partitions=gpu\n\
+             NodeName=gpu04 Gres=gpu:h100:2 State=IDLE Partitions=gpu\n\
+             NodeName=cpu01 State=IDLE Partitions=cpu\n",
+        );
+        assert!(unread.is_empty(), "{unread:?}");
+        let r = explain(
+            one(PENDING),
+            Facts {
+                qos: vec![
+                    qos("qos_lafferty", &["lowprio"], None),
+                    qos("lowprio", &[], Some(120)),
+                ],
+                preemptable,
+                group_running,
+                nodes,
+                ..Facts::default()
+            },
+        );
+        assert_eq!(
+            r.details,
+            vec![
+                "Slurm plans it on gpu01, expected to start by 2026-11-23T23:07:56 (an estimate)",
+                "lowprio job 1 (root, 4 a40) there may be preempted for it",
+                // Planned first; a node that tracks only gres/gpu counts
+                // it for its one type.
+                "gpu01 (ALLOCATED), where Slurm plans it: 4 a40, 4 in use: lowprio job 1 (root, 4 a40), which it may preempt",
+                "gpu02 (MIXED): 4 a40, 4 in use: lowprio job 3 (root, 4 a40), which it may preempt; MPS shares hold 50 units",
+                "gpu03 (MIXED+DRAIN): 4 a40, 3 in use: qos_lafferty job 7 (alice, 2 a40); 1 by other jobs; it takes no new job in this state",
+            ]
+        );
+    }
+
+    #[test]
+    fn fair_share_usage_comes_with_what_each_gpu_type_costs() {
+        let mut job = one(PENDING);
+        job.reason = "Priority".into();
+        let (nodes, _) = crate::qos::site::parse_nodes(
+            "NodeName=a Gres=gpu:a40:4 Partitions=gpu\nNodeName=b Gres=gpu:h100:4 Partitions=gpu\n",
+        );
+        let (partitions, _) = crate::qos::site::parse_partitions(
+            "PartitionName=gpu Nodes=a,b TRESBillingWeights=CPU=1,GRES/gpu=1,GRES/gpu:h100=1.5\n",
+        );
+        let r = explain(
+            job,
+            Facts {
+                factors: Some(parse_factors(SPRIO)[0].1.clone()),
+                weights: Some(parse_factors(WEIGHTS)[0].1.clone()),
+                shares: parse_shares(SSHARE),
+                nodes,
+                partition: partitions.into_iter().next(),
+                ..Facts::default()
+            },
+        );
+        assert_eq!(
+            r.details.last().map(String::as_str),
+            Some("fair share counts GPU time as partition gpu's TRESBillingWeights bill it: an h100-hour counts 2.5 a40-hours")
         );
     }
 

@@ -629,6 +629,11 @@ fn override_settings(text: &str, overrides: &[(String, String)]) -> String {
                 .is_some_and(|(k, _)| k.trim().eq_ignore_ascii_case(key))
         });
         match found {
+            // An empty value removes the setting: Slurm's default applies.
+            Some(i) if value.is_empty() => {
+                lines.remove(i);
+            }
+            None if value.is_empty() => {}
             Some(i) => lines[i] = line,
             None => {
                 let at = lines
@@ -1164,7 +1169,9 @@ impl Cluster {
              PriorityType=priority/multifactor\n\
              PriorityWeightQOS=10000\n\
              PriorityWeightAge=100\n\
-             PriorityWeightFairshare=1000\n",
+             PriorityWeightFairshare=1000\n\
+             PriorityDecayHalfLife=7-0\n\
+             PriorityMaxAge=7-0\n",
             ctld = p.slurmctld,
             slurmd = p.slurmd,
             munge = munge_sock.display(),

@@ -77,7 +77,9 @@ enum Cmd {
         #[arg(long, conflicts_with = "json")]
         explain: bool,
         /// Print only the users' QOS table, in Markdown (exit 0, or 2);
-        /// with --explain too, the explanation's table in Markdown
+        /// with --explain, the page a site links its users to: their QOS,
+        /// why jobs wait, this site's priority weights, fair-share decay
+        /// and cost per GPU type, preemption, the commands to use
         #[arg(long, conflicts_with = "json")]
         markdown: bool,
     },
@@ -145,6 +147,8 @@ fn main() -> ExitCode {
         } => {
             let view = if json {
                 AuditView::Json
+            } else if markdown && explain {
+                AuditView::UserPage
             } else if markdown {
                 AuditView::Markdown
             } else if explain {
@@ -283,7 +287,7 @@ fn read_optional(path: &Path) -> Option<String> {
 fn gather(conf: Option<PathBuf>) -> Result<(Site, Vec<String>)> {
     let mut sources = Vec::new();
     let mut unread: Vec<Unread> = Vec::new();
-    let (settings, nodes, partitions, slurm_conf) =
+    let (settings, nodes, partitions, slurm_conf, slurm_conf_text) =
         match slurm_output("scontrol", &["show", "config"]) {
             Ok(text) => {
                 let settings = SlurmSettings::from_show_config(&text);
@@ -302,7 +306,8 @@ fn gather(conf: Option<PathBuf>) -> Result<(Site, Vec<String>)> {
                     Err(e) => (Vec::new(), vec![unread_from("scontrol show partition", &e)]),
                 };
                 unread.extend(u);
-                (settings, nodes, partitions, slurm_conf)
+                let text = slurm_conf.as_deref().and_then(read_with_includes);
+                (settings, nodes, partitions, slurm_conf, text)
             }
             Err(e) => {
                 let path = std::env::var_os("SLURM_CONF")
@@ -314,7 +319,14 @@ fn gather(conf: Option<PathBuf>) -> Result<(Site, Vec<String>)> {
                 sources.push(format!("{file} (scontrol show config: {e:#})"));
                 let parsed = site_text::parse_slurm_conf(&text, &file);
                 unread.extend(parsed.unread);
-                (parsed.settings, parsed.nodes, parsed.partitions, Some(path))
+                let text = read_with_includes(&path);
+                (
+                    parsed.settings,
+                    parsed.nodes,
+                    parsed.partitions,
+                    Some(path),
+                    text,
+                )
             }
         };
     let beside = |name: &str| beside_slurm_conf(slurm_conf.as_deref(), name);
@@ -358,11 +370,34 @@ fn gather(conf: Option<PathBuf>) -> Result<(Site, Vec<String>)> {
         partitions,
         plugstack: read_optional(&plugstack_path),
         cgroup_conf: read_optional(&beside("cgroup.conf")),
+        slurm_conf: slurm_conf_text,
         gpu_qos_conf_path,
         gpu_qos_conf,
         unread,
     };
     Ok((site, sources))
+}
+
+/// slurm.conf's text followed by that of each file it includes (one
+/// level, as sites use `Include`; a relative path is beside slurm.conf);
+/// `None` when any of it cannot be read, so that nothing is taken as unset
+/// that may be set in a file not read.
+fn read_with_includes(path: &Path) -> Option<String> {
+    let mut text = std::fs::read_to_string(path).ok()?;
+    let included: Vec<PathBuf> = text
+        .lines()
+        .filter_map(|l| {
+            let l = l.split('#').next().unwrap_or("").trim();
+            let (word, rest) = l.split_once(char::is_whitespace)?;
+            word.eq_ignore_ascii_case("include")
+                .then(|| path.with_file_name("").join(rest.trim()))
+        })
+        .collect();
+    for file in included {
+        text.push('\n');
+        text.push_str(&std::fs::read_to_string(file).ok()?);
+    }
+    Some(text)
 }
 
 fn unread_from(source: &str, e: &anyhow::Error) -> Unread {
@@ -379,6 +414,7 @@ enum AuditView {
     Json,
     Explain,
     Markdown,
+    UserPage,
 }
 
 fn run_audit(conf: Option<PathBuf>, view: AuditView, fail_on: FailOn) -> ExitCode {
@@ -393,15 +429,21 @@ fn run_audit(conf: Option<PathBuf>, view: AuditView, fail_on: FailOn) -> ExitCod
             return ExitCode::from(2);
         }
     };
-    if view == AuditView::Markdown {
-        print!("{}", explain::markdown(&site));
+    match view {
+        AuditView::Markdown => print!("{}", explain::markdown(&site)),
+        AuditView::UserPage => print!("{}", explain::user_page(&site)),
+        _ => {}
+    }
+    if matches!(view, AuditView::Markdown | AuditView::UserPage) {
         return ExitCode::SUCCESS;
     }
     let report = AuditReport::new(audit::audit(&site), fail_on, sources);
     match view {
         AuditView::Json => println!("{}", report.to_json()),
         AuditView::Explain => print!("{}\n{}", explain::explain(&site), report.to_table()),
-        AuditView::Table | AuditView::Markdown => print!("{}", report.to_table()),
+        AuditView::Table | AuditView::Markdown | AuditView::UserPage => {
+            print!("{}", report.to_table())
+        }
     }
     ExitCode::from(report.exit)
 }
