@@ -704,7 +704,7 @@ fn node_details(job: &Job, facts: &Facts, details: &mut Vec<String>) {
     let mut nodes: Vec<&NodeInfo> = facts
         .nodes
         .iter()
-        .filter(|n| n.partitions.iter().any(|p| *p == job.partition))
+        .filter(|n| n.partitions.contains(&job.partition))
         .filter(|n| match &want {
             Some(t) => n.gpu_types().any(|x| x == t),
             None => n.has_gpus(),
