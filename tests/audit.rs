@@ -623,6 +623,47 @@ fn usage_when_full(c: &mut Cluster) -> TestResult {
         },
     );
     ensure(shown.is_ok(), format!("text:\n{text}"))?;
+    // --explain: each of her pending jobs as `gpu-qos why` tells it, one
+    // of them held by her (a reason usage alone does not explain).
+    let held = submit_as(c, &alice, 1)?;
+    alice.run_ok(c, None, "scontrol", &["hold", &held.to_string()])?;
+    let summary = format!(
+        "job {waiting} (gpushare_alice, QOS qos_lafferty, 1 a40, partition gpu) waits for its \
+         group's GPU limit: {why}"
+    );
+    let mut explained = None;
+    let told = wait_for(
+        "usage --explain to explain both pending jobs",
+        Duration::from_secs(30),
+        || {
+            let json = alice
+                .run_ok(c, None, &bin, &["usage", "--explain", "--json"])
+                .ok()?;
+            let r: UsageReport = serde_json::from_str(&json).ok()?;
+            let found = r
+                .explained
+                .iter()
+                .map(|w| w.summary.clone())
+                .collect::<Vec<_>>();
+            explained = Some(found.clone());
+            (found.len() == 2
+                && found.contains(&summary)
+                && found.iter().any(|s| {
+                    s.starts_with(&format!("job {held} ")) && s.ends_with("is held by its user")
+                }))
+            .then_some(())
+        },
+    );
+    ensure(
+        told.is_ok(),
+        format!("want {summary:?} and job {held} held, got {explained:?}"),
+    )?;
+    let text = alice.run_ok(c, None, &bin, &["usage", "--explain"])?;
+    ensure(
+        text.contains("\nYour pending jobs, explained (gpu-qos why):\n")
+            && text.contains(&format!("    more: scontrol release {held}\n")),
+        format!("text:\n{text}"),
+    )?;
     c.cancel_all()
 }
 

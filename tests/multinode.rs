@@ -13,8 +13,10 @@ use std::fs;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use gpushare::qos::why::WhyReport;
 use testcluster::cluster::{slurm_places_shares, wait_for};
 use testcluster::monitor::{mapping_follows_ledger, node_ledger};
+use testcluster::users::TestUser;
 use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
 
 fn main() -> ExitCode {
@@ -36,6 +38,10 @@ fn main() -> ExitCode {
         .test(
             "a_group_job_preempts_lowprio_on_one_a40_node_only",
             preemption,
+        )
+        .test(
+            "why_names_the_nodes_a_resources_wait_needs_and_who_holds_them",
+            why_resources,
         )
         .test(
             "a_two_node_share_puts_each_task_on_one_gpu_of_its_node",
@@ -509,6 +515,83 @@ fn preemption(c: &mut Cluster) -> TestResult {
         || (c.job_output(victim).matches("started on").count() == 2).then_some(()),
     )
     .map_err(|e| format!("{e}: {:?}", c.job_output(victim)))?;
+    clean(c)
+}
+
+/// A group job that fits its group's limit but no node: the a40 nodes
+/// hold jobs it may not preempt (root's, QOS normal) and one of its own
+/// group's. `gpu-qos why`, run by its user, names each a40 node with its
+/// GPUs in use and the group job it knows of, the h100 node not at all.
+fn why_resources(c: &mut Cluster) -> TestResult {
+    clean(c)?;
+    let alice = TestUser::create(c, "gpushare_alice")?;
+    let bob = TestUser::create(c, "gpushare_bob")?;
+    for u in [&alice, &bob] {
+        u.allow_qos(c, &["normal", "qos_lafferty"])?;
+    }
+    let sbatch_as = |user: &TestUser, args: &[&str]| -> Result<u32, String> {
+        let mut all = vec!["--parsable", "--output=/dev/null", "--wrap=sleep 300"];
+        all.extend_from_slice(args);
+        // Retried while slurmctld has not yet learnt the user's QOS.
+        wait_for(
+            &format!("sbatch as {}", user.name),
+            Duration::from_secs(30),
+            || {
+                user.run_ok(c, None, "sbatch", &all)
+                    .ok()?
+                    .trim()
+                    .split(';')
+                    .next()?
+                    .parse()
+                    .ok()
+            },
+        )
+    };
+    let group = sbatch_as(
+        &alice,
+        &["--qos=qos_lafferty", "-w", "gpu01", "--gres=gpu:a40:2"],
+    )?;
+    let filler1 = c.sbatch_ok(&["-w", "gpu01", "--gres=gpu:a40:2", "--wrap=sleep 300"])?;
+    let filler2 = c.sbatch_ok(&["-w", "gpu02", "--gres=gpu:a40:4", "--wrap=sleep 300"])?;
+    for id in [group, filler1, filler2] {
+        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
+    }
+    let waiting = sbatch_as(&bob, &["--qos=qos_lafferty", "--gres=gpu:a40:2"])?;
+    wait_for(
+        "bob's group job to wait for Resources",
+        Duration::from_secs(60),
+        || {
+            c.job(waiting)
+                .ok()
+                .filter(|j| j.get("Reason") == Some("Resources"))
+        },
+    )?;
+    let bin = testcluster::cluster::build_dir()?.join("gpu-qos");
+    let json = bob.run_ok(
+        c,
+        None,
+        &bin.to_string_lossy(),
+        &["why", &waiting.to_string(), "--json"],
+    )?;
+    let report: WhyReport = serde_json::from_str(&json).map_err(|e| format!("{e}: {json}"))?;
+    let node = |name: &str| {
+        report
+            .details
+            .iter()
+            .find(|d| d.starts_with(&format!("{name} (")))
+            .cloned()
+            .unwrap_or_default()
+    };
+    let (one, two) = (node("gpu01"), node("gpu02"));
+    ensure(
+        report.summary.ends_with("waits for free GPUs: no node it may run on has enough free now")
+            && one.contains(&format!(
+                ": 4 a40, 4 in use: qos_lafferty job {group} (gpushare_alice, 2 a40); 2 by other jobs"
+            ))
+            && two.contains(": 4 a40, 4 in use: 4 by jobs of other QOS")
+            && node("gpu03").is_empty(),
+        format!("got {report:#?}"),
+    )?;
     clean(c)
 }
 

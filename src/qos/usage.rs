@@ -155,10 +155,14 @@ pub struct QosUse {
 }
 
 /// What `gpu-qos usage --json` prints.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UsageReport {
     pub user: String,
     pub qos: Vec<QosUse>,
+    /// `--explain`: each of the user's pending jobs, as `gpu-qos why`
+    /// explains it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub explained: Vec<super::why::WhyReport>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unread: Vec<Unread>,
 }
@@ -334,6 +338,7 @@ pub fn usage(
     let mut report = UsageReport {
         user: user.to_owned(),
         qos: Vec::new(),
+        explained: Vec::new(),
         unread: Vec::new(),
     };
     for q in all_qos {
@@ -434,6 +439,14 @@ impl UsageReport {
                     gpus_text(&p.job),
                     p.why
                 );
+            }
+        }
+        if !self.explained.is_empty() {
+            out.push_str("\nYour pending jobs, explained (gpu-qos why):\n");
+        }
+        for r in &self.explained {
+            for line in super::why::render(r).lines() {
+                let _ = writeln!(out, "  {line}");
             }
         }
         for u in &self.unread {

@@ -93,6 +93,10 @@ enum Cmd {
         /// Print the report as one JSON object on stdout
         #[arg(long)]
         json: bool,
+        /// Also explain each of your pending jobs, as `gpu-qos why` does
+        /// (at most 20; their shared reads are made once)
+        #[arg(long)]
+        explain: bool,
     },
     /// Why a pending job waits (any user, for the jobs they may see): its
     /// reason in words, its priority factors against the site's weights and
@@ -158,7 +162,7 @@ fn main() -> ExitCode {
             };
             run_audit(conf, view, fail_on.into())
         }
-        Cmd::Usage { qos, json } => run_usage(qos.as_deref(), json),
+        Cmd::Usage { qos, json, explain } => run_usage(qos.as_deref(), json, explain),
         Cmd::Why { job, json } => run_why(&job, json),
         Cmd::Metrics { write } => match run_metrics(write.as_deref()) {
             Ok(()) => ExitCode::SUCCESS,
@@ -237,12 +241,31 @@ fn run_check(conf: Option<PathBuf>, json: bool) -> ExitCode {
 /// not answering must end the audit, not hang a cron job.
 const AUDIT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Each command's answer once per run: `usage --explain` explains several
+/// jobs whose reads overlap (the QOS list, the weights, a partition's
+/// pending jobs, an association's fair share), and a one-shot command has
+/// no reason to ask slurmctld the same thing twice.
+static READ: std::sync::Mutex<Vec<(String, std::result::Result<String, String>)>> =
+    std::sync::Mutex::new(Vec::new());
+
 /// Runs a Slurm command for the audit: its stdout, or why there is none.
 fn slurm_output(program: &str, args: &[impl AsRef<str>]) -> Result<String> {
     let args: Vec<&str> = args.iter().map(AsRef::as_ref).collect();
-    let mut cmd = Command::new(program);
-    cmd.args(&args);
     let shown = format!("{program} {}", args.join(" "));
+    let mut read = READ
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((_, answer)) = read.iter().find(|(k, _)| *k == shown) {
+        return answer.clone().map_err(anyhow::Error::msg);
+    }
+    let answer = run_slurm(program, &args, &shown).map_err(|e| format!("{e:#}"));
+    read.push((shown, answer.clone()));
+    answer.map_err(anyhow::Error::msg)
+}
+
+fn run_slurm(program: &str, args: &[&str], shown: &str) -> Result<String> {
+    let mut cmd = Command::new(program);
+    cmd.args(args);
     let ran = bounded::run(cmd, None, AUDIT_TIMEOUT).with_context(|| format!("`{shown}`"))?;
     if !ran.status.success() {
         bail!("`{shown}` failed ({}): {}", ran.status, ran.stderr.trim());
@@ -562,7 +585,52 @@ fn soft(unread: &mut Vec<Unread>, source: &str, r: Result<String>) -> Option<Str
 /// `gpu-qos why JOB`: what Slurm says of the job, then only what explains
 /// its reason; a part that cannot be read is named in the report.
 fn run_why(job: &str, json: bool) -> ExitCode {
-    let gathered = || -> Result<why::WhyReport> {
+    match why_report(job) {
+        Ok(report) => {
+            if json {
+                match serde_json::to_string_pretty(&report) {
+                    Ok(text) => println!("{text}"),
+                    Err(e) => {
+                        eprintln!("gpu-qos why: {e}");
+                        return ExitCode::from(2);
+                    }
+                }
+            } else {
+                print!("{}", why::render(&report));
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("gpu-qos why: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// The nodes and the job's partition, for a wait where nodes or billing
+/// matter (two calls that grow with the nodes, not the jobs).
+fn node_facts(partition: &str, unread: &mut Vec<Unread>, facts: &mut why::Facts) {
+    if let Some(t) = soft(
+        unread,
+        "scontrol show node",
+        slurm_output("scontrol", &["show", "node", "-o"]),
+    ) {
+        let (nodes, bad) = site_text::parse_nodes(&t);
+        facts.nodes = nodes;
+        unread.extend(bad);
+    }
+    if let Some(t) = soft(
+        unread,
+        "scontrol show partition",
+        slurm_output("scontrol", &["show", "partition", partition, "-o"]),
+    ) {
+        facts.partition = site_text::parse_partitions(&t).0.into_iter().next();
+    }
+}
+
+/// One job's explanation (see [`run_why`]).
+fn why_report(job: &str) -> Result<why::WhyReport> {
+    {
         if job.is_empty() || !job.bytes().all(|b| b.is_ascii_digit() || b == b'_') {
             bail!("`{job}` is not a job id (a number, or ARRAYID_TASK)");
         }
@@ -614,12 +682,28 @@ fn run_why(job: &str, json: bool) -> ExitCode {
                 facts.shares = why::parse_shares(&t);
             }
             let victims = why::preempt_list(&facts.qos, &found.qos);
-            match running_in(&found.user, &victims) {
+            // Its own group's running jobs too, where its QOS is a group's:
+            // they hold the GPUs it waits for.
+            let group = facts
+                .qos
+                .iter()
+                .find(|q| q.name().eq_ignore_ascii_case(&found.qos))
+                .filter(|q| q.record.expected_gpu_limit().is_some())
+                .map(|q| q.name().to_owned());
+            let read: Vec<String> = victims.iter().cloned().chain(group.clone()).collect();
+            match running_in(&found.user, &read) {
                 Ok((jobs, bad)) => {
-                    facts.preemptable = jobs;
+                    let (own, others): (Vec<_>, Vec<_>) = jobs
+                        .into_iter()
+                        .partition(|j| group.as_deref() == Some(j.qos.as_str()));
+                    facts.preemptable = others;
+                    facts.group_running = own;
                     unread.extend(bad);
                 }
                 Err(e) => unread.push(unread_from("running jobs of the QOS it may preempt", &e)),
+            }
+            if ranked {
+                node_facts(&found.partition, &mut unread, &mut facts);
             }
             if found.reason.starts_with("QOSGrp") {
                 let me = slurm_output("id", &["-un"])?.trim().to_owned();
@@ -659,30 +743,13 @@ fn run_why(job: &str, json: bool) -> ExitCode {
         let mut report = why::explain(found, facts);
         report.unread = unread;
         Ok(report)
-    };
-    match gathered() {
-        Ok(report) => {
-            if json {
-                match serde_json::to_string_pretty(&report) {
-                    Ok(text) => println!("{text}"),
-                    Err(e) => {
-                        eprintln!("gpu-qos why: {e}");
-                        return ExitCode::from(2);
-                    }
-                }
-            } else {
-                print!("{}", why::render(&report));
-            }
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("gpu-qos why: {e:#}");
-            ExitCode::from(2)
-        }
     }
 }
 
-fn run_usage(only: Option<&str>, json: bool) -> ExitCode {
+/// At most this many pending jobs are explained by `usage --explain`.
+const EXPLAINED_JOBS: usize = 20;
+
+fn run_usage(only: Option<&str>, json: bool, explain: bool) -> ExitCode {
     let gathered = || -> Result<usage::UsageReport> {
         // The name of the uid that runs this, not $USER, which anyone sets.
         let user = slurm_output("id", &["-un"])?.trim().to_owned();
@@ -702,6 +769,28 @@ fn run_usage(only: Option<&str>, json: bool) -> ExitCode {
         let (jobs, u) = group_jobs(&user, &usage::covered_qos(&all_qos, &user_qos, only))?;
         unread.extend(u);
         let mut report = usage::usage(&user, &user_qos, &all_qos, &jobs, only);
+        if explain {
+            // The caller's own pending jobs, whatever their QOS (slurmctld
+            // packs only this user's).
+            let ids = slurm_output("squeue", &["-h", "-u", &user, "-t", "PENDING", "-o", "%i"])?;
+            let ids: Vec<&str> = ids.split_whitespace().collect();
+            for id in ids.iter().take(EXPLAINED_JOBS) {
+                match why_report(id) {
+                    Ok(r) => report.explained.push(r),
+                    // Gone between the two reads: nothing to explain.
+                    Err(e) => unread.push(unread_from(&format!("gpu-qos why {id}"), &e)),
+                }
+            }
+            if ids.len() > EXPLAINED_JOBS {
+                unread.push(Unread {
+                    source: "gpu-qos usage --explain".to_owned(),
+                    reason: format!(
+                        "{} more pending jobs not explained: gpu-qos why JOBID",
+                        ids.len() - EXPLAINED_JOBS
+                    ),
+                });
+            }
+        }
         report.unread = unread;
         Ok(report)
     };
