@@ -842,7 +842,23 @@ mod tests {
         assert!(matches!(parse(&["generate"]), Ok(Cmd::Generate)));
         assert!(matches!(
             parse(&["usage", "--qos", "qos_lafferty", "--json"]),
-            Ok(Cmd::Usage { qos: Some(q), json: true }) if q == "qos_lafferty"
+            Ok(Cmd::Usage { qos: Some(q), json: true, explain: false }) if q == "qos_lafferty"
+        ));
+        assert!(matches!(
+            parse(&["usage", "--explain"]),
+            Ok(Cmd::Usage {
+                qos: None,
+                json: false,
+                explain: true
+            })
+        ));
+        assert!(matches!(
+            parse(&["audit", "--explain", "--markdown"]),
+            Ok(Cmd::Audit {
+                explain: true,
+                markdown: true,
+                ..
+            })
         ));
         assert!(matches!(
             parse(&["why", "4242_3", "--json"]),
