@@ -523,26 +523,15 @@ fn member(c: &Cluster, name: &str) -> Result<TestUser, String> {
 /// yet learnt the user's new QOS from slurmdbd.
 fn submit_as(c: &Cluster, user: &TestUser, gpus: u32) -> Result<u32, String> {
     let gres = format!("--gres=gpu:a40:{gpus}");
-    let args = [
-        "--parsable",
-        "--qos=qos_lafferty",
-        &gres,
-        "--output=/dev/null",
-        "--wrap=sleep 300",
-    ];
-    let mut last = String::new();
-    wait_for(
-        &format!("sbatch as {} to be accepted", user.name),
-        Duration::from_secs(30),
-        || match user.run_ok(c, None, "sbatch", &args) {
-            Ok(out) => out.trim().split(';').next()?.parse().ok(),
-            Err(e) => {
-                last = e;
-                None
-            }
-        },
+    user.sbatch(
+        c,
+        &[
+            "--qos=qos_lafferty",
+            &gres,
+            "--output=/dev/null",
+            "--wrap=sleep 300",
+        ],
     )
-    .map_err(|e| format!("{e}: {last}"))
 }
 
 fn usage_when_full(c: &mut Cluster) -> TestResult {
@@ -807,25 +796,7 @@ fn why_fair_share(c: &mut Cluster) -> TestResult {
     let bob = member(c, "gpushare_bob")?;
     let sbatch = |user: &TestUser, wrap: &str| -> Result<u32, String> {
         let wrap = format!("--wrap={wrap}");
-        let args = [
-            "--parsable",
-            "--gres=gpu:a40:4",
-            "--output=/dev/null",
-            &wrap,
-        ];
-        wait_for(
-            &format!("sbatch as {}", user.name),
-            Duration::from_secs(30),
-            || {
-                user.run_ok(c, None, "sbatch", &args)
-                    .ok()?
-                    .trim()
-                    .split(';')
-                    .next()?
-                    .parse()
-                    .ok()
-            },
-        )
+        user.sbatch(c, &["--gres=gpu:a40:4", "--output=/dev/null", &wrap])
     };
     // alice uses the node's 4 GPUs for a while.
     let used = sbatch(&alice, "sleep 8")?;

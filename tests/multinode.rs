@@ -530,22 +530,9 @@ fn why_resources(c: &mut Cluster) -> TestResult {
         u.allow_qos(c, &["normal", "qos_lafferty"])?;
     }
     let sbatch_as = |user: &TestUser, args: &[&str]| -> Result<u32, String> {
-        let mut all = vec!["--parsable", "--output=/dev/null", "--wrap=sleep 300"];
+        let mut all = vec!["--output=/dev/null", "--wrap=sleep 300"];
         all.extend_from_slice(args);
-        // Retried while slurmctld has not yet learnt the user's QOS.
-        wait_for(
-            &format!("sbatch as {}", user.name),
-            Duration::from_secs(30),
-            || {
-                user.run_ok(c, None, "sbatch", &all)
-                    .ok()?
-                    .trim()
-                    .split(';')
-                    .next()?
-                    .parse()
-                    .ok()
-            },
-        )
+        user.sbatch(c, &all)
     };
     let group = sbatch_as(
         &alice,

@@ -69,6 +69,15 @@ fn preemption_words(site: &Site, q: &AuditQos) -> String {
     }
 }
 
+/// The highest QOS priority: the QOS factor is a QOS's priority over it.
+fn top_priority(site: &Site) -> u64 {
+    site.qos
+        .iter()
+        .filter_map(|q| q.priority)
+        .max()
+        .unwrap_or(0)
+}
+
 /// The plain-words story.
 pub fn explain(site: &Site) -> String {
     let s = &site.settings;
@@ -164,12 +173,7 @@ pub fn explain(site: &Site) -> String {
         .iter()
         .map(|(word, key)| format!("{word} {}", s.number(key).unwrap_or(0)))
         .collect();
-        let top = site
-            .qos
-            .iter()
-            .filter_map(|q| q.priority)
-            .max()
-            .unwrap_or(0);
+        let top = top_priority(site);
         let _ = write!(
             out,
             "; weights {}. A pending job's priority is the sum of each weight times \
@@ -330,12 +334,7 @@ pub fn user_page(site: &Site) -> String {
             .map_or_else(|| "7 days (Slurm's default)".to_owned(), period_words)
     };
     if multifactor {
-        let top = site
-            .qos
-            .iter()
-            .filter_map(|q| q.priority)
-            .max()
-            .unwrap_or(0);
+        let top = top_priority(site);
         out.push_str(
             "**Priority**: jobs of higher priority are ahead of it. A pending job's priority is \
              the sum of these factors, each between 0 and 1, times this site's weight:\n\n\

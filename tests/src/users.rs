@@ -152,6 +152,27 @@ impl TestUser {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
+    /// `sbatch --parsable ARGS` as this user: the job id. Retried for up
+    /// to 30 s while slurmctld has not yet learnt from slurmdbd the QOS
+    /// or account just given to the user; the last refusal is the error.
+    pub fn sbatch(&self, c: &Cluster, args: &[&str]) -> Result<u32> {
+        let mut all = vec!["--parsable"];
+        all.extend_from_slice(args);
+        let mut last = String::new();
+        crate::cluster::wait_for(
+            &format!("sbatch as {} to be accepted", self.name),
+            std::time::Duration::from_secs(30),
+            || match self.run_ok(c, None, "sbatch", &all) {
+                Ok(out) => out.trim().split(';').next()?.parse().ok(),
+                Err(e) => {
+                    last = e;
+                    None
+                }
+            },
+        )
+        .map_err(|e| format!("{e}: {last}"))
+    }
+
     /// Compiles the C file `source` as this user into their home (`-shared`
     /// for a plugin); returns the output path.
     pub fn compile(
