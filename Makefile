@@ -12,6 +12,9 @@
 #   make deb       Debian packages pinned to the Slurm they run (SUITE=host|trixie|sid)
 #   make bench     every benchmark side by side with what a site would use,
 #                  then one table (figures and the command for each row)
+#   make hw-check  (root, on an NVIDIA GPU node, no Slurm) the MPS half on the
+#                  real GPU 0, written as Markdown for the README
+#                  (HW_REPORT=path, NOBUILD=1 to run binaries built elsewhere)
 #
 # Everything needs root for the tests (they run real Slurm daemons).
 
@@ -57,6 +60,17 @@ test: deps lint
 	$(MAKE) check-releases
 	$(MAKE) test-releases
 	$(MAKE) test-packages
+
+# The MPS half on a real NVIDIA GPU (tests/hw-check, README "On real
+# hardware"): the release node programs and a CUDA client as two throwaway
+# users on GPU 0. Needs root, the driver and nvcc; on a machine without a
+# GPU it says so in one line and fails. The build is quiet so that is all
+# it prints there.
+HW_REPORT ?= hw-check-report.md
+.PHONY: hw-check
+hw-check:
+	@[ -n "$(NOBUILD)" ] || $(CARGO) build -q --profile $(PROFILE) -p gpu-mps-prolog -p gpu-mps-epilog -p gpushare-admin -p gpushare-tests --bin gpu-mps-prolog --bin gpu-mps-epilog --bin gpu-mps --bin gpushare-hw-check
+	@$(TARGET_DIR)/gpushare-hw-check --report $(HW_REPORT)
 
 # The alerting rules shipped for Prometheus: valid, and their unit tests
 # (promtool's own format) pass.

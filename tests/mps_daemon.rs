@@ -58,7 +58,7 @@ fn main() -> ExitCode {
             prolog_killed,
         )
         .test(
-            "a_share_beside_another_users_server_is_told_and_shown",
+            "a_share_beside_another_users_server_is_refused_or_told_that_it_waits",
             beside_other_user,
         );
     if !slurm_places_shares() {
@@ -445,6 +445,16 @@ fn prolog_killed(c: &mut Cluster) -> TestResult {
 
 /// A user's sbatch of a share, its output in the user's home.
 fn user_share(c: &Cluster, user: &TestUser, units: u32) -> Result<u32, String> {
+    let id = user_submit(c, user, units)?;
+    c.wait_job_state(id, &["RUNNING"], Duration::from_secs(90))?;
+    wait_for("the job's output", Duration::from_secs(60), || {
+        user_output(user, id).contains("GPU=").then_some(())
+    })?;
+    Ok(id)
+}
+
+/// Submits a share job of `units` as `user`; its id.
+fn user_submit(c: &Cluster, user: &TestUser, units: u32) -> Result<u32, String> {
     let out = user.run_ok(
         c,
         None,
@@ -462,10 +472,6 @@ fn user_share(c: &Cluster, user: &TestUser, units: u32) -> Result<u32, String> {
         .next()
         .and_then(|i| i.parse().ok())
         .ok_or_else(|| format!("sbatch printed {out:?}"))?;
-    c.wait_job_state(id, &["RUNNING"], Duration::from_secs(90))?;
-    wait_for("the job's output", Duration::from_secs(60), || {
-        user_output(user, id).contains("GPU=").then_some(())
-    })?;
     Ok(id)
 }
 
@@ -480,21 +486,49 @@ fn gpu_of(c: &Cluster, id: u32) -> Result<u32, String> {
         .ok_or_else(|| format!("job {id} has no share"))
 }
 
-/// Only another user's GPUs have room: the share is queued there (the
-/// default rule), its output says it will be time-sliced, and the status
-/// marks the GPU. Also where Slurm chose the GPU.
+/// Only another user's GPUs have room. Where gpushare places, the default
+/// rule refuses the share with the reason (its CUDA work could not start
+/// until alice's jobs end). With `OtherUsers=queue` (and wherever Slurm
+/// chose the GPU) it is placed there, its output says that its work waits
+/// for alice's jobs on that GPU, and the status marks the GPU.
 fn beside_other_user(c: &mut Cluster) -> TestResult {
     standin(c)?;
     let alice = TestUser::create(c, "gpushare-alice")?;
     let bob = TestUser::create(c, "gpushare-bob")?;
-    for _ in 0..4 {
-        user_share(c, &alice, 60)?;
+    if !slurm_places_shares() {
+        for _ in 0..4 {
+            user_share(c, &alice, 60)?;
+        }
+        let id = user_submit(c, &bob, 30)?;
+        c.wait_job_state(
+            id,
+            &["FAILED", "COMPLETED", "CANCELLED"],
+            Duration::from_secs(90),
+        )?;
+        let out = user_output(&bob, id);
+        ensure(
+            out.contains("run another user's MPS server")
+                && out.contains("OtherUsers=refuse")
+                && !out.contains("GPU=")
+                && ledger(c).share(id).is_none(),
+            format!("bob's job {id} beside alice under the default rule: {out}"),
+        )?;
+        cancel_and_wait_stopped(c)?;
     }
-    let id = user_share(c, &bob, 30)?;
+    with_line(c, "OtherUsers=queue", |c| queued_beside(c, &alice, &bob))
+}
+
+fn queued_beside(c: &mut Cluster, alice: &TestUser, bob: &TestUser) -> TestResult {
+    for _ in 0..4 {
+        user_share(c, alice, 60)?;
+    }
+    let id = user_share(c, bob, 30)?;
     let gpu = gpu_of(c, id)?;
-    let out = user_output(&bob, id);
+    let out = user_output(bob, id);
     ensure(
-        out.contains("runs the MPS server of user gpushare-alice") && out.contains("time-sliced"),
+        out.contains("runs the MPS server of user gpushare-alice")
+            && out.contains("will wait until the jobs of user gpushare-alice on this GPU end")
+            && !out.contains("time-sliced"),
         format!("bob's job {id} on GPU {gpu} was not told: {out}"),
     )?;
     let status = status_json(c)?;
@@ -535,7 +569,7 @@ fn users_kept_apart(c: &mut Cluster) -> TestResult {
     )?;
     let out = user_output(&bob, id);
     ensure(
-        !out.contains("time-sliced"),
+        !out.contains("will wait until"),
         format!("bob's job {id}: {out}"),
     )?;
     cancel_and_wait_stopped(c)

@@ -13,8 +13,8 @@
 //! GPUMemory=48G                    # per GPU, where NVML cannot tell (NVML's figure wins)
 //! MemoryLimit=proportional         # a share's device memory: proportional (its units' part), none, or a size
 //! MPSControl=auto                  # auto (found in PATH or the usual dirs), none, or the program's path
-//! MultiUser=no                     # yes: one multi-user MPS server per GPU (-M), isolation between users given up
-//! OtherUsers=queue                 # a share that only fits beside another user's server: queue (time-sliced) or refuse
+//! MultiUser=no                     # yes: one multi-user MPS server per GPU (the -M/--multiuser/-multiuser-server its -h names), isolation between users given up
+//! OtherUsers=refuse                # a share that only fits beside another user's server: refuse, or queue (its CUDA work waits for theirs to end)
 //! MaxClientsPerGPU=48              # MPS clients one GPU's server takes (48 on Volta and newer)
 //! SyslogSocket=/dev/log            # where the prolog and epilog log (default /dev/log)
 //! Placement=auto                   # who picks a share's GPU: auto (Slurm where gres.conf books mps per GPU), slurm, gpushare
@@ -77,13 +77,23 @@ pub enum MemoryLimit {
 
 /// What to do with a share that only fits on a GPU whose MPS server
 /// serves another user (one user per server, in MPS's default mode).
+///
+/// NVIDIA's documents say such a client is *queued*: the control daemon
+/// asks the other user's server to shut down once all its clients are
+/// done and starts the new user's server only then (nvidia-cuda-mps-control(1));
+/// the current troubleshooting guide lists the same case ("User ID Mismatch
+/// Without Multi-User Mode") under the server not accepting new clients.
+/// Neither is time-slicing: the job's CUDA work cannot run until the other
+/// user's clients on that GPU have exited, or fails to start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OtherUsers {
-    /// Place it on the least-loaded such GPU: the two users' jobs are
-    /// time-sliced on it, and the job's output says so.
-    #[default]
+    /// Place it on the least-loaded such GPU anyway; the job's output says
+    /// that its CUDA work waits until the other user's jobs there end.
     Queue,
-    /// Refuse the job with the reason.
+    /// Refuse the job with the reason (the default: a refused job is told
+    /// at once and can be resubmitted, a queued one holds its allocation
+    /// idle for as long as the other user's jobs run).
+    #[default]
     Refuse,
 }
 
@@ -102,7 +112,8 @@ pub struct GpuMpsConfig {
     pub syslog_socket: Option<PathBuf>,
     pub placement: Placement,
     pub memory_limit: MemoryLimit,
-    /// Run each GPU's daemon with `-M` (one multi-user server).
+    /// Run each GPU's daemon as one multi-user server (the option its
+    /// control program's `-h` names, see `daemon::multi_user_flag`).
     pub multi_user: bool,
     pub other_users: OtherUsers,
     pub max_clients_per_gpu: u32,
@@ -520,13 +531,16 @@ mod tests {
 
     #[test]
     fn mps_keys_parse() {
-        let text = "MPSControl=auto\nMultiUser=yes\nMemoryLimit=8G\nOtherUsers=refuse\nMaxClientsPerGPU=16\n";
+        let text = "MPSControl=auto\nMultiUser=yes\nMemoryLimit=8G\nOtherUsers=queue\nMaxClientsPerGPU=16\n";
         let cfg = parse(text, "f").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(cfg.mps_control, MpsControl::FromPath);
         assert!(cfg.multi_user);
         assert_eq!(cfg.memory_limit, MemoryLimit::Fixed(8192));
         assert_eq!(cfg.memory_limit_mib(10, Some(1 << 20)), Some(8192));
-        assert_eq!(cfg.other_users, OtherUsers::Refuse);
+        assert_eq!(cfg.other_users, OtherUsers::Queue);
+        // A client of a second user waits for the first's to exit: a job
+        // is refused rather than left waiting unless the site chose so.
+        assert_eq!(GpuMpsConfig::default().other_users, OtherUsers::Refuse);
         assert_eq!(cfg.max_clients_per_gpu, 16);
         let none =
             parse("MemoryLimit=none\nGPUMemory=48G\n", "f").unwrap_or_else(|e| panic!("{e}"));

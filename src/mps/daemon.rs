@@ -32,7 +32,9 @@
 //! limits stay (two small file reads under the GPU's lock); one where they
 //! change (`get_server_list` then every `set_*` line, in one call, as the
 //! control program reads commands from its standard input until its end);
-//! two where the daemon is started (the start, then the limits). The
+//! two where the daemon is started (the start, then the limits; with
+//! `MultiUser=yes` a third before them, `-h`, for the multi-user option
+//! this driver's control program documents, see [`multi_user_flag`]). The
 //! limits last set are recorded beside the daemon lock, tied to the daemon
 //! by its control pipe's inode and change time: a restarted daemon (new
 //! pipe) has none, so nothing is skipped that a new daemon lacks. A share's
@@ -286,7 +288,7 @@ fn ensure_daemon(cfg: &GpuMpsConfig, gpu: u32, owner: u32) -> Result<Found, MpsD
     let mut cmd = command(cfg, &program, gpu);
     cmd.arg("-d");
     if cfg.multi_user {
-        cmd.arg("-M");
+        cmd.arg(multi_user_flag_of(cfg, &program, gpu));
     }
     match bounded::run(cmd, None, CONTROL_TIMEOUT) {
         Ok(r) if r.status.success() => {}
@@ -319,6 +321,42 @@ fn ensure_daemon(cfg: &GpuMpsConfig, gpu: u32, owner: u32) -> Result<Found, MpsD
         Some(why) => Err(MpsDaemon::Restarted(why)),
         None => Ok(Found::Started),
     }
+}
+
+/// The spellings of the multi-user server option in NVIDIA's documents,
+/// in the order gpushare prefers them: `-M` (NVIDIA's DRA driver and the
+/// k8s device plugin pass it), `--multiuser` (the MPS v3 interface),
+/// `-multiuser-server` (the older MPS guide and its troubleshooting page).
+pub const MULTI_USER_FLAGS: [&str; 3] = ["-M", "--multiuser", "-multiuser-server"];
+
+/// The multi-user option `help` (the control program's `-h` text) names,
+/// the first of [`MULTI_USER_FLAGS`] it lists; `None` when it names none.
+/// A word counts only whole (`-M,` and `[-M]` do, `-Mx` does not).
+pub fn multi_user_flag(help: &str) -> Option<&'static str> {
+    let words: Vec<&str> = help
+        .split(|c: char| {
+            c.is_whitespace()
+                || matches!(c, ',' | ':' | ';' | '|' | '[' | ']' | '(' | ')' | '/' | '=')
+        })
+        .filter(|w| !w.is_empty())
+        .collect();
+    MULTI_USER_FLAGS
+        .into_iter()
+        .find(|flag| words.contains(flag))
+}
+
+/// The multi-user option to start GPU `gpu`'s daemon with: the one the
+/// installed control program's `-h` documents (asked once per daemon
+/// start, bounded), else `-M`, which NVIDIA's own drivers for Kubernetes
+/// pass. Drivers differ here and the documents disagree; the hardware
+/// check records what the node's driver says.
+fn multi_user_flag_of(cfg: &GpuMpsConfig, program: &Path, gpu: u32) -> &'static str {
+    let mut cmd = command(cfg, program, gpu);
+    cmd.arg("-h");
+    bounded::run(cmd, None, PROBE_TIMEOUT)
+        .ok()
+        .and_then(|ran| multi_user_flag(&format!("{}\n{}", ran.stdout, ran.stderr)))
+        .unwrap_or(MULTI_USER_FLAGS[0])
 }
 
 /// Runs `f` holding GPU `gpu`'s daemon lock (a file in the root-only
@@ -650,11 +688,28 @@ pub fn stop(cfg: &GpuMpsConfig, gpu: u32) -> MpsDaemon {
 /// `CUDA_MPS_PIPE_DIRECTORY=<pipe>`. Only root can read other users'
 /// environments, so others find only their own.
 pub fn processes(pipe: &Path) -> Vec<u32> {
-    let wanted = {
-        let mut w = b"CUDA_MPS_PIPE_DIRECTORY=".to_vec();
-        w.extend_from_slice(pipe.as_os_str().as_encoded_bytes());
-        w
-    };
+    let wanted = pipe_variable(pipe);
+    processes_where(|v| v == wanted.as_slice())
+}
+
+/// Pids of MPS processes (as [`processes`]) whose pipe directory lies
+/// anywhere under `dir`: every daemon of a state directory at once.
+pub fn processes_under(dir: &Path) -> Vec<u32> {
+    let mut prefix = pipe_variable(dir);
+    prefix.push(b'/');
+    processes_where(|v| v.starts_with(&prefix))
+}
+
+/// `CUDA_MPS_PIPE_DIRECTORY=<path>`, as it appears in `/proc/<pid>/environ`.
+fn pipe_variable(path: &Path) -> Vec<u8> {
+    let mut w = b"CUDA_MPS_PIPE_DIRECTORY=".to_vec();
+    w.extend_from_slice(path.as_os_str().as_encoded_bytes());
+    w
+}
+
+/// Pids of MPS control daemons and servers with an environment variable
+/// `wanted` accepts.
+fn processes_where(wanted: impl Fn(&[u8]) -> bool) -> Vec<u32> {
     let Ok(entries) = fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -666,7 +721,7 @@ pub fn processes(pipe: &Path) -> Vec<u32> {
             });
             is_mps
                 && fs::read(format!("/proc/{pid}/environ"))
-                    .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == wanted.as_slice()))
+                    .is_ok_and(|env| env.split(|&b| b == 0).any(&wanted))
         })
         .collect();
     found.sort_unstable();
@@ -834,6 +889,24 @@ mod tests {
     }
 
     #[test]
+    fn the_multi_user_flag_is_the_one_the_help_names() {
+        let v3 = "Usage: nvidia-cuda-mps-control [-d | -f] [-m|--multiuser] [-v]\n";
+        assert_eq!(multi_user_flag(v3), Some("--multiuser"));
+        let guide = "  -d  daemon\n  -multiuser-server  one server for all users\n";
+        assert_eq!(multi_user_flag(guide), Some("-multiuser-server"));
+        let dra = "-d, -f, -M: start the daemon in multi-user mode";
+        assert_eq!(multi_user_flag(dra), Some("-M"));
+        // Only whole words: a longer option is not the flag.
+        assert_eq!(multi_user_flag("-Mx --multiuser-ish -d"), None);
+        assert_eq!(
+            multi_user_flag("usage: nvidia-cuda-mps-control [-d | -f]"),
+            None
+        );
+        // Several named: the preferred spelling.
+        assert_eq!(multi_user_flag("-multiuser-server or -M"), Some("-M"));
+    }
+
+    #[test]
     fn pids_of_an_answer() {
         assert_eq!(pids("123\n456\n"), vec![123, 456]);
         assert_eq!(pids("Server 1 not found\n"), vec![1]);
@@ -860,10 +933,24 @@ mod tests {
             std::thread::sleep(Duration::from_millis(20));
             found = processes(&pipe);
         }
+        // Every daemon under the directory, and none of a sibling whose
+        // name merely starts the same.
+        let mut under = processes_under(dir.path());
+        while under.len() < 2 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+            under = processes_under(dir.path());
+        }
+        let mut sibling = dir.path().as_os_str().to_owned();
+        sibling.push("x");
+        let beside = processes_under(Path::new(&sibling));
         for c in [&mut daemon, &mut client, &mut elsewhere] {
             let _ = c.kill();
             let _ = c.wait();
         }
         assert_eq!(found, vec![daemon.id()]);
+        let mut both = vec![daemon.id(), elsewhere.id()];
+        both.sort_unstable();
+        assert_eq!(under, both);
+        assert_eq!(beside, Vec::<u32>::new());
     }
 }

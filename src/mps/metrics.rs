@@ -211,7 +211,7 @@ pub fn render(status: &NodeStatus, counters: &Counters) -> String {
             (
                 "gpushare_gpu_mps_time_sliced",
                 "1 while users share the GPU without a multi-user server (MPS serves one user \
-                 at a time: their work is time-sliced).",
+                 at a time: one user's CUDA work waits until the other's clients have exited).",
                 &|m| u64::from(m.time_sliced),
             ),
         ];

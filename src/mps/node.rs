@@ -744,7 +744,7 @@ fn serve(
         if !others.is_empty() && !node.cfg.multi_user {
             report.notes.push(format!(
                 "job {} ({}) shares GPU {gpu} with the MPS server of {}: MPS serves one user \
-                 at a time, so their work is time-sliced",
+                 at a time, so the job's CUDA work waits until their clients there have exited",
                 share.job,
                 share.user,
                 names(&others)
@@ -1021,7 +1021,7 @@ pub fn task_plan(
 }
 
 /// The one line a share job's output starts with: its GPU, its limits and
-/// who enforces them, and any other user's server it is time-sliced with.
+/// who enforces them, and any other user's server its work waits for.
 fn banner(
     cfg: &GpuMpsConfig,
     job: u32,
@@ -1044,9 +1044,12 @@ fn banner(
     if cfg.multi_user {
         line.push_str("; the GPU's MPS server is shared by all users");
     } else if !others.is_empty() {
+        // NVIDIA documents such a client as queued until every client of
+        // the other user's server has exited (or, in its troubleshooting
+        // guide, refused): never as running beside them.
         line.push_str(&format!(
-            "; this GPU also runs the MPS server of {}, and MPS serves one user at a time: \
-             your work and theirs will be time-sliced",
+            "; this GPU also runs the MPS server of {0}, and MPS serves one user at a time: \
+             your job's CUDA work will wait until the jobs of {0} on this GPU end",
             names(others)
         ));
     }

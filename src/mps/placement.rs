@@ -73,7 +73,7 @@ pub enum PlacementError {
     /// server takes.
     TooManyClients { max_clients: u32 },
     /// Only GPUs whose MPS server serves another user have room, and the
-    /// node refuses to time-slice users (`OtherUsers=refuse`).
+    /// node refuses to make the job wait for that user (`OtherUsers=refuse`).
     OnlyBesideOtherUsers { units: u32 },
 }
 
@@ -105,9 +105,10 @@ impl fmt::Display for PlacementError {
             Self::OnlyBesideOtherUsers { units } => write!(
                 f,
                 "the only GPUs with room for {units} MPS units run another user's MPS server; \
-                 MPS serves one user per GPU at a time, and this node refuses to time-slice \
-                 users (OtherUsers=refuse in gpu_mps.conf), so the job is refused: resubmit \
-                 it later"
+                 MPS serves one user per GPU at a time, so this job's CUDA work could not start \
+                 until that user's jobs there end, and this node refuses such a share rather \
+                 than leave it waiting (OtherUsers=refuse in gpu_mps.conf, the default): \
+                 resubmit it later"
             ),
             Self::SlurmGpuUnknown { gpu, gpu_count } => write!(
                 f,
@@ -236,7 +237,7 @@ pub struct ServerRule {
     /// never wait for each other, so they are not kept apart.
     pub multi_user: bool,
     /// Refuse a share that fits only beside another user's server
-    /// (`OtherUsers=refuse`) instead of time-slicing the two.
+    /// (`OtherUsers=refuse`) instead of placing it there to wait.
     pub refuse_other_users: bool,
     /// MPS clients one GPU takes (`MaxClientsPerGPU`).
     pub max_clients: u32,
@@ -253,8 +254,9 @@ impl ServerRule {
 
 /// [`choose_gpu`] under `rule`: among the GPUs with room and fewer than
 /// `max_clients` share jobs, those without another user's shares first;
-/// where only such GPUs have room, the least-loaded of them (the two
-/// users are time-sliced there) or, with `refuse_other_users`, an error.
+/// where only such GPUs have room, the least-loaded of them (the job's
+/// clients wait there for the other user's) or, with `refuse_other_users`,
+/// an error.
 pub fn choose_gpu_for_user(
     gpus: &[GpuLoad],
     units_per_gpu: u32,

@@ -82,7 +82,8 @@ pub struct GpuMps {
     /// Users with shares on this GPU.
     pub users: Vec<String>,
     /// More than one user without a multi-user server: MPS serves one
-    /// user at a time, so they are time-sliced.
+    /// user at a time, so one user's clients wait until the other's have
+    /// exited (the JSON name is kept for the tools that read it).
     pub time_sliced: bool,
     /// MPS clients on this GPU (each share job's largest step's tasks),
     /// and the most it takes.
@@ -224,7 +225,7 @@ fn mps_table(rows: &[GpuMps]) -> String {
                 },
                 match (m.multi_user, m.time_sliced) {
                     (true, _) => "MULTI-USER".to_owned(),
-                    (false, true) => "TIME-SLICED".to_owned(),
+                    (false, true) => "USERS-WAIT".to_owned(),
                     _ => String::new(),
                 },
             ]
