@@ -362,6 +362,8 @@ impl Drop for Cleanup {
 
 /// Everything the checks use.
 struct Setup {
+    /// How nvcc built the client (for the report).
+    compiled: String,
     dir: PathBuf,
     bin: PathBuf,
     smi: PathBuf,
@@ -498,19 +500,28 @@ impl Setup {
             cmd.args(["-O2", "-o"])
                 .arg(&client)
                 .arg(&source)
-                .args(extra)
-                .arg("-lcuda");
+                .args(extra);
             bounded::run(cmd, None, NVCC_TIMEOUT).map_err(|e| e.to_string())
         };
-        let ran = compile(&[])?;
+        // CUDA's MPS attribute comes from the driver API (libcuda, CUDA
+        // 12.4+); without it (older CUDA, no unversioned libcuda.so to link)
+        // the client still runs, and the check relies on the daemon's
+        // client list instead.
+        let ran = compile(&["-lcuda"])?;
+        let mut compiled = format!("{} -O2 ... -lcuda: {}", nvcc.display(), ran.status);
         if !ran.status.success() {
-            // An older CUDA without the MPS attribute: the check still runs.
             let again = compile(&["-DNO_MPS_ATTRIBUTE"])?;
+            compiled = format!(
+                "{compiled}\n{}\nagain with -DNO_MPS_ATTRIBUTE (no CUDA MPS attribute): {}",
+                ran.stderr.trim(),
+                again.status
+            );
             if !again.status.success() {
                 return Err(format!("nvcc: {}", one_line(&again.stderr)));
             }
         }
         Ok(Self {
+            compiled,
             bin,
             smi,
             control,
@@ -905,9 +916,10 @@ fn run_checks(s: &mut Setup, report: &mut Report) -> Result<(), String> {
         Verdict::Seen,
         one_line(&info),
         format!(
-            "nvidia-smi -c DEFAULT: {}\n{}",
+            "nvidia-smi -c DEFAULT: {}\n{}\nclient: {}",
             to_default.trim(),
-            s.smi(&[])
+            s.smi(&[]),
+            s.compiled
         ),
     ));
 
