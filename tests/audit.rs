@@ -543,15 +543,7 @@ fn usage_when_full(c: &mut Cluster) -> TestResult {
         c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
     }
     let waiting = submit_as(c, &alice, 1)?;
-    wait_for(
-        "the third job to wait for the group limit",
-        Duration::from_secs(30),
-        || {
-            c.job(waiting)
-                .ok()
-                .filter(|j| j.get("Reason") == Some("QOSGrpGRES"))
-        },
-    )?;
+    c.wait_job_reason(waiting, "QOSGrpGRES", Duration::from_secs(30))?;
     let bin = testcluster::cluster::build_dir()?.join("gpu-qos");
     let bin = bin.to_string_lossy();
     let why = format!(

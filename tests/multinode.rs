@@ -544,15 +544,7 @@ fn why_resources(c: &mut Cluster) -> TestResult {
         c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
     }
     let waiting = sbatch_as(&bob, &["--qos=qos_lafferty", "--gres=gpu:a40:2"])?;
-    wait_for(
-        "bob's group job to wait for Resources",
-        Duration::from_secs(60),
-        || {
-            c.job(waiting)
-                .ok()
-                .filter(|j| j.get("Reason") == Some("Resources"))
-        },
-    )?;
+    c.wait_job_reason(waiting, "Resources", Duration::from_secs(60))?;
     let bin = testcluster::cluster::build_dir()?.join("gpu-qos");
     let json = bob.run_ok(
         c,

@@ -735,7 +735,8 @@ fn argv0_name(pid: u32) -> Option<Vec<u8>> {
     Some(argv0.rsplit(|&b| b == b'/').next()?.to_vec())
 }
 
-fn kill_all(pids: &[u32]) {
+/// SIGKILL to each of `pids` (bounded, best effort: one may be gone).
+pub fn kill_all(pids: &[u32]) {
     if pids.is_empty() {
         return;
     }

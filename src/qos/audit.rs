@@ -17,7 +17,9 @@ use serde::{Deserialize, Serialize};
 
 use super::check::{self, Finding, Severity};
 use super::config::GpuQosConfig;
-use super::site::{conf_value, AuditQos, NodeInfo, PartitionInfo, SlurmSettings, Unread};
+use super::site::{
+    conf_value, partition_gpu_types, AuditQos, NodeInfo, PartitionInfo, SlurmSettings, Unread,
+};
 
 const DOC_RESOURCE_LIMITS: &str = "https://slurm.schedmd.com/resource_limits.html";
 const DOC_SLURM_CONF: &str = "https://slurm.schedmd.com/slurm.conf.html";
@@ -688,27 +690,15 @@ fn priority_defaults(site: &Site, out: &mut Vec<AuditFinding>) {
 
 /// The partitions holding GPU nodes, with the GPU types on them.
 fn gpu_partitions(site: &Site) -> Vec<(&PartitionInfo, Vec<String>)> {
-    let mut found = Vec::new();
-    for p in &site.partitions {
-        let mut types: Vec<String> = Vec::new();
-        let mut gpus = false;
-        for n in site
-            .nodes
-            .iter()
-            .filter(|n| n.partitions.iter().any(|x| x == &p.name))
-        {
-            gpus |= n.has_gpus();
-            for t in n.gpu_types() {
-                if !types.iter().any(|x| x == t) {
-                    types.push(t.to_owned());
-                }
-            }
-        }
-        if gpus {
-            found.push((p, types));
-        }
-    }
-    found
+    site.partitions
+        .iter()
+        .filter(|p| {
+            site.nodes
+                .iter()
+                .any(|n| n.has_gpus() && n.partitions.contains(&p.name))
+        })
+        .map(|p| (p, partition_gpu_types(&site.nodes, &p.name)))
+        .collect()
 }
 
 /// https://slurm.schedmd.com/slurm.conf.html (TRESBillingWeights) and
@@ -738,7 +728,7 @@ fn billing(site: &Site, out: &mut Vec<AuditFinding>) {
             )
         };
         if untyped {
-            billed_alike(p, &types, out);
+            billed_alike(&site.settings, p, &types, out);
             continue;
         }
         if typed.is_empty() {
@@ -779,8 +769,21 @@ pub fn gpu_cost(p: &PartitionInfo, gpu_type: &str) -> f64 {
 
 /// Partitions whose GPU types all cost the same in fair share: an hour of
 /// the site's dearest GPU lowers a group's priority no more than one of
-/// its cheapest.
-fn billed_alike(p: &PartitionInfo, types: &[String], out: &mut Vec<AuditFinding>) {
+/// its cheapest. Only types accounting tracks count: slurmctld refuses to
+/// start with a weight for an untracked one (seen on 22.05: "TRES weight
+/// 'GRES:gpu:h100' is not a configured TRES type"), and `tres_untracked`
+/// reports those first.
+fn billed_alike(
+    settings: &SlurmSettings,
+    p: &PartitionInfo,
+    types: &[String],
+    out: &mut Vec<AuditFinding>,
+) {
+    let types: Vec<String> = types
+        .iter()
+        .filter(|t| settings.list_has("AccountingStorageTRES", &format!("gres/gpu:{t}")))
+        .cloned()
+        .collect();
     if types.len() < 2 {
         return;
     }
@@ -806,8 +809,8 @@ fn billed_alike(p: &PartitionInfo, types: &[String], out: &mut Vec<AuditFinding>
              loses no more priority than one on the cheapest",
         )
         .fix(format!(
-            "PartitionName={} ... TRESBillingWeights={},GRES/gpu:{}=W (W: what a {}-hour costs \
-             beyond GRES/gpu; then scontrol reconfigure)",
+            "PartitionName={} ... TRESBillingWeights={},GRES/gpu:{}=W (W: what one {}-hour \
+             costs beyond GRES/gpu; then scontrol reconfigure)",
             p.name,
             w.join(","),
             types[types.len() - 1],
@@ -1454,6 +1457,13 @@ qos_dijk|gres/gpu:h100=2|lowprio|cluster|00:00:00|1.000000|DenyOnLimit|100
         assert_eq!((gpu_cost(p, "a40"), gpu_cost(p, "h100")), (1.0, 1.0));
         let priced = site_with(|_, _, _, _| {});
         assert_eq!(gpu_cost(&priced.partitions[0], "h100"), 3.0);
+        // An untracked type cannot be weighed (slurmctld refuses the
+        // weight): only tres_untracked is said.
+        let untracked = site_with(|c, _, p, _| {
+            replace(p, "GRES/gpu:h100=2.0", "GRES/gpu:a40=0");
+            replace(c, ",gres/gpu:h100", "");
+        });
+        assert_eq!(kinds_of(&untracked), ["tres_untracked".to_owned()]);
     }
 
     #[test]

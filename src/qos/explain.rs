@@ -8,7 +8,7 @@
 use std::fmt::Write as _;
 
 use super::audit::{effective_preempt_mode, gpu_cost, GpuQosConf, Site};
-use super::site::{parse_duration, AuditQos, NodeInfo, PartitionInfo};
+use super::site::{parse_duration, partition_gpu_types, AuditQos, PartitionInfo};
 
 fn seconds(secs: u64) -> String {
     if secs >= 60 && secs.is_multiple_of(60) {
@@ -188,7 +188,7 @@ pub fn explain(site: &Site) -> String {
 
     let mut billing = String::new();
     for p in &site.partitions {
-        let types = partition_gpu_types(site, &p.name);
+        let types = partition_gpu_types(&site.nodes, &p.name);
         if types.is_empty() {
             continue;
         }
@@ -205,10 +205,7 @@ pub fn explain(site: &Site) -> String {
         let untyped = weight("gres/gpu").unwrap_or(0.0);
         let costs: Vec<String> = types
             .iter()
-            .map(|t| {
-                let typed = weight(&format!("gres/gpu:{t}")).unwrap_or(0.0);
-                format!("{t} {}", untyped + typed)
-            })
+            .map(|t| format!("{t} {}", gpu_cost(p, t)))
             .collect();
         let _ = writeln!(
             billing,
@@ -227,23 +224,6 @@ pub fn explain(site: &Site) -> String {
         out.push_str(&billing);
     }
     out
-}
-
-/// The GPU types on the nodes of partition `name`, sorted.
-pub fn partition_gpu_types(site: &Site, name: &str) -> Vec<String> {
-    partition_gpu_types_of(&site.nodes, name)
-}
-
-/// The GPU types on those of `nodes` in partition `name`, sorted.
-pub fn partition_gpu_types_of(nodes: &[NodeInfo], name: &str) -> Vec<String> {
-    let mut t: Vec<String> = nodes
-        .iter()
-        .filter(|n| n.partitions.iter().any(|x| x == name))
-        .flat_map(|n| n.gpu_types().map(str::to_owned))
-        .collect();
-    t.sort_unstable();
-    t.dedup();
-    t
 }
 
 /// A figure as people write it: `4`, `2.5`, `0.33`.
@@ -385,7 +365,7 @@ pub fn user_page(site: &Site) -> String {
         );
         let mut table = String::new();
         for p in &site.partitions {
-            let types = partition_gpu_types(site, &p.name);
+            let types = partition_gpu_types(&site.nodes, &p.name);
             if types.is_empty() || p.billing.is_empty() {
                 continue;
             }

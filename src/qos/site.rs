@@ -190,6 +190,18 @@ impl NodeInfo {
     }
 }
 
+/// The GPU types on those of `nodes` in partition `name`, sorted.
+pub fn partition_gpu_types(nodes: &[NodeInfo], name: &str) -> Vec<String> {
+    let mut t: Vec<String> = nodes
+        .iter()
+        .filter(|n| n.partitions.iter().any(|x| x == name))
+        .flat_map(|n| n.gpu_types().map(str::to_owned))
+        .collect();
+    t.sort_unstable();
+    t.dedup();
+    t
+}
+
 /// A partition as far as the audit cares.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PartitionInfo {

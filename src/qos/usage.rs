@@ -52,12 +52,17 @@ pub struct JobRow {
 impl JobRow {
     /// GPUs of `gpu_type` in the job.
     pub fn gpus_of(&self, gpu_type: &str) -> u64 {
-        self.gpus
-            .iter()
-            .filter(|(t, _)| t.as_deref() == Some(gpu_type))
-            .map(|&(_, n)| n)
-            .sum()
+        gpus_of_type(&self.gpus, Some(gpu_type))
     }
+}
+
+/// The GPUs of `gpu_type` in a list [`gpus_of_tres`] made; every GPU for
+/// `None`.
+pub fn gpus_of_type(gpus: &[(Option<String>, u64)], gpu_type: Option<&str>) -> u64 {
+    gpus.iter()
+        .filter(|(t, _)| gpu_type.is_none() || t.as_deref() == gpu_type)
+        .map(|&(_, n)| n)
+        .sum()
 }
 
 /// The GPUs of a TRES string (`cpu=1,gres/gpu=2,gres/gpu:a40=2`): the

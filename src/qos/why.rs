@@ -28,9 +28,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::explain::{partition_gpu_types_of, relative_costs};
-use super::site::{AuditQos, NodeInfo, PartitionInfo, Unread};
-use super::usage::{gpu_words, gpus_of_tres};
+use super::explain::relative_costs;
+use super::site::{partition_gpu_types, AuditQos, NodeInfo, PartitionInfo, Unread};
+use super::usage::{gpu_words, gpus_of_tres, gpus_of_type};
 use crate::shared::syntax::hostlist_contains;
 
 /// The `squeue -O` fields [`parse_jobs`] reads, `|` after each.
@@ -717,6 +717,7 @@ fn node_details(job: &Job, facts: &Facts, details: &mut Vec<String>) {
     };
     nodes.sort_by_key(|n| !planned(n));
     let kind = want.as_deref().unwrap_or("GPU");
+    let victims = preempt_list(&facts.qos, &job.qos);
     for n in nodes.iter().take(NODES_SHOWN) {
         let total: u64 = n
             .gres
@@ -726,50 +727,25 @@ fn node_details(job: &Job, facts: &Facts, details: &mut Vec<String>) {
             .map(|g| g.count)
             .sum();
         let alloc = gpus_of_tres(&n.alloc_tres);
-        let used: u64 = match &want {
-            Some(t) => alloc
-                .iter()
-                .find(|(x, _)| x.as_deref() == Some(t.as_str()))
-                .map(|&(_, c)| c)
-                // Untracked types: the node's untyped count, where it has
-                // one type only.
-                .or_else(|| {
-                    (n.gpu_types().count() == 1)
-                        .then(|| alloc.iter().find(|(x, _)| x.is_none()).map(|&(_, c)| c))
-                        .flatten()
-                })
-                .unwrap_or(0),
-            None => alloc.iter().map(|&(_, c)| c).sum(),
-        };
+        // A type accounting does not track: the node's untyped count, where
+        // it has that one type only.
+        let untracked = alloc.iter().all(|(t, _)| t.is_none()) && n.gpu_types().count() == 1;
+        let used = gpus_of_type(&alloc, want.as_deref().filter(|_| !untracked));
         let on_node = |j: &&Job| {
             j.nodes
                 .as_deref()
                 .is_some_and(|l| hostlist_contains(l, &n.name))
         };
-        let victims = preempt_list(&facts.qos, &job.qos);
+        // Two disjoint reads: jobs of the QOS it may preempt, its group's.
         let mut holders: Vec<String> = Vec::new();
         let mut known = 0;
-        let mut seen: Vec<&str> = Vec::new();
         for h in facts
             .preemptable
             .iter()
             .chain(&facts.group_running)
             .filter(on_node)
         {
-            if seen.contains(&h.id.as_str()) {
-                continue;
-            }
-            seen.push(&h.id);
-            let gpus: u64 = match &want {
-                Some(t) => h
-                    .gpus
-                    .iter()
-                    .filter(|(x, _)| x.as_deref() == Some(t.as_str()))
-                    .map(|&(_, c)| c)
-                    .sum(),
-                None => h.gpus.iter().map(|&(_, c)| c).sum(),
-            };
-            known += gpus;
+            known += gpus_of_type(&h.gpus, want.as_deref());
             let preemptable = victims.iter().any(|v| v.eq_ignore_ascii_case(&h.qos));
             holders.push(format!(
                 "{} job {} ({}, {}){}",
@@ -959,7 +935,7 @@ fn shares_details(facts: &Facts, details: &mut Vec<String>) {
     let Some(p) = &facts.partition else {
         return;
     };
-    let types = partition_gpu_types_of(&facts.nodes, &p.name);
+    let types = partition_gpu_types(&facts.nodes, &p.name);
     if let Some(words) = relative_costs(p, &types) {
         details.push(format!(
             "fair share counts GPU time as partition {}'s TRESBillingWeights bill it: {words}",

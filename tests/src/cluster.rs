@@ -1764,6 +1764,17 @@ impl Cluster {
         .map_err(|e| format!("{e} (last state {last:?})"))
     }
 
+    /// Waits until the pending job's reason is `reason`.
+    pub fn wait_job_reason(&self, id: u32, reason: &str, timeout: Duration) -> Result<JobInfo> {
+        let mut last = String::new();
+        wait_for(&format!("job {id} to wait for {reason}"), timeout, || {
+            let info = self.job(id).ok()?;
+            info.get("Reason").unwrap_or_default().clone_into(&mut last);
+            (last == reason).then_some(info)
+        })
+        .map_err(|e| format!("{e} (last reason {last:?})"))
+    }
+
     /// Waits until the job has finished, successfully or not.
     pub fn wait_job_done(&self, id: u32, timeout: Duration) -> Result<JobInfo> {
         self.wait_job_state(id, JobInfo::DONE, timeout)

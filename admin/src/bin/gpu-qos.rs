@@ -452,12 +452,14 @@ fn run_audit(conf: Option<PathBuf>, view: AuditView, fail_on: FailOn) -> ExitCod
             return ExitCode::from(2);
         }
     };
-    match view {
-        AuditView::Markdown => print!("{}", explain::markdown(&site)),
-        AuditView::UserPage => print!("{}", explain::user_page(&site)),
-        _ => {}
-    }
-    if matches!(view, AuditView::Markdown | AuditView::UserPage) {
+    // The pages for users: the site as configured, whatever the findings.
+    let page = match view {
+        AuditView::Markdown => Some(explain::markdown(&site)),
+        AuditView::UserPage => Some(explain::user_page(&site)),
+        _ => None,
+    };
+    if let Some(page) = page {
+        print!("{page}");
         return ExitCode::SUCCESS;
     }
     let report = AuditReport::new(audit::audit(&site), fail_on, sources);
@@ -630,120 +632,118 @@ fn node_facts(partition: &str, unread: &mut Vec<Unread>, facts: &mut why::Facts)
 
 /// One job's explanation (see [`run_why`]).
 fn why_report(job: &str) -> Result<why::WhyReport> {
-    {
-        if job.is_empty() || !job.bytes().all(|b| b.is_ascii_digit() || b == b'_') {
-            bail!("`{job}` is not a job id (a number, or ARRAYID_TASK)");
-        }
-        let (jobs, mut unread) = why::parse_jobs(&slurm_output("squeue", &why::job_args(job))?);
-        let Some(found) = jobs.into_iter().next() else {
-            bail!("no job {job} pending or running (squeue -j {job} lists none)");
-        };
-        let (all_qos, u) = site_text::parse_qos(&slurm_output("sacctmgr", &AUDIT_SACCTMGR_ARGS)?);
-        let mut facts = why::Facts {
-            qos: all_qos,
-            ..why::Facts::default()
-        };
-        let pending = found.state == "PD";
-        if pending {
-            if let Some(t) = soft(
-                &mut unread,
-                "sprio -j",
-                slurm_output("sprio", &why::sprio_job_args(job)),
-            ) {
-                facts.factors = why::parse_factors(&t).into_iter().next().map(|(_, f)| f);
-            }
-            // The jobs it may be behind: only where priority decides (the
-            // answer is the partition's pending jobs).
-            let ranked = matches!(found.reason.as_str(), "Priority" | "Resources");
-            if let Some(t) = ranked
-                .then(|| {
-                    soft(
-                        &mut unread,
-                        "sprio -p",
-                        slurm_output("sprio", &why::sprio_partition_args(&found.partition)),
-                    )
-                })
-                .flatten()
-            {
-                facts.ranked = why::parse_ranked(&t);
-            }
-            if let Some(t) = soft(
-                &mut unread,
-                "sprio -w",
-                slurm_output("sprio", &why::sprio_weight_args()),
-            ) {
-                facts.weights = why::parse_factors(&t).into_iter().next().map(|(_, f)| f);
-            }
-            if let Some(t) = soft(
-                &mut unread,
-                "sshare",
-                slurm_output("sshare", &why::sshare_args(&found.account, &found.user)),
-            ) {
-                facts.shares = why::parse_shares(&t);
-            }
-            let victims = why::preempt_list(&facts.qos, &found.qos);
-            // Its own group's running jobs too, where its QOS is a group's:
-            // they hold the GPUs it waits for.
-            let group = facts
-                .qos
-                .iter()
-                .find(|q| q.name().eq_ignore_ascii_case(&found.qos))
-                .filter(|q| q.record.expected_gpu_limit().is_some())
-                .map(|q| q.name().to_owned());
-            let read: Vec<String> = victims.iter().cloned().chain(group.clone()).collect();
-            match running_in(&found.user, &read) {
-                Ok((jobs, bad)) => {
-                    let (own, others): (Vec<_>, Vec<_>) = jobs
-                        .into_iter()
-                        .partition(|j| group.as_deref() == Some(j.qos.as_str()));
-                    facts.preemptable = others;
-                    facts.group_running = own;
-                    unread.extend(bad);
-                }
-                Err(e) => unread.push(unread_from("running jobs of the QOS it may preempt", &e)),
-            }
-            if ranked {
-                node_facts(&found.partition, &mut unread, &mut facts);
-            }
-            if found.reason.starts_with("QOSGrp") {
-                let me = slurm_output("id", &["-un"])?.trim().to_owned();
-                let report = group_jobs(&me, std::slice::from_ref(&found.qos))
-                    .map(|(jobs, _)| usage::usage(&me, &[], &facts.qos, &jobs, Some(&found.qos)));
-                facts.group_words = report.ok().and_then(|r| {
-                    r.qos
-                        .iter()
-                        .flat_map(|q| q.pending.iter())
-                        .find(|p| p.job.id == found.id)
-                        .map(|p| p.why.clone())
-                });
-            }
-        }
-        if pending || found.restarts > 0 {
-            if let Some(t) = soft(
-                &mut unread,
-                "scontrol show config",
-                slurm_output("scontrol", &["show", "config"]),
-            ) {
-                let conf = SlurmSettings::from_show_config(&t);
-                facts.max_age = conf.get("PriorityMaxAge").map(str::to_owned);
-                facts.half_life = conf.get("PriorityDecayHalfLife").map(str::to_owned);
-                facts.file_append = conf.get("JobFileAppend").map(|v| v.trim() == "1");
-            }
-        }
-        if found.restarts > 0 {
-            if let Some(t) = soft(
-                &mut unread,
-                "sacct -D",
-                slurm_output("sacct", &why::sacct_runs_args(job)),
-            ) {
-                facts.runs = why::parse_runs(&t);
-            }
-        }
-        unread.extend(u);
-        let mut report = why::explain(found, facts);
-        report.unread = unread;
-        Ok(report)
+    if job.is_empty() || !job.bytes().all(|b| b.is_ascii_digit() || b == b'_') {
+        bail!("`{job}` is not a job id (a number, or ARRAYID_TASK)");
     }
+    let (jobs, mut unread) = why::parse_jobs(&slurm_output("squeue", &why::job_args(job))?);
+    let Some(found) = jobs.into_iter().next() else {
+        bail!("no job {job} pending or running (squeue -j {job} lists none)");
+    };
+    let (all_qos, u) = site_text::parse_qos(&slurm_output("sacctmgr", &AUDIT_SACCTMGR_ARGS)?);
+    let mut facts = why::Facts {
+        qos: all_qos,
+        ..why::Facts::default()
+    };
+    let pending = found.state == "PD";
+    if pending {
+        if let Some(t) = soft(
+            &mut unread,
+            "sprio -j",
+            slurm_output("sprio", &why::sprio_job_args(job)),
+        ) {
+            facts.factors = why::parse_factors(&t).into_iter().next().map(|(_, f)| f);
+        }
+        // The jobs it may be behind: only where priority decides (the
+        // answer is the partition's pending jobs).
+        let ranked = matches!(found.reason.as_str(), "Priority" | "Resources");
+        if let Some(t) = ranked
+            .then(|| {
+                soft(
+                    &mut unread,
+                    "sprio -p",
+                    slurm_output("sprio", &why::sprio_partition_args(&found.partition)),
+                )
+            })
+            .flatten()
+        {
+            facts.ranked = why::parse_ranked(&t);
+        }
+        if let Some(t) = soft(
+            &mut unread,
+            "sprio -w",
+            slurm_output("sprio", &why::sprio_weight_args()),
+        ) {
+            facts.weights = why::parse_factors(&t).into_iter().next().map(|(_, f)| f);
+        }
+        if let Some(t) = soft(
+            &mut unread,
+            "sshare",
+            slurm_output("sshare", &why::sshare_args(&found.account, &found.user)),
+        ) {
+            facts.shares = why::parse_shares(&t);
+        }
+        let victims = why::preempt_list(&facts.qos, &found.qos);
+        // Its own group's running jobs too, where its QOS is a group's:
+        // they hold the GPUs it waits for.
+        let group = facts
+            .qos
+            .iter()
+            .find(|q| q.name().eq_ignore_ascii_case(&found.qos))
+            .filter(|q| q.record.expected_gpu_limit().is_some())
+            .map(|q| q.name().to_owned());
+        let read: Vec<String> = victims.iter().cloned().chain(group.clone()).collect();
+        match running_in(&found.user, &read) {
+            Ok((jobs, bad)) => {
+                let (own, others): (Vec<_>, Vec<_>) = jobs
+                    .into_iter()
+                    .partition(|j| group.as_deref() == Some(j.qos.as_str()));
+                facts.preemptable = others;
+                facts.group_running = own;
+                unread.extend(bad);
+            }
+            Err(e) => unread.push(unread_from("running jobs of the QOS it may preempt", &e)),
+        }
+        if ranked {
+            node_facts(&found.partition, &mut unread, &mut facts);
+        }
+        if found.reason.starts_with("QOSGrp") {
+            let me = slurm_output("id", &["-un"])?.trim().to_owned();
+            let report = group_jobs(&me, std::slice::from_ref(&found.qos))
+                .map(|(jobs, _)| usage::usage(&me, &[], &facts.qos, &jobs, Some(&found.qos)));
+            facts.group_words = report.ok().and_then(|r| {
+                r.qos
+                    .iter()
+                    .flat_map(|q| q.pending.iter())
+                    .find(|p| p.job.id == found.id)
+                    .map(|p| p.why.clone())
+            });
+        }
+    }
+    if pending || found.restarts > 0 {
+        if let Some(t) = soft(
+            &mut unread,
+            "scontrol show config",
+            slurm_output("scontrol", &["show", "config"]),
+        ) {
+            let conf = SlurmSettings::from_show_config(&t);
+            facts.max_age = conf.get("PriorityMaxAge").map(str::to_owned);
+            facts.half_life = conf.get("PriorityDecayHalfLife").map(str::to_owned);
+            facts.file_append = conf.get("JobFileAppend").map(|v| v.trim() == "1");
+        }
+    }
+    if found.restarts > 0 {
+        if let Some(t) = soft(
+            &mut unread,
+            "sacct -D",
+            slurm_output("sacct", &why::sacct_runs_args(job)),
+        ) {
+            facts.runs = why::parse_runs(&t);
+        }
+    }
+    unread.extend(u);
+    let mut report = why::explain(found, facts);
+    report.unread = unread;
+    Ok(report)
 }
 
 /// At most this many pending jobs are explained by `usage --explain`.

@@ -314,10 +314,10 @@ impl Cleanup {
         }
         let mut seen = Vec::new();
         if let Some(dir) = &self.dir {
-            let left = our_mps_processes(dir);
+            let left = daemon::processes_under(dir);
             if !left.is_empty() {
                 seen.push(format!("killed MPS processes left behind: {left:?}"));
-                kill(&left);
+                daemon::kill_all(&left);
             }
         }
         if let Some(mode) = &self.compute_mode {
@@ -843,11 +843,6 @@ impl Drop for Client {
 
 // ---------------------------------------------------------------- processes
 
-/// MPS control daemons and servers whose pipe directory lies under `dir`.
-fn our_mps_processes(dir: &Path) -> Vec<u32> {
-    daemon::processes_under(dir)
-}
-
 fn cmdline(pid: u32) -> String {
     fs::read(format!("/proc/{pid}/cmdline"))
         .map(|b| {
@@ -871,13 +866,6 @@ fn control_daemon(conf: &Path) -> Option<(u32, String)> {
                 .next()
                 .is_some_and(|a| a.ends_with(CONTROL_PROGRAM))
         })
-}
-
-fn kill(pids: &[u32]) {
-    for &pid in pids {
-        // SAFETY: kill has no memory preconditions.
-        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
-    }
 }
 
 // ---------------------------------------------------------------- checks
@@ -989,7 +977,7 @@ fn run_checks(s: &mut Setup, report: &mut Report) -> Result<(), String> {
     multi_user(s, report)?;
     killed_daemon(s, report)?;
 
-    let left = our_mps_processes(&s.dir);
+    let left = daemon::processes_under(&s.dir);
     report.push(Check::new(
         "the last epilog leaves no MPS process",
         verdict(left.is_empty()),
@@ -1243,7 +1231,7 @@ fn one_user_per_server(
     let left = control_daemon(&conf);
     report.push(Check::new(
         "the epilog of the GPU's last share stops its daemon",
-        verdict(left.is_none() && our_mps_processes(&s.dir).is_empty()),
+        verdict(left.is_none() && daemon::processes_under(&s.dir).is_empty()),
         match left {
             Some((pid, _)) => format!("control daemon {pid} still runs"),
             None => "no MPS process left".into(),
@@ -1331,7 +1319,7 @@ fn killed_daemon(s: &mut Setup, report: &mut Report) -> Result<(), String> {
     let p1 = s.prolog(&conf, 105, 0, 20);
     let first = control_daemon(&conf);
     if let Some((pid, _)) = &first {
-        kill(&[*pid]);
+        daemon::kill_all(&[*pid]);
         std::thread::sleep(Duration::from_millis(500));
     }
     let p2 = s.prolog(&conf, 106, 0, 20);
