@@ -375,10 +375,11 @@ fn with_conf(
         })
         .map(|l| format!("{l}\n"))
         .collect();
-    fs::write(&path, edited).map_err(|e| e.to_string())?;
+    testcluster::replace_conf(&path, &edited)?;
     let result = f(c);
-    fs::write(&path, original).map_err(|e| e.to_string())?;
+    // The last job's epilog reads the edited file: every job ends first.
     let _ = c.cancel_all();
+    testcluster::replace_conf(&path, &original)?;
     let _ = c.run(
         "scontrol",
         &["update", &format!("nodename={NODE}"), "state=resume"],

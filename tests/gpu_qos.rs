@@ -453,10 +453,7 @@ fn conf_path(c: &Cluster) -> std::path::PathBuf {
 
 /// Replaces gpu_qos.conf the way config tools do (write + rename).
 fn install_conf(c: &Cluster, text: &str) -> TestResult {
-    let path = conf_path(c);
-    let tmp = path.with_extension("new");
-    fs::write(&tmp, text).map_err(|e| e.to_string())?;
-    fs::rename(&tmp, &path).map_err(|e| e.to_string())
+    testcluster::replace_conf(&conf_path(c), text)
 }
 
 fn reload(c: &mut Cluster) -> TestResult {

@@ -583,11 +583,12 @@ fn with_line(
 ) -> TestResult {
     let path = c.slurm_conf().with_file_name("gpu_mps.conf");
     let original = fs::read_to_string(&path).map_err(|e| e.to_string())?;
-    fs::write(&path, format!("{original}{line}\n")).map_err(|e| e.to_string())?;
+    testcluster::replace_conf(&path, &format!("{original}{line}\n"))?;
     let result = f(c);
-    fs::write(&path, original).map_err(|e| e.to_string())?;
-    cancel_and_wait_stopped(c)?;
-    result
+    // The last job's epilog reads the edited file: every job ends first.
+    let stopped = cancel_and_wait_stopped(c);
+    testcluster::replace_conf(&path, &original)?;
+    result.and(stopped)
 }
 
 fn multi_user(c: &mut Cluster) -> TestResult {

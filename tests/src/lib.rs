@@ -39,3 +39,12 @@ pub fn guard_message(payload: &(dyn std::any::Any + Send)) -> String {
 pub type Error = String;
 /// Result of harness helpers.
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// Replaces a configuration file the way config tools do (a new file, then
+/// a rename), so a node program reading it meanwhile sees the old text or
+/// the new one, never a half-written file (which it rightly calls unfit).
+pub fn replace_conf(path: &std::path::Path, text: &str) -> Result<()> {
+    let tmp = path.with_extension("gpushare-new");
+    std::fs::write(&tmp, text).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))
+}
