@@ -829,16 +829,19 @@ fn why_fair_share(c: &mut Cluster) -> TestResult {
         format!("1 pending job of partition {partition} is ahead of it (by user: gpushare_bob 1)");
     let want_factor =
         format!("fair share puts them ahead: {fs_b:.0} on average against its {fs_a:.0}");
+    let qos_b = c.job(b)?.get("QOS").unwrap_or_default().to_owned();
+    let want_kind = format!("of them, 1 asks for a40 GPUs as this job does (by QOS: {qos_b} 1)");
     ensure(
         report
             .summary
             .ends_with("waits behind pending jobs of higher priority")
             && report.details.contains(&want_ahead)
+            && report.details.contains(&want_kind)
             && report.details.iter().any(|d| d.starts_with(&want_factor))
             && report.details.iter().any(|d| {
                 d.starts_with("user gpushare_alice in account research: fair-share factor")
             }),
-        format!("want {want_ahead:?} and {want_factor:?}, got {report:#?}"),
+        format!("want {want_ahead:?}, {want_kind:?} and {want_factor:?}, got {report:#?}"),
     )?;
     c.cancel_all()
 }

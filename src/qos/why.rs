@@ -6,6 +6,8 @@
 //! `sprio -w`), its association's fair share (`sshare -A -u`, filtered by
 //! slurmctld),
 //! `PriorityMaxAge` and `PriorityDecayHalfLife` (`scontrol show config`),
+//! for a job behind others the QOS and GPUs of the partition's pending
+//! jobs (`squeue -p -t PENDING`, one call),
 //! and, for a job its QOS may preempt others for, the running jobs of the
 //! QOS it may preempt (the users `scontrol show assoc_mgr` names, then
 //! `squeue -u` each, as `gpu-qos usage` reads a group).
@@ -93,6 +95,12 @@ pub fn parse_ranked(text: &str) -> Vec<Ranked> {
             })
         })
         .collect()
+}
+
+/// `squeue` for the pending jobs of one partition: the QOS and GPUs of
+/// the jobs [`sprio_partition_args`] ranks (one call, whatever the queue).
+pub fn pending_args(partition: &str) -> Vec<String> {
+    owned(&["-h", "-p", partition, "-t", "PENDING", "-O", JOB_FIELDS])
 }
 
 /// `sprio` for the site's weights (one row, `Weights` in the job column).
@@ -395,6 +403,8 @@ pub struct Facts {
     pub qos: Vec<AuditQos>,
     /// The pending jobs of the job's partition with their factors.
     pub ranked: Vec<Ranked>,
+    /// The same jobs as `squeue` shows them (their QOS and GPUs).
+    pub pending: Vec<Job>,
     /// `PriorityMaxAge`, `PriorityDecayHalfLife` as Slurm prints them.
     pub max_age: Option<String>,
     pub half_life: Option<String>,
@@ -612,7 +622,7 @@ pub fn explain(job: Job, facts: Facts) -> WhyReport {
             format!("{head} waits for free GPUs: no node it may run on has enough free now")
         }
         "Priority" => {
-            priority_details(&facts, &job.id, Some(&job.partition), &mut details);
+            priority_details(&facts, &job, &mut details);
             see.push(format!("sprio -l -j {id}"));
             see.push(format!("sshare -l -A {} -u {}", job.account, job.user));
             format!("{head} waits behind pending jobs of higher priority")
@@ -634,7 +644,7 @@ pub fn explain(job: Job, facts: Facts) -> WhyReport {
         }
     };
     if matches!(job.reason.as_str(), "Resources" | "Priority") && details.is_empty() {
-        priority_details(&facts, &job.id, Some(&job.partition), &mut details);
+        priority_details(&facts, &job, &mut details);
     }
     if job.restarts > 0 {
         requeue_details(&job, &facts, &mut details);
@@ -825,12 +835,7 @@ fn alloc_mps(tres: &str) -> u64 {
 }
 
 /// The priority in its factors, which one holds it back, and the fair share.
-fn priority_details(
-    facts: &Facts,
-    job_id: &str,
-    partition: Option<&str>,
-    details: &mut Vec<String>,
-) {
+fn priority_details(facts: &Facts, job: &Job, details: &mut Vec<String>) {
     let (Some(f), Some(w)) = (&facts.factors, &facts.weights) else {
         return;
     };
@@ -849,8 +854,8 @@ fn priority_details(
     let ahead: Vec<&Ranked> = facts
         .ranked
         .iter()
-        .filter(|r| r.job != job_id && r.factors.priority > f.priority)
-        .filter(|r| partition.is_none_or(|p| r.partition == p))
+        .filter(|r| r.job != job.id && r.factors.priority > f.priority)
+        .filter(|r| r.partition == job.partition)
         .collect();
     if !ahead.is_empty() {
         let mut users: Vec<(&str, usize)> = Vec::new();
@@ -865,10 +870,11 @@ fn priority_details(
             "{} pending job{} of partition {} {} ahead of it (by user: {})",
             ahead.len(),
             if ahead.len() == 1 { "" } else { "s" },
-            partition.unwrap_or("?"),
+            job.partition,
             if ahead.len() == 1 { "is" } else { "are" },
             who.join(", ")
         ));
+        ahead_by_kind(job, &ahead, &facts.pending, details);
         // The factor in which the jobs ahead lead it most, on average.
         let n = ahead.len() as f64;
         let lead = f
@@ -906,6 +912,52 @@ fn priority_details(
         ));
     }
     shares_details(facts, details);
+}
+
+/// Of the jobs ahead that `squeue` shows (all of them, unless the site's
+/// `PrivateData` hides other users' jobs), how many ask for GPUs of the
+/// waiting job's type, and their QOS.
+fn ahead_by_kind(job: &Job, ahead: &[&Ranked], pending: &[Job], details: &mut Vec<String>) {
+    let seen: Vec<&Job> = ahead
+        .iter()
+        .filter_map(|r| pending.iter().find(|p| p.id == r.job))
+        .collect();
+    if seen.is_empty() || job.gpus.is_empty() {
+        return;
+    }
+    // Its type (its first typed request), or any GPU for an untyped job.
+    let gpu_type = job.gpus.iter().find_map(|(t, _)| t.as_deref());
+    let rivals: Vec<&Job> = seen
+        .iter()
+        .copied()
+        .filter(|p| gpus_of_type(&p.gpus, gpu_type) > 0)
+        .collect();
+    let mut by_qos: Vec<(&str, usize)> = Vec::new();
+    for p in &rivals {
+        match by_qos.iter_mut().find(|(q, _)| *q == p.qos) {
+            Some((_, n)) => *n += 1,
+            None => by_qos.push((&p.qos, 1)),
+        }
+    }
+    by_qos.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let what = gpu_type.map_or_else(|| "GPUs".to_owned(), |t| format!("{t} GPUs"));
+    let of = if seen.len() == ahead.len() {
+        "of them".to_owned()
+    } else {
+        format!("of the {} you may see", seen.len())
+    };
+    let line = if rivals.is_empty() {
+        format!("{of}, none asks for {what}")
+    } else {
+        let qos: Vec<String> = by_qos.iter().map(|(q, n)| format!("{q} {n}")).collect();
+        format!(
+            "{of}, {} ask{} for {what} as this job does (by QOS: {})",
+            rivals.len(),
+            if rivals.len() == 1 { "s" } else { "" },
+            qos.join(", ")
+        )
+    };
+    details.push(line);
 }
 
 /// What a factor depends on, in a few words.
@@ -1363,24 +1415,50 @@ mod tests {
              10|other|dave|9000|0|0|0|0|0|0|9000|0||\n",
         );
         assert_eq!(ranked.len(), 5);
-        let weights = parse_factors(WEIGHTS);
-        let r = explain(
-            job,
-            Facts {
-                factors: Some(ranked[2].factors.clone()),
-                weights: Some(weights[0].1.clone()),
-                ranked,
-                ..Facts::default()
-            },
+        // As squeue shows them: bob's first asks for a40s, his second an h100.
+        let (pending, unread) = parse_jobs(
+            "7|bob|research|PD|normal|gpu|1900|cpu=1,gres/gpu=2,gres/gpu:a40=2|Priority|N/A|(null)|N/A|NONE||0|\n\
+             8|bob|research|PD|qos_lafferty|gpu|1700|cpu=1,gres/gpu=1,gres/gpu:h100=1|Priority|N/A|(null)|N/A|NONE||0|\n\
+             9|carol|research|PD|normal|gpu|1100|cpu=1,gres/gpu=2,gres/gpu:a40=2|Priority|N/A|(null)|N/A|NONE||0|\n",
         );
+        assert!(unread.is_empty(), "{unread:?}");
+        let weights = parse_factors(WEIGHTS);
+        let facts = Facts {
+            factors: Some(ranked[2].factors.clone()),
+            weights: Some(weights[0].1.clone()),
+            ranked,
+            pending,
+            ..Facts::default()
+        };
+        let r = explain(job.clone(), facts.clone());
         assert_eq!(
             r.details[1],
             "2 pending jobs of partition gpu are ahead of it (by user: bob 2)"
         );
         assert_eq!(
             r.details[2],
+            "of them, 1 asks for a40 GPUs as this job does (by QOS: normal 1)"
+        );
+        assert_eq!(
+            r.details[3],
             "fair share puts them ahead: 755 on average against its 200 (recent usage against \
              shares, of the account and the user: see below)"
+        );
+        // Where PrivateData hides some, the line says how many it saw; an
+        // untyped job competes with any GPU job.
+        let mut seen_one = facts.clone();
+        seen_one.pending.retain(|p| p.id == "8");
+        let r = explain(job.clone(), seen_one);
+        assert_eq!(
+            r.details[2],
+            "of the 1 you may see, none asks for a40 GPUs"
+        );
+        let mut untyped = job;
+        untyped.gpus = vec![(None, 1)];
+        let r = explain(untyped, facts);
+        assert_eq!(
+            r.details[2],
+            "of them, 2 ask for GPUs as this job does (by QOS: normal 1, qos_lafferty 1)"
         );
     }
 

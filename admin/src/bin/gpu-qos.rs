@@ -668,6 +668,18 @@ fn why_report(job: &str) -> Result<why::WhyReport> {
         {
             facts.ranked = why::parse_ranked(&t);
         }
+        // The QOS and GPUs of the jobs it may be behind.
+        if facts.ranked.iter().any(|r| r.job != found.id) {
+            if let Some(t) = soft(
+                &mut unread,
+                "squeue -t PENDING",
+                slurm_output("squeue", &why::pending_args(&found.partition)),
+            ) {
+                let (jobs, bad) = why::parse_jobs(&t);
+                facts.pending = jobs;
+                unread.extend(bad);
+            }
+        }
         if let Some(t) = soft(
             &mut unread,
             "sprio -w",
