@@ -858,14 +858,7 @@ fn priority_details(facts: &Facts, job: &Job, details: &mut Vec<String>) {
         .filter(|r| r.partition == job.partition)
         .collect();
     if !ahead.is_empty() {
-        let mut users: Vec<(&str, usize)> = Vec::new();
-        for r in &ahead {
-            match users.iter_mut().find(|(u, _)| *u == r.user) {
-                Some((_, n)) => *n += 1,
-                None => users.push((&r.user, 1)),
-            }
-        }
-        let who: Vec<String> = users.iter().map(|(u, n)| format!("{u} {n}")).collect();
+        let who = tally(ahead.iter().map(|r| r.user.as_str()));
         details.push(format!(
             "{} pending job{} of partition {} {} ahead of it (by user: {})",
             ahead.len(),
@@ -914,6 +907,18 @@ fn priority_details(facts: &Facts, job: &Job, details: &mut Vec<String>) {
     shares_details(facts, details);
 }
 
+/// `name count` for each name, in the order they first come.
+fn tally<'a>(names: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    for name in names {
+        match counts.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, c)) => *c += 1,
+            None => counts.push((name, 1)),
+        }
+    }
+    counts.iter().map(|(n, c)| format!("{n} {c}")).collect()
+}
+
 /// Of the jobs ahead that `squeue` shows (all of them, unless the site's
 /// `PrivateData` hides other users' jobs), how many ask for GPUs of the
 /// waiting job's type, and their QOS.
@@ -932,14 +937,8 @@ fn ahead_by_kind(job: &Job, ahead: &[&Ranked], pending: &[Job], details: &mut Ve
         .copied()
         .filter(|p| gpus_of_type(&p.gpus, gpu_type) > 0)
         .collect();
-    let mut by_qos: Vec<(&str, usize)> = Vec::new();
-    for p in &rivals {
-        match by_qos.iter_mut().find(|(q, _)| *q == p.qos) {
-            Some((_, n)) => *n += 1,
-            None => by_qos.push((&p.qos, 1)),
-        }
-    }
-    by_qos.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let mut qos: Vec<&str> = rivals.iter().map(|p| p.qos.as_str()).collect();
+    qos.sort_unstable();
     let what = gpu_type.map_or_else(|| "GPUs".to_owned(), |t| format!("{t} GPUs"));
     let of = if seen.len() == ahead.len() {
         "of them".to_owned()
@@ -949,12 +948,11 @@ fn ahead_by_kind(job: &Job, ahead: &[&Ranked], pending: &[Job], details: &mut Ve
     let line = if rivals.is_empty() {
         format!("{of}, none asks for {what}")
     } else {
-        let qos: Vec<String> = by_qos.iter().map(|(q, n)| format!("{q} {n}")).collect();
         format!(
             "{of}, {} ask{} for {what} as this job does (by QOS: {})",
             rivals.len(),
             if rivals.len() == 1 { "s" } else { "" },
-            qos.join(", ")
+            tally(qos.into_iter()).join(", ")
         )
     };
     details.push(line);
@@ -1449,10 +1447,7 @@ mod tests {
         let mut seen_one = facts.clone();
         seen_one.pending.retain(|p| p.id == "8");
         let r = explain(job.clone(), seen_one);
-        assert_eq!(
-            r.details[2],
-            "of the 1 you may see, none asks for a40 GPUs"
-        );
+        assert_eq!(r.details[2], "of the 1 you may see, none asks for a40 GPUs");
         let mut untyped = job;
         untyped.gpus = vec![(None, 1)];
         let r = explain(untyped, facts);
