@@ -177,3 +177,66 @@ pub fn owner_pid(dir: &str) -> Option<u32> {
         .parse()
         .ok()
 }
+
+/// SIGINT, SIGTERM and SIGHUP held back, so that a program keeping a
+/// cluster up for interactive use can wait for them with
+/// [`StopSignals::wait`], return, and drop its `Cluster`: slurmstepds,
+/// cgroups and namespaces go with it instead of outliving a killed program
+/// (the daemons' own `PR_SET_PDEATHSIG` takes only them). Block them first
+/// thing in `main`: a thread started before keeps the default action, and
+/// a process-directed signal goes to a thread that does not block it.
+pub struct StopSignals {
+    set: libc::sigset_t,
+}
+
+impl StopSignals {
+    /// Blocks the signals (programs started later are not affected: std's
+    /// `Command` empties a child's signal mask before it runs).
+    pub fn block() -> io::Result<Self> {
+        // SAFETY: sigemptyset/sigaddset write only into `set`, which is
+        // ours; pthread_sigmask changes only this thread's mask.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                libc::sigaddset(&mut set, s);
+            }
+            let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            if rc != 0 {
+                return Err(io::Error::from_raw_os_error(rc));
+            }
+            Ok(Self { set })
+        }
+    }
+
+    /// Waits for one of the signals, at most `limit`; returns it (`None`
+    /// when the time ran out).
+    pub fn wait(&self, limit: Duration) -> Option<i32> {
+        // A limit past what an Instant holds is no limit.
+        let deadline = Instant::now().checked_add(limit);
+        loop {
+            let left = deadline.map_or(Duration::from_secs(3600), |d| {
+                d.saturating_duration_since(Instant::now())
+            });
+            if left.is_zero() {
+                return None;
+            }
+            let ts = libc::timespec {
+                tv_sec: left.as_secs().min(i32::MAX as u64) as libc::time_t,
+                tv_nsec: left.subsec_nanos().into(),
+            };
+            // SAFETY: `set` is a valid signal set; the info pointer may be null.
+            let s = unsafe { libc::sigtimedwait(&self.set, std::ptr::null_mut(), &ts) };
+            if s > 0 {
+                return Some(s);
+            }
+            // EAGAIN (time out) or EINTR: the loop checks the deadline.
+        }
+    }
+}
+
+impl std::fmt::Debug for StopSignals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StopSignals(SIGINT, SIGTERM, SIGHUP)")
+    }
+}

@@ -3,12 +3,15 @@
 //! `testcluster [--nodes] [SECONDS]`: the seed site on one node, or with
 //! `--nodes` the example site on three nodes, each a host of its own
 //! (`ClusterSpec::example_site_nodes`). Prints how to reach it from another
-//! shell, then waits (default: until killed); every daemon, node and
-//! namespace goes when it exits.
+//! shell, then waits (default: until SIGINT, SIGTERM or SIGHUP); every
+//! daemon, job process, node and namespace goes when it exits.
 
 use std::time::Duration;
 
 fn main() -> std::process::ExitCode {
+    // Before any thread starts: Ctrl-C or kill then stops the cluster
+    // cleanly (its Drop), as the time running out does.
+    let signals = testcluster::process::StopSignals::block();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let nodes = args.iter().any(|a| a == "--nodes");
     let secs: u64 = args
@@ -29,7 +32,18 @@ fn main() -> std::process::ExitCode {
                 "The cluster runs in a network namespace of its own. In another shell, as root:\n{}",
                 cluster.enter_hint()
             );
-            std::thread::sleep(Duration::from_secs(secs));
+            match &signals {
+                Ok(signals) => {
+                    if let Some(s) = signals.wait(Duration::from_secs(secs)) {
+                        eprintln!("signal {s}: stopping the cluster");
+                    }
+                }
+                Err(e) => {
+                    eprintln!("signals not blocked ({e}): kill leaves job processes behind");
+                    std::thread::sleep(Duration::from_secs(secs));
+                }
+            }
+            drop(cluster);
             std::process::ExitCode::SUCCESS
         }
         Err(e) => {
