@@ -455,24 +455,14 @@ fn user_share(c: &Cluster, user: &TestUser, units: u32) -> Result<u32, String> {
 
 /// Submits a share job of `units` as `user`; its id.
 fn user_submit(c: &Cluster, user: &TestUser, units: u32) -> Result<u32, String> {
-    let out = user.run_ok(
+    user.sbatch(
         c,
-        None,
-        "sbatch",
         &[
-            "--parsable",
             &format!("--output={}/%j.out", user.home.display()),
             &format!("--gres=mps:{units}"),
             SCRIPT,
         ],
-    )?;
-    let id = out
-        .trim()
-        .split(';')
-        .next()
-        .and_then(|i| i.parse().ok())
-        .ok_or_else(|| format!("sbatch printed {out:?}"))?;
-    Ok(id)
+    )
 }
 
 fn user_output(user: &TestUser, id: u32) -> String {

@@ -791,6 +791,7 @@ fn billed_alike(
     if types.iter().any(|t| gpu_cost(p, t) != cost) {
         return;
     }
+    let dearest = &types[types.len() - 1];
     let w: Vec<String> = p.billing.iter().map(|(k, v)| format!("{k}={v}")).collect();
     out.push(
         AuditFinding::new(
@@ -813,8 +814,8 @@ fn billed_alike(
              costs beyond GRES/gpu; then scontrol reconfigure)",
             p.name,
             w.join(","),
-            types[types.len() - 1],
-            types[types.len() - 1]
+            dearest,
+            dearest
         )),
     );
 }

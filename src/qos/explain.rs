@@ -397,14 +397,14 @@ pub fn user_page(site: &Site) -> String {
          starts when one of the group's jobs ends (`gpu-qos usage` says whose).\n",
     );
     // The QOS whose jobs are in fact preempted (a mode other than off).
-    let lows: Vec<&AuditQos> = site
+    let lows: Vec<(&AuditQos, Vec<&str>)> = site
         .qos
         .iter()
-        .filter(|q| !preempted_by(site, q).is_empty())
         .filter(|q| !effective_preempt_mode(s, q).eq_ignore_ascii_case("off"))
+        .map(|q| (q, preempted_by(site, q)))
+        .filter(|(_, by)| !by.is_empty())
         .collect();
-    for q in &lows {
-        let by = preempted_by(site, q);
+    for (q, by) in &lows {
         let grace = q.grace_time.unwrap_or(0);
         let _ = writeln!(
             out,
@@ -431,14 +431,14 @@ pub fn user_page(site: &Site) -> String {
     if !lows.is_empty() {
         let append = s.get("JobFileAppend").is_some_and(|v| v.trim() == "1");
         out.push_str("\n## Low-priority jobs may be interrupted\n\n");
-        for q in &lows {
+        for (q, by) in &lows {
             let grace = q.grace_time.unwrap_or(0);
             let _ = writeln!(
                 out,
                 "- {} jobs use idle GPUs and are {} when a job of {} needs them.{}",
                 q.name(),
                 preemption_words(site, q),
-                preempted_by(site, q).join(" or "),
+                by.join(" or "),
                 if grace > 0 {
                     format!(
                         " They get SIGTERM first and {} to save their state: checkpoint \

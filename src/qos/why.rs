@@ -153,6 +153,12 @@ impl Job {
     fn gpu_words(&self) -> String {
         gpu_words(&self.gpus)
     }
+
+    /// The GPU type it asks for (its first typed request); `None` for an
+    /// untyped request, which any GPU serves.
+    fn gpu_type(&self) -> Option<&str> {
+        self.gpus.iter().find_map(|(t, _)| t.as_deref())
+    }
 }
 
 /// A time or node field: Slurm's words for "none" become `None`.
@@ -710,12 +716,12 @@ fn node_names(list: &str) -> Vec<String> {
 /// how many are in use and by which jobs this user may see that matter
 /// here (jobs it may preempt, its own group's), and what is left to others.
 fn node_details(job: &Job, facts: &Facts, details: &mut Vec<String>) {
-    let want = job.gpus.iter().find_map(|(t, _)| t.clone());
+    let want = job.gpu_type();
     let mut nodes: Vec<&NodeInfo> = facts
         .nodes
         .iter()
         .filter(|n| n.partitions.contains(&job.partition))
-        .filter(|n| match &want {
+        .filter(|n| match want {
             Some(t) => n.gpu_types().any(|x| x == t),
             None => n.has_gpus(),
         })
@@ -726,21 +732,21 @@ fn node_details(job: &Job, facts: &Facts, details: &mut Vec<String>) {
             .is_some_and(|p| hostlist_contains(p, &n.name))
     };
     nodes.sort_by_key(|n| !planned(n));
-    let kind = want.as_deref().unwrap_or("GPU");
+    let kind = want.unwrap_or("GPU");
     let victims = preempt_list(&facts.qos, &job.qos);
     for n in nodes.iter().take(NODES_SHOWN) {
         let total: u64 = n
             .gres
             .iter()
             .filter(|g| g.name == "gpu")
-            .filter(|g| want.is_none() || g.gres_type == want)
+            .filter(|g| want.is_none() || g.gres_type.as_deref() == want)
             .map(|g| g.count)
             .sum();
         let alloc = gpus_of_tres(&n.alloc_tres);
         // A type accounting does not track: the node's untyped count, where
         // it has that one type only.
         let untracked = alloc.iter().all(|(t, _)| t.is_none()) && n.gpu_types().count() == 1;
-        let used = gpus_of_type(&alloc, want.as_deref().filter(|_| !untracked));
+        let used = gpus_of_type(&alloc, want.filter(|_| !untracked));
         let on_node = |j: &&Job| {
             j.nodes
                 .as_deref()
@@ -755,7 +761,7 @@ fn node_details(job: &Job, facts: &Facts, details: &mut Vec<String>) {
             .chain(&facts.group_running)
             .filter(on_node)
         {
-            known += gpus_of_type(&h.gpus, want.as_deref());
+            known += gpus_of_type(&h.gpus, want);
             let preemptable = victims.iter().any(|v| v.eq_ignore_ascii_case(&h.qos));
             holders.push(format!(
                 "{} job {} ({}, {}){}",
@@ -834,6 +840,20 @@ fn alloc_mps(tres: &str) -> u64 {
         .sum()
 }
 
+/// The pending jobs of `job`'s partition of higher priority than its own
+/// (none while its own factors are unknown).
+pub fn jobs_ahead<'a>(facts: &'a Facts, job: &Job) -> Vec<&'a Ranked> {
+    let Some(f) = &facts.factors else {
+        return Vec::new();
+    };
+    facts
+        .ranked
+        .iter()
+        .filter(|r| r.job != job.id && r.factors.priority > f.priority)
+        .filter(|r| r.partition == job.partition)
+        .collect()
+}
+
 /// The priority in its factors, which one holds it back, and the fair share.
 fn priority_details(facts: &Facts, job: &Job, details: &mut Vec<String>) {
     let (Some(f), Some(w)) = (&facts.factors, &facts.weights) else {
@@ -851,12 +871,7 @@ fn priority_details(facts: &Facts, job: &Job, details: &mut Vec<String>) {
         whole(f.priority),
         parts.join(" + ")
     ));
-    let ahead: Vec<&Ranked> = facts
-        .ranked
-        .iter()
-        .filter(|r| r.job != job.id && r.factors.priority > f.priority)
-        .filter(|r| r.partition == job.partition)
-        .collect();
+    let ahead = jobs_ahead(facts, job);
     if !ahead.is_empty() {
         let who = tally(ahead.iter().map(|r| r.user.as_str()));
         details.push(format!(
@@ -930,8 +945,7 @@ fn ahead_by_kind(job: &Job, ahead: &[&Ranked], pending: &[Job], details: &mut Ve
     if seen.is_empty() || job.gpus.is_empty() {
         return;
     }
-    // Its type (its first typed request), or any GPU for an untyped job.
-    let gpu_type = job.gpus.iter().find_map(|(t, _)| t.as_deref());
+    let gpu_type = job.gpu_type();
     let rivals: Vec<&Job> = seen
         .iter()
         .copied()

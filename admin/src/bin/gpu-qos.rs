@@ -668,8 +668,8 @@ fn why_report(job: &str) -> Result<why::WhyReport> {
         {
             facts.ranked = why::parse_ranked(&t);
         }
-        // The QOS and GPUs of the jobs it may be behind.
-        if facts.ranked.iter().any(|r| r.job != found.id) {
+        // The QOS and GPUs of the jobs ahead of it, where there are any.
+        if !why::jobs_ahead(&facts, &found).is_empty() {
             if let Some(t) = soft(
                 &mut unread,
                 "squeue -t PENDING",
