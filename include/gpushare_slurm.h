@@ -13,3 +13,4 @@
 #include <slurm/spank.h>
 
 #include "slurm_unexported.h"
+#include "slurmctld_assoc_mgr.h"

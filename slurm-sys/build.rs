@@ -148,6 +148,12 @@ fn main() {
         .derive_default(false)
         .layout_tests(true)
         .allowlist_type("job_desc_msg_t")
+        .allowlist_type("slurmdb_(assoc|user|qos)_rec_t")
+        .allowlist_type("gpushare_assoc_mgr_lock_t")
+        .allowlist_var("GPUSHARE_(NO|READ|WRITE)_LOCK")
+        .allowlist_function(
+            "assoc_mgr_(lock|unlock|fill_in_assoc|fill_in_user|fill_in_qos|get_default_qos_info)",
+        )
         .allowlist_type("spank_t")
         .allowlist_type("spank_item_t")
         .allowlist_type("spank_context_t")

@@ -56,6 +56,10 @@ fn main() -> ExitCode {
         )
         .test("hostile_requests_never_hurt_slurmctld", hostile_requests)
         .test(
+            "untyped_gpus_escape_no_level_default_qos_partition_account",
+            every_level,
+        )
+        .test(
             "gpu_qos_check_json_is_json_against_the_database",
             check_json,
         )
@@ -568,4 +572,244 @@ fn check_json(c: &mut Cluster) -> TestResult {
         out.status.code() == Some(2) && unchecked.exit == 2 && unchecked.error.is_some(),
         format!("unchecked: {unchecked:?}"),
     )
+}
+
+/// Submits `args` (held) as `user` until the refusal says `wanted`: while
+/// slurmctld has not yet learnt a new association from slurmdbd, the job
+/// may be accepted, or refused for another reason. The refusal's text.
+fn user_rejected(
+    c: &Cluster,
+    user: &TestUser,
+    args: &[&str],
+    wanted: &str,
+) -> Result<String, String> {
+    let mut all = vec!["--parsable", "-H", "--wrap=true"];
+    all.extend_from_slice(args);
+    let mut last = String::new();
+    wait_for(
+        &format!(
+            "sbatch {} as {} to be refused with {wanted:?}",
+            args.join(" "),
+            user.name
+        ),
+        Duration::from_secs(60),
+        || match user.run(c, None, "sbatch", &all) {
+            Ok(out) if out.status.success() => {
+                let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+                let _ = c.run("scancel", &[&id]);
+                last = format!("accepted as job {id}");
+                None
+            }
+            Ok(out) => {
+                last = String::from_utf8_lossy(&out.stderr).into_owned();
+                last.contains(wanted).then(|| last.clone())
+            }
+            Err(e) => {
+                last = e;
+                None
+            }
+        },
+    )
+    .map_err(|e| format!("{e}; last answer: {last}"))
+}
+
+/// Slurm counts a job against a typed GrpTRES at the job's QOS (named or
+/// fallen back to), its partition's QOS and its association's accounts; an
+/// untyped request escapes each. The plugin names the level it refuses at,
+/// and a typed job is counted where Slurm's own books say.
+fn every_level(c: &mut Cluster) -> TestResult {
+    let sacctmgr = |args: &[&str]| c.run_ok("sacctmgr", args).map(drop);
+    // The default QOS: dora belongs to the lafferty group by default.
+    let dora = TestUser::create(c, "dora")?;
+    sacctmgr(&[
+        "-i",
+        "modify",
+        "user",
+        "where",
+        "name=dora",
+        "set",
+        "qos=normal,qos_lafferty",
+        "defaultqos=qos_lafferty",
+    ])?;
+    // A partition whose QOS carries the typed limit.
+    sacctmgr(&["-i", "add", "qos", "part_a40", "GrpTRES=gres/gpu:a40=8"])?;
+    c.run_ok(
+        "scontrol",
+        &[
+            "create",
+            "PartitionName=a40only",
+            "Nodes=ALL",
+            "QOS=part_a40",
+            "State=UP",
+        ],
+    )?;
+    // An account limit, inherited by a sub-account.
+    sacctmgr(&["-i", "add", "account", "lafferty", "cluster=gpushare"])?;
+    sacctmgr(&[
+        "-i",
+        "add",
+        "account",
+        "lafferty_students",
+        "parent=lafferty",
+        "cluster=gpushare",
+    ])?;
+    sacctmgr(&[
+        "-i",
+        "modify",
+        "account",
+        "where",
+        "name=lafferty",
+        "set",
+        "GrpTRES=gres/gpu:a40=4",
+    ])?;
+    let eve = TestUser::create(c, "eve")?;
+    sacctmgr(&[
+        "-i",
+        "add",
+        "user",
+        "eve",
+        "account=lafferty_students",
+        "cluster=gpushare",
+    ])?;
+    // Two types with their own limits in one QOS.
+    sacctmgr(&[
+        "-i",
+        "add",
+        "qos",
+        "qos_pair",
+        "GrpTRES=gres/gpu:a40=4,gres/gpu:h100=1",
+    ])?;
+    sacctmgr(&[
+        "-i",
+        "modify",
+        "user",
+        "where",
+        "name=eve",
+        "set",
+        "qos+=qos_pair",
+    ])?;
+
+    let conf = format!(
+        "{EXAMPLE_GPU_QOS_CONF}\n\
+         QOS=qos_pair GPUTypes=a40,h100 GPULimit=a40:4,h100:1\n\
+         Partition=a40only GPUTypes=a40 GPULimit=8\n\
+         Account=lafferty GPUTypes=a40 GPULimit=4\n"
+    );
+    install_conf(c, &conf)?;
+    let result = wait_for(
+        "the policy with every level to apply",
+        Duration::from_secs(20),
+        || rejected(c, &["-p", "a40only", "--gres=gpu:1"]).ok(),
+    )
+    .and_then(|_| judge_every_level(c, &dora, &eve));
+    install_conf(c, EXAMPLE_GPU_QOS_CONF)?;
+    let _ = c.run("scontrol", &["delete", "PartitionName=a40only"]);
+    result
+}
+
+fn judge_every_level(c: &Cluster, dora: &TestUser, eve: &TestUser) -> TestResult {
+    // Default QOS, no --qos: the plugin sees what slurmctld falls back to.
+    let err = user_rejected(c, dora, &["--gres=gpu:2"], "Your default QOS qos_lafferty")?;
+    contains_all(&err, &["--gres=gpu:a40:2", "qos_lafferty may use a40"])?;
+    let err = user_rejected(c, dora, &["--gpus=a40:5"], "can never start")?;
+    contains_all(&err, &["qos_lafferty allows at most 4"])?;
+    // The typed job runs under the default QOS, counted against its typed
+    // limit in slurmctld's own books.
+    let id = dora.sbatch(c, &["--gres=gpu:a40:2", "--wrap=sleep 120"])?;
+    let job = c.wait_job_state(id, &["RUNNING"], ACCEPT_TIMEOUT)?;
+    ensure(
+        job.get("QOS") == Some("qos_lafferty"),
+        format!("dora's job runs under {:?}", job.get("QOS")),
+    )?;
+    let books = c.run_ok(
+        "scontrol",
+        &["show", "assoc_mgr", "flags=qos", "qos=qos_lafferty"],
+    )?;
+    let counted = wait_for(
+        "the job counted in assoc_mgr",
+        Duration::from_secs(20),
+        || {
+            c.run_ok(
+                "scontrol",
+                &["show", "assoc_mgr", "flags=qos", "qos=qos_lafferty"],
+            )
+            .ok()
+            .filter(|t| t.contains("gres/gpu:a40=4(2)"))
+        },
+    );
+    c.run_ok("scancel", &[&id.to_string()])?;
+    counted.map_err(|e| format!("{e}:\n{books}"))?;
+
+    // The partition's QOS, named with -p.
+    let err = rejected(c, &["-p", "a40only", "--gres=gpu:1"])?;
+    contains_all(&err, &["Partition a40only's QOS", "--gres=gpu:a40:1"])?;
+    let err = rejected(c, &["-p", "a40only", "--gres=gpu:h100:1"])?;
+    contains_all(
+        &err,
+        &[
+            "does not cover GPU type h100",
+            "use a partition that has h100",
+        ],
+    )?;
+    let typed = accepted(c, &["-p", "a40only", "--gres=gpu:a40:1"])?;
+    c.run_ok("scancel", &[&typed.to_string()])?;
+
+    // The account's limit, for a job of a sub-account.
+    let err = user_rejected(
+        c,
+        eve,
+        &["-A", "lafferty_students", "--gres=gpu:1"],
+        "Account lafferty's GPU limit",
+    )?;
+    contains_all(&err, &["--gres=gpu:a40:1"])?;
+    let err = user_rejected(
+        c,
+        eve,
+        &["-A", "lafferty_students", "--gres=gpu:a40:5"],
+        "account lafferty allows at most 4",
+    )?;
+    contains_all(&err, &["can never start"])?;
+    let ok = eve.sbatch(
+        c,
+        &[
+            "-H",
+            "-A",
+            "lafferty_students",
+            "--gres=gpu:a40:2",
+            "--wrap=true",
+        ],
+    )?;
+    c.run_ok("scancel", &[&ok.to_string()])?;
+
+    // Each type of a two-type QOS has its own limit.
+    let err = user_rejected(
+        c,
+        eve,
+        &["--qos=qos_pair", "--gres=gpu:h100:2"],
+        "qos_pair allows at most 1",
+    )?;
+    contains_all(&err, &["asks 2 h100"])?;
+    let ok = eve.sbatch(
+        c,
+        &["-H", "--qos=qos_pair", "--gres=gpu:a40:3", "--wrap=true"],
+    )?;
+    c.run_ok("scancel", &[&ok.to_string()])?;
+
+    // Moving a job into the partition needs the typed request in the update.
+    let id = accepted(c, &["--gres=gpu:a40:1"])?;
+    let job = format!("job={id}");
+    let out = c.run("scontrol", &["update", &job, "Partition=a40only"])?;
+    ensure(
+        !out.status.success(),
+        "moving a job into a partition with a rule without a typed request was accepted",
+    )?;
+    c.run_ok(
+        "scontrol",
+        &["update", &job, "Partition=a40only", "Gres=gpu:a40:1"],
+    )?;
+    ensure(
+        c.job(id)?.get("Partition") == Some("a40only"),
+        "typed move did not apply",
+    )?;
+    c.run_ok("scancel", &[&id.to_string()]).map(drop)
 }

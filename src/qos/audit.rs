@@ -36,7 +36,7 @@ const DOC_JOB_SUBMIT: &str = "https://slurm.schedmd.com/job_submit_plugins.html"
 pub enum GpuQosConf {
     Missing,
     Invalid(String),
-    Read(GpuQosConfig),
+    Read(Box<GpuQosConfig>),
 }
 
 /// Everything the audit looks at, gathered by the admin command.
@@ -1134,7 +1134,7 @@ qos_dijk|gres/gpu:h100=2|lowprio|cluster|00:00:00|1.000000|DenyOnLimit|100
             slurm_conf: Some(SLURM_CONF.into()),
             gpu_qos_conf_path: "/etc/slurm/gpu_qos.conf".into(),
             gpu_qos_conf: match qos_conf::parse(&conf, "/etc/slurm/gpu_qos.conf") {
-                Ok(c) => GpuQosConf::Read(c),
+                Ok(c) => GpuQosConf::Read(Box::new(c)),
                 Err(e) => GpuQosConf::Invalid(e.to_string()),
             },
             unread,

@@ -15,8 +15,8 @@
 //! `gres/gpu`, which is the hole. The plugin's `GPULimit` is compared with
 //! the request for *each* type on its own (see `policy::judge_under_rule`),
 //! so the most GPUs of type T a job can ever get under a QOS is
-//! min(`gres/gpu:T`, `gres/gpu`), and one `GPULimit` per rule has to stand in
-//! for every type of the rule.
+//! min(`gres/gpu:T`, `gres/gpu`): `GPULimit=N` where every type has the same
+//! figure, `GPULimit=a40:4,h100:2` where they differ.
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
@@ -24,7 +24,7 @@ use std::fmt::{self, Write as _};
 
 use serde::{Deserialize, Serialize};
 
-use super::config::GpuQosConfig;
+use super::config::{type_matches, GpuLimit, GpuQosConfig};
 
 /// The arguments `gpu-qos` passes to `sacctmgr`; [`parse_sacctmgr`] reads
 /// exactly these three fields.
@@ -257,9 +257,11 @@ pub enum Finding {
         qos: String,
         at: String,
         types: Vec<String>,
-        config_limit: u64,
+        /// `GPULimit=` as the rule writes it.
+        config_limit: String,
         gpu_tres: String,
-        expected: Option<u64>,
+        /// The `GPULimit=` value that matches `GrpTRES`.
+        expected: Option<String>,
     },
     /// A rule without `GPULimit` under a QOS with a GPU limit: jobs that can
     /// never fit are accepted and pend forever.
@@ -267,19 +269,21 @@ pub enum Finding {
         qos: String,
         at: String,
         gpu_tres: String,
-        expected: u64,
+        expected: String,
     },
     /// A rule for a QOS whose `GrpTRES` limits no GPUs: the rule only
     /// restricts the types.
     NoGpuLimit { qos: String, at: String },
-    /// The types of the rule have different limits; `GPULimit` is the
-    /// largest, so for `tighter` types the never-fits check lets through
-    /// requests that can never start.
+    /// The types of the rule have different limits and one `GPULimit=N`
+    /// (the largest) stands for all, so for `tighter` types the never-fits
+    /// check lets through requests that can never start; `per_type` is the
+    /// exact `GPULimit=` value.
     LooserForSomeTypes {
         qos: String,
         at: String,
         limit: u64,
         tighter: Vec<(String, u64)>,
+        per_type: String,
     },
     /// A QOS with a typed GPU limit that no rule lists: untyped requests
     /// under it are counted against no typed limit.
@@ -397,11 +401,6 @@ impl fmt::Display for Finding {
                     None => f.write_str(
                         "GrpTRES has no GPU limit; remove GPULimit or give the QOS a GrpTRES limit",
                     ),
-                    Some(n) if types.len() > 1 => write!(
-                        f,
-                        "GrpTRES says {gpu_tres}; set GPULimit={n} (the largest per-type \
-                         limit: GPULimit applies to each type separately)"
-                    ),
                     Some(n) => write!(f, "GrpTRES says {gpu_tres}; set GPULimit={n}"),
                 }
             }
@@ -425,6 +424,7 @@ impl fmt::Display for Finding {
                 at,
                 limit,
                 tighter,
+                per_type,
             } => {
                 write!(f, "{qos}: {at} has GPULimit={limit}, but ")?;
                 for (i, (t, n)) in tighter.iter().enumerate() {
@@ -433,9 +433,10 @@ impl fmt::Display for Finding {
                     }
                     write!(f, "{t} is limited to {n}")?;
                 }
-                f.write_str(
-                    "; larger requests of those types pass submit and pend (gpu_qos.conf has \
-                     one limit per QOS; nothing to fix)",
+                write!(
+                    f,
+                    "; larger requests of those types pass submit and pend: set \
+                     GPULimit={per_type}"
                 )
             }
             Finding::UnlistedTypedQos {
@@ -490,9 +491,12 @@ pub fn check(cfg: &GpuQosConfig, file: &str, db: &[QosRecord]) -> Vec<Finding> {
             };
             let usable = record.usable_types();
             let gpu_tres = record.gpu_tres_text();
-            let mut config_types = rule.gpu_types().to_vec();
-            config_types.sort();
             let usable_types: Vec<String> = usable.iter().map(|(t, _)| t.clone()).collect();
+            let types_differ = usable_types.iter().any(|t| !rule.permits(t))
+                || rule
+                    .gpu_types()
+                    .iter()
+                    .any(|e| !usable_types.iter().any(|t| type_matches(e, t)));
 
             // Types from GrpTRES only count when there are typed limits;
             // with only `gres/gpu=N` every type is capped at N.
@@ -501,7 +505,7 @@ pub fn check(cfg: &GpuQosConfig, file: &str, db: &[QosRecord]) -> Vec<Finding> {
                 match record.untyped_limit() {
                     // Only `gres/gpu=N`: it caps every type of the rule at N.
                     Some(n) if n > 0 && !typed => {
-                        config_types.iter().map(|t| (t.clone(), n)).collect()
+                        rule.gpu_types().iter().map(|t| (t.clone(), n)).collect()
                     }
                     None if !typed => {
                         findings.push(match rule.gpu_limit() {
@@ -509,7 +513,7 @@ pub fn check(cfg: &GpuQosConfig, file: &str, db: &[QosRecord]) -> Vec<Finding> {
                                 qos,
                                 at: at.clone(),
                                 types: rule.gpu_types().to_vec(),
-                                config_limit,
+                                config_limit: config_limit.to_string(),
                                 gpu_tres,
                                 expected: None,
                             },
@@ -532,7 +536,7 @@ pub fn check(cfg: &GpuQosConfig, file: &str, db: &[QosRecord]) -> Vec<Finding> {
                         continue;
                     }
                 }
-            } else if config_types != usable_types {
+            } else if types_differ {
                 findings.push(Finding::TypesDiffer {
                     qos,
                     at: at.clone(),
@@ -545,7 +549,8 @@ pub fn check(cfg: &GpuQosConfig, file: &str, db: &[QosRecord]) -> Vec<Finding> {
                 usable
             };
 
-            let expected = per_type.iter().map(|&(_, n)| n).max().unwrap_or(0);
+            let expected = limit_text(&per_type);
+            let max = per_type.iter().map(|&(_, n)| n).max().unwrap_or(0);
             match rule.gpu_limit() {
                 None => findings.push(Finding::LimitCheckOff {
                     qos,
@@ -553,28 +558,26 @@ pub fn check(cfg: &GpuQosConfig, file: &str, db: &[QosRecord]) -> Vec<Finding> {
                     gpu_tres,
                     expected,
                 }),
-                Some(config_limit) if config_limit != expected => {
-                    findings.push(Finding::LimitDiffers {
-                        qos,
-                        at: at.clone(),
-                        types: rule.gpu_types().to_vec(),
-                        config_limit,
-                        gpu_tres,
-                        expected: Some(expected),
-                    });
-                }
-                Some(limit) => {
+                Some(_) if per_type.iter().all(|(t, n)| rule.limit_for(t) == Some(*n)) => {}
+                Some(&GpuLimit::Each(limit)) if limit == max => {
                     let tighter: Vec<(String, u64)> =
                         per_type.into_iter().filter(|&(_, n)| n < limit).collect();
-                    if !tighter.is_empty() {
-                        findings.push(Finding::LooserForSomeTypes {
-                            qos,
-                            at: at.clone(),
-                            limit,
-                            tighter,
-                        });
-                    }
+                    findings.push(Finding::LooserForSomeTypes {
+                        qos,
+                        at: at.clone(),
+                        limit,
+                        tighter,
+                        per_type: expected,
+                    });
                 }
+                Some(config_limit) => findings.push(Finding::LimitDiffers {
+                    qos,
+                    at: at.clone(),
+                    types: rule.gpu_types().to_vec(),
+                    config_limit: config_limit.to_string(),
+                    gpu_tres,
+                    expected: Some(expected),
+                }),
             }
         }
     }
@@ -742,6 +745,19 @@ impl CheckJson {
 /// identical per-type GPU limits, `LowPriorityQOS` = every QOS another QOS
 /// may preempt. Deterministic (sorted, no timestamp), so that regenerating
 /// and diffing shows only what changed in accounting.
+/// The `GPULimit=` value that says `limits` exactly: one number where every
+/// type has the same, else one `type:N` item per type.
+pub fn limit_text(limits: &[(String, u64)]) -> String {
+    match limits {
+        [(_, first), rest @ ..] if rest.iter().all(|(_, n)| n == first) => first.to_string(),
+        _ => limits
+            .iter()
+            .map(|(t, n)| format!("{t}:{n}"))
+            .collect::<Vec<_>>()
+            .join(","),
+    }
+}
+
 pub fn generate(db: &[QosRecord]) -> String {
     // Per-type limits → QOS names; BTreeMap so the output order is stable.
     let mut groups: BTreeMap<TypeLimits, Vec<String>> = BTreeMap::new();
@@ -774,12 +790,10 @@ pub fn generate(db: &[QosRecord]) -> String {
          #\n\
          # One rule per set of QOS with the same typed GPU limits (GrpTRES\n\
          # gres/gpu:TYPE=N): jobs under them must name one of GPUTypes, so the\n\
-         # typed limit applies to every GPU request. GPULimit is checked against\n\
-         # each type on its own, and is the most GPUs of one type a job under the\n\
-         # QOS can ever get: the typed limit, capped by gres/gpu=N if there is\n\
-         # one. Where a QOS's types have different limits the rule takes the\n\
-         # largest, since a smaller one would refuse jobs that accounting lets\n\
-         # run; larger requests of the other types then pass submit and pend.\n",
+         # typed limit applies to every GPU request. GPULimit is the most GPUs of\n\
+         # each type a job under the QOS can ever get: the typed limit, capped by\n\
+         # gres/gpu=N if there is one (GPULimit=N for every type alike, or\n\
+         # GPULimit=type:N,... where the types differ).\n",
     );
     if rules.is_empty() {
         out.push_str(
@@ -788,27 +802,15 @@ pub fn generate(db: &[QosRecord]) -> String {
     }
     for (limits, names) in &rules {
         out.push('\n');
-        let limit = limits.iter().map(|&(_, n)| n).max().unwrap_or(0);
-        let tighter: Vec<String> = limits
-            .iter()
-            .filter(|&&(_, n)| n < limit)
-            .map(|(t, n)| format!("{t} at most {n}"))
-            .collect();
         let described: Vec<String> = limits.iter().map(|(t, n)| format!("{t}={n}")).collect();
         let _ = writeln!(out, "# Per type: {}", described.join(", "));
-        if !tighter.is_empty() {
-            let _ = writeln!(
-                out,
-                "# GPULimit={limit} is the largest; the never-fits check is looser for {}.",
-                tighter.join(", ")
-            );
-        }
         let types: Vec<&str> = limits.iter().map(|(t, _)| t.as_str()).collect();
         let _ = writeln!(
             out,
-            "QOS={} GPUTypes={} GPULimit={limit}",
+            "QOS={} GPUTypes={} GPULimit={}",
             names.join(","),
-            types.join(",")
+            types.join(","),
+            limit_text(limits)
         );
     }
     for record in &zero_only {
@@ -1125,14 +1127,22 @@ lowprio||
     }
 
     #[test]
-    fn multi_type_limit_is_the_largest_and_the_gap_is_a_note() {
+    fn multi_type_limits_are_checked_per_type() {
         let db_text = "q|gres/gpu:a40=4,gres/gpu:h100=8|";
         assert_eq!(
             lines("QOS=q GPUTypes=a40,h100 GPULimit=8", db_text),
             [
                 "note: q: gpu_qos.conf:1 has GPULimit=8, but a40 is limited to 4; larger \
-              requests of those types pass submit and pend (gpu_qos.conf has one limit per \
-              QOS; nothing to fix)"
+              requests of those types pass submit and pend: set GPULimit=a40:4,h100:8"
+            ]
+        );
+        // Per type, exactly: nothing to say.
+        assert!(lines("QOS=q GPUTypes=a40,h100 GPULimit=h100:8,a40:4", db_text).is_empty());
+        assert_eq!(
+            lines("QOS=q GPUTypes=a40,h100 GPULimit=a40:4,h100:6", db_text),
+            [
+                "error: q: gpu_qos.conf:1 says a40,h100 limit a40:4,h100:6, GrpTRES says \
+              gres/gpu:a40=4,gres/gpu:h100=8; set GPULimit=a40:4,h100:8"
             ]
         );
         // The smallest would refuse 5..8 h100, which accounting lets run.
@@ -1140,8 +1150,7 @@ lowprio||
             lines("QOS=q GPUTypes=a40,h100 GPULimit=4", db_text),
             [
                 "error: q: gpu_qos.conf:1 says a40,h100 limit 4, GrpTRES says \
-              gres/gpu:a40=4,gres/gpu:h100=8; set GPULimit=8 (the largest per-type limit: \
-              GPULimit applies to each type separately)"
+              gres/gpu:a40=4,gres/gpu:h100=8; set GPULimit=a40:4,h100:8"
             ]
         );
         // The sum is no limit any job meets.
@@ -1280,12 +1289,11 @@ lowprio||
     }
 
     #[test]
-    fn generate_multi_type_takes_the_largest_limit_and_says_so() {
+    fn generate_multi_type_writes_each_types_limit() {
         let text = generate(&db("q|gres/gpu:h100=8,gres/gpu:a40=4|\nr|gres/gpu:a40=0|"));
         assert!(text.contains(
             "# Per type: a40=4, h100=8\n\
-             # GPULimit=8 is the largest; the never-fits check is looser for a40 at most 4.\n\
-             QOS=q GPUTypes=a40,h100 GPULimit=8\n"
+             QOS=q GPUTypes=a40,h100 GPULimit=a40:4,h100:8\n"
         ));
         assert!(text.contains("# r: GrpTRES gres/gpu:a40=0 allows no GPU type"));
         assert!(text.contains("# (No QOS preempts another.)\n# LowPriorityQOS=lowprio\n"));

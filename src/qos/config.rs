@@ -29,40 +29,101 @@ pub enum RequireGpuType {
     All,
 }
 
-/// One `QOS=... GPUTypes=... [GPULimit=N]` line.
+/// Which jobs a rule covers: the level at which Slurm applies the typed
+/// limit the rule stands for. Slurm counts a job against a typed
+/// `GrpTRES` at every level it applies (the job's QOS, its partition's
+/// QOS, its association and the association's parents), and each is
+/// escaped the same way, by leaving out the type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuleScope {
+    /// Jobs under one of these QOS, named with `--qos` or fallen back to
+    /// as the association's default QOS. `QOS=`.
+    Qos(Vec<String>),
+    /// Jobs in one of these partitions (the partition's `QOS=` carries the
+    /// typed limit). `Partition=`.
+    Partition(Vec<String>),
+    /// Jobs whose association lies under one of `accounts` (the account or
+    /// any of its sub-accounts), limited to `users` where that is set.
+    /// `Account=`, `User=`, or both.
+    Association {
+        accounts: Vec<String>,
+        users: Vec<String>,
+    },
+}
+
+/// How many GPUs a job may get, per type, under a rule (`GPULimit=`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GpuLimit {
+    /// `GPULimit=N`: at most N of each permitted type.
+    Each(u64),
+    /// `GPULimit=a40:4,h100:2,a100_*:7`: per type (or type pattern, each
+    /// matching type on its own, as Slurm counts each type name); a type
+    /// listed nowhere has no never-fits check.
+    PerType(Vec<(String, u64)>),
+}
+
+/// One rule line: a scope (`QOS=`, `Partition=`, `Account=`/`User=`), the
+/// permitted GPU types and optionally their limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QosRule {
-    qos: Vec<String>,
+    scope: RuleScope,
     gpu_types: Vec<String>,
-    gpu_limit: Option<u64>,
+    gpu_limit: Option<GpuLimit>,
     line: usize,
 }
 
 impl QosRule {
-    /// The QOS names this rule covers, as written in the file.
-    pub fn qos_names(&self) -> &[String] {
-        &self.qos
+    /// Which jobs the rule covers.
+    pub fn scope(&self) -> &RuleScope {
+        &self.scope
     }
 
-    /// The permitted GPU types, in file order; never empty.
+    /// The QOS names this rule covers, as written in the file; empty for a
+    /// rule of another level.
+    pub fn qos_names(&self) -> &[String] {
+        match &self.scope {
+            RuleScope::Qos(names) => names,
+            _ => &[],
+        }
+    }
+
+    /// The permitted GPU types (or type patterns), in file order; never empty.
     pub fn gpu_types(&self) -> &[String] {
         &self.gpu_types
     }
 
-    /// The type suggested to users: the first one the admin listed.
+    /// The type suggested to users: the first one the admin listed that is
+    /// a type rather than a pattern.
     pub fn first_gpu_type(&self) -> &str {
-        self.gpu_types.first().map_or("", String::as_str)
+        self.gpu_types
+            .iter()
+            .find(|t| !is_pattern(t))
+            .or(self.gpu_types.first())
+            .map_or("", String::as_str)
     }
 
-    /// The most GPUs of one type a job under one of these QOS can get.
-    pub fn gpu_limit(&self) -> Option<u64> {
-        self.gpu_limit
+    /// The limits as written (`GPULimit=`), if any.
+    pub fn gpu_limit(&self) -> Option<&GpuLimit> {
+        self.gpu_limit.as_ref()
     }
 
-    /// Types compare exactly: a spelling accounting would not count against
-    /// the typed limit must be refused, not waved through.
+    /// The most GPUs of `gpu_type` a job under this rule can get, if the
+    /// rule says.
+    pub fn limit_for(&self, gpu_type: &str) -> Option<u64> {
+        match self.gpu_limit.as_ref()? {
+            GpuLimit::Each(n) => Some(*n),
+            GpuLimit::PerType(limits) => limits
+                .iter()
+                .find(|(pattern, _)| type_matches(pattern, gpu_type))
+                .map(|&(_, n)| n),
+        }
+    }
+
+    /// Types compare exactly (or by the admin's pattern): a spelling
+    /// accounting would not count against the typed limit must be refused,
+    /// not waved through.
     pub fn permits(&self, gpu_type: &str) -> bool {
-        self.gpu_types.iter().any(|t| t == gpu_type)
+        self.gpu_types.iter().any(|t| type_matches(t, gpu_type))
     }
 
     /// The line of the file the rule came from, for admin tools.
@@ -71,12 +132,50 @@ impl QosRule {
     }
 }
 
+impl fmt::Display for GpuLimit {
+    /// As `GPULimit=` takes it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GpuLimit::Each(n) => write!(f, "{n}"),
+            GpuLimit::PerType(limits) => {
+                for (i, (t, n)) in limits.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(",")?;
+                    }
+                    write!(f, "{t}:{n}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Whether a type entry of a rule (`a40`, or a pattern such as `a100_*`
+/// for MIG slice types) covers `gpu_type`.
+pub fn type_matches(entry: &str, gpu_type: &str) -> bool {
+    if is_pattern(entry) {
+        glob_matches(entry, gpu_type)
+    } else {
+        entry == gpu_type
+    }
+}
+
+/// A type entry with `*` or `?` in it: a family of types (MIG slices).
+pub fn is_pattern(entry: &str) -> bool {
+    entry.contains(['*', '?'])
+}
+
 /// The whole parsed file. `Default` is an empty file: nothing is enforced.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GpuQosConfig {
     rules: Vec<QosRule>,
     /// Lower-cased QOS name → index into `rules`.
     rule_by_qos: HashMap<String, usize>,
+    /// Partition name → index into `rules` (names compare exactly, as
+    /// slurmctld looks partitions up).
+    rule_by_partition: HashMap<String, usize>,
+    /// Indexes of the `Account=`/`User=` rules.
+    association_rules: Vec<usize>,
     /// Every type of every rule, first appearance first, for messages.
     known_gpu_types: Vec<String>,
     require_gpu_type: RequireGpuType,
@@ -107,6 +206,38 @@ impl GpuQosConfig {
         index.and_then(|&i| self.rules.get(i))
     }
 
+    /// The rule of partition `partition`, if any.
+    pub fn partition_rule(&self, partition: &str) -> Option<&QosRule> {
+        self.rule_by_partition
+            .get(partition)
+            .and_then(|&i| self.rules.get(i))
+    }
+
+    /// Whether any rule covers jobs by partition.
+    pub fn has_partition_rules(&self) -> bool {
+        !self.rule_by_partition.is_empty()
+    }
+
+    /// Whether any rule covers jobs by QOS (so a job naming no QOS needs its
+    /// default QOS looked up).
+    pub fn has_qos_rules(&self) -> bool {
+        !self.rule_by_qos.is_empty()
+    }
+
+    /// Whether any rule covers jobs by account or user.
+    pub fn has_association_rules(&self) -> bool {
+        !self.association_rules.is_empty()
+    }
+
+    /// The `Account=`/`User=` rules, in file order.
+    pub fn association_rules(&self) -> impl Iterator<Item = &QosRule> {
+        self.association_rules
+            .iter()
+            .filter_map(|&i| self.rules.get(i))
+    }
+
+    /// The literal GPU types of every rule, first appearance first, for
+    /// messages (patterns are left out: no one can type them).
     pub fn known_gpu_types(&self) -> &[String] {
         &self.known_gpu_types
     }
@@ -244,10 +375,18 @@ enum Problem {
         key: &'static str,
         first_line: usize,
     },
-    QosInTwoRules {
-        qos: String,
+    /// A QOS or partition covered by two rules.
+    InTwoRules {
+        what: &'static str,
+        name: String,
         first_line: usize,
     },
+    /// Two scopes on one line (`QOS=` with `Partition=`, ...).
+    TwoScopes(&'static str, &'static str),
+    /// A `GPULimit=` per-type entry that is not `type:N`.
+    BadLimitEntry(String),
+    /// A `GPULimit=` type that `GPUTypes=` does not permit.
+    LimitForUnlistedType(String),
     /// The same item twice in one comma list.
     DuplicateListItem {
         key: &'static str,
@@ -305,21 +444,41 @@ impl fmt::Display for Problem {
             Problem::GlobalKeyRepeated { key, first_line } => {
                 write!(f, "{key} already set on line {first_line}")
             }
-            Problem::QosInTwoRules { qos, first_line } => {
-                write!(f, "QOS {qos} already has a rule on line {first_line}")
+            Problem::InTwoRules {
+                what,
+                name,
+                first_line,
+            } => {
+                write!(f, "{what} {name} already has a rule on line {first_line}")
             }
+            Problem::TwoScopes(a, b) => write!(
+                f,
+                "{a}= and {b}= cannot share a line: write one rule per level"
+            ),
+            Problem::BadLimitEntry(entry) => write!(
+                f,
+                "GPULimit takes a number (each type) or type:number items, \
+                 e.g. GPULimit=a40:4,h100:2; got \"{entry}\""
+            ),
+            Problem::LimitForUnlistedType(ty) => write!(
+                f,
+                "GPULimit gives a limit for {ty}, which GPUTypes does not list"
+            ),
             Problem::DuplicateListItem { key, item } => {
                 write!(f, "{key} lists {item} twice")
             }
             Problem::RuleWithoutGpuTypes => {
-                f.write_str("a QOS line needs GPUTypes= (the GPU types the QOS may use)")
+                f.write_str("a rule needs GPUTypes= (the GPU types its jobs may use)")
             }
             Problem::RuleKeyWithoutQos(key) => {
-                write!(f, "{key} needs QOS= on the same line")
+                write!(
+                    f,
+                    "{key} needs QOS=, Partition=, Account= or User= on the same line"
+                )
             }
             Problem::GlobalKeyOnRuleLine(key) => write!(
                 f,
-                "{key} is a global setting and cannot share a line with QOS="
+                "{key} is a global setting and cannot share a line with a rule"
             ),
             Problem::NeedsOtherKey { key, needs } => {
                 write!(f, "{key} has no effect without {needs}")
@@ -331,6 +490,9 @@ impl fmt::Display for Problem {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Key {
     Qos,
+    Partition,
+    Account,
+    User,
     GpuTypes,
     GpuLimit,
     RequireGpuType,
@@ -343,8 +505,11 @@ enum Key {
 }
 
 impl Key {
-    const ALL: [Key; 10] = [
+    const ALL: [Key; 13] = [
         Key::Qos,
+        Key::Partition,
+        Key::Account,
+        Key::User,
         Key::GpuTypes,
         Key::GpuLimit,
         Key::RequireGpuType,
@@ -360,6 +525,9 @@ impl Key {
     fn name(self) -> &'static str {
         match self {
             Key::Qos => "QOS",
+            Key::Partition => "Partition",
+            Key::Account => "Account",
+            Key::User => "User",
             Key::GpuTypes => "GPUTypes",
             Key::GpuLimit => "GPULimit",
             Key::RequireGpuType => "RequireGPUType",
@@ -377,7 +545,10 @@ impl Key {
     }
 
     fn is_rule_key(self) -> bool {
-        matches!(self, Key::Qos | Key::GpuTypes | Key::GpuLimit)
+        matches!(
+            self,
+            Key::Qos | Key::Partition | Key::Account | Key::User | Key::GpuTypes | Key::GpuLimit
+        )
     }
 
     fn index(self) -> usize {
@@ -402,8 +573,9 @@ pub fn parse(text: &str, file: &str) -> Result<GpuQosConfig, ConfigError> {
     let mut cfg = GpuQosConfig::default();
     // Line on which each global key was set, to report repeats.
     let mut global_seen: [Option<usize>; Key::ALL.len()] = [None; Key::ALL.len()];
-    // Lower-cased QOS name → line of its rule.
+    // Lower-cased QOS name → line of its rule; partition name → line.
     let mut rule_line_by_qos: HashMap<String, usize> = HashMap::new();
+    let mut rule_line_by_partition: HashMap<String, usize> = HashMap::new();
 
     for (line_no, words) in kv::lines(text) {
         let error = |problem: Problem| ConfigError::new(file, line_no, problem);
@@ -426,21 +598,41 @@ pub fn parse(text: &str, file: &str) -> Result<GpuQosConfig, ConfigError> {
             }
         }
 
-        if let Some(qos_value) = line.get(Key::Qos) {
-            let rule = parse_rule(&line, qos_value, line_no).map_err(error)?;
-            for qos in &rule.qos {
-                let folded = qos.to_ascii_lowercase();
-                if let Some(&first_line) = rule_line_by_qos.get(&folded) {
-                    return Err(error(Problem::QosInTwoRules {
-                        qos: qos.clone(),
-                        first_line,
-                    }));
+        if let Some(scope) = rule_scope(&line).map_err(error)? {
+            let rule = parse_rule(&line, scope, line_no).map_err(error)?;
+            let index = cfg.rules.len();
+            match &rule.scope {
+                RuleScope::Qos(names) => {
+                    for qos in names {
+                        let folded = qos.to_ascii_lowercase();
+                        if let Some(&first_line) = rule_line_by_qos.get(&folded) {
+                            return Err(error(Problem::InTwoRules {
+                                what: "QOS",
+                                name: qos.clone(),
+                                first_line,
+                            }));
+                        }
+                        rule_line_by_qos.insert(folded.clone(), line_no);
+                        cfg.rule_by_qos.insert(folded, index);
+                    }
                 }
-                rule_line_by_qos.insert(folded.clone(), line_no);
-                cfg.rule_by_qos.insert(folded, cfg.rules.len());
+                RuleScope::Partition(names) => {
+                    for partition in names {
+                        if let Some(&first_line) = rule_line_by_partition.get(partition) {
+                            return Err(error(Problem::InTwoRules {
+                                what: "Partition",
+                                name: partition.clone(),
+                                first_line,
+                            }));
+                        }
+                        rule_line_by_partition.insert(partition.clone(), line_no);
+                        cfg.rule_by_partition.insert(partition.clone(), index);
+                    }
+                }
+                RuleScope::Association { .. } => cfg.association_rules.push(index),
             }
             for ty in &rule.gpu_types {
-                if !cfg.known_gpu_types.contains(ty) {
+                if !is_pattern(ty) && !cfg.known_gpu_types.contains(ty) {
                     cfg.known_gpu_types.push(ty.clone());
                 }
             }
@@ -485,30 +677,105 @@ pub fn parse(text: &str, file: &str) -> Result<GpuQosConfig, ConfigError> {
     Ok(cfg)
 }
 
-fn parse_rule(line: &LineValues<'_>, qos: &str, line_no: usize) -> Result<QosRule, Problem> {
+/// The scope a line's keys give, if it is a rule line at all.
+fn rule_scope(line: &LineValues<'_>) -> Result<Option<RuleScope>, Problem> {
+    let qos = line.get(Key::Qos);
+    let partition = line.get(Key::Partition);
+    let association = line.get(Key::Account).or(line.get(Key::User));
+    let scope_key = |v: Option<&str>, k: Key| v.map(|_| k.name());
+    let named: Vec<&'static str> = [
+        scope_key(qos, Key::Qos),
+        scope_key(partition, Key::Partition),
+        scope_key(association, Key::Account).map(|_| {
+            if line.get(Key::Account).is_some() {
+                Key::Account.name()
+            } else {
+                Key::User.name()
+            }
+        }),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if let [a, b, ..] = named[..] {
+        return Err(Problem::TwoScopes(a, b));
+    }
+    if let Some(q) = qos {
+        return Ok(Some(RuleScope::Qos(split_list(Key::Qos, q)?)));
+    }
+    if let Some(p) = partition {
+        return Ok(Some(RuleScope::Partition(split_list(Key::Partition, p)?)));
+    }
+    if association.is_some() {
+        let list = |k: Key| {
+            line.get(k)
+                .map(|v| split_list(k, v))
+                .transpose()
+                .map(Option::unwrap_or_default)
+        };
+        return Ok(Some(RuleScope::Association {
+            accounts: list(Key::Account)?,
+            users: list(Key::User)?,
+        }));
+    }
+    Ok(None)
+}
+
+fn parse_rule(line: &LineValues<'_>, scope: RuleScope, line_no: usize) -> Result<QosRule, Problem> {
     for key in Key::ALL {
         if !key.is_rule_key() && line.get(key).is_some() {
             return Err(Problem::GlobalKeyOnRuleLine(key.name()));
         }
     }
-    let qos = split_list(Key::Qos, qos)?;
     let types_value = line
         .get(Key::GpuTypes)
         .ok_or(Problem::RuleWithoutGpuTypes)?;
     let gpu_types = split_list(Key::GpuTypes, types_value)?;
-    if let Some(bad) = gpu_types.iter().find(|t| !is_gpu_type(t)) {
+    if let Some(bad) = gpu_types.iter().find(|t| !is_gpu_type_entry(t)) {
         return Err(Problem::BadGpuType(bad.clone()));
     }
     let gpu_limit = line
         .get(Key::GpuLimit)
-        .map(|v| positive_integer(Key::GpuLimit, v))
+        .map(|v| parse_limit(v, &gpu_types))
         .transpose()?;
     Ok(QosRule {
-        qos,
+        scope,
         gpu_types,
         gpu_limit,
         line: line_no,
     })
+}
+
+/// `N`, or `type:N,type:N` where each type is one `GPUTypes` permits (a
+/// pattern there may be given as itself or by its member types).
+fn parse_limit(value: &str, gpu_types: &[String]) -> Result<GpuLimit, Problem> {
+    if !value.contains(':') {
+        return positive_integer(Key::GpuLimit, value).map(GpuLimit::Each);
+    }
+    let mut limits: Vec<(String, u64)> = Vec::new();
+    for item in split_list(Key::GpuLimit, value)? {
+        let Some((ty, n)) = item.split_once(':') else {
+            return Err(Problem::BadLimitEntry(item));
+        };
+        if !is_gpu_type_entry(ty) {
+            return Err(Problem::BadGpuType(ty.to_owned()));
+        }
+        let n = positive_integer(Key::GpuLimit, n)?;
+        let listed = gpu_types
+            .iter()
+            .any(|t| t == ty || (!is_pattern(ty) && type_matches(t, ty)));
+        if !listed {
+            return Err(Problem::LimitForUnlistedType(ty.to_owned()));
+        }
+        if limits.iter().any(|(seen, _)| seen == ty) {
+            return Err(Problem::DuplicateListItem {
+                key: Key::GpuLimit.name(),
+                item: ty.to_owned(),
+            });
+        }
+        limits.push((ty.to_owned(), n));
+    }
+    Ok(GpuLimit::PerType(limits))
 }
 
 fn set_global(cfg: &mut GpuQosConfig, key: Key, value: &str) -> Result<(), Problem> {
@@ -561,7 +828,7 @@ fn set_global(cfg: &mut GpuQosConfig, key: Key, value: &str) -> Result<(), Probl
             }
             cfg.metrics_file = Some(PathBuf::from(value));
         }
-        Key::Qos | Key::GpuTypes | Key::GpuLimit => {}
+        Key::Qos | Key::Partition | Key::Account | Key::User | Key::GpuTypes | Key::GpuLimit => {}
     }
     Ok(())
 }
@@ -608,6 +875,20 @@ fn is_gpu_type(t: &str) -> bool {
     word && !count_shaped
 }
 
+/// A `GPUTypes=` entry: a type, or a pattern of types with `*` and `?`
+/// (`a100_*` for every MIG slice type of the A100).
+fn is_gpu_type_entry(t: &str) -> bool {
+    if is_pattern(t) {
+        let literal: String = t.chars().filter(|c| !matches!(c, '*' | '?')).collect();
+        literal.is_empty()
+            || literal
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+    } else {
+        is_gpu_type(t)
+    }
+}
+
 fn positive_integer(key: Key, value: &str) -> Result<u64, Problem> {
     let bad = || Problem::NotPositiveInteger {
         key: key.name(),
@@ -652,7 +933,8 @@ MaxMPSPerJob=100
         assert_eq!(cfg.rules().len(), 2);
         let rule = cfg.rule_for("qos_ying_rex").unwrap();
         assert_eq!(rule.gpu_types(), ["a40"]);
-        assert_eq!(rule.gpu_limit(), Some(4));
+        assert_eq!(rule.gpu_limit(), Some(&GpuLimit::Each(4)));
+        assert_eq!(rule.limit_for("a40"), Some(4));
         assert_eq!(rule.line(), 2);
         assert!(rule.permits("a40"));
         assert!(!rule.permits("A40"));
@@ -726,8 +1008,8 @@ MaxMPSPerJob=100
     fn unknown_key_lists_the_known_ones() {
         assert_eq!(
             err("GPUS=4"),
-            "/etc/slurm/gpu_qos.conf:1: unknown key \"GPUS\" (known keys: QOS, GPUTypes, \
-             GPULimit, RequireGPUType, LowPriorityQOS, LowPriorityMaxArrayTasks, \
+            "/etc/slurm/gpu_qos.conf:1: unknown key \"GPUS\" (known keys: QOS, Partition, \
+             Account, User, GPUTypes, GPULimit, RequireGPUType, LowPriorityQOS, LowPriorityMaxArrayTasks, \
              SharedGPUReservations, MaxMPSPerJob, LowPriorityExclusiveUser, MetricsFile)"
         );
     }
@@ -748,15 +1030,19 @@ MaxMPSPerJob=100
         );
         assert_eq!(
             err("QOS=a GPULimit=3"),
-            format!("{FILE}:1: a QOS line needs GPUTypes= (the GPU types the QOS may use)")
+            format!("{FILE}:1: a rule needs GPUTypes= (the GPU types its jobs may use)")
         );
         assert_eq!(
             err("GPUTypes=a40"),
-            format!("{FILE}:1: GPUTypes needs QOS= on the same line")
+            format!(
+                "{FILE}:1: GPUTypes needs QOS=, Partition=, Account= or User= on the same line"
+            )
         );
         assert_eq!(
             err("QOS=a GPUTypes=a40 MaxMPSPerJob=5"),
-            format!("{FILE}:1: MaxMPSPerJob is a global setting and cannot share a line with QOS=")
+            format!(
+                "{FILE}:1: MaxMPSPerJob is a global setting and cannot share a line with a rule"
+            )
         );
         assert_eq!(
             err("QOS=a GPUTypes=a40,,a100"),
@@ -785,6 +1071,78 @@ MaxMPSPerJob=100
             err("QOS=a,a GPUTypes=a40"),
             format!("{FILE}:1: QOS lists a twice")
         );
+    }
+
+    #[test]
+    fn rules_at_every_level_parse() {
+        let cfg = parse(
+            "QOS=qos_lafferty GPUTypes=a40 GPULimit=4\n\
+             Partition=gpu,gpu_long GPUTypes=a40,h100 GPULimit=a40:8,h100:2\n\
+             Account=lafferty GPUTypes=a40 GPULimit=4\n\
+             User=alice Account=saxena GPUTypes=a100_* GPULimit=a100_1g.5gb:7,a100_*:2\n",
+            FILE,
+        )
+        .unwrap();
+        assert!(cfg.has_qos_rules() && cfg.has_partition_rules() && cfg.has_association_rules());
+        let gpu = cfg.partition_rule("gpu").unwrap();
+        assert_eq!(gpu.limit_for("a40"), Some(8));
+        assert_eq!(gpu.limit_for("h100"), Some(2));
+        assert!(
+            cfg.partition_rule("GPU").is_none(),
+            "partition names compare exactly"
+        );
+        assert_eq!(gpu.qos_names(), [] as [String; 0]);
+        let assoc: Vec<&QosRule> = cfg.association_rules().collect();
+        assert_eq!(assoc.len(), 2);
+        assert_eq!(
+            assoc[1].scope(),
+            &RuleScope::Association {
+                accounts: vec!["saxena".into()],
+                users: vec!["alice".into()]
+            }
+        );
+        // MIG slices: a pattern permits each slice type; the first matching
+        // limit counts, each slice type on its own.
+        assert!(assoc[1].permits("a100_3g.20gb"));
+        assert!(!assoc[1].permits("a100"));
+        assert_eq!(assoc[1].limit_for("a100_1g.5gb"), Some(7));
+        assert_eq!(assoc[1].limit_for("a100_3g.20gb"), Some(2));
+        assert_eq!(assoc[1].first_gpu_type(), "a100_*");
+        // Patterns are no type anyone can type: not suggested.
+        assert_eq!(cfg.known_gpu_types(), ["a40", "h100"]);
+        assert_eq!(gpu.gpu_limit().unwrap().to_string(), "a40:8,h100:2");
+    }
+
+    #[test]
+    fn level_and_limit_errors() {
+        assert_eq!(
+            err("QOS=q Partition=gpu GPUTypes=a40"),
+            format!("{FILE}:1: QOS= and Partition= cannot share a line: write one rule per level")
+        );
+        assert_eq!(
+            err("Partition=gpu GPUTypes=a40\nPartition=cpu,gpu GPUTypes=a100"),
+            format!("{FILE}:2: Partition gpu already has a rule on line 1")
+        );
+        assert_eq!(
+            err("QOS=q GPUTypes=a40 GPULimit=h100:2"),
+            format!("{FILE}:1: GPULimit gives a limit for h100, which GPUTypes does not list")
+        );
+        assert_eq!(
+            err("QOS=q GPUTypes=a40 GPULimit=a40:2,a40:3"),
+            format!("{FILE}:1: GPULimit lists a40 twice")
+        );
+        assert_eq!(
+            err("QOS=q GPUTypes=a40 GPULimit=a40:0"),
+            format!("{FILE}:1: GPULimit must be a positive integer, got \"0\"")
+        );
+        assert_eq!(
+            err("QOS=q GPUTypes=a40 GPULimit=a40:2,4"),
+            format!(
+                "{FILE}:1: GPULimit takes a number (each type) or type:number items, \
+                 e.g. GPULimit=a40:4,h100:2; got \"4\""
+            )
+        );
+        assert!(err("Account=a GPUTypes=a1/0*").contains("GPU type \"a1/0*\""));
     }
 
     #[test]

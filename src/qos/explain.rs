@@ -526,12 +526,12 @@ mod tests {
             cgroup_conf: None,
             slurm_conf: None,
             gpu_qos_conf_path: "gpu_qos.conf".into(),
-            gpu_qos_conf: GpuQosConf::Read(
+            gpu_qos_conf: GpuQosConf::Read(Box::new(
                 qos_conf::parse(
                     "QOS=qos_lafferty GPUTypes=a40 GPULimit=4\nLowPriorityQOS=lowprio\n",
                     "gpu_qos.conf",
                 )
-                .unwrap(),
+                .unwrap(),)
             ),
             unread: Vec::new(),
         }

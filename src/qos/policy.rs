@@ -9,7 +9,7 @@
 
 use std::fmt;
 
-use super::config::{GpuQosConfig, QosRule, RequireGpuType};
+use super::config::{GpuQosConfig, QosRule, RequireGpuType, RuleScope};
 use super::gres::{tres_entries, GpuOption, GresParseError, GresRequest, TresField};
 
 use crate::shared::spank_env::MPS_UNITS as MPS_UNITS_ENV;
@@ -37,6 +37,28 @@ pub struct JobDescription<'a> {
     pub array_inx: Option<&'a str>,
     /// Known for updates; makes the suggested `scontrol` line copy-pasteable.
     pub job_id_for_messages: Option<u32>,
+    /// One partition name or a comma list, as sent.
+    pub partition: Option<&'a str>,
+    /// What slurmctld resolves for the job beyond what the client sent
+    /// (the plugin reads it from slurmctld's association manager, and only
+    /// where a rule needs it).
+    pub resolved: Resolved<'a>,
+}
+
+/// Facts about a job that its client did not send and slurmctld decides:
+/// which QOS it falls back to, which partition it lands in, which
+/// accounts' limits it counts against. Empty means unknown or not needed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Resolved<'a> {
+    /// The QOS the job runs under when it names none: its association's
+    /// default (for each partition it may run in), as slurmctld resolves it.
+    pub default_qos: &'a [String],
+    /// The partition the job lands in when it names none.
+    pub default_partition: Option<&'a str>,
+    /// The job's account and every parent up to the root, nearest first.
+    pub accounts: &'a [String],
+    /// The job's user, by name (unknown in an update).
+    pub user: Option<&'a str>,
 }
 
 impl<'a> JobDescription<'a> {
@@ -56,6 +78,70 @@ impl<'a> JobDescription<'a> {
 
     fn reservation_names(&self) -> impl Iterator<Item = &'a str> + Clone {
         comma_items(self.reservation)
+    }
+
+    /// The partitions the job may run in: those it names, else the default.
+    fn partitions(&self) -> impl Iterator<Item = &'a str> + Clone {
+        let named = comma_items(self.partition);
+        let default = self
+            .partition
+            .is_none_or(|p| p.trim().is_empty())
+            .then_some(self.resolved.default_partition)
+            .flatten();
+        named.chain(default)
+    }
+}
+
+/// The level at which Slurm applies the limit a rule stands for, as the
+/// user is told it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Level<'a> {
+    /// The QOS the job names.
+    Qos(&'a str),
+    /// The QOS the job falls back to, naming none.
+    DefaultQos(&'a str),
+    /// The QOS of a partition the job may run in.
+    Partition(&'a str),
+    /// The limit of the job's account or one of its parents.
+    Account(&'a str),
+    /// The limit of the job's user.
+    User(&'a str),
+}
+
+impl Level<'_> {
+    /// The level as the subject of a sentence.
+    fn subject(&self) -> String {
+        match self {
+            Level::Qos(q) => format!("QOS {q}"),
+            Level::DefaultQos(q) => {
+                format!("Your default QOS {q} (the job names no --qos, so it runs under it)")
+            }
+            Level::Partition(p) => format!("Partition {p}'s QOS"),
+            Level::Account(a) => format!("Account {a}'s GPU limit"),
+            Level::User(u) => format!("User {u}'s GPU limit"),
+        }
+    }
+
+    /// The level's short name, as in "qos_lafferty may use a40".
+    fn name(&self) -> String {
+        match self {
+            Level::Qos(q) | Level::DefaultQos(q) => (*q).to_owned(),
+            Level::Partition(p) => format!("partition {p}"),
+            Level::Account(a) => format!("account {a}"),
+            Level::User(u) => format!("user {u}"),
+        }
+    }
+
+    /// Where a job that needs another type could go instead.
+    fn elsewhere(&self, ty: &str) -> String {
+        match self {
+            Level::Qos(_) => format!("use a QOS that covers {ty}"),
+            Level::DefaultQos(_) => format!("name a QOS that covers {ty} with --qos"),
+            Level::Partition(_) => format!("use a partition that has {ty}"),
+            Level::Account(_) | Level::User(_) => {
+                format!("use an account whose limit covers {ty} (--account)")
+            }
+        }
     }
 }
 
@@ -174,9 +260,18 @@ fn submit(cfg: &GpuQosConfig, job: &JobDescription<'_>) -> Result<JobChanges, Re
     // A job with several QOS may run under any of them, so each must agree.
     for qos in job.qos_names() {
         if let Some(rule) = cfg.rule_for(qos) {
-            judge_under_rule(&ctx, &requests, qos, rule)?;
+            judge_under_rule(&ctx, &requests, Level::Qos(qos), rule)?;
         }
     }
+    // Naming none, it runs under its association's default QOS.
+    if job.qos_names().next().is_none() {
+        for qos in job.resolved.default_qos {
+            if let Some(rule) = cfg.rule_for(qos) {
+                judge_under_rule(&ctx, &requests, Level::DefaultQos(qos), rule)?;
+            }
+        }
+    }
+    judge_partitions_and_associations(cfg, &ctx, &requests)?;
     if cfg.require_gpu_type() == RequireGpuType::All {
         if let Some(untyped) = first_untyped_gpu(&requests) {
             return Err(untyped_anywhere(cfg, &ctx, untyped));
@@ -217,8 +312,17 @@ fn modify(cfg: &GpuQosConfig, update: &JobDescription<'_>) -> Result<JobChanges,
     for qos in update.qos_names() {
         if let Some(rule) = cfg.rule_for(qos) {
             to_gpu_qos = true;
-            judge_under_rule(&ctx, &requests, qos, rule)?;
+            judge_under_rule(&ctx, &requests, Level::Qos(qos), rule)?;
         }
+    }
+    // Moving the job to a partition or account with a rule: the job's own
+    // GPU request is not visible here, so the update must carry one.
+    for (level, rule) in other_levels(cfg, update) {
+        to_gpu_qos = true;
+        if !requests.iter().any(|r| r.request.is_gpu()) {
+            return Err(no_gpu_request(&ctx, &requests, level, rule));
+        }
+        judge_under_rule(&ctx, &requests, level, rule)?;
     }
     if !to_gpu_qos {
         if let Some(untyped) = first_untyped_gpu(&requests) {
@@ -348,11 +452,62 @@ impl Context<'_, '_> {
     }
 }
 
-/// Rules 1, 3, 5 and 6 for one GPU QOS of the job.
+/// The partition and association rules that cover the job, each with the
+/// level it is told as. An association rule names the nearest of the job's
+/// accounts it covers; a rule limited to users covers the job when its user
+/// is one of them, or is unknown (an update), which fails closed.
+fn other_levels<'c, 'a>(
+    cfg: &'c GpuQosConfig,
+    job: &JobDescription<'a>,
+) -> impl Iterator<Item = (Level<'a>, &'c QosRule)> + 'c
+where
+    'a: 'c,
+{
+    let partitions = job.partitions().filter_map(|p| {
+        cfg.partition_rule(p)
+            .map(|rule| (Level::Partition(p), rule))
+    });
+    let resolved = job.resolved;
+    let associations = cfg.association_rules().filter_map(move |rule| {
+        let RuleScope::Association { accounts, users } = rule.scope() else {
+            return None;
+        };
+        let user_matches = users.is_empty()
+            || resolved
+                .user
+                .is_none_or(|u| users.iter().any(|x| x.eq_ignore_ascii_case(u)));
+        if !user_matches {
+            return None;
+        }
+        if accounts.is_empty() {
+            return resolved.user.map(|u| (Level::User(u), rule));
+        }
+        resolved
+            .accounts
+            .iter()
+            .find(|a| accounts.iter().any(|x| x.eq_ignore_ascii_case(a)))
+            .map(|a| (Level::Account(a.as_str()), rule))
+    });
+    partitions.chain(associations)
+}
+
+/// The rules of the job's partitions and of its association and parents.
+fn judge_partitions_and_associations(
+    cfg: &GpuQosConfig,
+    ctx: &Context<'_, '_>,
+    requests: &[FieldRequest<'_>],
+) -> Result<(), Rejection> {
+    for (level, rule) in other_levels(cfg, ctx.job) {
+        judge_under_rule(ctx, requests, level, rule)?;
+    }
+    Ok(())
+}
+
+/// Rules 1, 3, 5 and 6 for one rule that covers the job.
 fn judge_under_rule(
     ctx: &Context<'_, '_>,
     requests: &[FieldRequest<'_>],
-    qos: &str,
+    level: Level<'_>,
     rule: &QosRule,
 ) -> Result<(), Rejection> {
     // Joined only on the way to a rejection: the accept path stays allocation-light.
@@ -361,26 +516,32 @@ fn judge_under_rule(
     let gpus = requests.iter().filter(|r| r.request.is_gpu());
 
     if gpus.clone().next().is_none() {
-        return Err(no_gpu_request(ctx, requests, qos, rule));
+        // Only a QOS the user chose is "for GPU jobs": a CPU job that falls
+        // back to a GPU QOS, or runs in a GPU partition, counts no GPU.
+        return match level {
+            Level::Qos(_) => Err(no_gpu_request(ctx, requests, level, rule)),
+            _ => Ok(()),
+        };
     }
     if let Some(untyped) = gpus.clone().find(|r| r.request.gres_type.is_none()) {
         let (field, count) = (untyped.field, untyped.request.count);
         let asked = ctx.gpu_request(field, None, count);
         let instead = ctx.suggest(field, first_type, count);
         let permitted = permitted();
+        let (subject, name) = (level.subject(), level.name());
         return Err(match ctx.syntax {
             Syntax::Sbatch => reject(
                 RejectionKind::UntypedGpu,
                 format!(
-                    "QOS {qos} requires a GPU type, but {asked} does not name one; \
-                     {qos} may use {permitted}. Submit with {instead} instead."
+                    "{subject} requires a GPU type, but {asked} does not name one; \
+                     {name} may use {permitted}. Submit with {instead} instead."
                 ),
             ),
             Syntax::Scontrol => reject(
                 RejectionKind::UpdateNeedsTypedGpu,
                 format!(
-                    "QOS {qos} requires a GPU type, but {asked} does not name one; \
-                     {qos} may use {permitted}. Use: {instead}"
+                    "{subject} requires a GPU type, but {asked} does not name one; \
+                     {name} may use {permitted}. Use: {instead}"
                 ),
             ),
         });
@@ -397,24 +558,27 @@ fn judge_under_rule(
                 Syntax::Scontrol => format!("Use: {instead}"),
             };
             let permitted = permitted();
+            let (subject, name, elsewhere) = (level.subject(), level.name(), level.elsewhere(ty));
             return Err(reject(
                 RejectionKind::TypeNotPermitted,
                 format!(
-                    "QOS {qos} does not cover GPU type {ty} (asked with {asked}); \
-                     {qos} may use {permitted}. {how}, or use a QOS that covers {ty}."
+                    "{subject} does not cover GPU type {ty} (asked with {asked}); \
+                     {name} may use {permitted}. {how}, or {elsewhere}."
                 ),
             ));
         }
     }
-    if let Some(limit) = rule.gpu_limit() {
-        for r in gpus {
-            let Some(ty) = r.request.gres_type else {
-                continue;
-            };
-            let least = least_total(ctx.job, requests, ty);
-            if least.total > limit {
-                return Err(over_limit(ctx, qos, ty, limit, least));
-            }
+    // Each type against its own limit, as accounting counts each type name.
+    for r in gpus {
+        let Some(ty) = r.request.gres_type else {
+            continue;
+        };
+        let Some(limit) = rule.limit_for(ty) else {
+            continue;
+        };
+        let least = least_total(ctx.job, requests, ty);
+        if least.total > limit {
+            return Err(over_limit(ctx, level, ty, limit, least));
         }
     }
     Ok(())
@@ -423,9 +587,14 @@ fn judge_under_rule(
 fn no_gpu_request(
     ctx: &Context<'_, '_>,
     requests: &[FieldRequest<'_>],
-    qos: &str,
+    level: Level<'_>,
     rule: &QosRule,
 ) -> Rejection {
+    let qos = level.name();
+    let target = match level {
+        Level::Qos(q) | Level::DefaultQos(q) => format!("QOS {q}"),
+        _ => level.name(),
+    };
     let permitted = rule.gpu_types().join(", ");
     let instead = ctx.suggest(TresField::PerNode, rule.first_gpu_type(), 1);
     match ctx.syntax {
@@ -447,7 +616,7 @@ fn no_gpu_request(
         Syntax::Scontrol => reject(
             RejectionKind::UpdateNeedsTypedGpu,
             format!(
-                "Moving a job to QOS {qos} needs a typed GPU request in the same update \
+                "Moving a job to {target} needs a typed GPU request in the same update \
                  ({qos} may use {permitted}): {instead}\n\
                  If the job was submitted with an untyped GPU request, Slurm cannot add a \
                  type to it: cancel it and submit again with --gres=gpu:{}:1.",
@@ -545,7 +714,7 @@ fn multiplier(job: &JobDescription<'_>, field: TresField) -> u64 {
 
 fn over_limit(
     ctx: &Context<'_, '_>,
-    qos: &str,
+    level: Level<'_>,
     ty: &str,
     limit: u64,
     least: LeastTotal,
@@ -583,10 +752,11 @@ fn over_limit(
              or use a QOS with a larger limit."
         )
     };
+    let limited_by = level.name();
     reject(
         RejectionKind::OverLimit,
         format!(
-            "This job can never start: asks {} {ty}, {qos} allows at most {limit}. {advice}",
+            "This job can never start: asks {} {ty}, {limited_by} allows at most {limit}. {advice}",
             least.total
         ),
     )
@@ -1371,6 +1541,205 @@ MaxMPSPerJob=100
         );
     }
 
+    const LEVELS: &str = "\
+QOS=qos_lafferty GPUTypes=a40 GPULimit=4
+QOS=qos_saxena GPUTypes=a100,h100 GPULimit=a100:20,h100:2
+Partition=gpu GPUTypes=a40,h100 GPULimit=8
+Account=lafferty GPUTypes=a40 GPULimit=a40:6
+User=carol GPUTypes=h100
+";
+
+    fn resolved<'a>(default_qos: &'a [String], accounts: &'a [String]) -> Resolved<'a> {
+        Resolved {
+            default_qos,
+            default_partition: Some("cpu"),
+            accounts,
+            user: Some("alice"),
+        }
+    }
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn the_default_qos_is_judged_when_the_job_names_none() {
+        let cfg = cfg_from(LEVELS);
+        let (lafferty, none) = (names(&["qos_lafferty"]), names(&[]));
+        let j = JobDescription {
+            resolved: resolved(&lafferty, &none),
+            ..job(None, Some("gres/gpu:2"))
+        };
+        let r = rejection(judge_submit(&cfg, &j));
+        assert_eq!(r.kind, RejectionKind::UntypedGpu);
+        assert_eq!(
+            r.message,
+            "Your default QOS qos_lafferty (the job names no --qos, so it runs under it) \
+             requires a GPU type, but --gres=gpu:2 does not name one; qos_lafferty may use \
+             a40. Submit with --gres=gpu:a40:2 instead."
+        );
+        let typed = JobDescription {
+            tres_per_node: Some("gres/gpu:a40:2"),
+            ..j
+        };
+        assert!(changes(judge_submit(&cfg, &typed)).is_empty());
+        // A CPU job that falls back to the group QOS is not refused: the
+        // user did not choose a GPU QOS.
+        let cpu = JobDescription {
+            tres_per_node: None,
+            ..j
+        };
+        assert!(changes(judge_submit(&cfg, &cpu)).is_empty());
+        // A job naming a QOS is judged by that QOS only.
+        let named = JobDescription {
+            qos: Some("normal"),
+            ..j
+        };
+        assert!(changes(judge_submit(&cfg, &named)).is_empty());
+        // Over the default QOS's limit.
+        let big = JobDescription {
+            tres_per_node: Some("gres/gpu:a40:5"),
+            ..j
+        };
+        assert!(rejection(judge_submit(&cfg, &big))
+            .message
+            .starts_with("This job can never start: asks 5 a40, qos_lafferty allows at most 4."));
+    }
+
+    #[test]
+    fn the_partition_qos_is_judged_for_named_and_default_partitions() {
+        let cfg = cfg_from(LEVELS);
+        let none = names(&[]);
+        let in_gpu = JobDescription {
+            partition: Some("cpu,gpu"),
+            ..job(None, Some("gres/gpu:1"))
+        };
+        assert_eq!(
+            rejection(judge_submit(&cfg, &in_gpu)).message,
+            "Partition gpu's QOS requires a GPU type, but --gres=gpu:1 does not name one; \
+             partition gpu may use a40, h100. Submit with --gres=gpu:a40:1 instead."
+        );
+        let default_gpu = JobDescription {
+            resolved: Resolved {
+                default_partition: Some("gpu"),
+                ..resolved(&none, &none)
+            },
+            ..job(None, Some("gres/gpu:a100:1"))
+        };
+        let r = rejection(judge_submit(&cfg, &default_gpu));
+        assert_eq!(r.kind, RejectionKind::TypeNotPermitted);
+        assert!(
+            r.message.ends_with("or use a partition that has a100."),
+            "{}",
+            r.message
+        );
+        // The default partition does not count when the job names one.
+        let elsewhere = JobDescription {
+            partition: Some("cpu"),
+            ..default_gpu
+        };
+        assert!(changes(judge_submit(&cfg, &elsewhere)).is_empty());
+        // A CPU job in a GPU partition counts no GPU.
+        let cpu = JobDescription {
+            tres_per_node: None,
+            ..in_gpu
+        };
+        assert!(changes(judge_submit(&cfg, &cpu)).is_empty());
+    }
+
+    #[test]
+    fn account_limits_cover_sub_accounts_and_user_limits_their_user() {
+        let cfg = cfg_from(LEVELS);
+        let (none, chain) = (
+            names(&[]),
+            names(&["lafferty_students", "lafferty", "root"]),
+        );
+        let j = JobDescription {
+            resolved: resolved(&none, &chain),
+            ..job(None, Some("gres/gpu:2"))
+        };
+        assert_eq!(
+            rejection(judge_submit(&cfg, &j)).message,
+            "Account lafferty's GPU limit requires a GPU type, but --gres=gpu:2 does not name \
+             one; account lafferty may use a40. Submit with --gres=gpu:a40:2 instead."
+        );
+        let over = JobDescription {
+            tres_per_job: Some("gres/gpu:a40:7"),
+            tres_per_node: None,
+            ..j
+        };
+        assert!(rejection(judge_submit(&cfg, &over))
+            .message
+            .contains("asks 7 a40, account lafferty allows at most 6."));
+        let carol = JobDescription {
+            resolved: Resolved {
+                user: Some("carol"),
+                ..resolved(&none, &none)
+            },
+            ..job(None, Some("gres/gpu:a40:1"))
+        };
+        let r = rejection(judge_submit(&cfg, &carol));
+        assert!(
+            r.message
+                .starts_with("User carol's GPU limit does not cover GPU type a40"),
+            "{}",
+            r.message
+        );
+    }
+
+    #[test]
+    fn several_types_of_one_qos_have_their_own_limits() {
+        let cfg = cfg_from(LEVELS);
+        let three_h100 = job(Some("qos_saxena"), Some("gres/gpu:h100:3"));
+        assert!(rejection(judge_submit(&cfg, &three_h100))
+            .message
+            .contains("asks 3 h100, qos_saxena allows at most 2."));
+        let many_a100 = job(Some("qos_saxena"), Some("gres/gpu:a100:16"));
+        assert!(changes(judge_submit(&cfg, &many_a100)).is_empty());
+    }
+
+    #[test]
+    fn updates_into_a_partition_or_account_with_a_rule_need_a_typed_request() {
+        let cfg = cfg_from(LEVELS);
+        let none = names(&[]);
+        let to_gpu = JobDescription {
+            partition: Some("gpu"),
+            job_id_for_messages: Some(42),
+            ..JobDescription::default()
+        };
+        let r = rejection(judge_modify(&cfg, &to_gpu));
+        assert_eq!(r.kind, RejectionKind::UpdateNeedsTypedGpu);
+        assert!(
+            r.message.starts_with(
+                "Moving a job to partition gpu needs a typed GPU request in the same update"
+            ),
+            "{}",
+            r.message
+        );
+        let typed = JobDescription {
+            tres_per_node: Some("gres/gpu:a40:1"),
+            ..to_gpu
+        };
+        assert!(changes(judge_modify(&cfg, &typed)).is_empty());
+        let chain = names(&["lafferty"]);
+        let to_lafferty = JobDescription {
+            resolved: Resolved {
+                accounts: &chain,
+                ..Resolved::default()
+            },
+            ..JobDescription::default()
+        };
+        assert!(rejection(judge_modify(&cfg, &to_lafferty))
+            .message
+            .starts_with("Moving a job to account lafferty needs a typed GPU request"));
+        // An update's default partition is not a move: nothing to judge.
+        let unrelated = JobDescription {
+            resolved: resolved(&none, &none),
+            ..JobDescription::default()
+        };
+        assert!(changes(judge_modify(&cfg, &unrelated)).is_empty());
+    }
+
     #[test]
     fn untyped_update_without_qos_is_rejected_because_the_qos_is_unknown() {
         let update = JobDescription {
@@ -1518,6 +1887,7 @@ MaxMPSPerJob=100
                 open_mode_set: self.open_mode_set,
                 exclusive_user: self.exclusive_user,
                 job_id_for_messages: self.job_id,
+                ..JobDescription::default()
             }
         }
     }

@@ -382,7 +382,7 @@ fn gather(conf: Option<PathBuf>) -> Result<(Site, Vec<String>)> {
         Ok(None) => GpuQosConf::Missing,
         Ok(Some(cfg)) => {
             sources.push(gpu_qos_conf_path.clone());
-            GpuQosConf::Read(cfg)
+            GpuQosConf::Read(Box::new(cfg))
         }
         Err(e) => GpuQosConf::Invalid(e.to_string()),
     };

@@ -3,7 +3,7 @@
 use std::borrow::Cow;
 use std::os::raw::{c_char, c_int};
 
-use gpushare::qos::policy::{JobChanges, JobDescription, RejectionKind};
+use gpushare::qos::policy::{JobChanges, JobDescription, RejectionKind, Resolved};
 use gpushare::shared::spank_env;
 use slurm_plugin::slurm_str::{opt_str, remove_env, set_env, set_message, xstrdup};
 use slurm_sys::{job_desc_msg_t, JOB_SHARED_USER, NO_VAL, NO_VAL16, OPEN_MODE_APPEND};
@@ -19,6 +19,7 @@ pub struct JobStrings<'a> {
     reservation: Option<Cow<'a, str>>,
     array_inx: Option<Cow<'a, str>>,
     job_id_str: Option<Cow<'a, str>>,
+    partition: Option<Cow<'a, str>>,
 }
 
 impl<'a> JobStrings<'a> {
@@ -38,12 +39,29 @@ impl<'a> JobStrings<'a> {
                 reservation: opt_str(desc.reservation),
                 array_inx: opt_str(desc.array_inx),
                 job_id_str: opt_str(desc.job_id_str),
+                partition: opt_str(desc.partition),
             }
         }
     }
 
-    /// The core's view of the job.
-    pub fn describe<'s>(&'s self, desc: &job_desc_msg_t) -> JobDescription<'s> {
+    /// Whether the client named a QOS.
+    pub fn names_qos(&self) -> bool {
+        self.qos.as_deref().is_some_and(|q| !q.trim().is_empty())
+    }
+
+    /// Whether the client named a partition.
+    pub fn names_partition(&self) -> bool {
+        self.partition
+            .as_deref()
+            .is_some_and(|p| !p.trim().is_empty())
+    }
+
+    /// The core's view of the job, with what slurmctld resolved for it.
+    pub fn describe<'s>(
+        &'s self,
+        desc: &job_desc_msg_t,
+        resolved: Resolved<'s>,
+    ) -> JobDescription<'s> {
         JobDescription {
             qos: self.qos.as_deref(),
             tres_per_node: self.tres_per_node.as_deref(),
@@ -69,6 +87,8 @@ impl<'a> JobStrings<'a> {
                     .as_deref()
                     .and_then(|s| s.trim().parse().ok())
             }),
+            partition: self.partition.as_deref(),
+            resolved,
         }
     }
 }

@@ -17,6 +17,7 @@ use slurm_plugin::log;
 use slurm_plugin::slurm_str::{opt_str, set_message};
 use slurm_sys::{job_desc_msg_t, SLURM_ERROR, SLURM_SUCCESS};
 
+mod assoc;
 mod job_desc;
 pub mod policy_state;
 
@@ -63,9 +64,15 @@ slurm_plugin::export! {
 
 fn plugin_init() -> c_int {
     log::info(&format!(
-        "{PLUGIN}: loaded (gpushare {}, built for Slurm {})",
+        "{PLUGIN}: loaded (gpushare {}, built for Slurm {}){}",
         env!("CARGO_PKG_VERSION"),
-        slurm_sys::SLURM_VERSION
+        slurm_sys::SLURM_VERSION,
+        if assoc::available() {
+            ""
+        } else {
+            "; slurmctld's association manager not found: default QOS, default partition \
+             and account limits cannot be judged"
+        }
     ));
     let path = policy_state::conf_path(daemon_slurm_conf().as_deref());
     match policy_state::start(&path) {
@@ -129,7 +136,14 @@ unsafe fn submit(
     };
     // SAFETY: strings stay valid and unchanged during this call.
     let strings = unsafe { JobStrings::read(desc) };
-    let verdict = judge_submit(&policy, &strings.describe(desc));
+    let needs = assoc::Needs {
+        default_qos: policy.has_qos_rules() && !strings.names_qos(),
+        default_partition: policy.has_partition_rules() && !strings.names_partition(),
+        accounts: policy.has_association_rules(),
+    };
+    // SAFETY: slurmctld's job_submit, no association manager lock held.
+    let resolution = unsafe { assoc::resolve(desc, needs, false) };
+    let verdict = judge_submit(&policy, &strings.describe(desc, resolution.view()));
     drop(strings);
     policy_state::decisions().record(Call::Submit, &verdict);
     // SAFETY: forwarded from slurmctld's contract above.
@@ -153,7 +167,13 @@ unsafe fn modify(
     };
     // SAFETY: strings stay valid and unchanged during this call.
     let strings = unsafe { JobStrings::read(desc) };
-    let verdict = judge_modify(&policy, &strings.describe(desc));
+    let needs = assoc::Needs {
+        accounts: policy.has_association_rules(),
+        ..assoc::Needs::default()
+    };
+    // SAFETY: slurmctld's job_modify, no association manager lock held.
+    let resolution = unsafe { assoc::resolve(desc, needs, true) };
+    let verdict = judge_modify(&policy, &strings.describe(desc, resolution.view()));
     drop(strings);
     policy_state::decisions().record(Call::Modify, &verdict);
     // SAFETY: forwarded from slurmctld's contract above.
