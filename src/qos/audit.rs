@@ -16,7 +16,7 @@ use std::fmt::{self, Write as _};
 use serde::{Deserialize, Serialize};
 
 use super::check::{self, Finding, Severity};
-use super::config::GpuQosConfig;
+use super::config::{type_matches, GpuQosConfig};
 use super::site::{
     conf_value, partition_gpu_types, AuditQos, NodeInfo, PartitionInfo, SlurmSettings, Unread,
 };
@@ -368,8 +368,114 @@ fn gpu_qos_conf(site: &Site, out: &mut Vec<AuditFinding>) {
         );
     }
     let records: Vec<check::QosRecord> = site.qos.iter().map(|q| q.record.clone()).collect();
+    let partition_qos = partition_levels(site, cfg, path, out);
     for f in check::check(cfg, path, &records) {
+        // A partition's QOS is judged through its Partition= rule.
+        if let Finding::UnlistedTypedQos { qos, .. } = &f {
+            if partition_qos.iter().any(|q| q.eq_ignore_ascii_case(qos)) {
+                continue;
+            }
+        }
         out.push(from_check(&f, path));
+    }
+    rule_types_on_nodes(site, cfg, path, out);
+}
+
+/// https://slurm.schedmd.com/resource_limits.html (a partition's QOS limits
+/// every job in the partition, and a typed limit counts only typed
+/// requests): a partition whose QOS carries typed GPU limits needs a
+/// `Partition=` rule, or untyped requests there escape it. Returns the
+/// partitions' QOS with typed limits, each reported here rather than as a
+/// QOS without a rule.
+fn partition_levels(
+    site: &Site,
+    cfg: &GpuQosConfig,
+    path: &str,
+    out: &mut Vec<AuditFinding>,
+) -> Vec<String> {
+    let mut seen: Vec<String> = Vec::new();
+    for p in &site.partitions {
+        let Some(q) = p.qos.as_deref().and_then(|name| {
+            site.qos
+                .iter()
+                .find(|q| q.name().eq_ignore_ascii_case(name))
+        }) else {
+            continue;
+        };
+        let usable = q.record.usable_types();
+        if usable.is_empty() {
+            continue;
+        }
+        seen.push(q.name().to_owned());
+        if cfg.partition_rule(&p.name).is_some() {
+            continue;
+        }
+        let types: Vec<&str> = usable.iter().map(|(t, _)| t.as_str()).collect();
+        out.push(
+            AuditFinding::new(
+                Severity::Error,
+                "partition_qos_unenforced",
+                format!("PartitionName={}", p.name),
+                DOC_RESOURCE_LIMITS,
+            )
+            .what(format!(
+                "partition {}'s QOS {} has typed GPU limits ({}), but {path} has no \
+                 Partition={} rule",
+                p.name,
+                q.name(),
+                q.record.gpu_tres_text(),
+                p.name
+            ))
+            .why(
+                "Slurm counts a typed GrpTRES only when the job names the type: \
+                 --gres=gpu:2 in the partition escapes its QOS's limit",
+            )
+            .fix(format!(
+                "add to {path}: Partition={} GPUTypes={} GPULimit={}",
+                p.name,
+                types.join(","),
+                check::limit_text(&usable)
+            )),
+        );
+    }
+    seen
+}
+
+/// A rule type (or pattern) that no node's GPUs carry: every job asking for
+/// the site's real type is refused under the rule, or a pattern meant for
+/// MIG slice types (`a100_*`) misses their real names.
+fn rule_types_on_nodes(site: &Site, cfg: &GpuQosConfig, path: &str, out: &mut Vec<AuditFinding>) {
+    let node_types: Vec<String> = site
+        .nodes
+        .iter()
+        .flat_map(|n| n.gpu_types().map(str::to_owned))
+        .collect();
+    if node_types.is_empty() {
+        return;
+    }
+    for rule in cfg.rules() {
+        for entry in rule.gpu_types() {
+            if node_types.iter().any(|t| type_matches(entry, t)) {
+                continue;
+            }
+            let mut known = node_types.clone();
+            known.sort();
+            known.dedup();
+            out.push(
+                AuditFinding::new(
+                    Severity::Warning,
+                    "rule_type_on_no_node",
+                    format!("{path}:{}", rule.line()),
+                    DOC_RESOURCE_LIMITS,
+                )
+                .what(format!(
+                    "GPUTypes entry {entry} matches no node's GPU type (nodes have {})",
+                    known.join(", ")
+                ))
+                .why("a job asking for that type can never run; one asking for the real type is refused")
+                .fix(format!("write the type as gres.conf names it, in {path}:{}", rule.line())),
+            );
+        }
     }
 }
 
@@ -392,9 +498,10 @@ fn from_check(f: &Finding, path: &str) -> AuditFinding {
             "jobs under it are made requeueable for a preemption that never comes",
             format!("sacctmgr -i modify qos <group qos> set Preempt+={qos}"),
         ),
-        Finding::LooserForSomeTypes { .. } => {
-            ("gpu_qos.conf has one GPULimit per rule", String::new())
-        }
+        Finding::LooserForSomeTypes { per_type, .. } => (
+            "one GPULimit for types with different limits lets some never-fitting jobs pend",
+            format!("in {path}: GPULimit={per_type}"),
+        ),
         _ => (
             "the plugin judges jobs by gpu_qos.conf, accounting by GrpTRES; they must agree",
             format!("edit {path} as said (gpu-qos generate prints a matching file)"),
@@ -1298,11 +1405,43 @@ qos_dijk|gres/gpu:h100=2|lowprio|cluster|00:00:00|1.000000|DenyOnLimit|100
                 Error,
                 "unlisted_typed_qos",
             ),
+            (
+                Box::new(|_, _, p, _| replace(p, "Nodes=node1 ", "Nodes=node1 QOS=qos_dijk ")),
+                Error,
+                "partition_qos_unenforced",
+            ),
+            (
+                Box::new(|_, _, _, f| f.push_str("Account=lafferty GPUTypes=a4O\n")),
+                Warning,
+                "rule_type_on_no_node",
+            ),
         ];
         for (edit, severity, kind) in cases {
             let site = site_with(|c, q, p, f| edit(c, q, p, f));
             assert_eq!(kinds(&site), [(severity, kind.to_owned())], "{kind}");
         }
+    }
+
+    #[test]
+    fn a_partition_rule_covers_the_partitions_qos() {
+        // qos_part is used only as the partition's QOS: its Partition= rule
+        // covers it, and it is no unlisted QOS.
+        let site = site_with(|_, q, p, f| {
+            q.push_str("qos_part|gres/gpu:a40=8,gres/gpu:h100=1|lowprio|cluster|00:00:00|1.000000|DenyOnLimit|100\n");
+            replace(p, "Nodes=node1 ", "Nodes=node1 QOS=qos_part ");
+            f.push_str("Partition=gpu GPUTypes=a40,h100 GPULimit=a40:8,h100:1\n");
+        });
+        assert_eq!(kinds(&site), []);
+        let uncovered = site_with(|_, q, p, _| {
+            q.push_str("qos_part|gres/gpu:a40=8,gres/gpu:h100=1|lowprio|cluster|00:00:00|1.000000|DenyOnLimit|100\n");
+            replace(p, "Nodes=node1 ", "Nodes=node1 QOS=qos_part ");
+        });
+        let findings = audit(&uncovered);
+        assert_eq!(findings.len(), 1, "{findings:?}");
+        assert_eq!(
+            findings[0].fix,
+            "add to /etc/slurm/gpu_qos.conf: Partition=gpu GPUTypes=a40,h100 GPULimit=a40:8,h100:1"
+        );
     }
 
     #[test]

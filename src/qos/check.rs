@@ -291,7 +291,8 @@ pub enum Finding {
         qos: String,
         gpu_tres: String,
         usable_types: Vec<String>,
-        expected: u64,
+        /// The `GPULimit=` value that matches its `GrpTRES`.
+        expected: String,
     },
     /// A QOS whose only typed limits are 0 and that has no `gres/gpu=0`:
     /// untyped requests may still land on the forbidden types, and a rule
@@ -606,12 +607,12 @@ pub fn check(cfg: &GpuQosConfig, file: &str, db: &[QosRecord]) -> Vec<Finding> {
 /// against that.
 fn unlisted_finding(record: &QosRecord) -> Option<Finding> {
     let gpu_tres = record.gpu_tres_text();
-    if let Some(expected) = record.expected_gpu_limit() {
+    if record.expected_gpu_limit().is_some() {
         return Some(Finding::UnlistedTypedQos {
             qos: record.name.clone(),
             gpu_tres,
             usable_types: record.usable_types().into_iter().map(|(t, _)| t).collect(),
-            expected,
+            expected: limit_text(&record.usable_types()),
         });
     }
     let zero_typed = record.typed_limits().next().is_some();
@@ -759,6 +760,13 @@ pub fn limit_text(limits: &[(String, u64)]) -> String {
 }
 
 pub fn generate(db: &[QosRecord]) -> String {
+    generate_for_site(db, &[])
+}
+
+/// [`generate`], plus a `Partition=` rule for each partition (name, its
+/// `QOS=`) whose QOS carries typed GPU limits: Slurm applies a partition's
+/// QOS to every job in it, named or not.
+pub fn generate_for_site(db: &[QosRecord], partition_qos: &[(String, String)]) -> String {
     // Per-type limits → QOS names; BTreeMap so the output order is stable.
     let mut groups: BTreeMap<TypeLimits, Vec<String>> = BTreeMap::new();
     let mut zero_only: Vec<&QosRecord> = Vec::new();
@@ -811,6 +819,24 @@ pub fn generate(db: &[QosRecord]) -> String {
             names.join(","),
             types.join(","),
             limit_text(limits)
+        );
+    }
+    for (partition, qos) in partition_qos {
+        let Some(record) = db.iter().find(|r| r.name.eq_ignore_ascii_case(qos)) else {
+            continue;
+        };
+        let limits = record.usable_types();
+        if limits.is_empty() {
+            continue;
+        }
+        let types: Vec<&str> = limits.iter().map(|(t, _)| t.as_str()).collect();
+        let _ = writeln!(
+            out,
+            "\n# Partition {partition}: its QOS {} says {}.\nPartition={partition} GPUTypes={} GPULimit={}",
+            record.name,
+            record.gpu_tres_text(),
+            types.join(","),
+            limit_text(&limits)
         );
     }
     for record in &zero_only {
@@ -1286,6 +1312,24 @@ lowprio||
         let cfg = conf(&text);
         assert_eq!(cfg.low_priority_qos(), ["lowprio"]);
         assert_eq!(cfg.max_mps_per_job(), None);
+    }
+
+    #[test]
+    fn generate_writes_partition_rules_for_partition_qos() {
+        let text = generate_for_site(
+            &db("part_a40|gres/gpu:a40=8|\nnormal||"),
+            &[
+                ("a40only".into(), "part_a40".into()),
+                ("cpu".into(), "normal".into()),
+            ],
+        );
+        assert!(text.contains(
+            "# Partition a40only: its QOS part_a40 says gres/gpu:a40=8.\n\
+             Partition=a40only GPUTypes=a40 GPULimit=8\n"
+        ));
+        assert!(!text.contains("Partition=cpu"));
+        let cfg = conf(&text);
+        assert!(cfg.partition_rule("a40only").is_some());
     }
 
     #[test]

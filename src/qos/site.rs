@@ -210,6 +210,8 @@ pub struct PartitionInfo {
     pub nodes: String,
     /// `TRESBillingWeights=` entries, keys as written (`GRES/gpu:a40`).
     pub billing: Vec<(String, String)>,
+    /// The partition's `QOS=`, whose limits apply to every job in it.
+    pub qos: Option<String>,
 }
 
 impl PartitionInfo {
@@ -360,6 +362,8 @@ pub fn parse_partitions(text: &str) -> (Vec<PartitionInfo>, Vec<Unread>) {
                 part.nodes = value.to_owned();
             } else if key.eq_ignore_ascii_case("TRESBillingWeights") {
                 part.billing = parse_billing(value);
+            } else if key.eq_ignore_ascii_case("QOS") {
+                part.qos = partition_qos(value);
             }
         },
     );
@@ -368,6 +372,13 @@ pub fn parse_partitions(text: &str) -> (Vec<PartitionInfo>, Vec<Unread>) {
         .map(|(name, part)| PartitionInfo { name, ..part })
         .collect();
     (parts, unread)
+}
+
+/// A partition's `QOS=`: `scontrol` writes `N/A` for none.
+fn partition_qos(value: &str) -> Option<String> {
+    let v = value.trim();
+    (!v.is_empty() && !v.eq_ignore_ascii_case("N/A") && !v.eq_ignore_ascii_case("(null)"))
+        .then(|| v.to_owned())
 }
 
 fn shorten(text: &str) -> String {
@@ -453,6 +464,8 @@ pub fn parse_slurm_conf(text: &str, file: &str) -> SlurmConfFile {
                     part.nodes = v.to_owned();
                 } else if k.eq_ignore_ascii_case("TRESBillingWeights") {
                     part.billing = parse_billing(v);
+                } else if k.eq_ignore_ascii_case("QOS") {
+                    part.qos = partition_qos(v);
                 }
             }
             conf.partitions.push(part);

@@ -173,7 +173,16 @@ fn main() -> ExitCode {
         },
         Cmd::Generate => match read_database() {
             Ok(db) => {
-                print!("{}", check::generate(&db));
+                // Partitions whose QOS carries typed limits get rules too;
+                // without slurmctld to answer, the QOS rules still stand.
+                let partition_qos: Vec<(String, String)> =
+                    slurm_output("scontrol", &["show", "partition", "-o"])
+                        .map(|t| site_text::parse_partitions(&t).0)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .filter_map(|p| Some((p.name, p.qos?)))
+                        .collect();
+                print!("{}", check::generate_for_site(&db, &partition_qos));
                 ExitCode::SUCCESS
             }
             Err(e) => {
