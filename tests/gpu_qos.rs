@@ -8,7 +8,7 @@ use std::fs;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use testcluster::cluster::{wait_for, EXAMPLE_GPU_QOS_CONF};
+use testcluster::cluster::{wait_for, GpuSpec, Qos, EXAMPLE_GPU_QOS_CONF};
 use testcluster::users::TestUser;
 use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
 
@@ -58,6 +58,11 @@ fn main() -> ExitCode {
         .test(
             "untyped_gpus_escape_no_level_default_qos_partition_account",
             every_level,
+        )
+        .test_on(
+            "mig_slice_types_each_count_against_their_own_limit",
+            mig_site(),
+            mig_slices,
         )
         .test(
             "gpu_qos_check_json_is_json_against_the_database",
@@ -812,4 +817,72 @@ fn judge_every_level(c: &Cluster, dora: &TestUser, eve: &TestUser) -> TestResult
         "typed move did not apply",
     )?;
     c.run_ok("scancel", &[&id.to_string()]).map(drop)
+}
+
+/// A node whose GPUs are MIG slices of two profiles (fake devices named as
+/// gres.conf names them), and a QOS limiting each profile on its own.
+fn mig_site() -> ClusterSpec {
+    ClusterSpec {
+        gpus: vec![
+            GpuSpec {
+                gpu_type: "a100_3g.20gb".into(),
+                count: 2,
+            },
+            GpuSpec {
+                gpu_type: "a100_1g.5gb".into(),
+                count: 3,
+            },
+        ],
+        qos: vec![Qos {
+            grp_tres: Some("gres/gpu:a100_3g.20gb=1,gres/gpu:a100_1g.5gb=2".into()),
+            ..Qos::new("qos_mig")
+        }],
+        job_submit_plugins: vec!["gpu_qos".into()],
+        extra_conf_files: vec![(
+            "gpu_qos.conf".into(),
+            "QOS=qos_mig GPUTypes=a100_* GPULimit=a100_1g.5gb:2,a100_3g.20gb:1\n".into(),
+        )],
+        ..ClusterSpec::default()
+    }
+}
+
+/// MIG slice types by pattern: the untyped request is told a real slice
+/// type, each profile has its own never-fits limit, another type is not
+/// covered, and a typed job is counted against its profile's limit.
+fn mig_slices(c: &mut Cluster) -> TestResult {
+    let err = rejected(c, &["--qos=qos_mig", "--gres=gpu:1"])?;
+    contains_all(
+        &err,
+        &[
+            "QOS qos_mig requires a GPU type",
+            "qos_mig may use a100_*",
+            "--gres=gpu:a100_1g.5gb:1",
+        ],
+    )?;
+    let err = rejected(c, &["--qos=qos_mig", "--gres=gpu:a100_3g.20gb:2"])?;
+    contains_all(&err, &["asks 2 a100_3g.20gb, qos_mig allows at most 1"])?;
+    let err = rejected(c, &["--qos=qos_mig", "--gres=gpu:a40:1"])?;
+    contains_all(&err, &["does not cover GPU type a40"])?;
+    let id = c.sbatch_ok(&[
+        "--qos=qos_mig",
+        "--gres=gpu:a100_1g.5gb:2",
+        "--wrap=sleep 120",
+    ])?;
+    c.wait_job_state(id, &["RUNNING"], ACCEPT_TIMEOUT)?;
+    let counted = wait_for(
+        "the slices counted in assoc_mgr",
+        Duration::from_secs(20),
+        || {
+            c.run_ok(
+                "scontrol",
+                &["show", "assoc_mgr", "flags=qos", "qos=qos_mig"],
+            )
+            .ok()
+            .filter(|t| {
+                t.contains("gres/gpu:a100_1g.5gb=2(2)") && t.contains("gres/gpu:a100_3g.20gb=1(0)")
+            })
+        },
+    );
+    c.run_ok("scancel", &[&id.to_string()])?;
+    counted.map(drop)
 }

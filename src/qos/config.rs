@@ -93,11 +93,19 @@ impl QosRule {
     }
 
     /// The type suggested to users: the first one the admin listed that is
-    /// a type rather than a pattern.
+    /// a type rather than a pattern, else the first type `GPULimit` names
+    /// (a MIG rule lists `a100_*` and limits each slice type).
     pub fn first_gpu_type(&self) -> &str {
+        let limited = match &self.gpu_limit {
+            Some(GpuLimit::PerType(limits)) => {
+                limits.iter().map(|(t, _)| t).find(|t| !is_pattern(t))
+            }
+            _ => None,
+        };
         self.gpu_types
             .iter()
             .find(|t| !is_pattern(t))
+            .or(limited)
             .or(self.gpu_types.first())
             .map_or("", String::as_str)
     }
@@ -1107,7 +1115,7 @@ MaxMPSPerJob=100
         assert!(!assoc[1].permits("a100"));
         assert_eq!(assoc[1].limit_for("a100_1g.5gb"), Some(7));
         assert_eq!(assoc[1].limit_for("a100_3g.20gb"), Some(2));
-        assert_eq!(assoc[1].first_gpu_type(), "a100_*");
+        assert_eq!(assoc[1].first_gpu_type(), "a100_1g.5gb");
         // Patterns are no type anyone can type: not suggested.
         assert_eq!(cfg.known_gpu_types(), ["a40", "h100"]);
         assert_eq!(gpu.gpu_limit().unwrap().to_string(), "a40:8,h100:2");
