@@ -800,6 +800,23 @@ fn judge_every_level(c: &Cluster, dora: &TestUser, eve: &TestUser) -> TestResult
     )?;
     c.run_ok("scancel", &[&ok.to_string()])?;
 
+    // Moving eve's untyped job into the limited account is refused.
+    let untyped = eve.sbatch(c, &["-H", "--gres=gpu:1", "--wrap=true"])?;
+    let out = c.run(
+        "scontrol",
+        &[
+            "update",
+            &format!("job={untyped}"),
+            "Account=lafferty_students",
+        ],
+    )?;
+    let moved = c.job(untyped)?.get("Account").map(str::to_owned);
+    c.run_ok("scancel", &[&untyped.to_string()])?;
+    ensure(
+        !out.status.success() && moved.as_deref() == Some("research"),
+        format!("an untyped job was moved into account lafferty_students (now {moved:?})"),
+    )?;
+
     // Moving a job into the partition needs the typed request in the update.
     let id = accepted(c, &["--gres=gpu:a40:1"])?;
     let job = format!("job={id}");
