@@ -786,6 +786,35 @@ fn judge_every_level(c: &Cluster, dora: &TestUser, eve: &TestUser) -> TestResult
     )?;
     c.run_ok("scancel", &[&ok.to_string()])?;
 
+    // The account's limit and its use, as gpu-qos metrics reports them.
+    let held = eve.sbatch(
+        c,
+        &[
+            "-A",
+            "lafferty_students",
+            "--gres=gpu:a40:2",
+            "--wrap=sleep 120",
+        ],
+    )?;
+    c.wait_job_state(held, &["RUNNING"], ACCEPT_TIMEOUT)?;
+    let gpu_qos = testcluster::cluster::build_dir()?.join("gpu-qos");
+    let gpu_qos = gpu_qos.to_string_lossy();
+    let mut last = String::new();
+    let reported = wait_for(
+        "the account's GPUs in gpu-qos metrics",
+        Duration::from_secs(20),
+        || {
+            last = c.run_ok(&gpu_qos, &["metrics"]).unwrap_or_else(|e| e);
+            (last.contains("gpushare_account_gpus_in_use{account=\"lafferty\",gpu_type=\"a40\"} 2")
+                && last.contains(
+                    "gpushare_account_gpus_limit{account=\"lafferty\",gpu_type=\"a40\"} 4",
+                ))
+            .then_some(())
+        },
+    );
+    c.run_ok("scancel", &[&held.to_string()])?;
+    reported.map_err(|e| format!("{e}:\n{last}"))?;
+
     // Each type of a two-type QOS has its own limit.
     let err = user_rejected(
         c,

@@ -41,30 +41,115 @@ pub fn parse_assoc_mgr_qos(text: &str) -> Vec<QosGpus> {
             // `QOS=name(id)`
             qos = Some(rest.rsplit_once('(').map_or(rest, |(n, _)| n).to_owned());
         } else if let (Some(rest), Some(q)) = (word.strip_prefix("GrpTRES="), &qos) {
-            for entry in rest.split(',') {
-                let Some((name, value)) = entry.split_once('=') else {
-                    continue;
-                };
-                let Some(gpu_type) = name.strip_prefix("gres/gpu:") else {
-                    continue;
-                };
-                let Some((limit, used)) = value.strip_suffix(')').and_then(|v| v.split_once('('))
-                else {
-                    continue;
-                };
-                let Ok(in_use) = used.parse() else {
-                    continue;
-                };
+            for (gpu_type, limit, in_use) in typed_gpu_entries(rest) {
                 out.push(QosGpus {
                     qos: q.clone(),
-                    gpu_type: gpu_type.to_owned(),
-                    limit: limit.parse().ok(),
+                    gpu_type,
+                    limit,
                     in_use,
                 });
             }
         }
     }
     out
+}
+
+/// `scontrol` arguments [`parse_assoc_mgr_accounts`] reads, followed by
+/// [`accounts_filter`]: the associations of the accounts `Account=` rules
+/// of gpu_qos.conf name, one line each, from slurmctld's own cache.
+pub const ASSOC_MGR_ACCOUNT_ARGS: [&str; 4] = ["-o", "show", "assoc_mgr", "flags=assoc"];
+
+/// The `accounts=` filter slurmctld applies itself.
+pub fn accounts_filter(accounts: &[String]) -> String {
+    format!("accounts={}", accounts.join(","))
+}
+
+/// One GPU type in an account's own `GrpTRES` (its association without a
+/// user): the limit and the GPUs its and its sub-accounts' jobs hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccountGpus {
+    pub account: String,
+    pub gpu_type: String,
+    pub limit: Option<u64>,
+    pub in_use: u64,
+}
+
+/// Reads `scontrol -o show assoc_mgr flags=assoc`: for each account's own
+/// association (no `UserName`, no `Partition`), each typed
+/// `gres/gpu:TYPE=LIMIT(USED)` of its `GrpTRES`. Users' associations are
+/// left out: their names are not for a metrics file.
+pub fn parse_assoc_mgr_accounts(text: &str) -> Vec<AccountGpus> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let field = |key: &str| {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
+        };
+        let (Some(account), Some(""), Some(""), Some(tres)) = (
+            field("Account"),
+            field("UserName"),
+            field("Partition"),
+            field("GrpTRES"),
+        ) else {
+            continue;
+        };
+        for (gpu_type, limit, in_use) in typed_gpu_entries(tres) {
+            out.push(AccountGpus {
+                account: account.to_owned(),
+                gpu_type,
+                limit,
+                in_use,
+            });
+        }
+    }
+    out
+}
+
+/// The `gres/gpu:TYPE=LIMIT(USED)` entries of an assoc_mgr TRES list
+/// (`N` is no limit).
+fn typed_gpu_entries(tres: &str) -> impl Iterator<Item = (String, Option<u64>, u64)> + '_ {
+    tres.split(',').filter_map(|entry| {
+        let (name, value) = entry.split_once('=')?;
+        let gpu_type = name.strip_prefix("gres/gpu:")?;
+        let (limit, used) = value.strip_suffix(')')?.split_once('(')?;
+        Some((gpu_type.to_owned(), limit.parse().ok(), used.parse().ok()?))
+    })
+}
+
+/// The Prometheus text of the accounts' typed GPU limits.
+pub fn render_accounts(gpus: &[AccountGpus]) -> String {
+    let mut out = Exposition::default();
+    let shown: Vec<&AccountGpus> = gpus.iter().filter(|g| g.limit.is_some()).collect();
+    if shown.is_empty() {
+        return String::new();
+    }
+    out.family(
+        "gpushare_account_gpus_in_use",
+        "gauge",
+        "GPUs of a type held by the jobs of an account and its sub-accounts (its GrpTRES usage).",
+    );
+    for g in &shown {
+        out.sample(
+            "gpushare_account_gpus_in_use",
+            &[("account", &g.account), ("gpu_type", &g.gpu_type)],
+            g.in_use,
+        );
+    }
+    out.family(
+        "gpushare_account_gpus_limit",
+        "gauge",
+        "The account's GrpTRES limit for a GPU type.",
+    );
+    for g in &shown {
+        if let Some(limit) = g.limit {
+            out.sample(
+                "gpushare_account_gpus_limit",
+                &[("account", &g.account), ("gpu_type", &g.gpu_type)],
+                limit,
+            );
+        }
+    }
+    out.into_text()
 }
 
 /// Reads `squeue` run with [`PENDING_SQUEUE_ARGS`]: pending jobs by
@@ -266,6 +351,45 @@ mod tests {
     const ASSOC_MGR: &str = "QOS=normal(1) UsageRaw=0.000000 GrpJobs=N(0) GrpJobsAccrue=N(0) GrpSubmitJobs=N(0) GrpWall=N(0.00) GrpTRES=cpu=N(0),mem=N(0),energy=N(0),node=N(0),billing=N(0),fs/disk=N(0),vmem=N(0),pages=N(0),gres/gpu=N(0),gres/gpu:a40=N(0),gres/gpu:h100=N(0) GrpTRESMins=cpu=N(0)
 QOS=qos_lafferty(3) UsageRaw=120.000000 GrpJobs=N(2) GrpJobsAccrue=N(0) GrpSubmitJobs=N(3) GrpWall=N(2.00) GrpTRES=cpu=N(2),mem=N(200),gres/gpu=N(2),gres/gpu:a40=4(2),gres/gpu:h100=N(0) GrpTRESMins=cpu=N(4),gres/gpu:a40=N(7) MaxTRESPJ=gres/gpu:a40=2
 QOS=lowprio(4) GrpTRES=cpu=N(8),gres/gpu=N(3),gres/gpu:a40=N(3),gres/gpu:h100=N(0)";
+
+    /// As `scontrol -o show assoc_mgr flags=assoc accounts=lafferty` prints
+    /// an account, a sub-account and a user's association (22.05), trimmed.
+    const ASSOC_MGR_ACCOUNTS: &str = "Current Association Manager state
+Association Records
+ClusterName=gpushare Account=lafferty UserName= Partition= Priority=0 ID=5 SharesRaw/Norm/Level/Factor=1/0.33/3/0.00 ParentAccount=root(1) Lft=2 DefAssoc=No GrpJobs=N(1) GrpTRES=cpu=N(1),mem=N(0),node=N(1),billing=N(1),gres/gpu=N(2),gres/gpu:a40=4(2) GrpTRESMins=cpu=N(0),gres/gpu:a40=N(0) MaxJobs= MaxTRESPJ= MinPrioThresh=
+ClusterName=gpushare Account=lafferty_students UserName= Partition= Priority=0 ID=6 ParentAccount=lafferty(5) GrpTRES=cpu=N(1),gres/gpu=N(2),gres/gpu:a40=N(2) MinPrioThresh=
+ClusterName=gpushare Account=lafferty_students UserName=root(0) Partition= Priority=0 ID=7 ParentAccount= GrpTRES=cpu=N(1),gres/gpu=N(2),gres/gpu:a40=2(2) MinPrioThresh=";
+
+    #[test]
+    fn assoc_mgr_gives_each_accounts_typed_limits_and_usage_not_users() {
+        let gpus = parse_assoc_mgr_accounts(ASSOC_MGR_ACCOUNTS);
+        assert_eq!(
+            gpus,
+            [
+                AccountGpus {
+                    account: "lafferty".into(),
+                    gpu_type: "a40".into(),
+                    limit: Some(4),
+                    in_use: 2
+                },
+                AccountGpus {
+                    account: "lafferty_students".into(),
+                    gpu_type: "a40".into(),
+                    limit: None,
+                    in_use: 2
+                },
+            ]
+        );
+        let text = render_accounts(&gpus);
+        assert!(text
+            .contains("gpushare_account_gpus_in_use{account=\"lafferty\",gpu_type=\"a40\"} 2\n"));
+        assert!(
+            text.contains("gpushare_account_gpus_limit{account=\"lafferty\",gpu_type=\"a40\"} 4\n")
+        );
+        assert!(!text.contains("lafferty_students"), "no limit, no series");
+        assert!(!text.contains("root"), "users are not named");
+        assert_eq!(render_accounts(&[]), "");
+    }
 
     #[test]
     fn assoc_mgr_gives_each_qos_typed_limits_and_usage() {

@@ -9,7 +9,11 @@ local group_types = {
 local fields = { "tres_per_node", "tres_per_job", "tres_per_socket", "tres_per_task" }
 
 function slurm_job_submit(job_desc, part_list, submit_uid)
+   -- A job naming no QOS runs under its association's default.
    local qos = job_desc.qos
+   if qos == nil then
+      qos = job_desc.default_qos
+   end
    if qos == nil or group_types[qos] == nil then
       return slurm.SUCCESS
    end

@@ -288,19 +288,38 @@ fn run_metrics(write: Option<&Path>) -> Result<()> {
     // Which QOS are low priority (for the alert on group jobs waiting
     // while they hold the group's GPUs): gpu_qos.conf, where it reads.
     let policy = beside_slurm_conf(None, "gpu_qos.conf");
-    let low_priority = match gpushare::shared::syntax::load(&policy, config::parse) {
-        Ok(Some(cfg)) => cfg.low_priority_qos().to_vec(),
-        Ok(None) => Vec::new(),
+    let cfg = match gpushare::shared::syntax::load(&policy, config::parse) {
+        Ok(cfg) => cfg.unwrap_or_default(),
         Err(e) => {
-            eprintln!("gpu-qos: {e}; no QOS marked low priority");
-            Vec::new()
+            eprintln!("gpu-qos: {e}; no QOS marked low priority, no account limits");
+            config::GpuQosConfig::default()
         }
     };
-    let text = metrics::render_qos(
+    let mut text = metrics::render_qos(
         &metrics::parse_assoc_mgr_qos(&assoc),
         &metrics::parse_pending(&pending),
-        &low_priority,
+        cfg.low_priority_qos(),
     );
+    // The accounts whose typed limits the plugin enforces (Account= rules).
+    let accounts: Vec<String> = cfg
+        .association_rules()
+        .filter_map(|r| match r.scope() {
+            config::RuleScope::Association { accounts, .. } => Some(accounts.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    if !accounts.is_empty() {
+        let mut args: Vec<String> = metrics::ASSOC_MGR_ACCOUNT_ARGS
+            .iter()
+            .map(|a| (*a).to_owned())
+            .collect();
+        args.push(metrics::accounts_filter(&accounts));
+        let assoc = slurm_output("scontrol", &args)?;
+        text.push_str(&metrics::render_accounts(
+            &metrics::parse_assoc_mgr_accounts(&assoc),
+        ));
+    }
     match write {
         Some(path) => prom::write_file(path, &text).map_err(anyhow::Error::msg),
         None => {
