@@ -756,8 +756,22 @@ fn judge_every_level(c: &Cluster, dora: &TestUser, eve: &TestUser) -> TestResult
             "use a partition that has h100",
         ],
     )?;
-    let typed = accepted(c, &["-p", "a40only", "--gres=gpu:a40:1"])?;
+    let typed = c.sbatch_ok(&["-p", "a40only", "--gres=gpu:a40:1", "--wrap=sleep 120"])?;
+    c.wait_job_state(typed, &["RUNNING"], ACCEPT_TIMEOUT)?;
+    let counted = wait_for(
+        "the partition job counted against its QOS in assoc_mgr",
+        Duration::from_secs(20),
+        || {
+            c.run_ok(
+                "scontrol",
+                &["show", "assoc_mgr", "flags=qos", "qos=part_a40"],
+            )
+            .ok()
+            .filter(|t| t.contains("gres/gpu:a40=8(1)"))
+        },
+    );
     c.run_ok("scancel", &[&typed.to_string()])?;
+    counted?;
 
     // The account's limit, for a job of a sub-account.
     let err = user_rejected(
