@@ -826,8 +826,14 @@ fn judge_every_level(c: &Cluster, dora: &TestUser, eve: &TestUser) -> TestResult
             .then_some(())
         },
     );
+    let usage = eve.run_ok(c, None, &gpu_qos, &["usage"]);
     c.run_ok("scancel", &[&held.to_string()])?;
     reported.map_err(|e| format!("{e}:\n{last}"))?;
+    // eve sees her parent account's limit in gpu-qos usage.
+    contains_all(
+        &usage?,
+        &["account lafferty: 2 of 4 a40 held (by every job of the account and its sub-accounts)"],
+    )?;
 
     // Each type of a two-type QOS has its own limit.
     let err = user_rejected(

@@ -74,35 +74,68 @@ pub struct AccountGpus {
     pub in_use: u64,
 }
 
-/// Reads `scontrol -o show assoc_mgr flags=assoc`: for each account's own
-/// association (no `UserName`, no `Partition`), each typed
-/// `gres/gpu:TYPE=LIMIT(USED)` of its `GrpTRES`. Users' associations are
-/// left out: their names are not for a metrics file.
+/// One association line of `scontrol -o show assoc_mgr flags=assoc`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AssocLine {
+    pub account: String,
+    /// The user's name (`alice`, or `alice(1001)` as printed, the uid cut
+    /// off); `None` for the account's own association.
+    pub user: Option<String>,
+    /// `None` for an association of every partition.
+    pub partition: Option<String>,
+    /// The parent account (account associations only).
+    pub parent: Option<String>,
+    /// Each typed `gres/gpu:TYPE=LIMIT(USED)` of its `GrpTRES`.
+    pub gpus: Vec<(String, Option<u64>, u64)>,
+}
+
+/// `name(id)` → `name`; empty → `None`.
+fn name_of(value: &str) -> Option<String> {
+    let name = value.rsplit_once('(').map_or(value, |(n, _)| n);
+    (!name.is_empty()).then(|| name.to_owned())
+}
+
+/// Reads `scontrol -o show assoc_mgr flags=assoc`, one association a line
+/// (the same words in 22.05, 24.11 and 26.05; headers are skipped).
+pub fn parse_assoc_lines(text: &str) -> Vec<AssocLine> {
+    text.lines()
+        .filter_map(|line| {
+            let field = |key: &str| {
+                line.split_whitespace()
+                    .find_map(|w| w.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
+            };
+            Some(AssocLine {
+                account: name_of(field("Account")?)?,
+                user: field("UserName").and_then(name_of),
+                partition: field("Partition").and_then(name_of),
+                parent: field("ParentAccount").and_then(name_of),
+                gpus: field("GrpTRES")
+                    .map(|t| typed_gpu_entries(t).collect())
+                    .unwrap_or_default(),
+            })
+        })
+        .collect()
+}
+
+/// For each account's own association (no user, no partition), each typed
+/// GPU entry of its `GrpTRES`. Users' associations are left out: their
+/// names are not for a metrics file.
 pub fn parse_assoc_mgr_accounts(text: &str) -> Vec<AccountGpus> {
-    let mut out = Vec::new();
-    for line in text.lines() {
-        let field = |key: &str| {
-            line.split_whitespace()
-                .find_map(|w| w.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
-        };
-        let (Some(account), Some(""), Some(""), Some(tres)) = (
-            field("Account"),
-            field("UserName"),
-            field("Partition"),
-            field("GrpTRES"),
-        ) else {
-            continue;
-        };
-        for (gpu_type, limit, in_use) in typed_gpu_entries(tres) {
-            out.push(AccountGpus {
-                account: account.to_owned(),
-                gpu_type,
-                limit,
-                in_use,
-            });
-        }
-    }
-    out
+    parse_assoc_lines(text)
+        .into_iter()
+        .filter(|l| l.user.is_none() && l.partition.is_none())
+        .flat_map(|l| {
+            let account = l.account;
+            l.gpus
+                .into_iter()
+                .map(move |(gpu_type, limit, in_use)| AccountGpus {
+                    account: account.clone(),
+                    gpu_type,
+                    limit,
+                    in_use,
+                })
+        })
+        .collect()
 }
 
 /// The `gres/gpu:TYPE=LIMIT(USED)` entries of an assoc_mgr TRES list

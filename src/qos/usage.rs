@@ -159,11 +159,75 @@ pub struct QosUse {
     pub pending: Vec<PendingJob>,
 }
 
+/// An account above the user (theirs or a parent) with typed GPU limits:
+/// what every job under it holds against them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccountUse {
+    pub account: String,
+    pub types: Vec<TypeUse>,
+}
+
+/// The most levels of accounts followed up from the user's own.
+pub const MAX_ACCOUNT_DEPTH: usize = 16;
+
+/// The user's accounts (their associations, from
+/// `scontrol -o show assoc_mgr flags=assoc users=NAME`).
+pub fn user_accounts(lines: &[super::metrics::AssocLine], user: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for l in lines {
+        if l.user.as_deref() == Some(user) && !out.contains(&l.account) {
+            out.push(l.account.clone());
+        }
+    }
+    out
+}
+
+/// The accounts' own lines as read so far: the typed limits among them,
+/// and the parents not yet read (to ask for next).
+pub fn account_limits(
+    lines: &[super::metrics::AssocLine],
+    seen: &[String],
+) -> (Vec<AccountUse>, Vec<String>) {
+    let mut uses = Vec::new();
+    let mut next = Vec::new();
+    for l in lines
+        .iter()
+        .filter(|l| l.user.is_none() && l.partition.is_none())
+    {
+        let types: Vec<TypeUse> = l
+            .gpus
+            .iter()
+            .filter_map(|(t, limit, used)| {
+                Some(TypeUse {
+                    gpu_type: t.clone(),
+                    limit: (*limit)?,
+                    held: *used,
+                })
+            })
+            .collect();
+        if !types.is_empty() {
+            uses.push(AccountUse {
+                account: l.account.clone(),
+                types,
+            });
+        }
+        if let Some(p) = &l.parent {
+            if !seen.contains(p) && !next.contains(p) {
+                next.push(p.clone());
+            }
+        }
+    }
+    (uses, next)
+}
+
 /// What `gpu-qos usage --json` prints.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UsageReport {
     pub user: String,
     pub qos: Vec<QosUse>,
+    /// The user's accounts and their parents with typed GPU limits.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub accounts: Vec<AccountUse>,
     /// `--explain`: each of the user's pending jobs, as `gpu-qos why`
     /// explains it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -343,6 +407,7 @@ pub fn usage(
     let mut report = UsageReport {
         user: user.to_owned(),
         qos: Vec::new(),
+        accounts: Vec::new(),
         explained: Vec::new(),
         unread: Vec::new(),
     };
@@ -446,6 +511,19 @@ impl UsageReport {
                 );
             }
         }
+        for a in &self.accounts {
+            let held: Vec<String> = a
+                .types
+                .iter()
+                .map(|t| format!("{} of {} {} held", t.held, t.limit, t.gpu_type))
+                .collect();
+            let _ = writeln!(
+                out,
+                "account {}: {} (by every job of the account and its sub-accounts)",
+                a.account,
+                held.join(", ")
+            );
+        }
         if !self.explained.is_empty() {
             out.push_str("\nYour pending jobs, explained (gpu-qos why):\n");
         }
@@ -464,6 +542,42 @@ impl UsageReport {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
+
+    /// `scontrol -o show assoc_mgr flags=assoc` for eve's associations,
+    /// then her account, then its parent (22.05's words, trimmed).
+    const EVE: &str = "Current Association Manager state
+Association Records
+ClusterName=gpushare Account=lafferty_students UserName=eve(1002) Partition= Priority=0 ID=7 ParentAccount= GrpTRES=cpu=N(0),gres/gpu:a40=N(2)
+ClusterName=gpushare Account=research UserName=eve(1002) Partition= Priority=0 ID=8 ParentAccount= GrpTRES=cpu=N(0),gres/gpu:a40=N(0)";
+    const STUDENTS: &str = "ClusterName=gpushare Account=lafferty_students UserName= Partition= ID=6 ParentAccount=lafferty(5) GrpTRES=cpu=N(1),gres/gpu:a40=N(2)
+ClusterName=gpushare Account=lafferty_students UserName=eve(1002) Partition= ID=7 ParentAccount= GrpTRES=gres/gpu:a40=N(2)
+ClusterName=gpushare Account=research UserName= Partition= ID=3 ParentAccount=root(1) GrpTRES=gres/gpu:a40=N(0)";
+    const LAFFERTY: &str = "ClusterName=gpushare Account=lafferty UserName= Partition= ID=5 ParentAccount=root(1) GrpTRES=cpu=N(1),gres/gpu=N(2),gres/gpu:a40=4(2)
+ClusterName=gpushare Account=root UserName= Partition= ID=1 ParentAccount= GrpTRES=gres/gpu:a40=N(2)";
+
+    #[test]
+    fn account_limits_are_found_up_the_users_accounts() {
+        use crate::qos::metrics::parse_assoc_lines;
+        let accounts = user_accounts(&parse_assoc_lines(EVE), "eve");
+        assert_eq!(accounts, ["lafferty_students", "research"]);
+        let (uses, next) = account_limits(&parse_assoc_lines(STUDENTS), &accounts);
+        assert!(uses.is_empty());
+        assert_eq!(next, ["lafferty", "root"]);
+        let seen: Vec<String> = accounts.iter().chain(&next).cloned().collect();
+        let (uses, next) = account_limits(&parse_assoc_lines(LAFFERTY), &seen);
+        assert!(next.is_empty(), "root has no parent, lafferty's is seen");
+        assert_eq!(
+            uses,
+            [AccountUse {
+                account: "lafferty".into(),
+                types: vec![TypeUse {
+                    gpu_type: "a40".into(),
+                    limit: 4,
+                    held: 2
+                }]
+            }]
+        );
+    }
 
     /// `scontrol -o show assoc_mgr flags=qos qos=...` as 22.05 prints it
     /// (users by uid) and as 24.11 and later do (`name(uid)`), and a QOS

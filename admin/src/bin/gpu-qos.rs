@@ -786,6 +786,47 @@ fn why_report(job: &str) -> Result<why::WhyReport> {
     Ok(report)
 }
 
+/// The typed GPU limits of the user's accounts and their parents, from
+/// slurmctld's association manager: the user's associations, then each
+/// level of parents in one call. What cannot be read becomes a note.
+fn account_uses(user: &str, unread: &mut Vec<Unread>) -> Vec<usage::AccountUse> {
+    let ask_assoc_mgr = |filter: String| {
+        let mut args: Vec<String> = metrics::ASSOC_MGR_ACCOUNT_ARGS
+            .iter()
+            .map(|a| (*a).to_owned())
+            .collect();
+        args.push(filter);
+        slurm_output("scontrol", &args).map(|t| metrics::parse_assoc_lines(&t))
+    };
+    let source = "scontrol show assoc_mgr flags=assoc";
+    let mut ask = match ask_assoc_mgr(format!("users={user}")) {
+        Ok(lines) => usage::user_accounts(&lines, user),
+        Err(e) => {
+            unread.push(unread_from(source, &e));
+            return Vec::new();
+        }
+    };
+    let (mut seen, mut uses) = (Vec::new(), Vec::new());
+    for _ in 0..usage::MAX_ACCOUNT_DEPTH {
+        if ask.is_empty() {
+            break;
+        }
+        seen.extend(ask.iter().cloned());
+        match ask_assoc_mgr(metrics::accounts_filter(&ask)) {
+            Ok(lines) => {
+                let (found, next) = usage::account_limits(&lines, &seen);
+                uses.extend(found);
+                ask = next;
+            }
+            Err(e) => {
+                unread.push(unread_from(source, &e));
+                break;
+            }
+        }
+    }
+    uses
+}
+
 /// At most this many pending jobs are explained by `usage --explain`.
 const EXPLAINED_JOBS: usize = 20;
 
@@ -809,6 +850,9 @@ fn run_usage(only: Option<&str>, json: bool, explain: bool) -> ExitCode {
         let (jobs, u) = group_jobs(&user, &usage::covered_qos(&all_qos, &user_qos, only))?;
         unread.extend(u);
         let mut report = usage::usage(&user, &user_qos, &all_qos, &jobs, only);
+        if only.is_none() {
+            report.accounts = account_uses(&user, &mut unread);
+        }
         if explain {
             // The caller's own pending jobs, whatever their QOS (slurmctld
             // packs only this user's).
