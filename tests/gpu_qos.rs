@@ -827,7 +827,21 @@ fn judge_every_level(c: &Cluster, dora: &TestUser, eve: &TestUser) -> TestResult
         },
     );
     let usage = eve.run_ok(c, None, &gpu_qos, &["usage"]);
+    // A job the account's limit has no room for: gpu-qos why names the
+    // parent account that is full.
+    let waiting = eve.sbatch(
+        c,
+        &["-A", "lafferty_students", "--gres=gpu:a40:3", "--wrap=true"],
+    )?;
+    let why = c
+        .wait_job_reason(waiting, "AssocGrpGRES", ACCEPT_TIMEOUT)
+        .and_then(|_| eve.run_ok(c, None, &gpu_qos, &["why", &waiting.to_string()]));
+    c.run_ok("scancel", &[&waiting.to_string()])?;
     c.run_ok("scancel", &[&held.to_string()])?;
+    contains_all(
+        &why?,
+        &["waits for account lafferty's GPU limit: 2 of 4 a40 held"],
+    )?;
     reported.map_err(|e| format!("{e}:\n{last}"))?;
     // eve sees her parent account's limit in gpu-qos usage.
     contains_all(

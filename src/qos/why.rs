@@ -429,6 +429,9 @@ pub struct Facts {
     pub partition: Option<PartitionInfo>,
     /// Running jobs of the job's own group QOS (whose GPUs free up for it).
     pub group_running: Vec<Job>,
+    /// For an account-limit wait: the typed GPU limits of the job's account
+    /// and its parents, with what every job under each holds.
+    pub account_limits: Vec<super::usage::AccountUse>,
 }
 
 /// At most this many nodes are described one by one.
@@ -632,6 +635,13 @@ pub fn explain(job: Job, facts: Facts) -> WhyReport {
             see.push(format!("sprio -l -j {id}"));
             see.push(format!("sshare -l -A {} -u {}", job.account, job.user));
             format!("{head} waits behind pending jobs of higher priority")
+        }
+        "AssocGrpGRES" | "AssocGrpTRES" if !facts.account_limits.is_empty() => {
+            see.push("gpu-qos usage".to_owned());
+            format!(
+                "{head} {}",
+                account_limit_words(&job, &facts.account_limits)
+            )
         }
         "QOSGrpGRES" | "QOSGrpTRES" => {
             see.push(format!("gpu-qos usage --qos {}", job.qos));
@@ -1111,6 +1121,38 @@ fn requeue_details(job: &Job, facts: &Facts, details: &mut Vec<String>) {
     ));
 }
 
+/// Which account's typed limit holds the job: the nearest whose limit of
+/// the job's GPU type has no room for it (else the nearest with a limit of
+/// that type, else the nearest with any).
+fn account_limit_words(job: &Job, limits: &[super::usage::AccountUse]) -> String {
+    let ty = job.gpu_type();
+    let asked = |t: &str| super::usage::gpus_of_type(&job.gpus, Some(t));
+    let of_type = |a: &&super::usage::AccountUse| {
+        a.types.iter().any(|t| ty.is_none_or(|ty| t.gpu_type == ty))
+    };
+    let full = limits.iter().find(|a| {
+        a.types
+            .iter()
+            .any(|t| ty.is_none_or(|ty| t.gpu_type == ty) && t.held + asked(&t.gpu_type) > t.limit)
+    });
+    let Some(a) = full
+        .or_else(|| limits.iter().find(of_type))
+        .or(limits.first())
+    else {
+        return format!("waits for account {}'s GPU limit", job.account);
+    };
+    let held: Vec<String> = a
+        .types
+        .iter()
+        .map(|t| format!("{} of {} {} held", t.held, t.limit, t.gpu_type))
+        .collect();
+    format!(
+        "waits for account {}'s GPU limit: {} by the jobs of the account and its sub-accounts",
+        a.account,
+        held.join(", ")
+    )
+}
+
 /// One sentence and the command that shows more, for the other reasons.
 fn other_reason(reason: &str, job: &Job) -> (String, Option<String>) {
     let id = &job.id;
@@ -1234,6 +1276,48 @@ mod tests {
         assert_eq!(v[1].preempt_time, None);
         let (none, bad) = parse_jobs("4|root|x\n");
         assert!(none.is_empty() && bad.len() == 1, "{bad:?}");
+    }
+
+    #[test]
+    fn an_account_limit_wait_names_the_account_that_is_full() {
+        use super::super::usage::{AccountUse, TypeUse};
+        let mut job = one(PENDING);
+        job.reason = "AssocGrpGRES".into();
+        job.account = "lafferty_students".into();
+        let limit = |account: &str, gpu_type: &str, limit, held| AccountUse {
+            account: account.into(),
+            types: vec![TypeUse {
+                gpu_type: gpu_type.into(),
+                limit,
+                held,
+            }],
+        };
+        let r = explain(
+            job.clone(),
+            Facts {
+                // The nearest account has room; its parent has none.
+                account_limits: vec![
+                    limit("lafferty_students", "a40", 8, 2),
+                    limit("lafferty", "a40", 4, 4),
+                ],
+                ..Facts::default()
+            },
+        );
+        assert_eq!(
+            r.summary,
+            "job 4 (root, QOS qos_lafferty, 2 a40, partition gpu) waits for account \
+             lafferty's GPU limit: 4 of 4 a40 held by the jobs of the account and its \
+             sub-accounts"
+        );
+        assert!(r.see.contains(&"gpu-qos usage".to_owned()));
+        // Nothing read: Slurm's own words for it.
+        let r = explain(job, Facts::default());
+        assert!(
+            r.summary
+                .contains("waits for account lafferty_students's own GPU limit"),
+            "{}",
+            r.summary
+        );
     }
 
     #[test]

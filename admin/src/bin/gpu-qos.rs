@@ -746,6 +746,9 @@ fn why_report(job: &str) -> Result<why::WhyReport> {
         if ranked {
             node_facts(&found.partition, &mut unread, &mut facts);
         }
+        if found.reason.starts_with("AssocGrp") {
+            facts.account_limits = account_chain_uses(vec![found.account.clone()], &mut unread);
+        }
         if found.reason.starts_with("QOSGrp") {
             let me = slurm_output("id", &["-un"])?.trim().to_owned();
             let report = group_jobs(&me, std::slice::from_ref(&found.qos))
@@ -790,22 +793,30 @@ fn why_report(job: &str) -> Result<why::WhyReport> {
 /// slurmctld's association manager: the user's associations, then each
 /// level of parents in one call. What cannot be read becomes a note.
 fn account_uses(user: &str, unread: &mut Vec<Unread>) -> Vec<usage::AccountUse> {
-    let ask_assoc_mgr = |filter: String| {
-        let mut args: Vec<String> = metrics::ASSOC_MGR_ACCOUNT_ARGS
-            .iter()
-            .map(|a| (*a).to_owned())
-            .collect();
-        args.push(filter);
-        slurm_output("scontrol", &args).map(|t| metrics::parse_assoc_lines(&t))
-    };
-    let source = "scontrol show assoc_mgr flags=assoc";
-    let mut ask = match ask_assoc_mgr(format!("users={user}")) {
-        Ok(lines) => usage::user_accounts(&lines, user),
+    match ask_assoc_mgr(format!("users={user}")) {
+        Ok(lines) => account_chain_uses(usage::user_accounts(&lines, user), unread),
         Err(e) => {
-            unread.push(unread_from(source, &e));
-            return Vec::new();
+            unread.push(unread_from(ASSOC_MGR_SOURCE, &e));
+            Vec::new()
         }
-    };
+    }
+}
+
+const ASSOC_MGR_SOURCE: &str = "scontrol show assoc_mgr flags=assoc";
+
+/// `scontrol -o show assoc_mgr flags=assoc FILTER`, read.
+fn ask_assoc_mgr(filter: String) -> Result<Vec<metrics::AssocLine>> {
+    let mut args: Vec<String> = metrics::ASSOC_MGR_ACCOUNT_ARGS
+        .iter()
+        .map(|a| (*a).to_owned())
+        .collect();
+    args.push(filter);
+    slurm_output("scontrol", &args).map(|t| metrics::parse_assoc_lines(&t))
+}
+
+/// The typed GPU limits of `accounts` and every parent above them.
+fn account_chain_uses(mut ask: Vec<String>, unread: &mut Vec<Unread>) -> Vec<usage::AccountUse> {
+    let source = ASSOC_MGR_SOURCE;
     let (mut seen, mut uses) = (Vec::new(), Vec::new());
     for _ in 0..usage::MAX_ACCOUNT_DEPTH {
         if ask.is_empty() {
