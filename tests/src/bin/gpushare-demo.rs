@@ -20,6 +20,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use testcluster::cluster::wait_for;
+use testcluster::users::TestUser;
 use testcluster::{Cluster, ClusterSpec};
 
 type Step = Result<(), String>;
@@ -143,7 +144,7 @@ fn main() -> ExitCode {
     match &outcome {
         Ok(()) => {
             println!(
-                "\n\x1b[1mSummary\x1b[0m: {} checks passed in {:.0}s on three nodes. Untyped GPU requests under a group QOS are refused with the fix; \
+                "\n\x1b[1mSummary\x1b[0m: {} checks passed in {:.0}s on three nodes. Untyped GPU requests under a group QOS, named or fallen back to, are refused with the fix; \
                  lowprio is preempted and requeued on the node where the group's GPUs are, without losing its output; MPS shares spread over \
                  every GPU of two nodes, each confined to its own.",
                 demo.checks,
@@ -249,6 +250,57 @@ fn scenario(d: &mut Demo, c: &mut Cluster) -> Step {
         "the typed request is accepted unchanged",
     )?;
     c.run_ok("scancel", &[&id.to_string()])?;
+    // The same hole where the group's QOS is the user's default.
+    let dora = TestUser::create(c, "dora")?;
+    c.run_ok(
+        "sacctmgr",
+        &[
+            "-i",
+            "modify",
+            "user",
+            "where",
+            "name=dora",
+            "set",
+            "qos=normal,qos_lafferty",
+            "defaultqos=qos_lafferty",
+        ],
+    )?;
+    // slurmctld learns dora's default from slurmdbd on its own time.
+    let mut answer = String::new();
+    let refused = wait_for(
+        "dora's default QOS to be judged",
+        Duration::from_secs(60),
+        || {
+            let out = dora
+                .run(
+                    c,
+                    None,
+                    "sbatch",
+                    &["-H", "--gres=gpu:2", "--wrap=nvidia-smi"],
+                )
+                .ok()?;
+            answer = String::from_utf8_lossy(if out.status.success() {
+                &out.stdout
+            } else {
+                &out.stderr
+            })
+            .into_owned();
+            if out.status.success() {
+                let _ = c.run("scancel", &["-u", "dora"]);
+            }
+            answer
+                .contains("Your default QOS qos_lafferty")
+                .then_some(())
+        },
+    );
+    d.shell(
+        "sbatch --gres=gpu:2 --wrap=nvidia-smi    # as dora, whose DefaultQOS is qos_lafferty",
+        &answer,
+    );
+    d.check(
+        refused.is_ok() && answer.contains("--gres=gpu:a40:2"),
+        "a job naming no QOS is judged by the group QOS it falls back to",
+    )?;
 
     d.step(
         2,
