@@ -708,8 +708,56 @@ fn every_level(c: &mut Cluster) -> TestResult {
     )
     .and_then(|_| judge_every_level(c, &dora, &eve));
     install_conf(c, EXAMPLE_GPU_QOS_CONF)?;
+    let admin = result.and_then(|()| admin_sees_every_level(c));
     let _ = c.run("scontrol", &["delete", "PartitionName=a40only"]);
-    result
+    let _ = sacctmgr(&[
+        "-i",
+        "modify",
+        "account",
+        "where",
+        "name=lafferty",
+        "set",
+        "GrpTRES=gres/gpu:a40=-1",
+    ]);
+    let _ = sacctmgr(&["-i", "delete", "qos", "part_a40,qos_pair"]);
+    admin
+}
+
+/// With the example policy back (no Partition= or Account= rule), the
+/// admin commands name the levels left open: check and audit find the
+/// account's typed limit without its rule, generate writes both rules.
+fn admin_sees_every_level(c: &Cluster) -> TestResult {
+    let gpu_qos = testcluster::cluster::build_dir()?.join("gpu-qos");
+    let gpu_qos = gpu_qos.to_string_lossy();
+    let conf = conf_path(c);
+    let check = c.run(&gpu_qos, &["check", "--conf", &conf.to_string_lossy()])?;
+    let text = String::from_utf8_lossy(&check.stdout).into_owned();
+    ensure(
+        check.status.code() == Some(1),
+        format!("check exit {:?}:\n{text}", check.status.code()),
+    )?;
+    contains_all(
+        &text,
+        &[
+            "account lafferty: GrpTRES says gres/gpu:a40=4",
+            "add Account=lafferty GPUTypes=a40 GPULimit=4",
+        ],
+    )?;
+    let audit = c.run_ok(&gpu_qos, &["audit", "--fail-on", "note", "--json"]);
+    let audit = audit.unwrap_or_else(|e| e);
+    contains_all(
+        &audit,
+        &["partition_qos_unenforced", "unlisted_typed_association"],
+    )?;
+    let generated = c.run_ok(&gpu_qos, &["generate"])?;
+    contains_all(
+        &generated,
+        &[
+            "Partition=a40only GPUTypes=a40 GPULimit=8",
+            "Account=lafferty GPUTypes=a40 GPULimit=4",
+            "QOS=qos_pair GPUTypes=a40,h100 GPULimit=a40:4,h100:1",
+        ],
+    )
 }
 
 fn judge_every_level(c: &Cluster, dora: &TestUser, eve: &TestUser) -> TestResult {

@@ -44,6 +44,8 @@ pub enum GpuQosConf {
 pub struct Site {
     pub settings: SlurmSettings,
     pub qos: Vec<AuditQos>,
+    /// The associations with GPU entries in their `GrpTRES`.
+    pub associations: Vec<check::AssocRecord>,
     pub nodes: Vec<NodeInfo>,
     pub partitions: Vec<PartitionInfo>,
     /// `plugstack.conf`'s text; `None` when there is none or it is unreadable.
@@ -378,6 +380,9 @@ fn gpu_qos_conf(site: &Site, out: &mut Vec<AuditFinding>) {
         }
         out.push(from_check(&f, path));
     }
+    for f in check::check_associations(cfg, path, &site.associations) {
+        out.push(from_check(&f, path));
+    }
     rule_types_on_nodes(site, cfg, path, out);
 }
 
@@ -507,15 +512,10 @@ fn from_check(f: &Finding, path: &str) -> AuditFinding {
             format!("edit {path} as said (gpu-qos generate prints a matching file)"),
         ),
     };
-    AuditFinding::new(
-        f.severity(),
-        f.kind(),
-        qos_object(f.qos()),
-        DOC_RESOURCE_LIMITS,
-    )
-    .what(f.to_string())
-    .why(why)
-    .fix(fix)
+    AuditFinding::new(f.severity(), f.kind(), f.object(), DOC_RESOURCE_LIMITS)
+        .what(f.to_string())
+        .why(why)
+        .fix(fix)
 }
 
 /// The mode a preempted job of `q` gets: its own PreemptMode unless that is
@@ -1234,6 +1234,7 @@ qos_dijk|gres/gpu:h100=2|lowprio|cluster|00:00:00|1.000000|DenyOnLimit|100
         Site {
             settings: SlurmSettings::from_show_config(&config),
             qos,
+            associations: Vec::new(),
             nodes,
             partitions,
             plugstack: Some(PLUGSTACK.into()),
@@ -1637,6 +1638,7 @@ qos_dijk|gres/gpu:h100=2|lowprio|cluster|00:00:00|1.000000|DenyOnLimit|100
             let site = Site {
                 settings: SlurmSettings::from_show_config(&config),
                 qos,
+                associations: Vec::new(),
                 nodes,
                 partitions,
                 plugstack: None,

@@ -81,14 +81,7 @@ impl QosRecord {
     /// of that type it can hold (the untyped limit applied). A limit of 0
     /// forbids the type, so it is not here.
     pub fn usable_types(&self) -> TypeLimits {
-        let cap = self.untyped_limit().unwrap_or(u64::MAX);
-        let mut usable: Vec<(String, u64)> = self
-            .typed_limits()
-            .map(|(t, n)| (t.to_owned(), n.min(cap)))
-            .filter(|&(_, n)| n > 0)
-            .collect();
-        usable.sort();
-        usable
+        usable_types(&self.gpu_limits)
     }
 
     /// The `GPULimit` a rule for this QOS should have: the largest per-type
@@ -107,6 +100,161 @@ impl QosRecord {
         !self.name.eq_ignore_ascii_case(qos)
             && self.preempt.iter().any(|p| p.eq_ignore_ascii_case(qos))
     }
+}
+
+/// The types a set of `GrpTRES` GPU entries lets its jobs hold some of,
+/// sorted, each with the most GPUs of that type (`gres/gpu=N` capping
+/// every type); a limit of 0 forbids the type, so it is not here.
+fn usable_types(limits: &[GpuTresLimit]) -> TypeLimits {
+    let cap = limits
+        .iter()
+        .find(|l| l.gpu_type.is_none())
+        .map_or(u64::MAX, |l| l.count);
+    let mut usable: Vec<(String, u64)> = limits
+        .iter()
+        .filter_map(|l| {
+            l.gpu_type
+                .as_deref()
+                .map(|t| (t.to_owned(), l.count.min(cap)))
+        })
+        .filter(|&(_, n)| n > 0)
+        .collect();
+    usable.sort();
+    usable
+}
+
+/// The `sacctmgr` arguments [`parse_sacctmgr_assoc`] reads: every
+/// association's account, user, partition and `GrpTRES`.
+pub const SACCTMGR_ASSOC_ARGS: [&str; 4] = [
+    "-nP",
+    "show",
+    "assoc",
+    "format=Account,User,Partition,GrpTRES",
+];
+
+/// An association with GPU entries in its `GrpTRES`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AssocRecord {
+    pub account: String,
+    /// `None`: the account's own association (its limit covers every job
+    /// of the account and its sub-accounts).
+    pub user: Option<String>,
+    pub partition: Option<String>,
+    pub gpu_limits: Vec<GpuTresLimit>,
+}
+
+impl AssocRecord {
+    pub fn usable_types(&self) -> TypeLimits {
+        usable_types(&self.gpu_limits)
+    }
+
+    /// As findings name it.
+    pub fn who(&self) -> String {
+        match &self.user {
+            None => format!("account {}", self.account),
+            Some(u) => format!("user {u} in account {}", self.account),
+        }
+    }
+
+    /// The rule that says its typed limits exactly.
+    pub fn rule(&self) -> String {
+        let usable = self.usable_types();
+        let types: Vec<&str> = usable.iter().map(|(t, _)| t.as_str()).collect();
+        let scope = match &self.user {
+            None => format!("Account={}", self.account),
+            Some(u) => format!("User={u} Account={}", self.account),
+        };
+        format!(
+            "{scope} GPUTypes={} GPULimit={}",
+            types.join(","),
+            limit_text(&usable)
+        )
+    }
+
+    /// Whether `rule` is the one for this association: an account's rule
+    /// names it and no user; a user's names the user and, if any account,
+    /// this one.
+    fn covered_by(&self, rule: &super::config::QosRule) -> bool {
+        let super::config::RuleScope::Association { accounts, users } = rule.scope() else {
+            return false;
+        };
+        let has = |list: &[String], name: &str| list.iter().any(|x| x.eq_ignore_ascii_case(name));
+        match &self.user {
+            None => users.is_empty() && has(accounts, &self.account),
+            Some(u) => has(users, u) && (accounts.is_empty() || has(accounts, &self.account)),
+        }
+    }
+}
+
+/// Reads `sacctmgr` run with [`SACCTMGR_ASSOC_ARGS`]: the associations
+/// whose `GrpTRES` has a GPU entry.
+pub fn parse_sacctmgr_assoc(text: &str) -> Result<Vec<AssocRecord>, SacctmgrParseError> {
+    let mut records = Vec::new();
+    for (index, raw) in text.lines().enumerate() {
+        let line = index + 1;
+        let error = |reason: String| SacctmgrParseError { line, reason };
+        if raw.trim().is_empty() {
+            continue;
+        }
+        let fields: Vec<&str> = raw.split('|').map(str::trim).collect();
+        let [account, user, partition, grp_tres] = fields[..] else {
+            return Err(error(format!(
+                "{} fields in \"{raw}\", expected 4",
+                fields.len()
+            )));
+        };
+        let gpu_limits = parse_grp_tres(grp_tres).map_err(|reason| {
+            error(format!(
+                "GrpTRES \"{grp_tres}\" of account {account}: {reason}"
+            ))
+        })?;
+        if account.is_empty() || gpu_limits.is_empty() {
+            continue;
+        }
+        let some = |v: &str| (!v.is_empty()).then(|| v.to_owned());
+        records.push(AssocRecord {
+            account: account.to_owned(),
+            user: some(user),
+            partition: some(partition),
+            gpu_limits,
+        });
+    }
+    Ok(records)
+}
+
+/// Compares the `Account=`/`User=` rules with the associations' typed GPU
+/// limits: each association with one needs its rule, saying its limits.
+pub fn check_associations(cfg: &GpuQosConfig, file: &str, assocs: &[AssocRecord]) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    for a in assocs {
+        let usable = a.usable_types();
+        if usable.is_empty() {
+            continue;
+        }
+        let (who, gpu_tres, rule) = (a.who(), join_display(&a.gpu_limits, ","), a.rule());
+        let Some(r) = cfg.association_rules().find(|r| a.covered_by(r)) else {
+            if !findings.iter().any(|f: &Finding| f.qos() == who) {
+                findings.push(Finding::UnlistedTypedAssociation {
+                    who,
+                    gpu_tres,
+                    rule,
+                });
+            }
+            continue;
+        };
+        let exact = usable
+            .iter()
+            .all(|(t, n)| r.permits(t) && r.limit_for(t) == Some(*n));
+        if !exact {
+            findings.push(Finding::AssociationRuleDiffers {
+                who,
+                at: format!("{file}:{}", r.line()),
+                gpu_tres,
+                rule,
+            });
+        }
+    }
+    findings
 }
 
 fn join_display<T: fmt::Display>(items: &[T], sep: &str) -> String {
@@ -303,6 +451,20 @@ pub enum Finding {
     /// `LowPriorityQOS` names a QOS no other QOS may preempt, so its jobs
     /// are made requeueable for nothing.
     LowPriorityNotPreemptable { qos: String },
+    /// An account's (or a user's) association with a typed GPU limit that
+    /// no `Account=`/`User=` rule covers: untyped requests escape it.
+    UnlistedTypedAssociation {
+        who: String,
+        gpu_tres: String,
+        rule: String,
+    },
+    /// The association's rule says other types or limits than its GrpTRES.
+    AssociationRuleDiffers {
+        who: String,
+        at: String,
+        gpu_tres: String,
+        rule: String,
+    },
 }
 
 impl Finding {
@@ -312,6 +474,8 @@ impl Finding {
             | Finding::TypesDiffer { .. }
             | Finding::LimitDiffers { .. }
             | Finding::UnlistedTypedQos { .. }
+            | Finding::UnlistedTypedAssociation { .. }
+            | Finding::AssociationRuleDiffers { .. }
             | Finding::LowPriorityUnknown { .. } => Severity::Error,
             Finding::LimitCheckOff { .. }
             | Finding::NoGpuLimit { .. }
@@ -334,11 +498,17 @@ impl Finding {
             Finding::ZeroTypedLimitOnly { .. } => "zero_typed_limit_only",
             Finding::LowPriorityUnknown { .. } => "low_priority_unknown",
             Finding::LowPriorityNotPreemptable { .. } => "low_priority_not_preemptable",
+            Finding::UnlistedTypedAssociation { .. } => "unlisted_typed_association",
+            Finding::AssociationRuleDiffers { .. } => "association_rule_differs",
         }
     }
 
+    /// The QOS the finding is about, or the association (`account
+    /// lafferty`, `user alice in account lafferty`).
     pub fn qos(&self) -> &str {
         match self {
+            Finding::UnlistedTypedAssociation { who, .. }
+            | Finding::AssociationRuleDiffers { who, .. } => who,
             Finding::UnknownQos { qos, .. }
             | Finding::TypesDiffer { qos, .. }
             | Finding::LimitDiffers { qos, .. }
@@ -349,6 +519,15 @@ impl Finding {
             | Finding::ZeroTypedLimitOnly { qos, .. }
             | Finding::LowPriorityUnknown { qos }
             | Finding::LowPriorityNotPreemptable { qos } => qos,
+        }
+    }
+
+    /// What the finding is about, as the audit names objects.
+    pub fn object(&self) -> String {
+        match self {
+            Finding::UnlistedTypedAssociation { who, .. }
+            | Finding::AssociationRuleDiffers { who, .. } => who.clone(),
+            _ => format!("QOS {}", self.qos()),
         }
     }
 }
@@ -419,6 +598,24 @@ impl fmt::Display for Finding {
                 f,
                 "{qos}: {at} restricts its GPU types, but GrpTRES limits no GPUs for it, so \
                  no GPU count is enforced; give it GrpTRES=gres/gpu:<type>=N if it should have one"
+            ),
+            Finding::UnlistedTypedAssociation {
+                who,
+                gpu_tres,
+                rule,
+            } => write!(
+                f,
+                "{who}: GrpTRES says {gpu_tres}, but gpu_qos.conf has no rule for it, so \
+                 untyped GPU requests of its jobs escape that limit; add {rule}"
+            ),
+            Finding::AssociationRuleDiffers {
+                who,
+                at,
+                gpu_tres,
+                rule,
+            } => write!(
+                f,
+                "{who}: {at} does not say what GrpTRES says ({gpu_tres}); write {rule}"
             ),
             Finding::LooserForSomeTypes {
                 qos,
@@ -760,13 +957,19 @@ pub fn limit_text(limits: &[(String, u64)]) -> String {
 }
 
 pub fn generate(db: &[QosRecord]) -> String {
-    generate_for_site(db, &[])
+    generate_for_site(db, &[], &[])
 }
 
 /// [`generate`], plus a `Partition=` rule for each partition (name, its
 /// `QOS=`) whose QOS carries typed GPU limits: Slurm applies a partition's
 /// QOS to every job in it, named or not.
-pub fn generate_for_site(db: &[QosRecord], partition_qos: &[(String, String)]) -> String {
+/// Likewise an `Account=` (or `User=`) rule for each association with
+/// typed GPU limits.
+pub fn generate_for_site(
+    db: &[QosRecord],
+    partition_qos: &[(String, String)],
+    assocs: &[AssocRecord],
+) -> String {
     // Per-type limits → QOS names; BTreeMap so the output order is stable.
     let mut groups: BTreeMap<TypeLimits, Vec<String>> = BTreeMap::new();
     let mut zero_only: Vec<&QosRecord> = Vec::new();
@@ -837,6 +1040,17 @@ pub fn generate_for_site(db: &[QosRecord], partition_qos: &[(String, String)]) -
             record.gpu_tres_text(),
             types.join(","),
             limit_text(&limits)
+        );
+    }
+    for a in assocs.iter().filter(|a| !a.usable_types().is_empty()) {
+        let _ = writeln!(
+            out,
+            "
+# {}: GrpTRES {}.
+{}",
+            a.who(),
+            join_display(&a.gpu_limits, ","),
+            a.rule()
         );
     }
     for record in &zero_only {
@@ -1314,6 +1528,52 @@ lowprio||
         assert_eq!(cfg.max_mps_per_job(), None);
     }
 
+    const ASSOCS: &str = "root|||\n\
+        lafferty|||gres/gpu:a40=4\n\
+        lafferty|alice||gres/gpu:a40=2\n\
+        research|bob||cpu=4\n";
+
+    #[test]
+    fn associations_with_typed_limits_need_their_rules() {
+        let assocs = parse_sacctmgr_assoc(ASSOCS).unwrap();
+        assert_eq!(assocs.len(), 2, "{assocs:?}");
+        let findings = |conf_text: &str| -> Vec<String> {
+            check_associations(&conf(conf_text), "gpu_qos.conf", &assocs)
+                .iter()
+                .map(|f| format!("{}: {f}", f.kind()))
+                .collect()
+        };
+        assert_eq!(
+            findings(""),
+            [
+                "unlisted_typed_association: account lafferty: GrpTRES says gres/gpu:a40=4, but \
+                 gpu_qos.conf has no rule for it, so untyped GPU requests of its jobs escape that \
+                 limit; add Account=lafferty GPUTypes=a40 GPULimit=4",
+                "unlisted_typed_association: user alice in account lafferty: GrpTRES says \
+                 gres/gpu:a40=2, but gpu_qos.conf has no rule for it, so untyped GPU requests of \
+                 its jobs escape that limit; add User=alice Account=lafferty GPUTypes=a40 \
+                 GPULimit=2",
+            ]
+        );
+        assert!(findings(
+            "Account=lafferty GPUTypes=a40 GPULimit=4\nUser=alice GPUTypes=a40 GPULimit=2\n"
+        )
+        .is_empty());
+        assert_eq!(
+            findings(
+                "Account=lafferty GPUTypes=a40 GPULimit=8\nUser=alice GPUTypes=a40 GPULimit=2\n"
+            ),
+            [
+                "association_rule_differs: account lafferty: gpu_qos.conf:1 does not say what \
+              GrpTRES says (gres/gpu:a40=4); write Account=lafferty GPUTypes=a40 GPULimit=4"
+            ]
+        );
+        let text = generate_for_site(&[], &[], &assocs);
+        let cfg = conf(&text);
+        assert!(check_associations(&cfg, "x", &assocs).is_empty(), "{text}");
+        assert!(parse_sacctmgr_assoc("a|b|c").is_err());
+    }
+
     #[test]
     fn generate_writes_partition_rules_for_partition_qos() {
         let text = generate_for_site(
@@ -1322,6 +1582,7 @@ lowprio||
                 ("a40only".into(), "part_a40".into()),
                 ("cpu".into(), "normal".into()),
             ],
+            &[],
         );
         assert!(text.contains(
             "# Partition a40only: its QOS part_a40 says gres/gpu:a40=8.\n\

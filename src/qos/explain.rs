@@ -517,6 +517,7 @@ mod tests {
         Site {
             settings,
             qos,
+            associations: Vec::new(),
             nodes: parse_nodes("NodeName=n1 Gres=gpu:a40:4,gpu:h100:2 Partitions=gpu\n").0,
             partitions: parse_partitions(
                 "PartitionName=gpu Nodes=n1 TRESBillingWeights=CPU=0.5,GRES/gpu=1,GRES/gpu:h100=3\n",

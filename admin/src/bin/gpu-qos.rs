@@ -182,7 +182,11 @@ fn main() -> ExitCode {
                         .into_iter()
                         .filter_map(|p| Some((p.name, p.qos?)))
                         .collect();
-                print!("{}", check::generate_for_site(&db, &partition_qos));
+                let assocs = read_associations().unwrap_or_else(|e| {
+                    eprintln!("gpu-qos: {e:#}; no Account= rules written");
+                    Vec::new()
+                });
+                print!("{}", check::generate_for_site(&db, &partition_qos, &assocs));
                 ExitCode::SUCCESS
             }
             Err(e) => {
@@ -213,6 +217,13 @@ fn read_database() -> Result<Vec<QosRecord>> {
     Ok(check::parse_sacctmgr(&stdout)?)
 }
 
+/// Every association with a GPU entry in its `GrpTRES` (`sacctmgr show
+/// assoc`): the account and user levels of the typed limits.
+fn read_associations() -> Result<Vec<check::AssocRecord>> {
+    let text = slurm_output("sacctmgr", &check::SACCTMGR_ASSOC_ARGS)?;
+    Ok(check::parse_sacctmgr_assoc(&text)?)
+}
+
 fn run_check(conf: Option<PathBuf>, json: bool) -> ExitCode {
     let path = conf.unwrap_or_else(|| beside_slurm_conf(None, "gpu_qos.conf"));
     let file = path.to_string_lossy().into_owned();
@@ -220,9 +231,10 @@ fn run_check(conf: Option<PathBuf>, json: bool) -> ExitCode {
         let cfg = gpushare::shared::syntax::load(&path, config::parse)?
             .with_context(|| format!("{file}: no such file"))?;
         let db = read_database()?;
-        Ok((cfg, db))
+        let assocs = read_associations()?;
+        Ok((cfg, db, assocs))
     };
-    let (cfg, db) = match checked() {
+    let (cfg, db, assocs) = match checked() {
         Ok(found) => found,
         Err(e) => {
             let reason = format!("{e:#}");
@@ -233,7 +245,8 @@ fn run_check(conf: Option<PathBuf>, json: bool) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let findings = check::check(&cfg, &file, &db);
+    let mut findings = check::check(&cfg, &file, &db);
+    findings.extend(check::check_associations(&cfg, &file, &assocs));
     let tally = Tally::of(&findings);
     if json {
         println!("{}", CheckJson::report(&file, &findings).to_json());
@@ -400,6 +413,22 @@ fn gather(conf: Option<PathBuf>) -> Result<(Site, Vec<String>)> {
         partitions.len(),
         if partitions.len() == 1 { "" } else { "s" }
     ));
+    // The account and user levels of typed limits; what cannot be read is
+    // a note, as for every other source of the audit.
+    let associations = if accounting {
+        match read_associations() {
+            Ok(a) => {
+                sources.push(format!("sacctmgr show assoc ({} with GPU limits)", a.len()));
+                a
+            }
+            Err(e) => {
+                unread.push(unread_from("sacctmgr show assoc", &e));
+                Vec::new()
+            }
+        }
+    } else {
+        Vec::new()
+    };
     let plugstack_path = settings
         .get("PlugStackConfig")
         .map(PathBuf::from)
@@ -417,6 +446,7 @@ fn gather(conf: Option<PathBuf>) -> Result<(Site, Vec<String>)> {
     let site = Site {
         settings,
         qos,
+        associations,
         nodes,
         partitions,
         plugstack: read_optional(&plugstack_path),
