@@ -818,8 +818,13 @@ fn judge_every_level(c: &Cluster, dora: &TestUser, eve: &TestUser) -> TestResult
             .filter(|t| t.contains("gres/gpu:a40=8(1)"))
         },
     );
+    let usage = dora_usage(c);
     c.run_ok("scancel", &[&typed.to_string()])?;
     counted?;
+    contains_all(
+        &usage?,
+        &["partition a40only (its QOS part_a40): 1 of 8 a40 held (by every job in the partition)"],
+    )?;
 
     // The account's limit, for a job of a sub-account.
     let err = user_rejected(
@@ -1013,4 +1018,11 @@ fn mig_slices(c: &mut Cluster) -> TestResult {
     );
     c.run_ok("scancel", &[&id.to_string()])?;
     counted.map(drop)
+}
+
+/// `gpu-qos usage` as dora (any user sees the partitions' limits).
+fn dora_usage(c: &Cluster) -> Result<String, String> {
+    let gpu_qos = testcluster::cluster::build_dir()?.join("gpu-qos");
+    let dora = TestUser::create(c, "dora")?;
+    dora.run_ok(c, None, &gpu_qos.to_string_lossy(), &["usage"])
 }

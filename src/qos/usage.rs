@@ -167,6 +167,44 @@ pub struct AccountUse {
     pub types: Vec<TypeUse>,
 }
 
+/// A partition whose QOS carries typed GPU limits: what every job in the
+/// partition holds against them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionUse {
+    pub partition: String,
+    pub qos: String,
+    pub types: Vec<TypeUse>,
+}
+
+/// The partitions (name, `QOS=`) whose QOS `assoc_mgr` lists with typed
+/// limits, from [`assoc_mgr_args`]'s answer for those QOS.
+pub fn partition_uses(
+    partitions: &[(String, String)],
+    qos_gpus: &[super::metrics::QosGpus],
+) -> Vec<PartitionUse> {
+    partitions
+        .iter()
+        .filter_map(|(partition, qos)| {
+            let types: Vec<TypeUse> = qos_gpus
+                .iter()
+                .filter(|g| g.qos.eq_ignore_ascii_case(qos))
+                .filter_map(|g| {
+                    Some(TypeUse {
+                        gpu_type: g.gpu_type.clone(),
+                        limit: g.limit?,
+                        held: g.in_use,
+                    })
+                })
+                .collect();
+            (!types.is_empty()).then(|| PartitionUse {
+                partition: partition.clone(),
+                qos: qos.clone(),
+                types,
+            })
+        })
+        .collect()
+}
+
 /// The most levels of accounts followed up from the user's own.
 pub const MAX_ACCOUNT_DEPTH: usize = 16;
 
@@ -228,6 +266,9 @@ pub struct UsageReport {
     /// The user's accounts and their parents with typed GPU limits.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub accounts: Vec<AccountUse>,
+    /// The partitions whose QOS carries typed GPU limits.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub partitions: Vec<PartitionUse>,
     /// `--explain`: each of the user's pending jobs, as `gpu-qos why`
     /// explains it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -408,6 +449,7 @@ pub fn usage(
         user: user.to_owned(),
         qos: Vec::new(),
         accounts: Vec::new(),
+        partitions: Vec::new(),
         explained: Vec::new(),
         unread: Vec::new(),
     };
@@ -524,6 +566,20 @@ impl UsageReport {
                 held.join(", ")
             );
         }
+        for p in &self.partitions {
+            let held: Vec<String> = p
+                .types
+                .iter()
+                .map(|t| format!("{} of {} {} held", t.held, t.limit, t.gpu_type))
+                .collect();
+            let _ = writeln!(
+                out,
+                "partition {} (its QOS {}): {} (by every job in the partition)",
+                p.partition,
+                p.qos,
+                held.join(", ")
+            );
+        }
         if !self.explained.is_empty() {
             out.push_str("\nYour pending jobs, explained (gpu-qos why):\n");
         }
@@ -554,6 +610,32 @@ ClusterName=gpushare Account=lafferty_students UserName=eve(1002) Partition= ID=
 ClusterName=gpushare Account=research UserName= Partition= ID=3 ParentAccount=root(1) GrpTRES=gres/gpu:a40=N(0)";
     const LAFFERTY: &str = "ClusterName=gpushare Account=lafferty UserName= Partition= ID=5 ParentAccount=root(1) GrpTRES=cpu=N(1),gres/gpu=N(2),gres/gpu:a40=4(2)
 ClusterName=gpushare Account=root UserName= Partition= ID=1 ParentAccount= GrpTRES=gres/gpu:a40=N(2)";
+
+    #[test]
+    fn partitions_with_a_typed_qos_are_reported_with_its_use() {
+        let gpus = crate::qos::metrics::parse_assoc_mgr_qos(
+            "QOS=part_a40(7) GrpTRES=cpu=N(1),gres/gpu=N(1),gres/gpu:a40=8(1),gres/gpu:h100=N(0)",
+        );
+        let uses = partition_uses(
+            &[
+                ("a40only".into(), "part_a40".into()),
+                ("cpu".into(), "normal".into()),
+            ],
+            &gpus,
+        );
+        assert_eq!(
+            uses,
+            [PartitionUse {
+                partition: "a40only".into(),
+                qos: "part_a40".into(),
+                types: vec![TypeUse {
+                    gpu_type: "a40".into(),
+                    limit: 8,
+                    held: 1
+                }]
+            }]
+        );
+    }
 
     #[test]
     fn account_limits_are_found_up_the_users_accounts() {

@@ -834,6 +834,43 @@ fn account_uses(user: &str, unread: &mut Vec<Unread>) -> Vec<usage::AccountUse> 
 
 const ASSOC_MGR_SOURCE: &str = "scontrol show assoc_mgr flags=assoc";
 
+/// The partitions whose QOS carries typed GPU limits, with what every job
+/// in each holds (their QOS's usage in slurmctld's association manager).
+fn partition_uses(
+    all_qos: &[site_text::AuditQos],
+    unread: &mut Vec<Unread>,
+) -> Vec<usage::PartitionUse> {
+    let Some(text) = soft(
+        unread,
+        "scontrol show partition",
+        slurm_output("scontrol", &["show", "partition", "-o"]),
+    ) else {
+        return Vec::new();
+    };
+    let typed = |q: &str| {
+        all_qos
+            .iter()
+            .any(|a| a.name().eq_ignore_ascii_case(q) && a.record.expected_gpu_limit().is_some())
+    };
+    let partitions: Vec<(String, String)> = site_text::parse_partitions(&text)
+        .0
+        .into_iter()
+        .filter_map(|p| Some((p.name, p.qos.filter(|q| typed(q))?)))
+        .collect();
+    if partitions.is_empty() {
+        return Vec::new();
+    }
+    let qos: Vec<String> = partitions.iter().map(|(_, q)| q.clone()).collect();
+    let Some(text) = soft(
+        unread,
+        "scontrol show assoc_mgr flags=qos",
+        slurm_output("scontrol", &usage::assoc_mgr_args(&qos)),
+    ) else {
+        return Vec::new();
+    };
+    usage::partition_uses(&partitions, &metrics::parse_assoc_mgr_qos(&text))
+}
+
 /// `scontrol -o show assoc_mgr flags=assoc FILTER`, read.
 fn ask_assoc_mgr(filter: String) -> Result<Vec<metrics::AssocLine>> {
     let mut args: Vec<String> = metrics::ASSOC_MGR_ACCOUNT_ARGS
@@ -893,6 +930,7 @@ fn run_usage(only: Option<&str>, json: bool, explain: bool) -> ExitCode {
         let mut report = usage::usage(&user, &user_qos, &all_qos, &jobs, only);
         if only.is_none() {
             report.accounts = account_uses(&user, &mut unread);
+            report.partitions = partition_uses(&all_qos, &mut unread);
         }
         if explain {
             // The caller's own pending jobs, whatever their QOS (slurmctld
