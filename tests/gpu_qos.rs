@@ -626,16 +626,7 @@ fn every_level(c: &mut Cluster) -> TestResult {
     let sacctmgr = |args: &[&str]| c.run_ok("sacctmgr", args).map(drop);
     // The default QOS: dora belongs to the lafferty group by default.
     let dora = TestUser::create(c, "dora")?;
-    sacctmgr(&[
-        "-i",
-        "modify",
-        "user",
-        "where",
-        "name=dora",
-        "set",
-        "qos=normal,qos_lafferty",
-        "defaultqos=qos_lafferty",
-    ])?;
+    dora.allow_qos_by_default(c, &["normal", "qos_lafferty"], "qos_lafferty")?;
     // A partition whose QOS carries the typed limit.
     sacctmgr(&["-i", "add", "qos", "part_a40", "GrpTRES=gres/gpu:a40=8"])?;
     c.run_ok(
@@ -774,24 +765,9 @@ fn judge_every_level(c: &Cluster, dora: &TestUser, eve: &TestUser) -> TestResult
         job.get("QOS") == Some("qos_lafferty"),
         format!("dora's job runs under {:?}", job.get("QOS")),
     )?;
-    let books = c.run_ok(
-        "scontrol",
-        &["show", "assoc_mgr", "flags=qos", "qos=qos_lafferty"],
-    )?;
-    let counted = wait_for(
-        "the job counted in assoc_mgr",
-        Duration::from_secs(20),
-        || {
-            c.run_ok(
-                "scontrol",
-                &["show", "assoc_mgr", "flags=qos", "qos=qos_lafferty"],
-            )
-            .ok()
-            .filter(|t| t.contains("gres/gpu:a40=4(2)"))
-        },
-    );
+    let counted = counted_in_assoc_mgr(c, "qos_lafferty", &["gres/gpu:a40=4(2)"]);
     c.run_ok("scancel", &[&id.to_string()])?;
-    counted.map_err(|e| format!("{e}:\n{books}"))?;
+    counted?;
 
     // The partition's QOS, named with -p.
     let err = rejected(c, &["-p", "a40only", "--gres=gpu:1"])?;
@@ -806,18 +782,7 @@ fn judge_every_level(c: &Cluster, dora: &TestUser, eve: &TestUser) -> TestResult
     )?;
     let typed = c.sbatch_ok(&["-p", "a40only", "--gres=gpu:a40:1", "--wrap=sleep 120"])?;
     c.wait_job_state(typed, &["RUNNING"], ACCEPT_TIMEOUT)?;
-    let counted = wait_for(
-        "the partition job counted against its QOS in assoc_mgr",
-        Duration::from_secs(20),
-        || {
-            c.run_ok(
-                "scontrol",
-                &["show", "assoc_mgr", "flags=qos", "qos=part_a40"],
-            )
-            .ok()
-            .filter(|t| t.contains("gres/gpu:a40=8(1)"))
-        },
-    );
+    let counted = counted_in_assoc_mgr(c, "part_a40", &["gres/gpu:a40=8(1)"]);
     let usage = dora_usage(c);
     c.run_ok("scancel", &[&typed.to_string()])?;
     counted?;
@@ -1002,22 +967,29 @@ fn mig_slices(c: &mut Cluster) -> TestResult {
         "--wrap=sleep 120",
     ])?;
     c.wait_job_state(id, &["RUNNING"], ACCEPT_TIMEOUT)?;
-    let counted = wait_for(
-        "the slices counted in assoc_mgr",
-        Duration::from_secs(20),
-        || {
-            c.run_ok(
-                "scontrol",
-                &["show", "assoc_mgr", "flags=qos", "qos=qos_mig"],
-            )
-            .ok()
-            .filter(|t| {
-                t.contains("gres/gpu:a100_1g.5gb=2(2)") && t.contains("gres/gpu:a100_3g.20gb=1(0)")
-            })
-        },
+    let counted = counted_in_assoc_mgr(
+        c,
+        "qos_mig",
+        &["gres/gpu:a100_1g.5gb=2(2)", "gres/gpu:a100_3g.20gb=1(0)"],
     );
     c.run_ok("scancel", &[&id.to_string()])?;
-    counted.map(drop)
+    counted
+}
+
+/// Slurm's own books as the witness: `scontrol show assoc_mgr` shows each
+/// of `usage` (`gres/gpu:TYPE=LIMIT(USED)`) in `qos`'s GrpTRES.
+fn counted_in_assoc_mgr(c: &Cluster, qos: &str, usage: &[&str]) -> TestResult {
+    let mut last = String::new();
+    let args = ["show", "assoc_mgr", "flags=qos", &format!("qos={qos}")];
+    wait_for(
+        &format!("{} counted in assoc_mgr", usage.join(", ")),
+        Duration::from_secs(20),
+        || {
+            last = c.run_ok("scontrol", &args).unwrap_or_else(|e| e);
+            usage.iter().all(|u| last.contains(u)).then_some(())
+        },
+    )
+    .map_err(|e| format!("{e}:\n{last}"))
 }
 
 /// `gpu-qos usage` as dora (any user sees the partitions' limits).

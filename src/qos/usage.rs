@@ -143,6 +143,15 @@ pub struct TypeUse {
     pub held: u64,
 }
 
+/// `2 of 4 a40 held, 0 of 2 h100 held`.
+pub fn held_words(types: &[TypeUse]) -> String {
+    types
+        .iter()
+        .map(|t| format!("{} of {} {} held", t.held, t.limit, t.gpu_type))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// A pending job and why it waits.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PendingJob {
@@ -524,19 +533,14 @@ impl UsageReport {
             let _ = writeln!(out, "{} may use no QOS with a GPU limit.", self.user);
         }
         for q in &self.qos {
-            let held: Vec<String> = q
-                .types
-                .iter()
-                .map(|t| format!("{} of {} {} held", t.held, t.limit, t.gpu_type))
-                .collect();
             let _ = writeln!(
                 out,
                 "{}: {}",
                 q.qos,
-                if held.is_empty() {
+                if q.types.is_empty() {
                     "no typed GPU limit".to_owned()
                 } else {
-                    held.join(", ")
+                    held_words(&q.types)
                 }
             );
             for j in &q.running {
@@ -554,30 +558,20 @@ impl UsageReport {
             }
         }
         for a in &self.accounts {
-            let held: Vec<String> = a
-                .types
-                .iter()
-                .map(|t| format!("{} of {} {} held", t.held, t.limit, t.gpu_type))
-                .collect();
             let _ = writeln!(
                 out,
                 "account {}: {} (by every job of the account and its sub-accounts)",
                 a.account,
-                held.join(", ")
+                held_words(&a.types)
             );
         }
         for p in &self.partitions {
-            let held: Vec<String> = p
-                .types
-                .iter()
-                .map(|t| format!("{} of {} {} held", t.held, t.limit, t.gpu_type))
-                .collect();
             let _ = writeln!(
                 out,
                 "partition {} (its QOS {}): {} (by every job in the partition)",
                 p.partition,
                 p.qos,
-                held.join(", ")
+                held_words(&p.types)
             );
         }
         if !self.explained.is_empty() {

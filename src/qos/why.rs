@@ -1141,15 +1141,10 @@ fn account_limit_words(job: &Job, limits: &[super::usage::AccountUse]) -> String
     else {
         return format!("waits for account {}'s GPU limit", job.account);
     };
-    let held: Vec<String> = a
-        .types
-        .iter()
-        .map(|t| format!("{} of {} {} held", t.held, t.limit, t.gpu_type))
-        .collect();
     format!(
         "waits for account {}'s GPU limit: {} by the jobs of the account and its sub-accounts",
         a.account,
-        held.join(", ")
+        super::usage::held_words(&a.types)
     )
 }
 

@@ -102,19 +102,22 @@ impl TestUser {
     /// user ... set qos=`); slurmctld learns it from slurmdbd on its own
     /// time.
     pub fn allow_qos(&self, c: &Cluster, qos: &[&str]) -> Result<()> {
-        c.run_ok(
-            "sacctmgr",
-            &[
-                "-i",
-                "modify",
-                "user",
-                "where",
-                &format!("name={}", self.name),
-                "set",
-                &format!("qos={}", qos.join(",")),
-            ],
-        )
-        .map(|_| ())
+        self.set_qos(c, qos, None)
+    }
+
+    /// As [`Self::allow_qos`], and makes `default` the QOS the user's jobs
+    /// fall back to when they name none (`DefaultQOS`).
+    pub fn allow_qos_by_default(&self, c: &Cluster, qos: &[&str], default: &str) -> Result<()> {
+        self.set_qos(c, qos, Some(default))
+    }
+
+    fn set_qos(&self, c: &Cluster, qos: &[&str], default: Option<&str>) -> Result<()> {
+        let name = format!("name={}", self.name);
+        let list = format!("qos={}", qos.join(","));
+        let mut args = vec!["-i", "modify", "user", "where", &name, "set", &list];
+        let default = default.map(|d| format!("defaultqos={d}"));
+        args.extend(default.as_deref());
+        c.run_ok("sacctmgr", &args).map(|_| ())
     }
 
     /// Runs `program args` as this user.

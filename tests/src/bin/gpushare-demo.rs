@@ -252,19 +252,7 @@ fn scenario(d: &mut Demo, c: &mut Cluster) -> Step {
     c.run_ok("scancel", &[&id.to_string()])?;
     // The same hole where the group's QOS is the user's default.
     let dora = TestUser::create(c, "dora")?;
-    c.run_ok(
-        "sacctmgr",
-        &[
-            "-i",
-            "modify",
-            "user",
-            "where",
-            "name=dora",
-            "set",
-            "qos=normal,qos_lafferty",
-            "defaultqos=qos_lafferty",
-        ],
-    )?;
+    dora.allow_qos_by_default(c, &["normal", "qos_lafferty"], "qos_lafferty")?;
     // slurmctld learns dora's default from slurmdbd on its own time.
     let mut answer = String::new();
     let refused = wait_for(
