@@ -229,6 +229,35 @@ pub fn user_accounts(lines: &[super::metrics::AssocLine], user: &str) -> Vec<Str
     out
 }
 
+/// The typed GPU limits on the user's own associations (`sacctmgr modify
+/// user alice set GrpTRES=...`), one per account they have one in.
+pub fn own_limits(lines: &[super::metrics::AssocLine], user: &str) -> Vec<AccountUse> {
+    lines
+        .iter()
+        .filter(|l| l.user.as_deref() == Some(user))
+        .filter_map(|l| {
+            let types = limited_types(&l.gpus);
+            (!types.is_empty()).then(|| AccountUse {
+                account: l.account.clone(),
+                types,
+            })
+        })
+        .collect()
+}
+
+/// The entries with a limit, as [`TypeUse`]s.
+fn limited_types(gpus: &[(String, Option<u64>, u64)]) -> Vec<TypeUse> {
+    gpus.iter()
+        .filter_map(|(t, limit, used)| {
+            Some(TypeUse {
+                gpu_type: t.clone(),
+                limit: (*limit)?,
+                held: *used,
+            })
+        })
+        .collect()
+}
+
 /// The accounts' own lines as read so far: the typed limits among them,
 /// and the parents not yet read (to ask for next).
 pub fn account_limits(
@@ -241,17 +270,7 @@ pub fn account_limits(
         .iter()
         .filter(|l| l.user.is_none() && l.partition.is_none())
     {
-        let types: Vec<TypeUse> = l
-            .gpus
-            .iter()
-            .filter_map(|(t, limit, used)| {
-                Some(TypeUse {
-                    gpu_type: t.clone(),
-                    limit: (*limit)?,
-                    held: *used,
-                })
-            })
-            .collect();
+        let types = limited_types(&l.gpus);
         if !types.is_empty() {
             uses.push(AccountUse {
                 account: l.account.clone(),
@@ -272,6 +291,9 @@ pub fn account_limits(
 pub struct UsageReport {
     pub user: String,
     pub qos: Vec<QosUse>,
+    /// The user's own associations with typed GPU limits (by account).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub own: Vec<AccountUse>,
     /// The user's accounts and their parents with typed GPU limits.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub accounts: Vec<AccountUse>,
@@ -457,6 +479,7 @@ pub fn usage(
     let mut report = UsageReport {
         user: user.to_owned(),
         qos: Vec::new(),
+        own: Vec::new(),
         accounts: Vec::new(),
         partitions: Vec::new(),
         explained: Vec::new(),
@@ -557,6 +580,14 @@ impl UsageReport {
                 );
             }
         }
+        for a in &self.own {
+            let _ = writeln!(
+                out,
+                "your association in account {}: {} (by your jobs there)",
+                a.account,
+                held_words(&a.types)
+            );
+        }
         for a in &self.accounts {
             let _ = writeln!(
                 out,
@@ -636,6 +667,19 @@ ClusterName=gpushare Account=root UserName= Partition= ID=1 ParentAccount= GrpTR
         use crate::qos::metrics::parse_assoc_lines;
         let accounts = user_accounts(&parse_assoc_lines(EVE), "eve");
         assert_eq!(accounts, ["lafferty_students", "research"]);
+        assert!(own_limits(&parse_assoc_lines(EVE), "eve").is_empty());
+        let capped = EVE.replace("gres/gpu:a40=N(2)", "gres/gpu:a40=3(2)");
+        assert_eq!(
+            own_limits(&parse_assoc_lines(&capped), "eve"),
+            [AccountUse {
+                account: "lafferty_students".into(),
+                types: vec![TypeUse {
+                    gpu_type: "a40".into(),
+                    limit: 3,
+                    held: 2
+                }]
+            }]
+        );
         let (uses, next) = account_limits(&parse_assoc_lines(STUDENTS), &accounts);
         assert!(uses.is_empty());
         assert_eq!(next, ["lafferty", "root"]);

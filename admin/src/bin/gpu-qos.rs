@@ -819,15 +819,22 @@ fn why_report(job: &str) -> Result<why::WhyReport> {
     Ok(report)
 }
 
-/// The typed GPU limits of the user's accounts and their parents, from
+/// The typed GPU limits of the user's own associations, and of the user's
+/// accounts and their parents, from
 /// slurmctld's association manager: the user's associations, then each
 /// level of parents in one call. What cannot be read becomes a note.
-fn account_uses(user: &str, unread: &mut Vec<Unread>) -> Vec<usage::AccountUse> {
+fn account_uses(
+    user: &str,
+    unread: &mut Vec<Unread>,
+) -> (Vec<usage::AccountUse>, Vec<usage::AccountUse>) {
     match ask_assoc_mgr(format!("users={user}")) {
-        Ok(lines) => account_chain_uses(usage::user_accounts(&lines, user), unread),
+        Ok(lines) => (
+            usage::own_limits(&lines, user),
+            account_chain_uses(usage::user_accounts(&lines, user), unread),
+        ),
         Err(e) => {
             unread.push(unread_from(ASSOC_MGR_SOURCE, &e));
-            Vec::new()
+            (Vec::new(), Vec::new())
         }
     }
 }
@@ -929,7 +936,7 @@ fn run_usage(only: Option<&str>, json: bool, explain: bool) -> ExitCode {
         unread.extend(u);
         let mut report = usage::usage(&user, &user_qos, &all_qos, &jobs, only);
         if only.is_none() {
-            report.accounts = account_uses(&user, &mut unread);
+            (report.own, report.accounts) = account_uses(&user, &mut unread);
             report.partitions = partition_uses(&all_qos, &mut unread);
         }
         if explain {
