@@ -162,6 +162,13 @@ fn pointer_name(conf: &Path) -> String {
     name
 }
 
+/// The pointer and its lock for `conf` under `records`, as a node program
+/// names them.
+pub fn pointer_files(records: &Path, conf: &Path) -> [PathBuf; 2] {
+    let name = pointer_name(conf);
+    [records.join(&name), records.join(format!("{name}.lock"))]
+}
+
 fn read_pointer(records: &Path, conf: &Path, owner: u32) -> Option<PathBuf> {
     state_dir::check(records, owner, Access::Private).ok()?;
     let text = fs::read_to_string(records.join(pointer_name(conf))).ok()?;
@@ -232,7 +239,7 @@ fn ledger_empty(cfg: &GpuMpsConfig, owner: u32) -> bool {
 /// The pointer's lock file, opened (its directory made where missing).
 fn lock_file(records: &Path, conf: &Path, owner: u32) -> Result<File, String> {
     state_dir::ensure(records, owner, Access::Private).map_err(|e| e.to_string())?;
-    let path = records.join(format!("{}.lock", pointer_name(conf)));
+    let [_, path] = pointer_files(records, conf);
     state_dir::open_lock(&path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
