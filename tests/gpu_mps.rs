@@ -51,6 +51,11 @@ fn main() -> ExitCode {
         )
         .test("salloc_then_srun_steps_share_one_gpu", salloc_steps)
         .test("srun_pty_share_gets_its_gpu", srun_pty)
+        // Last: on the code before its fix, it drains the node.
+        .test(
+            "a_conf_rewritten_in_place_while_jobs_start_is_never_half_read",
+            conf_rewritten_in_place,
+        )
         .run()
 }
 
@@ -643,4 +648,136 @@ fn srun_pty(c: &mut Cluster) -> TestResult {
         ),
     )?;
     one_gpu_per_step(&text, 1)
+}
+
+/// Rewrites `path` in place with `text` until `stop`, as `cat >` or a
+/// config tool that truncates first would, slowly: a few bytes at a time,
+/// and every other round left empty for a while. Returns the rounds.
+fn rewrite_in_place(
+    path: &Path,
+    text: &str,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<u32, String> {
+    use std::io::Write;
+    use std::sync::atomic::Ordering;
+    let mut rounds = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let mut file = fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        if rounds % 2 == 1 {
+            sleep(Duration::from_millis(40));
+        }
+        for chunk in text.as_bytes().chunks(3) {
+            file.write_all(chunk)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            sleep(Duration::from_millis(1));
+        }
+        rounds += 1;
+    }
+    Ok(rounds)
+}
+
+/// The directories and files a node program could have made for a second
+/// ledger: the cluster's run/ and top directory, and the default StateDir.
+fn state_places(c: &Cluster) -> Vec<String> {
+    let mut out = Vec::new();
+    for dir in [c.dir.clone(), c.dir.join("run")] {
+        if let Ok(entries) = fs::read_dir(&dir) {
+            out.extend(
+                entries
+                    .filter_map(|e| e.ok())
+                    .map(|e| e.path().display().to_string()),
+            );
+        }
+    }
+    out.sort();
+    out
+}
+
+fn conf_rewritten_in_place(c: &mut Cluster) -> TestResult {
+    c.cancel_all()?;
+    let conf = c.slurm_conf().with_file_name("gpu_mps.conf");
+    let text = fs::read_to_string(&conf).map_err(|e| format!("{}: {e}", conf.display()))?;
+    // One share placed before the edits: the node knows its configuration.
+    let first = start_shares_running(c, 1, 10, "--wrap=echo GPU=$GPUSHARE_GPU; sleep 300")?;
+    let places_before = state_places(c);
+    let default_ledger = Path::new("/run/gpu-mps/state");
+    let default_before = fs::metadata(default_ledger).and_then(|m| m.modified()).ok();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let mut max_used = 0;
+    let (shares, cpu_jobs, rounds) = std::thread::scope(|scope| {
+        let writer = scope.spawn(|| rewrite_in_place(&conf, &text, &stop));
+        let submitted = (|| -> Result<(Vec<u32>, Vec<u32>), String> {
+            let mut shares = Vec::new();
+            let mut cpu_jobs = Vec::new();
+            // 25 units: 15 fit beside the first share's 10, and Slurm
+            // admits no more, so none is refused for want of room.
+            for _ in 0..8 {
+                for script in ["sleep 2", "true"] {
+                    let wrap = format!("--wrap=echo GPU=$GPUSHARE_GPU; {script}");
+                    shares.push(c.sbatch_ok(&["--gres=mps:25", &wrap])?);
+                }
+                cpu_jobs.push(c.sbatch_ok(&["--wrap=echo cpu"])?);
+            }
+            let all: Vec<u32> = shares.iter().chain(&cpu_jobs).copied().collect();
+            wait_for("every job to end", Duration::from_secs(180), || {
+                // Meanwhile: no GPU of the node's ledger over-filled.
+                let used = ledger(c).per_gpu(4, 100).iter().map(|g| g.used_units).max();
+                max_used = max_used.max(used.unwrap_or(0));
+                all.iter()
+                    .all(|&id| c.job(id).is_ok_and(|j| j.is_done()))
+                    .then_some(())
+            })?;
+            Ok((shares, cpu_jobs))
+        })();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let rounds = writer
+            .join()
+            .map_err(|_| "the writer panicked".to_owned())?;
+        let (shares, cpu_jobs) = submitted?;
+        Ok::<_, String>((shares, cpu_jobs, rounds?))
+    })?;
+    // The file is whole again, as it was.
+    testcluster::replace_conf(&conf, &text)?;
+    let node = c.run_ok("sinfo", &["-h", "-N", "-o", "%T"])?;
+    ensure(
+        !node.contains("drain"),
+        format!("the node was drained: {node}"),
+    )?;
+    for &id in &cpu_jobs {
+        let state = c.job(id)?.state().to_owned();
+        ensure(state == "COMPLETED", format!("CPU job {id} ended {state}"))?;
+    }
+    for &id in &shares {
+        let state = c.job(id)?.state().to_owned();
+        ensure(
+            state == "COMPLETED" && printed(c, id).contains_key("GPU"),
+            format!("share {id} ended {state}: {:?}", c.job_output(id)),
+        )?;
+    }
+    ensure(max_used <= 100, format!("a GPU held {max_used} units"))?;
+    let places_after = state_places(c);
+    ensure(
+        places_after == places_before,
+        format!("a second state directory: {places_before:?} became {places_after:?}"),
+    )?;
+    // Nothing written in the default StateDir meanwhile (where a file cut
+    // before its StateDir line sends a node program).
+    let default_after = fs::metadata(default_ledger).and_then(|m| m.modified()).ok();
+    ensure(
+        default_after == default_before,
+        format!("{} was written during the test", default_ledger.display()),
+    )?;
+    // The overlap this test relies on: node programs read the file while it
+    // was being written, and said so.
+    let syslog = c.syslog();
+    ensure(
+        syslog.contains("last good configuration"),
+        format!("no node program read the file mid-write in {rounds} rewrites; syslog:\n{syslog}"),
+    )?;
+    let still = ledger(c);
+    ensure(
+        still.share(first[0]).is_some() && still.shares().count() == 1,
+        format!("the ledger lost track: {}", state_text(c)),
+    )?;
+    c.cancel_all()
 }

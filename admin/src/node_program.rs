@@ -6,7 +6,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use gpushare::mps::config::{self, missing_conf_refusal};
-use gpushare::mps::node::{JobEnv, Node, Unfit};
+use gpushare::mps::in_force::{self, InForce, Role, NODE_RECORDS_DIR};
+use gpushare::mps::node::{JobEnv, Node};
 
 use crate::node_log;
 
@@ -18,17 +19,33 @@ pub struct NodeArgs {
     pub conf: Option<PathBuf>,
 }
 
+/// Which of the two programs runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Program {
+    Prolog,
+    Epilog,
+}
+
 /// What a started node program works with.
 #[derive(Debug)]
 pub struct Started {
     pub node: Node,
     pub env: JobEnv,
+    /// The configuration in force (a prolog that places holds its lock
+    /// until it exits).
+    pub in_force: InForce,
 }
 
 /// Opens the node and reads the job; installs the logger. `Ok(None)`: the
-/// node shares nothing, exit 0. `Err(code)`: already logged; 2 for misuse,
-/// 1 when the node is unfit (slurmd then drains it, as it should).
-pub fn start(program: &str, args: &NodeArgs) -> Result<Option<Started>, ExitCode> {
+/// node shares nothing, or nothing can be done for this job, exit 0.
+/// `Err(code)`: already logged; 2 for misuse, 1 when the node is unfit
+/// (slurmd then drains it, as it should): an unusable state directory, or
+/// an epilog that cannot serve a share for want of any configuration.
+pub fn start(program: Program, args: &NodeArgs) -> Result<Option<Started>, ExitCode> {
+    let name = match program {
+        Program::Prolog => "gpu-mps-prolog",
+        Program::Epilog => "gpu-mps-epilog",
+    };
     let env = JobEnv::from_env(|k| std::env::var(k).ok());
     let job = env.as_ref().ok().map(|e| e.job);
     let conf = match config::locate(args.conf.as_deref()) {
@@ -39,22 +56,30 @@ pub fn start(program: &str, args: &NodeArgs) -> Result<Option<Started>, ExitCode
             // log says why.
             if let (Ok(env), Some(job)) = (&env, job) {
                 if env.is_share() {
-                    node_log::init(program, Some(job), None);
+                    node_log::init(name, Some(job), None);
                     log::error!("{}", missing_conf_refusal(job, &looked_at));
                 }
             }
             return Ok(None);
         }
     };
+    // Only a prolog that records something places: it alone records the
+    // last good configuration and may adopt a changed one.
+    let places = program == Program::Prolog
+        && env
+            .as_ref()
+            .is_ok_and(|e| e.is_share() || !e.job_gpus.is_empty());
+    let role = if places { Role::Placer } else { Role::Reader };
+    let owner = crate::effective_uid();
     // The configuration first, for its syslog socket: even a node found
     // unfit must say why where the admin looks.
-    let cfg = config::load(&conf);
-    let socket = cfg
-        .as_ref()
-        .ok()
-        .and_then(|c| c.as_ref())
-        .and_then(|c| c.syslog_socket.clone());
-    node_log::init(program, job, socket.as_deref());
+    let mut in_force =
+        in_force::resolve(&conf, std::path::Path::new(NODE_RECORDS_DIR), owner, role);
+    let socket = in_force.cfg.as_ref().and_then(|c| c.syslog_socket.clone());
+    node_log::init(name, job, socket.as_deref());
+    for note in &in_force.notes {
+        log::warn!("{note}");
+    }
     let env = match env {
         Ok(env) => env,
         Err(e) => {
@@ -62,15 +87,43 @@ pub fn start(program: &str, args: &NodeArgs) -> Result<Option<Started>, ExitCode
             return Err(ExitCode::from(2));
         }
     };
-    let node = match cfg {
-        Ok(Some(cfg)) => Node::with_config(cfg, &conf, crate::effective_uid()),
-        Ok(None) => return Ok(None),
-        Err(e) => Err(Unfit::Config(e)),
+    let Some(cfg) = in_force.cfg.take() else {
+        // No configuration to trust: CPU-only and whole-GPU jobs run; a
+        // share is refused (the SPANK plugin fails it with the same
+        // reason); an epilog of a share cannot serve it, so the node drains.
+        let why = in_force
+            .shares_refused
+            .as_deref()
+            .unwrap_or("no configuration");
+        if !env.is_share() {
+            return Ok(None);
+        }
+        return match program {
+            Program::Prolog => {
+                log::warn!(
+                    "refused: gpu_mps: job {} on node {}: {why}",
+                    env.job,
+                    env.node
+                );
+                Ok(None)
+            }
+            Program::Epilog => {
+                log::error!(
+                    "node unfit for GPU sharing: the share of job {} cannot be released: {why}",
+                    env.job
+                );
+                Err(ExitCode::FAILURE)
+            }
+        };
     };
-    match node {
+    match Node::in_force(Some(cfg), &in_force, &conf, owner) {
         Ok(mut node) => {
             node.pipe_guard = Some(crate::acl::allow_traverse);
-            Ok(Some(Started { node, env }))
+            Ok(Some(Started {
+                node,
+                env,
+                in_force,
+            }))
         }
         Err(e) => {
             log::error!("node unfit for GPU sharing: {e}");

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use gpushare::mps::node::{epilog, publish_metrics};
 use gpushare::mps::status;
-use gpushare_admin::node_program::{self, NodeArgs, Started};
+use gpushare_admin::node_program::{self, NodeArgs, Program, Started};
 
 /// slurmd's Epilog on GPU nodes that share GPUs through MPS (gpushare).
 #[derive(Debug, Parser)]
@@ -23,7 +23,7 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let Started { node, env } = match node_program::start("gpu-mps-epilog", &args.node) {
+    let Started { node, env, .. } = match node_program::start(Program::Epilog, &args.node) {
         Ok(Some(started)) => started,
         Ok(None) => return ExitCode::SUCCESS,
         Err(code) => return code,

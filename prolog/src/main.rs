@@ -18,7 +18,7 @@ use gpushare::mps::config::MemoryLimit;
 use gpushare::mps::node::{prolog, publish_metrics, running_jobs, PrologOutcome};
 use gpushare::mps::status;
 use gpushare::shared::locations::beside_slurm_conf;
-use gpushare_admin::node_program::{self, NodeArgs, Started};
+use gpushare_admin::node_program::{self, NodeArgs, Program, Started};
 use gpushare_admin::nvml;
 
 /// slurmd's Prolog on GPU nodes that share GPUs through MPS (gpushare).
@@ -31,7 +31,12 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let Started { mut node, env } = match node_program::start("gpu-mps-prolog", &args.node) {
+    // `_in_force` holds the configuration's lock until the share is placed.
+    let Started {
+        mut node,
+        env,
+        in_force: _in_force,
+    } = match node_program::start(Program::Prolog, &args.node) {
         Ok(Some(started)) => started,
         Ok(None) => return ExitCode::SUCCESS,
         Err(code) => return code,

@@ -42,7 +42,6 @@
 
 use std::fmt;
 use std::fs;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -365,15 +364,8 @@ fn multi_user_flag_of(cfg: &GpuMpsConfig, program: &Path, gpu: u32) -> &'static 
 /// always finds its daemon running.
 pub fn with_gpu_lock<T>(cfg: &GpuMpsConfig, gpu: u32, f: impl FnOnce() -> T) -> Result<T, String> {
     let path = cfg.state_dir.join(format!("daemon-gpu{gpu}.lock"));
-    let file = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&path)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let file =
+        super::state_dir::open_lock(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     loop {
         match file.lock() {
             Ok(()) => break,

@@ -2,6 +2,8 @@
 //! each job confined to its GPU, with an MPS control daemon behind it.
 //!
 //! - [`config`]: `gpu_mps.conf`, how the node shares its GPUs.
+//! - [`in_force`]: the configuration the node programs run with (never a
+//!   half-written file), and the ledger it was made with.
 //! - [`ledger`]: the node's sharing state on disk (flock + atomic rename).
 //! - [`placement`]: the least-loaded choice of a GPU for a share.
 //! - [`node`]: what the prolog, the SPANK plugin and the epilog do for a job.
@@ -20,6 +22,7 @@ pub mod config;
 pub mod daemon;
 pub mod dcgm;
 pub mod devices;
+pub mod in_force;
 pub mod ledger;
 pub mod metrics;
 pub mod node;

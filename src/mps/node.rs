@@ -35,6 +35,7 @@ use super::bounded;
 use super::config::{self, GpuMpsConfig, Placement};
 use super::daemon::{self, MpsDaemon};
 use super::dcgm::JobMapping;
+use super::in_force;
 use super::ledger::{Ledger, LedgerError, LedgerState, Record, ShareRecord, SlurmChoice, Snapshot};
 use super::metrics::{self, Counters, Event};
 use super::placement::PlacementError;
@@ -63,6 +64,11 @@ pub struct Node {
     /// root): the node programs set a POSIX ACL (`gpushare_admin::acl`);
     /// `None` leaves the directories 0755.
     pub pipe_guard: Option<PipeGuard>,
+    /// Why no share may be placed now, though the node runs (gpu_mps.conf
+    /// unusable or changed under running shares: see [`super::in_force`]).
+    pub shares_refused: Option<String>,
+    /// What the node's log must say about the configuration in force.
+    pub conf_notes: Vec<String>,
 }
 
 /// See [`Node::pipe_guard`].
@@ -96,6 +102,8 @@ fn guard_pipes(node: &Node, state: &LedgerState, gpu: u32, notes: &mut Vec<Strin
 #[derive(Debug)]
 pub enum Unfit {
     Config(ConfigError),
+    /// No configuration can be trusted (see [`super::in_force`]).
+    NoConfig(String),
     NoGpus(PathBuf),
     Ledger(LedgerError),
 }
@@ -104,6 +112,7 @@ impl std::fmt::Display for Unfit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Unfit::Config(e) => write!(f, "{e}"),
+            Unfit::NoConfig(why) => f.write_str(why),
             Unfit::NoGpus(conf) => write!(
                 f,
                 "{}: no GPU device files found (set GPUDevices=)",
@@ -123,13 +132,37 @@ impl From<LedgerError> for Unfit {
 }
 
 impl Node {
-    /// Loads `gpu_mps.conf` and opens the ledger with its status copy.
-    /// `Ok(None)`: the node has no `gpu_mps.conf`, so it shares nothing.
+    /// Opens the node with the configuration in force for `gpu_mps.conf`
+    /// (read as a reader: see [`in_force::resolve`]) and its ledger with
+    /// its status copy. `Ok(None)`: the node has no `gpu_mps.conf`, so it
+    /// shares nothing.
     pub fn open(conf_path: &Path, owner: u32) -> Result<Option<Self>, Unfit> {
-        match config::load(conf_path).map_err(Unfit::Config)? {
-            Some(cfg) => Self::with_config(cfg, conf_path, owner).map(Some),
-            None => Ok(None),
+        if fs::symlink_metadata(conf_path).is_err() {
+            return Ok(None);
         }
+        let records = Path::new(in_force::NODE_RECORDS_DIR);
+        let in_force = in_force::resolve(conf_path, records, owner, in_force::Role::Reader);
+        Self::in_force(in_force.cfg.clone(), &in_force, conf_path, owner).map(Some)
+    }
+
+    /// The node of the configuration `in_force` resolved (its `cfg`, taken
+    /// by the caller), with the shares it refuses and its notes.
+    pub fn in_force(
+        cfg: Option<GpuMpsConfig>,
+        in_force: &in_force::InForce,
+        conf_path: &Path,
+        owner: u32,
+    ) -> Result<Self, Unfit> {
+        let Some(cfg) = cfg else {
+            let why = in_force.shares_refused.clone();
+            return Err(Unfit::NoConfig(why.unwrap_or_else(|| {
+                format!("{}: no configuration can be used", conf_path.display())
+            })));
+        };
+        let mut node = Self::with_config(cfg, conf_path, owner)?;
+        node.shares_refused = in_force.shares_refused.clone();
+        node.conf_notes = in_force.notes.clone();
+        Ok(node)
     }
 
     /// The node of an already loaded `gpu_mps.conf` (read from `conf_path`).
@@ -158,6 +191,8 @@ impl Node {
             owner,
             gpu_memory_mib: None,
             pipe_guard: None,
+            shares_refused: None,
+            conf_notes: Vec::new(),
         };
         node.set_gpu_memory(None);
         Ok(node)
@@ -561,6 +596,10 @@ pub fn prolog(
         notes: Vec::new(),
     };
     if env.is_share() {
+        if let Some(why) = &node.shares_refused {
+            report.outcome = refuse(ledger, env, "config", why);
+            return Ok(report);
+        }
         let by_slurm = slurm_places(cfg, booking);
         if by_slurm {
             report.notes.extend(booking.stacking_warning());
@@ -1098,6 +1137,8 @@ mod tests {
             owner,
             gpu_memory_mib: None,
             pipe_guard: None,
+            shares_refused: None,
+            conf_notes: Vec::new(),
         };
         node.set_gpu_memory(None);
         (node, dir)

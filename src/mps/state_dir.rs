@@ -214,6 +214,20 @@ pub fn replace_file(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> Result<(
     sync_dir(dir)
 }
 
+/// Opens (creating, mode 0600) the lock file `path` in a checked
+/// directory, never through a link: a file only ever `flock`ed, never
+/// removed (see `ledger`'s module doc).
+pub fn open_lock(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+}
+
 /// Makes a rename in `dir` durable: without it a crash can bring back the
 /// old directory entry.
 pub fn sync_dir(dir: &Path) -> Result<(), DirError> {

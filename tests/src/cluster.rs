@@ -1843,6 +1843,13 @@ impl Cluster {
         }
         self.hosts.clear();
         self.fabric = None;
+        // The node programs' pointer to this cluster's ledger, in the
+        // host's /run (a node of a multi-node cluster has a /run of its own).
+        let records = Path::new(gpushare::mps::in_force::NODE_RECORDS_DIR);
+        let conf = self.slurm_conf().with_file_name("gpu_mps.conf");
+        for file in gpushare::mps::in_force::pointer_files(records, &conf) {
+            let _ = fs::remove_file(file);
+        }
     }
 
     /// Starts a second slurmctld on a copy of this cluster's configuration

@@ -19,6 +19,7 @@ use clap::{Parser, Subcommand};
 use gpushare::mps::bounded;
 use gpushare::mps::config::{self, GpuMpsConfig};
 use gpushare::mps::daemon;
+use gpushare::mps::in_force;
 use gpushare::mps::ledger::Ledger;
 use gpushare::mps::metrics::Counters;
 use gpushare::mps::node::{gpu_devices, metrics_text, publish_metrics, running_jobs, Node};
@@ -134,9 +135,20 @@ fn main() -> ExitCode {
     }
 }
 
+/// The configuration in force, as the node programs run with it (never a
+/// half-written file); what it says about the file goes to stderr.
 fn load(conf: &Path) -> Result<GpuMpsConfig> {
-    config::load(conf)?
-        .with_context(|| format!("{}: not found: this node shares no GPU", conf.display()))
+    if !conf.exists() {
+        bail!("{}: not found: this node shares no GPU", conf.display());
+    }
+    let records = Path::new(in_force::NODE_RECORDS_DIR);
+    let found = in_force::resolve(conf, records, effective_uid(), in_force::Role::Reader);
+    for note in &found.notes {
+        eprintln!("gpu-mps: {note}");
+    }
+    found
+        .cfg
+        .with_context(|| found.shares_refused.unwrap_or_default())
 }
 
 fn node_name(arg: Option<String>) -> String {

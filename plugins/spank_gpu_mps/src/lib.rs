@@ -27,6 +27,7 @@ use std::sync::{Mutex, PoisonError};
 
 use gpushare::mps::config::{self as mps_conf, missing_conf_refusal};
 use gpushare::mps::devices::{confine, job_levels, task_devices_dir, CharDevice, DEVICES_ROOT};
+use gpushare::mps::in_force::{self, Role, NODE_RECORDS_DIR};
 use gpushare::mps::ledger::Ledger;
 use gpushare::mps::node::{claim_banner, count_mismatch, gpu_devices, task_plan, TaskPlan};
 use slurm_plugin::log;
@@ -203,12 +204,32 @@ fn init(sp: spank_t, args: &[String]) -> SpankResult {
     }
     let job = job_id(sp)?;
     let in_job = |e: SpankError| SpankError::Failed(format!("job {job}: {e}"));
+    // SAFETY: geteuid has no preconditions (slurmstepd runs as root).
+    let euid = unsafe { libc::geteuid() };
     let cfg = match conf_path(args) {
-        Ok(path) => match mps_conf::load(&path) {
-            Ok(Some(cfg)) => cfg,
-            Ok(None) => return Ok(()),
-            Err(e) => return Err(in_job(SpankError::Failed(e.to_string()))),
-        },
+        // The configuration in force: never a half-written file (the last
+        // good one the prolog recorded serves the shares it placed).
+        Ok(path) if path.exists() => {
+            let in_force =
+                in_force::resolve(&path, Path::new(NODE_RECORDS_DIR), euid, Role::Reader);
+            for note in &in_force.notes {
+                log::info(&format!("gpu_mps: job {job}: {note}"));
+            }
+            match in_force.cfg {
+                Some(cfg) => cfg,
+                None => {
+                    if getenv(sp, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")?.is_some() {
+                        let why = in_force.shares_refused.unwrap_or_default();
+                        let text = format!("gpu_mps: job {job}: {why}");
+                        log::error(&text);
+                        *PLAN.lock().unwrap_or_else(PoisonError::into_inner) =
+                            StepPlan::Refused(text);
+                    }
+                    return Ok(());
+                }
+            }
+        }
+        Ok(_) => return Ok(()),
         // No gpushare on this node: jobs are Slurm's alone, but a share
         // never runs so without a word.
         Err(looked_at) => {
@@ -220,8 +241,6 @@ fn init(sp: spank_t, args: &[String]) -> SpankResult {
             return Ok(());
         }
     };
-    // SAFETY: geteuid has no preconditions (slurmstepd runs as root).
-    let euid = unsafe { libc::geteuid() };
     let ledger = Ledger::open(&cfg.state_dir, euid)
         .map_err(|e| in_job(SpankError::Failed(e.to_string())))?;
     // Only sharpens the message for a share the prolog never placed: what

@@ -1,0 +1,776 @@
+//! The configuration in force on a node: `gpu_mps.conf` as the node
+//! programs may trust it, and the ledger it was made with.
+//!
+//! Every job start reads `gpu_mps.conf`, and an admin may be rewriting it
+//! in place at that moment. A half-written file must never become the
+//! node's configuration: with another `StateDir` it would open a second
+//! ledger (and start second daemons) for the same GPUs, with another
+//! `UnitsPerGPU` it would fill them by another measure. So:
+//!
+//! - The file is read whole or not at all ([`read_settled`]: size, inode
+//!   and times before and after, a final newline, at least one key; tried
+//!   again for up to 30 ms).
+//! - The last good text is recorded under the state dir (`<StateDir>/config`,
+//!   replaced atomically), with the inode it was read from. A read that
+//!   stays half-written, or a text that differs from the record and was
+//!   written *in place* less than [`IN_PLACE_QUIET`] ago, is not believed:
+//!   the recorded configuration stays in force, and the node's log says so.
+//!   An edit made by replacing the file (rename) takes effect at once.
+//! - A node-wide pointer ([`NODE_RECORDS_DIR`]`/ledger-of-<conf path>`)
+//!   names the state dir of the ledger in force, so a program that reads
+//!   another `StateDir` finds the ledger made under the recorded
+//!   configuration. Its identity (`StateDir`, `UnitsPerGPU`, `GPUDevices`,
+//!   `MPSControl`) changes only while that ledger holds no record, under
+//!   the pointer's lock taken exclusively; every prolog that places holds
+//!   it shared until it has placed. While shares run under the old
+//!   identity, new shares are refused with the reason: never two ledgers
+//!   with shares for the same GPUs.
+//! - A file that stays bad (invalid, or half-written and not being written
+//!   now) refuses shares only: CPU-only and whole-GPU jobs run, and the
+//!   recorded configuration still serves (releases) the shares running.
+
+use std::fs::{self, File};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use super::config::{self, GpuMpsConfig, MpsControl};
+use super::ledger::Ledger;
+use super::state_dir::{self, Access};
+use crate::shared::watched::{read_settled, Expect, FileId, Settled, Stamp, Unsettled};
+
+/// Where the node keeps its pointers to the ledger in force, one per
+/// `gpu_mps.conf` path (`/run`: gone at a reboot, with the default ledger).
+pub const NODE_RECORDS_DIR: &str = "/run/gpushare";
+
+/// The record of the last good configuration, under `StateDir`.
+pub const RECORD_FILE: &str = "config";
+
+/// How long a file edited in place must have been still before a text
+/// other than the recorded one is believed.
+pub const IN_PLACE_QUIET: Duration = Duration::from_secs(1);
+
+const RECORD_FORMAT: &str = "gpushare-mps-config";
+const POINTER_FORMAT: &str = "gpushare-mps-ledger-pointer";
+
+/// The last good `gpu_mps.conf`, as recorded under its `StateDir`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Record {
+    format: String,
+    conf: PathBuf,
+    /// The file the text was read from (an in-place edit keeps it).
+    file: FileId,
+    text: String,
+}
+
+/// Which state dir holds the ledger in force for a `gpu_mps.conf`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Pointer {
+    format: String,
+    conf: PathBuf,
+    state_dir: PathBuf,
+}
+
+/// What a node program does with the configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// A prolog that records a share or whole GPUs: records the last good
+    /// text, may adopt a new identity, holds the pointer's lock shared.
+    Placer,
+    /// Everything else: reads, writes nothing.
+    Reader,
+}
+
+/// The configuration a node program runs with.
+#[derive(Debug)]
+pub struct InForce {
+    /// `None`: no configuration can be trusted (a bad file, nothing
+    /// recorded): no share can be placed or served.
+    pub cfg: Option<GpuMpsConfig>,
+    /// Why new shares are refused now, if they are (the text a refused job
+    /// gets, after its `gpu_mps: job N on node X: `).
+    pub shares_refused: Option<String>,
+    /// What the node's log must say (a fallback, an adoption).
+    pub notes: Vec<String>,
+    /// The pointer's lock, held shared by a placer until it exits.
+    _lock: Option<File>,
+}
+
+impl InForce {
+    fn run_with(cfg: GpuMpsConfig) -> Self {
+        Self {
+            cfg: Some(cfg),
+            shares_refused: None,
+            notes: Vec::new(),
+            _lock: None,
+        }
+    }
+}
+
+/// The keys a ledger is made with, named where they differ between `now`
+/// (the file) and `recorded` (the ledger's): `StateDir=/a (the ledger's: /b)`.
+pub fn identity_changes(now: &GpuMpsConfig, recorded: &GpuMpsConfig) -> Vec<String> {
+    let devices = |c: &GpuMpsConfig| match &c.gpu_devices {
+        None => "every /dev/nvidia<N>".to_owned(),
+        Some(list) => list
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(","),
+    };
+    let control = |c: &GpuMpsConfig| match &c.mps_control {
+        MpsControl::FromPath => "auto".to_owned(),
+        MpsControl::Disabled => "none".to_owned(),
+        MpsControl::Program(p) => p.display().to_string(),
+    };
+    let pairs = [
+        (
+            "StateDir",
+            now.state_dir.display().to_string(),
+            recorded.state_dir.display().to_string(),
+        ),
+        (
+            "UnitsPerGPU",
+            now.units_per_gpu.to_string(),
+            recorded.units_per_gpu.to_string(),
+        ),
+        ("GPUDevices", devices(now), devices(recorded)),
+        ("MPSControl", control(now), control(recorded)),
+    ];
+    pairs
+        .into_iter()
+        .filter(|(_, a, b)| a != b)
+        .map(|(key, a, b)| format!("{key}={a} (the ledger's: {b})"))
+        .collect()
+}
+
+/// The pointer's file name for `conf`: its path, `/` as `-`, anything but
+/// letters, digits, `_` and `.` as `%xx`.
+fn pointer_name(conf: &Path) -> String {
+    let mut name = String::from("ledger-of");
+    for b in conf.as_os_str().as_encoded_bytes() {
+        match b {
+            b'/' => name.push('-'),
+            b if b.is_ascii_alphanumeric() || *b == b'_' || *b == b'.' => name.push(char::from(*b)),
+            b => name.push_str(&format!("%{b:02x}")),
+        }
+    }
+    name
+}
+
+/// The pointer and its lock for `conf` under `records`, as a node program
+/// names them.
+pub fn pointer_files(records: &Path, conf: &Path) -> [PathBuf; 2] {
+    let name = pointer_name(conf);
+    [records.join(&name), records.join(format!("{name}.lock"))]
+}
+
+fn read_pointer(records: &Path, conf: &Path, owner: u32) -> Option<PathBuf> {
+    state_dir::check(records, owner, Access::Private).ok()?;
+    let text = fs::read_to_string(records.join(pointer_name(conf))).ok()?;
+    let p: Pointer = serde_json::from_str(&text).ok()?;
+    (p.format == POINTER_FORMAT && p.conf == conf).then_some(p.state_dir)
+}
+
+fn write_pointer(records: &Path, conf: &Path, state_dir: &Path, owner: u32) -> Result<(), String> {
+    state_dir::ensure(records, owner, Access::Private).map_err(|e| e.to_string())?;
+    let p = Pointer {
+        format: POINTER_FORMAT.to_owned(),
+        conf: conf.to_path_buf(),
+        state_dir: state_dir.to_path_buf(),
+    };
+    let json = serde_json::to_string(&p).map_err(|e| e.to_string())?;
+    state_dir::replace_file(records, &pointer_name(conf), json.as_bytes(), 0o600)
+        .map_err(|e| e.to_string())
+}
+
+/// The record under `dir`, parsed; `None` where there is none, the
+/// directory is not one root may trust, or the record does not read.
+fn read_record(dir: &Path, conf: &Path, owner: u32) -> Option<(Record, GpuMpsConfig)> {
+    state_dir::check(dir, owner, Access::Private).ok()?;
+    let text = fs::read_to_string(dir.join(RECORD_FILE)).ok()?;
+    let record: Record = serde_json::from_str(&text).ok()?;
+    if record.format != RECORD_FORMAT || record.conf != conf {
+        return None;
+    }
+    let cfg = config::parse(&record.text, &conf.to_string_lossy()).ok()?;
+    // A record names the ledger it sits beside, and no other.
+    (cfg.state_dir == dir).then_some((record, cfg))
+}
+
+/// Records `settled` (parsed as `cfg`) as the last good configuration, in
+/// its state dir (created with its ledger where missing), and points the
+/// node at that ledger.
+fn record(
+    conf: &Path,
+    records: &Path,
+    settled: &Settled,
+    cfg: &GpuMpsConfig,
+    owner: u32,
+) -> Result<(), String> {
+    Ledger::open(&cfg.state_dir, owner).map_err(|e| e.to_string())?;
+    let record = Record {
+        format: RECORD_FORMAT.to_owned(),
+        conf: conf.to_path_buf(),
+        file: settled.stamp.file(),
+        text: settled.text.clone(),
+    };
+    let json = serde_json::to_string(&record).map_err(|e| e.to_string())?;
+    state_dir::replace_file(&cfg.state_dir, RECORD_FILE, json.as_bytes(), 0o600)
+        .map_err(|e| e.to_string())?;
+    write_pointer(records, conf, &cfg.state_dir, owner)
+}
+
+/// Whether the ledger of `cfg` holds no record (a missing one holds none;
+/// one that cannot be read may hold some).
+fn ledger_empty(cfg: &GpuMpsConfig, owner: u32) -> bool {
+    if fs::symlink_metadata(&cfg.state_dir).is_err() {
+        return true;
+    }
+    Ledger::open(&cfg.state_dir, owner)
+        .and_then(|l| l.snapshot())
+        .is_ok_and(|s| s.state.is_empty())
+}
+
+/// The pointer's lock file, opened (its directory made where missing).
+fn lock_file(records: &Path, conf: &Path, owner: u32) -> Result<File, String> {
+    state_dir::ensure(records, owner, Access::Private).map_err(|e| e.to_string())?;
+    let [_, path] = pointer_files(records, conf);
+    state_dir::open_lock(&path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Takes `file`'s lock shared, waiting (only adoptions hold it exclusive,
+/// for the time a few small files take to write).
+fn lock_shared(file: &File) -> io::Result<()> {
+    loop {
+        match file.lock_shared() {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
+/// Takes `file`'s lock exclusive if no placement holds it, trying a few
+/// times for some 10 ms; `false` when it could not.
+fn try_lock_exclusive(file: &File) -> bool {
+    for _ in 0..5 {
+        if file.try_lock().is_ok() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    false
+}
+
+/// What a read of the file gave.
+enum Read {
+    Good(Settled, Box<GpuMpsConfig>),
+    /// Not usable: why, and whether it is being written now (changing
+    /// during the read, or written in place within [`IN_PLACE_QUIET`]).
+    Bad {
+        why: String,
+        transient: bool,
+    },
+}
+
+fn read(conf: &Path, recorded: Option<FileId>, now: SystemTime) -> Read {
+    let name = conf.to_string_lossy();
+    let in_place_now = |stamp: Option<Stamp>| {
+        stamp.is_some_and(|s| {
+            s.modified_within(IN_PLACE_QUIET, now) && recorded.is_none_or(|f| f == s.file())
+        })
+    };
+    match read_settled(conf, Expect::SomeKey) {
+        Err(e) => Read::Bad {
+            why: format!("{name}: cannot be read: {e}"),
+            transient: false,
+        },
+        Ok(Err(unsettled)) => Read::Bad {
+            why: format!("{name}: {unsettled}"),
+            transient: unsettled == Unsettled::Changed || in_place_now(Stamp::of(conf).ok()),
+        },
+        Ok(Ok(settled)) => match config::parse(&settled.text, &name) {
+            Ok(cfg) => Read::Good(settled, Box::new(cfg)),
+            Err(e) => Read::Bad {
+                why: e.to_string(),
+                transient: in_place_now(Some(settled.stamp)),
+            },
+        },
+    }
+}
+
+/// The configuration to run with for `conf` (see the module doc).
+/// `records` is [`NODE_RECORDS_DIR`] on a node; `owner` the uid the state
+/// belongs to.
+pub fn resolve(conf: &Path, records: &Path, owner: u32, role: Role) -> InForce {
+    resolve_at(conf, records, owner, role, SystemTime::now())
+}
+
+fn resolve_at(conf: &Path, records: &Path, owner: u32, role: Role, now: SystemTime) -> InForce {
+    let mut notes = Vec::new();
+    let lock = match role {
+        Role::Reader => None,
+        Role::Placer => match lock_file(records, conf, owner) {
+            Ok(file) => match lock_shared(&file) {
+                Ok(()) => Some(file),
+                Err(e) => {
+                    notes.push(format!("the node's configuration lock: {e}"));
+                    None
+                }
+            },
+            Err(e) => {
+                notes.push(format!("the node's configuration lock: {e}"));
+                None
+            }
+        },
+    };
+    let mut in_force = decide(conf, records, owner, role, now, lock.as_ref(), &mut notes);
+    in_force.notes.splice(0..0, notes);
+    in_force._lock = lock;
+    in_force
+}
+
+fn decide(
+    conf: &Path,
+    records: &Path,
+    owner: u32,
+    role: Role,
+    now: SystemTime,
+    lock: Option<&File>,
+    notes: &mut Vec<String>,
+) -> InForce {
+    let name = conf.display();
+    let pointed = read_pointer(records, conf, owner);
+    let mut recorded = pointed
+        .as_deref()
+        .and_then(|dir| read_record(dir, conf, owner));
+    let file = read(conf, recorded.as_ref().map(|(r, _)| r.file), now);
+    if recorded.is_none() {
+        if let Read::Good(_, cfg) = &file {
+            recorded = read_record(&cfg.state_dir, conf, owner);
+        }
+    }
+    let placer = role == Role::Placer;
+    let keep_record = |settled: &Settled, cfg: &GpuMpsConfig, notes: &mut Vec<String>| {
+        if placer {
+            if let Err(e) = record(conf, records, settled, cfg, owner) {
+                notes.push(format!(
+                    "{name}: the last good configuration could not be recorded: {e}"
+                ));
+            }
+        }
+    };
+    let (settled, cfg, recorded) = match (file, recorded) {
+        (Read::Good(settled, cfg), None) => {
+            keep_record(&settled, &cfg, notes);
+            return InForce::run_with(*cfg);
+        }
+        (Read::Bad { why, .. }, None) => {
+            return InForce {
+                cfg: None,
+                shares_refused: Some(format!(
+                    "{why}; no earlier configuration is recorded on this node, so shares are \
+                     refused until the file is fixed (other jobs run)"
+                )),
+                notes: vec![format!("{why}: shares are refused until it is fixed")],
+                _lock: None,
+            };
+        }
+        (Read::Bad { why, transient }, Some((_, last))) => {
+            let at = last.state_dir.join(RECORD_FILE);
+            if transient {
+                notes.push(format!(
+                    "{why}; it is being written, so the node keeps the last good configuration \
+                     it recorded ({})",
+                    at.display()
+                ));
+                return InForce::run_with(last);
+            }
+            notes.push(format!(
+                "{why}; new shares are refused until it is fixed (the shares running are served \
+                 with the last good configuration, {})",
+                at.display()
+            ));
+            return InForce {
+                shares_refused: Some(format!(
+                    "{why}; new shares are refused on this node until it is fixed"
+                )),
+                ..InForce::run_with(last)
+            };
+        }
+        (Read::Good(settled, cfg), Some(recorded)) => (settled, *cfg, recorded),
+    };
+    let (rec, last) = recorded;
+    if settled.text == rec.text {
+        if placer && pointed.as_deref() != Some(last.state_dir.as_path()) {
+            keep_record(&settled, &cfg, notes);
+        }
+        return InForce::run_with(cfg);
+    }
+    if settled.stamp.file() == rec.file && settled.stamp.modified_within(IN_PLACE_QUIET, now) {
+        notes.push(format!(
+            "{name} is being edited in place (changed less than {} s ago): the node keeps the \
+             last good configuration it recorded ({}) until the file has been still that long",
+            IN_PLACE_QUIET.as_secs(),
+            last.state_dir.join(RECORD_FILE).display()
+        ));
+        return InForce::run_with(last);
+    }
+    let changes = identity_changes(&cfg, &last);
+    if changes.is_empty() {
+        keep_record(&settled, &cfg, notes);
+        return InForce::run_with(cfg);
+    }
+    let refused = |why: String| InForce {
+        shares_refused: Some(why),
+        ..InForce::run_with(last.clone())
+    };
+    let running_under_old = format!(
+        "{name} now says {}, but this node's share ledger ({}) was made with the configuration \
+         recorded beside it",
+        changes.join(", "),
+        last.state_dir.display()
+    );
+    if !placer {
+        return refused(format!(
+            "{running_under_old}; the next job start takes the new one once no job holds a \
+             share or whole GPU here"
+        ));
+    }
+    let Some(lock) = lock else {
+        return refused(format!(
+            "{running_under_old}; new shares are refused meanwhile"
+        ));
+    };
+    // Adopted only under the lock held exclusive: no prolog is placing in
+    // the old ledger meanwhile, so it stays empty until the pointer moves.
+    if !try_lock_exclusive(lock) {
+        let _ = lock_shared(lock);
+        return refused(format!(
+            "{running_under_old}; other jobs are starting, so new shares are refused until the \
+             node takes the new configuration"
+        ));
+    }
+    let adopted = if ledger_empty(&last, owner) {
+        record(conf, records, &settled, &cfg, owner).map(|()| true)
+    } else {
+        Ok(false)
+    };
+    if let Err(e) = lock_shared(lock) {
+        notes.push(format!("the node's configuration lock: {e}"));
+    }
+    match adopted {
+        Ok(true) => {
+            notes.push(format!(
+                "{name} changed {} while no job held a share or whole GPU here: the node's \
+                 ledger is now {}",
+                changes.join(", "),
+                cfg.state_dir.display()
+            ));
+            InForce::run_with(cfg)
+        }
+        Ok(false) => refused(format!(
+            "{running_under_old}, and jobs on this node hold shares or whole GPUs in it: new \
+             shares are refused until they end (the node then takes the new configuration), \
+             so that no GPU is counted in two ledgers. Sysadmin: undo the change, or drain the \
+             node until its jobs end"
+        )),
+        Err(e) => refused(format!(
+            "{running_under_old}; the new one could not be recorded ({e}), so new shares are \
+             refused"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    /// A node in a temp dir: its gpu_mps.conf, state dirs and records dir.
+    struct Site {
+        _dir: tempfile::TempDir,
+        root: PathBuf,
+        conf: PathBuf,
+        records: PathBuf,
+        owner: u32,
+    }
+
+    impl Site {
+        fn new() -> Self {
+            let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+            let root = dir.path().to_path_buf();
+            let owner = fs::metadata(&root).map(|m| m.uid()).unwrap_or(u32::MAX);
+            let site = Self {
+                conf: root.join("gpu_mps.conf"),
+                records: root.join("records"),
+                root,
+                owner,
+                _dir: dir,
+            };
+            site.replace(&site.text("a", 100));
+            site
+        }
+
+        fn state(&self, name: &str) -> PathBuf {
+            self.root.join(name)
+        }
+
+        fn text(&self, state: &str, units: u32) -> String {
+            format!(
+                "UnitsPerGPU={units}\nGPUDevices=/dev/nvidia[0-1]\nStateDir={}\nMPSControl=none\n",
+                self.state(state).display()
+            )
+        }
+
+        /// Written as config tools should: a new file renamed into place.
+        fn replace(&self, text: &str) {
+            let tmp = self.conf.with_extension("new");
+            fs::write(&tmp, text).unwrap_or_else(|e| panic!("{e}"));
+            fs::rename(&tmp, &self.conf).unwrap_or_else(|e| panic!("{e}"));
+        }
+
+        /// Written in place (`cat >`): same inode.
+        fn in_place(&self, text: &str) {
+            fs::write(&self.conf, text).unwrap_or_else(|e| panic!("{e}"));
+        }
+
+        fn modified(&self) -> SystemTime {
+            fs::metadata(&self.conf)
+                .and_then(|m| m.modified())
+                .unwrap_or_else(|e| panic!("{e}"))
+        }
+
+        /// Resolved `after` the file's last change.
+        fn resolve(&self, role: Role, after: Duration) -> InForce {
+            resolve_at(
+                &self.conf,
+                &self.records,
+                self.owner,
+                role,
+                self.modified() + after,
+            )
+        }
+
+        fn ledger(&self, state: &str) -> Ledger {
+            Ledger::open(&self.state(state), self.owner).unwrap_or_else(|e| panic!("{e}"))
+        }
+    }
+
+    const NOW: Duration = Duration::ZERO;
+    const LATER: Duration = Duration::from_secs(5);
+
+    fn state_dir(f: &InForce) -> Option<PathBuf> {
+        f.cfg.as_ref().map(|c| c.state_dir.clone())
+    }
+
+    #[test]
+    fn the_first_good_read_is_recorded_and_pointed_at() {
+        let site = Site::new();
+        let f = site.resolve(Role::Placer, NOW);
+        assert_eq!(state_dir(&f), Some(site.state("a")));
+        assert_eq!(f.shares_refused, None);
+        assert!(site.state("a").join(RECORD_FILE).exists());
+        assert_eq!(
+            read_pointer(&site.records, &site.conf, site.owner),
+            Some(site.state("a"))
+        );
+        // A reader writes nothing.
+        let other = Site::new();
+        let _ = other.resolve(Role::Reader, NOW);
+        assert!(!other.state("a").exists() && !other.records.exists());
+    }
+
+    #[test]
+    fn a_half_written_file_falls_back_to_the_last_good_one() {
+        let site = Site::new();
+        let _ = site.resolve(Role::Placer, NOW);
+        let full = site.text("a", 100);
+        let cut_at = full.find("StateDir=").unwrap_or(0) + 12;
+        for half in ["", &full[..cut_at], "UnitsPerGPU=100\n"] {
+            site.in_place(half);
+            for role in [Role::Reader, Role::Placer] {
+                let f = site.resolve(role, NOW);
+                assert_eq!(state_dir(&f), Some(site.state("a")), "{half:?}");
+                assert_eq!(f.cfg.as_ref().map(|c| c.units_per_gpu), Some(100));
+                assert_eq!(f.shares_refused, None, "{half:?}");
+                assert!(
+                    f.notes
+                        .iter()
+                        .any(|n| n.contains("last good configuration")),
+                    "{half:?}: {:?}",
+                    f.notes
+                );
+            }
+        }
+        // The default StateDir the cut file names was never made.
+        assert!(!Path::new(config::DEFAULT_STATE_DIR)
+            .join(RECORD_FILE)
+            .exists());
+        // Written whole again: in force at once, no note.
+        site.in_place(&full);
+        let f = site.resolve(Role::Placer, NOW);
+        assert_eq!(state_dir(&f), Some(site.state("a")));
+        assert!(f.notes.is_empty(), "{:?}", f.notes);
+    }
+
+    #[test]
+    fn a_file_that_stays_bad_refuses_shares_only() {
+        let site = Site::new();
+        let _ = site.resolve(Role::Placer, NOW);
+        // Invalid, and still for a while: the admin's to fix.
+        site.in_place("UnitsPerGPU=0\n");
+        let f = site.resolve(Role::Placer, LATER);
+        assert_eq!(
+            state_dir(&f),
+            Some(site.state("a")),
+            "running shares still served"
+        );
+        let why = f.shares_refused.unwrap_or_default();
+        assert!(why.contains(":1: UnitsPerGPU must be"), "{why}");
+        // Cut off and left so: the same.
+        site.in_place("UnitsPerGPU=100\nStateDir=/ru");
+        let f = site.resolve(Role::Reader, LATER);
+        assert_eq!(state_dir(&f), Some(site.state("a")));
+        assert!(f.shares_refused.is_some_and(|w| w.contains("no newline")));
+        // With nothing recorded: no configuration at all, shares refused.
+        let fresh = Site::new();
+        fresh.in_place("");
+        let f = fresh.resolve(Role::Placer, LATER);
+        assert!(f.cfg.is_none());
+        assert!(f
+            .shares_refused
+            .is_some_and(|w| w.contains("no Key=Value line")));
+    }
+
+    #[test]
+    fn an_edit_by_rename_is_taken_at_once_and_recorded() {
+        let site = Site::new();
+        let _ = site.resolve(Role::Placer, NOW);
+        let text = format!("{}MemoryLimit=none\n", site.text("a", 100));
+        site.replace(&text);
+        let f = site.resolve(Role::Placer, NOW);
+        assert_eq!(
+            f.cfg.map(|c| c.memory_limit),
+            Some(config::MemoryLimit::Unlimited)
+        );
+        // The new text is the last good one now.
+        site.in_place("");
+        let f = site.resolve(Role::Reader, NOW);
+        assert_eq!(
+            f.cfg.map(|c| c.memory_limit),
+            Some(config::MemoryLimit::Unlimited)
+        );
+    }
+
+    #[test]
+    fn another_identity_waits_for_the_ledger_to_empty_and_never_opens_a_second_one() {
+        let site = Site::new();
+        let _ = site.resolve(Role::Placer, NOW);
+        let a = site.ledger("a");
+        a.place(7, 1000, "alice", 30, 2, 100)
+            .unwrap_or_else(|e| panic!("{e}"));
+        for text in [site.text("b", 100), site.text("a", 50)] {
+            site.replace(&text);
+            let f = site.resolve(Role::Placer, NOW);
+            assert_eq!(state_dir(&f), Some(site.state("a")), "{text} {:?}", f.notes);
+            assert_eq!(
+                f.cfg.as_ref().map(|c| c.units_per_gpu),
+                Some(100),
+                "{:?}",
+                f.notes
+            );
+            let why = f.shares_refused.clone().unwrap_or_default();
+            assert!(
+                why.contains("(the ledger's: ") && why.contains("refused until they end"),
+                "{why} {:?}",
+                f.notes
+            );
+            assert!(!site.state("b").exists(), "no second ledger");
+        }
+        // A reader (epilog, SPANK) serves the running share from the old one.
+        let f = site.resolve(Role::Reader, NOW);
+        assert_eq!(state_dir(&f), Some(site.state("a")));
+        // The share ends: the next placer takes the new configuration, once
+        // no other placer holds the lock (as `f` did until here).
+        a.release(7).unwrap_or_else(|e| panic!("{e}"));
+        // Another prolog placing meanwhile (holding the lock shared).
+        let holder =
+            lock_file(&site.records, &site.conf, site.owner).unwrap_or_else(|e| panic!("{e}"));
+        lock_shared(&holder).unwrap_or_else(|e| panic!("{e}"));
+        let f = site.resolve(Role::Placer, NOW);
+        assert!(
+            f.shares_refused
+                .as_ref()
+                .is_some_and(|w| w.contains("other jobs are starting")),
+            "{:?}",
+            f.notes
+        );
+        assert_eq!(state_dir(&f), Some(site.state("a")));
+        drop((holder, f));
+        let f = site.resolve(Role::Placer, NOW);
+        assert_eq!(f.cfg.as_ref().map(|c| c.units_per_gpu), Some(50));
+        assert_eq!(f.shares_refused, None);
+        assert!(f
+            .notes
+            .iter()
+            .any(|n| n.contains("UnitsPerGPU=50 (the ledger's: 100)")));
+        drop(f);
+        site.replace(&site.text("b", 50));
+        let f = site.resolve(Role::Placer, NOW);
+        assert_eq!(
+            state_dir(&f),
+            Some(site.state("b")),
+            "{:?} {:?}",
+            f.shares_refused,
+            f.notes
+        );
+        assert_eq!(
+            read_pointer(&site.records, &site.conf, site.owner),
+            Some(site.state("b"))
+        );
+        // A cut file naming the old dir again is not believed.
+        site.in_place(&site.text("a", 50)[..10]);
+        assert_eq!(
+            state_dir(&site.resolve(Role::Reader, NOW)),
+            Some(site.state("b"))
+        );
+    }
+
+    #[test]
+    fn an_in_place_edit_is_believed_once_still() {
+        let site = Site::new();
+        let _ = site.resolve(Role::Placer, NOW);
+        // Cut at a line end: whole-looking, another identity.
+        site.in_place("UnitsPerGPU=100\n");
+        let f = site.resolve(Role::Placer, Duration::from_millis(100));
+        assert_eq!(state_dir(&f), Some(site.state("a")));
+        assert!(f.notes.iter().any(|n| n.contains("being edited in place")));
+        // Left so: believed, but refused while it differs from the ledger's
+        // identity and the ledger holds a share.
+        site.ledger("a")
+            .place(8, 1000, "alice", 30, 2, 100)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let f = site.resolve(Role::Placer, LATER);
+        assert_eq!(state_dir(&f), Some(site.state("a")));
+        assert!(f
+            .shares_refused
+            .is_some_and(|w| w.contains("StateDir=/run/gpu-mps")));
+    }
+
+    #[test]
+    fn the_pointer_name_keeps_paths_apart() {
+        assert_eq!(
+            pointer_name(Path::new("/etc/slurm/gpu_mps.conf")),
+            "ledger-of-etc-slurm-gpu_mps.conf"
+        );
+        assert_ne!(
+            pointer_name(Path::new("/a-b/c")),
+            pointer_name(Path::new("/a/b-c"))
+        );
+    }
+}
