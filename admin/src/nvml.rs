@@ -21,6 +21,8 @@ pub struct GpuFacts {
     /// Processes with a compute context on it (with MPS: the server and,
     /// on recent drivers, its clients).
     pub compute_processes: Vec<u32>,
+    /// MIG mode is on (`None`: the GPU cannot say, e.g. no MIG support).
+    pub mig_enabled: Option<bool>,
 }
 
 /// The node's GPUs, or why NVML cannot tell (no library, no driver).
@@ -40,6 +42,7 @@ pub fn gpus() -> Result<Vec<GpuFacts>, String> {
                     .running_compute_processes()
                     .map(|ps| ps.iter().map(|p| p.pid).collect())
                     .unwrap_or_default(),
+                mig_enabled: d.mig_mode().ok().map(|m| m.current == 1),
             },
             Err(_) => GpuFacts {
                 index,
@@ -47,6 +50,7 @@ pub fn gpus() -> Result<Vec<GpuFacts>, String> {
                 memory_mib: None,
                 minor: None,
                 compute_processes: Vec::new(),
+                mig_enabled: None,
             },
         })
         .collect())

@@ -65,16 +65,27 @@ fn main() -> ExitCode {
         MpsBooking::default()
     };
     // A proportional memory limit needs the GPU's memory: GPUMemory= where
-    // the admin set it, else NVML (loaded only for shares, and only then).
-    if env.is_share()
-        && node.cfg.memory_limit == MemoryLimit::Proportional
-        && node.cfg.gpu_memory_mib.is_none()
-    {
+    // the admin set it, else NVML; and a share is placed on no GPU in MIG
+    // mode unless MIGShares=allow. NVML is loaded for shares only, and only
+    // where one of the two asks (a node without NVML has no MIG).
+    let needs_memory =
+        node.cfg.memory_limit == MemoryLimit::Proportional && node.cfg.gpu_memory_mib.is_none();
+    if env.is_share() && (needs_memory || !node.cfg.mig_shares) {
         match nvml::gpus() {
-            // The smallest GPU's: a node's GPUs are one type in practice,
-            // and a limit must never exceed the GPU it is set on.
-            Ok(gpus) => node.set_gpu_memory(gpus.iter().filter_map(|g| g.memory_mib).min()),
-            Err(e) => log::debug!("no memory limit from NVML: {e}"),
+            Ok(gpus) => {
+                if needs_memory {
+                    // The smallest GPU's: a node's GPUs are one type in
+                    // practice, and a limit must never exceed its GPU.
+                    node.set_gpu_memory(gpus.iter().filter_map(|g| g.memory_mib).min());
+                }
+                let mig: Vec<u32> = gpus
+                    .iter()
+                    .filter(|g| g.mig_enabled == Some(true))
+                    .filter_map(|g| g.minor)
+                    .collect();
+                node.set_mig_minors(&mig);
+            }
+            Err(e) => log::debug!("no memory limit or MIG mode from NVML: {e}"),
         }
     }
     let report = match prolog(&node, &env, &booking, running) {

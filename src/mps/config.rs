@@ -18,6 +18,7 @@
 //! MaxClientsPerGPU=48              # MPS clients one GPU's server takes (48 on Volta and newer)
 //! SyslogSocket=/dev/log            # where the prolog and epilog log (default /dev/log)
 //! Placement=auto                   # who picks a share's GPU: auto (Slurm where gres.conf books mps per GPU), slurm, gpushare
+//! MIGShares=refuse                 # refuse every share while NVML reports MIG on for a listed GPU; allow
 //! ```
 
 use std::path::PathBuf;
@@ -122,6 +123,9 @@ pub struct GpuMpsConfig {
     pub metrics_file: Option<PathBuf>,
     /// dcgm-exporter's HPC job mapping directory (one file per GPU).
     pub dcgm_job_mapping_dir: Option<PathBuf>,
+    /// `MIGShares=allow`: place shares on GPUs with MIG enabled (the
+    /// default, `refuse`, refuses every share while a listed GPU has MIG on).
+    pub mig_shares: bool,
 }
 
 impl Default for GpuMpsConfig {
@@ -141,6 +145,7 @@ impl Default for GpuMpsConfig {
             max_clients_per_gpu: DEFAULT_MAX_CLIENTS_PER_GPU,
             metrics_file: None,
             dcgm_job_mapping_dir: None,
+            mig_shares: false,
         }
     }
 }
@@ -162,10 +167,11 @@ enum Key {
     MaxClientsPerGpu,
     MetricsFile,
     DcgmJobMappingDir,
+    MigShares,
 }
 
 impl Key {
-    const ALL: [Key; 14] = [
+    const ALL: [Key; 15] = [
         Key::UnitsPerGpu,
         Key::GpuDevices,
         Key::StateDir,
@@ -180,6 +186,7 @@ impl Key {
         Key::MaxClientsPerGpu,
         Key::MetricsFile,
         Key::DcgmJobMappingDir,
+        Key::MigShares,
     ];
 
     /// The canonical spelling, used in messages.
@@ -199,6 +206,7 @@ impl Key {
             Key::MaxClientsPerGpu => "MaxClientsPerGPU",
             Key::MetricsFile => "MetricsFile",
             Key::DcgmJobMappingDir => "DCGMJobMappingDir",
+            Key::MigShares => "MIGShares",
         }
     }
 
@@ -290,6 +298,17 @@ impl Key {
                             "MemoryLimit must be proportional, none or a size such as 8G, got \"{value}\""
                         )
                     })?),
+                };
+            }
+            Key::MigShares => {
+                cfg.mig_shares = match value.to_ascii_lowercase().as_str() {
+                    "allow" => true,
+                    "refuse" => false,
+                    _ => {
+                        return Err(format!(
+                            "MIGShares must be refuse or allow, got \"{value}\""
+                        ))
+                    }
                 };
             }
             Key::MultiUser => {

@@ -31,7 +31,7 @@ pub const COUNTERS_FILE: &str = "counters";
 
 /// Every reason a share is refused for (see `PlacementError::reason`),
 /// exported from zero so that `increase()` sees the first one.
-pub const REFUSAL_REASONS: [&str; 8] = [
+pub const REFUSAL_REASONS: [&str; 10] = [
     "size",
     "node_config",
     "no_room",
@@ -40,6 +40,8 @@ pub const REFUSAL_REASONS: [&str; 8] = [
     "client_limit",
     "other_users",
     "cgroup_v2",
+    "config",
+    "mig",
 ];
 
 /// What the node programs count, kept across their runs.

@@ -69,6 +69,10 @@ pub struct Node {
     pub shares_refused: Option<String>,
     /// What the node's log must say about the configuration in force.
     pub conf_notes: Vec<String>,
+    /// The listed GPUs that NVML reports in MIG mode (their device paths):
+    /// while there is one and `MIGShares` is not `allow`, no share is
+    /// placed. Set through [`Node::set_mig_minors`].
+    mig_gpus: Vec<PathBuf>,
 }
 
 /// See [`Node::pipe_guard`].
@@ -193,6 +197,7 @@ impl Node {
             pipe_guard: None,
             shares_refused: None,
             conf_notes: Vec::new(),
+            mig_gpus: Vec::new(),
         };
         node.set_gpu_memory(None);
         Ok(node)
@@ -201,6 +206,15 @@ impl Node {
     /// The memory of this node's GPUs where known (NVML), for proportional
     /// limits when `gpu_mps.conf` has no `GPUMemory=`: new shares get
     /// their limit from it as they are placed.
+    /// The device minors (N of `/dev/nvidiaN`) NVML reports in MIG mode:
+    /// the node's listed GPUs among them are kept for [`prolog`].
+    pub fn set_mig_minors(&mut self, minors: &[u32]) {
+        self.mig_gpus = gpu_devices(&self.cfg)
+            .into_iter()
+            .filter(|d| device_minor(d).is_some_and(|m| minors.contains(&m)))
+            .collect();
+    }
+
     pub fn set_gpu_memory(&mut self, mib: Option<u64>) {
         self.gpu_memory_mib = mib;
         let cfg = self.cfg.clone();
@@ -422,6 +436,16 @@ pub fn gpu_devices(cfg: &GpuMpsConfig) -> Vec<PathBuf> {
     found.into_iter().map(|(_, p)| p).collect()
 }
 
+/// The N of a `/dev/nvidiaN` path: the device's minor number, which is how
+/// NVML names the same GPU (`nvmlDeviceGetMinorNumber`).
+fn device_minor(path: &Path) -> Option<u32> {
+    path.file_name()?
+        .to_str()?
+        .strip_prefix("nvidia")?
+        .parse()
+        .ok()
+}
+
 fn refusal_name(job: u32) -> String {
     format!("refused.{job}")
 }
@@ -598,6 +622,26 @@ pub fn prolog(
     if env.is_share() {
         if let Some(why) = &node.shares_refused {
             report.outcome = refuse(ledger, env, "config", why);
+            return Ok(report);
+        }
+        if !cfg.mig_shares && !node.mig_gpus.is_empty() {
+            let listed: Vec<String> = node
+                .mig_gpus
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect();
+            report.outcome = refuse(
+                ledger,
+                env,
+                "mig",
+                format!(
+                    "{} {} MIG enabled (NVML), and gpushare's MPS shares are made of whole \
+                     GPUs: list only GPUs without MIG in gpu_mps.conf's GPUDevices, or set \
+                     MIGShares=allow there to place shares anyway",
+                    listed.join(", "),
+                    if listed.len() == 1 { "has" } else { "have" }
+                ),
+            );
             return Ok(report);
         }
         let by_slurm = slurm_places(cfg, booking);
@@ -1139,6 +1183,7 @@ mod tests {
             pipe_guard: None,
             shares_refused: None,
             conf_notes: Vec::new(),
+            mig_gpus: Vec::new(),
         };
         node.set_gpu_memory(None);
         (node, dir)
@@ -1166,6 +1211,50 @@ mod tests {
         prolog(node, env, &MpsBooking::default(), no_squeue)
             .unwrap_or_else(|e| panic!("{e}"))
             .outcome
+    }
+
+    #[test]
+    fn no_share_is_placed_while_a_listed_gpu_has_mig_on() {
+        let (mut node, _dir) = temp_node(Some(1600));
+        node.cfg.gpu_devices = Some(
+            (0..4)
+                .map(|i| PathBuf::from(format!("/dev/nvidia{i}")))
+                .collect(),
+        );
+        // A MIG GPU the node does not list changes nothing.
+        node.set_mig_minors(&[7]);
+        assert!(matches!(
+            outcome(&node, &share_env(1, 100)),
+            PrologOutcome::Placed { .. }
+        ));
+        node.set_mig_minors(&[2]);
+        match outcome(&node, &share_env(2, 100)) {
+            PrologOutcome::Refused { reason, text } => {
+                assert_eq!(reason, "mig");
+                assert!(
+                    text.contains("/dev/nvidia2 has MIG enabled (NVML)")
+                        && text.contains("MIGShares=allow"),
+                    "{text}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // Whole GPUs are Slurm's business, MIG or not.
+        let whole = JobEnv {
+            mps_percentage: None,
+            units_claimed: None,
+            job_gpus: vec![3],
+            ..share_env(3, 0)
+        };
+        assert!(matches!(
+            outcome(&node, &whole),
+            PrologOutcome::Whole { .. }
+        ));
+        node.cfg.mig_shares = true;
+        assert!(matches!(
+            outcome(&node, &share_env(4, 100)),
+            PrologOutcome::Placed { .. }
+        ));
     }
 
     #[test]
