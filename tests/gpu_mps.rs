@@ -611,7 +611,14 @@ fn salloc_steps(c: &mut Cluster) -> TestResult {
     c.cancel_all()?;
     let script = task_script(c)?;
     // Two steps in one allocation: the second finds the first's GPU.
-    let steps = format!("srun -n2 sh -c '{script}' && srun -n1 sh -c '{script}'");
+    // Between them, the status copy users read as it stands.
+    let copy = c.dir.join("run/gpu-mps-mps/state");
+    let seen = c.dir.join("status-between-steps.json");
+    let steps = format!(
+        "srun -n2 sh -c '{script}' && cat {} > {} && srun -n1 sh -c '{script}'",
+        copy.display(),
+        seen.display()
+    );
     let out = c.run(
         "timeout",
         &["120", "salloc", "-n2", "--gres=mps:25", "sh", "-c", &steps],
@@ -625,7 +632,20 @@ fn salloc_steps(c: &mut Cluster) -> TestResult {
             String::from_utf8_lossy(&out.stderr)
         ),
     )?;
-    one_gpu_per_step(&text, 3)
+    one_gpu_per_step(&text, 3)?;
+    // The first step's two MPS clients are counted in the ledger by the
+    // SPANK plugin, and users see them in the copy as soon as they count.
+    let json = fs::read_to_string(&seen).map_err(|e| format!("{}: {e}", seen.display()))?;
+    let status: NodeStatus = serde_json::from_str(&json).map_err(|e| format!("{e}: {json}"))?;
+    let clients: Vec<Option<u32>> = status
+        .gpus
+        .iter()
+        .flat_map(|g| g.shares.iter().map(|s| s.clients))
+        .collect();
+    ensure(
+        clients == [Some(2)],
+        format!("the status copy lags the ledger: clients {clients:?} in {json}"),
+    )
 }
 
 fn srun_pty(c: &mut Cluster) -> TestResult {

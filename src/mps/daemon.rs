@@ -21,6 +21,12 @@
 //! daemon are found in `/proc` by their name (`nvidia-cuda-mps-control`,
 //! `nvidia-cuda-mps-server`) and their `CUDA_MPS_PIPE_DIRECTORY`, which is
 //! how they outlive a slurmd restart and are still found by `gpu-mps gc`.
+//! Anyone can start a process of that name with that variable, so only
+//! processes whose real, effective and saved uids are all the daemon's
+//! (the node programs' own: root) count, and each is checked again through
+//! a pidfd just before it is signalled ([`kill_all`]): no user can pass
+//! for a daemon, keep a dead one from being restarted, or have root kill a
+//! process of theirs or anyone's.
 //!
 //! Limits: the server of a GPU gets the thread percentage and device memory
 //! limit of the largest share on that GPU (`set_default_*`, and the
@@ -705,19 +711,44 @@ fn processes_where(wanted: impl Fn(&[u8]) -> bool) -> Vec<u32> {
     let Ok(entries) = fs::read_dir("/proc") else {
         return Vec::new();
     };
+    let owner = daemon_uid();
     let mut found: Vec<u32> = entries
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|&pid| {
-            let is_mps = argv0_name(pid).is_some_and(|name| {
-                name == CONTROL_PROGRAM.as_bytes() || name == SERVER_PROGRAM.as_bytes()
-            });
-            is_mps
+            is_mps_process(pid, owner)
                 && fs::read(format!("/proc/{pid}/environ"))
                     .is_ok_and(|env| env.split(|&b| b == 0).any(&wanted))
         })
         .collect();
     found.sort_unstable();
     found
+}
+
+/// The uid MPS daemons run as: the node programs' own (root on a node),
+/// since the prolog starts them.
+pub fn daemon_uid() -> u32 {
+    rustix::process::geteuid().as_raw()
+}
+
+/// Whether process `pid` is named as an MPS control daemon or server and
+/// runs wholly as `owner` (real, effective and saved uid): a user's
+/// process of that name, or a set-uid program a user started under that
+/// name, is not one.
+fn is_mps_process(pid: u32, owner: u32) -> bool {
+    argv0_name(pid)
+        .is_some_and(|name| name == CONTROL_PROGRAM.as_bytes() || name == SERVER_PROGRAM.as_bytes())
+        && process_uids(pid).is_some_and(|uids| uids.iter().all(|&u| u == owner))
+}
+
+/// The real, effective and saved uids of process `pid`.
+fn process_uids(pid: u32) -> Option<[u32; 3]> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let mut ids = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace();
+    let mut next = || ids.next()?.parse::<u32>().ok();
+    Some([next()?, next()?, next()?])
 }
 
 /// The file name of process `pid`'s `argv[0]`.
@@ -727,15 +758,35 @@ fn argv0_name(pid: u32) -> Option<Vec<u8>> {
     Some(argv0.rsplit(|&b| b == b'/').next()?.to_vec())
 }
 
-/// SIGKILL to each of `pids` (bounded, best effort: one may be gone).
-pub fn kill_all(pids: &[u32]) {
-    if pids.is_empty() {
-        return;
+/// SIGKILL to each of `pids` that is still an MPS process of the daemon's
+/// uid (best effort: one may be gone). Each is held by a pidfd while it
+/// is checked, so the signal reaches the process that was checked, never
+/// one that took its pid since; returns the pids signalled.
+pub fn kill_all(pids: &[u32]) -> Vec<u32> {
+    let owner = daemon_uid();
+    pids.iter()
+        .copied()
+        .filter(|&pid| kill_if_mps(pid, owner))
+        .collect()
+}
+
+/// SIGKILL to `pid` if it is an MPS process of `owner` ([`is_mps_process`]).
+fn kill_if_mps(pid: u32, owner: u32) -> bool {
+    use rustix::process::{self as rp, Pid, PidfdFlags, Signal};
+    let Some(id) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
+        return false;
+    };
+    match rp::pidfd_open(id, PidfdFlags::empty()) {
+        // The pidfd pins the process: until it is reaped its pid is its
+        // own, so what /proc says of the pid now is said of it, and a
+        // process that took the pid since is never signalled.
+        Ok(fd) => is_mps_process(pid, owner) && rp::pidfd_send_signal(&fd, Signal::KILL).is_ok(),
+        // Kernels before 5.3 have no pidfd: check, then signal by pid.
+        Err(rustix::io::Errno::NOSYS) => {
+            is_mps_process(pid, owner) && rp::kill_process(id, Signal::KILL).is_ok()
+        }
+        Err(_) => false,
     }
-    let mut cmd = Command::new("kill");
-    cmd.arg("-KILL").args(pids.iter().map(u32::to_string));
-    // Best effort: a process may be gone already.
-    let _ = bounded::run(cmd, None, CONTROL_TIMEOUT);
 }
 
 /// Empties a pipe directory (sockets and files a dead daemon left).
@@ -945,5 +996,48 @@ mod tests {
         both.sort_unstable();
         assert_eq!(under, both);
         assert_eq!(beside, Vec::<u32>::new());
+    }
+
+    #[test]
+    fn another_users_process_never_passes_for_a_daemon_nor_is_killed() {
+        use std::os::unix::process::CommandExt;
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let pipe = dir.path().join("pipe");
+        let spawn = |uid: Option<u32>| {
+            let mut cmd = Command::new("bash");
+            cmd.args(["-c", &format!("exec -a {CONTROL_PROGRAM} sleep 30")])
+                .env("CUDA_MPS_PIPE_DIRECTORY", &pipe);
+            if let Some(uid) = uid {
+                cmd.uid(uid).gid(uid);
+            }
+            cmd.spawn().unwrap_or_else(|e| panic!("{e}"))
+        };
+        // The user: another uid where this runs as root (as on a node);
+        // elsewhere the test's own uid is the user and no daemon is ours.
+        let root = daemon_uid() == 0;
+        let mut users = spawn(root.then_some(65534));
+        let mut ours = root.then(|| spawn(None));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let want: Vec<u32> = ours.iter().map(|c| c.id()).collect();
+        let mut found = processes(&pipe);
+        while found != want && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+            found = processes(&pipe);
+        }
+        let killed = kill_all(&[users.id()]);
+        std::thread::sleep(Duration::from_millis(100));
+        let survived = users.try_wait().ok().flatten().is_none();
+        let mut ours_killed = None;
+        if let Some(c) = ours.as_mut() {
+            ours_killed = Some(kill_all(&[c.id()]));
+            let _ = c.wait();
+        }
+        let _ = users.kill();
+        let _ = users.wait();
+        assert_eq!(found, want, "only the daemon's uid counts");
+        assert!(killed.is_empty() && survived, "a user's process was killed");
+        if let Some(k) = ours_killed {
+            assert_eq!(k.len(), 1, "the daemon's own process is killed");
+        }
     }
 }

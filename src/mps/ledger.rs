@@ -692,6 +692,9 @@ impl Ledger {
             Err(e) if e.kind() == io::ErrorKind::NotFound => create_with_state(dir, owner)?,
             Err(e) => return Err(io_error("inspect state directory", dir, e).into()),
         };
+        if !created {
+            state_dir::check_parents(dir, owner)?;
+        }
         state_dir::check(dir, owner, Access::Private)?;
         Ok(Self {
             dir: dir.to_path_buf(),
@@ -1125,6 +1128,7 @@ impl Ledger {
 fn create_with_state(dir: &Path, owner: u32) -> Result<bool, LedgerError> {
     let parent = dir.parent().unwrap_or(Path::new("/"));
     fs::create_dir_all(parent).map_err(|e| io_error("create", parent, e))?;
+    state_dir::check_parents(dir, owner)?;
     let name = dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -2169,5 +2173,23 @@ mod tests {
             "the workers ran one after another, not at once: {intervals:?}"
         );
         assert_balanced_full_house(&temp.ledger(), 32);
+    }
+
+    #[test]
+    fn a_ledger_under_a_directory_others_can_change_is_never_opened() {
+        let temp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let me = fs::metadata(temp.path()).map(|m| m.uid()).unwrap_or(0);
+        let run = temp.path().join("run");
+        let dir = run.join("gpu-mps");
+        assert!(Ledger::open(&dir, me).is_ok());
+        fs::set_permissions(&run, fs::Permissions::from_mode(0o777))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let err = Ledger::open(&dir, me).err().map(|e| e.to_string());
+        assert!(
+            err.as_deref().is_some_and(|e| e.contains("writable by group or others")),
+            "{err:?}"
+        );
+        let fresh = Ledger::open(&run.join("other"), me).err();
+        assert!(fresh.is_some() && !run.join("other").exists());
     }
 }

@@ -175,19 +175,7 @@ impl Node {
         if gpu_count == 0 {
             return Err(Unfit::NoGpus(conf_path.to_path_buf()));
         }
-        let copy = StatusCopy::create(
-            daemon::public_dir(&cfg),
-            owner,
-            gpu_count,
-            cfg.units_per_gpu,
-        )?;
-        let mut ledger = Ledger::open(&cfg.state_dir, owner)?
-            .with_view(Arc::new(copy))
-            .with_server_rule(server_rule(&cfg));
-        if let Some(dir) = &cfg.dcgm_job_mapping_dir {
-            let mapping = JobMapping::new(dir.clone(), owner, &gpu_devices(&cfg));
-            ledger = ledger.with_view(Arc::new(mapping));
-        }
+        let ledger = node_ledger(&cfg, owner, gpu_count)?;
         let mut node = Self {
             cfg,
             gpu_count,
@@ -955,6 +943,54 @@ pub fn epilog(node: &Node, job: u32) -> Result<EpilogReport, LedgerError> {
         stopped,
         notes,
     })
+}
+
+/// The node's ledger as every writer opens it: with the views each of its
+/// transactions publishes (the status copy, the DCGM job mapping) and the
+/// rule its servers follow, so that no writer leaves them behind it.
+pub fn node_ledger(cfg: &GpuMpsConfig, owner: u32, gpu_count: u32) -> Result<Ledger, LedgerError> {
+    let copy = StatusCopy::create(
+        daemon::public_dir(cfg),
+        owner,
+        gpu_count,
+        cfg.units_per_gpu,
+    )?;
+    let mut ledger = Ledger::open(&cfg.state_dir, owner)?
+        .with_view(Arc::new(copy))
+        .with_server_rule(server_rule(cfg));
+    if let Some(dir) = &cfg.dcgm_job_mapping_dir {
+        let mapping = JobMapping::new(dir.clone(), owner, &gpu_devices(cfg));
+        ledger = ledger.with_view(Arc::new(mapping));
+    }
+    Ok(ledger)
+}
+
+/// Stops the daemons of GPUs without a share (left by a crash, or by a
+/// node whose epilog never ran); their GPUs and outcomes. Each GPU is
+/// decided as the epilog decides, under its daemon lock and from the
+/// ledger as it is then: a share placed meanwhile keeps its daemon.
+pub fn stop_idle_daemons(node: &Node) -> Result<Vec<(u32, MpsDaemon)>, LedgerError> {
+    let mut stopped = Vec::new();
+    for gpu in 0..node.gpu_count {
+        let pipe = daemon::pipe_dir(&node.cfg, gpu);
+        // A cheap first look: most GPUs have no daemon at all.
+        if !pipe.join("control").exists() && daemon::processes(&pipe).is_empty() {
+            continue;
+        }
+        let locked = daemon::with_gpu_lock(&node.cfg, gpu, || -> Result<_, LedgerError> {
+            let state = node.ledger.snapshot()?.state;
+            Ok(if state.shares().any(|s| s.gpu == gpu) {
+                None
+            } else {
+                Some(daemon::stop(&node.cfg, gpu))
+            })
+        });
+        match locked {
+            Ok(result) => stopped.extend(result?.map(|outcome| (gpu, outcome))),
+            Err(e) => stopped.push((gpu, MpsDaemon::Failed(format!("left as it is: {e}")))),
+        }
+    }
+    Ok(stopped)
 }
 
 /// The records of the published status copy, if its directory can be
@@ -1829,5 +1865,43 @@ mod tests {
         prolog(node, env, booking, no_squeue)
             .unwrap_or_else(|e| panic!("{e}"))
             .outcome
+    }
+
+    #[test]
+    fn an_idle_daemon_is_stopped_only_under_its_lock_from_a_fresh_ledger() {
+        let (mut node, dir) = temp_node(Some(1600));
+        // A control program that answers every call (`quit` included).
+        node.cfg.mps_control = MpsControl::Program(PathBuf::from("/bin/true"));
+        let control = |gpu: u32| daemon::pipe_dir(&node.cfg, gpu).join("control");
+        for gpu in [0, 1] {
+            let pipe = daemon::pipe_dir(&node.cfg, gpu);
+            fs::create_dir_all(&pipe).unwrap_or_else(|e| panic!("{e}"));
+            fs::write(control(gpu), "").unwrap_or_else(|e| panic!("{e}"));
+        }
+        // A prolog holds GPU 0's lock while it places a share there (the
+        // least-loaded GPU of an empty node): the cleanup waits for it and
+        // then sees the share.
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let stopped = std::thread::scope(|scope| {
+            let prolog = scope.spawn(|| {
+                daemon::with_gpu_lock(&node.cfg, 0, || {
+                    let _ = held_tx.send(());
+                    std::thread::sleep(Duration::from_millis(300));
+                    node.ledger.place(7, 1000, "alice", 100, 4, 100)
+                })
+            });
+            let _ = held_rx.recv();
+            let stopped = stop_idle_daemons(&node).unwrap_or_else(|e| panic!("{e}"));
+            let placed = prolog.join().ok().and_then(Result::ok).and_then(Result::ok);
+            assert_eq!(placed.map(|p| p.value.share.gpu), Some(0));
+            stopped
+        });
+        assert_eq!(
+            stopped.iter().map(|(gpu, _)| *gpu).collect::<Vec<_>>(),
+            vec![1],
+            "only the idle GPU's daemon is stopped: {stopped:?}"
+        );
+        assert!(control(0).exists() && !control(1).exists());
+        drop(dir);
     }
 }

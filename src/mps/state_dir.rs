@@ -60,6 +60,14 @@ pub enum DirError {
         mode: u32,
         access: Access,
     },
+    /// A directory above `dir` that another user could change: they could
+    /// move `dir` away and put their own in its place.
+    UnsafeParent {
+        dir: PathBuf,
+        parent: PathBuf,
+        owner: u32,
+        mode: u32,
+    },
     Io {
         action: &'static str,
         path: PathBuf,
@@ -104,6 +112,21 @@ impl fmt::Display for DirError {
                 },
                 access.mode(),
                 dir.display()
+            ),
+            DirError::UnsafeParent {
+                dir,
+                parent,
+                owner,
+                mode,
+            } => write!(
+                f,
+                "state directory {} lies under {} (owner uid {owner}, mode {mode:04o}), which \
+                 a user other than root could change, and so replace the state directory; \
+                 refusing to use it (make {} owned by root and not writable by group or \
+                 others, or point StateDir in gpu_mps.conf elsewhere)",
+                dir.display(),
+                parent.display(),
+                parent.display()
             ),
             DirError::Io {
                 action,
@@ -158,8 +181,48 @@ pub fn check(dir: &Path, owner: u32, access: Access) -> Result<(), DirError> {
     Ok(())
 }
 
+/// Checks that no directory above `dir` can be changed by a user other
+/// than root or `owner`: each one on the path as written (a link there
+/// must be theirs too) and on the path it resolves to is owned by one of
+/// them and writable by nobody else, unless its sticky bit keeps others
+/// from renaming what is not theirs (`/tmp`).
+pub fn check_parents(dir: &Path, owner: u32) -> Result<(), DirError> {
+    let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) else {
+        return Ok(());
+    };
+    let resolved = fs::canonicalize(parent).map_err(|e| io_error("resolve", parent, e))?;
+    let written = parent.ancestors().map(|p| (p, false));
+    let real = resolved.ancestors().map(|p| (p, true));
+    for (p, follow) in written.chain(real) {
+        if p.as_os_str().is_empty() {
+            continue;
+        }
+        let meta = if follow {
+            fs::metadata(p)
+        } else {
+            fs::symlink_metadata(p)
+        }
+        .map_err(|e| io_error("inspect", p, e))?;
+        let mode = meta.mode() & 0o7777;
+        let trusted = meta.uid() == 0 || meta.uid() == owner;
+        // A link's own mode means nothing; what it points to is checked
+        // on the resolved path.
+        let open = !meta.file_type().is_symlink() && mode & 0o022 != 0 && mode & 0o1000 == 0;
+        if !trusted || open {
+            return Err(DirError::UnsafeParent {
+                dir: dir.to_path_buf(),
+                parent: p.to_path_buf(),
+                owner: meta.uid(),
+                mode,
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Creates `dir` (and missing parents) when it does not exist, then
-/// [`check`]s it. Returns whether it was created.
+/// [`check`]s it and the directories above it ([`check_parents`]).
+/// Returns whether it was created.
 pub fn ensure(dir: &Path, owner: u32, access: Access) -> Result<bool, DirError> {
     let created = match fs::symlink_metadata(dir) {
         Ok(_) => false,
@@ -167,6 +230,7 @@ pub fn ensure(dir: &Path, owner: u32, access: Access) -> Result<bool, DirError> 
             if let Some(parent) = dir.parent() {
                 fs::create_dir_all(parent).map_err(|e| io_error("create", parent, e))?;
             }
+            check_parents(dir, owner)?;
             match DirBuilder::new().mode(access.mode()).create(dir) {
                 Ok(()) => {
                     // The umask may have taken bits; set them on what we made.
@@ -181,6 +245,9 @@ pub fn ensure(dir: &Path, owner: u32, access: Access) -> Result<bool, DirError> 
         }
         Err(e) => return Err(io_error("inspect", dir, e)),
     };
+    if !created {
+        check_parents(dir, owner)?;
+    }
     check(dir, owner, access)?;
     Ok(created)
 }
@@ -276,6 +343,67 @@ mod tests {
             check(&link, me, Access::Private),
             Err(DirError::IsSymlink(_))
         ));
+    }
+
+    #[test]
+    fn a_state_dir_under_a_directory_others_can_change_is_refused() {
+        let temp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let me = owner(temp.path());
+        let parent = temp.path().join("run");
+        fs::create_dir(&parent).unwrap_or_else(|e| panic!("{e}"));
+        let dir = parent.join("gpu-mps");
+        assert!(ensure(&dir, me, Access::Private).is_ok());
+        // Writable by everyone: anyone could move the ledger's directory
+        // away and put theirs in its place.
+        fs::set_permissions(&parent, Permissions::from_mode(0o777))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let err = ensure(&dir, me, Access::Private).err();
+        assert!(
+            matches!(&err, Some(DirError::UnsafeParent { parent: p, mode: 0o777, .. }) if *p == parent),
+            "{err:?}"
+        );
+        assert!(err.is_some_and(|e| e.to_string().contains("writable by group or others")));
+        // Not yet made, under an open parent: refused before it is made.
+        let fresh = parent.join("fresh/gpu-mps");
+        assert!(matches!(
+            ensure(&fresh, me, Access::Private),
+            Err(DirError::UnsafeParent { .. })
+        ));
+        assert!(!fresh.exists());
+        // The sticky bit (as on /tmp) keeps others from renaming it: allowed.
+        fs::set_permissions(&parent, Permissions::from_mode(0o1777))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(ensure(&dir, me, Access::Private).is_ok());
+        // Reached through a link to an open directory: the resolved path
+        // is checked too.
+        let open = temp.path().join("open");
+        fs::create_dir(&open).unwrap_or_else(|e| panic!("{e}"));
+        fs::set_permissions(&open, Permissions::from_mode(0o777)).unwrap_or_else(|e| panic!("{e}"));
+        symlink(&open, temp.path().join("via")).unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(
+            ensure(&temp.path().join("via/gpu-mps"), me, Access::Private),
+            Err(DirError::UnsafeParent { parent: p, .. }) if p == open
+        ));
+    }
+
+    #[test]
+    fn a_state_dir_under_another_users_directory_is_refused() {
+        let temp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let me = owner(temp.path());
+        let theirs = temp.path().join("home");
+        fs::create_dir(&theirs).unwrap_or_else(|e| panic!("{e}"));
+        // Only root can give a directory away; elsewhere `me` plays root's
+        // part and another uid stands for the user.
+        let user = if me == 0 { 65534 } else { me };
+        let trusted_owner = if me == 0 { 0 } else { me.wrapping_add(1) };
+        if me == 0 {
+            std::os::unix::fs::chown(&theirs, Some(user), None).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let err = check_parents(&theirs.join("gpu-mps"), trusted_owner).err();
+        assert!(
+            matches!(&err, Some(DirError::UnsafeParent { owner, .. }) if *owner == user),
+            "{err:?}"
+        );
     }
 
     #[test]

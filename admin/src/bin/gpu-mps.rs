@@ -22,7 +22,9 @@ use gpushare::mps::daemon;
 use gpushare::mps::in_force;
 use gpushare::mps::ledger::Ledger;
 use gpushare::mps::metrics::Counters;
-use gpushare::mps::node::{gpu_devices, metrics_text, publish_metrics, running_jobs, Node};
+use gpushare::mps::node::{
+    gpu_devices, metrics_text, publish_metrics, running_jobs, stop_idle_daemons, Node,
+};
 use gpushare::mps::status::{
     self, DaemonProbe, DaemonState, Installed, NodeStatus, SlurmSetup, StatusCopy,
 };
@@ -289,21 +291,6 @@ fn probe_daemon(cfg: &GpuMpsConfig, gpu: u32) -> DaemonProbe {
     }
 }
 
-/// Stops the daemons of GPUs without a share (left by a crash, or by a
-/// node whose epilog never ran); their names and outcomes.
-fn stop_orphans(shared: &Node) -> Result<Vec<(u32, daemon::MpsDaemon)>> {
-    let state = shared.ledger.snapshot()?.state;
-    let mut stopped = Vec::new();
-    for gpu in 0..shared.gpu_count {
-        let pipe = daemon::pipe_dir(&shared.cfg, gpu);
-        let busy = state.shares().any(|s| s.gpu == gpu);
-        if !busy && (pipe.join("control").exists() || !daemon::processes(&pipe).is_empty()) {
-            stopped.push((gpu, daemon::stop(&shared.cfg, gpu)));
-        }
-    }
-    Ok(stopped)
-}
-
 fn gc(conf: &Path, node: Option<String>) -> Result<u8> {
     if effective_uid() != 0 {
         bail!("gc changes the node's ledger: run it as root");
@@ -327,7 +314,7 @@ fn gc(conf: &Path, node: Option<String>) -> Result<u8> {
     if dropped.value.is_empty() {
         println!("nothing to drop: every record belongs to a job running on {name}");
     }
-    for (gpu, outcome) in stop_orphans(&shared)? {
+    for (gpu, outcome) in stop_idle_daemons(&shared)? {
         println!("GPU {gpu}: MPS daemon without a share: {outcome}");
     }
     let rebuilt = shared.ledger.rebuild(|state| {

@@ -28,8 +28,9 @@ use std::sync::{Mutex, PoisonError};
 use gpushare::mps::config::{self as mps_conf, missing_conf_refusal};
 use gpushare::mps::devices::{confine, job_levels, task_devices_dir, CharDevice, DEVICES_ROOT};
 use gpushare::mps::in_force::{self, Role, NODE_RECORDS_DIR};
-use gpushare::mps::ledger::Ledger;
-use gpushare::mps::node::{claim_banner, count_mismatch, gpu_devices, task_plan, TaskPlan};
+use gpushare::mps::node::{
+    claim_banner, count_mismatch, gpu_devices, node_ledger, task_plan, TaskPlan,
+};
 use slurm_plugin::log;
 use slurm_plugin::slurm_str::opt_str;
 use slurm_sys::{
@@ -241,7 +242,10 @@ fn init(sp: spank_t, args: &[String]) -> SpankResult {
             return Ok(());
         }
     };
-    let ledger = Ledger::open(&cfg.state_dir, euid)
+    // Opened as every writer opens it: the steps' client counts reach the
+    // status copy users read, not only the ledger.
+    let gpu_count = u32::try_from(gpu_devices(&cfg).len()).unwrap_or(u32::MAX);
+    let ledger = node_ledger(&cfg, euid, gpu_count)
         .map_err(|e| in_job(SpankError::Failed(e.to_string())))?;
     // Only sharpens the message for a share the prolog never placed: what
     // the job holds is the ledger's record, which only the prolog writes.
