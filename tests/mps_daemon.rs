@@ -62,10 +62,15 @@ fn main() -> ExitCode {
             beside_other_user,
         );
     if !slurm_places_shares() {
-        suite = suite.test(
-            "two_users_never_share_a_server_while_another_gpu_has_room",
-            users_kept_apart,
-        );
+        suite = suite
+            .test(
+                "two_users_never_share_a_server_while_another_gpu_has_room",
+                users_kept_apart,
+            )
+            .test(
+                "a_daemon_started_before_multi_user_takes_no_second_user",
+                one_user_daemon_kept,
+            );
     }
     suite
         .test("multi_user_daemons_start_with_minus_m", multi_user)
@@ -563,6 +568,61 @@ fn users_kept_apart(c: &mut Cluster) -> TestResult {
         format!("bob's job {id}: {out}"),
     )?;
     cancel_and_wait_stopped(c)
+}
+
+/// A daemon started while `MultiUser=no` serves one user until it stops:
+/// after the switch to `MultiUser=yes`, another user's share goes to a
+/// GPU whose daemon serves several (started with `-M`), not beside it,
+/// though it is the least loaded; once its share ends, the GPU's next
+/// daemon starts with `-M`.
+fn one_user_daemon_kept(c: &mut Cluster) -> TestResult {
+    standin(c)?;
+    let alice = TestUser::create(c, "gpushare-alice")?;
+    let bob = TestUser::create(c, "gpushare-bob")?;
+    let a = user_share(c, &alice, 20)?;
+    let alice_gpu = gpu_of(c, a)?;
+    with_line(c, "MultiUser=yes", |c| {
+        let mut bob_gpus = BTreeSet::new();
+        for _ in 0..3 {
+            let id = user_share(c, &bob, 60)?;
+            bob_gpus.insert(gpu_of(c, id)?);
+        }
+        // 30 units: alice's GPU has 80 free against 40, but its daemon
+        // serves one user at a time.
+        let id = user_share(c, &bob, 30)?;
+        let gpu = gpu_of(c, id)?;
+        ensure(
+            gpu != alice_gpu && bob_gpus.contains(&gpu),
+            format!(
+                "bob's 30-unit share went to GPU {gpu}, alice's one-user daemon is on {alice_gpu}"
+            ),
+        )?;
+        let starts: Vec<String> = calls(c)
+            .into_iter()
+            .filter(|l| l.contains("args=-d"))
+            .collect();
+        ensure(
+            starts.contains(&format!("gpu={alice_gpu} args=-d"))
+                && bob_gpus
+                    .iter()
+                    .all(|g| starts.contains(&format!("gpu={g} args=-d -M"))),
+            format!("daemon starts {starts:?}"),
+        )?;
+        c.cancel_all()?;
+        wait_for("every daemon to stop", Duration::from_secs(30), || {
+            (0..4).all(|g| daemons(c, g).is_empty()).then_some(())
+        })?;
+        let again = user_share(c, &bob, 20)?;
+        let gpu = gpu_of(c, again)?;
+        let last = calls(c)
+            .into_iter()
+            .filter(|l| l.contains("args=-d"))
+            .last();
+        ensure(
+            last == Some(format!("gpu={gpu} args=-d -M")),
+            format!("the next daemon started as {last:?}"),
+        )
+    })
 }
 
 /// Runs `f` with `line` added to gpu_mps.conf, restoring it after.

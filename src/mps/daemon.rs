@@ -232,10 +232,12 @@ pub struct Ensured {
 }
 
 /// Makes sure GPU `gpu`'s daemon runs and answers: started if absent,
-/// killed and started anew if dead or hung. `owner` must own the
-/// directories (the prolog's effective uid, root).
-pub fn ensure(cfg: &GpuMpsConfig, gpu: u32, owner: u32) -> Ensured {
-    let (daemon, servers) = match ensure_daemon(cfg, gpu, owner) {
+/// killed and started anew if dead or hung, or if it serves users in the
+/// other mode than `MultiUser=` says and `alone` (the GPU has no share but
+/// the one being served). `owner` must own the directories (the prolog's
+/// effective uid, root).
+pub fn ensure(cfg: &GpuMpsConfig, gpu: u32, owner: u32, alone: bool) -> Ensured {
+    let (daemon, servers) = match ensure_daemon(cfg, gpu, owner, alone) {
         Ok(Found::Running(servers)) => (MpsDaemon::Running, servers),
         Ok(Found::Started) => (MpsDaemon::Started, Some(Vec::new())),
         Err(daemon @ MpsDaemon::Restarted(_)) => (daemon, Some(Vec::new())),
@@ -253,7 +255,12 @@ enum Found {
 }
 
 /// `Err`: restarted, failed or not available.
-fn ensure_daemon(cfg: &GpuMpsConfig, gpu: u32, owner: u32) -> Result<Found, MpsDaemon> {
+fn ensure_daemon(
+    cfg: &GpuMpsConfig,
+    gpu: u32,
+    owner: u32,
+    alone: bool,
+) -> Result<Found, MpsDaemon> {
     let Some(program) = program(cfg) else {
         return Err(MpsDaemon::NotAvailable);
     };
@@ -264,14 +271,30 @@ fn ensure_daemon(cfg: &GpuMpsConfig, gpu: u32, owner: u32) -> Result<Found, MpsD
         }
     }
     let pipe = dir.join("pipe");
-    if recorded_alive(cfg, gpu) {
-        return Ok(Found::Running(None));
-    }
-    let restarted = match probe(cfg, &program, gpu) {
-        Ok(servers) => {
-            record_alive(cfg, gpu, &pipe);
-            return Ok(Found::Running(Some(servers)));
-        }
+    // A daemon in the other mode is restarted where nobody else uses it.
+    let other_mode = |r: AliveRecord| {
+        (alone && r.multi_user != cfg.multi_user).then(|| {
+            let was = if r.multi_user {
+                "several users"
+            } else {
+                "one user"
+            };
+            let _ = stop(cfg, gpu);
+            format!("it served {was} at a time, and MultiUser= says otherwise")
+        })
+    };
+    let found = match alive_record(cfg, gpu) {
+        Some(record) => Ok((Some(record), None)),
+        None => probe(cfg, &program, gpu).map(|servers| {
+            let record = record_alive(cfg, gpu, &pipe);
+            (record, Some(servers))
+        }),
+    };
+    let restarted = match found {
+        Ok((record, servers)) => match record.and_then(other_mode) {
+            Some(why) => Some(why),
+            None => return Ok(Found::Running(servers)),
+        },
         Err(why) => {
             let leftovers = processes(&pipe);
             if leftovers.is_empty() && !pipe.join("control").exists() {
@@ -456,13 +479,16 @@ fn alive_file(gpu: u32) -> String {
 
 /// GPU `gpu`'s control daemon as last seen answering or started: its pid,
 /// its start time (clock ticks since boot, which a reused pid never
-/// repeats) and its control pipe's identity. `<pid> <start> <inode> <ctime
-/// s> <ctime ns>`.
+/// repeats), its control pipe's identity and whether it serves several
+/// users at once (a multi-user option on its command line). `<pid> <start>
+/// <inode> <ctime s> <ctime ns> multi|single`. A record of an older
+/// build (no mode) reads as none: the daemon is probed and recorded anew.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct AliveRecord {
     pid: u32,
     start: u64,
     pipe: (u64, i64, i64),
+    multi_user: bool,
 }
 
 impl AliveRecord {
@@ -476,6 +502,11 @@ impl AliveRecord {
                 w.next()?.parse().ok()?,
                 w.next()?.parse().ok()?,
             ),
+            multi_user: match w.next()? {
+                "multi" => true,
+                "single" => false,
+                _ => return None,
+            },
         };
         w.next().is_none().then_some(record)
     }
@@ -484,8 +515,25 @@ impl AliveRecord {
 impl fmt::Display for AliveRecord {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (ino, s, ns) = self.pipe;
-        writeln!(f, "{} {} {ino} {s} {ns}", self.pid, self.start)
+        let mode = if self.multi_user { "multi" } else { "single" };
+        writeln!(f, "{} {} {ino} {s} {ns} {mode}", self.pid, self.start)
     }
+}
+
+/// Whether process `pid` was started with a multi-user option.
+fn started_multi_user(pid: u32) -> bool {
+    fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+        cmdline
+            .split(|&b| b == 0)
+            .skip(1)
+            .any(|arg| MULTI_USER_FLAGS.iter().any(|f| f.as_bytes() == arg))
+    })
+}
+
+/// Whether GPU `gpu`'s recorded daemon lives and serves several users at
+/// once; `None` where no live daemon is recorded.
+pub fn running_multi_user(cfg: &GpuMpsConfig, gpu: u32) -> Option<bool> {
+    alive_record(cfg, gpu).map(|r| r.multi_user)
 }
 
 /// The start time of process `pid` (`/proc/<pid>/stat` field 22), `None`
@@ -503,11 +551,9 @@ fn process_start(pid: u32) -> Option<u64> {
 
 /// Whether the daemon recorded for GPU `gpu` is still the process it was,
 /// with the control pipe it had.
-fn recorded_alive(cfg: &GpuMpsConfig, gpu: u32) -> bool {
-    let Ok(text) = fs::read_to_string(cfg.state_dir.join(alive_file(gpu))) else {
-        return false;
-    };
-    AliveRecord::parse(&text).is_some_and(|r| {
+fn alive_record(cfg: &GpuMpsConfig, gpu: u32) -> Option<AliveRecord> {
+    let text = fs::read_to_string(cfg.state_dir.join(alive_file(gpu))).ok()?;
+    AliveRecord::parse(&text).filter(|r| {
         pipe_identity(cfg, gpu) == Some(r.pipe) && process_start(r.pid) == Some(r.start)
     })
 }
@@ -515,7 +561,7 @@ fn recorded_alive(cfg: &GpuMpsConfig, gpu: u32) -> bool {
 /// Records the control daemon of `pipe` as alive (one look through
 /// `/proc`, made only when a daemon starts or is first found); nothing when
 /// it cannot be found, so the next share probes again.
-fn record_alive(cfg: &GpuMpsConfig, gpu: u32, pipe: &Path) {
+fn record_alive(cfg: &GpuMpsConfig, gpu: u32, pipe: &Path) -> Option<AliveRecord> {
     forget_alive(cfg, gpu);
     let control = processes(pipe)
         .into_iter()
@@ -525,6 +571,7 @@ fn record_alive(cfg: &GpuMpsConfig, gpu: u32, pipe: &Path) {
             pid,
             start: process_start(pid)?,
             pipe: pipe_identity(cfg, gpu)?,
+            multi_user: started_multi_user(pid),
         })
     });
     if let Some(record) = record {
@@ -535,6 +582,7 @@ fn record_alive(cfg: &GpuMpsConfig, gpu: u32, pipe: &Path) {
             0o600,
         );
     }
+    record
 }
 
 fn forget_alive(cfg: &GpuMpsConfig, gpu: u32) {
@@ -901,14 +949,23 @@ mod tests {
             pid: 4242,
             start: 987_654,
             pipe: (77, 1_700_000_000, 123_456_789),
+            multi_user: true,
         };
         assert_eq!(AliveRecord::parse(&r.to_string()), Some(r));
+        let single = AliveRecord {
+            multi_user: false,
+            ..r
+        };
+        assert_eq!(AliveRecord::parse(&single.to_string()), Some(single));
         for bad in [
             "",
             "4242 987654 77 1",
+            // An older build's record, without the mode: probed anew.
+            "4242 987654 77 1 2",
             "4242 987654 77 1 2 3",
-            "-1 9 77 1 2",
-            "x 9 77 1 2",
+            "4242 987654 77 1 2 multi x",
+            "-1 9 77 1 2 single",
+            "x 9 77 1 2 single",
         ] {
             assert_eq!(AliveRecord::parse(bad), None, "{bad:?}");
         }

@@ -757,6 +757,22 @@ impl Ledger {
         gpu_count: u32,
         units_per_gpu: u32,
     ) -> Result<Outcome<Placed>, LedgerError> {
+        self.place_beside(job, uid, user, units, (gpu_count, units_per_gpu), &[])
+    }
+
+    /// [`Self::place`] on a node where the GPUs `single_user` have a daemon
+    /// that serves one user at a time although the rule says several (it
+    /// started before `MultiUser=yes`): no second user is placed there
+    /// while another GPU can take the share.
+    pub fn place_beside(
+        &self,
+        job: u32,
+        uid: u32,
+        user: &str,
+        units: u32,
+        (gpu_count, units_per_gpu): (u32, u32),
+        single_user: &[u32],
+    ) -> Result<Outcome<Placed>, LedgerError> {
         self.record_share(job, uid, user, units, None, |state| {
             if let Some(lost) = &state.lost {
                 return Err(PlacementError::LoadsUnknown {
@@ -766,7 +782,12 @@ impl Ledger {
             if gpu_count > MAX_GPUS_PER_NODE {
                 return Err(PlacementError::TooManyGpus { gpu_count });
             }
-            let loads = state.gpu_loads_for(gpu_count, uid);
+            let mut loads = state.gpu_loads_for(gpu_count, uid);
+            for &gpu in single_user {
+                if let Some(load) = loads.get_mut(index(gpu)) {
+                    load.single_user_server = true;
+                }
+            }
             let chosen = placement::choose_gpu_for_user(&loads, units_per_gpu, units, self.rule)?;
             u32::try_from(chosen).map_err(|_| PlacementError::TooManyGpus { gpu_count })
         })
@@ -2186,7 +2207,8 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         let err = Ledger::open(&dir, me).err().map(|e| e.to_string());
         assert!(
-            err.as_deref().is_some_and(|e| e.contains("writable by group or others")),
+            err.as_deref()
+                .is_some_and(|e| e.contains("writable by group or others")),
             "{err:?}"
         );
         let fresh = Ledger::open(&run.join("other"), me).err();

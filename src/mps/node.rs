@@ -663,14 +663,23 @@ pub fn prolog(
             );
             return Ok(report);
         }
+        // Daemons started before MultiUser=yes still serve one user each
+        // until their shares end: no second user goes there meanwhile.
+        let single_user: Vec<u32> = if cfg.multi_user {
+            (0..*gpu_count)
+                .filter(|&gpu| daemon::running_multi_user(cfg, gpu) == Some(false))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let place = || {
-            ledger.place(
+            ledger.place_beside(
                 env.job,
                 env.uid,
                 &env.user,
                 units,
-                *gpu_count,
-                cfg.units_per_gpu,
+                (*gpu_count, cfg.units_per_gpu),
+                &single_user,
             )
         };
         let mut placed = place();
@@ -805,14 +814,16 @@ fn serve(
     let share = placed.share;
     let gpu = share.gpu;
     let locked = daemon::with_gpu_lock(&node.cfg, gpu, || -> Result<MpsDaemon, LedgerError> {
+        // Read once, under the lock: the users and limits of the GPU's shares now.
+        let state = node.ledger.snapshot()?.state;
+        let alone = state.shares().all(|s| s.gpu != gpu || s.job == share.job);
         let daemon::Ensured {
             daemon: mps,
             servers,
-        } = daemon::ensure(&node.cfg, gpu, node.owner);
-        // Read once, under the lock: the users and limits of the GPU's shares now.
-        let state = node.ledger.snapshot()?.state;
+        } = daemon::ensure(&node.cfg, gpu, node.owner, alone);
         let others = state.other_users_on(gpu, share.uid);
-        if !others.is_empty() && !node.cfg.multi_user {
+        let multi_user = daemon::running_multi_user(&node.cfg, gpu).unwrap_or(node.cfg.multi_user);
+        if !others.is_empty() && !multi_user {
             report.notes.push(format!(
                 "job {} ({}) shares GPU {gpu} with the MPS server of {}: MPS serves one user \
                  at a time, so the job's CUDA work waits until their clients there have exited",
@@ -949,12 +960,7 @@ pub fn epilog(node: &Node, job: u32) -> Result<EpilogReport, LedgerError> {
 /// transactions publishes (the status copy, the DCGM job mapping) and the
 /// rule its servers follow, so that no writer leaves them behind it.
 pub fn node_ledger(cfg: &GpuMpsConfig, owner: u32, gpu_count: u32) -> Result<Ledger, LedgerError> {
-    let copy = StatusCopy::create(
-        daemon::public_dir(cfg),
-        owner,
-        gpu_count,
-        cfg.units_per_gpu,
-    )?;
+    let copy = StatusCopy::create(daemon::public_dir(cfg), owner, gpu_count, cfg.units_per_gpu)?;
     let mut ledger = Ledger::open(&cfg.state_dir, owner)?
         .with_view(Arc::new(copy))
         .with_server_rule(server_rule(cfg));

@@ -29,6 +29,9 @@ pub struct GpuLoad {
     /// A share of another user than the one being placed is on this GPU
     /// (set by [`super::ledger::LedgerState::gpu_loads_for`] only).
     pub other_user: bool,
+    /// The GPU's MPS daemon serves one user at a time, whatever the rule
+    /// says (started before `MultiUser=yes`, until its shares end).
+    pub single_user_server: bool,
 }
 
 impl GpuLoad {
@@ -282,7 +285,12 @@ pub fn choose_gpu_for_user(
         });
     }
     if rule.multi_user {
-        return among(&open).ok_or(PlacementError::NoGpus);
+        // A daemon still in one-user mode takes no second user while any
+        // other GPU can; where none can, the one-user rule below decides.
+        let serves = |g: &GpuLoad| open(g) && !(g.other_user && g.single_user_server);
+        if let Some(gpu) = among(&serves) {
+            return Ok(gpu);
+        }
     }
     if let Some(gpu) = among(&|g: &GpuLoad| open(g) && !g.other_user) {
         return Ok(gpu);
@@ -402,6 +410,26 @@ mod tests {
                 ..GpuLoad::default()
             },
         ]
+    }
+
+    #[test]
+    fn a_daemon_still_serving_one_user_gets_no_second_one_under_multi_user() {
+        let mut gpus = one_foreign_one_own();
+        let multi = rule(true, false, 48);
+        assert_eq!(choose_gpu_for_user(&gpus, 100, 25, multi), Ok(0));
+        gpus[0].single_user_server = true;
+        assert_eq!(choose_gpu_for_user(&gpus, 100, 25, multi), Ok(1));
+        // Where no other GPU has room, the one-user rule decides: wait
+        // beside the other user, or be refused with OtherUsers=refuse.
+        gpus[1].used_units = 90;
+        assert_eq!(choose_gpu_for_user(&gpus, 100, 25, multi), Ok(0));
+        assert_eq!(
+            choose_gpu_for_user(&gpus, 100, 25, rule(true, true, 48)),
+            Err(PlacementError::OnlyBesideOtherUsers { units: 25 })
+        );
+        // The same user's share is welcome on it.
+        gpus[0].other_user = false;
+        assert_eq!(choose_gpu_for_user(&gpus, 100, 25, multi), Ok(0));
     }
 
     #[test]
@@ -617,6 +645,7 @@ mod tests {
                 held_whole,
                 clients: share_jobs,
                 other_user: false,
+                single_user_server: false,
             })
     }
 

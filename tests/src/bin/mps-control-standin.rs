@@ -43,14 +43,22 @@ fn alive(pid: u32) -> bool {
     })
 }
 
-fn start_daemon(pipe: &Path) -> ExitCode {
+/// Set in the daemon process: it only waits to be killed.
+const DAEMON_MARK: &str = "GPUSHARE_STANDIN_DAEMON";
+
+/// Starts the daemon: this program again, named as NVIDIA's, with the
+/// options it was given (`-d -M`), as the real daemon keeps them on its
+/// command line.
+fn start_daemon(pipe: &Path, args: &[String]) -> ExitCode {
     let control = pipe.join("control");
     if control.exists() {
         return fail("An instance of this daemon is already running");
     }
-    let mut cmd = Command::new("sleep");
+    let program = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("sleep"));
+    let mut cmd = Command::new(program);
     cmd.arg0(NAME)
-        .arg("100000")
+        .args(args)
+        .env(DAEMON_MARK, "1")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
@@ -73,6 +81,11 @@ fn start_daemon(pipe: &Path) -> ExitCode {
 }
 
 fn main() -> ExitCode {
+    if std::env::var_os(DAEMON_MARK).is_some() {
+        loop {
+            std::thread::sleep(Duration::from_secs(100_000));
+        }
+    }
     let here = std::env::current_exe()
         .ok()
         .and_then(|p| p.parent().map(Path::to_path_buf))
@@ -110,7 +123,7 @@ fn main() -> ExitCode {
         std::thread::sleep(Duration::from_secs(1000));
     }
     if args.first().map(String::as_str) == Some("-d") {
-        return start_daemon(&pipe);
+        return start_daemon(&pipe, &args);
     }
     let pid = fs::read_to_string(pipe.join("control"))
         .ok()
