@@ -614,10 +614,7 @@ fn one_user_daemon_kept(c: &mut Cluster) -> TestResult {
         })?;
         let again = user_share(c, &bob, 20)?;
         let gpu = gpu_of(c, again)?;
-        let last = calls(c)
-            .into_iter()
-            .filter(|l| l.contains("args=-d"))
-            .last();
+        let last = calls(c).into_iter().rfind(|l| l.contains("args=-d"));
         ensure(
             last == Some(format!("gpu={gpu} args=-d -M")),
             format!("the next daemon started as {last:?}"),

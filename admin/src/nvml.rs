@@ -66,3 +66,127 @@ pub fn driver_version() -> Option<String> {
         .find(|w| w.chars().next().is_some_and(|c| c.is_ascii_digit()) && w.contains('.'))
         .map(str::to_owned)
 }
+
+/// How long the prolog waits for NVML: a GPU fallen off the bus can hang
+/// it, and the job's start waits meanwhile.
+pub const QUERY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The hidden option that makes a node program print [`gpus`] as
+/// [`facts_text`] and exit: NVML is asked in a process of its own, so a
+/// hung query is killed or left behind, never waited for.
+pub const FACTS_OPTION: &str = "--nvml-facts";
+
+/// The figures the prolog uses, one GPU a line: `<index> <minor>
+/// <memory MiB> <mig on>`, `-` where NVML could not say.
+pub fn facts_text(gpus: &[GpuFacts]) -> String {
+    fn word<T: ToString>(v: Option<T>) -> String {
+        v.map_or_else(|| "-".to_owned(), |v| v.to_string())
+    }
+    gpus.iter()
+        .map(|g| {
+            format!(
+                "{} {} {} {}\n",
+                g.index,
+                word(g.minor),
+                word(g.memory_mib),
+                word(g.mig_enabled.map(u8::from))
+            )
+        })
+        .collect()
+}
+
+/// The GPUs of a [`facts_text`] (`None`: not such a text, e.g. cut short).
+pub fn parse_facts(text: &str) -> Option<Vec<GpuFacts>> {
+    fn word<T: std::str::FromStr>(w: &str) -> Option<Option<T>> {
+        if w == "-" {
+            Some(None)
+        } else {
+            w.parse().ok().map(Some)
+        }
+    }
+    if !text.is_empty() && !text.ends_with('\n') {
+        return None;
+    }
+    text.lines()
+        .map(|line| {
+            let w: Vec<&str> = line.split(' ').collect();
+            let [index, minor, memory, mig] = w.as_slice() else {
+                return None;
+            };
+            Some(GpuFacts {
+                index: index.parse().ok()?,
+                minor: word(minor)?,
+                memory_mib: word(memory)?,
+                mig_enabled: word::<u8>(mig)?.map(|m| m == 1),
+                uuid: None,
+                compute_processes: Vec::new(),
+            })
+        })
+        .collect()
+}
+
+/// What NVML says, asked through `program` [`FACTS_OPTION`] within
+/// `timeout` ([`QUERY_TIMEOUT`]); a hung query is an error that says so.
+pub fn gpus_bounded(
+    program: &std::path::Path,
+    timeout: std::time::Duration,
+) -> Result<Vec<GpuFacts>, String> {
+    let mut cmd = std::process::Command::new(program);
+    cmd.arg(FACTS_OPTION);
+    let ran = gpushare::mps::bounded::run(cmd, None, timeout).map_err(|e| e.to_string())?;
+    if !ran.status.success() {
+        return Err(ran.stderr.trim().to_owned());
+    }
+    parse_facts(&ran.stdout).ok_or_else(|| format!("unreadable NVML figures: {:?}", ran.stdout))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn facts_read_back_and_a_cut_text_does_not() {
+        let gpus = vec![
+            GpuFacts {
+                index: 0,
+                uuid: None,
+                memory_mib: Some(81_559),
+                minor: Some(3),
+                compute_processes: Vec::new(),
+                mig_enabled: Some(true),
+            },
+            GpuFacts {
+                index: 1,
+                uuid: None,
+                memory_mib: None,
+                minor: None,
+                compute_processes: Vec::new(),
+                mig_enabled: None,
+            },
+        ];
+        let text = facts_text(&gpus);
+        assert_eq!(text, "0 3 81559 1\n1 - - -\n");
+        assert_eq!(parse_facts(&text), Some(gpus));
+        assert_eq!(parse_facts(""), Some(Vec::new()));
+        for bad in ["0 3 81559 1", "0 3 81559\n", "0 x 1 1\n", "0 1 1 1 1\n"] {
+            assert_eq!(parse_facts(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_hung_query_is_bounded() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let hung = dir.path().join("hung");
+        std::fs::write(&hung, "#!/bin/sh\nsleep 60\n").unwrap_or_else(|e| panic!("{e}"));
+        let mut perms = std::fs::metadata(&hung)
+            .map(|m| m.permissions())
+            .unwrap_or_else(|e| panic!("{e}"));
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+        std::fs::set_permissions(&hung, perms).unwrap_or_else(|e| panic!("{e}"));
+        let started = std::time::Instant::now();
+        let limit = std::time::Duration::from_millis(300);
+        let err = gpus_bounded(&hung, limit).err().unwrap_or_default();
+        assert!(err.contains("did not finish"), "{err}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    }
+}

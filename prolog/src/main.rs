@@ -16,7 +16,7 @@ use clap::Parser;
 use gpushare::mps::booking::MpsBooking;
 use gpushare::mps::config::MemoryLimit;
 use gpushare::mps::node::{prolog, publish_metrics, running_jobs, PrologOutcome};
-use gpushare::mps::status;
+use gpushare::mps::{state_dir, status};
 use gpushare::shared::locations::beside_slurm_conf;
 use gpushare_admin::node_program::{self, NodeArgs, Program, Started};
 use gpushare_admin::nvml;
@@ -30,6 +30,18 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    if std::env::args().nth(1).as_deref() == Some(nvml::FACTS_OPTION) {
+        return match nvml::gpus() {
+            Ok(gpus) => {
+                print!("{}", nvml::facts_text(&gpus));
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let args = Args::parse();
     // `_in_force` holds the configuration's lock until the share is placed.
     let Started {
@@ -71,7 +83,7 @@ fn main() -> ExitCode {
     let needs_memory =
         node.cfg.memory_limit == MemoryLimit::Proportional && node.cfg.gpu_memory_mib.is_none();
     if env.is_share() && (needs_memory || !node.cfg.mig_shares) {
-        match nvml::gpus() {
+        match gpu_facts(&node.cfg.state_dir) {
             Ok(gpus) => {
                 if needs_memory {
                     // The smallest GPU's: a node's GPUs are one type in
@@ -140,4 +152,42 @@ fn main() -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+/// The node's GPUs as NVML says, asked in a process of its own within
+/// `nvml::QUERY_TIMEOUT` (a GPU fallen off the bus can hang NVML). The
+/// figures are kept in the state directory; where NVML does not answer,
+/// the last ones kept are used, with a warning.
+fn gpu_facts(state_dir: &std::path::Path) -> Result<Vec<nvml::GpuFacts>, String> {
+    const KEPT: &str = "nvml-facts";
+    let kept = state_dir.join(KEPT);
+    let asked = std::env::current_exe()
+        .map_err(|e| format!("cannot find this program to ask NVML: {e}"))
+        .and_then(|exe| nvml::gpus_bounded(&exe, nvml::QUERY_TIMEOUT));
+    match asked {
+        Ok(gpus) => {
+            let text = nvml::facts_text(&gpus);
+            if std::fs::read_to_string(&kept).ok().as_deref() != Some(text.as_str()) {
+                if let Err(e) = state_dir::replace_file(state_dir, KEPT, text.as_bytes(), 0o600) {
+                    log::warn!("NVML's figures not kept: {e}");
+                }
+            }
+            Ok(gpus)
+        }
+        Err(e) => {
+            let last = std::fs::read_to_string(&kept)
+                .ok()
+                .and_then(|t| nvml::parse_facts(&t));
+            match last {
+                Some(gpus) => {
+                    log::warn!(
+                        "NVML: {e}; using the figures it gave last ({})",
+                        kept.display()
+                    );
+                    Ok(gpus)
+                }
+                None => Err(e),
+            }
+        }
+    }
 }

@@ -39,6 +39,9 @@ pub enum RunError {
         program: String,
         source: std::io::Error,
     },
+    /// It wrote more than the caller reads: its answer is refused whole
+    /// rather than read in part.
+    TooLong { program: String, limit: u64 },
 }
 
 impl fmt::Display for RunError {
@@ -51,14 +54,37 @@ impl fmt::Display for RunError {
                 after.as_secs_f32()
             ),
             RunError::Wait { program, source } => write!(f, "waiting for {program}: {source}"),
+            RunError::TooLong { program, limit } => write!(
+                f,
+                "{program} wrote more than {} MiB, more than gpushare reads of it: nothing \
+                 of its answer was used",
+                limit >> 20
+            ),
         }
     }
 }
 
 impl std::error::Error for RunError {}
 
-/// Runs `cmd` with `input` on its stdin, killing it after `timeout`.
-pub fn run(mut cmd: Command, input: Option<&[u8]>, timeout: Duration) -> Result<Ran, RunError> {
+/// What a program run by [`run`] may write to each of its outputs: a
+/// control command's answer is a few lines.
+pub const OUTPUT_LIMIT: u64 = 1 << 20;
+
+/// Runs `cmd` with `input` on its stdin, killing it after `timeout`; an
+/// output over [`OUTPUT_LIMIT`] is an error.
+pub fn run(cmd: Command, input: Option<&[u8]>, timeout: Duration) -> Result<Ran, RunError> {
+    run_limited(cmd, input, timeout, OUTPUT_LIMIT)
+}
+
+/// [`run`] where each output may hold up to `limit` bytes (an answer of
+/// Slurm's about every job of a cluster); more is an error, never a
+/// truncated answer.
+pub fn run_limited(
+    mut cmd: Command,
+    input: Option<&[u8]>,
+    timeout: Duration,
+    limit: u64,
+) -> Result<Ran, RunError> {
     let program = cmd.get_program().to_string_lossy().into_owned();
     let spawn_error = |source| RunError::Spawn {
         program: program.clone(),
@@ -107,6 +133,10 @@ pub fn run(mut cmd: Command, input: Option<&[u8]>, timeout: Duration) -> Result<
             }
         }
     };
+    let too_long = |file: &File| file.metadata().is_ok_and(|m| m.len() > limit);
+    if too_long(&out) || too_long(&err) {
+        return Err(RunError::TooLong { program, limit });
+    }
     Ok(Ran {
         status,
         stdout: read_back(&mut out),
@@ -114,16 +144,24 @@ pub fn run(mut cmd: Command, input: Option<&[u8]>, timeout: Duration) -> Result<
     })
 }
 
+/// Kills `child` and reaps it if it dies at once (within 100 ms); one
+/// stuck in the kernel (a hung driver call ignores SIGKILL until it
+/// returns) is left to be reaped by init, never waited for.
 fn kill(child: &mut Child) {
     let _ = child.kill();
-    let _ = child.wait();
+    for _ in 0..50 {
+        if !matches!(child.try_wait(), Ok(None)) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
 }
 
-/// What the program wrote, at most 1 MiB.
+/// What the program wrote (its size was checked).
 fn read_back(file: &mut File) -> String {
     let mut bytes = Vec::new();
     if file.seek(SeekFrom::Start(0)).is_ok() {
-        let _ = file.take(1 << 20).read_to_end(&mut bytes);
+        let _ = file.read_to_end(&mut bytes);
     }
     String::from_utf8_lossy(&bytes).into_owned()
 }
@@ -179,6 +217,25 @@ mod tests {
         let ran = ran.unwrap_or_else(|e| panic!("{e}"));
         assert!(ran.status.success());
         assert!(started.elapsed() < Duration::from_secs(4));
+    }
+
+    #[test]
+    fn an_answer_over_the_limit_is_refused_whole_never_cut() {
+        let big = "head -c 3000 /dev/zero | tr '\\0' x";
+        let ran = run_limited(sh(big), None, Duration::from_secs(10), 4096);
+        assert_eq!(ran.map(|r| r.stdout.len()).ok(), Some(3000));
+        let error = run_limited(sh(big), None, Duration::from_secs(10), 2048).err();
+        assert!(
+            matches!(error, Some(RunError::TooLong { limit: 2048, .. })),
+            "{error:?}"
+        );
+        let on_stderr = run_limited(
+            sh(&format!("{big} >&2")),
+            None,
+            Duration::from_secs(10),
+            2048,
+        );
+        assert!(matches!(on_stderr, Err(RunError::TooLong { .. })));
     }
 
     #[test]

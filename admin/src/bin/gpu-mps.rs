@@ -361,12 +361,13 @@ fn config(
         .ok()
         .and_then(|e| e.parent()?.parent().map(|p| p.join("libexec/gpushare")))
         .unwrap_or_else(|| PathBuf::from("/usr/local/libexec/gpushare"));
-    let plugin_dir = Command::new("scontrol")
-        .args(["show", "config"])
-        .output()
+    let mut show_config = Command::new("scontrol");
+    show_config.args(["show", "config"]);
+    // Bounded: a slurmctld that does not answer leaves the default.
+    let plugin_dir = bounded::run(show_config, None, Duration::from_secs(10))
         .ok()
         .and_then(|o| {
-            String::from_utf8_lossy(&o.stdout)
+            o.stdout
                 .lines()
                 .find(|l| l.starts_with("PluginDir"))
                 .and_then(|l| l.split('=').nth(1))

@@ -199,22 +199,8 @@ fn main() -> ExitCode {
 
 /// Runs `sacctmgr` and reads its QOS list.
 fn read_database() -> Result<Vec<QosRecord>> {
-    let output = Command::new("sacctmgr")
-        .args(SACCTMGR_ARGS)
-        .output()
-        .context("cannot run sacctmgr (is Slurm's bin directory on PATH?)")?;
-    if !output.status.success() {
-        bail!(
-            "`sacctmgr {}` failed ({}): {}",
-            SACCTMGR_ARGS.join(" "),
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        );
-    }
-    // QOS names and TRES are ASCII; anything else is not output we know.
-    let stdout =
-        String::from_utf8(output.stdout).context("sacctmgr printed text that is not UTF-8")?;
-    Ok(check::parse_sacctmgr(&stdout)?)
+    let text = slurm_output("sacctmgr", &SACCTMGR_ARGS)?;
+    Ok(check::parse_sacctmgr(&text)?)
 }
 
 /// Every association with a GPU entry in its `GrpTRES` (`sacctmgr show
@@ -262,6 +248,10 @@ fn run_check(conf: Option<PathBuf>, json: bool) -> ExitCode {
 /// How long one Slurm command of the audit may take; slurmctld or slurmdbd
 /// not answering must end the audit, not hang a cron job.
 const AUDIT_TIMEOUT: Duration = Duration::from_secs(30);
+/// The most gpu-qos reads of one answer of Slurm's: about 4 million
+/// squeue lines. A larger answer is an error, never read in part (a cut
+/// list would give figures that are low without a word).
+const ANSWER_LIMIT: u64 = 1 << 30;
 
 /// Each command's answer once per run: `usage --explain` explains several
 /// jobs whose reads overlap (the QOS list, the weights, a partition's
@@ -288,7 +278,8 @@ fn slurm_output(program: &str, args: &[impl AsRef<str>]) -> Result<String> {
 fn run_slurm(program: &str, args: &[&str], shown: &str) -> Result<String> {
     let mut cmd = Command::new(program);
     cmd.args(args);
-    let ran = bounded::run(cmd, None, AUDIT_TIMEOUT).with_context(|| format!("`{shown}`"))?;
+    let ran = bounded::run_limited(cmd, None, AUDIT_TIMEOUT, ANSWER_LIMIT)
+        .with_context(|| format!("`{shown}`"))?;
     if !ran.status.success() {
         bail!("`{shown}` failed ({}): {}", ran.status, ran.stderr.trim());
     }
