@@ -73,6 +73,10 @@ fn main() -> ExitCode {
             reload,
         )
         .test(
+            "an_unwritable_metrics_file_is_logged_once_and_reloads_go_on",
+            metrics_file_trouble,
+        )
+        .test(
             "missing_or_invalid_config_stops_slurmctld_with_file_line",
             bad_config_at_init,
         )
@@ -499,6 +503,80 @@ fn reload(c: &mut Cluster) -> TestResult {
         || rejected(c, &["--qos=qos_lafferty", "--gres=gpu:h100:1"]).ok(),
     )
     .map(drop)
+}
+
+/// Installs `text` as gpu_qos.conf and waits until slurmctld logs that it
+/// put it in force (one more `reloaded` line than before).
+fn install_and_wait(c: &Cluster, text: &str) -> TestResult {
+    let reloads = |c: &Cluster| {
+        c.log("slurmctld")
+            .matches("job_submit/gpu_qos: reloaded")
+            .count()
+    };
+    let before = reloads(c);
+    install_conf(c, text)?;
+    wait_for(
+        "the edit to be put in force",
+        Duration::from_secs(20),
+        || (reloads(c) > before).then_some(()),
+    )
+    .map(drop)
+}
+
+/// `MetricsFile=` in a directory that does not exist: the error is logged
+/// once, however many times the writer tries again, while the edits of
+/// the policy are still put in force; once the directory is there, the
+/// next edit makes the writer try at once, the file is written (mode
+/// 0644 whatever slurmctld's umask) and the log says so.
+fn metrics_file_trouble(c: &mut Cluster) -> TestResult {
+    let dir = c.dir.join("metrics-later");
+    let file = dir.join("gpushare_job_submit.prom");
+    let with_file = format!("{EXAMPLE_GPU_QOS_CONF}MetricsFile={}\n", file.display());
+    let errors = |c: &Cluster| {
+        c.log("slurmctld")
+            .lines()
+            .filter(|l| l.contains("MetricsFile:") && l.contains("metrics-later"))
+            .count()
+    };
+    install_and_wait(c, &with_file)?;
+    // A decision to publish.
+    rejected(c, &["--qos=qos_lafferty", "--gres=gpu:1"])?;
+    wait_for(
+        "the write error to be logged",
+        Duration::from_secs(20),
+        || (errors(c) > 0).then_some(()),
+    )?;
+    // Three more edits, each tried again at once: nothing new to log.
+    for n in 0..3 {
+        install_and_wait(c, &format!("{with_file}# edit {n}\n"))?;
+    }
+    let logged = errors(c);
+    let result = ensure(
+        logged == 1,
+        format!("the same MetricsFile error was logged {logged} times"),
+    )
+    .and_then(|()| {
+        fs::create_dir(&dir).map_err(|e| e.to_string())?;
+        install_and_wait(c, &format!("{with_file}# fixed\n"))?;
+        wait_for("the metrics file", Duration::from_secs(20), || {
+            fs::metadata(&file).ok()
+        })
+        .and_then(|meta| {
+            let mode = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777;
+            ensure(
+                mode == 0o644,
+                format!("{} has mode {mode:o}", file.display()),
+            )
+        })?;
+        wait_for(
+            "word that it is written again",
+            Duration::from_secs(20),
+            || c.log("slurmctld").contains("written again").then_some(()),
+        )
+        .map(drop)
+    });
+    install_conf(c, EXAMPLE_GPU_QOS_CONF)?;
+    result
 }
 
 fn bad_config_at_init(c: &mut Cluster) -> TestResult {

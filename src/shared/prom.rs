@@ -62,6 +62,10 @@ pub fn write_file(path: &Path, text: &str) -> Result<(), String> {
         .custom_flags(libc::O_NOFOLLOW)
         .open(&temp)
         .map_err(|e| fail("create", &temp, e))?;
+    // Set on the open file: the writer's umask (slurmctld's, a timer's)
+    // must not keep node_exporter from reading it.
+    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))
+        .map_err(|e| fail("set the mode of", &temp, e))?;
     file.write_all(text.as_bytes())
         .map_err(|e| fail("write", &temp, e))?;
     drop(file);

@@ -62,7 +62,37 @@ slurm_plugin::export! {
         on_panic SLURM_ERROR => modify;
 }
 
+/// Keeps this library mapped for the life of slurmctld (`RTLD_NODELETE`):
+/// a thread left behind at `fini()` (a metrics write stuck on a hung
+/// filesystem, see `policy_state`) must never return into code that
+/// `dlclose` unmapped. Whether it could be pinned.
+pub(crate) fn pin_library() -> bool {
+    // SAFETY: Dl_info is plain data; all-zero is a valid value.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    let here = pin_library as *const c_void;
+    // SAFETY: dladdr only reads the address and fills `info`.
+    if unsafe { libc::dladdr(here, &mut info) } == 0 || info.dli_fname.is_null() {
+        return false;
+    }
+    // SAFETY: a NUL-terminated path from dladdr; RTLD_NOLOAD only takes
+    // another reference to the library already loaded, never loads one.
+    // The reference is kept on purpose: it is what keeps the library.
+    let handle = unsafe {
+        libc::dlopen(
+            info.dli_fname,
+            libc::RTLD_NOW | libc::RTLD_NOLOAD | libc::RTLD_NODELETE,
+        )
+    };
+    !handle.is_null()
+}
+
 fn plugin_init() -> c_int {
+    if !pin_library() {
+        log::info(&format!(
+            "{PLUGIN}: cannot pin the library in memory; a MetricsFile write stuck at \
+             shutdown may crash slurmctld as it unloads plugins"
+        ));
+    }
     log::info(&format!(
         "{PLUGIN}: loaded (gpushare {}, built for Slurm {}){}",
         env!("CARGO_PKG_VERSION"),

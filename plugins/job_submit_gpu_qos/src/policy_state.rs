@@ -8,9 +8,12 @@
 //! the thread before slurmctld unloads the library (a thread left running
 //! code from an unloaded library would crash the daemon).
 //!
-//! The same thread publishes the decision counters ([`decisions`]) to
+//! A thread of its own publishes the decision counters ([`decisions`]) to
 //! `MetricsFile=` of gpu_qos.conf when they changed, and once more at
-//! `fini()`: the submit path only adds to an atomic.
+//! `fini()`: the submit path only adds to an atomic. A file that cannot be
+//! written is logged once per distinct error and tried less and less
+//! often; a write stuck on a hung filesystem holds up neither reloads nor
+//! `fini()`.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,20 +46,130 @@ pub fn decisions() -> &'static DecisionCounts {
     &DECISIONS
 }
 
-/// Writes the counters to the policy's `MetricsFile=` when they changed
-/// since `last` (the total written last; `None`: never written).
-fn publish_decisions(cfg: &GpuQosConfig, last: &mut Option<u64>) {
-    let Some(path) = cfg.metrics_file() else {
-        return;
+/// The longest pause between two tries of a `MetricsFile=` that cannot
+/// be written.
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// How long `fini()` waits for a write in progress: one stuck on a hung
+/// filesystem is left behind (the library stays mapped, see
+/// [`crate::pin_library`]) rather than holding up slurmctld's shutdown.
+const WRITER_STOP_WAIT: Duration = Duration::from_secs(2);
+
+/// What the metrics writer knows between tries: what it wrote last, and
+/// while writes fail, the error it logged and when to try again.
+#[derive(Debug, Default)]
+struct MetricsWriter {
+    /// The decision total last written, and to which file.
+    written: Option<(u64, PathBuf)>,
+    /// The error logged last; a try that fails the same way is not
+    /// logged again.
+    failing: Option<String>,
+    /// While failing: the pause before the next try, doubling up to
+    /// [`MAX_BACKOFF`], and the tries skipped until then.
+    backoff: Duration,
+    skip: u32,
+    /// The reloads counted at the last try: an edit of gpu_qos.conf (a
+    /// new MetricsFile=, a directory made) is tried at once.
+    reloads: u64,
+}
+
+/// What one tick of the metrics writer does.
+#[derive(Debug, PartialEq, Eq)]
+enum Tick {
+    Nothing,
+    Write(PathBuf),
+}
+
+impl MetricsWriter {
+    /// Whether to write `total` to `path` now (`interval` apart).
+    fn tick(&mut self, path: Option<&Path>, total: u64, reloads: u64) -> Tick {
+        let Some(path) = path else {
+            return Tick::Nothing;
+        };
+        let edited = std::mem::replace(&mut self.reloads, reloads) != reloads;
+        if edited {
+            self.skip = 0;
+        }
+        if self.skip > 0 {
+            self.skip -= 1;
+            return Tick::Nothing;
+        }
+        let current = self
+            .written
+            .as_ref()
+            .is_some_and(|(t, p)| *t == total && p == path);
+        if current {
+            Tick::Nothing
+        } else {
+            Tick::Write(path.to_path_buf())
+        }
+    }
+
+    /// After a try of `path` at `total`; the line to log, if any: each
+    /// distinct error once, and the first success after errors.
+    fn tried(
+        &mut self,
+        path: &Path,
+        total: u64,
+        outcome: Result<(), String>,
+        interval: Duration,
+    ) -> Option<String> {
+        match outcome {
+            Ok(()) => {
+                self.written = Some((total, path.to_path_buf()));
+                self.backoff = Duration::ZERO;
+                self.skip = 0;
+                self.failing
+                    .take()
+                    .map(|_| format!("{PLUGIN}: MetricsFile {} written again", path.display()))
+            }
+            Err(e) => {
+                self.backoff = (self.backoff * 2).clamp(interval * 2, MAX_BACKOFF);
+                let ticks = self.backoff.as_millis() / interval.as_millis().max(1);
+                self.skip = u32::try_from(ticks.saturating_sub(1)).unwrap_or(u32::MAX);
+                let repeated = self.failing.as_deref() == Some(e.as_str());
+                self.failing = Some(e.clone());
+                (!repeated).then(|| {
+                    format!(
+                        "{PLUGIN}: MetricsFile: {e} (tried again less and less often, up to \
+                         every {} s; logged again only if the error changes)",
+                        MAX_BACKOFF.as_secs()
+                    )
+                })
+            }
+        }
+    }
+}
+
+/// The metrics writer's thread: every `interval`, the decision counters
+/// to the policy's `MetricsFile=` when they changed. Its own thread, so
+/// a write stuck on a hung filesystem holds up neither the reloads nor
+/// slurmctld (see [`WRITER_STOP_WAIT`]).
+fn write_metrics(current: &Current<GpuQosConfig>, stop: &StopSignal, interval: Duration) {
+    let mut writer = MetricsWriter::default();
+    let mut once = || {
+        guard("job_submit/gpu_qos: metrics", (), || {
+            let total = DECISIONS.total();
+            let policy = current.get();
+            if let Tick::Write(path) = writer.tick(policy.metrics_file(), total, reloads()) {
+                let outcome = prom::write_file(&path, &DECISIONS.render());
+                let failed = outcome.is_err();
+                if let Some(line) = writer.tried(&path, total, outcome, interval) {
+                    if failed {
+                        log::error(&line);
+                    } else {
+                        log::info(&line);
+                    }
+                }
+            }
+        })
     };
-    let total = DECISIONS.total();
-    if *last == Some(total) {
-        return;
+    once();
+    while !stop.wait(interval) {
+        once();
     }
-    match prom::write_file(path, &DECISIONS.render()) {
-        Ok(()) => *last = Some(total),
-        Err(e) => log::error(&format!("{PLUGIN}: MetricsFile: {e}")),
-    }
+    // The last decisions before fini.
+    once();
 }
 
 /// How many edits of the file have been put in force since load.
@@ -108,6 +221,15 @@ struct Running {
     current: Arc<Current<GpuQosConfig>>,
     stop: Arc<StopSignal>,
     watcher: Option<JoinHandle<()>>,
+    writer_stop: Arc<StopSignal>,
+    /// The metrics thread, and word that it has ended.
+    writer: Option<(JoinHandle<()>, Mutex<std::sync::mpsc::Receiver<()>>)>,
+}
+
+/// "N rules" for the log (a rule may name QOS, partitions or accounts).
+fn rules_text(cfg: &GpuQosConfig) -> String {
+    let n = cfg.rules().len();
+    format!("{n} rule{}", if n == 1 { "" } else { "s" })
 }
 
 static RUNNING: RwLock<Option<Running>> = RwLock::new(None);
@@ -122,20 +244,12 @@ pub fn start(path: &Path) -> Result<(), String> {
     stop();
     let mut file = WatchedFile::load(path, config::parse).map_err(|e| e.to_string())?;
     let current = file.current();
-    let rules = current.get().rules().len();
     let stop = Arc::new(StopSignal::default());
     let interval = poll_interval();
     let thread_stop = Arc::clone(&stop);
     let watcher = std::thread::Builder::new()
         .name("gpu_qos-reload".into())
         .spawn(move || {
-            let mut written = None;
-            let publish = |file: &WatchedFile<GpuQosConfig>, written: &mut Option<u64>| {
-                guard("job_submit/gpu_qos: metrics", (), || {
-                    publish_decisions(&file.current().get(), written)
-                })
-            };
-            publish(&file, &mut written);
             while !thread_stop.wait(interval) {
                 // A panic here must not unwind out of a thread slurmctld
                 // never joins; log it and keep watching.
@@ -144,27 +258,40 @@ pub fn start(path: &Path) -> Result<(), String> {
                     PollOutcome::Reloaded => {
                         RELOADS.fetch_add(1, Ordering::Relaxed);
                         log::info(&format!(
-                            "{PLUGIN}: reloaded {} ({} QOS rules)",
+                            "{PLUGIN}: reloaded {} ({})",
                             file.path().display(),
-                            file.current().get().rules().len()
+                            rules_text(&file.current().get())
                         ))
                     }
                     PollOutcome::Rejected(why) => log::error(&format!("{PLUGIN}: {why}")),
                 });
-                publish(&file, &mut written);
             }
-            // The last decisions before fini.
-            publish(&file, &mut written);
         })
         .map_err(|e| format!("cannot start the reload thread: {e}"))?;
+    let writer_stop = Arc::new(StopSignal::default());
+    let (done_tx, done) = std::sync::mpsc::channel();
+    let writer = {
+        let current = Arc::clone(&current);
+        let stop = Arc::clone(&writer_stop);
+        std::thread::Builder::new()
+            .name("gpu_qos-metrics".into())
+            .spawn(move || {
+                write_metrics(&current, &stop, interval);
+                let _ = done_tx.send(());
+            })
+            .map_err(|e| format!("cannot start the metrics thread: {e}"))?
+    };
     log::info(&format!(
-        "{PLUGIN}: policy from {} ({rules} QOS rules)",
-        path.display()
+        "{PLUGIN}: policy from {} ({})",
+        path.display(),
+        rules_text(&current.get())
     ));
     *RUNNING.write().unwrap_or_else(PoisonError::into_inner) = Some(Running {
         current,
         stop,
         watcher: Some(watcher),
+        writer_stop,
+        writer: Some((writer, Mutex::new(done))),
     });
     Ok(())
 }
@@ -177,8 +304,26 @@ pub fn stop() {
         .take();
     if let Some(mut r) = running {
         r.stop.request();
+        r.writer_stop.request();
         if let Some(h) = r.watcher.take() {
             let _ = h.join();
+        }
+        if let Some((h, done)) = r.writer.take() {
+            // A write stuck on a hung filesystem is left behind.
+            let ended = done
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .recv_timeout(WRITER_STOP_WAIT)
+                .is_ok();
+            if ended {
+                let _ = h.join();
+            } else {
+                log::error(&format!(
+                    "{PLUGIN}: the MetricsFile write did not end within {} s (a hung \
+                     filesystem?): left behind",
+                    WRITER_STOP_WAIT.as_secs()
+                ));
+            }
         }
     }
 }
@@ -190,4 +335,59 @@ pub fn policy() -> Option<Arc<GpuQosConfig>> {
         .unwrap_or_else(PoisonError::into_inner)
         .as_ref()
         .map(|r| r.current.get())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TICK: Duration = Duration::from_secs(2);
+
+    fn failing(w: &mut MetricsWriter, path: &Path, total: u64, e: &str) -> Option<String> {
+        w.tried(path, total, Err(e.to_owned()), TICK)
+    }
+
+    #[test]
+    fn an_unwritable_file_is_logged_once_per_error_and_tried_less_and_less() {
+        let path = Path::new("/nowhere/qos.prom");
+        let mut w = MetricsWriter::default();
+        let mut tries = Vec::new();
+        let mut logged = Vec::new();
+        for tick in 0..200u32 {
+            if let Tick::Write(p) = w.tick(Some(path), 5, 0) {
+                tries.push(tick);
+                // The error changes once, at the fourth try.
+                let e = if tries.len() < 4 { "ENOENT" } else { "EACCES" };
+                logged.extend(failing(&mut w, &p, 5, e));
+            }
+        }
+        assert_eq!(logged.len(), 2, "{logged:?}");
+        assert!(logged[0].contains("ENOENT") && logged[1].contains("EACCES"));
+        // Every 2nd, 4th, 8th ... tick, then every 150th (300 s of 2 s).
+        let gaps: Vec<u32> = tries.windows(2).map(|p| p[1] - p[0]).collect();
+        assert_eq!(&gaps[..6], &[2, 4, 8, 16, 32, 64]);
+        assert!(gaps[6..].iter().all(|&g| g == 150), "{gaps:?}");
+    }
+
+    #[test]
+    fn an_edit_of_the_policy_is_tried_at_once_and_success_is_told() {
+        let path = Path::new("/var/lib/node_exporter/qos.prom");
+        let mut w = MetricsWriter::default();
+        assert_eq!(w.tick(Some(path), 1, 0), Tick::Write(path.into()));
+        assert!(failing(&mut w, path, 1, "ENOENT").is_some());
+        assert_eq!(w.tick(Some(path), 1, 0), Tick::Nothing);
+        // The admin fixed gpu_qos.conf: tried at the next tick.
+        assert_eq!(w.tick(Some(path), 1, 1), Tick::Write(path.into()));
+        let told = w.tried(path, 1, Ok(()), TICK);
+        assert!(told.is_some_and(|t| t.contains("written again")));
+        // Written and unchanged: nothing; a new decision: written.
+        assert_eq!(w.tick(Some(path), 1, 1), Tick::Nothing);
+        assert_eq!(w.tick(Some(path), 2, 1), Tick::Write(path.into()));
+        assert_eq!(w.tried(path, 2, Ok(()), TICK), None);
+        // No MetricsFile=: nothing, ever.
+        assert_eq!(w.tick(None, 3, 1), Tick::Nothing);
+        // Another file, same figures: written there too.
+        let other = Path::new("/run/qos.prom");
+        assert_eq!(w.tick(Some(other), 2, 2), Tick::Write(other.into()));
+    }
 }
