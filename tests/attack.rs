@@ -45,6 +45,14 @@ fn main() -> ExitCode {
             "a_hung_mps_control_program_does_not_hang_the_job",
             hung_control,
         )
+        .test(
+            "a_users_fake_mps_daemons_are_never_trusted_nor_killed",
+            fake_daemons,
+        )
+        .test(
+            "private_data_keeps_who_runs_what_from_other_users",
+            private_data,
+        )
         .run()
 }
 
@@ -354,7 +362,8 @@ fn gpu_mps_conf(c: &Cluster) -> PathBuf {
     c.slurm_conf().with_file_name("gpu_mps.conf")
 }
 
-/// Runs `f` with gpu_mps.conf's `key` line replaced by `line`, restoring it (and
+/// Runs `f` with gpu_mps.conf's `key` line replaced by `line` (added if it
+/// has none), restoring it (and
 /// resuming the node if the test drained it) whatever happens.
 fn with_conf(
     c: &mut Cluster,
@@ -364,7 +373,7 @@ fn with_conf(
 ) -> TestResult {
     let path = gpu_mps_conf(c);
     let original = fs::read_to_string(&path).map_err(|e| e.to_string())?;
-    let edited: String = original
+    let mut edited: String = original
         .lines()
         .map(|l| {
             if l.starts_with(&format!("{key}=")) {
@@ -375,6 +384,9 @@ fn with_conf(
         })
         .map(|l| format!("{l}\n"))
         .collect();
+    if !original.lines().any(|l| l.starts_with(&format!("{key}="))) {
+        edited.push_str(&format!("{line}\n"));
+    }
     testcluster::replace_conf(&path, &edited)?;
     let result = f(c);
     // The last job's epilog reads the edited file: every job ends first.
@@ -566,6 +578,183 @@ fn hung_control(c: &mut Cluster) -> TestResult {
             log.lines()
                 .any(|l| l.contains("gpu-mps-prolog") && l.contains("did not finish within")),
             format!("syslog lacks the killed control program:\n{log}"),
+        )
+    })
+}
+
+/// The pipe directory of GPU `gpu`'s MPS daemon.
+fn pipe(c: &Cluster, gpu: u32) -> PathBuf {
+    c.dir.join(format!("run/gpu-mps-mps/gpu{gpu}/pipe"))
+}
+
+/// `gpu=N args=-d...` lines of the stand-in's log: daemons started.
+fn daemon_starts(bin: &Path) -> usize {
+    fs::read_to_string(bin.join("standin.log"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(" args=-d"))
+        .count()
+}
+
+/// mallory runs a job that starts, on every GPU, a process named as
+/// NVIDIA's control daemon with that GPU's pipe variable, and more of
+/// them in a loop. Root's daemons (the stand-in) start for four shares;
+/// each is then killed, and the next share finds its GPU's daemon dead
+/// and starts one (had a fake been taken for the daemon, it would not).
+/// The epilogs stop root's daemons and leave mallory's processes alive.
+fn fake_daemons(c: &mut Cluster) -> TestResult {
+    let bin = c.dir.join("mps-bin-attack");
+    let program = testcluster::standin::install(&bin)?;
+    fs::write(bin.join("standin.log"), "").map_err(|e| e.to_string())?;
+    let mallory = TestUser::create(c, "gpushare-mallory")?;
+    let stop = mallory.home.join("stop");
+    let _ = fs::remove_file(&stop);
+    let pipes: Vec<String> = (0..4).map(|g| pipe(c, g).display().to_string()).collect();
+    let fake = "bash -c 'exec -a nvidia-cuda-mps-control sleep 1000' >/dev/null 2>&1";
+    let script = format!(
+        "#!/bin/bash\n\
+         pids=\n\
+         for p in {pipes}; do CUDA_MPS_PIPE_DIRECTORY=$p {fake} & pids=\"$pids $!\"; done\n\
+         echo STARTED\n\
+         until [ -e {stop} ]; do\n\
+           for p in {pipes}; do (CUDA_MPS_PIPE_DIRECTORY=$p timeout 2 bash -c 'exec -a nvidia-cuda-mps-control sleep 5' >/dev/null 2>&1 &); done\n\
+           sleep 0.5\n\
+         done\n\
+         alive=0; for pid in $pids; do kill -0 $pid 2>/dev/null && alive=$((alive+1)); done\n\
+         echo ALIVE=$alive\n\
+         kill $pids\n",
+        pipes = pipes.join(" "),
+        stop = stop.display(),
+    );
+    let script_path = mallory.home.join("fakes.sh");
+    fs::write(&script_path, script).map_err(|e| e.to_string())?;
+    let line = format!("MPSControl={}", program.display());
+    with_conf(c, "MPSControl", &line, |c| {
+        let out = mallory.home.join("fakes.out");
+        let job = mallory.sbatch(
+            c,
+            &[
+                &format!("--output={}", out.display()),
+                "--time=10",
+                &script_path.to_string_lossy(),
+            ],
+        )?;
+        let output = || fs::read_to_string(&out).unwrap_or_default();
+        wait_for("mallory's fakes", Duration::from_secs(60), || {
+            output().contains("STARTED").then_some(())
+        })?;
+        let share = |c: &Cluster| c.sbatch_ok(&["--gres=mps:25", "--wrap=sleep 300"]);
+        let ids: Vec<u32> = (0..4).map(|_| share(c)).collect::<Result<_, _>>()?;
+        for &id in &ids {
+            c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
+        }
+        wait_for("four daemons", Duration::from_secs(30), || {
+            (daemon_starts(&bin) == 4).then_some(())
+        })?;
+        // Root kills every daemon of root's.
+        let daemons: Vec<u32> = (0..4)
+            .flat_map(|g| gpushare::mps::daemon::processes(&pipe(c, g)))
+            .collect();
+        ensure(!daemons.is_empty(), "no daemon of root's found")?;
+        for pid in &daemons {
+            let _ = c.run("kill", &["-KILL", &pid.to_string()]);
+        }
+        let fifth = share(c)?;
+        c.wait_job_state(fifth, &["RUNNING"], Duration::from_secs(60))?;
+        wait_for("the fifth share's start", Duration::from_secs(30), || {
+            ledger(c).share(fifth).map(drop)
+        })?;
+        let starts = daemon_starts(&bin);
+        ensure(
+            starts == 5,
+            format!(
+                "{starts} daemon starts: the fifth share's GPU had a dead daemon, taken for alive"
+            ),
+        )?;
+        c.run_ok("scancel", &["--user=root"])?;
+        for id in ids.iter().chain([&fifth]) {
+            c.wait_job_done(*id, Duration::from_secs(60))?;
+        }
+        // The epilogs have stopped root's daemons: none of root's is left.
+        wait_for("root's daemons to stop", Duration::from_secs(30), || {
+            (0..4)
+                .all(|g| gpushare::mps::daemon::processes(&pipe(c, g)).is_empty())
+                .then_some(())
+        })?;
+        fs::write(&stop, "").map_err(|e| e.to_string())?;
+        c.wait_job_done(job, Duration::from_secs(60))?;
+        ensure(
+            output().contains("ALIVE=4"),
+            format!("root killed mallory's processes: {}", output()),
+        )
+    })
+}
+
+/// `PrivateData=yes` in gpu_mps.conf: a user reading the node's status
+/// is told it is private, the status copy and DCGM files are root's, and
+/// the metrics name no user; with `no`, a user sees root's share.
+fn private_data(c: &mut Cluster) -> TestResult {
+    let eve = TestUser::create(c, "gpushare-eve")?;
+    let bin = testcluster::cluster::build_dir()?.join("gpu-mps");
+    let conf = gpu_mps_conf(c);
+    let status_as_eve = |c: &Cluster| {
+        eve.run(
+            c,
+            None,
+            &bin.to_string_lossy(),
+            &["status", "--conf", &conf.to_string_lossy()],
+        )
+    };
+    let copy = c.dir.join("run/gpu-mps-mps/state");
+    let metrics = |c: &Cluster| {
+        c.run_ok(
+            &bin.to_string_lossy(),
+            &["metrics", "--conf", &conf.to_string_lossy()],
+        )
+    };
+    with_conf(c, "PrivateData", "PrivateData=no", |c| {
+        let id = c.sbatch_ok(&["--gres=mps:25", "--wrap=sleep 300"])?;
+        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
+        wait_for("the share", Duration::from_secs(30), || {
+            ledger(c).share(id).map(drop)
+        })?;
+        let shown = status_as_eve(c)?;
+        ensure(
+            shown.status.success()
+                && String::from_utf8_lossy(&shown.stdout).contains(&format!("{id}(root:25)")),
+            format!("PrivateData=no: eve sees {shown:?}"),
+        )?;
+        ensure(
+            metrics(c)?.contains("user=\"root\""),
+            "PrivateData=no: no user label",
+        )
+    })?;
+    with_conf(c, "PrivateData", "PrivateData=yes", |c| {
+        let id = c.sbatch_ok(&["--gres=mps:25", "--wrap=sleep 300"])?;
+        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
+        wait_for("the share", Duration::from_secs(30), || {
+            ledger(c).share(id).map(drop)
+        })?;
+        let hidden = status_as_eve(c)?;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&hidden.stdout),
+            String::from_utf8_lossy(&hidden.stderr)
+        );
+        ensure(
+            !hidden.status.success()
+                && text.contains("PrivateData")
+                && !text.contains(&id.to_string()),
+            format!("PrivateData=yes: eve sees {text}"),
+        )?;
+        let mode = fs::metadata(&copy)
+            .map(|m| m.mode() & 0o777)
+            .map_err(|e| e.to_string())?;
+        ensure(mode == 0o600, format!("the status copy has mode {mode:o}"))?;
+        let text = metrics(c)?;
+        ensure(
+            text.contains(&format!("job=\"{id}\"")) && !text.contains("user="),
+            format!("PrivateData=yes: metrics name a user:\n{text}"),
         )
     })
 }

@@ -98,6 +98,50 @@ pub enum OtherUsers {
     Refuse,
 }
 
+/// Whether the node's files show who runs what (`PrivateData=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PrivateData {
+    /// As Slurm's own `PrivateData` in slurm.conf: hidden where it hides
+    /// jobs or users.
+    #[default]
+    Auto,
+    /// Hidden: the status copy and the DCGM job mapping readable by root
+    /// only, no user label in the metrics.
+    Yes,
+    /// Shown to everyone on the node (and, through node_exporter, to
+    /// whoever reads its metrics).
+    No,
+}
+
+/// Whether slurm.conf's text (`slurm_conf`) hides jobs or users from
+/// other users: a `PrivateData=` naming `jobs`, `users` or `all`.
+pub fn slurm_hides_users(slurm_conf: &str) -> bool {
+    slurm_conf
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or_default().trim())
+        .filter_map(|l| l.split_once('='))
+        .filter(|(k, _)| k.trim().eq_ignore_ascii_case("PrivateData"))
+        .flat_map(|(_, v)| v.split(','))
+        .any(|w| {
+            ["jobs", "users", "all"]
+                .iter()
+                .any(|h| w.trim().eq_ignore_ascii_case(h))
+        })
+}
+
+impl GpuMpsConfig {
+    /// Whether this node keeps who runs what to root: `PrivateData=yes`,
+    /// or `auto` where `slurm_conf` (slurm.conf's text, if readable) hides
+    /// jobs or users.
+    pub fn hides_users(&self, slurm_conf: Option<&str>) -> bool {
+        match self.private_data {
+            PrivateData::Yes => true,
+            PrivateData::No => false,
+            PrivateData::Auto => slurm_conf.is_some_and(slurm_hides_users),
+        }
+    }
+}
+
 /// The parsed file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpuMpsConfig {
@@ -126,6 +170,7 @@ pub struct GpuMpsConfig {
     /// `MIGShares=allow`: place shares on GPUs with MIG enabled (the
     /// default, `refuse`, refuses every share while a listed GPU has MIG on).
     pub mig_shares: bool,
+    pub private_data: PrivateData,
 }
 
 impl Default for GpuMpsConfig {
@@ -146,6 +191,7 @@ impl Default for GpuMpsConfig {
             metrics_file: None,
             dcgm_job_mapping_dir: None,
             mig_shares: false,
+            private_data: PrivateData::Auto,
         }
     }
 }
@@ -168,10 +214,11 @@ enum Key {
     MetricsFile,
     DcgmJobMappingDir,
     MigShares,
+    PrivateData,
 }
 
 impl Key {
-    const ALL: [Key; 15] = [
+    const ALL: [Key; 16] = [
         Key::UnitsPerGpu,
         Key::GpuDevices,
         Key::StateDir,
@@ -187,6 +234,7 @@ impl Key {
         Key::MetricsFile,
         Key::DcgmJobMappingDir,
         Key::MigShares,
+        Key::PrivateData,
     ];
 
     /// The canonical spelling, used in messages.
@@ -207,6 +255,7 @@ impl Key {
             Key::MetricsFile => "MetricsFile",
             Key::DcgmJobMappingDir => "DCGMJobMappingDir",
             Key::MigShares => "MIGShares",
+            Key::PrivateData => "PrivateData",
         }
     }
 
@@ -307,6 +356,18 @@ impl Key {
                     _ => {
                         return Err(format!(
                             "MIGShares must be refuse or allow, got \"{value}\""
+                        ))
+                    }
+                };
+            }
+            Key::PrivateData => {
+                cfg.private_data = match value.to_ascii_lowercase().as_str() {
+                    "auto" => PrivateData::Auto,
+                    "yes" | "true" | "1" => PrivateData::Yes,
+                    "no" | "false" | "0" => PrivateData::No,
+                    _ => {
+                        return Err(format!(
+                            "PrivateData must be auto, yes or no, got \"{value}\""
                         ))
                     }
                 };
@@ -521,6 +582,28 @@ impl GpuMpsConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn private_data_follows_slurm_unless_set() {
+        let hides = "ClusterName=x\nPrivateData=usage,Jobs # who runs what\n";
+        let shows = "ClusterName=x\nPrivateData=usage,accounts\n#PrivateData=jobs\n";
+        assert!(slurm_hides_users(hides));
+        assert!(slurm_hides_users("privatedata = users\n"));
+        assert!(slurm_hides_users("PrivateData=all\n"));
+        assert!(!slurm_hides_users(shows));
+        assert!(!slurm_hides_users(""));
+        let auto = GpuMpsConfig::default();
+        assert!(auto.hides_users(Some(hides)));
+        assert!(!auto.hides_users(Some(shows)) && !auto.hides_users(None));
+        let yes = parse("PrivateData=yes\n", "gpu_mps.conf").unwrap_or_else(|e| panic!("{e}"));
+        assert!(yes.hides_users(None) && yes.hides_users(Some(shows)));
+        let no = parse("PrivateData=no\n", "gpu_mps.conf").unwrap_or_else(|e| panic!("{e}"));
+        assert!(!no.hides_users(Some(hides)));
+        let bad = parse("PrivateData=maybe\n", "gpu_mps.conf")
+            .err()
+            .map(|e| e.to_string());
+        assert!(bad.is_some_and(|e| e.contains("gpu_mps.conf:1") && e.contains("auto, yes or no")));
+    }
 
     #[test]
     fn full_file_parses() {

@@ -20,6 +20,7 @@
 
 use std::collections::BTreeSet;
 use std::fs;
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
 use super::devices::CharDevice;
@@ -32,6 +33,8 @@ pub struct JobMapping {
     dir: PathBuf,
     owner: u32,
     names: Vec<String>,
+    /// Its files' mode.
+    mode: u32,
 }
 
 impl JobMapping {
@@ -46,7 +49,21 @@ impl JobMapping {
 
     /// A mapping with the given file names (GPU i's is `names[i]`).
     pub fn with_names(dir: PathBuf, owner: u32, names: Vec<String>) -> Self {
-        Self { dir, owner, names }
+        Self {
+            dir,
+            owner,
+            names,
+            mode: 0o644,
+        }
+    }
+
+    /// The same, its files readable by root only where `private`
+    /// (`PrivateData`; dcgm-exporter runs as root).
+    pub fn private(self, private: bool) -> Self {
+        Self {
+            mode: if private { 0o600 } else { 0o644 },
+            ..self
+        }
     }
 }
 
@@ -88,10 +105,12 @@ impl View for JobMapping {
         let mut failed = Vec::new();
         for (gpu, name) in self.names.iter().enumerate() {
             let text = file_text(state, gpu as u32);
-            if fs::read(self.dir.join(name)).is_ok_and(|now| now == text.as_bytes()) {
+            let path = self.dir.join(name);
+            let same_mode = fs::metadata(&path).is_ok_and(|m| m.mode() & 0o777 == self.mode);
+            if same_mode && fs::read(&path).is_ok_and(|now| now == text.as_bytes()) {
                 continue;
             }
-            if let Err(e) = state_dir::replace_file(&self.dir, name, text.as_bytes(), 0o644) {
+            if let Err(e) = state_dir::replace_file(&self.dir, name, text.as_bytes(), self.mode) {
                 failed.push(e.to_string());
             }
         }

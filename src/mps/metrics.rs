@@ -138,6 +138,12 @@ fn gauge_per_gpu<T>(
 /// daemons) and `counters`: HELP and TYPE once per metric, its samples
 /// together, a newline at the end.
 pub fn render(status: &NodeStatus, counters: &Counters) -> String {
+    render_for(status, counters, false)
+}
+
+/// [`render`], without the user of each share where `hide_users`
+/// (`PrivateData`): node_exporter shows the file to whoever scrapes it.
+pub fn render_for(status: &NodeStatus, counters: &Counters, hide_users: bool) -> String {
     let mut out = Exposition::default();
     let gpus: Vec<&GpuView> = status.gpus.iter().filter(|g| g.configured).collect();
     let capacity = u64::from(status.units_per_gpu);
@@ -167,19 +173,18 @@ pub fn render(status: &NodeStatus, counters: &Counters) -> String {
     out.family(
         "gpushare_share_units",
         "gauge",
-        "MPS units of each share, by job, user and GPU.",
+        "MPS units of each share, by job, user (unless the node keeps it private) and GPU.",
     );
     for g in &gpus {
         for s in &g.shares {
-            out.sample(
-                "gpushare_share_units",
-                &[
-                    ("job", &s.job.to_string()),
-                    ("user", &s.user),
-                    ("gpu", &g.index.to_string()),
-                ],
-                u64::from(s.units),
-            );
+            let job = s.job.to_string();
+            let gpu = g.index.to_string();
+            let labels: &[(&str, &str)] = if hide_users {
+                &[("job", &job), ("gpu", &gpu)]
+            } else {
+                &[("job", &job), ("user", &s.user), ("gpu", &gpu)]
+            };
+            out.sample("gpushare_share_units", labels, u64::from(s.units));
         }
     }
     let managed: Vec<_> = status
@@ -466,5 +471,20 @@ mod tests {
         let (back, note) = Counters::read(temp.path());
         assert_eq!(back, Counters::default());
         assert!(note.is_some_and(|n| n.contains("counting from 0")));
+    }
+
+    #[test]
+    fn a_private_node_names_no_user() {
+        let shown = render_for(&status(), &Counters::default(), false);
+        let hidden = render_for(&status(), &Counters::default(), true);
+        assert!(shown.contains("user=\"alice\""), "{shown}");
+        assert!(
+            !hidden.contains("alice") && !hidden.contains("user="),
+            "{hidden}"
+        );
+        assert_eq!(
+            shown.matches("gpushare_share_units{").count(),
+            hidden.matches("gpushare_share_units{").count()
+        );
     }
 }

@@ -73,6 +73,9 @@ pub struct Node {
     /// while there is one and `MIGShares` is not `allow`, no share is
     /// placed. Set through [`Node::set_mig_minors`].
     mig_gpus: Vec<PathBuf>,
+    /// Who runs what is root's to see (`PrivateData`, see [`hides_users`]):
+    /// the status copy and DCGM files are root's, the metrics name no user.
+    pub private: bool,
 }
 
 /// See [`Node::pipe_guard`].
@@ -175,8 +178,10 @@ impl Node {
         if gpu_count == 0 {
             return Err(Unfit::NoGpus(conf_path.to_path_buf()));
         }
-        let ledger = node_ledger(&cfg, owner, gpu_count)?;
+        let private = hides_users(&cfg);
+        let ledger = private_ledger(&cfg, owner, gpu_count, private)?;
         let mut node = Self {
+            private,
             cfg,
             gpu_count,
             ledger,
@@ -545,7 +550,7 @@ pub fn metrics_text(
     };
     let mut view = NodeStatus::of(&state, node.gpu_count, node.cfg.units_per_gpu, set_aside);
     view.mps = status::mps_view(&node.cfg, &view.gpus, probe);
-    metrics::render(&view, counters)
+    metrics::render_for(&view, counters, node.private)
 }
 
 /// Result of the prolog: the outcome, plus what it noticed on the way.
@@ -960,15 +965,39 @@ pub fn epilog(node: &Node, job: u32) -> Result<EpilogReport, LedgerError> {
 /// transactions publishes (the status copy, the DCGM job mapping) and the
 /// rule its servers follow, so that no writer leaves them behind it.
 pub fn node_ledger(cfg: &GpuMpsConfig, owner: u32, gpu_count: u32) -> Result<Ledger, LedgerError> {
-    let copy = StatusCopy::create(daemon::public_dir(cfg), owner, gpu_count, cfg.units_per_gpu)?;
+    private_ledger(cfg, owner, gpu_count, hides_users(cfg))
+}
+
+/// [`node_ledger`], its views readable by root only where `private`.
+fn private_ledger(
+    cfg: &GpuMpsConfig,
+    owner: u32,
+    gpu_count: u32,
+    private: bool,
+) -> Result<Ledger, LedgerError> {
+    let copy = StatusCopy::create(daemon::public_dir(cfg), owner, gpu_count, cfg.units_per_gpu)?
+        .private(private);
     let mut ledger = Ledger::open(&cfg.state_dir, owner)?
         .with_view(Arc::new(copy))
         .with_server_rule(server_rule(cfg));
     if let Some(dir) = &cfg.dcgm_job_mapping_dir {
-        let mapping = JobMapping::new(dir.clone(), owner, &gpu_devices(cfg));
+        let mapping = JobMapping::new(dir.clone(), owner, &gpu_devices(cfg)).private(private);
         ledger = ledger.with_view(Arc::new(mapping));
     }
     Ok(ledger)
+}
+
+/// Whether this node keeps who runs what to root (`PrivateData=` of
+/// gpu_mps.conf; `auto` reads Slurm's in the slurm.conf this node uses).
+pub fn hides_users(cfg: &GpuMpsConfig) -> bool {
+    let slurm_conf = || {
+        let path = crate::shared::locations::beside_slurm_conf(None, "slurm.conf");
+        fs::read_to_string(path).ok()
+    };
+    match cfg.private_data {
+        config::PrivateData::Auto => cfg.hides_users(slurm_conf().as_deref()),
+        _ => cfg.hides_users(None),
+    }
 }
 
 /// Stops the daemons of GPUs without a share (left by a crash, or by a
@@ -1008,6 +1037,7 @@ fn published_records(cfg: &GpuMpsConfig, owner: u32) -> Option<LedgerState> {
         dir,
         gpu_count: 0,
         units_per_gpu: cfg.units_per_gpu,
+        private: false,
     }
     .read_records()
 }
@@ -1226,6 +1256,7 @@ mod tests {
             shares_refused: None,
             conf_notes: Vec::new(),
             mig_gpus: Vec::new(),
+            private: false,
         };
         node.set_gpu_memory(None);
         (node, dir)

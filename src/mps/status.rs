@@ -253,6 +253,9 @@ pub struct StatusCopy {
     pub dir: PathBuf,
     pub gpu_count: u32,
     pub units_per_gpu: u32,
+    /// Readable by root only (`PrivateData`): users are not shown who
+    /// runs what.
+    pub private: bool,
 }
 
 impl StatusCopy {
@@ -271,7 +274,13 @@ impl StatusCopy {
             dir,
             gpu_count,
             units_per_gpu,
+            private: false,
         })
+    }
+
+    /// The same, readable by root only where `private`.
+    pub fn private(self, private: bool) -> Self {
+        Self { private, ..self }
     }
 
     pub fn path(&self) -> PathBuf {
@@ -290,7 +299,8 @@ impl StatusCopy {
 impl View for StatusCopy {
     fn publish(&self, state: &LedgerState) -> Result<(), LedgerError> {
         let status = NodeStatus::of(state, self.gpu_count, self.units_per_gpu, Vec::new());
-        state_dir::replace_file(&self.dir, Self::FILE, status.to_json().as_bytes(), 0o644)?;
+        let mode = if self.private { 0o600 } else { 0o644 };
+        state_dir::replace_file(&self.dir, Self::FILE, status.to_json().as_bytes(), mode)?;
         Ok(())
     }
 

@@ -165,6 +165,7 @@ fn published(cfg: &GpuMpsConfig, gpus: u32) -> Result<NodeStatus> {
         dir: daemon::public_dir(cfg),
         gpu_count: gpus,
         units_per_gpu: cfg.units_per_gpu,
+        private: false,
     };
     let path = copy.path();
     match std::fs::read_to_string(&path) {
@@ -175,6 +176,11 @@ fn published(cfg: &GpuMpsConfig, gpus: u32) -> Result<NodeStatus> {
             cfg.units_per_gpu,
             Vec::new(),
         )),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => bail!(
+            "this node keeps who runs what to root (PrivateData in gpu_mps.conf, or Slurm's \
+             PrivateData hides jobs or users): `squeue --me` shows your own jobs, and an \
+             admin can run gpu-mps status as root"
+        ),
         Err(e) => Err(e).with_context(|| format!("{}", path.display())),
     }
 }
