@@ -48,6 +48,11 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }
+        // Written by a newer gpushare: a downgrade never drains the node.
+        Err(e @ gpushare::mps::ledger::LedgerError::TooNew { .. }) => {
+            log::error!("job not released: {e}");
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             log::error!("node unfit for GPU sharing: {e}");
             ExitCode::FAILURE

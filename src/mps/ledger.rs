@@ -589,6 +589,9 @@ pub enum LedgerError {
     NoWholeGpus { job: u32 },
     /// A [`View`] could not publish (the text says which and why).
     View(String),
+    /// The state file was written by a newer gpushare (a downgrade): it is
+    /// left as it is, never set aside as unreadable.
+    TooNew { path: PathBuf, version: u32 },
 }
 
 impl From<DirError> for LedgerError {
@@ -624,6 +627,16 @@ impl fmt::Display for LedgerError {
                 "job {job} was to be recorded as holding GPUs whole, but no GPU was named"
             ),
             Self::View(text) => write!(f, "{text}"),
+            Self::TooNew { path, version } => write!(
+                f,
+                "MPS state file {} was written by a newer gpushare (ledger version {version}; \
+                 this gpushare reads version {FORMAT_VERSION}): it is left as it is, and no \
+                 share is placed or released here until the newer gpushare is back, or until \
+                 the node's jobs have ended and the directory {} is removed (downgrade a \
+                 node only while it is drained)",
+                path.display(),
+                path.parent().unwrap_or(Path::new("/")).display()
+            ),
         }
     }
 }
@@ -1188,6 +1201,12 @@ fn read_state(path: &Path) -> Result<Option<Result<LedgerState, ParseError>>, Le
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(source) => return Err(io_error("read", path, source).into()),
     };
+    if let Some(version) = newer_version(&bytes) {
+        return Err(LedgerError::TooNew {
+            path: path.to_path_buf(),
+            version,
+        });
+    }
     Ok(Some(match String::from_utf8(bytes) {
         Ok(text) => LedgerState::parse(&text, path),
         Err(e) => {
@@ -1203,6 +1222,18 @@ fn read_state(path: &Path) -> Result<Option<Result<LedgerState, ParseError>>, Le
             })
         }
     }))
+}
+
+/// The version of a state file of this format newer than this gpushare
+/// reads, if `bytes` is one (only its `format` and `version` are read).
+fn newer_version(bytes: &[u8]) -> Option<u32> {
+    #[derive(Deserialize)]
+    struct Head {
+        format: String,
+        version: u32,
+    }
+    let head: Head = serde_json::from_slice(bytes).ok()?;
+    (head.format == FORMAT_NAME && head.version > FORMAT_VERSION).then_some(head.version)
 }
 
 pub(crate) fn unix_now() -> u64 {
@@ -2213,5 +2244,40 @@ mod tests {
         );
         let fresh = Ledger::open(&run.join("other"), me).err();
         assert!(fresh.is_some() && !run.join("other").exists());
+    }
+
+    #[test]
+    fn a_ledger_of_a_newer_gpushare_is_left_as_it_is() {
+        let temp = TempDir::new();
+        let ledger = temp.ledger_with_copy();
+        ok(ledger.place(1, 5, "a", 10, 4, 100));
+        let path = ledger.state_path();
+        let newer = fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .replace("\"version\": 2", "\"version\": 3")
+            .replace("\"shares\"", "\"queues\": [],\n  \"shares\"");
+        fs::write(&path, &newer).unwrap_or_else(|e| panic!("{e}"));
+        let placed = ledger.place(2, 5, "a", 10, 4, 100).err();
+        assert!(
+            matches!(&placed, Some(LedgerError::TooNew { version: 3, .. })),
+            "{placed:?}"
+        );
+        assert!(placed.is_some_and(|e| e.to_string().contains("newer gpushare")));
+        assert!(matches!(ledger.release(1), Err(LedgerError::TooNew { .. })));
+        assert!(matches!(ledger.snapshot(), Err(LedgerError::TooNew { .. })));
+        // Never set aside as unreadable, never rewritten.
+        assert_eq!(fs::read_to_string(&path).ok(), Some(newer));
+        let aside = fs::read_dir(ledger.dir())
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| {
+                        e.file_name()
+                            .to_string_lossy()
+                            .starts_with(SET_ASIDE_PREFIX)
+                    })
+                    .count()
+            })
+            .unwrap_or(0);
+        assert_eq!(aside, 0);
     }
 }

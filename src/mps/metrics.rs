@@ -31,7 +31,7 @@ pub const COUNTERS_FILE: &str = "counters";
 
 /// Every reason a share is refused for (see `PlacementError::reason`),
 /// exported from zero so that `increase()` sees the first one.
-pub const REFUSAL_REASONS: [&str; 10] = [
+pub const REFUSAL_REASONS: [&str; 11] = [
     "size",
     "node_config",
     "no_room",
@@ -42,6 +42,7 @@ pub const REFUSAL_REASONS: [&str; 10] = [
     "cgroup_v2",
     "config",
     "mig",
+    "downgrade",
 ];
 
 /// What the node programs count, kept across their runs.

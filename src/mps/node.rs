@@ -601,6 +601,29 @@ pub fn prolog(
     booking: &MpsBooking,
     running: impl FnOnce() -> Result<Vec<RunningJob>, String>,
 ) -> Result<PrologReport, LedgerError> {
+    match place(node, env, booking, running) {
+        // A ledger of a newer gpushare (a downgrade): the share is refused
+        // with the reason, other jobs run; the node is never drained.
+        Err(e @ LedgerError::TooNew { .. }) => Ok(PrologReport {
+            outcome: if env.is_share() {
+                refuse(&node.ledger, env, "downgrade", &e)
+            } else {
+                PrologOutcome::Untouched
+            },
+            dropped: Vec::new(),
+            notes: vec![e.to_string()],
+        }),
+        other => other,
+    }
+}
+
+/// [`prolog`] on a ledger this gpushare reads.
+fn place(
+    node: &Node,
+    env: &JobEnv,
+    booking: &MpsBooking,
+    running: impl FnOnce() -> Result<Vec<RunningJob>, String>,
+) -> Result<PrologReport, LedgerError> {
     let Node {
         cfg,
         gpu_count,
@@ -1940,5 +1963,35 @@ mod tests {
         );
         assert!(control(0).exists() && !control(1).exists());
         drop(dir);
+    }
+
+    #[test]
+    fn after_a_downgrade_shares_are_refused_and_other_jobs_run() {
+        let (node, _dir) = temp_node(Some(1600));
+        assert!(matches!(
+            outcome(&node, &share_env(1, 100)),
+            PrologOutcome::Placed { .. }
+        ));
+        let path = node.ledger.state_path();
+        let text = fs::read_to_string(&path).unwrap_or_default();
+        fs::write(&path, text.replace("\"version\": 2", "\"version\": 9"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        match outcome(&node, &share_env(2, 100)) {
+            PrologOutcome::Refused { reason, text } => {
+                assert_eq!(reason, "downgrade");
+                assert!(text.contains("newer gpushare (ledger version 9"), "{text}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let whole = JobEnv {
+            mps_percentage: None,
+            units_claimed: None,
+            ..share_env(3, 100)
+        };
+        let report = prolog(&node, &whole, &MpsBooking::default(), no_squeue);
+        assert!(
+            matches!(&report, Ok(r) if r.outcome == PrologOutcome::Untouched && !r.notes.is_empty()),
+            "{report:?}"
+        );
     }
 }
