@@ -71,6 +71,10 @@ fn main() -> ExitCode {
             "a_rebooted_node_comes_back_empty_and_takes_shares",
             rebooted_node,
         )
+        .test(
+            "a_node_whose_gpus_serve_another_user_sends_share_jobs_elsewhere",
+            sent_elsewhere,
+        )
         .run()
 }
 
@@ -991,5 +995,77 @@ fn cable_cut(c: &mut Cluster) -> TestResult {
             shares(c, "gpu02")
         )
     })?;
+    clean(c)
+}
+
+/// ann holds a small share on every GPU of gpu01, and gpu02 is taken by
+/// an exclusive job, so ben's share can only start on gpu01. Where
+/// gpushare places (one user per MPS server, `OtherUsers=refuse`), gpu01
+/// cannot serve it: the job is requeued, kept off gpu01, and runs on
+/// gpu02 once that is free, never FAILED; `scontrol show job` tells ben
+/// why. Where Slurm places, it runs beside ann on gpu01, told so.
+fn sent_elsewhere(c: &mut Cluster) -> TestResult {
+    clean(c)?;
+    let ann = TestUser::create(c, "gpushare-ann")?;
+    let ben = TestUser::create(c, "gpushare-ben")?;
+    let submit = |user: &TestUser, extra: &[&str]| {
+        let out = format!("--output={}/%j.out", user.home.display());
+        let mut args = vec![out.as_str()];
+        args.extend_from_slice(extra);
+        args.push(SHARE);
+        user.sbatch(c, &args)
+    };
+    let anns: Vec<u32> = (0..4)
+        .map(|_| submit(&ann, &["-w", "gpu01", "--gres=mps:10"]))
+        .collect::<Result<_, _>>()?;
+    wait_for(
+        "ann's four shares on gpu01",
+        Duration::from_secs(60),
+        || {
+            let held = shares(c, "gpu01");
+            anns.iter().all(|id| held.contains_key(id)).then_some(())
+        },
+    )?;
+    let gpus: std::collections::BTreeSet<u32> = shares(c, "gpu01").into_values().collect();
+    ensure(
+        gpus.len() == 4,
+        format!("ann's shares on GPUs {gpus:?} of gpu01"),
+    )?;
+    let blocker = c.sbatch_ok(&["-w", "gpu02", "--exclusive", "--wrap=sleep 300"])?;
+    c.wait_job_state(blocker, &["RUNNING"], Duration::from_secs(60))?;
+    let id = submit(&ben, &["--gres=mps:30"])?;
+    if slurm_places_shares() {
+        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(90))?;
+        return clean(c);
+    }
+    wait_for(
+        "ben's job to be sent off gpu01",
+        Duration::from_secs(90),
+        || {
+            let info = c.job(id).ok()?;
+            info.get("ExcNodeList")?.contains("gpu01").then_some(info)
+        },
+    )
+    .and_then(|_| {
+        let shown = ben.run_ok(c, None, "scontrol", &["show", "job", &id.to_string()])?;
+        ensure(
+            shown.contains("AdminComment=gpushare: requeued from gpu01"),
+            format!("ben is not told why:\n{shown}"),
+        )
+    })?;
+    c.run_ok("scancel", &[&blocker.to_string()])?;
+    let info = c.wait_job_state(id, &["RUNNING"], Duration::from_secs(120))?;
+    ensure(
+        info.get("NodeList") == Some("gpu02"),
+        format!("ben's job runs on {:?}", info.get("NodeList")),
+    )?;
+    let states = c.run_ok(
+        "sacct",
+        &["-j", &id.to_string(), "-D", "-X", "-n", "-P", "-o", "State"],
+    )?;
+    ensure(
+        !states.contains("FAILED"),
+        format!("ben's job had a FAILED run: {states}"),
+    )?;
     clean(c)
 }

@@ -10,6 +10,7 @@ pub mod acl;
 pub mod node_log;
 pub mod node_program;
 pub mod nvml;
+pub mod requeue;
 
 /// `--version` text: the program, gpushare's version.
 pub fn version_line(program: &str) -> String {

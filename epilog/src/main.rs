@@ -46,6 +46,17 @@ fn main() -> ExitCode {
                     log::warn!("metrics not written: {e}");
                 }
             }
+            // A share ended: jobs this node sent elsewhere may fit here now.
+            let share_ended = report
+                .released
+                .iter()
+                .any(|r| matches!(r, gpushare::mps::ledger::Record::Share(_)));
+            if share_ended {
+                match gpushare_admin::requeue::restore_exclusions(&node.cfg.state_dir) {
+                    Ok(lines) => lines.iter().for_each(|l| log::info!("{l}")),
+                    Err(e) => log::warn!("exclusions not taken back: {e}"),
+                }
+            }
             ExitCode::SUCCESS
         }
         // Written by a newer gpushare: a downgrade never drains the node.

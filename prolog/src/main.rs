@@ -132,7 +132,20 @@ fn main() -> ExitCode {
             },
             if *already { " (already placed)" } else { "" }
         ),
-        PrologOutcome::Refused { text, .. } => log::warn!("refused: {text}"),
+        PrologOutcome::Refused { reason, text } => {
+            log::warn!("refused: {text}");
+            // Only another user's servers had room: Slurm would keep
+            // sending such jobs here, so this one is sent elsewhere.
+            if *reason == "other_users" {
+                match node_name.as_deref().map(|name| {
+                    gpushare_admin::requeue::requeue_elsewhere(&node.cfg.state_dir, env.job, name)
+                }) {
+                    Some(Ok(line)) => log::info!("{line}"),
+                    Some(Err(e)) => log::warn!("not requeued, the job fails: {e}"),
+                    None => log::warn!("not requeued: SLURMD_NODENAME is not set"),
+                }
+            }
+        }
         PrologOutcome::Whole { gpus, overlapping } => {
             log::info!("holds GPUs {gpus:?} whole");
             for s in overlapping {
