@@ -66,7 +66,7 @@ test: deps lint
 # users on GPU 0. Needs root, the driver and nvcc; on a machine without a
 # GPU it says so in one line and fails. The build is quiet so that is all
 # it prints there.
-HW_REPORT ?= hw-check-report.md
+HW_REPORT ?= hw-check-report-$(shell date -u +%Y%m%dT%H%M%S).md
 .PHONY: hw-check
 hw-check:
 	@[ -n "$(NOBUILD)" ] || $(CARGO) build -q --profile $(PROFILE) -p gpu-mps-prolog -p gpu-mps-epilog -p gpushare-admin -p gpushare-tests --bin gpu-mps-prolog --bin gpu-mps-epilog --bin gpu-mps --bin gpushare-hw-check

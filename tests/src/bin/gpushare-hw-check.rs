@@ -14,8 +14,14 @@
 //!
 //! On a machine without a GPU it says so in one line and exits 1. Whatever
 //! happens, it restores GPU 0's compute mode, stops the MPS processes it
-//! started and removes the users and the directory (`Cleanup`). Every
-//! external program runs with a deadline.
+//! started and removes the users it created and the directory (`Cleanup`),
+//! also when it is interrupted (SIGINT, SIGTERM, SIGHUP: a thread of its
+//! own cleans up and exits 130). It is safe to run on a production node:
+//! it refuses while GPU 0 has compute processes or Slurm runs jobs on the
+//! machine (`--force` to run anyway), never touches a user it did not
+//! create (its users carry the comment [`USER_COMMENT`]), and writes its
+//! report only as a new file. Every external program runs with a
+//! deadline.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -24,7 +30,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -39,6 +45,9 @@ use serde::Deserialize;
 const CLIENT_SOURCE: &str = include_str!("../../hw-check/client.cu");
 /// The throwaway users (created and removed by the check).
 const USERS: [&str; 2] = ["gpushare-hwa", "gpushare-hwb"];
+/// The comment (GECOS) of the users the check creates: a user of that name
+/// without it is someone's, and the check refuses to run.
+const USER_COMMENT: &str = "gpushare hw-check throwaway user";
 /// What one GPU holds in the check's gpu_mps.conf.
 const UNITS_PER_GPU: u32 = 100;
 /// Dependent FMAs per thread of the timed kernel.
@@ -66,6 +75,9 @@ struct Args {
     /// Keep the temporary directory (its logs, the MPS logs)
     #[arg(long)]
     keep: bool,
+    /// Run although GPU 0 has compute processes or Slurm runs jobs here
+    #[arg(long)]
+    force: bool,
 }
 
 fn main() -> ExitCode {
@@ -80,13 +92,29 @@ fn main() -> ExitCode {
         eprintln!("gpushare-hw-check: run me as root (I create users and start MPS daemons)");
         return ExitCode::from(2);
     }
+    if args.report.exists() {
+        eprintln!(
+            "gpushare-hw-check: {} exists: pass --report with a new file's path",
+            args.report.display()
+        );
+        return ExitCode::from(2);
+    }
+    let smi = smi.unwrap_or_default();
+    if !args.force {
+        if let Some(why) = busy(&smi) {
+            eprintln!("gpushare-hw-check: {why}: not now (--force runs anyway)");
+            return ExitCode::from(2);
+        }
+    }
+    let cleanup = Arc::new(Mutex::new(Cleanup::default()));
+    catch_signals(Arc::clone(&cleanup));
     let mut report = Report::default();
-    let outcome = match Setup::new(&args, smi.unwrap_or_default()) {
+    let outcome = match Setup::new(&args, smi, Arc::clone(&cleanup)) {
         Ok(mut setup) => {
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 run_checks(&mut setup, &mut report)
             }));
-            setup.cleanup.run(&mut report);
+            lock(&setup.cleanup).run(&mut report);
             match result {
                 Ok(result) => result,
                 Err(payload) => Err(format!(
@@ -100,8 +128,9 @@ fn main() -> ExitCode {
     if let Err(e) = &outcome {
         report.push(Check::fail("hw-check stopped", e.clone(), String::new()));
     }
+    lock(&cleanup).run(&mut report);
     let text = render(&report);
-    if let Err(e) = fs::write(&args.report, &text) {
+    if let Err(e) = write_new(&args.report, &text) {
         eprintln!(
             "gpushare-hw-check: cannot write {}: {e}\n{text}",
             args.report.display()
@@ -123,6 +152,97 @@ fn main() -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// `cleanup`, locked whatever a panic left.
+fn lock(cleanup: &Mutex<Cleanup>) -> std::sync::MutexGuard<'_, Cleanup> {
+    cleanup.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Writes `text` to `path`, which must not exist yet.
+fn write_new(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)?
+        .write_all(text.as_bytes())
+}
+
+/// SIGINT, SIGTERM and SIGHUP go to a thread of their own, which cleans up
+/// (users, MPS processes, compute mode, directory) and exits 130. Called
+/// before any other thread starts, which inherit the blocked mask; the
+/// programs the check runs get the default mask back from `Command`.
+fn catch_signals(cleanup: Arc<Mutex<Cleanup>>) {
+    // SAFETY: sigset_t is plain data, initialized by sigemptyset before use.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid sigset_t owned here; the signal numbers are
+    // valid; pthread_sigmask only reads `set`.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut set, sig);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+    std::thread::spawn(move || {
+        let mut sig: libc::c_int = 0;
+        // SAFETY: `set` is valid and `sig` a writable int.
+        if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
+            return;
+        }
+        eprintln!("gpushare-hw-check: signal {sig}: cleaning up");
+        let mut report = Report::default();
+        lock(&cleanup).run(&mut report);
+        for c in &report.checks {
+            eprintln!("gpushare-hw-check: {}", c.summary);
+        }
+        std::process::exit(130);
+    });
+}
+
+/// Why the check must not run now (`None`: GPU 0 is idle and no job runs
+/// here): GPU 0 has compute processes, or Slurm runs jobs (slurmstepd).
+fn busy(smi: &Path) -> Option<String> {
+    let apps = run_ok(
+        smi,
+        &[
+            "-i",
+            "0",
+            "--query-compute-apps=pid,process_name",
+            "--format=csv,noheader",
+        ],
+    )
+    .unwrap_or_default();
+    let steps = fs::read_dir("/proc")
+        .map(|d| {
+            d.flatten()
+                .filter(|e| {
+                    fs::read_to_string(e.path().join("comm"))
+                        .is_ok_and(|c| c.trim() == "slurmstepd")
+                })
+                .count()
+        })
+        .unwrap_or(0);
+    busy_reason(&apps, steps)
+}
+
+/// [`busy`] from nvidia-smi's compute-apps lines and the slurmstepd count.
+fn busy_reason(compute_apps: &str, slurmstepds: usize) -> Option<String> {
+    let apps: Vec<&str> = compute_apps
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("No running"))
+        .collect();
+    if !apps.is_empty() {
+        return Some(format!("GPU 0 runs {}", apps.join("; ")));
+    }
+    (slurmstepds > 0).then(|| format!("Slurm runs jobs here ({slurmstepds} slurmstepd)"))
+}
+
+/// Whether a `getent passwd` line is a user this check created.
+fn made_by_check(passwd: &str) -> bool {
+    passwd.trim_end().split(':').nth(4) == Some(USER_COMMENT)
 }
 
 /// Why this machine cannot run the check (`None`: it has a GPU): no
@@ -377,7 +497,7 @@ struct Setup {
     slurm_conf: PathBuf,
     users: Vec<User>,
     wait: Duration,
-    cleanup: Cleanup,
+    cleanup: Arc<Mutex<Cleanup>>,
 }
 
 /// Runs `program args`, bounded; its stdout when it exits 0.
@@ -408,7 +528,7 @@ fn ids(name: &str) -> Option<(u32, u32)> {
 }
 
 impl Setup {
-    fn new(args: &Args, smi: PathBuf) -> Result<Self, String> {
+    fn new(args: &Args, smi: PathBuf, cleanup: Arc<Mutex<Cleanup>>) -> Result<Self, String> {
         let bin = match &args.bin_dir {
             Some(dir) => dir.clone(),
             None => std::env::current_exe()
@@ -432,27 +552,38 @@ impl Setup {
             .or_else(|| Some(PathBuf::from("/usr/local/cuda/bin/nvcc")).filter(|p| p.is_file()))
             .ok_or("nvcc (CUDA's compiler) is not installed: it builds the CUDA client")?;
         let dir = std::env::temp_dir().join(format!("gpushare-hw-check-{}", std::process::id()));
-        let mut cleanup = Cleanup::default();
-        cleanup.keep = args.keep;
-        cleanup.smi = smi.clone();
+        {
+            let mut c = lock(&cleanup);
+            c.keep = args.keep;
+            c.smi = smi.clone();
+        }
         fs::create_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        cleanup.dir = Some(dir.clone());
+        lock(&cleanup).dir = Some(dir.clone());
         // The users reach the client and the MPS pipes under it.
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o755))
             .map_err(|e| format!("{}: {e}", dir.display()))?;
         let mut users = Vec::new();
         for name in USERS {
-            if ids(name).is_none() {
+            if ids(name).is_some() {
+                // Left by a crashed run of the check, or someone's.
+                let entry = run_ok(Path::new("getent"), &["passwd", name]).unwrap_or_default();
+                if !made_by_check(&entry) {
+                    return Err(format!(
+                        "a user named {name} exists and was not made by this check (comment \
+                         {USER_COMMENT:?}): it is left alone, and the check does not run"
+                    ));
+                }
+            } else {
                 let mut cmd = Command::new("useradd");
                 cmd.args(["--system", "--no-create-home", "--home-dir", "/"])
+                    .args(["--comment", USER_COMMENT])
                     .args(["--shell", "/usr/sbin/nologin", name]);
                 let ran = bounded::run(cmd, None, PROGRAM_TIMEOUT).map_err(|e| e.to_string())?;
                 if !ran.status.success() {
                     return Err(format!("useradd {name}: {}", ran.stderr.trim()));
                 }
             }
-            // Ours by its name, whether this run or a crashed one made it.
-            cleanup.users.push(name.to_owned());
+            lock(&cleanup).users.push(name.to_owned());
             let (uid, gid) = ids(name).ok_or_else(|| format!("no user {name} after useradd"))?;
             users.push(User {
                 name: name.to_owned(),
@@ -469,7 +600,7 @@ impl Setup {
                 "--format=csv,noheader",
             ],
         )?;
-        cleanup.compute_mode = Some(mode.trim().to_owned());
+        lock(&cleanup).compute_mode = Some(mode.trim().to_owned());
 
         // slurm.conf's directory as the prolog reads it: no gres.conf (so
         // gpushare places), cgroup v1 named (so the share is not refused
@@ -976,6 +1107,7 @@ fn run_checks(s: &mut Setup, report: &mut Report) -> Result<(), String> {
     let _ = s.smi(&["-i", "0", "-c", "DEFAULT"]);
     multi_user(s, report)?;
     killed_daemon(s, report)?;
+    client_cannot_control(s, report)?;
 
     let left = daemon::processes_under(&s.dir);
     report.push(Check::new(
@@ -1312,6 +1444,54 @@ fn multi_user(s: &mut Setup, report: &mut Report) -> Result<(), String> {
     Ok(())
 }
 
+/// A job's user, with the pipe directory its tasks are given, sends the
+/// daemon control commands (a lower default thread percentage, `quit`):
+/// the daemon must refuse both and keep running with its limits.
+fn client_cannot_control(s: &mut Setup, report: &mut Report) -> Result<(), String> {
+    let conf = s.conf.clone();
+    let p = s.prolog(&conf, 401, 0, 20);
+    let plan = s.plan(&conf, 401)?;
+    let before = s.control(&conf, &["get_default_active_thread_percentage"]);
+    let user = s.user(0).clone();
+    let mut cmd = Command::new(&s.control);
+    cmd.env_clear()
+        .envs(client_env(&user, &plan.env))
+        .current_dir("/")
+        .uid(user.uid)
+        .gid(user.gid);
+    let sent = bounded::run(
+        cmd,
+        Some(b"set_default_active_thread_percentage 7\nquit\n"),
+        PROGRAM_TIMEOUT,
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let alive = control_daemon(&conf);
+    let after = s.control(&conf, &["get_default_active_thread_percentage"]);
+    let e = s.epilog(&conf, 401, 0);
+    let unchanged = before.is_ok() && before.as_ref().ok() == after.as_ref().ok();
+    report.push(Check::new(
+        "a job's user cannot send the MPS daemon control commands",
+        verdict(alive.is_some() && unchanged),
+        format!(
+            "as {}: daemon still running: {}; default thread percentage before {}, after {}",
+            user.name,
+            alive.is_some(),
+            before.as_deref().map(str::trim).unwrap_or("?"),
+            after.as_deref().map(str::trim).unwrap_or("?")
+        ),
+        format!(
+            "{}\nthe user's control call: {}\n{}",
+            p.detail(),
+            match &sent {
+                Ok(r) => format!("{} {}{}", r.status, r.stdout, r.stderr),
+                Err(e) => e.to_string(),
+            },
+            e.detail()
+        ),
+    ));
+    Ok(())
+}
+
 /// `kill -9` of the daemon: the next share's prolog finds it dead and
 /// starts a new one, which serves the job.
 fn killed_daemon(s: &mut Setup, report: &mut Report) -> Result<(), String> {
@@ -1444,6 +1624,35 @@ mod tests {
         );
         let pipe = daemon::pipe_dir(&cfg, 0).to_string_lossy().into_owned();
         assert_eq!(given.get("CUDA_MPS_PIPE_DIRECTORY"), Some(&pipe));
+    }
+
+    #[test]
+    fn a_busy_gpu_or_running_jobs_keep_the_check_off() {
+        assert_eq!(busy_reason("", 0), None);
+        assert_eq!(busy_reason("No running processes found\n", 0), None);
+        let why = busy_reason("4242, python3\n", 0).unwrap_or_default();
+        assert!(why.contains("GPU 0 runs 4242, python3"), "{why}");
+        let why = busy_reason("", 2).unwrap_or_default();
+        assert!(why.contains("2 slurmstepd"), "{why}");
+    }
+
+    #[test]
+    fn only_users_the_check_made_are_its_own() {
+        let ours = format!("gpushare-hwa:x:998:998:{USER_COMMENT}:/:/usr/sbin/nologin\n");
+        assert!(made_by_check(&ours));
+        assert!(!made_by_check(
+            "gpushare-hwa:x:1001:1001:Ada Lovelace:/home/ada:/bin/bash\n"
+        ));
+        assert!(!made_by_check(""));
+    }
+
+    #[test]
+    fn a_report_is_written_only_as_a_new_file() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("report.md");
+        assert!(write_new(&path, "first").is_ok());
+        assert!(write_new(&path, "second").is_err());
+        assert_eq!(fs::read_to_string(&path).unwrap_or_default(), "first");
     }
 
     #[test]
