@@ -131,13 +131,13 @@ pub fn slurm_hides_users(slurm_conf: &str) -> bool {
 
 impl GpuMpsConfig {
     /// Whether this node keeps who runs what to root: `PrivateData=yes`,
-    /// or `auto` where `slurm_conf` (slurm.conf's text, if readable) hides
-    /// jobs or users.
-    pub fn hides_users(&self, slurm_conf: Option<&str>) -> bool {
+    /// or `auto` where `slurm_conf` (slurm.conf's text) hides jobs or
+    /// users; `None` for `auto` where slurm.conf could not be read.
+    pub fn hides_users(&self, slurm_conf: Option<&str>) -> Option<bool> {
         match self.private_data {
-            PrivateData::Yes => true,
-            PrivateData::No => false,
-            PrivateData::Auto => slurm_conf.is_some_and(slurm_hides_users),
+            PrivateData::Yes => Some(true),
+            PrivateData::No => Some(false),
+            PrivateData::Auto => slurm_conf.map(slurm_hides_users),
         }
     }
 }
@@ -593,12 +593,14 @@ mod tests {
         assert!(!slurm_hides_users(shows));
         assert!(!slurm_hides_users(""));
         let auto = GpuMpsConfig::default();
-        assert!(auto.hides_users(Some(hides)));
-        assert!(!auto.hides_users(Some(shows)) && !auto.hides_users(None));
+        assert_eq!(auto.hides_users(Some(hides)), Some(true));
+        assert_eq!(auto.hides_users(Some(shows)), Some(false));
+        assert_eq!(auto.hides_users(None), None);
         let yes = parse("PrivateData=yes\n", "gpu_mps.conf").unwrap_or_else(|e| panic!("{e}"));
-        assert!(yes.hides_users(None) && yes.hides_users(Some(shows)));
+        assert_eq!(yes.hides_users(None), Some(true));
+        assert_eq!(yes.hides_users(Some(shows)), Some(true));
         let no = parse("PrivateData=no\n", "gpu_mps.conf").unwrap_or_else(|e| panic!("{e}"));
-        assert!(!no.hides_users(Some(hides)));
+        assert_eq!(no.hides_users(Some(hides)), Some(false));
         let bad = parse("PrivateData=maybe\n", "gpu_mps.conf")
             .err()
             .map(|e| e.to_string());

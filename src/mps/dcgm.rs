@@ -33,8 +33,8 @@ pub struct JobMapping {
     dir: PathBuf,
     owner: u32,
     names: Vec<String>,
-    /// Its files' mode.
-    mode: u32,
+    /// Whether its files are root's alone (see [`state_dir::view_mode`]).
+    private: Option<bool>,
 }
 
 impl JobMapping {
@@ -53,17 +53,14 @@ impl JobMapping {
             dir,
             owner,
             names,
-            mode: 0o644,
+            private: Some(false),
         }
     }
 
     /// The same, its files readable by root only where `private`
     /// (`PrivateData`; dcgm-exporter runs as root).
-    pub fn private(self, private: bool) -> Self {
-        Self {
-            mode: if private { 0o600 } else { 0o644 },
-            ..self
-        }
+    pub fn private(self, private: Option<bool>) -> Self {
+        Self { private, ..self }
     }
 }
 
@@ -106,11 +103,12 @@ impl View for JobMapping {
         for (gpu, name) in self.names.iter().enumerate() {
             let text = file_text(state, gpu as u32);
             let path = self.dir.join(name);
-            let same_mode = fs::metadata(&path).is_ok_and(|m| m.mode() & 0o777 == self.mode);
+            let mode = state_dir::view_mode(self.private, &path);
+            let same_mode = fs::metadata(&path).is_ok_and(|m| m.mode() & 0o777 == mode);
             if same_mode && fs::read(&path).is_ok_and(|now| now == text.as_bytes()) {
                 continue;
             }
-            if let Err(e) = state_dir::replace_file(&self.dir, name, text.as_bytes(), self.mode) {
+            if let Err(e) = state_dir::replace_file(&self.dir, name, text.as_bytes(), mode) {
                 failed.push(e.to_string());
             }
         }

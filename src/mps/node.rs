@@ -75,7 +75,9 @@ pub struct Node {
     mig_gpus: Vec<PathBuf>,
     /// Who runs what is root's to see (`PrivateData`, see [`hides_users`]):
     /// the status copy and DCGM files are root's, the metrics name no user.
-    pub private: bool,
+    /// `None`: not known (the files keep their mode, the metrics name no
+    /// user).
+    pub private: Option<bool>,
 }
 
 /// See [`Node::pipe_guard`].
@@ -550,7 +552,7 @@ pub fn metrics_text(
     };
     let mut view = NodeStatus::of(&state, node.gpu_count, node.cfg.units_per_gpu, set_aside);
     view.mps = status::mps_view(&node.cfg, &view.gpus, probe);
-    metrics::render_for(&view, counters, node.private)
+    metrics::render_for(&view, counters, node.private != Some(false))
 }
 
 /// Result of the prolog: the outcome, plus what it noticed on the way.
@@ -996,7 +998,7 @@ fn private_ledger(
     cfg: &GpuMpsConfig,
     owner: u32,
     gpu_count: u32,
-    private: bool,
+    private: Option<bool>,
 ) -> Result<Ledger, LedgerError> {
     let copy = StatusCopy::create(daemon::public_dir(cfg), owner, gpu_count, cfg.units_per_gpu)?
         .private(private);
@@ -1011,8 +1013,9 @@ fn private_ledger(
 }
 
 /// Whether this node keeps who runs what to root (`PrivateData=` of
-/// gpu_mps.conf; `auto` reads Slurm's in the slurm.conf this node uses).
-pub fn hides_users(cfg: &GpuMpsConfig) -> bool {
+/// gpu_mps.conf; `auto` reads Slurm's in the slurm.conf this node uses,
+/// `None` where it cannot be read).
+pub fn hides_users(cfg: &GpuMpsConfig) -> Option<bool> {
     let slurm_conf = || {
         let path = crate::shared::locations::beside_slurm_conf(None, "slurm.conf");
         fs::read_to_string(path).ok()
@@ -1060,7 +1063,7 @@ fn published_records(cfg: &GpuMpsConfig, owner: u32) -> Option<LedgerState> {
         dir,
         gpu_count: 0,
         units_per_gpu: cfg.units_per_gpu,
-        private: false,
+        private: None,
     }
     .read_records()
 }
@@ -1279,7 +1282,7 @@ mod tests {
             shares_refused: None,
             conf_notes: Vec::new(),
             mig_gpus: Vec::new(),
-            private: false,
+            private: Some(false),
         };
         node.set_gpu_memory(None);
         (node, dir)

@@ -281,6 +281,21 @@ pub fn replace_file(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> Result<(
     sync_dir(dir)
 }
 
+/// The mode of a file that shows who runs what: 0600 where the node keeps
+/// that private (`Some(true)`), 0644 where it does not; where it is not
+/// known (`None`), the mode `existing` has if it is root's alone, so an
+/// unknown never opens up what was closed.
+pub fn view_mode(private: Option<bool>, existing: &Path) -> u32 {
+    match private {
+        Some(true) => 0o600,
+        Some(false) => 0o644,
+        None => match fs::metadata(existing) {
+            Ok(m) if m.mode() & 0o077 == 0 => 0o600,
+            _ => 0o644,
+        },
+    }
+}
+
 /// Opens (creating, mode 0600) the lock file `path` in a checked
 /// directory, never through a link: a file only ever `flock`ed, never
 /// removed (see `ledger`'s module doc).
@@ -404,6 +419,20 @@ mod tests {
             matches!(&err, Some(DirError::UnsafeParent { owner, .. }) if *owner == user),
             "{err:?}"
         );
+    }
+
+    #[test]
+    fn an_unknown_privacy_never_opens_a_closed_file() {
+        let temp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let file = temp.path().join("state");
+        assert_eq!(view_mode(None, &file), 0o644);
+        fs::write(&file, "{}").unwrap_or_else(|e| panic!("{e}"));
+        fs::set_permissions(&file, Permissions::from_mode(0o600)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(view_mode(None, &file), 0o600);
+        assert_eq!(view_mode(Some(false), &file), 0o644);
+        fs::set_permissions(&file, Permissions::from_mode(0o644)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(view_mode(None, &file), 0o644);
+        assert_eq!(view_mode(Some(true), &file), 0o600);
     }
 
     #[test]

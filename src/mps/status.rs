@@ -254,8 +254,8 @@ pub struct StatusCopy {
     pub gpu_count: u32,
     pub units_per_gpu: u32,
     /// Readable by root only (`PrivateData`): users are not shown who
-    /// runs what.
-    pub private: bool,
+    /// runs what (`None`: unknown, the file keeps its mode).
+    pub private: Option<bool>,
 }
 
 impl StatusCopy {
@@ -274,12 +274,13 @@ impl StatusCopy {
             dir,
             gpu_count,
             units_per_gpu,
-            private: false,
+            private: Some(false),
         })
     }
 
-    /// The same, readable by root only where `private`.
-    pub fn private(self, private: bool) -> Self {
+    /// The same, readable by root only where `private` (see
+    /// [`state_dir::view_mode`]).
+    pub fn private(self, private: Option<bool>) -> Self {
         Self { private, ..self }
     }
 
@@ -299,7 +300,7 @@ impl StatusCopy {
 impl View for StatusCopy {
     fn publish(&self, state: &LedgerState) -> Result<(), LedgerError> {
         let status = NodeStatus::of(state, self.gpu_count, self.units_per_gpu, Vec::new());
-        let mode = if self.private { 0o600 } else { 0o644 };
+        let mode = state_dir::view_mode(self.private, &self.path());
         state_dir::replace_file(&self.dir, Self::FILE, status.to_json().as_bytes(), mode)?;
         Ok(())
     }

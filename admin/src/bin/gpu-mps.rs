@@ -165,7 +165,7 @@ fn published(cfg: &GpuMpsConfig, gpus: u32) -> Result<NodeStatus> {
         dir: daemon::public_dir(cfg),
         gpu_count: gpus,
         units_per_gpu: cfg.units_per_gpu,
-        private: false,
+        private: None,
     };
     let path = copy.path();
     match std::fs::read_to_string(&path) {
