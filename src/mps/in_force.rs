@@ -52,6 +52,11 @@ pub const RECORD_FILE: &str = "config";
 /// other than the recorded one is believed.
 pub const IN_PLACE_QUIET: Duration = Duration::from_secs(1);
 
+/// How long a prolog that finds a new configuration to adopt waits for
+/// the placements under the old one to end: one of them may be adopting
+/// it now, and a share refused for that would fail for nothing.
+pub const ADOPT_WAIT: Duration = Duration::from_secs(10);
+
 const RECORD_FORMAT: &str = "gpushare-mps-config";
 const POINTER_FORMAT: &str = "gpushare-mps-ledger-pointer";
 
@@ -266,6 +271,22 @@ fn try_lock_exclusive(file: &File) -> bool {
     false
 }
 
+/// Takes `file`'s lock exclusive, waiting up to `limit` for the others to
+/// release theirs (a failed try holds no lock meanwhile, so this never
+/// keeps another prolog from adopting); `false` when it could not.
+fn wait_exclusive(file: &File, limit: Duration) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if file.try_lock().is_ok() {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// What a read of the file gave.
 enum Read {
     Good(Settled, Box<GpuMpsConfig>),
@@ -328,12 +349,13 @@ fn resolve_at(conf: &Path, records: &Path, owner: u32, role: Role, now: SystemTi
             }
         },
     };
-    let mut in_force = decide(conf, records, owner, role, now, lock.as_ref(), &mut notes);
+    let mut in_force = decide(conf, records, owner, role, now, lock.as_ref(), &mut notes, true);
     in_force.notes.splice(0..0, notes);
     in_force._lock = lock;
     in_force
 }
 
+#[allow(clippy::too_many_arguments)]
 fn decide(
     conf: &Path,
     records: &Path,
@@ -342,6 +364,7 @@ fn decide(
     now: SystemTime,
     lock: Option<&File>,
     notes: &mut Vec<String>,
+    may_wait: bool,
 ) -> InForce {
     let name = conf.display();
     let pointed = read_pointer(records, conf, owner);
@@ -449,6 +472,15 @@ fn decide(
     // Adopted only under the lock held exclusive: no prolog is placing in
     // the old ledger meanwhile, so it stays empty until the pointer moves.
     if !try_lock_exclusive(lock) {
+        // Other prologs place under the configuration in force; one of them
+        // may be taking the new one. Once they are done, look again.
+        if may_wait && wait_exclusive(lock, ADOPT_WAIT) {
+            let again = decide(conf, records, owner, role, now, Some(lock), notes, false);
+            if let Err(e) = lock_shared(lock) {
+                notes.push(format!("the node's configuration lock: {e}"));
+            }
+            return again;
+        }
         let _ = lock_shared(lock);
         return refused(format!(
             "{running_under_old}; other jobs are starting, so new shares are refused until the \
@@ -698,21 +730,20 @@ mod tests {
         // The share ends: the next placer takes the new configuration, once
         // no other placer holds the lock (as `f` did until here).
         a.release(7).unwrap_or_else(|e| panic!("{e}"));
-        // Another prolog placing meanwhile (holding the lock shared).
+        // Another prolog placing meanwhile (holding the lock shared) for
+        // 300 ms: this one waits for it, then takes the new configuration
+        // (refusing the share would fail it for nothing).
         let holder =
             lock_file(&site.records, &site.conf, site.owner).unwrap_or_else(|e| panic!("{e}"));
         lock_shared(&holder).unwrap_or_else(|e| panic!("{e}"));
+        let started = std::time::Instant::now();
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            drop(holder);
+        });
         let f = site.resolve(Role::Placer, NOW);
-        assert!(
-            f.shares_refused
-                .as_ref()
-                .is_some_and(|w| w.contains("other jobs are starting")),
-            "{:?}",
-            f.notes
-        );
-        assert_eq!(state_dir(&f), Some(site.state("a")));
-        drop((holder, f));
-        let f = site.resolve(Role::Placer, NOW);
+        let _ = releaser.join();
+        assert!(started.elapsed() >= Duration::from_millis(250));
         assert_eq!(f.cfg.as_ref().map(|c| c.units_per_gpu), Some(50));
         assert_eq!(f.shares_refused, None);
         assert!(f
@@ -750,6 +781,7 @@ mod tests {
         let f = site.resolve(Role::Placer, Duration::from_millis(100));
         assert_eq!(state_dir(&f), Some(site.state("a")));
         assert!(f.notes.iter().any(|n| n.contains("being edited in place")));
+        drop(f);
         // Left so: believed, but refused while it differs from the ledger's
         // identity and the ledger holds a share.
         site.ledger("a")
