@@ -418,14 +418,21 @@ fn symlinks(c: &mut Cluster) -> TestResult {
     with_conf(c, "StateDir", &conf_line, |c| {
         let ran = c.jobs_dir.join("attack-state-ran");
         let id = c.sbatch_ok(&["--gres=mps:25", &format!("--wrap=touch {}", ran.display())])?;
-        // The prolog refuses the node: the job does not run there.
+        // The prolog refuses the node: the job does not run there. The
+        // directory above the state directories is the first thing it
+        // refuses: anyone may write there.
+        let parent = format!(
+            "lies under {} (owner uid 0, mode 0777)",
+            c.jobs_dir.display()
+        );
         wait_for("the prolog's refusal", Duration::from_secs(60), || {
             c.syslog()
                 .lines()
                 .any(|l| {
                     l.contains("gpu-mps-prolog")
-                        && l.contains("attack-state-mps")
-                        && l.contains("owned by uid")
+                        && l.contains("attack-state")
+                        && l.contains(&parent)
+                        && l.contains("which a user other than root could change")
                 })
                 .then_some(())
         })?;

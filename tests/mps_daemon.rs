@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use gpushare::mps::ledger::LedgerState;
 use gpushare::mps::status::{DaemonState, NodeStatus};
-use testcluster::cluster::{slurm_places_shares, wait_for};
+use testcluster::cluster::{slurm_places_shares, wait_for, NODE};
 use testcluster::monitor::mapping_follows_ledger;
 use testcluster::users::TestUser;
 use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
@@ -495,18 +495,25 @@ fn beside_other_user(c: &mut Cluster) -> TestResult {
             user_share(c, &alice, 60)?;
         }
         let id = user_submit(c, &bob, 30)?;
-        c.wait_job_state(
-            id,
-            &["FAILED", "COMPLETED", "CANCELLED"],
+        // Refused here, then requeued and kept off this node (its epilog),
+        // never FAILED: it waits for a node that can serve it.
+        wait_for(
+            "bob's job to be sent off the node",
             Duration::from_secs(90),
+            || {
+                let info = c.job(id).ok()?;
+                (info.state() == "PENDING" && info.get("ExcNodeList")? == NODE).then_some(())
+            },
         )?;
         let out = user_output(&bob, id);
+        let shown = c.run_ok("scontrol", &["show", "job", &id.to_string()])?;
         ensure(
             out.contains("run another user's MPS server")
                 && out.contains("OtherUsers=refuse")
                 && !out.contains("GPU=")
-                && ledger(c).share(id).is_none(),
-            format!("bob's job {id} beside alice under the default rule: {out}"),
+                && ledger(c).share(id).is_none()
+                && shown.contains(&format!("AdminComment=gpushare: requeued from {NODE}")),
+            format!("bob's job {id} beside alice under the default rule: {out}\n{shown}"),
         )?;
         cancel_and_wait_stopped(c)?;
     }

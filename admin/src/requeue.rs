@@ -4,10 +4,13 @@
 //! Slurm sees the node's free mps units and keeps sending share jobs
 //! there, though each GPU serves one other user's clients: refused, each
 //! would fail at start, and one user's idle small share on every GPU of a
-//! node would make it a trap for everyone else's. So the prolog requeues
-//! such a batch job (`scontrol requeue`: it is pending again after
-//! Slurm's short requeue delay) and adds the node to its `ExcNodeList`,
-//! so that Slurm starts it on a node that can serve it. The exclusion is
+//! node would make it a trap for everyone else's. So the prolog that
+//! refuses such a share marks it ([`mark`]), and the job's epilog requeues
+//! it (`scontrol requeue`: it is pending again after Slurm's short requeue
+//! delay) and adds the node to its `ExcNodeList`, so that Slurm starts it
+//! on a node that can serve it. The epilog does it, not the prolog: a
+//! requeue makes slurmd kill the job's running prolog, which would then
+//! fail half-way. The exclusion is
 //! gpushare's, not the user's: it is recorded in `<StateDir>/requeued`
 //! and taken back by the epilog of the next share that ends on the node
 //! (room may have come back), restoring the job's own list. The job's
@@ -31,6 +34,21 @@ pub const SCONTROL_TIMEOUT: Duration = Duration::from_secs(10);
 /// The record of the exclusions gpushare added, in the state directory.
 const RECORD: &str = "requeued";
 const LOCK: &str = "requeued.lock";
+
+fn mark_name(job: u32) -> String {
+    format!("requeue-{job}")
+}
+
+/// Marks `job`, refused on this node for another user's MPS servers, for
+/// its epilog to send elsewhere.
+pub fn mark(state_dir: &Path, job: u32) -> Result<(), String> {
+    state_dir::replace_file(state_dir, &mark_name(job), b"", 0o600).map_err(|e| e.to_string())
+}
+
+/// Whether `job` was marked ([`mark`]); the mark is removed.
+pub fn take_mark(state_dir: &Path, job: u32) -> bool {
+    std::fs::remove_file(state_dir.join(mark_name(job))).is_ok()
+}
 
 /// `ExcNodeList` as `scontrol show job -o` prints it (`None`: `(null)` or
 /// absent).

@@ -28,6 +28,22 @@ fn main() -> ExitCode {
         Ok(None) => return ExitCode::SUCCESS,
         Err(code) => return code,
     };
+    // A share refused here for another user's MPS servers: sent elsewhere.
+    if gpushare_admin::requeue::take_mark(&node.cfg.state_dir, env.job) {
+        match std::env::var("SLURMD_NODENAME") {
+            Ok(name) => {
+                match gpushare_admin::requeue::requeue_elsewhere(
+                    &node.cfg.state_dir,
+                    env.job,
+                    &name,
+                ) {
+                    Ok(line) => log::info!("{line}"),
+                    Err(e) => log::warn!("not requeued: {e}"),
+                }
+            }
+            Err(_) => log::warn!("not requeued: SLURMD_NODENAME is not set"),
+        }
+    }
     match epilog(&node, env.job) {
         Ok(report) => {
             for n in &report.notes {

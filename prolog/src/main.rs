@@ -135,14 +135,10 @@ fn main() -> ExitCode {
         PrologOutcome::Refused { reason, text } => {
             log::warn!("refused: {text}");
             // Only another user's servers had room: Slurm would keep
-            // sending such jobs here, so this one is sent elsewhere.
+            // sending such jobs here, so the epilog sends this one elsewhere.
             if *reason == "other_users" {
-                match node_name.as_deref().map(|name| {
-                    gpushare_admin::requeue::requeue_elsewhere(&node.cfg.state_dir, env.job, name)
-                }) {
-                    Some(Ok(line)) => log::info!("{line}"),
-                    Some(Err(e)) => log::warn!("not requeued, the job fails: {e}"),
-                    None => log::warn!("not requeued: SLURMD_NODENAME is not set"),
+                if let Err(e) = gpushare_admin::requeue::mark(&node.cfg.state_dir, env.job) {
+                    log::warn!("not marked to be sent elsewhere, the job fails: {e}");
                 }
             }
         }

@@ -349,7 +349,16 @@ fn resolve_at(conf: &Path, records: &Path, owner: u32, role: Role, now: SystemTi
             }
         },
     };
-    let mut in_force = decide(conf, records, owner, role, now, lock.as_ref(), &mut notes, true);
+    let mut in_force = decide(
+        conf,
+        records,
+        owner,
+        role,
+        now,
+        lock.as_ref(),
+        &mut notes,
+        true,
+    );
     in_force.notes.splice(0..0, notes);
     in_force._lock = lock;
     in_force
