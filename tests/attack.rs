@@ -668,16 +668,18 @@ fn fake_daemons(c: &mut Cluster) -> TestResult {
         }
         let fifth = share(c)?;
         c.wait_job_state(fifth, &["RUNNING"], Duration::from_secs(60))?;
-        wait_for("the fifth share's start", Duration::from_secs(30), || {
-            ledger(c).share(fifth).map(drop)
-        })?;
-        let starts = daemon_starts(&bin);
-        ensure(
-            starts == 5,
+        // The prolog records the share, then sees to its GPU's daemon.
+        wait_for(
+            "a daemon start for the fifth share",
+            Duration::from_secs(30),
+            || (ledger(c).share(fifth).is_some() && daemon_starts(&bin) == 5).then_some(()),
+        )
+        .map_err(|e| {
             format!(
-                "{starts} daemon starts: the fifth share's GPU had a dead daemon, taken for alive"
-            ),
-        )?;
+                "{e}: {} daemon starts: the fifth share's GPU had a dead daemon, taken for alive",
+                daemon_starts(&bin)
+            )
+        })?;
         c.run_ok("scancel", &["--user=root"])?;
         for id in ids.iter().chain([&fifth]) {
             c.wait_job_done(*id, Duration::from_secs(60))?;
