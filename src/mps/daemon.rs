@@ -229,6 +229,9 @@ pub fn pids(text: &str) -> Vec<u32> {
 pub struct Ensured {
     pub daemon: MpsDaemon,
     pub servers: Option<Vec<u32>>,
+    /// Whether the daemon serves several users at once (`None`: not known,
+    /// or no daemon).
+    pub multi_user: Option<bool>,
 }
 
 /// Makes sure GPU `gpu`'s daemon runs and answers: started if absent,
@@ -237,20 +240,25 @@ pub struct Ensured {
 /// the one being served). `owner` must own the directories (the prolog's
 /// effective uid, root).
 pub fn ensure(cfg: &GpuMpsConfig, gpu: u32, owner: u32, alone: bool) -> Ensured {
-    let (daemon, servers) = match ensure_daemon(cfg, gpu, owner, alone) {
-        Ok(Found::Running(servers)) => (MpsDaemon::Running, servers),
-        Ok(Found::Started) => (MpsDaemon::Started, Some(Vec::new())),
-        Err(daemon @ MpsDaemon::Restarted(_)) => (daemon, Some(Vec::new())),
-        Err(daemon) => (daemon, None),
+    // A daemon started now runs in the mode the configuration says.
+    let (daemon, servers, multi_user) = match ensure_daemon(cfg, gpu, owner, alone) {
+        Ok(Found::Running(servers, mode)) => (MpsDaemon::Running, servers, mode),
+        Ok(Found::Started) => (MpsDaemon::Started, Some(Vec::new()), Some(cfg.multi_user)),
+        Err(daemon @ MpsDaemon::Restarted(_)) => (daemon, Some(Vec::new()), Some(cfg.multi_user)),
+        Err(daemon) => (daemon, None, None),
     };
-    Ensured { daemon, servers }
+    Ensured {
+        daemon,
+        servers,
+        multi_user,
+    }
 }
 
 /// A daemon [`ensure_daemon`] found or started.
 enum Found {
     /// Running; its servers where it was asked (`None`: the recorded
-    /// daemon lives, nothing was asked).
-    Running(Option<Vec<u32>>),
+    /// daemon lives, nothing was asked), and its mode where recorded.
+    Running(Option<Vec<u32>>, Option<bool>),
     Started,
 }
 
@@ -293,7 +301,7 @@ fn ensure_daemon(
     let restarted = match found {
         Ok((record, servers)) => match record.and_then(other_mode) {
             Some(why) => Some(why),
-            None => return Ok(Found::Running(servers)),
+            None => return Ok(Found::Running(servers, record.map(|r| r.multi_user))),
         },
         Err(why) => {
             let leftovers = processes(&pipe);
@@ -848,14 +856,7 @@ fn clear(pipe: &Path) {
 
 /// The uid of process `pid`, from `/proc/<pid>/status`.
 pub fn process_uid(pid: u32) -> Option<u32> {
-    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
+    process_uids(pid).map(|[real, ..]| real)
 }
 
 #[cfg(test)]

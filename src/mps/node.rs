@@ -42,6 +42,7 @@ use super::placement::PlacementError;
 use super::placement::ServerRule;
 use super::state_dir;
 use super::status::{self, NodeStatus, StatusCopy};
+use crate::shared::locations::beside_slurm_conf;
 use crate::shared::{spank_env, ConfigError};
 
 /// How long the prolog waits for `squeue` (asked only when a share finds
@@ -850,10 +851,10 @@ fn serve(
         let daemon::Ensured {
             daemon: mps,
             servers,
+            multi_user,
         } = daemon::ensure(&node.cfg, gpu, node.owner, alone);
         let others = state.other_users_on(gpu, share.uid);
-        let multi_user = daemon::running_multi_user(&node.cfg, gpu).unwrap_or(node.cfg.multi_user);
-        if !others.is_empty() && !multi_user {
+        if !others.is_empty() && !multi_user.unwrap_or(node.cfg.multi_user) {
             report.notes.push(format!(
                 "job {} ({}) shares GPU {gpu} with the MPS server of {}: MPS serves one user \
                  at a time, so the job's CUDA work waits until their clients there have exited",
@@ -1016,14 +1017,11 @@ fn private_ledger(
 /// gpu_mps.conf; `auto` reads Slurm's in the slurm.conf this node uses,
 /// `None` where it cannot be read).
 pub fn hides_users(cfg: &GpuMpsConfig) -> Option<bool> {
-    let slurm_conf = || {
-        let path = crate::shared::locations::beside_slurm_conf(None, "slurm.conf");
-        fs::read_to_string(path).ok()
-    };
-    match cfg.private_data {
-        config::PrivateData::Auto => cfg.hides_users(slurm_conf().as_deref()),
-        _ => cfg.hides_users(None),
-    }
+    // Read only where it decides.
+    let slurm_conf = (cfg.private_data == config::PrivateData::Auto)
+        .then(|| fs::read_to_string(beside_slurm_conf(None, "slurm.conf")).ok())
+        .flatten();
+    cfg.hides_users(slurm_conf.as_deref())
 }
 
 /// Stops the daemons of GPUs without a share (left by a crash, or by a

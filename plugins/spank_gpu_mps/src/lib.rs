@@ -28,6 +28,7 @@ use std::sync::{Mutex, PoisonError};
 use gpushare::mps::config::{self as mps_conf, missing_conf_refusal};
 use gpushare::mps::devices::{confine, job_levels, task_devices_dir, CharDevice, DEVICES_ROOT};
 use gpushare::mps::in_force::{self, Role, NODE_RECORDS_DIR};
+use gpushare::mps::ledger::Ledger;
 use gpushare::mps::node::{
     claim_banner, count_mismatch, gpu_devices, node_ledger, task_plan, TaskPlan,
 };
@@ -242,10 +243,7 @@ fn init(sp: spank_t, args: &[String]) -> SpankResult {
             return Ok(());
         }
     };
-    // Opened as every writer opens it: the steps' client counts reach the
-    // status copy users read, not only the ledger.
-    let gpu_count = u32::try_from(gpu_devices(&cfg).len()).unwrap_or(u32::MAX);
-    let ledger = node_ledger(&cfg, euid, gpu_count)
+    let ledger = Ledger::open(&cfg.state_dir, euid)
         .map_err(|e| in_job(SpankError::Failed(e.to_string())))?;
     // Only sharpens the message for a share the prolog never placed: what
     // the job holds is the ledger's record, which only the prolog writes.
@@ -274,9 +272,14 @@ fn init(sp: spank_t, args: &[String]) -> SpankResult {
             let clients = if tasks <= p.clients {
                 Ok(Ok(()))
             } else {
-                ledger
-                    .note_step_clients(job, tasks, cfg.max_clients_per_gpu)
-                    .map(|outcome| outcome.value)
+                // Written as every writer writes: the count also reaches the
+                // status copy users read.
+                let gpus = u32::try_from(gpu_devices(&cfg).len()).unwrap_or(u32::MAX);
+                node_ledger(&cfg, euid, gpus).and_then(|writer| {
+                    writer
+                        .note_step_clients(job, tasks, cfg.max_clients_per_gpu)
+                        .map(|outcome| outcome.value)
+                })
             };
             log::info(&format!(
                 "gpu_mps: job {job}: GPU {} ({}), {} units, placed by {}",
