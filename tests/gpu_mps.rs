@@ -51,6 +51,11 @@ fn main() -> ExitCode {
         )
         .test("salloc_then_srun_steps_share_one_gpu", salloc_steps)
         .test("srun_pty_share_gets_its_gpu", srun_pty)
+        // tests/package_test.sh only: a newer build of the packages there.
+        .test_on_request(
+            "packages_upgraded_under_running_shares_lose_nothing",
+            upgraded_under_running_shares,
+        )
         // Last: on the code before its fix, it drains the node.
         .test(
             "a_conf_rewritten_in_place_while_jobs_start_is_never_half_read",
@@ -800,4 +805,75 @@ fn conf_rewritten_in_place(c: &mut Cluster) -> TestResult {
         format!("the ledger lost track: {}", state_text(c)),
     )?;
     c.cancel_all()
+}
+
+/// The installed version of a Debian package.
+fn package_version(c: &Cluster, package: &str) -> Result<String, String> {
+    c.run_ok("dpkg-query", &["-W", "-f=${Version}", package])
+        .map(|v| v.trim().to_owned())
+}
+
+/// A node upgraded while shares run, as `apt upgrade` does it: the packages
+/// replaced under running jobs (run by `tests/package_test.sh`, which
+/// installs one build in the root, names a newer one in
+/// `GPUSHARE_UPGRADE_DEBS`, and points the harness at the installed
+/// programs). The shares the old prolog placed keep their GPUs and are
+/// released by the new epilog; the new prolog places the next shares from
+/// the same ledger; no node is drained.
+fn upgraded_under_running_shares(c: &mut Cluster) -> TestResult {
+    let dir = std::env::var("GPUSHARE_UPGRADE_DEBS")
+        .map_err(|_| "GPUSHARE_UPGRADE_DEBS is not set: tests/package_test.sh runs this test")?;
+    let mut debs: Vec<String> = fs::read_dir(&dir)
+        .map_err(|e| format!("{dir}: {e}"))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path().to_string_lossy().into_owned())
+        .filter(|p| p.ends_with(".deb"))
+        .collect();
+    debs.sort();
+    ensure(!debs.is_empty(), format!("no .deb in {dir}"))?;
+    c.cancel_all()?;
+    wait_for("the epilogs", Duration::from_secs(30), || no_share_left(c))?;
+    let old = package_version(c, "gpushare-node")?;
+    let ids = start_shares(c, 2, 50)?;
+    let gpus = gpus_of(c, &ids)?;
+
+    let mut args = vec!["-i"];
+    args.extend(debs.iter().map(String::as_str));
+    c.run_ok("dpkg", &args)?;
+    let new = package_version(c, "gpushare-node")?;
+    ensure(
+        new != old,
+        format!("gpushare-node is still {old} after dpkg -i"),
+    )?;
+    for (&id, &gpu) in ids.iter().zip(&gpus) {
+        ensure(
+            c.job(id)?.state() == "RUNNING",
+            format!("job {id} did not run on through the upgrade"),
+        )?;
+        ensure(
+            ledger(c).share(id).map(|s| s.gpu) == Some(gpu),
+            format!("the ledger lost job {id} on GPU {gpu}:\n{}", state_text(c)),
+        )?;
+    }
+    c.cancel_all()?;
+    wait_for(
+        "the new epilog to release the old prolog's shares",
+        Duration::from_secs(30),
+        || no_share_left(c),
+    )?;
+    let ids = start_shares(c, 4, 25)?;
+    gpus_of(c, &ids)?;
+    ensure(
+        ledger(c).shares().count() == 4,
+        format!("the new prolog's shares:\n{}", state_text(c)),
+    )?;
+    let states = c.node_states()?;
+    ensure(
+        !states.values().any(|s| s.contains("drain")),
+        format!("a node drained: {states:?}"),
+    )?;
+    c.cancel_all()?;
+    wait_for("the epilogs", Duration::from_secs(30), || no_share_left(c))?;
+    eprintln!("    gpushare-node {old} -> {new} under 2 running shares");
+    Ok(())
 }

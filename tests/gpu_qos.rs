@@ -72,8 +72,9 @@ fn main() -> ExitCode {
             "edited_config_is_picked_up_and_bad_edit_keeps_last_good",
             reload,
         )
-        .test(
+        .test_on(
             "an_unwritable_metrics_file_is_logged_once_and_reloads_go_on",
+            non_root_slurm_user_site(),
             metrics_file_trouble,
         )
         .test(
@@ -523,13 +524,44 @@ fn install_and_wait(c: &Cluster, text: &str) -> TestResult {
     .map(drop)
 }
 
-/// `MetricsFile=` in a directory that does not exist: the error is logged
-/// once, however many times the writer tries again, while the edits of
-/// the policy are still put in force; once the directory is there, the
-/// next edit makes the writer try at once, the file is written (mode
-/// 0644 whatever slurmctld's umask) and the log says so.
+/// The example site with slurmctld and slurmdbd running as a system
+/// account of their own (`SlurmUser=gpushare_slurm`), as sites run them.
+fn non_root_slurm_user_site() -> ClusterSpec {
+    ClusterSpec {
+        slurm_user: Some("gpushare_slurm".into()),
+        ..ClusterSpec::example_site()
+    }
+}
+
+/// The uid a process runs as (`Uid:` of /proc/PID/status, real uid).
+fn process_uid(pid: &str) -> Option<u32> {
+    let status = fs::read_to_string(format!("/proc/{}/status", pid.trim())).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// slurmctld runs as a non-root `SlurmUser`; `MetricsFile=` lies in a
+/// directory it cannot write (root's, mode 0755): the error is logged once,
+/// however many times the writer tries again, while the edits of the
+/// policy are still put in force; once the directory is the SlurmUser's,
+/// the next edit makes the writer try at once, the file is written by
+/// that user (mode 0644 whatever slurmctld's umask) and the log says so.
 fn metrics_file_trouble(c: &mut Cluster) -> TestResult {
+    let (uid, gid) = c
+        .slurm_user_ids()?
+        .ok_or("this test's site runs slurmctld as a SlurmUser of its own")?;
+    let pid = fs::read_to_string(c.dir.join("slurmctld.pid")).map_err(|e| e.to_string())?;
+    ensure(
+        process_uid(&pid) == Some(uid),
+        format!("slurmctld (pid {}) does not run as uid {uid}", pid.trim()),
+    )?;
     let dir = c.dir.join("metrics-later");
+    fs::create_dir(&dir).map_err(|e| e.to_string())?;
     let file = dir.join("gpushare_job_submit.prom");
     let with_file = format!("{EXAMPLE_GPU_QOS_CONF}MetricsFile={}\n", file.display());
     let errors = |c: &Cluster| {
@@ -556,16 +588,21 @@ fn metrics_file_trouble(c: &mut Cluster) -> TestResult {
         format!("the same MetricsFile error was logged {logged} times"),
     )
     .and_then(|()| {
-        fs::create_dir(&dir).map_err(|e| e.to_string())?;
+        std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).map_err(|e| e.to_string())?;
         install_and_wait(c, &format!("{with_file}# fixed\n"))?;
         wait_for("the metrics file", Duration::from_secs(20), || {
             fs::metadata(&file).ok()
         })
         .and_then(|meta| {
-            let mode = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777;
+            use std::os::unix::fs::MetadataExt;
+            let mode = meta.mode() & 0o777;
             ensure(
-                mode == 0o644,
-                format!("{} has mode {mode:o}", file.display()),
+                mode == 0o644 && meta.uid() == uid,
+                format!(
+                    "{} has mode {mode:o} and owner {}, expected 644 and {uid}",
+                    file.display(),
+                    meta.uid()
+                ),
             )
         })?;
         wait_for(

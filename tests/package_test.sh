@@ -12,6 +12,9 @@
 #     placed (one test of each integration suite; the harness reads a
 #     directory of links to the installed files); the SPANK drop-in, once
 #     linked into plugstack.conf.d, loads the plugin in sbatch's plugin stack;
+#     a newer build (the same files, the next Debian revision) installed
+#     with dpkg -i while shares run: the new epilog releases them, the new
+#     prolog places the next ones, no node drains;
 #  3. apt remove, and apt purge after a reinstall, leave no file of theirs;
 #  4. apt refuses both packages built for another Slurm, naming the pin;
 #  5. a slurmctld of the next micro release is kept back by apt upgrade and
@@ -140,9 +143,22 @@ for f in /usr/libexec/gpushare/gpu-mps-prolog /usr/libexec/gpushare/gpu-mps-epil
     grep -qx "$f" <<<"$files" || fail "$f is not in the packages"
     ln -s "$f" "$harness/"
 done
-GPUSHARE_RELEASE_ROOT=$root GPUSHARE_RELEASE_BUILD=$harness tests/release_suite.sh "$suite" v1 \
-    gpu_qos:untyped_gpu_under_group_qos_is_rejected_with_the_fix,gpu_mps:four_shares_land_on_four_gpus_then_two_per_gpu ||
+# The newer build the upgrade test installs: these packages at the next
+# Debian revision (the programs' own formats across versions are the unit
+# tests' part).
+mkdir -p "$root/tmp/debs-next"
+for deb in "$controller" "$node"; do
+    rm -rf "$tmp/unpacked"
+    dpkg-deb -R "$root/tmp/debs/$deb" "$tmp/unpacked"
+    v=$(sed -n 's/^Version: //p' "$tmp/unpacked/DEBIAN/control")
+    sed -i "s/^Version: .*/Version: ${v%-*}-$((${v##*-} + 1))/" "$tmp/unpacked/DEBIAN/control"
+    dpkg-deb -b "$tmp/unpacked" "$root/tmp/debs-next/" >/dev/null
+done
+rm -rf "$tmp/unpacked"
+GPUSHARE_RELEASE_ROOT=$root GPUSHARE_RELEASE_BUILD=$harness GPUSHARE_UPGRADE_DEBS=/tmp/debs-next tests/release_suite.sh "$suite" v1 \
+    gpu_qos:untyped_gpu_under_group_qos_is_rejected_with_the_fix,gpu_mps:four_shares_land_on_four_gpus_then_two_per_gpu/packages_upgraded_under_running_shares_lose_nothing ||
     fail "the installed plugins did not pass their tests"
+rm -rf "$root/tmp/debs-next"
 
 step "2b. the SPANK drop-in, once linked, loads the plugin in Slurm's plugin stack"
 # sbatch reads plugstack.conf (Debian's includes plugstack.conf.d/*.conf)

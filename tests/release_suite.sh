@@ -148,6 +148,9 @@ in_lab ip link set lo up
 env_extra=(GPUSHARE_TEST_NETNS=own)
 # Keep the clusters' directories (inside the root's /tmp) for a post-mortem.
 [ -z "${GPUSHARE_KEEP_TEST_DIRS:-}" ] || env_extra+=(GPUSHARE_KEEP_TEST_DIRS=1)
+# A newer build of the installed packages, inside the root
+# (tests/package_test.sh; gpu_mps's upgrade test installs it).
+[ -z "${GPUSHARE_UPGRADE_DEBS:-}" ] || env_extra+=(GPUSHARE_UPGRADE_DEBS="$GPUSHARE_UPGRADE_DEBS")
 if [ "$root" != / ]; then
     command -v mariadbd >/dev/null || { echo "release_suite: the host's mariadbd is missing: run make deps" >&2; exit 1; }
     db=$(mktemp -d /tmp/gpushare-hostdb.XXXXXX)

@@ -147,6 +147,9 @@ pub struct ClusterSpec {
     /// slurm.conf settings that replace the harness's own (`Key`, `Value`),
     /// or are added when it has none: a site with one link broken.
     pub conf_overrides: Vec<(String, String)>,
+    /// `SlurmUser=` of slurmctld and slurmdbd: a system account the harness
+    /// creates, as a site runs them; `None`: root.
+    pub slurm_user: Option<String>,
 }
 
 impl Default for ClusterSpec {
@@ -173,6 +176,7 @@ impl Default for ClusterSpec {
             installed_plugin_dir: None,
             partition_options: Vec::new(),
             conf_overrides: Vec::new(),
+            slurm_user: None,
         }
     }
 }
@@ -980,6 +984,12 @@ impl Cluster {
         ] {
             mkdir(&self.dir.join(d), mode)?;
         }
+        // slurmctld and slurmdbd create their log and pid files as root
+        // and hand them over; the state directory must be the user's.
+        if let Some((uid, gid)) = self.slurm_user_ids()? {
+            std::os::unix::fs::chown(self.dir.join("state"), Some(uid), Some(gid))
+                .map_err(|e| format!("chown state: {e}"))?;
+        }
         if self.multi_node() {
             self.start_hosts()?;
         }
@@ -1136,7 +1146,7 @@ impl Cluster {
              AuthType=auth/munge\n\
              AuthInfo=socket={munge},cred_expire=10\n\
              CredType=cred/munge\n\
-             SlurmUser=root\n\
+             SlurmUser={slurm_user}\n\
              SlurmdUser=root\n\
              StateSaveLocation={d}/state\n\
              SlurmdSpoolDir={d}/spool/slurmd-%n\n\
@@ -1174,6 +1184,7 @@ impl Cluster {
              PriorityMaxAge=7-0\n",
             ctld = p.slurmctld,
             slurmd = p.slurmd,
+            slurm_user = self.slurm_user_name(),
             munge = munge_sock.display(),
             d = d.display(),
             plugins = self.plugin_dir.display(),
@@ -1286,7 +1297,7 @@ impl Cluster {
                  DbdHost=localhost\n\
                  DbdAddr=127.0.0.1\n\
                  DbdPort={dbd}\n\
-                 SlurmUser=root\n\
+                 SlurmUser={slurm_user}\n\
                  DebugLevel=info\n\
                  LogFile={d}/log/slurmdbd.log\n\
                  PidFile={d}/slurmdbd.pid\n\
@@ -1301,10 +1312,31 @@ impl Cluster {
                 d = d.display(),
                 mysql = p.mysql,
                 db = self.database_name(),
+                slurm_user = self.slurm_user_name(),
             );
             write(&etc.join("slurmdbd.conf"), &dbd, 0o600)?;
+            // slurmdbd reads only a file its SlurmUser owns.
+            if let Some((uid, gid)) = self.slurm_user_ids()? {
+                std::os::unix::fs::chown(etc.join("slurmdbd.conf"), Some(uid), Some(gid))
+                    .map_err(|e| format!("chown slurmdbd.conf: {e}"))?;
+            }
         }
         Ok(())
+    }
+
+    /// `SlurmUser=` of slurmctld and slurmdbd.
+    fn slurm_user_name(&self) -> &str {
+        self.spec.slurm_user.as_deref().unwrap_or("root")
+    }
+
+    /// The (uid, gid) slurmctld and slurmdbd run as where it is not root
+    /// ([`ClusterSpec::slurm_user`]; the account is created if missing).
+    pub fn slurm_user_ids(&self) -> Result<Option<(u32, u32)>> {
+        self.spec
+            .slurm_user
+            .as_deref()
+            .map(crate::users::system_account)
+            .transpose()
     }
 
     /// The accounting database: one per cluster, so that clusters can share
@@ -1865,6 +1897,10 @@ impl Cluster {
     ) -> Result<(std::process::ExitStatus, String)> {
         let probe = self.dir.join(format!("probe-{name}"));
         mkdir(&probe.join("state"), 0o700)?;
+        if let Some((uid, gid)) = self.slurm_user_ids()? {
+            std::os::unix::fs::chown(probe.join("state"), Some(uid), Some(gid))
+                .map_err(|e| format!("chown probe state: {e}"))?;
+        }
         let log = self.log_dir().join(format!("probe-{name}.log"));
         let plugins = plugin_dir.unwrap_or(&self.plugin_dir);
         let port = TcpListener::bind("127.0.0.1:0")

@@ -5,7 +5,9 @@
 //! cluster of its own instead); a failing test prints the tail of every
 //! daemon log; the binary ends with `N passed, N failed` and a non-zero exit
 //! status on any failure. A test needing something this machine lacks fails:
-//! nothing is skipped silently.
+//! nothing is skipped silently. A test added with `test_on_request` needs
+//! what only another script sets up (`tests/package_test.sh`): it runs only
+//! where a filter names it in full, and then fails if that is missing.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::process::ExitCode;
@@ -24,6 +26,8 @@ pub struct Suite {
     spec: ClusterSpec,
     /// A test with a spec of its own gets a fresh cluster from it.
     tests: Vec<(&'static str, Option<ClusterSpec>, TestFn)>,
+    /// Tests run only where a filter names them in full.
+    on_request: Vec<&'static str>,
 }
 
 impl std::fmt::Debug for Suite {
@@ -39,6 +43,7 @@ impl Suite {
         Self {
             spec,
             tests: Vec::new(),
+            on_request: Vec::new(),
         }
     }
 
@@ -65,24 +70,45 @@ impl Suite {
         self
     }
 
+    /// Adds a test on the suite's cluster that runs only where a filter
+    /// names it in full: it needs what another script prepares (its doc
+    /// says which) and fails where that is missing.
+    pub fn test_on_request(
+        mut self,
+        name: &'static str,
+        f: impl FnOnce(&mut Cluster) -> TestResult + 'static,
+    ) -> Self {
+        self.on_request.push(name);
+        self.test(name, f)
+    }
+
     /// Runs the selected tests (each non-flag argument a name substring,
     /// like libtest's filter) and reports.
     pub fn run(self) -> ExitCode {
         let args: Vec<String> = std::env::args().skip(1).collect();
         if args.iter().any(|a| a == "--list") {
             for (name, _, _) in &self.tests {
-                println!("{name}: test");
+                if self.on_request.contains(name) {
+                    println!("{name}: test (on request: named in full)");
+                } else {
+                    println!("{name}: test");
+                }
             }
             return ExitCode::SUCCESS;
         }
         // Every non-flag argument is a filter; a test runs if its name
         // contains any of them.
         let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
+        let on_request = self.on_request;
         let selected: Vec<_> = self
             .tests
             .into_iter()
             .filter(|(name, _, _)| {
-                filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()))
+                if on_request.contains(name) {
+                    filters.iter().any(|f| f.as_str() == *name)
+                } else {
+                    filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()))
+                }
             })
             .collect();
         if selected.is_empty() {

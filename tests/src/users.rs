@@ -28,24 +28,38 @@ fn ids(name: &str) -> Option<(u32, u32)> {
     Some((uid, gid))
 }
 
+/// A system account (no home, no login shell) such as a site's `slurm`
+/// user, created if the machine lacks it: its (uid, gid).
+pub fn system_account(name: &str) -> Result<(u32, u32)> {
+    account(name, &["--system", "--shell", "/usr/sbin/nologin"])
+}
+
+/// The account `name` (made with `useradd OPTIONS --no-create-home` if
+/// the machine lacks it; idempotent): its (uid, gid).
+fn account(name: &str, options: &[&str]) -> Result<(u32, u32)> {
+    if ids(name).is_none() {
+        let out = Command::new("useradd")
+            .args(options)
+            .args(["--no-create-home", name])
+            .output()
+            .map_err(|e| format!("useradd: {e}"))?;
+        if !out.status.success() && ids(name).is_none() {
+            return Err(format!(
+                "useradd {} {name}: {}",
+                options.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+    }
+    ids(name).ok_or_else(|| format!("no user {name} after useradd"))
+}
+
 impl TestUser {
     /// Creates the account if the machine lacks it (idempotent), a home in
     /// the cluster's directory, and the user's association (account
     /// `research`) in the cluster's accounting.
     pub fn create(c: &Cluster, name: &str) -> Result<Self> {
-        if ids(name).is_none() {
-            let out = Command::new("useradd")
-                .args(["--no-create-home", "--shell", "/bin/sh", name])
-                .output()
-                .map_err(|e| format!("useradd: {e}"))?;
-            if !out.status.success() && ids(name).is_none() {
-                return Err(format!(
-                    "useradd {name}: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                ));
-            }
-        }
-        let (uid, gid) = ids(name).ok_or_else(|| format!("no user {name} after useradd"))?;
+        let (uid, gid) = account(name, &["--shell", "/bin/sh"])?;
         let home = c.dir.join("home").join(name);
         fs::create_dir_all(&home).map_err(|e| format!("{}: {e}", home.display()))?;
         chown(&home, Some(uid), Some(gid)).map_err(|e| format!("chown {}: {e}", home.display()))?;
