@@ -8,6 +8,7 @@ use std::fs;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use gpushare::mps::daemon::process_uid;
 use testcluster::cluster::{wait_for, GpuSpec, Qos, EXAMPLE_GPU_QOS_CONF};
 use testcluster::users::TestUser;
 use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
@@ -533,18 +534,6 @@ fn non_root_slurm_user_site() -> ClusterSpec {
     }
 }
 
-/// The uid a process runs as (`Uid:` of /proc/PID/status, real uid).
-fn process_uid(pid: &str) -> Option<u32> {
-    let status = fs::read_to_string(format!("/proc/{}/status", pid.trim())).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
 /// slurmctld runs as a non-root `SlurmUser`; `MetricsFile=` lies in a
 /// directory it cannot write (root's, mode 0755): the error is logged once,
 /// however many times the writer tries again, while the edits of the
@@ -557,7 +546,7 @@ fn metrics_file_trouble(c: &mut Cluster) -> TestResult {
         .ok_or("this test's site runs slurmctld as a SlurmUser of its own")?;
     let pid = fs::read_to_string(c.dir.join("slurmctld.pid")).map_err(|e| e.to_string())?;
     ensure(
-        process_uid(&pid) == Some(uid),
+        pid.trim().parse().ok().and_then(process_uid) == Some(uid),
         format!("slurmctld (pid {}) does not run as uid {uid}", pid.trim()),
     )?;
     let dir = c.dir.join("metrics-later");
