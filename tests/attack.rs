@@ -42,7 +42,7 @@ fn main() -> ExitCode {
             corrupted_ledger,
         )
         .test(
-            "a_hung_mps_control_program_does_not_hang_the_job",
+            "a_hung_mps_control_program_refuses_the_share_without_hanging_it",
             hung_control,
         )
         .test(
@@ -569,23 +569,51 @@ fn hung_control(c: &mut Cluster) -> TestResult {
     fs::set_permissions(&program, fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
     let line = format!("MPSControl={}", program.display());
     with_conf(c, "MPSControl", &line, |c| {
+        // No share runs without its daemon: refused within the control
+        // program's deadline and sent elsewhere, its script never run.
         let started = Instant::now();
         let id = c.sbatch_ok(&["--gres=mps:25", "--wrap=echo GPU=$GPUSHARE_GPU"])?;
-        let info = c.wait_job_done(id, Duration::from_secs(90))?;
+        wait_for(
+            "the share to be sent off the node",
+            Duration::from_secs(90),
+            || {
+                let info = c.job(id).ok()?;
+                (info.state() == "PENDING" && info.get("ExcNodeList")? == NODE).then_some(())
+            },
+        )?;
+        let out = c.job_output(id);
         ensure(
-            info.state() == "COMPLETED" && words(&c.job_output(id)).contains_key("GPU"),
-            format!("job {id} ended {}: {}", info.state(), c.job_output(id)),
+            out.contains("could not be started") && !words(&out).contains_key("GPU"),
+            format!("job {id}: {out}"),
         )?;
         ensure(
             started.elapsed() < Duration::from_secs(60),
-            format!("the job took {:?}", started.elapsed()),
+            format!("the refusal took {:?}", started.elapsed()),
         )?;
         let log = c.syslog();
         ensure(
             log.lines()
                 .any(|l| l.contains("gpu-mps-prolog") && l.contains("did not finish within")),
             format!("syslog lacks the killed control program:\n{log}"),
-        )
+        )?;
+        c.cancel_all()?;
+        // A site that chose so runs it without MPS, after the same deadline.
+        with_conf(c, "MPSFailure", "MPSFailure=run", |c| {
+            let started = Instant::now();
+            let id = c.sbatch_ok(&["--gres=mps:25", "--wrap=echo GPU=$GPUSHARE_GPU"])?;
+            let info = c.wait_job_done(id, Duration::from_secs(90))?;
+            let out = c.job_output(id);
+            ensure(
+                info.state() == "COMPLETED"
+                    && words(&out).contains_key("GPU")
+                    && out.contains("WITHOUT MPS"),
+                format!("job {id} ended {}: {out}", info.state()),
+            )?;
+            ensure(
+                started.elapsed() < Duration::from_secs(60),
+                format!("the job took {:?}", started.elapsed()),
+            )
+        })
     })
 }
 

@@ -52,7 +52,22 @@ fn main() -> ExitCode {
             "a_killed_daemon_is_restarted_by_the_next_share",
             killed_daemon,
         )
-        .test("a_hung_daemon_does_not_hang_the_job_start", hung_daemon)
+        .test(
+            "a_hung_daemon_does_not_hang_the_job_start_and_refuses_its_share",
+            hung_daemon,
+        )
+        .test(
+            "a_share_whose_daemon_cannot_start_is_sent_elsewhere_unless_the_site_runs_it",
+            failing_daemon,
+        )
+        .test(
+            "a_shares_memory_is_divided_over_its_tasks_with_framework_hints",
+            memory_per_task,
+        )
+        .test(
+            "the_epilog_terminates_the_jobs_mps_clients_before_releasing_it",
+            clients_terminated,
+        )
         .test(
             "the_dcgm_mapping_follows_the_ledger_when_a_prolog_is_killed_mid_way",
             prolog_killed,
@@ -344,19 +359,45 @@ fn killed_daemon(c: &mut Cluster) -> TestResult {
     cancel_and_wait_stopped(c)
 }
 
+/// A share refused on this node because its GPU's daemon could not serve
+/// it: requeued by its epilog and kept off the node, its output saying
+/// why (`want` among it), its record released, its script never run.
+fn sent_elsewhere(c: &Cluster, id: u32, want: &str) -> TestResult {
+    wait_for(
+        "the refused share to be sent off the node",
+        Duration::from_secs(90),
+        || {
+            let info = c.job(id).ok()?;
+            (info.state() == "PENDING" && info.get("ExcNodeList")? == NODE).then_some(())
+        },
+    )?;
+    let out = c.job_output(id);
+    let shown = c.run_ok("scontrol", &["show", "job", &id.to_string()])?;
+    ensure(
+        out.contains(want)
+            && out.contains("MPSFailure=refuse")
+            && !out.contains("GPU=")
+            && ledger(c).share(id).is_none()
+            && shown.contains(&format!("AdminComment=gpushare: requeued from {NODE}"))
+            && shown.contains("could not serve it"),
+        format!("refused share {id}: {out}\n{shown}"),
+    )
+}
+
 fn hung_daemon(c: &mut Cluster) -> TestResult {
     standin(c)?;
     shares(c, 4, 25)?;
     // Every call of the control program hangs from now on; the next share
-    // raises its GPU's limits, so its prolog must call the daemon.
+    // raises its GPU's limits, so its prolog must call the daemon. The
+    // limits cannot be set: the share is refused, within the deadline.
     fs::write(bin_dir(c).join("hang"), "").map_err(|e| e.to_string())?;
     let started = Instant::now();
-    let ids = shares(c, 1, 50)?;
+    let id = c.sbatch_ok(&["--gres=mps:50", SCRIPT])?;
+    sent_elsewhere(c, id, "could not be given the limits of its shares")?;
     ensure(
         started.elapsed() < Duration::from_secs(80),
-        format!("the share took {:?} to start", started.elapsed()),
+        format!("the refusal took {:?}", started.elapsed()),
     )?;
-    ensure(!ids.is_empty(), "no job")?;
     let log = c.syslog();
     ensure(
         log.lines()
@@ -365,6 +406,130 @@ fn hung_daemon(c: &mut Cluster) -> TestResult {
     )?;
     let _ = fs::remove_file(bin_dir(c).join("hang"));
     cancel_and_wait_stopped(c)
+}
+
+/// A control program that fails every call (as one that cannot reach the
+/// driver does): no share runs without MPS by default; `MPSFailure=run`
+/// runs it, its first line saying what it lacks.
+fn failing_daemon(c: &mut Cluster) -> TestResult {
+    standin(c)?;
+    let fail = bin_dir(c).join("fail");
+    fs::write(&fail, "").map_err(|e| e.to_string())?;
+    let result = (|| {
+        let id = c.sbatch_ok(&["--gres=mps:25", SCRIPT])?;
+        sent_elsewhere(c, id, "could not be started")?;
+        ensure(
+            c.job_output(id).contains("stand-in told to fail"),
+            format!("the reason is not shown: {}", c.job_output(id)),
+        )?;
+        cancel_and_wait_stopped(c)?;
+        with_line(c, "MPSFailure=run", |c| {
+            let ids = shares(c, 1, 25)?;
+            let out = c.job_output(ids[0]);
+            ensure(
+                out.lines().next().is_some_and(|l| {
+                    l.contains("WARNING: this job runs WITHOUT MPS on GPU")
+                        && l.contains("MPSFailure=run")
+                }) && out.contains("GPU="),
+                format!("MPSFailure=run: {out}"),
+            )
+        })
+    })();
+    let _ = fs::remove_file(&fail);
+    result.and(cancel_and_wait_stopped(c))
+}
+
+/// Each task of a step is an MPS client with a limit of its own: the
+/// share's memory is divided over them, and the frameworks' variables say
+/// the same fraction, unless the job set its own.
+fn memory_per_task(c: &mut Cluster) -> TestResult {
+    standin(c)?;
+    let show = "echo MEM=$CUDA_MPS_PINNED_DEVICE_MEM_LIMIT F=$GPUSHARE_MEMORY_FRACTION \
+                XLA=$XLA_PYTHON_CLIENT_MEM_FRACTION TF=$TF_FORCE_GPU_ALLOW_GROWTH";
+    let out = c.srun(&["--gres=mps:25", "-n3", "sh", "-c", show])?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let all = format!("{text}{}", String::from_utf8_lossy(&out.stderr));
+    // 25 units of a 48 GiB GPU: 12288 MiB for the share, 4096 for each task.
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("MEM=")).collect();
+    ensure(
+        out.status.success()
+            && lines.len() == 3
+            && lines
+                .iter()
+                .all(|l| *l == "MEM=0=4096M F=0.0833 XLA=0.0625 TF=true")
+            && all.contains("12288 MiB of device memory, 4096 MiB for each of this step's 3 tasks"),
+        format!("srun -n3 --gres=mps:25: {all}"),
+    )?;
+    // What the job set itself stays; the hard limit does not.
+    let own = c
+        .command("timeout")
+        .env("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.5")
+        .env("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "0=99999M")
+        .args(["120", "srun", "--gres=mps:25", "-n1", "sh", "-c", show])
+        .output()
+        .map_err(|e| format!("srun: {e}"))?;
+    let text = String::from_utf8_lossy(&own.stdout);
+    ensure(
+        text.contains("MEM=0=12288M F=0.2500 XLA=0.5 TF=true"),
+        format!(
+            "srun with the job's own XLA fraction: {text} {}",
+            String::from_utf8_lossy(&own.stderr)
+        ),
+    )
+}
+
+/// The epilog asks the GPU's daemon to terminate the job's clients (here
+/// gone, as Slurm killed them) before releasing the job, and no other
+/// process's.
+fn clients_terminated(c: &mut Cluster) -> TestResult {
+    standin(c)?;
+    let ids = shares(c, 1, 25)?;
+    let id = ids[0];
+    let gpu = gpu_of(c, id)?;
+    let pids = c.run_ok("scontrol", &["listpids", &id.to_string()])?;
+    let job_pid: u32 = pids
+        .lines()
+        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+        .next()
+        .ok_or_else(|| format!("no pid of job {id}: {pids}"))?;
+    // The test's own process: a live client of no job.
+    let other = std::process::id();
+    fs::write(bin_dir(c).join("servers"), format!("{gpu} 7700\n")).map_err(|e| e.to_string())?;
+    fs::write(
+        bin_dir(c).join("clients"),
+        format!("{gpu} 7700 {job_pid}\n{gpu} 7700 {other}\n"),
+    )
+    .map_err(|e| e.to_string())?;
+    let result = (|| {
+        c.run_ok("scancel", &[&id.to_string()])?;
+        c.wait_job_done(id, Duration::from_secs(60))?;
+        wait_for("the epilog's quit", Duration::from_secs(30), || {
+            gpus_with(c, "cmd=quit").contains(&gpu).then_some(())
+        })?;
+        let log = calls(c);
+        let at = |want: &str| {
+            log.iter()
+                .position(|l| l == &format!("gpu={gpu} cmd={want}"))
+        };
+        let terminated = at(&format!("terminate_client 7700 {job_pid}"));
+        ensure(
+            terminated.is_some()
+                && terminated < at("quit")
+                && at(&format!("terminate_client 7700 {other}")).is_none(),
+            format!("job {id}'s client {job_pid}, the test's {other}: {log:?}"),
+        )?;
+        let syslog = c.syslog();
+        ensure(
+            syslog.contains(&format!(
+                "GPU {gpu}: MPS client {job_pid} of server 7700 terminated"
+            )),
+            format!("syslog: {syslog}"),
+        )
+    })();
+    for name in ["servers", "clients"] {
+        let _ = fs::remove_file(bin_dir(c).join(name));
+    }
+    result.and(cancel_and_wait_stopped(c))
 }
 
 /// A prolog killed while it waits on a hung control program, after its

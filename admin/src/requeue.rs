@@ -39,15 +39,55 @@ fn mark_name(job: u32) -> String {
     format!("requeue-{job}")
 }
 
-/// Marks `job`, refused on this node for another user's MPS servers, for
-/// its epilog to send elsewhere.
-pub fn mark(state_dir: &Path, job: u32) -> Result<(), String> {
-    state_dir::replace_file(state_dir, &mark_name(job), b"", 0o600).map_err(|e| e.to_string())
+/// Why a share was refused on a node that another node may serve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Elsewhere {
+    /// Only GPUs running another user's MPS server have room here.
+    OtherUsers,
+    /// The GPU's MPS daemon could not serve it here (`MPSFailure=refuse`).
+    MpsDaemon,
 }
 
-/// Whether `job` was marked ([`mark`]); the mark is removed.
-pub fn take_mark(state_dir: &Path, job: u32) -> bool {
-    std::fs::remove_file(state_dir.join(mark_name(job))).is_ok()
+impl Elsewhere {
+    /// The word in the mark file.
+    fn word(self) -> &'static str {
+        match self {
+            Self::OtherUsers => "other_users",
+            Self::MpsDaemon => "mps_daemon",
+        }
+    }
+
+    /// What the node lacks, after "requeued from NODE, ".
+    fn why(self) -> &'static str {
+        match self {
+            Self::OtherUsers => {
+                "whose GPUs with room serve another user's MPS server (OtherUsers=refuse)"
+            }
+            Self::MpsDaemon => {
+                "where the MPS daemon of its GPU could not serve it (MPSFailure=refuse; the \
+                 node's syslog says why)"
+            }
+        }
+    }
+}
+
+/// Marks `job`, refused on this node, for its epilog to send elsewhere.
+pub fn mark(state_dir: &Path, job: u32, why: Elsewhere) -> Result<(), String> {
+    state_dir::replace_file(state_dir, &mark_name(job), why.word().as_bytes(), 0o600)
+        .map_err(|e| e.to_string())
+}
+
+/// Why `job` was marked ([`mark`]), if it was; the mark is removed. A mark
+/// without a word (written by gpushare 0.1) is for other users' servers.
+pub fn take_mark(state_dir: &Path, job: u32) -> Option<Elsewhere> {
+    let path = state_dir.join(mark_name(job));
+    let text = std::fs::read_to_string(&path).ok()?;
+    std::fs::remove_file(&path).ok()?;
+    Some(if text.trim() == Elsewhere::MpsDaemon.word() {
+        Elsewhere::MpsDaemon
+    } else {
+        Elsewhere::OtherUsers
+    })
 }
 
 /// `ExcNodeList` as `scontrol show job -o` prints it (`None`: `(null)` or
@@ -123,7 +163,12 @@ fn with_record<T>(
 /// Requeues `job` and keeps it off `node` until a share ends there; what
 /// to log. `Err`: it could not be requeued (the job then fails with its
 /// refusal, as it would have).
-pub fn requeue_elsewhere(state_dir: &Path, job: u32, node: &str) -> Result<String, String> {
+pub fn requeue_elsewhere(
+    state_dir: &Path,
+    job: u32,
+    node: &str,
+    why: Elsewhere,
+) -> Result<String, String> {
     let id = job.to_string();
     let own = excluded_nodes(&scontrol(&["-o", "show", "job", &id])?);
     scontrol(&["requeue", &id])?;
@@ -133,8 +178,9 @@ pub fn requeue_elsewhere(state_dir: &Path, job: u32, node: &str) -> Result<Strin
     })?;
     // What the user sees in `scontrol show job`: why it left the node.
     let comment = format!(
-        "AdminComment=gpushare: requeued from {node}, whose GPUs with room serve another \
-         user's MPS server (OtherUsers=refuse); kept off {node} until a share ends there"
+        "AdminComment=gpushare: requeued from {node}, {}; kept off {node} until a share ends \
+         there",
+        why.why()
     );
     let excluded = scontrol(&[
         "update",
@@ -144,8 +190,9 @@ pub fn requeue_elsewhere(state_dir: &Path, job: u32, node: &str) -> Result<Strin
     ]);
     Ok(match excluded {
         Ok(_) => format!(
-            "requeued: no GPU of {node} serves it but beside another user's MPS server; kept \
-             off {node} until a share ends there (ExcNodeList={list})"
+            "requeued from {node}, {}; kept off {node} until a share ends there \
+             (ExcNodeList={list})",
+            why.why()
         ),
         Err(e) => format!("requeued, but not kept off {node}: {e}"),
     })

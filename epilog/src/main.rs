@@ -28,14 +28,16 @@ fn main() -> ExitCode {
         Ok(None) => return ExitCode::SUCCESS,
         Err(code) => return code,
     };
-    // A share refused here for another user's MPS servers: sent elsewhere.
-    if gpushare_admin::requeue::take_mark(&node.cfg.state_dir, env.job) {
+    // A share refused here that another node may serve: sent elsewhere.
+    let sent_elsewhere = gpushare_admin::requeue::take_mark(&node.cfg.state_dir, env.job);
+    if let Some(why) = sent_elsewhere {
         match std::env::var("SLURMD_NODENAME") {
             Ok(name) => {
                 match gpushare_admin::requeue::requeue_elsewhere(
                     &node.cfg.state_dir,
                     env.job,
                     &name,
+                    why,
                 ) {
                     Ok(line) => log::info!("{line}"),
                     Err(e) => log::warn!("not requeued: {e}"),
@@ -48,6 +50,9 @@ fn main() -> ExitCode {
         Ok(report) => {
             for n in &report.notes {
                 log::warn!("{n}");
+            }
+            for (gpu, server, client) in &report.terminated {
+                log::info!("GPU {gpu}: MPS client {client} of server {server} terminated");
             }
             for r in &report.released {
                 log::info!("released {r}");
@@ -62,11 +67,15 @@ fn main() -> ExitCode {
                     log::warn!("metrics not written: {e}");
                 }
             }
-            // A share ended: jobs this node sent elsewhere may fit here now.
-            let share_ended = report
-                .released
-                .iter()
-                .any(|r| matches!(r, gpushare::mps::ledger::Record::Share(_)));
+            // A share ended: jobs this node sent elsewhere may fit here
+            // now. Not the share of a job sent elsewhere just now (refused
+            // after its placement, for its GPU's daemon): that would take
+            // its own exclusion back.
+            let share_ended = sent_elsewhere.is_none()
+                && report
+                    .released
+                    .iter()
+                    .any(|r| matches!(r, gpushare::mps::ledger::Record::Share(_)));
             if share_ended {
                 match gpushare_admin::requeue::restore_exclusions(&node.cfg.state_dir) {
                     Ok(lines) => lines.iter().for_each(|l| log::info!("{l}")),

@@ -15,11 +15,14 @@ use std::process::ExitCode;
 use clap::Parser;
 use gpushare::mps::booking::MpsBooking;
 use gpushare::mps::config::MemoryLimit;
-use gpushare::mps::node::{prolog, publish_metrics, running_jobs, PrologOutcome};
+use gpushare::mps::node::{
+    prolog, publish_metrics, running_jobs, PrologOutcome, MPS_DAEMON_REFUSAL,
+};
 use gpushare::mps::{state_dir, status};
 use gpushare::shared::locations::beside_slurm_conf;
 use gpushare_admin::node_program::{self, NodeArgs, Program, Started};
 use gpushare_admin::nvml;
+use gpushare_admin::requeue::Elsewhere;
 
 /// slurmd's Prolog on GPU nodes that share GPUs through MPS (gpushare).
 #[derive(Debug, Parser)]
@@ -134,10 +137,16 @@ fn main() -> ExitCode {
         ),
         PrologOutcome::Refused { reason, text } => {
             log::warn!("refused: {text}");
-            // Only another user's servers had room: Slurm would keep
-            // sending such jobs here, so the epilog sends this one elsewhere.
-            if *reason == "other_users" {
-                if let Err(e) = gpushare_admin::requeue::mark(&node.cfg.state_dir, env.job) {
+            // Only another user's servers had room, or the GPU's MPS
+            // daemon failed: Slurm would keep sending such jobs here, so
+            // the epilog sends this one elsewhere.
+            let elsewhere = match *reason {
+                "other_users" => Some(Elsewhere::OtherUsers),
+                MPS_DAEMON_REFUSAL => Some(Elsewhere::MpsDaemon),
+                _ => None,
+            };
+            if let Some(why) = elsewhere {
+                if let Err(e) = gpushare_admin::requeue::mark(&node.cfg.state_dir, env.job, why) {
                     log::warn!("not marked to be sent elsewhere, the job fails: {e}");
                 }
             }

@@ -98,6 +98,19 @@ pub enum OtherUsers {
     Refuse,
 }
 
+/// What a share gets whose GPU's MPS daemon cannot be started, reached
+/// or given its limits (`MPSFailure=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MpsFailure {
+    /// Refused with the reason and sent to another node: a share never runs
+    /// without its limits (the default).
+    #[default]
+    Refuse,
+    /// Run without MPS, its output saying so: no thread or memory limit,
+    /// its work beside other jobs' on the GPU. A site's knowing choice.
+    Run,
+}
+
 /// Whether the node's files show who runs what (`PrivateData=`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PrivateData {
@@ -171,6 +184,13 @@ pub struct GpuMpsConfig {
     /// default, `refuse`, refuses every share while a listed GPU has MIG on).
     pub mig_shares: bool,
     pub private_data: PrivateData,
+    /// What a share gets whose GPU's MPS daemon cannot be started, reached
+    /// or given its limits.
+    pub mps_failure: MpsFailure,
+    /// `ComputeMode=exclusive`: a GPU runs in EXCLUSIVE_PROCESS compute
+    /// mode while its MPS daemon runs, so nothing but the MPS server holds
+    /// a context there; its earlier mode comes back after its last share.
+    pub exclusive_while_shared: bool,
 }
 
 impl Default for GpuMpsConfig {
@@ -192,6 +212,8 @@ impl Default for GpuMpsConfig {
             dcgm_job_mapping_dir: None,
             mig_shares: false,
             private_data: PrivateData::Auto,
+            mps_failure: MpsFailure::Refuse,
+            exclusive_while_shared: false,
         }
     }
 }
@@ -215,10 +237,12 @@ enum Key {
     DcgmJobMappingDir,
     MigShares,
     PrivateData,
+    MpsFailure,
+    ComputeMode,
 }
 
 impl Key {
-    const ALL: [Key; 16] = [
+    const ALL: [Key; 18] = [
         Key::UnitsPerGpu,
         Key::GpuDevices,
         Key::StateDir,
@@ -235,6 +259,8 @@ impl Key {
         Key::DcgmJobMappingDir,
         Key::MigShares,
         Key::PrivateData,
+        Key::MpsFailure,
+        Key::ComputeMode,
     ];
 
     /// The canonical spelling, used in messages.
@@ -256,6 +282,8 @@ impl Key {
             Key::DcgmJobMappingDir => "DCGMJobMappingDir",
             Key::MigShares => "MIGShares",
             Key::PrivateData => "PrivateData",
+            Key::MpsFailure => "MPSFailure",
+            Key::ComputeMode => "ComputeMode",
         }
     }
 
@@ -368,6 +396,24 @@ impl Key {
                     _ => {
                         return Err(format!(
                             "PrivateData must be auto, yes or no, got \"{value}\""
+                        ))
+                    }
+                };
+            }
+            Key::MpsFailure => {
+                cfg.mps_failure = match value.to_ascii_lowercase().as_str() {
+                    "refuse" => MpsFailure::Refuse,
+                    "run" => MpsFailure::Run,
+                    _ => return Err(format!("MPSFailure must be refuse or run, got \"{value}\"")),
+                };
+            }
+            Key::ComputeMode => {
+                cfg.exclusive_while_shared = match value.to_ascii_lowercase().as_str() {
+                    "exclusive" => true,
+                    "leave" => false,
+                    _ => {
+                        return Err(format!(
+                            "ComputeMode must be leave or exclusive, got \"{value}\""
                         ))
                     }
                 };
@@ -646,6 +692,15 @@ mod tests {
         // is refused rather than left waiting unless the site chose so.
         assert_eq!(GpuMpsConfig::default().other_users, OtherUsers::Refuse);
         assert_eq!(cfg.max_clients_per_gpu, 16);
+        // No share runs without its MPS limits unless the site says so.
+        assert_eq!(cfg.mps_failure, MpsFailure::Refuse);
+        assert!(!cfg.exclusive_while_shared);
+        let chosen =
+            parse("MPSFailure=run\nComputeMode=exclusive\n", "f").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(chosen.mps_failure, MpsFailure::Run);
+        assert!(chosen.exclusive_while_shared);
+        assert!(parse("MPSFailure=maybe\n", "f")
+            .is_err_and(|e| e.to_string().contains("MPSFailure must be refuse or run")));
         let none =
             parse("MemoryLimit=none\nGPUMemory=48G\n", "f").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(none.memory_limit_mib(50, Some(1000)), None);

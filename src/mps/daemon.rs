@@ -737,6 +737,98 @@ pub fn stop(cfg: &GpuMpsConfig, gpu: u32) -> MpsDaemon {
     }
 }
 
+/// How long the epilog may spend ending one job's clients on one GPU.
+pub const TERMINATE_BUDGET: Duration = Duration::from_secs(10);
+
+/// What [`terminate_clients`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Terminated {
+    /// `(server, client)` pairs the daemon was asked to terminate.
+    pub clients: Vec<(u32, u32)>,
+    /// What could not be asked or done (the rest went on).
+    pub problems: Vec<String>,
+}
+
+/// Asks GPU `gpu`'s daemon to terminate the clients of `job`
+/// (`terminate_client <server> <client>`): every client process whose
+/// cgroup is the job's or whose environment names the job, and every
+/// client whose process is gone (what is left of it on the GPU belongs to
+/// nobody now). Slurm kills a job's processes before its epilog; this ends
+/// what MPS still runs for them, so that a client outliving its job keeps
+/// no slice of the GPU. One `get_server_list`, one `get_client_list` per
+/// server and one call for all the terminations, within
+/// [`TERMINATE_BUDGET`]. Call it holding the GPU's daemon lock.
+pub fn terminate_clients(cfg: &GpuMpsConfig, gpu: u32, job: u32) -> Terminated {
+    let mut done = Terminated::default();
+    let Some(program) = program(cfg) else {
+        return done;
+    };
+    if !pipe_dir(cfg, gpu).join("control").exists() {
+        return done;
+    }
+    let deadline = Instant::now() + TERMINATE_BUDGET;
+    let left = |most: Duration| most.min(deadline.saturating_duration_since(Instant::now()));
+    let servers = match control(cfg, &program, gpu, "get_server_list", left(PROBE_TIMEOUT)) {
+        Ok(out) => pids(&out),
+        Err(e) => {
+            done.problems.push(e);
+            return done;
+        }
+    };
+    for server in servers {
+        if left(PROBE_TIMEOUT).is_zero() {
+            done.problems.push(format!(
+                "no time left to ask server {server} for its clients"
+            ));
+            break;
+        }
+        let line = format!("get_client_list {server}");
+        match control(cfg, &program, gpu, &line, left(PROBE_TIMEOUT)) {
+            Ok(out) => done.clients.extend(
+                pids(&out)
+                    .into_iter()
+                    .filter(|&client| client_of_job(client, job))
+                    .map(|client| (server, client)),
+            ),
+            Err(e) => done.problems.push(e),
+        }
+    }
+    if done.clients.is_empty() {
+        return done;
+    }
+    let lines: Vec<String> = done
+        .clients
+        .iter()
+        .map(|(server, client)| format!("terminate_client {server} {client}"))
+        .collect();
+    if let Err(e) = control_lines(cfg, &program, gpu, &lines, left(CONTROL_TIMEOUT)) {
+        done.problems.push(e);
+    }
+    done
+}
+
+/// Whether MPS client process `pid` is `job`'s: gone, or in the job's
+/// cgroup, or with `SLURM_JOB_ID=<job>` in its environment.
+fn client_of_job(pid: u32, job: u32) -> bool {
+    let Ok(cgroup) = fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
+        return !Path::new(&format!("/proc/{pid}")).exists();
+    };
+    let wanted = format!("SLURM_JOB_ID={job}");
+    cgroup_is_jobs(&cgroup, job)
+        || fs::read(format!("/proc/{pid}/environ"))
+            .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == wanted.as_bytes()))
+}
+
+/// Whether `/proc/<pid>/cgroup` text puts the process under `job`'s
+/// cgroup (`.../job_<job>/...`, on cgroup v1 and v2 alike).
+pub fn cgroup_is_jobs(cgroup: &str, job: u32) -> bool {
+    let wanted = format!("job_{job}");
+    cgroup
+        .lines()
+        .filter_map(|l| l.splitn(3, ':').nth(2))
+        .any(|path| path.split('/').any(|part| part == wanted))
+}
+
 /// Pids of GPU processes of MPS tied to `pipe`: the control daemon and the
 /// servers it spawned, named so in `argv[0]`, with
 /// `CUDA_MPS_PIPE_DIRECTORY=<pipe>`. Only root can read other users'
@@ -1097,5 +1189,14 @@ mod tests {
         if let Some(k) = ours_killed {
             assert_eq!(k.len(), 1, "the daemon's own process is killed");
         }
+    }
+
+    #[test]
+    fn a_jobs_cgroup_is_found_on_v1_and_v2() {
+        let v1 = "12:devices:/slurm/uid_1000/job_42/step_0/task_0\n3:cpu:/slurm/uid_1000/job_42/step_0\n";
+        let v2 = "0::/system.slice/slurmstepd.scope/job_42/step_batch/user/task_0\n";
+        assert!(cgroup_is_jobs(v1, 42) && cgroup_is_jobs(v2, 42));
+        assert!(!cgroup_is_jobs(v1, 4) && !cgroup_is_jobs(v2, 420));
+        assert!(!cgroup_is_jobs("0::/user.slice/job_42.scope\n", 42));
     }
 }

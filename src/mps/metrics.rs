@@ -31,7 +31,7 @@ pub const COUNTERS_FILE: &str = "counters";
 
 /// Every reason a share is refused for (see `PlacementError::reason`),
 /// exported from zero so that `increase()` sees the first one.
-pub const REFUSAL_REASONS: [&str; 11] = [
+pub const REFUSAL_REASONS: [&str; 12] = [
     "size",
     "node_config",
     "no_room",
@@ -43,6 +43,7 @@ pub const REFUSAL_REASONS: [&str; 11] = [
     "config",
     "mig",
     "downgrade",
+    "mps_daemon",
 ];
 
 /// What the node programs count, kept across their runs.

@@ -450,6 +450,16 @@ fn banner_name(job: u32) -> String {
     format!("banner.{job}")
 }
 
+/// The note of a share that runs without MPS (`MPSFailure=run`): why.
+fn unserved_name(job: u32) -> String {
+    format!("unserved.{job}")
+}
+
+/// Why `job` runs without MPS, where the prolog let it (`MPSFailure=run`).
+pub fn unserved(ledger: &Ledger, job: u32) -> Option<String> {
+    fs::read_to_string(ledger.dir().join(unserved_name(job))).ok()
+}
+
 /// Whether this step is the first of `job` here to print the job's limits
 /// line: the first to call wins (a marker in the ledger directory, removed
 /// by the epilog). Where the marker cannot be written, every step prints.
@@ -467,7 +477,7 @@ pub fn claim_banner(ledger: &Ledger, job: u32) -> bool {
 /// Removes what the prolog and SPANK plugin left for `job` beside the
 /// ledger (refusal note, banner marker).
 fn forget_notes(ledger: &Ledger, job: u32) {
-    for name in [refusal_name(job), banner_name(job)] {
+    for name in [refusal_name(job), banner_name(job), unserved_name(job)] {
         let _ = fs::remove_file(ledger.dir().join(name));
     }
 }
@@ -556,6 +566,12 @@ pub fn metrics_text(
     metrics::render_for(&view, counters, node.private != Some(false))
 }
 
+/// The refusal reason of a share whose GPU's MPS daemon could not serve it.
+pub const MPS_DAEMON_REFUSAL: &str = "mps_daemon";
+
+/// What the counters see of such a refusal.
+static DAEMON_FAILED: MpsDaemon = MpsDaemon::Failed(String::new());
+
 /// Result of the prolog: the outcome, plus what it noticed on the way.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PrologReport {
@@ -585,7 +601,13 @@ impl PrologReport {
                 events.push(Event::Daemon(mps));
             }
             PrologOutcome::Placed { mps, .. } => events.push(Event::Daemon(mps)),
-            PrologOutcome::Refused { reason, .. } => events.push(Event::Refused(reason)),
+            PrologOutcome::Refused { reason, .. } => {
+                events.push(Event::Refused(reason));
+                // Its GPU's daemon failed: counted as such too.
+                if *reason == MPS_DAEMON_REFUSAL {
+                    events.push(Event::Daemon(&DAEMON_FAILED));
+                }
+            }
             PrologOutcome::Untouched | PrologOutcome::Whole { .. } => {}
         }
         events
@@ -730,7 +752,7 @@ fn place(
         report.outcome = match placed {
             Ok(placed) => {
                 report.notes.extend(placed.remarks());
-                serve(node, placed.value, &mut report)?
+                serve(node, env, placed.value, &mut report)?
             }
             Err(LedgerError::Placement { error, repair }) => {
                 report.notes.extend(repair.map(|r| r.to_string()));
@@ -818,7 +840,7 @@ fn record_slurm_choice(
             if placed.value.crowded {
                 drop_vanished(&node.ledger, env.job, running, report)?;
             }
-            serve(node, placed.value, report)
+            serve(node, env, placed.value, report)
         }
         Err(LedgerError::Placement { error, repair }) => {
             report.notes.extend(repair.map(|r| r.to_string()));
@@ -835,53 +857,115 @@ fn record_slurm_choice(
 
 /// What follows a share's placement: its memory limit recorded, its GPU's
 /// MPS daemon made to run with the limits of the GPU's shares, and a note
-/// when it shares the GPU with another user's server.
+/// when it shares the GPU with another user's server. A share whose daemon
+/// cannot be started, reached or given its limits would run without them:
+/// it is refused (`MPSFailure=refuse`, the default) or runs with its
+/// output saying so (`MPSFailure=run`).
 fn serve(
     node: &Node,
+    env: &JobEnv,
     placed: super::ledger::Placed,
     report: &mut PrologReport,
 ) -> Result<PrologOutcome, LedgerError> {
     // Placed with its memory limit (Node::set_gpu_memory).
     let share = placed.share;
     let gpu = share.gpu;
-    let locked = daemon::with_gpu_lock(&node.cfg, gpu, || -> Result<MpsDaemon, LedgerError> {
-        // Read once, under the lock: the users and limits of the GPU's shares now.
-        let state = node.ledger.snapshot()?.state;
-        let alone = state.shares().all(|s| s.gpu != gpu || s.job == share.job);
-        let daemon::Ensured {
-            daemon: mps,
-            servers,
-            multi_user,
-        } = daemon::ensure(&node.cfg, gpu, node.owner, alone);
-        let others = state.other_users_on(gpu, share.uid);
-        if !others.is_empty() && !multi_user.unwrap_or(node.cfg.multi_user) {
-            report.notes.push(format!(
-                "job {} ({}) shares GPU {gpu} with the MPS server of {}: MPS serves one user \
-                 at a time, so the job's CUDA work waits until their clients there have exited",
-                share.job,
-                share.user,
-                names(&others)
-            ));
+    let locked = daemon::with_gpu_lock(
+        &node.cfg,
+        gpu,
+        || -> Result<(MpsDaemon, Option<String>), LedgerError> {
+            // Read once, under the lock: the users and limits of the GPU's shares now.
+            let state = node.ledger.snapshot()?.state;
+            let alone = state.shares().all(|s| s.gpu != gpu || s.job == share.job);
+            let daemon::Ensured {
+                daemon: mps,
+                servers,
+                multi_user,
+            } = daemon::ensure(&node.cfg, gpu, node.owner, alone);
+            let others = state.other_users_on(gpu, share.uid);
+            if !others.is_empty() && !multi_user.unwrap_or(node.cfg.multi_user) {
+                report.notes.push(format!(
+                    "job {} ({}) shares GPU {gpu} with the MPS server of {}: MPS serves one \
+                     user at a time, so the job's CUDA work waits until their clients there \
+                     have exited",
+                    share.job,
+                    share.user,
+                    names(&others)
+                ));
+            }
+            let mut unserved = match &mps {
+                MpsDaemon::NotAvailable if node.cfg.mps_control == config::MpsControl::FromPath => {
+                    Some(format!(
+                        "no {} was found to run GPU {gpu}'s MPS daemon (MPSControl=auto looks \
+                         in PATH and {})",
+                        daemon::CONTROL_PROGRAM,
+                        daemon::SEARCH_DIRS.join(", ")
+                    ))
+                }
+                MpsDaemon::Failed(why) => Some(format!(
+                    "GPU {gpu}'s MPS daemon could not be started: {why}"
+                )),
+                _ => None,
+            };
+            if mps != MpsDaemon::NotAvailable {
+                guard_pipes(node, &state, gpu, &mut report.notes);
+                let on_gpu = state.shares().filter(|s| s.gpu == gpu);
+                let limits = daemon::server_limits(&node.cfg, node.gpu_memory_mib, on_gpu)
+                    .filter(|_| unserved.is_none());
+                if let Some(limits) = limits {
+                    if let Err(e) = daemon::apply_limits(&node.cfg, gpu, limits, servers) {
+                        unserved = Some(format!(
+                            "GPU {gpu}'s MPS daemon could not be given the limits of its \
+                             shares: {e}"
+                        ));
+                    }
+                }
+            }
+            Ok((mps, unserved))
+        },
+    );
+    let (mps, unserved) = match locked {
+        Ok(result) => result?,
+        Err(e) => {
+            let why = format!("GPU {gpu}'s MPS daemon lock: {e}");
+            (MpsDaemon::Failed(why.clone()), Some(why))
         }
-        if mps != MpsDaemon::NotAvailable {
-            guard_pipes(node, &state, gpu, &mut report.notes);
-            let on_gpu = state.shares().filter(|s| s.gpu == gpu);
-            let limits = daemon::server_limits(&node.cfg, node.gpu_memory_mib, on_gpu)
-                .filter(|_| !matches!(mps, MpsDaemon::Failed(_)));
-            if let Some(limits) = limits {
-                if let Err(e) = daemon::apply_limits(&node.cfg, gpu, limits, servers) {
+    };
+    if let Some(why) = unserved {
+        match node.cfg.mps_failure {
+            config::MpsFailure::Refuse => {
+                return Ok(refuse(
+                    &node.ledger,
+                    env,
+                    MPS_DAEMON_REFUSAL,
+                    format!(
+                        "{why}. The share is refused rather than run without its MPS limits \
+                         beside other jobs (gpu_mps.conf MPSFailure=refuse); a batch job is \
+                         requeued to run elsewhere"
+                    ),
+                ));
+            }
+            config::MpsFailure::Run => {
+                let text = format!(
+                    "runs WITHOUT MPS on GPU {gpu}: {why}. No thread or memory limit holds, \
+                     and its work runs beside other jobs' on that GPU (gpu_mps.conf \
+                     MPSFailure=run)"
+                );
+                report.notes.push(format!("job {}: {text}", share.job));
+                if let Err(e) = state_dir::replace_file(
+                    node.ledger.dir(),
+                    &unserved_name(share.job),
+                    text.as_bytes(),
+                    0o600,
+                ) {
                     report.notes.push(format!(
-                        "GPU {gpu}'s MPS limits could not be set on its daemon: {e}"
+                        "job {}: its banner will not say so: {e}",
+                        share.job
                     ));
                 }
             }
         }
-        Ok(mps)
-    });
-    let mps = match locked {
-        Ok(result) => result?,
-        Err(e) => MpsDaemon::Failed(e),
-    };
+    }
     Ok(PrologOutcome::Placed {
         share,
         already: placed.already_recorded,
@@ -932,6 +1016,9 @@ fn refuse(
 /// What the epilog did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EpilogReport {
+    /// The job's MPS clients its GPU's daemon was asked to terminate:
+    /// `(gpu, server, client)`.
+    pub terminated: Vec<(u32, u32, u32)>,
     pub released: Vec<Record>,
     /// MPS daemons stopped because their GPU has no share left.
     pub stopped: Vec<(u32, MpsDaemon)>,
@@ -941,10 +1028,34 @@ pub struct EpilogReport {
 
 /// Releases `job` (idempotent: a second run releases nothing).
 pub fn epilog(node: &Node, job: u32) -> Result<EpilogReport, LedgerError> {
+    let mut notes = Vec::new();
+    let mut terminated = Vec::new();
+    // What MPS still runs for the job ends before its units are released.
+    let gpu = node
+        .ledger
+        .snapshot()
+        .ok()
+        .and_then(|s| s.state.share(job).map(|share| share.gpu));
+    if let Some(gpu) = gpu {
+        let ended = daemon::with_gpu_lock(&node.cfg, gpu, || {
+            daemon::terminate_clients(&node.cfg, gpu, job)
+        });
+        match ended {
+            Ok(done) => {
+                notes.extend(done.problems.into_iter().map(|p| {
+                    format!("GPU {gpu}: job {job}'s MPS clients not all terminated: {p}")
+                }));
+                terminated.extend(done.clients.into_iter().map(|(s, c)| (gpu, s, c)));
+            }
+            Err(e) => notes.push(format!(
+                "GPU {gpu}: job {job}'s MPS clients not terminated: {e}"
+            )),
+        }
+    }
     let out = node.ledger.release(job)?;
     forget_notes(&node.ledger, job);
     let mut stopped = Vec::new();
-    let mut notes = out.remarks();
+    notes.extend(out.remarks());
     let gpus: std::collections::BTreeSet<u32> = out
         .value
         .iter()
@@ -981,6 +1092,7 @@ pub fn epilog(node: &Node, job: u32) -> Result<EpilogReport, LedgerError> {
         }
     }
     Ok(EpilogReport {
+        terminated,
         released: out.value,
         stopped,
         notes,
@@ -1080,6 +1192,10 @@ pub struct TaskPlan {
     pub other_devices: Vec<PathBuf>,
     /// Environment to set, replacing what Slurm set.
     pub env: Vec<(String, String)>,
+    /// Hints for frameworks that size themselves from the whole GPU's
+    /// memory ([`framework_hints`]): set only where the job has not set
+    /// them itself.
+    pub hints: Vec<(String, String)>,
     /// The line the job's output starts with (its limits, see [`banner`]).
     pub banner: String,
     /// The MPS clients the ledger counted for the job when the plan was
@@ -1093,11 +1209,16 @@ pub struct TaskPlan {
 /// Slurm granted that the prolog never placed). `slurm_says_share` only
 /// sharpens that message: a share is given by the ledger's record alone,
 /// which only the prolog writes, from the credential's facts.
+///
+/// `tasks`: the step's tasks on this node. MPS limits a share's device
+/// memory per client process, so the share's memory is divided over them:
+/// the step's tasks together hold at most the share.
 pub fn task_plan(
     cfg: &GpuMpsConfig,
     ledger: &Ledger,
     job: u32,
     slurm_says_share: bool,
+    tasks: u32,
 ) -> Result<Option<TaskPlan>, String> {
     if let Some(text) = refusal(ledger, job) {
         return Err(text);
@@ -1149,6 +1270,12 @@ pub fn task_plan(
     let memory_mib = share
         .memory_mib
         .or_else(|| cfg.memory_limit_mib(share.units, None));
+    let tasks = tasks.max(1);
+    let memory = memory_mib.map(|mib| TaskMemory {
+        share_mib: mib,
+        task_mib: (mib / u64::from(tasks)).max(1),
+        tasks,
+    });
     let mut env = Vec::new();
     if !share.placed_by_slurm {
         env.extend([
@@ -1174,19 +1301,29 @@ pub fn task_plan(
         ("GPUSHARE_GPU".to_owned(), share.gpu.to_string()),
         (spank_env::MPS_UNITS.to_owned(), share.units.to_string()),
     ]);
-    if let Some(mib) = memory_mib {
+    if let Some(m) = &memory {
         // The server sees one GPU, so the client's device 0 is this GPU.
         env.push((
             "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".to_owned(),
-            format!("0={mib}M"),
+            format!("0={}M", m.task_mib),
         ));
+        env.push(("GPUSHARE_MEMORY_MIB".to_owned(), m.task_mib.to_string()));
     }
+    let hints = framework_hints(memory_fraction(
+        cfg,
+        share.units,
+        memory.as_ref().map(|m| m.task_mib),
+        tasks,
+    ));
     let others = if cfg.multi_user {
         Default::default()
     } else {
         state.other_users_on(share.gpu, share.uid)
     };
-    let banner = banner(cfg, job, share, percent, memory_mib, &others);
+    let mut banner = banner(cfg, job, share, percent, memory.as_ref(), &others);
+    if let Some(why) = unserved(ledger, job) {
+        banner = format!("gpu_mps: job {job}: WARNING: this job {why}");
+    }
     Ok(Some(TaskPlan {
         gpu: share.gpu,
         units: share.units,
@@ -1194,9 +1331,60 @@ pub fn task_plan(
         device,
         other_devices,
         env,
+        hints,
         banner,
         clients: share.client_count(),
     }))
+}
+
+/// A share's device memory as its step's tasks hold it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskMemory {
+    /// The share's limit.
+    pub share_mib: u64,
+    /// Each task's (each MPS client's): the share over the tasks.
+    pub task_mib: u64,
+    pub tasks: u32,
+}
+
+/// The part of its GPU's memory one task of a share may use: the share's
+/// part of the GPU (`units` / UnitsPerGPU), or less where its memory limit
+/// is smaller than that part of a GPU of known memory (`GPUMemory=`),
+/// divided over the step's `tasks`.
+pub fn memory_fraction(cfg: &GpuMpsConfig, units: u32, task_mib: Option<u64>, tasks: u32) -> f64 {
+    let share = f64::from(units) / f64::from(cfg.units_per_gpu.max(1));
+    let per_task = share / f64::from(tasks.max(1));
+    match (task_mib, cfg.gpu_memory_mib) {
+        (Some(mib), Some(gpu)) if gpu > 0 => per_task.min(mib as f64 / gpu as f64),
+        _ => per_task,
+    }
+    .clamp(0.0, 1.0)
+}
+
+/// What JAX preallocates of the memory a task may use, as JAX's own
+/// default is of a whole GPU (75 %): the rest is for the CUDA libraries'
+/// own allocations, which also count against the task's MPS limit.
+pub const JAX_PREALLOCATION: f64 = 0.75;
+
+/// The environment that makes the common frameworks stop at a task's part
+/// of the GPU (`fraction`, see [`memory_fraction`]) instead of sizing
+/// themselves from the whole GPU, which CUDA still reports under MPS:
+/// JAX preallocates `XLA_PYTHON_CLIENT_MEM_FRACTION` of the GPU,
+/// TensorFlow maps almost all of it unless `TF_FORCE_GPU_ALLOW_GROWTH`;
+/// PyTorch allocates as it goes, and `GPUSHARE_MEMORY_FRACTION` is what to
+/// give `torch.cuda.set_per_process_memory_fraction`. Fractions are
+/// rounded down to 4 decimals, never past the share.
+pub fn framework_hints(fraction: f64) -> Vec<(String, String)> {
+    // Down, past the float error of a product such as 0.25 / 3 * 0.75.
+    let shown = |f: f64| format!("{:.4}", (f * 10_000.0 + 1e-6).floor() / 10_000.0);
+    vec![
+        ("GPUSHARE_MEMORY_FRACTION".to_owned(), shown(fraction)),
+        (
+            "XLA_PYTHON_CLIENT_MEM_FRACTION".to_owned(),
+            shown(fraction * JAX_PREALLOCATION),
+        ),
+        ("TF_FORCE_GPU_ALLOW_GROWTH".to_owned(), "true".to_owned()),
+    ]
 }
 
 /// The one line a share job's output starts with: its GPU, its limits and
@@ -1206,13 +1394,20 @@ fn banner(
     job: u32,
     share: &ShareRecord,
     percent: u32,
-    memory_mib: Option<u64>,
+    memory: Option<&TaskMemory>,
     others: &std::collections::BTreeSet<String>,
 ) -> String {
-    let memory = match memory_mib {
-        Some(mib) => format!(
-            "{mib} MiB of device memory (CUDA still reports the whole GPU's memory: stay \
-             under {mib} MiB)"
+    let memory = match memory {
+        Some(m) if m.tasks > 1 => format!(
+            "{} MiB of device memory, {} MiB for each of this step's {} tasks (MPS limits \
+             each CUDA process: a process a task starts gets its own; CUDA still reports the \
+             whole GPU's memory)",
+            m.share_mib, m.task_mib, m.tasks
+        ),
+        Some(m) => format!(
+            "{} MiB of device memory (CUDA still reports the whole GPU's memory: stay \
+             under {} MiB)",
+            m.share_mib, m.share_mib
         ),
         None => "no device memory limit".to_owned(),
     };
@@ -1489,7 +1684,7 @@ mod tests {
             serde_json::from_str(&fs::read_to_string(&copy).unwrap_or_default())
                 .unwrap_or_default();
         assert_eq!(public["gpus"][2]["shares"][0]["job"], 3, "{public}");
-        let plan = task_plan(&node.cfg, &node.ledger, 3, true)
+        let plan = task_plan(&node.cfg, &node.ledger, 3, true, 1)
             .unwrap_or_else(|e| panic!("{e}"))
             .unwrap_or_else(|| panic!("no plan"));
         assert_eq!(plan.gpu, 2);
@@ -1499,18 +1694,18 @@ mod tests {
             .env
             .contains(&("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".into(), "50".into())));
         assert!(plan.env.contains(&("GPUSHARE_GPU".into(), "2".into())));
-        assert_eq!(task_plan(&node.cfg, &node.ledger, 99, false), Ok(None));
-        assert!(task_plan(&node.cfg, &node.ledger, 99, true)
+        assert_eq!(task_plan(&node.cfg, &node.ledger, 99, false, 1), Ok(None));
+        assert!(task_plan(&node.cfg, &node.ledger, 99, true, 1)
             .is_err_and(|e| e.contains("Prolog=gpu-mps-prolog")));
         // An unreadable ledger: the published copy still places the job;
         // without it, only share jobs fail.
         fs::write(node.ledger.state_path(), "{").unwrap_or_else(|e| panic!("{e}"));
-        let from_copy = task_plan(&node.cfg, &node.ledger, 3, true);
+        let from_copy = task_plan(&node.cfg, &node.ledger, 3, true, 1);
         assert_eq!(from_copy.map(|p| p.map(|p| p.gpu)), Ok(Some(2)));
         fs::remove_file(&copy).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(task_plan(&node.cfg, &node.ledger, 99, false), Ok(None));
+        assert_eq!(task_plan(&node.cfg, &node.ledger, 99, false, 1), Ok(None));
         assert!(
-            task_plan(&node.cfg, &node.ledger, 3, true).is_err_and(|e| e.contains("unreadable"))
+            task_plan(&node.cfg, &node.ledger, 3, true, 1).is_err_and(|e| e.contains("unreadable"))
         );
     }
 
@@ -1538,7 +1733,7 @@ mod tests {
             PrologOutcome::Whole { .. }
         ));
         for job in 1..=4 {
-            assert_eq!(task_plan(&node.cfg, &node.ledger, job, false), Ok(None));
+            assert_eq!(task_plan(&node.cfg, &node.ledger, job, false, 1), Ok(None));
         }
         // An honest share still fits, beside the whole GPU.
         match outcome(&node, &share_env(6, 100)) {
@@ -1576,9 +1771,8 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        assert!(
-            task_plan(&node.cfg, &node.ledger, 5, true).is_err_and(|e| e.contains("no single GPU"))
-        );
+        assert!(task_plan(&node.cfg, &node.ledger, 5, true, 1)
+            .is_err_and(|e| e.contains("no single GPU")));
         let r = epilog(&node, 1).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(r.released.len(), 1);
         assert_eq!(r.stopped, vec![(0, MpsDaemon::NotAvailable)]);
@@ -1762,7 +1956,7 @@ mod tests {
                 .any(|n| n.contains("cannot ask slurmctld"));
             assert_eq!(asked, job == 3, "{:?}", report.notes);
         }
-        let plan = task_plan(&node.cfg, &node.ledger, 1, true)
+        let plan = task_plan(&node.cfg, &node.ledger, 1, true, 1)
             .ok()
             .flatten()
             .unwrap_or_else(|| panic!("no plan"));
@@ -1994,5 +2188,152 @@ mod tests {
             matches!(&report, Ok(r) if r.outcome == PrologOutcome::Untouched && !r.notes.is_empty()),
             "{report:?}"
         );
+    }
+
+    #[test]
+    fn a_share_whose_daemon_cannot_start_is_refused_unless_the_site_runs_it_anyway() {
+        let (mut node, _dir) = temp_node(Some(1600));
+        // `false -d` fails: the daemon cannot be started.
+        node.cfg.mps_control = MpsControl::Program(PathBuf::from("/bin/false"));
+        let report = prolog(&node, &share_env(1, 100), &MpsBooking::default(), no_squeue)
+            .unwrap_or_else(|e| panic!("{e}"));
+        match &report.outcome {
+            PrologOutcome::Refused { reason, text } => {
+                assert_eq!(*reason, MPS_DAEMON_REFUSAL);
+                assert!(text.contains("could not be started"), "{text}");
+                assert!(text.contains("MPSFailure=refuse"), "{text}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Counted as a refusal and as a daemon failure.
+        assert!(report
+            .events()
+            .contains(&Event::Refused(MPS_DAEMON_REFUSAL)));
+        assert!(report
+            .events()
+            .iter()
+            .any(|e| matches!(e, Event::Daemon(MpsDaemon::Failed(_)))));
+        let refused = task_plan(&node.cfg, &node.ledger, 1, true, 1);
+        assert!(refused.is_err_and(|e| e.contains("could not be started")));
+        // MPSFailure=run: placed, and its first line says what it lacks.
+        node.cfg.mps_failure = config::MpsFailure::Run;
+        match outcome(&node, &share_env(2, 100)) {
+            PrologOutcome::Placed { mps, .. } => {
+                assert!(matches!(mps, MpsDaemon::Failed(_)), "{mps:?}")
+            }
+            other => panic!("{other:?}"),
+        }
+        let plan = task_plan(&node.cfg, &node.ledger, 2, true, 1)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap_or_else(|| panic!("no plan"));
+        assert!(
+            plan.banner.contains("WARNING") && plan.banner.contains("WITHOUT MPS"),
+            "{}",
+            plan.banner
+        );
+        // The note goes with the job.
+        epilog(&node, 2).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(unserved(&node.ledger, 2), None);
+    }
+
+    #[test]
+    fn auto_without_a_control_program_refuses_shares_and_none_runs_them() {
+        let (mut node, _dir) = temp_node(Some(1600));
+        node.cfg.mps_control = MpsControl::FromPath;
+        if daemon::program(&node.cfg).is_some() {
+            return; // a node with MPS installed: nothing to show here
+        }
+        match outcome(&node, &share_env(1, 100)) {
+            PrologOutcome::Refused { reason, text } => {
+                assert_eq!(reason, MPS_DAEMON_REFUSAL);
+                assert!(text.contains("MPSControl=auto looks in PATH"), "{text}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // MPSControl=none: the site runs MPS itself.
+        node.cfg.mps_control = MpsControl::Disabled;
+        assert!(matches!(
+            outcome(&node, &share_env(2, 100)),
+            PrologOutcome::Placed { .. }
+        ));
+    }
+
+    #[test]
+    fn a_shares_memory_is_divided_over_its_steps_tasks() {
+        let (mut node, _dir) = temp_node(Some(1600));
+        node.cfg.gpu_memory_mib = Some(48 * 1024);
+        node.set_gpu_memory(Some(48 * 1024));
+        assert!(matches!(
+            outcome(&node, &share_env(1, 100)),
+            PrologOutcome::Placed { .. }
+        ));
+        // A whole GPU's units: its 48 GiB.
+        let limit_of = |tasks: u32| {
+            let plan = task_plan(&node.cfg, &node.ledger, 1, true, tasks)
+                .unwrap_or_else(|e| panic!("{e}"))
+                .unwrap_or_else(|| panic!("no plan"));
+            let var = |name: &str| {
+                plan.env
+                    .iter()
+                    .chain(&plan.hints)
+                    .find(|(k, _)| k == name)
+                    .map(|(_, v)| v.clone())
+                    .unwrap_or_default()
+            };
+            (
+                var("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"),
+                var("GPUSHARE_MEMORY_FRACTION"),
+                var("XLA_PYTHON_CLIENT_MEM_FRACTION"),
+                plan.banner,
+            )
+        };
+        let (one, fraction, jax, banner) = limit_of(1);
+        assert_eq!(one, "0=49152M");
+        assert_eq!((fraction.as_str(), jax.as_str()), ("1.0000", "0.7500"));
+        assert!(banner.contains("49152 MiB"), "{banner}");
+        let (three, fraction, _, banner) = limit_of(3);
+        assert_eq!(three, "0=16384M");
+        assert_eq!(fraction, "0.3333");
+        assert!(
+            banner.contains("16384 MiB for each of this step's 3 tasks"),
+            "{banner}"
+        );
+        // Whatever the tasks, together they hold at most the share.
+        for tasks in 1..=48u32 {
+            let (limit, fraction, jax, _) = limit_of(tasks);
+            let mib: u64 = limit
+                .trim_start_matches("0=")
+                .trim_end_matches('M')
+                .parse()
+                .unwrap_or(u64::MAX);
+            assert!(mib * u64::from(tasks) <= 49152, "{tasks} tasks: {limit}");
+            let f: f64 = fraction.parse().unwrap_or(2.0);
+            let j: f64 = jax.parse().unwrap_or(2.0);
+            assert!(
+                f * f64::from(tasks) <= 1.0 && j < f,
+                "{tasks} tasks: {f} {j}"
+            );
+        }
+    }
+
+    #[test]
+    fn framework_hints_never_pass_the_share() {
+        let cfg = GpuMpsConfig {
+            gpu_memory_mib: Some(40_000),
+            ..GpuMpsConfig::default()
+        };
+        // A fixed limit below the share's part of the GPU lowers the fraction.
+        assert_eq!(memory_fraction(&cfg, 50, Some(10_000), 1), 0.25);
+        assert_eq!(memory_fraction(&cfg, 50, Some(5_000), 2), 0.125);
+        // Unknown GPU memory: the share's part of the GPU.
+        let unknown = GpuMpsConfig::default();
+        assert_eq!(memory_fraction(&unknown, 50, Some(10_000), 1), 0.5);
+        let hints = framework_hints(1.0 / 3.0);
+        assert!(hints.contains(&("GPUSHARE_MEMORY_FRACTION".into(), "0.3333".into())));
+        assert!(hints.contains(&("XLA_PYTHON_CLIENT_MEM_FRACTION".into(), "0.2500".into())));
+        assert!(hints.contains(&("TF_FORCE_GPU_ALLOW_GROWTH".into(), "true".into())));
+        let third_of_a_quarter = framework_hints(0.25 / 3.0);
+        assert!(third_of_a_quarter
+            .contains(&("XLA_PYTHON_CLIENT_MEM_FRACTION".into(), "0.0625".into())));
     }
 }

@@ -170,12 +170,17 @@ fn getenv(sp: spank_t, name: &str) -> Result<Option<String>, SpankError> {
     }
 }
 
-fn setenv(sp: spank_t, name: &str, value: &str) -> SpankResult {
+/// Sets `name` in the task's environment; where `overwrite` is false, a
+/// value already there is kept.
+fn setenv(sp: spank_t, name: &str, value: &str, overwrite: bool) -> SpankResult {
     let (Ok(n), Ok(v)) = (CString::new(name), CString::new(value)) else {
         return Err(SpankError::Failed(format!("{name}: value contains NUL")));
     };
     // SAFETY: valid C strings; overwrite = 1 replaces what Slurm set.
-    let rc = unsafe { slurm_sys::spank_setenv(sp, n.as_ptr(), v.as_ptr(), 1) };
+    let rc = unsafe { slurm_sys::spank_setenv(sp, n.as_ptr(), v.as_ptr(), c_int::from(overwrite)) };
+    if !overwrite && rc == slurm_sys::ESPANK_ENV_EXISTS {
+        return Ok(());
+    }
     spank_call("spank_setenv", rc)
 }
 
@@ -248,25 +253,26 @@ fn init(sp: spank_t, args: &[String]) -> SpankResult {
     // Only sharpens the message for a share the prolog never placed: what
     // the job holds is the ledger's record, which only the prolog writes.
     let slurm_says_share = getenv(sp, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")?.is_some();
-    let plan = match task_plan(&cfg, &ledger, job, slurm_says_share) {
+    let step = item_u32(sp, slurm_sys::S_JOB_STEPID, "spank_get_item(S_JOB_STEPID)")?;
+    // Each task is an MPS client of the GPU's server: the share's memory
+    // is divided over them, and the server takes only so many.
+    let tasks = if step == EXTERN_STEP {
+        0
+    } else {
+        item_u32(
+            sp,
+            slurm_sys::S_JOB_LOCAL_TASK_COUNT,
+            "spank_get_item(S_JOB_LOCAL_TASK_COUNT)",
+        )?
+    };
+    let plan = match task_plan(&cfg, &ledger, job, slurm_says_share, tasks) {
         Ok(Some(mut p)) => {
             // The limits line goes once into the job's output: from the
             // first step on this node that runs tasks.
-            let step = item_u32(sp, slurm_sys::S_JOB_STEPID, "spank_get_item(S_JOB_STEPID)")?;
             if step == EXTERN_STEP || !claim_banner(&ledger, job) {
                 p.banner.clear();
             }
-            // Each task is an MPS client of the GPU's server, which takes
-            // only so many: the job counts for its largest step.
-            let tasks = if step == EXTERN_STEP {
-                0
-            } else {
-                item_u32(
-                    sp,
-                    slurm_sys::S_JOB_LOCAL_TASK_COUNT,
-                    "spank_get_item(S_JOB_LOCAL_TASK_COUNT)",
-                )?
-            };
+            // The job counts for its largest step's clients.
             // Most steps run no more tasks than the ledger counts already
             // (a batch step's one): nothing to write, so no lock to take.
             let clients = if tasks <= p.clients {
@@ -336,7 +342,11 @@ fn task_init(sp: spank_t) -> SpankResult {
             }
             plan.env
                 .iter()
-                .try_for_each(|(name, value)| setenv(sp, name, value))
+                .try_for_each(|(name, value)| setenv(sp, name, value, true))?;
+            // What the job set itself wins over a hint.
+            plan.hints
+                .iter()
+                .try_for_each(|(name, value)| setenv(sp, name, value, false))
         }
     }
 }

@@ -709,7 +709,7 @@ impl Setup {
     fn plan(&self, conf: &Path, job: u32) -> Result<TaskPlan, String> {
         let cfg = load(conf)?;
         let ledger = Ledger::open(&cfg.state_dir, 0).map_err(|e| e.to_string())?;
-        task_plan(&cfg, &ledger, job, true)?.ok_or_else(|| format!("job {job} holds no share"))
+        task_plan(&cfg, &ledger, job, true, 1)?.ok_or_else(|| format!("job {job} holds no share"))
     }
 
     /// Starts the client as `user` with `env` (nothing else of root's).
@@ -1590,7 +1590,7 @@ mod tests {
         assert_eq!((share.units, share.gpu, share.uid), (25, 0, 1234));
         // The plugin's plan, from the same ledger, through the same call.
         let ledger = Ledger::open(&cfg.state_dir, node.owner).unwrap_or_else(|e| panic!("{e}"));
-        let plan = task_plan(&cfg, &ledger, 4242, true)
+        let plan = task_plan(&cfg, &ledger, 4242, true, 1)
             .unwrap_or_else(|e| panic!("{e}"))
             .unwrap_or_else(|| panic!("no plan"));
         let user = User {

@@ -18,7 +18,12 @@
 //!   file is gone; `quit` ends it; `get_server_list` answers the pids that
 //!   `<dir>/servers` lists for the GPU (lines `GPU PID`); other `set_*` and
 //!   `get_*` commands succeed silently; anything else fails.
+//! - `get_client_list SERVER` answers the pids `<dir>/clients` lists for
+//!   that server of the GPU (lines `GPU SERVER CLIENT`);
+//!   `terminate_client SERVER CLIENT` succeeds (the log keeps it).
 //! - `<dir>/hang` exists: every call hangs (a hung control program).
+//! - `<dir>/fail` exists: every call fails, as a control program that
+//!   cannot reach the driver does.
 
 use std::fs;
 use std::io::{Read, Write};
@@ -122,6 +127,9 @@ fn main() -> ExitCode {
     if here.join("hang").exists() {
         std::thread::sleep(Duration::from_secs(1000));
     }
+    if here.join("fail").exists() {
+        return fail("stand-in told to fail (its fail file exists)");
+    }
     if args.first().map(String::as_str) == Some("-d") {
         return start_daemon(&pipe, &args);
     }
@@ -150,7 +158,20 @@ fn main() -> ExitCode {
                     }
                 }
             }
-            c if c.starts_with("set_") || c.starts_with("get_") => {}
+            "get_client_list" => {
+                let server = line.split_whitespace().nth(1).unwrap_or_default();
+                let clients = fs::read_to_string(here.join("clients")).unwrap_or_default();
+                for l in clients.lines() {
+                    let words: Vec<&str> = l.split_whitespace().collect();
+                    if let [g, s, client] = words.as_slice() {
+                        if *g == gpu && *s == server {
+                            out.push_str(client);
+                            out.push('\n');
+                        }
+                    }
+                }
+            }
+            c if c.starts_with("set_") || c.starts_with("get_") || c == "terminate_client" => {}
             _ => {
                 print!("{out}");
                 return fail(&format!("unknown command {line}"));
