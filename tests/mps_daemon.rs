@@ -69,6 +69,10 @@ fn main() -> ExitCode {
             clients_terminated,
         )
         .test(
+            "a_shared_gpu_is_exclusive_while_its_daemon_runs_then_gets_its_mode_back",
+            exclusive_while_shared,
+        )
+        .test(
             "the_dcgm_mapping_follows_the_ledger_when_a_prolog_is_killed_mid_way",
             prolog_killed,
         )
@@ -106,12 +110,19 @@ fn bin_dir(c: &Cluster) -> PathBuf {
     c.dir.join("mps-bin")
 }
 
-/// Ends every job, puts the stand-in in place and empties its call log.
+/// Ends every job, puts the stand-ins in place (the control program and
+/// `nvidia-smi`, every GPU in DEFAULT mode) and empties their call log.
 fn standin(c: &Cluster) -> Result<(), String> {
     cancel_and_wait_stopped(c)?;
     let dir = bin_dir(c);
     testcluster::standin::install(&dir)?;
-    let _ = fs::remove_file(dir.join("hang"));
+    testcluster::standin::install_smi(&dir)?;
+    for name in ["hang", "fail", "smi-fail"] {
+        let _ = fs::remove_file(dir.join(name));
+    }
+    for gpu in 0..4 {
+        let _ = fs::remove_file(dir.join(format!("compute-mode-{gpu}")));
+    }
     fs::write(dir.join("standin.calls"), "").map_err(|e| e.to_string())?;
     fs::write(dir.join("standin.log"), "").map_err(|e| e.to_string())
 }
@@ -530,6 +541,54 @@ fn clients_terminated(c: &mut Cluster) -> TestResult {
         let _ = fs::remove_file(bin_dir(c).join(name));
     }
     result.and(cancel_and_wait_stopped(c))
+}
+
+/// GPU `gpu`'s compute mode as the stand-in `nvidia-smi` keeps it.
+fn compute_mode(c: &Cluster, gpu: u32) -> String {
+    fs::read_to_string(bin_dir(c).join(format!("compute-mode-{gpu}")))
+        .unwrap_or_else(|_| "Default".into())
+        .trim()
+        .to_owned()
+}
+
+/// `ComputeMode=exclusive`: each shared GPU is put in EXCLUSIVE_PROCESS
+/// mode before its daemon starts and gets back the mode it had (GPU 1
+/// was PROHIBITED) once its last share ends; where `nvidia-smi` fails, the
+/// share is refused.
+fn exclusive_while_shared(c: &mut Cluster) -> TestResult {
+    standin(c)?;
+    fs::write(bin_dir(c).join("compute-mode-1"), "Prohibited\n").map_err(|e| e.to_string())?;
+    let before: Vec<String> = (0..4).map(|g| compute_mode(c, g)).collect();
+    with_line(c, "ComputeMode=exclusive", |c| {
+        shares(c, 4, 25)?;
+        let gpus = used_gpus(c);
+        let log = calls(c);
+        for &gpu in &gpus {
+            let at = |want: &str| log.iter().position(|l| l == want);
+            let exclusive = at(&format!("smi args=-i {gpu} -c EXCLUSIVE_PROCESS"));
+            let started = at(&format!("gpu={gpu} args=-d"));
+            ensure(
+                compute_mode(c, gpu) == "Exclusive_Process"
+                    && exclusive.is_some()
+                    && exclusive < started,
+                format!(
+                    "GPU {gpu} in mode {} before its daemon: {log:?}",
+                    compute_mode(c, gpu)
+                ),
+            )?;
+        }
+        cancel_and_wait_stopped(c)?;
+        let after: Vec<String> = (0..4).map(|g| compute_mode(c, g)).collect();
+        ensure(
+            after == before,
+            format!("modes after the last shares: {after:?}, before: {before:?}"),
+        )?;
+        fs::write(bin_dir(c).join("smi-fail"), "").map_err(|e| e.to_string())?;
+        let id = c.sbatch_ok(&["--gres=mps:25", SCRIPT])?;
+        let refused = sent_elsewhere(c, id, "compute mode");
+        let _ = fs::remove_file(bin_dir(c).join("smi-fail"));
+        refused
+    })
 }
 
 /// A prolog killed while it waits on a hung control program, after its

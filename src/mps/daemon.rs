@@ -44,7 +44,10 @@
 //! limits last set are recorded beside the daemon lock, tied to the daemon
 //! by its control pipe's inode and change time: a restarted daemon (new
 //! pipe) has none, so nothing is skipped that a new daemon lacks. A share's
-//! end calls nothing unless the limits change.
+//! end asks for the job's clients to terminate (`get_server_list`, then a
+//! `get_client_list` per server and, where the job has clients, one call
+//! of `terminate_client` lines: [`terminate_clients`]) and calls nothing
+//! more unless the limits change.
 
 use std::fmt;
 use std::fs;
@@ -321,6 +324,11 @@ fn ensure_daemon(
             }
         }
     };
+    // Only the MPS server may hold a context on the GPU from now on.
+    if cfg.exclusive_while_shared {
+        super::compute_mode::make_exclusive(cfg, gpu)
+            .map_err(|e| MpsDaemon::Failed(format!("compute mode: {e}")))?;
+    }
     let mut cmd = command(cfg, &program, gpu);
     cmd.arg("-d");
     if cfg.multi_user {
@@ -731,9 +739,14 @@ pub fn stop(cfg: &GpuMpsConfig, gpu: u32) -> MpsDaemon {
     clear(&pipe);
     forget_limits(cfg, gpu);
     forget_alive(cfg, gpu);
-    match quit {
-        Ok(()) => MpsDaemon::Stopped,
-        Err(e) => MpsDaemon::Failed(format!("{e}; its processes were killed")),
+    // The GPU's own compute mode comes back, whatever ComputeMode= says now.
+    let restored = super::compute_mode::restore(cfg, gpu);
+    match (quit, restored) {
+        (Ok(()), Ok(_)) => MpsDaemon::Stopped,
+        (Ok(()), Err(e)) => MpsDaemon::Failed(format!(
+            "stopped, but the GPU's compute mode was not given back: {e}"
+        )),
+        (Err(e), _) => MpsDaemon::Failed(format!("{e}; its processes were killed")),
     }
 }
 

@@ -8,6 +8,8 @@
 //! - [`placement`]: the least-loaded choice of a GPU for a share.
 //! - [`node`]: what the prolog, the SPANK plugin and the epilog do for a job.
 //! - [`daemon`]: starting and stopping a GPU's MPS control daemon.
+//! - [`compute_mode`]: a shared GPU in EXCLUSIVE_PROCESS mode while its
+//!   daemon runs.
 //! - [`devices`]: confining a task to its GPU's device file.
 //! - [`status`]: the per-GPU view `gpu-mps status` prints.
 //! - [`dcgm`]: dcgm-exporter's job mapping, one file per GPU.
@@ -18,6 +20,7 @@
 
 pub mod booking;
 pub mod bounded;
+pub mod compute_mode;
 pub mod config;
 pub mod daemon;
 pub mod dcgm;

@@ -13,12 +13,22 @@ use gpushare::mps::daemon::CONTROL_PROGRAM;
 /// Copies the stand-in into `dir` as `nvidia-cuda-mps-control` (its log,
 /// `hang` and `servers` files live beside it) and returns its path.
 pub fn install(dir: &Path) -> crate::Result<PathBuf> {
+    install_as(dir, CONTROL_PROGRAM)
+}
+
+/// Copies the stand-in into `dir` as `nvidia-smi` (it then stands in for
+/// that, logging to the same `standin.log`) and returns its path.
+pub fn install_smi(dir: &Path) -> crate::Result<PathBuf> {
+    install_as(dir, gpushare::mps::compute_mode::SMI)
+}
+
+fn install_as(dir: &Path, name: &str) -> crate::Result<PathBuf> {
     let source = harness_dir()?.join("mps-control-standin");
     fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let program = dir.join(CONTROL_PROGRAM);
+    let program = dir.join(name);
     // A copy, not a link: a running copy is replaced by rename, never
     // written over (ETXTBSY).
-    let temp = dir.join(format!(".{CONTROL_PROGRAM}.new"));
+    let temp = dir.join(format!(".{name}.new"));
     fs::copy(&source, &temp).map_err(|e| {
         format!(
             "{}: {e} (built by cargo build -p gpushare-tests --bins)",

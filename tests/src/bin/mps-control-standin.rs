@@ -24,6 +24,13 @@
 //! - `<dir>/hang` exists: every call hangs (a hung control program).
 //! - `<dir>/fail` exists: every call fails, as a control program that
 //!   cannot reach the driver does.
+//!
+//! Installed as `nvidia-smi` ([`testcluster::standin::install_smi`]) it
+//! stands in for that instead: each call is logged as `smi args=...` in
+//! `standin.log`; `-i N --query-gpu=compute_mode --format=csv,noheader`
+//! answers GPU N's mode from `<dir>/compute-mode-N` (`Default` where there
+//! is none); `-i N -c MODE` writes it; `<dir>/smi-fail` makes every call
+//! fail.
 
 use std::fs;
 use std::io::{Read, Write};
@@ -85,6 +92,61 @@ fn start_daemon(pipe: &Path, args: &[String]) -> ExitCode {
     }
 }
 
+/// `nvidia-smi`'s spelling of a `-c` value.
+fn mode_name(value: &str) -> Option<&'static str> {
+    match value.to_ascii_uppercase().as_str() {
+        "DEFAULT" | "0" => Some("Default"),
+        "EXCLUSIVE_PROCESS" | "3" => Some("Exclusive_Process"),
+        "PROHIBITED" | "2" => Some("Prohibited"),
+        _ => None,
+    }
+}
+
+/// The stand-in `nvidia-smi` (see the module's text).
+fn smi(here: &Path, args: &[String]) -> ExitCode {
+    if let Ok(mut f) = fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(here.join("standin.log"))
+    {
+        let _ = f.write_all(format!("smi args={}\n", args.join(" ")).as_bytes());
+    }
+    if here.join("smi-fail").exists() {
+        return fail("stand-in nvidia-smi told to fail (its smi-fail file exists)");
+    }
+    let value_of = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let Some(gpu) = value_of("-i") else {
+        return fail("stand-in nvidia-smi: no -i");
+    };
+    let state = here.join(format!("compute-mode-{gpu}"));
+    if let Some(mode) = value_of("-c") {
+        let Some(name) = mode_name(&mode) else {
+            return fail(&format!("Invalid compute mode {mode}"));
+        };
+        return match fs::write(&state, format!("{name}\n")) {
+            Ok(()) => {
+                println!(
+                    "Set compute mode to {} for GPU 00000000:0{gpu}:00.0.",
+                    mode.to_ascii_uppercase()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(&e.to_string()),
+        };
+    }
+    if args.iter().any(|a| a == "--query-gpu=compute_mode") {
+        let mode = fs::read_to_string(&state).unwrap_or_else(|_| "Default\n".into());
+        print!("{mode}");
+        return ExitCode::SUCCESS;
+    }
+    fail("stand-in nvidia-smi: unknown call")
+}
+
 fn main() -> ExitCode {
     if std::env::var_os(DAEMON_MARK).is_some() {
         loop {
@@ -100,6 +162,10 @@ fn main() -> ExitCode {
         std::env::var_os("CUDA_MPS_PIPE_DIRECTORY").unwrap_or_else(|| "/tmp/nvidia-mps".into()),
     );
     let args: Vec<String> = std::env::args().skip(1).collect();
+    let called = std::env::current_exe().ok();
+    if called.as_deref().and_then(Path::file_name) == Some(std::ffi::OsStr::new("nvidia-smi")) {
+        return smi(&here, &args);
+    }
     let mut input = String::new();
     if args.is_empty() {
         let _ = std::io::stdin().read_to_string(&mut input);
