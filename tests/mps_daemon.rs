@@ -101,6 +101,11 @@ fn main() -> ExitCode {
             "a_gpus_mps_pipes_are_reachable_only_by_users_with_a_share_on_it",
             pipes_guarded,
         )
+        // Last: it drains the node (and resumes it).
+        .test(
+            "a_failed_gpu_takes_no_share_and_the_node_drains_when_all_have_failed",
+            failed_gpus,
+        )
         .run()
 }
 
@@ -541,6 +546,119 @@ fn clients_terminated(c: &mut Cluster) -> TestResult {
         let _ = fs::remove_file(bin_dir(c).join(name));
     }
     result.and(cancel_and_wait_stopped(c))
+}
+
+/// Runs `gpu-mps ARGS --conf <the cluster's gpu_mps.conf>` as root.
+fn gpu_mps(c: &Cluster, args: &[&str]) -> Result<std::process::Output, String> {
+    let bin = testcluster::cluster::build_dir()?.join("gpu-mps");
+    let conf = c.slurm_conf().with_file_name("gpu_mps.conf");
+    let conf = conf.to_string_lossy();
+    c.run(&bin.to_string_lossy(), &[args, &["--conf", &conf]].concat())
+}
+
+/// GPU 2 reported lost by NVML (the figures the prolog keeps, which it
+/// reads where NVML does not answer, as here): the next share's prolog
+/// sets it aside, no share goes there (refused and sent elsewhere where
+/// only it has room, or where Slurm chose it), `gpu-mps status` and the
+/// metrics say so. The other GPUs drained with `gpu-mps drain-gpu`: the
+/// next prolog fails and Slurm drains the node. Resumed, it shares again.
+fn failed_gpus(c: &mut Cluster) -> TestResult {
+    standin(c)?;
+    let state = c.dir.join("run/gpu-mps");
+    // The node's state directory and ledger, as a first share leaves them.
+    shares(c, 1, 25)?;
+    cancel_and_wait_stopped(c)?;
+    let facts: String = (0..4)
+        .map(|g| format!("{g} {g} 49152 0 {}\n", u8::from(g == 2)))
+        .collect();
+    fs::write(state.join("nvml-facts"), facts).map_err(|e| e.to_string())?;
+    let result = (|| -> TestResult {
+        // 60 units: one share per GPU. Three run, on GPUs other than 2.
+        let ids: Vec<u32> = (0..4)
+            .map(|_| c.sbatch_ok(&["--gres=mps:60", SCRIPT]))
+            .collect::<Result<_, _>>()?;
+        let refused = wait_for(
+            "one share sent off the node",
+            Duration::from_secs(90),
+            || {
+                let off: Vec<u32> = ids
+                    .iter()
+                    .copied()
+                    .filter(|&id| {
+                        c.job(id).is_ok_and(|i| {
+                            i.state() == "PENDING" && i.get("ExcNodeList") == Some(NODE)
+                        })
+                    })
+                    .collect();
+                let running = ids
+                    .iter()
+                    .filter(|&&id| c.job_output(id).contains("GPU="))
+                    .count();
+                (off.len() == 1 && running == 3).then(|| off[0])
+            },
+        )?;
+        let out = c.job_output(refused);
+        ensure(
+            out.contains("set aside as failed")
+                && out.contains("NVML reports it lost")
+                && out.contains("GPU 2"),
+            format!("the refused share {refused}: {out}"),
+        )?;
+        let used = used_gpus(c);
+        ensure(
+            !used.contains(&2) && used.len() == 3,
+            format!("shares on GPUs {used:?}"),
+        )?;
+        let shown = gpu_mps(c, &["status"])?;
+        let table = String::from_utf8_lossy(&shown.stdout);
+        ensure(
+            shown.status.code() == Some(1)
+                && table.contains("FAILED: GPU 2 takes no new share: NVML reports it lost"),
+            format!("gpu-mps status ({}): {table}", shown.status),
+        )?;
+        ensure(
+            c.syslog().contains("GPU 2 set aside from sharing"),
+            "syslog does not say GPU 2 was set aside",
+        )?;
+        cancel_and_wait_stopped(c)?;
+        // Every GPU set aside: the next prolog fails, Slurm drains the node.
+        for gpu in ["0", "1", "3"] {
+            let out = gpu_mps(c, &["drain-gpu", gpu, "--reason", "XID 79 (health check)"])?;
+            ensure(
+                out.status.success(),
+                format!("drain-gpu {gpu}: {}", String::from_utf8_lossy(&out.stderr)),
+            )?;
+        }
+        let id = c.sbatch_ok(&["--gres=mps:25", SCRIPT])?;
+        wait_for("the node to drain", Duration::from_secs(60), || {
+            c.node_states()
+                .ok()?
+                .values()
+                .any(|s| s.starts_with("drain"))
+                .then_some(())
+        })?;
+        let log = c.syslog();
+        ensure(
+            log.contains("every GPU of the node is set aside"),
+            format!("syslog: {log}"),
+        )?;
+        c.run_ok("scancel", &[&id.to_string()])?;
+        Ok(())
+    })();
+    // Back to sharing, whatever happened above.
+    let _ = fs::remove_file(state.join("nvml-facts"));
+    for gpu in ["0", "1", "2", "3"] {
+        let _ = gpu_mps(c, &["resume-gpu", gpu]);
+    }
+    let _ = c.cancel_all();
+    let _ = c.run_ok(
+        "scontrol",
+        &["update", &format!("nodename={NODE}"), "state=resume"],
+    );
+    result?;
+    let ids = shares(c, 1, 25)?;
+    ensure(!ids.is_empty(), "no share after resume-gpu")?;
+    cancel_and_wait_stopped(c)
 }
 
 /// GPU `gpu`'s compute mode as the stand-in `nvidia-smi` keeps it.

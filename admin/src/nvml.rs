@@ -6,6 +6,7 @@
 //! NVML's index order is the PCI bus order, the order `CUDA_DEVICE_ORDER=
 //! PCI_BUS_ID` gives the daemons; `/dev/nvidiaN` is the GPU of minor N.
 
+use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
 
 /// One GPU as NVML reports it.
@@ -23,6 +24,9 @@ pub struct GpuFacts {
     pub compute_processes: Vec<u32>,
     /// MIG mode is on (`None`: the GPU cannot say, e.g. no MIG support).
     pub mig_enabled: Option<bool>,
+    /// NVML reports the GPU lost (`NVML_ERROR_GPU_IS_LOST`: fallen off the
+    /// bus, or otherwise inaccessible until a reset).
+    pub lost: bool,
 }
 
 /// The node's GPUs, or why NVML cannot tell (no library, no driver).
@@ -36,6 +40,7 @@ pub fn gpus() -> Result<Vec<GpuFacts>, String> {
             Ok(d) => GpuFacts {
                 index,
                 uuid: d.uuid().ok(),
+                lost: matches!(d.memory_info(), Err(NvmlError::GpuLost)),
                 memory_mib: d.memory_info().ok().map(|m| m.total / (1024 * 1024)),
                 minor: d.minor_number().ok(),
                 compute_processes: d
@@ -44,8 +49,9 @@ pub fn gpus() -> Result<Vec<GpuFacts>, String> {
                     .unwrap_or_default(),
                 mig_enabled: d.mig_mode().ok().map(|m| m.current == 1),
             },
-            Err(_) => GpuFacts {
+            Err(e) => GpuFacts {
                 index,
+                lost: matches!(e, NvmlError::GpuLost),
                 uuid: None,
                 memory_mib: None,
                 minor: None,
@@ -77,7 +83,7 @@ pub const QUERY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5)
 pub const FACTS_OPTION: &str = "--nvml-facts";
 
 /// The figures the prolog uses, one GPU a line: `<index> <minor>
-/// <memory MiB> <mig on>`, `-` where NVML could not say.
+/// <memory MiB> <mig on> <lost>`, `-` where NVML could not say.
 pub fn facts_text(gpus: &[GpuFacts]) -> String {
     fn word<T: ToString>(v: Option<T>) -> String {
         v.map_or_else(|| "-".to_owned(), |v| v.to_string())
@@ -85,11 +91,12 @@ pub fn facts_text(gpus: &[GpuFacts]) -> String {
     gpus.iter()
         .map(|g| {
             format!(
-                "{} {} {} {}\n",
+                "{} {} {} {} {}\n",
                 g.index,
                 word(g.minor),
                 word(g.memory_mib),
-                word(g.mig_enabled.map(u8::from))
+                word(g.mig_enabled.map(u8::from)),
+                u8::from(g.lost)
             )
         })
         .collect()
@@ -110,14 +117,22 @@ pub fn parse_facts(text: &str) -> Option<Vec<GpuFacts>> {
     text.lines()
         .map(|line| {
             let w: Vec<&str> = line.split(' ').collect();
-            let [index, minor, memory, mig] = w.as_slice() else {
-                return None;
+            // Four words: kept by gpushare 0.1, which did not ask.
+            let (index, minor, memory, mig, lost) = match w.as_slice() {
+                [index, minor, memory, mig] => (index, minor, memory, mig, &"0"),
+                [index, minor, memory, mig, lost] => (index, minor, memory, mig, lost),
+                _ => return None,
             };
             Some(GpuFacts {
                 index: index.parse().ok()?,
                 minor: word(minor)?,
                 memory_mib: word(memory)?,
                 mig_enabled: word::<u8>(mig)?.map(|m| m == 1),
+                lost: match *lost {
+                    "0" => false,
+                    "1" => true,
+                    _ => return None,
+                },
                 uuid: None,
                 compute_processes: Vec::new(),
             })
@@ -154,6 +169,7 @@ mod tests {
                 minor: Some(3),
                 compute_processes: Vec::new(),
                 mig_enabled: Some(true),
+                lost: false,
             },
             GpuFacts {
                 index: 1,
@@ -162,13 +178,22 @@ mod tests {
                 minor: None,
                 compute_processes: Vec::new(),
                 mig_enabled: None,
+                lost: true,
             },
         ];
         let text = facts_text(&gpus);
-        assert_eq!(text, "0 3 81559 1\n1 - - -\n");
+        assert_eq!(text, "0 3 81559 1 0\n1 - - - 1\n");
         assert_eq!(parse_facts(&text), Some(gpus));
+        // As gpushare 0.1 kept them: not lost.
+        assert!(parse_facts("0 3 81559 1\n").is_some_and(|g| !g[0].lost));
         assert_eq!(parse_facts(""), Some(Vec::new()));
-        for bad in ["0 3 81559 1", "0 3 81559\n", "0 x 1 1\n", "0 1 1 1 1\n"] {
+        for bad in [
+            "0 3 81559 1",
+            "0 3 81559\n",
+            "0 x 1 1\n",
+            "0 1 1 1 2\n",
+            "0 1 1 1 1 1\n",
+        ] {
             assert_eq!(parse_facts(bad), None, "{bad:?}");
         }
     }

@@ -46,6 +46,8 @@ pub enum Elsewhere {
     OtherUsers,
     /// The GPU's MPS daemon could not serve it here (`MPSFailure=refuse`).
     MpsDaemon,
+    /// Only GPUs set aside as failed had room, or Slurm chose one.
+    GpuFailed,
 }
 
 impl Elsewhere {
@@ -54,6 +56,7 @@ impl Elsewhere {
         match self {
             Self::OtherUsers => "other_users",
             Self::MpsDaemon => "mps_daemon",
+            Self::GpuFailed => "gpu_failed",
         }
     }
 
@@ -66,6 +69,10 @@ impl Elsewhere {
             Self::MpsDaemon => {
                 "where the MPS daemon of its GPU could not serve it (MPSFailure=refuse; the \
                  node's syslog says why)"
+            }
+            Self::GpuFailed => {
+                "where the only GPUs for it are set aside as failed (gpu-mps status on the node \
+                 says why)"
             }
         }
     }
@@ -83,11 +90,12 @@ pub fn take_mark(state_dir: &Path, job: u32) -> Option<Elsewhere> {
     let path = state_dir.join(mark_name(job));
     let text = std::fs::read_to_string(&path).ok()?;
     std::fs::remove_file(&path).ok()?;
-    Some(if text.trim() == Elsewhere::MpsDaemon.word() {
-        Elsewhere::MpsDaemon
-    } else {
-        Elsewhere::OtherUsers
-    })
+    Some(
+        [Elsewhere::MpsDaemon, Elsewhere::GpuFailed]
+            .into_iter()
+            .find(|e| text.trim() == e.word())
+            .unwrap_or(Elsewhere::OtherUsers),
+    )
 }
 
 /// `ExcNodeList` as `scontrol show job -o` prints it (`None`: `(null)` or

@@ -18,7 +18,7 @@ use gpushare::mps::config::MemoryLimit;
 use gpushare::mps::node::{
     prolog, publish_metrics, running_jobs, PrologOutcome, MPS_DAEMON_REFUSAL,
 };
-use gpushare::mps::{state_dir, status};
+use gpushare::mps::{health, state_dir, status};
 use gpushare::shared::locations::beside_slurm_conf;
 use gpushare_admin::node_program::{self, NodeArgs, Program, Started};
 use gpushare_admin::nvml;
@@ -99,9 +99,15 @@ fn main() -> ExitCode {
                     .filter_map(|g| g.minor)
                     .collect();
                 node.set_mig_minors(&mig);
+                set_aside_lost(&node, &gpus);
             }
             Err(e) => log::debug!("no memory limit or MIG mode from NVML: {e}"),
         }
+    }
+    // Every GPU set aside: the node is unfit, and Slurm drains it.
+    if let Some(why) = health::all_failed(&health::read(&node.cfg.state_dir), node.gpu_count) {
+        log::error!("node unfit for GPU sharing: {why}");
+        return ExitCode::FAILURE;
     }
     let report = match prolog(&node, &env, &booking, running) {
         Ok(report) => report,
@@ -137,12 +143,13 @@ fn main() -> ExitCode {
         ),
         PrologOutcome::Refused { reason, text } => {
             log::warn!("refused: {text}");
-            // Only another user's servers had room, or the GPU's MPS
-            // daemon failed: Slurm would keep sending such jobs here, so
-            // the epilog sends this one elsewhere.
+            // Only another user's servers had room, the GPU's MPS daemon
+            // failed, or only failed GPUs had room: Slurm would keep
+            // sending such jobs here, so the epilog sends this one elsewhere.
             let elsewhere = match *reason {
                 "other_users" => Some(Elsewhere::OtherUsers),
                 MPS_DAEMON_REFUSAL => Some(Elsewhere::MpsDaemon),
+                "gpu_failed" => Some(Elsewhere::GpuFailed),
                 _ => None,
             };
             if let Some(why) = elsewhere {
@@ -170,6 +177,29 @@ fn main() -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+/// Sets aside the GPUs NVML reports lost (by device minor, or by NVML's
+/// index, the node's PCI order, where a lost GPU cannot say its minor).
+fn set_aside_lost(node: &gpushare::mps::node::Node, gpus: &[nvml::GpuFacts]) {
+    let mut lost = Vec::new();
+    for g in gpus.iter().filter(|g| g.lost) {
+        match g.minor {
+            Some(minor) => lost.extend(node.gpus_of_minors(&[minor])),
+            None => lost.push(g.index),
+        }
+    }
+    let known = health::read(&node.cfg.state_dir);
+    for gpu in lost.into_iter().filter(|g| !known.contains_key(g)) {
+        let reason = "NVML reports it lost (NVML_ERROR_GPU_IS_LOST: fallen off the bus or \
+                      otherwise unreachable until a reset)";
+        match health::set_aside(&node.cfg.state_dir, gpu, reason) {
+            Ok(_) => log::error!(
+                "GPU {gpu} set aside from sharing: {reason}; `gpu-mps resume-gpu {gpu}` once fixed"
+            ),
+            Err(e) => log::error!("GPU {gpu} is lost, but could not be set aside: {e}"),
+        }
+    }
 }
 
 /// The node's GPUs as NVML says, asked in a process of its own within

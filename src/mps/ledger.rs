@@ -770,13 +770,15 @@ impl Ledger {
         gpu_count: u32,
         units_per_gpu: u32,
     ) -> Result<Outcome<Placed>, LedgerError> {
-        self.place_beside(job, uid, user, units, (gpu_count, units_per_gpu), &[])
+        self.place_beside(job, uid, user, units, (gpu_count, units_per_gpu), &[], &[])
     }
 
     /// [`Self::place`] on a node where the GPUs `single_user` have a daemon
     /// that serves one user at a time although the rule says several (it
     /// started before `MultiUser=yes`): no second user is placed there
-    /// while another GPU can take the share.
+    /// while another GPU can take the share; and where the GPUs `failed`
+    /// are set aside ([`super::health`]): nothing goes there.
+    #[allow(clippy::too_many_arguments)]
     pub fn place_beside(
         &self,
         job: u32,
@@ -785,6 +787,7 @@ impl Ledger {
         units: u32,
         (gpu_count, units_per_gpu): (u32, u32),
         single_user: &[u32],
+        failed: &[u32],
     ) -> Result<Outcome<Placed>, LedgerError> {
         self.record_share(job, uid, user, units, None, |state| {
             if let Some(lost) = &state.lost {
@@ -799,6 +802,11 @@ impl Ledger {
             for &gpu in single_user {
                 if let Some(load) = loads.get_mut(index(gpu)) {
                     load.single_user_server = true;
+                }
+            }
+            for &gpu in failed {
+                if let Some(load) = loads.get_mut(index(gpu)) {
+                    load.failed = true;
                 }
             }
             let chosen = placement::choose_gpu_for_user(&loads, units_per_gpu, units, self.rule)?;

@@ -31,7 +31,7 @@ pub const COUNTERS_FILE: &str = "counters";
 
 /// Every reason a share is refused for (see `PlacementError::reason`),
 /// exported from zero so that `increase()` sees the first one.
-pub const REFUSAL_REASONS: [&str; 12] = [
+pub const REFUSAL_REASONS: [&str; 13] = [
     "size",
     "node_config",
     "no_room",
@@ -44,6 +44,7 @@ pub const REFUSAL_REASONS: [&str; 12] = [
     "mig",
     "downgrade",
     "mps_daemon",
+    "gpu_failed",
 ];
 
 /// What the node programs count, kept across their runs.
@@ -188,6 +189,17 @@ pub fn render_for(status: &NodeStatus, counters: &Counters, hide_users: bool) ->
             };
             out.sample("gpushare_share_units", labels, u64::from(s.units));
         }
+    }
+    if !status.mps.is_empty() {
+        gauge_per_gpu(
+            &mut out,
+            &status.mps,
+            |m| m.gpu,
+            "gpushare_gpu_failed",
+            "1 while the GPU is set aside from sharing (NVML reports it lost, or an admin or \
+             health check drained it with gpu-mps drain-gpu): it takes no new share.",
+            &|m| u64::from(m.failed.is_some()),
+        );
     }
     let managed: Vec<_> = status
         .mps
@@ -389,9 +401,12 @@ mod tests {
                 uuid: None,
                 memory_mib: None,
                 nvml_compute_processes: None,
+                failed: (gpu == 1).then(|| "NVML reports it lost".to_owned()),
             })
             .collect();
         let text = render(&st, &Counters::default());
+        assert_eq!(value(&text, "gpushare_gpu_failed{gpu=\"1\"}"), Some(1));
+        assert_eq!(value(&text, "gpushare_gpu_failed{gpu=\"0\"}"), Some(0));
         assert_eq!(
             value(&text, "gpushare_gpu_mps_daemon_up{gpu=\"0\"}"),
             Some(1)

@@ -15,6 +15,7 @@
 //! - [`dcgm`]: dcgm-exporter's job mapping, one file per GPU.
 //! - [`metrics`]: the node's metrics for Prometheus, and its counters.
 //! - [`state_dir`]: state directories no user can turn against root.
+//! - [`health`]: GPUs set aside from sharing (lost, or marked failed).
 //! - [`booking`]: how Slurm books the node's mps (who places a share).
 //! - [`bounded`]: external programs run with a deadline.
 
@@ -25,6 +26,7 @@ pub mod config;
 pub mod daemon;
 pub mod dcgm;
 pub mod devices;
+pub mod health;
 pub mod in_force;
 pub mod ledger;
 pub mod metrics;

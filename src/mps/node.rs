@@ -35,6 +35,7 @@ use super::bounded;
 use super::config::{self, GpuMpsConfig, Placement};
 use super::daemon::{self, MpsDaemon};
 use super::dcgm::JobMapping;
+use super::health;
 use super::in_force;
 use super::ledger::{Ledger, LedgerError, LedgerState, Record, ShareRecord, SlurmChoice, Snapshot};
 use super::metrics::{self, Counters, Event};
@@ -199,9 +200,6 @@ impl Node {
         Ok(node)
     }
 
-    /// The memory of this node's GPUs where known (NVML), for proportional
-    /// limits when `gpu_mps.conf` has no `GPUMemory=`: new shares get
-    /// their limit from it as they are placed.
     /// The device minors (N of `/dev/nvidiaN`) NVML reports in MIG mode:
     /// the node's listed GPUs among them are kept for [`prolog`].
     pub fn set_mig_minors(&mut self, minors: &[u32]) {
@@ -211,6 +209,20 @@ impl Node {
             .collect();
     }
 
+    /// The node's GPUs (their indexes in `GPUDevices`) whose device minor
+    /// is among `minors`.
+    pub fn gpus_of_minors(&self, minors: &[u32]) -> Vec<u32> {
+        gpu_devices(&self.cfg)
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| device_minor(d).is_some_and(|m| minors.contains(&m)))
+            .filter_map(|(i, _)| u32::try_from(i).ok())
+            .collect()
+    }
+
+    /// The memory of this node's GPUs where known (NVML), for proportional
+    /// limits when `gpu_mps.conf` has no `GPUMemory=`: new shares get
+    /// their limit from it as they are placed.
     pub fn set_gpu_memory(&mut self, mib: Option<u64>) {
         self.gpu_memory_mib = mib;
         let cfg = self.cfg.clone();
@@ -725,6 +737,8 @@ fn place(
         } else {
             Vec::new()
         };
+        let failed = health::read(&cfg.state_dir);
+        let failed_gpus: Vec<u32> = failed.keys().copied().collect();
         let place = || {
             ledger.place_beside(
                 env.job,
@@ -733,6 +747,7 @@ fn place(
                 units,
                 (*gpu_count, cfg.units_per_gpu),
                 &single_user,
+                &failed_gpus,
             )
         };
         let mut placed = place();
@@ -756,6 +771,13 @@ fn place(
             }
             Err(LedgerError::Placement { error, repair }) => {
                 report.notes.extend(repair.map(|r| r.to_string()));
+                let error = match error {
+                    PlacementError::GpuFailed { gpus, .. } => PlacementError::GpuFailed {
+                        reasons: failure_reasons(&failed, &gpus),
+                        gpus,
+                    },
+                    other => other,
+                };
                 refuse(ledger, env, error.reason(), error)
             }
             Err(other) => return Err(other),
@@ -824,6 +846,20 @@ fn record_slurm_choice(
             "Slurm gave job {} mps on GPUs {:?}; one MPS client uses one GPU, so gpushare \
              records it on GPU {gpu}",
             env.job, env.job_gpus
+        ));
+    }
+    // A GPU set aside takes no share, whoever chose it.
+    let failed = health::read(&node.cfg.state_dir);
+    if failed.contains_key(&gpu) {
+        let error = PlacementError::GpuFailed {
+            reasons: failure_reasons(&failed, &[gpu]),
+            gpus: vec![gpu],
+        };
+        return Ok(refuse(
+            &node.ledger,
+            env,
+            error.reason(),
+            format!("on GPU {gpu} (Slurm's choice): {error}"),
         ));
     }
     let choice = SlurmChoice {
@@ -971,6 +1007,15 @@ fn serve(
         already: placed.already_recorded,
         mps,
     })
+}
+
+/// Why each of `gpus` was set aside, for a refusal.
+fn failure_reasons(failed: &health::FailedGpus, gpus: &[u32]) -> String {
+    let each: Vec<&str> = gpus
+        .iter()
+        .filter_map(|g| failed.get(g).map(|f| f.reason.as_str()))
+        .collect();
+    each.join("; ")
 }
 
 /// `user a`, `users a, b`.

@@ -32,6 +32,9 @@ pub struct GpuLoad {
     /// The GPU's MPS daemon serves one user at a time, whatever the rule
     /// says (started before `MultiUser=yes`, until its shares end).
     pub single_user_server: bool,
+    /// Set aside from sharing (lost, or marked failed: see
+    /// [`super::health`]): no new share goes here.
+    pub failed: bool,
 }
 
 impl GpuLoad {
@@ -78,6 +81,8 @@ pub enum PlacementError {
     /// Only GPUs whose MPS server serves another user have room, and the
     /// node refuses to make the job wait for that user (`OtherUsers=refuse`).
     OnlyBesideOtherUsers { units: u32 },
+    /// Only GPUs set aside as failed would have room; or Slurm chose one.
+    GpuFailed { gpus: Vec<u32>, reasons: String },
 }
 
 impl PlacementError {
@@ -92,6 +97,7 @@ impl PlacementError {
             Self::SlurmGpuUnknown { .. } => "slurm_gpu",
             Self::TooManyClients { .. } => "client_limit",
             Self::OnlyBesideOtherUsers { .. } => "other_users",
+            Self::GpuFailed { .. } => "gpu_failed",
         }
     }
 }
@@ -99,6 +105,16 @@ impl PlacementError {
 impl fmt::Display for PlacementError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Self::GpuFailed { gpus, reasons } => write!(
+                f,
+                "the only GPUs of this node with room for the share are set aside as failed \
+                 (GPU {}: {reasons}); the share is refused here, and a batch job is requeued \
+                 to run elsewhere",
+                gpus.iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
             Self::TooManyClients { max_clients } => write!(
                 f,
                 "every GPU with room for the share already has {max_clients} MPS clients, the \
@@ -199,7 +215,7 @@ pub fn choose_gpu(
     let best = gpus
         .iter()
         .enumerate()
-        .filter(|(_, gpu)| !gpu.held_whole && gpu.free_units(units_per_gpu) >= units)
+        .filter(|(_, gpu)| !gpu.held_whole && !gpu.failed && gpu.free_units(units_per_gpu) >= units)
         // `max_by_key` keeps the last of equal keys, so the index goes in
         // reversed to make the lowest index win a full tie.
         .max_by_key(|(index, gpu)| {
@@ -212,7 +228,20 @@ pub fn choose_gpu(
     match best {
         Some((index, _)) => Ok(index),
         None => {
-            let shareable = gpus.iter().filter(|gpu| !gpu.held_whole);
+            // Room only where a GPU failed: that, not the load, refuses it.
+            let failed_with_room: Vec<u32> = gpus
+                .iter()
+                .enumerate()
+                .filter(|(_, g)| g.failed && !g.held_whole && g.free_units(units_per_gpu) >= units)
+                .filter_map(|(i, _)| u32::try_from(i).ok())
+                .collect();
+            if !failed_with_room.is_empty() {
+                return Err(PlacementError::GpuFailed {
+                    gpus: failed_with_room,
+                    reasons: "see `gpu-mps status` on the node".to_owned(),
+                });
+            }
+            let shareable = gpus.iter().filter(|gpu| !gpu.held_whole && !gpu.failed);
             Err(PlacementError::NoGpuHasRoom {
                 units,
                 units_per_gpu,
@@ -638,14 +667,16 @@ mod tests {
             0..=units_per_gpu + 20,
             0u32..10,
             proptest::bool::weighted(0.2),
+            proptest::bool::weighted(0.1),
         )
-            .prop_map(|(used_units, share_jobs, held_whole)| GpuLoad {
+            .prop_map(|(used_units, share_jobs, held_whole, failed)| GpuLoad {
                 used_units,
                 share_jobs,
                 held_whole,
                 clients: share_jobs,
                 other_user: false,
                 single_user_server: false,
+                failed,
             })
     }
 
@@ -667,10 +698,10 @@ mod tests {
             match choose_gpu(&gpus, units_per_gpu, units) {
                 Ok(index) => {
                     let gpu = gpus[index];
-                    prop_assert!(!gpu.held_whole);
+                    prop_assert!(!gpu.held_whole && !gpu.failed);
                     prop_assert!(gpu.used_units + units <= units_per_gpu);
                     for (other_index, other) in gpus.iter().enumerate() {
-                        if other.held_whole || other.free_units(units_per_gpu) < units {
+                        if other.held_whole || other.failed || other.free_units(units_per_gpu) < units {
                             continue;
                         }
                         let better = (other.free_units(units_per_gpu), std::cmp::Reverse(other.share_jobs), std::cmp::Reverse(other_index))
@@ -683,6 +714,12 @@ mod tests {
                     prop_assert!(units <= units_per_gpu);
                     prop_assert!(most_free_on_one_gpu < units);
                     prop_assert!(gpus.iter().all(|g| g.held_whole || g.free_units(units_per_gpu) < units));
+                }
+                Err(PlacementError::GpuFailed { gpus: failed, .. }) => {
+                    // Room only on failed GPUs, and they are named.
+                    prop_assert!(units <= units_per_gpu && !failed.is_empty());
+                    prop_assert!(gpus.iter().all(|g| g.held_whole || g.failed || g.free_units(units_per_gpu) < units));
+                    prop_assert!(failed.iter().all(|&i| gpus[i as usize].failed && gpus[i as usize].free_units(units_per_gpu) >= units));
                 }
                 Err(other) => prop_assert!(false, "unexpected {other:?}"),
             }

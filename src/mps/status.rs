@@ -101,6 +101,10 @@ pub struct GpuMps {
     pub memory_mib: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nvml_compute_processes: Option<Vec<u32>>,
+    /// Set aside from sharing (lost, or drained with `gpu-mps drain-gpu`):
+    /// why. Only root reads the record, so users see `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
 }
 
 /// What `gpu-mps status` learnt of GPU `gpu`'s daemon.
@@ -136,6 +140,7 @@ pub fn mps_view(
     gpus: &[GpuView],
     probe: impl Fn(u32) -> DaemonProbe,
 ) -> Vec<GpuMps> {
+    let failed = super::health::read(&cfg.state_dir);
     gpus.iter()
         .map(|g| {
             let users: Vec<String> = g
@@ -172,6 +177,7 @@ pub fn mps_view(
                 uuid: None,
                 memory_mib: None,
                 nvml_compute_processes: None,
+                failed: failed.get(&g.index).map(|f| f.reason.clone()),
             }
         })
         .collect()
@@ -223,11 +229,18 @@ fn mps_table(rows: &[GpuMps]) -> String {
                 } else {
                     limits
                 },
-                match (m.multi_user, m.time_sliced) {
-                    (true, _) => "MULTI-USER".to_owned(),
-                    (false, true) => "USERS-WAIT".to_owned(),
-                    _ => String::new(),
-                },
+                [
+                    m.failed.as_ref().map(|_| "FAILED"),
+                    match (m.multi_user, m.time_sliced) {
+                        (true, _) => Some("MULTI-USER"),
+                        (false, true) => Some("USERS-WAIT"),
+                        _ => None,
+                    },
+                ]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(","),
             ]
         })
         .collect();
@@ -339,7 +352,7 @@ impl NodeStatus {
             || self
                 .mps
                 .iter()
-                .any(|m| m.daemon == DaemonState::NotAnswering)
+                .any(|m| m.daemon == DaemonState::NotAnswering || m.failed.is_some())
             || !self.set_aside_files.is_empty()
             || self
                 .gpus
@@ -368,6 +381,15 @@ impl NodeStatus {
                 "LOST: the GPU loads are unknown since {} ({}); no share is placed until root runs `gpu-mps gc`",
                 lost.since, lost.reason
             );
+        }
+        for m in &self.mps {
+            if let Some(why) = &m.failed {
+                let _ = writeln!(
+                    out,
+                    "FAILED: GPU {} takes no new share: {why}; `gpu-mps resume-gpu {}` once fixed",
+                    m.gpu, m.gpu
+                );
+            }
         }
         for w in &self.warnings {
             let _ = writeln!(out, "WARNING: {w}");

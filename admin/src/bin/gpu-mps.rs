@@ -3,7 +3,8 @@
 //!
 //! `status` works for any user (it falls back to the world-readable copy the
 //! prolog and epilog publish); `gc` (root) drops records of jobs that ended
-//! without an epilog and rebuilds a lost state; `config` prints the
+//! without an epilog and rebuilds a lost state; `drain-gpu` and
+//! `resume-gpu` (root) set a failed GPU aside from sharing and back; `config` prints the
 //! slurm.conf/gres.conf lines the node needs. Rendering lives in
 //! `gpushare::mps::status`, where it is tested.
 
@@ -19,6 +20,7 @@ use clap::{Parser, Subcommand};
 use gpushare::mps::bounded;
 use gpushare::mps::config::{self, GpuMpsConfig};
 use gpushare::mps::daemon;
+use gpushare::mps::health;
 use gpushare::mps::in_force;
 use gpushare::mps::ledger::Ledger;
 use gpushare::mps::metrics::Counters;
@@ -71,6 +73,23 @@ enum Cmd {
         #[arg(long)]
         node: Option<String>,
     },
+    /// (root) Set a GPU aside from sharing: it takes no new share (shares
+    /// already there run on), `status` flags it FAILED with the reason and
+    /// the metrics say so; the node is drained once every GPU is set aside.
+    /// For health checks (NHC, DCGM on fatal XID errors) and admins.
+    DrainGpu {
+        /// The GPU's index on the node (its place in GPUDevices)
+        gpu: u32,
+        /// Why, as `status` and the refused jobs will say it
+        #[arg(long, default_value = "drained by an admin")]
+        reason: String,
+    },
+    /// (root) Give a GPU set aside (by drain-gpu, or found lost through
+    /// NVML) back to sharing.
+    ResumeGpu {
+        /// The GPU's index on the node
+        gpu: u32,
+    },
     /// Print the gres.conf, slurm.conf, cgroup.conf, plugstack.conf and
     /// gpu_mps.conf lines this node needs.
     Config {
@@ -121,6 +140,8 @@ fn main() -> ExitCode {
         Cmd::Status { json } => status(&conf, json),
         Cmd::Gc { node } => gc(&conf, node),
         Cmd::Metrics { write } => metrics(&conf, write),
+        Cmd::DrainGpu { gpu, reason } => drain_gpu(&conf, gpu, Some(&reason)),
+        Cmd::ResumeGpu { gpu } => drain_gpu(&conf, gpu, None),
         Cmd::Config {
             gpus,
             gpu_type,
@@ -295,6 +316,41 @@ fn probe_daemon(cfg: &GpuMpsConfig, gpu: u32) -> DaemonProbe {
             servers: Vec::new(),
         },
     }
+}
+
+/// Sets GPU `gpu` aside for `reason`, or gives it back (`None`); the
+/// metrics file follows.
+fn drain_gpu(conf: &Path, gpu: u32, reason: Option<&str>) -> Result<u8> {
+    if effective_uid() != 0 {
+        bail!("drain-gpu and resume-gpu change the node's state: run them as root");
+    }
+    let node = Node::open(conf, 0)?
+        .with_context(|| format!("{}: not found: this node shares no GPU", conf.display()))?;
+    if gpu >= node.gpu_count {
+        bail!(
+            "GPU {gpu}: the node lists {} GPUs (0 to {}) in GPUDevices",
+            node.gpu_count,
+            node.gpu_count.saturating_sub(1)
+        );
+    }
+    let dir = &node.cfg.state_dir;
+    let failed = match reason {
+        Some(why) => health::set_aside(dir, gpu, why),
+        None => health::resume(dir, gpu),
+    }
+    .map_err(anyhow::Error::msg)?;
+    match failed.get(&gpu) {
+        Some(f) => println!("GPU {gpu} takes no new share: {}", f.reason),
+        None => println!("GPU {gpu} shares again"),
+    }
+    if let Some(all) = health::all_failed(&failed, node.gpu_count) {
+        println!("note: {all}; the next job's prolog on this node fails, and Slurm drains it");
+    }
+    if node.cfg.metrics_file.is_some() {
+        publish_metrics(&node, &[], |g| status::pipe_probe(&node.cfg, g))
+            .map_err(anyhow::Error::msg)?;
+    }
+    Ok(0)
 }
 
 fn gc(conf: &Path, node: Option<String>) -> Result<u8> {

@@ -1,0 +1,195 @@
+//! GPUs set aside from sharing: a GPU NVML reports lost (fallen off the
+//! bus, `NVML_ERROR_GPU_IS_LOST`), or one an admin or a health check
+//! (NHC, DCGM health watches on fatal XID errors) marked with
+//! `gpu-mps drain-gpu`, takes no new share until `gpu-mps resume-gpu`.
+//! Shares already on it run on (Slurm's own drain decides about jobs);
+//! where Slurm places a share on such a GPU it is refused with the reason
+//! and sent elsewhere. The node is drained only when every GPU is set
+//! aside: one failed GPU of eight leaves seven to share.
+//!
+//! The record is `<StateDir>/failed-gpus`, one GPU a line: `<index>
+//! <since, Unix seconds> <reason>`, replaced whole under its own lock.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+
+use super::state_dir;
+
+/// The record's file in the state directory.
+pub const RECORD: &str = "failed-gpus";
+const LOCK: &str = "failed-gpus.lock";
+
+/// Why a GPU was set aside, and since when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub since: u64,
+    pub reason: String,
+}
+
+/// The GPUs set aside, by index.
+pub type FailedGpus = BTreeMap<u32, Failure>;
+
+/// The record's text.
+pub fn text(failed: &FailedGpus) -> String {
+    failed
+        .iter()
+        .map(|(gpu, f)| format!("{gpu} {} {}\n", f.since, one_line(&f.reason)))
+        .collect()
+}
+
+/// A reason as one line of printable text.
+fn one_line(reason: &str) -> String {
+    let line: String = reason
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let line = line.trim();
+    if line.is_empty() {
+        "no reason given".to_owned()
+    } else {
+        line.to_owned()
+    }
+}
+
+/// Reads a record's text; lines that do not read are skipped (a GPU is
+/// set aside only by a line that says so whole).
+pub fn parse(text: &str) -> FailedGpus {
+    text.lines()
+        .filter_map(|l| {
+            let mut words = l.splitn(3, ' ');
+            let gpu = words.next()?.parse().ok()?;
+            let since = words.next()?.parse().ok()?;
+            let reason = words.next()?.to_owned();
+            Some((gpu, Failure { since, reason }))
+        })
+        .collect()
+}
+
+/// The GPUs set aside in `state_dir` (none where there is no record).
+pub fn read(state_dir: &Path) -> FailedGpus {
+    fs::read_to_string(state_dir.join(RECORD))
+        .map(|t| parse(&t))
+        .unwrap_or_default()
+}
+
+/// Changes the record under its lock; returns it as written.
+pub fn update(
+    state_dir: &Path,
+    change: impl FnOnce(&mut FailedGpus),
+) -> Result<FailedGpus, String> {
+    let lock_path = state_dir.join(LOCK);
+    let lock =
+        state_dir::open_lock(&lock_path).map_err(|e| format!("{}: {e}", lock_path.display()))?;
+    lock.lock()
+        .map_err(|e| format!("lock {}: {e}", lock_path.display()))?;
+    let mut failed = read(state_dir);
+    let before = failed.clone();
+    change(&mut failed);
+    if failed != before {
+        if failed.is_empty() {
+            match fs::remove_file(state_dir.join(RECORD)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(format!("{}: {e}", state_dir.join(RECORD).display())),
+            }
+        } else {
+            state_dir::replace_file(state_dir, RECORD, text(&failed).as_bytes(), 0o600)
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(failed)
+}
+
+/// Sets `gpu` aside for `reason` (kept as first recorded where it is
+/// already set aside).
+pub fn set_aside(state_dir: &Path, gpu: u32, reason: &str) -> Result<FailedGpus, String> {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    update(state_dir, |failed| {
+        failed.entry(gpu).or_insert_with(|| Failure {
+            since,
+            reason: one_line(reason),
+        });
+    })
+}
+
+/// Gives `gpu` back to sharing.
+pub fn resume(state_dir: &Path, gpu: u32) -> Result<FailedGpus, String> {
+    update(state_dir, |failed| {
+        failed.remove(&gpu);
+    })
+}
+
+/// The node's refusal when all of its `gpu_count` GPUs are set aside:
+/// the prolog fails with it, and Slurm drains the node.
+pub fn all_failed(failed: &FailedGpus, gpu_count: u32) -> Option<String> {
+    (gpu_count > 0 && (0..gpu_count).all(|g| failed.contains_key(&g))).then(|| {
+        let each: Vec<String> = failed
+            .iter()
+            .map(|(gpu, f)| format!("GPU {gpu}: {}", f.reason))
+            .collect();
+        format!(
+            "every GPU of the node is set aside ({}); `gpu-mps resume-gpu N` once fixed",
+            each.join("; ")
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_record_reads_back_and_drops_what_it_cannot_read() {
+        let failed: FailedGpus = [
+            (
+                1,
+                Failure {
+                    since: 1_700_000_000,
+                    reason: "NVML: GPU is lost".into(),
+                },
+            ),
+            (
+                3,
+                Failure {
+                    since: 5,
+                    reason: "XID 79 (nhc)".into(),
+                },
+            ),
+        ]
+        .into_iter()
+        .collect();
+        let t = text(&failed);
+        assert_eq!(t, "1 1700000000 NVML: GPU is lost\n3 5 XID 79 (nhc)\n");
+        assert_eq!(parse(&t), failed);
+        assert_eq!(parse("x 1 a\n2 y b\n4 7\n").len(), 0);
+        assert_eq!(one_line("a\nb\t"), "a b");
+    }
+
+    #[test]
+    fn set_aside_resume_and_all_failed() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let state = dir.path().join("state");
+        state_dir::ensure(
+            &state,
+            rustix::process::geteuid().as_raw(),
+            state_dir::Access::Private,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(read(&state).is_empty());
+        set_aside(&state, 0, "lost").unwrap_or_else(|e| panic!("{e}"));
+        // Already set aside: the first reason stays.
+        let failed = set_aside(&state, 0, "again").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(failed[&0].reason, "lost");
+        assert_eq!(all_failed(&failed, 2), None);
+        let failed = set_aside(&state, 1, "xid 48").unwrap_or_else(|e| panic!("{e}"));
+        let all = all_failed(&failed, 2).unwrap_or_default();
+        assert!(all.contains("GPU 0: lost; GPU 1: xid 48"), "{all}");
+        resume(&state, 0).unwrap_or_else(|e| panic!("{e}"));
+        resume(&state, 1).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!state.join(RECORD).exists());
+    }
+}
