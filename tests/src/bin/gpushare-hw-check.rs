@@ -494,6 +494,8 @@ struct Setup {
     conf: PathBuf,
     /// The same with `MultiUser=yes` and a StateDir of its own.
     conf_multi: PathBuf,
+    /// The same with `ComputeMode=exclusive` and a StateDir of its own.
+    conf_exclusive: PathBuf,
     slurm_conf: PathBuf,
     users: Vec<User>,
     wait: Duration,
@@ -622,6 +624,9 @@ impl Setup {
         fs::write(&conf, conf_text("state", "OtherUsers=queue\n")).map_err(|e| e.to_string())?;
         let conf_multi = dir.join("gpu_mps_multi.conf");
         fs::write(&conf_multi, conf_text("multi", "MultiUser=yes\n")).map_err(|e| e.to_string())?;
+        let conf_exclusive = dir.join("gpu_mps_exclusive.conf");
+        fs::write(&conf_exclusive, conf_text("exclusive", "ComputeMode=exclusive\n"))
+            .map_err(|e| e.to_string())?;
 
         let source = dir.join("client.cu");
         let client = dir.join("client");
@@ -659,6 +664,7 @@ impl Setup {
             client,
             conf,
             conf_multi,
+            conf_exclusive,
             slurm_conf: slurm_dir.join("slurm.conf"),
             users,
             wait: Duration::from_secs(args.wait),
@@ -1108,6 +1114,7 @@ fn run_checks(s: &mut Setup, report: &mut Report) -> Result<(), String> {
     multi_user(s, report)?;
     killed_daemon(s, report)?;
     client_cannot_control(s, report)?;
+    exclusive_and_clients(s, report)?;
 
     let left = daemon::processes_under(&s.dir);
     report.push(Check::new(
@@ -1487,6 +1494,119 @@ fn client_cannot_control(s: &mut Setup, report: &mut Report) -> Result<(), Strin
                 Err(e) => e.to_string(),
             },
             e.detail()
+        ),
+    ));
+    Ok(())
+}
+
+/// `ComputeMode=exclusive`, a share of two tasks, and the epilog's
+/// `terminate_client`: the prolog puts GPU 0 in EXCLUSIVE_PROCESS before
+/// starting its daemon; each of the two tasks gets half the share's
+/// memory (both allocate 80 % of their half at once; a third client asks
+/// for 120 % of a half, which its limit refuses); a second user's client
+/// without MPS tries the GPU meanwhile; the epilog, while both tasks still
+/// run, terminates them (they name the job in `SLURM_JOB_ID`) and gives
+/// the GPU back the mode it had.
+fn exclusive_and_clients(s: &mut Setup, report: &mut Report) -> Result<(), String> {
+    let conf = s.conf_exclusive.clone();
+    let job = 501;
+    let mode = |s: &Setup| {
+        one_line(&s.smi(&[
+            "-i",
+            "0",
+            "--query-gpu=compute_mode",
+            "--format=csv,noheader",
+        ]))
+    };
+    let before = mode(s);
+    let p = s.prolog(&conf, job, 0, 50);
+    let during = mode(s);
+    let cfg = load(&conf)?;
+    let ledger = Ledger::open(&cfg.state_dir, 0).map_err(|e| e.to_string())?;
+    let plan = task_plan(&cfg, &ledger, job, true, 2)?
+        .ok_or_else(|| format!("job {job} holds no share"))?;
+    let task_mib: u64 = plan
+        .env
+        .iter()
+        .find(|(k, _)| k == "GPUSHARE_MEMORY_MIB")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0);
+    let mut env = plan.env.clone();
+    env.push(("SLURM_JOB_ID".to_owned(), job.to_string()));
+    let mut tasks = [
+        s.client(0, &env, task_mib * 8 / 10, 60_000)?,
+        s.client(0, &env, task_mib * 8 / 10, 60_000)?,
+    ];
+    let results: Vec<Option<ClientLine>> = tasks
+        .iter_mut()
+        .map(|t| t.wait_event("result", Duration::from_secs(120)))
+        .collect();
+    let mut over = s.client(0, &env, task_mib * 12 / 10, 0)?;
+    let over_result = over.wait_event("result", Duration::from_secs(60));
+    over.finish(PROGRAM_TIMEOUT);
+    let mut outside = s.client(1, &s.without_mps(&plan.env), 64, 0)?;
+    let outside_result = outside.wait_event("result", Duration::from_secs(60));
+    outside.finish(PROGRAM_TIMEOUT);
+    let clients = s.control(&conf, &["get_server_list"]);
+    let epilog_at = Instant::now();
+    let e = s.epilog(&conf, job, 0);
+    for t in &mut tasks {
+        t.finish(Duration::from_secs(30));
+    }
+    let ended: Vec<String> = tasks
+        .iter()
+        .map(|t| match t.done_at {
+            Some(at) => format!(
+                "ended {:.1} s after the epilog started",
+                at.saturating_duration_since(epilog_at).as_secs_f64()
+            ),
+            None => "still ran 30 s after the epilog (killed)".to_owned(),
+        })
+        .collect();
+    let after = mode(s);
+    let alloc = |r: &Option<ClientLine>| {
+        r.as_ref()
+            .and_then(|r| r.alloc.clone())
+            .unwrap_or_else(|| "no result".into())
+    };
+    let halves_ok = results.iter().all(|r| alloc(r) == "ok");
+    let over_refused = alloc(&over_result) != "ok";
+    report.push(Check::new(
+        "ComputeMode=exclusive, a two-task share, clients ended by the epilog",
+        verdict(
+            during.eq_ignore_ascii_case("Exclusive_Process")
+                && halves_ok
+                && over_refused
+                && after.eq_ignore_ascii_case(&before),
+        ),
+        format!(
+            "mode {before} -> {during} while shared -> {after}; each task's limit {task_mib} MiB:              80 % in both tasks at once {}, 120 % {}; a second user's client without MPS: {};              the two tasks {}",
+            if halves_ok { "allocated" } else { "FAILED" },
+            if over_refused { "refused" } else { "ALLOWED" },
+            match &outside_result {
+                Some(r) if r.init.as_deref() == Some("ok") => "ran".to_owned(),
+                Some(r) => format!("failed: {}", r.init.as_deref().unwrap_or("?")),
+                None => "no result".to_owned(),
+            },
+            ended.join(", ")
+        ),
+        format!(
+            "{}
+servers: {}
+{}
+{}
+{}
+{}
+{}
+{}",
+            p.detail(),
+            clients.unwrap_or_else(|e| e),
+            tasks[0].detail(),
+            tasks[1].detail(),
+            over.detail(),
+            outside.detail(),
+            e.detail(),
+            plan.banner
         ),
     ));
     Ok(())
