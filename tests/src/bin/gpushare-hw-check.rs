@@ -625,8 +625,11 @@ impl Setup {
         let conf_multi = dir.join("gpu_mps_multi.conf");
         fs::write(&conf_multi, conf_text("multi", "MultiUser=yes\n")).map_err(|e| e.to_string())?;
         let conf_exclusive = dir.join("gpu_mps_exclusive.conf");
-        fs::write(&conf_exclusive, conf_text("exclusive", "ComputeMode=exclusive\n"))
-            .map_err(|e| e.to_string())?;
+        fs::write(
+            &conf_exclusive,
+            conf_text("exclusive", "ComputeMode=exclusive\n"),
+        )
+        .map_err(|e| e.to_string())?;
 
         let source = dir.join("client.cu");
         let client = dir.join("client");
