@@ -101,6 +101,10 @@ fn main() -> ExitCode {
             "a_gpus_mps_pipes_are_reachable_only_by_users_with_a_share_on_it",
             pipes_guarded,
         )
+        .test(
+            "a_fatal_xid_in_the_kernel_log_sets_its_gpu_aside_at_the_node_timer",
+            xid_sets_aside,
+        )
         // Last: it drains the node (and resumes it).
         .test(
             "a_failed_gpu_takes_no_share_and_the_node_drains_when_all_have_failed",
@@ -554,6 +558,66 @@ fn gpu_mps(c: &Cluster, args: &[&str]) -> Result<std::process::Output, String> {
     let conf = c.slurm_conf().with_file_name("gpu_mps.conf");
     let conf = conf.to_string_lossy();
     c.run(&bin.to_string_lossy(), &[args, &["--conf", &conf]].concat())
+}
+
+/// A fatal XID in the kernel log (a file of `/dev/kmsg` records the
+/// node timer's command is pointed at) sets its GPU aside, found by the PCI
+/// bus id in NVML's figures the prolog keeps; a benign XID does not; each
+/// record is read once (a GPU resumed stays so).
+fn xid_sets_aside(c: &mut Cluster) -> TestResult {
+    standin(c)?;
+    let state = c.dir.join("run/gpu-mps");
+    shares(c, 1, 25)?;
+    cancel_and_wait_stopped(c)?;
+    let facts: String = (0..4u32)
+        .map(|g| format!("{g} {g} 49152 0 0 00000000:{:02X}:00.0\n", 0x3b + g))
+        .collect();
+    fs::write(state.join("nvml-facts"), facts).map_err(|e| e.to_string())?;
+    let log = c.dir.join("kmsg");
+    fs::write(
+        &log,
+        "6,100,1,-;NVRM: Xid (PCI:0000:3c:00): 79, pid=1, GPU has fallen off the bus.\n\
+         6,101,2,-;NVRM: Xid (PCI:0000:3e:00): 13, pid=2, Graphics SM Warp Exception\n",
+    )
+    .map_err(|e| e.to_string())?;
+    let log = log.to_string_lossy().into_owned();
+    let result = (|| -> TestResult {
+        let timer = gpu_mps(c, &["metrics", "--write", "--kernel-log", &log])?;
+        let said = String::from_utf8_lossy(&timer.stderr).into_owned();
+        ensure(
+            timer.status.success() && said.contains("GPU 1 set aside from sharing: XID 79"),
+            format!("gpu-mps metrics --write ({}): {said}", timer.status),
+        )?;
+        let json = gpu_mps(c, &["status", "--json"])?;
+        let view: NodeStatus = serde_json::from_slice(&json.stdout).map_err(|e| e.to_string())?;
+        let failed: Vec<(u32, bool)> = view
+            .mps
+            .iter()
+            .map(|m| (m.gpu, m.failed.is_some()))
+            .collect();
+        ensure(
+            failed == vec![(0, false), (1, true), (2, false), (3, false)],
+            format!("failed GPUs after the XIDs: {failed:?}"),
+        )?;
+        // Resumed, it stays so: the record was read once.
+        gpu_mps(c, &["resume-gpu", "1"])?;
+        let again = gpu_mps(c, &["metrics", "--write", "--kernel-log", &log])?;
+        let json = gpu_mps(c, &["status", "--json"])?;
+        let view: NodeStatus = serde_json::from_slice(&json.stdout).map_err(|e| e.to_string())?;
+        ensure(
+            again.status.success() && view.mps.iter().all(|m| m.failed.is_none()),
+            format!(
+                "after resume-gpu 1 and a second look: {:?} {}",
+                view.mps.iter().map(|m| &m.failed).collect::<Vec<_>>(),
+                String::from_utf8_lossy(&again.stderr)
+            ),
+        )
+    })();
+    let _ = gpu_mps(c, &["resume-gpu", "1"]);
+    for name in ["nvml-facts", "kmsg-cursor"] {
+        let _ = fs::remove_file(state.join(name));
+    }
+    result
 }
 
 /// GPU 2 reported lost by NVML (the figures the prolog keeps, which it

@@ -27,6 +27,9 @@ pub struct GpuFacts {
     /// NVML reports the GPU lost (`NVML_ERROR_GPU_IS_LOST`: fallen off the
     /// bus, or otherwise inaccessible until a reset).
     pub lost: bool,
+    /// NVML's PCI bus id (`00000000:3B:00.0`): how the driver's kernel
+    /// messages name the GPU.
+    pub pci_bus_id: Option<String>,
 }
 
 /// The node's GPUs, or why NVML cannot tell (no library, no driver).
@@ -41,6 +44,7 @@ pub fn gpus() -> Result<Vec<GpuFacts>, String> {
                 index,
                 uuid: d.uuid().ok(),
                 lost: matches!(d.memory_info(), Err(NvmlError::GpuLost)),
+                pci_bus_id: d.pci_info().ok().map(|p| p.bus_id),
                 memory_mib: d.memory_info().ok().map(|m| m.total / (1024 * 1024)),
                 minor: d.minor_number().ok(),
                 compute_processes: d
@@ -52,6 +56,7 @@ pub fn gpus() -> Result<Vec<GpuFacts>, String> {
             Err(e) => GpuFacts {
                 index,
                 lost: matches!(e, NvmlError::GpuLost),
+                pci_bus_id: None,
                 uuid: None,
                 memory_mib: None,
                 minor: None,
@@ -82,8 +87,13 @@ pub const QUERY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5)
 /// hung query is killed or left behind, never waited for.
 pub const FACTS_OPTION: &str = "--nvml-facts";
 
+/// Where the prolog keeps NVML's last figures, in the state directory: what
+/// it uses while NVML does not answer, and what the node timer maps the
+/// kernel log's PCI addresses to GPUs with (never asking NVML itself).
+pub const KEPT_FACTS: &str = "nvml-facts";
+
 /// The figures the prolog uses, one GPU a line: `<index> <minor>
-/// <memory MiB> <mig on> <lost>`, `-` where NVML could not say.
+/// <memory MiB> <mig on> <lost> <PCI bus id>`, `-` where NVML could not say.
 pub fn facts_text(gpus: &[GpuFacts]) -> String {
     fn word<T: ToString>(v: Option<T>) -> String {
         v.map_or_else(|| "-".to_owned(), |v| v.to_string())
@@ -91,12 +101,17 @@ pub fn facts_text(gpus: &[GpuFacts]) -> String {
     gpus.iter()
         .map(|g| {
             format!(
-                "{} {} {} {} {}\n",
+                "{} {} {} {} {} {}\n",
                 g.index,
                 word(g.minor),
                 word(g.memory_mib),
                 word(g.mig_enabled.map(u8::from)),
-                u8::from(g.lost)
+                u8::from(g.lost),
+                word(
+                    g.pci_bus_id
+                        .as_deref()
+                        .filter(|p| !p.contains(char::is_whitespace))
+                )
             )
         })
         .collect()
@@ -118,9 +133,10 @@ pub fn parse_facts(text: &str) -> Option<Vec<GpuFacts>> {
         .map(|line| {
             let w: Vec<&str> = line.split(' ').collect();
             // Four words: kept by gpushare 0.1, which did not ask.
-            let (index, minor, memory, mig, lost) = match w.as_slice() {
-                [index, minor, memory, mig] => (index, minor, memory, mig, &"0"),
-                [index, minor, memory, mig, lost] => (index, minor, memory, mig, lost),
+            let (index, minor, memory, mig, lost, pci) = match w.as_slice() {
+                [index, minor, memory, mig] => (index, minor, memory, mig, &"0", &"-"),
+                [index, minor, memory, mig, lost] => (index, minor, memory, mig, lost, &"-"),
+                [index, minor, memory, mig, lost, pci] => (index, minor, memory, mig, lost, pci),
                 _ => return None,
             };
             Some(GpuFacts {
@@ -135,6 +151,7 @@ pub fn parse_facts(text: &str) -> Option<Vec<GpuFacts>> {
                 },
                 uuid: None,
                 compute_processes: Vec::new(),
+                pci_bus_id: word(pci)?,
             })
         })
         .collect()
@@ -170,6 +187,7 @@ mod tests {
                 compute_processes: Vec::new(),
                 mig_enabled: Some(true),
                 lost: false,
+                pci_bus_id: Some("00000000:3B:00.0".into()),
             },
             GpuFacts {
                 index: 1,
@@ -179,10 +197,11 @@ mod tests {
                 compute_processes: Vec::new(),
                 mig_enabled: None,
                 lost: true,
+                pci_bus_id: None,
             },
         ];
         let text = facts_text(&gpus);
-        assert_eq!(text, "0 3 81559 1 0\n1 - - - 1\n");
+        assert_eq!(text, "0 3 81559 1 0 00000000:3B:00.0\n1 - - - 1 -\n");
         assert_eq!(parse_facts(&text), Some(gpus));
         // As gpushare 0.1 kept them: not lost.
         assert!(parse_facts("0 3 81559 1\n").is_some_and(|g| !g[0].lost));
@@ -192,7 +211,7 @@ mod tests {
             "0 3 81559\n",
             "0 x 1 1\n",
             "0 1 1 1 2\n",
-            "0 1 1 1 1 1\n",
+            "0 1 1 1 1 - 1\n",
         ] {
             assert_eq!(parse_facts(bad), None, "{bad:?}");
         }

@@ -207,7 +207,7 @@ fn set_aside_lost(node: &gpushare::mps::node::Node, gpus: &[nvml::GpuFacts]) {
 /// figures are kept in the state directory; where NVML does not answer,
 /// the last ones kept are used, with a warning.
 fn gpu_facts(state_dir: &std::path::Path) -> Result<Vec<nvml::GpuFacts>, String> {
-    const KEPT: &str = "nvml-facts";
+    const KEPT: &str = nvml::KEPT_FACTS;
     let kept = state_dir.join(KEPT);
     let asked = std::env::current_exe()
         .map_err(|e| format!("cannot find this program to ask NVML: {e}"))

@@ -34,3 +34,4 @@ pub mod node;
 pub mod placement;
 pub mod state_dir;
 pub mod status;
+pub mod xid;

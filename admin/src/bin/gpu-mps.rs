@@ -30,6 +30,7 @@ use gpushare::mps::node::{
 use gpushare::mps::status::{
     self, DaemonProbe, DaemonState, Installed, NodeStatus, SlurmSetup, StatusCopy,
 };
+use gpushare::mps::xid;
 use gpushare_admin::{effective_uid, nvml};
 
 /// The MPS shares of this GPU node (gpushare).
@@ -62,9 +63,14 @@ enum Cmd {
     /// only its pipe seen). A timer runs `--write` every minute, so a node
     /// whose file is not rewritten is known stale.
     Metrics {
-        /// Write MetricsFile atomically instead of printing
+        /// Write MetricsFile atomically instead of printing; also read the
+        /// kernel log for fatal XID errors since the last look, setting
+        /// their GPUs aside
         #[arg(long)]
         write: bool,
+        /// The kernel log to read XIDs from, as /dev/kmsg records
+        #[arg(long, value_name = "PATH", default_value = "/dev/kmsg")]
+        kernel_log: PathBuf,
     },
     /// (root) Drop the records of jobs slurmctld no longer runs on this
     /// node, and end a lost state once every running share is accounted for.
@@ -139,7 +145,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Cmd::Status { json } => status(&conf, json),
         Cmd::Gc { node } => gc(&conf, node),
-        Cmd::Metrics { write } => metrics(&conf, write),
+        Cmd::Metrics { write, kernel_log } => metrics(&conf, write, &kernel_log),
         Cmd::DrainGpu { gpu, reason } => drain_gpu(&conf, gpu, Some(&reason)),
         Cmd::ResumeGpu { gpu } => drain_gpu(&conf, gpu, None),
         Cmd::Config {
@@ -248,7 +254,73 @@ fn status(conf: &Path, json: bool) -> Result<u8> {
     Ok(u8::from(view.has_problem() || trouble.is_some()))
 }
 
-fn metrics(conf: &Path, write: bool) -> Result<u8> {
+/// Sets aside the GPUs of fatal XIDs logged since the last look (the
+/// cursor in the state directory, for this boot); what to print.
+fn scan_xids(node: &Node, kernel_log: &Path) -> Vec<String> {
+    const CURSOR: &str = "kmsg-cursor";
+    let dir = &node.cfg.state_dir;
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
+    let after = std::fs::read_to_string(dir.join(CURSOR))
+        .ok()
+        .and_then(|t| {
+            let (b, seq) = t.trim().split_once(' ')?;
+            (b == boot).then(|| seq.parse::<u64>().ok())?
+        });
+    let look = match xid::look(kernel_log, after) {
+        Ok(look) => look,
+        Err(e) => return vec![format!("{}: {e}; no XID read", kernel_log.display())],
+    };
+    let mut said = Vec::new();
+    let fatal: Vec<&xid::Xid> = look.xids.iter().filter(|x| x.needs_reset()).collect();
+    if !fatal.is_empty() {
+        // The prolog's last figures: NVML itself may hang on a GPU in trouble.
+        let facts = std::fs::read_to_string(dir.join(nvml::KEPT_FACTS))
+            .ok()
+            .and_then(|t| nvml::parse_facts(&t))
+            .unwrap_or_default();
+        for x in fatal {
+            let gpu = facts
+                .iter()
+                .find(|f| f.pci_bus_id.as_deref().and_then(xid::parse_pci) == Some(x.pci))
+                .and_then(|f| match f.minor {
+                    Some(minor) => node.gpus_of_minors(&[minor]).first().copied(),
+                    None => Some(f.index),
+                });
+            match gpu {
+                Some(gpu) => {
+                    let reason = format!("XID {} in the kernel log: {}", x.code, x.text);
+                    match health::set_aside(dir, gpu, &reason) {
+                        Ok(_) => said.push(format!("GPU {gpu} set aside from sharing: {reason}")),
+                        Err(e) => {
+                            said.push(format!("GPU {gpu}: XID {}, not set aside: {e}", x.code))
+                        }
+                    }
+                }
+                None => said.push(format!(
+                    "XID {} on PCI {:04x}:{:02x}:{:02x}, which NVML's last figures name no GPU \
+                     of this node (none kept before a share started here): {}",
+                    x.code, x.pci.0, x.pci.1, x.pci.2, x.text
+                )),
+            }
+        }
+    }
+    if let Some(last) = look.last {
+        if let Err(e) = gpushare::mps::state_dir::replace_file(
+            dir,
+            CURSOR,
+            format!("{boot} {last}\n").as_bytes(),
+            0o600,
+        ) {
+            said.push(format!("the kernel log's cursor not kept: {e}"));
+        }
+    }
+    said
+}
+
+fn metrics(conf: &Path, write: bool, kernel_log: &Path) -> Result<u8> {
     if effective_uid() != 0 {
         bail!("metrics: run as root (the ledger and its counters are root's)");
     }
@@ -266,11 +338,15 @@ fn metrics(conf: &Path, write: bool) -> Result<u8> {
             .unwrap_or_else(|| status::pipe_probe(&node.cfg, gpu))
     };
     if write {
+        for line in scan_xids(&node, kernel_log) {
+            eprintln!("gpu-mps: {line}");
+        }
         if node.cfg.metrics_file.is_none() {
-            bail!(
-                "{}: no MetricsFile= set, so there is nothing to write (metrics are off)",
+            eprintln!(
+                "gpu-mps: {}: no MetricsFile= set: the kernel log was read, no metrics written",
                 conf.display()
             );
+            return Ok(0);
         }
         publish_metrics(&node, &[], probe).map_err(anyhow::Error::msg)?;
     } else {
