@@ -573,14 +573,7 @@ fn hung_control(c: &mut Cluster) -> TestResult {
         // program's deadline and sent elsewhere, its script never run.
         let started = Instant::now();
         let id = c.sbatch_ok(&["--gres=mps:25", "--wrap=echo GPU=$GPUSHARE_GPU"])?;
-        wait_for(
-            "the share to be sent off the node",
-            Duration::from_secs(90),
-            || {
-                let info = c.job(id).ok()?;
-                (info.state() == "PENDING" && info.get("ExcNodeList")? == NODE).then_some(())
-            },
-        )?;
+        c.wait_sent_off(id, NODE, Duration::from_secs(90))?;
         let out = c.job_output(id);
         ensure(
             out.contains("could not be started") && !words(&out).contains_key("GPU"),

@@ -383,14 +383,7 @@ fn killed_daemon(c: &mut Cluster) -> TestResult {
 /// it: requeued by its epilog and kept off the node, its output saying
 /// why (`want` among it), its record released, its script never run.
 fn sent_elsewhere(c: &Cluster, id: u32, want: &str) -> TestResult {
-    wait_for(
-        "the refused share to be sent off the node",
-        Duration::from_secs(90),
-        || {
-            let info = c.job(id).ok()?;
-            (info.state() == "PENDING" && info.get("ExcNodeList")? == NODE).then_some(())
-        },
-    )?;
+    c.wait_sent_off(id, NODE, Duration::from_secs(90))?;
     let out = c.job_output(id);
     let shown = c.run_ok("scontrol", &["show", "job", &id.to_string()])?;
     ensure(
@@ -648,11 +641,7 @@ fn failed_gpus(c: &mut Cluster) -> TestResult {
                 let off: Vec<u32> = ids
                     .iter()
                     .copied()
-                    .filter(|&id| {
-                        c.job(id).is_ok_and(|i| {
-                            i.state() == "PENDING" && i.get("ExcNodeList") == Some(NODE)
-                        })
-                    })
+                    .filter(|&id| c.sent_off(id, NODE))
                     .collect();
                 let running = ids
                     .iter()
@@ -903,14 +892,7 @@ fn beside_other_user(c: &mut Cluster) -> TestResult {
         let id = user_submit(c, &bob, 30)?;
         // Refused here, then requeued and kept off this node (its epilog),
         // never FAILED: it waits for a node that can serve it.
-        wait_for(
-            "bob's job to be sent off the node",
-            Duration::from_secs(90),
-            || {
-                let info = c.job(id).ok()?;
-                (info.state() == "PENDING" && info.get("ExcNodeList")? == NODE).then_some(())
-            },
-        )?;
+        c.wait_sent_off(id, NODE, Duration::from_secs(90))?;
         let out = user_output(&bob, id);
         let shown = c.run_ok("scontrol", &["show", "job", &id.to_string()])?;
         ensure(

@@ -51,7 +51,15 @@ pub enum Elsewhere {
 }
 
 impl Elsewhere {
-    /// The word in the mark file.
+    const ALL: [Elsewhere; 3] = [Self::OtherUsers, Self::MpsDaemon, Self::GpuFailed];
+
+    /// The refusals another node may serve, by the prolog's refusal
+    /// reason (`gpushare_refusals_total{reason}`).
+    pub fn from_reason(reason: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|e| e.word() == reason)
+    }
+
+    /// The word in the mark file: the refusal reason.
     fn word(self) -> &'static str {
         match self {
             Self::OtherUsers => "other_users",
@@ -90,12 +98,7 @@ pub fn take_mark(state_dir: &Path, job: u32) -> Option<Elsewhere> {
     let path = state_dir.join(mark_name(job));
     let text = std::fs::read_to_string(&path).ok()?;
     std::fs::remove_file(&path).ok()?;
-    Some(
-        [Elsewhere::MpsDaemon, Elsewhere::GpuFailed]
-            .into_iter()
-            .find(|e| text.trim() == e.word())
-            .unwrap_or(Elsewhere::OtherUsers),
-    )
+    Some(Elsewhere::from_reason(text.trim()).unwrap_or(Elsewhere::OtherUsers))
 }
 
 /// `ExcNodeList` as `scontrol show job -o` prints it (`None`: `(null)` or
@@ -152,20 +155,11 @@ fn with_record<T>(
     state_dir: &Path,
     f: impl FnOnce(&mut BTreeMap<u32, Option<String>>) -> T,
 ) -> Result<T, String> {
-    let lock_path = state_dir.join(LOCK);
-    let lock =
-        state_dir::open_lock(&lock_path).map_err(|e| format!("{}: {e}", lock_path.display()))?;
-    lock.lock()
-        .map_err(|e| format!("lock {}: {e}", lock_path.display()))?;
-    let path = state_dir.join(RECORD);
-    let mut records = parse_record(&std::fs::read_to_string(&path).unwrap_or_default());
-    let before = records.clone();
-    let out = f(&mut records);
-    if records != before {
-        state_dir::replace_file(state_dir, RECORD, record_text(&records).as_bytes(), 0o600)
-            .map_err(|e| e.to_string())?;
-    }
-    Ok(out)
+    state_dir::update_locked(state_dir, LOCK, RECORD, |before| {
+        let mut records = parse_record(before);
+        let out = f(&mut records);
+        (record_text(&records), out)
+    })
 }
 
 /// Requeues `job` and keeps it off `node` until a share ends there; what
@@ -248,6 +242,15 @@ mod tests {
             "gpu03,gpu[05-06],gpu01"
         );
         assert_eq!(with_node(Some("gpu01,gpu03"), "gpu01"), "gpu01,gpu03");
+    }
+
+    #[test]
+    fn every_mark_is_a_refusal_reason_of_the_metrics() {
+        for e in Elsewhere::ALL {
+            assert!(gpushare::mps::metrics::REFUSAL_REASONS.contains(&e.word()));
+            assert_eq!(Elsewhere::from_reason(e.word()), Some(e));
+        }
+        assert_eq!(Elsewhere::from_reason("size"), None);
     }
 
     #[test]

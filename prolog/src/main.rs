@@ -15,9 +15,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use gpushare::mps::booking::MpsBooking;
 use gpushare::mps::config::MemoryLimit;
-use gpushare::mps::node::{
-    prolog, publish_metrics, running_jobs, PrologOutcome, MPS_DAEMON_REFUSAL,
-};
+use gpushare::mps::node::{prolog, publish_metrics, running_jobs, PrologOutcome};
 use gpushare::mps::{health, state_dir, status};
 use gpushare::shared::locations::beside_slurm_conf;
 use gpushare_admin::node_program::{self, NodeArgs, Program, Started};
@@ -104,8 +102,10 @@ fn main() -> ExitCode {
             Err(e) => log::debug!("no memory limit or MIG mode from NVML: {e}"),
         }
     }
-    // Every GPU set aside: the node is unfit, and Slurm drains it.
-    if let Some(why) = health::all_failed(&health::read(&node.cfg.state_dir), node.gpu_count) {
+    // Read once, after NVML's lost GPUs were set aside. Every GPU set
+    // aside: the node is unfit, and Slurm drains it.
+    node.failed = health::read(&node.cfg.state_dir);
+    if let Some(why) = health::all_failed(&node.failed, node.gpu_count) {
         log::error!("node unfit for GPU sharing: {why}");
         return ExitCode::FAILURE;
     }
@@ -146,13 +146,7 @@ fn main() -> ExitCode {
             // Only another user's servers had room, the GPU's MPS daemon
             // failed, or only failed GPUs had room: Slurm would keep
             // sending such jobs here, so the epilog sends this one elsewhere.
-            let elsewhere = match *reason {
-                "other_users" => Some(Elsewhere::OtherUsers),
-                MPS_DAEMON_REFUSAL => Some(Elsewhere::MpsDaemon),
-                "gpu_failed" => Some(Elsewhere::GpuFailed),
-                _ => None,
-            };
-            if let Some(why) = elsewhere {
+            if let Some(why) = Elsewhere::from_reason(reason) {
                 if let Err(e) = gpushare_admin::requeue::mark(&node.cfg.state_dir, env.job, why) {
                     log::warn!("not marked to be sent elsewhere, the job fails: {e}");
                 }

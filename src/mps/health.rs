@@ -78,27 +78,11 @@ pub fn update(
     state_dir: &Path,
     change: impl FnOnce(&mut FailedGpus),
 ) -> Result<FailedGpus, String> {
-    let lock_path = state_dir.join(LOCK);
-    let lock =
-        state_dir::open_lock(&lock_path).map_err(|e| format!("{}: {e}", lock_path.display()))?;
-    lock.lock()
-        .map_err(|e| format!("lock {}: {e}", lock_path.display()))?;
-    let mut failed = read(state_dir);
-    let before = failed.clone();
-    change(&mut failed);
-    if failed != before {
-        if failed.is_empty() {
-            match fs::remove_file(state_dir.join(RECORD)) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(format!("{}: {e}", state_dir.join(RECORD).display())),
-            }
-        } else {
-            state_dir::replace_file(state_dir, RECORD, text(&failed).as_bytes(), 0o600)
-                .map_err(|e| e.to_string())?;
-        }
-    }
-    Ok(failed)
+    state_dir::update_locked(state_dir, LOCK, RECORD, |before| {
+        let mut failed = parse(before);
+        change(&mut failed);
+        (text(&failed), failed)
+    })
 }
 
 /// Sets `gpu` aside for `reason` (kept as first recorded where it is

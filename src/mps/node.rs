@@ -80,6 +80,9 @@ pub struct Node {
     /// `None`: not known (the files keep their mode, the metrics name no
     /// user).
     pub private: Option<bool>,
+    /// The GPUs set aside from sharing (see [`health`]): the prolog reads
+    /// the record once, after setting aside the GPUs NVML reports lost.
+    pub failed: health::FailedGpus,
 }
 
 /// See [`Node::pipe_guard`].
@@ -195,6 +198,7 @@ impl Node {
             shares_refused: None,
             conf_notes: Vec::new(),
             mig_gpus: Vec::new(),
+            failed: Default::default(),
         };
         node.set_gpu_memory(None);
         Ok(node)
@@ -737,8 +741,7 @@ fn place(
         } else {
             Vec::new()
         };
-        let failed = health::read(&cfg.state_dir);
-        let failed_gpus: Vec<u32> = failed.keys().copied().collect();
+        let failed_gpus: Vec<u32> = node.failed.keys().copied().collect();
         let place = || {
             ledger.place_beside(
                 env.job,
@@ -772,10 +775,7 @@ fn place(
             Err(LedgerError::Placement { error, repair }) => {
                 report.notes.extend(repair.map(|r| r.to_string()));
                 let error = match error {
-                    PlacementError::GpuFailed { gpus, .. } => PlacementError::GpuFailed {
-                        reasons: failure_reasons(&failed, &gpus),
-                        gpus,
-                    },
+                    PlacementError::GpuFailed { gpus, .. } => gpu_failed(&node.failed, gpus),
                     other => other,
                 };
                 refuse(ledger, env, error.reason(), error)
@@ -849,12 +849,8 @@ fn record_slurm_choice(
         ));
     }
     // A GPU set aside takes no share, whoever chose it.
-    let failed = health::read(&node.cfg.state_dir);
-    if failed.contains_key(&gpu) {
-        let error = PlacementError::GpuFailed {
-            reasons: failure_reasons(&failed, &[gpu]),
-            gpus: vec![gpu],
-        };
+    if node.failed.contains_key(&gpu) {
+        let error = gpu_failed(&node.failed, vec![gpu]);
         return Ok(refuse(
             &node.ledger,
             env,
@@ -1009,13 +1005,17 @@ fn serve(
     })
 }
 
-/// Why each of `gpus` was set aside, for a refusal.
-fn failure_reasons(failed: &health::FailedGpus, gpus: &[u32]) -> String {
-    let each: Vec<&str> = gpus
+/// The refusal of a share only `gpus`, set aside, could take: with why
+/// each was set aside.
+fn gpu_failed(failed: &health::FailedGpus, gpus: Vec<u32>) -> PlacementError {
+    let reasons: Vec<&str> = gpus
         .iter()
         .filter_map(|g| failed.get(g).map(|f| f.reason.as_str()))
         .collect();
-    each.join("; ")
+    PlacementError::GpuFailed {
+        reasons: reasons.join("; "),
+        gpus,
+    }
 }
 
 /// `user a`, `users a, b`.
@@ -1075,11 +1075,11 @@ pub struct EpilogReport {
 pub fn epilog(node: &Node, job: u32) -> Result<EpilogReport, LedgerError> {
     let mut notes = Vec::new();
     let mut terminated = Vec::new();
-    // What MPS still runs for the job ends before its units are released.
-    let gpu = node
-        .ledger
-        .snapshot()
-        .ok()
+    // What MPS still runs for the job ends before its units are released
+    // (nothing to ask where the site runs MPS itself).
+    let gpu = (node.cfg.mps_control != config::MpsControl::Disabled)
+        .then(|| node.ledger.snapshot().ok())
+        .flatten()
         .and_then(|s| s.state.share(job).map(|share| share.gpu));
     if let Some(gpu) = gpu {
         let ended = daemon::with_gpu_lock(&node.cfg, gpu, || {
@@ -1521,6 +1521,7 @@ mod tests {
             conf_notes: Vec::new(),
             mig_gpus: Vec::new(),
             private: Some(false),
+            failed: Default::default(),
         };
         node.set_gpu_memory(None);
         (node, dir)

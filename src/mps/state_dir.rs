@@ -310,6 +310,38 @@ pub fn open_lock(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
+/// Rewrites the small record `name` in `dir` under the lock file
+/// `lock_name` beside it: `change` gets its text (empty where there is
+/// none) and returns the new text with its own result. A record is
+/// replaced whole ([`replace_file`], mode 0600) only where its text
+/// changed, and removed where the new text is empty.
+pub fn update_locked<T>(
+    dir: &Path,
+    lock_name: &str,
+    name: &str,
+    change: impl FnOnce(&str) -> (String, T),
+) -> Result<T, String> {
+    let lock_path = dir.join(lock_name);
+    let lock = open_lock(&lock_path).map_err(|e| format!("{}: {e}", lock_path.display()))?;
+    lock.lock()
+        .map_err(|e| format!("lock {}: {e}", lock_path.display()))?;
+    let path = dir.join(name);
+    let before = fs::read_to_string(&path).unwrap_or_default();
+    let (after, out) = change(&before);
+    if after != before {
+        if after.is_empty() {
+            match fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(format!("{}: {e}", path.display())),
+            }
+        } else {
+            replace_file(dir, name, after.as_bytes(), 0o600).map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(out)
+}
+
 /// Makes a rename in `dir` durable: without it a crash can bring back the
 /// old directory entry.
 pub fn sync_dir(dir: &Path) -> Result<(), DirError> {

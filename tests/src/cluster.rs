@@ -1771,6 +1771,21 @@ impl Cluster {
         self.run("timeout", &[&["120", "srun"], args].concat())
     }
 
+    /// Whether job `id` waits again and is kept off `node` (its
+    /// `ExcNodeList`): a share refused there and requeued by gpushare's
+    /// epilog to run elsewhere.
+    pub fn sent_off(&self, id: u32, node: &str) -> bool {
+        self.job(id)
+            .is_ok_and(|i| i.state() == "PENDING" && i.get("ExcNodeList") == Some(node))
+    }
+
+    /// Waits until job `id` is [`Self::sent_off`] `node`.
+    pub fn wait_sent_off(&self, id: u32, node: &str, timeout: Duration) -> Result<()> {
+        wait_for(&format!("job {id} to be sent off {node}"), timeout, || {
+            self.sent_off(id, node).then_some(())
+        })
+    }
+
     /// `scontrol show job ID`, parsed.
     pub fn job(&self, id: u32) -> Result<JobInfo> {
         let text = self.run_ok("scontrol", &["-o", "show", "job", &id.to_string()])?;
