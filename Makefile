@@ -2,8 +2,11 @@
 #
 #   make demo      install dependencies, build, install into a staging tree,
 #                  run the narrated demo cluster (KEEP=1: leave it running)
-#   make test      install build dependencies (apt), build, run every test,
-#                  then check-releases, test-releases and test-packages
+#   make check     for every change (~10 min here): lints, unit and property
+#                  tests, the real-cluster suites on this machine's Slurm
+#   make test      CI's command: check, then the other releases and the
+#                  packages, in two lanes side by side (cgroup v1 | v2)
+#   make test-all  every release on both cgroup versions in full
 #   make check-releases  build the plugins warnings-free against the headers
 #                  of the other Slurm releases Debian ships (24.11, 26.05)
 #   make build     release build of the plugins and tools
@@ -26,7 +29,7 @@ APT_PACKAGES = slurm-wlm slurmdbd slurm-wlm-basic-plugins libslurm-dev munge \
 	mariadb-server mariadb-client libclang-dev pkg-config debootstrap iproute2 \
 	prometheus prometheus-node-exporter
 
-.PHONY: all deps build test lint clean install uninstall demo check-releases test-releases test-monitoring
+.PHONY: all deps build check test test-all lint clean install uninstall demo check-releases test-releases test-monitoring
 
 all: build
 
@@ -50,16 +53,37 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-# Lints, unit and property tests of the pure core, then the real-cluster
-# tests (which need the plugin libraries built first).
-test: deps lint
-	$(CARGO) build --workspace --all-targets
-	$(CARGO) test --workspace --exclude gpushare-tests
+# The tier for every change: lints, unit and property tests (the core, the
+# plugins' exported functions, the harness), the alerting rules, then the
+# real-cluster suites on this machine's Slurm (they need the plugin
+# libraries built first; the harness refuses ones older than their sources).
+check: unit
 	$(CARGO) test -p gpushare-tests --tests --no-fail-fast
+
+.PHONY: unit build-tests
+unit: deps lint build-tests
+	$(CARGO) test --workspace --exclude gpushare-tests
 	$(MAKE) test-monitoring
+
+build-tests:
+	$(CARGO) build --workspace --all-targets
+
+# CI's command (the README's): what `check` runs, the plugins built for
+# every other release and the Debian packages, then two lanes side by side
+# (tests/lanes.sh): the cgroup v1 runs (this machine's suites first, the
+# packages' tests last) in one, the cgroup v2 runs in the other. The two
+# never share a cgroup hierarchy, a network namespace or a test directory.
+# Each run's log is kept in target/test-logs/.
+test: unit
 	$(MAKE) check-releases
-	$(MAKE) test-releases
-	$(MAKE) test-packages
+	$(MAKE) debs
+	tests/lanes.sh "native $(RELEASE_RUNS_V1) packages" "$(RELEASE_RUNS_V2)"
+
+# Every release on both cgroup versions in full (about twice make test).
+test-all: unit
+	$(MAKE) check-releases
+	$(MAKE) debs
+	tests/lanes.sh "native $(RELEASE_RUNS_ALL_V1) packages" "$(RELEASE_RUNS_ALL_V2)"
 
 # The MPS half on a real NVIDIA GPU (tests/hw-check, README "On real
 # hardware"): the release node programs and a CUDA client as two throwaway
@@ -93,21 +117,23 @@ check-releases:
 	done
 
 # The integration suites on the other releases, each inside its cached
-# Debian root, and on cgroup v2 (tests/release_suite.sh). A run is
-# SUITE:CGROUP:BINARIES (all, or test binaries separated by commas); host is
-# this machine's own Slurm. Where gpushare places shares (host, 22.05) only
-# gpu_mps runs on v2: there every share is refused, and that is its test.
-# On v2 the multi-node share tests run on 24.11 and 26.05.
-RELEASE_RUNS ?= trixie:v1:all sid:v1:all trixie:v2:gpu_mps,mps_daemon,attack,multinode:two_node/shares_on/no_room sid:v2:gpu_mps,mps_daemon,attack,multinode:two_node/shares_on/no_room host:v2:gpu_mps
+# Debian root (tests/release_suite.sh). A run is SUITE:CGROUP:BINARIES
+# (all, or test binaries separated by commas, a test binary's filters
+# after a colon, separated by slashes); host is this machine's own Slurm.
+# make test runs every suite on each release once, on cgroup v2, and the
+# suites where the cgroup version matters (device confinement, MPS daemons,
+# attacks, multi-node shares) on v1 too; make test-all runs everything on
+# both. Where gpushare places shares (host, 22.05) only gpu_mps runs on v2:
+# there every share is refused, and that is its test.
+CGROUP_SUITES = gpu_mps,mps_daemon,attack,multinode:two_node/shares_on/no_room
+RELEASE_RUNS_V1 ?= trixie:v1:$(CGROUP_SUITES) sid:v1:$(CGROUP_SUITES)
+RELEASE_RUNS_V2 ?= trixie:v2:all sid:v2:all host:v2:gpu_mps
+RELEASE_RUNS_ALL_V1 ?= trixie:v1:all sid:v1:all
+RELEASE_RUNS_ALL_V2 ?= $(RELEASE_RUNS_V2)
+# One after another (RELEASE_RUNS=... to pick some).
+RELEASE_RUNS ?= $(RELEASE_RUNS_ALL_V1) $(RELEASE_RUNS_ALL_V2)
 test-releases:
-	@failed=""; for run in $(RELEASE_RUNS); do \
-		suite=$${run%%:*}; rest=$${run#*:}; cgroup=$${rest%%:*}; only=$${rest#*:}; \
-		[ "$$only" != all ] || only=""; \
-		start=$$(date +%s); \
-		if tests/release_suite.sh $$suite $$cgroup $$only; then result=passed; else result=FAILED; failed="$$failed $$run"; fi; \
-		echo "== release run $$run: $$result in $$(( $$(date +%s) - start )) s"; \
-	done; \
-	if [ -n "$$failed" ]; then echo "release runs failed:$$failed"; exit 1; fi
+	tests/lanes.sh "$(RELEASE_RUNS)"
 
 clean:
 	$(CARGO) clean
@@ -235,11 +261,8 @@ deb: deps
 
 # All packages first: each test also installs another release's packages
 # to see them refused.
-test-packages: deps
+.PHONY: debs
+debs: deps
 	@set -e; for suite in $(PACKAGE_SUITES); do packaging/deb.sh $$suite; done
-	@failed=""; for suite in $(PACKAGE_SUITES); do \
-		start=$$(date +%s); \
-		if tests/package_test.sh $$suite; then result=passed; else result=FAILED; failed="$$failed $$suite"; fi; \
-		echo "== package test $$suite: $$result in $$(( $$(date +%s) - start )) s"; \
-	done; \
-	if [ -n "$$failed" ]; then echo "package tests failed:$$failed"; exit 1; fi
+test-packages: debs
+	PACKAGE_SUITES="$(PACKAGE_SUITES)" tests/lanes.sh packages

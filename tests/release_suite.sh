@@ -62,8 +62,9 @@ else
     SLURM_INCLUDE_DIR=$headers/usr/include CARGO_TARGET_DIR=$repo/target/slurm-$suite \
         "$cargo" build --release -p job_submit_gpu_qos -p spank_gpu_mps
     # The build directory the harness reads: the host's binaries, this
-    # release's plugins.
-    build=$repo/target/slurm-$suite/suite
+    # release's plugins. One per cgroup version: tests/lanes.sh may run
+    # this release on v1 and v2 at once.
+    build=$repo/target/slurm-$suite/suite-$cgroup
     rm -rf "$build"
     mkdir -p "$build"
     for f in "$repo"/target/debug/*; do

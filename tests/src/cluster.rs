@@ -1075,8 +1075,16 @@ impl Cluster {
                 continue;
             };
             if slurm_name.starts_with("job_submit_") || slurm_name.starts_with("spank_") {
+                crate::freshness::ensure_current(&path)?;
                 fs::copy(&path, self.plugin_dir.join(slurm_name))
                     .map_err(|e| format!("{}: {e}", path.display()))?;
+            }
+        }
+        // The node programs and admin commands the clusters run.
+        for program in ["gpu-mps-prolog", "gpu-mps-epilog", "gpu-mps", "gpu-qos"] {
+            let path = built.join(program);
+            if path.exists() {
+                crate::freshness::ensure_current(&path)?;
             }
         }
         for p in &self.spec.job_submit_plugins {

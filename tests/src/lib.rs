@@ -14,6 +14,7 @@
 
 pub mod cluster;
 pub mod elf;
+pub mod freshness;
 pub mod hosts;
 pub mod monitor;
 pub mod process;

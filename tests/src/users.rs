@@ -35,8 +35,28 @@ pub fn system_account(name: &str) -> Result<(u32, u32)> {
 }
 
 /// The account `name` (made with `useradd OPTIONS --no-create-home` if
-/// the machine lacks it; idempotent): its (uid, gid).
+/// the machine lacks it; idempotent): its (uid, gid). Made under a lock on
+/// `/etc/.gpushare-accounts.lock`: two runs in one release root
+/// (tests/lanes.sh) may want the same account at once, and `useradd`
+/// fails at once where another holds `/etc/passwd`'s lock.
 fn account(name: &str, options: &[&str]) -> Result<(u32, u32)> {
+    if let Some(found) = ids(name) {
+        return Ok(found);
+    }
+    let lock = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open("/etc/.gpushare-accounts.lock")
+        .map_err(|e| format!("/etc/.gpushare-accounts.lock: {e}"))?;
+    // SAFETY: flock on a descriptor this function owns; released when
+    // `lock` is closed at the end of the function.
+    if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) } != 0 {
+        return Err(format!(
+            "flock /etc/.gpushare-accounts.lock: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
     if ids(name).is_none() {
         let out = Command::new("useradd")
             .args(options)

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Runs release runs and package tests, in one lane or two lanes side by side:
+#   tests/lanes.sh "RUN RUN ..." ["RUN RUN ..."]
+# A RUN is SUITE:CGROUP[:BINARIES] (tests/release_suite.sh SUITE CGROUP
+# BINARIES; BINARIES "all" or absent: every test binary), the word "native"
+# (every suite on this machine's Slurm: cargo test -p gpushare-tests) or the
+# word "packages" (tests/package_test.sh for each of $PACKAGE_SUITES,
+# default host trixie sid; their debs must be built: make debs).
+#
+# Two lanes run at once (make test: cgroup v1 runs in one, v2 runs in the
+# other). They share nothing a test writes: each run has its own network
+# namespace (its lab), its own MariaDB, its own cluster directories; v1 and
+# v2 clusters use different cgroup hierarchies; two runs of one release
+# share its root, where each run has its own build directory
+# (target/slurm-SUITE/suite-CGROUP) and accounts are made under a lock
+# (tests/src/users.rs). The roots and headers every run needs are prepared
+# first, one at a time.
+#
+# Each run's output goes to target/test-logs/RUN.log; a lane prints one line
+# per run as it ends, and when every lane is done the logs are printed in
+# order, then a summary. The exit status is 1 if any run failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+logs=$repo/target/test-logs
+mkdir -p "$logs"
+rm -f "$logs"/.failed-*
+[ $# -ge 1 ] && [ $# -le 2 ] || { echo "usage: tests/lanes.sh \"RUN ...\" [\"RUN ...\"]" >&2; exit 2; }
+
+log_of() { echo "$logs/$(echo "$1" | tr ':,/' '___').log"; }
+
+# The roots and headers of every release named, before any lane starts:
+# two lanes must never build one root at the same time.
+for lane in "$@"; do
+    for run in $lane; do
+        case $run in
+        native | packages | host:*) ;;
+        *)
+            suite=${run%%:*}
+            tests/release_root.sh "$suite" "$repo/target/releases/$suite-root" >/dev/null || exit 1
+            tests/release_headers.sh "$suite" "$repo/target/releases/$suite" >/dev/null || exit 1
+            ;;
+        esac
+    done
+done
+
+# One run, its output into its log (and to the terminal when $2 is set).
+one_run() {
+    local run=$1 show=$2 log rc
+    log=$(log_of "$run")
+    if [ "$run" = native ]; then
+        "${CARGO:-cargo}" test -p gpushare-tests --tests --no-fail-fast
+    elif [ "$run" = packages ]; then
+        local suite failed=""
+        for suite in ${PACKAGE_SUITES:-host trixie sid}; do
+            local start=$SECONDS
+            if tests/package_test.sh "$suite"; then
+                echo "== package test $suite: passed in $((SECONDS - start)) s"
+            else
+                echo "== package test $suite: FAILED after $((SECONDS - start)) s"
+                failed="$failed $suite"
+            fi
+        done
+        [ -z "$failed" ] || { echo "package tests failed:$failed"; false; }
+    else
+        local suite=${run%%:*} rest=${run#*:} cgroup only
+        cgroup=${rest%%:*}
+        only=${rest#"$cgroup"}
+        only=${only#:}
+        [ "$only" != all ] || only=""
+        tests/release_suite.sh "$suite" "$cgroup" $only
+    fi >"$log" 2>&1 &
+    local pid=$!
+    if [ -n "$show" ]; then
+        tail -n +1 --pid="$pid" -f "$log"
+    fi
+    wait "$pid"
+    rc=$?
+    return $rc
+}
+
+# A lane: its runs one after another; prints "RUN passed|FAILED in N s"
+# per run and writes the failed runs' names to $2.
+lane() {
+    local runs=$1 failed_file=$2 show=$3 run start
+    : >"$failed_file"
+    for run in $runs; do
+        start=$SECONDS
+        if one_run "$run" "$show"; then
+            echo "== run $run: passed in $((SECONDS - start)) s"
+        else
+            echo "== run $run: FAILED after $((SECONDS - start)) s (log: $(log_of "$run"))"
+            echo "$run" >>"$failed_file"
+        fi
+    done
+}
+
+started=$SECONDS
+if [ $# -eq 1 ]; then
+    lane "$1" "$logs/.failed-1" show
+else
+    echo "== two lanes side by side; each run's log: $logs/RUN.log"
+    lane "$1" "$logs/.failed-1" "" | sed -u 's/^/[lane 1] /' &
+    one=$!
+    lane "$2" "$logs/.failed-2" "" | sed -u 's/^/[lane 2] /' &
+    two=$!
+    wait "$one" "$two"
+    # Every run's log, in lane order, for the record.
+    for lane_runs in "$@"; do
+        for run in $lane_runs; do
+            echo
+            echo "======== $run ($(log_of "$run"))"
+            cat "$(log_of "$run")"
+        done
+    done
+fi
+failed=$(cat "$logs"/.failed-* 2>/dev/null | tr '\n' ' ')
+echo
+echo "== lanes done in $((SECONDS - started)) s"
+if [ -n "$failed" ]; then
+    echo "runs failed: $failed"
+    exit 1
+fi
+echo "every run passed"
