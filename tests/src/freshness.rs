@@ -3,7 +3,7 @@
 //! yesterday's code while its report names today's commit.
 //!
 //! Cargo writes, beside every top-level artifact, a dep-info file
-//! (`target/debug/libspank_gpu_mps.d`: `artifact: source source ...`)
+//! (`target/debug/libspank_gpu_mps.d`: `artifact: a.rs b.rs ...`)
 //! listing exactly the files it was built from. An artifact is current when
 //! none of those files under this checkout is newer than it, and all of
 //! them still exist. An artifact without a dep-info file (installed from a
