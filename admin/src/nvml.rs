@@ -6,6 +6,8 @@
 //! NVML's index order is the PCI bus order, the order `CUDA_DEVICE_ORDER=
 //! PCI_BUS_ID` gives the daemons; `/dev/nvidiaN` is the GPU of minor N.
 
+use gpushare::mps::status::{self, NodeStatus};
+use gpushare::mps::xid;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
 
@@ -172,6 +174,41 @@ pub fn gpus_bounded(
     parse_facts(&ran.stdout).ok_or_else(|| format!("unreadable NVML figures: {:?}", ran.stdout))
 }
 
+/// Where NVML last saw each GPU, from the figures the prolog kept in
+/// `state_dir` ([`KEPT_FACTS`]; none kept: no GPU known).
+pub fn last_seen(state_dir: &std::path::Path) -> Vec<xid::SeenGpu> {
+    std::fs::read_to_string(state_dir.join(KEPT_FACTS))
+        .ok()
+        .and_then(|t| parse_facts(&t))
+        .unwrap_or_default()
+        .iter()
+        .map(|f| xid::SeenGpu {
+            index: f.index,
+            minor: f.minor,
+            pci: f.pci_bus_id.as_deref().and_then(xid::parse_pci),
+        })
+        .collect()
+}
+
+/// Adds what NVML says, where it loads (a node with the driver), to the
+/// status of a node whose `GPUDevices` are `devices`: UUIDs, memory, MPS
+/// clients, and its GPU order checked against the list.
+pub fn add_to_status(view: &mut NodeStatus, devices: &[impl AsRef<std::path::Path>]) {
+    if let Ok(facts) = gpus() {
+        add_facts(view, devices, &facts);
+    }
+}
+
+fn add_facts(view: &mut NodeStatus, devices: &[impl AsRef<std::path::Path>], facts: &[GpuFacts]) {
+    for (m, f) in view.mps.iter_mut().zip(facts) {
+        m.uuid = f.uuid.clone();
+        m.memory_mib = f.memory_mib;
+        m.nvml_compute_processes = Some(f.compute_processes.clone());
+    }
+    let minors: Vec<Option<u32>> = facts.iter().map(|f| f.minor).collect();
+    view.warnings = status::minor_mismatches(devices, &minors);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,5 +269,58 @@ mod tests {
         let err = gpus_bounded(&hung, limit).err().unwrap_or_default();
         assert!(err.contains("did not finish"), "{err}");
         assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    }
+
+    #[test]
+    fn kept_figures_name_each_gpu_by_its_pci_address() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(last_seen(dir.path()), Vec::new());
+        std::fs::write(
+            dir.path().join(KEPT_FACTS),
+            "0 3 81559 0 0 00000000:3B:00.0\n1 - - - 1 -\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            last_seen(dir.path()),
+            vec![
+                xid::SeenGpu {
+                    index: 0,
+                    minor: Some(3),
+                    pci: Some((0, 0x3b, 0)),
+                },
+                xid::SeenGpu {
+                    index: 1,
+                    minor: None,
+                    pci: None,
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn nvml_facts_fill_the_status_and_check_the_gpu_order() {
+        let mut view = NodeStatus::of(&Default::default(), 2, 100, Vec::new());
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let cfg = gpushare::mps::config::GpuMpsConfig {
+            state_dir: dir.path().join("state"),
+            mps_control: gpushare::mps::config::MpsControl::Disabled,
+            ..Default::default()
+        };
+        view.mps = status::mps_view(&cfg, &view.gpus, |g| status::pipe_probe(&cfg, g));
+        let fact = |index: u32, minor: u32| GpuFacts {
+            index,
+            uuid: Some(format!("GPU-{index}")),
+            memory_mib: Some(40_960),
+            minor: Some(minor),
+            compute_processes: vec![42],
+            mig_enabled: None,
+            lost: false,
+            pci_bus_id: None,
+        };
+        let devices = ["/dev/nvidia0", "/dev/nvidia1"];
+        add_facts(&mut view, &devices, &[fact(0, 1), fact(1, 0)]);
+        assert_eq!(view.mps[1].uuid.as_deref(), Some("GPU-1"));
+        assert_eq!(view.mps[0].nvml_compute_processes, Some(vec![42]));
+        assert_eq!(view.warnings.len(), 2, "{:?}", view.warnings);
     }
 }

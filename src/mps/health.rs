@@ -122,6 +122,59 @@ pub fn all_failed(failed: &FailedGpus, gpu_count: u32) -> Option<String> {
     })
 }
 
+/// What `gpu-mps drain-gpu` or `resume-gpu` left: the GPU's state now,
+/// and the node's refusal where every GPU is set aside.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Drained {
+    pub gpu: u32,
+    /// Why it takes no new share; `None`: it shares again.
+    pub set_aside: Option<String>,
+    /// See [`all_failed`].
+    pub all_failed: Option<String>,
+}
+
+impl std::fmt::Display for Drained {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let gpu = self.gpu;
+        match &self.set_aside {
+            Some(reason) => writeln!(f, "GPU {gpu} takes no new share: {reason}")?,
+            None => writeln!(f, "GPU {gpu} shares again")?,
+        }
+        if let Some(all) = &self.all_failed {
+            writeln!(
+                f,
+                "note: {all}; the next job's prolog on this node fails, and Slurm drains it"
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Sets GPU `gpu` of a node of `gpu_count` GPUs aside for `reason`, or
+/// gives it back (`None`).
+pub fn drain(
+    state_dir: &Path,
+    gpu_count: u32,
+    gpu: u32,
+    reason: Option<&str>,
+) -> Result<Drained, String> {
+    if gpu >= gpu_count {
+        return Err(format!(
+            "GPU {gpu}: the node lists {gpu_count} GPUs (0 to {}) in GPUDevices",
+            gpu_count.saturating_sub(1)
+        ));
+    }
+    let failed = match reason {
+        Some(why) => set_aside(state_dir, gpu, why),
+        None => resume(state_dir, gpu),
+    }?;
+    Ok(Drained {
+        gpu,
+        set_aside: failed.get(&gpu).map(|f| f.reason.clone()),
+        all_failed: all_failed(&failed, gpu_count),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,8 +206,8 @@ mod tests {
         assert_eq!(one_line("a\nb\t"), "a b");
     }
 
-    #[test]
-    fn set_aside_resume_and_all_failed() {
+    /// A state directory as the node programs make it, in a temporary one.
+    fn private_state_dir() -> (tempfile::TempDir, std::path::PathBuf) {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let state = dir.path().join("state");
         state_dir::ensure(
@@ -163,6 +216,12 @@ mod tests {
             state_dir::Access::Private,
         )
         .unwrap_or_else(|e| panic!("{e}"));
+        (dir, state)
+    }
+
+    #[test]
+    fn set_aside_resume_and_all_failed() {
+        let (_dir, state) = private_state_dir();
         assert!(read(&state).is_empty());
         set_aside(&state, 0, "lost").unwrap_or_else(|e| panic!("{e}"));
         // Already set aside: the first reason stays.
@@ -175,5 +234,32 @@ mod tests {
         resume(&state, 0).unwrap_or_else(|e| panic!("{e}"));
         resume(&state, 1).unwrap_or_else(|e| panic!("{e}"));
         assert!(!state.join(RECORD).exists());
+    }
+
+    #[test]
+    fn drain_and_resume_say_what_the_gpu_and_the_node_do_now() {
+        let (_dir, state) = private_state_dir();
+        let said = |r: Result<Drained, String>| r.map(|d| d.to_string());
+        assert_eq!(
+            said(drain(&state, 2, 2, Some("x"))),
+            Err("GPU 2: the node lists 2 GPUs (0 to 1) in GPUDevices".into())
+        );
+        assert_eq!(
+            said(drain(&state, 2, 0, Some("XID 79"))),
+            Ok("GPU 0 takes no new share: XID 79\n".into())
+        );
+        assert_eq!(
+            said(drain(&state, 2, 1, Some("nhc"))),
+            Ok(
+                "GPU 1 takes no new share: nhc\nnote: every GPU of the node is set aside \
+                (GPU 0: XID 79; GPU 1: nhc); `gpu-mps resume-gpu N` once fixed; the next \
+                job's prolog on this node fails, and Slurm drains it\n"
+                    .into()
+            )
+        );
+        assert_eq!(
+            said(drain(&state, 2, 0, None)),
+            Ok("GPU 0 shares again\n".into())
+        );
     }
 }

@@ -16,6 +16,8 @@
 //! - [`metrics`]: the node's metrics for Prometheus, and its counters.
 //! - [`state_dir`]: state directories no user can turn against root.
 //! - [`health`]: GPUs set aside from sharing (lost, or marked failed).
+//! - [`gc`]: the ledger brought back in line with what slurmctld runs.
+//! - [`installed`]: the Slurm and gpushare installed here (`gpu-mps config`).
 //! - [`booking`]: how Slurm books the node's mps (who places a share).
 //! - [`bounded`]: external programs run with a deadline.
 
@@ -26,8 +28,10 @@ pub mod config;
 pub mod daemon;
 pub mod dcgm;
 pub mod devices;
+pub mod gc;
 pub mod health;
 pub mod in_force;
+pub mod installed;
 pub mod ledger;
 pub mod metrics;
 pub mod node;

@@ -237,6 +237,22 @@ impl Node {
     }
 }
 
+/// A node of the GPU device files `devices` (none need exist) with its
+/// state under `dir`, no MPS daemon, users shown, owned by this process's
+/// user: for unit tests of what runs on a node.
+#[cfg(test)]
+pub(crate) fn test_node(dir: &Path, devices: &[&str]) -> Node {
+    let cfg = GpuMpsConfig {
+        state_dir: dir.join("state"),
+        gpu_devices: Some(devices.iter().map(PathBuf::from).collect()),
+        mps_control: config::MpsControl::Disabled,
+        private_data: config::PrivateData::No,
+        ..GpuMpsConfig::default()
+    };
+    let owner = rustix::process::geteuid().as_raw();
+    Node::with_config(cfg, &dir.join("gpu_mps.conf"), owner).unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// How this node's shares meet MPS servers (see [`ServerRule`]).
 pub fn server_rule(cfg: &GpuMpsConfig) -> ServerRule {
     ServerRule {
@@ -252,6 +268,15 @@ pub struct RunningJob {
     pub job: u32,
     /// Its GRES request names mps.
     pub holds_mps: bool,
+}
+
+/// This node as Slurm names it for an admin command: `given` (`--node`),
+/// else `$SLURMD_NODENAME`, else the short hostname.
+pub fn node_name(given: Option<String>) -> String {
+    given
+        .or_else(|| std::env::var("SLURMD_NODENAME").ok())
+        .or_else(crate::shared::locations::short_hostname)
+        .unwrap_or_default()
 }
 
 /// The jobs slurmctld says run on `node` (None when it cannot be asked in

@@ -1,7 +1,9 @@
 //! What `gpu-mps` shows: the per-GPU share table, its JSON form (which is
 //! also the world-readable status copy the ledger publishes), and the
-//! slurm.conf/gres.conf lines a node needs. Pure functions over the
-//! ledger's state, so the command itself only gathers inputs.
+//! slurm.conf/gres.conf lines a node needs. What the status is made of is
+//! gathered here too ([`NodeStatus::as_seen`]: the ledger or its copy,
+//! each GPU's daemon as [`probe_daemon`] finds it); the rest are pure
+//! functions over the ledger's state.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -130,6 +132,54 @@ pub fn pipe_probe(cfg: &GpuMpsConfig, gpu: u32) -> DaemonProbe {
         state,
         pids: Vec::new(),
         servers: Vec::new(),
+    }
+}
+
+/// GPU `gpu`'s daemon as this user can see it: root (`root`) asks it and
+/// finds its processes; others see only whether its control pipe is there.
+pub fn probe_daemon(cfg: &GpuMpsConfig, gpu: u32, root: bool) -> DaemonProbe {
+    let seen = pipe_probe(cfg, gpu);
+    if !root || seen.state == DaemonState::Unmanaged {
+        return seen;
+    }
+    let Some(program) = super::daemon::program(cfg) else {
+        return seen;
+    };
+    let pipe = super::daemon::pipe_dir(cfg, gpu);
+    let has_pipe = seen.state == DaemonState::PipePresent;
+    let pids = super::daemon::processes(&pipe);
+    match super::daemon::probe(cfg, &program, gpu) {
+        Ok(servers) => DaemonProbe {
+            state: DaemonState::Running,
+            pids,
+            servers,
+        },
+        Err(_) if has_pipe || !pids.is_empty() => DaemonProbe {
+            state: DaemonState::NotAnswering,
+            pids,
+            servers: Vec::new(),
+        },
+        Err(_) => DaemonProbe {
+            state: DaemonState::Stopped,
+            pids,
+            servers: Vec::new(),
+        },
+    }
+}
+
+/// Each of the `gpu_count` GPUs' daemons asked now (as root), looked up
+/// later: the metrics are written under the ledger's lock, which a hung
+/// daemon must not hold up a prolog behind. A GPU not asked is seen by its
+/// pipe.
+pub fn probe_daemons(cfg: &GpuMpsConfig, gpu_count: u32) -> impl Fn(u32) -> DaemonProbe + '_ {
+    let probes: Vec<DaemonProbe> = (0..gpu_count)
+        .map(|gpu| probe_daemon(cfg, gpu, true))
+        .collect();
+    move |gpu| {
+        probes
+            .get(gpu as usize)
+            .cloned()
+            .unwrap_or_else(|| pipe_probe(cfg, gpu))
     }
 }
 
@@ -327,6 +377,40 @@ impl View for StatusCopy {
     }
 }
 
+/// Why the published status copy cannot be shown.
+#[derive(Debug)]
+pub enum CopyUnreadable {
+    /// Readable by root only (`PrivateData`).
+    Private,
+    Io(PathBuf, std::io::Error),
+    Json(PathBuf, serde_json::Error),
+}
+
+impl std::fmt::Display for CopyUnreadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Private => f.write_str(
+                "this node keeps who runs what to root (PrivateData in gpu_mps.conf, or Slurm's \
+                 PrivateData hides jobs or users): `squeue --me` shows your own jobs, and an \
+                 admin can run gpu-mps status as root",
+            ),
+            Self::Io(path, e) => write!(f, "{}: {e}", path.display()),
+            Self::Json(path, e) => write!(f, "{}: {e}", path.display()),
+        }
+    }
+}
+
+impl std::error::Error for CopyUnreadable {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        // The path stands in front of the error: its causes follow it.
+        match self {
+            Self::Private => None,
+            Self::Io(_, e) => e.source(),
+            Self::Json(_, e) => e.source(),
+        }
+    }
+}
+
 impl NodeStatus {
     pub fn of(
         state: &LedgerState,
@@ -343,6 +427,55 @@ impl NodeStatus {
             mps: Vec::new(),
             warnings: Vec::new(),
         }
+    }
+
+    /// The published copy, as any user reads it (none yet: no share).
+    pub fn published(cfg: &GpuMpsConfig, gpus: u32) -> Result<Self, CopyUnreadable> {
+        let copy = StatusCopy {
+            dir: super::daemon::public_dir(cfg),
+            gpu_count: gpus,
+            units_per_gpu: cfg.units_per_gpu,
+            private: None,
+        };
+        let path = copy.path();
+        match std::fs::read_to_string(&path) {
+            Ok(text) => serde_json::from_str(&text).map_err(|e| CopyUnreadable::Json(path, e)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::of(
+                &LedgerState::default(),
+                gpus,
+                cfg.units_per_gpu,
+                Vec::new(),
+            )),
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                Err(CopyUnreadable::Private)
+            }
+            Err(e) => Err(CopyUnreadable::Io(path, e)),
+        }
+    }
+
+    /// What `gpu-mps status` shows of a node of `gpus` GPUs: root (`root`)
+    /// reads the ledger, anyone else the published copy; each GPU's daemon
+    /// as [`probe_daemon`] finds it. Second: why root's ledger could not be
+    /// read, where the published copy is shown instead.
+    pub fn as_seen(
+        cfg: &GpuMpsConfig,
+        gpus: u32,
+        root: bool,
+    ) -> Result<(Self, Option<String>), CopyUnreadable> {
+        let mut trouble = None;
+        let mut view = if root {
+            match super::ledger::Ledger::open(&cfg.state_dir, 0).and_then(|l| l.snapshot()) {
+                Ok(s) => Self::of(&s.state, gpus, cfg.units_per_gpu, s.set_aside_files),
+                Err(e) => {
+                    trouble = Some(e.to_string());
+                    Self::published(cfg, gpus)?
+                }
+            }
+        } else {
+            Self::published(cfg, gpus)?
+        };
+        view.mps = mps_view(cfg, &view.gpus, |gpu| probe_daemon(cfg, gpu, root));
+        Ok((view, trouble))
     }
 
     /// Whether anything needs an admin's attention (the command exits 1).
@@ -851,5 +984,35 @@ mod tests {
         assert!(booking.spreads(), "{booking:?}");
         assert_eq!(booking.per_gpu_count, Some(50));
         assert_eq!(booking.stacking_warning(), None);
+    }
+
+    #[test]
+    fn users_see_the_published_copy_or_why_not() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let cfg = GpuMpsConfig {
+            state_dir: dir.path().join("state"),
+            mps_control: crate::mps::config::MpsControl::Disabled,
+            ..GpuMpsConfig::default()
+        };
+        // No copy yet: nothing shared anywhere.
+        let (view, trouble) = NodeStatus::as_seen(&cfg, 2, false).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((view.gpus.len(), trouble), (2, None));
+        assert!(view.mps.iter().all(|m| m.daemon == DaemonState::Unmanaged));
+        assert!(!view.has_problem());
+        let public = crate::mps::daemon::public_dir(&cfg);
+        std::fs::create_dir_all(&public).unwrap_or_else(|e| panic!("{e}"));
+        let path = public.join(StatusCopy::FILE);
+        std::fs::write(&path, "{").unwrap_or_else(|e| panic!("{e}"));
+        let said = NodeStatus::published(&cfg, 2)
+            .map(|_| ())
+            .map_err(|e| e.to_string());
+        assert!(
+            said.as_ref()
+                .is_err_and(|e| e.starts_with(&format!("{}: ", path.display()))),
+            "{said:?}"
+        );
+        assert!(CopyUnreadable::Private
+            .to_string()
+            .contains("`squeue --me`"));
     }
 }

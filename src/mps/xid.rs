@@ -17,6 +17,9 @@
 use std::io::Read;
 use std::path::Path;
 
+use super::node::Node;
+use super::{health, state_dir};
+
 /// XIDs after which NVIDIA's catalog asks for a GPU reset or a reboot
 /// (double-bit ECC, row remapping failure, NVLink error, fallen off the
 /// bus, ECC page retirement or row remapping at a high rate, contained and
@@ -139,6 +142,84 @@ fn take(line: &str, after: Option<u64>, found: &mut Look) {
     }
 }
 
+/// Where NVML last saw one of the node's GPUs (the prolog keeps those
+/// figures: NVML itself may hang on a GPU in trouble).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeenGpu {
+    /// NVML's index.
+    pub index: u32,
+    /// The N of `/dev/nvidiaN`.
+    pub minor: Option<u32>,
+    pub pci: Option<PciAddress>,
+}
+
+/// The cursor in the state directory: `<boot id> <last sequence read>`.
+const CURSOR: &str = "kmsg-cursor";
+
+/// Sets aside the GPUs of `node` that fatal XIDs logged in `kernel_log`
+/// since the last look name (the cursor, for this boot); `last_seen` maps
+/// their PCI addresses to GPUs, asked only where a fatal XID was found.
+/// What happened, one line each, for the admin.
+pub fn set_aside_fatal(
+    node: &Node,
+    kernel_log: &Path,
+    last_seen: impl FnOnce() -> Vec<SeenGpu>,
+) -> Vec<String> {
+    let dir = &node.cfg.state_dir;
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
+    let after = std::fs::read_to_string(dir.join(CURSOR))
+        .ok()
+        .and_then(|t| {
+            let (b, seq) = t.trim().split_once(' ')?;
+            (b == boot).then(|| seq.parse::<u64>().ok())?
+        });
+    let look = match look(kernel_log, after) {
+        Ok(look) => look,
+        Err(e) => return vec![format!("{}: {e}; no XID read", kernel_log.display())],
+    };
+    let mut said = Vec::new();
+    let fatal: Vec<&Xid> = look.xids.iter().filter(|x| x.needs_reset()).collect();
+    if !fatal.is_empty() {
+        let seen = last_seen();
+        for x in fatal {
+            let gpu = seen
+                .iter()
+                .find(|s| s.pci == Some(x.pci))
+                .and_then(|s| match s.minor {
+                    Some(minor) => node.gpus_of_minors(&[minor]).first().copied(),
+                    None => Some(s.index),
+                });
+            match gpu {
+                Some(gpu) => {
+                    let reason = format!("XID {} in the kernel log: {}", x.code, x.text);
+                    match health::set_aside(dir, gpu, &reason) {
+                        Ok(_) => said.push(format!("GPU {gpu} set aside from sharing: {reason}")),
+                        Err(e) => {
+                            said.push(format!("GPU {gpu}: XID {}, not set aside: {e}", x.code))
+                        }
+                    }
+                }
+                None => said.push(format!(
+                    "XID {} on PCI {:04x}:{:02x}:{:02x}, which NVML's last figures name no GPU \
+                     of this node (none kept before a share started here): {}",
+                    x.code, x.pci.0, x.pci.1, x.pci.2, x.text
+                )),
+            }
+        }
+    }
+    if let Some(last) = look.last {
+        if let Err(e) =
+            state_dir::replace_file(dir, CURSOR, format!("{boot} {last}\n").as_bytes(), 0o600)
+        {
+            said.push(format!("the kernel log's cursor not kept: {e}"));
+        }
+    }
+    said
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,5 +270,39 @@ mod tests {
             vec![48]
         );
         assert_eq!(look(&log, Some(12)).map(|l| l.xids.len()).ok(), Some(0));
+    }
+
+    #[test]
+    fn fatal_xids_set_their_gpus_aside_once() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let node = crate::mps::node::test_node(dir.path(), &["/dev/nvidia0", "/dev/nvidia1"]);
+        let log = dir.path().join("kmsg");
+        std::fs::write(
+            &log,
+            "6,10,1,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n\
+             6,11,2,-;NVRM: Xid (PCI:0000:af:00): 48, pid=2, DBE (double bit error)\n\
+             6,12,3,-;NVRM: Xid (PCI:0000:3b:00): 13, pid=2, Graphics SM Warp Exception\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        // NVML's first GPU is /dev/nvidia1: the node's GPU 1.
+        let seen = || {
+            vec![SeenGpu {
+                index: 0,
+                minor: Some(1),
+                pci: Some((0, 0x3b, 0)),
+            }]
+        };
+        let said = set_aside_fatal(&node, &log, seen);
+        assert_eq!(said.len(), 2, "{said:?}");
+        assert!(
+            said[0].starts_with("GPU 1 set aside from sharing: XID 79 in the kernel log"),
+            "{said:?}"
+        );
+        assert!(said[1].starts_with("XID 48 on PCI 0000:af:00, which NVML's last figures"));
+        let failed = health::read(&node.cfg.state_dir);
+        assert_eq!(failed.keys().copied().collect::<Vec<_>>(), vec![1]);
+        // The cursor: the same records are not read twice.
+        let again = set_aside_fatal(&node, &log, || panic!("no fatal XID is new"));
+        assert!(again.is_empty(), "{again:?}");
     }
 }

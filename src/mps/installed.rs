@@ -1,0 +1,163 @@
+//! What is installed on this machine, for the lines `gpu-mps config`
+//! prints: the Slurm release and its PluginDir (as `scontrol` says),
+//! where gpushare's node programs are, and whether cgroup v2 and its
+//! `dmem` controller are there (MPS v3's memory limits).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use super::bounded;
+use super::config;
+use super::node::gpu_devices;
+use super::status::{self, Installed, SlurmSetup};
+
+/// How long `scontrol` may take: a slurmctld that does not answer leaves
+/// the default.
+const SCONTROL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `24.11` or `24.11.5` → (24, 11).
+pub fn parse_release(text: &str) -> Result<(u32, u32), String> {
+    let mut parts = text.trim().split('.');
+    let number = |p: Option<&str>| p.and_then(|p| p.parse::<u32>().ok());
+    number(parts.next())
+        .zip(number(parts.next()))
+        .ok_or_else(|| format!("expected a release such as 24.11, got {text:?}"))
+}
+
+/// The release in `scontrol --version`'s answer (`slurm 24.11.5`, or
+/// `slurm-wlm 24.11.5` as Debian builds it).
+pub fn release_of_version(text: &str) -> Option<(u32, u32)> {
+    text.split_whitespace()
+        .nth(1)
+        .and_then(|v| parse_release(v).ok())
+}
+
+/// The release of the Slurm commands on this machine.
+pub fn slurm_release() -> Option<(u32, u32)> {
+    let mut cmd = Command::new("scontrol");
+    cmd.arg("--version");
+    let ran = bounded::run(cmd, None, SCONTROL_TIMEOUT).ok()?;
+    release_of_version(&ran.stdout)
+}
+
+/// The first directory of `PluginDir` in `scontrol show config`'s answer.
+pub fn plugin_dir_of(show_config: &str) -> Option<String> {
+    show_config
+        .lines()
+        .find(|l| l.starts_with("PluginDir"))
+        .and_then(|l| l.split('=').nth(1))
+        .map(|v| v.trim().split(':').next().unwrap_or("").to_owned())
+        .filter(|d| !d.is_empty())
+}
+
+/// Where Slurm loads plugins from (`<PluginDir>` where slurmctld cannot
+/// say).
+pub fn plugin_dir() -> String {
+    let mut show_config = Command::new("scontrol");
+    show_config.args(["show", "config"]);
+    bounded::run(show_config, None, SCONTROL_TIMEOUT)
+        .ok()
+        .and_then(|o| plugin_dir_of(&o.stdout))
+        .unwrap_or_else(|| "<PluginDir>".into())
+}
+
+/// Where the running program's prolog and epilog are: installed as
+/// `PREFIX/sbin/gpu-mps`, they are in `PREFIX/libexec/gpushare`.
+pub fn libexec_dir() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent()?.parent().map(|p| p.join("libexec/gpushare")))
+        .unwrap_or_else(|| PathBuf::from("/usr/local/libexec/gpushare"))
+}
+
+/// Whether `/sys/fs/cgroup` is cgroup v2, and whether it offers `dmem`.
+pub fn cgroup_v2_and_dmem() -> (bool, bool) {
+    let controllers = Path::new("/sys/fs/cgroup/cgroup.controllers");
+    let v2 = controllers.exists();
+    let dmem = std::fs::read_to_string(controllers)
+        .is_ok_and(|c| c.split_whitespace().any(|w| w == "dmem"));
+    (v2, dmem)
+}
+
+/// What `gpu-mps config` prints for Slurm `release` (major, minor) on
+/// this machine: whether the node could use MPS v3 (`driver`: NVIDIA's
+/// driver version, where known), then the lines a node `node` of `gpus`
+/// GPUs of `gpu_type` needs ([`status::node_config`]) with `conf` as its
+/// gpu_mps.conf: as it says where it reads, else its defaults (none
+/// written yet), `gpus` by default those it finds.
+pub fn node_config(
+    conf: &Path,
+    (major, minor): (u32, u32),
+    node: &str,
+    gpu_type: &str,
+    gpus: Option<u32>,
+    driver: Option<&str>,
+) -> Result<String, String> {
+    let cfg = config::load(conf).ok().flatten().unwrap_or_default();
+    let gpus = gpus.unwrap_or_else(|| u32::try_from(gpu_devices(&cfg).len()).unwrap_or(0));
+    if gpus == 0 {
+        return Err("no GPU device files found: pass --gpus N".into());
+    }
+    let libexec = libexec_dir();
+    let plugin_dir = plugin_dir();
+    let (cgroup_v2, dmem) = cgroup_v2_and_dmem();
+    let installed = Installed {
+        libexec: &libexec,
+        plugin_dir: Path::new(&plugin_dir),
+        conf,
+    };
+    let setup = SlurmSetup::for_release(major, minor);
+    Ok(format!(
+        "# for Slurm {major}.{minor:02}\n{}{}",
+        status::mps_v3_readiness(driver, cgroup_v2, dmem),
+        status::node_config(&cfg, setup, node, gpu_type, gpus, installed)
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn releases_as_admins_and_scontrol_write_them() {
+        assert_eq!(parse_release("24.11"), Ok((24, 11)));
+        assert_eq!(parse_release(" 24.11.5\n"), Ok((24, 11)));
+        assert!(parse_release("new").is_err());
+        assert!(parse_release("24").is_err());
+        // scontrol --version of 22.05 (upstream), 24.11 and 26.05 (Debian).
+        assert_eq!(release_of_version("slurm 22.05.8\n"), Some((22, 5)));
+        assert_eq!(release_of_version("slurm-wlm 24.11.5\n"), Some((24, 11)));
+        assert_eq!(release_of_version("slurm-wlm 26.05.5\n"), Some((26, 5)));
+        assert_eq!(release_of_version(""), None);
+    }
+
+    #[test]
+    fn plugin_dir_is_the_first_of_the_list() {
+        let show_config = "Configuration data as of 2025-01-01T00:00:00\n\
+                           PlugStackConfig         = /etc/slurm/plugstack.conf\n\
+                           PluginDir               = /usr/lib/x86_64-linux-gnu/slurm-wlm\n";
+        assert_eq!(
+            plugin_dir_of(show_config).as_deref(),
+            Some("/usr/lib/x86_64-linux-gnu/slurm-wlm")
+        );
+        assert_eq!(
+            plugin_dir_of("PluginDir = /opt/slurm/lib:/usr/lib/slurm\n").as_deref(),
+            Some("/opt/slurm/lib")
+        );
+        assert_eq!(plugin_dir_of("PluginDir = \n"), None);
+        assert_eq!(plugin_dir_of("slurm_load_ctl_conf error\n"), None);
+    }
+
+    #[test]
+    fn config_lines_need_gpus() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let conf = dir.path().join("gpu_mps.conf");
+        std::fs::write(&conf, "UnitsPerGPU=100\n").unwrap_or_else(|e| panic!("{e}"));
+        // Refused before anything is asked of scontrol.
+        assert_eq!(
+            node_config(&conf, (24, 11), "gpu01", "a40", Some(0), None),
+            Err("no GPU device files found: pass --gpus N".into())
+        );
+    }
+}
