@@ -5,8 +5,8 @@
 
 use std::fs;
 use std::process::{Command, ExitCode};
-use std::time::Duration;
 
+use testcluster::time::{JOB_END, JOB_START};
 use testcluster::{elf, ensure, Cluster, ClusterSpec, Suite, TestResult};
 
 fn main() -> ExitCode {
@@ -54,7 +54,7 @@ fn batch_job_runs(c: &mut Cluster) -> TestResult {
         "--gres=gpu:a40:1",
         "--wrap=echo hello from $SLURM_JOB_ID",
     ])?;
-    let info = c.wait_job_done(id, Duration::from_secs(60))?;
+    let info = c.wait_job_done(id, JOB_END)?;
     ensure(
         info.state() == "COMPLETED",
         format!("job {id} ended {}", info.state()),
@@ -101,10 +101,10 @@ fn preemption(c: &mut Cluster) -> TestResult {
         })
         .collect::<Result<_, _>>()?;
     for &id in &low {
-        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
+        c.wait_job_state(id, &["RUNNING"], JOB_START)?;
     }
     let high = c.sbatch_ok(&["--qos=qos_lafferty", "--gres=gpu:a40:1", "--wrap=sleep 300"])?;
-    c.wait_job_state(high, &["RUNNING"], Duration::from_secs(60))?;
+    c.wait_job_state(high, &["RUNNING"], JOB_START)?;
     let requeued: Vec<u32> = low
         .iter()
         .copied()

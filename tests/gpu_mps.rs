@@ -17,7 +17,11 @@ use std::thread::sleep;
 use std::time::Duration;
 
 use testcluster::cluster::wait_for;
+use testcluster::time::{Timeout, JOB_END, JOB_LONG, JOB_START, SHORT};
 use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
+
+/// Sixteen shares and eight CPU jobs, submitted at once, all ended.
+const EVERY_JOB_ENDED: Timeout = Timeout::secs(180);
 
 fn main() -> ExitCode {
     if testcluster::cluster::cgroup_v2() && !testcluster::cluster::slurm_places_shares() {
@@ -102,9 +106,9 @@ fn start_shares_running(
         .map(|_| c.sbatch_ok(&[&gres, script]))
         .collect::<Result<_, _>>()?;
     for &id in &ids {
-        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
+        c.wait_job_state(id, &["RUNNING"], JOB_START)?;
     }
-    wait_for("the jobs' output", Duration::from_secs(20), || {
+    wait_for("the jobs' output", SHORT, || {
         ids.iter()
             .all(|&id| printed(c, id).contains_key("GPU"))
             .then_some(())
@@ -225,11 +229,9 @@ fn spread(c: &mut Cluster) -> TestResult {
     }
     each_confined_to_its_gpu(c, &both)?;
     c.cancel_all()?;
-    wait_for(
-        "the epilogs to empty the ledger",
-        Duration::from_secs(30),
-        || no_share_left(c),
-    )?;
+    wait_for("the epilogs to empty the ledger", SHORT, || {
+        no_share_left(c)
+    })?;
     Ok(())
 }
 
@@ -241,7 +243,7 @@ fn confinement(c: &mut Cluster) -> TestResult {
         p = probe.display()
     );
     let id = c.sbatch_ok(&["--gres=mps:50", "-n2", &script])?;
-    let info = c.wait_job_done(id, Duration::from_secs(60))?;
+    let info = c.wait_job_done(id, JOB_END)?;
     let out = c.job_output(id);
     ensure(
         info.state() == "COMPLETED",
@@ -273,12 +275,10 @@ fn whole_gpu_avoided(c: &mut Cluster) -> TestResult {
         "--gres=gpu:a40:1",
         "--wrap=echo HELD=$SLURM_JOB_GPUS; sleep 120",
     ])?;
-    c.wait_job_state(whole, &["RUNNING"], Duration::from_secs(60))?;
-    let held: u32 = wait_for(
-        "the whole-GPU job's output",
-        Duration::from_secs(20),
-        || printed(c, whole).get("HELD").and_then(|g| g.parse().ok()),
-    )?;
+    c.wait_job_state(whole, &["RUNNING"], JOB_START)?;
+    let held: u32 = wait_for("the whole-GPU job's output", SHORT, || {
+        printed(c, whole).get("HELD").and_then(|g| g.parse().ok())
+    })?;
     let more = start_shares(c, 5, 50)?;
     let gpus = gpus_of(c, &[first, more].concat())?;
     ensure(
@@ -298,9 +298,9 @@ fn many_at_once(c: &mut Cluster) -> TestResult {
         .map(|_| c.sbatch_ok(&["--gres=mps:10", SCRIPT]))
         .collect::<Result<_, _>>()?;
     for &id in &ids {
-        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(120))?;
+        c.wait_job_state(id, &["RUNNING"], JOB_LONG)?;
     }
-    wait_for("the jobs' output", Duration::from_secs(30), || {
+    wait_for("the jobs' output", SHORT, || {
         ids.iter()
             .all(|&id| printed(c, id).contains_key("GPU"))
             .then_some(())
@@ -339,7 +339,7 @@ fn refused(c: &mut Cluster) -> TestResult {
     // Slurm admits it (300 of the node's 400 units are in use), but every
     // GPU has only 40 units free.
     let id = c.sbatch_ok(&["--gres=mps:60", SCRIPT])?;
-    let info = c.wait_job_done(id, Duration::from_secs(60))?;
+    let info = c.wait_job_done(id, JOB_END)?;
     ensure(
         info.state() == "FAILED",
         format!("job {id} ended {}", info.state()),
@@ -364,7 +364,7 @@ fn refused(c: &mut Cluster) -> TestResult {
 fn refused_on_cgroup_v2(c: &mut Cluster) -> TestResult {
     let probe = c.write_device_probe()?;
     let id = c.sbatch_ok(&["--gres=mps:50", SCRIPT])?;
-    let info = c.wait_job_done(id, Duration::from_secs(60))?;
+    let info = c.wait_job_done(id, JOB_END)?;
     let out = c.job_output(id);
     ensure(
         info.state() == "FAILED"
@@ -393,7 +393,7 @@ fn refused_on_cgroup_v2(c: &mut Cluster) -> TestResult {
         "--gres=gpu:a40:1",
         &format!("--wrap=echo HELD=$SLURM_JOB_GPUS; sh {}", probe.display()),
     ])?;
-    let info = c.wait_job_done(whole, Duration::from_secs(60))?;
+    let info = c.wait_job_done(whole, JOB_END)?;
     let out = c.job_output(whole);
     let held = printed(c, whole).get("HELD").cloned().unwrap_or_default();
     ensure(
@@ -425,16 +425,14 @@ fn slurmd_crash(c: &mut Cluster) -> TestResult {
         )?;
     }
     c.cancel_all()?;
-    wait_for(
-        "the epilogs to release both jobs",
-        Duration::from_secs(30),
-        || no_share_left(c),
-    )
+    wait_for("the epilogs to release both jobs", SHORT, || {
+        no_share_left(c)
+    })
 }
 
 fn reconcile(c: &mut Cluster) -> TestResult {
     c.cancel_all()?;
-    wait_for("the epilogs", Duration::from_secs(30), || no_share_left(c))?;
+    wait_for("the epilogs", SHORT, || no_share_left(c))?;
     // Records left by jobs that vanished without an epilog (e.g. a node
     // crash) fill every GPU, written the way the ledger writes records.
     let mut state = ledger(c);
@@ -624,9 +622,10 @@ fn salloc_steps(c: &mut Cluster) -> TestResult {
         copy.display(),
         seen.display()
     );
+    let limit = JOB_LONG.scaled_secs().to_string();
     let out = c.run(
         "timeout",
-        &["120", "salloc", "-n2", "--gres=mps:25", "sh", "-c", &steps],
+        &[&limit, "salloc", "-n2", "--gres=mps:25", "sh", "-c", &steps],
     )?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     ensure(
@@ -658,7 +657,8 @@ fn srun_pty(c: &mut Cluster) -> TestResult {
     let script = task_script(c)?;
     // A terminal for srun --pty, as a user's shell would give it.
     let cmd = format!("srun --pty --gres=mps:25 sh -c '{script}'");
-    let out = c.run("timeout", &["120", "script", "-qec", &cmd, "/dev/null"])?;
+    let limit = JOB_LONG.scaled_secs().to_string();
+    let out = c.run("timeout", &[&limit, "script", "-qec", &cmd, "/dev/null"])?;
     // The terminal adds carriage returns, and a NUL that script(1) echoes as `^@`.
     let text: String = String::from_utf8_lossy(&out.stdout)
         .replace("^@", "")
@@ -675,9 +675,17 @@ fn srun_pty(c: &mut Cluster) -> TestResult {
     one_gpu_per_step(&text, 1)
 }
 
+/// How long every other round of [`rewrite_in_place`] leaves the file empty.
+const LEFT_EMPTY_FOR: Duration = Duration::from_millis(40);
+/// The pause between [`rewrite_in_place`]'s 3-byte writes.
+const BETWEEN_CHUNKS: Duration = Duration::from_millis(1);
+
 /// Rewrites `path` in place with `text` until `stop`, as `cat >` or a
 /// config tool that truncates first would, slowly: a few bytes at a time,
 /// and every other round left empty for a while. Returns the rounds.
+///
+/// The pauses pace the writer so that readers meet the file empty and
+/// half-written; they are not timeouts and do not scale.
 fn rewrite_in_place(
     path: &Path,
     text: &str,
@@ -689,12 +697,12 @@ fn rewrite_in_place(
     while !stop.load(Ordering::Relaxed) {
         let mut file = fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
         if rounds % 2 == 1 {
-            sleep(Duration::from_millis(40));
+            sleep(LEFT_EMPTY_FOR);
         }
         for chunk in text.as_bytes().chunks(3) {
             file.write_all(chunk)
                 .map_err(|e| format!("{}: {e}", path.display()))?;
-            sleep(Duration::from_millis(1));
+            sleep(BETWEEN_CHUNKS);
         }
         rounds += 1;
     }
@@ -744,7 +752,7 @@ fn conf_rewritten_in_place(c: &mut Cluster) -> TestResult {
                 cpu_jobs.push(c.sbatch_ok(&["--wrap=echo cpu"])?);
             }
             let all: Vec<u32> = shares.iter().chain(&cpu_jobs).copied().collect();
-            wait_for("every job to end", Duration::from_secs(180), || {
+            wait_for("every job to end", EVERY_JOB_ENDED, || {
                 // Meanwhile: no GPU of the node's ledger over-filled.
                 let used = ledger(c).per_gpu(4, 100).iter().map(|g| g.used_units).max();
                 max_used = max_used.max(used.unwrap_or(0));
@@ -832,7 +840,7 @@ fn upgraded_under_running_shares(c: &mut Cluster) -> TestResult {
     debs.sort();
     ensure(!debs.is_empty(), format!("no .deb in {dir}"))?;
     c.cancel_all()?;
-    wait_for("the epilogs", Duration::from_secs(30), || no_share_left(c))?;
+    wait_for("the epilogs", SHORT, || no_share_left(c))?;
     let old = package_version(c, "gpushare-node")?;
     let ids = start_shares(c, 2, 50)?;
     let gpus = gpus_of(c, &ids)?;
@@ -858,7 +866,7 @@ fn upgraded_under_running_shares(c: &mut Cluster) -> TestResult {
     c.cancel_all()?;
     wait_for(
         "the new epilog to release the old prolog's shares",
-        Duration::from_secs(30),
+        SHORT,
         || no_share_left(c),
     )?;
     let ids = start_shares(c, 4, 25)?;
@@ -873,7 +881,7 @@ fn upgraded_under_running_shares(c: &mut Cluster) -> TestResult {
         format!("a node drained: {states:?}"),
     )?;
     c.cancel_all()?;
-    wait_for("the epilogs", Duration::from_secs(30), || no_share_left(c))?;
+    wait_for("the epilogs", SHORT, || no_share_left(c))?;
     eprintln!("    gpushare-node {old} -> {new} under 2 running shares");
     Ok(())
 }

@@ -14,6 +14,7 @@ use std::time::Duration;
 use testcluster::cluster::{build_dir, wait_for};
 use testcluster::hosts::TEXTFILE_DIR;
 use testcluster::monitor::Monitoring;
+use testcluster::time::{JOB_START, SHORT};
 use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
 
 fn main() -> ExitCode {
@@ -62,7 +63,7 @@ fn figures(c: &mut Cluster) -> TestResult {
         "--wrap=sleep 300",
     ])?;
     for &id in shares.iter().chain([&group]) {
-        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
+        c.wait_job_state(id, &["RUNNING"], JOB_START)?;
     }
     // One untyped group job, refused by the plugin.
     let refused = c.sbatch(&["--qos=qos_lafferty", "--gres=gpu:1", "--wrap=true"]);
@@ -72,7 +73,7 @@ fn figures(c: &mut Cluster) -> TestResult {
     )?;
     let write = qos_file(c);
     gpu_qos(c, &["metrics", "--write", &write.to_string_lossy()])?;
-    let wait = Duration::from_secs(30);
+    let wait = SHORT;
     mon.wait_value(
         r#"sum(gpushare_gpu_units_allocated{node="gpu01"})"#,
         200.0,
@@ -266,22 +267,16 @@ fn promtool_check_metrics(c: &mut Cluster) -> TestResult {
     }
     c.sbatch_ok(&["-w", "gpu03", "--gres=gpu:h100:1", SHARE])?;
     let _ = c.sbatch(&["--qos=qos_dijk", "--gres=gpu:1", "--wrap=true"]);
-    wait_for(
-        "gpu02's metrics to show three shares",
-        Duration::from_secs(60),
-        || {
-            let text = fs::read_to_string(node_file(c, "gpu02")).ok()?;
-            (text.matches("gpushare_share_units{").count() == 3).then_some(())
-        },
-    )?;
+    wait_for("gpu02's metrics to show three shares", JOB_START, || {
+        let text = fs::read_to_string(node_file(c, "gpu02")).ok()?;
+        (text.matches("gpushare_share_units{").count() == 3).then_some(())
+    })?;
     let write = qos_file(c);
     gpu_qos(c, &["metrics", "--write", &write.to_string_lossy()])?;
     let plugin = c.dir.join(TEXTFILE_DIR).join("gpushare_job_submit.prom");
-    wait_for(
-        "the plugin's decisions file",
-        Duration::from_secs(30),
-        || fs::metadata(&plugin).ok().map(|_| ()),
-    )?;
+    wait_for("the plugin's decisions file", SHORT, || {
+        fs::metadata(&plugin).ok().map(|_| ())
+    })?;
     let gpu_mps = build_dir()?.join("gpu-mps");
     let printed = c.run_on("gpu02", &gpu_mps.to_string_lossy(), &["metrics"])?;
     let mut files: Vec<(String, String)> = Vec::new();

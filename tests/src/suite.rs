@@ -85,6 +85,8 @@ impl Suite {
     /// Runs the selected tests (each non-flag argument a name substring,
     /// like libtest's filter) and reports.
     pub fn run(self) -> ExitCode {
+        // A bad time scale stops the run here, before any cluster starts.
+        crate::time::scale();
         let args: Vec<String> = std::env::args().skip(1).collect();
         if args.iter().any(|a| a == "--list") {
             for (name, _, _) in &self.tests {

@@ -1,8 +1,7 @@
 //! The accounting database's cluster, account, user and QOS.
 
-use std::time::Duration;
-
 use super::{wait_for, Cluster, CLUSTER_NAME};
+use crate::time::SHORT;
 use crate::Result;
 
 impl Cluster {
@@ -102,18 +101,14 @@ impl Cluster {
             ],
         )?;
         // slurmctld learns association changes from slurmdbd asynchronously.
-        wait_for(
-            "slurmctld to see the new associations",
-            Duration::from_secs(20),
-            || {
-                self.run(
-                    "scontrol",
-                    &["show", "assoc_mgr", "users=root", "flags=assoc"],
-                )
-                .ok()
-                .filter(|o| String::from_utf8_lossy(&o.stdout).contains("Account=research"))
-            },
-        )?;
+        wait_for("slurmctld to see the new associations", SHORT, || {
+            self.run(
+                "scontrol",
+                &["show", "assoc_mgr", "users=root", "flags=assoc"],
+            )
+            .ok()
+            .filter(|o| String::from_utf8_lossy(&o.stdout).contains("Account=research"))
+        })?;
         Ok(())
     }
 }

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::{cgroup_v2, mkdir, write, Cluster};
 use crate::process::Daemon;
+use crate::time::{DAEMON_START, POLL};
 use crate::Result;
 
 fn user_ids(name: &str) -> Result<(u32, u32)> {
@@ -53,9 +54,10 @@ impl Cluster {
     fn wait_daemon(
         &mut self,
         name: &'static str,
-        timeout: Duration,
+        timeout: impl Into<Duration>,
         mut check: impl FnMut(&Self) -> bool,
     ) -> Result<()> {
+        let timeout = timeout.into();
         let deadline = Instant::now() + timeout;
         loop {
             if check(self) {
@@ -67,7 +69,7 @@ impl Cluster {
             if Instant::now() >= deadline {
                 return Err(format!("{name} not ready after {timeout:?}"));
             }
-            sleep(Duration::from_millis(100));
+            sleep(POLL);
         }
     }
 
@@ -105,7 +107,7 @@ impl Cluster {
         chown(&log, Some(uid), Some(gid)).map_err(|e| e.to_string())?;
         self.spawn("munged", cmd)?;
         let sock = dir.join("munge.sock");
-        self.wait_daemon("munged", Duration::from_secs(10), |_| sock.exists())
+        self.wait_daemon("munged", DAEMON_START, |_| sock.exists())
     }
 
     pub(super) fn start_mysql(&mut self) -> Result<()> {
@@ -149,7 +151,7 @@ impl Cluster {
             .arg("--innodb-lock-wait-timeout=900");
         self.spawn("mariadb", cmd)?;
         let port = self.ports.mysql;
-        self.wait_daemon("mariadb", Duration::from_secs(60), |_| port_open(port))
+        self.wait_daemon("mariadb", DAEMON_START, |_| port_open(port))
     }
 
     pub(super) fn start_slurmdbd(&mut self) -> Result<()> {
@@ -157,14 +159,14 @@ impl Cluster {
         cmd.arg("-D");
         self.spawn("slurmdbd", cmd)?;
         let port = self.ports.dbd;
-        self.wait_daemon("slurmdbd", Duration::from_secs(120), |_| port_open(port))
+        self.wait_daemon("slurmdbd", DAEMON_START, |_| port_open(port))
     }
 
     pub(super) fn start_slurmctld(&mut self) -> Result<()> {
         let mut cmd = self.command("slurmctld");
         cmd.args(["-D", "-i"]);
         self.spawn("slurmctld", cmd)?;
-        self.wait_daemon("slurmctld", Duration::from_secs(60), |c| {
+        self.wait_daemon("slurmctld", DAEMON_START, |c| {
             c.run("scontrol", &["ping"])
                 .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("is UP"))
         })
@@ -224,13 +226,14 @@ impl Cluster {
 
     /// Waits until every node reports `idle` (or `mixed`/`allocated`),
     /// failing early with its log if a slurmd exits.
-    pub fn wait_node_idle(&mut self, timeout: Duration) -> Result<()> {
+    pub fn wait_node_idle(&mut self, timeout: impl Into<Duration>) -> Result<()> {
         let names = self.node_names();
         self.wait_nodes(&names, timeout)
     }
 
     /// Waits until each of `nodes` reports `idle`, `mixed` or `allocated`.
-    pub fn wait_nodes(&mut self, nodes: &[String], timeout: Duration) -> Result<()> {
+    pub fn wait_nodes(&mut self, nodes: &[String], timeout: impl Into<Duration>) -> Result<()> {
+        let timeout = timeout.into();
         let deadline = Instant::now() + timeout;
         loop {
             let up = self.node_states().is_ok_and(|states| {
@@ -255,7 +258,7 @@ impl Cluster {
                     self.node_states()
                 ));
             }
-            sleep(Duration::from_millis(100));
+            sleep(POLL);
         }
     }
 

@@ -1,21 +1,20 @@
 //! What tests break on purpose: daemons killed and restarted, nodes
 //! crashed and booted, cables pulled, a second slurmctld made to stop.
 
+use super::{mkdir, wait_for, write, Cluster, NODE, SLURM_PLUGIN_DIR};
+use crate::process::Daemon;
+use crate::time::{DAEMON_START, DAEMON_STOP, NODE_STATE, SHORT};
+use crate::Result;
 use std::fs;
 use std::net::TcpListener;
 use std::path::Path;
-use std::time::Duration;
-
-use super::{mkdir, wait_for, write, Cluster, NODE, SLURM_PLUGIN_DIR};
-use crate::process::Daemon;
-use crate::Result;
 
 impl Cluster {
     /// Stops slurmctld (SIGTERM: it saves its state) and starts it again
     /// on that state; jobs on the nodes go on meanwhile.
     pub fn restart_slurmctld(&mut self) -> Result<()> {
         if let Some(mut d) = self.daemons.remove("slurmctld") {
-            d.stop(Duration::from_secs(30));
+            d.stop(DAEMON_STOP.into());
         }
         self.start_slurmctld()
     }
@@ -23,7 +22,7 @@ impl Cluster {
     /// Starts a second slurmctld on a copy of this cluster's configuration
     /// (own port, state, log; no accounting; plugins from `plugin_dir` if
     /// given), after `prepare` may change files in the copy's directory.
-    /// It must stop by itself within 60 s: returns its exit status and log.
+    /// It must stop by itself within [`DAEMON_START`]: returns its exit status and log.
     /// For checking that a bad plugin or configuration stops slurmctld.
     pub fn probe_slurmctld(
         &self,
@@ -87,10 +86,10 @@ impl Cluster {
             Daemon::spawn("probe-slurmctld", cmd, &self.dir, stdio).map_err(|e| e.to_string())?;
         let status = wait_for(
             &format!("probe slurmctld {name} to stop"),
-            Duration::from_secs(60),
+            DAEMON_START,
             || d.exited(),
         );
-        d.stop(Duration::from_secs(2));
+        d.stop(DAEMON_STOP.into());
         Ok((status?, fs::read_to_string(&log).unwrap_or_default()))
     }
 
@@ -115,7 +114,7 @@ impl Cluster {
     /// Starts node `node`'s slurmd again and waits until it is up.
     pub fn restart_slurmd_on(&mut self, node: &str) -> Result<()> {
         self.start_slurmd_on(node)?;
-        self.wait_nodes(&[node.to_owned()], Duration::from_secs(60))
+        self.wait_nodes(&[node.to_owned()], NODE_STATE)
     }
 
     /// A node crashes: every process on it dies at once (slurmd,
@@ -123,20 +122,16 @@ impl Cluster {
     pub fn crash_node(&mut self, node: &str) -> Result<()> {
         self.kill9_slurmd_on(node);
         let host = self.host(node)?;
-        wait_for(
-            &format!("every process on {node} to die"),
-            Duration::from_secs(20),
-            || {
-                let left = host.processes();
-                for &pid in &left {
-                    if let Ok(pid) = i32::try_from(pid) {
-                        // SAFETY: kill(2) on a pid of this node; gone is fine.
-                        unsafe { libc::kill(pid, libc::SIGKILL) };
-                    }
+        wait_for(&format!("every process on {node} to die"), SHORT, || {
+            let left = host.processes();
+            for &pid in &left {
+                if let Ok(pid) = i32::try_from(pid) {
+                    // SAFETY: kill(2) on a pid of this node; gone is fine.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
                 }
-                left.is_empty().then_some(())
-            },
-        )
+            }
+            left.is_empty().then_some(())
+        })
     }
 
     /// The node comes back from a reboot: its `/run` (and with it

@@ -7,6 +7,7 @@ use std::process::Output;
 use std::time::Duration;
 
 use super::{wait_for, write, Cluster, PARTITION};
+use crate::time::{JOB_END, JOB_LONG};
 use crate::Result;
 
 /// What `scontrol show job` says about a job.
@@ -86,7 +87,8 @@ impl Cluster {
 
     /// `srun ARGS` with a time limit; returns the whole output.
     pub fn srun(&self, args: &[&str]) -> Result<Output> {
-        self.run("timeout", &[&["120", "srun"], args].concat())
+        let limit = JOB_LONG.scaled_secs().to_string();
+        self.run("timeout", &[&[limit.as_str(), "srun"], args].concat())
     }
 
     /// Whether job `id` waits again and is kept off `node` (its
@@ -98,7 +100,7 @@ impl Cluster {
     }
 
     /// Waits until job `id` is [`Self::sent_off`] `node`.
-    pub fn wait_sent_off(&self, id: u32, node: &str, timeout: Duration) -> Result<()> {
+    pub fn wait_sent_off(&self, id: u32, node: &str, timeout: impl Into<Duration>) -> Result<()> {
         wait_for(&format!("job {id} to be sent off {node}"), timeout, || {
             self.sent_off(id, node).then_some(())
         })
@@ -119,7 +121,12 @@ impl Cluster {
     }
 
     /// Waits until the job's state is one of `states`.
-    pub fn wait_job_state(&self, id: u32, states: &[&str], timeout: Duration) -> Result<JobInfo> {
+    pub fn wait_job_state(
+        &self,
+        id: u32,
+        states: &[&str],
+        timeout: impl Into<Duration>,
+    ) -> Result<JobInfo> {
         let mut last = String::new();
         wait_for(&format!("job {id} to reach {states:?}"), timeout, || {
             let info = self.job(id).ok()?;
@@ -130,7 +137,12 @@ impl Cluster {
     }
 
     /// Waits until the pending job's reason is `reason`.
-    pub fn wait_job_reason(&self, id: u32, reason: &str, timeout: Duration) -> Result<JobInfo> {
+    pub fn wait_job_reason(
+        &self,
+        id: u32,
+        reason: &str,
+        timeout: impl Into<Duration>,
+    ) -> Result<JobInfo> {
         let mut last = String::new();
         wait_for(&format!("job {id} to wait for {reason}"), timeout, || {
             let info = self.job(id).ok()?;
@@ -141,7 +153,7 @@ impl Cluster {
     }
 
     /// Waits until the job has finished, successfully or not.
-    pub fn wait_job_done(&self, id: u32, timeout: Duration) -> Result<JobInfo> {
+    pub fn wait_job_done(&self, id: u32, timeout: impl Into<Duration>) -> Result<JobInfo> {
         self.wait_job_state(id, JobInfo::DONE, timeout)
     }
 
@@ -154,7 +166,7 @@ impl Cluster {
     pub fn cancel_all(&self) -> Result<()> {
         // Every user's jobs: attack tests run jobs as other users.
         self.run_ok("scancel", &["--full", "--partition", PARTITION])?;
-        wait_for("all jobs to end", Duration::from_secs(30), || {
+        wait_for("all jobs to end", JOB_END, || {
             let out = self
                 .run(
                     "squeue",

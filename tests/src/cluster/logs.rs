@@ -1,12 +1,11 @@
 //! The daemons' logs and the node programs' syslog.
 
+use super::Cluster;
+use crate::time::SOCKET_POLL;
+use crate::Result;
 use std::fmt::Write as _;
 use std::fs;
 use std::path::PathBuf;
-use std::time::Duration;
-
-use super::Cluster;
-use crate::Result;
 
 /// Receives datagrams on `path` and appends them to `out`, for as long as
 /// the socket file exists.
@@ -14,7 +13,7 @@ fn start_syslog(path: PathBuf, out: PathBuf) -> Result<()> {
     let socket = std::os::unix::net::UnixDatagram::bind(&path)
         .map_err(|e| format!("{}: {e}", path.display()))?;
     socket
-        .set_read_timeout(Some(Duration::from_millis(500)))
+        .set_read_timeout(Some(SOCKET_POLL))
         .map_err(|e| e.to_string())?;
     std::thread::spawn(move || {
         let mut buf = vec![0u8; 16384];

@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 
 use crate::hosts::{Fabric, NodeHost};
 use crate::process::{kill_marked, Daemon, MARKER};
+use crate::time::{DAEMON_START, DAEMON_STOP, POLL};
 use crate::Result;
 
 /// Where Debian's slurm-wlm puts Slurm's own plugins.
@@ -144,12 +145,13 @@ fn write(path: &Path, text: &str, mode: u32) -> Result<()> {
         .map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// Polls `check` every 100 ms until it returns `Some`, or fails after `timeout`.
+/// Polls `check` every [`POLL`] until it returns `Some`, or fails after `timeout`.
 pub fn wait_for<T>(
     what: &str,
-    timeout: Duration,
+    timeout: impl Into<Duration>,
     mut check: impl FnMut() -> Option<T>,
 ) -> Result<T> {
+    let timeout = timeout.into();
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(v) = check() {
@@ -158,7 +160,7 @@ pub fn wait_for<T>(
         if Instant::now() >= deadline {
             return Err(format!("timed out after {:?} waiting for {what}", timeout));
         }
-        sleep(Duration::from_millis(100));
+        sleep(POLL);
     }
 }
 
@@ -410,7 +412,7 @@ impl Cluster {
         for node in self.node_names() {
             self.start_slurmd_on(&node)?;
         }
-        self.wait_node_idle(Duration::from_secs(60))
+        self.wait_node_idle(DAEMON_START)
     }
 
     /// Stops and reaps every process the cluster started.
@@ -431,14 +433,14 @@ impl Cluster {
             }
         }
         for (_, mut d) in std::mem::take(&mut self.slurmds) {
-            d.stop(Duration::from_secs(10));
+            d.stop(DAEMON_STOP.into());
         }
         for name in ["slurmctld", "slurmdbd", "mariadb", "munged"] {
             if let Some(mut d) = self.daemons.remove(name) {
-                d.stop(Duration::from_secs(10));
+                d.stop(DAEMON_STOP.into());
             }
         }
-        let left = kill_marked(&self.dir, Duration::from_secs(10));
+        let left = kill_marked(&self.dir, DAEMON_STOP.into());
         if left > 0 {
             eprintln!(
                 "testcluster: {left} processes of {} would not die",

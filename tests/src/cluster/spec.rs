@@ -353,6 +353,8 @@ impl ClusterSpec {
         if !is_root() {
             return Err("the Slurm test cluster needs root (daemons, mknod, cgroups): run the tests as root".into());
         }
+        // A bad time scale stops the run here, before anything starts.
+        crate::time::scale();
         kill_orphans();
         enter_lab()?;
         let dir = make_cluster_dir()?;
