@@ -326,10 +326,10 @@ fn refused(c: &mut Cluster) -> TestResult {
     start_shares(c, 4, 60)?;
     if testcluster::cluster::slurm_places_shares() {
         // Slurm books mps per GPU here: it starts no share that fits no
-        // GPU, and nothing reaches the node.
+        // GPU, and nothing reaches the node: still pending once a
+        // scheduling pass after its submission has looked at it.
         let id = c.sbatch_ok(&["--gres=mps:60", SCRIPT])?;
-        sleep(Duration::from_secs(6));
-        let info = c.job(id)?;
+        let info = c.wait_considered(id, JOB_START)?;
         ensure(
             info.state() == "PENDING" && info.get("Reason") == Some("Resources"),
             format!("job {id} is {} ({:?})", info.state(), info.get("Reason")),

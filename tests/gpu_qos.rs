@@ -6,7 +6,6 @@
 
 use std::fs;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use gpushare::mps::daemon::process_uid;
 use testcluster::cluster::{wait_for, GpuSpec, Qos, EXAMPLE_GPU_QOS_CONF};
@@ -345,8 +344,8 @@ fn lowprio_exclusive_user(c: &mut Cluster) -> TestResult {
     ensure(stderr.is_empty(), format!("a group job was told: {stderr}"))?;
     c.wait_job_state(group, &["RUNNING"], JOB_START)?;
     let blocked = other_job()?;
-    std::thread::sleep(Duration::from_secs(8));
-    let state = c.job(blocked)?.state().to_owned();
+    // Still pending once a scheduling pass after its submission looked at it.
+    let state = c.wait_considered(blocked, JOB_START)?.state().to_owned();
     ensure(
         state == "PENDING",
         format!("beside a group job with --exclusive=user another user's job is {state}"),

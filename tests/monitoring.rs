@@ -9,7 +9,6 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
-use std::time::Duration;
 
 use testcluster::cluster::{build_dir, wait_for};
 use testcluster::hosts::TEXTFILE_DIR;
@@ -183,16 +182,28 @@ fn check_dashboard(mon: &Monitoring) -> TestResult {
         exprs.len() >= 15,
         format!("{} dashboard queries", exprs.len()),
     )?;
-    // Rates need two samples a few seconds apart.
-    std::thread::sleep(Duration::from_secs(3));
+    // Rates have data once two samples are in their window: asked again
+    // until every query has some (a failing query fails at once).
     let mut empty = Vec::new();
-    for (title, expr) in &exprs {
-        let got = mon
-            .query(expr)
-            .map_err(|e| format!("dashboard panel {title:?}: {e}"))?;
-        if got.is_empty() && !NO_DAEMONS_HERE.contains(&expr.as_str()) {
-            empty.push(format!("{title}: {expr}"));
+    let mut failed = None;
+    let _ = wait_for("every dashboard query to return data", SHORT, || {
+        empty.clear();
+        for (title, expr) in &exprs {
+            match mon.query(expr) {
+                Err(e) => {
+                    failed = Some(format!("dashboard panel {title:?}: {e}"));
+                    return Some(());
+                }
+                Ok(got) if got.is_empty() && !NO_DAEMONS_HERE.contains(&expr.as_str()) => {
+                    empty.push(format!("{title}: {expr}"));
+                }
+                Ok(_) => {}
+            }
         }
+        empty.is_empty().then_some(())
+    });
+    if let Some(e) = failed {
+        return Err(e);
     }
     ensure(
         empty.is_empty(),

@@ -11,7 +11,6 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use gpushare::qos::why::WhyReport;
 use testcluster::cluster::{slurm_places_shares, wait_for};
@@ -633,9 +632,10 @@ fn no_room_on_one_node(c: &mut Cluster) -> TestResult {
         "--wrap=srun -l sh -c 'echo $(hostname) GPU=$GPUSHARE_GPU'",
     ])?;
     if slurm_places_shares() {
-        // Slurm holds it: no GPU of gpu01 has 50 units.
-        std::thread::sleep(Duration::from_secs(5));
-        let info = c.job(id)?;
+        // Slurm holds it: no GPU of gpu01 has 50 units. Still pending,
+        // gpu01 untouched, once a scheduling pass after its submission
+        // has looked at it.
+        let info = c.wait_considered(id, JOB_START)?;
         ensure(
             info.state() == "PENDING" && shares(c, "gpu01") == held,
             format!(
