@@ -15,6 +15,8 @@ fn main() -> ExitCode {
         ..ClusterSpec::seed()
     };
     Suite::new(spec)
+        // Each test starts with no job left by the one before.
+        .reset(|c| c.cancel_all())
         .test("job_submit_plugin_is_loaded_by_slurmctld", plugin_loaded)
         .test("batch_job_runs_through_the_plugin", batch_job_runs)
         .test("srun_step_runs", srun_runs)
@@ -89,7 +91,6 @@ fn srun_runs(c: &mut Cluster) -> TestResult {
 /// The seed scenario: lowprio fills the four a40s, a qos_lafferty job takes
 /// one of them back, and the preempted job is requeued, not lost.
 fn preemption(c: &mut Cluster) -> TestResult {
-    c.cancel_all()?;
     let low: Vec<u32> = (0..4)
         .map(|_| {
             c.sbatch_ok(&[

@@ -35,6 +35,9 @@ fn main() -> ExitCode {
             .run();
     }
     Suite::new(ClusterSpec::mps_node())
+        // Each test starts with no job left by the one before, its
+        // epilog run.
+        .reset(|c| c.cancel_all())
         .test("four_shares_land_on_four_gpus_then_two_per_gpu", spread)
         .test("gpu_mps_status_shows_placements_to_root_and_users", status)
         .test(
@@ -269,7 +272,6 @@ fn confinement(c: &mut Cluster) -> TestResult {
 }
 
 fn whole_gpu_avoided(c: &mut Cluster) -> TestResult {
-    c.cancel_all()?;
     let first = start_shares(c, 1, 50)?;
     let whole = c.sbatch_ok(&[
         "--gres=gpu:a40:1",
@@ -293,7 +295,6 @@ fn whole_gpu_avoided(c: &mut Cluster) -> TestResult {
 }
 
 fn many_at_once(c: &mut Cluster) -> TestResult {
-    c.cancel_all()?;
     let ids: Vec<u32> = (0..32)
         .map(|_| c.sbatch_ok(&["--gres=mps:10", SCRIPT]))
         .collect::<Result<_, _>>()?;
@@ -322,7 +323,6 @@ fn many_at_once(c: &mut Cluster) -> TestResult {
 }
 
 fn refused(c: &mut Cluster) -> TestResult {
-    c.cancel_all()?;
     start_shares(c, 4, 60)?;
     if testcluster::cluster::slurm_places_shares() {
         // Slurm books mps per GPU here: it starts no share that fits no
@@ -410,7 +410,6 @@ fn refused_on_cgroup_v2(c: &mut Cluster) -> TestResult {
 }
 
 fn slurmd_crash(c: &mut Cluster) -> TestResult {
-    c.cancel_all()?;
     let ids = start_shares(c, 2, 50)?;
     c.kill9_slurmd();
     c.restart_slurmd()?;
@@ -431,7 +430,6 @@ fn slurmd_crash(c: &mut Cluster) -> TestResult {
 }
 
 fn reconcile(c: &mut Cluster) -> TestResult {
-    c.cancel_all()?;
     wait_for("the epilogs", SHORT, || no_share_left(c))?;
     // Records left by jobs that vanished without an epilog (e.g. a node
     // crash) fill every GPU, written the way the ledger writes records.
@@ -480,7 +478,6 @@ fn reconcile(c: &mut Cluster) -> TestResult {
 /// `gpu-mps status` while 4 shares of 25 run: root reads the ledger, any
 /// other user the world-readable copy the prolog publishes.
 fn status(c: &mut Cluster) -> TestResult {
-    c.cancel_all()?;
     let ids = start_shares(c, 4, 25)?;
     let gpus = gpus_of(c, &ids)?;
     let bin = testcluster::cluster::build_dir()?.join("gpu-mps");
@@ -596,7 +593,6 @@ fn task_script(c: &Cluster) -> Result<String, String> {
 }
 
 fn interactive_srun(c: &mut Cluster) -> TestResult {
-    c.cancel_all()?;
     let script = task_script(c)?;
     let out = c.srun(&["-n3", "--gres=mps:25", "sh", "-c", &script])?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -611,7 +607,6 @@ fn interactive_srun(c: &mut Cluster) -> TestResult {
 }
 
 fn salloc_steps(c: &mut Cluster) -> TestResult {
-    c.cancel_all()?;
     let script = task_script(c)?;
     // Two steps in one allocation: the second finds the first's GPU.
     // Between them, the status copy users read as it stands.
@@ -653,7 +648,6 @@ fn salloc_steps(c: &mut Cluster) -> TestResult {
 }
 
 fn srun_pty(c: &mut Cluster) -> TestResult {
-    c.cancel_all()?;
     let script = task_script(c)?;
     // A terminal for srun --pty, as a user's shell would give it.
     let cmd = format!("srun --pty --gres=mps:25 sh -c '{script}'");
@@ -727,7 +721,6 @@ fn state_places(c: &Cluster) -> Vec<String> {
 }
 
 fn conf_rewritten_in_place(c: &mut Cluster) -> TestResult {
-    c.cancel_all()?;
     let conf = c.slurm_conf().with_file_name("gpu_mps.conf");
     let text = fs::read_to_string(&conf).map_err(|e| format!("{}: {e}", conf.display()))?;
     // One share placed before the edits: the node knows its configuration.

@@ -15,6 +15,8 @@ use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
 
 fn main() -> ExitCode {
     Suite::new(ClusterSpec::example_site())
+        // Each test starts with no job left by the one before.
+        .reset(|c| c.cancel_all())
         .test(
             "untyped_gpu_under_group_qos_is_rejected_with_the_fix",
             untyped_rejected,
@@ -364,7 +366,6 @@ fn lowprio_exclusive_user(c: &mut Cluster) -> TestResult {
 /// A preempted and requeued lowprio job appends to its output, so the first
 /// run's log survives the second (the user did not ask for any of it).
 fn lowprio_output_kept(c: &mut Cluster) -> TestResult {
-    c.cancel_all()?;
     let script = "--wrap=echo run ${SLURM_RESTART_COUNT:-0}; sleep 300";
     let low: Vec<u32> = (0..4)
         .map(|_| c.sbatch_ok(&["--qos=lowprio", "--gres=gpu:a40:1", script]))

@@ -18,6 +18,8 @@ use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
 
 fn main() -> ExitCode {
     Suite::new(ClusterSpec::example_site_nodes())
+        // Each test starts with no job left by the one before.
+        .reset(|c| c.cancel_all())
         .test(
             "prometheus_sees_shares_group_use_and_decisions_across_nodes",
             figures,
@@ -48,7 +50,6 @@ fn node_file(c: &Cluster, node: &str) -> PathBuf {
 }
 
 fn figures(c: &mut Cluster) -> TestResult {
-    c.cancel_all()?;
     let mon = Monitoring::start(c)?;
     // Eight shares of 25 units on gpu01, two a40 of qos_lafferty on gpu02.
     let shares: Vec<u32> = (0..8)
@@ -272,7 +273,6 @@ fn promtool_check(what: &str, text: &str) -> TestResult {
 }
 
 fn promtool_check_metrics(c: &mut Cluster) -> TestResult {
-    c.cancel_all()?;
     for _ in 0..3 {
         c.sbatch_ok(&["-w", "gpu02", "--gres=mps:25", SHARE])?;
     }

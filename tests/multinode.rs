@@ -21,6 +21,9 @@ use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
 
 fn main() -> ExitCode {
     Suite::new(ClusterSpec::example_site_nodes())
+        // Each test starts with no job, no share in any ledger, every
+        // node's DCGM mapping following its ledger.
+        .reset(|c| clean(c))
         .test("each_node_is_a_host_of_its_own", own_hosts)
         .test("the_group_limit_holds_across_nodes", group_limit)
         .test(
@@ -240,7 +243,6 @@ fn own_hosts(c: &mut Cluster) -> TestResult {
 }
 
 fn group_limit(c: &mut Cluster) -> TestResult {
-    clean(c)?;
     let lafferty = |node: &str, gres: &str| {
         c.sbatch_ok(&["--qos=qos_lafferty", "-w", node, gres, "--wrap=sleep 300"])
     };
@@ -292,7 +294,6 @@ fn group_limit(c: &mut Cluster) -> TestResult {
 }
 
 fn never_fits_on_two_nodes(c: &mut Cluster) -> TestResult {
-    clean(c)?;
     let out = c.sbatch(&[
         "--qos=qos_lafferty",
         "-N2",
@@ -319,7 +320,6 @@ fn never_fits_on_two_nodes(c: &mut Cluster) -> TestResult {
 }
 
 fn shares_on_two_nodes(c: &mut Cluster) -> TestResult {
-    clean(c)?;
     let mut placed = BTreeMap::new();
     for node in ["gpu01", "gpu02"] {
         let ids = start_shares(c, node, 8, 50, &[])?;
@@ -371,7 +371,6 @@ fn shares_on_two_nodes(c: &mut Cluster) -> TestResult {
 /// ghosts left, the others find no room and reconcile; every one of them
 /// must be placed.
 fn ghosts_after_outage(c: &mut Cluster) -> TestResult {
-    clean(c)?;
     let (lost, before) = start_shares_held(c, "gpu01", 4, &["--no-requeue"])?;
     c.crash_node("gpu01")?;
     for &id in &lost {
@@ -433,7 +432,6 @@ fn ghosts_after_outage(c: &mut Cluster) -> TestResult {
 }
 
 fn rebooted_node(c: &mut Cluster) -> TestResult {
-    clean(c)?;
     let (lost, before) = start_shares_held(c, "gpu02", 2, &["--no-requeue"])?;
     c.crash_node("gpu02")?;
     for &id in &lost {
@@ -457,7 +455,6 @@ fn rebooted_node(c: &mut Cluster) -> TestResult {
 }
 
 fn preemption(c: &mut Cluster) -> TestResult {
-    clean(c)?;
     let low = |node: &str, gres: &str| {
         c.sbatch_ok(&[
             "--qos=lowprio",
@@ -517,7 +514,6 @@ fn preemption(c: &mut Cluster) -> TestResult {
 /// group's. `gpu-qos why`, run by its user, names each a40 node with its
 /// GPUs in use and the group job it knows of, the h100 node not at all.
 fn why_resources(c: &mut Cluster) -> TestResult {
-    clean(c)?;
     let alice = TestUser::create(c, "gpushare_alice")?;
     let bob = TestUser::create(c, "gpushare_bob")?;
     for u in [&alice, &bob] {
@@ -569,7 +565,6 @@ fn why_resources(c: &mut Cluster) -> TestResult {
 }
 
 fn two_node_share(c: &mut Cluster) -> TestResult {
-    clean(c)?;
     let probe = c.write_device_probe()?;
     let probe = probe.to_string_lossy().into_owned();
     let out = c.srun(&[
@@ -616,7 +611,6 @@ fn two_node_share(c: &mut Cluster) -> TestResult {
 /// gpu01, while gpu02, which placed its half, releases it. Where Slurm
 /// places, it sees each GPU's room and holds the job until one has room.
 fn no_room_on_one_node(c: &mut Cluster) -> TestResult {
-    clean(c)?;
     let fillers = start_shares(c, "gpu01", 4, 60, &[])?;
     let held = shares(c, "gpu01");
     let gpus: Vec<u32> = held.values().copied().collect();
@@ -692,7 +686,6 @@ fn no_room_on_one_node(c: &mut Cluster) -> TestResult {
 }
 
 fn missing_node_config(c: &mut Cluster) -> TestResult {
-    clean(c)?;
     let conf = c.node_dir("gpu02").join("etc-slurm/gpu_mps.conf");
     let aside = conf.with_extension("aside");
     fs::rename(&conf, &aside).map_err(|e| format!("{}: {e}", conf.display()))?;
@@ -730,7 +723,6 @@ fn missing_node_config(c: &mut Cluster) -> TestResult {
 }
 
 fn daemon_restarts(c: &mut Cluster) -> TestResult {
-    clean(c)?;
     let mut held = BTreeMap::new();
     for node in ["gpu01", "gpu02"] {
         start_shares(c, node, 3, 50, &[])?;
@@ -770,7 +762,6 @@ fn daemon_restarts(c: &mut Cluster) -> TestResult {
 /// What Slurm sends job_submit for requests that span nodes, each judged
 /// and (where accepted) run on the three nodes.
 fn request_shapes(c: &mut Cluster) -> TestResult {
-    clean(c)?;
     let lafferty = |extra: &[&str]| {
         let mut args = vec!["--qos=qos_lafferty"];
         args.extend_from_slice(extra);
@@ -909,7 +900,6 @@ fn request_shapes(c: &mut Cluster) -> TestResult {
 /// 22.05 for a requeued job on the same node), is refused with that reason:
 /// no share ever runs unplaced, nothing over-fills, nothing is left behind.
 fn cable_cut(c: &mut Cluster) -> TestResult {
-    clean(c)?;
     let (ids, before) = start_shares_held(c, "gpu02", 2, &["--requeue", "--open-mode=append"])?;
     c.set_cable("gpu02", false)?;
     wait_for("gpu02 to be DOWN", NODE_STATE, || {
@@ -988,7 +978,6 @@ fn cable_cut(c: &mut Cluster) -> TestResult {
 /// gpu02 once that is free instead of ending FAILED; `scontrol show job`
 /// tells ben why. Where Slurm places, it runs beside ann on gpu01, told so.
 fn sent_elsewhere(c: &mut Cluster) -> TestResult {
-    clean(c)?;
     let ann = TestUser::create(c, "gpushare-ann")?;
     let ben = TestUser::create(c, "gpushare-ben")?;
     let submit = |user: &TestUser, extra: &[&str]| {
