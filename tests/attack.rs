@@ -14,12 +14,18 @@ use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use gpushare::mps::ledger::LedgerState;
 use testcluster::cluster::{wait_for, NODE};
+use testcluster::time::{Timeout, JOB_END, JOB_LONG, JOB_START, SHORT};
 use testcluster::users::TestUser;
 use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
+
+/// A share whose control program hangs (`sleep 1000`) is refused, or run
+/// without MPS, within this: the node program's own deadline ended the
+/// wait, not the hung program.
+const REFUSED_WITHIN: Timeout = Timeout::secs(60);
 
 fn main() -> ExitCode {
     Suite::new(ClusterSpec::mps_node())
@@ -135,7 +141,7 @@ impl Forger {
 }
 
 fn finished_report(c: &Cluster, id: u32) -> Result<BTreeMap<String, String>, String> {
-    let info = c.wait_job_done(id, Duration::from_secs(90))?;
+    let info = c.wait_job_done(id, JOB_LONG)?;
     let out = c.job_output(id);
     ensure(
         info.state() == "COMPLETED",
@@ -224,7 +230,7 @@ fn flood(c: &mut Cluster) -> TestResult {
         flood.push(mallory.sbatch(c, &conf, &["--wrap=sleep 300"])?);
     }
     for &id in &flood {
-        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
+        c.wait_job_state(id, &["RUNNING"], JOB_START)?;
     }
     let script = report_script(c)?;
     let out = alice.run_ok(c, None, "srun", &["--gres=mps:50", "sh", "-c", &script])?;
@@ -320,16 +326,12 @@ fn whole_stays_whole(c: &mut Cluster) -> TestResult {
             "--wrap=echo HELD=$SLURM_JOB_GPUS; sleep 300",
         ],
     )?;
-    c.wait_job_state(whole, &["RUNNING"], Duration::from_secs(60))?;
-    let held: u32 = wait_for(
-        "the whole-GPU job's output",
-        Duration::from_secs(20),
-        || {
-            words(&c.job_output(whole))
-                .get("HELD")
-                .and_then(|g| g.parse().ok())
-        },
-    )?;
+    c.wait_job_state(whole, &["RUNNING"], JOB_START)?;
+    let held: u32 = wait_for("the whole-GPU job's output", SHORT, || {
+        words(&c.job_output(whole))
+            .get("HELD")
+            .and_then(|g| g.parse().ok())
+    })?;
     let state = ledger(c);
     ensure(
         state.share(whole).is_none()
@@ -344,8 +346,8 @@ fn whole_stays_whole(c: &mut Cluster) -> TestResult {
     let mut gpus = Vec::new();
     for _ in 0..3 {
         let id = c.sbatch_ok(&["--gres=mps:100", &format!("--wrap={script}; sleep 300")])?;
-        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
-        let report = wait_for("the share's report", Duration::from_secs(20), || {
+        c.wait_job_state(id, &["RUNNING"], JOB_START)?;
+        let report = wait_for("the share's report", SHORT, || {
             let w = words(&c.job_output(id));
             w.contains_key("dev3").then_some(w)
         })?;
@@ -425,7 +427,7 @@ fn symlinks(c: &mut Cluster) -> TestResult {
             "lies under {} (owner uid 0, mode 0777)",
             c.jobs_dir.display()
         );
-        wait_for("the prolog's refusal", Duration::from_secs(60), || {
+        wait_for("the prolog's refusal", JOB_START, || {
             c.syslog()
                 .lines()
                 .any(|l| {
@@ -451,7 +453,7 @@ fn symlinks(c: &mut Cluster) -> TestResult {
         )?;
         // Slurm shows the job RUNNING while its prolog runs; what matters is
         // that the prolog's failure keeps the job's program from running.
-        let state = wait_for("the job to leave the node", Duration::from_secs(60), || {
+        let state = wait_for("the job to leave the node", JOB_END, || {
             let state = c.job(id).ok()?.state().to_string();
             (!matches!(state.as_str(), "RUNNING" | "CONFIGURING")).then_some(state)
         })?;
@@ -480,10 +482,10 @@ fn corrupted_ledger(c: &mut Cluster) -> TestResult {
         full.push(id);
     }
     for &id in &full {
-        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
+        c.wait_job_state(id, &["RUNNING"], JOB_START)?;
     }
     // Their steps have started (the damage below is for later jobs).
-    wait_for("the shares' reports", Duration::from_secs(20), || {
+    wait_for("the shares' reports", SHORT, || {
         full.iter()
             .all(|&id| words(&c.job_output(id)).contains_key("dev3"))
             .then_some(())
@@ -499,7 +501,7 @@ fn corrupted_ledger(c: &mut Cluster) -> TestResult {
                 format!("job {id} could open no GPU: {report:?}"),
             );
         }
-        let info = c.wait_job_done(id, Duration::from_secs(60))?;
+        let info = c.wait_job_done(id, JOB_END)?;
         let out = c.job_output(id);
         ensure(
             info.state() == "FAILED" && out.contains(want),
@@ -573,14 +575,14 @@ fn hung_control(c: &mut Cluster) -> TestResult {
         // program's deadline and sent elsewhere, its script never run.
         let started = Instant::now();
         let id = c.sbatch_ok(&["--gres=mps:25", "--wrap=echo GPU=$GPUSHARE_GPU"])?;
-        c.wait_sent_off(id, NODE, Duration::from_secs(90))?;
+        c.wait_sent_off(id, NODE, JOB_LONG)?;
         let out = c.job_output(id);
         ensure(
             out.contains("could not be started") && !words(&out).contains_key("GPU"),
             format!("job {id}: {out}"),
         )?;
         ensure(
-            started.elapsed() < Duration::from_secs(60),
+            started.elapsed() < REFUSED_WITHIN.scaled(),
             format!("the refusal took {:?}", started.elapsed()),
         )?;
         let log = c.syslog();
@@ -594,7 +596,7 @@ fn hung_control(c: &mut Cluster) -> TestResult {
         with_conf(c, "MPSFailure", "MPSFailure=run", |c| {
             let started = Instant::now();
             let id = c.sbatch_ok(&["--gres=mps:25", "--wrap=echo GPU=$GPUSHARE_GPU"])?;
-            let info = c.wait_job_done(id, Duration::from_secs(90))?;
+            let info = c.wait_job_done(id, JOB_LONG)?;
             let out = c.job_output(id);
             ensure(
                 info.state() == "COMPLETED"
@@ -603,7 +605,7 @@ fn hung_control(c: &mut Cluster) -> TestResult {
                 format!("job {id} ended {}: {out}", info.state()),
             )?;
             ensure(
-                started.elapsed() < Duration::from_secs(60),
+                started.elapsed() < REFUSED_WITHIN.scaled(),
                 format!("the job took {:?}", started.elapsed()),
             )
         })
@@ -668,15 +670,15 @@ fn fake_daemons(c: &mut Cluster) -> TestResult {
             ],
         )?;
         let output = || fs::read_to_string(&out).unwrap_or_default();
-        wait_for("mallory's fakes", Duration::from_secs(60), || {
+        wait_for("mallory's fakes", JOB_START, || {
             output().contains("STARTED").then_some(())
         })?;
         let share = |c: &Cluster| c.sbatch_ok(&["--gres=mps:25", "--wrap=sleep 300"]);
         let ids: Vec<u32> = (0..4).map(|_| share(c)).collect::<Result<_, _>>()?;
         for &id in &ids {
-            c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
+            c.wait_job_state(id, &["RUNNING"], JOB_START)?;
         }
-        wait_for("four daemons", Duration::from_secs(30), || {
+        wait_for("four daemons", SHORT, || {
             (daemon_starts(&bin) == 4).then_some(())
         })?;
         // Root kills every daemon of root's.
@@ -688,13 +690,11 @@ fn fake_daemons(c: &mut Cluster) -> TestResult {
             let _ = c.run("kill", &["-KILL", &pid.to_string()]);
         }
         let fifth = share(c)?;
-        c.wait_job_state(fifth, &["RUNNING"], Duration::from_secs(60))?;
+        c.wait_job_state(fifth, &["RUNNING"], JOB_START)?;
         // The prolog records the share, then sees to its GPU's daemon.
-        wait_for(
-            "a daemon start for the fifth share",
-            Duration::from_secs(30),
-            || (ledger(c).share(fifth).is_some() && daemon_starts(&bin) == 5).then_some(()),
-        )
+        wait_for("a daemon start for the fifth share", SHORT, || {
+            (ledger(c).share(fifth).is_some() && daemon_starts(&bin) == 5).then_some(())
+        })
         .map_err(|e| {
             format!(
                 "{e}: {} daemon starts: the fifth share's GPU had a dead daemon, taken for alive",
@@ -703,16 +703,16 @@ fn fake_daemons(c: &mut Cluster) -> TestResult {
         })?;
         c.run_ok("scancel", &["--user=root"])?;
         for id in ids.iter().chain([&fifth]) {
-            c.wait_job_done(*id, Duration::from_secs(60))?;
+            c.wait_job_done(*id, JOB_END)?;
         }
         // The epilogs have stopped root's daemons: none of root's is left.
-        wait_for("root's daemons to stop", Duration::from_secs(30), || {
+        wait_for("root's daemons to stop", SHORT, || {
             (0..4)
                 .all(|g| gpushare::mps::daemon::processes(&pipe(c, g)).is_empty())
                 .then_some(())
         })?;
         fs::write(&stop, "").map_err(|e| e.to_string())?;
-        c.wait_job_done(job, Duration::from_secs(60))?;
+        c.wait_job_done(job, JOB_END)?;
         ensure(
             output().contains("ALIVE=4"),
             format!("root killed mallory's processes: {}", output()),
@@ -744,10 +744,8 @@ fn private_data(c: &mut Cluster) -> TestResult {
     };
     with_conf(c, "PrivateData", "PrivateData=no", |c| {
         let id = c.sbatch_ok(&["--gres=mps:25", "--wrap=sleep 300"])?;
-        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
-        wait_for("the share", Duration::from_secs(30), || {
-            ledger(c).share(id).map(drop)
-        })?;
+        c.wait_job_state(id, &["RUNNING"], JOB_START)?;
+        wait_for("the share", SHORT, || ledger(c).share(id).map(drop))?;
         let shown = status_as_eve(c)?;
         ensure(
             shown.status.success()
@@ -761,10 +759,8 @@ fn private_data(c: &mut Cluster) -> TestResult {
     })?;
     with_conf(c, "PrivateData", "PrivateData=yes", |c| {
         let id = c.sbatch_ok(&["--gres=mps:25", "--wrap=sleep 300"])?;
-        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
-        wait_for("the share", Duration::from_secs(30), || {
-            ledger(c).share(id).map(drop)
-        })?;
+        c.wait_job_state(id, &["RUNNING"], JOB_START)?;
+        wait_for("the share", SHORT, || ledger(c).share(id).map(drop))?;
         let hidden = status_as_eve(c)?;
         let text = format!(
             "{}{}",

@@ -11,13 +11,17 @@ use std::process::ExitCode;
 
 use gpushare::qos::audit::{AuditFinding, AuditReport};
 use gpushare::qos::check::Severity;
-use std::time::Duration;
 
 use gpushare::qos::usage::UsageReport;
 use gpushare::qos::why::WhyReport;
 use testcluster::cluster::{wait_for, GpuSpec, Qos};
+use testcluster::time::{Timeout, JOB_END, JOB_LONG, JOB_START, SHORT};
 use testcluster::users::TestUser;
 use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
+
+/// Two priority passes (`PriorityCalcPeriod=1`) and room for a loaded
+/// machine: one sid run under load missed 150 s.
+const PRIORITY_RANKED: Timeout = Timeout::secs(240);
 
 /// A site where every link holds: the MPS node of the suites (prolog,
 /// epilog, SPANK plugin, device cgroup) under two group QOS that may
@@ -540,10 +544,10 @@ fn usage_when_full(c: &mut Cluster) -> TestResult {
     let a = submit_as(c, &alice, 2)?;
     let b = submit_as(c, &bob, 2)?;
     for id in [a, b] {
-        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
+        c.wait_job_state(id, &["RUNNING"], JOB_START)?;
     }
     let waiting = submit_as(c, &alice, 1)?;
-    c.wait_job_reason(waiting, "QOSGrpGRES", Duration::from_secs(30))?;
+    c.wait_job_reason(waiting, "QOSGrpGRES", SHORT)?;
     let bin = testcluster::cluster::build_dir()?.join("gpu-qos");
     let bin = bin.to_string_lossy();
     let why = format!(
@@ -562,16 +566,12 @@ fn usage_when_full(c: &mut Cluster) -> TestResult {
             .first()
             .is_some_and(|q| q.pending.first().is_some_and(|p| p.why == why))
     };
-    let _ = wait_for(
-        "the report to give the reason",
-        Duration::from_secs(30),
-        || {
-            if !gives_reason(&report) {
-                report = read().ok()?;
-            }
-            gives_reason(&report).then_some(())
-        },
-    );
+    let _ = wait_for("the report to give the reason", SHORT, || {
+        if !gives_reason(&report) {
+            report = read().ok()?;
+        }
+        gives_reason(&report).then_some(())
+    });
     let q = report.qos.first();
     ensure(
         report.user == "gpushare_alice"
@@ -594,15 +594,10 @@ fn usage_when_full(c: &mut Cluster) -> TestResult {
     // says so: the text is read again until it shows the reason once more.
     let want = format!("  pending  {waiting} (gpushare_alice, 1 a40): {why}\n");
     let mut text = String::new();
-    let shown = wait_for(
-        "the text report to give the reason",
-        Duration::from_secs(30),
-        || {
-            text = alice.run_ok(c, None, &bin, &["usage"]).ok()?;
-            (text.starts_with("qos_lafferty: 4 of 4 a40 held\n") && text.contains(&want))
-                .then_some(())
-        },
-    );
+    let shown = wait_for("the text report to give the reason", SHORT, || {
+        text = alice.run_ok(c, None, &bin, &["usage"]).ok()?;
+        (text.starts_with("qos_lafferty: 4 of 4 a40 held\n") && text.contains(&want)).then_some(())
+    });
     ensure(shown.is_ok(), format!("text:\n{text}"))?;
     // --explain: each of her pending jobs as `gpu-qos why` tells it, one
     // of them held by her (a reason usage alone does not explain).
@@ -615,7 +610,7 @@ fn usage_when_full(c: &mut Cluster) -> TestResult {
     let mut explained = None;
     let told = wait_for(
         "usage --explain to explain both pending jobs",
-        Duration::from_secs(30),
+        SHORT,
         || {
             let json = alice
                 .run_ok(c, None, &bin, &["usage", "--explain", "--json"])
@@ -665,25 +660,21 @@ fn why_preempted(c: &mut Cluster) -> TestResult {
             "--output=/dev/null",
             "--wrap=trap '' TERM; sleep 300",
         ];
-        wait_for(
-            "bob's lowprio job to be accepted",
-            Duration::from_secs(30),
-            || {
-                bob.run_ok(c, None, "sbatch", &args)
-                    .ok()?
-                    .trim()
-                    .split(';')
-                    .next()?
-                    .parse::<u32>()
-                    .ok()
-            },
-        )?
+        wait_for("bob's lowprio job to be accepted", SHORT, || {
+            bob.run_ok(c, None, "sbatch", &args)
+                .ok()?
+                .trim()
+                .split(';')
+                .next()?
+                .parse::<u32>()
+                .ok()
+        })?
     };
-    c.wait_job_state(victim, &["RUNNING"], Duration::from_secs(60))?;
+    c.wait_job_state(victim, &["RUNNING"], JOB_START)?;
     let waiting = submit_as(c, &alice, 2)?;
     let at = wait_for(
         "Slurm to preempt the lowprio job for the group job",
-        Duration::from_secs(30),
+        SHORT,
         || {
             let v = c.job(victim).ok()?;
             v.get("PreemptTime")
@@ -735,7 +726,7 @@ fn why_preempted(c: &mut Cluster) -> TestResult {
     )?;
     // What it said comes true: the group job starts once the lowprio job's
     // grace time is over (within a few scheduler passes of it).
-    c.wait_job_state(waiting, &["RUNNING"], Duration::from_secs(120))?;
+    c.wait_job_state(waiting, &["RUNNING"], JOB_LONG)?;
     let started = c
         .job(waiting)?
         .get("StartTime")
@@ -752,7 +743,7 @@ fn why_preempted(c: &mut Cluster) -> TestResult {
     let mut last = String::new();
     let told = wait_for(
         "bob's requeued job to be explained with its preempted run",
-        Duration::from_secs(60),
+        JOB_LONG,
         || {
             last = bob
                 .run_ok(c, None, &bin, &["why", &victim_id, "--json"])
@@ -792,9 +783,9 @@ fn why_fair_share(c: &mut Cluster) -> TestResult {
     };
     // alice uses the node's 4 GPUs for a while.
     let used = sbatch(&alice, "sleep 8")?;
-    c.wait_job_state(used, &["COMPLETED"], Duration::from_secs(60))?;
+    c.wait_job_state(used, &["COMPLETED"], JOB_END)?;
     let blocker = c.sbatch_ok(&["--gres=gpu:a40:4", "--output=/dev/null", "--wrap=sleep 300"])?;
-    c.wait_job_state(blocker, &["RUNNING"], Duration::from_secs(60))?;
+    c.wait_job_state(blocker, &["RUNNING"], JOB_START)?;
     let a = sbatch(&alice, "sleep 1")?;
     let b = sbatch(&bob, "sleep 1")?;
     let (ida, idb) = (a.to_string(), b.to_string());
@@ -809,9 +800,7 @@ fn why_fair_share(c: &mut Cluster) -> TestResult {
     };
     wait_for(
         "bob's job to rank ahead of alice's, hers waiting on Priority",
-        // Two priority passes (PriorityCalcPeriod=1) and room for a loaded
-        // machine: one sid run under load missed 150 s.
-        Duration::from_secs(240),
+        PRIORITY_RANKED,
         || {
             let ahead = factor(&idb, "%Y")? > factor(&ida, "%Y")?;
             let reason = c.job(a).ok()?.get("Reason").map(str::to_owned);

@@ -5,8 +5,8 @@
 
 use std::fs;
 use std::process::{Command, ExitCode};
-use std::time::Duration;
 
+use testcluster::time::{JOB_END, JOB_START};
 use testcluster::{elf, ensure, Cluster, ClusterSpec, Suite, TestResult};
 
 fn main() -> ExitCode {
@@ -15,6 +15,8 @@ fn main() -> ExitCode {
         ..ClusterSpec::seed()
     };
     Suite::new(spec)
+        // Each test starts with no job left by the one before.
+        .reset(|c| c.cancel_all())
         .test("job_submit_plugin_is_loaded_by_slurmctld", plugin_loaded)
         .test("batch_job_runs_through_the_plugin", batch_job_runs)
         .test("srun_step_runs", srun_runs)
@@ -54,7 +56,7 @@ fn batch_job_runs(c: &mut Cluster) -> TestResult {
         "--gres=gpu:a40:1",
         "--wrap=echo hello from $SLURM_JOB_ID",
     ])?;
-    let info = c.wait_job_done(id, Duration::from_secs(60))?;
+    let info = c.wait_job_done(id, JOB_END)?;
     ensure(
         info.state() == "COMPLETED",
         format!("job {id} ended {}", info.state()),
@@ -89,7 +91,6 @@ fn srun_runs(c: &mut Cluster) -> TestResult {
 /// The seed scenario: lowprio fills the four a40s, a qos_lafferty job takes
 /// one of them back, and the preempted job is requeued, not lost.
 fn preemption(c: &mut Cluster) -> TestResult {
-    c.cancel_all()?;
     let low: Vec<u32> = (0..4)
         .map(|_| {
             c.sbatch_ok(&[
@@ -101,10 +102,10 @@ fn preemption(c: &mut Cluster) -> TestResult {
         })
         .collect::<Result<_, _>>()?;
     for &id in &low {
-        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
+        c.wait_job_state(id, &["RUNNING"], JOB_START)?;
     }
     let high = c.sbatch_ok(&["--qos=qos_lafferty", "--gres=gpu:a40:1", "--wrap=sleep 300"])?;
-    c.wait_job_state(high, &["RUNNING"], Duration::from_secs(60))?;
+    c.wait_job_state(high, &["RUNNING"], JOB_START)?;
     let requeued: Vec<u32> = low
         .iter()
         .copied()

@@ -17,7 +17,11 @@ use std::thread::sleep;
 use std::time::Duration;
 
 use testcluster::cluster::wait_for;
+use testcluster::time::{Timeout, JOB_END, JOB_LONG, JOB_START, SHORT};
 use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
+
+/// Sixteen shares and eight CPU jobs, submitted at once, all ended.
+const EVERY_JOB_ENDED: Timeout = Timeout::secs(180);
 
 fn main() -> ExitCode {
     if testcluster::cluster::cgroup_v2() && !testcluster::cluster::slurm_places_shares() {
@@ -31,6 +35,9 @@ fn main() -> ExitCode {
             .run();
     }
     Suite::new(ClusterSpec::mps_node())
+        // Each test starts with no job left by the one before, its
+        // epilog run.
+        .reset(|c| c.cancel_all())
         .test("four_shares_land_on_four_gpus_then_two_per_gpu", spread)
         .test("gpu_mps_status_shows_placements_to_root_and_users", status)
         .test(
@@ -102,9 +109,9 @@ fn start_shares_running(
         .map(|_| c.sbatch_ok(&[&gres, script]))
         .collect::<Result<_, _>>()?;
     for &id in &ids {
-        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
+        c.wait_job_state(id, &["RUNNING"], JOB_START)?;
     }
-    wait_for("the jobs' output", Duration::from_secs(20), || {
+    wait_for("the jobs' output", SHORT, || {
         ids.iter()
             .all(|&id| printed(c, id).contains_key("GPU"))
             .then_some(())
@@ -225,11 +232,9 @@ fn spread(c: &mut Cluster) -> TestResult {
     }
     each_confined_to_its_gpu(c, &both)?;
     c.cancel_all()?;
-    wait_for(
-        "the epilogs to empty the ledger",
-        Duration::from_secs(30),
-        || no_share_left(c),
-    )?;
+    wait_for("the epilogs to empty the ledger", SHORT, || {
+        no_share_left(c)
+    })?;
     Ok(())
 }
 
@@ -241,7 +246,7 @@ fn confinement(c: &mut Cluster) -> TestResult {
         p = probe.display()
     );
     let id = c.sbatch_ok(&["--gres=mps:50", "-n2", &script])?;
-    let info = c.wait_job_done(id, Duration::from_secs(60))?;
+    let info = c.wait_job_done(id, JOB_END)?;
     let out = c.job_output(id);
     ensure(
         info.state() == "COMPLETED",
@@ -267,18 +272,15 @@ fn confinement(c: &mut Cluster) -> TestResult {
 }
 
 fn whole_gpu_avoided(c: &mut Cluster) -> TestResult {
-    c.cancel_all()?;
     let first = start_shares(c, 1, 50)?;
     let whole = c.sbatch_ok(&[
         "--gres=gpu:a40:1",
         "--wrap=echo HELD=$SLURM_JOB_GPUS; sleep 120",
     ])?;
-    c.wait_job_state(whole, &["RUNNING"], Duration::from_secs(60))?;
-    let held: u32 = wait_for(
-        "the whole-GPU job's output",
-        Duration::from_secs(20),
-        || printed(c, whole).get("HELD").and_then(|g| g.parse().ok()),
-    )?;
+    c.wait_job_state(whole, &["RUNNING"], JOB_START)?;
+    let held: u32 = wait_for("the whole-GPU job's output", SHORT, || {
+        printed(c, whole).get("HELD").and_then(|g| g.parse().ok())
+    })?;
     let more = start_shares(c, 5, 50)?;
     let gpus = gpus_of(c, &[first, more].concat())?;
     ensure(
@@ -293,14 +295,13 @@ fn whole_gpu_avoided(c: &mut Cluster) -> TestResult {
 }
 
 fn many_at_once(c: &mut Cluster) -> TestResult {
-    c.cancel_all()?;
     let ids: Vec<u32> = (0..32)
         .map(|_| c.sbatch_ok(&["--gres=mps:10", SCRIPT]))
         .collect::<Result<_, _>>()?;
     for &id in &ids {
-        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(120))?;
+        c.wait_job_state(id, &["RUNNING"], JOB_LONG)?;
     }
-    wait_for("the jobs' output", Duration::from_secs(30), || {
+    wait_for("the jobs' output", SHORT, || {
         ids.iter()
             .all(|&id| printed(c, id).contains_key("GPU"))
             .then_some(())
@@ -322,14 +323,13 @@ fn many_at_once(c: &mut Cluster) -> TestResult {
 }
 
 fn refused(c: &mut Cluster) -> TestResult {
-    c.cancel_all()?;
     start_shares(c, 4, 60)?;
     if testcluster::cluster::slurm_places_shares() {
         // Slurm books mps per GPU here: it starts no share that fits no
-        // GPU, and nothing reaches the node.
+        // GPU, and nothing reaches the node: still pending once a
+        // scheduling pass after its submission has looked at it.
         let id = c.sbatch_ok(&["--gres=mps:60", SCRIPT])?;
-        sleep(Duration::from_secs(6));
-        let info = c.job(id)?;
+        let info = c.wait_considered(id, JOB_START)?;
         ensure(
             info.state() == "PENDING" && info.get("Reason") == Some("Resources"),
             format!("job {id} is {} ({:?})", info.state(), info.get("Reason")),
@@ -339,7 +339,7 @@ fn refused(c: &mut Cluster) -> TestResult {
     // Slurm admits it (300 of the node's 400 units are in use), but every
     // GPU has only 40 units free.
     let id = c.sbatch_ok(&["--gres=mps:60", SCRIPT])?;
-    let info = c.wait_job_done(id, Duration::from_secs(60))?;
+    let info = c.wait_job_done(id, JOB_END)?;
     ensure(
         info.state() == "FAILED",
         format!("job {id} ended {}", info.state()),
@@ -364,7 +364,7 @@ fn refused(c: &mut Cluster) -> TestResult {
 fn refused_on_cgroup_v2(c: &mut Cluster) -> TestResult {
     let probe = c.write_device_probe()?;
     let id = c.sbatch_ok(&["--gres=mps:50", SCRIPT])?;
-    let info = c.wait_job_done(id, Duration::from_secs(60))?;
+    let info = c.wait_job_done(id, JOB_END)?;
     let out = c.job_output(id);
     ensure(
         info.state() == "FAILED"
@@ -393,7 +393,7 @@ fn refused_on_cgroup_v2(c: &mut Cluster) -> TestResult {
         "--gres=gpu:a40:1",
         &format!("--wrap=echo HELD=$SLURM_JOB_GPUS; sh {}", probe.display()),
     ])?;
-    let info = c.wait_job_done(whole, Duration::from_secs(60))?;
+    let info = c.wait_job_done(whole, JOB_END)?;
     let out = c.job_output(whole);
     let held = printed(c, whole).get("HELD").cloned().unwrap_or_default();
     ensure(
@@ -410,7 +410,6 @@ fn refused_on_cgroup_v2(c: &mut Cluster) -> TestResult {
 }
 
 fn slurmd_crash(c: &mut Cluster) -> TestResult {
-    c.cancel_all()?;
     let ids = start_shares(c, 2, 50)?;
     c.kill9_slurmd();
     c.restart_slurmd()?;
@@ -425,16 +424,13 @@ fn slurmd_crash(c: &mut Cluster) -> TestResult {
         )?;
     }
     c.cancel_all()?;
-    wait_for(
-        "the epilogs to release both jobs",
-        Duration::from_secs(30),
-        || no_share_left(c),
-    )
+    wait_for("the epilogs to release both jobs", SHORT, || {
+        no_share_left(c)
+    })
 }
 
 fn reconcile(c: &mut Cluster) -> TestResult {
-    c.cancel_all()?;
-    wait_for("the epilogs", Duration::from_secs(30), || no_share_left(c))?;
+    wait_for("the epilogs", SHORT, || no_share_left(c))?;
     // Records left by jobs that vanished without an epilog (e.g. a node
     // crash) fill every GPU, written the way the ledger writes records.
     let mut state = ledger(c);
@@ -482,7 +478,6 @@ fn reconcile(c: &mut Cluster) -> TestResult {
 /// `gpu-mps status` while 4 shares of 25 run: root reads the ledger, any
 /// other user the world-readable copy the prolog publishes.
 fn status(c: &mut Cluster) -> TestResult {
-    c.cancel_all()?;
     let ids = start_shares(c, 4, 25)?;
     let gpus = gpus_of(c, &ids)?;
     let bin = testcluster::cluster::build_dir()?.join("gpu-mps");
@@ -598,7 +593,6 @@ fn task_script(c: &Cluster) -> Result<String, String> {
 }
 
 fn interactive_srun(c: &mut Cluster) -> TestResult {
-    c.cancel_all()?;
     let script = task_script(c)?;
     let out = c.srun(&["-n3", "--gres=mps:25", "sh", "-c", &script])?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -613,7 +607,6 @@ fn interactive_srun(c: &mut Cluster) -> TestResult {
 }
 
 fn salloc_steps(c: &mut Cluster) -> TestResult {
-    c.cancel_all()?;
     let script = task_script(c)?;
     // Two steps in one allocation: the second finds the first's GPU.
     // Between them, the status copy users read as it stands.
@@ -624,9 +617,10 @@ fn salloc_steps(c: &mut Cluster) -> TestResult {
         copy.display(),
         seen.display()
     );
+    let limit = JOB_LONG.scaled_secs().to_string();
     let out = c.run(
         "timeout",
-        &["120", "salloc", "-n2", "--gres=mps:25", "sh", "-c", &steps],
+        &[&limit, "salloc", "-n2", "--gres=mps:25", "sh", "-c", &steps],
     )?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     ensure(
@@ -654,11 +648,11 @@ fn salloc_steps(c: &mut Cluster) -> TestResult {
 }
 
 fn srun_pty(c: &mut Cluster) -> TestResult {
-    c.cancel_all()?;
     let script = task_script(c)?;
     // A terminal for srun --pty, as a user's shell would give it.
     let cmd = format!("srun --pty --gres=mps:25 sh -c '{script}'");
-    let out = c.run("timeout", &["120", "script", "-qec", &cmd, "/dev/null"])?;
+    let limit = JOB_LONG.scaled_secs().to_string();
+    let out = c.run("timeout", &[&limit, "script", "-qec", &cmd, "/dev/null"])?;
     // The terminal adds carriage returns, and a NUL that script(1) echoes as `^@`.
     let text: String = String::from_utf8_lossy(&out.stdout)
         .replace("^@", "")
@@ -675,9 +669,17 @@ fn srun_pty(c: &mut Cluster) -> TestResult {
     one_gpu_per_step(&text, 1)
 }
 
+/// How long every other round of [`rewrite_in_place`] leaves the file empty.
+const LEFT_EMPTY_FOR: Duration = Duration::from_millis(40);
+/// The pause between [`rewrite_in_place`]'s 3-byte writes.
+const BETWEEN_CHUNKS: Duration = Duration::from_millis(1);
+
 /// Rewrites `path` in place with `text` until `stop`, as `cat >` or a
 /// config tool that truncates first would, slowly: a few bytes at a time,
 /// and every other round left empty for a while. Returns the rounds.
+///
+/// The pauses pace the writer so that readers meet the file empty and
+/// half-written; they are not timeouts and do not scale.
 fn rewrite_in_place(
     path: &Path,
     text: &str,
@@ -689,12 +691,12 @@ fn rewrite_in_place(
     while !stop.load(Ordering::Relaxed) {
         let mut file = fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
         if rounds % 2 == 1 {
-            sleep(Duration::from_millis(40));
+            sleep(LEFT_EMPTY_FOR);
         }
         for chunk in text.as_bytes().chunks(3) {
             file.write_all(chunk)
                 .map_err(|e| format!("{}: {e}", path.display()))?;
-            sleep(Duration::from_millis(1));
+            sleep(BETWEEN_CHUNKS);
         }
         rounds += 1;
     }
@@ -719,7 +721,6 @@ fn state_places(c: &Cluster) -> Vec<String> {
 }
 
 fn conf_rewritten_in_place(c: &mut Cluster) -> TestResult {
-    c.cancel_all()?;
     let conf = c.slurm_conf().with_file_name("gpu_mps.conf");
     let text = fs::read_to_string(&conf).map_err(|e| format!("{}: {e}", conf.display()))?;
     // One share placed before the edits: the node knows its configuration.
@@ -744,7 +745,7 @@ fn conf_rewritten_in_place(c: &mut Cluster) -> TestResult {
                 cpu_jobs.push(c.sbatch_ok(&["--wrap=echo cpu"])?);
             }
             let all: Vec<u32> = shares.iter().chain(&cpu_jobs).copied().collect();
-            wait_for("every job to end", Duration::from_secs(180), || {
+            wait_for("every job to end", EVERY_JOB_ENDED, || {
                 // Meanwhile: no GPU of the node's ledger over-filled.
                 let used = ledger(c).per_gpu(4, 100).iter().map(|g| g.used_units).max();
                 max_used = max_used.max(used.unwrap_or(0));
@@ -832,7 +833,7 @@ fn upgraded_under_running_shares(c: &mut Cluster) -> TestResult {
     debs.sort();
     ensure(!debs.is_empty(), format!("no .deb in {dir}"))?;
     c.cancel_all()?;
-    wait_for("the epilogs", Duration::from_secs(30), || no_share_left(c))?;
+    wait_for("the epilogs", SHORT, || no_share_left(c))?;
     let old = package_version(c, "gpushare-node")?;
     let ids = start_shares(c, 2, 50)?;
     let gpus = gpus_of(c, &ids)?;
@@ -858,7 +859,7 @@ fn upgraded_under_running_shares(c: &mut Cluster) -> TestResult {
     c.cancel_all()?;
     wait_for(
         "the new epilog to release the old prolog's shares",
-        Duration::from_secs(30),
+        SHORT,
         || no_share_left(c),
     )?;
     let ids = start_shares(c, 4, 25)?;
@@ -873,7 +874,7 @@ fn upgraded_under_running_shares(c: &mut Cluster) -> TestResult {
         format!("a node drained: {states:?}"),
     )?;
     c.cancel_all()?;
-    wait_for("the epilogs", Duration::from_secs(30), || no_share_left(c))?;
+    wait_for("the epilogs", SHORT, || no_share_left(c))?;
     eprintln!("    gpushare-node {old} -> {new} under 2 running shares");
     Ok(())
 }

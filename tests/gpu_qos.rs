@@ -6,15 +6,17 @@
 
 use std::fs;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use gpushare::mps::daemon::process_uid;
 use testcluster::cluster::{wait_for, GpuSpec, Qos, EXAMPLE_GPU_QOS_CONF};
+use testcluster::time::{JOB_LONG, JOB_START, SHORT};
 use testcluster::users::TestUser;
 use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
 
 fn main() -> ExitCode {
     Suite::new(ClusterSpec::example_site())
+        // Each test starts with no job left by the one before.
+        .reset(|c| c.cancel_all())
         .test(
             "untyped_gpu_under_group_qos_is_rejected_with_the_fix",
             untyped_rejected,
@@ -84,8 +86,6 @@ fn main() -> ExitCode {
         )
         .run()
 }
-
-const ACCEPT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Submits a held job that must be rejected; returns what sbatch printed.
 fn rejected(c: &Cluster, args: &[&str]) -> Result<String, String> {
@@ -230,7 +230,7 @@ fn modify(c: &mut Cluster) -> TestResult {
     )?;
     // 22.05 gives job_modify no message slot: the fix is in slurmctld's log.
     let fix = format!("scontrol update job={id} QOS=qos_lafferty Gres=gpu:a40:1");
-    wait_for("the fix in slurmctld.log", Duration::from_secs(5), || {
+    wait_for("the fix in slurmctld.log", SHORT, || {
         c.log("slurmctld").contains(&fix).then_some(())
     })?;
     c.run_ok(
@@ -344,10 +344,10 @@ fn lowprio_exclusive_user(c: &mut Cluster) -> TestResult {
     // A group job keeps the node to root's jobs: the other user's job waits.
     let (group, stderr) = exclusive("--qos=qos_lafferty", "--gres=gpu:a40:1")?;
     ensure(stderr.is_empty(), format!("a group job was told: {stderr}"))?;
-    c.wait_job_state(group, &["RUNNING"], ACCEPT_TIMEOUT)?;
+    c.wait_job_state(group, &["RUNNING"], JOB_START)?;
     let blocked = other_job()?;
-    std::thread::sleep(Duration::from_secs(8));
-    let state = c.job(blocked)?.state().to_owned();
+    // Still pending once a scheduling pass after its submission looked at it.
+    let state = c.wait_considered(blocked, JOB_START)?.state().to_owned();
     ensure(
         state == "PENDING",
         format!("beside a group job with --exclusive=user another user's job is {state}"),
@@ -357,49 +357,38 @@ fn lowprio_exclusive_user(c: &mut Cluster) -> TestResult {
     // Under lowprio the option is dropped, with a warning.
     let (low, stderr) = exclusive("--qos=lowprio", "--gres=gpu:a40:1")?;
     contains_all(&stderr, &["lowprio", "may not use --exclusive=user"])?;
-    c.wait_job_state(low, &["RUNNING"], ACCEPT_TIMEOUT)?;
+    c.wait_job_state(low, &["RUNNING"], JOB_START)?;
     let beside = other_job()?;
-    c.wait_job_state(beside, &["RUNNING"], ACCEPT_TIMEOUT)?;
+    c.wait_job_state(beside, &["RUNNING"], JOB_START)?;
     c.cancel_all()
 }
 
 /// A preempted and requeued lowprio job appends to its output, so the first
 /// run's log survives the second (the user did not ask for any of it).
 fn lowprio_output_kept(c: &mut Cluster) -> TestResult {
-    c.cancel_all()?;
     let script = "--wrap=echo run ${SLURM_RESTART_COUNT:-0}; sleep 300";
     let low: Vec<u32> = (0..4)
         .map(|_| c.sbatch_ok(&["--qos=lowprio", "--gres=gpu:a40:1", script]))
         .collect::<Result<_, _>>()?;
     for &id in &low {
-        c.wait_job_state(id, &["RUNNING"], ACCEPT_TIMEOUT)?;
+        c.wait_job_state(id, &["RUNNING"], JOB_START)?;
     }
-    wait_for(
-        "first runs to write output",
-        Duration::from_secs(20),
-        || {
-            low.iter()
-                .all(|&id| c.job_output(id).contains("run 0"))
-                .then_some(())
-        },
-    )?;
+    wait_for("first runs to write output", SHORT, || {
+        low.iter()
+            .all(|&id| c.job_output(id).contains("run 0"))
+            .then_some(())
+    })?;
     let high = c.sbatch_ok(&["--qos=qos_lafferty", "--gres=gpu:a40:1", "--wrap=sleep 300"])?;
-    c.wait_job_state(high, &["RUNNING"], ACCEPT_TIMEOUT)?;
-    let victim = wait_for(
-        "a lowprio job to be requeued",
-        Duration::from_secs(30),
-        || {
-            low.iter()
-                .copied()
-                .find(|&id| c.job(id).is_ok_and(|j| j.restarts() >= 1))
-        },
-    )?;
+    c.wait_job_state(high, &["RUNNING"], JOB_START)?;
+    let victim = wait_for("a lowprio job to be requeued", SHORT, || {
+        low.iter()
+            .copied()
+            .find(|&id| c.job(id).is_ok_and(|j| j.restarts() >= 1))
+    })?;
     c.run_ok("scancel", &[&high.to_string()])?;
-    wait_for(
-        "the requeued job's second run",
-        Duration::from_secs(90),
-        || c.job_output(victim).contains("run 1").then_some(()),
-    )?;
+    wait_for("the requeued job's second run", JOB_LONG, || {
+        c.job_output(victim).contains("run 1").then_some(())
+    })?;
     let out = c.job_output(victim);
     ensure(
         out.contains("run 0") && out.contains("run 1"),
@@ -481,29 +470,25 @@ fn reload(c: &mut Cluster) -> TestResult {
         "example config changed shape",
     )?;
     install_conf(c, &widened)?;
-    let id = wait_for(
-        "the widened policy to apply",
-        Duration::from_secs(20),
-        || accepted(c, &["--qos=qos_lafferty", "--gres=gpu:h100:1"]).ok(),
-    )?;
+    let id = wait_for("the widened policy to apply", SHORT, || {
+        accepted(c, &["--qos=qos_lafferty", "--gres=gpu:h100:1"]).ok()
+    })?;
     c.run_ok("scancel", &[&id.to_string()])?;
 
     let broken = format!("{widened}GPULimit=four\n");
     let line = broken.lines().count();
     install_conf(c, &broken)?;
     let wanted = format!("{}:{line}:", conf_path(c).display());
-    wait_for("the bad edit to be logged", Duration::from_secs(20), || {
+    wait_for("the bad edit to be logged", SHORT, || {
         c.log("slurmctld").contains(&wanted).then_some(())
     })?;
     let id = accepted(c, &["--qos=qos_lafferty", "--gres=gpu:h100:1"])?;
     c.run_ok("scancel", &[&id.to_string()])?;
 
     install_conf(c, EXAMPLE_GPU_QOS_CONF)?;
-    wait_for(
-        "the original policy to apply again",
-        Duration::from_secs(20),
-        || rejected(c, &["--qos=qos_lafferty", "--gres=gpu:h100:1"]).ok(),
-    )
+    wait_for("the original policy to apply again", SHORT, || {
+        rejected(c, &["--qos=qos_lafferty", "--gres=gpu:h100:1"]).ok()
+    })
     .map(drop)
 }
 
@@ -517,11 +502,9 @@ fn install_and_wait(c: &Cluster, text: &str) -> TestResult {
     };
     let before = reloads(c);
     install_conf(c, text)?;
-    wait_for(
-        "the edit to be put in force",
-        Duration::from_secs(20),
-        || (reloads(c) > before).then_some(()),
-    )
+    wait_for("the edit to be put in force", SHORT, || {
+        (reloads(c) > before).then_some(())
+    })
     .map(drop)
 }
 
@@ -562,11 +545,9 @@ fn metrics_file_trouble(c: &mut Cluster) -> TestResult {
     install_and_wait(c, &with_file)?;
     // A decision to publish.
     rejected(c, &["--qos=qos_lafferty", "--gres=gpu:1"])?;
-    wait_for(
-        "the write error to be logged",
-        Duration::from_secs(20),
-        || (errors(c) > 0).then_some(()),
-    )?;
+    wait_for("the write error to be logged", SHORT, || {
+        (errors(c) > 0).then_some(())
+    })?;
     // Three more edits, each tried again at once: nothing new to log.
     for n in 0..3 {
         install_and_wait(c, &format!("{with_file}# edit {n}\n"))?;
@@ -579,10 +560,7 @@ fn metrics_file_trouble(c: &mut Cluster) -> TestResult {
     .and_then(|()| {
         std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).map_err(|e| e.to_string())?;
         install_and_wait(c, &format!("{with_file}# fixed\n"))?;
-        wait_for("the metrics file", Duration::from_secs(20), || {
-            fs::metadata(&file).ok()
-        })
-        .and_then(|meta| {
+        wait_for("the metrics file", SHORT, || fs::metadata(&file).ok()).and_then(|meta| {
             use std::os::unix::fs::MetadataExt;
             let mode = meta.mode() & 0o777;
             ensure(
@@ -594,11 +572,9 @@ fn metrics_file_trouble(c: &mut Cluster) -> TestResult {
                 ),
             )
         })?;
-        wait_for(
-            "word that it is written again",
-            Duration::from_secs(20),
-            || c.log("slurmctld").contains("written again").then_some(()),
-        )
+        wait_for("word that it is written again", SHORT, || {
+            c.log("slurmctld").contains("written again").then_some(())
+        })
         .map(drop)
     });
     install_conf(c, EXAMPLE_GPU_QOS_CONF)?;
@@ -701,7 +677,7 @@ fn user_rejected(
             args.join(" "),
             user.name
         ),
-        Duration::from_secs(60),
+        JOB_START,
         || match user.run(c, None, "sbatch", &all) {
             Ok(out) if out.status.success() => {
                 let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
@@ -796,11 +772,9 @@ fn every_level(c: &mut Cluster) -> TestResult {
          Account=lafferty GPUTypes=a40 GPULimit=4\n"
     );
     install_conf(c, &conf)?;
-    let result = wait_for(
-        "the policy with every level to apply",
-        Duration::from_secs(20),
-        || rejected(c, &["-p", "a40only", "--gres=gpu:1"]).ok(),
-    )
+    let result = wait_for("the policy with every level to apply", SHORT, || {
+        rejected(c, &["-p", "a40only", "--gres=gpu:1"]).ok()
+    })
     .and_then(|_| judge_every_level(c, &dora, &eve));
     install_conf(c, EXAMPLE_GPU_QOS_CONF)?;
     let admin = result.and_then(|()| admin_sees_every_level(c));
@@ -864,7 +838,7 @@ fn judge_every_level(c: &Cluster, dora: &TestUser, eve: &TestUser) -> TestResult
     // The typed job runs under the default QOS, counted against its typed
     // limit in slurmctld's own books.
     let id = dora.sbatch(c, &["--gres=gpu:a40:2", "--wrap=sleep 120"])?;
-    let job = c.wait_job_state(id, &["RUNNING"], ACCEPT_TIMEOUT)?;
+    let job = c.wait_job_state(id, &["RUNNING"], JOB_START)?;
     ensure(
         job.get("QOS") == Some("qos_lafferty"),
         format!("dora's job runs under {:?}", job.get("QOS")),
@@ -885,7 +859,7 @@ fn judge_every_level(c: &Cluster, dora: &TestUser, eve: &TestUser) -> TestResult
         ],
     )?;
     let typed = c.sbatch_ok(&["-p", "a40only", "--gres=gpu:a40:1", "--wrap=sleep 120"])?;
-    c.wait_job_state(typed, &["RUNNING"], ACCEPT_TIMEOUT)?;
+    c.wait_job_state(typed, &["RUNNING"], JOB_START)?;
     let counted = counted_in_assoc_mgr(c, "part_a40", &["gres/gpu:a40=8(1)"]);
     let usage = dora_usage(c);
     c.run_ok("scancel", &[&typed.to_string()])?;
@@ -932,22 +906,17 @@ fn judge_every_level(c: &Cluster, dora: &TestUser, eve: &TestUser) -> TestResult
             "--wrap=sleep 120",
         ],
     )?;
-    c.wait_job_state(held, &["RUNNING"], ACCEPT_TIMEOUT)?;
+    c.wait_job_state(held, &["RUNNING"], JOB_START)?;
     let gpu_qos = testcluster::cluster::build_dir()?.join("gpu-qos");
     let gpu_qos = gpu_qos.to_string_lossy();
     let mut last = String::new();
-    let reported = wait_for(
-        "the account's GPUs in gpu-qos metrics",
-        Duration::from_secs(20),
-        || {
-            last = c.run_ok(&gpu_qos, &["metrics"]).unwrap_or_else(|e| e);
-            (last.contains("gpushare_account_gpus_in_use{account=\"lafferty\",gpu_type=\"a40\"} 2")
-                && last.contains(
-                    "gpushare_account_gpus_limit{account=\"lafferty\",gpu_type=\"a40\"} 4",
-                ))
-            .then_some(())
-        },
-    );
+    let reported = wait_for("the account's GPUs in gpu-qos metrics", SHORT, || {
+        last = c.run_ok(&gpu_qos, &["metrics"]).unwrap_or_else(|e| e);
+        (last.contains("gpushare_account_gpus_in_use{account=\"lafferty\",gpu_type=\"a40\"} 2")
+            && last
+                .contains("gpushare_account_gpus_limit{account=\"lafferty\",gpu_type=\"a40\"} 4"))
+        .then_some(())
+    });
     let usage = eve.run_ok(c, None, &gpu_qos, &["usage"]);
     // A job the account's limit has no room for: gpu-qos why names the
     // parent account that is full.
@@ -956,7 +925,7 @@ fn judge_every_level(c: &Cluster, dora: &TestUser, eve: &TestUser) -> TestResult
         &["-A", "lafferty_students", "--gres=gpu:a40:3", "--wrap=true"],
     )?;
     let why = c
-        .wait_job_reason(waiting, "AssocGrpGRES", ACCEPT_TIMEOUT)
+        .wait_job_reason(waiting, "AssocGrpGRES", JOB_START)
         .and_then(|_| eve.run_ok(c, None, &gpu_qos, &["why", &waiting.to_string()]));
     c.run_ok("scancel", &[&waiting.to_string()])?;
     c.run_ok("scancel", &[&held.to_string()])?;
@@ -1070,7 +1039,7 @@ fn mig_slices(c: &mut Cluster) -> TestResult {
         "--gres=gpu:a100_1g.5gb:2",
         "--wrap=sleep 120",
     ])?;
-    c.wait_job_state(id, &["RUNNING"], ACCEPT_TIMEOUT)?;
+    c.wait_job_state(id, &["RUNNING"], JOB_START)?;
     let counted = counted_in_assoc_mgr(
         c,
         "qos_mig",
@@ -1087,7 +1056,7 @@ fn counted_in_assoc_mgr(c: &Cluster, qos: &str, usage: &[&str]) -> TestResult {
     let args = ["show", "assoc_mgr", "flags=qos", &format!("qos={qos}")];
     wait_for(
         &format!("{} counted in assoc_mgr", usage.join(", ")),
-        Duration::from_secs(20),
+        SHORT,
         || {
             last = c.run_ok("scontrol", &args).unwrap_or_else(|e| e);
             usage.iter().all(|u| last.contains(u)).then_some(())

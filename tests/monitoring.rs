@@ -9,15 +9,17 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
-use std::time::Duration;
 
 use testcluster::cluster::{build_dir, wait_for};
 use testcluster::hosts::TEXTFILE_DIR;
 use testcluster::monitor::Monitoring;
+use testcluster::time::{JOB_START, SHORT};
 use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
 
 fn main() -> ExitCode {
     Suite::new(ClusterSpec::example_site_nodes())
+        // Each test starts with no job left by the one before.
+        .reset(|c| c.cancel_all())
         .test(
             "prometheus_sees_shares_group_use_and_decisions_across_nodes",
             figures,
@@ -48,7 +50,6 @@ fn node_file(c: &Cluster, node: &str) -> PathBuf {
 }
 
 fn figures(c: &mut Cluster) -> TestResult {
-    c.cancel_all()?;
     let mon = Monitoring::start(c)?;
     // Eight shares of 25 units on gpu01, two a40 of qos_lafferty on gpu02.
     let shares: Vec<u32> = (0..8)
@@ -62,7 +63,7 @@ fn figures(c: &mut Cluster) -> TestResult {
         "--wrap=sleep 300",
     ])?;
     for &id in shares.iter().chain([&group]) {
-        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
+        c.wait_job_state(id, &["RUNNING"], JOB_START)?;
     }
     // One untyped group job, refused by the plugin.
     let refused = c.sbatch(&["--qos=qos_lafferty", "--gres=gpu:1", "--wrap=true"]);
@@ -72,7 +73,7 @@ fn figures(c: &mut Cluster) -> TestResult {
     )?;
     let write = qos_file(c);
     gpu_qos(c, &["metrics", "--write", &write.to_string_lossy()])?;
-    let wait = Duration::from_secs(30);
+    let wait = SHORT;
     mon.wait_value(
         r#"sum(gpushare_gpu_units_allocated{node="gpu01"})"#,
         200.0,
@@ -182,16 +183,28 @@ fn check_dashboard(mon: &Monitoring) -> TestResult {
         exprs.len() >= 15,
         format!("{} dashboard queries", exprs.len()),
     )?;
-    // Rates need two samples a few seconds apart.
-    std::thread::sleep(Duration::from_secs(3));
+    // Rates have data once two samples are in their window: asked again
+    // until every query has some (a failing query fails at once).
     let mut empty = Vec::new();
-    for (title, expr) in &exprs {
-        let got = mon
-            .query(expr)
-            .map_err(|e| format!("dashboard panel {title:?}: {e}"))?;
-        if got.is_empty() && !NO_DAEMONS_HERE.contains(&expr.as_str()) {
-            empty.push(format!("{title}: {expr}"));
+    let mut failed = None;
+    let _ = wait_for("every dashboard query to return data", SHORT, || {
+        empty.clear();
+        for (title, expr) in &exprs {
+            match mon.query(expr) {
+                Err(e) => {
+                    failed = Some(format!("dashboard panel {title:?}: {e}"));
+                    return Some(());
+                }
+                Ok(got) if got.is_empty() && !NO_DAEMONS_HERE.contains(&expr.as_str()) => {
+                    empty.push(format!("{title}: {expr}"));
+                }
+                Ok(_) => {}
+            }
         }
+        empty.is_empty().then_some(())
+    });
+    if let Some(e) = failed {
+        return Err(e);
     }
     ensure(
         empty.is_empty(),
@@ -260,28 +273,21 @@ fn promtool_check(what: &str, text: &str) -> TestResult {
 }
 
 fn promtool_check_metrics(c: &mut Cluster) -> TestResult {
-    c.cancel_all()?;
     for _ in 0..3 {
         c.sbatch_ok(&["-w", "gpu02", "--gres=mps:25", SHARE])?;
     }
     c.sbatch_ok(&["-w", "gpu03", "--gres=gpu:h100:1", SHARE])?;
     let _ = c.sbatch(&["--qos=qos_dijk", "--gres=gpu:1", "--wrap=true"]);
-    wait_for(
-        "gpu02's metrics to show three shares",
-        Duration::from_secs(60),
-        || {
-            let text = fs::read_to_string(node_file(c, "gpu02")).ok()?;
-            (text.matches("gpushare_share_units{").count() == 3).then_some(())
-        },
-    )?;
+    wait_for("gpu02's metrics to show three shares", JOB_START, || {
+        let text = fs::read_to_string(node_file(c, "gpu02")).ok()?;
+        (text.matches("gpushare_share_units{").count() == 3).then_some(())
+    })?;
     let write = qos_file(c);
     gpu_qos(c, &["metrics", "--write", &write.to_string_lossy()])?;
     let plugin = c.dir.join(TEXTFILE_DIR).join("gpushare_job_submit.prom");
-    wait_for(
-        "the plugin's decisions file",
-        Duration::from_secs(30),
-        || fs::metadata(&plugin).ok().map(|_| ()),
-    )?;
+    wait_for("the plugin's decisions file", SHORT, || {
+        fs::metadata(&plugin).ok().map(|_| ())
+    })?;
     let gpu_mps = build_dir()?.join("gpu-mps");
     let printed = c.run_on("gpu02", &gpu_mps.to_string_lossy(), &["metrics"])?;
     let mut files: Vec<(String, String)> = Vec::new();

@@ -10,14 +10,19 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use gpushare::mps::ledger::LedgerState;
 use gpushare::mps::status::{DaemonState, NodeStatus};
 use testcluster::cluster::{slurm_places_shares, wait_for, NODE};
 use testcluster::monitor::mapping_follows_ledger;
+use testcluster::time::{Timeout, JOB_END, JOB_LONG, JOB_START, NODE_STATE, SHORT};
 use testcluster::users::TestUser;
 use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
+
+/// A share whose daemon hangs is refused and sent elsewhere within this:
+/// the prolog's own deadline ended the wait, not the hung program.
+const REFUSED_WITHIN: Timeout = Timeout::secs(80);
 
 /// A40s of 48 GiB: a share of 25 units may pin 12 GiB.
 const GPU_MEMORY: &str = "GPUMemory=48G";
@@ -183,10 +188,10 @@ fn shares(c: &Cluster, n: usize, units: u32) -> Result<Vec<u32>, String> {
         .map(|_| c.sbatch_ok(&[&gres, SCRIPT]))
         .collect::<Result<_, _>>()?;
     for &id in &ids {
-        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(90))?;
+        c.wait_job_state(id, &["RUNNING"], JOB_LONG)?;
     }
     // The job's output is there once its prolog is done.
-    wait_for("the jobs' output", Duration::from_secs(60), || {
+    wait_for("the jobs' output", JOB_START, || {
         ids.iter()
             .all(|&id| c.job_output(id).contains("GPU="))
             .then_some(())
@@ -211,11 +216,9 @@ fn used_gpus(c: &Cluster) -> BTreeSet<u32> {
 
 fn cancel_and_wait_stopped(c: &Cluster) -> TestResult {
     c.cancel_all()?;
-    wait_for(
-        "every daemon to be stopped",
-        Duration::from_secs(30),
-        || (0..4).all(|g| daemons(c, g).is_empty()).then_some(()),
-    )
+    wait_for("every daemon to be stopped", SHORT, || {
+        (0..4).all(|g| daemons(c, g).is_empty()).then_some(())
+    })
     .map_err(|e| format!("{e}: calls {:?}", calls(c)))
 }
 
@@ -231,11 +234,9 @@ fn lifecycle(c: &mut Cluster) -> TestResult {
         format!("one -d per GPU expected, got {started:?}: {:?}", calls(c)),
     )?;
     for g in 0..4 {
-        wait_for(
-            &format!("GPU {g}'s daemon"),
-            Duration::from_secs(10),
-            || (daemons(c, g).len() == 1).then_some(()),
-        )
+        wait_for(&format!("GPU {g}'s daemon"), SHORT, || {
+            (daemons(c, g).len() == 1).then_some(())
+        })
         .map_err(|e| format!("{e}: daemon processes {:?}", daemons(c, g)))?;
     }
     // A GPU's first share starts its daemon and sets its limits (both
@@ -333,7 +334,7 @@ fn lifecycle(c: &mut Cluster) -> TestResult {
 fn killed_daemon(c: &mut Cluster) -> TestResult {
     standin(c)?;
     shares(c, 4, 50)?;
-    let before: Vec<u32> = wait_for("the 4 daemons", Duration::from_secs(10), || {
+    let before: Vec<u32> = wait_for("the 4 daemons", SHORT, || {
         let all: Vec<u32> = (0..4).flat_map(|g| daemons(c, g)).collect();
         (all.len() == 4).then_some(all)
     })?;
@@ -341,7 +342,7 @@ fn killed_daemon(c: &mut Cluster) -> TestResult {
     let mut args = vec!["-KILL"];
     args.extend(pids.iter().map(String::as_str));
     c.run_ok("kill", &args)?;
-    wait_for("the daemons to die", Duration::from_secs(10), || {
+    wait_for("the daemons to die", SHORT, || {
         (0..4).all(|g| daemons(c, g).is_empty()).then_some(())
     })?;
     // Each left its control pipe behind, as a killed real daemon does.
@@ -351,14 +352,10 @@ fn killed_daemon(c: &mut Cluster) -> TestResult {
     )?;
     shares(c, 4, 50)?;
     for g in 0..4 {
-        let now = wait_for(
-            &format!("GPU {g}'s new daemon"),
-            Duration::from_secs(10),
-            || {
-                let now = daemons(c, g);
-                (now.len() == 1 && !before.contains(&now[0])).then_some(now)
-            },
-        )
+        let now = wait_for(&format!("GPU {g}'s new daemon"), SHORT, || {
+            let now = daemons(c, g);
+            (now.len() == 1 && !before.contains(&now[0])).then_some(now)
+        })
         .map_err(|e| {
             format!(
                 "{e}: daemon {:?} after the kill of {before:?}",
@@ -383,7 +380,7 @@ fn killed_daemon(c: &mut Cluster) -> TestResult {
 /// it: requeued by its epilog and kept off the node, its output saying
 /// why (`want` among it), its record released, its script never run.
 fn sent_elsewhere(c: &Cluster, id: u32, want: &str) -> TestResult {
-    c.wait_sent_off(id, NODE, Duration::from_secs(90))?;
+    c.wait_sent_off(id, NODE, JOB_LONG)?;
     let out = c.job_output(id);
     let shown = c.run_ok("scontrol", &["show", "job", &id.to_string()])?;
     ensure(
@@ -408,7 +405,7 @@ fn hung_daemon(c: &mut Cluster) -> TestResult {
     let id = c.sbatch_ok(&["--gres=mps:50", SCRIPT])?;
     sent_elsewhere(c, id, "could not be given the limits of its shares")?;
     ensure(
-        started.elapsed() < Duration::from_secs(80),
+        started.elapsed() < REFUSED_WITHIN.scaled(),
         format!("the refusal took {:?}", started.elapsed()),
     )?;
     let log = c.syslog();
@@ -478,7 +475,8 @@ fn memory_per_task(c: &mut Cluster) -> TestResult {
         .command("timeout")
         .env("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.5")
         .env("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "0=99999M")
-        .args(["120", "srun", "--gres=mps:25", "-n1", "sh", "-c", show])
+        .arg(JOB_LONG.scaled_secs().to_string())
+        .args(["srun", "--gres=mps:25", "-n1", "sh", "-c", show])
         .output()
         .map_err(|e| format!("srun: {e}"))?;
     let text = String::from_utf8_lossy(&own.stdout);
@@ -515,8 +513,8 @@ fn clients_terminated(c: &mut Cluster) -> TestResult {
     .map_err(|e| e.to_string())?;
     let result = (|| {
         c.run_ok("scancel", &[&id.to_string()])?;
-        c.wait_job_done(id, Duration::from_secs(60))?;
-        wait_for("the epilog's quit", Duration::from_secs(30), || {
+        c.wait_job_done(id, JOB_END)?;
+        wait_for("the epilog's quit", SHORT, || {
             gpus_with(c, "cmd=quit").contains(&gpu).then_some(())
         })?;
         let log = calls(c);
@@ -634,22 +632,18 @@ fn failed_gpus(c: &mut Cluster) -> TestResult {
         let ids: Vec<u32> = (0..4)
             .map(|_| c.sbatch_ok(&["--gres=mps:60", SCRIPT]))
             .collect::<Result<_, _>>()?;
-        let refused = wait_for(
-            "one share sent off the node",
-            Duration::from_secs(90),
-            || {
-                let off: Vec<u32> = ids
-                    .iter()
-                    .copied()
-                    .filter(|&id| c.sent_off(id, NODE))
-                    .collect();
-                let running = ids
-                    .iter()
-                    .filter(|&&id| c.job_output(id).contains("GPU="))
-                    .count();
-                (off.len() == 1 && running == 3).then(|| off[0])
-            },
-        )?;
+        let refused = wait_for("one share sent off the node", JOB_LONG, || {
+            let off: Vec<u32> = ids
+                .iter()
+                .copied()
+                .filter(|&id| c.sent_off(id, NODE))
+                .collect();
+            let running = ids
+                .iter()
+                .filter(|&&id| c.job_output(id).contains("GPU="))
+                .count();
+            (off.len() == 1 && running == 3).then(|| off[0])
+        })?;
         let out = c.job_output(refused);
         ensure(
             out.contains("set aside as failed")
@@ -683,7 +677,7 @@ fn failed_gpus(c: &mut Cluster) -> TestResult {
             )?;
         }
         let id = c.sbatch_ok(&["--gres=mps:25", SCRIPT])?;
-        wait_for("the node to drain", Duration::from_secs(60), || {
+        wait_for("the node to drain", NODE_STATE, || {
             c.node_states()
                 .ok()?
                 .values()
@@ -777,7 +771,7 @@ fn prolog_killed(c: &mut Cluster) -> TestResult {
     // Its prolog placed it and now waits on the control program.
     let prolog = wait_for(
         "the prolog to place the share and wait on the daemon",
-        Duration::from_secs(60),
+        JOB_START,
         || {
             ledger(c).share(id)?;
             let out = c.run("pgrep", &["-x", "gpu-mps-prolog"]).ok()?;
@@ -795,14 +789,10 @@ fn prolog_killed(c: &mut Cluster) -> TestResult {
     let _ = fs::remove_file(bin_dir(c).join("hang"));
     // Slurm gives up on the job (22.05 runs the epilog, which releases
     // it); whatever the ledger holds, the mapping holds the same.
-    wait_for(
-        "the job to leave RUNNING/CONFIGURING",
-        Duration::from_secs(60),
-        || {
-            let state = c.job(id).ok()?.state().to_owned();
-            (state != "RUNNING" && state != "CONFIGURING").then_some(())
-        },
-    )?;
+    wait_for("the job to leave RUNNING/CONFIGURING", JOB_END, || {
+        let state = c.job(id).ok()?.state().to_owned();
+        (state != "RUNNING" && state != "CONFIGURING").then_some(())
+    })?;
     mapping_follows_ledger(c, &node)?;
     c.run_ok("scancel", &[&id.to_string()])?;
     // Slurm drains a node whose prolog failed: once it has, resume it and
@@ -813,21 +803,17 @@ fn prolog_killed(c: &mut Cluster) -> TestResult {
             .and_then(|s| s.get(&node).cloned())
             .unwrap_or_default()
     };
-    wait_for("Slurm to drain the node", Duration::from_secs(60), || {
+    wait_for("Slurm to drain the node", NODE_STATE, || {
         drained(c).to_lowercase().contains("drain").then_some(())
     })?;
     c.run_ok(
         "scontrol",
         &["update", &format!("nodename={node}"), "state=resume"],
     )?;
-    wait_for(
-        "the node to take jobs again",
-        Duration::from_secs(60),
-        || {
-            let state = drained(c);
-            (!state.to_lowercase().contains("drain") && !state.is_empty()).then_some(())
-        },
-    )?;
+    wait_for("the node to take jobs again", NODE_STATE, || {
+        let state = drained(c);
+        (!state.to_lowercase().contains("drain") && !state.is_empty()).then_some(())
+    })?;
     let bin = testcluster::cluster::build_dir()?.join("gpu-mps");
     let conf = c.slurm_conf().with_file_name("gpu_mps.conf");
     c.run_ok(
@@ -846,8 +832,8 @@ fn prolog_killed(c: &mut Cluster) -> TestResult {
 /// A user's sbatch of a share, its output in the user's home.
 fn user_share(c: &Cluster, user: &TestUser, units: u32) -> Result<u32, String> {
     let id = user_submit(c, user, units)?;
-    c.wait_job_state(id, &["RUNNING"], Duration::from_secs(90))?;
-    wait_for("the job's output", Duration::from_secs(60), || {
+    c.wait_job_state(id, &["RUNNING"], JOB_LONG)?;
+    wait_for("the job's output", JOB_START, || {
         user_output(user, id).contains("GPU=").then_some(())
     })?;
     Ok(id)
@@ -892,7 +878,7 @@ fn beside_other_user(c: &mut Cluster) -> TestResult {
         let id = user_submit(c, &bob, 30)?;
         // Refused here, then requeued and kept off this node (its epilog),
         // never FAILED: it waits for a node that can serve it.
-        c.wait_sent_off(id, NODE, Duration::from_secs(90))?;
+        c.wait_sent_off(id, NODE, JOB_LONG)?;
         let out = user_output(&bob, id);
         let shown = c.run_ok("scontrol", &["show", "job", &id.to_string()])?;
         ensure(
@@ -1004,7 +990,7 @@ fn one_user_daemon_kept(c: &mut Cluster) -> TestResult {
             format!("daemon starts {starts:?}"),
         )?;
         c.cancel_all()?;
-        wait_for("every daemon to stop", Duration::from_secs(30), || {
+        wait_for("every daemon to stop", SHORT, || {
             (0..4).all(|g| daemons(c, g).is_empty()).then_some(())
         })?;
         let again = user_share(c, &bob, 20)?;
@@ -1120,11 +1106,9 @@ fn pipes_guarded(c: &mut Cluster) -> TestResult {
         ),
     )?;
     c.run_ok("scancel", &[&id.to_string()])?;
-    wait_for(
-        "alice's share to be released",
-        Duration::from_secs(30),
-        || ledger(c).share(id).is_none().then_some(()),
-    )?;
+    wait_for("alice's share to be released", SHORT, || {
+        ledger(c).share(id).is_none().then_some(())
+    })?;
     ensure(
         !can_enter(c, &alice, gpu)?,
         "alice still reaches the pipes of a GPU where she has no share left",

@@ -11,16 +11,19 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use gpushare::qos::why::WhyReport;
 use testcluster::cluster::{slurm_places_shares, wait_for};
 use testcluster::monitor::{mapping_follows_ledger, node_ledger};
+use testcluster::time::{JOB_END, JOB_LONG, JOB_START, NODE_STATE, SHORT};
 use testcluster::users::TestUser;
 use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
 
 fn main() -> ExitCode {
     Suite::new(ClusterSpec::example_site_nodes())
+        // Each test starts with no job, no share in any ledger, every
+        // node's DCGM mapping following its ledger.
+        .reset(|c| clean(c))
         .test("each_node_is_a_host_of_its_own", own_hosts)
         .test("the_group_limit_holds_across_nodes", group_limit)
         .test(
@@ -126,11 +129,11 @@ fn start_shares(
         })
         .collect::<Result<_, _>>()?;
     for &id in &ids {
-        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))
+        c.wait_job_state(id, &["RUNNING"], JOB_START)
             .map_err(|e| format!("{e}\njob output: {}", c.job_output(id)))?;
     }
     // Its GPU, then the device probe's whole line (`PROBED` after it).
-    wait_for("the shares' output", Duration::from_secs(30), || {
+    wait_for("the shares' output", SHORT, || {
         ids.iter()
             .all(|&id| {
                 printed(c, id, "GPU").is_some_and(|g| !g.is_empty())
@@ -175,11 +178,9 @@ fn all_ledgers_empty(c: &Cluster) -> Option<()> {
 
 fn clean(c: &Cluster) -> TestResult {
     c.cancel_all()?;
-    wait_for(
-        "every node's ledger to be empty",
-        Duration::from_secs(30),
-        || all_ledgers_empty(c),
-    )
+    wait_for("every node's ledger to be empty", SHORT, || {
+        all_ledgers_empty(c)
+    })
     .map_err(|e| {
         let left: Vec<String> = c
             .node_names()
@@ -242,26 +243,21 @@ fn own_hosts(c: &mut Cluster) -> TestResult {
 }
 
 fn group_limit(c: &mut Cluster) -> TestResult {
-    clean(c)?;
     let lafferty = |node: &str, gres: &str| {
         c.sbatch_ok(&["--qos=qos_lafferty", "-w", node, gres, "--wrap=sleep 300"])
     };
     let first = lafferty("gpu01", "--gres=gpu:a40:2")?;
     let second = lafferty("gpu02", "--gres=gpu:a40:2")?;
     for id in [first, second] {
-        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
+        c.wait_job_state(id, &["RUNNING"], JOB_START)?;
     }
     // Two a40 stay free on each node: the next one waits on the group.
     let third = c.sbatch_ok(&["--qos=qos_lafferty", "--gres=gpu:a40:1", "--wrap=sleep 300"])?;
-    let info = wait_for(
-        "the third lafferty job to wait on its group",
-        Duration::from_secs(30),
-        || {
-            let info = c.job(third).ok()?;
-            let reason = info.get("Reason")?.to_owned();
-            (info.state() == "PENDING" && reason.starts_with("QOSGrp")).then_some(reason)
-        },
-    )
+    let info = wait_for("the third lafferty job to wait on its group", SHORT, || {
+        let info = c.job(third).ok()?;
+        let reason = info.get("Reason")?.to_owned();
+        (info.state() == "PENDING" && reason.starts_with("QOSGrp")).then_some(reason)
+    })
     .map_err(|e| format!("{e}: {:?}", c.job(third).map(|j| j.fields)))?;
     // gpu-qos usage counts the group's GPUs over both nodes.
     let bin = testcluster::cluster::build_dir()?.join("gpu-qos");
@@ -292,13 +288,12 @@ fn group_limit(c: &mut Cluster) -> TestResult {
     )?;
     // A lowprio job still finds the free a40s.
     let low = c.sbatch_ok(&["--qos=lowprio", "--gres=gpu:a40:2", "--wrap=sleep 300"])?;
-    c.wait_job_state(low, &["RUNNING"], Duration::from_secs(60))
+    c.wait_job_state(low, &["RUNNING"], JOB_START)
         .map_err(|e| format!("{e} (the third lafferty job waited on {info})"))?;
     Ok(())
 }
 
 fn never_fits_on_two_nodes(c: &mut Cluster) -> TestResult {
-    clean(c)?;
     let out = c.sbatch(&[
         "--qos=qos_lafferty",
         "-N2",
@@ -317,7 +312,7 @@ fn never_fits_on_two_nodes(c: &mut Cluster) -> TestResult {
         "--gres=gpu:a40:2",
         "--wrap=srun -l hostname; sleep 300",
     ])?;
-    let info = c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
+    let info = c.wait_job_state(id, &["RUNNING"], JOB_START)?;
     ensure(
         info.get("NumNodes") == Some("2"),
         format!("job {id} runs on {:?} nodes", info.get("NumNodes")),
@@ -325,7 +320,6 @@ fn never_fits_on_two_nodes(c: &mut Cluster) -> TestResult {
 }
 
 fn shares_on_two_nodes(c: &mut Cluster) -> TestResult {
-    clean(c)?;
     let mut placed = BTreeMap::new();
     for node in ["gpu01", "gpu02"] {
         let ids = start_shares(c, node, 8, 50, &[])?;
@@ -377,11 +371,10 @@ fn shares_on_two_nodes(c: &mut Cluster) -> TestResult {
 /// ghosts left, the others find no room and reconcile; every one of them
 /// must be placed.
 fn ghosts_after_outage(c: &mut Cluster) -> TestResult {
-    clean(c)?;
     let (lost, before) = start_shares_held(c, "gpu01", 4, &["--no-requeue"])?;
     c.crash_node("gpu01")?;
     for &id in &lost {
-        let info = c.wait_job_done(id, Duration::from_secs(90))?;
+        let info = c.wait_job_done(id, NODE_STATE)?;
         ensure(
             info.state() == "NODE_FAIL",
             format!("job {id} ended {} after gpu01 went away", info.state()),
@@ -389,11 +382,9 @@ fn ghosts_after_outage(c: &mut Cluster) -> TestResult {
     }
     // slurmctld forgets them while gpu01 is away (MinJobAge): nothing will
     // ever run their epilogs.
-    wait_for(
-        "slurmctld to forget the lost jobs",
-        Duration::from_secs(60),
-        || lost.iter().all(|&id| c.job(id).is_err()).then_some(()),
-    )?;
+    wait_for("slurmctld to forget the lost jobs", JOB_END, || {
+        lost.iter().all(|&id| c.job(id).is_err()).then_some(())
+    })?;
     let ghosts = shares(c, "gpu01");
     ensure(
         ghosts == before,
@@ -411,7 +402,7 @@ fn ghosts_after_outage(c: &mut Cluster) -> TestResult {
     for &id in &ids {
         let placed = wait_for(
             &format!("job {id} to print its GPU or fail"),
-            Duration::from_secs(90),
+            JOB_LONG,
             || {
                 if printed(c, id, "GPU").is_some_and(|g| !g.is_empty()) {
                     return Some(true);
@@ -441,11 +432,10 @@ fn ghosts_after_outage(c: &mut Cluster) -> TestResult {
 }
 
 fn rebooted_node(c: &mut Cluster) -> TestResult {
-    clean(c)?;
     let (lost, before) = start_shares_held(c, "gpu02", 2, &["--no-requeue"])?;
     c.crash_node("gpu02")?;
     for &id in &lost {
-        c.wait_job_done(id, Duration::from_secs(90))?;
+        c.wait_job_done(id, NODE_STATE)?;
     }
     c.boot_node("gpu02")?;
     ensure(
@@ -465,7 +455,6 @@ fn rebooted_node(c: &mut Cluster) -> TestResult {
 }
 
 fn preemption(c: &mut Cluster) -> TestResult {
-    clean(c)?;
     let low = |node: &str, gres: &str| {
         c.sbatch_ok(&[
             "--qos=lowprio",
@@ -482,10 +471,10 @@ fn preemption(c: &mut Cluster) -> TestResult {
     ];
     let h100 = low("gpu03", "--gres=gpu:h100:2")?;
     for id in a40.iter().map(|(_, id)| *id).chain([h100]) {
-        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
+        c.wait_job_state(id, &["RUNNING"], JOB_START)?;
     }
     let group = c.sbatch_ok(&["--qos=qos_lafferty", "--gres=gpu:a40:2", "--wrap=sleep 300"])?;
-    let info = c.wait_job_state(group, &["RUNNING"], Duration::from_secs(90))?;
+    let info = c.wait_job_state(group, &["RUNNING"], JOB_LONG)?;
     let node = info.get("NodeList").unwrap_or_default().to_owned();
     let mut preempted = Vec::new();
     for (low_node, id) in a40 {
@@ -512,12 +501,10 @@ fn preemption(c: &mut Cluster) -> TestResult {
     // Requeued, it runs again once the group job ends, its output appended.
     let (_, victim, _) = preempted[0];
     c.run_ok("scancel", &[&group.to_string()])?;
-    c.wait_job_state(victim, &["RUNNING"], Duration::from_secs(90))?;
-    wait_for(
-        "the requeued job's second start",
-        Duration::from_secs(30),
-        || (c.job_output(victim).matches("started on").count() == 2).then_some(()),
-    )
+    c.wait_job_state(victim, &["RUNNING"], JOB_LONG)?;
+    wait_for("the requeued job's second start", SHORT, || {
+        (c.job_output(victim).matches("started on").count() == 2).then_some(())
+    })
     .map_err(|e| format!("{e}: {:?}", c.job_output(victim)))?;
     clean(c)
 }
@@ -527,7 +514,6 @@ fn preemption(c: &mut Cluster) -> TestResult {
 /// group's. `gpu-qos why`, run by its user, names each a40 node with its
 /// GPUs in use and the group job it knows of, the h100 node not at all.
 fn why_resources(c: &mut Cluster) -> TestResult {
-    clean(c)?;
     let alice = TestUser::create(c, "gpushare_alice")?;
     let bob = TestUser::create(c, "gpushare_bob")?;
     for u in [&alice, &bob] {
@@ -545,10 +531,10 @@ fn why_resources(c: &mut Cluster) -> TestResult {
     let filler1 = c.sbatch_ok(&["-w", "gpu01", "--gres=gpu:a40:2", "--wrap=sleep 300"])?;
     let filler2 = c.sbatch_ok(&["-w", "gpu02", "--gres=gpu:a40:4", "--wrap=sleep 300"])?;
     for id in [group, filler1, filler2] {
-        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
+        c.wait_job_state(id, &["RUNNING"], JOB_START)?;
     }
     let waiting = sbatch_as(&bob, &["--qos=qos_lafferty", "--gres=gpu:a40:2"])?;
-    c.wait_job_reason(waiting, "Resources", Duration::from_secs(60))?;
+    c.wait_job_reason(waiting, "Resources", JOB_START)?;
     let bin = testcluster::cluster::build_dir()?.join("gpu-qos");
     let json = bob.run_ok(
         c,
@@ -579,7 +565,6 @@ fn why_resources(c: &mut Cluster) -> TestResult {
 }
 
 fn two_node_share(c: &mut Cluster) -> TestResult {
-    clean(c)?;
     let probe = c.write_device_probe()?;
     let probe = probe.to_string_lossy().into_owned();
     let out = c.srun(&[
@@ -614,11 +599,9 @@ fn two_node_share(c: &mut Cluster) -> TestResult {
                 .all(|l| l.matches("No_such_device_or_address").count() == 1),
         format!("each task should open exactly its own GPU: {text}"),
     )?;
-    wait_for(
-        "both ledgers to be empty after the step",
-        Duration::from_secs(30),
-        || all_ledgers_empty(c),
-    )
+    wait_for("both ledgers to be empty after the step", SHORT, || {
+        all_ledgers_empty(c)
+    })
 }
 
 /// gpu01 holds four shares of 60 units, one per GPU: 160 units free on
@@ -628,7 +611,6 @@ fn two_node_share(c: &mut Cluster) -> TestResult {
 /// gpu01, while gpu02, which placed its half, releases it. Where Slurm
 /// places, it sees each GPU's room and holds the job until one has room.
 fn no_room_on_one_node(c: &mut Cluster) -> TestResult {
-    clean(c)?;
     let fillers = start_shares(c, "gpu01", 4, 60, &[])?;
     let held = shares(c, "gpu01");
     let gpus: Vec<u32> = held.values().copied().collect();
@@ -644,9 +626,10 @@ fn no_room_on_one_node(c: &mut Cluster) -> TestResult {
         "--wrap=srun -l sh -c 'echo $(hostname) GPU=$GPUSHARE_GPU'",
     ])?;
     if slurm_places_shares() {
-        // Slurm holds it: no GPU of gpu01 has 50 units.
-        std::thread::sleep(Duration::from_secs(5));
-        let info = c.job(id)?;
+        // Slurm holds it: no GPU of gpu01 has 50 units. Still pending,
+        // gpu01 untouched, once a scheduling pass after its submission
+        // has looked at it.
+        let info = c.wait_considered(id, JOB_START)?;
         ensure(
             info.state() == "PENDING" && shares(c, "gpu01") == held,
             format!(
@@ -656,7 +639,7 @@ fn no_room_on_one_node(c: &mut Cluster) -> TestResult {
             ),
         )?;
         c.run_ok("scancel", &[&fillers[0].to_string()])?;
-        let done = c.wait_job_done(id, Duration::from_secs(60))?;
+        let done = c.wait_job_done(id, JOB_END)?;
         let out = c.job_output(id);
         ensure(
             done.state() == "COMPLETED"
@@ -667,7 +650,7 @@ fn no_room_on_one_node(c: &mut Cluster) -> TestResult {
         )?;
         return clean(c);
     }
-    let done = c.wait_job_done(id, Duration::from_secs(60))?;
+    let done = c.wait_job_done(id, JOB_END)?;
     let out = c.job_output(id);
     ensure(
         done.state() == "FAILED"
@@ -689,11 +672,9 @@ fn no_room_on_one_node(c: &mut Cluster) -> TestResult {
             && about.iter().any(|l| l.contains("released")),
         format!("gpu02's log should show job {id} placed and released: {about:?}"),
     )?;
-    wait_for(
-        "gpu02's ledger to be empty",
-        Duration::from_secs(30),
-        || shares(c, "gpu02").is_empty().then_some(()),
-    )?;
+    wait_for("gpu02's ledger to be empty", SHORT, || {
+        shares(c, "gpu02").is_empty().then_some(())
+    })?;
     ensure(
         shares(c, "gpu01") == held,
         format!(
@@ -705,13 +686,12 @@ fn no_room_on_one_node(c: &mut Cluster) -> TestResult {
 }
 
 fn missing_node_config(c: &mut Cluster) -> TestResult {
-    clean(c)?;
     let conf = c.node_dir("gpu02").join("etc-slurm/gpu_mps.conf");
     let aside = conf.with_extension("aside");
     fs::rename(&conf, &aside).map_err(|e| format!("{}: {e}", conf.display()))?;
     let result = (|| -> TestResult {
         let id = c.sbatch_ok(&["-w", "gpu02", "--gres=mps:50", SHARE])?;
-        let info = c.wait_job_done(id, Duration::from_secs(60))?;
+        let info = c.wait_job_done(id, JOB_END)?;
         let out = c.job_output(id);
         ensure(
             info.state() == "FAILED"
@@ -731,7 +711,7 @@ fn missing_node_config(c: &mut Cluster) -> TestResult {
         )?;
         // A job without mps runs there as ever.
         let plain = c.sbatch_ok(&["-w", "gpu02", "--gres=gpu:a40:1", "--wrap=true"])?;
-        let done = c.wait_job_done(plain, Duration::from_secs(60))?;
+        let done = c.wait_job_done(plain, JOB_END)?;
         ensure(
             done.state() == "COMPLETED",
             format!("a whole-GPU job on gpu02 ended {}", done.state()),
@@ -743,7 +723,6 @@ fn missing_node_config(c: &mut Cluster) -> TestResult {
 }
 
 fn daemon_restarts(c: &mut Cluster) -> TestResult {
-    clean(c)?;
     let mut held = BTreeMap::new();
     for node in ["gpu01", "gpu02"] {
         start_shares(c, node, 3, 50, &[])?;
@@ -783,7 +762,6 @@ fn daemon_restarts(c: &mut Cluster) -> TestResult {
 /// What Slurm sends job_submit for requests that span nodes, each judged
 /// and (where accepted) run on the three nodes.
 fn request_shapes(c: &mut Cluster) -> TestResult {
-    clean(c)?;
     let lafferty = |extra: &[&str]| {
         let mut args = vec!["--qos=qos_lafferty"];
         args.extend_from_slice(extra);
@@ -797,7 +775,7 @@ fn request_shapes(c: &mut Cluster) -> TestResult {
         "--wrap=srun -l hostname; sleep 300",
     ])
     .map_err(|e| format!("-N2 --gpus-per-task=a40:1 refused: {e}"))?;
-    let info = c.wait_job_state(per_task, &["RUNNING"], Duration::from_secs(60))?;
+    let info = c.wait_job_state(per_task, &["RUNNING"], JOB_START)?;
     ensure(
         info.get("NumNodes") == Some("2"),
         format!(
@@ -820,7 +798,7 @@ fn request_shapes(c: &mut Cluster) -> TestResult {
     // --gpus for the whole job, over two nodes: Slurm spreads it.
     let spread = lafferty(&["-N2", "--gpus=a40:4", "--wrap=sleep 300"])
         .map_err(|e| format!("-N2 --gpus=a40:4 refused: {e}"))?;
-    let info = c.wait_job_state(spread, &["RUNNING"], Duration::from_secs(60))?;
+    let info = c.wait_job_state(spread, &["RUNNING"], JOB_START)?;
     ensure(
         info.get("NumNodes") == Some("2"),
         format!("-N2 --gpus=a40:4 runs on {:?}", info.get("NodeList")),
@@ -830,7 +808,7 @@ fn request_shapes(c: &mut Cluster) -> TestResult {
     // fit the group); Slurm's own limit keeps what it is given within 4.
     let range = lafferty(&["-N1-3", "--gres=gpu:a40:2", "--wrap=sleep 300"])
         .map_err(|e| format!("-N1-3 --gres=gpu:a40:2 refused: {e}"))?;
-    let info = c.wait_job_state(range, &["RUNNING"], Duration::from_secs(60))?;
+    let info = c.wait_job_state(range, &["RUNNING"], JOB_START)?;
     let nodes: u32 = info
         .get("NumNodes")
         .and_then(|n| n.parse().ok())
@@ -854,7 +832,7 @@ fn request_shapes(c: &mut Cluster) -> TestResult {
         .map_err(|e| format!("--array=0-5 --gres=gpu:a40:1 refused: {e}"))?;
     let tasks = wait_for(
         "four array tasks to run and two to wait on the group",
-        Duration::from_secs(60),
+        JOB_START,
         || {
             let out = c
                 .run_ok(
@@ -922,22 +900,17 @@ fn request_shapes(c: &mut Cluster) -> TestResult {
 /// 22.05 for a requeued job on the same node), is refused with that reason:
 /// no share ever runs unplaced, nothing over-fills, nothing is left behind.
 fn cable_cut(c: &mut Cluster) -> TestResult {
-    clean(c)?;
     let (ids, before) = start_shares_held(c, "gpu02", 2, &["--requeue", "--open-mode=append"])?;
     c.set_cable("gpu02", false)?;
-    wait_for("gpu02 to be DOWN", Duration::from_secs(60), || {
+    wait_for("gpu02 to be DOWN", NODE_STATE, || {
         let states = c.node_states().ok()?;
         states.get("gpu02")?.starts_with("down").then_some(())
     })?;
     for &id in &ids {
-        wait_for(
-            &format!("job {id} to be requeued"),
-            Duration::from_secs(60),
-            || {
-                let j = c.job(id).ok()?;
-                (j.state() != "RUNNING").then_some(())
-            },
-        )?;
+        wait_for(&format!("job {id} to be requeued"), NODE_STATE, || {
+            let j = c.job(id).ok()?;
+            (j.state() != "RUNNING").then_some(())
+        })?;
     }
     // Cut off, the node still holds both shares.
     let during = shares(c, "gpu02");
@@ -946,7 +919,7 @@ fn cable_cut(c: &mut Cluster) -> TestResult {
         format!("while cut off gpu02's ledger went from {before:?} to {during:?}"),
     )?;
     c.set_cable("gpu02", true)?;
-    c.wait_nodes(&["gpu02".to_owned()], Duration::from_secs(90))?;
+    c.wait_nodes(&["gpu02".to_owned()], NODE_STATE)?;
     // Each requeued job runs again placed, is refused by gpushare because
     // Slurm skipped its Prolog, or is ended by Slurm itself (24.11 ended one
     // as FAILED when the cut-off node's stale instance reported back, its
@@ -955,7 +928,7 @@ fn cable_cut(c: &mut Cluster) -> TestResult {
     for &id in &ids {
         let ended = wait_for(
             &format!("job {id} to run again placed, or end"),
-            Duration::from_secs(120),
+            JOB_LONG,
             || {
                 let j = c.job(id).ok()?;
                 let out = c.job_output(id);
@@ -986,7 +959,7 @@ fn cable_cut(c: &mut Cluster) -> TestResult {
     // An ended instance's epilog may still be on its way.
     wait_for(
         "gpu02's ledger to hold exactly its running shares",
-        Duration::from_secs(30),
+        SHORT,
         || (shares(c, "gpu02").keys().copied().collect::<Vec<_>>() == running).then_some(()),
     )
     .map_err(|e| {
@@ -1005,7 +978,6 @@ fn cable_cut(c: &mut Cluster) -> TestResult {
 /// gpu02 once that is free instead of ending FAILED; `scontrol show job`
 /// tells ben why. Where Slurm places, it runs beside ann on gpu01, told so.
 fn sent_elsewhere(c: &mut Cluster) -> TestResult {
-    clean(c)?;
     let ann = TestUser::create(c, "gpushare-ann")?;
     let ben = TestUser::create(c, "gpushare-ben")?;
     let submit = |user: &TestUser, extra: &[&str]| {
@@ -1018,34 +990,26 @@ fn sent_elsewhere(c: &mut Cluster) -> TestResult {
     let anns: Vec<u32> = (0..4)
         .map(|_| submit(&ann, &["-w", "gpu01", "--gres=mps:10"]))
         .collect::<Result<_, _>>()?;
-    wait_for(
-        "ann's four shares on gpu01",
-        Duration::from_secs(60),
-        || {
-            let held = shares(c, "gpu01");
-            anns.iter().all(|id| held.contains_key(id)).then_some(())
-        },
-    )?;
+    wait_for("ann's four shares on gpu01", JOB_START, || {
+        let held = shares(c, "gpu01");
+        anns.iter().all(|id| held.contains_key(id)).then_some(())
+    })?;
     let gpus: std::collections::BTreeSet<u32> = shares(c, "gpu01").into_values().collect();
     ensure(
         gpus.len() == 4,
         format!("ann's shares on GPUs {gpus:?} of gpu01"),
     )?;
     let blocker = c.sbatch_ok(&["-w", "gpu02", "--exclusive", "--wrap=sleep 300"])?;
-    c.wait_job_state(blocker, &["RUNNING"], Duration::from_secs(60))?;
+    c.wait_job_state(blocker, &["RUNNING"], JOB_START)?;
     let id = submit(&ben, &["--gres=mps:30"])?;
     if slurm_places_shares() {
-        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(90))?;
+        c.wait_job_state(id, &["RUNNING"], JOB_LONG)?;
         return clean(c);
     }
-    wait_for(
-        "ben's job to be sent off gpu01",
-        Duration::from_secs(90),
-        || {
-            let info = c.job(id).ok()?;
-            info.get("ExcNodeList")?.contains("gpu01").then_some(info)
-        },
-    )
+    wait_for("ben's job to be sent off gpu01", JOB_LONG, || {
+        let info = c.job(id).ok()?;
+        info.get("ExcNodeList")?.contains("gpu01").then_some(info)
+    })
     .and_then(|_| {
         let shown = ben.run_ok(c, None, "scontrol", &["show", "job", &id.to_string()])?;
         ensure(
@@ -1054,7 +1018,7 @@ fn sent_elsewhere(c: &mut Cluster) -> TestResult {
         )
     })?;
     c.run_ok("scancel", &[&blocker.to_string()])?;
-    let info = c.wait_job_state(id, &["RUNNING"], Duration::from_secs(120))?;
+    let info = c.wait_job_state(id, &["RUNNING"], JOB_LONG)?;
     ensure(
         info.get("NodeList") == Some("gpu02"),
         format!("ben's job runs on {:?}", info.get("NodeList")),

@@ -23,10 +23,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::OnceLock;
-use std::time::Duration;
 
 use crate::cluster::wait_for;
 use crate::process::Daemon;
+use crate::time::SHORT;
 use crate::Result;
 
 /// Set to `own` when this process already runs in a network namespace made
@@ -198,15 +198,11 @@ impl NodeHost {
         let pid = holder.pid().ok_or("node holder has no pid")?;
         // unshare(1) makes the namespaces, then execs sleep: wait for them.
         let own = fs::read_link("/proc/self/ns/mnt").map_err(|e| e.to_string())?;
-        wait_for(
-            &format!("node {name}'s namespaces"),
-            Duration::from_secs(10),
-            || {
-                let theirs = fs::read_link(format!("/proc/{pid}/ns/mnt")).ok()?;
-                let comm = fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
-                (theirs != own && comm.trim() == "sleep").then_some(())
-            },
-        )?;
+        wait_for(&format!("node {name}'s namespaces"), SHORT, || {
+            let theirs = fs::read_link(format!("/proc/{pid}/ns/mnt")).ok()?;
+            let comm = fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+            (theirs != own && comm.trim() == "sleep").then_some(())
+        })?;
         let cable = format!("gsv{}n{index}", fabric.subnet);
         let host = Self {
             name: name.to_owned(),

@@ -20,6 +20,7 @@ pub mod monitor;
 pub mod process;
 pub mod standin;
 pub mod suite;
+pub mod time;
 pub mod users;
 
 pub use cluster::{Cluster, ClusterSpec, GpuSpec, JobInfo, NodeSpec, Qos};

@@ -17,6 +17,7 @@ use gpushare::mps::ledger::LedgerState;
 use crate::cluster::{wait_for, Cluster};
 use crate::hosts::TEXTFILE_DIR;
 use crate::process::Daemon;
+use crate::time::{DAEMON_START, DAEMON_STOP};
 use crate::Result;
 
 /// node_exporter's port on each node.
@@ -166,14 +167,10 @@ impl Monitoring {
             dir,
         };
         let want = targets.len();
-        wait_for(
-            "Prometheus to scrape every exporter",
-            Duration::from_secs(60),
-            || {
-                let up = me.query("sum(up)").ok()?;
-                (up.first()?.value as usize == want).then_some(())
-            },
-        )
+        wait_for("Prometheus to scrape every exporter", DAEMON_START, || {
+            let up = me.query("sum(up)").ok()?;
+            (up.first()?.value as usize == want).then_some(())
+        })
         .map_err(|e| {
             let logs: Vec<String> = ["prometheus", "node_exporter-controller"]
                 .iter()
@@ -220,7 +217,7 @@ impl Monitoring {
 
     /// Waits until `expr` gives one sample of value `want`; the error shows
     /// the last result.
-    pub fn wait_value(&self, expr: &str, want: f64, timeout: Duration) -> Result<()> {
+    pub fn wait_value(&self, expr: &str, want: f64, timeout: impl Into<Duration>) -> Result<()> {
         let mut last = String::new();
         wait_for(&format!("{expr} to be {want}"), timeout, || {
             let got = self.query(expr);
@@ -234,7 +231,7 @@ impl Monitoring {
     /// Stops the server and the exporters.
     pub fn stop(&mut self) {
         for d in self.daemons.iter_mut().rev() {
-            d.stop(Duration::from_secs(5));
+            d.stop(DAEMON_STOP.into());
         }
     }
 }

@@ -15,6 +15,8 @@ use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
+use crate::time::{DAEMON_STOP, EXIT_POLL, POLL};
+
 /// Environment variable naming the cluster directory a process belongs to.
 pub const MARKER: &str = "GPUSHARE_TESTCLUSTER";
 
@@ -87,7 +89,7 @@ impl Daemon {
             if let Ok(Some(_)) = child.try_wait() {
                 return;
             }
-            sleep(Duration::from_millis(50));
+            sleep(EXIT_POLL);
         }
         let _ = child.kill();
         let _ = child.wait();
@@ -104,7 +106,7 @@ impl Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        self.stop(Duration::from_secs(5));
+        self.stop(DAEMON_STOP.into());
     }
 }
 
@@ -153,7 +155,7 @@ pub fn kill_marked(dir: &Path, timeout: Duration) -> usize {
         for pid in pids {
             signal(pid, libc::SIGKILL);
         }
-        sleep(Duration::from_millis(100));
+        sleep(POLL);
     }
 }
 

@@ -2,7 +2,9 @@
 //!
 //! One cluster per binary, started only if some test passes the filter;
 //! tests run in order against it (a test added with `test_on` gets a
-//! cluster of its own instead); a failing test prints the tail of every
+//! cluster of its own instead); the suite's `reset` (if it has one) runs
+//! before each test on the shared cluster but the first, so that every
+//! test starts from the state the suite defines; a failing test prints the tail of every
 //! daemon log; the binary ends with `N passed, N failed` and a non-zero exit
 //! status on any failure. A test needing something this machine lacks fails:
 //! nothing is skipped silently. A test added with `test_on_request` needs
@@ -20,6 +22,7 @@ use crate::guard_message;
 pub type TestResult = crate::Result<()>;
 
 type TestFn = Box<dyn FnOnce(&mut Cluster) -> TestResult>;
+type ResetFn = Box<dyn Fn(&mut Cluster) -> TestResult>;
 
 /// Tests sharing one cluster, and tests with a cluster of their own.
 pub struct Suite {
@@ -28,6 +31,8 @@ pub struct Suite {
     tests: Vec<(&'static str, Option<ClusterSpec>, TestFn)>,
     /// Tests run only where a filter names them in full.
     on_request: Vec<&'static str>,
+    /// Brings the shared cluster back to the suite's starting state.
+    reset: Option<ResetFn>,
 }
 
 impl std::fmt::Debug for Suite {
@@ -44,7 +49,18 @@ impl Suite {
             spec,
             tests: Vec::new(),
             on_request: Vec::new(),
+            reset: None,
         }
+    }
+
+    /// What runs before every test on the suite's shared cluster but the
+    /// first (which finds it fresh): cancel what earlier tests left
+    /// running, wait for their epilogs. A failing reset fails the test it
+    /// came before. Without one, nothing runs between tests. Tests with a
+    /// cluster of their own (`test_on`) start fresh and are not reset.
+    pub fn reset(mut self, f: impl Fn(&mut Cluster) -> TestResult + 'static) -> Self {
+        self.reset = Some(Box::new(f));
+        self
     }
 
     /// Adds a test; tests run in the order added.
@@ -85,6 +101,8 @@ impl Suite {
     /// Runs the selected tests (each non-flag argument a name substring,
     /// like libtest's filter) and reports.
     pub fn run(self) -> ExitCode {
+        // A bad time scale stops the run here, before any cluster starts.
+        crate::time::scale();
         let args: Vec<String> = std::env::args().skip(1).collect();
         if args.iter().any(|a| a == "--list") {
             for (name, _, _) in &self.tests {
@@ -100,6 +118,7 @@ impl Suite {
         // contains any of them.
         let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
         let on_request = self.on_request;
+        let reset = self.reset;
         let selected: Vec<_> = self
             .tests
             .into_iter()
@@ -135,6 +154,8 @@ impl Suite {
             }
         };
         let (mut passed, mut failed) = (0, Vec::new());
+        // Whether a test has run on the shared cluster (the next one is reset).
+        let mut shared_used = false;
         for (name, own_spec, test) in selected {
             let started = Instant::now();
             let mut own = None;
@@ -148,12 +169,20 @@ impl Suite {
                     }
                 }
             }
+            let on_shared = own.is_none();
             let Some(c) = own.as_mut().or(cluster.as_mut()) else {
                 failed.push(name);
                 continue;
             };
-            let outcome = catch_unwind(AssertUnwindSafe(|| test(c)))
-                .unwrap_or_else(|p| Err(format!("panicked: {}", guard_message(p.as_ref()))));
+            let reset_first = reset.as_ref().filter(|_| on_shared && shared_used);
+            shared_used |= on_shared;
+            let outcome = catch_unwind(AssertUnwindSafe(|| {
+                if let Some(r) = reset_first {
+                    r(c).map_err(|e| format!("the suite's reset before it failed: {e}"))?;
+                }
+                test(c)
+            }))
+            .unwrap_or_else(|p| Err(format!("panicked: {}", guard_message(p.as_ref()))));
             let secs = started.elapsed().as_secs_f64();
             match outcome {
                 Ok(()) => {

@@ -119,7 +119,7 @@ impl TestUser {
             "--init-groups",
             "--",
             "timeout",
-            "120",
+            &crate::time::JOB_LONG.scaled_secs().to_string(),
             program,
         ])
         .current_dir(&self.home)
@@ -198,7 +198,7 @@ impl TestUser {
         let mut last = String::new();
         crate::cluster::wait_for(
             &format!("sbatch as {} to be accepted", self.name),
-            std::time::Duration::from_secs(30),
+            crate::time::SHORT,
             || match self.run_ok(c, None, "sbatch", &all) {
                 Ok(out) => out.trim().split(';').next()?.parse().ok(),
                 Err(e) => {

@@ -1,0 +1,148 @@
+//! What tests break on purpose: daemons killed and restarted, nodes
+//! crashed and booted, cables pulled, a second slurmctld made to stop.
+
+use super::{mkdir, wait_for, write, Cluster, NODE, SLURM_PLUGIN_DIR};
+use crate::process::Daemon;
+use crate::time::{DAEMON_START, DAEMON_STOP, NODE_STATE, SHORT};
+use crate::Result;
+use std::fs;
+use std::net::TcpListener;
+use std::path::Path;
+
+impl Cluster {
+    /// Stops slurmctld (SIGTERM: it saves its state) and starts it again
+    /// on that state; jobs on the nodes go on meanwhile.
+    pub fn restart_slurmctld(&mut self) -> Result<()> {
+        if let Some(mut d) = self.daemons.remove("slurmctld") {
+            d.stop(DAEMON_STOP.into());
+        }
+        self.start_slurmctld()
+    }
+
+    /// Starts a second slurmctld on a copy of this cluster's configuration
+    /// (own port, state, log; no accounting; plugins from `plugin_dir` if
+    /// given), after `prepare` may change files in the copy's directory.
+    /// It must stop by itself within [`DAEMON_START`]: returns its exit status and log.
+    /// For checking that a bad plugin or configuration stops slurmctld.
+    pub fn probe_slurmctld(
+        &self,
+        name: &str,
+        plugin_dir: Option<&Path>,
+        prepare: impl FnOnce(&Path) -> Result<()>,
+    ) -> Result<(std::process::ExitStatus, String)> {
+        let probe = self.dir.join(format!("probe-{name}"));
+        mkdir(&probe.join("state"), 0o700)?;
+        if let Some((uid, gid)) = self.slurm_user_ids()? {
+            std::os::unix::fs::chown(probe.join("state"), Some(uid), Some(gid))
+                .map_err(|e| format!("chown probe state: {e}"))?;
+        }
+        let log = self.log_dir().join(format!("probe-{name}.log"));
+        let plugins = plugin_dir.unwrap_or(&self.plugin_dir);
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| e.to_string())?
+            .port();
+        let text = fs::read_to_string(self.slurm_conf()).map_err(|e| e.to_string())?;
+        let text: Vec<String> = text
+            .lines()
+            .filter_map(|l| {
+                let key = l.split_once('=').map(|(k, _)| k);
+                Some(match key {
+                    Some("PluginDir") => {
+                        format!("PluginDir={}:{SLURM_PLUGIN_DIR}", plugins.display())
+                    }
+                    Some("SlurmctldPort") => format!("SlurmctldPort={port}"),
+                    Some("StateSaveLocation") => {
+                        format!("StateSaveLocation={}/state", probe.display())
+                    }
+                    Some("SlurmctldLogFile") => format!("SlurmctldLogFile={}", log.display()),
+                    Some("SlurmctldPidFile") => format!("SlurmctldPidFile={}/pid", probe.display()),
+                    Some("AccountingStorageType") => {
+                        "AccountingStorageType=accounting_storage/none".to_owned()
+                    }
+                    Some(k) if k.starts_with("AccountingStorage") => return None,
+                    _ => l.to_owned(),
+                })
+            })
+            .collect();
+        for entry in fs::read_dir(self.etc()).map_err(|e| e.to_string())? {
+            let path = entry.map_err(|e| e.to_string())?.path();
+            let keep = path
+                .file_name()
+                .is_some_and(|n| n != "slurm.conf" && n != "slurmdbd.conf");
+            if keep && path.is_file() {
+                if let Some(n) = path.file_name() {
+                    fs::copy(&path, probe.join(n)).map_err(|e| e.to_string())?;
+                }
+            }
+        }
+        write(&probe.join("slurm.conf"), &(text.join("\n") + "\n"), 0o644)?;
+        prepare(&probe)?;
+        let mut cmd = self.command("slurmctld");
+        cmd.args(["-D", "-i"])
+            .env("SLURM_CONF", probe.join("slurm.conf"));
+        let stdio = self.log_dir().join(format!("probe-{name}.stdio.log"));
+        let mut d =
+            Daemon::spawn("probe-slurmctld", cmd, &self.dir, stdio).map_err(|e| e.to_string())?;
+        let status = wait_for(
+            &format!("probe slurmctld {name} to stop"),
+            DAEMON_START,
+            || d.exited(),
+        );
+        d.stop(DAEMON_STOP.into());
+        Ok((status?, fs::read_to_string(&log).unwrap_or_default()))
+    }
+
+    /// Kills slurmd with SIGKILL (a crash) without touching its jobs.
+    pub fn kill9_slurmd(&mut self) {
+        self.kill9_slurmd_on(NODE);
+    }
+
+    /// Starts slurmd again (after [`Cluster::kill9_slurmd`]).
+    pub fn restart_slurmd(&mut self) -> Result<()> {
+        self.restart_slurmd_on(NODE)
+    }
+
+    /// Kills node `node`'s slurmd with SIGKILL (a crash); its jobs and
+    /// slurmstepds go on.
+    pub fn kill9_slurmd_on(&mut self, node: &str) {
+        if let Some(mut d) = self.slurmds.remove(node) {
+            d.kill9();
+        }
+    }
+
+    /// Starts node `node`'s slurmd again and waits until it is up.
+    pub fn restart_slurmd_on(&mut self, node: &str) -> Result<()> {
+        self.start_slurmd_on(node)?;
+        self.wait_nodes(&[node.to_owned()], NODE_STATE)
+    }
+
+    /// A node crashes: every process on it dies at once (slurmd,
+    /// slurmstepds, jobs, MPS daemons), nothing runs an epilog.
+    pub fn crash_node(&mut self, node: &str) -> Result<()> {
+        self.kill9_slurmd_on(node);
+        let host = self.host(node)?;
+        wait_for(&format!("every process on {node} to die"), SHORT, || {
+            let left = host.processes();
+            for &pid in &left {
+                if let Ok(pid) = i32::try_from(pid) {
+                    // SAFETY: kill(2) on a pid of this node; gone is fine.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+            }
+            left.is_empty().then_some(())
+        })
+    }
+
+    /// The node comes back from a reboot: its `/run` (and with it
+    /// gpushare's state directory) is empty, slurmd starts afresh.
+    pub fn boot_node(&mut self, node: &str) -> Result<()> {
+        self.host(node)?.wipe_run()?;
+        self.restart_slurmd_on(node)
+    }
+
+    /// Unplugs (`false`) or plugs back (`true`) node `node`'s network cable.
+    pub fn set_cable(&self, node: &str, connected: bool) -> Result<()> {
+        self.host(node)?.set_cable(connected)
+    }
+}
