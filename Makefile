@@ -69,20 +69,18 @@ build-tests:
 	$(CARGO) build --workspace --all-targets
 
 # CI's command (the README's): what `check` runs, the plugins built for
-# every other release and the Debian packages, then two lanes side by side
-# (tests/lanes.sh): the cgroup v1 runs (this machine's suites first, the
-# packages' tests last) in one, the cgroup v2 runs in the other. The two
+# every other release, then two lanes side by side (tests/lanes.sh): the
+# cgroup v1 runs (this machine's suites first, the Debian packages built
+# and tested last) in one, the cgroup v2 runs in the other. The two
 # never share a cgroup hierarchy, a network namespace or a test directory.
 # Each run's log is kept in target/test-logs/.
 test: unit
 	$(MAKE) check-releases
-	$(MAKE) debs
 	tests/lanes.sh "native $(RELEASE_RUNS_V1) packages" "$(RELEASE_RUNS_V2)"
 
 # Every release on both cgroup versions in full (about twice make test).
 test-all: unit
 	$(MAKE) check-releases
-	$(MAKE) debs
 	tests/lanes.sh "native $(RELEASE_RUNS_ALL_V1) packages" "$(RELEASE_RUNS_ALL_V2)"
 
 # The MPS half on a real NVIDIA GPU (tests/hw-check, README "On real
@@ -264,5 +262,5 @@ deb: deps
 .PHONY: debs
 debs: deps
 	@set -e; for suite in $(PACKAGE_SUITES); do packaging/deb.sh $$suite; done
-test-packages: debs
+test-packages: deps
 	PACKAGE_SUITES="$(PACKAGE_SUITES)" tests/lanes.sh packages

@@ -3,9 +3,11 @@
 //! with exactly that finding; where the printed fix is a `sacctmgr`
 //! command, running it makes the audit pass again.
 //!
-//! The correct site is the suite's cluster; each broken site is a cluster
-//! of its own (one starts in seconds), differing in slurm.conf or
-//! accounting from the start, as a site would.
+//! The correct site is the suite's cluster. A link an admin breaks with
+//! `sacctmgr` is broken on it and mended by the printed fix (the suite's
+//! reset puts every QOS back whatever a test did); a site broken in
+//! slurm.conf is a cluster of its own (one starts in seconds), differing
+//! from the start, as a site would.
 
 use std::process::ExitCode;
 
@@ -71,17 +73,32 @@ fn with_conf(key: &str, value: &str) -> ClusterSpec {
     spec
 }
 
-fn with_qos(name: &str, edit: impl FnOnce(&mut Qos)) -> ClusterSpec {
-    let mut spec = correct_site();
-    if let Some(q) = spec.qos.iter_mut().find(|q| q.name == name) {
-        edit(q);
-    }
-    spec
+/// Breaks one QOS link as an admin would (`sacctmgr modify qos NAME set
+/// SETTING`); the suite's reset restores it.
+fn break_qos(c: &Cluster, name: &str, setting: &str) -> TestResult {
+    c.run_ok("sacctmgr", &["-i", "modify", "qos", name, "set", setting])
+        .map(drop)
 }
 
 fn main() -> ExitCode {
     Suite::new(correct_site())
+        .reset(|c| {
+            c.cancel_all()?;
+            correct_site().qos.iter().try_for_each(|q| c.set_qos(q))
+        })
         .test("correct_site_has_no_finding", clean)
+        .test(
+            "group_qos_that_cannot_preempt_lowprio_is_fixed_by_the_printed_command",
+            cannot_preempt,
+        )
+        .test(
+            "lowprio_without_grace_time_is_fixed_by_the_printed_command",
+            no_grace,
+        )
+        .test(
+            "group_qos_without_deny_on_limit_is_fixed_by_the_printed_command",
+            deny_on_limit,
+        )
         .test(
             "slurm_conf_is_read_when_slurmctld_does_not_answer",
             fallback,
@@ -157,21 +174,6 @@ fn main() -> ExitCode {
                 spec
             },
             preempt_type,
-        )
-        .test_on(
-            "group_qos_that_cannot_preempt_lowprio_is_fixed_by_the_printed_command",
-            with_qos("qos_lafferty", |q| q.preempt.clear()),
-            cannot_preempt,
-        )
-        .test_on(
-            "lowprio_without_grace_time_is_fixed_by_the_printed_command",
-            with_qos("lowprio", |q| q.grace_time = Some(0)),
-            no_grace,
-        )
-        .test_on(
-            "group_qos_without_deny_on_limit_is_fixed_by_the_printed_command",
-            with_qos("qos_ying_rex", |q| q.flags = None),
-            deny_on_limit,
         )
         .run()
 }
@@ -418,6 +420,7 @@ fn preempt_type(c: &mut Cluster) -> TestResult {
 }
 
 fn cannot_preempt(c: &mut Cluster) -> TestResult {
+    break_qos(c, "qos_lafferty", "Preempt-=lowprio")?;
     let f = exactly(c, "error", Severity::Error, "group_cannot_preempt")?;
     ensure(
         f.object == "QOS qos_lafferty"
@@ -429,12 +432,14 @@ fn cannot_preempt(c: &mut Cluster) -> TestResult {
 }
 
 fn no_grace(c: &mut Cluster) -> TestResult {
+    break_qos(c, "lowprio", "GraceTime=0")?;
     let f = exactly(c, "warning", Severity::Warning, "no_grace_time")?;
     apply(c, &f)?;
     passes_clean(c)
 }
 
 fn deny_on_limit(c: &mut Cluster) -> TestResult {
+    break_qos(c, "qos_ying_rex", "Flags-=DenyOnLimit")?;
     let f = exactly(c, "note", Severity::Note, "no_deny_on_limit")?;
     ensure(f.object == "QOS qos_ying_rex", format!("{f:?}"))?;
     apply(c, &f)?;

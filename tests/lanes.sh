@@ -4,8 +4,8 @@
 # A RUN is SUITE:CGROUP[:BINARIES] (tests/release_suite.sh SUITE CGROUP
 # BINARIES; BINARIES "all" or absent: every test binary), the word "native"
 # (every suite on this machine's Slurm: cargo test -p gpushare-tests) or the
-# word "packages" (tests/package_test.sh for each of $PACKAGE_SUITES,
-# default host trixie sid; their debs must be built: make debs).
+# word "packages" (packaging/deb.sh, then tests/package_test.sh, for each
+# of $PACKAGE_SUITES, default host trixie sid).
 #
 # Two lanes run at once (make test: cgroup v1 runs in one, v2 runs in the
 # other). They share nothing a test writes: each run has its own network
@@ -52,6 +52,11 @@ one_run() {
         "${CARGO:-cargo}" test -p gpushare-tests --tests --no-fail-fast
     elif [ "$run" = packages ]; then
         local suite failed=""
+        # Every suite's packages first: each test installs another
+        # release's package to see it refused.
+        for suite in ${PACKAGE_SUITES:-host trixie sid}; do
+            packaging/deb.sh "$suite" || failed="$failed $suite(build)"
+        done
         for suite in ${PACKAGE_SUITES:-host trixie sid}; do
             local start=$SECONDS
             if tests/package_test.sh "$suite"; then

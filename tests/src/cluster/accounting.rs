@@ -1,6 +1,6 @@
 //! The accounting database's cluster, account, user and QOS.
 
-use super::{wait_for, Cluster, CLUSTER_NAME};
+use super::{wait_for, Cluster, Qos, CLUSTER_NAME};
 use crate::time::SHORT;
 use crate::Result;
 
@@ -36,41 +36,7 @@ impl Cluster {
             self.run_ok("sacctmgr", &["-i", "add", "qos", q])?;
         }
         for q in self.spec.qos.clone() {
-            let mut set = Vec::new();
-            if let Some(t) = &q.grp_tres {
-                set.push(format!("GrpTRES={t}"));
-            }
-            if !q.preempt.is_empty() {
-                set.push(format!("Preempt={}", q.preempt.join(",")));
-            }
-            if let Some(m) = &q.preempt_mode {
-                set.push(format!("PreemptMode={m}"));
-            }
-            if let Some(g) = q.grace_time {
-                set.push(format!("GraceTime={g}"));
-            }
-            if let Some(p) = q.priority {
-                set.push(format!("Priority={p}"));
-            }
-            if let Some(u) = q.usage_factor {
-                set.push(format!("UsageFactor={u}"));
-            }
-            if let Some(f) = &q.flags {
-                set.push(format!("Flags={f}"));
-            }
-            if set.is_empty() {
-                continue;
-            }
-            let mut args = vec![
-                "-i".to_owned(),
-                "modify".into(),
-                "qos".into(),
-                q.name.clone(),
-                "set".into(),
-            ];
-            args.extend(set);
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            self.run_ok("sacctmgr", &args)?;
+            self.set_qos(&q)?;
         }
         let mut qos_list = vec!["normal".to_owned()];
         qos_list.extend(qos_names.iter().map(|s| (*s).to_owned()));
@@ -111,4 +77,45 @@ impl Cluster {
         })?;
         Ok(())
     }
+}
+
+impl Cluster {
+    /// Gives a QOS the settings `q` names (those it leaves out are not
+    /// touched), as an admin would with `sacctmgr modify qos`.
+    pub fn set_qos(&self, q: &Qos) -> Result<()> {
+        let set = qos_settings(q);
+        if set.is_empty() {
+            return Ok(());
+        }
+        let mut args = vec!["-i", "modify", "qos", q.name.as_str(), "set"];
+        args.extend(set.iter().map(String::as_str));
+        self.run_ok("sacctmgr", &args).map(drop)
+    }
+}
+
+/// `sacctmgr` `Key=Value` settings for what a QOS spec names.
+fn qos_settings(q: &Qos) -> Vec<String> {
+    let mut set = Vec::new();
+    if let Some(t) = &q.grp_tres {
+        set.push(format!("GrpTRES={t}"));
+    }
+    if !q.preempt.is_empty() {
+        set.push(format!("Preempt={}", q.preempt.join(",")));
+    }
+    if let Some(m) = &q.preempt_mode {
+        set.push(format!("PreemptMode={m}"));
+    }
+    if let Some(g) = q.grace_time {
+        set.push(format!("GraceTime={g}"));
+    }
+    if let Some(p) = q.priority {
+        set.push(format!("Priority={p}"));
+    }
+    if let Some(u) = q.usage_factor {
+        set.push(format!("UsageFactor={u}"));
+    }
+    if let Some(f) = &q.flags {
+        set.push(format!("Flags={f}"));
+    }
+    set
 }
