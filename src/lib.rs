@@ -14,15 +14,22 @@
 //!   status view.
 //! - [`shared`]: Slurm's `Key=Value` syntax and its one error type, file
 //!   locations, the watched configuration file, the SPANK variables that
-//!   carry facts from the controller to the node.
+//!   carry facts from the controller to the node, and the one way to do
+//!   each common thing: a durable file replace, a bounded command run,
+//!   Slurm's calendar.
 //!
-//! `qos` and `mps` import only `shared`, never each other. The Slurm
-//! plugins (`plugins/`), the node programs (`prolog/`, `epilog/`) and the
-//! admin commands (`admin/`) are thin layers that turn Slurm's structures,
-//! the environment and command lines into the plain types here and back.
+//! `qos` and `mps` import only `shared`, never each other; no file imports
+//! a file that imports it back (the unit tests in `house.rs` check both).
+//! The Slurm plugins (`plugins/`), the node programs (`prolog/`,
+//! `epilog/`) and the admin commands (`admin/`) are thin layers that turn
+//! Slurm's structures, the environment and command lines into the plain
+//! types here and back.
 
 #![forbid(unsafe_code)]
 
 pub mod mps;
 pub mod qos;
 pub mod shared;
+
+#[cfg(test)]
+mod house;

@@ -688,7 +688,7 @@ fn why_preempted(c: &mut Cluster) -> TestResult {
         },
     )?;
     // Slurm ends it GraceTime after signalling it.
-    let end = gpushare::qos::why::add_seconds(&at, 60).ok_or("PreemptTime unread")?;
+    let end = gpushare::shared::calendar::add_seconds(&at, 60).ok_or("PreemptTime unread")?;
     let bin = testcluster::cluster::build_dir()?.join("gpu-qos");
     let bin = bin.to_string_lossy();
     let id = waiting.to_string();
@@ -737,7 +737,7 @@ fn why_preempted(c: &mut Cluster) -> TestResult {
         .get("StartTime")
         .map(str::to_owned)
         .unwrap_or_default();
-    let late = gpushare::qos::why::add_seconds(&end, 20).unwrap_or_default();
+    let late = gpushare::shared::calendar::add_seconds(&end, 20).unwrap_or_default();
     ensure(
         started >= end && started <= late,
         format!("predicted start {end}, started {started}"),

@@ -167,7 +167,7 @@ pub fn gpus_bounded(
 ) -> Result<Vec<GpuFacts>, String> {
     let mut cmd = std::process::Command::new(program);
     cmd.arg(FACTS_OPTION);
-    let ran = gpushare::mps::bounded::run(cmd, None, timeout).map_err(|e| e.to_string())?;
+    let ran = gpushare::shared::bounded::run(cmd, None, timeout).map_err(|e| e.to_string())?;
     if !ran.status.success() {
         return Err(ran.stderr.trim().to_owned());
     }

@@ -25,8 +25,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use gpushare::mps::bounded;
 use gpushare::mps::state_dir;
+use gpushare::shared::bounded;
 
 /// How long one `scontrol` call may take.
 pub const SCONTROL_TIMEOUT: Duration = Duration::from_secs(10);

@@ -16,17 +16,17 @@
 //!
 //! `nvidia-smi` is looked for beside the MPS control program first (the
 //! driver installs both in one directory), then where
-//! [`super::daemon::SEARCH_DIRS`] says.
+//! [`super::programs::SEARCH_DIRS`] says.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use super::bounded;
 use super::config::GpuMpsConfig;
-use super::daemon;
+use super::programs;
 use super::state_dir;
+use crate::shared::bounded;
 
 /// How long one `nvidia-smi` call may take (it waits on the driver, which
 /// can be slow while a GPU is busy or falling off the bus).
@@ -44,11 +44,11 @@ fn record_file(gpu: u32) -> String {
 
 /// `nvidia-smi`: beside the control program, else in the usual places.
 pub fn smi_program(cfg: &GpuMpsConfig) -> Option<PathBuf> {
-    daemon::program(cfg)
+    programs::program(cfg)
         .and_then(|p| p.parent().map(|d| d.join(SMI)))
         .filter(|p| p.is_file())
         .or_else(|| {
-            daemon::SEARCH_DIRS
+            programs::SEARCH_DIRS
                 .iter()
                 .map(|d| Path::new(d).join(SMI))
                 .find(|p| p.is_file())
@@ -94,7 +94,7 @@ pub fn make_exclusive(cfg: &GpuMpsConfig, gpu: u32) -> Result<(), String> {
         format!(
             "ComputeMode=exclusive, but no {SMI} was found (beside the MPS control program or \
              in {})",
-            daemon::SEARCH_DIRS.join(", ")
+            programs::SEARCH_DIRS.join(", ")
         )
     })?;
     let index = gpu.to_string();
@@ -152,7 +152,7 @@ mod tests {
         fs::create_dir_all(&bin).unwrap_or_else(|e| panic!("{e}"));
         // A control program, and an nvidia-smi beside it that logs its
         // arguments and reports the mode in `mode`.
-        let control = bin.join(daemon::CONTROL_PROGRAM);
+        let control = bin.join(programs::CONTROL_PROGRAM);
         fs::write(&control, "#!/bin/sh\n").unwrap_or_else(|e| panic!("{e}"));
         let log = dir.path().join("log");
         let mode = dir.path().join("mode");

@@ -55,10 +55,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use super::bounded;
-use super::config::{GpuMpsConfig, MpsControl};
+use super::config::GpuMpsConfig;
 use super::ledger::ShareRecord;
+use super::programs::{program, CONTROL_PROGRAM};
 use super::state_dir::{self, Access};
+use crate::shared::bounded;
 
 /// How long one call of `nvidia-cuda-mps-control` may take.
 pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -66,20 +67,8 @@ pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a new daemon may take to open its control pipe.
 const START_WAIT: Duration = Duration::from_secs(5);
-/// The control program's name.
-pub const CONTROL_PROGRAM: &str = "nvidia-cuda-mps-control";
 /// The server program the daemon spawns for each user.
 pub const SERVER_PROGRAM: &str = "nvidia-cuda-mps-server";
-/// Where `MPSControl=auto` looks after PATH: slurmd runs the Prolog with
-/// no PATH at all (seen on 22.05), so PATH alone never finds it there.
-pub const SEARCH_DIRS: [&str; 5] = [
-    "/usr/bin",
-    "/usr/local/bin",
-    "/usr/local/cuda/bin",
-    "/usr/sbin",
-    "/opt/nvidia/bin",
-];
-
 /// What happened to an MPS control daemon.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MpsDaemon {
@@ -136,26 +125,6 @@ pub fn gpu_dir(cfg: &GpuMpsConfig, gpu: u32) -> PathBuf {
 /// GPU `gpu`'s pipe directory (its daemon's `CUDA_MPS_PIPE_DIRECTORY`).
 pub fn pipe_dir(cfg: &GpuMpsConfig, gpu: u32) -> PathBuf {
     gpu_dir(cfg, gpu).join("pipe")
-}
-
-/// The control program this node uses, if any.
-pub fn program(cfg: &GpuMpsConfig) -> Option<PathBuf> {
-    match &cfg.mps_control {
-        MpsControl::Disabled => None,
-        MpsControl::Program(p) => Some(p.clone()),
-        MpsControl::FromPath => find_in(std::env::var_os("PATH").as_deref()),
-    }
-}
-
-/// `nvidia-cuda-mps-control` in `path` (a PATH value), else in
-/// [`SEARCH_DIRS`].
-pub fn find_in(path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
-    path.map(|p| std::env::split_paths(p).collect::<Vec<_>>())
-        .unwrap_or_default()
-        .into_iter()
-        .chain(SEARCH_DIRS.iter().map(PathBuf::from))
-        .map(|d| d.join(CONTROL_PROGRAM))
-        .find(|p| p.is_file())
 }
 
 fn command(cfg: &GpuMpsConfig, program: &Path, gpu: u32) -> Command {
@@ -1013,17 +982,6 @@ mod tests {
                 memory_mib: Some(24576)
             })
         );
-    }
-
-    #[test]
-    fn auto_finds_the_program_without_path_in_the_usual_dirs() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let fake = dir.path().join(CONTROL_PROGRAM);
-        fs::write(&fake, "").unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(find_in(Some(dir.path().as_os_str())), Some(fake));
-        // No PATH (slurmd's Prolog): the usual dirs, which hold none here.
-        let none = find_in(None);
-        assert!(none.is_none_or(|p| SEARCH_DIRS.iter().any(|d| p.starts_with(d))));
     }
 
     #[test]

@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use super::bounded;
 use super::config;
 use super::node::gpu_devices;
 use super::status::{self, Installed, SlurmSetup};
+use crate::shared::bounded;
 
 /// How long `scontrol` may take: a slurmctld that does not answer leaves
 /// the default.

@@ -60,7 +60,7 @@ use super::state_dir::{self, io_error, Access, DirError};
 
 const STATE_FILE: &str = "state";
 const LOCK_FILE: &str = "lock";
-const SET_ASIDE_PREFIX: &str = "state.corrupt-";
+pub(crate) const SET_ASIDE_PREFIX: &str = "state.corrupt-";
 const FORMAT_NAME: &str = "gpushare-mps-ledger";
 const FORMAT_VERSION: u32 = 2;
 
@@ -1257,8 +1257,7 @@ fn index(gpu: u32) -> usize {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::status::StatusCopy;
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -1284,13 +1283,6 @@ mod tests {
         /// A ledger in `<temp>/gpu-mps`, created by `open` as on a fresh boot.
         fn ledger(&self) -> Ledger {
             ok(Ledger::open(&self.path().join("gpu-mps"), self.owner()))
-        }
-
-        /// The same, publishing its status copy in `<temp>/gpu-mps-mps`.
-        fn ledger_with_copy(&self) -> Ledger {
-            let dir = self.path().join("gpu-mps-mps");
-            let copy = ok(StatusCopy::create(dir, self.owner(), 4, 100));
-            self.ledger().with_view(Arc::new(copy))
         }
     }
 
@@ -1321,11 +1313,11 @@ mod tests {
         ok(ledger.record_slurm_share(2, 1000, "a", 10, SlurmChoice { gpu: 0, ..choice }));
     }
 
-    fn ok<T>(result: Result<T, LedgerError>) -> T {
+    pub(crate) fn ok<T>(result: Result<T, LedgerError>) -> T {
         result.unwrap_or_else(|e| panic!("{e}"))
     }
 
-    fn place(ledger: &Ledger, job: u32, units: u32) -> u32 {
+    pub(crate) fn place(ledger: &Ledger, job: u32, units: u32) -> u32 {
         ok(ledger.place(job, 1000 + job, &format!("user{job}"), units, 4, 100))
             .value
             .share
@@ -1785,45 +1777,6 @@ mod tests {
     }
 
     #[test]
-    fn a_lost_state_is_rebuilt_from_the_status_copy_and_no_gpu_over_fills() {
-        let temp = TempDir::new();
-        let ledger = temp.ledger_with_copy();
-        for job in 1..=4 {
-            place(&ledger, job, 100);
-        }
-        ok(ledger.record_whole(9, &[3]));
-        ok(ledger.release(4));
-        let copy = temp.path().join("gpu-mps-mps/state");
-        assert_eq!(mode_of(&copy), 0o644);
-        // Corrupt, then missing: both times the loads come back from the copy.
-        for damage in ["corrupt", "missing"] {
-            if damage == "corrupt" {
-                write(&ledger.state_path(), "\u{1}\u{2}");
-            } else {
-                fs::remove_file(ledger.state_path()).unwrap_or_else(|e| panic!("{e}"));
-            }
-            let refused = ledger.place(10, 1, "u", 50, 4, 100);
-            let Err(LedgerError::Placement {
-                error: PlacementError::NoGpuHasRoom { .. },
-                repair: Some(repair),
-            }) = refused
-            else {
-                panic!("{damage}: expected the rebuilt loads to refuse, got {refused:?}");
-            };
-            assert_eq!(
-                repair.rebuilt_from.as_deref(),
-                Some(copy.as_path()),
-                "{damage}"
-            );
-            assert_eq!(repair.moved_to.is_some(), damage == "corrupt");
-            let state = ok(ledger.snapshot()).state;
-            assert_eq!(jobs(&state), vec![1, 2, 3], "{damage}");
-            assert_eq!(state.whole_holder(9).map(|w| w.gpus.clone()), Some(vec![3]));
-            assert!(state.lost_reason().is_none());
-        }
-    }
-
-    #[test]
     fn the_text_format_of_gpushare_0_1_is_named_and_set_aside() {
         let temp = TempDir::new();
         let ledger = temp.ledger();
@@ -2252,40 +2205,5 @@ mod tests {
         );
         let fresh = Ledger::open(&run.join("other"), me).err();
         assert!(fresh.is_some() && !run.join("other").exists());
-    }
-
-    #[test]
-    fn a_ledger_of_a_newer_gpushare_is_left_as_it_is() {
-        let temp = TempDir::new();
-        let ledger = temp.ledger_with_copy();
-        ok(ledger.place(1, 5, "a", 10, 4, 100));
-        let path = ledger.state_path();
-        let newer = fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("{e}"))
-            .replace("\"version\": 2", "\"version\": 3")
-            .replace("\"shares\"", "\"queues\": [],\n  \"shares\"");
-        fs::write(&path, &newer).unwrap_or_else(|e| panic!("{e}"));
-        let placed = ledger.place(2, 5, "a", 10, 4, 100).err();
-        assert!(
-            matches!(&placed, Some(LedgerError::TooNew { version: 3, .. })),
-            "{placed:?}"
-        );
-        assert!(placed.is_some_and(|e| e.to_string().contains("newer gpushare")));
-        assert!(matches!(ledger.release(1), Err(LedgerError::TooNew { .. })));
-        assert!(matches!(ledger.snapshot(), Err(LedgerError::TooNew { .. })));
-        // Never set aside as unreadable, never rewritten.
-        assert_eq!(fs::read_to_string(&path).ok(), Some(newer));
-        let aside = fs::read_dir(ledger.dir())
-            .map(|d| {
-                d.flatten()
-                    .filter(|e| {
-                        e.file_name()
-                            .to_string_lossy()
-                            .starts_with(SET_ASIDE_PREFIX)
-                    })
-                    .count()
-            })
-            .unwrap_or(0);
-        assert_eq!(aside, 0);
     }
 }

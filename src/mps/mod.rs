@@ -8,6 +8,7 @@
 //! - [`placement`]: the least-loaded choice of a GPU for a share.
 //! - [`node`]: what the prolog, the SPANK plugin and the epilog do for a job.
 //! - [`daemon`]: starting and stopping a GPU's MPS control daemon.
+//! - [`programs`]: where the MPS control program is.
 //! - [`compute_mode`]: a shared GPU in EXCLUSIVE_PROCESS mode while its
 //!   daemon runs.
 //! - [`devices`]: confining a task to its GPU's device file.
@@ -19,10 +20,8 @@
 //! - [`gc`]: the ledger brought back in line with what slurmctld runs.
 //! - [`installed`]: the Slurm and gpushare installed here (`gpu-mps config`).
 //! - [`booking`]: how Slurm books the node's mps (who places a share).
-//! - [`bounded`]: external programs run with a deadline.
 
 pub mod booking;
-pub mod bounded;
 pub mod compute_mode;
 pub mod config;
 pub mod daemon;
@@ -36,6 +35,7 @@ pub mod ledger;
 pub mod metrics;
 pub mod node;
 pub mod placement;
+pub mod programs;
 pub mod state_dir;
 pub mod status;
 pub mod xid;

@@ -31,7 +31,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::booking::MpsBooking;
-use super::bounded;
 use super::config::{self, GpuMpsConfig, Placement};
 use super::daemon::{self, MpsDaemon};
 use super::dcgm::JobMapping;
@@ -43,6 +42,7 @@ use super::placement::PlacementError;
 use super::placement::ServerRule;
 use super::state_dir;
 use super::status::{self, NodeStatus, StatusCopy};
+use crate::shared::bounded;
 use crate::shared::locations::beside_slurm_conf;
 use crate::shared::{spank_env, ConfigError};
 
@@ -955,8 +955,8 @@ fn serve(
                     Some(format!(
                         "no {} was found to run GPU {gpu}'s MPS daemon (MPSControl=auto looks \
                          in PATH and {})",
-                        daemon::CONTROL_PROGRAM,
-                        daemon::SEARCH_DIRS.join(", ")
+                        super::programs::CONTROL_PROGRAM,
+                        super::programs::SEARCH_DIRS.join(", ")
                     ))
                 }
                 MpsDaemon::Failed(why) => Some(format!(
@@ -1139,7 +1139,7 @@ pub fn epilog(node: &Node, job: u32) -> Result<EpilogReport, LedgerError> {
         // share placed meanwhile keeps its daemon.
         let locked = daemon::with_gpu_lock(&node.cfg, gpu, || -> Result<(), LedgerError> {
             let state = node.ledger.snapshot()?.state;
-            if daemon::program(&node.cfg).is_some() {
+            if super::programs::program(&node.cfg).is_some() {
                 guard_pipes(node, &state, gpu, &mut notes);
             }
             let left = state.shares().filter(|o| o.gpu == gpu);
@@ -2311,7 +2311,7 @@ mod tests {
     fn auto_without_a_control_program_refuses_shares_and_none_runs_them() {
         let (mut node, _dir) = temp_node(Some(1600));
         node.cfg.mps_control = MpsControl::FromPath;
-        if daemon::program(&node.cfg).is_some() {
+        if crate::mps::programs::program(&node.cfg).is_some() {
             return; // a node with MPS installed: nothing to show here
         }
         match outcome(&node, &share_env(1, 100)) {

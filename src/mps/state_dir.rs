@@ -15,9 +15,11 @@
 
 use std::fmt;
 use std::fs::{self, DirBuilder, File, OpenOptions, Permissions};
-use std::io::{self, Write};
+use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+
+use crate::shared::durable;
 
 /// Who may look into a state directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -252,33 +254,20 @@ pub fn ensure(dir: &Path, owner: u32, access: Access) -> Result<bool, DirError> 
     Ok(created)
 }
 
-/// Replaces `dir/name` with `bytes` (mode `mode`), atomically and durably.
-/// `dir` must be a checked directory; the temporary name `name.new` is
-/// removed first if a crash left it (nobody else can write in `dir`).
+/// Replaces `dir/name` with `bytes` (mode `mode`), atomically and durably
+/// ([`durable::replace`]). `dir` must be a checked directory; the temporary
+/// name `name.new` is removed first if a crash left it (nobody else can
+/// write in `dir`).
 pub fn replace_file(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> Result<(), DirError> {
-    let temp = dir.join(format!("{name}.new"));
-    match fs::remove_file(&temp) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io_error("remove leftover", &temp, e)),
+    durable::replace(dir, name, bytes, mode).map_err(from_durable)
+}
+
+fn from_durable(e: durable::ReplaceError) -> DirError {
+    DirError::Io {
+        action: e.action,
+        path: e.path,
+        source: e.source,
     }
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&temp)
-        .map_err(|e| io_error("create", &temp, e))?;
-    // fchmod on the open file: the umask cannot have changed what we chose.
-    file.set_permissions(Permissions::from_mode(mode))
-        .map_err(|e| io_error("set the mode of", &temp, e))?;
-    file.write_all(bytes)
-        .map_err(|e| io_error("write", &temp, e))?;
-    file.sync_all().map_err(|e| io_error("fsync", &temp, e))?;
-    drop(file);
-    let path = dir.join(name);
-    fs::rename(&temp, &path).map_err(|e| io_error("rename into place", &path, e))?;
-    sync_dir(dir)
 }
 
 /// The mode of a file that shows who runs what: 0600 where the node keeps
@@ -345,9 +334,7 @@ pub fn update_locked<T>(
 /// Makes a rename in `dir` durable: without it a crash can bring back the
 /// old directory entry.
 pub fn sync_dir(dir: &Path) -> Result<(), DirError> {
-    File::open(dir)
-        .and_then(|handle| handle.sync_all())
-        .map_err(|e| io_error("fsync directory", dir, e))
+    durable::sync_dir(dir).map_err(from_durable)
 }
 
 #[cfg(test)]
@@ -468,27 +455,23 @@ mod tests {
     }
 
     #[test]
-    fn replace_file_never_follows_a_planted_link_and_sets_the_mode() {
+    fn replace_file_sets_the_mode_and_names_the_step_that_failed() {
         let temp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let victim = temp.path().join("victim");
-        fs::write(&victim, "root's own data").unwrap_or_else(|e| panic!("{e}"));
         let dir = temp.path().join("d");
         ensure(&dir, owner(temp.path()), Access::WorldReadable).unwrap_or_else(|e| panic!("{e}"));
-        // A link where the temporary file goes: removed, never written through.
-        symlink(&victim, dir.join("state.new")).unwrap_or_else(|e| panic!("{e}"));
         replace_file(&dir, "state", b"{}", 0o644).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(
-            fs::read_to_string(&victim).unwrap_or_default(),
-            "root's own data"
-        );
-        assert_eq!(
-            fs::read_to_string(dir.join("state")).unwrap_or_default(),
-            "{}"
-        );
         let mode = fs::metadata(dir.join("state"))
             .map(|m| m.mode() & 0o777)
             .unwrap_or(0);
         assert_eq!(mode, 0o644);
-        assert!(!dir.join("state.new").exists());
+        // A directory in the file's place: the rename is refused.
+        fs::create_dir_all(dir.join("busy/x")).unwrap_or_else(|e| panic!("{e}"));
+        let err = replace_file(&dir, "busy", b"{}", 0o600).err();
+        assert!(
+            matches!(&err, Some(DirError::Io { action: "rename into place", path, .. }) if *path == dir.join("busy")),
+            "{err:?}"
+        );
+        assert!(err.is_some_and(|e| e.to_string().starts_with("cannot rename into place ")));
+        assert!(!dir.join("busy.new").exists());
     }
 }

@@ -121,7 +121,7 @@ pub struct DaemonProbe {
 /// its control pipe is there (a stat or two; what the node programs'
 /// metrics and `gpu-mps status` for users show).
 pub fn pipe_probe(cfg: &GpuMpsConfig, gpu: u32) -> DaemonProbe {
-    let state = if super::daemon::program(cfg).is_none() {
+    let state = if super::programs::program(cfg).is_none() {
         DaemonState::Unmanaged
     } else if super::daemon::pipe_dir(cfg, gpu).join("control").exists() {
         DaemonState::PipePresent
@@ -142,7 +142,7 @@ pub fn probe_daemon(cfg: &GpuMpsConfig, gpu: u32, root: bool) -> DaemonProbe {
     if !root || seen.state == DaemonState::Unmanaged {
         return seen;
     }
-    let Some(program) = super::daemon::program(cfg) else {
+    let Some(program) = super::programs::program(cfg) else {
         return seen;
     };
     let pipe = super::daemon::pipe_dir(cfg, gpu);
@@ -806,7 +806,12 @@ pub fn mps_v3_readiness(driver: Option<&str>, cgroup_v2: bool, dmem: bool) -> St
 mod tests {
     use super::*;
     use crate::mps::booking::MpsBooking;
-    use crate::mps::ledger::{LedgerState, ShareRecord, WholeRecord};
+    use crate::mps::ledger::tests::{ok, place};
+    use crate::mps::ledger::{self, Ledger, LedgerState, ShareRecord, WholeRecord};
+    use crate::mps::placement::PlacementError;
+    use std::fs;
+    use std::os::unix::fs::MetadataExt;
+    use std::sync::Arc;
 
     #[test]
     fn nvml_minors_are_checked_against_the_device_list() {
@@ -1014,5 +1019,98 @@ mod tests {
         assert!(CopyUnreadable::Private
             .to_string()
             .contains("`squeue --me`"));
+    }
+
+    // The ledger with its status copy: what a lost state is rebuilt from.
+
+    /// A ledger in `<temp>/gpu-mps` publishing its status copy in
+    /// `<temp>/gpu-mps-mps`.
+    fn ledger_with_copy() -> (tempfile::TempDir, Ledger) {
+        let temp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let owner = fs::metadata(temp.path())
+            .map(|m| m.uid())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let copy = ok(StatusCopy::create(
+            temp.path().join("gpu-mps-mps"),
+            owner,
+            4,
+            100,
+        ));
+        let ledger = ok(Ledger::open(&temp.path().join("gpu-mps"), owner));
+        (temp, ledger.with_view(Arc::new(copy)))
+    }
+
+    #[test]
+    fn a_lost_state_is_rebuilt_from_the_status_copy_and_no_gpu_over_fills() {
+        let (temp, ledger) = ledger_with_copy();
+        for job in 1..=4 {
+            place(&ledger, job, 100);
+        }
+        ok(ledger.record_whole(9, &[3]));
+        ok(ledger.release(4));
+        let copy = temp.path().join("gpu-mps-mps/state");
+        let mode = fs::metadata(&copy).map(|m| m.mode() & 0o7777).ok();
+        assert_eq!(mode, Some(0o644));
+        // Corrupt, then missing: both times the loads come back from the copy.
+        for damage in ["corrupt", "missing"] {
+            if damage == "corrupt" {
+                fs::write(ledger.state_path(), "\u{1}\u{2}").unwrap_or_else(|e| panic!("{e}"));
+            } else {
+                fs::remove_file(ledger.state_path()).unwrap_or_else(|e| panic!("{e}"));
+            }
+            let refused = ledger.place(10, 1, "u", 50, 4, 100);
+            let Err(LedgerError::Placement {
+                error: PlacementError::NoGpuHasRoom { .. },
+                repair: Some(repair),
+            }) = refused
+            else {
+                panic!("{damage}: expected the rebuilt loads to refuse, got {refused:?}");
+            };
+            assert_eq!(
+                repair.rebuilt_from.as_deref(),
+                Some(copy.as_path()),
+                "{damage}"
+            );
+            assert_eq!(repair.moved_to.is_some(), damage == "corrupt");
+            let state = ok(ledger.snapshot()).state;
+            let jobs: Vec<u32> = state.shares().map(|s| s.job).collect();
+            assert_eq!(jobs, vec![1, 2, 3], "{damage}");
+            assert_eq!(state.whole_holder(9).map(|w| w.gpus.clone()), Some(vec![3]));
+            assert!(state.lost_reason().is_none());
+        }
+    }
+
+    #[test]
+    fn a_ledger_of_a_newer_gpushare_is_left_as_it_is() {
+        let (_temp, ledger) = ledger_with_copy();
+        ok(ledger.place(1, 5, "a", 10, 4, 100));
+        let path = ledger.state_path();
+        let newer = fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .replace("\"version\": 2", "\"version\": 3")
+            .replace("\"shares\"", "\"queues\": [],\n  \"shares\"");
+        fs::write(&path, &newer).unwrap_or_else(|e| panic!("{e}"));
+        let placed = ledger.place(2, 5, "a", 10, 4, 100).err();
+        assert!(
+            matches!(&placed, Some(LedgerError::TooNew { version: 3, .. })),
+            "{placed:?}"
+        );
+        assert!(placed.is_some_and(|e| e.to_string().contains("newer gpushare")));
+        assert!(matches!(ledger.release(1), Err(LedgerError::TooNew { .. })));
+        assert!(matches!(ledger.snapshot(), Err(LedgerError::TooNew { .. })));
+        // Never set aside as unreadable, never rewritten.
+        assert_eq!(fs::read_to_string(&path).ok(), Some(newer));
+        let aside = fs::read_dir(ledger.dir())
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| {
+                        e.file_name()
+                            .to_string_lossy()
+                            .starts_with(ledger::SET_ASIDE_PREFIX)
+                    })
+                    .count()
+            })
+            .unwrap_or(0);
+        assert_eq!(aside, 0);
     }
 }

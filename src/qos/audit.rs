@@ -1619,44 +1619,6 @@ qos_dijk|gres/gpu:h100=2|lowprio|cluster|00:00:00|1.000000|DenyOnLimit|100
         assert!(found[0].what.contains("2 fields"));
     }
 
-    proptest::proptest! {
-        /// Whatever Slurm printed, the audit reports; it never panics, and
-        /// every line it could not read is a note.
-        #[test]
-        fn any_output_is_audited(
-            config in "\\PC{0,120}",
-            qos in "([a-z|/=:0-9,.-]{0,40}\n){0,4}",
-            nodes in "\\PC{0,80}",
-            partitions in "\\PC{0,80}",
-        ) {
-            let (qos, mut unread) = parse_qos(&qos);
-            let (nodes, u) = parse_nodes(&nodes);
-            unread.extend(u);
-            let (partitions, u) = parse_partitions(&partitions);
-            unread.extend(u);
-            let unread_count = unread.len();
-            let site = Site {
-                settings: SlurmSettings::from_show_config(&config),
-                qos,
-                associations: Vec::new(),
-                nodes,
-                partitions,
-                plugstack: None,
-                cgroup_conf: None,
-                slurm_conf: None,
-                gpu_qos_conf_path: "gpu_qos.conf".into(),
-                gpu_qos_conf: GpuQosConf::Missing,
-                unread,
-            };
-            let found = audit(&site);
-            let notes = found.iter().filter(|f| f.kind == "unread" && f.severity == Severity::Note).count();
-            proptest::prop_assert_eq!(notes, unread_count);
-            let _ = crate::qos::explain::explain(&site);
-            let _ = crate::qos::explain::markdown(&site);
-            let _ = AuditReport::new(found, FailOn::Note, Vec::new()).to_table();
-        }
-    }
-
     #[test]
     fn report_exit_codes_and_json() {
         let site = site_with(|c, _, _, _| {

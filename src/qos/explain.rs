@@ -499,6 +499,8 @@ pub fn markdown(site: &Site) -> String {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+    use crate::qos::audit::{self, AuditReport, FailOn};
+    use crate::qos::check::Severity;
     use crate::qos::config as qos_conf;
     use crate::qos::site::{parse_nodes, parse_partitions, parse_qos, SlurmSettings};
 
@@ -645,5 +647,43 @@ mod tests {
             rows[4],
             "| qos_lafferty | 4 a40 | lowprio | – | – | 100 | 1 |"
         );
+    }
+
+    proptest::proptest! {
+        /// Whatever Slurm printed, the audit and its explanation report;
+        /// neither panics, and every line the audit could not read is a note.
+        #[test]
+        fn any_output_is_audited(
+            config in "\\PC{0,120}",
+            qos in "([a-z|/=:0-9,.-]{0,40}\n){0,4}",
+            nodes in "\\PC{0,80}",
+            partitions in "\\PC{0,80}",
+        ) {
+            let (qos, mut unread) = parse_qos(&qos);
+            let (nodes, u) = parse_nodes(&nodes);
+            unread.extend(u);
+            let (partitions, u) = parse_partitions(&partitions);
+            unread.extend(u);
+            let unread_count = unread.len();
+            let site = Site {
+                settings: SlurmSettings::from_show_config(&config),
+                qos,
+                associations: Vec::new(),
+                nodes,
+                partitions,
+                plugstack: None,
+                cgroup_conf: None,
+                slurm_conf: None,
+                gpu_qos_conf_path: "gpu_qos.conf".into(),
+                gpu_qos_conf: GpuQosConf::Missing,
+                unread,
+            };
+            let found = audit::audit(&site);
+            let notes = found.iter().filter(|f| f.kind == "unread" && f.severity == Severity::Note).count();
+            proptest::prop_assert_eq!(notes, unread_count);
+            let _ = explain(&site);
+            let _ = markdown(&site);
+            let _ = AuditReport::new(found, FailOn::Note, Vec::new()).to_table();
+        }
     }
 }

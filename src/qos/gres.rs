@@ -7,8 +7,14 @@
 //! validates them, so the parser is lenient where Slurm is (no prefix, no
 //! count, count suffixes) and strict where a wrong guess would let a GPU
 //! request slip past the policy (a malformed count is an error, not a type).
+//!
+//! The GPUs a job holds or asks for as `squeue`, `scontrol` and `assoc_mgr`
+//! show them (`cpu=1,gres/gpu=2,gres/gpu:a40=2`) are read here too, and put
+//! in words, for `gpu-qos usage` and `gpu-qos why`.
 
 use std::fmt;
+
+use serde::{Deserialize, Serialize};
 
 /// One GRES entry of a request string, borrowing from it.
 ///
@@ -298,6 +304,84 @@ impl fmt::Display for GpuOption<'_> {
     }
 }
 
+// The GPUs a job holds or asks for, as `squeue`, `scontrol` and
+// `assoc_mgr` show them in TRES strings, and the words for them.
+
+/// The GPUs of `gpu_type` in a list [`gpus_of_tres`] made; every GPU for
+/// `None`.
+pub fn gpus_of_type(gpus: &[(Option<String>, u64)], gpu_type: Option<&str>) -> u64 {
+    gpus.iter()
+        .filter(|(t, _)| gpu_type.is_none() || t.as_deref() == gpu_type)
+        .map(|&(_, n)| n)
+        .sum()
+}
+
+/// The GPUs of a TRES string (`cpu=1,gres/gpu=2,gres/gpu:a40=2`): the
+/// typed entries, or the untyped one when there is no typed entry.
+pub fn gpus_of_tres(tres: &str) -> Vec<(Option<String>, u64)> {
+    let mut typed = Vec::new();
+    let mut untyped = None;
+    for (name, value) in tres.split(',').filter_map(|e| e.split_once('=')) {
+        let Ok(n) = value.trim().parse::<u64>() else {
+            continue;
+        };
+        match name.trim().strip_prefix("gres/gpu") {
+            Some("") => untyped = Some(n),
+            Some(rest) => {
+                if let Some(t) = rest.strip_prefix(':').filter(|t| !t.is_empty()) {
+                    typed.push((Some(t.to_owned()), n));
+                }
+            }
+            None => {}
+        }
+    }
+    if typed.is_empty() {
+        typed.extend(untyped.filter(|&n| n > 0).map(|n| (None, n)));
+    }
+    typed
+}
+
+/// `2 a40, 1 h100`; `1 GPU` for an untyped request; `no GPU`.
+pub fn gpu_words(gpus: &[(Option<String>, u64)]) -> String {
+    let parts: Vec<String> = gpus
+        .iter()
+        .map(|(t, n)| match t {
+            Some(t) => format!("{n} {t}"),
+            None => format!("{n} GPU"),
+        })
+        .collect();
+    if parts.is_empty() {
+        "no GPU".to_owned()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// One GPU type of a group QOS: its limit and what the group holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TypeUse {
+    pub gpu_type: String,
+    pub limit: u64,
+    pub held: u64,
+}
+
+/// `2 of 4 a40 held, 0 of 2 h100 held`.
+pub fn held_words(types: &[TypeUse]) -> String {
+    types
+        .iter()
+        .map(|t| format!("{} of {} {} held", t.held, t.limit, t.gpu_type))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// An account above the user (theirs or a parent) with typed GPU limits:
+/// what every job under it holds against them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccountUse {
+    pub account: String,
+    pub types: Vec<TypeUse>,
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -487,5 +571,36 @@ mod tests {
             let list = parse_tres_list(&stored).unwrap();
             prop_assert_eq!(list, vec![GresRequest { name: "gpu", gres_type: Some(&ty), count }]);
         }
+    }
+
+    #[test]
+    fn gpus_of_a_tres_string_by_type() {
+        let typed = gpus_of_tres("cpu=4,mem=8G,gres/gpu=3,gres/gpu:a40=2,gres/gpu:h100=1");
+        assert_eq!(
+            typed,
+            [(Some("a40".to_owned()), 2), (Some("h100".to_owned()), 1)]
+        );
+        assert_eq!(gpus_of_type(&typed, Some("a40")), 2);
+        assert_eq!(gpus_of_type(&typed, Some("l40s")), 0);
+        assert_eq!(gpus_of_type(&typed, None), 3);
+        assert_eq!(gpus_of_tres("cpu=1,gres/gpu=1"), [(None, 1)]);
+        assert_eq!(gpus_of_tres("cpu=1,gres/gpu=0,gres/gpu:=2,x"), []);
+        assert_eq!(gpu_words(&typed), "2 a40, 1 h100");
+        assert_eq!(gpu_words(&gpus_of_tres("gres/gpu=1")), "1 GPU");
+        assert_eq!(gpu_words(&[]), "no GPU");
+    }
+
+    #[test]
+    fn held_gpus_in_words() {
+        let use_of = |gpu_type: &str, limit, held| TypeUse {
+            gpu_type: gpu_type.to_owned(),
+            limit,
+            held,
+        };
+        assert_eq!(
+            held_words(&[use_of("a40", 4, 2), use_of("h100", 2, 0)]),
+            "2 of 4 a40 held, 0 of 2 h100 held"
+        );
+        assert_eq!(held_words(&[]), "");
     }
 }

@@ -3,7 +3,8 @@
 //! under a group QOS that do not, and says what to type instead.
 //!
 //! - [`gres`]: the GPU requests in a job description, in every spelling
-//!   Slurm releases use (`gres:gpu:a40:2`, `gres/gpu:a40=1`, ...).
+//!   Slurm releases use (`gres:gpu:a40:2`, `gres/gpu:a40=1`, ...), and
+//!   the GPUs of a TRES string by type, in words.
 //! - [`config`]: `gpu_qos.conf`, which QOS may use which types.
 //! - [`policy`]: the decision for a submission or an update, and the words
 //!   the user reads.

@@ -19,6 +19,7 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
+use super::gres::{gpu_words, gpus_of_tres, gpus_of_type, held_words, AccountUse, TypeUse};
 use super::site::{AuditQos, Unread};
 
 /// The `squeue` arguments [`parse_squeue`] reads: every job, pending or
@@ -54,40 +55,6 @@ impl JobRow {
     pub fn gpus_of(&self, gpu_type: &str) -> u64 {
         gpus_of_type(&self.gpus, Some(gpu_type))
     }
-}
-
-/// The GPUs of `gpu_type` in a list [`gpus_of_tres`] made; every GPU for
-/// `None`.
-pub fn gpus_of_type(gpus: &[(Option<String>, u64)], gpu_type: Option<&str>) -> u64 {
-    gpus.iter()
-        .filter(|(t, _)| gpu_type.is_none() || t.as_deref() == gpu_type)
-        .map(|&(_, n)| n)
-        .sum()
-}
-
-/// The GPUs of a TRES string (`cpu=1,gres/gpu=2,gres/gpu:a40=2`): the
-/// typed entries, or the untyped one when there is no typed entry.
-pub fn gpus_of_tres(tres: &str) -> Vec<(Option<String>, u64)> {
-    let mut typed = Vec::new();
-    let mut untyped = None;
-    for (name, value) in tres.split(',').filter_map(|e| e.split_once('=')) {
-        let Ok(n) = value.trim().parse::<u64>() else {
-            continue;
-        };
-        match name.trim().strip_prefix("gres/gpu") {
-            Some("") => untyped = Some(n),
-            Some(rest) => {
-                if let Some(t) = rest.strip_prefix(':').filter(|t| !t.is_empty()) {
-                    typed.push((Some(t.to_owned()), n));
-                }
-            }
-            None => {}
-        }
-    }
-    if typed.is_empty() {
-        typed.extend(untyped.filter(|&n| n > 0).map(|n| (None, n)));
-    }
-    typed
 }
 
 /// Reads `squeue` run with [`SQUEUE_ARGS`].
@@ -135,23 +102,6 @@ pub fn parse_assoc_qos(text: &str) -> Vec<String> {
     all
 }
 
-/// One GPU type of a group QOS: its limit and what the group holds.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TypeUse {
-    pub gpu_type: String,
-    pub limit: u64,
-    pub held: u64,
-}
-
-/// `2 of 4 a40 held, 0 of 2 h100 held`.
-pub fn held_words(types: &[TypeUse]) -> String {
-    types
-        .iter()
-        .map(|t| format!("{} of {} {} held", t.held, t.limit, t.gpu_type))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// A pending job and why it waits.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PendingJob {
@@ -166,14 +116,6 @@ pub struct QosUse {
     pub types: Vec<TypeUse>,
     pub running: Vec<JobRow>,
     pub pending: Vec<PendingJob>,
-}
-
-/// An account above the user (theirs or a parent) with typed GPU limits:
-/// what every job under it holds against them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AccountUse {
-    pub account: String,
-    pub types: Vec<TypeUse>,
 }
 
 /// A partition whose QOS carries typed GPU limits: what every job in the
@@ -526,22 +468,6 @@ pub fn usage(
 
 fn gpus_text(job: &JobRow) -> String {
     gpu_words(&job.gpus)
-}
-
-/// `2 a40, 1 h100`; `1 GPU` for an untyped request; `no GPU`.
-pub fn gpu_words(gpus: &[(Option<String>, u64)]) -> String {
-    let parts: Vec<String> = gpus
-        .iter()
-        .map(|(t, n)| match t {
-            Some(t) => format!("{n} {t}"),
-            None => format!("{n} GPU"),
-        })
-        .collect();
-    if parts.is_empty() {
-        "no GPU".to_owned()
-    } else {
-        parts.join(", ")
-    }
 }
 
 impl UsageReport {

@@ -31,8 +31,9 @@
 use serde::{Deserialize, Serialize};
 
 use super::explain::relative_costs;
+use super::gres::{gpu_words, gpus_of_tres, gpus_of_type, held_words, AccountUse};
 use super::site::{partition_gpu_types, AuditQos, NodeInfo, PartitionInfo, Unread};
-use super::usage::{gpu_words, gpus_of_tres, gpus_of_type};
+use crate::shared::calendar::{add_seconds, stamp_seconds};
 use crate::shared::syntax::hostlist_contains;
 
 /// The `squeue -O` fields [`parse_jobs`] reads, `|` after each.
@@ -431,7 +432,7 @@ pub struct Facts {
     pub group_running: Vec<Job>,
     /// For an account-limit wait: the typed GPU limits of the job's account
     /// and its parents, with what every job under each holds.
-    pub account_limits: Vec<super::usage::AccountUse>,
+    pub account_limits: Vec<AccountUse>,
 }
 
 /// At most this many nodes are described one by one.
@@ -447,50 +448,6 @@ fn grace_words(s: u64) -> String {
         s if s >= 60 && s % 60 == 0 => format!("{} min", s / 60),
         s => format!("{s} s"),
     }
-}
-
-/// Seconds since 1970 of Slurm's `YYYY-MM-DDTHH:MM:SS` (read as UTC:
-/// only differences and sums matter, in the controller's own zone).
-fn stamp_seconds(s: &str) -> Option<i64> {
-    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
-    if s.len() != 19 {
-        return None;
-    }
-    let (y, m, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (hh, mm, ss) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
-        return None;
-    }
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * ((m + 9) % 12) + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(((days * 24 + hh) * 60 + mm) * 60 + ss)
-}
-
-/// The stamp `secs` seconds after `stamp`, in the same form.
-pub fn add_seconds(stamp: &str, secs: u64) -> Option<String> {
-    let t = stamp_seconds(stamp)?.checked_add(i64::try_from(secs).ok()?)?;
-    let (days, rest) = (t.div_euclid(86_400), t.rem_euclid(86_400));
-    // The civil date of a day number (the same algorithm, inverted).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    Some(format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    ))
 }
 
 /// When a signalled job ends at the latest: its grace time after it was
@@ -1124,12 +1081,10 @@ fn requeue_details(job: &Job, facts: &Facts, details: &mut Vec<String>) {
 /// Which account's typed limit holds the job: the nearest whose limit of
 /// the job's GPU type has no room for it (else the nearest with a limit of
 /// that type, else the nearest with any).
-fn account_limit_words(job: &Job, limits: &[super::usage::AccountUse]) -> String {
+fn account_limit_words(job: &Job, limits: &[AccountUse]) -> String {
     let ty = job.gpu_type();
-    let asked = |t: &str| super::usage::gpus_of_type(&job.gpus, Some(t));
-    let of_type = |a: &&super::usage::AccountUse| {
-        a.types.iter().any(|t| ty.is_none_or(|ty| t.gpu_type == ty))
-    };
+    let asked = |t: &str| gpus_of_type(&job.gpus, Some(t));
+    let of_type = |a: &&AccountUse| a.types.iter().any(|t| ty.is_none_or(|ty| t.gpu_type == ty));
     let full = limits.iter().find(|a| {
         a.types
             .iter()
@@ -1144,7 +1099,7 @@ fn account_limit_words(job: &Job, limits: &[super::usage::AccountUse]) -> String
     format!(
         "waits for account {}'s GPU limit: {} by the jobs of the account and its sub-accounts",
         a.account,
-        super::usage::held_words(&a.types)
+        held_words(&a.types)
     )
 }
 
@@ -1275,7 +1230,7 @@ mod tests {
 
     #[test]
     fn an_account_limit_wait_names_the_account_that_is_full() {
-        use super::super::usage::{AccountUse, TypeUse};
+        use super::super::gres::{AccountUse, TypeUse};
         let mut job = one(PENDING);
         job.reason = "AssocGrpGRES".into();
         job.account = "lafferty_students".into();
@@ -1585,24 +1540,6 @@ mod tests {
         assert!(explain(running, Facts::default())
             .summary
             .ends_with("is not pending (state R)"));
-    }
-
-    #[test]
-    fn stamps_add_across_days_months_and_leap_years() {
-        assert_eq!(
-            add_seconds("2026-11-23T23:07:24", 120).as_deref(),
-            Some("2026-11-23T23:09:24")
-        );
-        assert_eq!(
-            add_seconds("2026-12-31T23:59:30", 3600).as_deref(),
-            Some("2027-01-01T00:59:30")
-        );
-        assert_eq!(
-            add_seconds("2028-02-28T12:00:00", 86_400).as_deref(),
-            Some("2028-02-29T12:00:00")
-        );
-        assert_eq!(add_seconds("Unknown", 1), None);
-        assert_eq!(add_seconds("2026-13-01T00:00:00", 1), None);
     }
 
     #[test]

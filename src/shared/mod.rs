@@ -1,12 +1,17 @@
 //! The small room both halves of gpushare share: Slurm's `Key=Value`
 //! syntax and its one error type, where files live, the watched
 //! configuration file, and the names of the SPANK variables through which
-//! the controller half talks to the node half, and the Prometheus text
-//! both halves write.
+//! the controller half talks to the node half, the Prometheus text
+//! both halves write, and the one way to do each common thing: replace a
+//! file durably ([`durable`]), run an external program with a deadline
+//! ([`bounded`]), read and add to Slurm's timestamps ([`calendar`]).
 //!
 //! Nothing here knows about QOS rules or GPU shares; `qos` and `mps` import
 //! this room and never each other.
 
+pub mod bounded;
+pub mod calendar;
+pub mod durable;
 pub mod locations;
 pub mod prom;
 pub mod spank_env;

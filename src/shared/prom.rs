@@ -3,10 +3,9 @@
 //! (`\\`, `"`, newlines); a newline at the end.
 
 use std::fmt::Write as _;
-use std::fs::{self, OpenOptions};
-use std::io::{self, Write as _};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
+
+use super::durable;
 
 /// A text exposition, built family by family.
 #[derive(Debug, Default)]
@@ -39,37 +38,23 @@ impl Exposition {
     }
 }
 
-/// Replaces the file at `path` with `text` atomically, mode 0644: written
-/// to `<name>.new` beside it (node_exporter's textfile collector reads only
-/// `*.prom`, so never a half-written file), then renamed over it. A
-/// leftover temporary file is replaced; no link is followed.
+/// Replaces the file at `path` with `text` atomically and durably, mode
+/// 0644 ([`durable::replace`]): written to `<name>.new` beside it
+/// (node_exporter's textfile collector reads only `*.prom`, so never a
+/// half-written file), then renamed over it. A leftover temporary file is
+/// replaced; no link is followed. The mode is set on the open file: the
+/// writer's umask (slurmctld's, a timer's) must not keep node_exporter
+/// from reading it.
 pub fn write_file(path: &Path, text: &str) -> Result<(), String> {
     let name = path
         .file_name()
         .and_then(|n| n.to_str())
         .ok_or_else(|| format!("{}: not a file path", path.display()))?;
-    let temp = path.with_file_name(format!("{name}.new"));
-    let fail = |what: &str, p: &Path, e: io::Error| format!("{what} {}: {e}", p.display());
-    match fs::remove_file(&temp) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(fail("remove leftover", &temp, e)),
-    }
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&temp)
-        .map_err(|e| fail("create", &temp, e))?;
-    // Set on the open file: the writer's umask (slurmctld's, a timer's)
-    // must not keep node_exporter from reading it.
-    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))
-        .map_err(|e| fail("set the mode of", &temp, e))?;
-    file.write_all(text.as_bytes())
-        .map_err(|e| fail("write", &temp, e))?;
-    drop(file);
-    fs::rename(&temp, path).map_err(|e| fail("rename into place", path, e))
+    let dir = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    durable::replace(dir, name, text.as_bytes(), 0o644).map_err(|e| e.to_string())
 }
 
 /// A label value as the text format needs it.
@@ -87,19 +72,23 @@ fn escape_help(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     #[test]
-    fn files_are_replaced_whole_and_no_temporary_is_left() {
+    fn files_are_written_whole_and_readable_by_node_exporter() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let path = dir.path().join("m.prom");
         fs::write(dir.path().join("m.prom.new"), "leftover").unwrap_or_else(|e| panic!("{e}"));
         write_file(&path, "a 1\n").unwrap_or_else(|e| panic!("{e}"));
         write_file(&path, "a 2\n").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(fs::read_to_string(&path).unwrap_or_default(), "a 2\n");
-        let names: Vec<_> = fs::read_dir(dir.path())
-            .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
-            .unwrap_or_default();
-        assert_eq!(names, vec![std::ffi::OsString::from("m.prom")]);
+        let mode = fs::metadata(&path)
+            .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777)
+            .unwrap_or(0);
+        assert_eq!(mode, 0o644);
+        assert!(!dir.path().join("m.prom.new").exists());
+        let err = write_file(Path::new("/"), "a 1\n").err();
+        assert_eq!(err.as_deref(), Some("/: not a file path"));
     }
 
     #[test]

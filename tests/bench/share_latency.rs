@@ -47,6 +47,7 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use gpushare::shared::calendar::stamp_seconds;
 use testcluster::cluster::slurm_places_shares;
 use testcluster::{Cluster, ClusterSpec};
 
@@ -58,17 +59,9 @@ const SCRIPT: &str = "#!/bin/bash\ndate +S%Y-%m-%dT%H:%M:%S.%3N\ndate +E%Y-%m-%d
 /// Milliseconds since 1970 of a `YYYY-MM-DDTHH:MM:SS.mmm` stamp read as
 /// UTC (Slurm and `date` both print local time: only differences matter).
 fn stamp_ms(s: &str) -> Option<i64> {
-    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
-    let (y, m, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (hh, mm, ss, ms) = (num(11..13)?, num(14..16)?, num(17..19)?, num(20..23)?);
-    // Days from civil (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * ((m + 9) % 12) + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(((days * 24 + hh) * 60 + mm) * 60_000 + ss * 1000 + ms)
+    let secs = stamp_seconds(s.get(..19)?)?;
+    let ms = s.get(20..23)?.parse::<i64>().ok()?;
+    Some(secs * 1000 + ms)
 }
 
 /// The stamp that opens a Slurm log line: `[2026-11-23T19:05:02.123] ...`.

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use crate::cluster::harness_dir;
 
-use gpushare::mps::daemon::CONTROL_PROGRAM;
+use gpushare::mps::programs::CONTROL_PROGRAM;
 
 /// Copies the stand-in into `dir` as `nvidia-cuda-mps-control` (its log,
 /// `hang` and `servers` files live beside it) and returns its path.

@@ -15,11 +15,12 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
-use gpushare::mps::bounded;
 use gpushare::qos::audit::{self, AuditReport, FailOn, GpuQosConf, Site};
 use gpushare::qos::check::{self, CheckJson, QosRecord, Tally, SACCTMGR_ARGS};
+use gpushare::qos::gres::AccountUse;
 use gpushare::qos::site::{self as site_text, SlurmSettings, Unread, AUDIT_SACCTMGR_ARGS};
 use gpushare::qos::{config, explain, metrics, usage, why};
+use gpushare::shared::bounded;
 use gpushare::shared::locations::{beside_slurm_conf, DEFAULT_SLURM_CONF};
 use gpushare::shared::prom;
 
@@ -814,10 +815,7 @@ fn why_report(job: &str) -> Result<why::WhyReport> {
 /// accounts and their parents, from
 /// slurmctld's association manager: the user's associations, then each
 /// level of parents in one call. What cannot be read becomes a note.
-fn account_uses(
-    user: &str,
-    unread: &mut Vec<Unread>,
-) -> (Vec<usage::AccountUse>, Vec<usage::AccountUse>) {
+fn account_uses(user: &str, unread: &mut Vec<Unread>) -> (Vec<AccountUse>, Vec<AccountUse>) {
     match ask_assoc_mgr(format!("users={user}")) {
         Ok(lines) => (
             usage::own_limits(&lines, user),
@@ -880,7 +878,7 @@ fn ask_assoc_mgr(filter: String) -> Result<Vec<metrics::AssocLine>> {
 }
 
 /// The typed GPU limits of `accounts` and every parent above them.
-fn account_chain_uses(mut ask: Vec<String>, unread: &mut Vec<Unread>) -> Vec<usage::AccountUse> {
+fn account_chain_uses(mut ask: Vec<String>, unread: &mut Vec<Unread>) -> Vec<AccountUse> {
     let source = ASSOC_MGR_SOURCE;
     let (mut seen, mut uses) = (Vec::new(), Vec::new());
     for _ in 0..usage::MAX_ACCOUNT_DEPTH {

@@ -34,11 +34,12 @@ use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use gpushare::mps::bounded;
 use gpushare::mps::config::{self, GpuMpsConfig};
-use gpushare::mps::daemon::{self, CONTROL_PROGRAM, SEARCH_DIRS};
+use gpushare::mps::daemon;
 use gpushare::mps::ledger::Ledger;
 use gpushare::mps::node::{task_plan, TaskPlan};
+use gpushare::mps::programs::{CONTROL_PROGRAM, SEARCH_DIRS};
+use gpushare::shared::bounded;
 use serde::Deserialize;
 
 /// The CUDA client, compiled on the GPU node (no copy of the tree needed there).

@@ -6,6 +6,8 @@ use std::path::PathBuf;
 use std::process::Output;
 use std::time::Duration;
 
+use gpushare::shared::calendar::stamp_seconds;
+
 use super::{wait_for, write, Cluster, PARTITION};
 use crate::time::{JOB_END, JOB_LONG};
 use crate::Result;
@@ -164,8 +166,8 @@ impl Cluster {
             timeout,
             || {
                 let info = self.job(id).ok()?;
-                let submit = info.get("SubmitTime").and_then(slurm_time_secs);
-                let eval = info.get("LastSchedEval").and_then(slurm_time_secs);
+                let submit = info.get("SubmitTime").and_then(stamp_seconds);
+                let eval = info.get("LastSchedEval").and_then(stamp_seconds);
                 last = format!(
                     "{} SubmitTime={:?} LastSchedEval={:?}",
                     info.state(),
@@ -253,47 +255,3 @@ impl Cluster {
 /// at it for [`Cluster::wait_considered`], in seconds: later than the
 /// attempt slurmctld makes at submission, in the same or the next second.
 pub const CONSIDERED_AFTER: i64 = 2;
-
-/// Seconds since 1970 of a time as `scontrol` prints it
-/// (`2025-03-04T12:34:56`, the cluster's local time; only compared with
-/// another such time); `None` for `Unknown`, `None` or anything else.
-fn slurm_time_secs(text: &str) -> Option<i64> {
-    let (date, time) = text.split_once('T')?;
-    let mut d = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
-    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
-    let mut t = time.splitn(3, ':').map(|p| p.parse::<i64>().ok());
-    let (hh, mm, ss) = (t.next()??, t.next()??, t.next()??);
-    if !(1..=12).contains(&m) || !(1..=31).contains(&day) {
-        return None;
-    }
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * ((m + 9) % 12) + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(days * 86_400 + hh * 3600 + mm * 60 + ss)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::slurm_time_secs;
-
-    #[test]
-    fn scontrol_times_become_seconds() {
-        assert_eq!(slurm_time_secs("1970-01-01T00:00:00"), Some(0));
-        assert_eq!(slurm_time_secs("2000-03-01T00:00:01"), Some(951_868_801));
-        assert_eq!(
-            slurm_time_secs("2025-01-01T00:00:00").zip(slurm_time_secs("2024-12-31T23:59:58")),
-            Some((1_735_689_600, 1_735_689_598))
-        );
-    }
-
-    #[test]
-    fn what_is_not_a_time_is_none() {
-        for text in ["Unknown", "None", "", "2025-13-01T00:00:00", "2025-01-01"] {
-            assert_eq!(slurm_time_secs(text), None, "{text}");
-        }
-    }
-}

@@ -1,10 +1,11 @@
-//! Running an external program from a node daemon's hook, bounded in time.
+//! Running an external program bounded in time (and, where asked, in the
+//! size of its answer): the one command runner of gpushare.
 //!
 //! The prolog and epilog run while slurmd waits to start or end a job: a
 //! program that never exits (a hung MPS control daemon, slurmctld not
-//! answering squeue) must not hang the job start. Each run here has a
-//! deadline; past it the program is killed and the run is an error that
-//! says so.
+//! answering squeue) must not hang the job start, nor a hung `scontrol`
+//! an admin command. Each run here has a deadline; past it the program is
+//! killed and the run is an error that says so.
 //!
 //! Output goes to unlinked temporary files, read back once the program
 //! exited: `nvidia-cuda-mps-control -d` leaves a daemon that keeps its

@@ -1,0 +1,57 @@
+//! Where the node's MPS control program is: `MPSControl=` in
+//! `gpu_mps.conf` names it, or `auto` finds it on PATH and then in the
+//! usual places. The daemon runs it, `nvidia-smi` is looked for beside it
+//! and the status view tells whether there is one.
+
+use std::path::PathBuf;
+
+use super::config::{GpuMpsConfig, MpsControl};
+
+/// The control program's name.
+pub const CONTROL_PROGRAM: &str = "nvidia-cuda-mps-control";
+/// Where `MPSControl=auto` looks after PATH: slurmd runs the Prolog with
+/// no PATH at all (seen on 22.05), so PATH alone never finds it there.
+pub const SEARCH_DIRS: [&str; 5] = [
+    "/usr/bin",
+    "/usr/local/bin",
+    "/usr/local/cuda/bin",
+    "/usr/sbin",
+    "/opt/nvidia/bin",
+];
+
+/// The control program this node uses, if any.
+pub fn program(cfg: &GpuMpsConfig) -> Option<PathBuf> {
+    match &cfg.mps_control {
+        MpsControl::Disabled => None,
+        MpsControl::Program(p) => Some(p.clone()),
+        MpsControl::FromPath => find_in(std::env::var_os("PATH").as_deref()),
+    }
+}
+
+/// `nvidia-cuda-mps-control` in `path` (a PATH value), else in
+/// [`SEARCH_DIRS`].
+pub fn find_in(path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
+    path.map(|p| std::env::split_paths(p).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .chain(SEARCH_DIRS.iter().map(PathBuf::from))
+        .map(|d| d.join(CONTROL_PROGRAM))
+        .find(|p| p.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    #[test]
+    fn auto_finds_the_program_without_path_in_the_usual_dirs() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let fake = dir.path().join(CONTROL_PROGRAM);
+        fs::write(&fake, "").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(find_in(Some(dir.path().as_os_str())), Some(fake));
+        // No PATH (slurmd's Prolog): the usual dirs, which hold none here.
+        let none = find_in(None);
+        assert!(none.is_none_or(|p| SEARCH_DIRS.iter().any(|d| p.starts_with(d))));
+    }
+}
