@@ -5,20 +5,14 @@
 //! `gpu-qos metrics` asks slurmctld twice, whatever the size of the site:
 //! `scontrol -o show assoc_mgr flags=qos` (every QOS's `GrpTRES` limits
 //! with their usage, from slurmctld's own accounting cache) and `squeue`
-//! for the pending jobs' QOS and reason ([`PENDING_SQUEUE_ARGS`]).
+//! for the pending jobs' QOS and reason ([`super::slurm::jobs::pending`]).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::policy::{RejectionKind, Verdict};
+use super::slurm::jobs::Job;
 use crate::shared::prom::Exposition;
-
-/// `scontrol` arguments [`parse_assoc_mgr_qos`] reads (one line per QOS).
-pub const ASSOC_MGR_ARGS: [&str; 4] = ["-o", "show", "assoc_mgr", "flags=qos"];
-
-/// `squeue` arguments [`parse_pending`] reads: every pending job's QOS and
-/// reason code, fields Slurm fills in itself, `|` after each.
-pub const PENDING_SQUEUE_ARGS: [&str; 6] = ["-h", "-a", "-t", "PENDING", "-O", "QOS:|,Reason:|"];
 
 /// One GPU type in one QOS's `GrpTRES`: the limit (`None`: no limit) and
 /// the GPUs its running jobs hold.
@@ -52,16 +46,6 @@ pub fn parse_assoc_mgr_qos(text: &str) -> Vec<QosGpus> {
         }
     }
     out
-}
-
-/// `scontrol` arguments [`parse_assoc_mgr_accounts`] reads, followed by
-/// [`accounts_filter`]: the associations of the accounts `Account=` rules
-/// of gpu_qos.conf name, one line each, from slurmctld's own cache.
-pub const ASSOC_MGR_ACCOUNT_ARGS: [&str; 4] = ["-o", "show", "assoc_mgr", "flags=assoc"];
-
-/// The `accounts=` filter slurmctld applies itself.
-pub fn accounts_filter(accounts: &[String]) -> String {
-    format!("accounts={}", accounts.join(","))
 }
 
 /// One GPU type in an account's own `GrpTRES` (its association without a
@@ -185,17 +169,12 @@ pub fn render_accounts(gpus: &[AccountGpus]) -> String {
     out.into_text()
 }
 
-/// Reads `squeue` run with [`PENDING_SQUEUE_ARGS`]: pending jobs by
-/// (QOS, reason).
-pub fn parse_pending(text: &str) -> BTreeMap<(String, String), u64> {
+/// Pending jobs by (QOS, reason), from [`super::slurm::jobs::pending`].
+pub fn pending_by_reason(jobs: &[Job]) -> BTreeMap<(String, String), u64> {
     let mut out = BTreeMap::new();
-    for line in text.lines() {
-        let fields: Vec<&str> = line.split('|').map(str::trim).collect();
-        if let [qos, reason, ""] = fields[..] {
-            if !qos.is_empty() {
-                *out.entry((qos.to_owned(), reason.to_owned())).or_default() += 1;
-            }
-        }
+    for job in jobs.iter().filter(|j| !j.qos.is_empty()) {
+        *out.entry((job.qos.clone(), job.reason.clone()))
+            .or_default() += 1;
     }
     out
 }
@@ -440,9 +419,13 @@ ClusterName=gpushare Account=lafferty_students UserName=root(0) Partition= Prior
         );
         // GrpTRESMins and MaxTRESPJ are not GrpTRES.
         assert!(gpus.iter().all(|g| g.in_use != 7));
-        let pending = parse_pending(
-            "qos_lafferty|QOSGrpGRES|\nqos_lafferty|QOSGrpGRES|\nlowprio|Priority|\nnormal|Resources|\n",
+        let (jobs, _) = crate::qos::slurm::jobs::parse(
+            "1|a|x|PD|qos_lafferty|gpu|1||QOSGrpGRES||||||0|\n\
+             2|a|x|PD|qos_lafferty|gpu|1||QOSGrpGRES||||||0|\n\
+             3|b|x|PD|lowprio|gpu|1||Priority||||||0|\n\
+             4|c|x|PD|normal|gpu|1||Resources||||||0|\n",
         );
+        let pending = pending_by_reason(&jobs);
         let text = render_qos(&gpus, &pending, &["lowprio".to_owned()]);
         for line in [
             "gpushare_qos_gpus_in_use{qos=\"qos_lafferty\",gpu_type=\"a40\"} 2",

@@ -21,21 +21,6 @@ use serde::{Deserialize, Serialize};
 
 use super::site::{AuditQos, Unread};
 
-/// The `squeue` arguments [`parse_squeue`] reads: every job, pending or
-/// running, `|` after each field (`-O` field suffix). `tres-alloc` is the
-/// allocation of a running job and the request of a pending one.
-pub const SQUEUE_ARGS: [&str; 6] = [
-    "-h",
-    "-a",
-    "-t",
-    "RUNNING,PENDING",
-    "-O",
-    "JobID:|,UserName:|,StateCompact:|,QOS:|,tres-alloc:|,Reason:|",
-];
-
-/// A user's associations' QOS: `sacctmgr -nP show assoc user=NAME format=QOS`.
-pub const ASSOC_FORMAT: &str = "format=QOS";
-
 /// One job as `squeue` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobRow {
@@ -88,36 +73,6 @@ pub fn gpus_of_tres(tres: &str) -> Vec<(Option<String>, u64)> {
         typed.extend(untyped.filter(|&n| n > 0).map(|n| (None, n)));
     }
     typed
-}
-
-/// Reads `squeue` run with [`SQUEUE_ARGS`].
-pub fn parse_squeue(text: &str) -> (Vec<JobRow>, Vec<Unread>) {
-    let mut jobs = Vec::new();
-    let mut unread = Vec::new();
-    for (i, raw) in text.lines().enumerate() {
-        if raw.trim().is_empty() {
-            continue;
-        }
-        let fields: Vec<&str> = raw.split('|').map(str::trim).collect();
-        match fields[..] {
-            [id, user, state, qos, tres, reason, ""] if !id.is_empty() => jobs.push(JobRow {
-                id: id.to_owned(),
-                user: user.to_owned(),
-                running: state == "R",
-                qos: qos.to_owned(),
-                gpus: gpus_of_tres(tres),
-                reason: reason.to_owned(),
-            }),
-            _ => unread.push(Unread {
-                source: format!("squeue line {}", i + 1),
-                reason: format!(
-                    "{} fields in \"{raw}\", expected 6",
-                    fields.len().saturating_sub(1)
-                ),
-            }),
-        }
-    }
-    (jobs, unread)
 }
 
 /// The QOS of a user's associations (one comma list per association).
@@ -186,7 +141,7 @@ pub struct PartitionUse {
 }
 
 /// The partitions (name, `QOS=`) whose QOS `assoc_mgr` lists with typed
-/// limits, from [`assoc_mgr_args`]'s answer for those QOS.
+/// limits, from [`super::slurm::assoc_mgr::qos`]'s answer for those QOS.
 pub fn partition_uses(
     partitions: &[(String, String)],
     qos_gpus: &[super::metrics::QosGpus],
@@ -384,20 +339,7 @@ pub fn covered_qos(all_qos: &[AuditQos], user_qos: &[String], only: Option<&str>
         .collect()
 }
 
-/// `scontrol -o show assoc_mgr flags=qos qos=A,B` for the covered QOS: one
-/// call answered from slurmctld's association cache (no job lock), whose
-/// size does not grow with the site's jobs.
-pub fn assoc_mgr_args(qos: &[String]) -> Vec<String> {
-    vec![
-        "-o".into(),
-        "show".into(),
-        "assoc_mgr".into(),
-        "flags=qos".into(),
-        format!("qos={}", qos.join(",")),
-    ]
-}
-
-/// Who has jobs in each QOS, from [`assoc_mgr_args`]'s answer: the users
+/// Who has jobs in each QOS, from [`super::slurm::assoc_mgr::qos`]'s answer: the users
 /// of its `User Limits` with submitted jobs (`MaxSubmitJobsPU=..(N)`, N >
 /// 0), as a name where Slurm prints one (`alice(1001)`, 24.11 on) or a uid
 /// (22.05). `None` for a QOS whose jobs Slurm counts but lists no user
@@ -458,15 +400,6 @@ pub fn parse_qos_users(text: &str) -> BTreeMap<String, Option<Vec<String>>> {
     }
     finish(&qos, submitted_in_qos, &mut out);
     out
-}
-
-/// The `squeue` arguments for one user's jobs (by name or uid): the same
-/// fields as [`SQUEUE_ARGS`], filtered by slurmctld (it packs only that
-/// user's jobs), where naming several users would load every job.
-pub fn user_squeue_args(user: &str) -> Vec<String> {
-    let mut args: Vec<String> = SQUEUE_ARGS.iter().map(|a| (*a).to_owned()).collect();
-    args.splice(2..2, ["-u".to_owned(), user.to_owned()]);
-    args
 }
 
 pub fn usage(
@@ -720,24 +653,26 @@ QOS=qos_saxena(5) GrpSubmitJobs=N(2) GrpTRES=cpu=N(1) Account Limits= No Account
             parse_qos_users(v22).get("qos_lafferty"),
             Some(&Some(vec!["1001".to_owned()]))
         );
-        assert_eq!(
-            user_squeue_args("alice")[..4],
-            ["-h", "-a", "-u", "alice"].map(str::to_owned)
-        );
     }
 
     use super::*;
     use crate::qos::site::parse_qos;
     use proptest::prelude::*;
 
-    /// `squeue` 22.05.8 with [`SQUEUE_ARGS`], group qos_lafferty full.
+    /// `squeue` 22.05.8 with every squeue read's fields, group qos_lafferty full.
     const SQUEUE: &str = "\
-103|alice|PD|qos_lafferty|cpu=1,mem=16000M,node=1,billing=1,gres/gpu=2,gres/gpu:a40=2|QOSGrpGRES|
-104|alice|PD|qos_lafferty|cpu=1,mem=16000M,node=1,billing=1,gres/gpu=1,gres/gpu:a40=1|Priority|
-101|alice|R|qos_lafferty|cpu=1,node=1,billing=1,gres/gpu=2,gres/gpu:a40=2|None|
-102|bob|R|qos_lafferty|cpu=1,node=1,billing=1,gres/gpu=2,gres/gpu:a40=2|None|
-105|carol|R|lowprio|cpu=1,node=1,billing=1,gres/gpu=1|None|
+103|alice|lafferty|PD|qos_lafferty|gpu|100|cpu=1,mem=16000M,node=1,billing=1,gres/gpu=2,gres/gpu:a40=2|QOSGrpGRES|N/A|(null)|N/A|NONE||0|
+104|alice|lafferty|PD|qos_lafferty|gpu|100|cpu=1,mem=16000M,node=1,billing=1,gres/gpu=1,gres/gpu:a40=1|Priority|N/A|(null)|N/A|NONE||0|
+101|alice|lafferty|R|qos_lafferty|gpu|100|cpu=1,node=1,billing=1,gres/gpu=2,gres/gpu:a40=2|None|2026-11-23T23:07:09|(null)|N/A|NONE|gpu01|0|
+102|bob|lafferty|R|qos_lafferty|gpu|100|cpu=1,node=1,billing=1,gres/gpu=2,gres/gpu:a40=2|None|2026-11-23T23:07:09|(null)|N/A|NONE|gpu01|0|
+105|carol|other|R|lowprio|gpu|1|cpu=1,node=1,billing=1,gres/gpu=1|None|2026-11-23T23:07:09|(null)|N/A|NONE|gpu02|0|
 ";
+
+    /// [`SQUEUE`] as `gpu-qos usage` counts it.
+    fn parse_squeue(text: &str) -> (Vec<JobRow>, Vec<Unread>) {
+        let (jobs, unread) = crate::qos::slurm::jobs::parse(text);
+        (jobs.iter().map(|j| j.row()).collect(), unread)
+    }
 
     fn qos() -> Vec<AuditQos> {
         parse_qos(
@@ -812,8 +747,8 @@ QOS=qos_saxena(5) GrpSubmitJobs=N(2) GrpTRES=cpu=N(1) Account Limits= No Account
     #[test]
     fn a_group_short_of_room_in_words() {
         let (jobs, _) = parse_squeue(
-            "7|bob|R|qos_lafferty|gres/gpu=3,gres/gpu:a40=3|None|\n\
-             8|alice|PD|qos_lafferty|gres/gpu=2,gres/gpu:a40=2|QOSGrpGRES|\n",
+            "7|bob|x|R|qos_lafferty|gpu|1|gres/gpu=3,gres/gpu:a40=3|None||||||0|\n\
+             8|alice|x|PD|qos_lafferty|gpu|1|gres/gpu=2,gres/gpu:a40=2|QOSGrpGRES||||||0|\n",
         );
         let report = usage("alice", &["qos_lafferty".into()], &qos(), &jobs, None);
         assert_eq!(
