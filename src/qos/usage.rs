@@ -7,14 +7,13 @@
 //! (`sacctmgr show assoc`, `sacctmgr show qos`, `scontrol show assoc_mgr`,
 //! `squeue -u`). What it asks slurmctld does not grow with the site's
 //! jobs: the QOS's per-user counts name who has jobs there
-//! ([`parse_qos_users`]), and squeue is asked for one user at a time, the
+//! ([`super::slurm::assoc_mgr::parse_qos_users`]), and squeue is asked for one user at a time, the
 //! one filter slurmctld applies itself (naming several users, or filtering
 //! by QOS or state, makes squeue load every job). The squeue
 //! fields are ones Slurm itself fills in (ids, user names, state, QOS,
 //! TRES, reason code), `|`-separated, so nothing a user names a job can
 //! shift them.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
@@ -144,7 +143,7 @@ pub struct PartitionUse {
 /// limits, from [`super::slurm::assoc_mgr::qos`]'s answer for those QOS.
 pub fn partition_uses(
     partitions: &[(String, String)],
-    qos_gpus: &[super::metrics::QosGpus],
+    qos_gpus: &[super::slurm::assoc_mgr::QosGpus],
 ) -> Vec<PartitionUse> {
     partitions
         .iter()
@@ -174,7 +173,7 @@ pub const MAX_ACCOUNT_DEPTH: usize = 16;
 
 /// The user's accounts (their associations, from
 /// `scontrol -o show assoc_mgr flags=assoc users=NAME`).
-pub fn user_accounts(lines: &[super::metrics::AssocLine], user: &str) -> Vec<String> {
+pub fn user_accounts(lines: &[super::slurm::assoc_mgr::AssocLine], user: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for l in lines {
         if l.user.as_deref() == Some(user) && !out.contains(&l.account) {
@@ -186,7 +185,7 @@ pub fn user_accounts(lines: &[super::metrics::AssocLine], user: &str) -> Vec<Str
 
 /// The typed GPU limits on the user's own associations (`sacctmgr modify
 /// user alice set GrpTRES=...`), one per account they have one in.
-pub fn own_limits(lines: &[super::metrics::AssocLine], user: &str) -> Vec<AccountUse> {
+pub fn own_limits(lines: &[super::slurm::assoc_mgr::AssocLine], user: &str) -> Vec<AccountUse> {
     lines
         .iter()
         .filter(|l| l.user.as_deref() == Some(user))
@@ -216,7 +215,7 @@ fn limited_types(gpus: &[(String, Option<u64>, u64)]) -> Vec<TypeUse> {
 /// The accounts' own lines as read so far: the typed limits among them,
 /// and the parents not yet read (to ask for next).
 pub fn account_limits(
-    lines: &[super::metrics::AssocLine],
+    lines: &[super::slurm::assoc_mgr::AssocLine],
     seen: &[String],
 ) -> (Vec<AccountUse>, Vec<String>) {
     let mut uses = Vec::new();
@@ -337,69 +336,6 @@ pub fn covered_qos(all_qos: &[AuditQos], user_qos: &[String], only: Option<&str>
         .filter(|q| covers(q, user_qos, only))
         .map(|q| q.name().to_owned())
         .collect()
-}
-
-/// Who has jobs in each QOS, from [`super::slurm::assoc_mgr::qos`]'s answer: the users
-/// of its `User Limits` with submitted jobs (`MaxSubmitJobsPU=..(N)`, N >
-/// 0), as a name where Slurm prints one (`alice(1001)`, 24.11 on) or a uid
-/// (22.05). `None` for a QOS whose jobs Slurm counts but lists no user
-/// for (no per-user counters: `AccountingStorageEnforce` without
-/// `limits`): its jobs must then be found another way.
-pub fn parse_qos_users(text: &str) -> BTreeMap<String, Option<Vec<String>>> {
-    let mut out: BTreeMap<String, Option<Vec<String>>> = BTreeMap::new();
-    let mut qos: Option<String> = None;
-    let mut submitted_in_qos = 0u64;
-    let mut in_users = false;
-    let mut previous = "";
-    let mut current_user: Option<String> = None;
-    let used = |word: &str| -> u64 {
-        word.rsplit_once('(')
-            .and_then(|(_, n)| n.trim_end_matches(['}', ')']).parse().ok())
-            .unwrap_or(0)
-    };
-    let finish = |qos: &Option<String>, submitted: u64, out: &mut BTreeMap<_, _>| {
-        if let Some(q) = qos {
-            let entry: &mut Option<Vec<String>> = out.entry(q.clone()).or_insert(Some(Vec::new()));
-            if submitted > 0 && entry.as_ref().is_some_and(|u| u.is_empty()) {
-                *entry = None;
-            }
-        }
-    };
-    for word in text.split_whitespace() {
-        if let Some(rest) = word.strip_prefix("QOS=") {
-            finish(&qos, submitted_in_qos, &mut out);
-            qos = Some(rest.rsplit_once('(').map_or(rest, |(n, _)| n).to_owned());
-            out.entry(qos.clone().unwrap_or_default())
-                .or_insert(Some(Vec::new()));
-            submitted_in_qos = 0;
-            in_users = false;
-            current_user = None;
-        } else if let Some(rest) = word.strip_prefix("GrpSubmitJobs=") {
-            submitted_in_qos = used(rest);
-        } else if word == "Limits=" {
-            in_users = previous == "User";
-        } else if in_users {
-            if let Some((who, _)) = word.split_once("={") {
-                let name = who.split_once('(').map_or(who, |(n, _)| n);
-                current_user = Some(name.to_owned());
-            }
-            let stat = word.split_once("={").map_or(word, |(_, s)| s);
-            if let (Some(rest), Some(user), Some(q)) =
-                (stat.strip_prefix("MaxSubmitJobsPU="), &current_user, &qos)
-            {
-                if used(rest) > 0 {
-                    if let Some(Some(users)) = out.get_mut(q) {
-                        if !users.contains(user) {
-                            users.push(user.clone());
-                        }
-                    }
-                }
-            }
-        }
-        previous = word;
-    }
-    finish(&qos, submitted_in_qos, &mut out);
-    out
 }
 
 pub fn usage(
@@ -571,7 +507,7 @@ ClusterName=gpushare Account=root UserName= Partition= ID=1 ParentAccount= GrpTR
 
     #[test]
     fn partitions_with_a_typed_qos_are_reported_with_its_use() {
-        let gpus = crate::qos::metrics::parse_assoc_mgr_qos(
+        let gpus = crate::qos::slurm::assoc_mgr::parse_assoc_mgr_qos(
             "QOS=part_a40(7) GrpTRES=cpu=N(1),gres/gpu=N(1),gres/gpu:a40=8(1),gres/gpu:h100=N(0)",
         );
         let uses = partition_uses(
@@ -597,7 +533,7 @@ ClusterName=gpushare Account=root UserName= Partition= ID=1 ParentAccount= GrpTR
 
     #[test]
     fn account_limits_are_found_up_the_users_accounts() {
-        use crate::qos::metrics::parse_assoc_lines;
+        use crate::qos::slurm::assoc_mgr::parse_assoc_lines;
         let accounts = user_accounts(&parse_assoc_lines(EVE), "eve");
         assert_eq!(accounts, ["lafferty_students", "research"]);
         assert!(own_limits(&parse_assoc_lines(EVE), "eve").is_empty());
@@ -635,26 +571,6 @@ ClusterName=gpushare Account=root UserName= Partition= ID=1 ParentAccount= GrpTR
     /// `scontrol -o show assoc_mgr flags=qos qos=...` as 22.05 prints it
     /// (users by uid) and as 24.11 and later do (`name(uid)`), and a QOS
     /// whose jobs Slurm counts without per-user records.
-    #[test]
-    fn assoc_mgr_names_who_has_jobs_in_each_qos() {
-        let v24 = "QOS=qos_lafferty(3) UsageRaw=1.0 GrpJobs=N(2) GrpJobsAccrue=N(1) GrpSubmitJobs=N(3) GrpWall=N(2.00) GrpTRES=cpu=N(2),gres/gpu:a40=4(4) Account Limits= research={MaxJobsPA=N(2) MaxJobsAccruePA=N(1) MaxSubmitJobsPA=N(3) MaxTRESPA=cpu=N(2)} User Limits= alice(1001)={MaxJobsPU=N(2) MaxJobsAccruePU=N(0) MaxSubmitJobsPU=N(2) MaxTRESPU=cpu=N(2),gres/gpu:a40=N(4)} bob(1002)={MaxJobsPU=N(0) MaxJobsAccruePU=N(1) MaxSubmitJobsPU=N(1) MaxTRESPU=cpu=N(0)} carol(1003)={MaxJobsPU=N(0) MaxJobsAccruePU=N(0) MaxSubmitJobsPU=N(0) MaxTRESPU=cpu=N(0)}
-QOS=qos_dijk(4) UsageRaw=0.0 GrpJobs=N(0) GrpJobsAccrue=N(0) GrpSubmitJobs=N(0) GrpWall=N(0.00) GrpTRES=cpu=N(0) Account Limits= No Accounts User Limits= No Users
-QOS=qos_saxena(5) GrpSubmitJobs=N(2) GrpTRES=cpu=N(1) Account Limits= No Accounts User Limits= No Users";
-        let users = parse_qos_users(v24);
-        assert_eq!(
-            users.get("qos_lafferty"),
-            Some(&Some(vec!["alice".to_owned(), "bob".to_owned()]))
-        );
-        assert_eq!(users.get("qos_dijk"), Some(&Some(Vec::new())));
-        // Two jobs counted, nobody listed: find them another way.
-        assert_eq!(users.get("qos_saxena"), Some(&None));
-        let v22 = "QOS=qos_lafferty(3) GrpSubmitJobs=N(1) GrpTRES=cpu=N(1) Account Limits= research={MaxJobsPA=N(1) MaxJobsAccruePA=N(0) MaxSubmitJobsPA=N(1) MaxTRESPA=cpu=N(1)} User Limits= 1001={MaxJobsPU=N(1) MaxJobsAccruePU=N(0) MaxSubmitJobsPU=N(1) MaxTRESPU=cpu=N(1)}";
-        assert_eq!(
-            parse_qos_users(v22).get("qos_lafferty"),
-            Some(&Some(vec!["1001".to_owned()]))
-        );
-    }
-
     use super::*;
     use crate::qos::site::parse_qos;
     use proptest::prelude::*;

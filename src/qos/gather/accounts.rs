@@ -5,14 +5,14 @@
 
 use crate::qos::site::{parse_partitions, AuditQos, Unread};
 use crate::qos::slurm::{assoc_mgr, partitions, soft, Query, ReadError, SlurmRead};
-use crate::qos::{metrics, usage};
+use crate::qos::usage;
 
 /// The note a failed association read leaves.
 const ASSOC_MGR_SOURCE: &str = assoc_mgr::ASSOC_SOURCE;
 
 /// `scontrol -o show assoc_mgr flags=assoc FILTER`, read.
-fn ask(read: &dyn SlurmRead, query: &Query) -> Result<Vec<metrics::AssocLine>, ReadError> {
-    read.read(query).map(|t| metrics::parse_assoc_lines(&t))
+fn ask(read: &dyn SlurmRead, query: &Query) -> Result<Vec<assoc_mgr::AssocLine>, ReadError> {
+    read.read(query).map(|t| assoc_mgr::parse_assoc_lines(&t))
 }
 
 /// The typed GPU limits of the user's own associations, and of the
@@ -97,5 +97,5 @@ pub fn partition_uses(
     ) else {
         return Vec::new();
     };
-    usage::partition_uses(&partitions, &metrics::parse_assoc_mgr_qos(&text))
+    usage::partition_uses(&partitions, &assoc_mgr::parse_assoc_mgr_qos(&text))
 }

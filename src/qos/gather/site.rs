@@ -79,7 +79,7 @@ pub fn metrics_text(read: &dyn SlurmRead) -> Result<(String, Option<String>), Re
         ),
     };
     let mut text = metrics::render_qos(
-        &metrics::parse_assoc_mgr_qos(&assoc),
+        &assoc_mgr::parse_assoc_mgr_qos(&assoc),
         &metrics::pending_by_reason(&pending),
         cfg.low_priority_qos(),
     );
@@ -95,7 +95,7 @@ pub fn metrics_text(read: &dyn SlurmRead) -> Result<(String, Option<String>), Re
     if !accounts.is_empty() {
         let assoc = read.read(&assoc_mgr::accounts(&accounts))?;
         text.push_str(&metrics::render_accounts(
-            &metrics::parse_assoc_mgr_accounts(&assoc),
+            &assoc_mgr::parse_assoc_mgr_accounts(&assoc),
         ));
     }
     Ok((text, warning))

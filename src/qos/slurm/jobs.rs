@@ -226,7 +226,7 @@ fn qos_users(
     user: &str,
     qos: &[String],
 ) -> Result<Result<Vec<String>, String>, ReadError> {
-    let by_qos = crate::qos::usage::parse_qos_users(&read.read(&assoc_mgr::qos(qos))?);
+    let by_qos = assoc_mgr::parse_qos_users(&read.read(&assoc_mgr::qos(qos))?);
     // Slurm 22.05 names users by uid there: the caller's own uid is the
     // caller, asked for once.
     let my_uid = read
