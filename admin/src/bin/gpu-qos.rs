@@ -50,15 +50,17 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Cmd::Why { job, json } => run_why(&read, &job, json),
-        Cmd::Metrics { write } => match site::metrics_text(&read) {
-            Ok((text, warning)) => {
-                if let Some(w) = warning {
-                    eprintln!("gpu-qos: {w}");
+        Cmd::Metrics { write } => {
+            match site::metrics_text(&read, &beside_slurm_conf(None, "gpu_qos.conf")) {
+                Ok((text, warning)) => {
+                    if let Some(w) = warning {
+                        eprintln!("gpu-qos: {w}");
+                    }
+                    write_metrics(write.as_deref(), &text)
                 }
-                write_metrics(write.as_deref(), &text)
+                Err(e) => failed("gpu-qos", &e),
             }
-            Err(e) => failed("gpu-qos", &e),
-        },
+        }
         Cmd::Generate => match site::generated(&read) {
             Ok((text, warning)) => {
                 if let Some(w) = warning {

@@ -13,3 +13,6 @@ pub mod accounts;
 pub mod site;
 pub mod usage;
 pub mod why;
+
+#[cfg(test)]
+mod scenes;

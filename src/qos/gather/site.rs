@@ -61,15 +61,17 @@ pub fn generated(read: &dyn SlurmRead) -> Result<(String, Option<String>), ReadE
 }
 
 /// The Prometheus text of `gpu-qos metrics`, and a warning where
-/// gpu_qos.conf (which QOS are low priority, the `Account=` rules) could
-/// not be read.
-pub fn metrics_text(read: &dyn SlurmRead) -> Result<(String, Option<String>), ReadError> {
+/// gpu_qos.conf at `policy` (which QOS are low priority, the `Account=`
+/// rules) could not be read.
+pub fn metrics_text(
+    read: &dyn SlurmRead,
+    policy: &Path,
+) -> Result<(String, Option<String>), ReadError> {
     let assoc = read.read(&assoc_mgr::all_qos())?;
     let (pending, _) = jobs::read(read, &jobs::pending())?;
     // Which QOS are low priority (for the alert on group jobs waiting
     // while they hold the group's GPUs): gpu_qos.conf, where it reads.
-    let policy = beside_slurm_conf(None, "gpu_qos.conf");
-    let (cfg, warning) = match crate::shared::syntax::load(&policy, config::parse) {
+    let (cfg, warning) = match crate::shared::syntax::load(policy, config::parse) {
         Ok(cfg) => (cfg.unwrap_or_default(), None),
         Err(e) => (
             GpuQosConfig::default(),
