@@ -226,3 +226,30 @@ fn the_audit_reads_the_whole_site() {
         assert!(!findings.is_empty(), "{r}");
     }
 }
+
+#[test]
+fn generate_then_check_is_clean() {
+    for r in RELEASES {
+        let read = scene(r);
+        let (text, warning) = site::generated(&read).unwrap_or_else(|e| panic!("{r}: {e}"));
+        assert_eq!(warning, None, "{r}");
+        assert!(
+            text.contains("\nQOS=qos_lafferty GPUTypes=a40 GPULimit=4\n"),
+            "{r}"
+        );
+        assert!(
+            text.contains("\nAccount=lafferty GPUTypes=a40 GPULimit=8\n"),
+            "{r}"
+        );
+        assert!(text.contains("\nLowPriorityQOS=lowprio\n"), "{r}");
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("gpu_qos.conf");
+        std::fs::write(&path, &text).unwrap_or_else(|e| panic!("{e}"));
+        let (cfg, db, assocs) =
+            site::check_inputs(&read, &path).unwrap_or_else(|e| panic!("{r}: {e}"));
+        let file = path.to_string_lossy();
+        let mut findings = crate::qos::check::check(&cfg, &file, &db);
+        findings.extend(crate::qos::check::check_associations(&cfg, &file, &assocs));
+        assert!(findings.is_empty(), "{r}: {findings:?}");
+    }
+}

@@ -175,7 +175,7 @@ fn typed_gpu_entries(tres: &str) -> impl Iterator<Item = (String, Option<u64>, u
     })
 }
 
-/// Who has jobs in each QOS, from [`super::slurm::assoc_mgr::qos`]'s answer: the users
+/// Who has jobs in each QOS, from [`qos`]'s answer: the users
 /// of its `User Limits` with submitted jobs (`MaxSubmitJobsPU=..(N)`, N >
 /// 0), as a name where Slurm prints one (`alice(1001)`, 24.11 on) or a uid
 /// (22.05). `None` for a QOS whose jobs Slurm counts but lists no user
