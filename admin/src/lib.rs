@@ -10,6 +10,7 @@ pub mod acl;
 pub mod node_log;
 pub mod node_program;
 pub mod nvml;
+pub mod qos_cli;
 pub mod requeue;
 
 /// `--version` text: the program, gpushare's version.

@@ -5,149 +5,15 @@
 //! `gpu-qos metrics` asks slurmctld twice, whatever the size of the site:
 //! `scontrol -o show assoc_mgr flags=qos` (every QOS's `GrpTRES` limits
 //! with their usage, from slurmctld's own accounting cache) and `squeue`
-//! for the pending jobs' QOS and reason ([`PENDING_SQUEUE_ARGS`]).
+//! for the pending jobs' QOS and reason ([`super::slurm::jobs::pending`]).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::policy::{RejectionKind, Verdict};
+use super::slurm::assoc_mgr::{AccountGpus, QosGpus};
+use super::slurm::jobs::Job;
 use crate::shared::prom::Exposition;
-
-/// `scontrol` arguments [`parse_assoc_mgr_qos`] reads (one line per QOS).
-pub const ASSOC_MGR_ARGS: [&str; 4] = ["-o", "show", "assoc_mgr", "flags=qos"];
-
-/// `squeue` arguments [`parse_pending`] reads: every pending job's QOS and
-/// reason code, fields Slurm fills in itself, `|` after each.
-pub const PENDING_SQUEUE_ARGS: [&str; 6] = ["-h", "-a", "-t", "PENDING", "-O", "QOS:|,Reason:|"];
-
-/// One GPU type in one QOS's `GrpTRES`: the limit (`None`: no limit) and
-/// the GPUs its running jobs hold.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QosGpus {
-    pub qos: String,
-    pub gpu_type: String,
-    pub limit: Option<u64>,
-    pub in_use: u64,
-}
-
-/// Reads `scontrol -o show assoc_mgr flags=qos`: for each QOS, each typed
-/// `gres/gpu:TYPE=LIMIT(USED)` entry of its `GrpTRES` (`N` is no limit).
-/// The format is the same in 22.05, 24.11 and 25.11 (`_print_tres_line`).
-pub fn parse_assoc_mgr_qos(text: &str) -> Vec<QosGpus> {
-    let mut out = Vec::new();
-    let mut qos: Option<String> = None;
-    for word in text.split_whitespace() {
-        if let Some(rest) = word.strip_prefix("QOS=") {
-            // `QOS=name(id)`
-            qos = Some(rest.rsplit_once('(').map_or(rest, |(n, _)| n).to_owned());
-        } else if let (Some(rest), Some(q)) = (word.strip_prefix("GrpTRES="), &qos) {
-            for (gpu_type, limit, in_use) in typed_gpu_entries(rest) {
-                out.push(QosGpus {
-                    qos: q.clone(),
-                    gpu_type,
-                    limit,
-                    in_use,
-                });
-            }
-        }
-    }
-    out
-}
-
-/// `scontrol` arguments [`parse_assoc_mgr_accounts`] reads, followed by
-/// [`accounts_filter`]: the associations of the accounts `Account=` rules
-/// of gpu_qos.conf name, one line each, from slurmctld's own cache.
-pub const ASSOC_MGR_ACCOUNT_ARGS: [&str; 4] = ["-o", "show", "assoc_mgr", "flags=assoc"];
-
-/// The `accounts=` filter slurmctld applies itself.
-pub fn accounts_filter(accounts: &[String]) -> String {
-    format!("accounts={}", accounts.join(","))
-}
-
-/// One GPU type in an account's own `GrpTRES` (its association without a
-/// user): the limit and the GPUs its and its sub-accounts' jobs hold.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AccountGpus {
-    pub account: String,
-    pub gpu_type: String,
-    pub limit: Option<u64>,
-    pub in_use: u64,
-}
-
-/// One association line of `scontrol -o show assoc_mgr flags=assoc`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AssocLine {
-    pub account: String,
-    /// The user's name (`alice`, or `alice(1001)` as printed, the uid cut
-    /// off); `None` for the account's own association.
-    pub user: Option<String>,
-    /// `None` for an association of every partition.
-    pub partition: Option<String>,
-    /// The parent account (account associations only).
-    pub parent: Option<String>,
-    /// Each typed `gres/gpu:TYPE=LIMIT(USED)` of its `GrpTRES`.
-    pub gpus: Vec<(String, Option<u64>, u64)>,
-}
-
-/// `name(id)` → `name`; empty → `None`.
-fn name_of(value: &str) -> Option<String> {
-    let name = value.rsplit_once('(').map_or(value, |(n, _)| n);
-    (!name.is_empty()).then(|| name.to_owned())
-}
-
-/// Reads `scontrol -o show assoc_mgr flags=assoc`, one association a line
-/// (the same words in 22.05, 24.11 and 26.05; headers are skipped).
-pub fn parse_assoc_lines(text: &str) -> Vec<AssocLine> {
-    text.lines()
-        .filter_map(|line| {
-            let field = |key: &str| {
-                line.split_whitespace()
-                    .find_map(|w| w.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
-            };
-            Some(AssocLine {
-                account: name_of(field("Account")?)?,
-                user: field("UserName").and_then(name_of),
-                partition: field("Partition").and_then(name_of),
-                parent: field("ParentAccount").and_then(name_of),
-                gpus: field("GrpTRES")
-                    .map(|t| typed_gpu_entries(t).collect())
-                    .unwrap_or_default(),
-            })
-        })
-        .collect()
-}
-
-/// For each account's own association (no user, no partition), each typed
-/// GPU entry of its `GrpTRES`. Users' associations are left out: their
-/// names are not for a metrics file.
-pub fn parse_assoc_mgr_accounts(text: &str) -> Vec<AccountGpus> {
-    parse_assoc_lines(text)
-        .into_iter()
-        .filter(|l| l.user.is_none() && l.partition.is_none())
-        .flat_map(|l| {
-            let account = l.account;
-            l.gpus
-                .into_iter()
-                .map(move |(gpu_type, limit, in_use)| AccountGpus {
-                    account: account.clone(),
-                    gpu_type,
-                    limit,
-                    in_use,
-                })
-        })
-        .collect()
-}
-
-/// The `gres/gpu:TYPE=LIMIT(USED)` entries of an assoc_mgr TRES list
-/// (`N` is no limit).
-fn typed_gpu_entries(tres: &str) -> impl Iterator<Item = (String, Option<u64>, u64)> + '_ {
-    tres.split(',').filter_map(|entry| {
-        let (name, value) = entry.split_once('=')?;
-        let gpu_type = name.strip_prefix("gres/gpu:")?;
-        let (limit, used) = value.strip_suffix(')')?.split_once('(')?;
-        Some((gpu_type.to_owned(), limit.parse().ok(), used.parse().ok()?))
-    })
-}
 
 /// The Prometheus text of the accounts' typed GPU limits.
 pub fn render_accounts(gpus: &[AccountGpus]) -> String {
@@ -185,17 +51,12 @@ pub fn render_accounts(gpus: &[AccountGpus]) -> String {
     out.into_text()
 }
 
-/// Reads `squeue` run with [`PENDING_SQUEUE_ARGS`]: pending jobs by
-/// (QOS, reason).
-pub fn parse_pending(text: &str) -> BTreeMap<(String, String), u64> {
+/// Pending jobs by (QOS, reason), from [`super::slurm::jobs::pending`].
+pub fn pending_by_reason(jobs: &[Job]) -> BTreeMap<(String, String), u64> {
     let mut out = BTreeMap::new();
-    for line in text.lines() {
-        let fields: Vec<&str> = line.split('|').map(str::trim).collect();
-        if let [qos, reason, ""] = fields[..] {
-            if !qos.is_empty() {
-                *out.entry((qos.to_owned(), reason.to_owned())).or_default() += 1;
-            }
-        }
+    for job in jobs.iter().filter(|j| !j.qos.is_empty()) {
+        *out.entry((job.qos.clone(), job.reason.clone()))
+            .or_default() += 1;
     }
     out
 }
@@ -379,6 +240,7 @@ impl DecisionCounts {
 mod tests {
     use super::super::policy::{JobChanges, Rejection};
     use super::*;
+    use crate::qos::slurm::assoc_mgr::{parse_assoc_mgr_accounts, parse_assoc_mgr_qos};
 
     /// As `scontrol -o show assoc_mgr flags=qos` prints two QOS (24.11).
     const ASSOC_MGR: &str = "QOS=normal(1) UsageRaw=0.000000 GrpJobs=N(0) GrpJobsAccrue=N(0) GrpSubmitJobs=N(0) GrpWall=N(0.00) GrpTRES=cpu=N(0),mem=N(0),energy=N(0),node=N(0),billing=N(0),fs/disk=N(0),vmem=N(0),pages=N(0),gres/gpu=N(0),gres/gpu:a40=N(0),gres/gpu:h100=N(0) GrpTRESMins=cpu=N(0)
@@ -440,9 +302,13 @@ ClusterName=gpushare Account=lafferty_students UserName=root(0) Partition= Prior
         );
         // GrpTRESMins and MaxTRESPJ are not GrpTRES.
         assert!(gpus.iter().all(|g| g.in_use != 7));
-        let pending = parse_pending(
-            "qos_lafferty|QOSGrpGRES|\nqos_lafferty|QOSGrpGRES|\nlowprio|Priority|\nnormal|Resources|\n",
+        let (jobs, _) = crate::qos::slurm::jobs::parse(
+            "1|a|x|PD|qos_lafferty|gpu|1||QOSGrpGRES||||||0|\n\
+             2|a|x|PD|qos_lafferty|gpu|1||QOSGrpGRES||||||0|\n\
+             3|b|x|PD|lowprio|gpu|1||Priority||||||0|\n\
+             4|c|x|PD|normal|gpu|1||Resources||||||0|\n",
         );
+        let pending = pending_by_reason(&jobs);
         let text = render_qos(&gpus, &pending, &["lowprio".to_owned()]);
         for line in [
             "gpushare_qos_gpus_in_use{qos=\"qos_lafferty\",gpu_type=\"a40\"} 2",

@@ -19,6 +19,11 @@
 //! - [`metrics`]: group QOS usage and the plugin's decisions for Prometheus.
 //! - [`usage`]: a user's group QOS, the GPUs held against the limit and why
 //!   the group's jobs wait (`gpu-qos usage`).
+//! - [`slurm`]: every read of Slurm, a typed query with its parser;
+//!   [`slurm::Live`] runs them, [`slurm::Recorded`] answers from recorded
+//!   fixtures.
+//! - [`gather`]: what each `gpu-qos` command reads, through a
+//!   [`slurm::SlurmRead`].
 //! - [`why`]: one pending job explained: priority and fair share, free
 //!   GPUs, preemption under way (`gpu-qos why`).
 
@@ -26,9 +31,11 @@ pub mod audit;
 pub mod check;
 pub mod config;
 pub mod explain;
+pub mod gather;
 pub mod gres;
 pub mod metrics;
 pub mod policy;
 pub mod site;
+pub mod slurm;
 pub mod usage;
 pub mod why;

@@ -7,85 +7,21 @@
 //! (`sacctmgr show assoc`, `sacctmgr show qos`, `scontrol show assoc_mgr`,
 //! `squeue -u`). What it asks slurmctld does not grow with the site's
 //! jobs: the QOS's per-user counts name who has jobs there
-//! ([`parse_qos_users`]), and squeue is asked for one user at a time, the
+//! ([`super::slurm::assoc_mgr::parse_qos_users`]), and squeue is asked for one user at a time, the
 //! one filter slurmctld applies itself (naming several users, or filtering
 //! by QOS or state, makes squeue load every job). The squeue
 //! fields are ones Slurm itself fills in (ids, user names, state, QOS,
 //! TRES, reason code), `|`-separated, so nothing a user names a job can
 //! shift them.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use super::gres::{gpu_words, gpus_of_tres, gpus_of_type, held_words, AccountUse, TypeUse};
+use super::gres::{gpu_words, held_words, AccountUse, TypeUse};
 use super::site::{AuditQos, Unread};
 
-/// The `squeue` arguments [`parse_squeue`] reads: every job, pending or
-/// running, `|` after each field (`-O` field suffix). `tres-alloc` is the
-/// allocation of a running job and the request of a pending one.
-pub const SQUEUE_ARGS: [&str; 6] = [
-    "-h",
-    "-a",
-    "-t",
-    "RUNNING,PENDING",
-    "-O",
-    "JobID:|,UserName:|,StateCompact:|,QOS:|,tres-alloc:|,Reason:|",
-];
-
-/// A user's associations' QOS: `sacctmgr -nP show assoc user=NAME format=QOS`.
-pub const ASSOC_FORMAT: &str = "format=QOS";
-
-/// One job as `squeue` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct JobRow {
-    pub id: String,
-    pub user: String,
-    pub running: bool,
-    pub qos: String,
-    /// GPUs by type (`None`: untyped `gres/gpu` only), allocated or asked.
-    pub gpus: Vec<(Option<String>, u64)>,
-    /// Slurm's reason code (`QOSGrpGRES`, `Priority`, `None`).
-    pub reason: String,
-}
-
-impl JobRow {
-    /// GPUs of `gpu_type` in the job.
-    pub fn gpus_of(&self, gpu_type: &str) -> u64 {
-        gpus_of_type(&self.gpus, Some(gpu_type))
-    }
-}
-
-/// Reads `squeue` run with [`SQUEUE_ARGS`].
-pub fn parse_squeue(text: &str) -> (Vec<JobRow>, Vec<Unread>) {
-    let mut jobs = Vec::new();
-    let mut unread = Vec::new();
-    for (i, raw) in text.lines().enumerate() {
-        if raw.trim().is_empty() {
-            continue;
-        }
-        let fields: Vec<&str> = raw.split('|').map(str::trim).collect();
-        match fields[..] {
-            [id, user, state, qos, tres, reason, ""] if !id.is_empty() => jobs.push(JobRow {
-                id: id.to_owned(),
-                user: user.to_owned(),
-                running: state == "R",
-                qos: qos.to_owned(),
-                gpus: gpus_of_tres(tres),
-                reason: reason.to_owned(),
-            }),
-            _ => unread.push(Unread {
-                source: format!("squeue line {}", i + 1),
-                reason: format!(
-                    "{} fields in \"{raw}\", expected 6",
-                    fields.len().saturating_sub(1)
-                ),
-            }),
-        }
-    }
-    (jobs, unread)
-}
+pub use super::slurm::jobs::JobRow;
 
 /// The QOS of a user's associations (one comma list per association).
 pub fn parse_assoc_qos(text: &str) -> Vec<String> {
@@ -128,10 +64,10 @@ pub struct PartitionUse {
 }
 
 /// The partitions (name, `QOS=`) whose QOS `assoc_mgr` lists with typed
-/// limits, from [`assoc_mgr_args`]'s answer for those QOS.
+/// limits, from [`super::slurm::assoc_mgr::qos`]'s answer for those QOS.
 pub fn partition_uses(
     partitions: &[(String, String)],
-    qos_gpus: &[super::metrics::QosGpus],
+    qos_gpus: &[super::slurm::assoc_mgr::QosGpus],
 ) -> Vec<PartitionUse> {
     partitions
         .iter()
@@ -161,7 +97,7 @@ pub const MAX_ACCOUNT_DEPTH: usize = 16;
 
 /// The user's accounts (their associations, from
 /// `scontrol -o show assoc_mgr flags=assoc users=NAME`).
-pub fn user_accounts(lines: &[super::metrics::AssocLine], user: &str) -> Vec<String> {
+pub fn user_accounts(lines: &[super::slurm::assoc_mgr::AssocLine], user: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for l in lines {
         if l.user.as_deref() == Some(user) && !out.contains(&l.account) {
@@ -173,7 +109,7 @@ pub fn user_accounts(lines: &[super::metrics::AssocLine], user: &str) -> Vec<Str
 
 /// The typed GPU limits on the user's own associations (`sacctmgr modify
 /// user alice set GrpTRES=...`), one per account they have one in.
-pub fn own_limits(lines: &[super::metrics::AssocLine], user: &str) -> Vec<AccountUse> {
+pub fn own_limits(lines: &[super::slurm::assoc_mgr::AssocLine], user: &str) -> Vec<AccountUse> {
     lines
         .iter()
         .filter(|l| l.user.as_deref() == Some(user))
@@ -203,7 +139,7 @@ fn limited_types(gpus: &[(String, Option<u64>, u64)]) -> Vec<TypeUse> {
 /// The accounts' own lines as read so far: the typed limits among them,
 /// and the parents not yet read (to ask for next).
 pub fn account_limits(
-    lines: &[super::metrics::AssocLine],
+    lines: &[super::slurm::assoc_mgr::AssocLine],
     seen: &[String],
 ) -> (Vec<AccountUse>, Vec<String>) {
     let mut uses = Vec::new();
@@ -324,91 +260,6 @@ pub fn covered_qos(all_qos: &[AuditQos], user_qos: &[String], only: Option<&str>
         .filter(|q| covers(q, user_qos, only))
         .map(|q| q.name().to_owned())
         .collect()
-}
-
-/// `scontrol -o show assoc_mgr flags=qos qos=A,B` for the covered QOS: one
-/// call answered from slurmctld's association cache (no job lock), whose
-/// size does not grow with the site's jobs.
-pub fn assoc_mgr_args(qos: &[String]) -> Vec<String> {
-    vec![
-        "-o".into(),
-        "show".into(),
-        "assoc_mgr".into(),
-        "flags=qos".into(),
-        format!("qos={}", qos.join(",")),
-    ]
-}
-
-/// Who has jobs in each QOS, from [`assoc_mgr_args`]'s answer: the users
-/// of its `User Limits` with submitted jobs (`MaxSubmitJobsPU=..(N)`, N >
-/// 0), as a name where Slurm prints one (`alice(1001)`, 24.11 on) or a uid
-/// (22.05). `None` for a QOS whose jobs Slurm counts but lists no user
-/// for (no per-user counters: `AccountingStorageEnforce` without
-/// `limits`): its jobs must then be found another way.
-pub fn parse_qos_users(text: &str) -> BTreeMap<String, Option<Vec<String>>> {
-    let mut out: BTreeMap<String, Option<Vec<String>>> = BTreeMap::new();
-    let mut qos: Option<String> = None;
-    let mut submitted_in_qos = 0u64;
-    let mut in_users = false;
-    let mut previous = "";
-    let mut current_user: Option<String> = None;
-    let used = |word: &str| -> u64 {
-        word.rsplit_once('(')
-            .and_then(|(_, n)| n.trim_end_matches(['}', ')']).parse().ok())
-            .unwrap_or(0)
-    };
-    let finish = |qos: &Option<String>, submitted: u64, out: &mut BTreeMap<_, _>| {
-        if let Some(q) = qos {
-            let entry: &mut Option<Vec<String>> = out.entry(q.clone()).or_insert(Some(Vec::new()));
-            if submitted > 0 && entry.as_ref().is_some_and(|u| u.is_empty()) {
-                *entry = None;
-            }
-        }
-    };
-    for word in text.split_whitespace() {
-        if let Some(rest) = word.strip_prefix("QOS=") {
-            finish(&qos, submitted_in_qos, &mut out);
-            qos = Some(rest.rsplit_once('(').map_or(rest, |(n, _)| n).to_owned());
-            out.entry(qos.clone().unwrap_or_default())
-                .or_insert(Some(Vec::new()));
-            submitted_in_qos = 0;
-            in_users = false;
-            current_user = None;
-        } else if let Some(rest) = word.strip_prefix("GrpSubmitJobs=") {
-            submitted_in_qos = used(rest);
-        } else if word == "Limits=" {
-            in_users = previous == "User";
-        } else if in_users {
-            if let Some((who, _)) = word.split_once("={") {
-                let name = who.split_once('(').map_or(who, |(n, _)| n);
-                current_user = Some(name.to_owned());
-            }
-            let stat = word.split_once("={").map_or(word, |(_, s)| s);
-            if let (Some(rest), Some(user), Some(q)) =
-                (stat.strip_prefix("MaxSubmitJobsPU="), &current_user, &qos)
-            {
-                if used(rest) > 0 {
-                    if let Some(Some(users)) = out.get_mut(q) {
-                        if !users.contains(user) {
-                            users.push(user.clone());
-                        }
-                    }
-                }
-            }
-        }
-        previous = word;
-    }
-    finish(&qos, submitted_in_qos, &mut out);
-    out
-}
-
-/// The `squeue` arguments for one user's jobs (by name or uid): the same
-/// fields as [`SQUEUE_ARGS`], filtered by slurmctld (it packs only that
-/// user's jobs), where naming several users would load every job.
-pub fn user_squeue_args(user: &str) -> Vec<String> {
-    let mut args: Vec<String> = SQUEUE_ARGS.iter().map(|a| (*a).to_owned()).collect();
-    args.splice(2..2, ["-u".to_owned(), user.to_owned()]);
-    args
 }
 
 pub fn usage(
@@ -564,7 +415,7 @@ ClusterName=gpushare Account=root UserName= Partition= ID=1 ParentAccount= GrpTR
 
     #[test]
     fn partitions_with_a_typed_qos_are_reported_with_its_use() {
-        let gpus = crate::qos::metrics::parse_assoc_mgr_qos(
+        let gpus = crate::qos::slurm::assoc_mgr::parse_assoc_mgr_qos(
             "QOS=part_a40(7) GrpTRES=cpu=N(1),gres/gpu=N(1),gres/gpu:a40=8(1),gres/gpu:h100=N(0)",
         );
         let uses = partition_uses(
@@ -590,7 +441,7 @@ ClusterName=gpushare Account=root UserName= Partition= ID=1 ParentAccount= GrpTR
 
     #[test]
     fn account_limits_are_found_up_the_users_accounts() {
-        use crate::qos::metrics::parse_assoc_lines;
+        use crate::qos::slurm::assoc_mgr::parse_assoc_lines;
         let accounts = user_accounts(&parse_assoc_lines(EVE), "eve");
         assert_eq!(accounts, ["lafferty_students", "research"]);
         assert!(own_limits(&parse_assoc_lines(EVE), "eve").is_empty());
@@ -628,42 +479,24 @@ ClusterName=gpushare Account=root UserName= Partition= ID=1 ParentAccount= GrpTR
     /// `scontrol -o show assoc_mgr flags=qos qos=...` as 22.05 prints it
     /// (users by uid) and as 24.11 and later do (`name(uid)`), and a QOS
     /// whose jobs Slurm counts without per-user records.
-    #[test]
-    fn assoc_mgr_names_who_has_jobs_in_each_qos() {
-        let v24 = "QOS=qos_lafferty(3) UsageRaw=1.0 GrpJobs=N(2) GrpJobsAccrue=N(1) GrpSubmitJobs=N(3) GrpWall=N(2.00) GrpTRES=cpu=N(2),gres/gpu:a40=4(4) Account Limits= research={MaxJobsPA=N(2) MaxJobsAccruePA=N(1) MaxSubmitJobsPA=N(3) MaxTRESPA=cpu=N(2)} User Limits= alice(1001)={MaxJobsPU=N(2) MaxJobsAccruePU=N(0) MaxSubmitJobsPU=N(2) MaxTRESPU=cpu=N(2),gres/gpu:a40=N(4)} bob(1002)={MaxJobsPU=N(0) MaxJobsAccruePU=N(1) MaxSubmitJobsPU=N(1) MaxTRESPU=cpu=N(0)} carol(1003)={MaxJobsPU=N(0) MaxJobsAccruePU=N(0) MaxSubmitJobsPU=N(0) MaxTRESPU=cpu=N(0)}
-QOS=qos_dijk(4) UsageRaw=0.0 GrpJobs=N(0) GrpJobsAccrue=N(0) GrpSubmitJobs=N(0) GrpWall=N(0.00) GrpTRES=cpu=N(0) Account Limits= No Accounts User Limits= No Users
-QOS=qos_saxena(5) GrpSubmitJobs=N(2) GrpTRES=cpu=N(1) Account Limits= No Accounts User Limits= No Users";
-        let users = parse_qos_users(v24);
-        assert_eq!(
-            users.get("qos_lafferty"),
-            Some(&Some(vec!["alice".to_owned(), "bob".to_owned()]))
-        );
-        assert_eq!(users.get("qos_dijk"), Some(&Some(Vec::new())));
-        // Two jobs counted, nobody listed: find them another way.
-        assert_eq!(users.get("qos_saxena"), Some(&None));
-        let v22 = "QOS=qos_lafferty(3) GrpSubmitJobs=N(1) GrpTRES=cpu=N(1) Account Limits= research={MaxJobsPA=N(1) MaxJobsAccruePA=N(0) MaxSubmitJobsPA=N(1) MaxTRESPA=cpu=N(1)} User Limits= 1001={MaxJobsPU=N(1) MaxJobsAccruePU=N(0) MaxSubmitJobsPU=N(1) MaxTRESPU=cpu=N(1)}";
-        assert_eq!(
-            parse_qos_users(v22).get("qos_lafferty"),
-            Some(&Some(vec!["1001".to_owned()]))
-        );
-        assert_eq!(
-            user_squeue_args("alice")[..4],
-            ["-h", "-a", "-u", "alice"].map(str::to_owned)
-        );
-    }
-
     use super::*;
     use crate::qos::site::parse_qos;
     use proptest::prelude::*;
 
-    /// `squeue` 22.05.8 with [`SQUEUE_ARGS`], group qos_lafferty full.
+    /// `squeue` 22.05.8 with every squeue read's fields, group qos_lafferty full.
     const SQUEUE: &str = "\
-103|alice|PD|qos_lafferty|cpu=1,mem=16000M,node=1,billing=1,gres/gpu=2,gres/gpu:a40=2|QOSGrpGRES|
-104|alice|PD|qos_lafferty|cpu=1,mem=16000M,node=1,billing=1,gres/gpu=1,gres/gpu:a40=1|Priority|
-101|alice|R|qos_lafferty|cpu=1,node=1,billing=1,gres/gpu=2,gres/gpu:a40=2|None|
-102|bob|R|qos_lafferty|cpu=1,node=1,billing=1,gres/gpu=2,gres/gpu:a40=2|None|
-105|carol|R|lowprio|cpu=1,node=1,billing=1,gres/gpu=1|None|
+103|alice|lafferty|PD|qos_lafferty|gpu|100|cpu=1,mem=16000M,node=1,billing=1,gres/gpu=2,gres/gpu:a40=2|QOSGrpGRES|N/A|(null)|N/A|NONE||0|
+104|alice|lafferty|PD|qos_lafferty|gpu|100|cpu=1,mem=16000M,node=1,billing=1,gres/gpu=1,gres/gpu:a40=1|Priority|N/A|(null)|N/A|NONE||0|
+101|alice|lafferty|R|qos_lafferty|gpu|100|cpu=1,node=1,billing=1,gres/gpu=2,gres/gpu:a40=2|None|2026-11-23T23:07:09|(null)|N/A|NONE|gpu01|0|
+102|bob|lafferty|R|qos_lafferty|gpu|100|cpu=1,node=1,billing=1,gres/gpu=2,gres/gpu:a40=2|None|2026-11-23T23:07:09|(null)|N/A|NONE|gpu01|0|
+105|carol|other|R|lowprio|gpu|1|cpu=1,node=1,billing=1,gres/gpu=1|None|2026-11-23T23:07:09|(null)|N/A|NONE|gpu02|0|
 ";
+
+    /// [`SQUEUE`] as `gpu-qos usage` counts it.
+    fn parse_squeue(text: &str) -> (Vec<JobRow>, Vec<Unread>) {
+        let (jobs, unread) = crate::qos::slurm::jobs::parse(text);
+        (jobs.iter().map(|j| j.row()).collect(), unread)
+    }
 
     fn qos() -> Vec<AuditQos> {
         parse_qos(
@@ -738,8 +571,8 @@ QOS=qos_saxena(5) GrpSubmitJobs=N(2) GrpTRES=cpu=N(1) Account Limits= No Account
     #[test]
     fn a_group_short_of_room_in_words() {
         let (jobs, _) = parse_squeue(
-            "7|bob|R|qos_lafferty|gres/gpu=3,gres/gpu:a40=3|None|\n\
-             8|alice|PD|qos_lafferty|gres/gpu=2,gres/gpu:a40=2|QOSGrpGRES|\n",
+            "7|bob|x|R|qos_lafferty|gpu|1|gres/gpu=3,gres/gpu:a40=3|None||||||0|\n\
+             8|alice|x|PD|qos_lafferty|gpu|1|gres/gpu=2,gres/gpu:a40=2|QOSGrpGRES||||||0|\n",
         );
         let report = usage("alice", &["qos_lafferty".into()], &qos(), &jobs, None);
         assert_eq!(

@@ -12,15 +12,9 @@
 //! QOS it may preempt (the users `scontrol show assoc_mgr` names, then
 //! `squeue -u` each, as `gpu-qos usage` reads a group).
 //!
-//! `sprio` is one `REQUEST_PRIORITY_FACTORS` whatever it is asked, but
-//! only 22.05 sends the job, partition and user filters to slurmctld; from
-//! 23.02 on the request carries none, slurmctld answers with every pending
-//! job the caller may see and `sprio` filters them itself. So on 24.11 and
-//! 26.05 each `sprio` answer grows with the site's pending queue (held
-//! jobs, priority 0, are never in it).
-//!
-//! Slurm fills in every field read here (ids, names, states, times, TRES),
-//! `|`-separated, so nothing a user names a job can shift them.
+//! Each of these reads is a query of [`super::slurm`], where its
+//! arguments and its parser live; what is read for which job is decided
+//! in [`super::gather`].
 //!
 //! What a preempted job's end means: when a job's QOS preempts another, the
 //! victim gets `PreemptTime` (when it was signalled) and an `EndTime` of
@@ -33,122 +27,12 @@ use serde::{Deserialize, Serialize};
 use super::explain::relative_costs;
 use super::gres::{gpu_words, gpus_of_tres, gpus_of_type, held_words, AccountUse};
 use super::site::{partition_gpu_types, AuditQos, NodeInfo, PartitionInfo, Unread};
+pub use super::slurm::jobs::Job;
+pub use super::slurm::priority::{Factors, Ranked};
+pub use super::slurm::runs::Run;
+pub use super::slurm::shares::ShareRow;
 use crate::shared::calendar::{add_seconds, stamp_seconds};
 use crate::shared::syntax::hostlist_contains;
-
-/// The `squeue -O` fields [`parse_jobs`] reads, `|` after each.
-pub const JOB_FIELDS: &str = "JobID:|,UserName:|,Account:|,StateCompact:|,QOS:|,Partition:|,\
-     PriorityLong:|,tres-alloc:|,Reason:|,StartTime:|,SchedNodes:|,PreemptTime:|,EndTime:|,\
-     NodeList:|,RestartCnt:|";
-
-fn owned(args: &[&str]) -> Vec<String> {
-    args.iter().map(|a| (*a).to_owned()).collect()
-}
-
-/// `squeue` for one job (slurmctld packs only that job).
-pub fn job_args(job: &str) -> Vec<String> {
-    owned(&["-h", "-j", job, "-O", JOB_FIELDS])
-}
-
-/// `squeue` for one user's running jobs (slurmctld packs only that
-/// user's jobs).
-pub fn running_args(user: &str) -> Vec<String> {
-    owned(&["-h", "-u", user, "-t", "RUNNING", "-O", JOB_FIELDS])
-}
-
-/// The `sprio -o` format [`parse_factors`] reads: job, partition, user,
-/// priority, then each weighted factor.
-pub const SPRIO_FORMAT: &str = "%i|%r|%u|%Y|%S|%A|%B|%F|%J|%P|%Q|%N|%T|";
-
-/// `sprio` for one job's factors.
-pub fn sprio_job_args(job: &str) -> Vec<String> {
-    owned(&["-h", "-j", job, "-o", SPRIO_FORMAT])
-}
-
-/// `sprio` for the pending jobs of one partition: the jobs a pending job
-/// may be behind (slurmctld filters by partition on 22.05 only; later
-/// releases answer every pending job and `sprio` filters).
-pub fn sprio_partition_args(partition: &str) -> Vec<String> {
-    owned(&["-h", "-p", partition, "-o", SPRIO_FORMAT])
-}
-
-/// A pending job's row of [`SPRIO_FORMAT`].
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Ranked {
-    pub job: String,
-    pub partition: String,
-    pub user: String,
-    pub factors: Factors,
-}
-
-/// Reads `sprio` run with [`sprio_partition_args`].
-pub fn parse_ranked(text: &str) -> Vec<Ranked> {
-    text.lines()
-        .filter_map(|raw| {
-            let f: Vec<&str> = raw.split('|').map(str::trim).collect();
-            let (job, part, user) = (f.first()?, f.get(1)?, f.get(2)?);
-            let (_, factors) = parse_factors(raw).into_iter().next()?;
-            Some(Ranked {
-                job: (*job).to_owned(),
-                partition: (*part).to_owned(),
-                user: (*user).to_owned(),
-                factors,
-            })
-        })
-        .collect()
-}
-
-/// `squeue` for the pending jobs of one partition: the QOS and GPUs of
-/// the jobs [`sprio_partition_args`] ranks (one call, whatever the queue).
-pub fn pending_args(partition: &str) -> Vec<String> {
-    owned(&["-h", "-p", partition, "-t", "PENDING", "-O", JOB_FIELDS])
-}
-
-/// `sprio` for the site's weights (one row, `Weights` in the job column).
-pub fn sprio_weight_args() -> Vec<String> {
-    owned(&["-h", "-w", "-o", SPRIO_FORMAT])
-}
-
-/// `sshare` for one association and its account.
-pub fn sshare_args(account: &str, user: &str) -> Vec<String> {
-    owned(&[
-        "-h",
-        "-P",
-        "-A",
-        account,
-        "-u",
-        user,
-        "-o",
-        "Account,User,RawShares,NormShares,RawUsage,EffectvUsage,FairShare,GrpTRESRaw",
-    ])
-}
-
-/// A job as [`JOB_FIELDS`] shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Job {
-    pub id: String,
-    pub user: String,
-    pub account: String,
-    /// `PD`, `R`, ...
-    pub state: String,
-    pub qos: String,
-    pub partition: String,
-    pub priority: u64,
-    /// GPUs by type (`None`: untyped only), allocated or asked.
-    pub gpus: Vec<(Option<String>, u64)>,
-    pub reason: String,
-    /// Slurm's expected start of a pending job (`squeue --start`).
-    pub start: Option<String>,
-    /// The nodes Slurm plans a pending job on.
-    pub sched_nodes: Option<String>,
-    /// When a running job was signalled for preemption.
-    pub preempt_time: Option<String>,
-    pub end: Option<String>,
-    pub nodes: Option<String>,
-    /// How many times Slurm requeued it (preempted, node failure, by hand).
-    #[serde(default)]
-    pub restarts: u32,
-}
 
 impl Job {
     fn gpu_words(&self) -> String {
@@ -160,74 +44,6 @@ impl Job {
     fn gpu_type(&self) -> Option<&str> {
         self.gpus.iter().find_map(|(t, _)| t.as_deref())
     }
-}
-
-/// A time or node field: Slurm's words for "none" become `None`.
-fn given(field: &str) -> Option<String> {
-    match field {
-        "" | "N/A" | "NONE" | "None" | "(null)" | "Unknown" => None,
-        f => Some(f.to_owned()),
-    }
-}
-
-/// Reads `squeue` run with [`JOB_FIELDS`].
-pub fn parse_jobs(text: &str) -> (Vec<Job>, Vec<Unread>) {
-    let mut jobs = Vec::new();
-    let mut unread = Vec::new();
-    for (i, raw) in text.lines().enumerate() {
-        if raw.trim().is_empty() {
-            continue;
-        }
-        let f: Vec<&str> = raw.split('|').map(str::trim).collect();
-        match f[..] {
-            [id, user, account, state, qos, partition, priority, tres, reason, start, sched, preempt, end, nodes, restarts, ""]
-                if !id.is_empty() =>
-            {
-                jobs.push(Job {
-                    id: id.to_owned(),
-                    user: user.to_owned(),
-                    account: account.to_owned(),
-                    state: state.to_owned(),
-                    qos: qos.to_owned(),
-                    partition: partition.to_owned(),
-                    priority: priority.parse().unwrap_or(0),
-                    gpus: gpus_of_tres(tres),
-                    reason: reason.to_owned(),
-                    start: given(start),
-                    sched_nodes: given(sched),
-                    preempt_time: given(preempt),
-                    end: given(end),
-                    nodes: given(nodes),
-                    restarts: restarts.parse().unwrap_or(0),
-                })
-            }
-            _ => unread.push(Unread {
-                source: format!("squeue line {}", i + 1),
-                reason: format!(
-                    "{} fields in \"{raw}\", expected 15",
-                    f.len().saturating_sub(1)
-                ),
-            }),
-        }
-    }
-    (jobs, unread)
-}
-
-/// One row of [`SPRIO_FORMAT`]: the weighted factors (or, in the
-/// `Weights` row, the weights).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Factors {
-    pub priority: f64,
-    pub site: f64,
-    pub age: f64,
-    pub assoc: f64,
-    pub fairshare: f64,
-    pub jobsize: f64,
-    pub partition: f64,
-    pub qos: f64,
-    pub nice: f64,
-    /// `cpu=..,gres/gpu=..` as sprio prints it (empty: no TRES weights).
-    pub tres: String,
 }
 
 impl Factors {
@@ -242,128 +58,6 @@ impl Factors {
             ("association", self.assoc),
         ]
     }
-}
-
-/// Reads `sprio` run with [`SPRIO_FORMAT`]: `(job or "Weights", factors)`.
-pub fn parse_factors(text: &str) -> Vec<(String, Factors)> {
-    let num = |s: &str| s.trim().parse::<f64>().unwrap_or(0.0);
-    text.lines()
-        .filter_map(|raw| {
-            let f: Vec<&str> = raw.split('|').collect();
-            match f[..] {
-                [job, _part, _user, prio, site, age, assoc, fs, js, part, qos, nice, tres, ""] => {
-                    Some((
-                        job.trim().to_owned(),
-                        Factors {
-                            priority: num(prio),
-                            site: num(site),
-                            age: num(age),
-                            assoc: num(assoc),
-                            fairshare: num(fs),
-                            jobsize: num(js),
-                            partition: num(part),
-                            qos: num(qos),
-                            nice: num(nice),
-                            tres: given(tres.trim()).unwrap_or_default(),
-                        },
-                    ))
-                }
-                _ => None,
-            }
-        })
-        .collect()
-}
-
-/// One row of `sshare` run with [`sshare_args`]: the account's (no user)
-/// or the user's association.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ShareRow {
-    pub account: String,
-    pub user: Option<String>,
-    pub raw_shares: String,
-    pub norm_shares: f64,
-    /// Decayed usage, in billed CPU-seconds.
-    pub raw_usage: f64,
-    pub effective_usage: f64,
-    pub fairshare: Option<f64>,
-    /// Decayed usage per TRES, in TRES-minutes (`sshare` divides Slurm's
-    /// seconds by 60).
-    pub tres_minutes: Vec<(String, f64)>,
-}
-
-/// Reads `sshare` run with [`sshare_args`].
-pub fn parse_shares(text: &str) -> Vec<ShareRow> {
-    let num = |s: &str| s.trim().parse::<f64>().ok();
-    text.lines()
-        .filter_map(|raw| {
-            let f: Vec<&str> = raw.split('|').collect();
-            let [account, user, raw_shares, norm, usage, eff, fs, tres] = f[..] else {
-                return None;
-            };
-            Some(ShareRow {
-                account: account.trim().to_owned(),
-                user: given(user.trim()),
-                raw_shares: raw_shares.trim().to_owned(),
-                norm_shares: num(norm).unwrap_or(0.0),
-                raw_usage: num(usage).unwrap_or(0.0),
-                effective_usage: num(eff).unwrap_or(0.0),
-                fairshare: num(fs),
-                tres_minutes: tres
-                    .split(',')
-                    .filter_map(|e| {
-                        let (k, v) = e.split_once('=')?;
-                        Some((k.trim().to_owned(), v.trim().parse().ok()?))
-                    })
-                    .collect(),
-            })
-        })
-        .collect()
-}
-
-/// `sacct` for every run of a requeued job (`-D`: each requeue is a record).
-pub fn sacct_runs_args(job: &str) -> Vec<String> {
-    owned(&[
-        "-n",
-        "-P",
-        "-X",
-        "-D",
-        "-j",
-        job,
-        "-o",
-        "JobID,State,Start,End,NodeList",
-    ])
-}
-
-/// One run of a job, as `sacct -D` lists it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Run {
-    pub state: String,
-    pub start: Option<String>,
-    pub end: Option<String>,
-    pub nodes: Option<String>,
-}
-
-/// Reads `sacct` run with [`sacct_runs_args`]: the runs that ended (the
-/// current, pending or running record is left out).
-pub fn parse_runs(text: &str) -> Vec<Run> {
-    text.lines()
-        .filter_map(|raw| {
-            let [_, state, start, end, nodes] = raw.split('|').collect::<Vec<_>>()[..] else {
-                return None;
-            };
-            let state = state
-                .split_whitespace()
-                .next()
-                .unwrap_or_default()
-                .to_owned();
-            (!matches!(state.as_str(), "PENDING" | "RUNNING" | "")).then(|| Run {
-                state,
-                start: given(start),
-                end: given(end),
-                nodes: given(nodes).filter(|n| n != "None assigned"),
-            })
-        })
-        .collect()
 }
 
 /// A running job being preempted for the pending one.
@@ -1177,6 +871,10 @@ pub fn render(r: &WhyReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::qos::slurm::jobs::parse as parse_jobs;
+    use crate::qos::slurm::priority::{parse_factors, parse_ranked};
+    use crate::qos::slurm::runs::parse_runs;
+    use crate::qos::slurm::shares::parse_shares;
 
     // Captured from a 22.05 test cluster: a qos_lafferty job pending while
     // lowprio job 1, signalled for preemption with GraceTime 120 s, ends.
@@ -1207,25 +905,6 @@ mod tests {
         let (jobs, unread) = parse_jobs(text);
         assert!(unread.is_empty(), "{unread:?}");
         jobs.into_iter().next().unwrap_or_else(|| panic!("no job"))
-    }
-
-    #[test]
-    fn jobs_read_with_slurms_words_for_none() {
-        let j = one(PENDING);
-        assert_eq!(
-            (j.id.as_str(), j.state.as_str(), j.priority),
-            ("4", "PD", 10000)
-        );
-        assert_eq!(j.gpus, vec![(Some("a40".to_owned()), 2)]);
-        assert_eq!(j.sched_nodes.as_deref(), Some("gpu01"));
-        assert_eq!((j.preempt_time, j.end, j.nodes), (None, None, None));
-        let (v, bad) = parse_jobs(VICTIMS);
-        assert!(bad.is_empty());
-        assert_eq!(v[0].preempt_time.as_deref(), Some("2026-11-23T23:07:24"));
-        assert_eq!(v[0].end.as_deref(), Some("2026-11-23T23:09:24"));
-        assert_eq!(v[1].preempt_time, None);
-        let (none, bad) = parse_jobs("4|root|x\n");
-        assert!(none.is_empty() && bad.len() == 1, "{bad:?}");
     }
 
     #[test]

@@ -1,0 +1,245 @@
+//! `gpu-qos`'s command line: its commands and options, parsed by `clap`
+//! (the program itself is `src/bin/gpu-qos.rs`).
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use gpushare::qos::audit::FailOn;
+
+/// Compare gpushare's gpu_qos.conf with Slurm's accounting database.
+///
+/// sacctmgr is run from PATH with the environment as it is (SLURM_CONF
+/// included). Exit status: 0 consistent (warnings and notes allowed) or
+/// printed; 1 check found discrepancies (at least one error); 2 could not
+/// check (bad arguments, an invalid or unreadable gpu_qos.conf, sacctmgr
+/// missing or failing).
+#[derive(Debug, Parser)]
+#[command(name = "gpu-qos", version = env!("CARGO_PKG_VERSION"))]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// Validate gpu_qos.conf and compare its rules with the QOS that
+    /// `sacctmgr show qos` lists: one line per finding (error, warning or
+    /// note, then the QOS), then a summary.
+    Check {
+        /// The file to check (default: gpu_qos.conf next to $SLURM_CONF, or
+        /// /etc/slurm/gpu_qos.conf)
+        #[arg(long, value_name = "PATH")]
+        conf: Option<PathBuf>,
+        /// Print the result as one JSON object on stdout
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a complete gpu_qos.conf derived from the QOS's typed GPU limits
+    /// (GrpTRES gres/gpu:TYPE=N) and Preempt lists.
+    Generate,
+    /// Audit the site's whole typed-GPU QOS design: accounting enforcement
+    /// and tracked TRES, gpu_qos.conf against the QOS, preemption and
+    /// requeue, priority weights, GPU billing, DenyOnLimit, and the node
+    /// half on MPS nodes. Reads `scontrol show config` (slurm.conf when
+    /// slurmctld does not answer), `scontrol show node/partition`,
+    /// `sacctmgr show qos`, plugstack.conf and cgroup.conf. Exit status:
+    /// 0 clean, 1 findings at or above --fail-on, 2 could not read.
+    Audit {
+        /// gpu_qos.conf (default: next to slurm.conf)
+        #[arg(long, value_name = "PATH")]
+        conf: Option<PathBuf>,
+        /// Print the report as one JSON object on stdout
+        #[arg(long)]
+        json: bool,
+        /// The lowest severity that makes the audit fail (exit 1)
+        #[arg(long, value_enum, default_value_t = FailOnArg::Error)]
+        fail_on: FailOnArg,
+        /// First tell the site's design in plain words: which QOS may use
+        /// which GPU types up to how many, whom each may preempt and with
+        /// what grace time, priority weights, fair-share cost per GPU type
+        #[arg(long, conflicts_with = "json")]
+        explain: bool,
+        /// Print only the users' QOS table, in Markdown (exit 0, or 2);
+        /// with --explain, the page a site links its users to: their QOS,
+        /// why jobs wait, this site's priority weights, fair-share decay
+        /// and cost per GPU type, preemption, the commands to use
+        #[arg(long, conflicts_with = "json")]
+        markdown: bool,
+    },
+    /// For you (any user): each group QOS you may use, the GPUs the group
+    /// holds by type against its limit, its running and pending jobs, and
+    /// why each pending job waits, in words.
+    Usage {
+        /// Only this QOS (group QOS or not)
+        #[arg(long, value_name = "QOS")]
+        qos: Option<String>,
+        /// Print the report as one JSON object on stdout
+        #[arg(long)]
+        json: bool,
+        /// Also explain each of your pending jobs, as `gpu-qos why` does
+        /// (at most 20; their shared reads are made once)
+        #[arg(long)]
+        explain: bool,
+    },
+    /// Why a pending job waits (any user, for the jobs they may see): its
+    /// reason in words, its priority factors against the site's weights and
+    /// the one that holds it back, its fair share and GPU-hours, the jobs
+    /// being preempted for it and when their grace time ends, the command
+    /// that shows more. Exit status: 0 told, 2 could not read the job.
+    Why {
+        /// The job id
+        job: String,
+        /// Print the report as one JSON object on stdout
+        #[arg(long)]
+        json: bool,
+    },
+    /// Metrics of the group QOS for Prometheus (the controller's
+    /// node_exporter textfile collector): GPUs in use by type against
+    /// each GrpTRES limit, pending jobs by reason. Two calls to slurmctld:
+    /// `scontrol show assoc_mgr flags=qos` and `squeue -t PENDING`. Exit
+    /// status: 0 written, 2 could not read or write.
+    Metrics {
+        /// Write FILE atomically (a `*.prom` file) instead of printing
+        #[arg(long, value_name = "FILE")]
+        write: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FailOnArg {
+    Error,
+    Warning,
+    Note,
+}
+
+impl From<FailOnArg> for FailOn {
+    fn from(a: FailOnArg) -> Self {
+        match a {
+            FailOnArg::Error => FailOn::Error,
+            FailOnArg::Warning => FailOn::Warning,
+            FailOnArg::Note => FailOn::Note,
+        }
+    }
+}
+
+/// What `audit` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuditView {
+    Table,
+    Json,
+    Explain,
+    Markdown,
+    UserPage,
+}
+
+impl AuditView {
+    /// The view `audit`'s flags ask for.
+    pub fn of(json: bool, explain: bool, markdown: bool) -> Self {
+        if json {
+            AuditView::Json
+        } else if markdown && explain {
+            AuditView::UserPage
+        } else if markdown {
+            AuditView::Markdown
+        } else if explain {
+            AuditView::Explain
+        } else {
+            AuditView::Table
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+    use std::path::Path;
+
+    fn parse(args: &[&str]) -> Result<Cmd, clap::Error> {
+        Cli::try_parse_from(std::iter::once("gpu-qos").chain(args.iter().copied()))
+            .map(|c| c.command)
+    }
+
+    #[test]
+    fn commands_options_and_misuse() {
+        Cli::command().debug_assert();
+        assert!(matches!(
+            parse(&["check"]),
+            Ok(Cmd::Check {
+                conf: None,
+                json: false
+            })
+        ));
+        assert!(matches!(
+            parse(&["check", "--json", "--conf", "/x/gpu_qos.conf"]),
+            Ok(Cmd::Check { conf: Some(p), json: true }) if p == Path::new("/x/gpu_qos.conf")
+        ));
+        assert!(matches!(
+            parse(&["check", "--conf=/y"]),
+            Ok(Cmd::Check { conf: Some(_), .. })
+        ));
+        assert!(matches!(parse(&["generate"]), Ok(Cmd::Generate)));
+        assert!(matches!(
+            parse(&["usage", "--qos", "qos_lafferty", "--json"]),
+            Ok(Cmd::Usage { qos: Some(q), json: true, explain: false }) if q == "qos_lafferty"
+        ));
+        assert!(matches!(
+            parse(&["usage", "--explain"]),
+            Ok(Cmd::Usage {
+                qos: None,
+                json: false,
+                explain: true
+            })
+        ));
+        assert!(matches!(
+            parse(&["audit", "--explain", "--markdown"]),
+            Ok(Cmd::Audit {
+                explain: true,
+                markdown: true,
+                ..
+            })
+        ));
+        assert!(matches!(
+            parse(&["why", "4242_3", "--json"]),
+            Ok(Cmd::Why { job, json: true }) if job == "4242_3"
+        ));
+        assert!(parse(&["why"]).is_err(), "why needs a job id");
+        assert!(matches!(
+            parse(&["audit"]),
+            Ok(Cmd::Audit {
+                conf: None,
+                json: false,
+                fail_on: FailOnArg::Error,
+                explain: false,
+                markdown: false,
+            })
+        ));
+        assert!(matches!(
+            parse(&["audit", "--json", "--fail-on", "note"]),
+            Ok(Cmd::Audit {
+                json: true,
+                fail_on: FailOnArg::Note,
+                ..
+            })
+        ));
+        for bad in [
+            &[][..],
+            &["chek"],
+            &["check", "--conf"],
+            &["check", "extra"],
+            &["generate", "--json"],
+            &["audit", "--fail-on", "never"],
+            &["audit", "--json", "--markdown"],
+            &["audit", "--explain", "--json"],
+            &["usage", "--qos"],
+        ] {
+            let e = parse(bad).err().map(|e| e.exit_code());
+            assert_eq!(e, Some(2), "{bad:?}");
+        }
+        assert_eq!(parse(&["--version"]).err().map(|e| e.exit_code()), Some(0));
+        assert_eq!(
+            parse(&["check", "--help"]).err().map(|e| e.exit_code()),
+            Some(0)
+        );
+    }
+}

@@ -1,0 +1,247 @@
+//! What `gpu-qos audit`, `check`, `generate` and `metrics` read of the
+//! site: Slurm's answers (through a [`SlurmRead`]) and the files beside
+//! slurm.conf.
+
+use std::path::{Path, PathBuf};
+
+use crate::qos::audit::{GpuQosConf, Site};
+use crate::qos::check::{self, AssocRecord, QosRecord};
+use crate::qos::config::{self, GpuQosConfig};
+use crate::qos::metrics;
+use crate::qos::site::{self as site_text, SlurmSettings, Unread};
+use crate::qos::slurm::{assoc_mgr, config as show_config, jobs, nodes, partitions, qos};
+use crate::qos::slurm::{ReadError, SlurmRead};
+use crate::shared::locations::{beside_slurm_conf, DEFAULT_SLURM_CONF};
+
+/// The accounting database's QOS (`sacctmgr show qos`), read.
+pub fn database(read: &dyn SlurmRead) -> Result<Vec<QosRecord>, ReadError> {
+    let text = read.read(&qos::limits())?;
+    check::parse_sacctmgr(&text).map_err(|e| ReadError::new(e.to_string()))
+}
+
+/// Every association with a GPU entry in its `GrpTRES` (`sacctmgr show
+/// assoc`): the account and user levels of the typed limits.
+pub fn associations(read: &dyn SlurmRead) -> Result<Vec<AssocRecord>, ReadError> {
+    let text = read.read(&qos::associations())?;
+    check::parse_sacctmgr_assoc(&text).map_err(|e| ReadError::new(e.to_string()))
+}
+
+/// What `gpu-qos check` compares: gpu_qos.conf at `path`, the QOS and
+/// the associations.
+pub fn check_inputs(
+    read: &dyn SlurmRead,
+    path: &Path,
+) -> Result<(GpuQosConfig, Vec<QosRecord>, Vec<AssocRecord>), ReadError> {
+    let file = path.to_string_lossy();
+    let cfg = crate::shared::syntax::load(path, config::parse)
+        .map_err(|e| ReadError::new(e.to_string()))?
+        .ok_or_else(|| ReadError::new(format!("{file}: no such file")))?;
+    Ok((cfg, database(read)?, associations(read)?))
+}
+
+/// The gpu_qos.conf `gpu-qos generate` prints, and a warning where the
+/// associations could not be read (no `Account=` rules then).
+pub fn generated(read: &dyn SlurmRead) -> Result<(String, Option<String>), ReadError> {
+    let db = database(read)?;
+    // Partitions whose QOS carries typed limits get rules too; without
+    // slurmctld to answer, the QOS rules still stand.
+    let partition_qos: Vec<(String, String)> = read
+        .read(&partitions::all())
+        .map(|t| site_text::parse_partitions(&t).0)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|p| Some((p.name, p.qos?)))
+        .collect();
+    let (assocs, warning) = match associations(read) {
+        Ok(a) => (a, None),
+        Err(e) => (Vec::new(), Some(format!("{e}; no Account= rules written"))),
+    };
+    let text = check::generate_for_site(&db, &partition_qos, &assocs);
+    Ok((text, warning))
+}
+
+/// The Prometheus text of `gpu-qos metrics`, and a warning where
+/// gpu_qos.conf at `policy` (which QOS are low priority, the `Account=`
+/// rules) could not be read.
+pub fn metrics_text(
+    read: &dyn SlurmRead,
+    policy: &Path,
+) -> Result<(String, Option<String>), ReadError> {
+    let assoc = read.read(&assoc_mgr::all_qos())?;
+    let (pending, _) = jobs::read(read, &jobs::pending())?;
+    // Which QOS are low priority (for the alert on group jobs waiting
+    // while they hold the group's GPUs): gpu_qos.conf, where it reads.
+    let (cfg, warning) = match crate::shared::syntax::load(policy, config::parse) {
+        Ok(cfg) => (cfg.unwrap_or_default(), None),
+        Err(e) => (
+            GpuQosConfig::default(),
+            Some(format!(
+                "{e}; no QOS marked low priority, no account limits"
+            )),
+        ),
+    };
+    let mut text = metrics::render_qos(
+        &assoc_mgr::parse_assoc_mgr_qos(&assoc),
+        &metrics::pending_by_reason(&pending),
+        cfg.low_priority_qos(),
+    );
+    // The accounts whose typed limits the plugin enforces (Account= rules).
+    let accounts: Vec<String> = cfg
+        .association_rules()
+        .filter_map(|r| match r.scope() {
+            config::RuleScope::Association { accounts, .. } => Some(accounts.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    if !accounts.is_empty() {
+        let assoc = read.read(&assoc_mgr::accounts(&accounts))?;
+        text.push_str(&metrics::render_accounts(
+            &assoc_mgr::parse_assoc_mgr_accounts(&assoc),
+        ));
+    }
+    Ok((text, warning))
+}
+
+fn read_optional(path: &Path) -> Option<String> {
+    std::fs::read_to_string(path).ok()
+}
+
+/// What the audit reads, and the list of its sources; an error means the
+/// site could not be read at all. `slurm_conf_env` is `$SLURM_CONF`, read
+/// when slurmctld does not answer.
+pub fn site(
+    read: &dyn SlurmRead,
+    conf: Option<PathBuf>,
+    slurm_conf_env: Option<PathBuf>,
+) -> Result<(Site, Vec<String>), ReadError> {
+    let mut sources = Vec::new();
+    let mut unread: Vec<Unread> = Vec::new();
+    let (settings, nodes, partitions, slurm_conf, slurm_conf_text) =
+        match read.read(&show_config::show()) {
+            Ok(text) => {
+                let settings = SlurmSettings::from_show_config(&text);
+                if settings.is_empty() {
+                    return Err(ReadError::new("`scontrol show config` printed no setting"));
+                }
+                sources.push("scontrol show config".to_owned());
+                let slurm_conf = settings.get("SLURM_CONF").map(PathBuf::from);
+                let (nodes, u) = match read.read(&nodes::all()) {
+                    Ok(t) => site_text::parse_nodes(&t),
+                    Err(e) => (Vec::new(), vec![e.unread("scontrol show node")]),
+                };
+                unread.extend(u);
+                let (partitions, u) = match read.read(&partitions::all()) {
+                    Ok(t) => site_text::parse_partitions(&t),
+                    Err(e) => (Vec::new(), vec![e.unread("scontrol show partition")]),
+                };
+                unread.extend(u);
+                let text = slurm_conf.as_deref().and_then(read_with_includes);
+                (settings, nodes, partitions, slurm_conf, text)
+            }
+            Err(e) => {
+                let path = slurm_conf_env.unwrap_or_else(|| PathBuf::from(DEFAULT_SLURM_CONF));
+                let file = path.to_string_lossy().into_owned();
+                let text = std::fs::read_to_string(&path).map_err(|io| {
+                    ReadError::new(format!("{e}; and {file} cannot be read either: {io}"))
+                })?;
+                sources.push(format!("{file} (scontrol show config: {e})"));
+                let parsed = site_text::parse_slurm_conf(&text, &file);
+                unread.extend(parsed.unread);
+                let text = read_with_includes(&path);
+                (
+                    parsed.settings,
+                    parsed.nodes,
+                    parsed.partitions,
+                    Some(path),
+                    text,
+                )
+            }
+        };
+    let beside = |name: &str| beside_slurm_conf(slurm_conf.as_deref(), name);
+    let accounting = settings
+        .get("AccountingStorageType")
+        .is_some_and(|t| t.eq_ignore_ascii_case("accounting_storage/slurmdbd"));
+    let qos = if accounting {
+        let text = read.read(&qos::audit())?;
+        let (qos, u) = site_text::parse_qos(&text);
+        unread.extend(u);
+        sources.push(format!("sacctmgr show qos ({} QOS)", qos.len()));
+        qos
+    } else {
+        Vec::new()
+    };
+    sources.push(format!(
+        "{} node{}, {} partition{}",
+        nodes.len(),
+        if nodes.len() == 1 { "" } else { "s" },
+        partitions.len(),
+        if partitions.len() == 1 { "" } else { "s" }
+    ));
+    // The account and user levels of typed limits; what cannot be read is
+    // a note, as for every other source of the audit.
+    let associations = if accounting {
+        match associations(read) {
+            Ok(a) => {
+                sources.push(format!("sacctmgr show assoc ({} with GPU limits)", a.len()));
+                a
+            }
+            Err(e) => {
+                unread.push(e.unread("sacctmgr show assoc"));
+                Vec::new()
+            }
+        }
+    } else {
+        Vec::new()
+    };
+    let plugstack_path = settings
+        .get("PlugStackConfig")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| beside("plugstack.conf"));
+    let gpu_qos_path = conf.unwrap_or_else(|| beside("gpu_qos.conf"));
+    let gpu_qos_conf_path = gpu_qos_path.to_string_lossy().into_owned();
+    let gpu_qos_conf = match crate::shared::syntax::load(&gpu_qos_path, config::parse) {
+        Ok(None) => GpuQosConf::Missing,
+        Ok(Some(cfg)) => {
+            sources.push(gpu_qos_conf_path.clone());
+            GpuQosConf::Read(Box::new(cfg))
+        }
+        Err(e) => GpuQosConf::Invalid(e.to_string()),
+    };
+    let site = Site {
+        settings,
+        qos,
+        associations,
+        nodes,
+        partitions,
+        plugstack: read_optional(&plugstack_path),
+        cgroup_conf: read_optional(&beside("cgroup.conf")),
+        slurm_conf: slurm_conf_text,
+        gpu_qos_conf_path,
+        gpu_qos_conf,
+        unread,
+    };
+    Ok((site, sources))
+}
+
+/// slurm.conf's text followed by that of each file it includes (one
+/// level, as sites use `Include`; a relative path is beside slurm.conf);
+/// `None` when any of it cannot be read, so that nothing is taken as unset
+/// that may be set in a file not read.
+fn read_with_includes(path: &Path) -> Option<String> {
+    let mut text = std::fs::read_to_string(path).ok()?;
+    let included: Vec<PathBuf> = text
+        .lines()
+        .filter_map(|l| {
+            let l = l.split('#').next().unwrap_or("").trim();
+            let (word, rest) = l.split_once(char::is_whitespace)?;
+            word.eq_ignore_ascii_case("include")
+                .then(|| path.with_file_name("").join(rest.trim()))
+        })
+        .collect();
+    for file in included {
+        text.push('\n');
+        text.push_str(&std::fs::read_to_string(file).ok()?);
+    }
+    Some(text)
+}

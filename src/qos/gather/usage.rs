@@ -1,0 +1,56 @@
+//! What `gpu-qos usage` reads: the caller's QOS, their groups' jobs (one
+//! `squeue -u` per user with jobs there, see [`jobs::group`]), the typed
+//! limits above them, and with `--explain` each of their pending jobs as
+//! `gpu-qos why` reads it.
+
+use super::accounts::{account_uses, partition_uses};
+use crate::qos::site::{parse_qos, Unread};
+use crate::qos::slurm::{jobs, qos, Query, ReadError, SlurmRead};
+use crate::qos::usage::{self, UsageReport};
+
+/// At most this many pending jobs are explained by `usage --explain`.
+pub const EXPLAINED_JOBS: usize = 20;
+
+/// The caller's report, only of the QOS `only` where given.
+pub fn report(
+    read: &dyn SlurmRead,
+    only: Option<&str>,
+    explain: bool,
+) -> Result<UsageReport, ReadError> {
+    // The name of the uid that runs this, not $USER, which anyone sets.
+    let user = read.read(&Query::user_name())?.trim().to_owned();
+    let assoc = read.read(&qos::of_user(&user))?;
+    let (all_qos, mut unread) = parse_qos(&read.read(&qos::audit())?);
+    let user_qos = usage::parse_assoc_qos(&assoc);
+    let (jobs, u) = jobs::group(read, &user, &usage::covered_qos(&all_qos, &user_qos, only))?;
+    unread.extend(u);
+    let rows: Vec<usage::JobRow> = jobs.iter().map(jobs::Job::row).collect();
+    let mut report = usage::usage(&user, &user_qos, &all_qos, &rows, only);
+    if only.is_none() {
+        (report.own, report.accounts) = account_uses(read, &user, &mut unread);
+        report.partitions = partition_uses(read, &all_qos, &mut unread);
+    }
+    if explain {
+        // The caller's own pending jobs, whatever their QOS (slurmctld
+        // packs only this user's).
+        let (pending, _) = jobs::read(read, &jobs::pending_of(&user))?;
+        for job in pending.iter().take(EXPLAINED_JOBS) {
+            match super::why::report(read, &job.id) {
+                Ok(r) => report.explained.push(r),
+                // Gone between the two reads: nothing to explain.
+                Err(e) => unread.push(e.unread(&format!("gpu-qos why {}", job.id))),
+            }
+        }
+        if pending.len() > EXPLAINED_JOBS {
+            unread.push(Unread {
+                source: "gpu-qos usage --explain".to_owned(),
+                reason: format!(
+                    "{} more pending jobs not explained: gpu-qos why JOBID",
+                    pending.len() - EXPLAINED_JOBS
+                ),
+            });
+        }
+    }
+    report.unread = unread;
+    Ok(report)
+}

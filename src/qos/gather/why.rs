@@ -1,0 +1,158 @@
+//! What `gpu-qos why JOB` reads: what Slurm says of the job, then only
+//! what explains its reason, in a number of calls that does not grow with
+//! the site's jobs; a part that cannot be read is named in the report.
+
+use super::accounts::account_chain_uses;
+use crate::qos::site::{parse_nodes, parse_partitions, parse_qos, SlurmSettings, Unread};
+use crate::qos::slurm::{
+    config, job, jobs, nodes, partitions, priority, qos, runs, shares, soft, Query, ReadError,
+    SlurmRead,
+};
+use crate::qos::usage;
+use crate::qos::why::{self, Facts, WhyReport};
+
+/// The nodes and the job's partition, for a wait where nodes or billing
+/// matter (two calls that grow with the nodes, not the jobs).
+fn node_facts(read: &dyn SlurmRead, partition: &str, unread: &mut Vec<Unread>, facts: &mut Facts) {
+    if let Some(t) = soft(unread, "scontrol show node", read.read(&nodes::all())) {
+        let (nodes, bad) = parse_nodes(&t);
+        facts.nodes = nodes;
+        unread.extend(bad);
+    }
+    if let Some(t) = soft(
+        unread,
+        "scontrol show partition",
+        read.read(&partitions::one(partition)),
+    ) {
+        facts.partition = parse_partitions(&t).0.into_iter().next();
+    }
+}
+
+/// One job's explanation (`gpu-qos why`, and each job of `usage
+/// --explain`).
+pub fn report(read: &dyn SlurmRead, id: &str) -> Result<WhyReport, ReadError> {
+    let (found, mut unread) = job::read(read, id)?;
+    let Some(found) = found else {
+        return Err(ReadError::new(format!(
+            "no job {id} pending or running (squeue -j {id} lists none)"
+        )));
+    };
+    let (all_qos, u) = parse_qos(&read.read(&qos::audit())?);
+    let mut facts = Facts {
+        qos: all_qos,
+        ..Facts::default()
+    };
+    let pending = found.state == "PD";
+    if pending {
+        if let Some(t) = soft(&mut unread, "sprio -j", read.read(&priority::of_job(id))) {
+            facts.factors = priority::parse_factors(&t)
+                .into_iter()
+                .next()
+                .map(|(_, f)| f);
+        }
+        // The jobs it may be behind: only where priority decides (the
+        // answer is the partition's pending jobs).
+        let ranked = matches!(found.reason.as_str(), "Priority" | "Resources");
+        if let Some(t) = ranked
+            .then(|| {
+                soft(
+                    &mut unread,
+                    "sprio -p",
+                    read.read(&priority::of_partition(&found.partition)),
+                )
+            })
+            .flatten()
+        {
+            facts.ranked = priority::parse_ranked(&t);
+        }
+        // The QOS and GPUs of the jobs ahead of it, where there are any.
+        if !why::jobs_ahead(&facts, &found).is_empty() {
+            if let Some(t) = soft(
+                &mut unread,
+                "squeue -t PENDING",
+                read.read(&jobs::pending_in(&found.partition)),
+            ) {
+                let (jobs, bad) = jobs::parse(&t);
+                facts.pending = jobs;
+                unread.extend(bad);
+            }
+        }
+        if let Some(t) = soft(&mut unread, "sprio -w", read.read(&priority::weights())) {
+            facts.weights = priority::parse_factors(&t)
+                .into_iter()
+                .next()
+                .map(|(_, f)| f);
+        }
+        if let Some(t) = soft(
+            &mut unread,
+            "sshare",
+            read.read(&shares::of(&found.account, &found.user)),
+        ) {
+            facts.shares = shares::parse_shares(&t);
+        }
+        let victims = why::preempt_list(&facts.qos, &found.qos);
+        // Its own group's running jobs too, where its QOS is a group's:
+        // they hold the GPUs it waits for.
+        let group = facts
+            .qos
+            .iter()
+            .find(|q| q.name().eq_ignore_ascii_case(&found.qos))
+            .filter(|q| q.record.expected_gpu_limit().is_some())
+            .map(|q| q.name().to_owned());
+        let asked: Vec<String> = victims.iter().cloned().chain(group.clone()).collect();
+        match jobs::running_in(read, &found.user, &asked) {
+            Ok((jobs, bad)) => {
+                let (own, others): (Vec<_>, Vec<_>) = jobs
+                    .into_iter()
+                    .partition(|j| group.as_deref() == Some(j.qos.as_str()));
+                facts.preemptable = others;
+                facts.group_running = own;
+                unread.extend(bad);
+            }
+            Err(e) => unread.push(e.unread("running jobs of the QOS it may preempt")),
+        }
+        if ranked {
+            node_facts(read, &found.partition, &mut unread, &mut facts);
+        }
+        if found.reason.starts_with("AssocGrp") {
+            facts.account_limits =
+                account_chain_uses(read, vec![found.account.clone()], &mut unread);
+        }
+        if found.reason.starts_with("QOSGrp") {
+            let me = read.read(&Query::user_name())?.trim().to_owned();
+            let report =
+                jobs::group(read, &me, std::slice::from_ref(&found.qos)).map(|(jobs, _)| {
+                    let rows: Vec<usage::JobRow> = jobs.iter().map(jobs::Job::row).collect();
+                    usage::usage(&me, &[], &facts.qos, &rows, Some(&found.qos))
+                });
+            facts.group_words = report.ok().and_then(|r| {
+                r.qos
+                    .iter()
+                    .flat_map(|q| q.pending.iter())
+                    .find(|p| p.job.id == found.id)
+                    .map(|p| p.why.clone())
+            });
+        }
+    }
+    if pending || found.restarts > 0 {
+        if let Some(t) = soft(
+            &mut unread,
+            "scontrol show config",
+            read.read(&config::show()),
+        ) {
+            let conf = SlurmSettings::from_show_config(&t);
+            facts.max_age = conf.get("PriorityMaxAge").map(str::to_owned);
+            facts.half_life = conf.get("PriorityDecayHalfLife").map(str::to_owned);
+            facts.file_append = conf.get("JobFileAppend").map(|v| v.trim() == "1");
+        }
+    }
+    if found.restarts > 0 {
+        if let Some(t) = soft(&mut unread, "sacct -D", read.read(&runs::of(id))) {
+            facts.runs = runs::parse_runs(&t);
+        }
+    }
+    unread.extend(u);
+    let mut report = why::explain(found, facts);
+    report.unread = unread;
+    Ok(report)
+}

@@ -1,0 +1,266 @@
+//! Every read of Slurm that `gpu-qos` makes, each a typed [`Query`]: the
+//! program, its arguments and a stable name for its recorded answer,
+//! written once in the module of its kind of read beside the parser of
+//! its answer.
+//!
+//! What reads them is a [`SlurmRead`]: [`Live`] runs the commands
+//! (bounded in time and size, each answer once per run), [`Recorded`]
+//! answers from files recorded on a real cluster, one set per Slurm
+//! release (`tests/fixtures/slurm/RELEASE/KEY.txt`), so that what gpu-qos
+//! decides from Slurm's answers is tested against each release's words.
+//! This room is the only part of the QOS half that runs commands.
+//!
+//! - [`job`]: one job (`squeue -j`).
+//! - [`jobs`]: jobs by user, state or partition (`squeue`), one format and
+//!   one parser for every squeue read.
+//! - [`priority`]: priority factors and weights (`sprio`).
+//! - [`shares`]: an association's fair share (`sshare`).
+//! - [`runs`]: the runs of a requeued job (`sacct -D`).
+//! - [`assoc_mgr`]: slurmctld's association manager (`scontrol show
+//!   assoc_mgr`): QOS and account usage, who has jobs in a QOS.
+//! - [`config`]: `scontrol show config`.
+//! - [`nodes`]: `scontrol show node`.
+//! - [`partitions`]: `scontrol show partition`.
+//! - [`qos`]: the accounting database's QOS and associations (`sacctmgr`).
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::qos::site::Unread;
+use crate::shared::bounded;
+
+pub mod assoc_mgr;
+pub mod config;
+pub mod job;
+pub mod jobs;
+pub mod nodes;
+pub mod partitions;
+pub mod priority;
+pub mod qos;
+pub mod runs;
+pub mod shares;
+
+/// One read of Slurm: what to run, and the name its answer is recorded
+/// under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Query {
+    pub program: &'static str,
+    pub args: Vec<String>,
+    /// The file name (without `.txt`) of its recorded answer: only
+    /// letters, digits, `.`, `_` and `-`.
+    pub key: String,
+}
+
+impl Query {
+    /// A query of `program` with `args`, its answer recorded as `key`
+    /// (any other character of `key` becomes `_`).
+    pub fn new(program: &'static str, args: &[&str], key: &str) -> Self {
+        Query {
+            program,
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            key: key
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    /// The command line, as messages show it.
+    pub fn shown(&self) -> String {
+        format!("{} {}", self.program, self.args.join(" "))
+    }
+
+    /// The name of the user who runs this (`id -un`), not `$USER`, which
+    /// anyone sets.
+    pub fn user_name() -> Self {
+        Query::new("id", &["-un"], "id-un")
+    }
+
+    /// The uid of the user who runs this (`id -u`): Slurm 22.05 names
+    /// users by uid in `scontrol show assoc_mgr`.
+    pub fn user_id() -> Self {
+        Query::new("id", &["-u"], "id-u")
+    }
+}
+
+/// Why a read gave no answer, in words that name the command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadError(String);
+
+impl ReadError {
+    pub fn new(message: impl Into<String>) -> Self {
+        ReadError(message.into())
+    }
+}
+
+impl fmt::Display for ReadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ReadError {}
+
+impl ReadError {
+    /// The error as a note of what `source` could not give.
+    pub fn unread(&self, source: &str) -> Unread {
+        Unread {
+            source: source.to_owned(),
+            reason: self.0.clone(),
+        }
+    }
+}
+
+/// The answer of a read a report can do without: `None`, and the reason
+/// noted in `unread`.
+pub fn soft(
+    unread: &mut Vec<Unread>,
+    source: &str,
+    answer: Result<String, ReadError>,
+) -> Option<String> {
+    match answer {
+        Ok(text) => Some(text),
+        Err(e) => {
+            unread.push(e.unread(source));
+            None
+        }
+    }
+}
+
+/// What answers a [`Query`]: Slurm itself ([`Live`]) or recorded answers
+/// ([`Recorded`]).
+pub trait SlurmRead {
+    /// The query's stdout, or why there is none.
+    fn read(&self, query: &Query) -> Result<String, ReadError>;
+}
+
+/// How long one Slurm command may take; slurmctld or slurmdbd not
+/// answering must end the command, not hang a cron job.
+pub const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The most gpu-qos reads of one answer of Slurm's: about 4 million squeue
+/// lines. A larger answer is an error, never read in part (a cut list
+/// would give figures that are low without a word).
+pub const ANSWER_LIMIT: u64 = 1 << 30;
+
+/// Where [`Live`] records each answer when set: a directory that gets
+/// `KEY.txt` per query, the fixtures of [`Recorded`].
+pub const RECORD_ENV: &str = "GPUSHARE_RECORD_SLURM";
+
+/// Slurm's commands, run from PATH with the environment as it is
+/// (`SLURM_CONF` included), each answer kept for the rest of the run:
+/// `usage --explain` explains several jobs whose reads overlap (the QOS
+/// list, the weights, a partition's pending jobs, an association's fair
+/// share), and a one-shot command has no reason to ask slurmctld the same
+/// thing twice.
+#[derive(Debug, Default)]
+pub struct Live {
+    answers: Mutex<Vec<(String, Result<String, ReadError>)>>,
+    record: Option<PathBuf>,
+}
+
+impl Live {
+    /// Recording answers where [`RECORD_ENV`] says.
+    pub fn new() -> Self {
+        Live {
+            answers: Mutex::new(Vec::new()),
+            record: std::env::var_os(RECORD_ENV).map(PathBuf::from),
+        }
+    }
+
+    fn run(query: &Query, shown: &str) -> Result<String, ReadError> {
+        let mut cmd = Command::new(query.program);
+        cmd.args(&query.args);
+        let ran = bounded::run_limited(cmd, None, TIMEOUT, ANSWER_LIMIT)
+            .map_err(|e| ReadError(format!("`{shown}`: {e}")))?;
+        if !ran.status.success() {
+            return Err(ReadError(format!(
+                "`{shown}` failed ({}): {}",
+                ran.status,
+                ran.stderr.trim()
+            )));
+        }
+        Ok(ran.stdout)
+    }
+}
+
+impl SlurmRead for Live {
+    fn read(&self, query: &Query) -> Result<String, ReadError> {
+        let shown = query.shown();
+        let mut answers = self
+            .answers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((_, answer)) = answers.iter().find(|(k, _)| *k == shown) {
+            return answer.clone();
+        }
+        let answer = Live::run(query, &shown);
+        if let (Some(dir), Ok(text)) = (&self.record, &answer) {
+            let file = dir.join(format!("{}.txt", query.key));
+            if let Err(e) = std::fs::write(&file, text) {
+                eprintln!("gpushare: cannot record {}: {e}", file.display());
+            }
+        }
+        answers.push((shown, answer.clone()));
+        answer
+    }
+}
+
+/// Answers recorded on a real cluster: `DIR/KEY.txt` per query. A query
+/// without a file fails as a failed command does.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub dir: PathBuf,
+}
+
+impl Recorded {
+    pub fn new(dir: impl AsRef<Path>) -> Self {
+        Recorded {
+            dir: dir.as_ref().to_owned(),
+        }
+    }
+}
+
+impl SlurmRead for Recorded {
+    fn read(&self, query: &Query) -> Result<String, ReadError> {
+        let file = self.dir.join(format!("{}.txt", query.key));
+        std::fs::read_to_string(&file).map_err(|e| {
+            ReadError(format!(
+                "`{}` failed (no recorded answer): {}: {e}",
+                query.shown(),
+                file.display()
+            ))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_file_names_and_commands_are_shown_whole() {
+        let q = Query::new("squeue", &["-h", "-u", "al/ice"], "squeue-user-al/ice");
+        assert_eq!(q.key, "squeue-user-al_ice");
+        assert_eq!(q.shown(), "squeue -h -u al/ice");
+    }
+
+    #[test]
+    fn a_missing_recording_fails_as_a_command_does() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(dir.path().join("id-un.txt"), "alice\n").unwrap_or_else(|e| panic!("{e}"));
+        let read = Recorded::new(dir.path());
+        assert_eq!(read.read(&Query::user_name()), Ok("alice\n".to_owned()));
+        let e = read.read(&Query::user_id()).err().map(|e| e.to_string());
+        assert!(e.is_some_and(|e| e.starts_with("`id -u` failed")));
+    }
+}
