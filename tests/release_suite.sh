@@ -149,6 +149,10 @@ in_lab ip link set lo up
 env_extra=(GPUSHARE_TEST_NETNS=own)
 # Keep the clusters' directories (inside the root's /tmp) for a post-mortem.
 [ -z "${GPUSHARE_KEEP_TEST_DIRS:-}" ] || env_extra+=(GPUSHARE_KEEP_TEST_DIRS=1)
+# Record the release's fixtures into this checkout (tests/fixtures_scene.rs
+# writes tests/fixtures/slurm/X.Y, the checkout being at its own path in
+# the root).
+[ "${GPUSHARE_WRITE_FIXTURES:-}" != 1 ] || env_extra+=(GPUSHARE_WRITE_FIXTURES=1)
 # A newer build of the installed packages, inside the root
 # (tests/package_test.sh; gpu_mps's upgrade test installs it).
 [ -z "${GPUSHARE_UPGRADE_DEBS:-}" ] || env_extra+=(GPUSHARE_UPGRADE_DEBS="$GPUSHARE_UPGRADE_DEBS")

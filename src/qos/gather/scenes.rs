@@ -1,12 +1,16 @@
 //! The gathering of each command over the recorded answers of each Slurm
 //! release (`tests/fixtures/slurm/RELEASE`, see its README): one small
-//! site, the same in each release's words. QOS qos_lafferty (GrpTRES
-//! gres/gpu:a40=4, may preempt lowprio), alice in account lafferty
-//! (GrpTRES gres/gpu:a40=8), her job 101 running on 4 a40 of gpu01, bob's
-//! lowprio job 104 on the 4 a40 of gpu02, carol's job 102 pending for
-//! Resources and alice's job 103 pending for QOSGrpGRES.
+//! site, the same in each release's words, its ids and names in the
+//! release's `scene.json`. QOS qos_lafferty (GrpTRES gres/gpu:a40=4, may
+//! preempt lowprio), a member in account lafferty (GrpTRES
+//! gres/gpu:a40=8) whose job holds 4 a40 under it, another user's lowprio
+//! job on the other 4 a40, a third user's job pending for Resources and
+//! the member's second job pending for QOSGrpGRES. The recorded sets come
+//! from `tests/fixtures_scene.rs` on a real cluster.
 
 use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
 
 use super::{site, usage, why};
 use crate::qos::audit::{self, GpuQosConf};
@@ -18,12 +22,63 @@ const RELEASES: [&str; 3] = ["22.05", "24.11", "26.05"];
 /// No gpu_qos.conf: what is read of Slurm only.
 const NO_POLICY: &str = "/nonexistent/gpushare/gpu_qos.conf";
 
+/// A release's `scene.json`: who and what the recorded answers name (the
+/// lowprio job and its user, also there, are read of no report).
+#[derive(Debug, Deserialize)]
+struct Manifest {
+    release: String,
+    member: Member,
+    account: String,
+    jobs: Jobs,
+    users: Users,
+    nodes: Vec<Node>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Member {
+    name: String,
+    uid: u32,
+}
+
+#[derive(Debug, Deserialize)]
+struct Jobs {
+    /// The member's job on 4 a40 under qos_lafferty.
+    running: String,
+    /// Pending for Resources.
+    resources: String,
+    /// The member's job pending for QOSGrpGRES.
+    qos_grp_gres: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct Users {
+    /// Who runs the job pending for Resources.
+    resources: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct Node {
+    name: String,
+    a40: u64,
+}
+
+fn dir(release: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/slurm")
+        .join(release)
+}
+
 fn scene(release: &str) -> Recorded {
-    Recorded::new(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/slurm")
-            .join(release),
-    )
+    Recorded::new(dir(release))
+}
+
+fn manifest(release: &str) -> Manifest {
+    let path = dir(release).join("scene.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let m: Manifest =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(m.release, release, "{}", path.display());
+    m
 }
 
 fn a40(limit: u64, held: u64) -> TypeUse {
@@ -34,33 +89,72 @@ fn a40(limit: u64, held: u64) -> TypeUse {
     }
 }
 
+/// What a pending group job is told: the member's running job holds the
+/// group's 4 a40.
+fn group_full(m: &Manifest) -> String {
+    format!(
+        "qos_lafferty's 4 a40 are all held: jobs {} ({}, 4)",
+        m.jobs.running, m.member.name
+    )
+}
+
 #[test]
-fn a_resources_wait_names_the_planned_node_and_its_holders() {
+fn every_release_has_its_scene() {
     for r in RELEASES {
-        let report = why::report(&scene(r), "102").unwrap_or_else(|e| panic!("{r}: {e}"));
+        let m = manifest(r);
+        // The caller of why and usage is the member.
+        let read = |key: &str| {
+            let path = dir(r).join(format!("{key}.txt"));
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        };
+        assert_eq!(read("id-un").trim(), m.member.name, "{r}");
+        assert_eq!(read("id-u").trim(), m.member.uid.to_string(), "{r}");
+        assert_eq!(m.account, "lafferty", "{r}");
+        assert!(!m.nodes.is_empty(), "{r}");
+    }
+}
+
+#[test]
+fn a_resources_wait_names_the_full_nodes() {
+    for r in RELEASES {
+        let m = manifest(r);
+        let id = &m.jobs.resources;
+        let report = why::report(&scene(r), id).unwrap_or_else(|e| panic!("{r}: {e}"));
         assert!(report.unread.is_empty(), "{r}: {:?}", report.unread);
         assert_eq!(report.job.reason, "Resources", "{r}");
         assert_eq!(report.job.gpus, [(Some("a40".to_owned()), 2)], "{r}");
         assert_eq!(
             report.summary,
-            "job 102 (carol, QOS normal, 2 a40, partition gpu) waits for free GPUs: \
-             no node it may run on has enough free now",
+            format!(
+                "job {id} ({}, QOS normal, 2 a40, partition gpu) waits for free GPUs: \
+                 no node it may run on has enough free now",
+                m.users.resources
+            ),
             "{r}"
         );
-        let details = report.details.join("\n");
-        assert!(
-            details.contains("gpu01 (MIXED), where Slurm plans it: 4 a40, 4 in use"),
-            "{r}: {details}"
-        );
-        assert!(details.contains("gpu02 (MIXED): 4 a40, 4 in use"), "{r}");
-        // The factors and weights were read (sprio -j, sprio -w).
+        // Every GPU of every node is in use.
+        for node in &m.nodes {
+            let all = format!(
+                ": {n} a40, {n} in use: {n} by jobs of other QOS",
+                n = node.a40
+            );
+            assert!(
+                report
+                    .details
+                    .iter()
+                    .any(|d| d.starts_with(&format!("{} (", node.name)) && d.contains(&all)),
+                "{r}: {} not full in {:#?}",
+                node.name,
+                report.details
+            );
+        }
+
+        // The factors and weights were read (sprio -j, sprio -w), sprio's
+        // priority that of squeue.
         let factors = report.factors.unwrap_or_else(|| panic!("{r}: no factors"));
-        assert_eq!(
-            (factors.priority, factors.fairshare),
-            (1050.0, 1000.0),
-            "{r}"
-        );
+        assert_eq!(factors.priority, report.job.priority as f64, "{r}");
         assert_eq!(report.weights.map(|w| w.qos), Some(10000.0), "{r}");
+        // sshare: the account's line and the user's.
         assert_eq!(report.fair_share.len(), 2, "{r}");
     }
 }
@@ -68,15 +162,21 @@ fn a_resources_wait_names_the_planned_node_and_its_holders() {
 #[test]
 fn a_group_limit_wait_names_the_jobs_that_hold_the_limit() {
     for r in RELEASES {
-        let report = why::report(&scene(r), "103").unwrap_or_else(|e| panic!("{r}: {e}"));
-        // 22.05 names users by uid in assoc_mgr: bob's running lowprio
-        // job is read as user 1002's, the caller's uid (1001) as alice.
+        let m = manifest(r);
+        let id = &m.jobs.qos_grp_gres;
+        let report = why::report(&scene(r), id).unwrap_or_else(|e| panic!("{r}: {e}"));
+        // 22.05 names users by uid in assoc_mgr: the lowprio job is read
+        // as its user's uid's, the caller's uid as the member.
         assert!(report.unread.is_empty(), "{r}: {:?}", report.unread);
         assert_eq!(report.job.reason, "QOSGrpGRES", "{r}");
         assert_eq!(
             report.summary,
-            "job 103 (alice, QOS qos_lafferty, 2 a40, partition gpu) waits for its group's \
-             GPU limit: qos_lafferty's 4 a40 are all held: jobs 101 (alice, 4)",
+            format!(
+                "job {id} ({}, QOS qos_lafferty, 2 a40, partition gpu) waits for its group's \
+                 GPU limit: {}",
+                m.member.name,
+                group_full(&m)
+            ),
             "{r}"
         );
         assert!(
@@ -86,6 +186,10 @@ fn a_group_limit_wait_names_the_jobs_that_hold_the_limit() {
                 .any(|s| s == "gpu-qos usage --qos qos_lafferty"),
             "{r}"
         );
+        // Its QOS's priority, the highest, counts in full.
+        let factors = report.factors.unwrap_or_else(|| panic!("{r}: no factors"));
+        assert_eq!(factors.qos, 10000.0, "{r}");
+        assert_eq!(factors.priority, report.job.priority as f64, "{r}");
     }
 }
 
@@ -109,24 +213,23 @@ fn a_job_not_recorded_is_a_read_error() {
 }
 
 #[test]
-fn alices_usage_shows_the_full_group_and_her_account() {
+fn the_members_usage_shows_the_full_group_and_her_account() {
     for r in RELEASES {
+        let m = manifest(r);
         let report = usage::report(&scene(r), None, false).unwrap_or_else(|e| panic!("{r}: {e}"));
         assert!(report.unread.is_empty(), "{r}: {:?}", report.unread);
+        assert_eq!(report.user, m.member.name, "{r}");
         assert_eq!(report.qos.len(), 1, "{r}");
         let group = &report.qos[0];
         assert_eq!(group.qos, "qos_lafferty", "{r}");
         assert_eq!(group.types, [a40(4, 4)], "{r}");
         let running: Vec<&str> = group.running.iter().map(|j| j.id.as_str()).collect();
-        assert_eq!(running, ["101"], "{r}");
+        assert_eq!(running, [m.jobs.running.as_str()], "{r}");
         assert_eq!(group.pending.len(), 1, "{r}");
-        assert_eq!(group.pending[0].job.id, "103", "{r}");
-        assert_eq!(
-            group.pending[0].why, "qos_lafferty's 4 a40 are all held: jobs 101 (alice, 4)",
-            "{r}"
-        );
+        assert_eq!(group.pending[0].job.id, m.jobs.qos_grp_gres, "{r}");
+        assert_eq!(group.pending[0].why, group_full(&m), "{r}");
         assert_eq!(report.accounts.len(), 1, "{r}");
-        assert_eq!(report.accounts[0].account, "lafferty", "{r}");
+        assert_eq!(report.accounts[0].account, m.account, "{r}");
         assert_eq!(report.accounts[0].types, [a40(8, 4)], "{r}");
         assert!(report.own.is_empty() && report.partitions.is_empty(), "{r}");
         assert!(
@@ -139,16 +242,19 @@ fn alices_usage_shows_the_full_group_and_her_account() {
 }
 
 #[test]
-fn alices_usage_explains_her_pending_job() {
-    let Ok(report) = usage::report(&scene("26.05"), None, true) else {
-        panic!("usage --explain did not read");
-    };
-    assert!(report.unread.is_empty(), "{:?}", report.unread);
-    let explained: Vec<&str> = report.explained.iter().map(|w| w.job.id.as_str()).collect();
-    assert_eq!(explained, ["103"]);
-    assert!(report.explained[0]
-        .summary
-        .ends_with("qos_lafferty's 4 a40 are all held: jobs 101 (alice, 4)"));
+fn the_members_usage_explains_her_pending_job() {
+    for r in RELEASES {
+        let m = manifest(r);
+        let report = usage::report(&scene(r), None, true).unwrap_or_else(|e| panic!("{r}: {e}"));
+        assert!(report.unread.is_empty(), "{r}: {:?}", report.unread);
+        let explained: Vec<&str> = report.explained.iter().map(|w| w.job.id.as_str()).collect();
+        assert_eq!(explained, [m.jobs.qos_grp_gres.as_str()], "{r}");
+        assert!(
+            report.explained[0].summary.ends_with(&group_full(&m)),
+            "{r}: {}",
+            report.explained[0].summary
+        );
+    }
 }
 
 #[test]
@@ -174,16 +280,21 @@ fn metrics_count_group_gpus_and_pending_reasons() {
 #[test]
 fn the_audit_reads_the_whole_site() {
     for r in RELEASES {
+        let m = manifest(r);
         let (site, sources) = site::site(&scene(r), Some(PathBuf::from(NO_POLICY)), None)
             .unwrap_or_else(|e| panic!("{r}: {e}"));
         assert!(site.unread.is_empty(), "{r}: {:?}", site.unread);
+        let nodes = match m.nodes.len() {
+            1 => "1 node".to_owned(),
+            n => format!("{n} nodes"),
+        };
         assert_eq!(
             sources,
             [
-                "scontrol show config",
-                "sacctmgr show qos (3 QOS)",
-                "2 nodes, 1 partition",
-                "sacctmgr show assoc (1 with GPU limits)"
+                "scontrol show config".to_owned(),
+                "sacctmgr show qos (3 QOS)".to_owned(),
+                format!("{nodes}, 1 partition"),
+                "sacctmgr show assoc (1 with GPU limits)".to_owned(),
             ],
             "{r}"
         );
@@ -201,20 +312,22 @@ fn the_audit_reads_the_whole_site() {
         assert_eq!(qos, ["normal", "lowprio", "qos_lafferty"], "{r}");
         assert_eq!(site.qos[2].record.expected_gpu_limit(), Some(4), "{r}");
         assert_eq!(site.qos[1].grace_time, Some(120), "{r}");
+        let names: Vec<&str> = site.nodes.iter().map(|n| n.name.as_str()).collect();
+        let want: Vec<&str> = m.nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, want, "{r}");
         assert!(
             site.nodes
                 .iter()
                 .all(|n| n.gpu_types().eq(["a40"]) && n.partitions == ["gpu"]),
             "{r}"
         );
-        assert_eq!(site.partitions[0].nodes, "gpu[01-02]", "{r}");
         assert_eq!(
             site.partitions[0].billing_weight("gres/gpu:a40"),
             Some("4.0"),
             "{r}"
         );
         assert_eq!(site.associations.len(), 1, "{r}");
-        assert_eq!(site.associations[0].account, "lafferty", "{r}");
+        assert_eq!(site.associations[0].account, m.account, "{r}");
         assert_eq!(
             site.associations[0].usable_types(),
             [("a40".to_owned(), 8)],
