@@ -65,7 +65,7 @@ check: unit
 # that confine jobs and kill processes) beside cgroup v2 (the policy and
 # the views), about equal in time. make test runs every suite on v1.
 CHECK_V1 ?= multinode,mps_daemon,attack,gpu_mps
-CHECK_V2 ?= audit,gpu_qos,monitoring,foundation,demo
+CHECK_V2 ?= audit,gpu_qos,monitoring,foundation,demo,fixtures_scene
 
 .PHONY: unit build-tests
 unit: deps lint build-tests

@@ -46,7 +46,7 @@ const NO_POLICY: &str = "/nonexistent/gpushare/gpu_qos.conf";
 
 /// Until a recording round finds the pending jobs with the reasons the
 /// scene wants, in every answer: Slurm clears a pending job's reason
-/// while its scheduler looks at it (seen on 24.11), and a round read in
+/// while its scheduler looks at it, and a round read in
 /// such a moment is read again.
 const STEADY_ROUND: Timeout = Timeout::secs(120);
 

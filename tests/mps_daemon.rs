@@ -768,23 +768,21 @@ fn prolog_killed(c: &mut Cluster) -> TestResult {
     mapping_follows_ledger(c, &node)?;
     fs::write(bin_dir(c).join("hang"), "").map_err(|e| e.to_string())?;
     let id = c.sbatch_ok(&["--gres=mps:25", SCRIPT])?;
-    // Its prolog placed it and now waits on the control program.
+    // Its prolog placed it and now waits on the control program. Only
+    // this node's prologs: another cluster on the machine (a release run
+    // beside this one) has its own, which must never be killed from here.
     let prolog = wait_for(
         "the prolog to place the share and wait on the daemon",
         JOB_START,
         || {
             ledger(c).share(id)?;
-            let out = c.run("pgrep", &["-x", "gpu-mps-prolog"]).ok()?;
-            let pids: Vec<String> = String::from_utf8_lossy(&out.stdout)
-                .split_whitespace()
-                .map(str::to_owned)
-                .collect();
+            let pids = c.node_processes_named(&node, "gpu-mps-prolog");
             (!pids.is_empty()).then_some(pids)
         },
     )?;
     mapping_follows_ledger(c, &node)?;
     for pid in &prolog {
-        c.run("kill", &["-9", pid])?;
+        c.run("kill", &["-9", &pid.to_string()])?;
     }
     let _ = fs::remove_file(bin_dir(c).join("hang"));
     // Slurm gives up on the job (22.05 runs the epilog, which releases

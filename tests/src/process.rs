@@ -142,6 +142,38 @@ pub fn marked_processes(select: impl Fn(&str) -> bool) -> Vec<u32> {
         .collect()
 }
 
+/// Pids of live processes named `name` (their `comm`) that descend from
+/// `ancestor`: what a daemon started, however many forks below it, and
+/// nothing of another cluster's.
+pub fn descendants_named(ancestor: u32, name: &str) -> Vec<u32> {
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let stat = |pid: u32| -> Option<(String, u32)> {
+        let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // "PID (COMM) STATE PPID ...": COMM may hold spaces and parentheses.
+        let (head, tail) = text.rsplit_once(')')?;
+        let comm = head.split_once('(')?.1.to_owned();
+        let ppid = tail.split_whitespace().nth(1)?.parse().ok()?;
+        Some((comm, ppid))
+    };
+    let descends = |mut pid: u32| {
+        // A chain longer than this is a loop read mid-change: not ours.
+        for _ in 0..64 {
+            match stat(pid) {
+                Some((_, ppid)) if ppid == ancestor => return true,
+                Some((_, ppid)) if ppid > 1 => pid = ppid,
+                _ => return false,
+            }
+        }
+        false
+    };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
+        .filter(|&pid| stat(pid).is_some_and(|(comm, _)| comm == name) && descends(pid))
+        .collect()
+}
+
 /// Kills (SIGKILL) every process marked with `dir`, until none is left or
 /// `timeout` passes. Returns how many were still alive at the end.
 pub fn kill_marked(dir: &Path, timeout: Duration) -> usize {

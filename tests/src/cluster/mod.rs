@@ -233,6 +233,17 @@ impl Cluster {
         self.nodes.iter().map(|n| n.name.clone()).collect()
     }
 
+    /// The processes named `name` that node `node`'s slurmd started (a
+    /// prolog, an epilog, however many forks below it): this cluster's
+    /// only, never those of another cluster on the machine.
+    pub fn node_processes_named(&self, node: &str, name: &str) -> Vec<u32> {
+        self.slurmds
+            .get(node)
+            .and_then(Daemon::pid)
+            .map(|pid| crate::process::descendants_named(pid, name))
+            .unwrap_or_default()
+    }
+
     /// Where nodes and clients reach slurmctld.
     fn controller_addr(&self) -> String {
         self.fabric.as_ref().map_or_else(
