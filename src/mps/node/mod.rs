@@ -1,0 +1,66 @@
+//! What happens on a GPU node for MPS shares, between the slurmd prolog,
+//! the SPANK plugin in slurmstepd and the epilog.
+//!
+//! - `gpu-mps-prolog` ([`prolog`](fn@prolog)): classify the job from what Slurm put in
+//!   its Prolog environment ([`JobEnv`]), place a share on the least-loaded
+//!   GPU (or record a whole-GPU holder), start that GPU's MPS daemon. A
+//!   share that cannot be placed is *refused*, not failed: a failing prolog
+//!   drains the node, so the prolog writes a refusal note and the SPANK
+//!   plugin fails the job with its text.
+//! - SPANK `gpu_mps` ([`task_plan`]): read the placement, set each task's
+//!   environment, confine its devices.
+//! - `gpu-mps-epilog` ([`epilog`](fn@epilog)): release the job; stop a GPU's MPS
+//!   daemon when its last share ends.
+//!
+//! # What a job holds, and who says so
+//!
+//! Only slurmd's own variables decide: `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`
+//! (an mps allocation) and `SLURM_JOB_GPUS` (GPUs held whole) come from the
+//! job's credential, which slurmctld signed. A job without the percentage
+//! holds no share, whatever its SPANK environment says. The exact units the
+//! job_submit plugin recorded (`SPANK_GPUSHARE_MPS_UNITS`) are used only
+//! where they agree with Slurm's percentage: Slurm rounds it down, and on
+//! 22.05 a unit is less than 1 %, so the percentage alone cannot tell 48
+//! from 50 units.
+//!
+//! # Where each part lives
+//!
+//! - `setup`: the [`Node`] the programs open: the configuration in force,
+//!   its GPU devices, its ledger with the views each transaction publishes.
+//! - `trust`: what a job holds, from what slurmd vouches for ([`JobEnv`]).
+//! - `running`: the jobs slurmctld runs here (`squeue`).
+//! - `prolog`: a share placed (by gpushare or where Slurm put it), a
+//!   whole-GPU holder recorded; `report`: what the prolog did, and the
+//!   refusal it leaves; `serve`: the placed share's MPS daemon started and
+//!   given its limits.
+//! - `notes`: what the prolog and SPANK plugin leave beside the ledger for
+//!   the job's steps (refusal, banner marker, running without MPS).
+//! - `task`: what the SPANK plugin sets for each task.
+//! - `epilog`: the job released, idle daemons stopped.
+//! - `metrics_file`: the node's metrics file, rewritten under the ledger's
+//!   lock.
+
+mod epilog;
+mod metrics_file;
+mod notes;
+mod prolog;
+mod report;
+mod running;
+mod serve;
+mod setup;
+mod task;
+mod trust;
+
+pub use epilog::{epilog, stop_idle_daemons, EpilogReport};
+pub use metrics_file::{metrics_text, publish_metrics};
+pub use notes::{claim_banner, refusal, unserved};
+pub use prolog::prolog;
+pub use report::{PrologOutcome, PrologReport, MPS_DAEMON_REFUSAL};
+pub use running::{node_name, running_jobs, RunningJob, SQUEUE_TIMEOUT};
+#[cfg(test)]
+pub(crate) use setup::test_node;
+pub use setup::{gpu_devices, hides_users, node_ledger, server_rule, Node, PipeGuard, Unfit};
+pub use task::{
+    framework_hints, memory_fraction, task_plan, TaskMemory, TaskPlan, JAX_PREALLOCATION,
+};
+pub use trust::{count_mismatch, share_units, slurm_per_gpu, slurm_places, units_mismatch, JobEnv};

@@ -1,0 +1,292 @@
+//! The prolog's logic for a job: a share placed on the least-loaded GPU
+//! (or recorded where Slurm put it), records of vanished jobs dropped when
+//! they are in the way, a whole-GPU holder recorded.
+
+use std::collections::HashSet;
+
+use super::notes::forget_notes;
+use super::report::{refuse, PrologOutcome, PrologReport};
+use super::running::RunningJob;
+use super::serve::serve;
+use super::setup::Node;
+use super::trust::{
+    count_mismatch, share_units, slurm_per_gpu, slurm_places, units_mismatch, JobEnv,
+};
+use crate::mps::booking::MpsBooking;
+use crate::mps::daemon;
+use crate::mps::health;
+use crate::mps::ledger::{Ledger, LedgerError, SlurmChoice};
+use crate::mps::placement::PlacementError;
+
+/// Runs the prolog's logic for `env`'s job. `running` is asked for the jobs
+/// slurmctld runs on this node only when a share finds no room (records of
+/// jobs that ended without an epilog may be what fills the GPUs); `Err`
+/// from it means nothing is dropped. An `Err` from here means the node is
+/// unfit (unusable state directory): the prolog then fails, and Slurm
+/// drains the node, which is right.
+pub fn prolog(
+    node: &Node,
+    env: &JobEnv,
+    booking: &MpsBooking,
+    running: impl FnOnce() -> Result<Vec<RunningJob>, String>,
+) -> Result<PrologReport, LedgerError> {
+    match place(node, env, booking, running) {
+        // A ledger of a newer gpushare (a downgrade): the share is refused
+        // with the reason, other jobs run; the node is never drained.
+        Err(e @ LedgerError::TooNew { .. }) => Ok(PrologReport {
+            outcome: if env.is_share() {
+                refuse(&node.ledger, env, "downgrade", &e)
+            } else {
+                PrologOutcome::Untouched
+            },
+            dropped: Vec::new(),
+            notes: vec![e.to_string()],
+        }),
+        other => other,
+    }
+}
+
+/// [`prolog`] on a ledger this gpushare reads.
+fn place(
+    node: &Node,
+    env: &JobEnv,
+    booking: &MpsBooking,
+    running: impl FnOnce() -> Result<Vec<RunningJob>, String>,
+) -> Result<PrologReport, LedgerError> {
+    let Node {
+        cfg,
+        gpu_count,
+        ledger,
+        ..
+    } = node;
+    let mut report = PrologReport {
+        outcome: PrologOutcome::Untouched,
+        dropped: Vec::new(),
+        notes: Vec::new(),
+    };
+    if env.is_share() {
+        if let Some(why) = &node.shares_refused {
+            report.outcome = refuse(ledger, env, "config", why);
+            return Ok(report);
+        }
+        if !cfg.mig_shares && !node.mig_gpus.is_empty() {
+            let listed: Vec<String> = node
+                .mig_gpus
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect();
+            report.outcome = refuse(
+                ledger,
+                env,
+                "mig",
+                format!(
+                    "{} {} MIG enabled (NVML), and gpushare's MPS shares are made of whole \
+                     GPUs: list only GPUs without MIG in gpu_mps.conf's GPUDevices, or set \
+                     MIGShares=allow there to place shares anyway",
+                    listed.join(", "),
+                    if listed.len() == 1 { "has" } else { "have" }
+                ),
+            );
+            return Ok(report);
+        }
+        let by_slurm = slurm_places(cfg, booking);
+        if by_slurm {
+            report.notes.extend(booking.stacking_warning());
+            report.notes.extend(units_mismatch(cfg, booking));
+        } else {
+            report.notes.extend(count_mismatch(cfg, *gpu_count));
+        }
+        let units = match share_units(slurm_per_gpu(cfg, *gpu_count, booking), env) {
+            Ok(units) => units,
+            Err(why) => {
+                report.outcome = refuse(ledger, env, "size", why);
+                return Ok(report);
+            }
+        };
+        if by_slurm {
+            report.outcome = record_slurm_choice(node, env, units, running, &mut report)?;
+            return Ok(report);
+        }
+        if booking.cgroup_v2 {
+            report.outcome = refuse(
+                ledger,
+                env,
+                "cgroup_v2",
+                "this node runs cgroup v2, where a job can only be kept from devices, never \
+                 given one Slurm did not allow; gpushare cannot move the share to the GPU it \
+                 would choose, so the job is refused. Let Slurm place shares (Slurm 23.11 or \
+                 later: per-GPU mps lines with Flags=all_sharing and LL_SHARED_GRES, see \
+                 `gpu-mps config`) or use CgroupPlugin=cgroup/v1",
+            );
+            return Ok(report);
+        }
+        // Daemons started before MultiUser=yes still serve one user each
+        // until their shares end: no second user goes there meanwhile.
+        let single_user: Vec<u32> = if cfg.multi_user {
+            (0..*gpu_count)
+                .filter(|&gpu| daemon::running_multi_user(cfg, gpu) == Some(false))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let failed_gpus: Vec<u32> = node.failed.keys().copied().collect();
+        let place = || {
+            ledger.place_beside(
+                env.job,
+                env.uid,
+                &env.user,
+                units,
+                (*gpu_count, cfg.units_per_gpu),
+                &single_user,
+                &failed_gpus,
+            )
+        };
+        let mut placed = place();
+        if let Err(LedgerError::Placement {
+            error: PlacementError::NoGpuHasRoom { .. },
+            ..
+        }) = &placed
+        {
+            // Place again whatever this call dropped: a prolog running beside
+            // this one may have dropped the same records of vanished jobs
+            // first (after a node failure Slurm starts many shares at once),
+            // leaving this reconciliation nothing to drop but the room free.
+            // The refusal, if any, then states the load this second look saw.
+            drop_vanished(ledger, env.job, running, &mut report)?;
+            placed = place();
+        }
+        report.outcome = match placed {
+            Ok(placed) => {
+                report.notes.extend(placed.remarks());
+                serve(node, env, placed.value, &mut report)?
+            }
+            Err(LedgerError::Placement { error, repair }) => {
+                report.notes.extend(repair.map(|r| r.to_string()));
+                let error = match error {
+                    PlacementError::GpuFailed { gpus, .. } => gpu_failed(&node.failed, gpus),
+                    other => other,
+                };
+                refuse(ledger, env, error.reason(), error)
+            }
+            Err(other) => return Err(other),
+        };
+    } else if !env.job_gpus.is_empty() {
+        let out = ledger.record_whole(env.job, &env.job_gpus)?;
+        report.notes.extend(out.remarks());
+        report.outcome = PrologOutcome::Whole {
+            gpus: env.job_gpus.clone(),
+            overlapping: out.value,
+        };
+    }
+    Ok(report)
+}
+
+/// Drops the records of jobs slurmctld no longer runs here (ended without
+/// an epilog), keeping `job`'s; what it dropped goes into the report. When
+/// slurmctld cannot be asked nothing is dropped, and a note says so.
+fn drop_vanished(
+    ledger: &Ledger,
+    job: u32,
+    running: impl FnOnce() -> Result<Vec<RunningJob>, String>,
+    report: &mut PrologReport,
+) -> Result<(), LedgerError> {
+    let jobs = match running() {
+        Ok(jobs) => jobs,
+        Err(e) => {
+            report.notes.push(format!(
+                "cannot ask slurmctld which jobs still run here, so no record was dropped: {e}"
+            ));
+            return Ok(());
+        }
+    };
+    let running: HashSet<u32> = jobs.iter().map(|j| j.job).collect();
+    let out = ledger.reconcile(|j| j == job || running.contains(&j))?;
+    report.notes.extend(out.remarks());
+    for record in &out.value {
+        forget_notes(ledger, record.job());
+    }
+    report.dropped.extend(out.value);
+    Ok(())
+}
+
+/// Records a share where Slurm put it (`SLURM_JOB_GPUS`) and starts that
+/// GPU's MPS daemon; Slurm's device rules already confine the job there.
+/// Where the ledger sees no room on that GPU, records of jobs that ended
+/// without an epilog are what fills it: they are dropped.
+fn record_slurm_choice(
+    node: &Node,
+    env: &JobEnv,
+    units: u32,
+    running: impl FnOnce() -> Result<Vec<RunningJob>, String>,
+    report: &mut PrologReport,
+) -> Result<PrologOutcome, LedgerError> {
+    let Some(&gpu) = env.job_gpus.first() else {
+        return Ok(refuse(
+            &node.ledger,
+            env,
+            "slurm_gpu",
+            "Slurm places this node's shares, but named no GPU for it (SLURM_JOB_GPUS is not \
+             set in the prolog)",
+        ));
+    };
+    if env.job_gpus.len() > 1 {
+        report.notes.push(format!(
+            "Slurm gave job {} mps on GPUs {:?}; one MPS client uses one GPU, so gpushare \
+             records it on GPU {gpu}",
+            env.job, env.job_gpus
+        ));
+    }
+    // A GPU set aside takes no share, whoever chose it.
+    if node.failed.contains_key(&gpu) {
+        let error = gpu_failed(&node.failed, vec![gpu]);
+        return Ok(refuse(
+            &node.ledger,
+            env,
+            error.reason(),
+            format!("on GPU {gpu} (Slurm's choice): {error}"),
+        ));
+    }
+    let choice = SlurmChoice {
+        gpu,
+        gpu_count: node.gpu_count,
+        units_per_gpu: node.cfg.units_per_gpu,
+    };
+    match node
+        .ledger
+        .record_slurm_share(env.job, env.uid, &env.user, units, choice)
+    {
+        Ok(placed) => {
+            report.notes.extend(placed.remarks());
+            if placed.value.crowded {
+                drop_vanished(&node.ledger, env.job, running, report)?;
+            }
+            serve(node, env, placed.value, report)
+        }
+        Err(LedgerError::Placement { error, repair }) => {
+            report.notes.extend(repair.map(|r| r.to_string()));
+            Ok(refuse(
+                &node.ledger,
+                env,
+                error.reason(),
+                format!("on GPU {gpu} (Slurm's choice): {error}"),
+            ))
+        }
+        Err(other) => Err(other),
+    }
+}
+
+/// The refusal of a share only `gpus`, set aside, could take: with why
+/// each was set aside.
+fn gpu_failed(failed: &health::FailedGpus, gpus: Vec<u32>) -> PlacementError {
+    let reasons: Vec<&str> = gpus
+        .iter()
+        .filter_map(|g| failed.get(g).map(|f| f.reason.as_str()))
+        .collect();
+    PlacementError::GpuFailed {
+        reasons: reasons.join("; "),
+        gpus,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -1,0 +1,531 @@
+//! The prolog's tests, and how its neighbours' tests run it
+//! ([`no_squeue`], [`outcome`]).
+
+use super::*;
+use crate::mps::config::{self, MpsControl};
+use crate::mps::daemon::MpsDaemon;
+use crate::mps::ledger::Record;
+use crate::mps::metrics::Event;
+use crate::mps::node::epilog::epilog;
+use crate::mps::node::notes::{refusal, unserved};
+use crate::mps::node::report::MPS_DAEMON_REFUSAL;
+use crate::mps::node::setup::tests::temp_node;
+use crate::mps::node::task::task_plan;
+use crate::mps::node::trust::tests::share_env;
+use std::fs;
+use std::path::PathBuf;
+
+pub(crate) fn no_squeue() -> Result<Vec<RunningJob>, String> {
+    Err("not asked in this test".into())
+}
+
+pub(crate) fn outcome(node: &Node, env: &JobEnv) -> PrologOutcome {
+    prolog(node, env, &MpsBooking::default(), no_squeue)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .outcome
+}
+
+#[test]
+fn no_share_is_placed_while_a_listed_gpu_has_mig_on() {
+    let (mut node, _dir) = temp_node(Some(1600));
+    node.cfg.gpu_devices = Some(
+        (0..4)
+            .map(|i| PathBuf::from(format!("/dev/nvidia{i}")))
+            .collect(),
+    );
+    // A MIG GPU the node does not list changes nothing.
+    node.set_mig_minors(&[7]);
+    assert!(matches!(
+        outcome(&node, &share_env(1, 100)),
+        PrologOutcome::Placed { .. }
+    ));
+    node.set_mig_minors(&[2]);
+    match outcome(&node, &share_env(2, 100)) {
+        PrologOutcome::Refused { reason, text } => {
+            assert_eq!(reason, "mig");
+            assert!(
+                text.contains("/dev/nvidia2 has MIG enabled (NVML)")
+                    && text.contains("MIGShares=allow"),
+                "{text}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // Whole GPUs are Slurm's business, MIG or not.
+    let whole = JobEnv {
+        mps_percentage: None,
+        units_claimed: None,
+        job_gpus: vec![3],
+        ..share_env(3, 0)
+    };
+    assert!(matches!(
+        outcome(&node, &whole),
+        PrologOutcome::Whole { .. }
+    ));
+    node.cfg.mig_shares = true;
+    assert!(matches!(
+        outcome(&node, &share_env(4, 100)),
+        PrologOutcome::Placed { .. }
+    ));
+}
+
+#[test]
+fn forged_units_on_jobs_without_an_mps_allocation_change_nothing() {
+    let (node, _dir) = temp_node(None);
+    let forged = |job, gpus: Vec<u32>| JobEnv {
+        job,
+        uid: 1000,
+        user: "mallory".into(),
+        mps_percentage: None,
+        units_claimed: Some(100),
+        job_gpus: gpus,
+        node: "gpu01".to_owned(),
+    };
+    for job in 1..=4 {
+        assert_eq!(
+            outcome(&node, &forged(job, Vec::new())),
+            PrologOutcome::Untouched
+        );
+    }
+    // A whole-GPU job claiming units is a whole-GPU job.
+    assert!(matches!(
+        outcome(&node, &forged(5, vec![1])),
+        PrologOutcome::Whole { .. }
+    ));
+    for job in 1..=4 {
+        assert_eq!(task_plan(&node.cfg, &node.ledger, job, false, 1), Ok(None));
+    }
+    // An honest share still fits, beside the whole GPU.
+    match outcome(&node, &share_env(6, 100)) {
+        PrologOutcome::Placed { share, .. } => assert_ne!(share.gpu, 1),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_share_that_fits_no_gpu_is_refused_not_failed_and_epilog_is_idempotent() {
+    let (node, _dir) = temp_node(None);
+    for job in 1..=4 {
+        assert!(matches!(
+            outcome(&node, &share_env(job, 60)),
+            PrologOutcome::Placed { .. }
+        ));
+    }
+    // 160 units free on the node, but at most 40 on any one GPU.
+    match prolog(&node, &share_env(5, 60), &MpsBooking::default(), no_squeue) {
+        Ok(PrologReport {
+            outcome:
+                PrologOutcome::Refused {
+                    text,
+                    reason: "no_room",
+                },
+            notes,
+            ..
+        }) => {
+            // A job on several nodes says which one refused it.
+            assert!(text.contains("job 5 on node gpu01:"), "{text}");
+            assert!(
+                notes.iter().any(|n| n.contains("no record was dropped")),
+                "{notes:?}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        task_plan(&node.cfg, &node.ledger, 5, true, 1).is_err_and(|e| e.contains("no single GPU"))
+    );
+    let r = epilog(&node, 1).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(r.released.len(), 1);
+    assert_eq!(r.stopped, vec![(0, MpsDaemon::NotAvailable)]);
+    assert!(epilog(&node, 1).is_ok_and(|r| r.released.is_empty()));
+    assert!(epilog(&node, 5).is_ok_and(|r| r.released.is_empty()));
+    assert_eq!(refusal(&node.ledger, 5), None);
+}
+
+#[test]
+fn records_of_vanished_jobs_are_dropped_only_when_a_share_needs_the_room() {
+    let (node, _dir) = temp_node(None);
+    let whole = JobEnv {
+        job: 10,
+        uid: 0,
+        user: "root".into(),
+        mps_percentage: None,
+        units_claimed: None,
+        job_gpus: vec![0],
+        node: "gpu01".to_owned(),
+    };
+    assert!(matches!(
+        outcome(&node, &whole),
+        PrologOutcome::Whole { .. }
+    ));
+    for job in 1..=6 {
+        match outcome(&node, &share_env(job, 50)) {
+            PrologOutcome::Placed { share, .. } => assert_ne!(share.gpu, 0),
+            other => panic!("{other:?}"),
+        }
+    }
+    let asked = std::cell::Cell::new(false);
+    let running = || {
+        asked.set(true);
+        Ok(vec![
+            RunningJob {
+                job: 2,
+                holds_mps: true,
+            },
+            RunningJob {
+                job: 3,
+                holds_mps: true,
+            },
+        ])
+    };
+    let report = prolog(&node, &share_env(7, 50), &MpsBooking::default(), running)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(asked.get());
+    let dropped: Vec<u32> = report.dropped.iter().map(Record::job).collect();
+    assert_eq!(dropped, vec![1, 4, 5, 6, 10]);
+    assert!(matches!(report.outcome, PrologOutcome::Placed { .. }));
+    // With room to spare nobody asks slurmctld anything.
+    let never = || -> Result<Vec<RunningJob>, String> { panic!("squeue asked") };
+    assert!(prolog(&node, &share_env(8, 10), &MpsBooking::default(), never).is_ok());
+}
+
+/// After a node failure Slurm starts many shares at once on a node whose
+/// ledger still holds the records of the jobs it lost. Every prolog that
+/// finds no room asks slurmctld; the first to reconcile drops the ghosts,
+/// and the others find nothing left to drop: they must place again all
+/// the same, and a refusal must state the load of that second look.
+#[test]
+fn a_share_places_again_after_another_prolog_dropped_the_ghosts() {
+    let (node, _dir) = temp_node(None);
+    // Jobs 1-8 ran two per GPU and vanished without an epilog.
+    for job in 1..=8 {
+        assert!(matches!(
+            outcome(&node, &share_env(job, 50)),
+            PrologOutcome::Placed { .. }
+        ));
+    }
+    let only_new_jobs = || {
+        Ok((20..=27)
+            .map(|job| RunningJob {
+                job,
+                holds_mps: true,
+            })
+            .collect())
+    };
+    // The other prolog's reconciliation lands between this prolog's
+    // failed placement and its own reconciliation.
+    let beside = Ledger::open(&node.cfg.state_dir, node.owner).unwrap_or_else(|e| panic!("{e}"));
+    let raced = || {
+        let out = beside
+            .reconcile(|j| j >= 20)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(out.value.len(), 8, "the other prolog drops the ghosts");
+        only_new_jobs()
+    };
+    let report = prolog(&node, &share_env(20, 50), &MpsBooking::default(), raced)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(report.dropped.is_empty(), "{:?}", report.dropped);
+    assert!(
+        matches!(report.outcome, PrologOutcome::Placed { .. }),
+        "{:?}",
+        report.outcome
+    );
+    // Seven more fill the node (two per GPU); the ninth is refused
+    // with the load it saw after reconciling: 0 units free.
+    for job in 21..=27 {
+        let r = prolog(
+            &node,
+            &share_env(job, 50),
+            &MpsBooking::default(),
+            only_new_jobs,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(r.outcome, PrologOutcome::Placed { .. }), "{r:?}");
+    }
+    let ninth = prolog(
+        &node,
+        &share_env(28, 50),
+        &MpsBooking::default(),
+        only_new_jobs,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    match ninth.outcome {
+        PrologOutcome::Refused { text, .. } => {
+            assert!(text.contains("0 free in total"), "{text}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_count_mismatch_is_noted() {
+    let (node, _dir) = temp_node(Some(400));
+    let r = prolog(&node, &share_env(3, 40), &MpsBooking::default(), no_squeue)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        r.notes.iter().any(|n| n.contains("Count=1600")),
+        "{:?}",
+        r.notes
+    );
+}
+
+/// A node whose gres.conf books 100 mps per GPU, spread by Slurm.
+fn slurm_booking() -> MpsBooking {
+    MpsBooking {
+        per_gpu: true,
+        all_sharing: true,
+        least_loaded: true,
+        per_gpu_count: Some(100),
+        cgroup_v2: true,
+    }
+}
+
+/// A share as Slurm 24.11 sends it with per-GPU lines: its GPU and the
+/// true percentage.
+fn slurm_share_env(job: u32, units: u32, gpu: u32) -> JobEnv {
+    JobEnv {
+        mps_percentage: Some(units),
+        units_claimed: None,
+        job_gpus: vec![gpu],
+        node: "gpu01".to_owned(),
+        ..share_env(job, units)
+    }
+}
+
+#[test]
+fn where_slurm_places_its_gpu_is_recorded_and_left_to_slurm() {
+    let (node, _dir) = temp_node(None);
+    let booking = slurm_booking();
+    // Slurm's books are the truth: a third share on a full GPU is
+    // recorded there too (it shows as over capacity), never moved.
+    for (job, gpu) in [(1, 2), (2, 2), (3, 2)] {
+        let report = prolog(&node, &slurm_share_env(job, 50, gpu), &booking, no_squeue)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let PrologOutcome::Placed { share, .. } = report.outcome else {
+            panic!("{:?}", report.outcome);
+        };
+        assert_eq!(
+            (share.gpu, share.units, share.placed_by_slurm),
+            (2, 50, true)
+        );
+        // The third overfills GPU 2 in the ledger: slurmctld is asked
+        // for vanished jobs (here it cannot be, so nothing is dropped).
+        let asked = report
+            .notes
+            .iter()
+            .any(|n| n.contains("cannot ask slurmctld"));
+        assert_eq!(asked, job == 3, "{:?}", report.notes);
+    }
+    let plan = task_plan(&node.cfg, &node.ledger, 1, true, 1)
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| panic!("no plan"));
+    // No device rules and Slurm's own CUDA variables: cgroup v2 is fine.
+    assert!(!plan.confine);
+    assert!(!plan
+        .env
+        .iter()
+        .any(|(k, _)| k == "CUDA_VISIBLE_DEVICES" || k == "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"));
+    assert!(plan
+        .env
+        .iter()
+        .any(|(k, v)| k == "GPUSHARE_GPU" && v == "2"));
+}
+
+#[test]
+fn where_slurm_places_on_a_gpu_full_of_vanished_jobs_they_are_dropped() {
+    let (node, _dir) = temp_node(None);
+    let booking = slurm_booking();
+    for job in [1, 2] {
+        outcome_with(&node, &slurm_share_env(job, 60, 0), &booking);
+    }
+    // Job 1 ended without an epilog; slurmctld runs 2 and 3.
+    let running = || {
+        Ok([2, 3]
+            .map(|job| RunningJob {
+                job,
+                holds_mps: true,
+            })
+            .to_vec())
+    };
+    let report = prolog(&node, &slurm_share_env(3, 30, 0), &booking, running)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let dropped: Vec<u32> = report.dropped.iter().map(Record::job).collect();
+    assert_eq!(dropped, vec![1]);
+    let state = node.ledger.snapshot().map(|s| s.state);
+    assert!(state.is_ok_and(|s| s.share(2).is_some() && s.share(3).is_some()));
+}
+
+#[test]
+fn where_slurm_places_a_missing_or_unknown_gpu_is_refused() {
+    let (node, _dir) = temp_node(None);
+    let booking = slurm_booking();
+    let none = JobEnv {
+        job_gpus: Vec::new(),
+        node: "gpu01".to_owned(),
+        ..slurm_share_env(1, 50, 0)
+    };
+    let refused = |env: &JobEnv, text: &str| {
+        let outcome = outcome_with(&node, env, &booking);
+        assert!(
+            matches!(&outcome, PrologOutcome::Refused { text: t, .. } if t.contains(text)),
+            "{outcome:?}"
+        );
+    };
+    refused(&none, "SLURM_JOB_GPUS");
+    refused(&slurm_share_env(2, 50, 4), "lists only 4 GPU devices");
+}
+
+#[test]
+fn stacking_and_unit_mismatches_are_noted() {
+    let (node, _dir) = temp_node(None);
+    let booking = MpsBooking {
+        least_loaded: false,
+        per_gpu_count: Some(50),
+        ..slurm_booking()
+    };
+    let env = JobEnv {
+        mps_percentage: Some(50),
+        ..slurm_share_env(1, 25, 0)
+    };
+    let r = prolog(&node, &env, &booking, no_squeue).unwrap_or_else(|e| panic!("{e}"));
+    let notes = r.notes.join("\n");
+    assert!(notes.contains("LL_SHARED_GRES"), "{notes}");
+    assert!(
+        notes.contains("Count=50") && notes.contains("UnitsPerGPU=100"),
+        "{notes}"
+    );
+    assert!(matches!(r.outcome, PrologOutcome::Placed { share, .. } if share.units == 25));
+}
+
+#[test]
+fn gpushare_placement_on_cgroup_v2_is_refused_with_the_way_out() {
+    let (node, _dir) = temp_node(None);
+    let booking = MpsBooking {
+        cgroup_v2: true,
+        ..MpsBooking::default()
+    };
+    let outcome = outcome_with(&node, &share_env(1, 50), &booking);
+    let PrologOutcome::Refused {
+        text,
+        reason: "cgroup_v2",
+    } = outcome
+    else {
+        panic!("{outcome:?}");
+    };
+    assert!(
+        text.contains("cgroup v2") && text.contains("all_sharing"),
+        "{text}"
+    );
+    assert!(node
+        .ledger
+        .snapshot()
+        .is_ok_and(|s| s.state.share(1).is_none()));
+    // The same node placing through Slurm runs the share.
+    let placed = outcome_with(&node, &slurm_share_env(2, 50, 1), &slurm_booking());
+    assert!(matches!(placed, PrologOutcome::Placed { .. }), "{placed:?}");
+}
+
+fn outcome_with(node: &Node, env: &JobEnv, booking: &MpsBooking) -> PrologOutcome {
+    prolog(node, env, booking, no_squeue)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .outcome
+}
+
+#[test]
+fn after_a_downgrade_shares_are_refused_and_other_jobs_run() {
+    let (node, _dir) = temp_node(Some(1600));
+    assert!(matches!(
+        outcome(&node, &share_env(1, 100)),
+        PrologOutcome::Placed { .. }
+    ));
+    let path = node.ledger.state_path();
+    let text = fs::read_to_string(&path).unwrap_or_default();
+    fs::write(&path, text.replace("\"version\": 2", "\"version\": 9"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    match outcome(&node, &share_env(2, 100)) {
+        PrologOutcome::Refused { reason, text } => {
+            assert_eq!(reason, "downgrade");
+            assert!(text.contains("newer gpushare (ledger version 9"), "{text}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let whole = JobEnv {
+        mps_percentage: None,
+        units_claimed: None,
+        ..share_env(3, 100)
+    };
+    let report = prolog(&node, &whole, &MpsBooking::default(), no_squeue);
+    assert!(
+        matches!(&report, Ok(r) if r.outcome == PrologOutcome::Untouched && !r.notes.is_empty()),
+        "{report:?}"
+    );
+}
+
+#[test]
+fn a_share_whose_daemon_cannot_start_is_refused_unless_the_site_runs_it_anyway() {
+    let (mut node, _dir) = temp_node(Some(1600));
+    // `false -d` fails: the daemon cannot be started.
+    node.cfg.mps_control = MpsControl::Program(PathBuf::from("/bin/false"));
+    let report = prolog(&node, &share_env(1, 100), &MpsBooking::default(), no_squeue)
+        .unwrap_or_else(|e| panic!("{e}"));
+    match &report.outcome {
+        PrologOutcome::Refused { reason, text } => {
+            assert_eq!(*reason, MPS_DAEMON_REFUSAL);
+            assert!(text.contains("could not be started"), "{text}");
+            assert!(text.contains("MPSFailure=refuse"), "{text}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Counted as a refusal and as a daemon failure.
+    assert!(report
+        .events()
+        .contains(&Event::Refused(MPS_DAEMON_REFUSAL)));
+    assert!(report
+        .events()
+        .iter()
+        .any(|e| matches!(e, Event::Daemon(MpsDaemon::Failed(_)))));
+    let refused = task_plan(&node.cfg, &node.ledger, 1, true, 1);
+    assert!(refused.is_err_and(|e| e.contains("could not be started")));
+    // MPSFailure=run: placed, and its first line says what it lacks.
+    node.cfg.mps_failure = config::MpsFailure::Run;
+    match outcome(&node, &share_env(2, 100)) {
+        PrologOutcome::Placed { mps, .. } => {
+            assert!(matches!(mps, MpsDaemon::Failed(_)), "{mps:?}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let plan = task_plan(&node.cfg, &node.ledger, 2, true, 1)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|| panic!("no plan"));
+    assert!(
+        plan.banner.contains("WARNING") && plan.banner.contains("WITHOUT MPS"),
+        "{}",
+        plan.banner
+    );
+    // The note goes with the job.
+    epilog(&node, 2).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(unserved(&node.ledger, 2), None);
+}
+
+#[test]
+fn auto_without_a_control_program_refuses_shares_and_none_runs_them() {
+    let (mut node, _dir) = temp_node(Some(1600));
+    node.cfg.mps_control = MpsControl::FromPath;
+    if crate::mps::programs::program(&node.cfg).is_some() {
+        return; // a node with MPS installed: nothing to show here
+    }
+    match outcome(&node, &share_env(1, 100)) {
+        PrologOutcome::Refused { reason, text } => {
+            assert_eq!(reason, MPS_DAEMON_REFUSAL);
+            assert!(text.contains("MPSControl=auto looks in PATH"), "{text}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // MPSControl=none: the site runs MPS itself.
+    node.cfg.mps_control = MpsControl::Disabled;
+    assert!(matches!(
+        outcome(&node, &share_env(2, 100)),
+        PrologOutcome::Placed { .. }
+    ));
+}

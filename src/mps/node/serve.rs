@@ -1,0 +1,140 @@
+//! A placed share served: its GPU's MPS daemon made to run with the
+//! limits of the GPU's shares, under the GPU's lock; a share whose daemon
+//! cannot serve it refused, or run without MPS where the site says so
+//! (`MPSFailure=`).
+
+use super::notes::unserved_name;
+use super::report::{refuse, PrologOutcome, PrologReport, MPS_DAEMON_REFUSAL};
+use super::setup::{guard_pipes, Node};
+use super::trust::JobEnv;
+use crate::mps::config;
+use crate::mps::daemon::{self, MpsDaemon};
+use crate::mps::ledger::LedgerError;
+use crate::mps::state_dir;
+
+/// What follows a share's placement: its memory limit recorded, its GPU's
+/// MPS daemon made to run with the limits of the GPU's shares, and a note
+/// when it shares the GPU with another user's server. A share whose daemon
+/// cannot be started, reached or given its limits would run without them:
+/// it is refused (`MPSFailure=refuse`, the default) or runs with its
+/// output saying so (`MPSFailure=run`).
+pub(super) fn serve(
+    node: &Node,
+    env: &JobEnv,
+    placed: crate::mps::ledger::Placed,
+    report: &mut PrologReport,
+) -> Result<PrologOutcome, LedgerError> {
+    // Placed with its memory limit (Node::set_gpu_memory).
+    let share = placed.share;
+    let gpu = share.gpu;
+    let locked = daemon::with_gpu_lock(
+        &node.cfg,
+        gpu,
+        || -> Result<(MpsDaemon, Option<String>), LedgerError> {
+            // Read once, under the lock: the users and limits of the GPU's shares now.
+            let state = node.ledger.snapshot()?.state;
+            let alone = state.shares().all(|s| s.gpu != gpu || s.job == share.job);
+            let daemon::Ensured {
+                daemon: mps,
+                servers,
+                multi_user,
+            } = daemon::ensure(&node.cfg, gpu, node.owner, alone);
+            let others = state.other_users_on(gpu, share.uid);
+            if !others.is_empty() && !multi_user.unwrap_or(node.cfg.multi_user) {
+                report.notes.push(format!(
+                    "job {} ({}) shares GPU {gpu} with the MPS server of {}: MPS serves one \
+                     user at a time, so the job's CUDA work waits until their clients there \
+                     have exited",
+                    share.job,
+                    share.user,
+                    names(&others)
+                ));
+            }
+            let mut unserved = match &mps {
+                MpsDaemon::NotAvailable if node.cfg.mps_control == config::MpsControl::FromPath => {
+                    Some(format!(
+                        "no {} was found to run GPU {gpu}'s MPS daemon (MPSControl=auto looks \
+                         in PATH and {})",
+                        crate::mps::programs::CONTROL_PROGRAM,
+                        crate::mps::programs::SEARCH_DIRS.join(", ")
+                    ))
+                }
+                MpsDaemon::Failed(why) => Some(format!(
+                    "GPU {gpu}'s MPS daemon could not be started: {why}"
+                )),
+                _ => None,
+            };
+            if mps != MpsDaemon::NotAvailable {
+                guard_pipes(node, &state, gpu, &mut report.notes);
+                let on_gpu = state.shares().filter(|s| s.gpu == gpu);
+                let limits = daemon::server_limits(&node.cfg, node.gpu_memory_mib, on_gpu)
+                    .filter(|_| unserved.is_none());
+                if let Some(limits) = limits {
+                    if let Err(e) = daemon::apply_limits(&node.cfg, gpu, limits, servers) {
+                        unserved = Some(format!(
+                            "GPU {gpu}'s MPS daemon could not be given the limits of its \
+                             shares: {e}"
+                        ));
+                    }
+                }
+            }
+            Ok((mps, unserved))
+        },
+    );
+    let (mps, unserved) = match locked {
+        Ok(result) => result?,
+        Err(e) => {
+            let why = format!("GPU {gpu}'s MPS daemon lock: {e}");
+            (MpsDaemon::Failed(why.clone()), Some(why))
+        }
+    };
+    if let Some(why) = unserved {
+        match node.cfg.mps_failure {
+            config::MpsFailure::Refuse => {
+                return Ok(refuse(
+                    &node.ledger,
+                    env,
+                    MPS_DAEMON_REFUSAL,
+                    format!(
+                        "{why}. The share is refused rather than run without its MPS limits \
+                         beside other jobs (gpu_mps.conf MPSFailure=refuse); a batch job is \
+                         requeued to run elsewhere"
+                    ),
+                ));
+            }
+            config::MpsFailure::Run => {
+                let text = format!(
+                    "runs WITHOUT MPS on GPU {gpu}: {why}. No thread or memory limit holds, \
+                     and its work runs beside other jobs' on that GPU (gpu_mps.conf \
+                     MPSFailure=run)"
+                );
+                report.notes.push(format!("job {}: {text}", share.job));
+                if let Err(e) = state_dir::replace_file(
+                    node.ledger.dir(),
+                    &unserved_name(share.job),
+                    text.as_bytes(),
+                    0o600,
+                ) {
+                    report.notes.push(format!(
+                        "job {}: its banner will not say so: {e}",
+                        share.job
+                    ));
+                }
+            }
+        }
+    }
+    Ok(PrologOutcome::Placed {
+        share,
+        already: placed.already_recorded,
+        mps,
+    })
+}
+
+/// `user a`, `users a, b`.
+pub(super) fn names(users: &std::collections::BTreeSet<String>) -> String {
+    let list: Vec<&str> = users.iter().map(String::as_str).collect();
+    match list.as_slice() {
+        [one] => format!("user {one}"),
+        _ => format!("users {}", list.join(", ")),
+    }
+}

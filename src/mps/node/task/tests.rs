@@ -1,0 +1,140 @@
+//! The task plan's tests: each on a node whose prolog placed the share.
+
+use super::*;
+use crate::mps::booking::MpsBooking;
+use crate::mps::node::prolog::prolog;
+use crate::mps::node::prolog::tests::{no_squeue, outcome};
+use crate::mps::node::report::{PrologOutcome, PrologReport};
+use crate::mps::node::setup::tests::temp_node;
+use crate::mps::node::trust::tests::share_env;
+use std::fs;
+
+#[test]
+fn shares_spread_and_tasks_get_their_gpu() {
+    let (node, _dir) = temp_node(None);
+    let mut gpus = Vec::new();
+    for job in 1..=4 {
+        match prolog(
+            &node,
+            &share_env(job, 50),
+            &MpsBooking::default(),
+            no_squeue,
+        ) {
+            Ok(PrologReport {
+                outcome: PrologOutcome::Placed { share, .. },
+                notes,
+                ..
+            }) => {
+                assert!(notes.is_empty(), "{notes:?}");
+                gpus.push(share.gpu)
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(gpus, vec![0, 1, 2, 3]);
+    let copy = daemon::public_dir(&node.cfg).join(StatusCopy::FILE);
+    let public: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(&copy).unwrap_or_default()).unwrap_or_default();
+    assert_eq!(public["gpus"][2]["shares"][0]["job"], 3, "{public}");
+    let plan = task_plan(&node.cfg, &node.ledger, 3, true, 1)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|| panic!("no plan"));
+    assert_eq!(plan.gpu, 2);
+    assert_eq!(plan.device, PathBuf::from("/dev/fake2"));
+    assert_eq!(plan.other_devices.len(), 3);
+    assert!(plan
+        .env
+        .contains(&("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".into(), "50".into())));
+    assert!(plan.env.contains(&("GPUSHARE_GPU".into(), "2".into())));
+    assert_eq!(task_plan(&node.cfg, &node.ledger, 99, false, 1), Ok(None));
+    assert!(task_plan(&node.cfg, &node.ledger, 99, true, 1)
+        .is_err_and(|e| e.contains("Prolog=gpu-mps-prolog")));
+    // An unreadable ledger: the published copy still places the job;
+    // without it, only share jobs fail.
+    fs::write(node.ledger.state_path(), "{").unwrap_or_else(|e| panic!("{e}"));
+    let from_copy = task_plan(&node.cfg, &node.ledger, 3, true, 1);
+    assert_eq!(from_copy.map(|p| p.map(|p| p.gpu)), Ok(Some(2)));
+    fs::remove_file(&copy).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(task_plan(&node.cfg, &node.ledger, 99, false, 1), Ok(None));
+    assert!(task_plan(&node.cfg, &node.ledger, 3, true, 1).is_err_and(|e| e.contains("unreadable")));
+}
+
+#[test]
+fn a_shares_memory_is_divided_over_its_steps_tasks() {
+    let (mut node, _dir) = temp_node(Some(1600));
+    node.cfg.gpu_memory_mib = Some(48 * 1024);
+    node.set_gpu_memory(Some(48 * 1024));
+    assert!(matches!(
+        outcome(&node, &share_env(1, 100)),
+        PrologOutcome::Placed { .. }
+    ));
+    // A whole GPU's units: its 48 GiB.
+    let limit_of = |tasks: u32| {
+        let plan = task_plan(&node.cfg, &node.ledger, 1, true, tasks)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap_or_else(|| panic!("no plan"));
+        let var = |name: &str| {
+            plan.env
+                .iter()
+                .chain(&plan.hints)
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default()
+        };
+        (
+            var("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"),
+            var("GPUSHARE_MEMORY_FRACTION"),
+            var("XLA_PYTHON_CLIENT_MEM_FRACTION"),
+            plan.banner,
+        )
+    };
+    let (one, fraction, jax, banner) = limit_of(1);
+    assert_eq!(one, "0=49152M");
+    assert_eq!((fraction.as_str(), jax.as_str()), ("1.0000", "0.7500"));
+    assert!(banner.contains("49152 MiB"), "{banner}");
+    let (three, fraction, _, banner) = limit_of(3);
+    assert_eq!(three, "0=16384M");
+    assert_eq!(fraction, "0.3333");
+    assert!(
+        banner.contains("16384 MiB for each of this step's 3 tasks"),
+        "{banner}"
+    );
+    // Whatever the tasks, together they hold at most the share.
+    for tasks in 1..=48u32 {
+        let (limit, fraction, jax, _) = limit_of(tasks);
+        let mib: u64 = limit
+            .trim_start_matches("0=")
+            .trim_end_matches('M')
+            .parse()
+            .unwrap_or(u64::MAX);
+        assert!(mib * u64::from(tasks) <= 49152, "{tasks} tasks: {limit}");
+        let f: f64 = fraction.parse().unwrap_or(2.0);
+        let j: f64 = jax.parse().unwrap_or(2.0);
+        assert!(
+            f * f64::from(tasks) <= 1.0 && j < f,
+            "{tasks} tasks: {f} {j}"
+        );
+    }
+}
+
+#[test]
+fn framework_hints_never_pass_the_share() {
+    let cfg = GpuMpsConfig {
+        gpu_memory_mib: Some(40_000),
+        ..GpuMpsConfig::default()
+    };
+    // A fixed limit below the share's part of the GPU lowers the fraction.
+    assert_eq!(memory_fraction(&cfg, 50, Some(10_000), 1), 0.25);
+    assert_eq!(memory_fraction(&cfg, 50, Some(5_000), 2), 0.125);
+    // Unknown GPU memory: the share's part of the GPU.
+    let unknown = GpuMpsConfig::default();
+    assert_eq!(memory_fraction(&unknown, 50, Some(10_000), 1), 0.5);
+    let hints = framework_hints(1.0 / 3.0);
+    assert!(hints.contains(&("GPUSHARE_MEMORY_FRACTION".into(), "0.3333".into())));
+    assert!(hints.contains(&("XLA_PYTHON_CLIENT_MEM_FRACTION".into(), "0.2500".into())));
+    assert!(hints.contains(&("TF_FORCE_GPU_ALLOW_GROWTH".into(), "true".into())));
+    let third_of_a_quarter = framework_hints(0.25 / 3.0);
+    assert!(
+        third_of_a_quarter.contains(&("XLA_PYTHON_CLIENT_MEM_FRACTION".into(), "0.0625".into()))
+    );
+}
