@@ -55,17 +55,10 @@ lint:
 
 # The tier for every change: lints, unit and property tests (the core, the
 # plugins' exported functions, the harness), the alerting rules, then the
-# real-cluster suites on this machine's Slurm in two lanes side by side
-# (they need the plugin libraries built first; the harness refuses ones
-# older than their sources).
+# real-cluster suites on this machine's Slurm (they need the plugin
+# libraries built first; the harness refuses ones older than their sources).
 check: unit
-	tests/lanes.sh "host:v1:$(CHECK_V1)" "host:v2:$(CHECK_V2)"
-
-# make check's two lanes: this machine's Slurm on cgroup v1 (the suites
-# that confine jobs and kill processes) beside cgroup v2 (the policy and
-# the views), about equal in time. make test runs every suite on v1.
-CHECK_V1 ?= multinode,mps_daemon,attack,gpu_mps
-CHECK_V2 ?= audit,gpu_qos,monitoring,foundation,demo,fixtures_scene
+	$(CARGO) test -p gpushare-tests --tests --no-fail-fast
 
 .PHONY: unit build-tests
 unit: deps lint build-tests

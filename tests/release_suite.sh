@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole integration suite (and the demo) against a Slurm release,
 # with that release's own daemons and clients, on cgroup v1 or v2:
-#   tests/release_suite.sh SUITE [v1|v2] [TEST-BINARIES]   (e.g. gpu_mps,attack or gpu_qos:untyped or multinode:two_node/shares_on)
+#   tests/release_suite.sh SUITE [v1|v2] [TEST-BINARIES]   (e.g. gpu_mps,attack or gpu_qos:untyped or multinode:two_node/shares_on or -audit)
 #   SUITE: trixie (Slurm 24.11), sid (26.05), host (this machine's 22.05)
 #
 # The Debian root of SUITE (tests/release_root.sh, cached in
@@ -188,18 +188,23 @@ for entry in "${tests[@]}"; do
     exe=${entry#* }
     # FILTER: test binary names, comma-separated (gpu_mps,attack); BINARY:TEST
     # runs only that binary's tests whose names contain TEST (several:
-    # BINARY:TEST1/TEST2).
+    # BINARY:TEST1/TEST2); -BINARY leaves that binary out (a filter of
+    # such words only runs every other binary).
     args=()
     if [ -n "$filter" ]; then
-        selected=
+        selected= excluded= only_exclusions=1
         IFS=, read -ra wanted <<<"$filter"
         for w in "${wanted[@]}"; do
             case $w in
-            "$name") selected=1 ;;
-            "$name":*) selected=1; IFS=/ read -ra args <<<"${w#*:}" ;;
+            -"$name") excluded=1 ;;
+            -*) ;;
+            "$name") selected=1 only_exclusions= ;;
+            "$name":*) selected=1 only_exclusions=; IFS=/ read -ra args <<<"${w#*:}" ;;
+            *) only_exclusions= ;;
             esac
         done
-        [ -n "$selected" ] || continue
+        [ -z "$only_exclusions" ] || selected=1
+        [ -n "$selected" ] && [ -z "$excluded" ] || continue
     fi
     echo "== $name on Slurm $version, cgroup $cgroup"
     ran=$((ran + 1))
