@@ -12,15 +12,15 @@
 //! `--json` prints. `gpu-qos check`'s findings are part of it, unchanged.
 //!
 //! The checks, by the link of the chain they audit:
-//! - [`accounting`]: enforcement, tracked TRES, `gpu_qos.conf` and the
+//! - `accounting`: enforcement, tracked TRES, `gpu_qos.conf` and the
 //!   plugin, the group QOS flags.
-//! - [`preemption`]: low-priority QOS preempted by QOS, in a mode that
+//! - `preemption`: low-priority QOS preempted by QOS, in a mode that
 //!   frees the GPUs.
-//! - [`priority`]: QOS priority weighed, and GPUs billed by type.
-//! - [`nodes`]: mps nodes and the node half of the product.
+//! - `priority`: QOS priority weighed, and GPUs billed by type.
+//! - `nodes`: mps nodes and the node half of the product.
 //!
-//! [`finding`] is what each check reports, [`gathered`] what it reads,
-//! [`report`] the table and the `--json` of the whole.
+//! `finding` is what each check reports, `gathered` what it reads,
+//! `report` the table and the `--json` of the whole.
 
 mod accounting;
 mod finding;

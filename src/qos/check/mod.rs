@@ -20,13 +20,13 @@
 //! differ.
 
 //!
-//! - [`records`]: what `sacctmgr` says of each QOS and association, and
+//! - `records`: what `sacctmgr` says of each QOS and association, and
 //!   its parsers.
-//! - [`findings`]: what `check` finds, with its severity and the words
+//! - `findings`: what `check` finds, with its severity and the words
 //!   the admin reads.
-//! - [`compare`]: `gpu_qos.conf` compared with the database.
-//! - [`report`]: the tally, the summary line and the `--json` report.
-//! - [`generate`]: a `gpu_qos.conf` derived from the database.
+//! - `compare`: `gpu_qos.conf` compared with the database.
+//! - `report`: the tally, the summary line and the `--json` report.
+//! - `generate`: a `gpu_qos.conf` derived from the database.
 
 mod compare;
 mod findings;

@@ -13,11 +13,11 @@
 //! matches `--qos`: a rule for `qos_lafferty` must also catch
 //! `--qos=QOS_Lafferty`, or the typed limit could be dodged by spelling.
 //!
-//! - [`rules`]: what the file says once parsed: the rules and the
+//! - `rules`: what the file says once parsed: the rules and the
 //!   site-wide settings, and the questions the plugin asks of them.
-//! - [`patterns`]: type entries and reservation names as globs.
-//! - [`keys`]: the keys of the file, and what can be wrong with a line.
-//! - [`parse`]: reading the file and checking every value.
+//! - `patterns`: type entries and reservation names as globs.
+//! - `keys`: the keys of the file, and what can be wrong with a line.
+//! - `parse`: reading the file and checking every value.
 
 mod keys;
 mod parse;

@@ -7,19 +7,19 @@
 //! update, so it must be fast and must not block: it borrows everything from
 //! the job, and a job asking for no GRES is judged without allocating.
 //!
-//! - [`job`]: what the plugin sees of a job.
-//! - [`verdict`]: what it answers: the changes to an accepted job, or the
+//! - `job`: what the plugin sees of a job.
+//! - `verdict`: what it answers: the changes to an accepted job, or the
 //!   rejection and its kind.
-//! - [`submit`] and [`update`]: the decision for a submission and for an
+//! - `submit` and `update`: the decision for a submission and for an
 //!   `scontrol update`.
-//! - [`rules`]: one rule of `gpu_qos.conf` applied to a job, and the rules
+//! - `rules`: one rule of `gpu_qos.conf` applied to a job, and the rules
 //!   that cover it (its QOS, partitions, accounts).
-//! - [`requests`]: the GPUs a job asks for, field by field, and the fewest
+//! - `requests`: the GPUs a job asks for, field by field, and the fewest
 //!   it can end up with.
-//! - [`shares`]: GPU shares (mps/shard): the shared-GPU reservations and
+//! - `shares`: GPU shares (mps/shard): the shared-GPU reservations and
 //!   the share cap.
-//! - [`lowprio`]: what changes for a job under the low-priority QOS.
-//! - [`wording`]: how a rejection is told, and what to type instead.
+//! - `lowprio`: what changes for a job under the low-priority QOS.
+//! - `wording`: how a rejection is told, and what to type instead.
 
 mod job;
 mod lowprio;

@@ -17,7 +17,7 @@ pub struct Preempting {
     pub grace_s: Option<u64>,
 }
 
-/// Everything [`explain`] works from.
+/// Everything [`explain`](fn@super::explain) works from.
 #[derive(Debug, Clone, Default)]
 pub struct Facts {
     /// This job's factors and the site's weights (`sprio`).

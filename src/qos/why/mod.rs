@@ -22,13 +22,13 @@
 //! 26.05); the waiting job can start once the victims on the nodes Slurm
 //! chose for it (`SchedNodes`) are gone.
 //!
-//! - [`facts`]: everything the explanation works from.
-//! - [`explain`]: the decision: which wait it is, and its one-line answer.
-//! - [`nodes`], [`priority`], [`reasons`]: the details told for a wait on
+//! - `facts`: everything the explanation works from.
+//! - `explain`: the decision: which wait it is, and its one-line answer.
+//! - `nodes`, `priority`, `reasons`: the details told for a wait on
 //!   free GPUs, on priority and fair share, and for the other reasons
 //!   Slurm gives (limits, requeues, holds).
-//! - [`words`]: how times, factors and jobs are said.
-//! - [`report`]: what `--json` prints, and the text.
+//! - `words`: how times, factors and jobs are said.
+//! - `report`: what `--json` prints, and the text.
 
 mod explain;
 mod facts;
