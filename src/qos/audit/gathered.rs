@@ -1,0 +1,70 @@
+//! What the audit reads: the site as the admin command gathered it, and
+//! the QOS roles found in it.
+
+use crate::qos::check;
+use crate::qos::config::GpuQosConfig;
+use crate::qos::site::{AuditQos, NodeInfo, PartitionInfo, SlurmSettings, Unread};
+
+/// `gpu_qos.conf` as the audit found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GpuQosConf {
+    Missing,
+    Invalid(String),
+    Read(Box<GpuQosConfig>),
+}
+
+/// Everything the audit looks at, gathered by the admin command.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Site {
+    pub settings: SlurmSettings,
+    pub qos: Vec<AuditQos>,
+    /// The associations with GPU entries in their `GrpTRES`.
+    pub associations: Vec<check::AssocRecord>,
+    pub nodes: Vec<NodeInfo>,
+    pub partitions: Vec<PartitionInfo>,
+    /// `plugstack.conf`'s text; `None` when there is none or it is unreadable.
+    pub plugstack: Option<String>,
+    /// `cgroup.conf`'s text, likewise.
+    pub cgroup_conf: Option<String>,
+    /// `slurm.conf`'s own text with the files it includes: what the site
+    /// set on purpose, where `scontrol show config` also prints defaults;
+    /// `None` when it cannot all be read.
+    pub slurm_conf: Option<String>,
+    /// Where gpu_qos.conf is (for messages) and what it holds.
+    pub gpu_qos_conf_path: String,
+    pub gpu_qos_conf: GpuQosConf,
+    /// What could not be read; each becomes a note.
+    pub unread: Vec<Unread>,
+}
+
+/// The low-priority QOS: gpu_qos.conf's `LowPriorityQOS`, or, without it,
+/// every QOS another QOS may preempt.
+pub(super) fn low_priority(site: &Site) -> Vec<&AuditQos> {
+    let named: Vec<&str> = match &site.gpu_qos_conf {
+        GpuQosConf::Read(cfg) => cfg.low_priority_qos().iter().map(String::as_str).collect(),
+        _ => Vec::new(),
+    };
+    site.qos
+        .iter()
+        .filter(|q| {
+            if named.is_empty() {
+                site.qos
+                    .iter()
+                    .any(|o| o.name() != q.name() && o.record.preempt.iter().any(|p| p == q.name()))
+            } else {
+                named.iter().any(|n| n.eq_ignore_ascii_case(q.name()))
+            }
+        })
+        .collect()
+}
+
+/// The group QOS: those with a usable typed GPU limit.
+pub(super) fn group_qos(site: &Site) -> impl Iterator<Item = &AuditQos> {
+    site.qos
+        .iter()
+        .filter(|q| q.record.expected_gpu_limit().is_some())
+}
+
+pub(super) fn plugin_loaded(site: &Site) -> bool {
+    site.settings.list_has("JobSubmitPlugins", "gpu_qos")
+}

@@ -1,0 +1,101 @@
+//! The node link: nodes that offer mps need the node half of the
+//! product (the SPANK plugin, prolog and epilog) and isolated devices.
+
+use crate::qos::check::Severity;
+use crate::qos::site::NodeInfo;
+
+use super::finding::*;
+use super::gathered::Site;
+
+/// gpushare's node half (README), after https://slurm.schedmd.com/gres.html
+/// (MPS), spank.html (plugstack.conf) and cgroup.conf.html
+/// (ConstrainDevices): the prolog/epilog keep the share state and daemons,
+/// the SPANK plugin confines and configures tasks, and confinement needs
+/// Slurm's device cgroup.
+pub(super) fn mps_nodes(site: &Site, out: &mut Vec<AuditFinding>) {
+    let mps: Vec<&NodeInfo> = site.nodes.iter().filter(|n| n.has_mps()).collect();
+    let Some(first) = mps.first() else {
+        return;
+    };
+    let nodes = if mps.len() == 1 {
+        format!("node {}", first.name)
+    } else {
+        format!("{} MPS nodes (first: {})", mps.len(), first.name)
+    };
+    let s = &site.settings;
+    for (key, program, kind) in [
+        ("Prolog", "gpu-mps-prolog", "mps_prolog_missing"),
+        ("Epilog", "gpu-mps-epilog", "mps_epilog_missing"),
+    ] {
+        // Several Prolog= are allowed from 23.11 (shown as Prolog[N]).
+        let value = s.all(key).join(",");
+        if !value.contains(program) {
+            let is = if value.is_empty() {
+                "unset".to_owned()
+            } else {
+                format!("{value}, which does not run {program}")
+            };
+            out.push(
+                AuditFinding::new(Severity::Error, kind, "slurm.conf", DOC_GRES)
+                    .what(format!("{nodes} offers mps, but {key} is {is}"))
+                    .why("gpushare keeps no share state and starts no MPS daemon for mps jobs")
+                    .fix(format!(
+                        "{key}=/usr/libexec/gpushare/{program} (or a script that runs it)"
+                    )),
+            );
+        }
+    }
+    let plugstack_path = s
+        .get("PlugStackConfig")
+        .unwrap_or("plugstack.conf")
+        .to_owned();
+    if site
+        .plugstack
+        .as_deref()
+        .and_then(crate::qos::site::plugstack_loads_gpu_mps)
+        .is_none()
+    {
+        out.push(
+            AuditFinding::new(Severity::Error, "spank_gpu_mps_missing", plugstack_path, DOC_SPANK)
+                .what(format!("{nodes} offers mps, but plugstack.conf does not load spank_gpu_mps.so"))
+                .why("mps jobs get no MPS environment and no limits, and are not confined to their GPU")
+                .fix("required /usr/lib/x86_64-linux-gnu/slurm-wlm/spank_gpu_mps.so conf=/etc/slurm/gpu_mps.conf"),
+        );
+    }
+    // ConstrainDevices acts only through task/cgroup (cgroup.conf.html).
+    let constrain_devices = site
+        .cgroup_conf
+        .as_deref()
+        .and_then(|t| crate::qos::site::conf_value(t, "ConstrainDevices"))
+        .or_else(|| s.get("ConstrainDevices").map(str::to_owned))
+        .is_some_and(|v| v.eq_ignore_ascii_case("yes"));
+    let task_cgroup = s.list_has("TaskPlugin", "task/cgroup");
+    if !(constrain_devices && task_cgroup) {
+        let mut missing = Vec::new();
+        if !constrain_devices {
+            missing.push("cgroup.conf does not say ConstrainDevices=yes");
+        }
+        if !task_cgroup {
+            missing.push("TaskPlugin lacks task/cgroup");
+        }
+        out.push(
+            AuditFinding::new(
+                Severity::Error,
+                "devices_unconstrained",
+                if constrain_devices {
+                    "slurm.conf"
+                } else {
+                    "cgroup.conf"
+                },
+                DOC_CGROUP_CONF,
+            )
+            .what(format!("{nodes} offers mps, but {}", missing.join(" and ")))
+            .why("every job can open every GPU of the node: shares are not isolated")
+            .fix("ConstrainDevices=yes in cgroup.conf and TaskPlugin=task/cgroup in slurm.conf"),
+        );
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests;

@@ -1,0 +1,89 @@
+//! What the plugin sees of a job: the fields its client sent, and what
+//! slurmctld resolved for it.
+
+use crate::qos::gres::TresField;
+
+/// What the plugin sees of a job submission or update. `None` means the
+/// client did not set the field (Slurm's NULL / NO_VAL).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JobDescription<'a> {
+    /// One QOS name or, from 24.11, a comma list.
+    pub qos: Option<&'a str>,
+    pub tres_per_node: Option<&'a str>,
+    pub tres_per_job: Option<&'a str>,
+    pub tres_per_socket: Option<&'a str>,
+    pub tres_per_task: Option<&'a str>,
+    pub min_nodes: Option<u32>,
+    pub num_tasks: Option<u32>,
+    pub sockets_per_node: Option<u16>,
+    /// One reservation name or a comma list.
+    pub reservation: Option<&'a str>,
+    /// `None`: the user gave neither `--requeue` nor `--no-requeue`.
+    pub requeue: Option<bool>,
+    pub open_mode_set: bool,
+    /// `--exclusive=user`: the node is shared only with the user's own jobs.
+    pub exclusive_user: bool,
+    pub array_inx: Option<&'a str>,
+    /// Known for updates; makes the suggested `scontrol` line copy-pasteable.
+    pub job_id_for_messages: Option<u32>,
+    /// One partition name or a comma list, as sent.
+    pub partition: Option<&'a str>,
+    /// What slurmctld resolves for the job beyond what the client sent
+    /// (the plugin reads it from slurmctld's association manager, and only
+    /// where a rule needs it).
+    pub resolved: Resolved<'a>,
+}
+
+/// Facts about a job that its client did not send and slurmctld decides:
+/// which QOS it falls back to, which partition it lands in, which
+/// accounts' limits it counts against. Empty means unknown or not needed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Resolved<'a> {
+    /// The QOS the job runs under when it names none: its association's
+    /// default (for each partition it may run in), as slurmctld resolves it.
+    pub default_qos: &'a [String],
+    /// The partition the job lands in when it names none.
+    pub default_partition: Option<&'a str>,
+    /// The job's account and every parent up to the root, nearest first.
+    pub accounts: &'a [String],
+    /// The job's user, by name (unknown in an update).
+    pub user: Option<&'a str>,
+}
+
+impl<'a> JobDescription<'a> {
+    /// The request string of one TRES field.
+    pub fn tres(&self, field: TresField) -> Option<&'a str> {
+        match field {
+            TresField::PerNode => self.tres_per_node,
+            TresField::PerJob => self.tres_per_job,
+            TresField::PerSocket => self.tres_per_socket,
+            TresField::PerTask => self.tres_per_task,
+        }
+    }
+
+    pub(super) fn qos_names(&self) -> impl Iterator<Item = &'a str> + Clone {
+        comma_items(self.qos)
+    }
+
+    pub(super) fn reservation_names(&self) -> impl Iterator<Item = &'a str> + Clone {
+        comma_items(self.reservation)
+    }
+
+    /// The partitions the job may run in: those it names, else the default.
+    pub(super) fn partitions(&self) -> impl Iterator<Item = &'a str> + Clone {
+        let named = comma_items(self.partition);
+        let default = self
+            .partition
+            .is_none_or(|p| p.trim().is_empty())
+            .then_some(self.resolved.default_partition)
+            .flatten();
+        named.chain(default)
+    }
+}
+
+fn comma_items(list: Option<&str>) -> impl Iterator<Item = &str> + Clone {
+    list.unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+}

@@ -1,0 +1,135 @@
+use crate::qos::policy::fixtures::*;
+use crate::qos::policy::job::JobDescription;
+use crate::qos::policy::submit::judge_submit;
+use crate::qos::policy::update::judge_modify;
+use crate::qos::policy::verdict::{JobChanges, RejectionKind};
+
+// Rule 9
+#[test]
+fn low_priority_jobs_become_requeueable_with_appended_output() {
+    let c = changes(submit(&job(Some("lowprio"), None)));
+    assert_eq!(
+        c,
+        JobChanges {
+            set_requeue: true,
+            set_open_mode_append: true,
+            ..JobChanges::default()
+        }
+    );
+    let explicit = JobDescription {
+        requeue: Some(true),
+        open_mode_set: true,
+        ..job(Some("LOWPRIO"), None)
+    };
+    assert!(changes(submit(&explicit)).is_empty());
+    let in_list = job(Some("normal,lowprio"), None);
+    assert!(changes(submit(&in_list)).set_requeue);
+}
+
+#[test]
+fn exclusive_user_under_low_priority_is_cleared_with_a_warning() {
+    let j = JobDescription {
+        exclusive_user: true,
+        requeue: Some(false),
+        ..job(Some("lowprio"), None)
+    };
+    let c = changes(submit(&j));
+    assert!(c.clear_exclusive_user);
+    let warning = c.user_warning.unwrap_or_default();
+    assert!(
+        warning.starts_with("Jobs under QOS lowprio can be preempted;"),
+        "{warning}"
+    );
+    assert!(warning.ends_with(
+        "\nJobs under QOS lowprio may not use --exclusive=user: it would keep other users \
+         off the node's idle GPUs. The job was accepted without it."
+    ));
+    // Other QOS keep it; so does a site that says keep.
+    let group = JobDescription {
+        exclusive_user: true,
+        ..job(Some("qos_lafferty"), Some("gres:gpu:a40:1"))
+    };
+    assert!(!changes(submit(&group)).clear_exclusive_user);
+    let keep = cfg_from("LowPriorityQOS=lowprio\nLowPriorityExclusiveUser=keep");
+    assert!(!changes(judge_submit(&keep, &j)).clear_exclusive_user);
+    // An update to the low-priority QOS loses it too.
+    let update = JobDescription {
+        exclusive_user: true,
+        ..job(Some("lowprio"), None)
+    };
+    assert!(changes(judge_modify(&cfg(), &update)).clear_exclusive_user);
+}
+
+#[test]
+fn no_requeue_under_low_priority_is_accepted_with_a_warning() {
+    let j = JobDescription {
+        requeue: Some(false),
+        ..job(Some("lowprio"), None)
+    };
+    let c = changes(submit(&j));
+    assert!(!c.set_requeue);
+    assert_eq!(
+        c.user_warning.as_deref(),
+        Some(
+            "Jobs under QOS lowprio can be preempted; because of --no-requeue this job \
+             will be cancelled instead of requeued when that happens. Submit without \
+             --no-requeue to have it requeued."
+        )
+    );
+}
+
+#[test]
+fn low_priority_arrays_are_throttled() {
+    let array = |inx| {
+        changes(submit(&JobDescription {
+            array_inx: Some(inx),
+            ..job(Some("lowprio"), None)
+        }))
+        .array_inx
+    };
+    assert_eq!(array("0-99").as_deref(), Some("0-99%8"));
+    assert_eq!(array("0-99%20").as_deref(), Some("0-99%8"));
+    assert_eq!(array("1,3,5-9:2%0").as_deref(), Some("1,3,5-9:2%8"));
+    assert_eq!(
+        array("0-9%99999999999999999999999").as_deref(),
+        Some("0-9%8")
+    );
+    assert_eq!(array("0-99%4"), None);
+    assert_eq!(array("0-99%8"), None);
+    assert_eq!(array("  "), None);
+
+    let r = rejection(submit(&JobDescription {
+        array_inx: Some("0-9%x"),
+        ..job(Some("lowprio"), None)
+    }));
+    assert_eq!(r.kind, RejectionKind::BadRequest);
+    assert_eq!(
+        r.message,
+        "Invalid --array=0-9%x: what follows % must be the number of tasks to run at \
+         once, e.g. --array=0-9%8."
+    );
+
+    let normal = JobDescription {
+        array_inx: Some("0-99"),
+        ..job(Some("normal"), None)
+    };
+    assert!(changes(submit(&normal)).is_empty());
+    let uncapped = cfg_from("LowPriorityQOS=lowprio");
+    let j = JobDescription {
+        array_inx: Some("0-99"),
+        ..job(Some("lowprio"), None)
+    };
+    assert_eq!(changes(judge_submit(&uncapped, &j)).array_inx, None);
+}
+
+#[test]
+fn update_to_low_priority_makes_the_job_requeueable() {
+    let c = changes(judge_modify(&cfg(), &job(Some("lowprio"), None)));
+    assert_eq!(
+        c,
+        JobChanges {
+            set_requeue: true,
+            ..JobChanges::default()
+        }
+    );
+}

@@ -1,0 +1,44 @@
+//! The per-job decision of the `job_submit/gpu_qos` plugin: given what a
+//! client sent (before Slurm applies defaults) and `gpu_qos.conf`, accept the
+//! job, possibly with changes, or reject it with a message that says what was
+//! wrong and exactly what to type instead.
+//!
+//! slurmctld calls this with its own locks held, once per submission and
+//! update, so it must be fast and must not block: it borrows everything from
+//! the job, and a job asking for no GRES is judged without allocating.
+//!
+//! - `job`: what the plugin sees of a job.
+//! - `verdict`: what it answers: the changes to an accepted job, or the
+//!   rejection and its kind.
+//! - `submit` and `update`: the decision for a submission and for an
+//!   `scontrol update`.
+//! - `rules`: one rule of `gpu_qos.conf` applied to a job, and the rules
+//!   that cover it (its QOS, partitions, accounts).
+//! - `requests`: the GPUs a job asks for, field by field, and the fewest
+//!   it can end up with.
+//! - `shares`: GPU shares (mps/shard): the shared-GPU reservations and
+//!   the share cap.
+//! - `lowprio`: what changes for a job under the low-priority QOS.
+//! - `wording`: how a rejection is told, and what to type instead.
+
+mod job;
+mod lowprio;
+mod requests;
+mod rules;
+mod shares;
+mod submit;
+mod update;
+mod verdict;
+mod wording;
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod fixtures;
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests;
+
+pub use job::{JobDescription, Resolved};
+pub use submit::judge_submit;
+pub use update::judge_modify;
+pub use verdict::{JobChanges, Rejection, RejectionKind, SpankEnvVar, Verdict};

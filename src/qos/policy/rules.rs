@@ -1,0 +1,159 @@
+//! One rule of `gpu_qos.conf` applied to a job, and the rules that cover
+//! a job: the QOS it names, its partitions, its accounts and user.
+
+use crate::qos::config::{GpuQosConfig, QosRule, RuleScope};
+use crate::qos::gres::{tres_entries, TresField};
+
+use super::job::JobDescription;
+use super::requests::{least_total, FieldRequest};
+use super::verdict::{reject, Rejection, RejectionKind};
+use super::wording::{bad_gres, no_gpu_request, over_limit, Context, Level, Syntax};
+
+pub(super) fn collect_requests<'a>(
+    cfg: &GpuQosConfig,
+    job: &JobDescription<'a>,
+) -> Result<Vec<FieldRequest<'a>>, Rejection> {
+    let mut requests = Vec::new();
+    for field in TresField::ALL {
+        let Some(text) = job.tres(field) else {
+            continue;
+        };
+        for entry in tres_entries(text) {
+            let request = entry.map_err(|e| bad_gres(cfg, field, &e))?;
+            requests.push(FieldRequest { field, request });
+        }
+    }
+    Ok(requests)
+}
+
+/// The partition and association rules that cover the job, each with the
+/// level it is told as. An association rule names the nearest of the job's
+/// accounts it covers; a rule limited to users covers the job when its user
+/// is one of them, or is unknown (an update), which fails closed.
+pub(super) fn other_levels<'c, 'a>(
+    cfg: &'c GpuQosConfig,
+    job: &JobDescription<'a>,
+) -> impl Iterator<Item = (Level<'a>, &'c QosRule)> + 'c
+where
+    'a: 'c,
+{
+    let partitions = job.partitions().filter_map(|p| {
+        cfg.partition_rule(p)
+            .map(|rule| (Level::Partition(p), rule))
+    });
+    let resolved = job.resolved;
+    let associations = cfg.association_rules().filter_map(move |rule| {
+        let RuleScope::Association { accounts, users } = rule.scope() else {
+            return None;
+        };
+        let user_matches = users.is_empty()
+            || resolved
+                .user
+                .is_none_or(|u| users.iter().any(|x| x.eq_ignore_ascii_case(u)));
+        if !user_matches {
+            return None;
+        }
+        if accounts.is_empty() {
+            return resolved.user.map(|u| (Level::User(u), rule));
+        }
+        resolved
+            .accounts
+            .iter()
+            .find(|a| accounts.iter().any(|x| x.eq_ignore_ascii_case(a)))
+            .map(|a| (Level::Account(a.as_str()), rule))
+    });
+    partitions.chain(associations)
+}
+
+/// The rules of the job's partitions and of its association and parents.
+pub(super) fn judge_partitions_and_associations(
+    cfg: &GpuQosConfig,
+    ctx: &Context<'_, '_>,
+    requests: &[FieldRequest<'_>],
+) -> Result<(), Rejection> {
+    for (level, rule) in other_levels(cfg, ctx.job) {
+        judge_under_rule(ctx, requests, level, rule)?;
+    }
+    Ok(())
+}
+
+/// Rules 1, 3, 5 and 6 for one rule that covers the job.
+pub(super) fn judge_under_rule(
+    ctx: &Context<'_, '_>,
+    requests: &[FieldRequest<'_>],
+    level: Level<'_>,
+    rule: &QosRule,
+) -> Result<(), Rejection> {
+    // Joined only on the way to a rejection: the accept path stays allocation-light.
+    let permitted = || rule.gpu_types().join(", ");
+    let first_type = rule.first_gpu_type();
+    let gpus = requests.iter().filter(|r| r.request.is_gpu());
+
+    if gpus.clone().next().is_none() {
+        // Only a QOS the user chose is "for GPU jobs": a CPU job that falls
+        // back to a GPU QOS, or runs in a GPU partition, counts no GPU.
+        return match level {
+            Level::Qos(_) => Err(no_gpu_request(ctx, requests, level, rule)),
+            _ => Ok(()),
+        };
+    }
+    if let Some(untyped) = gpus.clone().find(|r| r.request.gres_type.is_none()) {
+        let (field, count) = (untyped.field, untyped.request.count);
+        let asked = ctx.gpu_request(field, None, count);
+        let instead = ctx.suggest(field, first_type, count);
+        let permitted = permitted();
+        let (subject, name) = (level.subject(), level.name());
+        return Err(match ctx.syntax {
+            Syntax::Sbatch => reject(
+                RejectionKind::UntypedGpu,
+                format!(
+                    "{subject} requires a GPU type, but {asked} does not name one; \
+                     {name} may use {permitted}. Submit with {instead} instead."
+                ),
+            ),
+            Syntax::Scontrol => reject(
+                RejectionKind::UpdateNeedsTypedGpu,
+                format!(
+                    "{subject} requires a GPU type, but {asked} does not name one; \
+                     {name} may use {permitted}. Use: {instead}"
+                ),
+            ),
+        });
+    }
+    for r in gpus.clone() {
+        let Some(ty) = r.request.gres_type else {
+            continue;
+        };
+        if !rule.permits(ty) {
+            let asked = ctx.gpu_request(r.field, Some(ty), r.request.count);
+            let instead = ctx.suggest(r.field, first_type, r.request.count);
+            let how = match ctx.syntax {
+                Syntax::Sbatch => format!("Submit with {instead} instead"),
+                Syntax::Scontrol => format!("Use: {instead}"),
+            };
+            let permitted = permitted();
+            let (subject, name, elsewhere) = (level.subject(), level.name(), level.elsewhere(ty));
+            return Err(reject(
+                RejectionKind::TypeNotPermitted,
+                format!(
+                    "{subject} does not cover GPU type {ty} (asked with {asked}); \
+                     {name} may use {permitted}. {how}, or {elsewhere}."
+                ),
+            ));
+        }
+    }
+    // Each type against its own limit, as accounting counts each type name.
+    for r in gpus {
+        let Some(ty) = r.request.gres_type else {
+            continue;
+        };
+        let Some(limit) = rule.limit_for(ty) else {
+            continue;
+        };
+        let least = least_total(ctx.job, requests, ty);
+        if least.total > limit {
+            return Err(over_limit(ctx, level, ty, limit, least));
+        }
+    }
+    Ok(())
+}

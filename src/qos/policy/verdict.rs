@@ -1,0 +1,85 @@
+//! What the plugin answers: an accepted job with the changes to make to
+//! it, or a rejection with its kind and the words the user reads.
+
+use std::fmt;
+
+/// One `NAME=value` entry to append to the job's SPANK environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpankEnvVar {
+    pub name: &'static str,
+    pub value: String,
+}
+
+impl fmt::Display for SpankEnvVar {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}={}", self.name, self.value)
+    }
+}
+
+/// Changes to make to an accepted job. `Default` is "leave it as it is".
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobChanges {
+    /// Set `requeue = 1`.
+    pub set_requeue: bool,
+    /// Set `open_mode` to append, so a requeued job keeps its earlier output.
+    pub set_open_mode_append: bool,
+    /// Drop `--exclusive=user` (the node's sharing back to the default).
+    pub clear_exclusive_user: bool,
+    /// Replace `array_inx` with this.
+    pub array_inx: Option<String>,
+    pub spank_env: Vec<SpankEnvVar>,
+    /// Text to show the user although the job is accepted.
+    pub user_warning: Option<String>,
+}
+
+impl JobChanges {
+    pub fn is_empty(&self) -> bool {
+        *self == JobChanges::default()
+    }
+}
+
+/// Why a job is refused; the FFI layer maps each kind to a Slurm error code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RejectionKind {
+    /// A GPU request without a type where one is required.
+    UntypedGpu,
+    /// A GPU type the job's QOS does not cover.
+    TypeNotPermitted,
+    /// More GPUs of a type than the QOS ever allows: the job could never start.
+    OverLimit,
+    /// A GPU QOS job that asks for no GPU.
+    NoGpuRequest,
+    /// mps/shard GRES outside the shared-GPU reservations.
+    SharedOutsideReservation,
+    /// An mps share larger than `MaxMPSPerJob`.
+    ShareTooLarge,
+    /// An `scontrol update` that cannot be judged without a typed GPU request.
+    UpdateNeedsTypedGpu,
+    /// A GRES field or array index that does not parse.
+    BadRequest,
+}
+
+/// A refused job: its kind and the text shown to the user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    pub kind: RejectionKind,
+    pub message: String,
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Rejection {}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Accept(JobChanges),
+    Reject(Rejection),
+}
+
+pub(super) fn reject(kind: RejectionKind, message: String) -> Rejection {
+    Rejection { kind, message }
+}

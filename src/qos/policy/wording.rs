@@ -1,0 +1,271 @@
+//! How a rejection is told: the level whose limit refused the job, the
+//! request as the user wrote it, and exactly what to type instead.
+
+use crate::qos::config::{GpuQosConfig, QosRule};
+use crate::qos::gres::{GpuOption, GresParseError, TresField};
+
+use super::job::JobDescription;
+use super::requests::{nodes, FieldRequest, LeastTotal};
+use super::verdict::{reject, Rejection, RejectionKind};
+
+/// The level at which Slurm applies the limit a rule stands for, as the
+/// user is told it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Level<'a> {
+    /// The QOS the job names.
+    Qos(&'a str),
+    /// The QOS the job falls back to, naming none.
+    DefaultQos(&'a str),
+    /// The QOS of a partition the job may run in.
+    Partition(&'a str),
+    /// The limit of the job's account or one of its parents.
+    Account(&'a str),
+    /// The limit of the job's user.
+    User(&'a str),
+}
+
+impl Level<'_> {
+    /// The level as the subject of a sentence.
+    pub(super) fn subject(&self) -> String {
+        match self {
+            Level::Qos(q) => format!("QOS {q}"),
+            Level::DefaultQos(q) => {
+                format!("Your default QOS {q} (the job names no --qos, so it runs under it)")
+            }
+            Level::Partition(p) => format!("Partition {p}'s QOS"),
+            Level::Account(a) => format!("Account {a}'s GPU limit"),
+            Level::User(u) => format!("User {u}'s GPU limit"),
+        }
+    }
+
+    /// The level's short name, as in "qos_lafferty may use a40".
+    pub(super) fn name(&self) -> String {
+        match self {
+            Level::Qos(q) | Level::DefaultQos(q) => (*q).to_owned(),
+            Level::Partition(p) => format!("partition {p}"),
+            Level::Account(a) => format!("account {a}"),
+            Level::User(u) => format!("user {u}"),
+        }
+    }
+
+    /// Where a job that needs another type could go instead.
+    pub(super) fn elsewhere(&self, ty: &str) -> String {
+        match self {
+            Level::Qos(_) => format!("use a QOS that covers {ty}"),
+            Level::DefaultQos(_) => format!("name a QOS that covers {ty} with --qos"),
+            Level::Partition(_) => format!("use a partition that has {ty}"),
+            Level::Account(_) | Level::User(_) => {
+                format!("use an account whose limit covers {ty} (--account)")
+            }
+        }
+    }
+}
+
+pub(super) fn bad_gres(cfg: &GpuQosConfig, field: TresField, error: &GresParseError) -> Rejection {
+    let example = GpuOption {
+        field,
+        gpu_type: Some(cfg.known_gpu_types().first().map_or("a40", String::as_str)),
+        count: 2,
+    };
+    reject(
+        RejectionKind::BadRequest,
+        format!(
+            "{error} (from {}). Write GPU requests as type:count, e.g. {example}.",
+            field.option_names()
+        ),
+    )
+}
+
+/// How suggestions are written: as `sbatch` options for a submission, as
+/// an `scontrol update` line for an update.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Syntax {
+    Sbatch,
+    Scontrol,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Context<'j, 'a> {
+    pub(super) job: &'j JobDescription<'a>,
+    pub(super) syntax: Syntax,
+}
+
+impl Context<'_, '_> {
+    /// How the user would write this GPU request: `--gres=gpu:a40:2` when
+    /// submitting, `Gres=gpu:a40:2` in an update.
+    pub(super) fn gpu_request(
+        &self,
+        field: TresField,
+        gpu_type: Option<&str>,
+        count: u64,
+    ) -> String {
+        match self.syntax {
+            Syntax::Sbatch => GpuOption {
+                field,
+                gpu_type,
+                count,
+            }
+            .to_string(),
+            Syntax::Scontrol => {
+                let type_part = gpu_type.map(|t| format!("{t}:")).unwrap_or_default();
+                let prefix = match field {
+                    TresField::PerNode => "",
+                    // Echo the separator this Slurm used: 23.11+ wants `gres/`.
+                    _ if self.job.tres(field).is_some_and(|t| t.contains("gres/")) => "gres/",
+                    _ => "gres:",
+                };
+                format!("{}={prefix}gpu:{type_part}{count}", field.scontrol_key())
+            }
+        }
+    }
+
+    /// A complete suggestion: the option itself, or a whole `scontrol` line.
+    pub(super) fn suggest(&self, field: TresField, gpu_type: &str, count: u64) -> String {
+        let request = self.gpu_request(field, Some(gpu_type), count);
+        match self.syntax {
+            Syntax::Sbatch => request,
+            Syntax::Scontrol => {
+                let qos = self
+                    .job
+                    .qos
+                    .map(|q| format!("QOS={} ", q.trim()))
+                    .unwrap_or_default();
+                format!("scontrol update job={} {qos}{request}", self.job_ref())
+            }
+        }
+    }
+
+    fn job_ref(&self) -> String {
+        self.job
+            .job_id_for_messages
+            .map_or_else(|| "<jobid>".to_owned(), |id| id.to_string())
+    }
+}
+
+pub(super) fn no_gpu_request(
+    ctx: &Context<'_, '_>,
+    requests: &[FieldRequest<'_>],
+    level: Level<'_>,
+    rule: &QosRule,
+) -> Rejection {
+    let qos = level.name();
+    let target = match level {
+        Level::Qos(q) | Level::DefaultQos(q) => format!("QOS {q}"),
+        _ => level.name(),
+    };
+    let permitted = rule.gpu_types().join(", ");
+    let instead = ctx.suggest(TresField::PerNode, rule.first_gpu_type(), 1);
+    match ctx.syntax {
+        Syntax::Sbatch => {
+            let shares_only = requests.iter().any(|r| r.request.is_shared_gpu());
+            let what = if shares_only {
+                "asks only for GPU shares (mps/shard), which its GPU limit does not count"
+            } else {
+                "asks for no GPU"
+            };
+            reject(
+                RejectionKind::NoGpuRequest,
+                format!(
+                    "QOS {qos} is for GPU jobs, and this job {what}. Ask for a GPU with \
+                     {instead} ({qos} may use {permitted}), or submit under another QOS."
+                ),
+            )
+        }
+        Syntax::Scontrol => reject(
+            RejectionKind::UpdateNeedsTypedGpu,
+            format!(
+                "Moving a job to {target} needs a typed GPU request in the same update \
+                 ({qos} may use {permitted}): {instead}\n\
+                 If the job was submitted with an untyped GPU request, Slurm cannot add a \
+                 type to it: cancel it and submit again with --gres=gpu:{}:1.",
+                rule.first_gpu_type()
+            ),
+        ),
+    }
+}
+
+/// Rule 7 (and untyped GPUs in an update of unknown QOS): no QOS rule
+/// applies, so suggest the types known from all rules.
+pub(super) fn untyped_anywhere(
+    cfg: &GpuQosConfig,
+    ctx: &Context<'_, '_>,
+    untyped: &FieldRequest<'_>,
+) -> Rejection {
+    let known = cfg.known_gpu_types();
+    let (field, count) = (untyped.field, untyped.request.count);
+    let asked = ctx.gpu_request(field, None, count);
+    let example_type = known.first().map_or("<type>", String::as_str);
+    let instead = ctx.suggest(field, example_type, count);
+    let known_list = if known.is_empty() {
+        String::new()
+    } else {
+        format!(" (known types: {})", known.join(", "))
+    };
+    match ctx.syntax {
+        Syntax::Sbatch => reject(
+            RejectionKind::UntypedGpu,
+            format!(
+                "GPU requests must name a GPU type, but {asked} does not name one{known_list}. \
+                 Submit with e.g. {instead} instead."
+            ),
+        ),
+        Syntax::Scontrol => reject(
+            RejectionKind::UpdateNeedsTypedGpu,
+            format!(
+                "An update cannot take an untyped GPU request ({asked}): during an update \
+                 this plugin cannot see the job's QOS, so the request must name a GPU \
+                 type{known_list}. Use e.g.: {instead}"
+            ),
+        ),
+    }
+}
+
+pub(super) fn over_limit(
+    ctx: &Context<'_, '_>,
+    level: Level<'_>,
+    ty: &str,
+    limit: u64,
+    least: LeastTotal,
+) -> Rejection {
+    let job = ctx.job;
+    let (units, unit, unit_plural) = match least.field {
+        TresField::PerJob => (String::new(), "job", "GPUs"),
+        TresField::PerNode => (format!("{} nodes", nodes(job)), "node", "nodes"),
+        TresField::PerTask => (format!("{} tasks", least.multiplier), "task", "tasks"),
+        TresField::PerSocket => (
+            format!(
+                "{} sockets per node on {} nodes",
+                job.sockets_per_node.unwrap_or(1).max(1),
+                nodes(job)
+            ),
+            "socket",
+            "sockets or nodes",
+        ),
+    };
+    let per_unit = limit / least.multiplier.max(1);
+    let advice = if least.multiplier <= 1 {
+        format!(
+            "Ask for at most {limit}: {}, or use a QOS with a larger limit.",
+            ctx.suggest(least.field, ty, limit)
+        )
+    } else if per_unit >= 1 {
+        format!(
+            "With {units} that is at most {}; or ask for fewer {unit_plural}, or use a QOS \
+             with a larger limit.",
+            ctx.suggest(least.field, ty, per_unit)
+        )
+    } else {
+        format!(
+            "Even one {ty} per {unit} is too many with {units}: ask for fewer {unit_plural}, \
+             or use a QOS with a larger limit."
+        )
+    };
+    let limited_by = level.name();
+    reject(
+        RejectionKind::OverLimit,
+        format!(
+            "This job can never start: asks {} {ty}, {limited_by} allows at most {limit}. {advice}",
+            least.total
+        ),
+    )
+}

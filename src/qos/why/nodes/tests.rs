@@ -1,0 +1,58 @@
+use super::node_names;
+use crate::qos::slurm::jobs::parse as parse_jobs;
+use crate::qos::why::explain::explain;
+use crate::qos::why::facts::Facts;
+use crate::qos::why::fixtures::*;
+
+#[test]
+fn a_resources_wait_describes_each_node_that_could_run_it_and_its_holders() {
+    let (mut preemptable, _) = parse_jobs(VICTIMS);
+    for v in &mut preemptable {
+        v.preempt_time = None;
+    }
+    let (group_running, _) = parse_jobs(
+        "7|alice|research|R|qos_lafferty|gpu|10000|cpu=1,node=1,billing=1,gres/gpu=2,gres/gpu:a40=2|None|2026-11-23T23:00:00|(null)|N/A|NONE|gpu03|0|\n",
+    );
+    let (nodes, unread) = crate::qos::site::parse_nodes(
+        "NodeName=gpu02 Gres=gpu:a40:4,mps:400 State=MIXED AllocTRES=cpu=2,gres/gpu=4,gres/gpu:a40=4,gres/mps=50 Partitions=gpu\n\
+         NodeName=gpu01 Gres=gpu:a40:4 State=ALLOCATED AllocTRES=cpu=1,gres/gpu=4 Partitions=gpu\n\
+         NodeName=gpu03 Gres=gpu:a40:4 State=MIXED+DRAIN AllocTRES=cpu=2,gres/gpu:a40=3 Partitions=gpu\n\
+         NodeName=gpu04 Gres=gpu:h100:2 State=IDLE Partitions=gpu\n\
+         NodeName=cpu01 State=IDLE Partitions=cpu\n",
+    );
+    assert!(unread.is_empty(), "{unread:?}");
+    let r = explain(
+        one(PENDING),
+        Facts {
+            qos: vec![
+                qos("qos_lafferty", &["lowprio"], None),
+                qos("lowprio", &[], Some(120)),
+            ],
+            preemptable,
+            group_running,
+            nodes,
+            ..Facts::default()
+        },
+    );
+    assert_eq!(
+        r.details,
+        vec![
+            "Slurm plans it on gpu01, expected to start by 2026-11-23T23:07:56 (an estimate)",
+            "lowprio job 1 (root, 4 a40) there may be preempted for it",
+            // Planned first; a node that tracks only gres/gpu counts
+            // it for its one type.
+            "gpu01 (ALLOCATED), where Slurm plans it: 4 a40, 4 in use: lowprio job 1 (root, 4 a40), which it may preempt",
+            "gpu02 (MIXED): 4 a40, 4 in use: lowprio job 3 (root, 4 a40), which it may preempt; MPS shares hold 50 units",
+            "gpu03 (MIXED+DRAIN): 4 a40, 3 in use: qos_lafferty job 7 (alice, 2 a40); 1 by other jobs; it takes no new job in this state",
+        ]
+    );
+}
+
+#[test]
+fn host_lists_expand_with_their_width() {
+    assert_eq!(
+        node_names("gpu[01-03,07],login"),
+        vec!["gpu01", "gpu02", "gpu03", "gpu07", "login"]
+    );
+    assert_eq!(node_names("n[9-10]"), vec!["n9", "n10"]);
+}
