@@ -54,15 +54,20 @@ lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 # The tier for every change: lints, unit and property tests (the core, the
-# plugins' exported functions, the harness), the alerting rules, then the
-# real-cluster suites on this machine's Slurm (they need the plugin
-# libraries built first; the harness refuses ones older than their sources).
+# plugins' exported functions, the harness), the alerting rules, then every
+# real-cluster suite on this machine's Slurm, in two lanes side by side of
+# about equal length (they need the plugin libraries built first; the
+# harness refuses ones older than their sources).
 check: unit
-	$(CARGO) test -p gpushare-tests --tests --no-fail-fast
+	tests/lanes.sh "host:v1:$(CHECK_LANE_1)" "host:v1:$(CHECK_LANE_2)"
+
+CHECK_LANE_1 ?= multinode,mps_daemon,attack,gpu_mps,hw_check
+CHECK_LANE_2 ?= -multinode,-mps_daemon,-attack,-gpu_mps,-hw_check
 
 .PHONY: unit build-tests
 unit: deps lint build-tests
 	$(CARGO) test --workspace --exclude gpushare-tests
+	$(CARGO) test -p gpushare-tests --lib --bins
 	$(MAKE) test-monitoring
 
 build-tests:

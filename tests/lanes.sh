@@ -9,8 +9,10 @@
 #
 # Two lanes run at once (make test: cgroup v1 runs in one, v2 runs in the
 # other). They share nothing a test writes: each run has its own network
-# namespace (its lab), its own MariaDB, its own cluster directories; v1 and
-# v2 clusters use different cgroup hierarchies; two runs of one release
+# namespace (its lab), its own MariaDB, its own cluster directories; in
+# one cgroup hierarchy each cluster numbers its jobs apart from every
+# other (FirstJobId, tests/src/cluster/configs.rs), so Slurm's cgroup
+# paths never meet (make check runs two v1 lanes); two runs of one release
 # share its root, where each run has its own build directory
 # (target/slurm-SUITE/suite-CGROUP) and accounts are made under a lock
 # (tests/src/users.rs). The roots and headers every run needs are prepared
