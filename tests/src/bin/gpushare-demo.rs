@@ -17,11 +17,15 @@ use std::fs;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use testcluster::cluster::wait_for;
+use testcluster::time::{Timeout, JOB_END, JOB_LONG, JOB_START, SHORT};
 use testcluster::users::TestUser;
 use testcluster::{Cluster, ClusterSpec};
+
+/// slurmctld learns a user's new default QOS from slurmdbd on its own time.
+const DEFAULT_QOS_KNOWN: Timeout = Timeout::secs(60);
 
 type Step = Result<(), String>;
 
@@ -255,32 +259,28 @@ fn scenario(d: &mut Demo, c: &mut Cluster) -> Step {
     dora.allow_qos_by_default(c, &["normal", "qos_lafferty"], "qos_lafferty")?;
     // slurmctld learns dora's default from slurmdbd on its own time.
     let mut answer = String::new();
-    let refused = wait_for(
-        "dora's default QOS to be judged",
-        Duration::from_secs(60),
-        || {
-            let out = dora
-                .run(
-                    c,
-                    None,
-                    "sbatch",
-                    &["-H", "--gres=gpu:2", "--wrap=nvidia-smi"],
-                )
-                .ok()?;
-            answer = String::from_utf8_lossy(if out.status.success() {
-                &out.stdout
-            } else {
-                &out.stderr
-            })
-            .into_owned();
-            if out.status.success() {
-                let _ = c.run("scancel", &["-u", "dora"]);
-            }
-            answer
-                .contains("Your default QOS qos_lafferty")
-                .then_some(())
-        },
-    );
+    let refused = wait_for("dora's default QOS to be judged", DEFAULT_QOS_KNOWN, || {
+        let out = dora
+            .run(
+                c,
+                None,
+                "sbatch",
+                &["-H", "--gres=gpu:2", "--wrap=nvidia-smi"],
+            )
+            .ok()?;
+        answer = String::from_utf8_lossy(if out.status.success() {
+            &out.stdout
+        } else {
+            &out.stderr
+        })
+        .into_owned();
+        if out.status.success() {
+            let _ = c.run("scancel", &["-u", "dora"]);
+        }
+        answer
+            .contains("Your default QOS qos_lafferty")
+            .then_some(())
+    });
     d.shell(
         "sbatch --gres=gpu:2 --wrap=nvidia-smi    # as dora, whose DefaultQOS is qos_lafferty",
         &answer,
@@ -312,7 +312,7 @@ fn scenario(d: &mut Demo, c: &mut Cluster) -> Step {
         }
     }
     for &id in &low {
-        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
+        c.wait_job_state(id, &["RUNNING"], JOB_START)?;
     }
     d.shell(
         "squeue",
@@ -351,11 +351,11 @@ fn scenario(d: &mut Demo, c: &mut Cluster) -> Step {
         &format!("Submitted batch job {high}"),
     );
     let high_node = c
-        .wait_job_state(high, &["RUNNING"], Duration::from_secs(60))?
+        .wait_job_state(high, &["RUNNING"], JOB_START)?
         .get("NodeList")
         .unwrap_or_default()
         .to_owned();
-    let victim = wait_for("a requeued lowprio job", Duration::from_secs(30), || {
+    let victim = wait_for("a requeued lowprio job", SHORT, || {
         low.iter()
             .copied()
             .find(|&id| c.job(id).is_ok_and(|j| j.restarts() >= 1))
@@ -382,7 +382,7 @@ fn scenario(d: &mut Demo, c: &mut Cluster) -> Step {
     )?;
     d.say("when the group job ends, the requeued job runs again (after Slurm's requeue delay)...");
     c.run_ok("scancel", &[&high.to_string()])?;
-    wait_for("the second run", Duration::from_secs(120), || {
+    wait_for("the second run", JOB_LONG, || {
         c.job_output(victim).contains("run 1").then_some(())
     })?;
     let out = c.job_output(victim);
@@ -451,9 +451,9 @@ fn scenario(d: &mut Demo, c: &mut Cluster) -> Step {
         ),
     );
     for &(_, id) in &shares {
-        c.wait_job_state(id, &["RUNNING"], Duration::from_secs(60))?;
+        c.wait_job_state(id, &["RUNNING"], JOB_START)?;
     }
-    wait_for("the probes", Duration::from_secs(20), || {
+    wait_for("the probes", SHORT, || {
         shares
             .iter()
             .all(|&(_, id)| printed(c, id).contains_key("dev3"))
@@ -564,11 +564,9 @@ fn scenario(d: &mut Demo, c: &mut Cluster) -> Step {
             })
             .sum::<usize>()
     };
-    wait_for(
-        "the epilogs to release every share",
-        Duration::from_secs(30),
-        || (shares_left() == 0).then_some(()),
-    )?;
+    wait_for("the epilogs to release every share", JOB_END, || {
+        (shares_left() == 0).then_some(())
+    })?;
     let empty = shares_left() == 0;
     d.check(
         empty,
