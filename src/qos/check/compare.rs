@@ -68,6 +68,15 @@ pub fn check(cfg: &GpuQosConfig, file: &str, db: &[QosRecord]) -> Vec<Finding> {
                     .iter()
                     .any(|e| !usable_types.iter().any(|t| type_matches(e, t)));
 
+            // The rule's types and the database's usable ones disagree.
+            let types_differ_finding = |qos, gpu_tres, usable_types| Finding::TypesDiffer {
+                qos,
+                at: at.clone(),
+                config_types: rule.gpu_types().to_vec(),
+                gpu_tres,
+                usable_types,
+            };
+
             // Types from GrpTRES only count when there are typed limits;
             // with only `gres/gpu=N` every type is capped at N.
             let per_type: Vec<(String, u64)> = if usable.is_empty() {
@@ -96,24 +105,12 @@ pub fn check(cfg: &GpuQosConfig, file: &str, db: &[QosRecord]) -> Vec<Finding> {
                     }
                     // Limits of 0 only: every type the rule permits is forbidden.
                     _ => {
-                        findings.push(Finding::TypesDiffer {
-                            qos,
-                            at: at.clone(),
-                            config_types: rule.gpu_types().to_vec(),
-                            gpu_tres,
-                            usable_types,
-                        });
+                        findings.push(types_differ_finding(qos, gpu_tres, usable_types));
                         continue;
                     }
                 }
             } else if types_differ {
-                findings.push(Finding::TypesDiffer {
-                    qos,
-                    at: at.clone(),
-                    config_types: rule.gpu_types().to_vec(),
-                    gpu_tres,
-                    usable_types,
-                });
+                findings.push(types_differ_finding(qos, gpu_tres, usable_types));
                 continue;
             } else {
                 usable
