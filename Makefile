@@ -27,7 +27,9 @@ PROFILE ?= release
 # Debian/Ubuntu packages the build and the test cluster need.
 APT_PACKAGES = slurm-wlm slurmdbd slurm-wlm-basic-plugins libslurm-dev munge \
 	mariadb-server mariadb-client libclang-dev pkg-config debootstrap iproute2 \
-	prometheus prometheus-node-exporter
+	prometheus prometheus-node-exporter \
+	libmunge-dev libmariadb-dev libdbus-1-dev
+# (The last three: to build SchedMD's releases from source, tests/slurm_source.sh.)
 
 .PHONY: all deps build check test test-all lint clean install uninstall demo check-releases test-releases test-monitoring
 
@@ -104,19 +106,25 @@ hw-check:
 test-monitoring:
 	cd packaging/monitoring && promtool check rules gpushare-rules.yml && promtool test rules gpushare-rules.test.yml
 
-# The plugins against each other release's own headers (Debian suite:
-# Slurm release), each in its own target directory; the headers are cached
-# in target/releases/<suite>. Version differences are cfg(slurm_X_Y) gates.
+# The plugins against each other release's own headers, linted and built
+# (tests/release_plugins.sh; target/slurm-RELEASE): the Debian suites'
+# (Debian suite: Slurm release; headers cached in target/releases/<suite>)
+# and SchedMD's releases built from source (tests/slurm_source.sh, once
+# per machine into /opt/slurm-X.Y.Z). Version differences are
+# cfg(slurm_X_Y) gates.
 RELEASE_SUITES ?= trixie sid
+SOURCE_RELEASES ?= 23.02 23.11 24.05 25.05 25.11
 check-releases:
 	@set -e; for suite in $(RELEASE_SUITES); do \
 		root=$(CURDIR)/target/releases/$$suite; \
 		version=$$(tests/release_headers.sh $$suite $$root); \
 		echo "== Slurm $$version (Debian $$suite): plugins build and lint clean"; \
-		SLURM_INCLUDE_DIR=$$root/usr/include CARGO_TARGET_DIR=$(CURDIR)/target/slurm-$$suite \
-			$(CARGO) clippy -p job_submit_gpu_qos -p spank_gpu_mps --all-targets -- -D warnings; \
-		SLURM_INCLUDE_DIR=$$root/usr/include CARGO_TARGET_DIR=$(CURDIR)/target/slurm-$$suite \
-			$(CARGO) build --release -p job_submit_gpu_qos -p spank_gpu_mps; \
+		tests/release_plugins.sh --lint $$suite $$root/usr/include; \
+	done; \
+	for release in $(SOURCE_RELEASES); do \
+		prefix=$$(tests/slurm_source.sh $$release); \
+		echo "== Slurm $$($$prefix/sbin/slurmctld -V | cut -d' ' -f2) (SchedMD, $$prefix): plugins build and lint clean"; \
+		tests/release_plugins.sh --lint $$release $$prefix/include; \
 	done
 
 # The integration suites on the other releases, each inside its cached

@@ -16,7 +16,7 @@ use gpushare::mps::status::NodeStatus;
 use std::thread::sleep;
 use std::time::Duration;
 
-use testcluster::cluster::wait_for;
+use testcluster::cluster::{wait_for, GpuSpec};
 use testcluster::time::{Timeout, JOB_END, JOB_LONG, JOB_START, SHORT};
 use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
 
@@ -34,10 +34,27 @@ fn main() -> ExitCode {
             )
             .run();
     }
-    Suite::new(ClusterSpec::mps_node())
+    let suite = Suite::new(ClusterSpec::mps_node())
         // Each test starts with no job left by the one before, its
         // epilog run.
-        .reset(|c| c.cancel_all())
+        .reset(|c| c.cancel_all());
+    // Nodes whose GPUs are not all shared, where Slurm places shares.
+    let suite = if testcluster::cluster::slurm_places_shares() {
+        suite
+            .test_on(
+                "gpus_held_whole_without_mps_lines_make_slurm_stack_shares",
+                mixed_node(false),
+                stacked_without_zero_lines,
+            )
+            .test_on(
+                "gpus_held_whole_with_zero_mps_lines_let_slurm_spread_shares",
+                mixed_node(true),
+                spread_with_zero_lines,
+            )
+    } else {
+        suite
+    };
+    suite
         .test("four_shares_land_on_four_gpus_then_two_per_gpu", spread)
         .test("gpu_mps_status_shows_placements_to_root_and_users", status)
         .test(
@@ -877,4 +894,99 @@ fn upgraded_under_running_shares(c: &mut Cluster) -> TestResult {
     wait_for("the epilogs", SHORT, || no_share_left(c))?;
     eprintln!("    gpushare-node {old} -> {new} under 2 running shares");
     Ok(())
+}
+
+/// A node of 4 a40 shared in MPS slices and 2 h100 held whole, set up as
+/// for [`ClusterSpec::mps_node`] where Slurm places shares; with
+/// `zero_lines`, the h100s' `Count=0` mps lines that `gpu-mps config
+/// --whole h100:2` prints.
+fn mixed_node(zero_lines: bool) -> ClusterSpec {
+    let mut spec = ClusterSpec::mps_node();
+    spec.gpus.push(GpuSpec {
+        gpu_type: "h100".into(),
+        count: 2,
+    });
+    spec.unshared_mps_lines = zero_lines;
+    spec
+}
+
+/// The text the prolog logs for a node whose GPUs held whole have no mps
+/// line ([`gpushare::shared::booking::MpsBooking::stacking_warning`]).
+const NO_ZERO_LINES: &str = "an mps line for each GPU not shared";
+
+/// Slurm's own limitation (23.11 to 26.05): a GPU without an mps line gets
+/// an mps record that shares one GPU at a time (Slurm's default for mps),
+/// and the whole node follows it: shares stack on the GPU already shared
+/// until it is full and the rest wait, although three a40 are free. The
+/// prolog's log says what to add.
+fn stacked_without_zero_lines(c: &mut Cluster) -> TestResult {
+    let ids: Vec<u32> = (0..8)
+        .map(|_| c.sbatch_ok(&["--gres=mps:25", SCRIPT]))
+        .collect::<Result<_, _>>()?;
+    for &id in &ids {
+        c.wait_considered(id, JOB_START)?;
+    }
+    let mut running = Vec::new();
+    let mut waiting = Vec::new();
+    for &id in &ids {
+        let info = c.job(id)?;
+        match info.state() {
+            "RUNNING" => running.push(id),
+            "PENDING" => {
+                // For Resources, or behind one that waits for them
+                // (Priority), once a pass has given a reason (24.05 shows
+                // None until backfill looks).
+                let mut last = String::new();
+                let reason = wait_for(&format!("job {id} to be given a reason"), SHORT, || {
+                    last = c.job(id).ok()?.get("Reason").unwrap_or_default().to_owned();
+                    (last == "Resources" || last == "Priority").then(|| last.clone())
+                })
+                .map_err(|e| format!("{e} (last {last:?})"))?;
+                waiting.push((id, reason));
+            }
+            other => return Err(format!("job {id} is {other}")),
+        }
+    }
+    wait_for("the running jobs' output", SHORT, || {
+        running
+            .iter()
+            .all(|&id| printed(c, id).contains_key("GPU"))
+            .then_some(())
+    })?;
+    let gpus = gpus_of(c, &running)?;
+    ensure(
+        running.len() == 4 && gpus.iter().all(|&g| Some(&g) == gpus.first()),
+        format!(
+            "{} of 8 shares of 25 running, on GPUs {gpus:?}; waiting: {waiting:?}\n{}",
+            running.len(),
+            c.run_ok("scontrol", &["show", "node", "-d"])
+                .unwrap_or_default()
+        ),
+    )?;
+    let log = c.syslog();
+    ensure(
+        log.contains(NO_ZERO_LINES)
+            && log.contains("Name=mps Count=0 File=")
+            && log.contains("/nvidia4 Flags=all_sharing"),
+        format!("the prolog did not say what to add; syslog:\n{log}"),
+    )?;
+    c.cancel_all()
+}
+
+/// The same node with a `Count=0 ... Flags=all_sharing` mps line for each
+/// h100, before the a40s' lines: Slurm spreads the eight shares, two per
+/// a40, and the prolog has nothing to say about it.
+fn spread_with_zero_lines(c: &mut Cluster) -> TestResult {
+    let ids = start_shares(c, 8, 25)?;
+    let gpus = gpus_of(c, &ids)?;
+    ensure(
+        per_gpu_count(&gpus) == [2, 2, 2, 2],
+        format!("8 shares of 25 per GPU: {:?}", per_gpu_count(&gpus)),
+    )?;
+    let log = c.syslog();
+    ensure(
+        !log.contains(NO_ZERO_LINES) && !log.contains("will stack them"),
+        format!("syslog:\n{log}"),
+    )?;
+    c.cancel_all()
 }

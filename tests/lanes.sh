@@ -2,7 +2,8 @@
 # Runs release runs and package tests, in one lane or two lanes side by side:
 #   tests/lanes.sh "RUN RUN ..." ["RUN RUN ..."]
 # A RUN is SUITE:CGROUP[:BINARIES] (tests/release_suite.sh SUITE CGROUP
-# BINARIES; BINARIES "all" or absent: every test binary), the word "native"
+# BINARIES; SUITE a Debian suite, host, or a SchedMD release built from
+# source such as 23.02; BINARIES "all" or absent: every test binary), the word "native"
 # (every suite on this machine's Slurm: cargo test -p gpushare-tests) or the
 # word "packages" (packaging/deb.sh, then tests/package_test.sh, for each
 # of $PACKAGE_SUITES, default host trixie sid).
@@ -31,16 +32,25 @@ rm -f "$logs"/.failed-*
 
 log_of() { echo "$logs/$(echo "$1" | tr ':,/' '___').log"; }
 
-# The roots and headers of every release named, before any lane starts:
-# two lanes must never build one root at the same time.
+# The roots and headers of every release named (and the prefix of each
+# release built from source) and the plugins built against each, before
+# any lane starts: two lanes must never build one root at the same time,
+# nor a build race a lane's tests.
 for lane in "$@"; do
     for run in $lane; do
         case $run in
         native | packages | host:*) ;;
+        [0-9]*)
+            # SchedMD's release, built from source once per machine.
+            suite=${run%%:*}
+            prefix=$(tests/slurm_source.sh "$suite") || exit 1
+            tests/release_plugins.sh "$suite" "$prefix/include" || exit 1
+            ;;
         *)
             suite=${run%%:*}
             tests/release_root.sh "$suite" "$repo/target/releases/$suite-root" >/dev/null || exit 1
             tests/release_headers.sh "$suite" "$repo/target/releases/$suite" >/dev/null || exit 1
+            tests/release_plugins.sh "$suite" "$repo/target/releases/$suite/usr/include" || exit 1
             ;;
         esac
     done

@@ -2,20 +2,25 @@
 # Runs the whole integration suite (and the demo) against a Slurm release,
 # with that release's own daemons and clients, on cgroup v1 or v2:
 #   tests/release_suite.sh SUITE [v1|v2] [TEST-BINARIES]   (e.g. gpu_mps,attack or gpu_qos:untyped or multinode:two_node/shares_on or -audit)
-#   SUITE: trixie (Slurm 24.11), sid (26.05), host (this machine's 22.05)
+#   SUITE: trixie (Slurm 24.11), sid (26.05), host (this machine's 22.05),
+#          or a SchedMD release built from source: 23.02, 23.11, 24.05,
+#          25.05, 25.11 (or an exact 25.05.8)
 #
 # The Debian root of SUITE (tests/release_root.sh, cached in
 # target/releases/SUITE-root) supplies munged, MariaDB, slurmdbd, slurmctld,
-# slurmd and the clients. The plugins are built against the root's own
-# headers; the prolog, epilog, admin commands and test binaries are the
-# host's (they do not link libslurm, and the roots' glibc is newer). Each
+# slurmd and the clients. A release from source is SchedMD's tarball built
+# into a prefix of its own (tests/slurm_source.sh, /opt/slurm-X.Y.Z) and
+# runs on this machine with that prefix first on PATH, as a site runs it.
+# The plugins are built against the release's own headers; the prolog,
+# epilog, admin commands and test binaries are the host's (they do not
+# link libslurm, and the roots' glibc is newer). Each
 # test binary runs chrooted into the root, in a private mount namespace
 # holding /proc, /sys, /dev and this checkout at its own path, so nothing
 # stays mounted when it ends. With v2 that namespace also mounts cgroup2 on
 # /sys/fs/cgroup (see tests/cgroup2/unified_only.c for why slurmd needs a
 # shim on this machine kind).
 set -euo pipefail
-suite=${1:?usage: tests/release_suite.sh host|trixie|sid [v1|v2] [FILTER]}
+suite=${1:?usage: tests/release_suite.sh host|trixie|sid|23.02|23.11|24.05|25.05|25.11 [v1|v2] [FILTER]}
 cgroup=${2:-v1}
 filter=${3:-}
 export GPUSHARE_TEST_CGROUP=$cgroup
@@ -36,6 +41,32 @@ if [ ${#tests[@]} -eq 0 ]; then
     exit 1
 fi
 
+# Builds the plugins against HEADERS (a directory holding slurm/slurm.h)
+# (tests/release_plugins.sh: target/slurm-NAME/release), and makes the
+# build directory the harness reads: the host's binaries, this release's
+# plugins. One per cgroup version: tests/lanes.sh may run a release on v1
+# and v2 at once.
+plugins_for() {
+    local name=$1 headers=$2
+    tests/release_plugins.sh "$name" "$headers"
+    build=$repo/target/slurm-$name/suite-$cgroup
+    rm -rf "$build"
+    mkdir -p "$build"
+    for f in "$repo"/target/debug/*; do
+        [ -f "$f" ] && [ -x "$f" ] && ln -s "$f" "$build/"
+    done
+    for so in "$repo"/target/slurm-$name/release/lib*.so; do
+        ln -sf "$so" "$build/"
+    done
+}
+
+# A release built from source: its prefix's sbin and bin first on PATH,
+# its plugin directory, and what a user compiling against it gets from a
+# module file (CPATH, LIBRARY_PATH; LD_RUN_PATH so the program finds that
+# libslurm when it runs).
+path_first=
+prefix=
+env_extra=()
 if [ -n "${GPUSHARE_RELEASE_ROOT:-}" ]; then
     # Another root holding the release, and the build directory the harness
     # reads (tests/package_test.sh: a root with gpushare's packages
@@ -50,6 +81,15 @@ elif [ "$suite" = host ]; then
     version=$(slurmctld -V | awk '{print $2}')
     build=$repo/target/debug
     echo "== Slurm $version (this machine)"
+elif [[ $suite =~ ^[0-9]+\.[0-9]+(\.[0-9]+)?$ ]]; then
+    root=/
+    prefix=$(tests/slurm_source.sh "$suite")
+    version=$("$prefix/sbin/slurmctld" -V | awk '{print $2}')
+    echo "== Slurm $version (SchedMD's release built from source in $prefix)"
+    plugins_for "$suite" "$prefix/include"
+    path_first=$prefix/sbin:$prefix/bin:
+    env_extra+=(GPUSHARE_SLURM_PLUGIN_DIR="$prefix/lib/slurm" CPATH="$prefix/include"
+        LIBRARY_PATH="$prefix/lib" LD_RUN_PATH="$prefix/lib")
 else
     root=$repo/target/releases/$suite-root
     version=$(tests/release_root.sh "$suite" "$root")
@@ -59,20 +99,7 @@ else
     # builds them; everything else from the host build.
     headers=$repo/target/releases/$suite
     tests/release_headers.sh "$suite" "$headers" >/dev/null
-    SLURM_INCLUDE_DIR=$headers/usr/include CARGO_TARGET_DIR=$repo/target/slurm-$suite \
-        "$cargo" build --release -p job_submit_gpu_qos -p spank_gpu_mps
-    # The build directory the harness reads: the host's binaries, this
-    # release's plugins. One per cgroup version: tests/lanes.sh may run
-    # this release on v1 and v2 at once.
-    build=$repo/target/slurm-$suite/suite-$cgroup
-    rm -rf "$build"
-    mkdir -p "$build"
-    for f in "$repo"/target/debug/*; do
-        [ -f "$f" ] && [ -x "$f" ] && ln -s "$f" "$build/"
-    done
-    for so in "$repo"/target/slurm-$suite/release/lib*.so; do
-        ln -sf "$so" "$build/"
-    done
+    plugins_for "$suite" "$headers/usr/include"
 fi
 
 # What this run tests with: the Debian versions of the packages the suites
@@ -80,13 +107,18 @@ fi
 # a cached root).
 tested_with() {
     local q=(dpkg-query -W -f='${Package} ${Version}\n' slurmctld slurmd slurmdbd libmariadb3 munge)
-    if [ "$root" = / ]; then "${q[@]}"; else chroot "$root" "${q[@]}"; fi | paste -sd, | sed 's/,/, /g'
+    # From source: Slurm is the prefix's, the libraries the host's.
+    [ -z "$prefix" ] || q=(dpkg-query -W -f='${Package} ${Version}\n' libmariadb3 munge)
+    {
+        [ -z "$prefix" ] || echo "SchedMD slurm $version ($prefix)"
+        if [ "$root" = / ]; then "${q[@]}"; else chroot "$root" "${q[@]}"; fi
+    } | paste -sd, | sed 's/,/, /g'
 }
 echo "== tested with: $(tested_with)"
 
 inside() {
     in_lab unshare --mount --propagation private -- bash -euc '
-        root=$1 repo=$2; shift 2
+        root=$1 repo=$2 path_first=$3; shift 3
         if [ "$root" != / ]; then
             # The root a mount point of its own, so that a namespace made
             # inside it (a node of a multi-node cluster) can make its
@@ -112,8 +144,8 @@ inside() {
             # tests/cgroup2/unified_only.c).
             mount -t cgroup2 none "${root%/}/sys/fs/cgroup"
         fi
-        exec chroot "$root" /usr/bin/env -i PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
-            LANG=C.UTF-8 TMPDIR=/tmp "$@"' inside "$root" "$repo" "$@"
+        exec chroot "$root" /usr/bin/env -i PATH="${path_first}/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" HOME=/root \
+            LANG=C.UTF-8 TMPDIR=/tmp "$@"' inside "$root" "$repo" "$path_first" "$@"
 }
 
 # One network namespace for the run, the lab: the host's MariaDB below,
@@ -146,7 +178,7 @@ in_lab ip link set lo up
 # every cluster makes a database of its own there. The roots hold no
 # mariadb-server at all (tests/release_root.sh). Only this machine's own
 # Slurm (root /) starts a MariaDB per cluster, its own.
-env_extra=(GPUSHARE_TEST_NETNS=own)
+env_extra+=(GPUSHARE_TEST_NETNS=own)
 # Keep the clusters' directories (inside the root's /tmp) for a post-mortem.
 [ -z "${GPUSHARE_KEEP_TEST_DIRS:-}" ] || env_extra+=(GPUSHARE_KEEP_TEST_DIRS=1)
 # Record the release's fixtures into this checkout (tests/fixtures_scene.rs

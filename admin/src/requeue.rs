@@ -139,7 +139,7 @@ fn parse_record(text: &str) -> BTreeMap<u32, Option<String>> {
 }
 
 fn scontrol(args: &[&str]) -> Result<String, String> {
-    let mut cmd = Command::new("scontrol");
+    let mut cmd = Command::new(gpushare::shared::locations::slurm_command("scontrol"));
     cmd.args(args);
     let shown = format!("scontrol {}", args.join(" "));
     let ran = bounded::run(cmd, None, SCONTROL_TIMEOUT).map_err(|e| format!("{shown}: {e}"))?;

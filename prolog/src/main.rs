@@ -13,10 +13,10 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use gpushare::mps::booking::MpsBooking;
 use gpushare::mps::config::MemoryLimit;
 use gpushare::mps::node::{prolog, publish_metrics, running_jobs, PrologOutcome};
 use gpushare::mps::{health, state_dir, status};
+use gpushare::shared::booking::MpsBooking;
 use gpushare::shared::locations::beside_slurm_conf;
 use gpushare_admin::node_program::{self, NodeArgs, Program, Started};
 use gpushare_admin::nvml;

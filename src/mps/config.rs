@@ -23,6 +23,8 @@
 
 use std::path::PathBuf;
 
+pub use crate::shared::syntax::expand_devices;
+
 use crate::shared::syntax::{self as kv, ConfigError, MissingEquals};
 
 /// Default `UnitsPerGPU`.
@@ -53,7 +55,7 @@ pub enum MpsControl {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Placement {
     /// Slurm where gres.conf books mps per GPU (`File=` on the mps lines),
-    /// gpushare where it books a node-wide Count (see [`super::booking`]).
+    /// gpushare where it books a node-wide Count (see [`crate::shared::booking`]).
     #[default]
     Auto,
     /// Slurm: gpushare records the GPU in `SLURM_JOB_GPUS` and leaves the
@@ -530,57 +532,6 @@ fn parse_mib(s: &str) -> Option<u64> {
         .ok()
         .filter(|&n| n > 0)?
         .checked_mul(factor)
-}
-
-/// Expands `/dev/nvidia[0-3]`, `/dev/nvidia[0,2,4-5]` and comma lists of
-/// such into paths, in order.
-pub fn expand_devices(spec: &str) -> Result<Vec<PathBuf>, String> {
-    let mut out = Vec::new();
-    let mut rest = spec;
-    while !rest.is_empty() {
-        // A comma inside brackets belongs to the range list.
-        let mut depth = 0;
-        let end = rest
-            .char_indices()
-            .find(|&(_, c)| {
-                match c {
-                    '[' => depth += 1,
-                    ']' => depth -= 1,
-                    _ => {}
-                }
-                c == ',' && depth == 0
-            })
-            .map_or(rest.len(), |(i, _)| i);
-        let item = &rest[..end];
-        rest = rest.get(end + 1..).unwrap_or("");
-        if item.is_empty() {
-            return Err(format!("empty entry in GPUDevices \"{spec}\""));
-        }
-        match (item.find('['), item.find(']')) {
-            (None, None) => out.push(PathBuf::from(item)),
-            (Some(open), Some(close)) if open < close && close == item.len() - 1 => {
-                let prefix = &item[..open];
-                for part in item[open + 1..close].split(',') {
-                    let (a, b) = part.split_once('-').unwrap_or((part, part));
-                    let (Ok(a), Ok(b)) = (a.parse::<u32>(), b.parse::<u32>()) else {
-                        return Err(format!("bad range \"{part}\" in GPUDevices \"{spec}\""));
-                    };
-                    if a > b || b - a > 1024 {
-                        return Err(format!("bad range \"{part}\" in GPUDevices \"{spec}\""));
-                    }
-                    out.extend((a..=b).map(|n| PathBuf::from(format!("{prefix}{n}"))));
-                }
-            }
-            _ => return Err(format!("bad brackets in GPUDevices entry \"{item}\"")),
-        }
-    }
-    if let Some(p) = out.iter().find(|p| !p.is_absolute()) {
-        return Err(format!(
-            "GPUDevices must be absolute paths, got \"{}\"",
-            p.display()
-        ));
-    }
-    Ok(out)
 }
 
 impl GpuMpsConfig {

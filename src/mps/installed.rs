@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use super::config;
 use super::node::gpu_devices;
-use super::status::{self, Installed, SlurmSetup};
+use super::setup_lines::{self, GpuGroup, Installed, SlurmSetup};
+use super::status;
 use crate::shared::bounded;
 
 /// How long `scontrol` may take: a slurmctld that does not answer leaves
@@ -35,7 +36,7 @@ pub fn release_of_version(text: &str) -> Option<(u32, u32)> {
 
 /// The release of the Slurm commands on this machine.
 pub fn slurm_release() -> Option<(u32, u32)> {
-    let mut cmd = Command::new("scontrol");
+    let mut cmd = Command::new(crate::shared::locations::slurm_command("scontrol"));
     cmd.arg("--version");
     let ran = bounded::run(cmd, None, SCONTROL_TIMEOUT).ok()?;
     release_of_version(&ran.stdout)
@@ -54,7 +55,7 @@ pub fn plugin_dir_of(show_config: &str) -> Option<String> {
 /// Where Slurm loads plugins from (`<PluginDir>` where slurmctld cannot
 /// say).
 pub fn plugin_dir() -> String {
-    let mut show_config = Command::new("scontrol");
+    let mut show_config = Command::new(crate::shared::locations::slurm_command("scontrol"));
     show_config.args(["show", "config"]);
     bounded::run(show_config, None, SCONTROL_TIMEOUT)
         .ok()
@@ -83,7 +84,7 @@ pub fn cgroup_v2_and_dmem() -> (bool, bool) {
 /// What `gpu-mps config` prints for Slurm `release` (major, minor) on
 /// this machine: whether the node could use MPS v3 (`driver`: NVIDIA's
 /// driver version, where known), then the lines a node `node` of `gpus`
-/// GPUs of `gpu_type` needs ([`status::node_config`]) with `conf` as its
+/// GPUs of `gpu_type` needs ([`setup_lines::node_config`]) with `conf` as its
 /// gpu_mps.conf: as it says where it reads, else its defaults (none
 /// written yet), `gpus` by default those it finds.
 pub fn node_config(
@@ -92,12 +93,20 @@ pub fn node_config(
     node: &str,
     gpu_type: &str,
     gpus: Option<u32>,
+    whole: &[GpuGroup],
     driver: Option<&str>,
 ) -> Result<String, String> {
     let cfg = config::load(conf).ok().flatten().unwrap_or_default();
     let gpus = gpus.unwrap_or_else(|| u32::try_from(gpu_devices(&cfg).len()).unwrap_or(0));
     if gpus == 0 {
         return Err("no GPU device files found: pass --gpus N".into());
+    }
+    let setup = SlurmSetup::for_release(major, minor);
+    if setup == SlurmSetup::NodeCount && !whole.is_empty() {
+        return Err(format!(
+            "--whole is for Slurm 23.11 and later (per-GPU mps lines); on Slurm {major}.{minor:02} \
+             keep GPUs held whole on nodes of their own"
+        ));
     }
     let libexec = libexec_dir();
     let plugin_dir = plugin_dir();
@@ -107,11 +116,10 @@ pub fn node_config(
         plugin_dir: Path::new(&plugin_dir),
         conf,
     };
-    let setup = SlurmSetup::for_release(major, minor);
     Ok(format!(
         "# for Slurm {major}.{minor:02}\n{}{}",
         status::mps_v3_readiness(driver, cgroup_v2, dmem),
-        status::node_config(&cfg, setup, node, gpu_type, gpus, installed)
+        setup_lines::node_config(&cfg, setup, node, (gpu_type, gpus), whole, installed)
     ))
 }
 
@@ -156,8 +164,17 @@ mod tests {
         std::fs::write(&conf, "UnitsPerGPU=100\n").unwrap_or_else(|e| panic!("{e}"));
         // Refused before anything is asked of scontrol.
         assert_eq!(
-            node_config(&conf, (24, 11), "gpu01", "a40", Some(0), None),
+            node_config(&conf, (24, 11), "gpu01", "a40", Some(0), &[], None),
             Err("no GPU device files found: pass --gpus N".into())
+        );
+        let whole = [GpuGroup {
+            gpu_type: "h100".into(),
+            count: 2,
+        }];
+        let old = node_config(&conf, (23, 2), "gpu01", "a40", Some(4), &whole, None);
+        assert!(
+            old.as_ref().is_err_and(|e| e.contains("23.11 and later")),
+            "{old:?}"
         );
     }
 }

@@ -21,7 +21,6 @@
 //! - [`installed`]: the Slurm and gpushare installed here (`gpu-mps config`).
 //! - [`booking`]: how Slurm books the node's mps (who places a share).
 
-pub mod booking;
 pub mod compute_mode;
 pub mod config;
 pub mod daemon;
@@ -36,6 +35,7 @@ pub mod metrics;
 pub mod node;
 pub mod placement;
 pub mod programs;
+pub mod setup_lines;
 pub mod state_dir;
 pub mod status;
 pub mod xid;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::config::{GpuMpsConfig, Placement};
+use super::config::GpuMpsConfig;
 use super::ledger::{GpuView, LedgerError, LedgerState, Lost, ShareRecord, View};
 use super::state_dir::{self, Access};
 
@@ -614,131 +614,6 @@ fn aligned<const N: usize>(head: [&str; N], rows: Vec<[String; N]>) -> String {
     out
 }
 
-/// How a node's Slurm books mps, which decides the lines it needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SlurmSetup {
-    /// Slurm before 23.11 (no `LL_SHARED_GRES`): a node-wide Count that
-    /// Slurm cannot place, so gpushare places and confines (cgroup v1).
-    NodeCount,
-    /// Slurm 23.11 and later: per-GPU mps lines with `Flags=all_sharing`
-    /// and `LL_SHARED_GRES`, so Slurm spreads shares itself.
-    PerGpu,
-}
-
-impl SlurmSetup {
-    /// The setup for Slurm `major.minor`.
-    pub fn for_release(major: u32, minor: u32) -> Self {
-        if (major, minor) >= (23, 11) {
-            Self::PerGpu
-        } else {
-            Self::NodeCount
-        }
-    }
-}
-
-/// Where the node's programs live, for the printed lines.
-#[derive(Debug, Clone, Copy)]
-pub struct Installed<'a> {
-    pub libexec: &'a Path,
-    pub plugin_dir: &'a Path,
-    pub conf: &'a Path,
-}
-
-/// The lines a node of `gpus` GPUs of type `gpu_type` needs under `setup`.
-pub fn node_config(
-    cfg: &GpuMpsConfig,
-    setup: SlurmSetup,
-    node: &str,
-    gpu_type: &str,
-    gpus: u32,
-    installed: Installed<'_>,
-) -> String {
-    let last = gpus.saturating_sub(1);
-    let files = if gpus == 1 {
-        "/dev/nvidia0".to_owned()
-    } else {
-        format!("/dev/nvidia[0-{last}]")
-    };
-    let u = cfg.units_per_gpu;
-    let count = match setup {
-        SlurmSetup::NodeCount => cfg.slurm_count_for(gpus),
-        SlurmSetup::PerGpu => u64::from(gpus) * u64::from(u),
-    };
-    let mut out = String::new();
-    match setup {
-        SlurmSetup::NodeCount => {
-            let _ = write!(
-                out,
-                "# Slurm before 23.11 books every mps job of a node on one GPU and admits Count / GPUs\n\
-                 # units at once: {gpus} GPUs x {u} units each at once need Count = {gpus} x {gpus} x {u} = {count}.\n\
-                 # gpushare places each share on the least-loaded GPU and confines it there (cgroup v1).\n\
-                 \n# gres.conf\nName=gpu Type={gpu_type} File={files}\nName=mps Count={count}\n"
-            );
-        }
-        SlurmSetup::PerGpu => {
-            let _ = write!(
-                out,
-                "# Slurm 23.11 and later spread mps shares over all GPUs themselves with per-GPU\n\
-                 # mps lines, Flags=all_sharing and LL_SHARED_GRES; gpushare records Slurm's choice,\n\
-                 # runs that GPU's MPS daemon and sets the job's limits (cgroup v1 or v2).\n\
-                 \n# gres.conf\nName=gpu Type={gpu_type} File={files}\n"
-            );
-            for g in 0..gpus {
-                let _ = writeln!(
-                    out,
-                    "Name=mps Count={u} File=/dev/nvidia{g} Flags=all_sharing"
-                );
-            }
-        }
-    }
-    let _ = write!(
-        out,
-        "\n# slurm.conf\nGresTypes=gpu,mps\nNodeName={node} Gres=gpu:{gpu_type}:{gpus},mps:{count}\n\
-         Prolog={prolog}\nEpilog={epilog}\n",
-        prolog = installed.libexec.join("gpu-mps-prolog").display(),
-        epilog = installed.libexec.join("gpu-mps-epilog").display(),
-    );
-    match setup {
-        SlurmSetup::NodeCount => out.push_str(
-            "# the prolog of srun/salloc jobs gets the share size job_submit/gpu_qos recorded only so:\n\
-             PrologFlags=Alloc\nTaskPlugin=task/cgroup\nProctrackType=proctrack/cgroup\n\
-             \n# cgroup.conf\nCgroupPlugin=cgroup/v1\nConstrainDevices=yes\n",
-        ),
-        SlurmSetup::PerGpu => out.push_str(
-            "# keep your CR_* value and add LL_SHARED_GRES:\n\
-             SelectTypeParameters=CR_Core,LL_SHARED_GRES\n\
-             TaskPlugin=task/cgroup\nProctrackType=proctrack/cgroup\n\
-             \n# cgroup.conf (cgroup/v1 or cgroup/v2)\nConstrainDevices=yes\n",
-        ),
-    }
-    let _ = write!(
-        out,
-        "\n# plugstack.conf\nrequired {plugin}/spank_gpu_mps.so conf={conf}\n\n# gpu_mps.conf\nUnitsPerGPU={u}\n",
-        plugin = installed.plugin_dir.display(),
-        conf = installed.conf.display(),
-    );
-    match setup {
-        SlurmSetup::NodeCount => {
-            let _ = writeln!(out, "SlurmMpsCount={count}");
-            if let Some(set) = cfg.slurm_mps_count.filter(|&c| c != count) {
-                let _ = writeln!(
-                    out,
-                    "\n# WARNING: gpu_mps.conf has SlurmMpsCount={set}, not {count}"
-                );
-            }
-        }
-        SlurmSetup::PerGpu => {
-            out.push_str("Placement=slurm\n");
-            if cfg.placement == Placement::Gpushare {
-                out.push_str(
-                    "\n# WARNING: gpu_mps.conf has Placement=gpushare, which contradicts Slurm's books here\n",
-                );
-            }
-        }
-    }
-    out
-}
-
 /// Where NVML's minor numbers (the N of `/dev/nvidiaN`, in NVML's PCI
 /// order) disagree with `GPUDevices=`: one warning per GPU. A node whose
 /// list is in another order would start GPU i's daemon on another GPU than
@@ -805,7 +680,6 @@ pub fn mps_v3_readiness(driver: Option<&str>, cgroup_v2: bool, dmem: bool) -> St
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mps::booking::MpsBooking;
     use crate::mps::ledger::tests::{ok, place};
     use crate::mps::ledger::{self, Ledger, LedgerState, ShareRecord, WholeRecord};
     use crate::mps::placement::PlacementError;
@@ -927,68 +801,6 @@ mod tests {
         let lost = NodeStatus::of(&LedgerState::lost("test".into()), 2, 100, Vec::new());
         assert!(lost.has_problem());
         assert!(lost.table(&["/dev/nvidia0"]).contains("LOST"));
-    }
-
-    #[test]
-    fn node_config_has_the_count_arithmetic() {
-        let cfg = GpuMpsConfig {
-            slurm_mps_count: Some(400),
-            ..GpuMpsConfig::default()
-        };
-        let t = lines_for(&cfg, SlurmSetup::NodeCount);
-        for want in [
-            "Name=mps Count=1600",
-            "Gres=gpu:a40:4,mps:1600",
-            "File=/dev/nvidia[0-3]",
-            "Prolog=/usr/libexec/gpushare/gpu-mps-prolog",
-            "SlurmMpsCount=1600",
-            "PrologFlags=Alloc",
-            "WARNING: gpu_mps.conf has SlurmMpsCount=400",
-        ] {
-            assert!(t.contains(want), "{want}:\n{t}");
-        }
-        // The prolog reads these lines as a node gpushare places on.
-        assert!(!MpsBooking::from_texts(&t, &t, "gpu01").per_gpu);
-    }
-
-    fn lines_for(cfg: &GpuMpsConfig, setup: SlurmSetup) -> String {
-        node_config(
-            cfg,
-            setup,
-            "gpu01",
-            "a40",
-            4,
-            Installed {
-                libexec: Path::new("/usr/libexec/gpushare"),
-                plugin_dir: Path::new("/usr/lib/slurm"),
-                conf: Path::new("/etc/slurm/gpu_mps.conf"),
-            },
-        )
-    }
-
-    #[test]
-    fn node_config_for_newer_slurm_lets_slurm_spread_shares() {
-        assert_eq!(SlurmSetup::for_release(23, 2), SlurmSetup::NodeCount);
-        assert_eq!(SlurmSetup::for_release(23, 11), SlurmSetup::PerGpu);
-        assert_eq!(SlurmSetup::for_release(26, 5), SlurmSetup::PerGpu);
-        let cfg = GpuMpsConfig {
-            units_per_gpu: 50,
-            ..GpuMpsConfig::default()
-        };
-        let t = lines_for(&cfg, SlurmSetup::PerGpu);
-        for want in [
-            "Name=mps Count=50 File=/dev/nvidia3 Flags=all_sharing",
-            "Gres=gpu:a40:4,mps:200",
-            "LL_SHARED_GRES",
-            "Placement=slurm",
-        ] {
-            assert!(t.contains(want), "{want}:\n{t}");
-        }
-        // What the prolog makes of these lines: Slurm spreads, 50 a GPU.
-        let booking = MpsBooking::from_texts(&t, &t, "gpu01");
-        assert!(booking.spreads(), "{booking:?}");
-        assert_eq!(booking.per_gpu_count, Some(50));
-        assert_eq!(booking.stacking_warning(), None);
     }
 
     #[test]

@@ -527,6 +527,7 @@ mod tests {
             .0,
             plugstack: None,
             cgroup_conf: None,
+            gres_conf: None,
             slurm_conf: None,
             gpu_qos_conf_path: "gpu_qos.conf".into(),
             gpu_qos_conf: GpuQosConf::Read(Box::new(
@@ -673,6 +674,7 @@ mod tests {
                 partitions,
                 plugstack: None,
                 cgroup_conf: None,
+            gres_conf: None,
                 slurm_conf: None,
                 gpu_qos_conf_path: "gpu_qos.conf".into(),
                 gpu_qos_conf: GpuQosConf::Missing,

@@ -52,6 +52,51 @@ pub fn first_existing(candidates: Vec<PathBuf>) -> Result<PathBuf, Vec<PathBuf>>
     }
 }
 
+/// The Slurm command `name` for a program slurmd starts (the prolog, the
+/// epilog): the one installed beside that slurmd (`PREFIX/sbin/slurmd` ->
+/// `PREFIX/bin/NAME`), so a Slurm built into a prefix of its own
+/// (`/opt/slurm`) answers with its own commands although slurmd gives the
+/// prolog no PATH (22.05) or a bare one; else `name` on PATH, then in
+/// `/usr/bin` and `/usr/local/bin`; else `name` itself.
+pub fn slurm_command(name: &str) -> PathBuf {
+    let parent = std::os::unix::process::parent_id();
+    let daemon = std::fs::read_link(format!("/proc/{parent}/exe")).ok();
+    slurm_command_in(
+        name,
+        daemon.as_deref(),
+        std::env::var_os("PATH").as_deref(),
+        |p| p.is_file(),
+    )
+}
+
+/// [`slurm_command`] from the starting program's path, a PATH value and a
+/// test for an installed file.
+pub fn slurm_command_in(
+    name: &str,
+    daemon: Option<&Path>,
+    path: Option<&std::ffi::OsStr>,
+    installed: impl Fn(&Path) -> bool,
+) -> PathBuf {
+    let beside_daemon = daemon
+        .filter(|d| {
+            d.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("slurm"))
+        })
+        .and_then(|d| d.parent()?.parent())
+        .map(|prefix| prefix.join("bin"));
+    beside_daemon
+        .into_iter()
+        .chain(
+            path.map(|p| std::env::split_paths(p).collect::<Vec<_>>())
+                .unwrap_or_default(),
+        )
+        .chain(["/usr/bin", "/usr/local/bin"].map(PathBuf::from))
+        .map(|dir| dir.join(name))
+        .find(|p| installed(p))
+        .unwrap_or_else(|| PathBuf::from(name))
+}
+
 /// This host's short name (the kernel's hostname up to its first dot), as
 /// Slurm names a node by default; `None` where it cannot be read.
 pub fn short_hostname() -> Option<String> {
@@ -62,6 +107,40 @@ pub fn short_hostname() -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn slurm_commands_come_from_the_prefix_of_the_slurmd_that_started_us() {
+        let installed = |p: &Path| {
+            [
+                "/opt/slurm-25.05/bin/squeue",
+                "/usr/bin/squeue",
+                "/usr/local/bin/sinfo",
+            ]
+            .contains(&p.to_str().unwrap_or(""))
+        };
+        let slurmd = Some(Path::new("/opt/slurm-25.05/sbin/slurmd"));
+        let path = Some(std::ffi::OsStr::new("/usr/bin:/bin"));
+        assert_eq!(
+            slurm_command_in("squeue", slurmd, path, installed),
+            Path::new("/opt/slurm-25.05/bin/squeue")
+        );
+        // Started from a shell: PATH, then the usual places.
+        let bash = Some(Path::new("/usr/bin/bash"));
+        assert_eq!(
+            slurm_command_in("squeue", bash, path, installed),
+            Path::new("/usr/bin/squeue")
+        );
+        assert_eq!(
+            slurm_command_in("sinfo", slurmd, None, installed),
+            Path::new("/usr/local/bin/sinfo")
+        );
+        // Nowhere: the bare name, for the error to name it.
+        assert_eq!(
+            slurm_command_in("sprio", slurmd, path, installed),
+            Path::new("sprio")
+        );
+    }
+
     use super::*;
 
     #[test]

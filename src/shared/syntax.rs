@@ -7,7 +7,7 @@
 
 use std::fmt;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// A problem in a configuration file, shown as `file:line: reason`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,6 +152,57 @@ pub fn hostlist_contains(list: &str, host: &str) -> bool {
             (a..=b).contains(&n) && written
         })
     })
+}
+
+/// Expands `/dev/nvidia[0-3]`, `/dev/nvidia[0,2,4-5]` and comma lists of
+/// such into paths, in order.
+pub fn expand_devices(spec: &str) -> Result<Vec<PathBuf>, String> {
+    let mut out = Vec::new();
+    let mut rest = spec;
+    while !rest.is_empty() {
+        // A comma inside brackets belongs to the range list.
+        let mut depth = 0;
+        let end = rest
+            .char_indices()
+            .find(|&(_, c)| {
+                match c {
+                    '[' => depth += 1,
+                    ']' => depth -= 1,
+                    _ => {}
+                }
+                c == ',' && depth == 0
+            })
+            .map_or(rest.len(), |(i, _)| i);
+        let item = &rest[..end];
+        rest = rest.get(end + 1..).unwrap_or("");
+        if item.is_empty() {
+            return Err(format!("empty entry in GPUDevices \"{spec}\""));
+        }
+        match (item.find('['), item.find(']')) {
+            (None, None) => out.push(PathBuf::from(item)),
+            (Some(open), Some(close)) if open < close && close == item.len() - 1 => {
+                let prefix = &item[..open];
+                for part in item[open + 1..close].split(',') {
+                    let (a, b) = part.split_once('-').unwrap_or((part, part));
+                    let (Ok(a), Ok(b)) = (a.parse::<u32>(), b.parse::<u32>()) else {
+                        return Err(format!("bad range \"{part}\" in GPUDevices \"{spec}\""));
+                    };
+                    if a > b || b - a > 1024 {
+                        return Err(format!("bad range \"{part}\" in GPUDevices \"{spec}\""));
+                    }
+                    out.extend((a..=b).map(|n| PathBuf::from(format!("{prefix}{n}"))));
+                }
+            }
+            _ => return Err(format!("bad brackets in GPUDevices entry \"{item}\"")),
+        }
+    }
+    if let Some(p) = out.iter().find(|p| !p.is_absolute()) {
+        return Err(format!(
+            "GPUDevices must be absolute paths, got \"{}\"",
+            p.display()
+        ));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

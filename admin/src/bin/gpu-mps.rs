@@ -22,6 +22,7 @@ use gpushare::mps::metrics::Counters;
 use gpushare::mps::node::{
     gpu_devices, metrics_text, node_name, publish_metrics, running_jobs, Node,
 };
+use gpushare::mps::setup_lines::GpuGroup;
 use gpushare::mps::status::{self, NodeStatus};
 use gpushare::mps::{gc, health, in_force, installed, xid};
 use gpushare_admin::{effective_uid, nvml};
@@ -98,6 +99,10 @@ enum Cmd {
         /// GPU type for gres.conf
         #[arg(long = "type", default_value = "TYPE")]
         gpu_type: String,
+        /// GPUs of the node held whole, after the shared ones (TYPE:N, e.g.
+        /// h100:2; repeat for several types)
+        #[arg(long, value_name = "TYPE:N", value_parser = GpuGroup::parse)]
+        whole: Vec<GpuGroup>,
         /// Node name (default: $SLURMD_NODENAME, else the short hostname)
         #[arg(long)]
         node: Option<String>,
@@ -123,9 +128,10 @@ fn main() -> ExitCode {
         Cmd::Config {
             gpus,
             gpu_type,
+            whole,
             node,
             release,
-        } => config(&conf, gpus, &gpu_type, node, release),
+        } => config(&conf, (gpus, &gpu_type), &whole, node, release),
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -233,8 +239,8 @@ fn gc(conf: &Path, node: Option<String>) -> Result<u8> {
 
 fn config(
     conf: &Path,
-    gpus: Option<u32>,
-    gpu_type: &str,
+    (gpus, gpu_type): (Option<u32>, &str),
+    whole: &[GpuGroup],
     node: Option<String>,
     release: Option<(u32, u32)>,
 ) -> Result<u8> {
@@ -243,8 +249,16 @@ fn config(
     };
     let driver = nvml::driver_version();
     let name = node_name(node);
-    let lines = installed::node_config(conf, release, &name, gpu_type, gpus, driver.as_deref())
-        .map_err(anyhow::Error::msg)?;
+    let lines = installed::node_config(
+        conf,
+        release,
+        &name,
+        gpu_type,
+        gpus,
+        whole,
+        driver.as_deref(),
+    )
+    .map_err(anyhow::Error::msg)?;
     print!("{lines}");
     Ok(0)
 }

@@ -72,7 +72,7 @@ mod tests {
     use super::super::setup::tests::temp_node;
     use super::super::trust::tests::share_env;
     use super::*;
-    use crate::mps::booking::MpsBooking;
+    use crate::shared::booking::MpsBooking;
     use std::fs;
 
     /// The prolog and epilog keep the metrics file in step with the ledger

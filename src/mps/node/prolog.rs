@@ -12,11 +12,11 @@ use super::setup::Node;
 use super::trust::{
     count_mismatch, share_units, slurm_per_gpu, slurm_places, units_mismatch, JobEnv,
 };
-use crate::mps::booking::MpsBooking;
 use crate::mps::daemon;
 use crate::mps::health;
 use crate::mps::ledger::{Ledger, LedgerError, SlurmChoice};
 use crate::mps::placement::PlacementError;
+use crate::shared::booking::MpsBooking;
 
 /// Runs the prolog's logic for `env`'s job. `running` is asked for the jobs
 /// slurmctld runs on this node only when a share finds no room (records of

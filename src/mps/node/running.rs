@@ -30,7 +30,7 @@ pub fn node_name(given: Option<String>) -> String {
 /// The jobs slurmctld says run on `node` (None when it cannot be asked in
 /// [`SQUEUE_TIMEOUT`]: callers must then not drop anything).
 pub fn running_jobs(node: &str) -> Result<Vec<RunningJob>, String> {
-    let mut cmd = Command::new("squeue");
+    let mut cmd = Command::new(crate::shared::locations::slurm_command("squeue"));
     cmd.args([
         "--noheader",
         "--nodelist",

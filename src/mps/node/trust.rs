@@ -2,8 +2,8 @@
 //! slurmd sets itself (see "What a job holds, and who says so" in the
 //! node's docs), and what Slurm's books say of a share's size and GPU.
 
-use crate::mps::booking::MpsBooking;
 use crate::mps::config::{GpuMpsConfig, Placement};
+use crate::shared::booking::MpsBooking;
 use crate::shared::spank_env;
 
 /// What the node knows about a job from its Prolog/Epilog environment.

@@ -67,6 +67,7 @@ pub(super) fn site_with(
         partitions,
         plugstack: Some(PLUGSTACK.into()),
         cgroup_conf: Some(CGROUP.into()),
+        gres_conf: None,
         slurm_conf: Some(SLURM_CONF.into()),
         gpu_qos_conf_path: "/etc/slurm/gpu_qos.conf".into(),
         gpu_qos_conf: match qos_conf::parse(&conf, "/etc/slurm/gpu_qos.conf") {

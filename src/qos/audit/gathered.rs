@@ -26,6 +26,9 @@ pub struct Site {
     pub plugstack: Option<String>,
     /// `cgroup.conf`'s text, likewise.
     pub cgroup_conf: Option<String>,
+    /// `gres.conf`'s text beside slurm.conf (what slurmctld sends
+    /// configless nodes), likewise.
+    pub gres_conf: Option<String>,
     /// `slurm.conf`'s own text with the files it includes: what the site
     /// set on purpose, where `scontrol show config` also prints defaults;
     /// `None` when it cannot all be read.

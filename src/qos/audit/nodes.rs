@@ -1,8 +1,11 @@
 //! The node link: nodes that offer mps need the node half of the
 //! product (the SPANK plugin, prolog and epilog) and isolated devices.
 
+use std::collections::BTreeMap;
+
 use crate::qos::check::Severity;
 use crate::qos::site::NodeInfo;
+use crate::shared::booking::MpsBooking;
 
 use super::finding::*;
 use super::gathered::Site;
@@ -92,6 +95,45 @@ pub(super) fn mps_nodes(site: &Site, out: &mut Vec<AuditFinding>) {
             .what(format!("{nodes} offers mps, but {}", missing.join(" and ")))
             .why("every job can open every GPU of the node: shares are not isolated")
             .fix("ConstrainDevices=yes in cgroup.conf and TaskPlugin=task/cgroup in slurm.conf"),
+        );
+    }
+    shares_stack(site, &mps, out);
+}
+
+/// Nodes whose gres.conf books mps per GPU (Slurm places their shares)
+/// in a way Slurm does not spread: shares stack on one GPU until it is
+/// full and the next wait while other GPUs of the node are free
+/// ([`MpsBooking::stacking_fixes`]). Nodes that lack the same words are
+/// one finding.
+fn shares_stack(site: &Site, mps: &[&NodeInfo], out: &mut Vec<AuditFinding>) {
+    let Some(gres) = site.gres_conf.as_deref() else {
+        return;
+    };
+    let select = format!(
+        "SelectTypeParameters={}\n",
+        site.settings
+            .get("SelectTypeParameters")
+            .unwrap_or_default()
+    );
+    let mut by_fix: BTreeMap<Vec<String>, Vec<&str>> = BTreeMap::new();
+    for node in mps {
+        let fixes = MpsBooking::from_texts(gres, &select, &node.name).stacking_fixes();
+        if !fixes.is_empty() {
+            by_fix.entry(fixes).or_default().push(&node.name);
+        }
+    }
+    for (fixes, nodes) in by_fix {
+        let which = match nodes.as_slice() {
+            [one] => format!("node {one}"),
+            many => format!("{} nodes ({})", many.len(), many.join(",")),
+        };
+        out.push(
+            AuditFinding::new(Severity::Warning, "mps_shares_stack", "gres.conf", DOC_GRES)
+                .what(format!(
+                    "{which} books mps per GPU, so Slurm places its shares, but stacks them on one GPU until it is full"
+                ))
+                .why("shares wait (Reason=Resources) while other GPUs of the node have room")
+                .fix(format!("add {} (gpu-mps config prints the lines)", fixes.join(" and "))),
         );
     }
 }

@@ -216,6 +216,7 @@ pub fn site(
         partitions,
         plugstack: read_optional(&plugstack_path),
         cgroup_conf: read_optional(&beside("cgroup.conf")),
+        gres_conf: read_optional(&beside("gres.conf")),
         slurm_conf: slurm_conf_text,
         gpu_qos_conf_path,
         gpu_qos_conf,

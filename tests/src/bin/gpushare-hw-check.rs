@@ -1670,9 +1670,9 @@ fn killed_daemon(s: &mut Setup, report: &mut Report) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpushare::mps::booking::MpsBooking;
     use gpushare::mps::config::MpsControl;
     use gpushare::mps::node::{prolog, JobEnv, Node, PrologOutcome};
+    use gpushare::shared::booking::MpsBooking;
 
     /// A node like the check's (one GPU, gpushare places), no daemon.
     fn node(dir: &Path) -> (GpuMpsConfig, Node) {

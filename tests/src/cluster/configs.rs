@@ -7,7 +7,7 @@ use std::fs;
 use std::path::Path;
 
 use super::{
-    build_dir, cgroup_v2, write, Cluster, NodeSpec, CLUSTER_NAME, PARTITION, SLURM_PLUGIN_DIR,
+    build_dir, cgroup_v2, slurm_plugin_dir, write, Cluster, NodeSpec, CLUSTER_NAME, PARTITION,
 };
 use crate::Result;
 
@@ -80,6 +80,16 @@ fn gres_lines(n: &NodeSpec, dev: &Path) -> String {
             // The GPUs of the first type are the MPS pool.
             let pool = n.gpus.first().map_or(0, |g| g.count);
             let per_gpu = c / pool.max(1);
+            if n.unshared_mps_lines {
+                // Before the pool's lines: slurmd drops lines past the
+                // node's mps count.
+                for i in pool..n.gpu_count() {
+                    let _ = writeln!(
+                        gres,
+                        "NodeName={node} Name=mps Count=0 File={dev}/nvidia{i} Flags=all_sharing"
+                    );
+                }
+            }
             for i in 0..pool {
                 let _ = writeln!(
                     gres,
@@ -170,11 +180,12 @@ impl Cluster {
         }
         for p in &self.spec.job_submit_plugins {
             let ours = self.plugin_dir.join(format!("job_submit_{p}.so"));
-            let slurms = Path::new(SLURM_PLUGIN_DIR).join(format!("job_submit_{p}.so"));
+            let slurms = Path::new(&slurm_plugin_dir()).join(format!("job_submit_{p}.so"));
             if !ours.exists() && !slurms.exists() {
                 return Err(format!(
-                    "job_submit plugin {p:?} not found in {} nor {SLURM_PLUGIN_DIR}: run `cargo build --workspace` first (`make test` does)",
-                    built.display()
+                    "job_submit plugin {p:?} not found in {} nor {}: run `cargo build --workspace` first (`make test` does)",
+                    built.display(),
+                    slurm_plugin_dir()
                 ));
             }
         }
@@ -246,7 +257,7 @@ impl Cluster {
              SlurmdLogFile={d}/log/slurmd.log\n\
              SlurmctldDebug=verbose\n\
              SlurmdDebug=verbose\n\
-             PluginDir={plugins}:{SLURM_PLUGIN_DIR}\n\
+             PluginDir={plugins}:{slurm_plugins}\n\
              PlugStackConfig={etc}/plugstack.conf\n\
              ProctrackType={proctrack}\n\
              TaskPlugin={task}\n\
@@ -279,6 +290,7 @@ impl Cluster {
             munge = munge_sock.display(),
             d = d.display(),
             plugins = self.plugin_dir.display(),
+            slurm_plugins = slurm_plugin_dir(),
             etc = etc.display(),
             gres_types = gres_types.join(","),
             ll = if nodes.iter().any(|n| n.mps_per_gpu) {
@@ -392,7 +404,7 @@ impl Cluster {
                  DebugLevel=info\n\
                  LogFile={d}/log/slurmdbd.log\n\
                  PidFile={d}/slurmdbd.pid\n\
-                 PluginDir={SLURM_PLUGIN_DIR}\n\
+                 PluginDir={slurm_plugins}\n\
                  StorageType=accounting_storage/mysql\n\
                  StorageHost=127.0.0.1\n\
                  StoragePort={mysql}\n\
@@ -404,6 +416,7 @@ impl Cluster {
                 mysql = p.mysql,
                 db = self.database_name(),
                 slurm_user = self.slurm_user_name(),
+                slurm_plugins = slurm_plugin_dir(),
             );
             write(&etc.join("slurmdbd.conf"), &dbd, 0o600)?;
             // slurmdbd reads only a file its SlurmUser owns.

@@ -1,7 +1,7 @@
 //! What tests break on purpose: daemons killed and restarted, nodes
 //! crashed and booted, cables pulled, a second slurmctld made to stop.
 
-use super::{mkdir, wait_for, write, Cluster, NODE, SLURM_PLUGIN_DIR};
+use super::{mkdir, slurm_plugin_dir, wait_for, write, Cluster, NODE};
 use crate::process::Daemon;
 use crate::time::{DAEMON_START, DAEMON_STOP, NODE_STATE, SHORT};
 use crate::Result;
@@ -49,7 +49,7 @@ impl Cluster {
                 let key = l.split_once('=').map(|(k, _)| k);
                 Some(match key {
                     Some("PluginDir") => {
-                        format!("PluginDir={}:{SLURM_PLUGIN_DIR}", plugins.display())
+                        format!("PluginDir={}:{}", plugins.display(), slurm_plugin_dir())
                     }
                     Some("SlurmctldPort") => format!("SlurmctldPort={port}"),
                     Some("StateSaveLocation") => {

@@ -41,7 +41,17 @@ use crate::time::{DAEMON_START, DAEMON_STOP, POLL};
 use crate::Result;
 
 /// Where Debian's slurm-wlm puts Slurm's own plugins.
-pub const SLURM_PLUGIN_DIR: &str = "/usr/lib/x86_64-linux-gnu/slurm-wlm";
+pub const DEBIAN_PLUGIN_DIR: &str = "/usr/lib/x86_64-linux-gnu/slurm-wlm";
+
+/// Where the Slurm under test keeps its own plugins:
+/// `GPUSHARE_SLURM_PLUGIN_DIR` (`tests/release_suite.sh` sets it to
+/// `PREFIX/lib/slurm` for a release built from source), else Debian's.
+pub fn slurm_plugin_dir() -> String {
+    std::env::var("GPUSHARE_SLURM_PLUGIN_DIR")
+        .ok()
+        .filter(|d| !d.is_empty())
+        .unwrap_or_else(|| DEBIAN_PLUGIN_DIR.to_owned())
+}
 /// Name of the node of a one-node cluster.
 pub const NODE: &str = "node1";
 /// Name of the only partition.

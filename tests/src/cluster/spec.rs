@@ -29,6 +29,8 @@ pub struct NodeSpec {
     pub mps_count: Option<u32>,
     /// The count split over per-GPU lines, as [`ClusterSpec::mps_per_gpu`].
     pub mps_per_gpu: bool,
+    /// As [`ClusterSpec::unshared_mps_lines`].
+    pub unshared_mps_lines: bool,
     /// Files of the node's own `/etc/slurm` (name, text with `{cluster}`...):
     /// a node's local `gpu_mps.conf`.
     pub local_files: Vec<(String, String)>,
@@ -97,6 +99,12 @@ pub struct ClusterSpec {
     /// line per GPU of the first type (the MPS pool), with `LL_SHARED_GRES`: Slurm (23.11 and later) places
     /// shares itself. Otherwise one node-wide `Count=` line.
     pub mps_per_gpu: bool,
+    /// With `mps_per_gpu`: a `Count=0` mps line with `Flags=all_sharing`
+    /// for each GPU outside the pool, before the pool's lines, as `gpu-mps
+    /// config` prints them for a node whose GPUs are not all shared
+    /// (without them Slurm gives those GPUs mps records that share one GPU
+    /// at a time, and the whole node follows).
+    pub unshared_mps_lines: bool,
     /// Start MariaDB + slurmdbd and enforce associations/limits/QOS.
     pub accounting: bool,
     /// QOS created before the node starts; the test user may use all.
@@ -143,6 +151,7 @@ impl Default for ClusterSpec {
             nodes: Vec::new(),
             mps_count: None,
             mps_per_gpu: false,
+            unshared_mps_lines: false,
             accounting: true,
             qos: Vec::new(),
             job_submit_plugins: Vec::new(),
@@ -369,6 +378,7 @@ impl ClusterSpec {
                     gpus: self.gpus.clone(),
                     mps_count: self.mps_count,
                     mps_per_gpu: self.mps_per_gpu,
+                    unshared_mps_lines: self.unshared_mps_lines,
                     local_files: Vec::new(),
                     configless: false,
                 }]

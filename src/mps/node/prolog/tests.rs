@@ -277,6 +277,7 @@ fn slurm_booking() -> MpsBooking {
         least_loaded: true,
         per_gpu_count: Some(100),
         cgroup_v2: true,
+        ..MpsBooking::default()
     }
 }
 

@@ -1,12 +1,12 @@
 //! The task plan's tests: each on a node whose prolog placed the share.
 
 use super::*;
-use crate::mps::booking::MpsBooking;
 use crate::mps::node::prolog::prolog;
 use crate::mps::node::prolog::tests::{no_squeue, outcome};
 use crate::mps::node::report::{PrologOutcome, PrologReport};
 use crate::mps::node::setup::tests::temp_node;
 use crate::mps::node::trust::tests::share_env;
+use crate::shared::booking::MpsBooking;
 use std::fs;
 
 #[test]

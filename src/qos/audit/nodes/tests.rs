@@ -32,3 +32,39 @@ fn mps_nodes_need_the_node_half() {
         )
     );
 }
+
+#[test]
+fn nodes_whose_mps_slurm_stacks_are_named_with_the_lines_to_add() {
+    let gres = "Name=gpu Type=a40 File=/dev/nvidia[0-3]\n\
+                Name=gpu Type=h100 File=/dev/nvidia[4-5]\n\
+                Name=mps Count=400 File=/dev/nvidia[0-3] Flags=all_sharing\n";
+    let mut site = site_with(|c, _, _, _| {
+        c.push_str("SelectTypeParameters    = CR_CORE,LL_SHARED_GRES\n");
+    });
+    site.gres_conf = Some(gres.into());
+    let found: Vec<_> = audit(&site)
+        .into_iter()
+        .filter(|f| f.kind == "mps_shares_stack")
+        .collect();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].what.starts_with("node node1 books mps per GPU"),
+        "{:?}",
+        found[0].what
+    );
+    assert!(
+        found[0]
+            .fix
+            .contains("Name=mps Count=0 File=/dev/nvidia4 Flags=all_sharing"),
+        "{:?}",
+        found[0].fix
+    );
+    // With the h100s' Count=0 lines first: nothing to say.
+    site.gres_conf = Some(format!(
+        "Name=mps Count=0 File=/dev/nvidia[4-5] Flags=all_sharing\n{gres}"
+    ));
+    assert!(audit(&site).iter().all(|f| f.kind != "mps_shares_stack"));
+    // No gres.conf beside slurm.conf (nodes keep their own): no finding.
+    site.gres_conf = None;
+    assert!(audit(&site).iter().all(|f| f.kind != "mps_shares_stack"));
+}

@@ -12,12 +12,19 @@
 //!   without them it stacks every share on the first GPU with room.
 //! - A node-wide `Count=` without `File=` (the Slurm 22.05 setup of
 //!   `gpu-mps config`): Slurm books nothing per GPU, so gpushare places.
+//! - A GPU of the node without an mps line of its own (an h100 beside
+//!   shared a40s): slurmd makes it an mps record of Count 0 with Slurm's
+//!   default for mps, `one_sharing`, and slurmctld takes that flag for the
+//!   whole node: every share then goes to the GPU already shared until it
+//!   is full, and the rest wait (Slurm 23.11 to 26.05, `_merge_lists` in
+//!   gres_c_s.c, `gres_use_busy_dev` in gres.c). A `Count=0` mps line with
+//!   `Flags=all_sharing` for such a GPU avoids it, if it comes before the
+//!   lines with a count (slurmd drops lines past the node's mps count).
 
 use std::fs;
 use std::path::Path;
 
-use super::config::expand_devices;
-use crate::shared::syntax::{self, hostlist_contains};
+use super::syntax::{self, expand_devices, hostlist_contains};
 
 /// What the configuration says about this node's mps.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -30,6 +37,11 @@ pub struct MpsBooking {
     pub least_loaded: bool,
     /// The mps count of one GPU on those lines (Count over the files named).
     pub per_gpu_count: Option<u64>,
+    /// GPU device files of this node's gpu lines that no mps line names.
+    pub unshared_gpus: Vec<String>,
+    /// Device files of `Count=0` mps lines after the last line with a
+    /// count, which slurmd drops.
+    pub late_zero_lines: Vec<String>,
     /// `CgroupPlugin=cgroup/v2` (or autodetect on a cgroup2 `/sys/fs/cgroup`).
     pub cgroup_v2: bool,
 }
@@ -55,6 +67,9 @@ impl MpsBooking {
             all_sharing: true,
             ..Self::default()
         };
+        let (mut gpu_files, mut mps_files) = (Vec::new(), Vec::new());
+        // The zero-count mps lines since the last line with a count.
+        let mut zero_lines: Vec<Vec<String>> = Vec::new();
         for (_, pairs) in syntax::lines(gres_conf) {
             // A line that is not all Key=Value (Include, typos) books nothing
             // slurmd would accept either.
@@ -65,24 +80,41 @@ impl MpsBooking {
                     .find(|p| p.key.eq_ignore_ascii_case(key))
                     .map(|p| p.value)
             };
-            let is_mps = get("Name").is_some_and(|n| n.eq_ignore_ascii_case("mps"));
+            let name = get("Name").unwrap_or_default();
+            let is_mps = name.eq_ignore_ascii_case("mps");
             let ours = get("NodeName").is_none_or(|n| hostlist_contains(n, host));
+            if ours && name.eq_ignore_ascii_case("gpu") {
+                gpu_files.extend(get("File").map(device_names).unwrap_or_default());
+            }
             let Some(files) = get("File").filter(|_| is_mps && ours) else {
                 continue;
             };
+            let named = device_names(files);
+            match get("Count").and_then(|c| c.parse::<u64>().ok()) {
+                Some(0) => zero_lines.push(named.clone()),
+                _ => zero_lines.clear(),
+            }
+            mps_files.extend(named);
             booking.per_gpu = true;
             booking.all_sharing &= get("Flags").is_some_and(|f| {
                 f.split(',')
                     .any(|flag| flag.eq_ignore_ascii_case("all_sharing"))
             });
             let count = get("Count").and_then(|c| c.parse::<u64>().ok());
-            if booking.per_gpu_count.is_none() {
+            if booking.per_gpu_count.is_none_or(|c| c == 0) {
                 // A line that names no valid device list counts as one GPU.
                 let gpus = expand_devices(files).map_or(1, |d| d.len().max(1));
                 booking.per_gpu_count = count.and_then(|c| c.checked_div(gpus as u64));
             }
         }
         booking.all_sharing &= booking.per_gpu;
+        if booking.per_gpu {
+            booking.unshared_gpus = gpu_files
+                .into_iter()
+                .filter(|f| !mps_files.contains(f))
+                .collect();
+            booking.late_zero_lines = zero_lines.concat();
+        }
         booking.least_loaded = syntax::lines(slurm_conf)
             .filter_map(|(_, pairs)| pairs.ok())
             .flatten()
@@ -97,28 +129,74 @@ impl MpsBooking {
 
     /// Whether Slurm spreads shares over the GPUs itself.
     pub fn spreads(&self) -> bool {
-        self.per_gpu && self.all_sharing && self.least_loaded
+        self.per_gpu
+            && self.all_sharing
+            && self.least_loaded
+            && self.unshared_gpus.is_empty()
+            && self.late_zero_lines.is_empty()
     }
 
     /// The node-log warning for a node where Slurm places shares but will
     /// stack them on one GPU.
     pub fn stacking_warning(&self) -> Option<String> {
+        let missing = self.stacking_fixes();
+        (!missing.is_empty()).then(|| {
+            format!(
+                "Slurm places this node's mps shares (gres.conf books mps per GPU with File=) but \
+                 will stack them on one GPU until it is full: add {} (see gpu-mps config)",
+                missing.join(" and ")
+            )
+        })
+    }
+
+    /// What a node where Slurm places shares but stacks them lacks, each
+    /// as the words to add; empty where Slurm spreads or does not place.
+    pub fn stacking_fixes(&self) -> Vec<String> {
         if !self.per_gpu || self.spreads() {
-            return None;
+            return Vec::new();
         }
         let mut missing = Vec::new();
         if !self.all_sharing {
-            missing.push("Flags=all_sharing on every mps line of gres.conf");
+            missing.push("Flags=all_sharing on every mps line of gres.conf".to_owned());
         }
         if !self.least_loaded {
-            missing.push("LL_SHARED_GRES in SelectTypeParameters (Slurm 23.11 or later)");
+            missing
+                .push("LL_SHARED_GRES in SelectTypeParameters (Slurm 23.11 or later)".to_owned());
         }
-        Some(format!(
-            "Slurm places this node's mps shares (gres.conf books mps per GPU with File=) but \
-             will stack them on one GPU until it is full: add {} (see gpu-mps config)",
-            missing.join(" and ")
-        ))
+        if !self.unshared_gpus.is_empty() {
+            missing.push(format!(
+                "an mps line for each GPU not shared, before the other mps lines ({}: a GPU \
+                 without one gets Slurm's default for mps, one GPU at a time, for the whole node)",
+                zero_lines(&self.unshared_gpus)
+            ));
+        }
+        if !self.late_zero_lines.is_empty() {
+            missing.push(format!(
+                "the Count=0 mps lines for {} before the lines with a count (slurmd drops mps \
+                 lines past the node's mps count)",
+                self.late_zero_lines.join(", ")
+            ));
+        }
+        missing
     }
+}
+
+/// The device files of a gres.conf `File=` value, as written there (a
+/// value that is not a valid list stands for itself).
+fn device_names(files: &str) -> Vec<String> {
+    expand_devices(files).map_or_else(
+        |_| vec![files.to_owned()],
+        |d| d.iter().map(|p| p.display().to_string()).collect(),
+    )
+}
+
+/// The `Count=0` mps lines for `files`, one after the other.
+fn zero_lines(files: &[String]) -> String {
+    files
+        .iter()
+        .map(|f| format!("Name=mps Count=0 File={f} Flags=all_sharing"))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Whether Slurm's cgroup plugin is cgroup v2: `CgroupPlugin=cgroup/v2`, or
@@ -157,7 +235,8 @@ mod tests {
 
     const SPREAD: &str = "AutoDetect=off\nName=gpu Type=a40 File=/dev/nvidia[0-3]\n\
         Name=mps Count=100 File=/dev/nvidia0 Flags=all_sharing\n\
-        Name=mps Count=100 File=/dev/nvidia1 Flags=all_sharing\n";
+        Name=mps Count=100 File=/dev/nvidia1 Flags=all_sharing\n\
+        Name=mps Count=200 File=/dev/nvidia[2-3] Flags=all_sharing\n";
     const LL: &str = "SelectType=select/cons_tres\nSelectTypeParameters=CR_Core,LL_SHARED_GRES\n";
 
     #[test]
@@ -195,6 +274,40 @@ mod tests {
         // One line without the flag is enough to stack.
         let mixed = format!("{SPREAD}Name=mps Count=100 File=/dev/nvidia2\n");
         assert!(!MpsBooking::from_texts(&mixed, LL, "n").all_sharing);
+    }
+
+    #[test]
+    fn a_gpu_without_an_mps_line_stacks_the_whole_node() {
+        let gpus =
+            "Name=gpu Type=a40 File=/dev/nvidia[0-1]\nName=gpu Type=h100 File=/dev/nvidia[2-3]\n";
+        let shared = "Name=mps Count=100 File=/dev/nvidia0 Flags=all_sharing\n\
+                      Name=mps Count=100 File=/dev/nvidia1 Flags=all_sharing\n";
+        let b = MpsBooking::from_texts(&format!("{gpus}{shared}"), LL, "n");
+        assert_eq!(b.unshared_gpus, ["/dev/nvidia2", "/dev/nvidia3"]);
+        assert!(!b.spreads());
+        let w = b.stacking_warning().unwrap_or_default();
+        assert!(
+            w.contains("Name=mps Count=0 File=/dev/nvidia2 Flags=all_sharing; Name=mps Count=0 File=/dev/nvidia3")
+                && !w.contains("LL_SHARED_GRES"),
+            "{w}"
+        );
+        // Zero-count lines first: Slurm spreads.
+        let zeros = "Name=mps Count=0 File=/dev/nvidia[2-3] Flags=all_sharing\n";
+        let b = MpsBooking::from_texts(&format!("{gpus}{zeros}{shared}"), LL, "n");
+        assert!(b.spreads(), "{b:?}");
+        assert_eq!(b.per_gpu_count, Some(100));
+        // After them: slurmd drops them, and the node stacks again.
+        let b = MpsBooking::from_texts(&format!("{gpus}{shared}{zeros}"), LL, "n");
+        assert!(b.unshared_gpus.is_empty() && !b.spreads());
+        assert_eq!(b.late_zero_lines, ["/dev/nvidia2", "/dev/nvidia3"]);
+        let w = b.stacking_warning().unwrap_or_default();
+        assert!(
+            w.contains("Count=0 mps lines for /dev/nvidia2, /dev/nvidia3 before"),
+            "{w}"
+        );
+        // Autodetected GPUs (no File= on gpu lines) say nothing of this.
+        let auto = format!("AutoDetect=nvml\n{shared}");
+        assert!(MpsBooking::from_texts(&auto, LL, "n").spreads());
     }
 
     #[test]

@@ -1,0 +1,292 @@
+//! The configuration lines a GPU node needs for gpushare, per Slurm
+//! release (`gpu-mps config`): gres.conf, slurm.conf, cgroup.conf,
+//! plugstack.conf and gpu_mps.conf.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use super::config::{GpuMpsConfig, Placement};
+
+/// How a node's Slurm books mps, which decides the lines it needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlurmSetup {
+    /// Slurm before 23.11 (no `LL_SHARED_GRES`): a node-wide Count that
+    /// Slurm cannot place, so gpushare places and confines (cgroup v1).
+    NodeCount,
+    /// Slurm 23.11 and later: per-GPU mps lines with `Flags=all_sharing`
+    /// and `LL_SHARED_GRES`, so Slurm spreads shares itself.
+    PerGpu,
+}
+
+impl SlurmSetup {
+    /// The setup for Slurm `major.minor`.
+    pub fn for_release(major: u32, minor: u32) -> Self {
+        if (major, minor) >= (23, 11) {
+            Self::PerGpu
+        } else {
+            Self::NodeCount
+        }
+    }
+}
+
+/// Where the node's programs live, for the printed lines.
+#[derive(Debug, Clone, Copy)]
+pub struct Installed<'a> {
+    pub libexec: &'a Path,
+    pub plugin_dir: &'a Path,
+    pub conf: &'a Path,
+}
+
+/// GPUs of one type on a node: its type and how many.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuGroup {
+    pub gpu_type: String,
+    pub count: u32,
+}
+
+impl GpuGroup {
+    /// `TYPE:N` as `--whole` takes it (`h100:2`).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let (gpu_type, count) = text
+            .split_once(':')
+            .ok_or_else(|| format!("{text:?}: write TYPE:N, e.g. h100:2"))?;
+        let count = count
+            .parse::<u32>()
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| format!("{text:?}: N must be a positive number of GPUs"))?;
+        if gpu_type.is_empty()
+            || !gpu_type
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            return Err(format!(
+                "{text:?}: the type must be a gres.conf Type, e.g. h100"
+            ));
+        }
+        Ok(Self {
+            gpu_type: gpu_type.to_owned(),
+            count,
+        })
+    }
+}
+
+/// `/dev/nvidia[first-last]`, or the one file.
+fn device_range(first: u32, count: u32) -> String {
+    if count == 1 {
+        format!("/dev/nvidia{first}")
+    } else {
+        format!("/dev/nvidia[{first}-{}]", first + count - 1)
+    }
+}
+
+/// The lines a node of `gpus` GPUs of type `gpu_type` needs under `setup`,
+/// the GPUs it holds whole (`whole`, device files after the shared ones)
+/// included.
+pub fn node_config(
+    cfg: &GpuMpsConfig,
+    setup: SlurmSetup,
+    node: &str,
+    (gpu_type, gpus): (&str, u32),
+    whole: &[GpuGroup],
+    installed: Installed<'_>,
+) -> String {
+    let files = device_range(0, gpus);
+    // The GPUs held whole: their gres.conf gpu lines, and their gres in
+    // slurm.conf.
+    let mut whole_gpu_lines = String::new();
+    let mut whole_gres = String::new();
+    let mut next = gpus;
+    for g in whole {
+        let _ = writeln!(
+            whole_gpu_lines,
+            "Name=gpu Type={} File={}",
+            g.gpu_type,
+            device_range(next, g.count)
+        );
+        let _ = write!(whole_gres, "gpu:{}:{},", g.gpu_type, g.count);
+        next += g.count;
+    }
+    let u = cfg.units_per_gpu;
+    let count = match setup {
+        SlurmSetup::NodeCount => cfg.slurm_count_for(gpus),
+        SlurmSetup::PerGpu => u64::from(gpus) * u64::from(u),
+    };
+    let mut out = String::new();
+    match setup {
+        SlurmSetup::NodeCount => {
+            let _ = write!(
+                out,
+                "# Slurm before 23.11 books every mps job of a node on one GPU and admits Count / GPUs\n\
+                 # units at once: {gpus} GPUs x {u} units each at once need Count = {gpus} x {gpus} x {u} = {count}.\n\
+                 # gpushare places each share on the least-loaded GPU and confines it there (cgroup v1).\n\
+                 \n# gres.conf\nName=gpu Type={gpu_type} File={files}\n{whole_gpu_lines}Name=mps Count={count}\n"
+            );
+        }
+        SlurmSetup::PerGpu => {
+            let _ = write!(
+                out,
+                "# Slurm 23.11 and later spread mps shares over all GPUs themselves with per-GPU\n\
+                 # mps lines, Flags=all_sharing and LL_SHARED_GRES; gpushare records Slurm's choice,\n\
+                 # runs that GPU's MPS daemon and sets the job's limits (cgroup v1 or v2).\n\
+                 \n# gres.conf\nName=gpu Type={gpu_type} File={files}\n{whole_gpu_lines}"
+            );
+            if gpus < next {
+                out.push_str(
+                    "# A GPU held whole needs an mps line of Count 0, before the others: without one\n\
+                     # Slurm gives it mps shared one GPU at a time, and the whole node follows.\n",
+                );
+            }
+            for g in gpus..next {
+                let _ = writeln!(
+                    out,
+                    "Name=mps Count=0 File=/dev/nvidia{g} Flags=all_sharing"
+                );
+            }
+            for g in 0..gpus {
+                let _ = writeln!(
+                    out,
+                    "Name=mps Count={u} File=/dev/nvidia{g} Flags=all_sharing"
+                );
+            }
+        }
+    }
+    let _ = write!(
+        out,
+        "\n# slurm.conf\nGresTypes=gpu,mps\nNodeName={node} Gres=gpu:{gpu_type}:{gpus},{whole_gres}mps:{count}\n\
+         Prolog={prolog}\nEpilog={epilog}\n",
+        prolog = installed.libexec.join("gpu-mps-prolog").display(),
+        epilog = installed.libexec.join("gpu-mps-epilog").display(),
+    );
+    match setup {
+        SlurmSetup::NodeCount => out.push_str(
+            "# the prolog of srun/salloc jobs gets the share size job_submit/gpu_qos recorded only so:\n\
+             PrologFlags=Alloc\nTaskPlugin=task/cgroup\nProctrackType=proctrack/cgroup\n\
+             \n# cgroup.conf\nCgroupPlugin=cgroup/v1\nConstrainDevices=yes\n",
+        ),
+        SlurmSetup::PerGpu => out.push_str(
+            "# keep your CR_* value and add LL_SHARED_GRES:\n\
+             SelectTypeParameters=CR_Core,LL_SHARED_GRES\n\
+             TaskPlugin=task/cgroup\nProctrackType=proctrack/cgroup\n\
+             \n# cgroup.conf (cgroup/v1 or cgroup/v2)\nConstrainDevices=yes\n",
+        ),
+    }
+    let _ = write!(
+        out,
+        "\n# plugstack.conf\nrequired {plugin}/spank_gpu_mps.so conf={conf}\n\n# gpu_mps.conf\nUnitsPerGPU={u}\n",
+        plugin = installed.plugin_dir.display(),
+        conf = installed.conf.display(),
+    );
+    match setup {
+        SlurmSetup::NodeCount => {
+            let _ = writeln!(out, "SlurmMpsCount={count}");
+            if let Some(set) = cfg.slurm_mps_count.filter(|&c| c != count) {
+                let _ = writeln!(
+                    out,
+                    "\n# WARNING: gpu_mps.conf has SlurmMpsCount={set}, not {count}"
+                );
+            }
+        }
+        SlurmSetup::PerGpu => {
+            out.push_str("Placement=slurm\n");
+            if cfg.placement == Placement::Gpushare {
+                out.push_str(
+                    "\n# WARNING: gpu_mps.conf has Placement=gpushare, which contradicts Slurm's books here\n",
+                );
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shared::booking::MpsBooking;
+
+    #[test]
+    fn node_config_has_the_count_arithmetic() {
+        let cfg = GpuMpsConfig {
+            slurm_mps_count: Some(400),
+            ..GpuMpsConfig::default()
+        };
+        let t = lines_for(&cfg, SlurmSetup::NodeCount);
+        for want in [
+            "Name=mps Count=1600",
+            "Gres=gpu:a40:4,mps:1600",
+            "File=/dev/nvidia[0-3]",
+            "Prolog=/usr/libexec/gpushare/gpu-mps-prolog",
+            "SlurmMpsCount=1600",
+            "PrologFlags=Alloc",
+            "WARNING: gpu_mps.conf has SlurmMpsCount=400",
+        ] {
+            assert!(t.contains(want), "{want}:\n{t}");
+        }
+        // The prolog reads these lines as a node gpushare places on.
+        assert!(!MpsBooking::from_texts(&t, &t, "gpu01").per_gpu);
+    }
+
+    fn lines_for(cfg: &GpuMpsConfig, setup: SlurmSetup) -> String {
+        lines_with(cfg, setup, &[])
+    }
+
+    fn lines_with(cfg: &GpuMpsConfig, setup: SlurmSetup, whole: &[GpuGroup]) -> String {
+        node_config(
+            cfg,
+            setup,
+            "gpu01",
+            ("a40", 4),
+            whole,
+            Installed {
+                libexec: Path::new("/usr/libexec/gpushare"),
+                plugin_dir: Path::new("/usr/lib/slurm"),
+                conf: Path::new("/etc/slurm/gpu_mps.conf"),
+            },
+        )
+    }
+
+    #[test]
+    fn node_config_for_newer_slurm_lets_slurm_spread_shares() {
+        assert_eq!(SlurmSetup::for_release(23, 2), SlurmSetup::NodeCount);
+        assert_eq!(SlurmSetup::for_release(23, 11), SlurmSetup::PerGpu);
+        assert_eq!(SlurmSetup::for_release(26, 5), SlurmSetup::PerGpu);
+        let cfg = GpuMpsConfig {
+            units_per_gpu: 50,
+            ..GpuMpsConfig::default()
+        };
+        let t = lines_for(&cfg, SlurmSetup::PerGpu);
+        for want in [
+            "Name=mps Count=50 File=/dev/nvidia3 Flags=all_sharing",
+            "Gres=gpu:a40:4,mps:200",
+            "LL_SHARED_GRES",
+            "Placement=slurm",
+        ] {
+            assert!(t.contains(want), "{want}:\n{t}");
+        }
+        // What the prolog makes of these lines: Slurm spreads, 50 a GPU.
+        let booking = MpsBooking::from_texts(&t, &t, "gpu01");
+        assert!(booking.spreads(), "{booking:?}");
+        assert_eq!(booking.per_gpu_count, Some(50));
+        assert_eq!(booking.stacking_warning(), None);
+    }
+
+    #[test]
+    fn gpus_held_whole_get_zero_mps_lines_before_the_shared_ones() {
+        let whole = [GpuGroup::parse("h100:2").unwrap_or_else(|e| panic!("{e}"))];
+        let t = lines_with(&GpuMpsConfig::default(), SlurmSetup::PerGpu, &whole);
+        for want in [
+            "Name=gpu Type=h100 File=/dev/nvidia[4-5]",
+            "Name=mps Count=0 File=/dev/nvidia5 Flags=all_sharing\nName=mps Count=100 File=/dev/nvidia0",
+            "Gres=gpu:a40:4,gpu:h100:2,mps:400",
+        ] {
+            assert!(t.contains(want), "{want}:\n{t}");
+        }
+        // What the prolog makes of them: Slurm spreads, 100 a GPU.
+        let booking = MpsBooking::from_texts(&t, &t, "gpu01");
+        assert!(booking.spreads(), "{booking:?}");
+        assert_eq!(booking.per_gpu_count, Some(100));
+        for bad in ["h100", "h100:0", ":2", "h 100:2", "h100:x"] {
+            assert!(GpuGroup::parse(bad).is_err(), "{bad}");
+        }
+    }
+}
