@@ -24,6 +24,17 @@
 CARGO ?= cargo
 PROFILE ?= release
 
+# A Slurm built from source into a prefix of its own (`./configure
+# --prefix=/opt/slurm`): its headers for the build, its lib/slurm for
+# install. Default: the prefix of the scontrol on PATH, where that is not
+# the system's /usr and the prefix has Slurm's headers.
+SLURM_PREFIX ?= $(shell p=$$(command -v scontrol 2>/dev/null) && p=$$(dirname "$$(dirname "$$p")") && \
+	[ "$$p" != /usr ] && [ -f "$$p/include/slurm/slurm.h" ] && echo "$$p")
+ifneq ($(SLURM_PREFIX),)
+SLURM_INCLUDE_DIR ?= $(SLURM_PREFIX)/include
+export SLURM_INCLUDE_DIR
+endif
+
 # Debian/Ubuntu packages the build and the test cluster need.
 APT_PACKAGES = slurm-wlm slurmdbd slurm-wlm-basic-plugins libslurm-dev munge \
 	mariadb-server mariadb-client libclang-dev pkg-config debootstrap iproute2 \
@@ -178,9 +189,11 @@ bench: deps
 PREFIX ?= /usr/local
 SYSCONFDIR ?= /etc/slurm
 DESTDIR ?=
-# Slurm's PluginDir: from the running configuration, else where the
-# distribution put Slurm's own plugins. Override with PLUGINDIR=.
+# Slurm's PluginDir: from the running configuration, else the prefix's
+# (SLURM_PREFIX), else where the distribution put Slurm's own plugins.
+# Override with PLUGINDIR=.
 PLUGINDIR ?= $(shell { scontrol show config 2>/dev/null | awk '$$1 == "PluginDir" {print $$3}' | cut -d: -f1; \
+	[ -z "$(SLURM_PREFIX)" ] || echo "$(SLURM_PREFIX)/lib/slurm"; \
 	for d in $$(grep -v '^\#' slurm-sys/plugin-dirs); do \
 	[ -e $$d/job_submit_defaults.so ] && echo $$d; done; } | head -n 1)
 TARGET_DIR = target/$(PROFILE)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Checks `make install` / `make uninstall` into a staging tree:
 #   tests/install_tree.sh DESTDIR      (PROFILE=debug|release, default release;
-#                                       TARGET_DIR=the built files, default target/PROFILE)
+#                                       TARGET_DIR=the built files, default target/PROFILE;
+#                                       SLURM_PREFIX=a Slurm built from source: the
+#                                       plugins must land in its lib/slurm unasked)
 # Every expected file must exist with its mode, each plugin must export the
 # symbols Slurm's loader reads, and uninstall must leave no file behind.
 set -euo pipefail
@@ -9,7 +11,14 @@ dest=${1:?usage: tests/install_tree.sh DESTDIR}
 profile=${PROFILE:-release}
 target_dir=${TARGET_DIR:-target/$profile}
 cd "$(dirname "$0")/.."
-vars=(NOBUILD=1 "PROFILE=$profile" "TARGET_DIR=$target_dir" "DESTDIR=$dest" PREFIX=/usr PLUGINDIR=/usr/lib/x86_64-linux-gnu/slurm-wlm)
+vars=(NOBUILD=1 "PROFILE=$profile" "TARGET_DIR=$target_dir" "DESTDIR=$dest" PREFIX=/usr)
+if [ -n "${SLURM_PREFIX:-}" ]; then
+    plugindir=$SLURM_PREFIX/lib/slurm
+    vars+=("SLURM_PREFIX=$SLURM_PREFIX")
+else
+    plugindir=/usr/lib/x86_64-linux-gnu/slurm-wlm
+    vars+=("PLUGINDIR=$plugindir")
+fi
 fail() { echo "install_tree: $*" >&2; exit 1; }
 
 rm -rf "$dest"
@@ -20,15 +29,15 @@ expect() { # mode path
     [ "$mode" = "$1" ] || fail "$2 has mode $mode, expected $1"
 }
 for p in job_submit_gpu_qos spank_gpu_mps; do
-    so=/usr/lib/x86_64-linux-gnu/slurm-wlm/$p.so
+    so=$plugindir/$p.so
     expect 755 "$so"
     syms=$(nm -D --defined-only "$dest$so")
     for s in plugin_name plugin_type plugin_version; do
         grep -qw "$s" <<<"$syms" || fail "$so does not export $s"
     done
 done
-grep -qw job_submit <<<"$(nm -D --defined-only "$dest/usr/lib/x86_64-linux-gnu/slurm-wlm/job_submit_gpu_qos.so")" || fail "no job_submit symbol"
-if grep -qw init <<<"$(nm -D --defined-only "$dest/usr/lib/x86_64-linux-gnu/slurm-wlm/spank_gpu_mps.so")"; then
+grep -qw job_submit <<<"$(nm -D --defined-only "$dest$plugindir/job_submit_gpu_qos.so")" || fail "no job_submit symbol"
+if grep -qw init <<<"$(nm -D --defined-only "$dest$plugindir/spank_gpu_mps.so")"; then
     fail "spank_gpu_mps.so exports init(): the SPANK loader would run it in every context"
 fi
 for b in libexec/gpushare/gpu-mps-prolog libexec/gpushare/gpu-mps-epilog sbin/gpu-qos sbin/gpu-mps; do
@@ -41,8 +50,10 @@ done
 expect 644 /usr/share/doc/gpushare/README.md
 expect 644 /usr/share/doc/gpushare/installed-files
 [ ! -e "$dest/etc" ] || fail "make install wrote under /etc"
+[ -z "${SLURM_PREFIX:-}" ] || [ "$(find "$dest$SLURM_PREFIX" -type f | wc -l)" -eq 2 ] ||
+    fail "make install put more than the two plugins into $SLURM_PREFIX"
 
 make -s uninstall "${vars[@]}" >/dev/null
 left=$(find "$dest" -type f)
 [ -z "$left" ] || fail "uninstall left files behind: $left"
-echo "install_tree: layout, modes, symbols and uninstall OK"
+echo "install_tree: layout, modes, symbols and uninstall OK (plugins in $plugindir)"

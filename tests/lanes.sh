@@ -32,19 +32,18 @@ rm -f "$logs"/.failed-*
 
 log_of() { echo "$logs/$(echo "$1" | tr ':,/' '___').log"; }
 
-# The roots and headers of every release named (and the prefix of each
-# release built from source) and the plugins built against each, before
-# any lane starts: two lanes must never build one root at the same time,
-# nor a build race a lane's tests.
+# The roots and headers of every Debian release named and the plugins
+# built against each, before any lane starts: two lanes must never build
+# one root at the same time, nor a build race a lane's tests.
+sources=()
 for lane in "$@"; do
     for run in $lane; do
         case $run in
         native | packages | host:*) ;;
         [0-9]*)
-            # SchedMD's release, built from source once per machine.
+            # SchedMD's releases: built below, beside the lanes.
             suite=${run%%:*}
-            prefix=$(tests/slurm_source.sh "$suite") || exit 1
-            tests/release_plugins.sh "$suite" "$prefix/include" || exit 1
+            [[ " ${sources[*]} " == *" $suite "* ]] || sources+=("$suite")
             ;;
         *)
             suite=${run%%:*}
@@ -55,6 +54,32 @@ for lane in "$@"; do
         esac
     done
 done
+
+# SchedMD's releases the runs name, in the order they first appear: each
+# built from source once per machine (tests/slurm_source.sh) and the
+# plugins linted and built against its headers, in the background at the
+# lowest priority while the lanes run (most of a lane's time is spent
+# waiting on Slurm). A run of such a release waits for its build (each
+# build holds a lock) or, if the builder has not reached it yet, builds
+# it itself.
+builder=
+rm -f "$logs/.failed-build"
+if [ ${#sources[@]} -gt 0 ]; then
+    (
+        for release in "${sources[@]}"; do
+            start=$SECONDS
+            if prefix=$(nice -n 19 tests/slurm_source.sh "$release") &&
+                nice -n 19 tests/release_plugins.sh --lint "$release" "$prefix/include"; then
+                echo "== Slurm $release from source: built, plugins lint clean and built in $((SECONDS - start)) s"
+            else
+                echo "== Slurm $release from source: FAILED after $((SECONDS - start)) s"
+                echo "build:$release" >>"$logs/.failed-build"
+            fi
+        done
+    ) >"$logs/source-builds.log" 2>&1 &
+    builder=$!
+    echo "== building SchedMD's ${sources[*]} beside the lanes (log: $logs/source-builds.log)"
+fi
 
 # One run, its output into its log (and to the terminal when $2 is set).
 one_run() {
@@ -130,6 +155,12 @@ else
             cat "$(log_of "$run")"
         done
     done
+fi
+if [ -n "$builder" ]; then
+    wait "$builder"
+    echo
+    echo "======== source builds ($logs/source-builds.log)"
+    if [ -f "$logs/.failed-build" ]; then cat "$logs/source-builds.log"; else grep '^== ' "$logs/source-builds.log"; fi
 fi
 failed=$(cat "$logs"/.failed-* 2>/dev/null | tr '\n' ' ')
 echo

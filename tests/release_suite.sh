@@ -87,6 +87,10 @@ elif [[ $suite =~ ^[0-9]+\.[0-9]+(\.[0-9]+)?$ ]]; then
     version=$("$prefix/sbin/slurmctld" -V | awk '{print $2}')
     echo "== Slurm $version (SchedMD's release built from source in $prefix)"
     plugins_for "$suite" "$prefix/include"
+    # make install finds the prefix's plugin directory as a site's would.
+    staged=$(mktemp -d)
+    SLURM_PREFIX=$prefix PROFILE=release TARGET_DIR=$build tests/install_tree.sh "$staged"
+    rm -rf "$staged"
     path_first=$prefix/sbin:$prefix/bin:
     env_extra+=(GPUSHARE_SLURM_PLUGIN_DIR="$prefix/lib/slurm" CPATH="$prefix/include"
         LIBRARY_PATH="$prefix/lib" LD_RUN_PATH="$prefix/lib")

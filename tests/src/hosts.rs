@@ -160,8 +160,11 @@ pub struct NodeHost {
     holder: Daemon,
     /// The lab end of the node's veth pair (its "cable").
     pub cable: String,
-    /// The lab's munged, which the node's default socket leads to.
+    /// The lab's munged socket path, which the node's default socket leads
+    /// to; inside the node it is the node's own munged ([`Self::start_munged`]).
     munge_socket: PathBuf,
+    /// The node's own munged.
+    munged: Option<Daemon>,
 }
 
 impl NodeHost {
@@ -211,6 +214,7 @@ impl NodeHost {
             holder,
             cable,
             munge_socket: cluster_dir.join("munge/munge.sock"),
+            munged: None,
         };
         let _ = ip(&["link", "del", &host.cable]);
         ip(&[
@@ -254,6 +258,60 @@ impl NodeHost {
             self.munge_socket.display()
         );
         self.sh(&script, "booting")
+    }
+
+    /// Starts the node's own munged with the lab's `key`, as every real
+    /// node runs one, and puts its socket where slurm.conf's `AuthInfo`
+    /// names the lab's, inside the node. munged refuses a credential it
+    /// has decoded before: one munged for every node makes Slurm 23.02's
+    /// slurmds refuse each other's job credentials ("Credential
+    /// replayed"). It runs in the lab's network namespace, so a crashed
+    /// node's processes do not include it.
+    pub fn start_munged(
+        &mut self,
+        key: &Path,
+        (uid, gid): (u32, u32),
+        cluster_dir: &Path,
+    ) -> Result<()> {
+        use std::os::unix::fs::{chown, PermissionsExt};
+        use std::os::unix::process::CommandExt;
+        let dir = self.dir.join("munge");
+        fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
+        let log = self.dir.join("log/munged.log");
+        fs::write(&log, "").map_err(|e| format!("{}: {e}", log.display()))?;
+        for p in [&dir, &log] {
+            chown(p, Some(uid), Some(gid)).map_err(|e| format!("chown {}: {e}", p.display()))?;
+        }
+        let socket = dir.join("munge.sock");
+        let mut cmd = Command::new("munged");
+        cmd.arg("--foreground")
+            .arg(format!("--socket={}", socket.display()))
+            .arg(format!("--key-file={}", key.display()))
+            .arg(format!("--log-file={}", log.display()))
+            .arg(format!("--pid-file={}", dir.join("munged.pid").display()))
+            .arg(format!("--seed-file={}", dir.join("munged.seed").display()))
+            .uid(uid)
+            .gid(gid);
+        let daemon = Daemon::spawn(
+            "munged",
+            cmd,
+            cluster_dir,
+            self.dir.join("log/munged.stdio.log"),
+        )
+        .map_err(|e| format!("cannot start node {}'s munged: {e}", self.name))?;
+        self.munged = Some(daemon);
+        wait_for(&format!("node {}'s munged", self.name), SHORT, || {
+            socket.exists().then_some(())
+        })?;
+        let lab = self
+            .munge_socket
+            .parent()
+            .ok_or("the lab's munge socket has no directory")?;
+        self.sh(
+            &format!("mount --bind {} {}\n", dir.display(), lab.display()),
+            "giving its own munged to",
+        )
     }
 
     /// Runs a shell script on this node (as root), stopping at its first

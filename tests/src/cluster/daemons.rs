@@ -107,7 +107,13 @@ impl Cluster {
         chown(&log, Some(uid), Some(gid)).map_err(|e| e.to_string())?;
         self.spawn("munged", cmd)?;
         let sock = dir.join("munge.sock");
-        self.wait_daemon("munged", DAEMON_START, |_| sock.exists())
+        self.wait_daemon("munged", DAEMON_START, |_| sock.exists())?;
+        // Every node of a multi-node cluster its own, with the same key.
+        let cluster = self.dir.clone();
+        for host in &mut self.hosts {
+            host.start_munged(&key, (uid, gid), &cluster)?;
+        }
+        Ok(())
     }
 
     pub(super) fn start_mysql(&mut self) -> Result<()> {
