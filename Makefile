@@ -4,11 +4,13 @@
 #                  run the narrated demo cluster (KEEP=1: leave it running)
 #   make check     for every change (~10 min here): lints, unit and property
 #                  tests, the real-cluster suites on this machine's Slurm
-#   make test      CI's command: check, then the other releases and the
-#                  packages, in two lanes side by side (cgroup v1 | v2)
+#   make test      CI's command: check, then the other releases (Debian's,
+#                  and SchedMD's built from source) and the packages, in
+#                  three lanes side by side (cgroup v1 | v2 | from source)
 #   make test-all  every release on both cgroup versions in full
 #   make check-releases  build the plugins warnings-free against the headers
-#                  of the other Slurm releases Debian ships (24.11, 26.05)
+#                  of every other Slurm release (Debian's 24.11 and 26.05,
+#                  SchedMD's 23.02 to 25.11 built from source)
 #   make build     release build of the plugins and tools
 #   make install   install (DESTDIR, PREFIX, PLUGINDIR, NOBUILD=1)
 #   make uninstall remove exactly what install put there
@@ -87,19 +89,20 @@ build-tests:
 	$(CARGO) build --workspace --all-targets
 
 # CI's command (the README's): what `check` runs, the plugins built for
-# every other release, then two lanes side by side (tests/lanes.sh): the
-# cgroup v1 runs (this machine's suites first, the Debian packages built
-# and tested last) in one, the cgroup v2 runs in the other. The two
-# never share a cgroup hierarchy, a network namespace or a test directory.
-# Each run's log is kept in target/test-logs/.
+# the other Debian releases, then three lanes side by side (tests/lanes.sh):
+# the cgroup v1 runs (this machine's suites first, the Debian packages
+# built and tested last), the cgroup v2 runs, and SchedMD's releases built
+# from source (built beside the lanes, once per machine; their plugins
+# linted there). The lanes never share a network namespace or a test
+# directory. Each run's log is kept in target/test-logs/.
 test: unit
-	$(MAKE) check-releases
-	tests/lanes.sh "native $(RELEASE_RUNS_V1) packages" "$(RELEASE_RUNS_V2)"
+	$(MAKE) check-releases SOURCE_RELEASES=
+	tests/lanes.sh "native $(RELEASE_RUNS_V1) packages" "$(RELEASE_RUNS_V2)" "$(SOURCE_RUNS)"
 
-# Every release on both cgroup versions in full (about twice make test).
+# Every release on both cgroup versions in full (about five times make test).
 test-all: unit
-	$(MAKE) check-releases
-	tests/lanes.sh "native $(RELEASE_RUNS_ALL_V1) packages" "$(RELEASE_RUNS_ALL_V2)"
+	$(MAKE) check-releases SOURCE_RELEASES=
+	tests/lanes.sh "native $(RELEASE_RUNS_ALL_V1) packages" "$(RELEASE_RUNS_ALL_V2)" "$(SOURCE_RUNS_ALL)"
 
 # The MPS half on a real NVIDIA GPU (tests/hw-check, README "On real
 # hardware"): the release node programs and a CUDA client as two throwaway
@@ -152,8 +155,18 @@ RELEASE_RUNS_V1 ?= trixie:v1:$(CGROUP_SUITES) sid:v1:$(CGROUP_SUITES)
 RELEASE_RUNS_V2 ?= trixie:v2:all sid:v2:all host:v2:gpu_mps
 RELEASE_RUNS_ALL_V1 ?= trixie:v1:all sid:v1:all
 RELEASE_RUNS_ALL_V2 ?= $(RELEASE_RUNS_V2)
+# SchedMD's releases built from source (tests/slurm_source.sh): make test
+# runs every suite of SOURCE_FULL (23.02: its own job_modify ABI, and
+# gpushare places shares there as on 22.05; cgroup v1, where it can) and,
+# on each of the others, the suite that loads the plugins and refuses one
+# built for another release (foundation) and the mixed-node case
+# (gpu_mps:gpus_held_whole); make test-all runs every suite of every one,
+# on v1 and (23.11 and later) v2.
+SOURCE_FULL ?= 23.02
+SOURCE_RUNS ?= $(SOURCE_FULL):v1:all 23.02:v2:gpu_mps $(foreach r,$(filter-out $(SOURCE_FULL),$(SOURCE_RELEASES)),$(r):v1:foundation,gpu_mps:gpus_held_whole)
+SOURCE_RUNS_ALL ?= $(foreach r,$(SOURCE_RELEASES),$(r):v1:all) $(foreach r,$(filter-out 23.02,$(SOURCE_RELEASES)),$(r):v2:all)
 # One after another (RELEASE_RUNS=... to pick some).
-RELEASE_RUNS ?= $(RELEASE_RUNS_ALL_V1) $(RELEASE_RUNS_ALL_V2)
+RELEASE_RUNS ?= $(RELEASE_RUNS_ALL_V1) $(RELEASE_RUNS_ALL_V2) $(SOURCE_RUNS_ALL)
 test-releases:
 	tests/lanes.sh "$(RELEASE_RUNS)"
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs release runs and package tests, in one lane or two lanes side by side:
-#   tests/lanes.sh "RUN RUN ..." ["RUN RUN ..."]
+# Runs release runs and package tests, in one lane or several side by side:
+#   tests/lanes.sh "RUN RUN ..." ["RUN RUN ..." ...]
 # A RUN is SUITE:CGROUP[:BINARIES] (tests/release_suite.sh SUITE CGROUP
 # BINARIES; SUITE a Debian suite, host, or a SchedMD release built from
 # source such as 23.02; BINARIES "all" or absent: every test binary), the word "native"
@@ -8,8 +8,10 @@
 # word "packages" (packaging/deb.sh, then tests/package_test.sh, for each
 # of $PACKAGE_SUITES, default host trixie sid).
 #
-# Two lanes run at once (make test: cgroup v1 runs in one, v2 runs in the
-# other). They share nothing a test writes: each run has its own network
+# The lanes run at once (make test: this machine's and the Debian
+# releases' cgroup v1 runs in one, their v2 runs in another, SchedMD's
+# releases built from source in a third; most of a run is spent waiting on
+# Slurm, not on the processor). They share nothing a test writes: each run has its own network
 # namespace (its lab), its own MariaDB, its own cluster directories; in
 # one cgroup hierarchy each cluster numbers its jobs apart from every
 # other (FirstJobId, tests/src/cluster/configs.rs), so Slurm's cgroup
@@ -28,7 +30,7 @@ repo=$PWD
 logs=$repo/target/test-logs
 mkdir -p "$logs"
 rm -f "$logs"/.failed-*
-[ $# -ge 1 ] && [ $# -le 2 ] || { echo "usage: tests/lanes.sh \"RUN ...\" [\"RUN ...\"]" >&2; exit 2; }
+[ $# -ge 1 ] || { echo "usage: tests/lanes.sh \"RUN ...\" [\"RUN ...\" ...]" >&2; exit 2; }
 
 log_of() { echo "$logs/$(echo "$1" | tr ':,/' '___').log"; }
 
@@ -141,12 +143,15 @@ started=$SECONDS
 if [ $# -eq 1 ]; then
     lane "$1" "$logs/.failed-1" show
 else
-    echo "== two lanes side by side; each run's log: $logs/RUN.log"
-    lane "$1" "$logs/.failed-1" "" | sed -u 's/^/[lane 1] /' &
-    one=$!
-    lane "$2" "$logs/.failed-2" "" | sed -u 's/^/[lane 2] /' &
-    two=$!
-    wait "$one" "$two"
+    echo "== $# lanes side by side; each run's log: $logs/RUN.log"
+    pids=()
+    n=0
+    for runs in "$@"; do
+        n=$((n + 1))
+        lane "$runs" "$logs/.failed-$n" "" | sed -u "s/^/[lane $n] /" &
+        pids+=($!)
+    done
+    wait "${pids[@]}"
     # Every run's log, in lane order, for the record.
     for lane_runs in "$@"; do
         for run in $lane_runs; do

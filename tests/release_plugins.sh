@@ -34,7 +34,8 @@ current() {
     for p in "${plugins[@]}"; do
         [ -f "$out/$p.so" ] && [ -f "$out/$p.d" ] || return 1
         for src in $(sed -n '1s/^[^:]*: //p' "$out/$p.d"); do
-            case $src in "$repo"/*) ;; *) continue ;; esac
+            # Sources of this checkout; not what the build generated.
+            case $src in "$repo"/target/*) continue ;; "$repo"/*) ;; *) continue ;; esac
             [ -e "$src" ] && [ ! "$src" -nt "$out/$p.so" ] || return 1
         done
     done
