@@ -133,9 +133,25 @@ fn main() -> ExitCode {
                     gpu_type: "h100".into(),
                     count: 1,
                 });
+                // The h100 held whole, as gpu-mps config --whole writes it.
+                spec.unshared_mps_lines = true;
                 spec
             },
             priority_defaults,
+        )
+        .test_on(
+            "a_gpu_held_whole_without_an_mps_line_is_a_warning",
+            {
+                // An h100 held whole beside the shared a40s, with no mps
+                // line of its own (Slurm then stacks the a40s' shares).
+                let mut spec = correct_site();
+                spec.gpus.push(GpuSpec {
+                    gpu_type: "h100".into(),
+                    count: 1,
+                });
+                spec
+            },
+            shares_stack,
         )
         .test_on(
             "enforce_without_limits_and_qos_is_an_error",
@@ -150,6 +166,7 @@ fn main() -> ExitCode {
                     gpu_type: "h100".into(),
                     count: 1,
                 });
+                spec.unshared_mps_lines = true;
                 spec
             },
             untracked,
@@ -385,6 +402,28 @@ fn untracked(c: &mut Cluster) -> TestResult {
             && f.fix.contains(",gres/gpu,gres/gpu:a40,")
             && f.fix.ends_with(",gres/mps,gres/gpu:h100 (then restart slurmctld)"),
         format!("{f:?}"),
+    )
+}
+
+fn shares_stack(c: &mut Cluster) -> TestResult {
+    let (report, code) = audit(c, &["--fail-on", "warning"])?;
+    let stack: Vec<&AuditFinding> = report
+        .findings
+        .iter()
+        .filter(|f| f.kind == "mps_shares_stack")
+        .collect();
+    if !testcluster::cluster::slurm_places_shares() {
+        // gpushare places (a node-wide Count): Slurm stacks nothing.
+        return ensure(stack.is_empty(), listing(&report.findings));
+    }
+    ensure(
+        code == 1
+            && stack.len() == 1
+            && stack[0].severity == Severity::Warning
+            && stack[0].what.starts_with("node node1 books mps per GPU")
+            && stack[0].fix.contains("Name=mps Count=0 File=")
+            && stack[0].fix.contains("/nvidia4 Flags=all_sharing"),
+        format!("exit {code}:{}", listing(&report.findings)),
     )
 }
 

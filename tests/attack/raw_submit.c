@@ -50,6 +50,13 @@ int main(int argc, char **argv)
 	printf("%u\n", resp->job_id);
 #endif
 	slurm_free_submit_response_response_msg(resp);
+#if SLURM_VERSION_NUMBER >= SLURM_VERSION_NUM(23, 2, 0) && SLURM_VERSION_NUMBER < SLURM_VERSION_NUM(23, 11, 0)
+	/* 23.02's slurm_fini() runs select/cons_tres's fini, which calls
+	 * cr_fini_global_core_data(), a function libslurm.so does not export:
+	 * the program would die of a symbol lookup error after its work. */
+	fflush(stdout);
+#else
 	slurm_fini();
+#endif
 	return 0;
 }
