@@ -180,8 +180,10 @@ in_lab ip link set lo up
 # 5027"). Every root keeps its clusters' accounting in the host's MariaDB
 # (bookworm's 10.11), started once for this run on a free loopback port;
 # every cluster makes a database of its own there. The roots hold no
-# mariadb-server at all (tests/release_root.sh). Only this machine's own
-# Slurm (root /) starts a MariaDB per cluster, its own.
+# mariadb-server at all (tests/release_root.sh). A release built from
+# source does the same (one server per run, not one installed per
+# cluster). Only this machine's own Slurm (root / without a prefix)
+# starts a MariaDB per cluster, its own.
 env_extra+=(GPUSHARE_TEST_NETNS=own)
 # Keep the clusters' directories (inside the root's /tmp) for a post-mortem.
 [ -z "${GPUSHARE_KEEP_TEST_DIRS:-}" ] || env_extra+=(GPUSHARE_KEEP_TEST_DIRS=1)
@@ -192,7 +194,7 @@ env_extra+=(GPUSHARE_TEST_NETNS=own)
 # A newer build of the installed packages, inside the root
 # (tests/package_test.sh; gpu_mps's upgrade test installs it).
 [ -z "${GPUSHARE_UPGRADE_DEBS:-}" ] || env_extra+=(GPUSHARE_UPGRADE_DEBS="$GPUSHARE_UPGRADE_DEBS")
-if [ "$root" != / ]; then
+if [ "$root" != / ] || [ -n "$prefix" ]; then
     command -v mariadbd >/dev/null || { echo "release_suite: the host's mariadbd is missing: run make deps" >&2; exit 1; }
     db=$(mktemp -d /tmp/gpushare-hostdb.XXXXXX)
     port=$(in_lab python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')

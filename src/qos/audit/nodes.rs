@@ -109,11 +109,14 @@ fn shares_stack(site: &Site, mps: &[&NodeInfo], out: &mut Vec<AuditFinding>) {
     let Some(gres) = site.gres_conf.as_deref() else {
         return;
     };
+    // What `scontrol show config` says, and slurm.conf's own text where it
+    // could be read: 23.11's show config leaves LL_SHARED_GRES out.
     let select = format!(
-        "SelectTypeParameters={}\n",
+        "SelectTypeParameters={}\n{}",
         site.settings
             .get("SelectTypeParameters")
-            .unwrap_or_default()
+            .unwrap_or_default(),
+        site.slurm_conf.as_deref().unwrap_or_default()
     );
     let mut by_fix: BTreeMap<Vec<String>, Vec<&str>> = BTreeMap::new();
     for node in mps {

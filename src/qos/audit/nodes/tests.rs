@@ -64,6 +64,13 @@ fn nodes_whose_mps_slurm_stacks_are_named_with_the_lines_to_add() {
         "Name=mps Count=0 File=/dev/nvidia[4-5] Flags=all_sharing\n{gres}"
     ));
     assert!(audit(&site).iter().all(|f| f.kind != "mps_shares_stack"));
+    // LL_SHARED_GRES in slurm.conf but not in show config (23.11): read.
+    let mut site = site_with(|_, _, _, _| {});
+    site.slurm_conf = Some("SelectTypeParameters=CR_Core,LL_SHARED_GRES\n".into());
+    site.gres_conf = Some(format!(
+        "Name=mps Count=0 File=/dev/nvidia[4-5] Flags=all_sharing\n{gres}"
+    ));
+    assert!(audit(&site).iter().all(|f| f.kind != "mps_shares_stack"));
     // No gres.conf beside slurm.conf (nodes keep their own): no finding.
     site.gres_conf = None;
     assert!(audit(&site).iter().all(|f| f.kind != "mps_shares_stack"));
