@@ -110,9 +110,10 @@ fi
 # depend on, so a log says which point releases it saw (Debian moves under
 # a cached root).
 tested_with() {
-    local q=(dpkg-query -W -f='${Package} ${Version}\n' slurmctld slurmd slurmdbd libmariadb3 munge)
+    local packages=(slurmctld slurmd slurmdbd libmariadb3 munge)
     # From source: Slurm is the prefix's, the libraries the host's.
-    [ -z "$prefix" ] || q=(dpkg-query -W -f='${Package} ${Version}\n' libmariadb3 munge)
+    [ -z "$prefix" ] || packages=(libmariadb3 munge)
+    local q=(dpkg-query -W -f='${Package} ${Version}\n' "${packages[@]}")
     {
         [ -z "$prefix" ] || echo "SchedMD slurm $version ($prefix)"
         if [ "$root" = / ]; then "${q[@]}"; else chroot "$root" "${q[@]}"; fi

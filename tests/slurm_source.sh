@@ -36,16 +36,18 @@ configure=(--prefix="$prefix" --sysconfdir="$prefix/etc" --disable-debug --witho
     --without-hdf5 --disable-x11 --enable-multiple-slurmd CFLAGS="-O1 -g0")
 stamp="$(sha256sum "$src_dir/$tarball" | cut -d' ' -f1) ${configure[*]}"
 ready=$prefix/.gpushare-build
-if [ -f "$ready" ] && [ "$(cat "$ready")" = "$stamp" ]; then
+built() { [ -f "$ready" ] && [ "$(cat "$ready")" = "$stamp" ]; }
+if built; then
     echo "$prefix"
     exit 0
 fi
 
-# One build per prefix at a time (two lanes may want the same release).
+# One build per prefix at a time (two lanes may want the same release):
+# whoever waited finds it built.
 mkdir -p "$prefixes"
 exec 9>"$prefixes/.slurm-$version.lock"
 flock 9
-if [ -f "$ready" ] && [ "$(cat "$ready")" = "$stamp" ]; then
+if built; then
     echo "$prefix"
     exit 0
 fi

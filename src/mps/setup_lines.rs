@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use super::config::{GpuMpsConfig, Placement};
+use crate::shared::syntax::is_gpu_type;
 
 /// How a node's Slurm books mps, which decides the lines it needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,11 +56,7 @@ impl GpuGroup {
             .ok()
             .filter(|&n| n > 0)
             .ok_or_else(|| format!("{text:?}: N must be a positive number of GPUs"))?;
-        if gpu_type.is_empty()
-            || !gpu_type
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-        {
+        if !is_gpu_type(gpu_type) {
             return Err(format!(
                 "{text:?}: the type must be a gres.conf Type, e.g. h100"
             ));
@@ -285,7 +282,7 @@ mod tests {
         let booking = MpsBooking::from_texts(&t, &t, "gpu01");
         assert!(booking.spreads(), "{booking:?}");
         assert_eq!(booking.per_gpu_count, Some(100));
-        for bad in ["h100", "h100:0", ":2", "h 100:2", "h100:x"] {
+        for bad in ["h100", "h100:0", ":2", "h 100:2", "h100:x", "1080:2"] {
             assert!(GpuGroup::parse(bad).is_err(), "{bad}");
         }
     }

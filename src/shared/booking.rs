@@ -90,7 +90,13 @@ impl MpsBooking {
                 continue;
             };
             let named = device_names(files);
-            match get("Count").and_then(|c| c.parse::<u64>().ok()) {
+            let count = get("Count").and_then(|c| c.parse::<u64>().ok());
+            if booking.per_gpu_count.is_none_or(|c| c == 0) {
+                // A line that names no valid device list counts as one GPU.
+                let gpus = named.len().max(1) as u64;
+                booking.per_gpu_count = count.and_then(|c| c.checked_div(gpus));
+            }
+            match count {
                 Some(0) => zero_lines.push(named.clone()),
                 _ => zero_lines.clear(),
             }
@@ -100,12 +106,6 @@ impl MpsBooking {
                 f.split(',')
                     .any(|flag| flag.eq_ignore_ascii_case("all_sharing"))
             });
-            let count = get("Count").and_then(|c| c.parse::<u64>().ok());
-            if booking.per_gpu_count.is_none_or(|c| c == 0) {
-                // A line that names no valid device list counts as one GPU.
-                let gpus = expand_devices(files).map_or(1, |d| d.len().max(1));
-                booking.per_gpu_count = count.and_then(|c| c.checked_div(gpus as u64));
-            }
         }
         booking.all_sharing &= booking.per_gpu;
         if booking.per_gpu {

@@ -107,6 +107,7 @@ pub fn short_hostname() -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
 
     #[test]
     fn slurm_commands_come_from_the_prefix_of_the_slurmd_that_started_us() {
@@ -140,8 +141,6 @@ mod tests {
             Path::new("sprio")
         );
     }
-
-    use super::*;
 
     #[test]
     fn a_node_conf_is_looked_for_beside_slurm_conf_then_in_etc_slurm() {

@@ -154,6 +154,22 @@ pub fn hostlist_contains(list: &str, host: &str) -> bool {
     })
 }
 
+/// A GPU type a job can actually ask for (and gres.conf can name): a word
+/// the GRES parser would read as a type, not as a count (so `1080` is
+/// refused: `gpu:1080` means 1080 GPUs).
+pub fn is_gpu_type(t: &str) -> bool {
+    let word = !t.is_empty()
+        && t.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    let count_shaped = {
+        let digits = t.trim_end_matches(['k', 'K', 'm', 'M', 'g', 'G']);
+        t.len() - digits.len() <= 1
+            && !digits.is_empty()
+            && digits.bytes().all(|b| b.is_ascii_digit())
+    };
+    word && !count_shaped
+}
+
 /// Expands `/dev/nvidia[0-3]`, `/dev/nvidia[0,2,4-5]` and comma lists of
 /// such into paths, in order.
 pub fn expand_devices(spec: &str) -> Result<Vec<PathBuf>, String> {

@@ -148,6 +148,37 @@ impl Drop for Fabric {
     }
 }
 
+/// munged as the harness runs it, for the lab or for a node: its socket,
+/// pid and seed files in `dir` (made traversable by every client), the
+/// lab's `key`, its log at `log` (written by munged itself, as the munge
+/// user `ids`).
+pub fn munged_command(
+    dir: &Path,
+    key: &Path,
+    log: &Path,
+    (uid, gid): (u32, u32),
+) -> Result<Command> {
+    use std::os::unix::fs::{chown, PermissionsExt};
+    use std::os::unix::process::CommandExt;
+    fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
+    fs::write(log, "").map_err(|e| format!("{}: {e}", log.display()))?;
+    fs::set_permissions(log, fs::Permissions::from_mode(0o644)).map_err(|e| e.to_string())?;
+    for p in [dir, log] {
+        chown(p, Some(uid), Some(gid)).map_err(|e| format!("chown {}: {e}", p.display()))?;
+    }
+    let mut cmd = Command::new("munged");
+    cmd.arg("--foreground")
+        .arg(format!("--socket={}", dir.join("munge.sock").display()))
+        .arg(format!("--key-file={}", key.display()))
+        .arg(format!("--log-file={}", log.display()))
+        .arg(format!("--pid-file={}", dir.join("munged.pid").display()))
+        .arg(format!("--seed-file={}", dir.join("munged.seed").display()))
+        .uid(uid)
+        .gid(gid);
+    Ok(cmd)
+}
+
 /// A node's host: the process that holds its namespaces, and what tells
 /// them apart.
 #[derive(Debug)]
@@ -267,32 +298,10 @@ impl NodeHost {
     /// slurmds refuse each other's job credentials ("Credential
     /// replayed"). It runs in the lab's network namespace, so a crashed
     /// node's processes do not include it.
-    pub fn start_munged(
-        &mut self,
-        key: &Path,
-        (uid, gid): (u32, u32),
-        cluster_dir: &Path,
-    ) -> Result<()> {
-        use std::os::unix::fs::{chown, PermissionsExt};
-        use std::os::unix::process::CommandExt;
+    pub fn start_munged(&mut self, key: &Path, ids: (u32, u32), cluster_dir: &Path) -> Result<()> {
         let dir = self.dir.join("munge");
-        fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
-        let log = self.dir.join("log/munged.log");
-        fs::write(&log, "").map_err(|e| format!("{}: {e}", log.display()))?;
-        for p in [&dir, &log] {
-            chown(p, Some(uid), Some(gid)).map_err(|e| format!("chown {}: {e}", p.display()))?;
-        }
         let socket = dir.join("munge.sock");
-        let mut cmd = Command::new("munged");
-        cmd.arg("--foreground")
-            .arg(format!("--socket={}", socket.display()))
-            .arg(format!("--key-file={}", key.display()))
-            .arg(format!("--log-file={}", log.display()))
-            .arg(format!("--pid-file={}", dir.join("munged.pid").display()))
-            .arg(format!("--seed-file={}", dir.join("munged.seed").display()))
-            .uid(uid)
-            .gid(gid);
+        let cmd = munged_command(&dir, key, &self.dir.join("log/munged.log"), ids)?;
         let daemon = Daemon::spawn(
             "munged",
             cmd,

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use crate::shared::syntax::{self as kv, ConfigError};
+use crate::shared::syntax::{self as kv, is_gpu_type, ConfigError};
 
 use super::keys::{Key, LineValues, Problem};
 use super::patterns::{is_pattern, type_matches};
@@ -301,21 +301,6 @@ fn split_list(key: Key, value: &str) -> Result<Vec<String>, Problem> {
         items.push(item.to_owned());
     }
     Ok(items)
-}
-
-/// A type a job can actually ask for: a word the GRES parser would read as a
-/// type, not as a count (so `1080` is refused: `gpu:1080` means 1080 GPUs).
-fn is_gpu_type(t: &str) -> bool {
-    let word = !t.is_empty()
-        && t.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
-    let count_shaped = {
-        let digits = t.trim_end_matches(['k', 'K', 'm', 'M', 'g', 'G']);
-        t.len() - digits.len() <= 1
-            && !digits.is_empty()
-            && digits.bytes().all(|b| b.is_ascii_digit())
-    };
-    word && !count_shaped
 }
 
 /// A `GPUTypes=` entry: a type, or a pattern of types with `*` and `?`

@@ -4,13 +4,12 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::net::TcpStream;
 use std::os::unix::fs::{chown, PermissionsExt};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use super::{cgroup_v2, mkdir, write, Cluster};
+use super::{cgroup_v2, mkdir, Cluster};
 use crate::process::Daemon;
 use crate::time::{DAEMON_START, POLL};
 use crate::Result;
@@ -75,7 +74,7 @@ impl Cluster {
 
     pub(super) fn start_munge(&mut self) -> Result<()> {
         let dir = self.dir.join("munge");
-        // munged wants its socket directory traversable by every client.
+        // The key's directory; munged_command makes it the socket's too.
         mkdir(&dir, 0o755)?;
         let (uid, gid) = user_ids("munge")?;
         let key = dir.join("munge.key");
@@ -86,25 +85,9 @@ impl Cluster {
             .map_err(|e| format!("/dev/urandom: {e}"))?;
         fs::write(&key, &bytes).map_err(|e| e.to_string())?;
         fs::set_permissions(&key, fs::Permissions::from_mode(0o600)).map_err(|e| e.to_string())?;
-        for p in [&dir, &key] {
-            chown(p, Some(uid), Some(gid)).map_err(|e| format!("chown {}: {e}", p.display()))?;
-        }
-        let mut cmd = Command::new("munged");
-        cmd.arg("--foreground")
-            .arg(format!("--socket={}", dir.join("munge.sock").display()))
-            .arg(format!("--key-file={}", key.display()))
-            .arg(format!(
-                "--log-file={}",
-                self.log_dir().join("munged.log").display()
-            ))
-            .arg(format!("--pid-file={}", dir.join("munged.pid").display()))
-            .arg(format!("--seed-file={}", dir.join("munged.seed").display()))
-            .uid(uid)
-            .gid(gid);
-        // munged writes its own log file as the munge user.
+        chown(&key, Some(uid), Some(gid)).map_err(|e| format!("chown {}: {e}", key.display()))?;
         let log = self.log_dir().join("munged.log");
-        write(&log, "", 0o644)?;
-        chown(&log, Some(uid), Some(gid)).map_err(|e| e.to_string())?;
+        let cmd = crate::hosts::munged_command(&dir, &key, &log, (uid, gid))?;
         self.spawn("munged", cmd)?;
         let sock = dir.join("munge.sock");
         self.wait_daemon("munged", DAEMON_START, |_| sock.exists())?;
