@@ -156,9 +156,13 @@ impl Cluster {
 
     /// Waits until slurmctld has considered pending job `id` in a
     /// scheduling pass at least [`CONSIDERED_AFTER`] after its submission
-    /// (`LastSchedEval` against `SubmitTime`), or the job has left PENDING.
-    /// A job that could start would have started by then: a test that
-    /// shows a job held waits for this, not for a fixed time.
+    /// (`LastSchedEval` against `SubmitTime`) and given it a reason, or
+    /// the job has left PENDING. A job that could start would have
+    /// started by then: a test that shows a job held waits for this, not
+    /// for a fixed time. A pass may stamp `LastSchedEval` and leave
+    /// `Reason=None` (the main scheduler stamps a job before checks that
+    /// can end the pass, such as its time budget); a later pass, or
+    /// backfill's, gives the reason.
     pub fn wait_considered(&self, id: u32, timeout: impl Into<Duration>) -> Result<JobInfo> {
         let mut last = String::new();
         wait_for(
@@ -168,14 +172,16 @@ impl Cluster {
                 let info = self.job(id).ok()?;
                 let submit = info.get("SubmitTime").and_then(stamp_seconds);
                 let eval = info.get("LastSchedEval").and_then(stamp_seconds);
+                let reason = info.get("Reason").unwrap_or("None");
                 last = format!(
-                    "{} SubmitTime={:?} LastSchedEval={:?}",
+                    "{} Reason={reason} SubmitTime={:?} LastSchedEval={:?}",
                     info.state(),
                     info.get("SubmitTime"),
                     info.get("LastSchedEval")
                 );
-                let considered = matches!((submit, eval),
-                    (Some(s), Some(e)) if e >= s + CONSIDERED_AFTER);
+                let considered = reason != "None"
+                    && matches!((submit, eval),
+                        (Some(s), Some(e)) if e >= s + CONSIDERED_AFTER);
                 (considered || info.state() != "PENDING").then_some(info)
             },
         )
