@@ -188,6 +188,15 @@ fn each_confined_to_its_gpu(c: &Cluster, ids: &[u32]) -> TestResult {
 }
 
 fn spread(c: &mut Cluster) -> TestResult {
+    // slurmd loaded the SPANK plugin and says which gpushare it is.
+    let loaded = format!(
+        "gpu_mps: loaded (gpushare {}, built for Slurm ",
+        env!("CARGO_PKG_VERSION")
+    );
+    ensure(
+        c.log("slurmd").contains(&loaded),
+        format!("slurmd.log lacks {loaded:?}"),
+    )?;
     let probe = c.write_device_probe()?;
     let script = format!(
         "--wrap=echo GPU=$GPUSHARE_GPU CVD=$CUDA_VISIBLE_DEVICES PCT=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE UNITS=$GPUSHARE_MPS_UNITS PIPE=$CUDA_MPS_PIPE_DIRECTORY $(sh {}); sleep 120",

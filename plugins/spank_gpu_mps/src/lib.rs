@@ -36,7 +36,7 @@ use slurm_plugin::log;
 use slurm_plugin::slurm_str::opt_str;
 use slurm_sys::{
     spank_err_t, spank_t, ESPANK_ENV_NOEXIST, ESPANK_NOSPACE, ESPANK_SUCCESS, S_CTX_REMOTE,
-    S_JOB_ID, S_TASK_PID,
+    S_CTX_SLURMD, S_JOB_ID, S_TASK_PID,
 };
 
 slurm_plugin::plugin_identity!(name: "gpu_mps", kind: "spank");
@@ -206,6 +206,16 @@ unsafe fn args(ac: c_int, av: *mut *mut c_char) -> Vec<String> {
 }
 
 fn init(sp: spank_t, args: &[String]) -> SpankResult {
+    // SAFETY: spank_context has no preconditions.
+    if unsafe { slurm_sys::spank_context() } == S_CTX_SLURMD {
+        // slurmd, as it starts: which gpushare and for which Slurm.
+        log::info(&format!(
+            "gpu_mps: loaded (gpushare {}, built for Slurm {})",
+            env!("CARGO_PKG_VERSION"),
+            slurm_sys::SLURM_VERSION
+        ));
+        return Ok(());
+    }
     if !remote(sp) {
         return Ok(());
     }
@@ -409,7 +419,8 @@ fn spank_task_post_fork(sp: spank_t, _ac: c_int, _av: *mut *mut c_char) -> c_int
 }
 
 slurm_plugin::export! {
-    /// Once per step, in every context; acts in the remote one.
+    /// Once per step, in every context; acts in the remote one. slurmd
+    /// calls it once when it starts: the load line.
     fn slurm_spank_init(sp: spank_t, ac: c_int, av: *mut *mut c_char) -> c_int,
         on_panic -1 => spank_init;
     /// In each task, as the user, before exec.
