@@ -15,6 +15,9 @@
 #   make install   install (DESTDIR, PREFIX, PLUGINDIR, NOBUILD=1)
 #   make uninstall remove exactly what install put there
 #   make deb       Debian packages pinned to the Slurm they run (SUITE=host|trixie|sid)
+#   make dist      the source release: every crate vendored, the RPM spec inside
+#   make rpm       RPM packages for the Slurm whose slurm-devel is installed
+#   make release   check that the version agrees everywhere, then make dist
 #   make bench     every benchmark side by side with what a site would use,
 #                  then one table (figures and the command for each row)
 #   make hw-check  (root, on an NVIDIA GPU node, no Slurm) the MPS half on the
@@ -25,6 +28,8 @@
 
 CARGO ?= cargo
 PROFILE ?= release
+# gpushare's version: Cargo.toml's [workspace.package] (CHANGELOG.md).
+VERSION := $(shell sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
 
 # A Slurm built from source into a prefix of its own (`./configure
 # --prefix=/opt/slurm`): its headers for the build, its lib/slurm for
@@ -50,7 +55,11 @@ all: build
 
 # Installs only what is missing, so a prepared machine does not touch apt.
 deps:
-	@missing=""; for p in $(APT_PACKAGES); do \
+	@if ! command -v dpkg-query >/dev/null || ! command -v apt-get >/dev/null; then \
+		echo "not a Debian-family system: the build needs cargo, clang (libclang) and Slurm's headers, installed yourself"; \
+		exit 0; \
+	fi; \
+	missing=""; for p in $(APT_PACKAGES); do \
 		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
@@ -97,12 +106,12 @@ build-tests:
 # directory. Each run's log is kept in target/test-logs/.
 test: unit
 	$(MAKE) check-releases SOURCE_RELEASES=
-	tests/lanes.sh "native $(RELEASE_RUNS_V1) packages" "$(RELEASE_RUNS_V2)" "$(SOURCE_RUNS)"
+	tests/lanes.sh "native $(RELEASE_RUNS_V1) packages" "$(RELEASE_RUNS_V2)" "$(SOURCE_RUNS)" "$(RPM_RUNS)"
 
 # Every release on both cgroup versions in full (about five times make test).
 test-all: unit
 	$(MAKE) check-releases SOURCE_RELEASES=
-	tests/lanes.sh "native $(RELEASE_RUNS_ALL_V1) packages" "$(RELEASE_RUNS_ALL_V2)" "$(SOURCE_RUNS_ALL)"
+	tests/lanes.sh "native $(RELEASE_RUNS_ALL_V1) packages" "$(RELEASE_RUNS_ALL_V2)" "$(SOURCE_RUNS_ALL)" "$(RPM_RUNS)"
 
 # The MPS half on a real NVIDIA GPU (tests/hw-check, README "On real
 # hardware"): the release node programs and a CUDA client as two throwaway
@@ -165,6 +174,9 @@ RELEASE_RUNS_ALL_V2 ?= $(RELEASE_RUNS_V2)
 SOURCE_FULL ?= 23.02
 SOURCE_RUNS ?= $(SOURCE_FULL):v1:all 23.02:v2:gpu_mps $(foreach r,$(filter-out $(SOURCE_FULL),$(SOURCE_RELEASES)),$(r):v1:foundation,gpu_mps:gpus_held_whole)
 SOURCE_RUNS_ALL ?= $(foreach r,$(SOURCE_RELEASES),$(r):v1:all) $(foreach r,$(filter-out 23.02,$(SOURCE_RELEASES)),$(r):v2:all)
+# gpushare's RPMs on SchedMD's RPMs of a release (tests/rpm_test.sh): a
+# fourth lane, its builds at the lowest priority beside the others.
+RPM_RUNS ?= rpm:$(RPM_RELEASE)
 # One after another (RELEASE_RUNS=... to pick some).
 RELEASE_RUNS ?= $(RELEASE_RUNS_ALL_V1) $(RELEASE_RUNS_ALL_V2) $(SOURCE_RUNS_ALL)
 test-releases:
@@ -303,3 +315,37 @@ debs: deps
 	@set -e; for suite in $(PACKAGE_SUITES); do packaging/deb.sh $$suite; done
 test-packages: deps
 	PACKAGE_SUITES="$(PACKAGE_SUITES)" tests/lanes.sh packages
+
+# ---- source release and RPM packages -------------------------------------
+#   make dist      target/dist/gpushare-VERSION.tar.gz: the tree at HEAD, every
+#                  crate vendored, gpushare.spec inside (packaging/dist.sh);
+#                  builds offline, `rpmbuild -ta` takes it as it is
+#   make rpm       gpushare-slurmctld and gpushare-slurmd RPMs from it, for the
+#                  Slurm whose slurm-devel is installed (RPMBUILD_ARGS: e.g.
+#                  --define 'slurm_prefix /opt/slurm'), into target/rpm
+#   make test-rpm  SchedMD's Slurm RPM_RELEASE as RPMs, gpushare's RPMs built
+#                  and installed on it in a root, its suites run there
+#                  (tests/rpm_test.sh)
+#   make release   the version agrees everywhere, then make dist; says how
+#                  to tag
+APT_PACKAGES += rpm rpmlint
+RPM_RELEASE ?= 25.05
+RPMBUILD_ARGS ?=
+
+.PHONY: dist rpm test-rpm release
+
+dist:
+	packaging/dist.sh
+
+rpm: dist
+	@mkdir -p target/rpm
+	rpmbuild -ta $(RPMBUILD_ARGS) --define "_topdir $(CURDIR)/target/rpm/build" \
+		--define "_rpmdir $(CURDIR)/target/rpm" target/dist/gpushare-$(VERSION).tar.gz
+	rpmlint -r packaging/rpm/rpmlintrc target/rpm/*/gpushare-*.rpm
+
+test-rpm: deps
+	tests/rpm_test.sh $(RPM_RELEASE)
+
+release: build
+	packaging/release_check.sh --tag
+	$(MAKE) dist

@@ -4,9 +4,10 @@
 # A RUN is SUITE:CGROUP[:BINARIES] (tests/release_suite.sh SUITE CGROUP
 # BINARIES; SUITE a Debian suite, host, or a SchedMD release built from
 # source such as 23.02; BINARIES "all" or absent: every test binary), the word "native"
-# (every suite on this machine's Slurm: cargo test -p gpushare-tests) or the
+# (every suite on this machine's Slurm: cargo test -p gpushare-tests), the
 # word "packages" (packaging/deb.sh, then tests/package_test.sh, for each
-# of $PACKAGE_SUITES, default host trixie sid).
+# of $PACKAGE_SUITES, default host trixie sid) or rpm:RELEASE (gpushare's
+# RPMs on SchedMD's RPMs of that Slurm release, tests/rpm_test.sh).
 #
 # The lanes run at once (make test: this machine's and the Debian
 # releases' cgroup v1 runs in one, their v2 runs in another, SchedMD's
@@ -41,7 +42,7 @@ sources=()
 for lane in "$@"; do
     for run in $lane; do
         case $run in
-        native | packages | host:*) ;;
+        native | packages | host:* | rpm:*) ;;
         [0-9]*)
             # SchedMD's releases: built below, beside the lanes.
             suite=${run%%:*}
@@ -89,6 +90,8 @@ one_run() {
     log=$(log_of "$run")
     if [ "$run" = native ]; then
         "${CARGO:-cargo}" test -p gpushare-tests --tests --no-fail-fast
+    elif [[ $run == rpm:* ]]; then
+        tests/rpm_test.sh "${run#rpm:}"
     elif [ "$run" = packages ]; then
         local suite failed=""
         # Every suite's packages first: each test installs another

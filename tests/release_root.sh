@@ -4,6 +4,9 @@
 #   tests/release_root.sh SUITE DIR      (trixie -> Slurm 24.11, sid -> 26.05)
 # Prints the Slurm version in the root. A DIR finished earlier with the same
 # package list is reused as it is (CI caches it under target/releases).
+# With GPUSHARE_ROOT_PACKAGES (comma-separated), a root of those packages
+# instead, and no version printed (tests/rpm_test.sh: a root without
+# Debian's Slurm, for SchedMD's RPMs).
 set -euo pipefail
 suite=$1
 dir=$2
@@ -13,12 +16,13 @@ mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 # Debian point release of MariaDB cannot stop slurmdbd. What the suite runs besides
 # (cc for the attack fixtures, python3 for JSON checks, make for the demo's
 # install, procps for pgrep/pkill).
-packages=slurmctld,slurmd,slurm-client,slurmdbd,slurm-wlm-basic-plugins,munge,libslurm-dev,gcc,libc6-dev,python3,make,procps,iproute2
+packages=${GPUSHARE_ROOT_PACKAGES:-slurmctld,slurmd,slurm-client,slurmdbd,slurm-wlm-basic-plugins,munge,libslurm-dev,gcc,libc6-dev,python3,make,procps,iproute2}
 ready=$dir/.gpushare-root
 header=$dir/usr/include/slurm/slurm_version.h
 
 print_version() {
     local n
+    [ -f "$header" ] || return 0
     n=$(awk '$2 == "SLURM_VERSION_NUMBER" {print $3}' "$header")
     n=$((n))
     printf "%d.%02d.%d\n" $((n >> 16)) $(((n >> 8) & 255)) $((n & 255))

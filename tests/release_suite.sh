@@ -75,6 +75,8 @@ if [ -n "${GPUSHARE_RELEASE_ROOT:-}" ]; then
     build=${GPUSHARE_RELEASE_BUILD:?GPUSHARE_RELEASE_ROOT needs GPUSHARE_RELEASE_BUILD}
     version=$(chroot "$root" slurmctld -V | awk '{print $2}')
     echo "== Slurm $version (root $root, harness reads $build)"
+    # A Slurm whose plugins are elsewhere than Debian's (SchedMD's RPMs).
+    [ -z "${GPUSHARE_SLURM_PLUGIN_DIR:-}" ] || env_extra+=(GPUSHARE_SLURM_PLUGIN_DIR="$GPUSHARE_SLURM_PLUGIN_DIR")
 elif [ "$suite" = host ]; then
     # This machine's own Slurm (only cgroup v2 needs this script for it).
     root=/
@@ -113,9 +115,16 @@ tested_with() {
     local packages=(slurmctld slurmd slurmdbd libmariadb3 munge)
     # From source: Slurm is the prefix's, the libraries the host's.
     [ -z "$prefix" ] || packages=(libmariadb3 munge)
+    # SchedMD's RPMs in a root (tests/rpm_test.sh): Slurm is rpm's.
+    local rpms=
+    if [ "$root" != / ] && chroot "$root" rpm -q slurm >/dev/null 2>&1; then
+        rpms=$(chroot "$root" rpm -q slurm slurm-slurmctld slurm-slurmd slurm-slurmdbd | paste -sd,)
+        packages=(libmariadb3 munge)
+    fi
     local q=(dpkg-query -W -f='${Package} ${Version}\n' "${packages[@]}")
     {
         [ -z "$prefix" ] || echo "SchedMD slurm $version ($prefix)"
+        [ -z "$rpms" ] || echo "SchedMD's RPMs $rpms"
         if [ "$root" = / ]; then "${q[@]}"; else chroot "$root" "${q[@]}"; fi
     } | paste -sd, | sed 's/,/, /g'
 }

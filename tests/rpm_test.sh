@@ -1,0 +1,232 @@
+#!/usr/bin/env bash
+# Tests gpushare's RPMs the way a RHEL-family site meets them:
+#   tests/rpm_test.sh [RELEASE]          (default 25.05; make test-rpm)
+#  1. SchedMD's Slurm RELEASE built into RPMs with its own spec
+#     (tests/slurm_rpms.sh) and installed with rpm into a root;
+#  2. gpushare's source release (packaging/dist.sh) built there with
+#     `rpmbuild -ta`, as on a site's build host: against that slurm-devel,
+#     with no network and an empty cargo home; rpmlint on the packages;
+#  3. rpm -i of both packages, their dependencies checked against what the
+#     root holds (the Slurm pin among them); nothing enabled, nothing
+#     restarted; slurmd's and slurmctld's log lines name the version;
+#  4. the gpu_qos and MPS suites (foundation, gpu_qos, gpu_mps, mps_daemon)
+#     against the installed plugins and programs, in that root;
+#  5. packages built for another Slurm (the next release's headers, built
+#     from source) refused by rpm with the dependency it lacks;
+#  6. rpm -e leaves none of their files.
+#
+# The root is Debian bookworm (tests/release_root.sh, cached in
+# target/releases/rpm-root) with no Slurm of Debian's: it supplies the
+# libraries SchedMD's RPMs link (they are built on this machine) and
+# rpmbuild. rpm's database there knows nothing of dpkg's packages, so the
+# test first installs a package made here that provides what the root
+# holds (each shared library's soname, each command, each Debian package
+# name and version) as RHEL's own packages would: every other dependency is
+# rpm's to check. The Rust toolchain is this machine's, mounted read-only.
+# Each run works in an overlay of the cached root, in a private mount
+# namespace: nothing of it outlives the run.
+set -euo pipefail
+release=${1:-25.05}
+cd "$(dirname "$0")/.."
+repo=$PWD
+fail() { echo "rpm_test $release: FAILED: $*" >&2; exit 1; }
+step() { echo "== rpm_test $release: $*"; }
+base=$repo/target/releases/rpm-root
+# What SchedMD's RPMs built here link, what the suites run (cc for the
+# attack fixtures, python3, make, pgrep), and the build host's tools
+# (rpmbuild, gcc, libclang for bindgen).
+root_packages=munge,libmunge2,libmariadb3,libreadline8,libdbus-1-3,libjson-c5,libyaml-0-2,bash-completion,perl,gcc,libc6-dev,python3,make,procps,iproute2,rpm,libclang-dev,pkg-config
+
+if [ -z "${GPUSHARE_RPM_TEST_NS:-}" ]; then
+    command -v rpmbuild >/dev/null && command -v rpmlint >/dev/null || fail "rpmbuild or rpmlint is missing: run make deps"
+    GPUSHARE_ROOT_PACKAGES=$root_packages tests/release_root.sh bookworm "$base" >/dev/null
+    # Builds at the lowest priority: make test runs this beside other lanes.
+    slurm_rpms=$(nice -n 19 tests/slurm_rpms.sh "$release")
+    # The next release's headers, for packages built for another Slurm.
+    other=$(tests/slurm_source.sh "${GPUSHARE_RPM_OTHER_RELEASE:-25.11}")
+    packaging/dist.sh >/dev/null
+    GPUSHARE_RPM_TEST_NS=1 SLURM_RPMS=$slurm_rpms OTHER_PREFIX=$other exec unshare --mount --propagation private -- "$0" "$@"
+fi
+
+version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
+tarball=$repo/target/dist/gpushare-$version.tar.gz
+tmp=$(mktemp -d /tmp/gpushare-rpm-test.XXXXXX)
+root=$tmp/root
+harness=$repo/target/rpm/.harness-$release
+cleanup() {
+    umount -R -l "$root" 2>/dev/null || true
+    rm -rf --one-file-system "$tmp" "$harness"
+}
+trap cleanup EXIT
+mkdir -p "$tmp/upper" "$tmp/work" "$root"
+mount -t overlay overlay -o "lowerdir=$base,upperdir=$tmp/upper,workdir=$tmp/work" "$root"
+mount -t proc proc "$root/proc"
+mount --rbind /dev "$root/dev"
+# This machine's Rust toolchain, read-only, at its own path.
+toolchain=$(dirname "$(dirname "$(rustup which cargo 2>/dev/null || command -v cargo)")")
+mkdir -p "$root$toolchain"
+mount --bind -o ro "$toolchain" "$root$toolchain"
+# (--force-debian: Debian's rpm otherwise warns that dpkg owns the system.)
+in_root() {
+    chroot "$root" /usr/bin/env -i PATH="$toolchain/bin:/usr/sbin:/usr/bin:/sbin:/bin" HOME=/root LANG=C.UTF-8 "$@"
+}
+
+step "1. SchedMD's Slurm $release RPMs installed with rpm"
+# What the root holds, as rpm's database sees it: one package providing
+# every shared library (rpm's own elfdeps names them as RHEL's packages do),
+# every command, and every Debian package by name and version.
+bridge=$tmp/bridge
+mkdir -p "$bridge"
+{
+    echo "Name: gpushare-test-root"
+    echo "Version: 1"
+    echo "Release: 1"
+    echo "Summary: what the Debian root of gpushare's RPM test holds"
+    echo "License: MIT"
+    echo "BuildArch: noarch"
+    # (A merged /usr: /lib and /lib64 are links into it. elfdeps fails on
+    # the files that are not ELF, such as libc.so's linker script, after
+    # naming the others.)
+    find "$root/usr/lib" "$root/usr/lib64" -name '*.so*' -type f |
+        { /usr/lib/rpm/elfdeps --provides || true; } | sort -u | sed 's/^/Provides: /'
+    # What RHEL's glibc provides besides its libraries.
+    echo "Provides: rtld(GNU_HASH)"
+    for d in /bin /sbin /usr/bin /usr/sbin; do
+        find "$root$d/" -maxdepth 1 \( -type f -o -type l \) -printf "Provides: $d/%f\n"
+    done
+    # Debian's version in rpm's terms: no epoch, one '-' (before the
+    # Debian revision).
+    in_root dpkg-query -W -f='${Package} ${Version}\n' | awk '{
+        v = $2; sub(/^[0-9]+:/, "", v)
+        r = ""; if (match(v, /-[^-]*$/)) { r = substr(v, RSTART); v = substr(v, 1, RSTART - 1) }
+        gsub(/-/, "_", v); print "Provides: " $1 " = " v r }'
+    echo "%description"
+    echo "Generated by tests/rpm_test.sh."
+    echo "%files"
+} >"$bridge/root.spec"
+rpmbuild -bb --define "_topdir $bridge" --define "_rpmdir $bridge" "$bridge/root.spec" >"$tmp/bridge.log" 2>&1 ||
+    { cat "$tmp/bridge.log"; fail "building the root's provides package"; }
+rpm --force-debian --root "$root" -i "$bridge"/noarch/gpushare-test-root-1-1.noarch.rpm
+slurm_packages=()
+for p in slurm slurm-devel slurm-slurmctld slurm-slurmd slurm-slurmdbd; do
+    f=$(find "$SLURM_RPMS" -maxdepth 1 -name "$p-[0-9]*.rpm")
+    [ -n "$f" ] || fail "no $p RPM in $SLURM_RPMS"
+    slurm_packages+=("$f")
+done
+mkdir -p "$root/tmp/rpms"
+cp "${slurm_packages[@]}" "$root/tmp/rpms/"
+# SchedMD's scriptlets call systemd's rpm macros, which Debian's rpm does
+# not define: they fail (warnings), nothing else does.
+rpm --force-debian --root "$root" -i "$root"/tmp/rpms/slurm-*.rpm >"$tmp/slurm-install.log" 2>&1 ||
+    { cat "$tmp/slurm-install.log"; fail "rpm -i SchedMD's Slurm RPMs"; }
+slurm=$(in_root rpm -q --qf '%{VERSION}' slurm)
+echo "   $(in_root rpm -qa 'slurm*' | sort | paste -sd' ')"
+
+step "2. rpmbuild -ta gpushare-$version.tar.gz on it: offline, empty cargo home"
+cp "$tarball" "$root/tmp/"
+build() { # log topdir cargo-target [rpmbuild arguments...]
+    local log=$1 top=$2 target=$3
+    shift 3
+    # No network at all: a network namespace of its own with nothing in it.
+    nice -n 19 unshare --net -- chroot "$root" /usr/bin/env -i PATH="$toolchain/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+        HOME=/root LANG=C.UTF-8 CARGO_TARGET_DIR="$target" \
+        rpmbuild -ta --without system_rust --define "_topdir $top" "$@" "/tmp/gpushare-$version.tar.gz" >"$log" 2>&1
+}
+# BuildRequires name RHEL's packages (clang-devel, ...): Debian's hold them
+# under other names, so only slurm-devel is checked, by the spec itself.
+start=$SECONDS
+build "$tmp/rpmbuild.log" /tmp/rpmbuild /tmp/cargo-target --nodeps || { tail -n 40 "$tmp/rpmbuild.log"; fail "rpmbuild -ta"; }
+mapfile -t built < <(find "$root/tmp/rpmbuild/RPMS" -name 'gpushare-*.rpm' | sort)
+[ ${#built[@]} -eq 2 ] || fail "rpmbuild made ${#built[@]} packages, not 2: ${built[*]}"
+ctld=$(basename "$(printf '%s\n' "${built[@]}" | grep /gpushare-slurmctld-)")
+node=$(basename "$(printf '%s\n' "${built[@]}" | grep /gpushare-slurmd-)")
+[ "$ctld" = "gpushare-slurmctld-$version-1.slurm$slurm.x86_64.rpm" ] || fail "the controller package is $ctld"
+[ "$node" = "gpushare-slurmd-$version-1.slurm$slurm.x86_64.rpm" ] || fail "the node package is $node"
+echo "   $ctld, $node in $((SECONDS - start)) s"
+mkdir -p "$repo/target/rpm/$release"
+cp "${built[@]}" "$repo/target/rpm/$release/"
+rpmlint -r packaging/rpm/rpmlintrc "${built[@]}" >"$tmp/rpmlint.log" 2>&1 ||
+    { cat "$tmp/rpmlint.log"; fail "rpmlint"; }
+echo "   rpmlint: $(tail -n 1 "$tmp/rpmlint.log")"
+in_root rpm -qp --requires "/tmp/rpmbuild/RPMS/x86_64/$ctld" | grep -qx "slurm(x86-64) = $slurm" ||
+    fail "$ctld does not require slurm(x86-64) = $slurm"
+# The same tarball built again elsewhere gives the same plugins and
+# programs, byte for byte.
+build "$tmp/rpmbuild-again.log" /tmp/rpmbuild-again /tmp/cargo-target-again --nodeps ||
+    { tail -n 40 "$tmp/rpmbuild-again.log"; fail "rpmbuild -ta, again"; }
+payload() { # topdir
+    local rpm
+    for rpm in "$root$1"/RPMS/x86_64/gpushare-*.rpm; do
+        rpm2cpio "$rpm" | (cd "$tmp" && rm -rf payload && mkdir payload && cd payload && cpio -idm --quiet &&
+            find . -type f \( -name '*.so' -o -path '*bin/*' -o -path '*libexec/*' \) -exec sha256sum {} + | sort -k2)
+    done
+}
+payload /tmp/rpmbuild >"$tmp/first.sha256"
+payload /tmp/rpmbuild-again >"$tmp/again.sha256"
+[ "$(wc -l <"$tmp/first.sha256")" -eq 6 ] || fail "expected 6 plugins and programs in the packages: $(cat "$tmp/first.sha256")"
+diff "$tmp/first.sha256" "$tmp/again.sha256" >&2 || fail "two builds of the same tarball differ"
+echo "   built again in another directory: the same 6 plugins and programs, byte for byte"
+rm -rf "$root/tmp/rpmbuild-again" "$root/tmp/cargo-target-again"
+
+step "3. rpm -i $ctld $node"
+in_root rpm --force-debian -i "/tmp/rpmbuild/RPMS/x86_64/$ctld" "/tmp/rpmbuild/RPMS/x86_64/$node" >"$tmp/install.log" 2>&1 ||
+    { cat "$tmp/install.log"; fail "rpm -i"; }
+[ ! -s "$tmp/install.log" ] || { cat "$tmp/install.log"; fail "rpm -i said something"; }
+files=$(in_root rpm -ql gpushare-slurmctld gpushare-slurmd)
+plugindir=$(in_root rpm -ql slurm | grep -m1 '/slurm/job_submit_.*\.so$' | xargs dirname)
+for f in "$plugindir/job_submit_gpu_qos.so" "$plugindir/spank_gpu_mps.so" \
+    /usr/libexec/gpushare/gpu-mps-prolog /usr/libexec/gpushare/gpu-mps-epilog /usr/sbin/gpu-qos /usr/sbin/gpu-mps \
+    /etc/slurm/gpu_qos.conf.example /etc/slurm/gpu_mps.conf.example \
+    /usr/lib/systemd/system/gpushare-qos-metrics.timer /usr/lib/systemd/system/gpushare-node-metrics.timer; do
+    grep -qx "$f" <<<"$files" || fail "$f is not in the packages (rpm -ql)"
+done
+[ "$(in_root rpm -qc gpushare-slurmctld gpushare-slurmd | sort | paste -sd' ')" = "/etc/slurm/gpu_mps.conf.example /etc/slurm/gpu_qos.conf.example" ] ||
+    fail "the packages' config files are not the two examples: $(in_root rpm -qc gpushare-slurmctld gpushare-slurmd)"
+enabled=$(find "$root/etc/systemd" -name 'gpushare-*' 2>/dev/null)
+[ -z "$enabled" ] || fail "installing enabled a unit: $enabled"
+for p in gpu-qos gpu-mps; do
+    said=$(in_root "/usr/sbin/$p" --version)
+    [ "$said" = "$p $version" ] || fail "$p --version says $said"
+done
+echo "   $(wc -l <<<"$files") files; plugins in $plugindir; nothing enabled"
+
+step "4. the suites against the installed plugins and programs"
+# foundation's wrong_plugin_version test is left out: it puts a patched copy
+# of the plugin in a directory before Slurm's own, which here holds the
+# installed one; step 5 is what guards this installation.
+suites=foundation:loaded_by_slurmctld/runs_through_the_plugin/srun_step_runs/preempts_lowprio,gpu_qos,gpu_mps,mps_daemon
+rm -rf "$harness"
+mkdir -p "$harness"
+ln -s "$plugindir/job_submit_gpu_qos.so" "$harness/libjob_submit_gpu_qos.so"
+ln -s "$plugindir/spank_gpu_mps.so" "$harness/libspank_gpu_mps.so"
+for f in /usr/libexec/gpushare/gpu-mps-prolog /usr/libexec/gpushare/gpu-mps-epilog /usr/sbin/gpu-qos /usr/sbin/gpu-mps; do
+    ln -s "$f" "$harness/"
+done
+GPUSHARE_RELEASE_ROOT=$root GPUSHARE_RELEASE_BUILD=$harness GPUSHARE_SLURM_PLUGIN_DIR=$plugindir \
+    tests/release_suite.sh "rpm-$release" v1 "${GPUSHARE_RPM_SUITES:-$suites}" ||
+    fail "the installed RPMs did not pass the suites"
+
+step "5. packages built for another Slurm are refused by rpm"
+other_version=$("$OTHER_PREFIX/sbin/slurmctld" -V | awk '{print $2}')
+mkdir -p "$root$OTHER_PREFIX"
+mount --bind -o ro "$OTHER_PREFIX" "$root$OTHER_PREFIX"
+rm -rf "$root/tmp/rpmbuild"
+build "$tmp/rpmbuild-other.log" /tmp/rpmbuild /tmp/cargo-target --nodeps --define "slurm_prefix $OTHER_PREFIX" ||
+    { tail -n 40 "$tmp/rpmbuild-other.log"; fail "rpmbuild -ta for Slurm $other_version"; }
+other_ctld=/tmp/rpmbuild/RPMS/x86_64/gpushare-slurmctld-$version-1.slurm$other_version.x86_64.rpm
+[ -f "$root$other_ctld" ] || fail "no $other_ctld"
+if in_root rpm --force-debian -U "$other_ctld" >"$tmp/refused.log" 2>&1; then
+    fail "rpm -U took $other_ctld on Slurm $slurm"
+fi
+grep -q "slurm(x86-64) = $other_version is needed by gpushare-slurmctld-$version-1.slurm$other_version.x86_64" "$tmp/refused.log" ||
+    { cat "$tmp/refused.log"; fail "rpm refused $other_ctld without naming the Slurm it needs"; }
+sed 's/^/   /' "$tmp/refused.log"
+
+step "6. rpm -e leaves nothing"
+in_root rpm --force-debian -e gpushare-slurmctld gpushare-slurmd >"$tmp/erase.log" 2>&1 || { cat "$tmp/erase.log"; fail "rpm -e"; }
+left=""
+while read -r f; do
+    [ -d "$root$f" ] || [ ! -e "$root$f" ] || left="$left $f"
+done <<<"$files"
+[ -z "$left" ] || fail "rpm -e left behind:$left"
+echo "rpm_test $release: passed (gpushare $version on SchedMD's Slurm $slurm RPMs)"

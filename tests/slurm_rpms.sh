@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Builds SchedMD's RPMs of a Slurm release from its tarball, as a
+# RHEL-family site does (`rpmbuild -ta slurm-X.Y.Z.tar.bz2`), once per
+# machine:
+#   tests/slurm_rpms.sh 25.05        (or an exact 25.05.8)
+# Prints the directory holding slurm-*.rpm (slurm, slurm-devel,
+# slurm-slurmctld, slurm-slurmd, slurm-slurmdbd, ...). The tarball comes
+# from ../shared/slurm-src (GPUSHARE_SLURM_SRC); the RPMs are kept in
+# /var/cache/gpushare/slurm-rpms/X.Y.Z (GPUSHARE_SLURM_RPMS), outside any
+# clone, and reused while the tarball and the build line are the same.
+#
+# SchedMD's own spec, built with its defaults, with two differences a
+# Debian build host needs: rpmbuild --nodeps (rpm's database here knows no
+# build dependency: they are Debian packages), and the perl API's manual
+# pages listed where Debian's perl puts them (the spec asks perl for the
+# site directory, /usr/local/man, and MakeMaker installs into the vendor
+# one, /usr/share/man).
+set -euo pipefail
+release=${1:?usage: tests/slurm_rpms.sh RELEASE (e.g. 25.05)}
+cd "$(dirname "$0")/.."
+src=${GPUSHARE_SLURM_SRC:-$(cd .. && pwd)/shared/slurm-src}
+cache=${GPUSHARE_SLURM_RPMS:-/var/cache/gpushare/slurm-rpms}
+fail() { echo "slurm_rpms: $*" >&2; exit 1; }
+command -v rpmbuild >/dev/null || fail "rpmbuild is missing: run make deps"
+
+mapfile -t tarballs < <(find "$src" -maxdepth 1 -name "slurm-$release*.tar.*" | sort -V)
+[ ${#tarballs[@]} -gt 0 ] || fail "no slurm-$release*.tar.* in $src"
+tarball=${tarballs[-1]}
+version=$(basename "$tarball" | sed -E 's/^slurm-(.*)\.tar\..*$/\1/')
+dir=$cache/$version
+options=(--nodeps)
+line="rpmbuild -ta ${options[*]} slurm-$version.tar.bz2 (perl man3: %{_mandir}/man3)"
+stamp() { echo "$(sha256sum <"$tarball" | cut -d' ' -f1) $line"; }
+built() { [ -f "$dir/.gpushare-build" ] && [ "$(cat "$dir/.gpushare-build")" = "$(stamp)" ]; }
+
+mkdir -p "$cache"
+exec 9>"$cache/.lock-$version"
+flock 9
+if ! built; then
+    echo "slurm_rpms: building SchedMD's Slurm $version RPMs (rpmbuild, a few minutes; log: $dir.log)" >&2
+    rm -rf "$dir" "$dir.partial"
+    top=$dir.partial
+    mkdir -p "$top/SOURCES" "$top/SPECS"
+    # The tarball as SchedMD publishes it (Source0 is the .tar.bz2).
+    case $tarball in
+    *.tar.bz2) cp "$tarball" "$top/SOURCES/" ;;
+    *.tar.xz) xz -dc "$tarball" | bzip2 -1 >"$top/SOURCES/slurm-$version.tar.bz2" ;;
+    *) fail "unknown compression: $tarball" ;;
+    esac
+    tar -xOjf "$top/SOURCES/slurm-$version.tar.bz2" "slurm-$version/slurm.spec" >"$top/SPECS/slurm.spec"
+    sed -i 's|^%define _perlman3dir .*|%define _perlman3dir %{_mandir}/man3|' "$top/SPECS/slurm.spec"
+    if ! rpmbuild -ba "${options[@]}" --define "_topdir $top" "$top/SPECS/slurm.spec" >"$dir.log" 2>&1; then
+        tail -n 30 "$dir.log" >&2
+        fail "rpmbuild of Slurm $version failed (log: $dir.log)"
+    fi
+    mkdir -p "$dir"
+    mv "$top"/RPMS/*/*.rpm "$dir/"
+    rm -rf "$top"
+    stamp >"$dir/.gpushare-build"
+fi
+echo "$dir"
