@@ -6,7 +6,7 @@
 #                  tests, the real-cluster suites on this machine's Slurm
 #   make test      CI's command: check, then the other releases (Debian's,
 #                  and SchedMD's built from source) and the packages, in
-#                  three lanes side by side (cgroup v1 | v2 | from source)
+#                  four lanes side by side (cgroup v1 | v2 | from source | RPMs)
 #   make test-all  every release on both cgroup versions in full
 #   make check-releases  build the plugins warnings-free against the headers
 #                  of every other Slurm release (Debian's 24.11 and 26.05,
@@ -98,11 +98,11 @@ build-tests:
 	$(CARGO) build --workspace --all-targets
 
 # CI's command (the README's): what `check` runs, the plugins built for
-# the other Debian releases, then three lanes side by side (tests/lanes.sh):
+# the other Debian releases, then four lanes side by side (tests/lanes.sh):
 # the cgroup v1 runs (this machine's suites first, the Debian packages
-# built and tested last), the cgroup v2 runs, and SchedMD's releases built
+# built and tested last), the cgroup v2 runs, SchedMD's releases built
 # from source (built beside the lanes, once per machine; their plugins
-# linted there). The lanes never share a network namespace or a test
+# linted there), and gpushare's RPMs on SchedMD's RPMs of 25.05. The lanes never share a network namespace or a test
 # directory. Each run's log is kept in target/test-logs/.
 test: unit
 	$(MAKE) check-releases SOURCE_RELEASES=

@@ -42,18 +42,9 @@ if [ -z "${GPUSHARE_PACKAGE_TEST_NS:-}" ]; then
     GPUSHARE_PACKAGE_TEST_NS=1 exec unshare --mount --propagation private -- "$0" "$@"
 fi
 
-tmp=$(mktemp -d /tmp/gpushare-package-test.XXXXXX)
-root=$tmp/root
 harness=$repo/target/deb/.harness-$suite
-cleanup() {
-    umount -R -l "$root" 2>/dev/null || true
-    rm -rf --one-file-system "$tmp" "$harness"
-}
-trap cleanup EXIT
-mkdir -p "$tmp/upper" "$tmp/work" "$root"
-mount -t overlay overlay -o "lowerdir=$base,upperdir=$tmp/upper,workdir=$tmp/work" "$root"
-mount -t proc proc "$root/proc"
-mount --rbind /dev "$root/dev"
+. tests/overlay_root.sh
+overlay_root "$base" package-test "$harness"
 in_root() {
     chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
         DEBIAN_FRONTEND=noninteractive "$@"

@@ -50,18 +50,9 @@ fi
 
 version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
 tarball=$repo/target/dist/gpushare-$version.tar.gz
-tmp=$(mktemp -d /tmp/gpushare-rpm-test.XXXXXX)
-root=$tmp/root
 harness=$repo/target/rpm/.harness-$release
-cleanup() {
-    umount -R -l "$root" 2>/dev/null || true
-    rm -rf --one-file-system "$tmp" "$harness"
-}
-trap cleanup EXIT
-mkdir -p "$tmp/upper" "$tmp/work" "$root"
-mount -t overlay overlay -o "lowerdir=$base,upperdir=$tmp/upper,workdir=$tmp/work" "$root"
-mount -t proc proc "$root/proc"
-mount --rbind /dev "$root/dev"
+. tests/overlay_root.sh
+overlay_root "$base" rpm-test "$harness"
 # This machine's Rust toolchain, read-only, at its own path.
 toolchain=$(dirname "$(dirname "$(rustup which cargo 2>/dev/null || command -v cargo)")")
 mkdir -p "$root$toolchain"
