@@ -3,9 +3,9 @@
 #   packaging/release_check.sh [--tag]      (make release)
 # Cargo.toml's [workspace.package] version is the one every crate takes
 # (no crate sets its own); Cargo.lock, CHANGELOG.md's newest entry, the
-# spec file's Version and newest %changelog entry, the README's example
-# load lines and package names, and each program's --version (the release
-# build's) all say it. With --tag: the tree must be committed, and the tag
+# spec file's Version and newest %changelog entry, the example load lines
+# and package names of the README and docs/, and each program's --version
+# (the release build's) all say it. With --tag: the tree must be committed, and the tag
 # vVERSION must be absent or on HEAD; prints the `git tag` command to run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,10 +37,10 @@ grep -A1 '^%changelog' "$spec" | tail -n 1 | grep -q " - $version-1\$" ||
     problem "$spec's newest %changelog entry is not for $version-1"
 grep -q "gpushare-$version.tar.gz" "$spec" || problem "$spec's build comment does not name gpushare-$version.tar.gz"
 
-# The README's examples of what an admin sees.
+# The examples of what an admin sees, in the README and the docs.
 while read -r seen; do
-    [ "$seen" = "$version" ] || problem "README.md shows gpushare $seen (a load line or package name)"
-done < <(grep -oE '(gpushare |gpushare-(controller|node)_|gpushare-(slurmctld|slurmd)-)[0-9]+\.[0-9]+\.[0-9]+' README.md |
+    [ "$seen" = "$version" ] || problem "README.md or docs/ show gpushare $seen (a load line or package name)"
+done < <(grep -ohE '(gpushare |gpushare-(controller|node)_|gpushare-(slurmctld|slurmd)-)[0-9]+\.[0-9]+\.[0-9]+' README.md docs/*.md |
     grep -oE '[0-9]+\.[0-9]+\.[0-9]+$' | sort -u)
 
 # What each program says, from the release build when there is one.
@@ -62,5 +62,5 @@ if [ ${#problems[@]} -gt 0 ]; then
     printf 'release %s: %s\n' "$version" "${problems[@]}" >&2
     exit 1
 fi
-echo "release $version: Cargo.toml, Cargo.lock, CHANGELOG.md, $spec, README.md and the programs agree"
+echo "release $version: Cargo.toml, Cargo.lock, CHANGELOG.md, $spec, README.md, docs/ and the programs agree"
 [ -z "$tag" ] || echo "tag it: git tag -a v$version -m 'gpushare $version'"

@@ -1,5 +1,5 @@
 //! `job_submit/gpu_qos` against a real slurmctld with real accounting: every
-//! policy row of the README, as the user sees it in `sbatch`/`scontrol`.
+//! policy row of docs/configuration.md, as the user sees it in `sbatch`/`scontrol`.
 //!
 //! Jobs are submitted held (`-H`) unless the test needs them to run, so the
 //! suite judges submissions without waiting for the scheduler.

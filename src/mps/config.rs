@@ -537,7 +537,8 @@ fn parse_mib(s: &str) -> Option<u64> {
 impl GpuMpsConfig {
     /// The `gres.conf` `Count` Slurm 22.05 needs so that a node of `gpus`
     /// GPUs admits `gpus × UnitsPerGPU` units at once: Slurm 22.05 puts all
-    /// mps on GPU 0 and so admits only Count / gpus units (see README).
+    /// mps on GPU 0 and so admits only Count / gpus units (see
+    /// docs/configuration.md, "Who places a share").
     pub fn slurm_count_for(&self, gpus: u32) -> u64 {
         u64::from(gpus) * u64::from(gpus) * u64::from(self.units_per_gpu)
     }

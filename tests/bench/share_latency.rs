@@ -120,8 +120,8 @@ struct Config {
 }
 
 fn configs() -> Vec<Config> {
-    // gpushare needs PrologFlags=Alloc only where it places shares (see the
-    // README); the trivial configuration uses the same flags.
+    // gpushare needs PrologFlags=Alloc only where it places shares (see
+    // docs/configuration.md); the trivial configuration uses the same flags.
     let flags: Vec<String> = if slurm_places_shares() {
         Vec::new()
     } else {

@@ -10,7 +10,7 @@ use crate::shared::booking::MpsBooking;
 use super::finding::*;
 use super::gathered::Site;
 
-/// gpushare's node half (README), after https://slurm.schedmd.com/gres.html
+/// gpushare's node half (docs/install.md), after https://slurm.schedmd.com/gres.html
 /// (MPS), spank.html (plugstack.conf) and cgroup.conf.html
 /// (ConstrainDevices): the prolog/epilog keep the share state and daemons,
 /// the SPANK plugin confines and configures tasks, and confinement needs

@@ -1,5 +1,5 @@
 //! `gpushare-hw-check` (`make hw-check`): what gpushare's MPS half does on a
-//! real NVIDIA GPU, recorded as a Markdown report for the README.
+//! real NVIDIA GPU, recorded as a Markdown report for docs/hardware.md.
 //!
 //! Run as root on any machine with an NVIDIA GPU, its driver and CUDA's
 //! compiler; no Slurm needed. It creates two throwaway users, writes a
@@ -369,8 +369,8 @@ fn cell(text: &str) -> String {
     one_line(text).replace('|', "\\|")
 }
 
-/// The report, Markdown meant to go into the README as it is (its headings
-/// sit under the README's hardware section).
+/// The report, Markdown meant to go into docs/hardware.md as it is (its
+/// headings sit under that page's title).
 fn render(report: &Report) -> String {
     let mut out = format!(
         "#### {} — {}, driver {}\n\n",

@@ -450,7 +450,7 @@ pub const SITE_MONITORING_CONF: &str =
     "MetricsFile={cluster}/textfile/gpushare.prom\nDCGMJobMappingDir={cluster}/run/dcgm-jobs\n";
 
 /// `PrologFlags=Alloc` where gpushare places shares (it needs the flag
-/// there, see the README), nothing where Slurm does.
+/// there, see docs/configuration.md), nothing where Slurm does.
 fn alloc_flag(slurm_places: bool) -> Vec<String> {
     if slurm_places {
         Vec::new()
