@@ -76,6 +76,7 @@ build: deps
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	python3 tests/doc_links.py
 
 # The tier for every change: lints, unit and property tests (the core, the
 # plugins' exported functions, the harness), the alerting rules, then every
