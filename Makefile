@@ -21,7 +21,7 @@
 #   make bench     every benchmark side by side with what a site would use,
 #                  then one table (figures and the command for each row)
 #   make hw-check  (root, on an NVIDIA GPU node, no Slurm) the MPS half on the
-#                  real GPU 0, written as Markdown for the README
+#                  real GPU 0, written as Markdown for docs/hardware.md
 #                  (HW_REPORT=path, NOBUILD=1 to run binaries built elsewhere)
 #
 # Everything needs root for the tests (they run real Slurm daemons).
@@ -114,7 +114,7 @@ test-all: unit
 	$(MAKE) check-releases SOURCE_RELEASES=
 	tests/lanes.sh "native $(RELEASE_RUNS_ALL_V1) packages" "$(RELEASE_RUNS_ALL_V2)" "$(SOURCE_RUNS_ALL)" "$(RPM_RUNS)"
 
-# The MPS half on a real NVIDIA GPU (tests/hw-check, README "On real
+# The MPS half on a real NVIDIA GPU (tests/hw-check, docs/hardware.md "On real
 # hardware"): the release node programs and a CUDA client as two throwaway
 # users on GPU 0. Needs root, the driver and nvcc; on a machine without a
 # GPU it says so in one line and fails. The build is quiet so that is all
@@ -265,6 +265,7 @@ install:
 	for u in $(UNITS); do put 0644 packaging/systemd/$$u $(UNITDIR)/$$u; \
 		sed -i -e 's|@SBINDIR@|$(SBINDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' "$(DESTDIR)$(UNITDIR)/$$u"; done; \
 	put 0644 README.md $(DOCDIR)/README.md; \
+	for f in docs/*.md; do put 0644 $$f $(DOCDIR)/docs/$$(basename $$f); done; \
 	put 0644 LICENSE $(DOCDIR)/LICENSE; \
 	for f in $$files; do echo $$f; done > $(MANIFEST); \
 	echo "  $(DOCDIR)/installed-files"
@@ -283,7 +284,7 @@ uninstall:
 	for u in $(UNITS); do [ ! -L "$(DESTDIR)/etc/systemd/system/timers.target.wants/$$u" ] || \
 		echo "  $$u is still enabled: systemctl disable $$u"; done; \
 	rm -f "$(MANIFEST)"; \
-	rm -rf "$(DESTDIR)$(DOCDIR)/examples"; rm -f "$(DESTDIR)$(DOCDIR)/README.md" "$(DESTDIR)$(DOCDIR)/LICENSE"; \
+	rm -rf "$(DESTDIR)$(DOCDIR)/examples" "$(DESTDIR)$(DOCDIR)/docs"; rm -f "$(DESTDIR)$(DOCDIR)/README.md" "$(DESTDIR)$(DOCDIR)/LICENSE"; \
 	for d in "$(DESTDIR)$(DOCDIR)" "$(DESTDIR)$(LIBEXECDIR)"; do rmdir "$$d" 2>/dev/null || true; done
 
 # ---- demo ----------------------------------------------------------------

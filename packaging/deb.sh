@@ -142,10 +142,13 @@ for f in gpushare-rules.yml gpushare-rules.test.yml gpushare-dashboard.json; do
 done
 for p in controller node; do
     install -D -m 0644 "$stage$doc/README.md" "$work/$p/usr/share/doc/gpushare-$p/README.md"
+    for f in "$stage$doc"/docs/*.md; do
+        install -D -m 0644 "$f" "$work/$p/usr/share/doc/gpushare-$p/docs/$(basename "$f")"
+    done
 done
-# The README goes to both; LICENSE becomes debian/copyright; dpkg -L is
-# the manifest.
-rm "$stage$doc/README.md" "$stage$doc/LICENSE" "$stage$doc/installed-files"
+# The README and the book it links to (docs/) go to both; LICENSE becomes
+# debian/copyright; dpkg -L is the manifest.
+rm -r "$stage$doc/README.md" "$stage$doc/docs" "$stage$doc/LICENSE" "$stage$doc/installed-files"
 left=$(find "$stage" -type f)
 [ -z "$left" ] || fail "staged by make install but in no package (add them to packaging/deb.sh): $left"
 

@@ -48,6 +48,10 @@ for f in gpu_qos.conf.example gpu_mps.conf.example plugstack.conf.example gres.c
     expect 644 "/usr/share/doc/gpushare/examples/$f"
 done
 expect 644 /usr/share/doc/gpushare/README.md
+# The book the README links to, beside it.
+for f in docs/*.md; do
+    expect 644 "/usr/share/doc/gpushare/$f"
+done
 expect 644 /usr/share/doc/gpushare/installed-files
 [ ! -e "$dest/etc" ] || fail "make install wrote under /etc"
 [ -z "${SLURM_PREFIX:-}" ] || [ "$(find "$dest$SLURM_PREFIX" -type f | wc -l)" -eq 2 ] ||
