@@ -227,8 +227,16 @@ ifeq ($(PROFILE),dev)
 TARGET_DIR = target/debug
 endif
 LIBEXECDIR = $(PREFIX)/libexec/gpushare
+# gpu-qos is for every user (usage, why): bin; gpu-mps is the admin's: sbin.
+BINDIR = $(PREFIX)/bin
 SBINDIR = $(PREFIX)/sbin
 DOCDIR = $(PREFIX)/share/doc/gpushare
+MANDIR = $(PREFIX)/share/man
+# Where each shell looks for completions (zsh: Debian's packages use
+# /usr/share/zsh/vendor-completions, packaging/deb.sh sets it).
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR ?= $(PREFIX)/share/zsh/site-functions
+FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
 EXAMPLES = plugins/job_submit_gpu_qos/gpu_qos.conf.example \
 	plugins/spank_gpu_mps/gpu_mps.conf.example \
 	plugins/spank_gpu_mps/plugstack.conf.example \
@@ -251,19 +259,25 @@ install:
 	@[ -n "$(NOBUILD)" ] || $(MAKE) build
 	@set -e; files=""; \
 	put() { install -D -m $$1 "$$2" "$(DESTDIR)$$3"; files="$$files $$3"; echo "  $$3"; }; \
+	man=$$(mktemp -d); trap 'rm -rf "$$man"' EXIT; \
+	$(TARGET_DIR)/gpushare-man "$$man" >/dev/null; \
 	echo "installing into $(DESTDIR)$(PREFIX) (plugins: $(DESTDIR)$(PLUGINDIR))"; \
 	put 0755 $(TARGET_DIR)/libjob_submit_gpu_qos.so $(PLUGINDIR)/job_submit_gpu_qos.so; \
 	put 0755 $(TARGET_DIR)/libspank_gpu_mps.so $(PLUGINDIR)/spank_gpu_mps.so; \
 	put 0755 $(TARGET_DIR)/gpu-mps-prolog $(LIBEXECDIR)/gpu-mps-prolog; \
 	put 0755 $(TARGET_DIR)/gpu-mps-epilog $(LIBEXECDIR)/gpu-mps-epilog; \
-	put 0755 $(TARGET_DIR)/gpu-qos $(SBINDIR)/gpu-qos; \
+	put 0755 $(TARGET_DIR)/gpu-qos $(BINDIR)/gpu-qos; \
 	put 0755 $(TARGET_DIR)/gpu-mps $(SBINDIR)/gpu-mps; \
 	put 0644 plugins/job_submit_gpu_qos/slurm.conf.fragment $(DOCDIR)/examples/slurm.conf.controller.fragment; \
 	put 0644 plugins/spank_gpu_mps/slurm.conf.fragment $(DOCDIR)/examples/slurm.conf.gpu-node.fragment; \
 	for f in $(EXAMPLES); do put 0644 $$f $(DOCDIR)/examples/$$(basename $$f); done; \
 	for f in $(MONITORING); do put 0644 $$f $(DOCDIR)/examples/monitoring/$$(basename $$f); done; \
 	for u in $(UNITS); do put 0644 packaging/systemd/$$u $(UNITDIR)/$$u; \
-		sed -i -e 's|@SBINDIR@|$(SBINDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' "$(DESTDIR)$(UNITDIR)/$$u"; done; \
+		sed -i -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SBINDIR@|$(SBINDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' "$(DESTDIR)$(UNITDIR)/$$u"; done; \
+	for f in "$$man"/man*/*; do put 0644 $$f $(MANDIR)/$$(basename $$(dirname $$f))/$$(basename $$f); done; \
+	for f in "$$man"/completions/bash/*; do put 0644 $$f $(BASHCOMPDIR)/$$(basename $$f); done; \
+	for f in "$$man"/completions/zsh/*; do put 0644 $$f $(ZSHCOMPDIR)/$$(basename $$f); done; \
+	for f in "$$man"/completions/fish/*; do put 0644 $$f $(FISHCOMPDIR)/$$(basename $$f); done; \
 	put 0644 README.md $(DOCDIR)/README.md; \
 	for f in docs/*.md; do put 0644 $$f $(DOCDIR)/docs/$$(basename $$f); done; \
 	put 0644 LICENSE $(DOCDIR)/LICENSE; \
@@ -278,7 +292,7 @@ install:
 uninstall:
 	@set -e; \
 	if [ -f "$(MANIFEST)" ]; then list=$$(cat "$(MANIFEST)"); else \
-	list="$(PLUGINDIR)/job_submit_gpu_qos.so $(PLUGINDIR)/spank_gpu_mps.so $(LIBEXECDIR)/gpu-mps-prolog $(LIBEXECDIR)/gpu-mps-epilog $(SBINDIR)/gpu-qos $(SBINDIR)/gpu-mps"; \
+	list="$(PLUGINDIR)/job_submit_gpu_qos.so $(PLUGINDIR)/spank_gpu_mps.so $(LIBEXECDIR)/gpu-mps-prolog $(LIBEXECDIR)/gpu-mps-epilog $(BINDIR)/gpu-qos $(SBINDIR)/gpu-qos $(SBINDIR)/gpu-mps"; \
 	for u in $(UNITS); do list="$$list $(UNITDIR)/$$u"; done; fi; \
 	for f in $$list; do rm -f "$(DESTDIR)$$f" && echo "  removed $$f"; done; \
 	for u in $(UNITS); do [ ! -L "$(DESTDIR)/etc/systemd/system/timers.target.wants/$$u" ] || \
@@ -301,7 +315,7 @@ demo: deps build
 #                  (packaging/deb.sh; host = this machine's Slurm)
 #   make test-packages  build them for every release and test each in a fresh
 #                  root of its release (tests/package_test.sh)
-APT_PACKAGES += dpkg-dev lintian help2man
+APT_PACKAGES += dpkg-dev lintian groff-base
 SUITE ?= host
 PACKAGE_SUITES ?= host trixie sid
 

@@ -21,7 +21,7 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 cargo=${CARGO:-cargo}
 fail() { echo "deb: $*" >&2; exit 1; }
-for tool in dpkg-deb dpkg-shlibdeps dpkg-scanpackages lintian help2man strip; do
+for tool in dpkg-deb dpkg-shlibdeps dpkg-scanpackages lintian strip; do
     command -v "$tool" >/dev/null || fail "$tool is missing: run make deps"
 done
 arch=$(dpkg --print-architecture)
@@ -90,7 +90,7 @@ echo "== gpushare $version for Slurm $slurm ($suite), PluginDir $plugindir, pinn
 
 # Stage with the one install recipe, from a directory holding exactly the
 # files this package is made of.
-for f in gpu-mps-prolog gpu-mps-epilog gpu-qos gpu-mps; do
+for f in gpu-mps-prolog gpu-mps-epilog gpu-qos gpu-mps gpushare-man; do
     ln -s "$repo/target/release/$f" "$work/bin/$f"
 done
 for f in libjob_submit_gpu_qos.so libspank_gpu_mps.so; do
@@ -98,7 +98,8 @@ for f in libjob_submit_gpu_qos.so libspank_gpu_mps.so; do
 done
 stage=$work/stage
 units=/usr/lib/systemd/system
-make -s install NOBUILD=1 TARGET_DIR="$work/bin" DESTDIR="$stage" PREFIX=/usr PLUGINDIR="$plugindir" UNITDIR=$units >/dev/null
+make -s install NOBUILD=1 TARGET_DIR="$work/bin" DESTDIR="$stage" PREFIX=/usr PLUGINDIR="$plugindir" UNITDIR=$units \
+    ZSHCOMPDIR=/usr/share/zsh/vendor-completions >/dev/null
 
 # Split: each staged file goes to one package (or is dropped on purpose); a
 # file make install gains later stops this build until it is given a home.
@@ -110,7 +111,7 @@ take() { # package staged-path [packaged-path]
     rm "$from"
 }
 take controller "$plugindir/job_submit_gpu_qos.so"
-take controller /usr/sbin/gpu-qos
+take controller /usr/bin/gpu-qos
 take controller "$doc/examples/gpu_qos.conf.example" /usr/share/doc/gpushare-controller/examples/gpu_qos.conf.example
 take controller "$doc/examples/slurm.conf.controller.fragment" /usr/share/doc/gpushare-controller/examples/slurm.conf.fragment
 take node "$plugindir/spank_gpu_mps.so"
@@ -121,6 +122,23 @@ for f in gpu_mps.conf.example plugstack.conf.example gres.conf.fragment; do
     take node "$doc/examples/$f" "/usr/share/doc/gpushare-node/examples/$f"
 done
 take node "$doc/examples/slurm.conf.gpu-node.fragment" /usr/share/doc/gpushare-node/examples/slurm.conf.fragment
+# The manual pages (made from the commands' definitions, gpushare-man) and
+# completions, each with its command.
+pages() { # package glob...
+    local p=$1 f
+    shift
+    for f in "$@"; do
+        [ -f "$f" ] || fail "make install did not stage ${f#"$stage"}"
+        take "$p" "${f#"$stage"}"
+    done
+}
+pages controller "$stage"/usr/share/man/man1/gpu-qos*.1 "$stage"/usr/share/man/man5/gpu_qos.conf.5
+pages node "$stage"/usr/share/man/man8/gpu-mps*.8 "$stage"/usr/share/man/man5/gpu_mps.conf.5
+for p in controller:gpu-qos node:gpu-mps; do
+    take "${p%%:*}" "/usr/share/bash-completion/completions/${p#*:}"
+    take "${p%%:*}" "/usr/share/zsh/vendor-completions/_${p#*:}"
+    take "${p%%:*}" "/usr/share/fish/vendor_completions.d/${p#*:}.fish"
+done
 # The metrics timers, each with the half whose command it runs; never
 # enabled by the package (no maintainer scripts): the admin enables them.
 # Their Documentation= names the package's own README.
@@ -177,21 +195,14 @@ for p in controller node; do
         *.so) strip --remove-section=.comment --remove-section=.note --strip-unneeded "$f" ;;
         *) strip --remove-section=.comment --remove-section=.note "$f" ;;
         esac
-    done < <(find "$work/$p/usr/lib" "$work/$p/usr/sbin" "$work/$p/usr/libexec" -path "$work/$p$units" -prune -o -type f -print0 2>/dev/null)
+    done < <(find "$work/$p/usr/lib" "$work/$p/usr/bin" "$work/$p/usr/sbin" "$work/$p/usr/libexec" -path "$work/$p$units" -prune -o -type f -print0 2>/dev/null)
 done
 
 # Reproducible: every date is the last commit's.
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}
 
-# Manual pages of the admin commands, from their clap --help.
-manpage() { # package command synopsis
-    install -d "$work/$1/usr/share/man/man8"
-    help2man --no-info --section=8 --name="$3" --version-string="$crate" "$work/$1/usr/sbin/$2" |
-        gzip -9n >"$work/$1/usr/share/man/man8/$2.8.gz"
-    chmod 0644 "$work/$1/usr/share/man/man8/$2.8.gz"
-}
-manpage controller gpu-qos "check gpu_qos.conf against Slurm's accounting database, or generate it"
-manpage node gpu-mps "show and set up the MPS GPU shares of a Slurm node (gpushare)"
+# Manual pages compressed, as Debian has them.
+find "$work/controller/usr/share/man" "$work/node/usr/share/man" -type f -exec gzip -9n {} +
 maintainer="gpushare maintainers <gpushare@example.invalid>"
 for p in controller node; do
     d=$work/$p/usr/share/doc/gpushare-$p

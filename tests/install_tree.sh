@@ -40,7 +40,7 @@ grep -qw job_submit <<<"$(nm -D --defined-only "$dest$plugindir/job_submit_gpu_q
 if grep -qw init <<<"$(nm -D --defined-only "$dest$plugindir/spank_gpu_mps.so")"; then
     fail "spank_gpu_mps.so exports init(): the SPANK loader would run it in every context"
 fi
-for b in libexec/gpushare/gpu-mps-prolog libexec/gpushare/gpu-mps-epilog sbin/gpu-qos sbin/gpu-mps; do
+for b in libexec/gpushare/gpu-mps-prolog libexec/gpushare/gpu-mps-epilog bin/gpu-qos sbin/gpu-mps; do
     expect 755 "/usr/$b"
 done
 for f in gpu_qos.conf.example gpu_mps.conf.example plugstack.conf.example gres.conf.fragment \
@@ -48,6 +48,15 @@ for f in gpu_qos.conf.example gpu_mps.conf.example plugstack.conf.example gres.c
     expect 644 "/usr/share/doc/gpushare/examples/$f"
 done
 expect 644 /usr/share/doc/gpushare/README.md
+# Manual pages (one per command and subcommand, the two configuration
+# files') and completions.
+for f in man1/gpu-qos.1 man1/gpu-qos-why.1 man8/gpu-mps.8 man8/gpu-mps-status.8 man8/gpu-mps-prolog.8 \
+         man8/gpu-mps-epilog.8 man5/gpu_qos.conf.5 man5/gpu_mps.conf.5; do
+    expect 644 "/usr/share/man/$f"
+done
+for f in bash-completion/completions/gpu-qos zsh/site-functions/_gpu-mps fish/vendor_completions.d/gpu-qos.fish; do
+    expect 644 "/usr/share/$f"
+done
 # The book the README links to, beside it.
 for f in docs/*.md; do
     expect 644 "/usr/share/doc/gpushare/$f"

@@ -130,7 +130,7 @@ rm -rf "$harness"
 mkdir -p "$harness"
 ln -s "$plugin" "$harness/libjob_submit_gpu_qos.so"
 ln -s "$spank" "$harness/libspank_gpu_mps.so"
-for f in /usr/libexec/gpushare/gpu-mps-prolog /usr/libexec/gpushare/gpu-mps-epilog /usr/sbin/gpu-qos /usr/sbin/gpu-mps; do
+for f in /usr/libexec/gpushare/gpu-mps-prolog /usr/libexec/gpushare/gpu-mps-epilog /usr/bin/gpu-qos /usr/sbin/gpu-mps; do
     grep -qx "$f" <<<"$files" || fail "$f is not in the packages"
     ln -s "$f" "$harness/"
 done

@@ -166,7 +166,7 @@ in_root rpm --force-debian -i "/tmp/rpmbuild/RPMS/x86_64/$ctld" "/tmp/rpmbuild/R
 files=$(in_root rpm -ql gpushare-slurmctld gpushare-slurmd)
 plugindir=$(in_root rpm -ql slurm | grep -m1 '/slurm/job_submit_.*\.so$' | xargs dirname)
 for f in "$plugindir/job_submit_gpu_qos.so" "$plugindir/spank_gpu_mps.so" \
-    /usr/libexec/gpushare/gpu-mps-prolog /usr/libexec/gpushare/gpu-mps-epilog /usr/sbin/gpu-qos /usr/sbin/gpu-mps \
+    /usr/libexec/gpushare/gpu-mps-prolog /usr/libexec/gpushare/gpu-mps-epilog /usr/bin/gpu-qos /usr/sbin/gpu-mps \
     /etc/slurm/gpu_qos.conf.example /etc/slurm/gpu_mps.conf.example \
     /usr/lib/systemd/system/gpushare-qos-metrics.timer /usr/lib/systemd/system/gpushare-node-metrics.timer; do
     grep -qx "$f" <<<"$files" || fail "$f is not in the packages (rpm -ql)"
@@ -176,7 +176,7 @@ done
 enabled=$(find "$root/etc/systemd" -name 'gpushare-*' 2>/dev/null)
 [ -z "$enabled" ] || fail "installing enabled a unit: $enabled"
 for p in gpu-qos gpu-mps; do
-    said=$(in_root "/usr/sbin/$p" --version)
+    said=$(in_root "$p" --version)
     [ "$said" = "$p $version" ] || fail "$p --version says $said"
 done
 echo "   $(wc -l <<<"$files") files; plugins in $plugindir; nothing enabled"
@@ -190,7 +190,7 @@ rm -rf "$harness"
 mkdir -p "$harness"
 ln -s "$plugindir/job_submit_gpu_qos.so" "$harness/libjob_submit_gpu_qos.so"
 ln -s "$plugindir/spank_gpu_mps.so" "$harness/libspank_gpu_mps.so"
-for f in /usr/libexec/gpushare/gpu-mps-prolog /usr/libexec/gpushare/gpu-mps-epilog /usr/sbin/gpu-qos /usr/sbin/gpu-mps; do
+for f in /usr/libexec/gpushare/gpu-mps-prolog /usr/libexec/gpushare/gpu-mps-epilog /usr/bin/gpu-qos /usr/sbin/gpu-mps; do
     ln -s "$f" "$harness/"
 done
 GPUSHARE_RELEASE_ROOT=$root GPUSHARE_RELEASE_BUILD=$harness GPUSHARE_SLURM_PLUGIN_DIR=$plugindir \

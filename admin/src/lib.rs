@@ -7,6 +7,8 @@
 //! only the core `gpushare` crate.
 
 pub mod acl;
+pub mod manual;
+pub mod mps_cli;
 pub mod node_log;
 pub mod node_program;
 pub mod nvml;

@@ -19,6 +19,38 @@ pub struct NodeArgs {
     pub conf: Option<PathBuf>,
 }
 
+/// slurmd's Prolog on GPU nodes that share GPUs through MPS (gpushare).
+///
+/// slurmd runs it as root before each job on the node, without arguments.
+/// It places the job's MPS share on a GPU (or records the GPU Slurm
+/// booked), starts that GPU's MPS daemon and writes the node's share
+/// ledger; it logs to syslog. Exit status: 0 the job may start (a share
+/// refused for the job's own reasons exits 0 too: the job fails, not the
+/// node); 1 the node is unfit for GPU sharing (slurmd drains it; syslog
+/// says why); 2 run without a job's environment.
+#[derive(Debug, Parser)]
+#[command(name = "gpu-mps-prolog", version = env!("CARGO_PKG_VERSION"))]
+pub struct PrologCli {
+    #[command(flatten)]
+    pub node: NodeArgs,
+}
+
+/// slurmd's Epilog on GPU nodes that share GPUs through MPS (gpushare).
+///
+/// slurmd runs it as root after each job on the node, without arguments.
+/// It releases the job's share from the node's ledger, ends the job's MPS
+/// clients and stops a GPU's MPS daemon after its last share; a share
+/// refused where another node may serve it is requeued elsewhere. It logs
+/// to syslog. Exit status: 0 done; 1 the node cannot release the share
+/// (slurmd drains it; syslog says why); 2 run without a job's
+/// environment.
+#[derive(Debug, Parser)]
+#[command(name = "gpu-mps-epilog", version = env!("CARGO_PKG_VERSION"))]
+pub struct EpilogCli {
+    #[command(flatten)]
+    pub node: NodeArgs,
+}
+
 /// Which of the two programs runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Program {

@@ -6,13 +6,19 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand, ValueEnum};
 use gpushare::qos::audit::FailOn;
 
-/// Compare gpushare's gpu_qos.conf with Slurm's accounting database.
+/// The site's typed-GPU QOS, from gpushare's side (gpushare).
 ///
-/// sacctmgr is run from PATH with the environment as it is (SLURM_CONF
-/// included). Exit status: 0 consistent (warnings and notes allowed) or
-/// printed; 1 check found discrepancies (at least one error); 2 could not
-/// check (bad arguments, an invalid or unreadable gpu_qos.conf, sacctmgr
-/// missing or failing).
+/// For every user: the group QOS they may use and the GPUs in use against
+/// each limit (`usage`), why a pending job waits (`why`). For admins:
+/// gpu_qos.conf, the policy of slurmctld's job_submit/gpu_qos plugin,
+/// checked against the QOS in Slurm's accounting database (`check`) or
+/// written from them (`generate`), the whole QOS design audited
+/// (`audit`), the QOS metrics for Prometheus (`metrics`). Slurm's
+/// commands (sacctmgr, scontrol, squeue, sprio, sshare) run from PATH
+/// with the environment as it is (SLURM_CONF included). Exit status: 0
+/// fine; 1 `check` found an error, or `audit` a finding at or above
+/// --fail-on; 2 could not run (bad arguments, an invalid or unreadable
+/// gpu_qos.conf, a Slurm command missing or failing).
 #[derive(Debug, Parser)]
 #[command(name = "gpu-qos", version = env!("CARGO_PKG_VERSION"))]
 pub struct Cli {
@@ -22,9 +28,11 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Cmd {
-    /// Validate gpu_qos.conf and compare its rules with the QOS that
-    /// `sacctmgr show qos` lists: one line per finding (error, warning or
-    /// note, then the QOS), then a summary.
+    /// (admins) Validate gpu_qos.conf and compare its rules with the QOS
+    /// that `sacctmgr show qos` lists: one line per finding (error,
+    /// warning or note, then the QOS), then a summary. Exit status: 0
+    /// consistent (warnings and notes allowed), 1 at least one error, 2
+    /// could not check.
     Check {
         /// The file to check (default: gpu_qos.conf next to $SLURM_CONF, or
         /// /etc/slurm/gpu_qos.conf)
@@ -34,10 +42,12 @@ pub enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Print a complete gpu_qos.conf derived from the QOS's typed GPU limits
-    /// (GrpTRES gres/gpu:TYPE=N) and Preempt lists.
+    /// (admins) Print a complete gpu_qos.conf derived from the QOS's typed
+    /// GPU limits (GrpTRES gres/gpu:TYPE=N), the partitions' and
+    /// associations' typed limits, and the Preempt lists. Exit status: 0
+    /// printed, 2 could not read.
     Generate,
-    /// Audit the site's whole typed-GPU QOS design: accounting enforcement
+    /// (admins) Audit the site's whole typed-GPU QOS design: accounting enforcement
     /// and tracked TRES, gpu_qos.conf against the QOS, preemption and
     /// requeue, priority weights, GPU billing, DenyOnLimit, and the node
     /// half on MPS nodes. Reads `scontrol show config` (slurm.conf when
@@ -68,7 +78,8 @@ pub enum Cmd {
     },
     /// For you (any user): each group QOS you may use, the GPUs the group
     /// holds by type against its limit, its running and pending jobs, and
-    /// why each pending job waits, in words.
+    /// why each pending job waits, in words. Exit status: 0 told, 2 could
+    /// not read.
     Usage {
         /// Only this QOS (group QOS or not)
         #[arg(long, value_name = "QOS")]
@@ -93,7 +104,7 @@ pub enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Metrics of the group QOS for Prometheus (the controller's
+    /// (admins) Metrics of the group QOS for Prometheus (the controller's
     /// node_exporter textfile collector): GPUs in use by type against
     /// each GrpTRES limit, pending jobs by reason. Two calls to slurmctld:
     /// `scontrol show assoc_mgr flags=qos` and `squeue -t PENDING`. Exit

@@ -11,18 +11,10 @@ use std::process::ExitCode;
 use clap::Parser;
 use gpushare::mps::node::{epilog, publish_metrics};
 use gpushare::mps::status;
-use gpushare_admin::node_program::{self, NodeArgs, Program, Started};
-
-/// slurmd's Epilog on GPU nodes that share GPUs through MPS (gpushare).
-#[derive(Debug, Parser)]
-#[command(name = "gpu-mps-epilog", version = env!("CARGO_PKG_VERSION"))]
-struct Args {
-    #[command(flatten)]
-    node: NodeArgs,
-}
+use gpushare_admin::node_program::{self, EpilogCli, Program, Started};
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args = EpilogCli::parse();
     let Started { node, env, .. } = match node_program::start(Program::Epilog, &args.node) {
         Ok(Some(started)) => started,
         Ok(None) => return ExitCode::SUCCESS,

@@ -18,17 +18,9 @@ use gpushare::mps::node::{prolog, publish_metrics, running_jobs, PrologOutcome};
 use gpushare::mps::{health, state_dir, status};
 use gpushare::shared::booking::MpsBooking;
 use gpushare::shared::locations::beside_slurm_conf;
-use gpushare_admin::node_program::{self, NodeArgs, Program, Started};
+use gpushare_admin::node_program::{self, Program, PrologCli, Started};
 use gpushare_admin::nvml;
 use gpushare_admin::requeue::Elsewhere;
-
-/// slurmd's Prolog on GPU nodes that share GPUs through MPS (gpushare).
-#[derive(Debug, Parser)]
-#[command(name = "gpu-mps-prolog", version = env!("CARGO_PKG_VERSION"))]
-struct Args {
-    #[command(flatten)]
-    node: NodeArgs,
-}
 
 fn main() -> ExitCode {
     if std::env::args().nth(1).as_deref() == Some(nvml::FACTS_OPTION) {
@@ -43,7 +35,7 @@ fn main() -> ExitCode {
             }
         };
     }
-    let args = Args::parse();
+    let args = PrologCli::parse();
     // `_in_force` holds the configuration's lock until the share is placed.
     let Started {
         mut node,

@@ -41,8 +41,8 @@ pub const DEFAULT_MAX_CLIENTS_PER_GPU: u32 = 48;
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum MpsControl {
     /// `MPSControl=auto`: `nvidia-cuda-mps-control` from PATH or the usual
-    /// install directories (slurmd runs the Prolog without PATH) if
-    /// installed; no daemon otherwise.
+    /// install directories (slurmd runs the Prolog without PATH); where
+    /// there is none, a share is refused or run as `MPSFailure=` says.
     #[default]
     FromPath,
     /// Never start MPS daemons (a site that runs them itself).

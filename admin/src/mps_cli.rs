@@ -1,0 +1,140 @@
+//! `gpu-mps`'s command line: its commands and options, parsed by `clap`
+//! (the program itself is `src/bin/gpu-mps.rs`; `manual.rs` makes its
+//! manual pages and completions from the same definitions).
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use gpushare::mps::installed;
+use gpushare::mps::setup_lines::GpuGroup;
+
+/// The MPS shares of this GPU node (gpushare).
+///
+/// Exit status: 0 fine; 1 a problem shown (OVERLAP, OVER, a lost or
+/// set-aside state); 2 could not run.
+#[derive(Debug, Parser)]
+#[command(name = "gpu-mps", version = env!("CARGO_PKG_VERSION"))]
+pub struct Cli {
+    /// gpu_mps.conf (default: next to $SLURM_CONF, or /etc/slurm)
+    #[arg(long, value_name = "PATH", global = true)]
+    pub conf: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// One row per GPU: units used/total, share jobs (id, user, units),
+    /// whole-GPU holders, and flags: OVERLAP (shares and a whole-GPU job on
+    /// one GPU, which Slurm 22.05 can create), OVER (over capacity). Any
+    /// user may run it.
+    Status {
+        /// Print the status as one JSON object
+        #[arg(long)]
+        json: bool,
+    },
+    /// (root) The node's metrics in Prometheus's text format, as the
+    /// prolog and epilog write them to MetricsFile (each daemon asked, not
+    /// only its pipe seen). A timer runs `--write` every minute, so a node
+    /// whose file is not rewritten is known stale.
+    Metrics {
+        /// Write MetricsFile atomically instead of printing; also read the
+        /// kernel log for fatal XID errors since the last look, setting
+        /// their GPUs aside
+        #[arg(long)]
+        write: bool,
+        /// The kernel log to read XIDs from, as /dev/kmsg records
+        #[arg(long, value_name = "PATH", default_value = "/dev/kmsg")]
+        kernel_log: PathBuf,
+    },
+    /// (root) Drop the records of jobs slurmctld no longer runs on this
+    /// node, and end a lost state once every running share is accounted for.
+    Gc {
+        /// Node name (default: $SLURMD_NODENAME, else the short hostname)
+        #[arg(long)]
+        node: Option<String>,
+    },
+    /// (root) Set a GPU aside from sharing: it takes no new share (shares
+    /// already there run on), `status` flags it FAILED with the reason and
+    /// the metrics say so; the node is drained once every GPU is set aside.
+    /// For health checks (NHC, DCGM on fatal XID errors) and admins.
+    DrainGpu {
+        /// The GPU's index on the node (its place in GPUDevices)
+        gpu: u32,
+        /// Why, as `status` and the refused jobs will say it
+        #[arg(long, default_value = "drained by an admin")]
+        reason: String,
+    },
+    /// (root) Give a GPU set aside (by drain-gpu, or found lost through
+    /// NVML) back to sharing.
+    ResumeGpu {
+        /// The GPU's index on the node
+        gpu: u32,
+    },
+    /// Print the gres.conf, slurm.conf, cgroup.conf, plugstack.conf and
+    /// gpu_mps.conf lines this node needs.
+    Config {
+        /// GPUs of the node (default: the device files gpu_mps.conf finds)
+        #[arg(long)]
+        gpus: Option<u32>,
+        /// GPU type for gres.conf
+        #[arg(long = "type", default_value = "TYPE")]
+        gpu_type: String,
+        /// GPUs of the node held whole, after the shared ones (TYPE:N, e.g.
+        /// h100:2; repeat for several types)
+        #[arg(long, value_name = "TYPE:N", value_parser = GpuGroup::parse)]
+        whole: Vec<GpuGroup>,
+        /// Node name (default: $SLURMD_NODENAME, else the short hostname)
+        #[arg(long)]
+        node: Option<String>,
+        /// Slurm release the lines are for, as 24.11 (default: what
+        /// `scontrol --version` says)
+        #[arg(long, value_name = "MAJOR.MINOR", value_parser = installed::parse_release)]
+        release: Option<(u32, u32)>,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("gpu-mps").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn each_command_takes_only_its_own_flags() {
+        Cli::command().debug_assert();
+        assert!(matches!(
+            parse(&["status", "--json"]).map(|c| c.command),
+            Ok(Cmd::Status { json: true })
+        ));
+        assert!(matches!(
+            parse(&["--conf", "/x", "gc", "--node", "n1"]).map(|c| (c.conf, c.command)),
+            Ok((Some(_), Cmd::Gc { node: Some(_) }))
+        ));
+        assert!(matches!(
+            parse(&["config", "--gpus", "4", "--type", "a40"]).map(|c| c.command),
+            Ok(Cmd::Config { gpus: Some(4), .. })
+        ));
+        assert!(matches!(
+            parse(&["config", "--release", "24.11.5"]).map(|c| c.command),
+            Ok(Cmd::Config {
+                release: Some((24, 11)),
+                ..
+            })
+        ));
+        for bad in [
+            &["status", "--gpus", "4"][..],
+            &["gc", "--json"],
+            &["config", "--gpus", "x"],
+            &["config", "--release", "new"],
+            &[],
+            &["stat"],
+        ] {
+            assert_eq!(parse(bad).err().map(|e| e.exit_code()), Some(2), "{bad:?}");
+        }
+        assert_eq!(parse(&["--help"]).err().map(|e| e.exit_code()), Some(0));
+    }
+}
