@@ -357,7 +357,7 @@ rpm: dist
 	@mkdir -p target/rpm
 	rpmbuild -ta $(RPMBUILD_ARGS) --define "_topdir $(CURDIR)/target/rpm/build" \
 		--define "_rpmdir $(CURDIR)/target/rpm" target/dist/gpushare-$(VERSION).tar.gz
-	rpmlint -r packaging/rpm/rpmlintrc target/rpm/*/gpushare-*.rpm
+	rpmlint -c packaging/rpm/rpmlint.toml -r packaging/rpm/rpmlintrc target/rpm/*/gpushare-*.rpm
 
 test-rpm: deps
 	tests/rpm_test.sh $(RPM_RELEASE)

@@ -136,7 +136,7 @@ node=$(basename "$(printf '%s\n' "${built[@]}" | grep /gpushare-slurmd-)")
 echo "   $ctld, $node in $((SECONDS - start)) s"
 mkdir -p "$repo/target/rpm/$release"
 cp "${built[@]}" "$repo/target/rpm/$release/"
-rpmlint -r packaging/rpm/rpmlintrc "${built[@]}" >"$tmp/rpmlint.log" 2>&1 ||
+rpmlint -c packaging/rpm/rpmlint.toml -r packaging/rpm/rpmlintrc "${built[@]}" >"$tmp/rpmlint.log" 2>&1 ||
     { cat "$tmp/rpmlint.log"; fail "rpmlint"; }
 echo "   rpmlint: $(tail -n 1 "$tmp/rpmlint.log")"
 in_root rpm -qp --requires "/tmp/rpmbuild/RPMS/x86_64/$ctld" | grep -qx "slurm(x86-64) = $slurm" ||
