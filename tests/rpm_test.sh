@@ -168,7 +168,11 @@ plugindir=$(in_root rpm -ql slurm | grep -m1 '/slurm/job_submit_.*\.so$' | xargs
 for f in "$plugindir/job_submit_gpu_qos.so" "$plugindir/spank_gpu_mps.so" \
     /usr/libexec/gpushare/gpu-mps-prolog /usr/libexec/gpushare/gpu-mps-epilog /usr/bin/gpu-qos /usr/sbin/gpu-mps \
     /etc/slurm/gpu_qos.conf.example /etc/slurm/gpu_mps.conf.example \
-    /usr/lib/systemd/system/gpushare-qos-metrics.timer /usr/lib/systemd/system/gpushare-node-metrics.timer; do
+    /usr/lib/systemd/system/gpushare-qos-metrics.timer /usr/lib/systemd/system/gpushare-node-metrics.timer \
+    /usr/share/man/man1/gpu-qos.1.gz /usr/share/man/man1/gpu-qos-why.1.gz /usr/share/man/man8/gpu-mps.8.gz \
+    /usr/share/man/man8/gpu-mps-prolog.8.gz /usr/share/man/man5/gpu_qos.conf.5.gz /usr/share/man/man5/gpu_mps.conf.5.gz \
+    /usr/share/bash-completion/completions/gpu-qos /usr/share/zsh/site-functions/_gpu-mps \
+    /usr/share/fish/vendor_completions.d/gpu-qos.fish; do
     grep -qx "$f" <<<"$files" || fail "$f is not in the packages (rpm -ql)"
 done
 [ "$(in_root rpm -qc gpushare-slurmctld gpushare-slurmd | sort | paste -sd' ')" = "/etc/slurm/gpu_mps.conf.example /etc/slurm/gpu_qos.conf.example" ] ||
