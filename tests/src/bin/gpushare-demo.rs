@@ -65,8 +65,15 @@ impl Demo {
         }
     }
 
-    fn sbin(&self, name: &str) -> PathBuf {
-        self.root.join("usr/sbin").join(name)
+    /// An installed command: gpu-qos in usr/bin (every user's), the
+    /// others in usr/sbin.
+    fn installed(&self, name: &str) -> PathBuf {
+        let dir = if name == "gpu-qos" {
+            "usr/bin"
+        } else {
+            "usr/sbin"
+        };
+        self.root.join(dir).join(name)
     }
 }
 
@@ -203,20 +210,20 @@ fn scenario(d: &mut Demo, c: &mut Cluster) -> Step {
         1,
         "The typed-limit hole: qos_lafferty may hold 4 a40 (GrpTRES=gres/gpu:a40=4)",
     );
-    let check = c.run(&d.sbin("gpu-qos").to_string_lossy(), &["check"])?;
+    let check = c.run(&d.installed("gpu-qos").to_string_lossy(), &["check"])?;
     d.shell("gpu-qos check", &String::from_utf8_lossy(&check.stdout));
     d.check(
         check.status.success(),
         "gpu_qos.conf agrees with the accounting database",
     )?;
-    let audit = c.run(&d.sbin("gpu-qos").to_string_lossy(), &["audit"])?;
+    let audit = c.run(&d.installed("gpu-qos").to_string_lossy(), &["audit"])?;
     d.shell("gpu-qos audit", &String::from_utf8_lossy(&audit.stdout));
     d.check(
         audit.status.code() == Some(0),
         "the audit finds no broken link in the site's QOS design",
     )?;
     let table = c.run(
-        &d.sbin("gpu-qos").to_string_lossy(),
+        &d.installed("gpu-qos").to_string_lossy(),
         &["audit", "--explain", "--markdown"],
     )?;
     let table_text = String::from_utf8_lossy(&table.stdout);
@@ -460,7 +467,7 @@ fn scenario(d: &mut Demo, c: &mut Cluster) -> Step {
             .then_some(())
     })?;
     for node in ["gpu01", "gpu02"] {
-        let status = c.run_on(node, &d.sbin("gpu-mps").to_string_lossy(), &["status"])?;
+        let status = c.run_on(node, &d.installed("gpu-mps").to_string_lossy(), &["status"])?;
         d.shell(
             &format!("{node}$ gpu-mps status"),
             &String::from_utf8_lossy(&status.stdout),
