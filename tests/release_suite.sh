@@ -167,7 +167,7 @@ inside() {
 # their bridge and nodes' cables there). Nothing in it is reachable from
 # outside; it is deleted when the run ends.
 lab=gpushare-lab-$$
-db= db_pid=
+db= dbtmp= db_pid=
 # Keeps the run's exit status whatever the clean-up meets.
 cleanup() {
     local rc=$?
@@ -175,7 +175,7 @@ cleanup() {
         kill "$db_pid" 2>/dev/null || true
         wait "$db_pid" 2>/dev/null || true
     fi
-    [ -z "$db" ] || rm -rf "$db" "$db.log" "$db.install.log"
+    [ -z "$db" ] || rm -rf "$db" "$db.log" "$db.install.log" "$dbtmp"
     ip netns del "$lab" 2>/dev/null || true
     exit "$rc"
 }
@@ -207,13 +207,17 @@ env_extra+=(GPUSHARE_TEST_NETNS=own)
 if [ "$root" != / ] || [ -n "$prefix" ]; then
     command -v mariadbd >/dev/null || { echo "release_suite: the host's mariadbd is missing: run make deps" >&2; exit 1; }
     db=$(mktemp -d /tmp/gpushare-hostdb.XXXXXX)
+    # Its temporary tables in a directory of its own, not in the /tmp
+    # other lanes' MariaDB servers share (a bootstrap once found its own
+    # temporary table gone there: "Error on delete of '/tmp/#sql-temptable-...'").
+    dbtmp=$(mktemp -d /tmp/gpushare-hostdb-tmp.XXXXXX)
     port=$(in_lab python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    mariadb-install-db --no-defaults --datadir="$db" --user=root --auth-root-authentication-method=normal \
+    mariadb-install-db --no-defaults --datadir="$db" --tmpdir="$dbtmp" --user=root --auth-root-authentication-method=normal \
         --skip-test-db --skip-name-resolve >"$db.install.log" 2>&1 ||
         { cat "$db.install.log" >&2; echo "release_suite: mariadb-install-db failed" >&2; exit 1; }
     # nsenter itself (not the in_lab function, which would run in a
     # subshell): it execs mariadbd, so $! is the server the clean-up stops.
-    nsenter --net="/run/netns/$lab" mariadbd --no-defaults --datadir="$db" --socket="$db/mysqld.sock" --pid-file="$db/mysqld.pid" \
+    nsenter --net="/run/netns/$lab" mariadbd --no-defaults --datadir="$db" --tmpdir="$dbtmp" --socket="$db/mysqld.sock" --pid-file="$db/mysqld.pid" \
         --log-error="$db.log" --port="$port" --bind-address=127.0.0.1 --user=root --skip-name-resolve \
         --skip-log-bin --innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0 \
         --innodb-buffer-pool-size=64M --innodb-lock-wait-timeout=900 &

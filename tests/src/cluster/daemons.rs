@@ -102,9 +102,16 @@ impl Cluster {
     pub(super) fn start_mysql(&mut self) -> Result<()> {
         let data = self.dir.join("mysql");
         mkdir(&data, 0o700)?;
+        // Temporary tables in a directory of this cluster's own, not in the
+        // /tmp every other lane's MariaDB shares: a bootstrap there once
+        // found its own temporary table gone ("Error on delete of
+        // '/tmp/#sql-temptable-...MAI'") while other lanes ran theirs.
+        let tmp = self.dir.join("mysql-tmp");
+        mkdir(&tmp, 0o700)?;
         let install = Command::new("mariadb-install-db")
             .arg("--no-defaults")
             .arg(format!("--datadir={}", data.display()))
+            .arg(format!("--tmpdir={}", tmp.display()))
             .arg("--user=root")
             .arg("--auth-root-authentication-method=normal")
             .arg("--skip-test-db")
@@ -121,6 +128,7 @@ impl Cluster {
         let mut cmd = Command::new("mariadbd");
         cmd.arg("--no-defaults")
             .arg(format!("--datadir={}", data.display()))
+            .arg(format!("--tmpdir={}", tmp.display()))
             .arg(format!("--socket={}", data.join("mysqld.sock").display()))
             .arg(format!("--pid-file={}", data.join("mysqld.pid").display()))
             .arg(format!(
