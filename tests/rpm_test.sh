@@ -26,6 +26,8 @@
 # Each run works in an overlay of the cached root, in a private mount
 # namespace: nothing of it outlives the run.
 set -euo pipefail
+# A command that stops the script says which (set -e alone exits silently).
+trap 'echo "rpm_test: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
 release=${1:-25.05}
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -139,8 +141,11 @@ cp "${built[@]}" "$repo/target/rpm/$release/"
 rpmlint -c packaging/rpm/rpmlint.toml -r packaging/rpm/rpmlintrc "${built[@]}" >"$tmp/rpmlint.log" 2>&1 ||
     { cat "$tmp/rpmlint.log"; fail "rpmlint"; }
 echo "   rpmlint: $(tail -n 1 "$tmp/rpmlint.log")"
-in_root rpm -qp --requires "/tmp/rpmbuild/RPMS/x86_64/$ctld" | grep -qx "slurm(x86-64) = $slurm" ||
-    fail "$ctld does not require slurm(x86-64) = $slurm"
+# (Each list read whole before grep looks at it: a grep that stops at its
+# first match would leave rpm writing into a closed pipe, and pipefail
+# would count that as a failure.)
+requires=$(in_root rpm -qp --requires "/tmp/rpmbuild/RPMS/x86_64/$ctld")
+grep -qx "slurm(x86-64) = $slurm" <<<"$requires" || fail "$ctld does not require slurm(x86-64) = $slurm"
 # The same tarball built again elsewhere gives the same plugins and
 # programs, byte for byte.
 build "$tmp/rpmbuild-again.log" /tmp/rpmbuild-again /tmp/cargo-target-again --nodeps ||
@@ -164,7 +169,8 @@ in_root rpm --force-debian -i "/tmp/rpmbuild/RPMS/x86_64/$ctld" "/tmp/rpmbuild/R
     { cat "$tmp/install.log"; fail "rpm -i"; }
 [ ! -s "$tmp/install.log" ] || { cat "$tmp/install.log"; fail "rpm -i said something"; }
 files=$(in_root rpm -ql gpushare-slurmctld gpushare-slurmd)
-plugindir=$(in_root rpm -ql slurm | grep -m1 '/slurm/job_submit_.*\.so$' | xargs dirname)
+slurm_files=$(in_root rpm -ql slurm)
+plugindir=$(dirname "$(grep -m1 '/slurm/job_submit_.*\.so$' <<<"$slurm_files")")
 for f in "$plugindir/job_submit_gpu_qos.so" "$plugindir/spank_gpu_mps.so" \
     /usr/libexec/gpushare/gpu-mps-prolog /usr/libexec/gpushare/gpu-mps-epilog /usr/bin/gpu-qos /usr/sbin/gpu-mps \
     /etc/slurm/gpu_qos.conf.example /etc/slurm/gpu_mps.conf.example \
@@ -177,7 +183,7 @@ for f in "$plugindir/job_submit_gpu_qos.so" "$plugindir/spank_gpu_mps.so" \
 done
 [ "$(in_root rpm -qc gpushare-slurmctld gpushare-slurmd | sort | paste -sd' ')" = "/etc/slurm/gpu_mps.conf.example /etc/slurm/gpu_qos.conf.example" ] ||
     fail "the packages' config files are not the two examples: $(in_root rpm -qc gpushare-slurmctld gpushare-slurmd)"
-enabled=$(find "$root/etc/systemd" -name 'gpushare-*' 2>/dev/null)
+enabled=$(find "$root/etc/systemd" -name 'gpushare-*' 2>/dev/null || true)
 [ -z "$enabled" ] || fail "installing enabled a unit: $enabled"
 for p in gpu-qos gpu-mps; do
     said=$(in_root "$p" --version)
