@@ -111,6 +111,10 @@ fn main() -> ExitCode {
             "why_tells_a_user_which_preempted_job_they_wait_for_and_until_when",
             why_preempted,
         )
+        .test(
+            "usage_and_why_go_on_without_slurmdbd_and_admin_commands_say_whose_they_are",
+            without_slurmdbd,
+        )
         .test_on(
             "why_names_the_fair_share_that_puts_another_users_job_ahead",
             with_conf("PriorityCalcPeriod", "1"),
@@ -582,7 +586,17 @@ fn submit_as(c: &Cluster, user: &TestUser, gpus: u32) -> Result<u32, String> {
     )
 }
 
-fn usage_when_full(c: &mut Cluster) -> TestResult {
+/// The group's 4 a40 held by two members' jobs (`a`, alice's, and `b`,
+/// bob's), alice's third job waiting for the group's limit.
+struct FullGroup {
+    alice: TestUser,
+    bob: TestUser,
+    a: u32,
+    b: u32,
+    waiting: u32,
+}
+
+fn full_group(c: &mut Cluster) -> Result<FullGroup, String> {
     let alice = member(c, "gpushare_alice")?;
     let bob = member(c, "gpushare_bob")?;
     let a = submit_as(c, &alice, 2)?;
@@ -592,6 +606,23 @@ fn usage_when_full(c: &mut Cluster) -> TestResult {
     }
     let waiting = submit_as(c, &alice, 1)?;
     c.wait_job_reason(waiting, "QOSGrpGRES", SHORT)?;
+    Ok(FullGroup {
+        alice,
+        bob,
+        a,
+        b,
+        waiting,
+    })
+}
+
+fn usage_when_full(c: &mut Cluster) -> TestResult {
+    let FullGroup {
+        alice,
+        bob: _,
+        a,
+        b,
+        waiting,
+    } = full_group(c)?;
     let bin = testcluster::cluster::build_dir()?.join("gpu-qos");
     let bin = bin.to_string_lossy();
     let why = format!(
@@ -811,6 +842,105 @@ fn why_preempted(c: &mut Cluster) -> TestResult {
             && String::from_utf8_lossy(&bad.stderr).contains("is not a job id"),
         format!("why 12;rm: {bad:?}"),
     )?;
+    c.cancel_all()
+}
+
+/// The users' commands read slurmctld for what changes with the jobs and
+/// keep slurmdbd's answers a while: with slurmdbd stopped, `why` uses a
+/// kept answer and says how old it is, and `usage` without any kept
+/// answer still shows the group from slurmctld's association cache and
+/// names what it could not read. An admins' command run by a user says
+/// first that it is one.
+fn without_slurmdbd(c: &mut Cluster) -> TestResult {
+    let FullGroup {
+        alice,
+        bob,
+        a,
+        b,
+        waiting,
+    } = full_group(c)?;
+    let bin = testcluster::cluster::build_dir()?.join("gpu-qos");
+    let bin = bin.to_string_lossy();
+    let id = waiting.to_string();
+    let audit = alice.run(c, None, &bin, &["audit"])?;
+    let err = String::from_utf8_lossy(&audit.stderr).into_owned();
+    ensure(
+        err.starts_with(
+            "gpu-qos: gpu-qos audit is an admins' command, run here as gpushare_alice (uid ",
+        ),
+        format!("gpu-qos audit as a user: {err}"),
+    )?;
+    let root_audit = c.run(&bin, &["audit"])?;
+    let root_err = String::from_utf8_lossy(&root_audit.stderr).into_owned();
+    ensure(
+        !root_err.contains("admins' command"),
+        format!("gpu-qos audit as root: {root_err}"),
+    )?;
+    let group = format!(
+        "qos_lafferty's 4 a40 are all held: jobs {a} (gpushare_alice, 2), {b} (gpushare_bob, 2)"
+    );
+    let why = |c: &Cluster, user: &TestUser| -> Result<WhyReport, String> {
+        let json = user.run_ok(c, None, &bin, &["why", &id, "--json"])?;
+        serde_json::from_str(&json).map_err(|e| format!("{e}: {json}"))
+    };
+    let before = why(c, &alice)?;
+    ensure(
+        before.summary.ends_with(&group) && before.unread.is_empty(),
+        format!("why with slurmdbd up: {before:#?}"),
+    )?;
+    // Alice's kept answers made older than the cache keeps them fresh.
+    let kept = alice.home.join(".cache/gpushare");
+    let files: Vec<String> = std::fs::read_dir(&kept)
+        .map_err(|e| format!("{}: {e}", kept.display()))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path().to_string_lossy().into_owned())
+        .collect();
+    ensure(
+        files.iter().any(|f| f.ends_with("-sacctmgr-show-qos.txt")),
+        format!("alice's cache holds {files:?}"),
+    )?;
+    for f in &files {
+        c.run_ok("touch", &["-d", "10 minutes ago", f])?;
+    }
+    let _ = std::fs::remove_dir_all(bob.home.join(".cache"));
+    c.stop_slurmdbd();
+    let told = (|| -> TestResult {
+        let after = why(c, &alice)?;
+        ensure(
+            after.summary == before.summary
+                && after.unread.iter().any(|u| {
+                    u.source.starts_with("sacctmgr ")
+                        && u.reason.ends_with("its answer of 10 min ago is used")
+                }),
+            format!("why with slurmdbd stopped and a kept answer: {after:#?}"),
+        )?;
+        let json = bob.run_ok(c, None, &bin, &["usage", "--json"])?;
+        let usage: UsageReport = serde_json::from_str(&json).map_err(|e| format!("{e}: {json}"))?;
+        let sources: Vec<&str> = usage.unread.iter().map(|u| u.source.as_str()).collect();
+        ensure(
+            usage.qos.len() == 1
+                && usage.qos[0].qos == "qos_lafferty"
+                && usage.qos[0]
+                    .types
+                    .iter()
+                    .map(|t| (t.limit, t.held))
+                    .eq([(4, 4)])
+                && usage.qos[0]
+                    .pending
+                    .iter()
+                    .any(|p| p.job.id == id && p.why == group)
+                && sources.iter().any(|s| s.starts_with("sacctmgr show qos"))
+                && sources.iter().any(|s| s.starts_with("sacctmgr show assoc")),
+            format!("usage with slurmdbd stopped and nothing kept: {usage:#?}"),
+        )?;
+        let cold = why(c, &bob)?;
+        ensure(
+            cold.summary == before.summary,
+            format!("why with slurmdbd stopped and nothing kept: {cold:#?}"),
+        )
+    })();
+    c.start_slurmdbd_again()?;
+    told?;
     c.cancel_all()
 }
 

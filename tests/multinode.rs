@@ -44,7 +44,17 @@ fn main() -> ExitCode {
         )
         .test(
             "why_names_the_nodes_a_resources_wait_needs_and_who_holds_them",
-            why_resources,
+            |c| why_resources(c, false),
+        )
+        .test_on(
+            "why_counts_the_gpus_of_jobs_private_data_hides",
+            {
+                let mut spec = ClusterSpec::example_site_nodes();
+                spec.conf_overrides
+                    .push(("PrivateData".into(), "jobs".into()));
+                spec
+            },
+            |c| why_resources(c, true),
         )
         .test(
             "a_two_node_share_puts_each_task_on_one_gpu_of_its_node",
@@ -511,9 +521,11 @@ fn preemption(c: &mut Cluster) -> TestResult {
 
 /// A group job that fits its group's limit but no node: the a40 nodes
 /// hold jobs it may not preempt (root's, QOS normal) and one of its own
-/// group's. `gpu-qos why`, run by its user, names each a40 node with its
-/// GPUs in use and the group job it knows of, the h100 node not at all.
-fn why_resources(c: &mut Cluster) -> TestResult {
+/// group's, each with a time limit. `gpu-qos why`, run by its user, names
+/// each a40 node with its GPUs in use, the jobs holding them soonest end
+/// first, and when enough of them end; the h100 node not at all. Where
+/// `PrivateData=jobs` hides other users' jobs, it counts their GPUs.
+fn why_resources(c: &mut Cluster, private: bool) -> TestResult {
     let alice = TestUser::create(c, "gpushare_alice")?;
     let bob = TestUser::create(c, "gpushare_bob")?;
     for u in [&alice, &bob] {
@@ -526,12 +538,35 @@ fn why_resources(c: &mut Cluster) -> TestResult {
     };
     let group = sbatch_as(
         &alice,
-        &["--qos=qos_lafferty", "-w", "gpu01", "--gres=gpu:a40:2"],
+        &[
+            "--qos=qos_lafferty",
+            "-t",
+            "30",
+            "-w",
+            "gpu01",
+            "--gres=gpu:a40:2",
+        ],
     )?;
-    let filler1 = c.sbatch_ok(&["-w", "gpu01", "--gres=gpu:a40:2", "--wrap=sleep 300"])?;
-    let filler2 = c.sbatch_ok(&["-w", "gpu02", "--gres=gpu:a40:4", "--wrap=sleep 300"])?;
+    let filler1 = c.sbatch_ok(&[
+        "-t",
+        "10",
+        "-w",
+        "gpu01",
+        "--gres=gpu:a40:2",
+        "--wrap=sleep 300",
+    ])?;
+    let filler2 = c.sbatch_ok(&[
+        "-t",
+        "20",
+        "-w",
+        "gpu02",
+        "--gres=gpu:a40:4",
+        "--wrap=sleep 300",
+    ])?;
+    let mut ends = BTreeMap::new();
     for id in [group, filler1, filler2] {
-        c.wait_job_state(id, &["RUNNING"], JOB_START)?;
+        let info = c.wait_job_state(id, &["RUNNING"], JOB_START)?;
+        ends.insert(id, info.get("EndTime").unwrap_or_default().to_owned());
     }
     let waiting = sbatch_as(&bob, &["--qos=qos_lafferty", "--gres=gpu:a40:2"])?;
     c.wait_job_reason(waiting, "Resources", JOB_START)?;
@@ -552,14 +587,48 @@ fn why_resources(c: &mut Cluster) -> TestResult {
             .unwrap_or_default()
     };
     let (one, two) = (node("gpu01"), node("gpu02"));
+    let when = report
+        .details
+        .iter()
+        .find(|d| d.starts_with("enough a40s") || d.starts_with("when enough a40s"))
+        .cloned()
+        .unwrap_or_default();
+    let (want_one, want_two, want_when) = if private {
+        let hidden = "by jobs Slurm does not show you (PrivateData=jobs)";
+        (
+            format!(": 4 a40, 4 in use: 4 {hidden}"),
+            format!(": 4 a40, 4 in use: 4 {hidden}"),
+            "when enough a40s free up is not known: it rests on jobs without an end or that \
+             Slurm does not show you ("
+                .to_owned(),
+        )
+    } else {
+        (
+            format!(
+                ": 4 a40, 4 in use: normal job {filler1} (root, 2 a40, ends by {}); qos_lafferty \
+                 job {group} (gpushare_alice, 2 a40, ends by {})",
+                ends[&filler1], ends[&group]
+            ),
+            format!(
+                ": 4 a40, 4 in use: normal job {filler2} (root, 4 a40, ends by {})",
+                ends[&filler2]
+            ),
+            format!(
+                "enough a40s free up first on gpu01 by {}, when job {filler1} ends by its time \
+                 limit, if nothing else starts there first (",
+                ends[&filler1]
+            ),
+        )
+    };
     ensure(
-        report.summary.ends_with("waits for free GPUs: no node it may run on has enough free now")
-            && one.contains(&format!(
-                ": 4 a40, 4 in use: qos_lafferty job {group} (gpushare_alice, 2 a40); 2 by other jobs"
-            ))
-            && two.contains(": 4 a40, 4 in use: 4 by jobs of other QOS")
+        report
+            .summary
+            .ends_with("waits for free GPUs: no node it may run on has enough free now")
+            && one.contains(&want_one)
+            && two.contains(&want_two)
+            && when.starts_with(&want_when)
             && node("gpu03").is_empty(),
-        format!("got {report:#?}"),
+        format!("want {want_one:?}, {want_two:?} and {want_when:?}; got {report:#?}"),
     )?;
     clean(c)
 }

@@ -24,6 +24,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Cmd {
+    /// The node's GPUs: shares, holders and problems, one row each
+    ///
     /// One row per GPU: units used/total, share jobs (id, user, units),
     /// whole-GPU holders, and flags: OVERLAP (shares and a whole-GPU job on
     /// one GPU, which Slurm 22.05 can create), OVER (over capacity). Any
@@ -33,6 +35,8 @@ pub enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// (root) The node's metrics for Prometheus
+    ///
     /// (root) The node's metrics in Prometheus's text format, as the
     /// prolog and epilog write them to MetricsFile (each daemon asked, not
     /// only its pipe seen). A timer runs `--write` every minute, so a node
@@ -47,6 +51,8 @@ pub enum Cmd {
         #[arg(long, value_name = "PATH", default_value = "/dev/kmsg")]
         kernel_log: PathBuf,
     },
+    /// (root) Drop the records of jobs that ended unseen
+    ///
     /// (root) Drop the records of jobs slurmctld no longer runs on this
     /// node, and end a lost state once every running share is accounted for.
     Gc {
@@ -54,6 +60,8 @@ pub enum Cmd {
         #[arg(long)]
         node: Option<String>,
     },
+    /// (root) Set a GPU aside from sharing
+    ///
     /// (root) Set a GPU aside from sharing: it takes no new share (shares
     /// already there run on), `status` flags it FAILED with the reason and
     /// the metrics say so; the node is drained once every GPU is set aside.
@@ -65,12 +73,16 @@ pub enum Cmd {
         #[arg(long, default_value = "drained by an admin")]
         reason: String,
     },
+    /// (root) Give a set-aside GPU back to sharing
+    ///
     /// (root) Give a GPU set aside (by drain-gpu, or found lost through
     /// NVML) back to sharing.
     ResumeGpu {
         /// The GPU's index on the node
         gpu: u32,
     },
+    /// The Slurm and gpushare configuration lines this node needs
+    ///
     /// Print the gres.conf, slurm.conf, cgroup.conf, plugstack.conf and
     /// gpu_mps.conf lines this node needs.
     Config {

@@ -28,6 +28,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Cmd {
+    /// (admins) Check gpu_qos.conf against the QOS in Slurm's accounting
+    ///
     /// (admins) Validate gpu_qos.conf and compare its rules with the QOS
     /// that `sacctmgr show qos` lists: one line per finding (error,
     /// warning or note, then the QOS), then a summary. Exit status: 0
@@ -42,11 +44,15 @@ pub enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// (admins) Print a gpu_qos.conf made from the QOS's typed GPU limits
+    ///
     /// (admins) Print a complete gpu_qos.conf derived from the QOS's typed
     /// GPU limits (GrpTRES gres/gpu:TYPE=N), the partitions' and
     /// associations' typed limits, and the Preempt lists. Exit status: 0
     /// printed, 2 could not read.
     Generate,
+    /// (admins) Audit the site's whole typed-GPU QOS design
+    ///
     /// (admins) Audit the site's whole typed-GPU QOS design: accounting enforcement
     /// and tracked TRES, gpu_qos.conf against the QOS, preemption and
     /// requeue, priority weights, GPU billing, DenyOnLimit, and the node
@@ -76,9 +82,14 @@ pub enum Cmd {
         #[arg(long, conflicts_with = "json")]
         markdown: bool,
     },
+    /// Your group QOS: the GPUs each holds against its limit, its jobs
+    ///
     /// For you (any user): each group QOS you may use, the GPUs the group
     /// holds by type against its limit, its running and pending jobs, and
-    /// why each pending job waits, in words. Exit status: 0 told, 2 could
+    /// why each pending job waits, in words. What only slurmdbd answers
+    /// (the QOS you may use, Preempt lists, grace times) is kept for 60 s
+    /// in ~/.cache/gpushare (as `why` does) and, when slurmdbd does not
+    /// answer, used with a note of its age. Exit status: 0 told, 2 could
     /// not read.
     Usage {
         /// Only this QOS (group QOS or not)
@@ -92,10 +103,15 @@ pub enum Cmd {
         #[arg(long)]
         explain: bool,
     },
+    /// Why a pending job waits, for whom, and until when
+    ///
     /// Why a pending job waits (any user, for the jobs they may see): its
     /// reason in words, its priority factors against the site's weights and
     /// the one that holds it back, its fair share and GPU-hours, the jobs
-    /// being preempted for it and when their grace time ends, the command
+    /// being preempted for it and when their grace time ends; for a wait
+    /// on free GPUs, the jobs that hold them on each node it could run on,
+    /// soonest end first, and when enough of them end, beside Slurm's
+    /// estimate (GPUs of jobs PrivateData hides are counted); the command
     /// that shows more. Exit status: 0 told, 2 could not read the job.
     Why {
         /// The job id
@@ -104,6 +120,8 @@ pub enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// (admins) Metrics of the group QOS for Prometheus
+    ///
     /// (admins) Metrics of the group QOS for Prometheus (the controller's
     /// node_exporter textfile collector): GPUs in use by type against
     /// each GrpTRES limit, pending jobs by reason. Two calls to slurmctld:

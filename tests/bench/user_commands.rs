@@ -13,8 +13,13 @@
 //! counts and slurmctld's own time per message type, before and after;
 //! background RPCs of the idle cluster show as what they are).
 //!
-//! - `gpu-qos usage` as a user, beside `squeue --me` and `squeue` (every
-//!   job, which is what `gpu-qos usage` read before);
+//! - `gpu-qos usage` and `why` (a held job) as a user, with slurmdbd's
+//!   answers kept from the run before (as a user typing them again within
+//!   a minute has them) and with nothing kept, beside `squeue --me` and
+//!   `squeue` (every job, which is what `gpu-qos usage` read before);
+//! - `gpu-qos why` for a wait on free GPUs (every a40 held by root's
+//!   jobs), which reads the running jobs on the nodes with squeue (every
+//!   job of the cluster);
 //! - `gpu-qos metrics` and `gpu-qos audit` as root, beside `squeue` and
 //!   `sacctmgr show qos`.
 
@@ -227,13 +232,66 @@ fn main() -> Result<(), String> {
         .unwrap_or_default()
         .trim()
         .to_owned();
+    // The same commands with nothing kept of slurmdbd's answers: each run
+    // asks sacctmgr (no cache directory can be made under /proc).
+    let uncached = |args: &[&str]| -> Result<String, String> {
+        let out = user
+            .command(&c, None, &gpu_qos)
+            .env("XDG_CACHE_HOME", "/proc/gpushare-no-cache")
+            .args(args)
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(format!("gpu-qos {args:?}: {out:?}"));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    // A wait on free GPUs: root's jobs hold every a40, the user's job
+    // asks for all four of one node.
+    for node in ["gpu01", "gpu02"] {
+        c.sbatch_ok(&["-w", node, "--gres=gpu:a40:4", "--wrap=sleep 3600"])?;
+    }
+    let waiting = user
+        .run_ok(
+            &c,
+            None,
+            "sbatch",
+            &[
+                "--parsable",
+                &format!("--qos={}", users[0].1[0]),
+                "--gres=gpu:a40:4",
+                "--output=/dev/null",
+                "--wrap=sleep 60",
+            ],
+        )?
+        .trim()
+        .to_owned();
+    wait_for(
+        "the user's GPU job to wait for Resources",
+        Duration::from_secs(120),
+        || {
+            let r = c
+                .run_ok("squeue", &["-h", "-j", &waiting, "-o", "%r"])
+                .ok()?;
+            (r.trim() == "Resources").then_some(())
+        },
+    )?;
     let rows = vec![
         measure(&c, "a user's group usage", "gpu-qos usage", || {
             as_user(&gpu_qos, &["usage"])
         })?,
+        measure(&c, "", "gpu-qos usage, nothing kept", || {
+            uncached(&["usage"])
+        })?,
         measure(&c, "", "squeue --me", || as_user("squeue", &["--me"]))?,
         measure(&c, "one held job explained", "gpu-qos why", || {
             as_user(&gpu_qos, &["why", &held])
+        })?,
+        measure(&c, "", "gpu-qos why, nothing kept", || {
+            uncached(&["why", &held])
+        })?,
+        measure(&c, "a wait on free GPUs", "gpu-qos why (Resources)", || {
+            as_user(&gpu_qos, &["why", &waiting])
         })?,
         measure(&c, "", "sprio -p (why, Priority)", || {
             as_user("sprio", &["-h", "-p", testcluster::cluster::PARTITION])

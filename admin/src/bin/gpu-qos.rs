@@ -20,14 +20,31 @@ use gpushare::qos::audit::{self, AuditReport, FailOn};
 use gpushare::qos::check::{self, CheckJson, Tally};
 use gpushare::qos::explain;
 use gpushare::qos::gather::{self, site};
+use gpushare::qos::slurm::cache::Cache;
 use gpushare::qos::slurm::{Live, ReadError};
 use gpushare::shared::locations::beside_slurm_conf;
 use gpushare::shared::prom;
 use gpushare_admin::qos_cli::{AuditView, Cli, Cmd};
 
 fn main() -> ExitCode {
-    let read = Live::new();
-    match Cli::parse().command {
+    let command = Cli::parse().command;
+    // The users' commands reuse slurmdbd's slow-changing answers for a
+    // while; what admins check is always read afresh.
+    let read = match command {
+        Cmd::Usage { .. } | Cmd::Why { .. } => Live::new().with_cache(Cache::from_env()),
+        _ => Live::new(),
+    };
+    let admins = match &command {
+        Cmd::Check { .. } => Some("check"),
+        Cmd::Generate => Some("generate"),
+        Cmd::Audit { .. } => Some("audit"),
+        Cmd::Metrics { .. } => Some("metrics"),
+        Cmd::Usage { .. } | Cmd::Why { .. } => None,
+    };
+    if let Some(note) = admins.and_then(|c| site::admin_note(&read, c)) {
+        eprintln!("gpu-qos: {note}");
+    }
+    match command {
         Cmd::Check { conf, json } => run_check(&read, conf, json),
         Cmd::Audit {
             conf,
@@ -42,7 +59,10 @@ fn main() -> ExitCode {
             fail_on.into(),
         ),
         Cmd::Usage { qos, json, explain } => {
-            match gather::usage::report(&read, qos.as_deref(), explain) {
+            match gather::usage::report(&read, qos.as_deref(), explain).map(|mut r| {
+                r.unread.extend(read.notes());
+                r
+            }) {
                 Ok(report) if json => println!("{}", report.to_json()),
                 Ok(report) => print!("{}", report.to_text()),
                 Err(e) => return failed("gpu-qos usage", &e),
@@ -162,7 +182,8 @@ fn run_audit(read: &Live, conf: Option<PathBuf>, view: AuditView, fail_on: FailO
 /// its reason; a part that cannot be read is named in the report.
 fn run_why(read: &Live, job: &str, json: bool) -> ExitCode {
     match gather::why::report(read, job) {
-        Ok(report) => {
+        Ok(mut report) => {
+            report.unread.extend(read.notes());
             if json {
                 match serde_json::to_string_pretty(&report) {
                     Ok(text) => println!("{text}"),

@@ -46,6 +46,8 @@ struct Jobs {
     running: String,
     /// Pending for Resources.
     resources: String,
+    /// Another user's lowprio job on the other 4 a40.
+    lowprio: String,
     /// The member's job pending for QOSGrpGRES.
     qos_grp_gres: String,
 }
@@ -54,6 +56,8 @@ struct Jobs {
 struct Users {
     /// Who runs the job pending for Resources.
     resources: String,
+    /// Who runs the lowprio job.
+    lowprio: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -132,22 +136,37 @@ fn a_resources_wait_names_the_full_nodes() {
             ),
             "{r}"
         );
-        // Every GPU of every node is in use.
+        // Every GPU of every node is in use, by the two running jobs,
+        // each named with its end (squeue -t RUNNING -w).
         for node in &m.nodes {
-            let all = format!(
-                ": {n} a40, {n} in use: {n} by jobs of other QOS",
-                n = node.a40
+            let line = report
+                .details
+                .iter()
+                .find(|d| d.starts_with(&format!("{} (", node.name)))
+                .unwrap_or_else(|| panic!("{r}: {} not in {:#?}", node.name, report.details));
+            let all = format!(": {n} a40, {n} in use: ", n = node.a40);
+            let member = format!(
+                "qos_lafferty job {} ({}, 4 a40, ends by 20",
+                m.jobs.running, m.member.name
+            );
+            let other = format!(
+                "lowprio job {} ({}, 4 a40, ends by 20",
+                m.jobs.lowprio, m.users.lowprio
             );
             assert!(
-                report
-                    .details
-                    .iter()
-                    .any(|d| d.starts_with(&format!("{} (", node.name)) && d.contains(&all)),
-                "{r}: {} not full in {:#?}",
-                node.name,
-                report.details
+                line.contains(&all) && line.contains(&member) && line.contains(&other),
+                "{r}: {line}"
             );
         }
+        let when = format!("enough a40s free up first on {} by 20", m.nodes[0].name);
+        assert!(
+            report
+                .details
+                .iter()
+                .any(|d| d.starts_with(&when) && d.contains(", when job ")),
+            "{r}: {:#?}",
+            report.details
+        );
 
         // The factors and weights were read (sprio -j, sprio -w), sprio's
         // priority that of squeue.
@@ -364,5 +383,87 @@ fn generate_then_check_is_clean() {
         let mut findings = crate::qos::check::check(&cfg, &file, &db);
         findings.extend(crate::qos::check::check_associations(&cfg, &file, &assocs));
         assert!(findings.is_empty(), "{r}: {findings:?}");
+    }
+}
+
+/// The recorded scene with slurmdbd down: every `sacctmgr` fails.
+struct NoDbd(Recorded);
+
+impl crate::qos::slurm::SlurmRead for NoDbd {
+    fn read(
+        &self,
+        query: &crate::qos::slurm::Query,
+    ) -> Result<String, crate::qos::slurm::ReadError> {
+        if query.program == "sacctmgr" {
+            return Err(crate::qos::slurm::ReadError::new(format!(
+                "`{}` failed (exit status: 1): sacctmgr: error: Problem talking to the database: \
+                 Connection refused",
+                query.shown()
+            )));
+        }
+        self.0.read(query)
+    }
+}
+
+#[test]
+fn without_slurmdbd_why_and_usage_tell_what_slurmctld_knows() {
+    for r in RELEASES {
+        let m = manifest(r);
+        let read = NoDbd(scene(r));
+        let report =
+            why::report(&read, &m.jobs.qos_grp_gres).unwrap_or_else(|e| panic!("{r}: {e}"));
+        assert!(
+            report.summary.ends_with(&group_full(&m)),
+            "{r}: {}",
+            report.summary
+        );
+        let sources: Vec<&str> = report.unread.iter().map(|u| u.source.as_str()).collect();
+        assert_eq!(
+            sources,
+            ["sacctmgr show qos (each QOS's Preempt list, GraceTime and Flags)"],
+            "{r}"
+        );
+        let usage = usage::report(&read, None, false).unwrap_or_else(|e| panic!("{r}: {e}"));
+        assert_eq!(usage.qos.len(), 1, "{r}: {usage:#?}");
+        assert_eq!(usage.qos[0].qos, "qos_lafferty", "{r}");
+        assert_eq!(usage.qos[0].types, [a40(4, 4)], "{r}");
+        let sources: Vec<&str> = usage.unread.iter().map(|u| u.source.as_str()).collect();
+        assert_eq!(sources.len(), 2, "{r}: {sources:?}");
+        assert!(
+            sources[1].starts_with("sacctmgr show assoc"),
+            "{r}: {sources:?}"
+        );
+    }
+}
+
+#[test]
+fn slurmctlds_qos_carry_slurmdbds_preemption() {
+    for r in RELEASES {
+        let mut unread = Vec::new();
+        let all = super::users_qos(&scene(r), &mut unread).unwrap_or_else(|e| panic!("{r}: {e}"));
+        assert!(unread.is_empty(), "{r}: {unread:?}");
+        let q = |name: &str| {
+            all.iter()
+                .find(|q| q.name() == name)
+                .unwrap_or_else(|| panic!("{r}: no {name}"))
+        };
+        assert_eq!(
+            q("qos_lafferty").record.expected_gpu_limit(),
+            Some(4),
+            "{r}"
+        );
+        assert_eq!(q("qos_lafferty").record.preempt, ["lowprio"], "{r}");
+        assert_eq!(q("qos_lafferty").priority, Some(100), "{r}");
+        assert!(q("qos_lafferty").has_flag("DenyOnLimit"), "{r}");
+        assert_eq!(q("lowprio").grace_time, Some(120), "{r}");
+        assert_eq!(q("lowprio").preempt_mode.as_deref(), Some("requeue"), "{r}");
+        let without =
+            super::users_qos(&NoDbd(scene(r)), &mut unread).unwrap_or_else(|e| panic!("{r}: {e}"));
+        let lafferty = without.iter().find(|q| q.name() == "qos_lafferty");
+        assert_eq!(
+            lafferty.map(|q| (q.record.expected_gpu_limit(), q.record.preempt.len())),
+            Some((Some(4), 0)),
+            "{r}"
+        );
     }
 }

@@ -246,3 +246,38 @@ fn read_with_includes(path: &Path) -> Option<String> {
     }
     Some(text)
 }
+
+/// Who may see the whole site: root and Slurm's own user (`SlurmUser`).
+/// `None` for them; for anyone else, what an admin command run by them
+/// must say first: Slurm shows them only what `PrivateData` lets every
+/// user see, and some reads are refused. Operators and administrators
+/// named in `sacctmgr` (AdminLevel) are not told apart here: for them the
+/// note is a reminder.
+pub fn admin_note(read: &dyn SlurmRead, command: &str) -> Option<String> {
+    let uid = read.read(&crate::qos::slurm::Query::user_id()).ok()?;
+    if uid.trim() == "0" {
+        return None;
+    }
+    let me = read
+        .read(&crate::qos::slurm::Query::user_name())
+        .map(|n| n.trim().to_owned())
+        .unwrap_or_default();
+    let slurm_user = read
+        .read(&show_config::show())
+        .ok()
+        .map(|t| SlurmSettings::from_show_config(&t))
+        .and_then(|s| {
+            s.get("SlurmUser")
+                .map(|v| v.split('(').next().unwrap_or(v).trim().to_owned())
+        });
+    if slurm_user.as_deref() == Some(me.as_str()) {
+        return None;
+    }
+    Some(format!(
+        "gpu-qos {command} is an admins' command, run here as {} (uid {}): Slurm shows this \
+         user only what PrivateData lets every user see and may refuse some reads, so what it \
+         reports can be incomplete; run it as root or SlurmUser",
+        if me.is_empty() { "?" } else { &me },
+        uid.trim()
+    ))
+}

@@ -4,9 +4,33 @@
 //! `gpu-qos why` reads it.
 
 use super::accounts::{account_uses, partition_uses};
-use crate::qos::site::{parse_qos, Unread};
-use crate::qos::slurm::{jobs, qos, Query, ReadError, SlurmRead};
+use crate::qos::site::Unread;
+use crate::qos::slurm::{assoc_mgr, jobs, qos, Query, ReadError, SlurmRead};
 use crate::qos::usage::{self, UsageReport};
+
+/// What a failed read of the caller's associations leaves out.
+const USER_QOS_SOURCE: &str =
+    "sacctmgr show assoc (the QOS you may use; shown: those you have jobs in)";
+
+/// The QOS slurmctld lists `user` in (by name, or by uid on 22.05) with
+/// jobs pending or running.
+fn qos_with_jobs_of(read: &dyn SlurmRead, user: &str) -> Vec<String> {
+    let uid = read
+        .read(&Query::user_id())
+        .map(|u| u.trim().to_owned())
+        .unwrap_or_default();
+    read.read(&assoc_mgr::all_qos())
+        .map(|t| assoc_mgr::parse_qos_users(&t))
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(_, users)| {
+            users
+                .as_ref()
+                .is_some_and(|u| u.iter().any(|n| n == user || n == &uid))
+        })
+        .map(|(qos, _)| qos)
+        .collect()
+}
 
 /// At most this many pending jobs are explained by `usage --explain`.
 pub const EXPLAINED_JOBS: usize = 20;
@@ -19,9 +43,16 @@ pub fn report(
 ) -> Result<UsageReport, ReadError> {
     // The name of the uid that runs this, not $USER, which anyone sets.
     let user = read.read(&Query::user_name())?.trim().to_owned();
-    let assoc = read.read(&qos::of_user(&user))?;
-    let (all_qos, mut unread) = parse_qos(&read.read(&qos::audit())?);
-    let user_qos = usage::parse_assoc_qos(&assoc);
+    let mut unread = Vec::new();
+    let all_qos = super::users_qos(read, &mut unread)?;
+    let user_qos = match read.read(&qos::of_user(&user)) {
+        Ok(assoc) => usage::parse_assoc_qos(&assoc),
+        // Without slurmdbd: the QOS slurmctld counts jobs of theirs in.
+        Err(e) => {
+            unread.push(e.unread(USER_QOS_SOURCE));
+            qos_with_jobs_of(read, &user)
+        }
+    };
     let (jobs, u) = jobs::group(read, &user, &usage::covered_qos(&all_qos, &user_qos, only))?;
     unread.extend(u);
     let rows: Vec<usage::JobRow> = jobs.iter().map(jobs::Job::row).collect();

@@ -3,10 +3,9 @@
 //! the site's jobs; a part that cannot be read is named in the report.
 
 use super::accounts::account_chain_uses;
-use crate::qos::site::{parse_nodes, parse_partitions, parse_qos, SlurmSettings, Unread};
+use crate::qos::site::{parse_nodes, parse_partitions, SlurmSettings, Unread};
 use crate::qos::slurm::{
-    config, job, jobs, nodes, partitions, priority, qos, runs, shares, soft, Query, ReadError,
-    SlurmRead,
+    config, job, jobs, nodes, partitions, priority, runs, shares, soft, Query, ReadError, SlurmRead,
 };
 use crate::qos::usage;
 use crate::qos::why::{self, Facts, WhyReport};
@@ -37,7 +36,7 @@ pub fn report(read: &dyn SlurmRead, id: &str) -> Result<WhyReport, ReadError> {
             "no job {id} pending or running (squeue -j {id} lists none)"
         )));
     };
-    let (all_qos, u) = parse_qos(&read.read(&qos::audit())?);
+    let all_qos = super::users_qos(read, &mut unread)?;
     let mut facts = Facts {
         qos: all_qos,
         ..Facts::default()
@@ -114,6 +113,25 @@ pub fn report(read: &dyn SlurmRead, id: &str) -> Result<WhyReport, ReadError> {
         if ranked {
             node_facts(read, &found.partition, &mut unread, &mut facts);
         }
+        // Who holds the GPUs of the nodes it could run on, and until when.
+        if found.reason == "Resources" {
+            let names: Vec<&str> = why::candidate_nodes(&found, &facts.nodes)
+                .iter()
+                .take(why::NODES_SHOWN)
+                .map(|n| n.name.as_str())
+                .collect();
+            if !names.is_empty() {
+                if let Some(t) = soft(
+                    &mut unread,
+                    "squeue -t RUNNING -w",
+                    read.read(&jobs::running_on(&names.join(","))),
+                ) {
+                    let (jobs, bad) = jobs::parse(&t);
+                    facts.running_on_nodes = Some(jobs);
+                    unread.extend(bad);
+                }
+            }
+        }
         if found.reason.starts_with("AssocGrp") {
             facts.account_limits =
                 account_chain_uses(read, vec![found.account.clone()], &mut unread);
@@ -144,6 +162,10 @@ pub fn report(read: &dyn SlurmRead, id: &str) -> Result<WhyReport, ReadError> {
             facts.max_age = conf.get("PriorityMaxAge").map(str::to_owned);
             facts.half_life = conf.get("PriorityDecayHalfLife").map(str::to_owned);
             facts.file_append = conf.get("JobFileAppend").map(|v| v.trim() == "1");
+            facts.jobs_private = conf.get("PrivateData").is_some_and(|v| {
+                v.split(',')
+                    .any(|w| matches!(w.trim().to_ascii_lowercase().as_str(), "jobs" | "all"))
+            });
         }
     }
     if found.restarts > 0 {
@@ -151,7 +173,6 @@ pub fn report(read: &dyn SlurmRead, id: &str) -> Result<WhyReport, ReadError> {
             facts.runs = runs::parse_runs(&t);
         }
     }
-    unread.extend(u);
     let mut report = why::explain(found, facts);
     report.unread = unread;
     Ok(report)

@@ -90,6 +90,55 @@ pub fn parse_assoc_mgr_qos(text: &str) -> Vec<QosGpus> {
     out
 }
 
+/// One QOS as slurmctld holds it now ([`all_qos`]'s answer): what it
+/// prints of the QOS's own settings. `Preempt`, `GraceTime`, `Flags` and
+/// `UsageFactor` are not among them (slurmdbd's, see
+/// [`crate::qos::site::merge_qos`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CtldQos {
+    pub name: String,
+    /// The limits of its `GrpTRES` in `sacctmgr`'s words
+    /// (`cpu=8,gres/gpu:a40=4`): entries without a limit left out.
+    pub grp_tres: String,
+    /// Lower case, as `sacctmgr` prints it (`requeue`, `cluster`).
+    pub preempt_mode: Option<String>,
+    /// `None` where Slurm prints `NONE`.
+    pub priority: Option<u64>,
+}
+
+/// Reads [`all_qos`]'s answer, one QOS a line (the same words in 22.05 to
+/// 26.05; 26.05 prints a priority always, earlier releases `NONE` for
+/// none).
+pub fn parse_ctld_qos(text: &str) -> Vec<CtldQos> {
+    text.lines()
+        .filter_map(|line| {
+            let field = |key: &str| {
+                line.split_whitespace()
+                    .find_map(|w| w.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
+            };
+            let name = name_of(field("QOS")?)?;
+            let grp_tres = field("GrpTRES")
+                .unwrap_or_default()
+                .split(',')
+                .filter_map(|entry| {
+                    let (tres, value) = entry.split_once('=')?;
+                    let limit = value.split_once('(').map_or(value, |(l, _)| l);
+                    (limit != "N" && !limit.is_empty()).then(|| format!("{tres}={limit}"))
+                })
+                .collect::<Vec<_>>()
+                .join(",");
+            Some(CtldQos {
+                name,
+                grp_tres,
+                preempt_mode: field("PreemptMode")
+                    .filter(|m| !m.is_empty())
+                    .map(str::to_ascii_lowercase),
+                priority: field("Priority").and_then(|p| p.parse().ok()),
+            })
+        })
+        .collect()
+}
+
 /// One GPU type in an account's own `GrpTRES` (its association without a
 /// user): the limit and the GPUs its and its sub-accounts' jobs hold.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -260,6 +309,30 @@ QOS=qos_saxena(5) GrpSubmitJobs=N(2) GrpTRES=cpu=N(1) Account Limits= No Account
             parse_qos_users(v22).get("qos_lafferty"),
             Some(&Some(vec!["1001".to_owned()]))
         );
+    }
+
+    #[test]
+    fn qos_settings_as_slurmctld_holds_them() {
+        let v24 = "QOS=qos_lafferty(3) UsageRaw=1.0 GrpJobs=N(2) GrpTRES=cpu=N(2),mem=N(0),gres/gpu=N(4),gres/gpu:a40=4(4) GrpTRESMins=cpu=N(0) MaxWallPJ= MaxTRESPJ=cpu=N MinPrioThresh= PreemptMode=REQUEUE Priority=100 Account Limits= No Accounts User Limits= No Users
+QOS=normal(1) GrpTRES=cpu=N(0) PreemptMode=CLUSTER Priority=NONE Account Limits= No Accounts User Limits= No Users";
+        assert_eq!(
+            parse_ctld_qos(v24),
+            vec![
+                CtldQos {
+                    name: "qos_lafferty".into(),
+                    grp_tres: "gres/gpu:a40=4".into(),
+                    preempt_mode: Some("requeue".into()),
+                    priority: Some(100),
+                },
+                CtldQos {
+                    name: "normal".into(),
+                    grp_tres: String::new(),
+                    preempt_mode: Some("cluster".into()),
+                    priority: None,
+                },
+            ]
+        );
+        assert!(parse_ctld_qos("\nQOS Records\n\n").is_empty());
     }
 
     #[test]

@@ -76,6 +76,15 @@ pub fn running_of(user: &str) -> Query {
     )
 }
 
+/// The running jobs on `nodes` (a host list): squeue reads every job of
+/// the cluster for this (one call, answered under slurmctld's job lock).
+pub fn running_on(nodes: &str) -> Query {
+    squeue(
+        &["-t", "RUNNING", "-w", nodes],
+        &format!("squeue-running-nodes-{nodes}"),
+    )
+}
+
 /// Every running job of the cluster.
 pub fn running() -> Query {
     squeue(&["-t", "RUNNING"], "squeue-running")
@@ -127,6 +136,9 @@ pub struct Job {
     /// How many times Slurm requeued it (preempted, node failure, by hand).
     #[serde(default)]
     pub restarts: u32,
+    /// Its nodes, allocated or asked (`node=` of its TRES).
+    #[serde(default)]
+    pub node_count: Option<u64>,
 }
 
 impl Job {
@@ -149,6 +161,14 @@ pub fn given(field: &str) -> Option<String> {
         "" | "N/A" | "NONE" | "None" | "(null)" | "Unknown" => None,
         f => Some(f.to_owned()),
     }
+}
+
+/// The `node=N` of a TRES list.
+fn tres_nodes(tres: &str) -> Option<u64> {
+    tres.split(',')
+        .find_map(|e| e.strip_prefix("node="))
+        .and_then(|n| n.parse().ok())
+        .filter(|n| *n > 0)
 }
 
 /// Reads `squeue` run with [`FIELDS`].
@@ -180,6 +200,7 @@ pub fn parse(text: &str) -> (Vec<Job>, Vec<Unread>) {
                     end: given(end),
                     nodes: given(nodes),
                     restarts: restarts.parse().unwrap_or(0),
+                    node_count: tres_nodes(tres),
                 })
             }
             _ => unread.push(Unread {

@@ -33,6 +33,7 @@ use crate::qos::site::Unread;
 use crate::shared::bounded;
 
 pub mod assoc_mgr;
+pub mod cache;
 pub mod config;
 pub mod job;
 pub mod jobs;
@@ -166,6 +167,10 @@ pub const RECORD_ENV: &str = "GPUSHARE_RECORD_SLURM";
 pub struct Live {
     answers: Mutex<Vec<(String, Result<String, ReadError>)>>,
     record: Option<PathBuf>,
+    /// Where `sacctmgr`'s answers are kept between runs ([`cache`]).
+    cache: Option<cache::Cache>,
+    /// Kept answers used because slurmdbd did not answer.
+    notes: Mutex<Vec<Unread>>,
 }
 
 impl Live {
@@ -174,6 +179,57 @@ impl Live {
         Live {
             answers: Mutex::new(Vec::new()),
             record: std::env::var_os(RECORD_ENV).map(PathBuf::from),
+            cache: None,
+            notes: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// `sacctmgr`'s answers reused from `cache` ([`cache`]): for the
+    /// users' commands, never for what admins check.
+    pub fn with_cache(mut self, cache: Option<cache::Cache>) -> Self {
+        self.cache = cache;
+        self
+    }
+
+    /// What was read from the cache because slurmdbd did not answer.
+    pub fn notes(&self) -> Vec<Unread> {
+        self.notes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// A `sacctmgr` question through the cache: a fresh answer kept, else
+    /// slurmdbd's (then kept), else an older kept one with a note.
+    fn through_cache(
+        &self,
+        cache: &cache::Cache,
+        query: &Query,
+        shown: &str,
+    ) -> Result<String, ReadError> {
+        let kept = cache.get(&query.key);
+        if let Some(k) = kept.as_ref().filter(|k| cache.fresh(k)) {
+            return Ok(k.text.clone());
+        }
+        match Live::run(query, shown) {
+            Ok(text) => {
+                cache.put(&query.key, &text);
+                Ok(text)
+            }
+            Err(e) => {
+                let k = kept.ok_or(e.clone())?;
+                self.notes
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(Unread {
+                        source: shown.to_owned(),
+                        reason: format!(
+                            "{e}; its answer of {} ago is used",
+                            cache::age_words(k.age)
+                        ),
+                    });
+                Ok(k.text)
+            }
         }
     }
 
@@ -203,7 +259,10 @@ impl SlurmRead for Live {
         if let Some((_, answer)) = answers.iter().find(|(k, _)| *k == shown) {
             return answer.clone();
         }
-        let answer = Live::run(query, &shown);
+        let answer = match &self.cache {
+            Some(cache) if query.program == "sacctmgr" => self.through_cache(cache, query, &shown),
+            _ => Live::run(query, &shown),
+        };
         if let (Some(dir), Ok(text)) = (&self.record, &answer) {
             let file = dir.join(format!("{}.txt", query.key));
             if let Err(e) = std::fs::write(&file, text) {

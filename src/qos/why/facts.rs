@@ -54,6 +54,12 @@ pub struct Facts {
     /// For an account-limit wait: the typed GPU limits of the job's account
     /// and its parents, with what every job under each holds.
     pub account_limits: Vec<AccountUse>,
+    /// For a wait on free GPUs: the running jobs on the nodes described
+    /// ([`super::candidate_nodes`]) that Slurm shows the caller; `None`
+    /// where they were not read.
+    pub running_on_nodes: Option<Vec<Job>>,
+    /// Whether `PrivateData` hides other users' jobs from the caller.
+    pub jobs_private: bool,
 }
 
 /// The QOS `qos` may preempt (its `Preempt` list).

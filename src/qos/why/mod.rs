@@ -7,7 +7,9 @@
 //! slurmctld),
 //! `PriorityMaxAge` and `PriorityDecayHalfLife` (`scontrol show config`),
 //! for a job behind others the QOS and GPUs of the partition's pending
-//! jobs (`squeue -p -t PENDING`, one call),
+//! jobs (`squeue -p -t PENDING`, one call), for a wait on free GPUs the
+//! running jobs on the nodes it describes (`squeue -t RUNNING -w`, one
+//! call; squeue reads every job for it),
 //! and, for a job its QOS may preempt others for, the running jobs of the
 //! QOS it may preempt (the users `scontrol show assoc_mgr` names, then
 //! `squeue -u` each, as `gpu-qos usage` reads a group).
@@ -48,5 +50,6 @@ pub use super::slurm::shares::ShareRow;
 
 pub use explain::explain;
 pub use facts::{preempt_list, Facts, Preempting};
+pub use nodes::{candidate_nodes, NODES_SHOWN};
 pub use priority::jobs_ahead;
 pub use report::{render, WhyReport};

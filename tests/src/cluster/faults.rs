@@ -19,6 +19,25 @@ impl Cluster {
         self.start_slurmctld()
     }
 
+    /// Stops slurmdbd (SIGTERM), as an outage of the accounting database:
+    /// slurmctld goes on from its association cache.
+    pub fn stop_slurmdbd(&mut self) {
+        if let Some(mut d) = self.daemons.remove("slurmdbd") {
+            d.stop(DAEMON_STOP.into());
+        }
+    }
+
+    /// Starts slurmdbd again (after [`Cluster::stop_slurmdbd`]) and waits
+    /// until `sacctmgr` gets answers from it.
+    pub fn start_slurmdbd_again(&mut self) -> Result<()> {
+        self.start_slurmdbd()?;
+        wait_for("sacctmgr to reach slurmdbd again", DAEMON_START, || {
+            self.run_ok("sacctmgr", &["-nP", "show", "qos", "format=name"])
+                .ok()
+        })
+        .map(|_| ())
+    }
+
     /// Starts a second slurmctld on a copy of this cluster's configuration
     /// (own port, state, log; no accounting; plugins from `plugin_dir` if
     /// given), after `prepare` may change files in the copy's directory.

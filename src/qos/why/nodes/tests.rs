@@ -56,3 +56,67 @@ fn host_lists_expand_with_their_width() {
     );
     assert_eq!(node_names("n[9-10]"), vec!["n9", "n10"]);
 }
+
+/// The nodes of the Resources wait above, with every running job there
+/// read (`squeue -t RUNNING -w`).
+fn nodes_with_holders(running: &str, private: bool) -> Vec<String> {
+    let (nodes, _) = crate::qos::site::parse_nodes(
+        "NodeName=gpu02 Gres=gpu:a40:4,mps:400 State=MIXED AllocTRES=cpu=2,gres/gpu=4,gres/gpu:a40=4,gres/mps=50 Partitions=gpu\n\
+         NodeName=gpu01 Gres=gpu:a40:4 State=ALLOCATED AllocTRES=cpu=1,gres/gpu=4 Partitions=gpu\n\
+         NodeName=gpu03 Gres=gpu:a40:4 State=MIXED+DRAIN AllocTRES=cpu=2,gres/gpu:a40=3 Partitions=gpu\n",
+    );
+    let (jobs, unread) = parse_jobs(running);
+    assert!(unread.is_empty(), "{unread:?}");
+    let r = explain(
+        one(PENDING),
+        Facts {
+            qos: vec![qos("qos_lafferty", &["lowprio"], None)],
+            nodes,
+            running_on_nodes: Some(jobs),
+            jobs_private: private,
+            ..Facts::default()
+        },
+    );
+    r.details.into_iter().skip(1).collect()
+}
+
+#[test]
+fn every_holder_is_named_soonest_end_first_and_the_earliest_room_is_told() {
+    let running = "11|carol|research|R|normal|gpu|1|cpu=1,node=1,gres/gpu:a40=2|None|2026-11-23T23:00:00|(null)|N/A|2026-11-23T23:30:00|gpu01|0|\n\
+        12|dave|research|R|normal|gpu|1|cpu=1,node=1,gres/gpu:a40=2|None|2026-11-23T23:00:00|(null)|N/A|2026-11-23T23:20:00|gpu01|0|\n\
+        13|erin|research|R|lowprio|gpu|1|cpu=2,node=2,gres/gpu:a40=4|None|2026-11-23T23:00:00|(null)|N/A|2026-11-23T23:10:00|gpu[02-03]|0|\n\
+        14|frank|research|R|normal|gpu|1|cpu=1,node=1,gres/gpu:a40=2|None|2026-11-23T23:00:00|(null)|N/A|Unknown|gpu02|0|\n";
+    assert_eq!(
+        nodes_with_holders(running, false),
+        vec![
+            "gpu01 (ALLOCATED), where Slurm plans it: 4 a40, 4 in use: normal job 12 (dave, 2 a40, ends by 2026-11-23T23:20:00); normal job 11 (carol, 2 a40, ends by 2026-11-23T23:30:00)",
+            // A two-node job holds half its GPUs on each node.
+            "gpu02 (MIXED): 4 a40, 4 in use: lowprio job 13 (erin, 2 a40, ends by 2026-11-23T23:10:00), which it may preempt; normal job 14 (frank, 2 a40, no end set); MPS shares hold 50 units",
+            "gpu03 (MIXED+DRAIN): 4 a40, 3 in use: lowprio job 13 (erin, 2 a40, ends by 2026-11-23T23:10:00), which it may preempt; 1 by other jobs; it takes no new job in this state",
+            "enough a40s free up first on gpu02 by 2026-11-23T23:10:00, when job 13 ends by its time limit, if nothing else starts there first (Slurm's estimate: 2026-11-23T23:07:56)",
+        ]
+    );
+    // Room that rests on a job without an end is not promised.
+    let endless = running
+        .replace("2026-11-23T23:10:00", "Unknown")
+        .replace("|2026-11-23T23:20:00|", "|Unknown|")
+        .replace("|2026-11-23T23:30:00|", "|NONE|");
+    let told = nodes_with_holders(&endless, false);
+    assert_eq!(
+        told.last().map(String::as_str),
+        Some("when enough a40s free up is not known: it rests on jobs without an end or that Slurm does not show you (Slurm's estimate: 2026-11-23T23:07:56)")
+    );
+}
+
+#[test]
+fn gpus_of_jobs_private_data_hides_are_counted() {
+    let told = nodes_with_holders("", true);
+    assert_eq!(
+        told[0],
+        "gpu01 (ALLOCATED), where Slurm plans it: 4 a40, 4 in use: 4 by jobs Slurm does not show you (PrivateData=jobs)"
+    );
+    assert!(
+        told[3].starts_with("when enough a40s free up is not known"),
+        "{told:#?}"
+    );
+}
