@@ -252,32 +252,66 @@ fn read_with_includes(path: &Path) -> Option<String> {
 /// must say first: Slurm shows them only what `PrivateData` lets every
 /// user see, and some reads are refused. Operators and administrators
 /// named in `sacctmgr` (AdminLevel) are not told apart here: for them the
-/// note is a reminder.
+/// note is a reminder. Who runs it is this process's effective uid, never
+/// a read of Slurm's (recorded answers are the site's, not the caller's).
 pub fn admin_note(read: &dyn SlurmRead, command: &str) -> Option<String> {
-    let uid = read.read(&crate::qos::slurm::Query::user_id()).ok()?;
-    if uid.trim() == "0" {
+    admin_note_for(read, command, rustix::process::geteuid().as_raw())
+}
+
+fn admin_note_for(read: &dyn SlurmRead, command: &str, uid: u32) -> Option<String> {
+    if uid == 0 {
         return None;
     }
-    let me = read
-        .read(&crate::qos::slurm::Query::user_name())
-        .map(|n| n.trim().to_owned())
-        .unwrap_or_default();
-    let slurm_user = read
+    // `SlurmUser = slurm(64030)`
+    let slurm_uid = read
         .read(&show_config::show())
         .ok()
         .map(|t| SlurmSettings::from_show_config(&t))
         .and_then(|s| {
-            s.get("SlurmUser")
-                .map(|v| v.split('(').next().unwrap_or(v).trim().to_owned())
+            let v = s.get("SlurmUser")?;
+            v.split_once('(')?
+                .1
+                .trim_end_matches(')')
+                .parse::<u32>()
+                .ok()
         });
-    if slurm_user.as_deref() == Some(me.as_str()) {
+    if slurm_uid == Some(uid) {
         return None;
     }
     Some(format!(
-        "gpu-qos {command} is an admins' command, run here as {} (uid {}): Slurm shows this \
-         user only what PrivateData lets every user see and may refuse some reads, so what it \
-         reports can be incomplete; run it as root or SlurmUser",
-        if me.is_empty() { "?" } else { &me },
-        uid.trim()
+        "gpu-qos {command} is an admins' command, run here by uid {uid}, neither root nor \
+         SlurmUser: Slurm shows this user only what PrivateData lets every user see and may \
+         refuse some reads, so what it reports can be incomplete; run it as root"
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::qos::slurm::{Query, ReadError};
+
+    struct Config(&'static str);
+
+    impl SlurmRead for Config {
+        fn read(&self, query: &Query) -> Result<String, ReadError> {
+            match query.program {
+                "scontrol" => Ok(self.0.to_owned()),
+                _ => Err(ReadError::new("not asked")),
+            }
+        }
+    }
+
+    #[test]
+    fn root_and_slurm_user_run_admin_commands_without_a_note() {
+        let conf = Config("SlurmUser               = slurm(64030)\nSlurmdUser = root(0)\n");
+        assert_eq!(admin_note_for(&conf, "audit", 0), None);
+        assert_eq!(admin_note_for(&conf, "audit", 64030), None);
+        let note = admin_note_for(&conf, "metrics", 1001).unwrap_or_default();
+        assert!(
+            note.starts_with("gpu-qos metrics is an admins' command, run here by uid 1001,"),
+            "{note}"
+        );
+        // slurmctld not answering: only root is known for sure.
+        assert!(admin_note_for(&Config(""), "audit", 64030).is_some());
+    }
 }
