@@ -200,6 +200,22 @@ fn main() -> Result<(), String> {
         "{pending} pending jobs in {:.0} s",
         started.elapsed().as_secs_f64()
     );
+    // A wait on free GPUs: root's jobs hold every a40 (started before the
+    // running jobs, which fill the first nodes' CPUs), the user's job
+    // asks for all four of one node.
+    for node in ["gpu01", "gpu02"] {
+        let id = c
+            .sbatch_ok(&["-w", node, "--gres=gpu:a40:4", "--wrap=sleep 3600"])?
+            .to_string();
+        wait_for(
+            &format!("root's job on {node}'s a40s to run"),
+            Duration::from_secs(120),
+            || {
+                let s = c.run_ok("squeue", &["-h", "-j", &id, "-o", "%T"]).ok()?;
+                (s.trim() == "RUNNING").then_some(())
+            },
+        )?;
+    }
     let started = Instant::now();
     submit(&c, &users, running, &["-c1"])?;
     let goal = running;
@@ -246,11 +262,6 @@ fn main() -> Result<(), String> {
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     };
-    // A wait on free GPUs: root's jobs hold every a40, the user's job
-    // asks for all four of one node.
-    for node in ["gpu01", "gpu02"] {
-        c.sbatch_ok(&["-w", node, "--gres=gpu:a40:4", "--wrap=sleep 3600"])?;
-    }
     let waiting = user
         .run_ok(
             &c,
@@ -266,16 +277,21 @@ fn main() -> Result<(), String> {
         )?
         .trim()
         .to_owned();
-    wait_for(
+    let mut reason = String::new();
+    let _ = wait_for(
         "the user's GPU job to wait for Resources",
         Duration::from_secs(120),
         || {
-            let r = c
-                .run_ok("squeue", &["-h", "-j", &waiting, "-o", "%r"])
-                .ok()?;
-            (r.trim() == "Resources").then_some(())
+            reason = c
+                .run_ok("squeue", &["-h", "-j", &waiting, "-o", "%T %r"])
+                .ok()?
+                .trim()
+                .to_owned();
+            (reason == "PENDING Resources").then_some(())
         },
-    )?;
+    );
+    // Measured whatever Slurm says, and named so.
+    let resources_row = format!("gpu-qos why ({reason})");
     let rows = vec![
         measure(&c, "a user's group usage", "gpu-qos usage", || {
             as_user(&gpu_qos, &["usage"])
@@ -290,7 +306,7 @@ fn main() -> Result<(), String> {
         measure(&c, "", "gpu-qos why, nothing kept", || {
             uncached(&["why", &held])
         })?,
-        measure(&c, "a wait on free GPUs", "gpu-qos why (Resources)", || {
+        measure(&c, "a wait on free GPUs", &resources_row, || {
             as_user(&gpu_qos, &["why", &waiting])
         })?,
         measure(&c, "", "sprio -p (why, Priority)", || {
