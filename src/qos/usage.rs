@@ -64,7 +64,7 @@ pub struct PartitionUse {
 }
 
 /// The partitions (name, `QOS=`) whose QOS `assoc_mgr` lists with typed
-/// limits, from [`super::slurm::assoc_mgr::qos`]'s answer for those QOS.
+/// limits, from [`super::slurm::assoc_mgr::all_qos`]'s answer.
 pub fn partition_uses(
     partitions: &[(String, String)],
     qos_gpus: &[super::slurm::assoc_mgr::QosGpus],

@@ -28,12 +28,8 @@ use gpushare_admin::qos_cli::{AuditView, Cli, Cmd};
 
 fn main() -> ExitCode {
     let command = Cli::parse().command;
-    // The users' commands reuse slurmdbd's slow-changing answers for a
-    // while; what admins check is always read afresh.
-    let read = match command {
-        Cmd::Usage { .. } | Cmd::Why { .. } => Live::new().with_cache(Cache::from_env()),
-        _ => Live::new(),
-    };
+    // Admins' commands read afresh and say so when run by a user; the
+    // users' commands reuse slurmdbd's slow-changing answers a while.
     let admins = match &command {
         Cmd::Check { .. } => Some("check"),
         Cmd::Generate => Some("generate"),
@@ -41,9 +37,16 @@ fn main() -> ExitCode {
         Cmd::Metrics { .. } => Some("metrics"),
         Cmd::Usage { .. } | Cmd::Why { .. } => None,
     };
-    if let Some(note) = admins.and_then(|c| site::admin_note(&read, c)) {
-        eprintln!("gpu-qos: {note}");
-    }
+    let read = match admins {
+        Some(name) => {
+            let read = Live::new();
+            if let Some(note) = site::admin_note(&read, name) {
+                eprintln!("gpu-qos: {note}");
+            }
+            read
+        }
+        None => Live::new().with_cache(Cache::from_env()),
+    };
     match command {
         Cmd::Check { conf, json } => run_check(&read, conf, json),
         Cmd::Audit {

@@ -90,11 +90,11 @@ pub fn partition_uses(
     if partitions.is_empty() {
         return Vec::new();
     }
-    let qos: Vec<String> = partitions.iter().map(|(_, q)| q.clone()).collect();
+    // Every QOS's answer, which usage has read already (one per run).
     let Some(text) = soft(
         unread,
         "scontrol show assoc_mgr flags=qos",
-        read.read(&assoc_mgr::qos(&qos)),
+        read.read(&assoc_mgr::all_qos()),
     ) else {
         return Vec::new();
     };

@@ -18,22 +18,6 @@ pub fn all_qos() -> Query {
     )
 }
 
-/// The QOS named, one line each.
-pub fn qos(names: &[String]) -> Query {
-    let list = names.join(",");
-    Query::new(
-        "scontrol",
-        &[
-            "-o",
-            "show",
-            "assoc_mgr",
-            "flags=qos",
-            &format!("qos={list}"),
-        ],
-        &format!("assoc-mgr-qos-{list}"),
-    )
-}
-
 /// The associations of `accounts`, one line each.
 pub fn accounts(accounts: &[String]) -> Query {
     let list = accounts.join(",");
@@ -93,7 +77,7 @@ pub fn parse_assoc_mgr_qos(text: &str) -> Vec<QosGpus> {
 /// One QOS as slurmctld holds it now ([`all_qos`]'s answer): what it
 /// prints of the QOS's own settings. `Preempt`, `GraceTime`, `Flags` and
 /// `UsageFactor` are not among them (slurmdbd's, see
-/// [`crate::qos::site::merge_qos`]).
+/// [`crate::qos::gather::merge_qos`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CtldQos {
     pub name: String,
@@ -112,10 +96,7 @@ pub struct CtldQos {
 pub fn parse_ctld_qos(text: &str) -> Vec<CtldQos> {
     text.lines()
         .filter_map(|line| {
-            let field = |key: &str| {
-                line.split_whitespace()
-                    .find_map(|w| w.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
-            };
+            let field = |key: &str| field(line, key);
             let name = name_of(field("QOS")?)?;
             let grp_tres = field("GrpTRES")
                 .unwrap_or_default()
@@ -164,6 +145,12 @@ pub struct AssocLine {
     pub gpus: Vec<(String, Option<u64>, u64)>,
 }
 
+/// The value of `KEY=value` in one line of `scontrol -o show assoc_mgr`.
+fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
+}
+
 /// `name(id)` → `name`; empty → `None`.
 fn name_of(value: &str) -> Option<String> {
     let name = value.rsplit_once('(').map_or(value, |(n, _)| n);
@@ -175,10 +162,7 @@ fn name_of(value: &str) -> Option<String> {
 pub fn parse_assoc_lines(text: &str) -> Vec<AssocLine> {
     text.lines()
         .filter_map(|line| {
-            let field = |key: &str| {
-                line.split_whitespace()
-                    .find_map(|w| w.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
-            };
+            let field = |key: &str| field(line, key);
             Some(AssocLine {
                 account: name_of(field("Account")?)?,
                 user: field("UserName").and_then(name_of),
@@ -224,7 +208,7 @@ fn typed_gpu_entries(tres: &str) -> impl Iterator<Item = (String, Option<u64>, u
     })
 }
 
-/// Who has jobs in each QOS, from [`qos`]'s answer: the users
+/// Who has jobs in each QOS, from [`all_qos`]'s answer: the users
 /// of its `User Limits` with submitted jobs (`MaxSubmitJobsPU=..(N)`, N >
 /// 0), as a name where Slurm prints one (`alice(1001)`, 24.11 on) or a uid
 /// (22.05). `None` for a QOS whose jobs Slurm counts but lists no user
@@ -337,12 +321,6 @@ QOS=normal(1) GrpTRES=cpu=N(0) PreemptMode=CLUSTER Priority=NONE Account Limits=
 
     #[test]
     fn filters_are_slurmctlds_own() {
-        let q = qos(&["qos_a".to_owned(), "qos_b".to_owned()]);
-        assert_eq!(
-            q.shown(),
-            "scontrol -o show assoc_mgr flags=qos qos=qos_a,qos_b"
-        );
-        assert_eq!(q.key, "assoc-mgr-qos-qos_a_qos_b");
         assert_eq!(
             accounts(&["lafferty".to_owned()]).shown(),
             "scontrol -o show assoc_mgr flags=assoc accounts=lafferty"

@@ -259,15 +259,18 @@ pub fn of_qos_users(
     Ok((jobs, unread))
 }
 
-/// `user` and every user with jobs in `qos`, from one `scontrol show
-/// assoc_mgr`; `Err(qos name)` where Slurm keeps no per-user counts for a
-/// QOS (`AccountingStorageEnforce` without `limits`).
+/// `user` and every user with jobs in `qos`, from `scontrol show
+/// assoc_mgr`'s answer for every QOS (which `usage` and `why` read once
+/// per run for the QOS's limits); `Err(qos name)` where Slurm keeps no
+/// per-user counts for a QOS (`AccountingStorageEnforce` without
+/// `limits`).
 fn qos_users(
     read: &dyn SlurmRead,
     user: &str,
     qos: &[String],
 ) -> Result<Result<Vec<String>, String>, ReadError> {
-    let by_qos = assoc_mgr::parse_qos_users(&read.read(&assoc_mgr::qos(qos))?);
+    let mut by_qos = assoc_mgr::parse_qos_users(&read.read(&assoc_mgr::all_qos())?);
+    by_qos.retain(|name, _| qos.iter().any(|q| q.eq_ignore_ascii_case(name)));
     // Slurm 22.05 names users by uid there: the caller's own uid is the
     // caller, asked for once.
     let my_uid = read

@@ -86,18 +86,19 @@ impl NodeUse<'_> {
     /// first: the end of the holder whose end frees the last one needed,
     /// with the ids of the jobs that end by then; `None` where that rests
     /// on a job without an end or one the caller cannot see.
-    fn enough_by(&self, need: u64, want: Option<&str>) -> Option<(String, Vec<String>)> {
+    fn enough_by(&self, need: u64, want: Option<&str>) -> Option<(i64, String, Vec<String>)> {
         let mut free = self.total.saturating_sub(self.used);
         let mut ended = Vec::new();
         for h in &self.holders {
             if free >= need {
                 break;
             }
-            let end = h.end.as_deref().filter(|e| stamp_seconds(e).is_some())?;
+            let end = h.end.as_deref()?;
+            let at = stamp_seconds(end)?;
             free += per_node(h, want);
             ended.push(h.id.clone());
             if free >= need {
-                return Some((end.to_owned(), ended));
+                return Some((at, end.to_owned(), ended));
             }
         }
         None
@@ -183,14 +184,11 @@ pub(super) fn node_details(job: &Job, facts: &Facts, details: &mut Vec<String>) 
                 "; it takes no new job in this state"
             },
         ));
-        let need = per_node(job, want);
-        if let Some((end, ids)) = u
-            .usable
-            .then(|| u.enough_by(need, want))
-            .flatten()
-            .filter(|_| facts.running_on_nodes.is_some())
-        {
-            let at = stamp_seconds(&end).unwrap_or(i64::MAX);
+        // Only where every job there was read, on a node that takes jobs.
+        let enough = (facts.running_on_nodes.is_some() && u.usable)
+            .then(|| u.enough_by(per_node(job, want), want))
+            .flatten();
+        if let Some((at, end, ids)) = enough {
             if soonest.as_ref().is_none_or(|(t, ..)| at < *t) {
                 soonest = Some((at, end, &n.name, ids));
             }
