@@ -436,6 +436,42 @@ fn without_slurmdbd_why_and_usage_tell_what_slurmctld_knows() {
     }
 }
 
+/// The recorded scene read while Slurm's scheduler looks at the waiting
+/// jobs: every job read but the one-job read shows them with no reason.
+struct ReasonCleared(Recorded);
+
+impl crate::qos::slurm::SlurmRead for ReasonCleared {
+    fn read(
+        &self,
+        query: &crate::qos::slurm::Query,
+    ) -> Result<String, crate::qos::slurm::ReadError> {
+        let text = self.0.read(query)?;
+        Ok(
+            if query.program == "squeue" && !query.args.iter().any(|a| a == "-j") {
+                text.replace("|QOSGrpGRES|", "|None|")
+            } else {
+                text
+            },
+        )
+    }
+}
+
+#[test]
+fn why_explains_the_reason_it_shows_when_a_later_read_has_none() {
+    for r in RELEASES {
+        let m = manifest(r);
+        let read = ReasonCleared(scene(r));
+        let report =
+            why::report(&read, &m.jobs.qos_grp_gres).unwrap_or_else(|e| panic!("{r}: {e}"));
+        assert_eq!(report.job.reason, "QOSGrpGRES", "{r}");
+        assert!(
+            report.summary.ends_with(&group_full(&m)),
+            "{r}: {}",
+            report.summary
+        );
+    }
+}
+
 #[test]
 fn slurmctlds_qos_carry_slurmdbds_preemption() {
     for r in RELEASES {

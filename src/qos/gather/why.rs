@@ -140,7 +140,19 @@ pub fn report(read: &dyn SlurmRead, id: &str) -> Result<WhyReport, ReadError> {
             let me = read.read(&Query::user_name())?.trim().to_owned();
             let report =
                 jobs::group(read, &me, std::slice::from_ref(&found.qos)).map(|(jobs, _)| {
-                    let rows: Vec<usage::JobRow> = jobs.iter().map(jobs::Job::row).collect();
+                    // This second read may catch the job while Slurm's
+                    // scheduler has cleared its reason (None): explain the
+                    // reason the first read gave, which the report shows.
+                    let rows: Vec<usage::JobRow> = jobs
+                        .iter()
+                        .map(|j| {
+                            let mut row = j.row();
+                            if row.id == found.id {
+                                row.reason.clone_from(&found.reason);
+                            }
+                            row
+                        })
+                        .collect();
                     usage::usage(&me, &[], &facts.qos, &rows, Some(&found.qos))
                 });
             facts.group_words = report.ok().and_then(|r| {
