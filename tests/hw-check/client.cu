@@ -9,9 +9,10 @@
 // the check can look at the process while it is a client), then one
 // {"event":"result",...} line: whether the context goes through MPS, the
 // result of cudaMalloc of <alloc_mib> MiB, and the time of one compute-bound
-// kernel of <rounds> dependent FMAs per thread over every SM. It then keeps
+// kernel of <rounds> dependent FMAs per thread in a fixed grid. It then keeps
 // the GPU busy with the same kernel for <busy_ms> ms (the other checks run
-// beside it) and exits 0; any CUDA error ends it with exit 1 after its line.
+// beside it), prints {"event":"done",...} with how that ended, and exits 0;
+// any CUDA error ends it with exit 1 after its line.
 
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -19,6 +20,10 @@
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
+
+// The kernel's grid: about four waves of 256-thread blocks on a whole
+// 132-SM GPU, sixteen on a quarter of it.
+#define BLOCKS 4096
 
 static double now_ms(void) {
     struct timespec t;
@@ -85,7 +90,10 @@ int main(int argc, char **argv) {
         }
     }
 
-    int blocks = sms > 0 ? sms * 32 : 1024, threads = 256;
+    // A fixed amount of work, whatever number of SMs CUDA reports: under
+    // MPS it reports the share's part of them, and a grid sized by it would
+    // shrink with the share and take the same time.
+    int blocks = BLOCKS, threads = 256;
     float *out = NULL;
     char kernel[256] = "ok";
     float kernel_ms = -1;
@@ -112,5 +120,9 @@ int main(int argc, char **argv) {
         spin<<<blocks, threads>>>(out, rounds / 4 + 1);
         k = cudaDeviceSynchronize();
     }
+    char busy[256] = "ok";
+    if (k != cudaSuccess) snprintf(busy, sizeof busy, "%s: %s", cudaGetErrorName(k), err(k));
+    printf("{\"event\":\"done\",\"pid\":%d,\"busy\":\"%s\"}\n", (int)getpid(), busy);
+    fflush(stdout);
     return k == cudaSuccess ? 0 : 1;
 }

@@ -603,7 +603,9 @@ impl Setup {
                 "--format=csv,noheader",
             ],
         )?;
-        lock(&cleanup).compute_mode = Some(mode.trim().to_owned());
+        // nvidia-smi prints `Default`, `Exclusive_Process` but takes only
+        // `DEFAULT`, `EXCLUSIVE_PROCESS` (or the numbers) back.
+        lock(&cleanup).compute_mode = Some(mode.trim().to_ascii_uppercase());
 
         // slurm.conf's directory as the prolog reads it: no gres.conf (so
         // gpushare places), cgroup v1 named (so the share is not refused
@@ -938,6 +940,9 @@ impl Client {
         loop {
             match self.child.try_wait() {
                 Ok(Some(status)) => {
+                    // Ended without its done line (killed by a signal, a
+                    // CUDA error in init): it ended by now.
+                    self.done_at.get_or_insert_with(Instant::now);
                     self.seen.push(format!("exit {status}"));
                     break;
                 }
@@ -1267,9 +1272,11 @@ fn one_user_per_server(
         verdict(ratio.is_some_and(|r| r > 1.8)),
         match ratio {
             Some(r) => format!(
-                "{:.1} ms against {:.1} ms without MPS: {r:.2}x (4x would be exact)",
+                "{:.1} ms against {:.1} ms without MPS: {r:.2}x (4x would be exact); \
+                 CUDA reports {} SMs to the share",
                 share_ms.unwrap_or(0.0),
-                base_ms.unwrap_or(0.0)
+                base_ms.unwrap_or(0.0),
+                shown(result.as_ref().and_then(|r| r.sms))
             ),
             None => format!(
                 "no timing: kernel {}",
