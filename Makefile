@@ -23,6 +23,9 @@
 #   make hw-check  (root, on an NVIDIA GPU node, no Slurm) the MPS half on the
 #                  real GPU 0, written as Markdown for docs/hardware.md
 #                  (HW_REPORT=path, NOBUILD=1 to run binaries built elsewhere)
+#   make bench-gpu (root, on an NVIDIA GPU node, no Slurm) 8 small CUDA jobs
+#                  one after another, time-sliced, and in MPS shares
+#                  (BENCH_GPU_REPORT=path, NOBUILD=1)
 #
 # Everything needs root for the tests (they run real Slurm daemons).
 
@@ -120,10 +123,20 @@ test-all: unit
 # GPU it says so in one line and fails. The build is quiet so that is all
 # it prints there.
 HW_REPORT ?= hw-check-report-$(shell date -u +%Y%m%dT%H%M%S).md
+HW_BUILD = [ -n "$(NOBUILD)" ] || $(CARGO) build -q --profile $(PROFILE) -p gpu-mps-prolog -p gpu-mps-epilog -p gpushare-admin -p gpushare-tests --bin gpu-mps-prolog --bin gpu-mps-epilog --bin gpu-mps --bin gpushare-hw-check
 .PHONY: hw-check
 hw-check:
-	@[ -n "$(NOBUILD)" ] || $(CARGO) build -q --profile $(PROFILE) -p gpu-mps-prolog -p gpu-mps-epilog -p gpushare-admin -p gpushare-tests --bin gpu-mps-prolog --bin gpu-mps-epilog --bin gpu-mps --bin gpushare-hw-check
+	@$(HW_BUILD)
 	@$(TARGET_DIR)/gpushare-hw-check --report $(HW_REPORT)
+
+# What MPS sharing buys on a real GPU (docs/performance.md "On a GPU"): a
+# batch of small CUDA jobs one after another, side by side without MPS,
+# and side by side in gpushare's shares, by the same program and users.
+BENCH_GPU_REPORT ?= bench-gpu-report-$(shell date -u +%Y%m%dT%H%M%S).md
+.PHONY: bench-gpu
+bench-gpu:
+	@$(HW_BUILD)
+	@$(TARGET_DIR)/gpushare-hw-check --bench --report $(BENCH_GPU_REPORT)
 
 # The alerting rules shipped for Prometheus: valid, and their unit tests
 # (promtool's own format) pass.

@@ -4,6 +4,7 @@
 // user with exactly the environment the SPANK plugin gives its tasks.
 //
 //   client <alloc_mib> <busy_ms> <rounds>
+//   client bench <blocks> <launches> <rounds>     (make bench-gpu: see bench())
 //
 // Prints one JSON line {"event":"ready",...} once CUDA is initialised (so
 // the check can look at the process while it is a client), then one
@@ -18,6 +19,7 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -44,9 +46,55 @@ __global__ void spin(float *out, int rounds) {
 // JSON string of a CUDA error (its name and text have no quotes).
 static const char *err(cudaError_t e) { return cudaGetErrorString(e); }
 
+// CUDA's MPS attribute of the current context: 1 through MPS, 0 not, -1
+// unknown (CUDA before 12.4, or built with -DNO_MPS_ATTRIBUTE).
+static int mps_attribute(void) {
+    int mps = -1;
+#if defined(CUDA_VERSION) && CUDA_VERSION >= 12040 && !defined(NO_MPS_ATTRIBUTE)
+    CUdevice dev;
+    if (cuCtxGetDevice(&dev) == CUDA_SUCCESS) {
+        cuDeviceGetAttribute(&mps, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, dev);
+    }
+#endif
+    return mps;
+}
+
+// `client bench <blocks> <launches> <rounds>`: one job of make bench-gpu, a
+// small job that keeps <blocks> SMs busy: <launches> kernels of <blocks>
+// blocks, one after another. Prints {"event":"bench",...} (CUDA init and
+// the kernels' wall time) and {"event":"done",...}.
+static int bench(int blocks, int launches, int rounds) {
+    double t0 = now_ms();
+    cudaError_t e = cudaFree(0);
+    double init_ms = now_ms() - t0;
+    int sms = 0;
+    float *out = NULL;
+    double work_ms = -1;
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    if (e == cudaSuccess) e = cudaMalloc(&out, (size_t)blocks * 256 * sizeof(float));
+    if (e == cudaSuccess) {
+        double w0 = now_ms();
+        for (int i = 0; i < launches; i++) spin<<<blocks, 256>>>(out, rounds);
+        e = cudaDeviceSynchronize();
+        work_ms = now_ms() - w0;
+    }
+    char kernel[256] = "ok";
+    if (e != cudaSuccess) snprintf(kernel, sizeof kernel, "%s: %s", cudaGetErrorName(e), err(e));
+    printf("{\"event\":\"bench\",\"pid\":%d,\"init_ms\":%.1f,\"mps_enabled\":%d,\"sms\":%d,"
+           "\"work_ms\":%.1f,\"kernel\":\"%s\"}\n",
+           (int)getpid(), init_ms, mps_attribute(), sms, work_ms, kernel);
+    printf("{\"event\":\"done\",\"pid\":%d,\"busy\":\"%s\"}\n", (int)getpid(), kernel);
+    fflush(stdout);
+    return e == cudaSuccess ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 5 && strcmp(argv[1], "bench") == 0) {
+        return bench(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]));
+    }
     if (argc != 4) {
-        fprintf(stderr, "usage: client <alloc_mib> <busy_ms> <rounds>\n");
+        fprintf(stderr, "usage: client <alloc_mib> <busy_ms> <rounds>\n"
+                        "       client bench <blocks> <launches> <rounds>\n");
         return 2;
     }
     long alloc_mib = atol(argv[1]);
@@ -60,15 +108,7 @@ int main(int argc, char **argv) {
                (int)getpid(), init_ms, cudaGetErrorName(e), err(e));
         return 1;
     }
-    int mps = -1;
-#if defined(CUDA_VERSION) && CUDA_VERSION >= 12040 && !defined(NO_MPS_ATTRIBUTE)
-    {
-        CUdevice dev;
-        if (cuCtxGetDevice(&dev) == CUDA_SUCCESS) {
-            cuDeviceGetAttribute(&mps, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, dev);
-        }
-    }
-#endif
+    int mps = mps_attribute();
     int sms = 0;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
     printf("{\"event\":\"ready\",\"pid\":%d,\"init_ms\":%.1f}\n", (int)getpid(), init_ms);

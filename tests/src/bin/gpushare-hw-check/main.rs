@@ -42,8 +42,10 @@ use gpushare::mps::programs::{CONTROL_PROGRAM, SEARCH_DIRS};
 use gpushare::shared::bounded;
 use serde::Deserialize;
 
+mod bench;
+
 /// The CUDA client, compiled on the GPU node (no copy of the tree needed there).
-const CLIENT_SOURCE: &str = include_str!("../../hw-check/client.cu");
+const CLIENT_SOURCE: &str = include_str!("../../../hw-check/client.cu");
 /// The throwaway users (created and removed by the check).
 const USERS: [&str; 2] = ["gpushare-hwa", "gpushare-hwb"];
 /// The comment (GECOS) of the users the check creates: a user of that name
@@ -79,6 +81,11 @@ struct Args {
     /// Run although GPU 0 has compute processes or Slurm runs jobs here
     #[arg(long)]
     force: bool,
+    /// Instead of the checks, time a batch of small CUDA jobs one after
+    /// another, side by side without MPS, and side by side in gpushare's
+    /// MPS shares (`make bench-gpu`)
+    #[arg(long)]
+    bench: bool,
 }
 
 fn main() -> ExitCode {
@@ -113,7 +120,11 @@ fn main() -> ExitCode {
     let outcome = match Setup::new(&args, smi, Arc::clone(&cleanup)) {
         Ok(mut setup) => {
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                run_checks(&mut setup, &mut report)
+                if args.bench {
+                    bench::run(&mut setup, &mut report)
+                } else {
+                    run_checks(&mut setup, &mut report)
+                }
             }));
             lock(&setup.cleanup).run(&mut report);
             match result {
@@ -332,6 +343,10 @@ struct Report {
     cuda: String,
     host: String,
     date: String,
+    /// What was run, in place of the checks' sentence (the benchmark's).
+    intro: Option<String>,
+    /// A Markdown table before the checks' (the benchmark's figures).
+    table: Option<String>,
     checks: Vec<Check>,
 }
 
@@ -379,13 +394,25 @@ fn render(report: &Report) -> String {
         or(&report.driver, "unknown"),
     );
     out.push_str(&format!(
-        "`make hw-check` as root on {} ({}, gpushare {}): the release \
-         `gpu-mps-prolog`/`gpu-mps-epilog` driven with slurmd's environment, a CUDA client \
-         run as each job's user with the environment the SPANK plugin gives its tasks.\n\n",
+        "`make {}` as root on {} ({}, gpushare {}): {}\n\n",
+        if report.intro.is_some() {
+            "bench-gpu"
+        } else {
+            "hw-check"
+        },
         or(&report.host, "an unnamed host"),
         or(&report.cuda, "nvcc version unknown"),
         env!("CARGO_PKG_VERSION"),
+        report.intro.as_deref().unwrap_or(
+            "the release `gpu-mps-prolog`/`gpu-mps-epilog` driven with slurmd's environment, a \
+             CUDA client run as each job's user with the environment the SPANK plugin gives its \
+             tasks."
+        ),
     ));
+    if let Some(table) = &report.table {
+        out.push_str(table);
+        out.push('\n');
+    }
     out.push_str("| check | result | what was seen |\n|---|---|---|\n");
     for c in &report.checks {
         out.push_str(&format!(
@@ -497,6 +524,8 @@ struct Setup {
     conf_multi: PathBuf,
     /// The same with `ComputeMode=exclusive` and a StateDir of its own.
     conf_exclusive: PathBuf,
+    /// `MultiUser=yes` and `ComputeMode=exclusive`, a StateDir of its own.
+    conf_multi_exclusive: PathBuf,
     slurm_conf: PathBuf,
     users: Vec<User>,
     wait: Duration,
@@ -624,9 +653,25 @@ impl Setup {
             )
         };
         let conf = slurm_dir.join("gpu_mps.conf");
-        fs::write(&conf, conf_text("state", "OtherUsers=queue\n")).map_err(|e| e.to_string())?;
+        // ComputeMode=leave: these observe what runs beside MPS in the
+        // mode each check sets.
+        fs::write(
+            &conf,
+            conf_text("state", "OtherUsers=queue\nComputeMode=leave\n"),
+        )
+        .map_err(|e| e.to_string())?;
         let conf_multi = dir.join("gpu_mps_multi.conf");
-        fs::write(&conf_multi, conf_text("multi", "MultiUser=yes\n")).map_err(|e| e.to_string())?;
+        fs::write(
+            &conf_multi,
+            conf_text("multi", "MultiUser=yes\nComputeMode=leave\n"),
+        )
+        .map_err(|e| e.to_string())?;
+        let conf_multi_exclusive = dir.join("gpu_mps_multi_exclusive.conf");
+        fs::write(
+            &conf_multi_exclusive,
+            conf_text("multi-exclusive", "MultiUser=yes\nComputeMode=exclusive\n"),
+        )
+        .map_err(|e| e.to_string())?;
         let conf_exclusive = dir.join("gpu_mps_exclusive.conf");
         fs::write(
             &conf_exclusive,
@@ -670,6 +715,7 @@ impl Setup {
             client,
             conf,
             conf_multi,
+            conf_multi_exclusive,
             conf_exclusive,
             slurm_conf: slurm_dir.join("slurm.conf"),
             users,
@@ -732,21 +778,33 @@ impl Setup {
         alloc_mib: u64,
         busy_ms: u64,
     ) -> Result<Client, String> {
-        let user = self.user(user);
-        let mut cmd = Command::new(&self.client);
-        cmd.args([
+        let args = [
             alloc_mib.to_string(),
             busy_ms.to_string(),
             ROUNDS.to_string(),
-        ])
-        .env_clear()
-        .envs(client_env(user, env))
-        .current_dir("/")
-        .uid(user.uid)
-        .gid(user.gid)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        ];
+        self.client_with(user, env, &args)
+    }
+
+    /// Starts the client with `args` as `user` with `env` (nothing else of
+    /// root's).
+    fn client_with(
+        &self,
+        user: usize,
+        env: &[(String, String)],
+        args: &[String],
+    ) -> Result<Client, String> {
+        let user = self.user(user);
+        let mut cmd = Command::new(&self.client);
+        cmd.args(args)
+            .env_clear()
+            .envs(client_env(user, env))
+            .current_dir("/")
+            .uid(user.uid)
+            .gid(user.gid)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         Client::start(cmd, &user.name)
     }
 
@@ -864,6 +922,9 @@ struct ClientLine {
     kernel_ms: Option<f64>,
     #[serde(default)]
     kernel: Option<String>,
+    /// The benchmark's kernels, wall time.
+    #[serde(default)]
+    work_ms: Option<f64>,
 }
 
 /// A client process and its output lines as they come, each stamped with
@@ -1024,7 +1085,9 @@ fn verdict(ok: bool) -> Verdict {
     }
 }
 
-fn run_checks(s: &mut Setup, report: &mut Report) -> Result<(), String> {
+/// The GPU, driver and CUDA for the report's heading; GPU 0 set to
+/// `DEFAULT` compute mode; the pipe directory where no daemon runs.
+fn gpu_facts(s: &mut Setup, report: &mut Report) -> Result<(), String> {
     let info = s.smi(&[
         "-i",
         "0",
@@ -1056,17 +1119,20 @@ fn run_checks(s: &mut Setup, report: &mut Report) -> Result<(), String> {
             s.compiled
         ),
     ));
+    fs::create_dir_all(s.nomps_pipe()).map_err(|e| e.to_string())?;
+    fs::set_permissions(s.nomps_pipe(), fs::Permissions::from_mode(0o755))
+        .and_then(|()| fs::set_permissions(s.dir.join("nomps"), fs::Permissions::from_mode(0o755)))
+        .map_err(|e| e.to_string())
+}
 
+fn run_checks(s: &mut Setup, report: &mut Report) -> Result<(), String> {
+    gpu_facts(s, report)?;
     // The control program's own help: which multi-user option it takes.
     let mut help = Command::new(&s.control);
     help.arg("-h")
         .env_clear()
         .env("CUDA_MPS_PIPE_DIRECTORY", s.nomps_pipe())
         .env("CUDA_MPS_LOG_DIRECTORY", s.nomps_pipe());
-    fs::create_dir_all(s.nomps_pipe()).map_err(|e| e.to_string())?;
-    fs::set_permissions(s.nomps_pipe(), fs::Permissions::from_mode(0o755))
-        .and_then(|()| fs::set_permissions(s.dir.join("nomps"), fs::Permissions::from_mode(0o755)))
-        .map_err(|e| e.to_string())?;
     let help_text = match bounded::run(help, None, daemon::PROBE_TIMEOUT) {
         Ok(r) => format!("{}\n{}{}", r.status, r.stdout, r.stderr),
         Err(e) => e.to_string(),
@@ -1120,7 +1186,8 @@ fn run_checks(s: &mut Setup, report: &mut Report) -> Result<(), String> {
     without_mps_beside(s, report, "DEFAULT")?;
     without_mps_beside(s, report, "EXCLUSIVE_PROCESS")?;
     let _ = s.smi(&["-i", "0", "-c", "DEFAULT"]);
-    multi_user(s, report)?;
+    multi_user(s, report, false)?;
+    multi_user(s, report, true)?;
     killed_daemon(s, report)?;
     client_cannot_control(s, report)?;
     exclusive_and_clients(s, report)?;
@@ -1430,14 +1497,33 @@ fn without_mps_beside(s: &mut Setup, report: &mut Report, mode: &str) -> Result<
     Ok(())
 }
 
-/// `MultiUser=yes`: both users' clients at once on one server.
-fn multi_user(s: &mut Setup, report: &mut Report) -> Result<(), String> {
-    let conf = s.conf_multi.clone();
-    let pa = s.prolog(&conf, 301, 0, 30);
-    let pb = s.prolog(&conf, 302, 1, 30);
+/// `MultiUser=yes` (with `ComputeMode=exclusive` where `exclusive`): both
+/// users' clients at once on one server.
+fn multi_user(s: &mut Setup, report: &mut Report, exclusive: bool) -> Result<(), String> {
+    let (conf, name, job) = if exclusive {
+        (
+            s.conf_multi_exclusive.clone(),
+            "MultiUser=yes, ComputeMode=exclusive: two users' clients at once",
+            311,
+        )
+    } else {
+        (
+            s.conf_multi.clone(),
+            "MultiUser=yes: two users' clients at once",
+            301,
+        )
+    };
+    let pa = s.prolog(&conf, job, 0, 30);
+    let pb = s.prolog(&conf, job + 1, 1, 30);
     let daemon = control_daemon(&conf);
-    let plan_a = s.plan(&conf, 301)?;
-    let plan_b = s.plan(&conf, 302)?;
+    let mode = one_line(&s.smi(&[
+        "-i",
+        "0",
+        "--query-gpu=compute_mode",
+        "--format=csv,noheader",
+    ]));
+    let plan_a = s.plan(&conf, job)?;
+    let plan_b = s.plan(&conf, job + 1)?;
     let mut a = s.client(0, &plan_a.env, 64, 10_000)?;
     let mut b = s.client(1, &plan_b.env, 64, 10_000)?;
     let ra = a.wait_event("result", Duration::from_secs(60));
@@ -1446,13 +1532,13 @@ fn multi_user(s: &mut Setup, report: &mut Report) -> Result<(), String> {
         matches!(a.child.try_wait(), Ok(None)) && matches!(b.child.try_wait(), Ok(None));
     a.finish(Duration::from_secs(60));
     b.finish(Duration::from_secs(60));
-    let ea = s.epilog(&conf, 301, 0);
-    let eb = s.epilog(&conf, 302, 1);
+    let ea = s.epilog(&conf, job, 0);
+    let eb = s.epilog(&conf, job + 1, 1);
     report.push(Check::new(
-        "MultiUser=yes: two users' clients at once",
+        name,
         verdict(ra.is_some() && rb.is_some() && both_alive),
         format!(
-            "daemon `{}`; first user's kernel {} ms, second user's {} ms, both running together: {both_alive}",
+            "daemon `{}`, GPU in mode {mode}; first user's kernel {} ms, second user's {} ms, both running together: {both_alive}",
             daemon.map(|(_, c)| c).unwrap_or_else(|| "not running".into()),
             shown(ra.as_ref().and_then(|r| r.kernel_ms)),
             shown(rb.as_ref().and_then(|r| r.kernel_ms))
@@ -1818,6 +1904,8 @@ mod tests {
             cuda: "release 12.9".into(),
             host: "gpu01".into(),
             date: "2026-11-24 15:00 UTC".into(),
+            intro: None,
+            table: None,
             checks: vec![
                 Check::new(
                     "memory | limit",
@@ -1846,5 +1934,29 @@ mod tests {
         assert!(text.contains("```text\nout '''x'''\n```"), "{text}");
         assert!(!text.contains("<summary>flags</summary>"), "{text}");
         assert_eq!(text.matches("<details>").count(), 2);
+        assert!(text.contains("`make hw-check` as root on gpu01"), "{text}");
+    }
+
+    #[test]
+    fn the_benchmarks_report_says_what_ran_and_puts_its_table_first() {
+        let report = Report {
+            intro: Some("8 jobs three ways.".into()),
+            table: Some("| how | batch |\n|---|---|\n| alone | 17.3 s |\n".into()),
+            checks: vec![Check::new(
+                "alone",
+                Verdict::Seen,
+                "17.3 s".into(),
+                String::new(),
+            )],
+            ..Report::default()
+        };
+        let text = render(&report);
+        let table = text.find("| alone | 17.3 s |").unwrap_or(usize::MAX);
+        let checks = text.find("| check | result |").unwrap_or(0);
+        assert!(
+            text.contains("`make bench-gpu` as root on an unnamed host") && table < checks,
+            "{text}"
+        );
+        assert!(text.contains("): 8 jobs three ways.\n"), "{text}");
     }
 }
