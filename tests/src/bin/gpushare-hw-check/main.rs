@@ -1190,6 +1190,7 @@ fn run_checks(s: &mut Setup, report: &mut Report) -> Result<(), String> {
     multi_user(s, report, true)?;
     killed_daemon(s, report)?;
     client_cannot_control(s, report)?;
+    raised_limits(s, report)?;
     exclusive_and_clients(s, report)?;
 
     let left = daemon::processes_under(&s.dir);
@@ -1705,6 +1706,79 @@ servers: {}
             e.detail(),
             plan.banner
         ),
+    ));
+    Ok(())
+}
+
+/// A job's task that edits its environment: its thread percentage and
+/// memory limit raised past its share's, then both unset. The server's
+/// limits (the largest share's on the GPU) must hold: CUDA reports no more
+/// SMs than to the share's own task, and an allocation past the share's
+/// memory fails.
+fn raised_limits(s: &mut Setup, report: &mut Report) -> Result<(), String> {
+    let conf = s.conf.clone();
+    let job = 601;
+    let p = s.prolog(&conf, job, 0, 25);
+    let plan = s.plan(&conf, job)?;
+    let limit: u64 = plan
+        .env
+        .iter()
+        .find(|(k, _)| k == "GPUSHARE_MEMORY_MIB")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0);
+    const THREADS: &str = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
+    const MEMORY: &str = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT";
+    let raised: Vec<(String, String)> = plan
+        .env
+        .iter()
+        .map(|(k, v)| match k.as_str() {
+            THREADS => (k.clone(), "100".to_owned()),
+            MEMORY => (k.clone(), format!("0={}M", limit * 4)),
+            _ => (k.clone(), v.clone()),
+        })
+        .collect();
+    let unset: Vec<(String, String)> = plan
+        .env
+        .iter()
+        .filter(|(k, _)| k != THREADS && k != MEMORY)
+        .cloned()
+        .collect();
+    let mut seen = vec![p.detail()];
+    let mut run = |env: &[(String, String)]| -> Result<Option<ClientLine>, String> {
+        let mut c = s.client(0, env, limit * 3 / 2, 0)?;
+        let r = c.wait_event("result", Duration::from_secs(60));
+        c.finish(PROGRAM_TIMEOUT);
+        seen.push(c.detail());
+        Ok(r)
+    };
+    let own = run(&plan.env)?;
+    let up = run(&raised)?;
+    let none = run(&unset)?;
+    seen.push(s.epilog(&conf, job, 0).detail());
+    let sms = |r: &Option<ClientLine>| r.as_ref().and_then(|r| r.sms);
+    let alloc = |r: &Option<ClientLine>| {
+        r.as_ref()
+            .and_then(|r| r.alloc.clone())
+            .unwrap_or_else(|| "no result".into())
+    };
+    let held = |r: &Option<ClientLine>| {
+        sms(r).is_some() && sms(r) <= sms(&own) && alloc(r) != "ok" && alloc(r) != "no result"
+    };
+    report.push(Check::new(
+        "a task that raises or unsets its limits in its environment",
+        verdict(limit > 0 && held(&up) && held(&none)),
+        format!(
+            "share of 25 units, {limit} MiB: its own environment {} SMs; raised to 100 % and \
+             {} MiB: {} SMs, cudaMalloc of {} MiB: {}; both unset: {} SMs, {}",
+            shown(sms(&own)),
+            limit * 4,
+            shown(sms(&up)),
+            limit * 3 / 2,
+            alloc(&up),
+            shown(sms(&none)),
+            alloc(&none)
+        ),
+        seen.join("\n"),
     ));
     Ok(())
 }
