@@ -569,6 +569,8 @@ fn hung_control(c: &mut Cluster) -> TestResult {
     let program = c.dir.join("hung-mps-control");
     fs::write(&program, "#!/bin/sh\nexec sleep 1000\n").map_err(|e| e.to_string())?;
     fs::set_permissions(&program, fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
+    // The driver's nvidia-smi beside it: shared GPUs are made exclusive.
+    testcluster::standin::install_smi(&c.dir)?;
     let line = format!("MPSControl={}", program.display());
     with_conf(c, "MPSControl", &line, |c| {
         // No share runs without its daemon: refused within the control
@@ -635,6 +637,8 @@ fn daemon_starts(bin: &Path) -> usize {
 fn fake_daemons(c: &mut Cluster) -> TestResult {
     let bin = c.dir.join("mps-bin-attack");
     let program = testcluster::standin::install(&bin)?;
+    // The driver's nvidia-smi beside it: shared GPUs are made exclusive.
+    testcluster::standin::install_smi(&bin)?;
     fs::write(bin.join("standin.log"), "").map_err(|e| e.to_string())?;
     let mallory = TestUser::create(c, "gpushare-mallory")?;
     let stop = mallory.home.join("stop");

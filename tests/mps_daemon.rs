@@ -716,15 +716,30 @@ fn compute_mode(c: &Cluster, gpu: u32) -> String {
         .to_owned()
 }
 
-/// `ComputeMode=exclusive`: each shared GPU is put in EXCLUSIVE_PROCESS
-/// mode before its daemon starts and gets back the mode it had (GPU 1
-/// was PROHIBITED) once its last share ends; where `nvidia-smi` fails, the
-/// share is refused.
+/// By default (`ComputeMode=exclusive`) each shared GPU is put in
+/// EXCLUSIVE_PROCESS mode before its daemon starts and gets back the mode
+/// it had (GPU 1 was PROHIBITED) once its last share ends; where
+/// `nvidia-smi` fails, the share is refused. `ComputeMode=leave` never
+/// asks `nvidia-smi` to change a mode.
 fn exclusive_while_shared(c: &mut Cluster) -> TestResult {
     standin(c)?;
     fs::write(bin_dir(c).join("compute-mode-1"), "Prohibited\n").map_err(|e| e.to_string())?;
     let before: Vec<String> = (0..4).map(|g| compute_mode(c, g)).collect();
-    with_line(c, "ComputeMode=exclusive", |c| {
+    with_line(c, "ComputeMode=leave", |c| {
+        shares(c, 4, 25)?;
+        let sets: Vec<String> = calls(c)
+            .into_iter()
+            .filter(|l| l.starts_with("smi ") && l.contains(" -c "))
+            .collect();
+        let during: Vec<String> = (0..4).map(|g| compute_mode(c, g)).collect();
+        ensure(
+            sets.is_empty() && during == before,
+            format!("ComputeMode=leave set modes {sets:?}: {during:?}, before: {before:?}"),
+        )
+    })?;
+    fs::write(bin_dir(c).join("standin.log"), "").map_err(|e| e.to_string())?;
+    // The default: gpu_mps.conf has no ComputeMode line.
+    with_line(c, "", |c| {
         shares(c, 4, 25)?;
         let gpus = used_gpus(c);
         let log = calls(c);

@@ -189,9 +189,10 @@ pub struct GpuMpsConfig {
     /// What a share gets whose GPU's MPS daemon cannot be started, reached
     /// or given its limits.
     pub mps_failure: MpsFailure,
-    /// `ComputeMode=exclusive`: a GPU runs in EXCLUSIVE_PROCESS compute
-    /// mode while its MPS daemon runs, so nothing but the MPS server holds
-    /// a context there; its earlier mode comes back after its last share.
+    /// `ComputeMode=exclusive` (the default): a GPU runs in EXCLUSIVE_PROCESS
+    /// compute mode while its MPS daemon runs, so nothing but the MPS server
+    /// holds a context there; its earlier mode comes back after its last
+    /// share. `leave`: the site's mode.
     pub exclusive_while_shared: bool,
 }
 
@@ -215,7 +216,10 @@ impl Default for GpuMpsConfig {
             mig_shares: false,
             private_data: PrivateData::Auto,
             mps_failure: MpsFailure::Refuse,
-            exclusive_while_shared: false,
+            // Seen on a GPU (docs/hardware.md): in DEFAULT mode a process
+            // that bypasses MPS (a share's task that drops its pipe
+            // directory) gets the whole GPU, time-sliced, without limits.
+            exclusive_while_shared: true,
         }
     }
 }
@@ -646,11 +650,13 @@ mod tests {
         assert_eq!(cfg.max_clients_per_gpu, 16);
         // No share runs without its MPS limits unless the site says so.
         assert_eq!(cfg.mps_failure, MpsFailure::Refuse);
-        assert!(!cfg.exclusive_while_shared);
+        // Nothing but the MPS server holds a context on a shared GPU
+        // unless the site says so.
+        assert!(cfg.exclusive_while_shared);
         let chosen =
-            parse("MPSFailure=run\nComputeMode=exclusive\n", "f").unwrap_or_else(|e| panic!("{e}"));
+            parse("MPSFailure=run\nComputeMode=leave\n", "f").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(chosen.mps_failure, MpsFailure::Run);
-        assert!(chosen.exclusive_while_shared);
+        assert!(!chosen.exclusive_while_shared);
         assert!(parse("MPSFailure=maybe\n", "f")
             .is_err_and(|e| e.to_string().contains("MPSFailure must be refuse or run")));
         let none =
