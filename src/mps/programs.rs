@@ -11,12 +11,15 @@ use super::config::{GpuMpsConfig, MpsControl};
 pub const CONTROL_PROGRAM: &str = "nvidia-cuda-mps-control";
 /// Where `MPSControl=auto` looks after PATH: slurmd runs the Prolog with
 /// no PATH at all (seen on 22.05), so PATH alone never finds it there.
-pub const SEARCH_DIRS: [&str; 5] = [
+pub const SEARCH_DIRS: [&str; 6] = [
     "/usr/bin",
     "/usr/local/bin",
     "/usr/local/cuda/bin",
     "/usr/sbin",
     "/opt/nvidia/bin",
+    // Where a driver mounted into a container image keeps its programs
+    // (seen on a GPU node: nvidia-smi and the MPS programs only there).
+    "/usr/local/nvidia/bin",
 ];
 
 /// The control program this node uses, if any.

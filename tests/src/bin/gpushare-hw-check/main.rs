@@ -1004,7 +1004,7 @@ impl Client {
                     // Ended without its done line (killed by a signal, a
                     // CUDA error in init): it ended by now.
                     self.done_at.get_or_insert_with(Instant::now);
-                    self.seen.push(format!("exit {status}"));
+                    self.seen.push(format!("ended: {status}"));
                     break;
                 }
                 Ok(None) if Instant::now() < deadline => {
