@@ -6,7 +6,7 @@ use crate::shared::calendar::stamp_seconds;
 use crate::shared::syntax::hostlist_contains;
 
 use super::facts::{Facts, Preempting};
-use super::nodes::{node_details, node_names};
+use super::nodes::{gpus_free_on, node_details, node_names};
 use super::priority::priority_details;
 use super::reasons::{account_limit_words, other_reason, requeue_details};
 use super::report::{report, WhyReport};
@@ -119,7 +119,16 @@ pub fn explain(job: Job, facts: Facts) -> WhyReport {
                 "sinfo -p {} -O NodeList,Gres,GresUsed",
                 job.partition
             ));
-            format!("{head} waits for free GPUs: no node it may run on has enough free now")
+            let free_on = gpus_free_on(&job, &facts);
+            if free_on.is_empty() {
+                format!("{head} waits for free GPUs: no node it may run on has enough free now")
+            } else {
+                format!(
+                    "{head} waits for resources other than GPUs: the {} it needs are free on {}",
+                    job.gpu_words(),
+                    free_on.join(", ")
+                )
+            }
         }
         "Priority" => {
             priority_details(&facts, &job, &mut details);

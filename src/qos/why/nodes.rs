@@ -105,6 +105,22 @@ impl NodeUse<'_> {
     }
 }
 
+/// The candidate nodes, among those described, that take jobs and have
+/// the job's GPUs free now: there it waits for something else (CPUs,
+/// memory, more nodes).
+pub(super) fn gpus_free_on(job: &Job, facts: &Facts) -> Vec<String> {
+    let need = per_node(job, job.gpu_type());
+    candidate_nodes(job, &facts.nodes)
+        .into_iter()
+        .take(NODES_SHOWN)
+        .filter(|n| {
+            let u = node_use(n, job, facts);
+            u.usable && u.total.saturating_sub(u.used) >= need
+        })
+        .map(|n| n.name.clone())
+        .collect()
+}
+
 /// Each candidate node's GPUs, what is in use and by which jobs this user
 /// may see, what is left to others, and when enough of it ends for the job.
 pub(super) fn node_details(job: &Job, facts: &Facts, details: &mut Vec<String>) {
@@ -112,6 +128,7 @@ pub(super) fn node_details(job: &Job, facts: &Facts, details: &mut Vec<String>) 
     let nodes = candidate_nodes(job, &facts.nodes);
     let kind = want.unwrap_or("GPU");
     let victims = preempt_list(&facts.qos, &job.qos);
+    let free_on = gpus_free_on(job, facts);
     let mut soonest: Option<(i64, String, &str, Vec<String>)> = None;
     for n in nodes.iter().take(NODES_SHOWN) {
         let u = node_use(n, job, facts);
@@ -201,11 +218,19 @@ pub(super) fn node_details(job: &Job, facts: &Facts, details: &mut Vec<String>) 
             job.partition
         ));
     }
-    if facts.running_on_nodes.is_some() {
-        let estimate = match &job.start {
-            Some(s) => format!("Slurm's estimate: {s}"),
-            None => "Slurm gives no estimate yet".to_owned(),
-        };
+    let estimate = match &job.start {
+        Some(s) => format!("Slurm's estimate: {s}"),
+        None => "Slurm gives no estimate yet".to_owned(),
+    };
+    if !free_on.is_empty() {
+        details.push(format!(
+            "the {kind}s it needs are free now on {}: it waits there for the rest of what it \
+             asks for (CPUs, memory, more nodes; scontrol show node {} shows what is allocated) \
+             ({estimate})",
+            free_on.join(", "),
+            free_on[0]
+        ));
+    } else if facts.running_on_nodes.is_some() {
         details.push(match soonest {
             Some((_, end, node, ids)) => format!(
                 "enough {kind}s free up first on {node} by {end}, when job{} {} end{} by {} \

@@ -120,3 +120,39 @@ fn gpus_of_jobs_private_data_hides_are_counted() {
         "{told:#?}"
     );
 }
+
+#[test]
+fn a_resources_wait_on_a_node_with_its_gpus_free_says_it_waits_for_the_rest() {
+    let (nodes, _) = crate::qos::site::parse_nodes(
+        "NodeName=gpu01 Gres=gpu:a40:4 State=ALLOCATED AllocTRES=cpu=64,gres/gpu=4 Partitions=gpu\n\
+         NodeName=gpu02 Gres=gpu:a40:4 State=MIXED AllocTRES=cpu=64,mem=500G,gres/gpu:a40=1 Partitions=gpu\n",
+    );
+    let (jobs, _) = parse_jobs(
+        "11|carol|research|R|normal|gpu|1|cpu=64,node=1,gres/gpu:a40=1|None|2026-11-23T23:00:00|(null)|N/A|2026-11-23T23:30:00|gpu02|0|\n",
+    );
+    let r = explain(
+        one(PENDING),
+        Facts {
+            qos: vec![qos("qos_lafferty", &["lowprio"], None)],
+            nodes,
+            running_on_nodes: Some(jobs),
+            ..Facts::default()
+        },
+    );
+    assert!(
+        r.summary
+            .ends_with("waits for resources other than GPUs: the 2 a40 it needs are free on gpu02"),
+        "{}",
+        r.summary
+    );
+    assert_eq!(
+        r.details.last().map(String::as_str),
+        Some(
+            "the a40s it needs are free now on gpu02: it waits there for the rest of what it asks \
+             for (CPUs, memory, more nodes; scontrol show node gpu02 shows what is allocated) \
+             (Slurm's estimate: 2026-11-23T23:07:56)"
+        ),
+        "{:#?}",
+        r.details
+    );
+}
