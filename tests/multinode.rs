@@ -57,6 +57,10 @@ fn main() -> ExitCode {
             |c| why_resources(c, true),
         )
         .test(
+            "why_says_a_job_whose_gpus_are_free_waits_for_the_rest",
+            why_free_gpus,
+        )
+        .test(
             "a_two_node_share_puts_each_task_on_one_gpu_of_its_node",
             two_node_share,
         )
@@ -629,6 +633,56 @@ fn why_resources(c: &mut Cluster, private: bool) -> TestResult {
             && when.starts_with(&want_when)
             && node("gpu03").is_empty(),
         format!("want {want_one:?}, {want_two:?} and {want_when:?}; got {report:#?}"),
+    )?;
+    clean(c)
+}
+
+/// A job waits for `Resources` on the one a40 node whose GPUs are free:
+/// its CPUs are all taken by a job without GPUs, the other a40 node's GPUs
+/// are all held. `why`, as the user, names the node with its GPUs free and
+/// says it waits for the rest.
+fn why_free_gpus(c: &mut Cluster) -> TestResult {
+    let bob = TestUser::create(c, "gpushare_bob")?;
+    bob.allow_qos(c, &["normal", "qos_lafferty"])?;
+    let node = c.run_ok("scontrol", &["-o", "show", "node", "gpu01"])?;
+    let cpus = node
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("CPUTot="))
+        .ok_or_else(|| format!("no CPUTot: {node}"))?
+        .to_owned();
+    let cpu_job = c.sbatch_ok(&["-w", "gpu01", "-c", &cpus, "--wrap=sleep 300"])?;
+    let gpu_job = c.sbatch_ok(&["-w", "gpu02", "--gres=gpu:a40:4", "--wrap=sleep 300"])?;
+    for id in [cpu_job, gpu_job] {
+        c.wait_job_state(id, &["RUNNING"], JOB_START)?;
+    }
+    let waiting = bob.sbatch(
+        c,
+        &[
+            "--output=/dev/null",
+            "--wrap=sleep 300",
+            "--qos=qos_lafferty",
+            "--gres=gpu:a40:1",
+        ],
+    )?;
+    c.wait_job_reason(waiting, "Resources", JOB_START)?;
+    let bin = testcluster::cluster::build_dir()?.join("gpu-qos");
+    let json = bob.run_ok(
+        c,
+        None,
+        &bin.to_string_lossy(),
+        &["why", &waiting.to_string(), "--json"],
+    )?;
+    let report: WhyReport = serde_json::from_str(&json).map_err(|e| format!("{e}: {json}"))?;
+    ensure(
+        report
+            .summary
+            .ends_with("waits for resources other than GPUs: gpu01 has the 1 a40 it needs free")
+            && report.details.iter().any(|d| {
+                d.starts_with(
+                    "the a40s it needs are free now on gpu01: it waits there for the rest",
+                )
+            }),
+        format!("{report:#?}"),
     )?;
     clean(c)
 }

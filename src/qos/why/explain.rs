@@ -124,9 +124,10 @@ pub fn explain(job: Job, facts: Facts) -> WhyReport {
                 format!("{head} waits for free GPUs: no node it may run on has enough free now")
             } else {
                 format!(
-                    "{head} waits for resources other than GPUs: the {} it needs are free on {}",
-                    job.gpu_words(),
-                    free_on.join(", ")
+                    "{head} waits for resources other than GPUs: {} {} the {} it needs free",
+                    free_on.join(", "),
+                    if free_on.len() == 1 { "has" } else { "have" },
+                    job.gpu_words()
                 )
             }
         }

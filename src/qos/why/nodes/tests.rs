@@ -141,7 +141,7 @@ fn a_resources_wait_on_a_node_with_its_gpus_free_says_it_waits_for_the_rest() {
     );
     assert!(
         r.summary
-            .ends_with("waits for resources other than GPUs: the 2 a40 it needs are free on gpu02"),
+            .ends_with("waits for resources other than GPUs: gpu02 has the 2 a40 it needs free"),
         "{}",
         r.summary
     );
