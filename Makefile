@@ -32,7 +32,7 @@
 CARGO ?= cargo
 PROFILE ?= release
 # gpushare's version: Cargo.toml's [workspace.package] (CHANGELOG.md).
-VERSION := $(shell sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
+VERSION := $(shell packaging/version.sh)
 
 # A Slurm built from source into a prefix of its own (`./configure
 # --prefix=/opt/slurm`): its headers for the build, its lib/slurm for

@@ -60,8 +60,7 @@ slurm=$(printf "%d.%02d.%d" $major $minor $micro)
 slurm_next_micro=$(printf "%d.%02d.%d" $major $minor $((micro + 1)))
 slurm_minor=$(printf "%d.%02d" $major $minor)
 slurm_next_minor=$(printf "%d.%02d" $major $((minor + 1)))
-crate=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
-[ -n "$crate" ] || fail "no version in Cargo.toml's [workspace.package]"
+crate=$(packaging/version.sh) || fail "no version in Cargo.toml's [workspace.package]"
 version=$crate+slurm$slurm-1
 
 # Slurm's PluginDir in that release's own layout: the first directory of

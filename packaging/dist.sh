@@ -14,8 +14,7 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 cargo=${CARGO:-cargo}
 fail() { echo "dist: $*" >&2; exit 1; }
-version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
-[ -n "$version" ] || fail "no version in Cargo.toml's [workspace.package]"
+version=$(packaging/version.sh) || fail "no version in Cargo.toml's [workspace.package]"
 name=gpushare-$version
 out=$repo/target/dist
 work=$out/.work

@@ -14,7 +14,7 @@ tag=
 problems=()
 problem() { problems+=("$*"); }
 
-version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
+version=$(packaging/version.sh)
 [[ $version =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "release: Cargo.toml's version '$version' is not MAJOR.MINOR.PATCH" >&2; exit 1; }
 
 for manifest in $(git ls-files '*Cargo.toml'); do

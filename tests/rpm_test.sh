@@ -52,7 +52,7 @@ if [ -z "${GPUSHARE_RPM_TEST_NS:-}" ]; then
     GPUSHARE_RPM_TEST_NS=1 SLURM_RPMS=$slurm_rpms OTHER_PREFIX=$other exec unshare --mount --propagation private -- "$0" "$@"
 fi
 
-version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
+version=$(packaging/version.sh)
 tarball=$repo/target/dist/gpushare-$version.tar.gz
 harness=$repo/target/rpm/.harness-$release
 . tests/overlay_root.sh
