@@ -5,7 +5,7 @@
 
 use super::accounts::{account_uses, partition_uses};
 use crate::qos::site::Unread;
-use crate::qos::slurm::{assoc_mgr, jobs, qos, Query, ReadError, SlurmRead};
+use crate::qos::slurm::{jobs, qos, Query, ReadError, SlurmRead};
 use crate::qos::usage::{self, UsageReport};
 
 /// What a failed read of the caller's associations leaves out.
@@ -15,19 +15,10 @@ const USER_QOS_SOURCE: &str =
 /// The QOS slurmctld lists `user` in (by name, or by uid on 22.05) with
 /// jobs pending or running.
 fn qos_with_jobs_of(read: &dyn SlurmRead, user: &str) -> Vec<String> {
-    let uid = read
-        .read(&Query::user_id())
-        .map(|u| u.trim().to_owned())
-        .unwrap_or_default();
-    read.read(&assoc_mgr::all_qos())
-        .map(|t| assoc_mgr::parse_qos_users(&t))
+    jobs::users_by_qos(read, user)
         .unwrap_or_default()
         .into_iter()
-        .filter(|(_, users)| {
-            users
-                .as_ref()
-                .is_some_and(|u| u.iter().any(|n| n == user || n == &uid))
-        })
+        .filter(|(_, users)| users.as_ref().is_some_and(|u| u.iter().any(|n| n == user)))
         .map(|(qos, _)| qos)
         .collect()
 }

@@ -9,6 +9,8 @@
 //! slurmctld applies itself (naming several users, or filtering by QOS or
 //! state, makes squeue load every job).
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::{assoc_mgr, Query, ReadError, SlurmRead};
@@ -269,26 +271,40 @@ fn qos_users(
     user: &str,
     qos: &[String],
 ) -> Result<Result<Vec<String>, String>, ReadError> {
-    let mut by_qos = assoc_mgr::parse_qos_users(&read.read(&assoc_mgr::all_qos())?);
+    let mut by_qos = users_by_qos(read, user)?;
     by_qos.retain(|name, _| qos.iter().any(|q| q.eq_ignore_ascii_case(name)));
-    // Slurm 22.05 names users by uid there: the caller's own uid is the
-    // caller, asked for once.
-    let my_uid = read
-        .read(&Query::user_id())
-        .map(|u| u.trim().to_owned())
-        .unwrap_or_default();
     let mut users = vec![user.to_owned()];
     for (name, listed) in &by_qos {
         let Some(listed) = listed else {
             return Ok(Err(name.clone()));
         };
         for u in listed {
-            if *u != my_uid && !users.contains(u) {
+            if !users.contains(u) {
                 users.push(u.clone());
             }
         }
     }
     Ok(Ok(users))
+}
+
+/// Who slurmctld lists with jobs in each QOS ([`assoc_mgr::parse_qos_users`]),
+/// the caller, `user`, by name: Slurm 22.05 names users by uid there, and
+/// the caller's own uid is asked for once.
+pub fn users_by_qos(
+    read: &dyn SlurmRead,
+    user: &str,
+) -> Result<BTreeMap<String, Option<Vec<String>>>, ReadError> {
+    let mut by_qos = assoc_mgr::parse_qos_users(&read.read(&assoc_mgr::all_qos())?);
+    let my_uid = read
+        .read(&Query::user_id())
+        .map(|u| u.trim().to_owned())
+        .unwrap_or_default();
+    for listed in by_qos.values_mut().flatten() {
+        for u in listed.iter_mut().filter(|u| **u == my_uid) {
+            user.clone_into(u);
+        }
+    }
+    Ok(by_qos)
 }
 
 fn every_job_read(qos: &str) -> Unread {
