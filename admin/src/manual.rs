@@ -33,14 +33,16 @@ const CONF_PAGES: [(&str, &str); 2] = [
     ),
 ];
 
-/// Each command with its manual section: `gpu-qos` is for every user (1);
-/// `gpu-mps` and the programs slurmd runs are the admin's (8).
-fn commands() -> [(Command, &'static str); 4] {
+/// Each command with its manual section (`gpu-qos` is for every user, 1;
+/// `gpu-mps` and the programs slurmd runs are the admin's, 8) and whether
+/// a person types it at a shell (then it has completions; slurmd runs the
+/// prolog and epilog).
+fn commands() -> [(Command, &'static str, bool); 4] {
     [
-        (qos_cli::Cli::command(), "1"),
-        (mps_cli::Cli::command(), "8"),
-        (node_program::PrologCli::command(), "8"),
-        (node_program::EpilogCli::command(), "8"),
+        (qos_cli::Cli::command(), "1", true),
+        (mps_cli::Cli::command(), "8", true),
+        (node_program::PrologCli::command(), "8", false),
+        (node_program::EpilogCli::command(), "8", false),
     ]
 }
 
@@ -48,7 +50,7 @@ fn commands() -> [(Command, &'static str); 4] {
 /// configuration files'.
 pub fn pages() -> io::Result<Vec<Output>> {
     let mut out = Vec::new();
-    for (mut cmd, section) in commands() {
+    for (mut cmd, section, _) in commands() {
         // Globals (gpu-mps's --conf) reach the subcommands.
         cmd.build();
         out.push(page(&cmd, section)?);
@@ -90,7 +92,7 @@ fn page(cmd: &Command, section: &str) -> io::Result<Output> {
 /// installers put each directory where that shell looks.
 pub fn completions() -> Vec<Output> {
     let mut out = Vec::new();
-    for (cmd, _) in commands().into_iter().take(2) {
+    for (cmd, ..) in commands().into_iter().filter(|(.., typed)| *typed) {
         let name = cmd.get_name().to_owned();
         for (shell, dir, file) in [
             (Shell::Bash, "bash", name.clone()),
@@ -159,7 +161,7 @@ mod tests {
         // one per command and per subcommand (clap's help has none).
         let subcommands: usize = commands()
             .iter()
-            .map(|(c, _)| {
+            .map(|(c, ..)| {
                 let mut c = c.clone();
                 c.build();
                 c.get_subcommands()
