@@ -62,8 +62,10 @@ toolchain=$(dirname "$(dirname "$(rustup which cargo 2>/dev/null || command -v c
 mkdir -p "$root$toolchain"
 mount --bind -o ro "$toolchain" "$root$toolchain"
 # (--force-debian: Debian's rpm otherwise warns that dpkg owns the system.)
+# A command in the root with nothing of this shell's environment.
+root_env=(/usr/bin/env -i PATH="$toolchain/bin:/usr/sbin:/usr/bin:/sbin:/bin" HOME=/root LANG=C.UTF-8)
 in_root() {
-    chroot "$root" /usr/bin/env -i PATH="$toolchain/bin:/usr/sbin:/usr/bin:/sbin:/bin" HOME=/root LANG=C.UTF-8 "$@"
+    chroot "$root" "${root_env[@]}" "$@"
 }
 
 step "1. SchedMD's Slurm $release RPMs installed with rpm"
@@ -123,8 +125,7 @@ build() { # log topdir cargo-target [rpmbuild arguments...]
     local log=$1 top=$2 target=$3
     shift 3
     # No network at all: a network namespace of its own with nothing in it.
-    nice -n 19 unshare --net -- chroot "$root" /usr/bin/env -i PATH="$toolchain/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
-        HOME=/root LANG=C.UTF-8 CARGO_TARGET_DIR="$target" \
+    nice -n 19 unshare --net -- chroot "$root" "${root_env[@]}" CARGO_TARGET_DIR="$target" \
         rpmbuild -ta --without system_rust --define "_topdir $top" "$@" "/tmp/gpushare-$version.tar.gz" >"$log" 2>&1
 }
 # BuildRequires name RHEL's packages (clang-devel, ...): Debian's hold them
