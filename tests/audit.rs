@@ -885,22 +885,8 @@ fn without_slurmdbd(c: &mut Cluster) -> TestResult {
     let group_for_bob = format!(
         "qos_lafferty's 4 a40 are all held: jobs {b} (gpushare_bob, 2), {a} (gpushare_alice, 2)"
     );
-    // Slurm clears a pending job's reason while its scheduler looks at it
-    // (see usage_when_full): each report is one that gives the reason.
-    let why = |c: &Cluster, user: &TestUser| -> Result<WhyReport, String> {
-        let read = || -> Result<WhyReport, String> {
-            let json = user.run_ok(c, None, &bin, &["why", &id, "--json"])?;
-            serde_json::from_str(&json).map_err(|e| format!("{e}: {json}"))
-        };
-        let mut report = read()?;
-        let _ = wait_for("the report to give the reason", SHORT, || {
-            if report.job.reason != "QOSGrpGRES" {
-                report = read().ok()?;
-            }
-            (report.job.reason == "QOSGrpGRES").then_some(())
-        });
-        Ok(report)
-    };
+    // Each report one that gives the reason (TestUser::why).
+    let why = |c: &Cluster, user: &TestUser| user.why(c, waiting, "QOSGrpGRES");
     let before = why(c, &alice)?;
     ensure(
         before.summary.ends_with(&group) && before.unread.is_empty(),
@@ -1014,10 +1000,7 @@ fn why_fair_share(c: &mut Cluster) -> TestResult {
             (ahead && reason.as_deref() == Some("Priority")).then_some(())
         },
     )?;
-    let bin = testcluster::cluster::build_dir()?.join("gpu-qos");
-    let bin = bin.to_string_lossy();
-    let json = alice.run_ok(c, None, &bin, &["why", &ida, "--json"])?;
-    let report: WhyReport = serde_json::from_str(&json).map_err(|e| format!("{e}: {json}"))?;
+    let report = alice.why(c, a, "Priority")?;
     let fs_a = factor(&ida, "%F").ok_or("no sprio for alice's job")?;
     let fs_b = factor(&idb, "%F").ok_or("no sprio for bob's job")?;
     let partition = report.job.partition.clone();

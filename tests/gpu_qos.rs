@@ -926,11 +926,11 @@ fn judge_every_level(c: &Cluster, dora: &TestUser, eve: &TestUser) -> TestResult
     )?;
     let why = c
         .wait_job_reason(waiting, "AssocGrpGRES", JOB_START)
-        .and_then(|_| eve.run_ok(c, None, &gpu_qos, &["why", &waiting.to_string()]));
+        .and_then(|_| eve.why(c, waiting, "AssocGrpGRES"));
     c.run_ok("scancel", &[&waiting.to_string()])?;
     c.run_ok("scancel", &[&held.to_string()])?;
     contains_all(
-        &why?,
+        &why?.summary,
         &["waits for account lafferty's GPU limit: 2 of 4 a40 held"],
     )?;
     reported.map_err(|e| format!("{e}:\n{last}"))?;

@@ -12,7 +12,6 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::process::ExitCode;
 
-use gpushare::qos::why::WhyReport;
 use testcluster::cluster::{slurm_places_shares, wait_for};
 use testcluster::monitor::{mapping_follows_ledger, node_ledger};
 use testcluster::time::{JOB_END, JOB_LONG, JOB_START, NODE_STATE, SHORT};
@@ -574,14 +573,7 @@ fn why_resources(c: &mut Cluster, private: bool) -> TestResult {
     }
     let waiting = sbatch_as(&bob, &["--qos=qos_lafferty", "--gres=gpu:a40:2"])?;
     c.wait_job_reason(waiting, "Resources", JOB_START)?;
-    let bin = testcluster::cluster::build_dir()?.join("gpu-qos");
-    let json = bob.run_ok(
-        c,
-        None,
-        &bin.to_string_lossy(),
-        &["why", &waiting.to_string(), "--json"],
-    )?;
-    let report: WhyReport = serde_json::from_str(&json).map_err(|e| format!("{e}: {json}"))?;
+    let report = bob.why(c, waiting, "Resources")?;
     let node = |name: &str| {
         report
             .details
@@ -665,14 +657,7 @@ fn why_free_gpus(c: &mut Cluster) -> TestResult {
         ],
     )?;
     c.wait_job_reason(waiting, "Resources", JOB_START)?;
-    let bin = testcluster::cluster::build_dir()?.join("gpu-qos");
-    let json = bob.run_ok(
-        c,
-        None,
-        &bin.to_string_lossy(),
-        &["why", &waiting.to_string(), "--json"],
-    )?;
-    let report: WhyReport = serde_json::from_str(&json).map_err(|e| format!("{e}: {json}"))?;
+    let report = bob.why(c, waiting, "Resources")?;
     ensure(
         report
             .summary

@@ -7,6 +7,8 @@ use std::os::unix::fs::{chown, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use gpushare::qos::why::WhyReport;
+
 use crate::cluster::{Cluster, CLUSTER_NAME};
 use crate::Result;
 
@@ -187,6 +189,28 @@ impl TestUser {
             ));
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// `gpu-qos why JOB --json` as this user, read again (for up to 30 s)
+    /// until the report's job has Slurm's reason `reason`: Slurm clears a
+    /// pending job's reason to `None` while its scheduler looks at the job,
+    /// and a report read then explains that instead. The last report read
+    /// is in the error.
+    pub fn why(&self, c: &Cluster, job: u32, reason: &str) -> Result<WhyReport> {
+        let bin = crate::cluster::build_dir()?.join("gpu-qos");
+        let bin = bin.to_string_lossy();
+        let id = job.to_string();
+        let mut last = String::new();
+        crate::cluster::wait_for(
+            &format!("gpu-qos why {job} as {} to give reason {reason}", self.name),
+            std::time::Duration::from_secs(30),
+            || {
+                last = self.run_ok(c, None, &bin, &["why", &id, "--json"]).ok()?;
+                let report: WhyReport = serde_json::from_str(&last).ok()?;
+                (report.job.reason == reason).then_some(report)
+            },
+        )
+        .map_err(|e| format!("{e}; last report: {last}"))
     }
 
     /// `sbatch --parsable ARGS` as this user: the job id. Retried for up
