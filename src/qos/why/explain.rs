@@ -6,7 +6,7 @@ use crate::shared::calendar::stamp_seconds;
 use crate::shared::syntax::hostlist_contains;
 
 use super::facts::{Facts, Preempting};
-use super::nodes::{gpus_free_on, node_details, node_names};
+use super::nodes::{node_details, node_names};
 use super::priority::priority_details;
 use super::reasons::{account_limit_words, other_reason, requeue_details};
 use super::report::{report, WhyReport};
@@ -113,13 +113,12 @@ pub fn explain(job: Job, facts: Facts) -> WhyReport {
                     h.gpu_words()
                 ));
             }
-            node_details(&job, &facts, &mut details);
+            let free_on = node_details(&job, &facts, &mut details);
             see.push(format!("squeue -j {id} --start"));
             see.push(format!(
                 "sinfo -p {} -O NodeList,Gres,GresUsed",
                 job.partition
             ));
-            let free_on = gpus_free_on(&job, &facts);
             if free_on.is_empty() {
                 format!("{head} waits for free GPUs: no node it may run on has enough free now")
             } else {

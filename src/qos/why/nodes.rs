@@ -105,33 +105,23 @@ impl NodeUse<'_> {
     }
 }
 
-/// The candidate nodes, among those described, that take jobs and have
-/// the job's GPUs free now: there it waits for something else (CPUs,
-/// memory, more nodes).
-pub(super) fn gpus_free_on(job: &Job, facts: &Facts) -> Vec<String> {
-    let need = per_node(job, job.gpu_type());
-    candidate_nodes(job, &facts.nodes)
-        .into_iter()
-        .take(NODES_SHOWN)
-        .filter(|n| {
-            let u = node_use(n, job, facts);
-            u.usable && u.total.saturating_sub(u.used) >= need
-        })
-        .map(|n| n.name.clone())
-        .collect()
-}
-
 /// Each candidate node's GPUs, what is in use and by which jobs this user
 /// may see, what is left to others, and when enough of it ends for the job.
-pub(super) fn node_details(job: &Job, facts: &Facts, details: &mut Vec<String>) {
+/// Returns the nodes described that take jobs and have the job's GPUs free
+/// now: there it waits for something else (CPUs, memory, more nodes).
+pub(super) fn node_details(job: &Job, facts: &Facts, details: &mut Vec<String>) -> Vec<String> {
     let want = job.gpu_type();
+    let need = per_node(job, want);
     let nodes = candidate_nodes(job, &facts.nodes);
     let kind = want.unwrap_or("GPU");
     let victims = preempt_list(&facts.qos, &job.qos);
-    let free_on = gpus_free_on(job, facts);
+    let mut free_on = Vec::new();
     let mut soonest: Option<(i64, String, &str, Vec<String>)> = None;
     for n in nodes.iter().take(NODES_SHOWN) {
         let u = node_use(n, job, facts);
+        if u.usable && u.total.saturating_sub(u.used) >= need {
+            free_on.push(n.name.clone());
+        }
         let preemptable = |h: &Job| victims.iter().any(|v| v.eq_ignore_ascii_case(&h.qos));
         let mut said: Vec<String> = u
             .holders
@@ -203,7 +193,7 @@ pub(super) fn node_details(job: &Job, facts: &Facts, details: &mut Vec<String>) 
         ));
         // Only where every job there was read, on a node that takes jobs.
         let enough = (facts.running_on_nodes.is_some() && u.usable)
-            .then(|| u.enough_by(per_node(job, want), want))
+            .then(|| u.enough_by(need, want))
             .flatten();
         if let Some((at, end, ids)) = enough {
             if soonest.as_ref().is_none_or(|(t, ..)| at < *t) {
@@ -246,6 +236,7 @@ pub(super) fn node_details(job: &Job, facts: &Facts, details: &mut Vec<String>) 
             ),
         });
     }
+    free_on
 }
 
 /// What node `n` holds of the job's GPU type, and by which jobs.

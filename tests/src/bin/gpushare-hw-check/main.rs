@@ -652,32 +652,33 @@ impl Setup {
                 control.display()
             )
         };
-        let conf = slurm_dir.join("gpu_mps.conf");
+        let write_conf = |path: PathBuf, state: &str, extra: &str| {
+            fs::write(&path, conf_text(state, extra))
+                .map(|()| path)
+                .map_err(|e| e.to_string())
+        };
         // ComputeMode=leave: these observe what runs beside MPS in the
         // mode each check sets.
-        fs::write(
-            &conf,
-            conf_text("state", "OtherUsers=queue\nComputeMode=leave\n"),
-        )
-        .map_err(|e| e.to_string())?;
-        let conf_multi = dir.join("gpu_mps_multi.conf");
-        fs::write(
-            &conf_multi,
-            conf_text("multi", "MultiUser=yes\nComputeMode=leave\n"),
-        )
-        .map_err(|e| e.to_string())?;
-        let conf_multi_exclusive = dir.join("gpu_mps_multi_exclusive.conf");
-        fs::write(
-            &conf_multi_exclusive,
-            conf_text("multi-exclusive", "MultiUser=yes\nComputeMode=exclusive\n"),
-        )
-        .map_err(|e| e.to_string())?;
-        let conf_exclusive = dir.join("gpu_mps_exclusive.conf");
-        fs::write(
-            &conf_exclusive,
-            conf_text("exclusive", "ComputeMode=exclusive\n"),
-        )
-        .map_err(|e| e.to_string())?;
+        let conf = write_conf(
+            slurm_dir.join("gpu_mps.conf"),
+            "state",
+            "OtherUsers=queue\nComputeMode=leave\n",
+        )?;
+        let conf_multi = write_conf(
+            dir.join("gpu_mps_multi.conf"),
+            "multi",
+            "MultiUser=yes\nComputeMode=leave\n",
+        )?;
+        let conf_multi_exclusive = write_conf(
+            dir.join("gpu_mps_multi_exclusive.conf"),
+            "multi-exclusive",
+            "MultiUser=yes\nComputeMode=exclusive\n",
+        )?;
+        let conf_exclusive = write_conf(
+            dir.join("gpu_mps_exclusive.conf"),
+            "exclusive",
+            "ComputeMode=exclusive\n",
+        )?;
 
         let source = dir.join("client.cu");
         let client = dir.join("client");
@@ -827,12 +828,31 @@ impl Setup {
         daemon::control_lines(&cfg, &self.control, 0, &lines, daemon::CONTROL_TIMEOUT)
     }
 
+    /// GPU 0's compute mode as `nvidia-smi` reports it (or its error).
+    fn compute_mode(&self) -> String {
+        one_line(&self.smi(&[
+            "-i",
+            "0",
+            "--query-gpu=compute_mode",
+            "--format=csv,noheader",
+        ]))
+    }
+
     fn smi(&self, args: &[&str]) -> String {
         match run_ok(&self.smi, args) {
             Ok(out) => out,
             Err(e) => e,
         }
     }
+}
+
+/// A task's device memory in MiB from its plan's environment
+/// (`GPUSHARE_MEMORY_MIB`; 0 where the plan sets no limit).
+fn memory_mib(env: &[(String, String)]) -> u64 {
+    env.iter()
+        .find(|(k, _)| k == "GPUSHARE_MEMORY_MIB")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0)
 }
 
 fn load(conf: &Path) -> Result<GpuMpsConfig, String> {
@@ -1517,12 +1537,7 @@ fn multi_user(s: &mut Setup, report: &mut Report, exclusive: bool) -> Result<(),
     let pa = s.prolog(&conf, job, 0, 30);
     let pb = s.prolog(&conf, job + 1, 1, 30);
     let daemon = control_daemon(&conf);
-    let mode = one_line(&s.smi(&[
-        "-i",
-        "0",
-        "--query-gpu=compute_mode",
-        "--format=csv,noheader",
-    ]));
+    let mode = s.compute_mode();
     let plan_a = s.plan(&conf, job)?;
     let plan_b = s.plan(&conf, job + 1)?;
     let mut a = s.client(0, &plan_a.env, 64, 10_000)?;
@@ -1608,27 +1623,14 @@ fn client_cannot_control(s: &mut Setup, report: &mut Report) -> Result<(), Strin
 fn exclusive_and_clients(s: &mut Setup, report: &mut Report) -> Result<(), String> {
     let conf = s.conf_exclusive.clone();
     let job = 501;
-    let mode = |s: &Setup| {
-        one_line(&s.smi(&[
-            "-i",
-            "0",
-            "--query-gpu=compute_mode",
-            "--format=csv,noheader",
-        ]))
-    };
-    let before = mode(s);
+    let before = s.compute_mode();
     let p = s.prolog(&conf, job, 0, 50);
-    let during = mode(s);
+    let during = s.compute_mode();
     let cfg = load(&conf)?;
     let ledger = Ledger::open(&cfg.state_dir, 0).map_err(|e| e.to_string())?;
     let plan = task_plan(&cfg, &ledger, job, true, 2)?
         .ok_or_else(|| format!("job {job} holds no share"))?;
-    let task_mib: u64 = plan
-        .env
-        .iter()
-        .find(|(k, _)| k == "GPUSHARE_MEMORY_MIB")
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or(0);
+    let task_mib = memory_mib(&plan.env);
     let mut env = plan.env.clone();
     env.push(("SLURM_JOB_ID".to_owned(), job.to_string()));
     let mut tasks = [
@@ -1661,7 +1663,7 @@ fn exclusive_and_clients(s: &mut Setup, report: &mut Report) -> Result<(), Strin
             None => "still ran 30 s after the epilog (killed)".to_owned(),
         })
         .collect();
-    let after = mode(s);
+    let after = s.compute_mode();
     let alloc = |r: &Option<ClientLine>| {
         r.as_ref()
             .and_then(|r| r.alloc.clone())
@@ -1720,12 +1722,7 @@ fn raised_limits(s: &mut Setup, report: &mut Report) -> Result<(), String> {
     let job = 601;
     let p = s.prolog(&conf, job, 0, 25);
     let plan = s.plan(&conf, job)?;
-    let limit: u64 = plan
-        .env
-        .iter()
-        .find(|(k, _)| k == "GPUSHARE_MEMORY_MIB")
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or(0);
+    let limit = memory_mib(&plan.env);
     const THREADS: &str = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
     const MEMORY: &str = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT";
     let raised: Vec<(String, String)> = plan
