@@ -59,6 +59,11 @@ fn main() -> ExitCode {
             "private_data_keeps_who_runs_what_from_other_users",
             private_data,
         )
+        .test_on(
+            "a_users_own_updates_never_land_a_job_untyped_under_a_typed_level",
+            ClusterSpec::example_site(),
+            own_updates,
+        )
         .run()
 }
 
@@ -787,4 +792,47 @@ fn private_data(c: &mut Cluster) -> TestResult {
             format!("PrivateData=yes: metrics name a user:\n{text}"),
         )
     })
+}
+
+/// A user whose default QOS is the group QOS (typed GrpTRES), with what a
+/// user has: `scontrol update` of their own pending job. Whatever they
+/// combine (a blank `QOS=` that Slurm resolves to the default, an untyped
+/// `Gres=`/`TresPer*=`, a QOS named beside them), the job never lands
+/// untyped under a typed level.
+fn own_updates(c: &mut Cluster) -> TestResult {
+    let mal = TestUser::create(c, "gpushare-mal")?;
+    mal.allow_qos_by_default(c, &["normal", "qos_lafferty"], "qos_lafferty")?;
+    let id = mal.sbatch(
+        c,
+        &["-H", "--qos=normal", "--gres=gpu:a40:1", "--wrap=true"],
+    )?;
+    let job = format!("job={id}");
+    let tries: [&[&str]; 7] = [
+        &["QOS="],
+        &["QOS=", "Gres=gpu:2"],
+        &["Gres=gpu:2"],
+        &["TresPerNode=gres/gpu:2"],
+        &["TresPerJob=gres/gpu:2", "QOS=qos_lafferty"],
+        &["QOS=,", "Gres=gpu:a40:1"],
+        &["QOS=qos_lafferty"],
+    ];
+    let mut accepted = Vec::new();
+    for args in tries {
+        let mut all = vec!["update", job.as_str()];
+        all.extend_from_slice(args);
+        let out = mal.run(c, None, "scontrol", &all)?;
+        if out.status.success() {
+            accepted.push(args.join(" "));
+        }
+    }
+    let after = c.job(id)?;
+    c.run_ok("scancel", &[&id.to_string()])?;
+    let tres = after.get("TresPerNode").unwrap_or_default().to_owned();
+    ensure(
+        accepted.is_empty() && after.get("QOS") == Some("normal") && tres.contains("a40"),
+        format!(
+            "as the job's user, accepted: {accepted:?}; the job now QOS={:?} TresPerNode={tres}",
+            after.get("QOS")
+        ),
+    )
 }

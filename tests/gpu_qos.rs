@@ -62,6 +62,10 @@ fn main() -> ExitCode {
             "untyped_gpus_escape_no_level_default_qos_partition_account",
             every_level,
         )
+        .test(
+            "typed_limits_without_a_rule_and_updates_leave_no_job_untyped",
+            unruled_levels,
+        )
         .test_on(
             "mig_slice_types_each_count_against_their_own_limit",
             mig_site(),
@@ -988,6 +992,165 @@ fn judge_every_level(c: &Cluster, dora: &TestUser, eve: &TestUser) -> TestResult
         "typed move did not apply",
     )?;
     c.run_ok("scancel", &[&id.to_string()]).map(drop)
+}
+
+/// A partition QOS and an account whose limits in the database are typed
+/// and that gpu_qos.conf (the example's: QOS rules only) has no rule for:
+/// untyped requests there are refused all the same, and no update (a
+/// blank QOS=, a partition, an account) takes an untyped job into a
+/// level whose limits are typed.
+fn unruled_levels(c: &mut Cluster) -> TestResult {
+    let sacctmgr = |args: &[&str]| c.run_ok("sacctmgr", args).map(drop);
+    sacctmgr(&["-i", "add", "qos", "part_grp", "GrpTRES=gres/gpu:a40=2"])?;
+    c.run_ok(
+        "scontrol",
+        &[
+            "create",
+            "PartitionName=grp_a40",
+            "Nodes=ALL",
+            "QOS=part_grp",
+            "State=UP",
+        ],
+    )?;
+    sacctmgr(&["-i", "add", "account", "grp_acct", "cluster=gpushare"])?;
+    sacctmgr(&[
+        "-i",
+        "modify",
+        "account",
+        "where",
+        "name=grp_acct",
+        "set",
+        "GrpTRES=gres/gpu:a40=2",
+    ])?;
+    let fay = TestUser::create(c, "fay")?;
+    sacctmgr(&[
+        "-i",
+        "add",
+        "user",
+        "fay",
+        "account=grp_acct",
+        "cluster=gpushare",
+    ])?;
+    // gil falls back to the group QOS, as the lafferty group's users do.
+    let gil = TestUser::create(c, "gil")?;
+    gil.allow_qos_by_default(c, &["normal", "qos_lafferty"], "qos_lafferty")?;
+    let result = judge_unruled_levels(c, &fay, &gil);
+    let _ = c.run("scontrol", &["delete", "PartitionName=grp_a40"]);
+    let _ = sacctmgr(&["-i", "delete", "user", "fay", "account=grp_acct"]);
+    let _ = sacctmgr(&["-i", "delete", "account", "grp_acct"]);
+    let _ = sacctmgr(&["-i", "delete", "qos", "part_grp"]);
+    result
+}
+
+fn judge_unruled_levels(c: &Cluster, fay: &TestUser, gil: &TestUser) -> TestResult {
+    // The partition's QOS: slurmctld's partitions are read again within
+    // a few seconds of a change.
+    let mut last = String::new();
+    wait_for(
+        "the new partition's typed QOS to be judged",
+        SHORT,
+        || match rejected(c, &["-p", "grp_a40", "--qos=normal", "--gres=gpu:1"]) {
+            Ok(err) => Some(err),
+            Err(e) => {
+                last = e;
+                None
+            }
+        },
+    )
+    .map_err(|e| format!("{e}: {last}"))
+    .and_then(|err| {
+        contains_all(
+            &err,
+            &[
+                "Partition grp_a40's QOS has a GPU limit by type in Slurm's accounting (a40)",
+                "--gres=gpu:a40:1",
+            ],
+        )
+    })?;
+    let typed = accepted(c, &["-p", "grp_a40", "--qos=normal", "--gres=gpu:a40:1"])?;
+    c.run_ok("scancel", &[&typed.to_string()])?;
+    // The account's limit.
+    let err = user_rejected(
+        c,
+        fay,
+        &["-A", "grp_acct", "--gres=gpu:1"],
+        "Account grp_acct has a GPU limit by type",
+    )?;
+    contains_all(&err, &["--gres=gpu:a40:1"])?;
+    // Said once in slurmctld's log, with the rule to add.
+    let said = "add `Account=grp_acct GPUTypes=a40`";
+    wait_for("the missing rule in slurmctld.log", SHORT, || {
+        c.log("slurmctld").contains(said).then_some(())
+    })?;
+    let err = user_rejected(
+        c,
+        fay,
+        &["-A", "grp_acct", "--gpus=2"],
+        "Account grp_acct has a GPU limit by type",
+    )?;
+    contains_all(&err, &["--gpus=a40:2"])?;
+    let times = c.log("slurmctld").matches(said).count();
+    ensure(times == 1, format!("the missing rule logged {times} times"))?;
+
+    // A blank QOS= as the job's own user: Slurm would move the job to
+    // gil's default QOS, the group QOS, untyped.
+    let untyped = gil.sbatch(c, &["-H", "--qos=normal", "--gres=gpu:2", "--wrap=true"])?;
+    let job = format!("job={untyped}");
+    let out = gil.run(c, None, "scontrol", &["update", &job, "QOS="])?;
+    let blank = c.job(untyped)?;
+    c.run_ok("scancel", &[&untyped.to_string()])?;
+    ensure(
+        !out.status.success() && blank.get("QOS") == Some("normal"),
+        format!(
+            "QOS= (blank) moved an untyped job to {:?} (exit {}): {}",
+            blank.get("QOS"),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )?;
+    // fay's untyped job of her default account, moved by her into the
+    // typed partition or her typed account, or by root (an admin fixing
+    // a job) into both at once.
+    let untyped = fay.sbatch(c, &["-H", "--gres=gpu:1", "--wrap=true"])?;
+    let job = format!("job={untyped}");
+    let moves = [
+        fay.run(c, None, "scontrol", &["update", &job, "Partition=grp_a40"])?,
+        fay.run(c, None, "scontrol", &["update", &job, "Account=grp_acct"])?,
+        c.run(
+            "scontrol",
+            &["update", &job, "Partition=grp_a40", "Account=grp_acct"],
+        )?,
+    ];
+    let after = c.job(untyped)?;
+    c.run_ok("scancel", &[&untyped.to_string()])?;
+    ensure(
+        moves.iter().all(|m| !m.status.success())
+            && after.get("Partition") != Some("grp_a40")
+            && after.get("Account") != Some("grp_acct"),
+        format!(
+            "an untyped job was moved into a typed level: Partition={:?} Account={:?}",
+            after.get("Partition"),
+            after.get("Account")
+        ),
+    )?;
+    // Naming the QOS works, with the typed request its rule wants.
+    let typed = gil.sbatch(
+        c,
+        &["-H", "--qos=normal", "--gres=gpu:a40:1", "--wrap=true"],
+    )?;
+    let job = format!("job={typed}");
+    gil.run_ok(
+        c,
+        None,
+        "scontrol",
+        &["update", &job, "QOS=qos_lafferty", "Gres=gpu:a40:1"],
+    )?;
+    let moved = c.job(typed)?.get("QOS").map(str::to_owned);
+    c.run_ok("scancel", &[&typed.to_string()])?;
+    ensure(
+        moved.as_deref() == Some("qos_lafferty"),
+        format!("the named, typed move left the job in {moved:?}"),
+    )
 }
 
 /// A node whose GPUs are MIG slices of two profiles (fake devices named as

@@ -132,7 +132,7 @@ pub enum Call {
     Modify,
 }
 
-const KINDS: [RejectionKind; 8] = [
+const KINDS: [RejectionKind; 9] = [
     RejectionKind::UntypedGpu,
     RejectionKind::TypeNotPermitted,
     RejectionKind::OverLimit,
@@ -141,6 +141,7 @@ const KINDS: [RejectionKind; 8] = [
     RejectionKind::ShareTooLarge,
     RejectionKind::UpdateNeedsTypedGpu,
     RejectionKind::BadRequest,
+    RejectionKind::UnlistedTypedLimit,
 ];
 
 /// The `rule` label of a rejection.
@@ -154,6 +155,7 @@ pub fn rule_name(kind: RejectionKind) -> &'static str {
         RejectionKind::ShareTooLarge => "share_too_large",
         RejectionKind::UpdateNeedsTypedGpu => "update_needs_typed_gpu",
         RejectionKind::BadRequest => "bad_request",
+        RejectionKind::UnlistedTypedLimit => "unlisted_typed_limit",
     }
 }
 

@@ -13,7 +13,7 @@ use std::os::raw::{c_char, c_int, c_void};
 use std::ptr;
 use std::sync::OnceLock;
 
-use gpushare::qos::policy::Resolved;
+use gpushare::qos::policy::{LimitLevel, Resolved, TypedLimit};
 use slurm_plugin::slurm_str::opt_str;
 use slurm_sys::{
     assoc_mgr_fill_in_assoc, assoc_mgr_fill_in_qos, assoc_mgr_fill_in_user,
@@ -28,11 +28,17 @@ pub struct Needs {
     pub default_qos: bool,
     pub default_partition: bool,
     pub accounts: bool,
+    /// The typed GPU limits of the levels that cover the job (for an
+    /// update: the levels it moves the job to).
+    pub typed_limits: bool,
+    /// Whether any QOS or association limits a GPU type (an update
+    /// whose landing QOS is unknown).
+    pub anywhere: bool,
 }
 
 impl Needs {
     fn any(self) -> bool {
-        self.default_qos || self.default_partition || self.accounts
+        self.default_qos || self.default_partition || self.accounts || self.typed_limits
     }
 }
 
@@ -43,6 +49,8 @@ pub struct Resolution {
     default_partition: Option<String>,
     accounts: Vec<String>,
     user: Option<String>,
+    typed_limits: Vec<TypedLimit>,
+    typed_limits_anywhere: bool,
 }
 
 impl Resolution {
@@ -52,6 +60,8 @@ impl Resolution {
             default_partition: self.default_partition.as_deref(),
             accounts: &self.accounts,
             user: self.user.as_deref(),
+            typed_limits: &self.typed_limits,
+            typed_limits_anywhere: self.typed_limits_anywhere,
         }
     }
 }
@@ -107,7 +117,7 @@ impl ReadLocks {
             file: GPUSHARE_NO_LOCK,
             qos: GPUSHARE_READ_LOCK,
             res: GPUSHARE_NO_LOCK,
-            tres: GPUSHARE_NO_LOCK,
+            tres: GPUSHARE_READ_LOCK,
             user: GPUSHARE_READ_LOCK,
             wckey: GPUSHARE_NO_LOCK,
         });
@@ -142,14 +152,21 @@ unsafe fn owned(p: *const c_char) -> Option<String> {
 const MAX_ACCOUNT_DEPTH: usize = 64;
 
 /// Looks up what `needs` asks for a job being submitted (or, with
-/// `update`, for the account an `scontrol update` moves a job to).
+/// `update`, for the levels an `scontrol update` moves a job to: the
+/// account, QOS and partitions it names, and for a blank `QOS=` the
+/// user's default QOS). `partition_qos` maps partitions to their QOS.
 ///
 /// # Safety
 /// Called only from slurmctld's job_submit/job_modify with `desc` valid for
 /// the call; the caller holds no association manager lock.
-pub unsafe fn resolve(desc: &job_desc_msg_t, needs: Needs, update: bool) -> Resolution {
+pub unsafe fn resolve(
+    desc: &job_desc_msg_t,
+    needs: Needs,
+    update: bool,
+    partition_qos: &crate::partitions::PartitionQos,
+) -> Resolution {
     let mut out = Resolution::default();
-    let Some(g) = globals().filter(|_| needs.any()) else {
+    let Some(g) = globals().filter(|_| needs.any() || needs.anywhere) else {
         return out;
     };
     // SAFETY: slurmctld's globals, read under the locks slurmctld's own
@@ -161,31 +178,74 @@ pub unsafe fn resolve(desc: &job_desc_msg_t, needs: Needs, update: bool) -> Reso
     let partition_text = unsafe { owned(desc.partition) };
     // SAFETY: as above.
     let account_text = unsafe { owned(desc.account) };
-    if update {
-        // An update only moves the job to the account it names, if any.
-        if let (true, Some(account)) = (needs.accounts, account_text) {
-            let _locks = ReadLocks::take();
-            // SAFETY: under the manager's read locks.
-            out.accounts = unsafe { account_chain(db_conn, enforce, &account) };
-        }
-        return out;
-    }
-    if partition_text.is_none() && needs.default_partition {
+    // SAFETY: as above (Some("") is a blank QOS=).
+    let qos_text = unsafe { opt_str(desc.qos) }.map(|q| q.into_owned());
+    let named_qos: Vec<String> = qos_text
+        .as_deref()
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|q| !q.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let blank_qos = qos_text.is_some() && named_qos.is_empty();
+    if !update && partition_text.is_none() && needs.default_partition {
         out.default_partition = default_partition.clone();
     }
-    let partitions: Vec<CString> = partition_text
-        .or(default_partition)
+    let partition_list = if update {
+        partition_text
+    } else {
+        partition_text.or(default_partition)
+    };
+    let partitions: Vec<String> = partition_list
         .map(|list| {
             list.split(',')
                 .map(str::trim)
                 .filter(|p| !p.is_empty())
-                .filter_map(|p| CString::new(p).ok())
+                .map(str::to_owned)
                 .collect()
         })
         .unwrap_or_default();
-    let account = account_text.and_then(|a| CString::new(a).ok());
+    let partition_names: Vec<CString> = partitions
+        .iter()
+        .filter_map(|p| CString::new(p.as_str()).ok())
+        .collect();
+    let account = account_text.as_deref().and_then(|a| CString::new(a).ok());
 
     let _locks = ReadLocks::take();
+    if needs.typed_limits {
+        for q in &named_qos {
+            // SAFETY: under the manager's read locks.
+            let types = unsafe { qos_limit_types(db_conn, enforce, q) };
+            out.push_limit(LimitLevel::Qos(q.clone()), types);
+        }
+        for p in &partitions {
+            if let Some(q) = partition_qos.get(p) {
+                // SAFETY: under the manager's read locks.
+                let types = unsafe { qos_limit_types(db_conn, enforce, q) };
+                let level = LimitLevel::Partition {
+                    partition: p.clone(),
+                    qos: q.clone(),
+                };
+                out.push_limit(level, types);
+            }
+        }
+    }
+    if needs.anywhere {
+        // SAFETY: under the manager's QOS, association and TRES read locks.
+        out.typed_limits_anywhere = unsafe { crate::typed::anywhere() };
+    }
+    if update {
+        // An update moves the job to the account it names, if any.
+        if let (true, Some(account)) = (needs.accounts || needs.typed_limits, &account_text) {
+            // SAFETY: under the manager's read locks.
+            let chain = unsafe { account_chain(db_conn, enforce, account) };
+            out.take_chain(chain, needs);
+        }
+        if !blank_qos {
+            return out;
+        }
+    }
     // SAFETY: a zeroed record is what Slurm's own callers start from
     // (memset 0); we set the uid; the call reads and fills it under our
     // user read lock.
@@ -205,11 +265,18 @@ pub unsafe fn resolve(desc: &job_desc_msg_t, needs: Needs, update: bool) -> Reso
         None if user_found => user.default_acct,
         None => ptr::null_mut(),
     };
-    let slots: Vec<*mut c_char> = if partitions.is_empty() {
+    // An update's default QOS is the association's without a partition:
+    // the job's own partition is not visible here.
+    let slots: Vec<*mut c_char> = if partition_names.is_empty() || update {
         vec![ptr::null_mut()]
     } else {
-        partitions.iter().map(|p| p.as_ptr().cast_mut()).collect()
+        partition_names
+            .iter()
+            .map(|p| p.as_ptr().cast_mut())
+            .collect()
     };
+    let wants_default_qos = needs.default_qos || (needs.typed_limits && named_qos.is_empty());
+    let wants_accounts = !update && (needs.accounts || needs.typed_limits);
     for partition in slots {
         // SAFETY: as for the user record.
         let mut assoc: slurmdb_assoc_rec_t = unsafe { std::mem::zeroed() };
@@ -225,68 +292,130 @@ pub unsafe fn resolve(desc: &job_desc_msg_t, needs: Needs, update: bool) -> Reso
         if rc != SLURM_SUCCESS as c_int || record.is_null() {
             continue;
         }
-        if needs.default_qos {
+        if wants_default_qos {
             // SAFETY: as for the user record.
             let mut qos: slurmdb_qos_rec_t = unsafe { std::mem::zeroed() };
+            let mut qos_ptr: *mut slurmdb_qos_rec_t = ptr::null_mut();
             // SAFETY: `record` is the manager's, read under our assoc lock;
-            // the QOS is then looked up by the id or name it set.
-            let name = unsafe {
+            // the QOS is then looked up by the id or name it set, and
+            // `qos_ptr` pointed at the manager's record.
+            let found = unsafe {
                 assoc_mgr_get_default_qos_info(record, &mut qos);
-                if assoc_mgr_fill_in_qos(db_conn, &mut qos, enforce, ptr::null_mut(), true)
+                assoc_mgr_fill_in_qos(db_conn, &mut qos, enforce, &mut qos_ptr, true)
                     == SLURM_SUCCESS as c_int
-                {
-                    owned(qos.name)
-                } else {
-                    None
-                }
             };
+            // SAFETY: the manager's record and string, under our locks.
+            let name = found.then(|| unsafe { owned(qos.name) }).flatten();
             if let Some(name) = name {
                 if !out.default_qos.contains(&name) {
+                    if !update && needs.typed_limits {
+                        // SAFETY: the manager's record, under our locks.
+                        let types = unsafe { qos_ptr.as_ref() }
+                            .map(|q| unsafe { crate::typed::qos_types(q) })
+                            .unwrap_or_default();
+                        out.push_limit(LimitLevel::Qos(name.clone()), types);
+                    }
                     out.default_qos.push(name);
                 }
             }
         }
-        if needs.accounts && out.accounts.is_empty() {
+        if wants_accounts && out.accounts.is_empty() {
             // SAFETY: the manager's record and string, under our locks.
             if let Some(acct) = unsafe { owned((*record).acct) } {
                 // SAFETY: under the manager's read locks.
-                out.accounts = unsafe { account_chain(db_conn, enforce, &acct) };
+                let chain = unsafe { account_chain(db_conn, enforce, &acct) };
+                out.take_chain(chain, needs);
             }
         }
     }
     out
 }
 
-/// `account` and its parents up to the root, nearest first.
+impl Resolution {
+    fn push_limit(&mut self, level: LimitLevel, types: Vec<String>) {
+        if !types.is_empty() && !self.typed_limits.iter().any(|l| l.level == level) {
+            self.typed_limits.push(TypedLimit { level, types });
+        }
+    }
+
+    fn take_chain(&mut self, chain: Vec<(String, Vec<String>)>, needs: Needs) {
+        for (account, types) in chain {
+            if needs.typed_limits {
+                self.push_limit(LimitLevel::Account(account.clone()), types);
+            }
+            self.accounts.push(account);
+        }
+    }
+}
+
+/// The GPU types the QOS named `name` limits.
 ///
 /// # Safety
 /// The caller holds the association manager's read locks.
-unsafe fn account_chain(db_conn: *mut c_void, enforce: c_int, account: &str) -> Vec<String> {
-    let mut chain = vec![account.to_owned()];
-    while chain.len() < MAX_ACCOUNT_DEPTH {
-        let Some(current) = chain.last().and_then(|a| CString::new(a.as_str()).ok()) else {
+unsafe fn qos_limit_types(db_conn: *mut c_void, enforce: c_int, name: &str) -> Vec<String> {
+    let Ok(c_name) = CString::new(name) else {
+        return Vec::new();
+    };
+    // SAFETY: a zeroed record with the name set, as Slurm's callers do.
+    let mut qos: slurmdb_qos_rec_t = unsafe { std::mem::zeroed() };
+    qos.name = c_name.as_ptr().cast_mut();
+    let mut qos_ptr: *mut slurmdb_qos_rec_t = ptr::null_mut();
+    // SAFETY: under the caller's locks; reads the name we own, points
+    // `qos_ptr` at the manager's record.
+    let rc = unsafe { assoc_mgr_fill_in_qos(db_conn, &mut qos, enforce, &mut qos_ptr, true) };
+    if rc != SLURM_SUCCESS as c_int {
+        return Vec::new();
+    }
+    // SAFETY: NULL or the manager's record, under the caller's locks.
+    unsafe { qos_ptr.as_ref() }
+        .map(|q| unsafe { crate::typed::qos_types(q) })
+        .unwrap_or_default()
+}
+
+/// `account` and its parents up to the root, nearest first, each with
+/// the GPU types its own association limits.
+///
+/// # Safety
+/// The caller holds the association manager's read locks.
+unsafe fn account_chain(
+    db_conn: *mut c_void,
+    enforce: c_int,
+    account: &str,
+) -> Vec<(String, Vec<String>)> {
+    let mut chain: Vec<(String, Vec<String>)> = Vec::new();
+    let mut next = Some(account.to_owned());
+    while let Some(current) = next.take() {
+        if chain.len() >= MAX_ACCOUNT_DEPTH {
+            break;
+        }
+        let Ok(c_current) = CString::new(current.as_str()) else {
             break;
         };
         // SAFETY: a zeroed record with acct set and no user (uid NO_VAL)
         // asks for the account's own association, as sacctmgr's tree has it.
         let mut assoc: slurmdb_assoc_rec_t = unsafe { std::mem::zeroed() };
         assoc.uid = NO_VAL;
-        assoc.acct = current.as_ptr().cast_mut();
+        assoc.acct = c_current.as_ptr().cast_mut();
         let mut record: *mut slurmdb_assoc_rec_t = ptr::null_mut();
         // SAFETY: under the caller's locks; reads what we set.
         let rc =
             unsafe { assoc_mgr_fill_in_assoc(db_conn, &mut assoc, enforce, &mut record, true) };
-        if rc != SLURM_SUCCESS as c_int || record.is_null() {
-            break;
-        }
-        // SAFETY: the manager's record, under the caller's locks.
-        let Some(parent) = (unsafe { owned((*record).parent_acct) }) else {
+        let found = if rc == SLURM_SUCCESS as c_int {
+            // SAFETY: NULL or the manager's record, under the caller's locks.
+            unsafe { record.as_ref() }
+        } else {
+            None
+        };
+        let Some(found) = found else {
+            chain.push((current, Vec::new()));
             break;
         };
-        if chain.iter().any(|a| a == &parent) {
-            break;
-        }
-        chain.push(parent);
+        // SAFETY: the manager's record, under the caller's locks.
+        let types = unsafe { crate::typed::assoc_types(found) };
+        // SAFETY: the manager's string, under the caller's locks.
+        let parent = unsafe { owned(found.parent_acct) };
+        chain.push((current, types));
+        next = parent.filter(|p| !chain.iter().any(|(a, _)| a == p));
     }
     chain
 }

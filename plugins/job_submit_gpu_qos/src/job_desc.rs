@@ -49,6 +49,14 @@ impl<'a> JobStrings<'a> {
         self.qos.as_deref().is_some_and(|q| !q.trim().is_empty())
     }
 
+    /// Whether the update says `QOS=` with nothing in it (a move to the
+    /// default QOS).
+    pub fn qos_is_blank(&self) -> bool {
+        self.qos
+            .as_deref()
+            .is_some_and(|q| q.split(',').all(|x| x.trim().is_empty()))
+    }
+
     /// Whether the client named a partition.
     pub fn names_partition(&self) -> bool {
         self.partition
@@ -176,7 +184,8 @@ pub fn error_code(kind: RejectionKind) -> c_int {
         | RejectionKind::SharedOutsideReservation
         | RejectionKind::ShareTooLarge
         | RejectionKind::UpdateNeedsTypedGpu
-        | RejectionKind::BadRequest => slurm_sys::ESLURM_INVALID_GRES,
+        | RejectionKind::BadRequest
+        | RejectionKind::UnlistedTypedLimit => slurm_sys::ESLURM_INVALID_GRES,
     };
     code as c_int
 }

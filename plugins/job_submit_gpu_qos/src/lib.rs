@@ -12,14 +12,18 @@ use std::os::raw::{c_char, c_int, c_void};
 use std::path::PathBuf;
 
 use gpushare::qos::metrics::Call;
-use gpushare::qos::policy::{judge_modify, judge_submit, Verdict};
+use gpushare::qos::policy::{
+    judge_modify, judge_submit, limits_without_rule, JobDescription, Verdict,
+};
 use slurm_plugin::log;
 use slurm_plugin::slurm_str::{opt_str, set_message};
 use slurm_sys::{job_desc_msg_t, SLURM_ERROR, SLURM_SUCCESS};
 
 mod assoc;
 mod job_desc;
+mod partitions;
 pub mod policy_state;
+mod typed;
 
 use job_desc::{apply, error_code, JobStrings};
 
@@ -104,8 +108,9 @@ fn plugin_init() -> c_int {
              and account limits cannot be judged"
         }
     ));
-    let path = policy_state::conf_path(daemon_slurm_conf().as_deref());
-    match policy_state::start(&path) {
+    let slurm_conf = daemon_slurm_conf();
+    let path = policy_state::conf_path(slurm_conf.as_deref());
+    match policy_state::start(&path, slurm_conf.as_deref()) {
         Ok(()) => OK,
         Err(e) => {
             log::error(&format!("{PLUGIN}: {e}"));
@@ -168,12 +173,17 @@ unsafe fn submit(
     let strings = unsafe { JobStrings::read(desc) };
     let needs = assoc::Needs {
         default_qos: policy.has_qos_rules() && !strings.names_qos(),
-        default_partition: policy.has_partition_rules() && !strings.names_partition(),
+        default_partition: !strings.names_partition(),
         accounts: policy.has_association_rules(),
+        typed_limits: true,
+        anywhere: false,
     };
+    let partition_qos = partitions::current();
     // SAFETY: slurmctld's job_submit, no association manager lock held.
-    let resolution = unsafe { assoc::resolve(desc, needs, false) };
-    let verdict = judge_submit(&policy, &strings.describe(desc, resolution.view()));
+    let resolution = unsafe { assoc::resolve(desc, needs, false, &partition_qos) };
+    let job = strings.describe(desc, resolution.view());
+    log_missing_rules(&policy, &job);
+    let verdict = judge_submit(&policy, &job);
     drop(strings);
     policy_state::decisions().record(Call::Submit, &verdict);
     // SAFETY: forwarded from slurmctld's contract above.
@@ -197,13 +207,22 @@ unsafe fn modify(
     };
     // SAFETY: strings stay valid and unchanged during this call.
     let strings = unsafe { JobStrings::read(desc) };
+    // The landing QOS is unknown (none named, or a blank QOS=): whether
+    // the database limits GPU types anywhere decides if it is protected.
+    let qos_unseen = !strings.names_qos();
     let needs = assoc::Needs {
+        default_qos: strings.qos_is_blank(),
         accounts: policy.has_association_rules(),
+        typed_limits: true,
+        anywhere: qos_unseen && policy.rules().is_empty(),
         ..assoc::Needs::default()
     };
+    let partition_qos = partitions::current();
     // SAFETY: slurmctld's job_modify, no association manager lock held.
-    let resolution = unsafe { assoc::resolve(desc, needs, true) };
-    let verdict = judge_modify(&policy, &strings.describe(desc, resolution.view()));
+    let resolution = unsafe { assoc::resolve(desc, needs, true, &partition_qos) };
+    let job = strings.describe(desc, resolution.view());
+    log_missing_rules(&policy, &job);
+    let verdict = judge_modify(&policy, &job);
     drop(strings);
     policy_state::decisions().record(Call::Modify, &verdict);
     // SAFETY: forwarded from slurmctld's contract above.
@@ -216,4 +235,25 @@ unsafe fn modify(
 unsafe fn modify_22_05(job_desc: *mut job_desc_msg_t, job_ptr: *mut c_void, uid: u32) -> c_int {
     // SAFETY: forwarded; a NULL message slot is allowed.
     unsafe { modify(job_desc, job_ptr, uid, std::ptr::null_mut()) }
+}
+
+/// Logs, once per level while slurmctld runs, a typed limit of the
+/// database that `gpu_qos.conf` has no rule for, with the line to add.
+fn log_missing_rules(policy: &gpushare::qos::config::GpuQosConfig, job: &JobDescription<'_>) {
+    use std::collections::HashSet;
+    use std::sync::{Mutex, PoisonError};
+    static LOGGED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+    for limit in limits_without_rule(policy, job) {
+        let line = limit.level.rule_line(&limit.types);
+        let mut logged = LOGGED.lock().unwrap_or_else(PoisonError::into_inner);
+        if logged.get_or_insert_with(HashSet::new).insert(line.clone()) {
+            log::info(&format!(
+                "{PLUGIN}: {} has a GPU limit by type in the accounting database ({}) but no \
+                 rule in gpu_qos.conf: untyped GPU requests under it are refused all the same; \
+                 add `{line}` (gpu-qos generate writes it, gpu-qos check reports it)",
+                limit.level.describe(),
+                limit.types.join(", ")
+            ));
+        }
+    }
 }

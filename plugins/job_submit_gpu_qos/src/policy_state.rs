@@ -223,7 +223,9 @@ struct Running {
     watcher: Option<JoinHandle<()>>,
     writer_stop: Arc<StopSignal>,
     /// The metrics thread, and word that it has ended.
-    writer: Option<(JoinHandle<()>, Mutex<std::sync::mpsc::Receiver<()>>)>,
+    writer: Option<Ending>,
+    /// The partitions' reader (crate::partitions), and word that it has ended.
+    parts: Option<Ending>,
 }
 
 /// "N rules" for the log (a rule may name QOS, partitions or accounts).
@@ -239,9 +241,39 @@ pub fn conf_path(slurm_conf: Option<&Path>) -> PathBuf {
     beside_slurm_conf(slurm_conf, CONF_NAME)
 }
 
+/// The partitions' reader: every [`crate::partitions::REFRESH_TICKS`]
+/// polls, each partition's QOS from slurmctld. Each distinct failure is
+/// logged once (slurmctld does not answer before it has started).
+fn read_partitions(slurm_conf: Option<&Path>, stop: &StopSignal, interval: Duration) {
+    let mut last: Option<Result<usize, String>> = None;
+    loop {
+        guard("job_submit/gpu_qos: partitions", (), || {
+            let outcome = crate::partitions::refresh(slurm_conf);
+            if last.as_ref() != Some(&outcome) {
+                match &outcome {
+                    Ok(n) if !matches!(last, Some(Ok(_))) => log::info(&format!(
+                        "{PLUGIN}: read the QOS of {n} partition(s) from slurmctld"
+                    )),
+                    Ok(_) => {}
+                    Err(e) if last.is_some() => {
+                        log::error(&format!("{PLUGIN}: partitions not read: {e}"))
+                    }
+                    // The first try, while slurmctld starts, may fail.
+                    Err(_) => {}
+                }
+            }
+            last = Some(outcome);
+        });
+        if stop.wait(interval * crate::partitions::REFRESH_TICKS) {
+            return;
+        }
+    }
+}
+
 /// Loads the policy and starts the watcher. Errors are `file:line: reason`.
-pub fn start(path: &Path) -> Result<(), String> {
+pub fn start(path: &Path, slurm_conf: Option<&Path>) -> Result<(), String> {
     stop();
+    crate::partitions::seed_from_slurm_conf(slurm_conf);
     let mut file = WatchedFile::load(path, config::parse).map_err(|e| e.to_string())?;
     let current = file.current();
     let stop = Arc::new(StopSignal::default());
@@ -281,6 +313,18 @@ pub fn start(path: &Path) -> Result<(), String> {
             })
             .map_err(|e| format!("cannot start the metrics thread: {e}"))?
     };
+    let (parts_tx, parts_done) = std::sync::mpsc::channel();
+    let parts = {
+        let stop = Arc::clone(&writer_stop);
+        let slurm_conf = slurm_conf.map(Path::to_path_buf);
+        std::thread::Builder::new()
+            .name("gpu_qos-partitions".into())
+            .spawn(move || {
+                read_partitions(slurm_conf.as_deref(), &stop, interval);
+                let _ = parts_tx.send(());
+            })
+            .map_err(|e| format!("cannot start the partitions thread: {e}"))?
+    };
     log::info(&format!(
         "{PLUGIN}: policy from {} ({})",
         path.display(),
@@ -292,6 +336,7 @@ pub fn start(path: &Path) -> Result<(), String> {
         watcher: Some(watcher),
         writer_stop,
         writer: Some((writer, Mutex::new(done))),
+        parts: Some((parts, Mutex::new(parts_done))),
     });
     Ok(())
 }
@@ -308,16 +353,14 @@ pub fn stop() {
         if let Some(h) = r.watcher.take() {
             let _ = h.join();
         }
-        if let Some((h, done)) = r.writer.take() {
-            // A write stuck on a hung filesystem is left behind.
-            let ended = done
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .recv_timeout(WRITER_STOP_WAIT)
-                .is_ok();
-            if ended {
-                let _ = h.join();
-            } else {
+        // An scontrol under way is killed at its own deadline; past this
+        // wait the thread is left behind (the library is pinned).
+        if let Some(ended) = r.parts.take() {
+            join_within(ended, WRITER_STOP_WAIT);
+        }
+        // A write stuck on a hung filesystem is left behind.
+        if let Some(ended) = r.writer.take() {
+            if !join_within(ended, WRITER_STOP_WAIT) {
                 log::error(&format!(
                     "{PLUGIN}: the MetricsFile write did not end within {} s (a hung \
                      filesystem?): left behind",
@@ -326,6 +369,22 @@ pub fn stop() {
             }
         }
     }
+}
+
+/// A thread and word that it has ended.
+type Ending = (JoinHandle<()>, Mutex<std::sync::mpsc::Receiver<()>>);
+
+/// Joins a thread that says within `wait` that it has ended; whether it did.
+fn join_within((handle, done): Ending, wait: Duration) -> bool {
+    let ended = done
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .recv_timeout(wait)
+        .is_ok();
+    if ended {
+        let _ = handle.join();
+    }
+    ended
 }
 
 /// The policy in force, if the plugin is initialized.

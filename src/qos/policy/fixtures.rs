@@ -64,6 +64,7 @@ pub(super) fn resolved<'a>(default_qos: &'a [String], accounts: &'a [String]) ->
         default_partition: Some("cpu"),
         accounts,
         user: Some("alice"),
+        ..Resolved::default()
     }
 }
 

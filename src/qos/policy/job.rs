@@ -48,6 +48,61 @@ pub struct Resolved<'a> {
     pub accounts: &'a [String],
     /// The job's user, by name (unknown in an update).
     pub user: Option<&'a str>,
+    /// The typed GPU limits the accounting database holds at the levels
+    /// that cover the job (for an update: the levels it moves the job
+    /// to), as slurmctld's association manager has them. A level that
+    /// `gpu_qos.conf` has a rule for is judged by its rule instead.
+    pub typed_limits: &'a [TypedLimit],
+    /// Whether any QOS or association of the database holds a typed GPU
+    /// limit: an update whose landing QOS is unknown is then judged as
+    /// if it had a rule.
+    pub typed_limits_anywhere: bool,
+}
+
+/// A typed GPU limit (`gres/gpu:TYPE` in any `GrpTRES`, `MaxTRES*` or
+/// minutes limit) at one level of the accounting database. Slurm counts
+/// such a limit only against requests that name the type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TypedLimit {
+    pub level: LimitLevel,
+    /// The GPU types the limit names, in the database's order.
+    pub types: Vec<String>,
+}
+
+/// Where a [`TypedLimit`] is held.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LimitLevel {
+    /// A QOS the job names or, naming none, falls back to.
+    Qos(String),
+    /// The QOS of a partition the job may run in.
+    Partition { partition: String, qos: String },
+    /// The job's account or one of its parents.
+    Account(String),
+}
+
+impl LimitLevel {
+    /// How the level is named in the admin's log line.
+    pub fn describe(&self) -> String {
+        match self {
+            LimitLevel::Qos(q) => format!("QOS {q}"),
+            LimitLevel::Partition { partition, qos } => {
+                format!("partition {partition} (its QOS {qos})")
+            }
+            LimitLevel::Account(a) => format!("account {a}"),
+        }
+    }
+
+    /// The `gpu_qos.conf` line that would cover it.
+    pub fn rule_line(&self, types: &[String]) -> String {
+        let types = types.join(",");
+        match self {
+            LimitLevel::Qos(q) => format!("QOS={q} GPUTypes={types}"),
+            LimitLevel::Partition { partition, .. } => {
+                format!("Partition={partition} GPUTypes={types}")
+            }
+            LimitLevel::Account(a) => format!("Account={a} GPUTypes={types}"),
+        }
+    }
 }
 
 impl<'a> JobDescription<'a> {
@@ -63,6 +118,11 @@ impl<'a> JobDescription<'a> {
 
     pub(super) fn qos_names(&self) -> impl Iterator<Item = &'a str> + Clone {
         comma_items(self.qos)
+    }
+
+    /// `QOS=` with nothing in it: in an update, a move to the default QOS.
+    pub(super) fn qos_is_blank(&self) -> bool {
+        self.qos.is_some() && self.qos_names().next().is_none()
     }
 
     pub(super) fn reservation_names(&self) -> impl Iterator<Item = &'a str> + Clone {

@@ -14,6 +14,8 @@
 //!   `scontrol update`.
 //! - `rules`: one rule of `gpu_qos.conf` applied to a job, and the rules
 //!   that cover it (its QOS, partitions, accounts).
+//! - `limits`: typed GPU limits of the accounting database at levels no
+//!   rule covers: the untyped hole closed there all the same.
 //! - `requests`: the GPUs a job asks for, field by field, and the fewest
 //!   it can end up with.
 //! - `shares`: GPU shares (mps/shard): the shared-GPU reservations and
@@ -22,6 +24,7 @@
 //! - `wording`: how a rejection is told, and what to type instead.
 
 mod job;
+mod limits;
 mod lowprio;
 mod requests;
 mod rules;
@@ -38,7 +41,8 @@ mod fixtures;
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests;
 
-pub use job::{JobDescription, Resolved};
+pub use job::{JobDescription, LimitLevel, Resolved, TypedLimit};
+pub use limits::limits_without_rule;
 pub use submit::judge_submit;
 pub use update::judge_modify;
 pub use verdict::{JobChanges, Rejection, RejectionKind, SpankEnvVar, Verdict};

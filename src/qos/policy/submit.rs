@@ -4,6 +4,7 @@ use crate::qos::config::{GpuQosConfig, RequireGpuType};
 use crate::shared::spank_env::MPS_UNITS as MPS_UNITS_ENV;
 
 use super::job::JobDescription;
+use super::limits::judge_unruled_limits;
 use super::lowprio::{apply_exclusive_user, apply_requeue, throttled_array};
 use super::requests::first_untyped_gpu;
 use super::rules::{collect_requests, judge_partitions_and_associations, judge_under_rule};
@@ -40,6 +41,7 @@ fn submit(cfg: &GpuQosConfig, job: &JobDescription<'_>) -> Result<JobChanges, Re
         }
     }
     judge_partitions_and_associations(cfg, &ctx, &requests)?;
+    judge_unruled_limits(cfg, &ctx, &requests)?;
     if cfg.require_gpu_type() == RequireGpuType::All {
         if let Some(untyped) = first_untyped_gpu(&requests) {
             return Err(untyped_anywhere(cfg, &ctx, untyped));

@@ -3,12 +3,13 @@
 use crate::qos::config::{GpuQosConfig, RequireGpuType};
 
 use super::job::JobDescription;
+use super::limits::{judge_unruled_limits, unruled};
 use super::lowprio::{apply_exclusive_user, apply_requeue};
 use super::requests::first_untyped_gpu;
 use super::rules::{collect_requests, judge_under_rule, other_levels};
 use super::shares::judge_mps_share;
 use super::verdict::{JobChanges, Rejection, Verdict};
-use super::wording::{no_gpu_request, untyped_anywhere, Context, Level, Syntax};
+use super::wording::{blank_qos, no_gpu_request, untyped_anywhere, Context, Level, Syntax};
 
 /// Judges an `scontrol update` of a pending job (`job_modify`). `update`
 /// holds only the fields the update changes; the job's current values are
@@ -26,7 +27,18 @@ fn modify(cfg: &GpuQosConfig, update: &JobDescription<'_>) -> Result<JobChanges,
         job: update,
         syntax: Syntax::Scontrol,
     };
-    let mut to_gpu_qos = false;
+    // `QOS=` (blank) moves the job to its association's default QOS
+    // (`_update_job`: "If the qos is blank that means we want the
+    // default"), which depends on the job's account, not visible here:
+    // where anything is enforced, the QOS must be named.
+    let protected = cfg.require_gpu_type() == RequireGpuType::All
+        || !cfg.rules().is_empty()
+        || update.resolved.typed_limits_anywhere;
+    if update.qos_is_blank() && protected {
+        return Err(blank_qos(cfg, &ctx, &requests));
+    }
+    let mut to_gpu_qos = unruled(cfg, update).next().is_some();
+    judge_unruled_limits(cfg, &ctx, &requests)?;
     for qos in update.qos_names() {
         if let Some(rule) = cfg.rule_for(qos) {
             to_gpu_qos = true;
@@ -47,8 +59,8 @@ fn modify(cfg: &GpuQosConfig, update: &JobDescription<'_>) -> Result<JobChanges,
             // Without a QOS in the update the job's QOS is unknown here, so an
             // untyped request could be landing under a GPU QOS.
             let qos_unknown = update.qos_names().next().is_none();
-            let enforced = cfg.require_gpu_type() == RequireGpuType::All
-                || (qos_unknown && !cfg.rules().is_empty());
+            let enforced =
+                cfg.require_gpu_type() == RequireGpuType::All || (qos_unknown && protected);
             if enforced {
                 return Err(untyped_anywhere(cfg, &ctx, untyped));
             }
@@ -203,6 +215,76 @@ mod tests {
         // Without the QOS the type cannot be judged: Slurm's own limits apply.
         let typed_only = job(None, Some("gres:gpu:a100:64"));
         assert!(changes(judge_modify(&cfg(), &typed_only)).is_empty());
+    }
+
+    #[test]
+    fn a_blank_qos_is_a_move_to_an_unseen_default_and_must_be_named() {
+        let default = vec!["qos_lafferty".to_owned()];
+        let blank = JobDescription {
+            job_id_for_messages: Some(12),
+            resolved: Resolved {
+                default_qos: &default,
+                ..Resolved::default()
+            },
+            ..job(Some(""), None)
+        };
+        let r = rejection(judge_modify(&cfg(), &blank));
+        assert_eq!(r.kind, RejectionKind::UpdateNeedsTypedGpu);
+        assert!(
+            r.message.starts_with(
+                "QOS= (blank) moves a job to its default QOS, which depends on the job's \
+                 account and cannot be judged during an update: name the QOS instead (the \
+                 user's default QOS is qos_lafferty): scontrol update job=12 QOS=qos_lafferty\n"
+            ),
+            "{}",
+            r.message
+        );
+        // With a GPU request in the same update, the fix keeps it, typed.
+        let with_gpus = JobDescription {
+            tres_per_node: Some("gres:gpu:2"),
+            ..blank
+        };
+        assert!(rejection(judge_modify(&cfg(), &with_gpus))
+            .message
+            .contains("scontrol update job=12 QOS=qos_lafferty Gres=gpu:a40:2\n"));
+        // 24.11+ lists: a list of nothing is as blank.
+        let commas = JobDescription {
+            qos: Some(" , "),
+            ..blank
+        };
+        assert!(rejection(judge_modify(&cfg(), &commas))
+            .message
+            .starts_with("QOS= (blank)"));
+        // Nothing enforced anywhere: nothing to protect.
+        assert!(changes(judge_modify(&cfg_from(""), &blank)).is_empty());
+        // A typed limit in the database is enough to protect it.
+        let anywhere = JobDescription {
+            resolved: Resolved {
+                typed_limits_anywhere: true,
+                ..blank.resolved
+            },
+            ..blank
+        };
+        assert!(rejection(judge_modify(&cfg_from(""), &anywhere))
+            .message
+            .starts_with("QOS= (blank)"));
+    }
+
+    #[test]
+    fn an_untyped_update_of_unknown_qos_is_refused_where_the_database_limits_types() {
+        let update = JobDescription {
+            job_id_for_messages: Some(7),
+            tres_per_job: Some("gres/gpu:3"),
+            resolved: Resolved {
+                typed_limits_anywhere: true,
+                ..Resolved::default()
+            },
+            ..JobDescription::default()
+        };
+        assert_eq!(
+            rejection(judge_modify(&cfg_from(""), &update)).kind,
+            RejectionKind::UpdateNeedsTypedGpu
+        );
     }
 
     #[test]

@@ -57,6 +57,10 @@ pub enum RejectionKind {
     UpdateNeedsTypedGpu,
     /// A GRES field or array index that does not parse.
     BadRequest,
+    /// An untyped GPU request (or, in an update, a move without a typed
+    /// one) under a level whose limit in the accounting database is typed
+    /// and that `gpu_qos.conf` has no rule for.
+    UnlistedTypedLimit,
 }
 
 /// A refused job: its kind and the text shown to the user.

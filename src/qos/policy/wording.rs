@@ -135,7 +135,7 @@ impl Context<'_, '_> {
         }
     }
 
-    fn job_ref(&self) -> String {
+    pub(super) fn job_ref(&self) -> String {
         self.job
             .job_id_for_messages
             .map_or_else(|| "<jobid>".to_owned(), |id| id.to_string())
@@ -182,6 +182,50 @@ pub(super) fn no_gpu_request(
             ),
         ),
     }
+}
+
+/// An update with `QOS=` (blank): the default QOS it moves the job to
+/// depends on the job's association, so the QOS must be named.
+pub(super) fn blank_qos(
+    cfg: &GpuQosConfig,
+    ctx: &Context<'_, '_>,
+    requests: &[FieldRequest<'_>],
+) -> Rejection {
+    let default = ctx.job.resolved.default_qos;
+    let qos = match default {
+        [one] => one.clone(),
+        _ => "<qos>".to_owned(),
+    };
+    let known = match default {
+        [one] => format!(" (the user's default QOS is {one})"),
+        [] => String::new(),
+        many => format!(" (the user's default QOS is one of {})", many.join(", ")),
+    };
+    let gpu = requests
+        .iter()
+        .find(|r| r.request.is_gpu())
+        .map(|r| {
+            let ty = r
+                .request
+                .gres_type
+                .or_else(|| cfg.known_gpu_types().first().map(String::as_str))
+                .unwrap_or("<type>");
+            format!(" {}", ctx.gpu_request(r.field, Some(ty), r.request.count))
+        })
+        .unwrap_or_default();
+    reject(
+        RejectionKind::UpdateNeedsTypedGpu,
+        format!(
+            "QOS= (blank) moves a job to its default QOS, which depends on the job's account \
+             and cannot be judged during an update: name the QOS instead{known}: scontrol \
+             update job={} QOS={qos}{gpu}\nIf the job asks for GPUs and that QOS limits them \
+             by type, the same update needs a typed GPU request, e.g. Gres=gpu:{}:1.",
+            ctx.job_ref(),
+            cfg.known_gpu_types()
+                .first()
+                .map_or("<type>", String::as_str)
+        ),
+    )
 }
 
 /// Rule 7 (and untyped GPUs in an update of unknown QOS): no QOS rule
