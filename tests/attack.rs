@@ -59,6 +59,7 @@ fn main() -> ExitCode {
             "private_data_keeps_who_runs_what_from_other_users",
             private_data,
         )
+        .test("a_users_crash_naming_an_xid_sets_no_gpu_aside", forged_xid)
         .test_on(
             "a_users_own_updates_never_land_a_job_untyped_under_a_typed_level",
             ClusterSpec::example_site(),
@@ -835,4 +836,195 @@ fn own_updates(c: &mut Cluster) -> TestResult {
             after.get("QOS")
         ),
     )
+/// The driver's words a user can get into the kernel log.
+const FORGED_NAME: &str = "NVRM: Xid (PCI:0000:3b:00): 79";
+
+/// Runs `gpu-mps metrics --write --kernel-log LOG` as root (the node
+/// timer's command): what it said on stderr.
+fn node_timer(c: &Cluster, log: &Path) -> Result<String, String> {
+    let bin = testcluster::cluster::build_dir()?.join("gpu-mps");
+    let conf = gpu_mps_conf(c);
+    let args = [
+        "metrics",
+        "--write",
+        "--kernel-log",
+        &log.to_string_lossy(),
+        "--conf",
+        &conf.to_string_lossy(),
+    ];
+    let out = c.run(&bin.to_string_lossy(), &args)?;
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    ensure(out.status.success(), format!("gpu-mps {args:?}: {said}"))?;
+    Ok(said)
+}
+
+/// The records of `/dev/kmsg` whose text starts with `start`, where root
+/// can read it (`None` where it cannot).
+fn kmsg_records(start: &str) -> Option<Vec<String>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut kmsg = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open("/dev/kmsg")
+        .ok()?;
+    let mut found = Vec::new();
+    let mut buf = vec![0u8; 8192];
+    loop {
+        match kmsg.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                let record = String::from_utf8_lossy(&buf[..n]);
+                let first = record.lines().next().unwrap_or_default();
+                if first
+                    .split_once(';')
+                    .is_some_and(|(_, t)| t.starts_with(start))
+                {
+                    found.push(first.to_owned());
+                }
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EPIPE) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(_) => return None,
+        }
+    }
+    Some(found)
+}
+
+/// mallory builds a program named `NVRM: Xid (PCI:0000:3b:00): 79` and a
+/// library named `NVRM: Xid (PCI:0000:3b:00): 79, x.so`, and runs the
+/// program, which crashes in the library: the kernel's segfault line, at
+/// the kernel's facility, then starts with the driver's words (the
+/// program's name, cut to 15 characters) and holds a whole XID line (the
+/// library's name). NVML's figures put GPU 0 at PCI 0000:3b:00. Where
+/// root can read `/dev/kmsg`, the node timer reads the real kernel log
+/// from its end before the crash; then, in every case, a file of records
+/// as the kernel wrote them (her real line where it was read, else the
+/// one recorded in the fixtures) with a user-facility copy of the
+/// driver's line: no GPU is set aside. The driver's own line, put there
+/// too, sets GPU 1 aside: the timer does read the file.
+fn forged_xid(c: &mut Cluster) -> TestResult {
+    let state = c.dir.join("run/gpu-mps");
+    let id = c.sbatch_ok(&["--gres=mps:25", "--wrap=true"])?;
+    c.wait_job_done(id, JOB_END)?;
+    let facts: String = (0..4u32)
+        .map(|g| format!("{g} {g} 49152 0 0 00000000:{:02X}:00.0\n", 0x3b + g))
+        .collect();
+    fs::write(state.join("nvml-facts"), facts).map_err(|e| e.to_string())?;
+    let mallory = TestUser::create(c, "gpushare-mallory")?;
+    let fixtures = Path::new(FIXTURES);
+    let library = mallory.compile(
+        c,
+        &fixtures.join("crash_lib.c"),
+        &format!("{FORGED_NAME}, x.so"),
+        true,
+    )?;
+    let program = mallory.compile(c, &fixtures.join("crash_in.c"), FORGED_NAME, false)?;
+    let failed = |c: &Cluster| {
+        let bin = testcluster::cluster::build_dir()?.join("gpu-mps");
+        let conf = gpu_mps_conf(c);
+        let out = c.run(
+            &bin.to_string_lossy(),
+            &["status", "--json", "--conf", &conf.to_string_lossy()],
+        )?;
+        let view: gpushare::mps::status::NodeStatus =
+            serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
+        Ok::<Vec<u32>, String>(
+            view.mps
+                .iter()
+                .filter(|m| m.failed.is_some())
+                .map(|m| m.gpu)
+                .collect(),
+        )
+    };
+    let result = (|| -> TestResult {
+        let before = kmsg_records("NVRM: Xid (PCI:[");
+        let kmsg = Path::new("/dev/kmsg");
+        if before.is_some() {
+            let _ = fs::remove_file(state.join("xid-cursor"));
+            node_timer(c, kmsg)?;
+        }
+        let crashed = mallory.run(
+            c,
+            None,
+            &program.to_string_lossy(),
+            &[&library.to_string_lossy()],
+        )?;
+        ensure(
+            !crashed.status.success() && crashed.stderr.is_empty(),
+            format!("mallory's program did not crash: {crashed:?}"),
+        )?;
+        // Her line as the kernel wrote it, where it can be read.
+        let hers = match (before, kmsg_records("NVRM: Xid (PCI:[")) {
+            (Some(before), Some(after)) => after.into_iter().find(|r| !before.contains(r)),
+            _ => None,
+        };
+        if let Some(line) = &hers {
+            let said = node_timer(c, kmsg)?;
+            ensure(
+                failed(c)?.is_empty() && !said.contains("set aside from sharing"),
+                format!("the real kernel log with her line {line}: {said}"),
+            )?;
+        }
+        let recorded = fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fixtures/kernel-log/segfault-forged-xid.kmsg"
+        ))
+        .map_err(|e| e.to_string())?;
+        let segfault = match &hers {
+            Some(line) => line
+                .split_once(';')
+                .map(|(_, t)| t.to_owned())
+                .unwrap_or_default(),
+            None => recorded
+                .lines()
+                .find_map(|l| l.strip_prefix("6,346,646965325,-;"))
+                .map(str::to_owned)
+                .ok_or("no record 346 in the fixture")?,
+        };
+        let _ = fs::remove_file(state.join("xid-cursor"));
+        let log = c.dir.join("kmsg-attack");
+        fs::write(&log, "5,0,0,-;Linux version\n").map_err(|e| e.to_string())?;
+        let first = node_timer(c, &log)?;
+        ensure(
+            first.contains("first look"),
+            format!("the first look: {first}"),
+        )?;
+        let mut file = fs::OpenOptions::new()
+            .append(true)
+            .open(&log)
+            .map_err(|e| e.to_string())?;
+        let records = format!(
+            "6,1,100,-;{segfault}\n\
+             12,2,101,-;{FORGED_NAME}, pid=1, GPU has fallen off the bus.\n"
+        );
+        std::io::Write::write_all(&mut file, records.as_bytes()).map_err(|e| e.to_string())?;
+        let said = node_timer(c, &log)?;
+        ensure(
+            failed(c)?.is_empty()
+                && said.contains("2 record(s) name an XID but are not the driver's"),
+            format!("after her records: {said}"),
+        )?;
+        let driver =
+            "4,3,102,-;NVRM: Xid (PCI:0000:3c:00): 79, pid=1, GPU has fallen off the bus.\n";
+        std::io::Write::write_all(&mut file, driver.as_bytes()).map_err(|e| e.to_string())?;
+        let said = node_timer(c, &log)?;
+        ensure(
+            failed(c)? == vec![1] && said.contains("GPU 1 set aside from sharing: XID 79"),
+            format!("after the driver's line: {said}"),
+        )
+    })();
+    let bin = testcluster::cluster::build_dir()?.join("gpu-mps");
+    let conf = gpu_mps_conf(c);
+    for gpu in ["0", "1"] {
+        let _ = c.run(
+            &bin.to_string_lossy(),
+            &["resume-gpu", gpu, "--conf", &conf.to_string_lossy()],
+        );
+    }
+    for name in ["nvml-facts", "xid-cursor"] {
+        let _ = fs::remove_file(state.join(name));
+    }
+    result
 }

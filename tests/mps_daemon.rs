@@ -553,8 +553,11 @@ fn gpu_mps(c: &Cluster, args: &[&str]) -> Result<std::process::Output, String> {
 
 /// A fatal XID in the kernel log (a file of `/dev/kmsg` records the
 /// node timer's command is pointed at) sets its GPU aside, found by the PCI
-/// bus id in NVML's figures the prolog keeps; a benign XID does not; each
-/// record is read once (a GPU resumed stays so).
+/// bus id in NVML's figures the prolog keeps; a benign XID does not, nor do
+/// the kernel's segfault lines a user's crashing program wrote the driver's
+/// words into (the recorded fixture), nor a user's record; the first look
+/// reads nothing logged before it; each record is read once (a GPU resumed
+/// stays so).
 fn xid_sets_aside(c: &mut Cluster) -> TestResult {
     standin(c)?;
     let state = c.dir.join("run/gpu-mps");
@@ -564,48 +567,79 @@ fn xid_sets_aside(c: &mut Cluster) -> TestResult {
         .map(|g| format!("{g} {g} 49152 0 0 00000000:{:02X}:00.0\n", 0x3b + g))
         .collect();
     fs::write(state.join("nvml-facts"), facts).map_err(|e| e.to_string())?;
+    for name in ["kmsg-cursor", "xid-cursor"] {
+        let _ = fs::remove_file(state.join(name));
+    }
     let log = c.dir.join("kmsg");
+    // Logged before the first look (before gpushare was installed).
     fs::write(
         &log,
-        "6,100,1,-;NVRM: Xid (PCI:0000:3c:00): 79, pid=1, GPU has fallen off the bus.\n\
-         6,101,2,-;NVRM: Xid (PCI:0000:3e:00): 13, pid=2, Graphics SM Warp Exception\n",
+        "3,90,1,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n",
     )
     .map_err(|e| e.to_string())?;
-    let log = log.to_string_lossy().into_owned();
-    let result = (|| -> TestResult {
-        let timer = gpu_mps(c, &["metrics", "--write", "--kernel-log", &log])?;
-        let said = String::from_utf8_lossy(&timer.stderr).into_owned();
-        ensure(
-            timer.status.success() && said.contains("GPU 1 set aside from sharing: XID 79"),
-            format!("gpu-mps metrics --write ({}): {said}", timer.status),
-        )?;
+    let log_text = log.to_string_lossy().into_owned();
+    let failed_gpus = |c: &Cluster| -> Result<Vec<u32>, String> {
         let json = gpu_mps(c, &["status", "--json"])?;
         let view: NodeStatus = serde_json::from_slice(&json.stdout).map_err(|e| e.to_string())?;
-        let failed: Vec<(u32, bool)> = view
+        Ok(view
             .mps
             .iter()
-            .map(|m| (m.gpu, m.failed.is_some()))
-            .collect();
+            .filter(|m| m.failed.is_some())
+            .map(|m| m.gpu)
+            .collect())
+    };
+    let result = (|| -> TestResult {
+        let first = gpu_mps(c, &["metrics", "--write", "--kernel-log", &log_text])?;
+        let said = String::from_utf8_lossy(&first.stderr).into_owned();
         ensure(
-            failed == vec![(0, false), (1, true), (2, false), (3, false)],
+            first.status.success() && said.contains("first look") && failed_gpus(c)?.is_empty(),
+            format!("the first look ({}): {said}", first.status),
+        )?;
+        let fixture = fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fixtures/kernel-log/segfault-forged-xid.kmsg"
+        ))
+        .map_err(|e| e.to_string())?;
+        let text = format!(
+            "{fixture}\
+             12,348,2,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n\
+             4,400,3,-;NVRM: Xid (PCI:0000:3c:00): 79, pid=1, GPU has fallen off the bus.\n\
+             4,401,4,-;NVRM: Xid (PCI:0000:3e:00): 13, pid=2, Graphics SM Warp Exception\n"
+        );
+        let mut file = fs::OpenOptions::new()
+            .append(true)
+            .open(&log)
+            .map_err(|e| e.to_string())?;
+        std::io::Write::write_all(&mut file, text.as_bytes()).map_err(|e| e.to_string())?;
+        let timer = gpu_mps(c, &["metrics", "--write", "--kernel-log", &log_text])?;
+        let said = String::from_utf8_lossy(&timer.stderr).into_owned();
+        ensure(
+            timer.status.success()
+                && said.contains("GPU 1 set aside from sharing: XID 79")
+                && said.contains("3 record(s) name an XID but are not the driver's")
+                && !said.contains("GPU 0 "),
+            format!("gpu-mps metrics --write ({}): {said}", timer.status),
+        )?;
+        let failed = failed_gpus(c)?;
+        ensure(
+            failed == vec![1],
             format!("failed GPUs after the XIDs: {failed:?}"),
         )?;
         // Resumed, it stays so: the record was read once.
         gpu_mps(c, &["resume-gpu", "1"])?;
-        let again = gpu_mps(c, &["metrics", "--write", "--kernel-log", &log])?;
-        let json = gpu_mps(c, &["status", "--json"])?;
-        let view: NodeStatus = serde_json::from_slice(&json.stdout).map_err(|e| e.to_string())?;
+        let again = gpu_mps(c, &["metrics", "--write", "--kernel-log", &log_text])?;
+        let failed = failed_gpus(c)?;
         ensure(
-            again.status.success() && view.mps.iter().all(|m| m.failed.is_none()),
+            again.status.success() && failed.is_empty(),
             format!(
-                "after resume-gpu 1 and a second look: {:?} {}",
-                view.mps.iter().map(|m| &m.failed).collect::<Vec<_>>(),
+                "after resume-gpu 1 and a second look: {failed:?} {}",
                 String::from_utf8_lossy(&again.stderr)
             ),
         )
     })();
+    let _ = gpu_mps(c, &["resume-gpu", "0"]);
     let _ = gpu_mps(c, &["resume-gpu", "1"]);
-    for name in ["nvml-facts", "kmsg-cursor"] {
+    for name in ["nvml-facts", "xid-cursor"] {
         let _ = fs::remove_file(state.join(name));
     }
     result

@@ -1,18 +1,60 @@
 //! Fatal XID errors of the NVIDIA driver, read from the kernel log.
 //!
 //! The driver logs each XID as a kernel message `NVRM: Xid (PCI:0000:3b:00):
-//! 79, pid=..., GPU has fallen off the bus.`. Those NVIDIA's XID catalog
-//! says need a GPU reset or a node reboot ([`RESET_XIDS`]) set the GPU aside
+//! 79, pid=..., GPU has fallen off the bus.` (older drivers leave out the
+//! `pid=..., name=...` words). Those NVIDIA's XID catalog says need a GPU
+//! reset or a node reboot ([`RESET_XIDS`]) set the GPU aside
 //! ([`super::health`]): shares placed there would fail, or run on a GPU in
 //! an unknown state. The node timer reads the log's records after the last
 //! one it saw (a cursor in the state directory, with the boot it belongs
 //! to), so each record is read once and a record written while no job
 //! starts is still seen within a minute.
 //!
-//! `/dev/kmsg` gives one record per `read`: `PRIORITY,SEQUENCE,USEC,FLAGS;TEXT`
-//! (then continuation lines, which start with a space and are skipped); a
-//! record overwritten while being read gives `EPIPE`, and the end gives
-//! `EAGAIN` on a non-blocking descriptor.
+//! `/dev/kmsg` gives one record per `read`: `PRIORITY,SEQUENCE,USEC,FLAGS
+//! [,MORE];TEXT` (then continuation lines, which start with a space and
+//! are skipped); a record overwritten while being read gives `EPIPE`, and
+//! the end gives `EAGAIN` on a non-blocking descriptor. The kernel escapes
+//! a control character of a record's text as `\xNN`, so a text never
+//! holds a second record.
+//!
+//! **Whose text a record is.** The kernel's text is not the kernel's alone:
+//! its segfault line (`show_signal_msg` in `arch/x86/mm/fault.c`, on by
+//! default with `debug.exception-trace=1`) starts with the crashing
+//! program's name (`comm`, up to 15 characters, any a user chooses) and
+//! ends with the file name of the mapping the fault was in, both unescaped:
+//! a user's library named `NVRM: Xid (PCI:0000:3b:00): 79, x.so` that
+//! crashes writes the driver's words into the log at the kernel's facility,
+//! and a program named `NVRM: Xid (PCI:0000:3b:00): 79` (comm `NVRM: Xid
+//! (PCI:`) makes the record's text *start* with them
+//! (`tests/fixtures/kernel-log/segfault-forged-xid.kmsg`, recorded so). So
+//! an XID is the driver's only where
+//! - the record's facility is the kernel's (0): PRIORITY is
+//!   `facility * 8 + level`, so PRIORITY < 8. A write to `/dev/kmsg` (root's only: the
+//!   device is 0644) never gets facility 0: `devkmsg_write` in
+//!   `kernel/printk/printk.c` starts from LOG_USER (1) and takes a `<N>`
+//!   prefix's facility only where it is not 0, "to be able to reliably
+//!   distinguish kernel-generated messages from userspace-injected ones";
+//! - the text starts with `NVRM: Xid (PCI:`, where the driver's message
+//!   starts, and an address follows it at once, closed by `)`, then `: `
+//!   and the code: what a name of 15 characters can start is followed by
+//!   the kernel's `[pid]`, never by an address.
+//!
+//! **Where a look starts.** The first look ever (no cursor: after an
+//! install, an upgrade from a release that kept its cursor elsewhere, or a
+//! new `StateDir`) starts at the log's end: it reads no XID logged before
+//! it, and keeps the cursor. After a reboot (a cursor of another boot)
+//! the ring is new and all of its records are this boot's: the look reads
+//! it from its start, so an XID logged while the node came up is seen.
+//! Otherwise a look reads the records after the cursor. `/dev/kmsg` cannot
+//! seek to a sequence number (`SEEK_SET` is the ring's first record,
+//! `SEEK_END` after its last, `SEEK_DATA` after the last `syslog` clear:
+//! `Documentation/ABI/testing/dev-kmsg`), so a look reads the ring from its
+//! start and passes over the records up to the cursor; the ring's size
+//! bounds that. A look reads at most [`MAX_RECORDS`] records past the
+//! cursor, and the next look goes on from the last one it read. Records
+//! overwritten before a look reached them (the cursor older than the
+//! ring's first record) are counted and said: an XID among them was
+//! missed.
 
 use std::io::Read;
 use std::path::Path;
@@ -26,9 +68,18 @@ use super::{health, state_dir};
 /// uncontained ECC, GSP errors, unrecovered ECC).
 pub const RESET_XIDS: [u32; 10] = [48, 64, 74, 79, 92, 94, 95, 119, 120, 140];
 
-/// Records read at most per look: a log flooded with messages is read over
-/// several looks rather than holding up the caller.
+/// Records read past the cursor at most per look: a log flooded with
+/// messages is read over several looks rather than holding up the caller;
+/// the next look goes on after the last record read.
 pub const MAX_RECORDS: usize = 100_000;
+
+/// Records up to the cursor passed over at most per look. The kernel's
+/// ring bounds them (its largest, 32 MiB, holds about a million records);
+/// this bounds a plain file too.
+pub const MAX_PASSED: usize = 4 * 1024 * 1024;
+
+/// Where the driver's XID message starts.
+pub const XID_PREFIX: &str = "NVRM: Xid (PCI:";
 
 /// A PCI address as the driver and NVML name a GPU: domain, bus, device.
 pub type PciAddress = (u32, u32, u32);
@@ -52,29 +103,67 @@ impl Xid {
 
 /// `0000:3b:00` (the driver's) or `00000000:3B:00.0` (NVML's bus id).
 pub fn parse_pci(text: &str) -> Option<PciAddress> {
+    let hex = |t: &str| {
+        (!t.is_empty() && t.chars().all(|c| c.is_ascii_hexdigit()))
+            .then(|| u32::from_str_radix(t, 16).ok())?
+    };
     let mut parts = text.trim().split(':');
-    let domain = u32::from_str_radix(parts.next()?, 16).ok()?;
-    let bus = u32::from_str_radix(parts.next()?, 16).ok()?;
+    let domain = hex(parts.next()?)?;
+    let bus = hex(parts.next()?)?;
     let device = parts.next()?;
-    let device = device.split('.').next()?;
-    let device = u32::from_str_radix(device, 16).ok()?;
+    let device = match device.split_once('.') {
+        Some((device, function)) => hex(function).and(hex(device))?,
+        None => hex(device)?,
+    };
     parts.next().is_none().then_some((domain, bus, device))
 }
 
-/// The sequence number and text of one `/dev/kmsg` record.
-pub fn parse_record(record: &str) -> Option<(u64, &str)> {
-    let (head, text) = record.split_once(';')?;
-    let sequence = head.split(',').nth(1)?.parse().ok()?;
-    // Continuation lines (` KEY=value`) follow the first line.
-    Some((sequence, text.lines().next().unwrap_or_default()))
+/// One `/dev/kmsg` record's first line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Record<'a> {
+    /// The syslog facility: 0 for the kernel's own messages.
+    pub facility: u32,
+    pub sequence: u64,
+    pub text: &'a str,
 }
 
-/// The XID of a kernel message, if it is one.
+impl Record<'_> {
+    /// Whether the kernel logged it (see the module's comment).
+    pub fn is_kernels(&self) -> bool {
+        self.facility == 0
+    }
+}
+
+/// A `/dev/kmsg` record: `PRIORITY,SEQUENCE,USEC,FLAGS[,...];TEXT`. A
+/// continuation line (` KEY=value`) or a line of no record is `None`.
+pub fn parse_record(record: &str) -> Option<Record<'_>> {
+    if record.starts_with(' ') {
+        return None;
+    }
+    let (head, text) = record.split_once(';')?;
+    let mut fields = head.split(',');
+    let priority: u32 = fields.next()?.parse().ok()?;
+    let sequence = fields.next()?.parse().ok()?;
+    Some(Record {
+        facility: priority / 8,
+        sequence,
+        text: text.lines().next().unwrap_or_default(),
+    })
+}
+
+/// The XID of a message's text, if it is the driver's XID message: the
+/// text starts with [`XID_PREFIX`], a PCI address, `): ` and the code.
 pub fn parse_xid(sequence: u64, text: &str) -> Option<Xid> {
-    let rest = &text[text.find("NVRM: Xid (PCI:")? + "NVRM: Xid (PCI:".len()..];
+    let rest = text.strip_prefix(XID_PREFIX)?;
     let (pci, rest) = rest.split_once(')')?;
-    let rest = rest.trim_start_matches(':').trim_start();
-    let code: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    let rest = rest.strip_prefix(':')?.trim_start_matches(' ');
+    let digits = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
+    let (code, after) = rest.split_at(digits);
+    if !(after.is_empty() || after.starts_with(',')) {
+        return None;
+    }
     Some(Xid {
         sequence,
         pci: parse_pci(pci)?,
@@ -83,63 +172,135 @@ pub fn parse_xid(sequence: u64, text: &str) -> Option<Xid> {
     })
 }
 
+/// The driver's XID in a record: the kernel's record whose text is the
+/// driver's XID message ([`parse_xid`]).
+pub fn record_xid(record: &Record<'_>) -> Option<Xid> {
+    record
+        .is_kernels()
+        .then(|| parse_xid(record.sequence, record.text))?
+}
+
+/// Whether a record names an XID without being the driver's: a user's
+/// text (a crashing program's or library's name, a write to `/dev/kmsg`).
+fn forged(record: &Record<'_>) -> bool {
+    record.text.contains(XID_PREFIX) && record_xid(record).is_none()
+}
+
+/// Where a look starts reading XIDs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// The first look: after the log's last record (none is read for XIDs).
+    End,
+    /// The ring's first record (a new boot's log).
+    Beginning,
+    /// The record after this sequence number (the cursor).
+    After(u64),
+}
+
 /// What one look at the kernel log found.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Look {
     pub xids: Vec<Xid>,
-    /// The last record's sequence number (the next look starts after it).
+    /// The last record read (the next look starts after it).
     pub last: Option<u64>,
+    /// Records overwritten before the look reached them.
+    pub lost: u64,
+    /// Records naming an XID that are not the driver's: how many, and
+    /// the first one's text.
+    pub forged: (u64, Option<String>),
+    /// The look stopped at [`MAX_RECORDS`] (or [`MAX_PASSED`]): more is
+    /// left for the next look.
+    pub more: bool,
 }
 
-/// Reads `/dev/kmsg` (or a file of such records) from its start, keeping
-/// the XIDs of records after `after`. Needs root (or `CAP_SYSLOG`) on the
-/// real device.
-pub fn look(path: &Path, after: Option<u64>) -> std::io::Result<Look> {
+impl Look {
+    /// Takes one line of the log; `false`: the look is full.
+    fn take(&mut self, line: &str, start: Start, counts: &mut (usize, usize)) -> bool {
+        let Some(record) = parse_record(line) else {
+            return true;
+        };
+        let seq = record.sequence;
+        let passed = match start {
+            Start::End => true,
+            Start::Beginning => false,
+            Start::After(cursor) => seq <= cursor,
+        };
+        if passed {
+            if start == Start::End {
+                self.last = Some(seq);
+            }
+            counts.0 += 1;
+            self.more = counts.0 >= MAX_PASSED;
+            return !self.more;
+        }
+        // Each record after the one before it; a gap was overwritten
+        // before it could be read.
+        let expected = match (self.last, start) {
+            (Some(last), _) => last.saturating_add(1),
+            (None, Start::After(cursor)) => cursor.saturating_add(1),
+            // A new boot's ring: its first record is where it starts.
+            (None, _) => seq,
+        };
+        self.lost += seq.saturating_sub(expected);
+        self.last = Some(seq);
+        if let Some(xid) = record_xid(&record) {
+            self.xids.push(xid);
+        } else if forged(&record) {
+            self.forged.0 += 1;
+            self.forged.1.get_or_insert_with(|| record.text.to_owned());
+        }
+        counts.1 += 1;
+        self.more = counts.1 >= MAX_RECORDS;
+        !self.more
+    }
+}
+
+/// Reads `/dev/kmsg` (or a file of such records) from `start`. Needs root
+/// (or `CAP_SYSLOG`) on the real device.
+pub fn look(path: &Path, start: Start) -> std::io::Result<Look> {
     use std::os::unix::fs::OpenOptionsExt;
     let mut file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
         .open(path)?;
     let mut found = Look::default();
+    // Records passed over, records read past the cursor.
+    let mut counts = (0, 0);
     let mut buf = vec![0u8; 8192];
     let mut pending = String::new();
-    for _ in 0..MAX_RECORDS {
+    'reading: loop {
         match file.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => {
-                // /dev/kmsg: one record per read. A plain file (tests): lines.
+                // /dev/kmsg: one record per read. A plain file: lines, the
+                // last one perhaps cut by the buffer (kept for the next read).
                 pending.push_str(&String::from_utf8_lossy(&buf[..n]));
-                if !pending.ends_with('\n') {
+                let Some(end) = pending.rfind('\n') else {
                     continue;
-                }
-                for line in std::mem::take(&mut pending).lines() {
-                    take(line, after, &mut found);
+                };
+                let rest = pending.split_off(end + 1);
+                for line in std::mem::replace(&mut pending, rest).lines() {
+                    if !found.take(line, start, &mut counts) {
+                        break 'reading;
+                    }
                 }
             }
-            // A record overwritten while it was read: the next one follows.
+            // A record overwritten while it was read: the next one follows
+            // (the gap in sequence numbers counts it lost).
             Err(e) if e.raw_os_error() == Some(libc::EPIPE) => continue,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         }
     }
-    for line in pending.lines() {
-        take(line, after, &mut found);
+    if !found.more {
+        for line in pending.lines() {
+            if !found.take(line, start, &mut counts) {
+                break;
+            }
+        }
     }
     Ok(found)
-}
-
-fn take(line: &str, after: Option<u64>, found: &mut Look) {
-    let Some((sequence, text)) = parse_record(line) else {
-        return;
-    };
-    found.last = Some(found.last.map_or(sequence, |l| l.max(sequence)));
-    if after.is_some_and(|a| sequence <= a) {
-        return;
-    }
-    if let Some(xid) = parse_xid(sequence, text) {
-        found.xids.push(xid);
-    }
 }
 
 /// Where NVML last saw one of the node's GPUs (the prolog keeps those
@@ -153,13 +314,44 @@ pub struct SeenGpu {
     pub pci: Option<PciAddress>,
 }
 
-/// The cursor in the state directory: `<boot id> <last sequence read>`.
-const CURSOR: &str = "kmsg-cursor";
+/// The cursor in the state directory: `<boot id> <last sequence read>`,
+/// or `<boot id> -` where a first look found the log empty (the next look
+/// reads it from its start).
+pub const CURSOR: &str = "xid-cursor";
+
+/// The cursor of releases that read every record holding the driver's
+/// words as an XID, and could stop at [`MAX_RECORDS`] for good: not
+/// trusted (the first look after the upgrade starts at the log's end),
+/// and removed once the new one is kept.
+const OLD_CURSOR: &str = "kmsg-cursor";
+
+/// A cursor: its boot, and the last record read (`None`: none yet).
+pub type Cursor = (String, Option<u64>);
+
+/// The cursor kept in `dir` (`None`: none, or none that reads).
+fn read_cursor(dir: &Path) -> Option<Cursor> {
+    let text = std::fs::read_to_string(dir.join(CURSOR)).ok()?;
+    let (boot, seq) = text.trim().split_once(' ')?;
+    let seq = match seq {
+        "-" => None,
+        seq => Some(seq.parse().ok()?),
+    };
+    Some((boot.to_owned(), seq))
+}
+
+/// Where this boot's look starts, from the cursor kept.
+pub fn start_of(cursor: Option<Cursor>, boot: &str) -> Start {
+    match cursor {
+        None => Start::End,
+        Some((b, Some(seq))) if b == boot => Start::After(seq),
+        Some(_) => Start::Beginning,
+    }
+}
 
 /// Sets aside the GPUs of `node` that fatal XIDs logged in `kernel_log`
-/// since the last look name (the cursor, for this boot); `last_seen` maps
-/// their PCI addresses to GPUs, asked only where a fatal XID was found.
-/// What happened, one line each, for the admin.
+/// since the last look name (see the module's comment for where a look
+/// starts); `last_seen` maps their PCI addresses to GPUs, asked only where
+/// a fatal XID was found. What happened, one line each, for the admin.
 pub fn set_aside_fatal(
     node: &Node,
     kernel_log: &Path,
@@ -170,17 +362,39 @@ pub fn set_aside_fatal(
         .unwrap_or_default()
         .trim()
         .to_owned();
-    let after = std::fs::read_to_string(dir.join(CURSOR))
-        .ok()
-        .and_then(|t| {
-            let (b, seq) = t.trim().split_once(' ')?;
-            (b == boot).then(|| seq.parse::<u64>().ok())?
-        });
-    let look = match look(kernel_log, after) {
+    let start = start_of(read_cursor(dir), &boot);
+    let look = match look(kernel_log, start) {
         Ok(look) => look,
         Err(e) => return vec![format!("{}: {e}; no XID read", kernel_log.display())],
     };
     let mut said = Vec::new();
+    let log = kernel_log.display();
+    if start == Start::End {
+        said.push(format!(
+            "{log}: first look (no cursor in {}): read from the log's end, no XID logged \
+             before now is read",
+            dir.display()
+        ));
+    }
+    if look.lost > 0 {
+        said.push(format!(
+            "{log}: {} records were overwritten before they could be read: an XID among \
+             them was missed (check `dmesg` or the journal)",
+            look.lost
+        ));
+    }
+    if let (n, Some(first)) = &look.forged {
+        said.push(format!(
+            "{log}: {n} record(s) name an XID but are not the driver's (a user's text: a \
+             crashing program's or library's name, or a write to /dev/kmsg), ignored; the \
+             first: {first}"
+        ));
+    }
+    if look.more {
+        said.push(format!(
+            "{log}: more records than one look reads; the next look goes on from here"
+        ));
+    }
     let fatal: Vec<&Xid> = look.xids.iter().filter(|x| x.needs_reset()).collect();
     if !fatal.is_empty() {
         let seen = last_seen();
@@ -210,99 +424,23 @@ pub fn set_aside_fatal(
             }
         }
     }
-    if let Some(last) = look.last {
-        if let Err(e) =
-            state_dir::replace_file(dir, CURSOR, format!("{boot} {last}\n").as_bytes(), 0o600)
-        {
-            said.push(format!("the kernel log's cursor not kept: {e}"));
+    // The cursor moves where a record was read; a first look at an empty
+    // log keeps one that reads the log from its start next time.
+    let cursor = match (look.last, start) {
+        (Some(last), _) => Some(last.to_string()),
+        (None, Start::End) => Some("-".to_owned()),
+        (None, _) => None,
+    };
+    if let Some(seq) = cursor {
+        match state_dir::replace_file(dir, CURSOR, format!("{boot} {seq}\n").as_bytes(), 0o600) {
+            Ok(()) => {
+                let _ = std::fs::remove_file(dir.join(OLD_CURSOR));
+            }
+            Err(e) => said.push(format!("the kernel log's cursor not kept: {e}")),
         }
     }
     said
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn driver_and_nvml_addresses_agree() {
-        assert_eq!(parse_pci("0000:3b:00"), Some((0, 0x3b, 0)));
-        assert_eq!(parse_pci("00000000:3B:00.0"), Some((0, 0x3b, 0)));
-        assert_eq!(parse_pci("3b:00"), None);
-        assert_eq!(parse_pci("0000:zz:00"), None);
-    }
-
-    #[test]
-    fn xid_records_are_read_and_others_skipped() {
-        let record = "3,1234,5678901234,-;NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', \
-                      name=<unknown>, GPU has fallen off the bus.\n SUBSYSTEM=pci\n";
-        let (sequence, text) = parse_record(record).unwrap_or_default();
-        assert_eq!(sequence, 1234);
-        let xid = parse_xid(sequence, text).unwrap_or_else(|| panic!("no xid in {text}"));
-        assert_eq!((xid.pci, xid.code), ((0, 0x3b, 0), 79));
-        assert!(xid.needs_reset());
-        let benign = parse_xid(
-            1,
-            "NVRM: Xid (PCI:0000:af:00): 13, pid=4242, name=python, Graphics SM Warp Exception",
-        );
-        assert!(benign.is_some_and(|x| !x.needs_reset()));
-        assert_eq!(parse_xid(2, "usb 1-1: new device"), None);
-        assert_eq!(parse_record("no semicolon"), None);
-    }
-
-    #[test]
-    fn a_look_keeps_only_records_after_the_cursor() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let log = dir.path().join("kmsg");
-        std::fs::write(
-            &log,
-            "6,10,1,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n\
-             6,11,2,-;eth0: link up\n\
-             6,12,3,-;NVRM: Xid (PCI:0000:af:00): 48, pid=2, DBE (double bit error)\n",
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
-        let all = look(&log, None).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(all.xids.len(), 2);
-        assert_eq!(all.last, Some(12));
-        let after = look(&log, Some(10)).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(
-            after.xids.iter().map(|x| x.code).collect::<Vec<_>>(),
-            vec![48]
-        );
-        assert_eq!(look(&log, Some(12)).map(|l| l.xids.len()).ok(), Some(0));
-    }
-
-    #[test]
-    fn fatal_xids_set_their_gpus_aside_once() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let node = crate::mps::node::test_node(dir.path(), &["/dev/nvidia0", "/dev/nvidia1"]);
-        let log = dir.path().join("kmsg");
-        std::fs::write(
-            &log,
-            "6,10,1,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n\
-             6,11,2,-;NVRM: Xid (PCI:0000:af:00): 48, pid=2, DBE (double bit error)\n\
-             6,12,3,-;NVRM: Xid (PCI:0000:3b:00): 13, pid=2, Graphics SM Warp Exception\n",
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
-        // NVML's first GPU is /dev/nvidia1: the node's GPU 1.
-        let seen = || {
-            vec![SeenGpu {
-                index: 0,
-                minor: Some(1),
-                pci: Some((0, 0x3b, 0)),
-            }]
-        };
-        let said = set_aside_fatal(&node, &log, seen);
-        assert_eq!(said.len(), 2, "{said:?}");
-        assert!(
-            said[0].starts_with("GPU 1 set aside from sharing: XID 79 in the kernel log"),
-            "{said:?}"
-        );
-        assert!(said[1].starts_with("XID 48 on PCI 0000:af:00, which NVML's last figures"));
-        let failed = health::read(&node.cfg.state_dir);
-        assert_eq!(failed.keys().copied().collect::<Vec<_>>(), vec![1]);
-        // The cursor: the same records are not read twice.
-        let again = set_aside_fatal(&node, &log, || panic!("no fatal XID is new"));
-        assert!(again.is_empty(), "{again:?}");
-    }
-}
+mod tests;
