@@ -110,9 +110,9 @@ fn main() -> ExitCode {
             "a_fatal_xid_in_the_kernel_log_sets_its_gpu_aside_at_the_node_timer",
             xid_sets_aside,
         )
-        // Last: it drains the node (and resumes it).
+        // Last: it sets every GPU aside (and resumes them).
         .test(
-            "a_failed_gpu_takes_no_share_and_the_node_drains_when_all_have_failed",
+            "failed_gpus_take_no_share_and_never_drain_the_node",
             failed_gpus,
         )
         .run()
@@ -649,8 +649,9 @@ fn xid_sets_aside(c: &mut Cluster) -> TestResult {
 /// reads where NVML does not answer, as here): the next share's prolog
 /// sets it aside, no share goes there (refused and sent elsewhere where
 /// only it has room, or where Slurm chose it), `gpu-mps status` and the
-/// metrics say so. The other GPUs drained with `gpu-mps drain-gpu`: the
-/// next prolog fails and Slurm drains the node. Resumed, it shares again.
+/// metrics say so. The other GPUs drained with `gpu-mps drain-gpu`: a
+/// share is refused and sent elsewhere, a CPU-only and a whole-GPU job
+/// run, and the node is never drained. Resumed, it shares again.
 fn failed_gpus(c: &mut Cluster) -> TestResult {
     standin(c)?;
     let state = c.dir.join("run/gpu-mps");
@@ -712,7 +713,8 @@ fn failed_gpus(c: &mut Cluster) -> TestResult {
             "syslog does not say GPU 2 was set aside",
         )?;
         cancel_and_wait_stopped(c)?;
-        // Every GPU set aside: the next prolog fails, Slurm drains the node.
+        // Every GPU set aside: shares are refused and sent elsewhere; a
+        // CPU-only job and a whole-GPU job run; the node is not drained.
         for gpu in ["0", "1", "3"] {
             let out = gpu_mps(c, &["drain-gpu", gpu, "--reason", "XID 79 (health check)"])?;
             ensure(
@@ -720,20 +722,33 @@ fn failed_gpus(c: &mut Cluster) -> TestResult {
                 format!("drain-gpu {gpu}: {}", String::from_utf8_lossy(&out.stderr)),
             )?;
         }
-        let id = c.sbatch_ok(&["--gres=mps:25", SCRIPT])?;
-        wait_for("the node to drain", NODE_STATE, || {
-            c.node_states()
-                .ok()?
-                .values()
-                .any(|s| s.starts_with("drain"))
-                .then_some(())
-        })?;
+        let share = c.sbatch_ok(&["--gres=mps:25", SCRIPT])?;
+        c.wait_sent_off(share, NODE, JOB_LONG)?;
+        let out = c.job_output(share);
+        ensure(
+            out.contains("set aside as failed") && !out.contains("GPU="),
+            format!("the share on a node of failed GPUs: {out}"),
+        )?;
+        let cpu = c.sbatch_ok(&["--wrap=echo CPU-ONLY"])?;
+        let whole = c.sbatch_ok(&["--gres=gpu:a40:1", "--wrap=echo HELD=$SLURM_JOB_GPUS"])?;
+        for id in [cpu, whole] {
+            let info = c.wait_job_done(id, JOB_LONG)?;
+            ensure(
+                info.state() == "COMPLETED",
+                format!("job {id} ended {}: {}", info.state(), c.job_output(id)),
+            )?;
+        }
+        let states = c.node_states()?;
+        ensure(
+            !states.values().any(|s| s.starts_with("drain")),
+            format!("node states: {states:?}"),
+        )?;
         let log = c.syslog();
         ensure(
-            log.contains("every GPU of the node is set aside"),
+            !log.contains("node unfit for GPU sharing") && log.contains("is held whole by job"),
             format!("syslog: {log}"),
         )?;
-        c.run_ok("scancel", &[&id.to_string()])?;
+        c.run_ok("scancel", &[&share.to_string()])?;
         Ok(())
     })();
     // Back to sharing, whatever happened above.

@@ -6,7 +6,7 @@
 //! control daemon; for a whole-GPU job it records which GPUs it holds, so
 //! no share is put there. It exits non-zero only when the node is unfit for
 //! sharing (bad gpu_mps.conf, unusable state directory): slurmd then drains
-//! the node, as it should. A share that cannot be placed is refused through
+//! the node, as it should; a GPU set aside as failed never makes it fail. A share that cannot be placed is refused through
 //! the SPANK plugin instead, never by failing here. Logs go to syslog under
 //! `gpu-mps-prolog` (see `gpushare_admin::node_log`).
 
@@ -94,13 +94,11 @@ fn main() -> ExitCode {
             Err(e) => log::debug!("no memory limit or MIG mode from NVML: {e}"),
         }
     }
-    // Read once, after NVML's lost GPUs were set aside. Every GPU set
-    // aside: the node is unfit, and Slurm drains it.
+    // Read once, after NVML's lost GPUs were set aside. A GPU set aside
+    // refuses the shares placed on it, nothing more: the prolog never
+    // fails for it, even where every GPU is set aside (a drain would turn
+    // one wrong record into an outage of the node).
     node.failed = health::read(&node.cfg.state_dir);
-    if let Some(why) = health::all_failed(&node.failed, node.gpu_count) {
-        log::error!("node unfit for GPU sharing: {why}");
-        return ExitCode::FAILURE;
-    }
     let report = match prolog(&node, &env, &booking, running) {
         Ok(report) => report,
         Err(e) => {

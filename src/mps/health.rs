@@ -4,8 +4,11 @@
 //! `gpu-mps drain-gpu`, takes no new share until `gpu-mps resume-gpu`.
 //! Shares already on it run on (Slurm's own drain decides about jobs);
 //! where Slurm places a share on such a GPU it is refused with the reason
-//! and sent elsewhere. The node is drained only when every GPU is set
-//! aside: one failed GPU of eight leaves seven to share.
+//! and sent elsewhere. Nothing else changes: a CPU-only or whole-GPU job
+//! runs, and the prolog never fails for a GPU set aside, even where every
+//! GPU is (a drain would turn one wrong record, such as a forged kernel
+//! log line, into an outage of the node; the alert on the failed GPU and
+//! the refusals tell the admin).
 //!
 //! The record is `<StateDir>/failed-gpus`, one GPU a line: `<index>
 //! <since, Unix seconds> <reason>`, replaced whole under its own lock.
@@ -107,8 +110,8 @@ pub fn resume(state_dir: &Path, gpu: u32) -> Result<FailedGpus, String> {
     })
 }
 
-/// The node's refusal when all of its `gpu_count` GPUs are set aside:
-/// the prolog fails with it, and Slurm drains the node.
+/// What an admin is told when all of the node's `gpu_count` GPUs are set
+/// aside: no share is placed there, other jobs run.
 pub fn all_failed(failed: &FailedGpus, gpu_count: u32) -> Option<String> {
     (gpu_count > 0 && (0..gpu_count).all(|g| failed.contains_key(&g))).then(|| {
         let each: Vec<String> = failed
@@ -123,7 +126,7 @@ pub fn all_failed(failed: &FailedGpus, gpu_count: u32) -> Option<String> {
 }
 
 /// What `gpu-mps drain-gpu` or `resume-gpu` left: the GPU's state now,
-/// and the node's refusal where every GPU is set aside.
+/// and a note where every GPU is set aside.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Drained {
     pub gpu: u32,
@@ -143,7 +146,8 @@ impl std::fmt::Display for Drained {
         if let Some(all) = &self.all_failed {
             writeln!(
                 f,
-                "note: {all}; the next job's prolog on this node fails, and Slurm drains it"
+                "note: {all}; shares are refused here and sent elsewhere, other jobs run \
+                 (the node is not drained: `scontrol update nodename=... state=drain` does that)"
             )?;
         }
         Ok(())
@@ -252,8 +256,9 @@ mod tests {
             said(drain(&state, 2, 1, Some("nhc"))),
             Ok(
                 "GPU 1 takes no new share: nhc\nnote: every GPU of the node is set aside \
-                (GPU 0: XID 79; GPU 1: nhc); `gpu-mps resume-gpu N` once fixed; the next \
-                job's prolog on this node fails, and Slurm drains it\n"
+                (GPU 0: XID 79; GPU 1: nhc); `gpu-mps resume-gpu N` once fixed; shares are \
+                refused here and sent elsewhere, other jobs run (the node is not drained: \
+                `scontrol update nodename=... state=drain` does that)\n"
                     .into()
             )
         );

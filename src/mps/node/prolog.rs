@@ -173,6 +173,15 @@ fn place(
     } else if !env.job_gpus.is_empty() {
         let out = ledger.record_whole(env.job, &env.job_gpus)?;
         report.notes.extend(out.remarks());
+        // Slurm gave the GPU whole: a GPU set aside takes no share, and
+        // the job runs (the admin drains the node where it must not).
+        for gpu in env.job_gpus.iter().filter(|g| node.failed.contains_key(g)) {
+            report.notes.push(format!(
+                "GPU {gpu}, set aside from sharing ({}), is held whole by job {}: Slurm gave \
+                 it; gpushare keeps only shares off it",
+                node.failed[gpu].reason, env.job
+            ));
+        }
         report.outcome = PrologOutcome::Whole {
             gpus: env.job_gpus.clone(),
             overlapping: out.value,

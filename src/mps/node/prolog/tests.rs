@@ -530,3 +530,67 @@ fn auto_without_a_control_program_refuses_shares_and_none_runs_them() {
         PrologOutcome::Placed { .. }
     ));
 }
+
+/// Every GPU set aside (one forged kernel log line per GPU could do it):
+/// a share is refused and sent elsewhere, wherever it would go; a CPU-only
+/// job and a whole-GPU job run, the whole one told of its GPU. The prolog
+/// never fails for it, so Slurm never drains the node for it.
+#[test]
+fn gpus_set_aside_refuse_only_the_shares_placed_on_them() {
+    let (mut node, _dir) = temp_node(Some(1600));
+    for gpu in 0..4 {
+        health::set_aside(&node.cfg.state_dir, gpu, "XID 79 in the kernel log")
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    node.failed = health::read(&node.cfg.state_dir);
+    assert!(health::all_failed(&node.failed, node.gpu_count).is_some());
+    let refused = |outcome: PrologOutcome| match outcome {
+        PrologOutcome::Refused { reason, text } => {
+            assert_eq!(reason, "gpu_failed", "{text}");
+            assert!(text.contains("XID 79 in the kernel log"), "{text}");
+        }
+        other => panic!("{other:?}"),
+    };
+    refused(outcome(&node, &share_env(1, 100)));
+    let by_slurm = prolog(
+        &node,
+        &slurm_share_env(2, 50, 3),
+        &slurm_booking(),
+        no_squeue,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    refused(by_slurm.outcome);
+    let cpu = JobEnv {
+        mps_percentage: None,
+        units_claimed: None,
+        job_gpus: Vec::new(),
+        ..share_env(3, 100)
+    };
+    assert_eq!(outcome(&node, &cpu), PrologOutcome::Untouched);
+    let whole = JobEnv {
+        job_gpus: vec![1],
+        ..cpu.clone()
+    };
+    let whole = JobEnv { job: 4, ..whole };
+    let report =
+        prolog(&node, &whole, &MpsBooking::default(), no_squeue).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        matches!(&report.outcome, PrologOutcome::Whole { gpus, .. } if gpus == &vec![1]),
+        "{report:?}"
+    );
+    assert!(
+        report
+            .notes
+            .iter()
+            .any(|n| n.starts_with("GPU 1, set aside from sharing (XID 79")),
+        "{:?}",
+        report.notes
+    );
+    // Given back, the GPU takes shares again.
+    health::resume(&node.cfg.state_dir, 0).unwrap_or_else(|e| panic!("{e}"));
+    node.failed = health::read(&node.cfg.state_dir);
+    assert!(matches!(
+        outcome(&node, &share_env(5, 100)),
+        PrologOutcome::Placed { .. }
+    ));
+}
