@@ -43,8 +43,9 @@ pub enum Cmd {
     /// whose file is not rewritten is known stale.
     Metrics {
         /// Write MetricsFile atomically instead of printing; also read the
-        /// kernel log for fatal XID errors since the last look, setting
-        /// their GPUs aside
+        /// kernel log for fatal XID errors since the last look (the first
+        /// look starts at the log's end), setting their GPUs aside; only
+        /// the kernel's records starting with the driver's `NVRM: Xid` count
         #[arg(long)]
         write: bool,
         /// The kernel log to read XIDs from, as /dev/kmsg records
@@ -64,7 +65,8 @@ pub enum Cmd {
     ///
     /// (root) Set a GPU aside from sharing: it takes no new share (shares
     /// already there run on), `status` flags it FAILED with the reason and
-    /// the metrics say so; the node is drained once every GPU is set aside.
+    /// the metrics say so. CPU-only and whole-GPU jobs still run there,
+    /// and the node is never drained for it, even with every GPU set aside.
     /// For health checks (NHC, DCGM on fatal XID errors) and admins.
     DrainGpu {
         /// The GPU's index on the node (its place in GPUDevices)
