@@ -175,11 +175,15 @@ fn place(
         report.notes.extend(out.remarks());
         // Slurm gave the GPU whole: a GPU set aside takes no share, and
         // the job runs (the admin drains the node where it must not).
-        for gpu in env.job_gpus.iter().filter(|g| node.failed.contains_key(g)) {
+        for (gpu, failure) in env
+            .job_gpus
+            .iter()
+            .filter_map(|g| Some((g, node.failed.get(g)?)))
+        {
             report.notes.push(format!(
                 "GPU {gpu}, set aside from sharing ({}), is held whole by job {}: Slurm gave \
                  it; gpushare keeps only shares off it",
-                node.failed[gpu].reason, env.job
+                failure.reason, env.job
             ));
         }
         report.outcome = PrologOutcome::Whole {
