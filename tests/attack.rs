@@ -65,6 +65,11 @@ fn main() -> ExitCode {
             ClusterSpec::example_site(),
             own_updates,
         )
+        .test_on(
+            "private_data_users_keeps_other_users_names_out_of_job_output",
+            private_users_spec(),
+            banner_names_nobody,
+        )
         .run()
 }
 
@@ -1027,4 +1032,75 @@ fn forged_xid(c: &mut Cluster) -> TestResult {
         let _ = fs::remove_file(state.join(name));
     }
     result
+}
+
+/// The suite's node with Slurm's `PrivateData=users` in slurm.conf
+/// (gpu_mps.conf's `PrivateData` left at `auto`, which follows it) and
+/// `OtherUsers=queue`, so that a share may be placed beside another
+/// user's where gpushare places.
+fn private_users_spec() -> ClusterSpec {
+    let mut spec = ClusterSpec::mps_node();
+    spec.conf_overrides
+        .push(("PrivateData".into(), "users".into()));
+    for (name, text) in &mut spec.extra_conf_files {
+        if name == "gpu_mps.conf" {
+            text.push_str("OtherUsers=queue\n");
+        }
+    }
+    spec
+}
+
+/// Where Slurm's `PrivateData` hides users, bob's share beside alice's is
+/// told that another user's MPS server runs on its GPU, never whose: his
+/// job's output, which is his to read, names no other user, nor does the
+/// node's status he can ask for.
+fn banner_names_nobody(c: &mut Cluster) -> TestResult {
+    let alice = TestUser::create(c, "gpushare-alice")?;
+    let bob = TestUser::create(c, "gpushare-bob")?;
+    let script = "--wrap=echo GPU=$GPUSHARE_GPU; sleep 300";
+    let share = |user: &TestUser, units: u32| -> Result<u32, String> {
+        let id = user.sbatch(
+            c,
+            &[
+                &format!("--output={}/%j.out", user.home.display()),
+                &format!("--gres=mps:{units}"),
+                script,
+            ],
+        )?;
+        c.wait_job_state(id, &["RUNNING"], JOB_LONG)?;
+        let out = user.home.join(format!("{id}.out"));
+        wait_for("the job's output", JOB_START, || {
+            let text = fs::read_to_string(&out).unwrap_or_default();
+            text.contains("GPU=").then_some(text)
+        })
+        .map(|_| id)
+    };
+    // Every GPU holds 60 of alice's units: bob's 30 go beside hers.
+    for _ in 0..4 {
+        share(&alice, 60)?;
+    }
+    let id = share(&bob, 30)?;
+    let gpu = ledger(c).share(id).map(|s| s.gpu);
+    let out = fs::read_to_string(bob.home.join(format!("{id}.out"))).unwrap_or_default();
+    ensure(
+        out.contains("another user's MPS server runs on this GPU") && !out.contains(&alice.name),
+        format!("bob's job {id} on GPU {gpu:?} under PrivateData=users: {out}"),
+    )?;
+    let bin = testcluster::cluster::build_dir()?.join("gpu-mps");
+    let status = bob.run(
+        c,
+        None,
+        &bin.to_string_lossy(),
+        &["status", "--conf", &gpu_mps_conf(c).to_string_lossy()],
+    )?;
+    let shown = format!(
+        "{}{}",
+        String::from_utf8_lossy(&status.stdout),
+        String::from_utf8_lossy(&status.stderr)
+    );
+    ensure(
+        !shown.contains(&alice.name) && shown.contains("PrivateData"),
+        format!("bob's gpu-mps status under PrivateData=users: {shown}"),
+    )?;
+    c.cancel_all()
 }

@@ -128,19 +128,28 @@ pub enum PrivateData {
     No,
 }
 
-/// Whether slurm.conf's text (`slurm_conf`) hides jobs or users from
-/// other users: a `PrivateData=` naming `jobs`, `users` or `all`.
+/// Whether slurm.conf's text (`slurm_conf`) hides who runs what from
+/// other users: a `PrivateData=` whose value names `jobs`, `users` or
+/// `all`.
+///
+/// Both flags count. `jobs` hides other users' jobs (`squeue` shows a
+/// user their own only), and which user runs a job on a GPU is a fact of
+/// that job; `users` keeps each user to their own user and association
+/// records (`sacctmgr show user`), so a site that sets it does not want
+/// users named to each other either. Read as slurmctld reads it
+/// (`_validate_and_set_defaults` in read_config.c, 22.05 to 26.05): a
+/// case-blind substring test on the whole value, `job` for jobs, `user`
+/// for users, `all` for every flag; so `PrivateData=job` hides too. Every
+/// such line counts, not only the last: a doubt hides.
 pub fn slurm_hides_users(slurm_conf: &str) -> bool {
     slurm_conf
         .lines()
         .map(|l| l.split('#').next().unwrap_or_default().trim())
         .filter_map(|l| l.split_once('='))
         .filter(|(k, _)| k.trim().eq_ignore_ascii_case("PrivateData"))
-        .flat_map(|(_, v)| v.split(','))
-        .any(|w| {
-            ["jobs", "users", "all"]
-                .iter()
-                .any(|h| w.trim().eq_ignore_ascii_case(h))
+        .any(|(_, v)| {
+            let v = v.to_ascii_lowercase();
+            ["job", "user", "all"].iter().any(|h| v.contains(h))
         })
 }
 
@@ -592,6 +601,10 @@ mod tests {
         assert!(slurm_hides_users(hides));
         assert!(slurm_hides_users("privatedata = users\n"));
         assert!(slurm_hides_users("PrivateData=all\n"));
+        // As slurmctld reads it: a substring, in any case, quoted or not.
+        assert!(slurm_hides_users("PrivateData=job\n"));
+        assert!(slurm_hides_users("PrivateData=\"usage,USER\"\n"));
+        assert!(!slurm_hides_users("PrivateData=usage,nodes,events\n"));
         assert!(!slurm_hides_users(shows));
         assert!(!slurm_hides_users(""));
         let auto = GpuMpsConfig::default();

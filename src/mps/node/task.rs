@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use super::notes::{refusal, unserved};
 use super::serve::names;
-use super::setup::gpu_devices;
+use super::setup::{gpu_devices, hides_users};
 use crate::mps::config::GpuMpsConfig;
 use crate::mps::daemon;
 use crate::mps::ledger::{Ledger, LedgerState, ShareRecord};
@@ -170,7 +170,13 @@ pub fn task_plan(
     } else {
         state.other_users_on(share.gpu, share.uid)
     };
-    let mut banner = banner(cfg, job, share, percent, memory.as_ref(), &others);
+    // Read only where another user is there to name.
+    let show_users = !others.is_empty() && hides_users(cfg) == Some(false);
+    let others = Others {
+        names: &others,
+        shown: show_users,
+    };
+    let mut banner = banner(cfg, job, share, percent, memory.as_ref(), others);
     if let Some(why) = unserved(ledger, job) {
         banner = format!("gpu_mps: job {job}: WARNING: this job {why}");
     }
@@ -237,6 +243,19 @@ pub fn framework_hints(fraction: f64) -> Vec<(String, String)> {
     ]
 }
 
+/// The other users with shares on a share's GPU, as its banner tells of
+/// them.
+#[derive(Clone, Copy)]
+struct Others<'a> {
+    names: &'a std::collections::BTreeSet<String>,
+    /// Their names may be said: the node shows who runs what
+    /// ([`hides_users`] is `Some(false)`). Where `PrivateData` hides it,
+    /// or slurm.conf cannot be read, the banner says only that another
+    /// user's server is there: the job's output is the user's to read,
+    /// and no `squeue` would have told them who.
+    shown: bool,
+}
+
 /// The one line a share job's output starts with: its GPU, its limits and
 /// who enforces them, and any other user's server its work waits for.
 fn banner(
@@ -245,7 +264,7 @@ fn banner(
     share: &ShareRecord,
     percent: u32,
     memory: Option<&TaskMemory>,
-    others: &std::collections::BTreeSet<String>,
+    others: Others<'_>,
 ) -> String {
     let memory = match memory {
         Some(m) if m.tasks > 1 => format!(
@@ -267,15 +286,22 @@ fn banner(
     );
     if cfg.multi_user {
         line.push_str("; the GPU's MPS server is shared by all users");
-    } else if !others.is_empty() {
+    } else if others.shown {
         // NVIDIA documents such a client as queued until every client of
         // the other user's server has exited (or, in its troubleshooting
         // guide, refused): never as running beside them.
         line.push_str(&format!(
             "; this GPU also runs the MPS server of {0}, and MPS serves one user at a time: \
              your job's CUDA work will wait until the jobs of {0} on this GPU end",
-            names(others)
+            names(others.names)
         ));
+    } else if !others.names.is_empty() {
+        // Neither their names nor how many: one user or several, the
+        // wait is the same.
+        line.push_str(
+            "; another user's MPS server runs on this GPU, and MPS serves one user at a \
+             time: your job's CUDA work will wait until that user's jobs on this GPU end",
+        );
     }
     line
 }

@@ -138,3 +138,48 @@ fn framework_hints_never_pass_the_share() {
         third_of_a_quarter.contains(&("XLA_PYTHON_CLIENT_MEM_FRACTION".into(), "0.0625".into()))
     );
 }
+
+/// bob's share beside alice's on GPU 0: his banner names alice only where
+/// the node shows who runs what (`PrivateData=no`); where it hides users
+/// (`yes`, or `auto` where Slurm's `PrivateData` names `users` or `jobs`) it
+/// says only that another user's server is there.
+#[test]
+fn the_banner_names_other_users_only_where_the_node_shows_them() {
+    use crate::mps::config::PrivateData;
+    use crate::mps::ledger::SlurmChoice;
+    let (mut node, _dir) = temp_node(None);
+    let on_gpu_0 = SlurmChoice {
+        gpu: 0,
+        gpu_count: 4,
+        units_per_gpu: 100,
+    };
+    for (job, uid, user) in [(1, 1000, "alice"), (2, 1001, "bob")] {
+        node.ledger
+            .record_slurm_share(job, uid, user, 30, on_gpu_0)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let banner_of = |node: &crate::mps::node::Node, job: u32| {
+        task_plan(&node.cfg, &node.ledger, job, true, 1)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .map(|p| p.banner)
+            .unwrap_or_else(|| panic!("no plan"))
+    };
+    node.cfg.private_data = PrivateData::No;
+    let shown = banner_of(&node, 2);
+    assert!(
+        shown.contains("runs the MPS server of user alice")
+            && shown.contains("until the jobs of user alice on this GPU end"),
+        "{shown}"
+    );
+    node.cfg.private_data = PrivateData::Yes;
+    let hidden = banner_of(&node, 2);
+    assert!(
+        hidden.contains("another user's MPS server runs on this GPU")
+            && hidden.contains("will wait until that user's jobs on this GPU end")
+            && !hidden.contains("alice"),
+        "{hidden}"
+    );
+    assert!(!banner_of(&node, 1).contains("bob"));
+    // `auto` follows Slurm's PrivateData (config.rs's tests), read from
+    // the slurm.conf in use: tests/attack.rs runs it on a cluster.
+}
