@@ -841,6 +841,8 @@ fn own_updates(c: &mut Cluster) -> TestResult {
             after.get("QOS")
         ),
     )
+}
+
 /// The driver's words a user can get into the kernel log.
 const FORGED_NAME: &str = "NVRM: Xid (PCI:0000:3b:00): 79";
 

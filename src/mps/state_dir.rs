@@ -255,9 +255,9 @@ pub fn ensure(dir: &Path, owner: u32, access: Access) -> Result<bool, DirError> 
 }
 
 /// Replaces `dir/name` with `bytes` (mode `mode`), atomically and durably
-/// ([`durable::replace`]). `dir` must be a checked directory; the temporary
-/// name `name.new` is removed first if a crash left it (nobody else can
-/// write in `dir`).
+/// ([`durable::replace`]). `dir` must be a checked directory (nobody else
+/// can write in it); each writer writes a temporary file of its own, and
+/// what a crashed one left is removed once stale.
 pub fn replace_file(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> Result<(), DirError> {
     durable::replace(dir, name, bytes, mode).map_err(from_durable)
 }

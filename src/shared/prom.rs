@@ -39,10 +39,11 @@ impl Exposition {
 }
 
 /// Replaces the file at `path` with `text` atomically and durably, mode
-/// 0644 ([`durable::replace`]): written to `<name>.new` beside it
+/// 0644 ([`durable::replace`]): written to a temporary file of this
+/// writer's own beside it, `<name>.<pid>.<n>.<random>.new`
 /// (node_exporter's textfile collector reads only `*.prom`, so never a
-/// half-written file), then renamed over it. A leftover temporary file is
-/// replaced; no link is followed. The mode is set on the open file: the
+/// half-written file), then renamed over it. Writers at once each write
+/// their own; no link is followed. The mode is set on the open file: the
 /// writer's umask (slurmctld's, a timer's) must not keep node_exporter
 /// from reading it.
 pub fn write_file(path: &Path, text: &str) -> Result<(), String> {
