@@ -26,9 +26,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 /// A step of a replace that failed: what was being done, to which path.
+/// A step on the temporary file names the file being replaced (the
+/// temporary name is new each time: the same trouble must read the same,
+/// for those who log an error once until it changes).
 #[derive(Debug)]
 pub struct ReplaceError {
-    /// What was being done (`create`, `write`, `rename into place`, ...).
+    /// What was being done (`create a temporary file for`, `write the new
+    /// copy of`, `rename into place`, ...).
     pub action: &'static str,
     pub path: PathBuf,
     pub source: io::Error,
@@ -122,6 +126,7 @@ impl Drop for Temp {
 
 /// Creates a temporary file of this writer's own for `dir/name`.
 fn create_temp(dir: &Path, name: &str, mode: u32) -> Result<(File, Temp), ReplaceError> {
+    let target = dir.join(name);
     let mut tries = 0;
     loop {
         let path = dir.join(temp_name(name));
@@ -142,7 +147,7 @@ fn create_temp(dir: &Path, name: &str, mode: u32) -> Result<(File, Temp), Replac
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries + 1 < TRIES => {
                 tries += 1;
             }
-            Err(e) => return Err(failed("create", &path)(e)),
+            Err(e) => return Err(failed("create a temporary file for", &target)(e)),
         }
     }
 }
@@ -159,7 +164,7 @@ pub fn replace(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> Result<(), Re
     }
     let (file, mut temp) = create_temp(dir, name, mode)?;
     let path = dir.join(name);
-    fill(file, &temp.path, bytes, mode)?;
+    fill(file, &path, bytes, mode)?;
     fs::rename(&temp.path, &path).map_err(failed("rename into place", &path))?;
     temp.placed = true;
     sync_dir(dir)?;
@@ -190,13 +195,16 @@ fn remove_stale(dir: &Path, name: &str, now: SystemTime) {
     }
 }
 
-/// Sets the mode of the fresh temporary file, writes it and fsyncs it.
-fn fill(mut file: File, temp: &Path, bytes: &[u8], mode: u32) -> Result<(), ReplaceError> {
+/// Sets the mode of the fresh temporary file, the new copy of `target`,
+/// writes it and fsyncs it.
+fn fill(mut file: File, target: &Path, bytes: &[u8], mode: u32) -> Result<(), ReplaceError> {
     // fchmod on the open file: the umask cannot have changed what we chose.
     file.set_permissions(Permissions::from_mode(mode))
-        .map_err(failed("set the mode of", temp))?;
-    file.write_all(bytes).map_err(failed("write", temp))?;
-    file.sync_all().map_err(failed("fsync", temp))
+        .map_err(failed("set the mode of the new copy of", target))?;
+    file.write_all(bytes)
+        .map_err(failed("write the new copy of", target))?;
+    file.sync_all()
+        .map_err(failed("fsync the new copy of", target))
 }
 
 /// Makes a rename in `dir` durable: without it a crash can bring back the
@@ -390,6 +398,25 @@ mod tests {
         assert!(!dir.path().join(&left).exists());
         assert!(dir.path().join(&other).exists());
         assert!(dir.path().join("state.corrupt-1").exists());
+    }
+
+    /// The same trouble reads the same each time, though each try has a
+    /// temporary name of its own.
+    #[test]
+    fn a_failed_create_names_the_file_being_replaced() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let missing = dir.path().join("gone");
+        let first = replace(&missing, "m.prom", b"a 1\n", 0o644).err();
+        let again = replace(&missing, "m.prom", b"a 1\n", 0o644).err();
+        let text = first.map(|e| e.to_string()).unwrap_or_default();
+        assert_eq!(Some(&text), again.map(|e| e.to_string()).as_ref());
+        assert!(
+            text.starts_with(&format!(
+                "create a temporary file for {}: ",
+                missing.join("m.prom").display()
+            )),
+            "{text}"
+        );
     }
 
     /// A write that fails leaves no temporary file of its own.
