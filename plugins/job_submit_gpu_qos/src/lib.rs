@@ -67,8 +67,8 @@ slurm_plugin::export! {
 }
 
 /// Keeps this library mapped for the life of slurmctld (`RTLD_NODELETE`):
-/// a thread left behind at `fini()` (a metrics write stuck on a hung
-/// filesystem, see `policy_state`) must never return into code that
+/// a thread left behind at `fini()` (a reload or a metrics write stuck on
+/// a hung filesystem, see `policy_state`) must never return into code that
 /// `dlclose` unmapped. Whether it could be pinned.
 pub(crate) fn pin_library() -> bool {
     // SAFETY: Dl_info is plain data; all-zero is a valid value.

@@ -4,22 +4,26 @@
 //! is missing or invalid) and starts a watcher thread that `stat`s the file
 //! every [`POLL_INTERVAL`]; an edit is applied atomically, an invalid edit is
 //! logged with its `file:line` and the last good policy stays. The submit
-//! path only clones an `Arc`: no file I/O per job. `fini()` stops and joins
-//! the thread before slurmctld unloads the library (a thread left running
-//! code from an unloaded library would crash the daemon).
+//! path only clones an `Arc`: no file I/O per job. `fini()` stops the thread
+//! and joins it if it ends within [`STOP_WAIT`]: one stuck in a `stat` of a
+//! hung filesystem is left behind rather than holding up slurmctld, which
+//! would otherwise wait without end; the library stays mapped
+//! (RTLD_NODELETE, [`crate::pin_library`]), so the code it runs is never
+//! unloaded under it.
 //!
 //! A thread of its own publishes the decision counters ([`decisions`]) to
 //! `MetricsFile=` of gpu_qos.conf when they changed, and once more at
 //! `fini()`: the submit path only adds to an atomic. A file that cannot be
 //! written is logged once per distinct error and tried less and less
 //! often; a write stuck on a hung filesystem holds up neither reloads nor
-//! `fini()`.
+//! `fini()` (the same bound).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use gpushare::qos::config::{self, GpuQosConfig};
 use gpushare::qos::metrics::DecisionCounts;
@@ -50,10 +54,57 @@ pub fn decisions() -> &'static DecisionCounts {
 /// be written.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
-/// How long `fini()` waits for a write in progress: one stuck on a hung
-/// filesystem is left behind (the library stays mapped, see
-/// [`crate::pin_library`]) rather than holding up slurmctld's shutdown.
-const WRITER_STOP_WAIT: Duration = Duration::from_secs(2);
+/// How long `fini()` waits, in all, for the reload and metrics threads to
+/// end: a reload or a write stuck on a hung filesystem is left behind
+/// (the library stays mapped, see [`crate::pin_library`]) rather than
+/// holding up slurmctld's shutdown or reconfiguration.
+const STOP_WAIT: Duration = Duration::from_secs(2);
+
+/// A thread of the plugin's, and word that its body has ended: the
+/// sender it holds is dropped as the body returns or unwinds.
+#[derive(Debug)]
+struct Worker {
+    name: &'static str,
+    handle: JoinHandle<()>,
+    /// In a `Mutex`: a `Receiver` alone may not be shared (`RUNNING`).
+    ended: Mutex<Receiver<()>>,
+}
+
+impl Worker {
+    fn spawn(name: &'static str, body: impl FnOnce() + Send + 'static) -> Result<Self, String> {
+        let (ended_tx, ended) = mpsc::channel::<()>();
+        let handle = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                // Dropped after the body, also when it unwinds.
+                let _ended = ended_tx;
+                body();
+            })
+            .map_err(|e| format!("cannot start the {name} thread: {e}"))?;
+        Ok(Self {
+            name,
+            handle,
+            ended: Mutex::new(ended),
+        })
+    }
+
+    /// Joins the thread if its body ends by `deadline` (true); else
+    /// leaves it running (false), never waiting past the deadline.
+    fn join_by(self, deadline: Instant) -> bool {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        let outcome = self
+            .ended
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .recv_timeout(wait);
+        let ended = !matches!(outcome, Err(RecvTimeoutError::Timeout));
+        if ended {
+            // The body has returned: only the thread's exit is left.
+            let _ = self.handle.join();
+        }
+        ended
+    }
+}
 
 /// What the metrics writer knows between tries: what it wrote last, and
 /// while writes fail, the error it logged and when to try again.
@@ -220,12 +271,13 @@ impl StopSignal {
 struct Running {
     current: Arc<Current<GpuQosConfig>>,
     stop: Arc<StopSignal>,
-    watcher: Option<JoinHandle<()>>,
+    /// The reload thread.
+    watcher: Worker,
     writer_stop: Arc<StopSignal>,
-    /// The metrics thread, and word that it has ended.
-    writer: Option<Ending>,
-    /// The partitions' reader (crate::partitions), and word that it has ended.
-    parts: Option<Ending>,
+    /// The metrics thread.
+    writer: Worker,
+    /// The partitions' reader (crate::partitions), if it could be started.
+    parts: Option<Worker>,
 }
 
 /// "N rules" for the log (a rule may name QOS, partitions or accounts).
@@ -254,12 +306,11 @@ fn read_partitions(slurm_conf: Option<&Path>, stop: &StopSignal, interval: Durat
                     Ok(n) if !matches!(last, Some(Ok(_))) => log::info(&format!(
                         "{PLUGIN}: read the QOS of {n} partition(s) from slurmctld"
                     )),
-                    Ok(_) => {}
+                    // The first try, while slurmctld starts, may fail.
                     Err(e) if last.is_some() => {
                         log::error(&format!("{PLUGIN}: partitions not read: {e}"))
                     }
-                    // The first try, while slurmctld starts, may fail.
-                    Err(_) => {}
+                    _ => {}
                 }
             }
             last = Some(outcome);
@@ -279,52 +330,55 @@ pub fn start(path: &Path, slurm_conf: Option<&Path>) -> Result<(), String> {
     let stop = Arc::new(StopSignal::default());
     let interval = poll_interval();
     let thread_stop = Arc::clone(&stop);
-    let watcher = std::thread::Builder::new()
-        .name("gpu_qos-reload".into())
-        .spawn(move || {
-            while !thread_stop.wait(interval) {
-                // A panic here must not unwind out of a thread slurmctld
-                // never joins; log it and keep watching.
-                guard("job_submit/gpu_qos: reload", (), || match file.poll() {
-                    PollOutcome::Unchanged => {}
-                    PollOutcome::Reloaded => {
-                        RELOADS.fetch_add(1, Ordering::Relaxed);
-                        log::info(&format!(
-                            "{PLUGIN}: reloaded {} ({})",
-                            file.path().display(),
-                            rules_text(&file.current().get())
-                        ))
-                    }
-                    PollOutcome::Rejected(why) => log::error(&format!("{PLUGIN}: {why}")),
-                });
-            }
-        })
-        .map_err(|e| format!("cannot start the reload thread: {e}"))?;
+    let watcher = Worker::spawn("gpu_qos-reload", move || {
+        while !thread_stop.wait(interval) {
+            // A panic here must not unwind out of a thread slurmctld
+            // never joins; log it and keep watching.
+            guard("job_submit/gpu_qos: reload", (), || match file.poll() {
+                PollOutcome::Unchanged => {}
+                PollOutcome::Reloaded => {
+                    RELOADS.fetch_add(1, Ordering::Relaxed);
+                    log::info(&format!(
+                        "{PLUGIN}: reloaded {} ({})",
+                        file.path().display(),
+                        rules_text(&file.current().get())
+                    ))
+                }
+                PollOutcome::Rejected(why) => log::error(&format!("{PLUGIN}: {why}")),
+            });
+        }
+    })?;
     let writer_stop = Arc::new(StopSignal::default());
-    let (done_tx, done) = std::sync::mpsc::channel();
     let writer = {
         let current = Arc::clone(&current);
         let stop = Arc::clone(&writer_stop);
-        std::thread::Builder::new()
-            .name("gpu_qos-metrics".into())
-            .spawn(move || {
-                write_metrics(&current, &stop, interval);
-                let _ = done_tx.send(());
-            })
-            .map_err(|e| format!("cannot start the metrics thread: {e}"))?
+        Worker::spawn("gpu_qos-metrics", move || {
+            write_metrics(&current, &stop, interval)
+        })
     };
-    let (parts_tx, parts_done) = std::sync::mpsc::channel();
+    let writer = match writer {
+        Ok(writer) => writer,
+        Err(e) => {
+            stop.request();
+            if !watcher.join_by(Instant::now() + STOP_WAIT) {
+                log::error(&format!(
+                    "{PLUGIN}: the reload thread did not end within {} s: left behind",
+                    STOP_WAIT.as_secs()
+                ));
+            }
+            return Err(e);
+        }
+    };
+    // Not fatal: without it the partitions of slurm.conf stand in.
     let parts = {
         let stop = Arc::clone(&writer_stop);
         let slurm_conf = slurm_conf.map(Path::to_path_buf);
-        std::thread::Builder::new()
-            .name("gpu_qos-partitions".into())
-            .spawn(move || {
-                read_partitions(slurm_conf.as_deref(), &stop, interval);
-                let _ = parts_tx.send(());
-            })
-            .map_err(|e| format!("cannot start the partitions thread: {e}"))?
-    };
+        Worker::spawn("gpu_qos-partitions", move || {
+            read_partitions(slurm_conf.as_deref(), &stop, interval)
+        })
+    }
+    .map_err(|e| log::error(&format!("{PLUGIN}: {e}")))
+    .ok();
     log::info(&format!(
         "{PLUGIN}: policy from {} ({})",
         path.display(),
@@ -333,58 +387,45 @@ pub fn start(path: &Path, slurm_conf: Option<&Path>) -> Result<(), String> {
     *RUNNING.write().unwrap_or_else(PoisonError::into_inner) = Some(Running {
         current,
         stop,
-        watcher: Some(watcher),
+        watcher,
         writer_stop,
-        writer: Some((writer, Mutex::new(done))),
-        parts: Some((parts, Mutex::new(parts_done))),
+        writer,
+        parts,
     });
     Ok(())
 }
 
-/// Stops and joins the watcher; the policy is dropped.
+/// Stops the reload and metrics threads, joining those that end within
+/// [`STOP_WAIT`] and leaving the others behind (a `stat` or a write stuck
+/// on a hung filesystem); the policy is dropped. Never waits longer.
 pub fn stop() {
     let running = RUNNING
         .write()
         .unwrap_or_else(PoisonError::into_inner)
         .take();
-    if let Some(mut r) = running {
+    if let Some(r) = running {
         r.stop.request();
         r.writer_stop.request();
-        if let Some(h) = r.watcher.take() {
-            let _ = h.join();
-        }
-        // An scontrol under way is killed at its own deadline; past this
-        // wait the thread is left behind (the library is pinned).
-        if let Some(ended) = r.parts.take() {
-            join_within(ended, WRITER_STOP_WAIT);
-        }
-        // A write stuck on a hung filesystem is left behind.
-        if let Some(ended) = r.writer.take() {
-            if !join_within(ended, WRITER_STOP_WAIT) {
+        let deadline = Instant::now() + STOP_WAIT;
+        // An scontrol under way for the partitions ends at its own deadline.
+        let parts = r.parts.map(|w| (w, "a read of the partitions"));
+        for (worker, doing) in [
+            (r.watcher, "a reload of gpu_qos.conf"),
+            (r.writer, "the MetricsFile write"),
+        ]
+        .into_iter()
+        .chain(parts)
+        {
+            let name = worker.name;
+            if !worker.join_by(deadline) {
                 log::error(&format!(
-                    "{PLUGIN}: the MetricsFile write did not end within {} s (a hung \
-                     filesystem?): left behind",
-                    WRITER_STOP_WAIT.as_secs()
+                    "{PLUGIN}: {doing} did not end within {} s (a hung filesystem?): thread \
+                     {name} left behind",
+                    STOP_WAIT.as_secs()
                 ));
             }
         }
     }
-}
-
-/// A thread and word that it has ended.
-type Ending = (JoinHandle<()>, Mutex<std::sync::mpsc::Receiver<()>>);
-
-/// Joins a thread that says within `wait` that it has ended; whether it did.
-fn join_within((handle, done): Ending, wait: Duration) -> bool {
-    let ended = done
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .recv_timeout(wait)
-        .is_ok();
-    if ended {
-        let _ = handle.join();
-    }
-    ended
 }
 
 /// The policy in force, if the plugin is initialized.
@@ -404,6 +445,39 @@ mod tests {
 
     fn failing(w: &mut MetricsWriter, path: &Path, total: u64, e: &str) -> Option<String> {
         w.tried(path, total, Err(e.to_owned()), TICK)
+    }
+
+    /// A thread stuck (as in a `stat` of a hung filesystem) is left
+    /// behind at the deadline, not waited for; one that ends, or panics,
+    /// is joined.
+    #[test]
+    fn stopping_waits_for_a_stuck_thread_no_longer_than_the_bound() {
+        let (release, stuck) = mpsc::channel::<()>();
+        let worker = Worker::spawn("test-stuck", move || {
+            let _ = stuck.recv();
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        let started = Instant::now();
+        let bound = Duration::from_millis(200);
+        assert!(!worker.join_by(started + bound));
+        let waited = started.elapsed();
+        assert!(waited >= bound && waited < bound * 10, "{waited:?}");
+        // It ends on its own later.
+        drop(release);
+        let quick = Worker::spawn("test-quick", || {}).unwrap_or_else(|e| panic!("{e}"));
+        assert!(quick.join_by(Instant::now() + Duration::from_secs(30)));
+        let panics = Worker::spawn("test-panics", || panic!("in the test thread"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(panics.join_by(Instant::now() + Duration::from_secs(30)));
+        // A deadline already past: no wait at all for a stuck thread.
+        let (_keep, stuck) = mpsc::channel::<()>();
+        let late = Worker::spawn("test-late", move || {
+            let _ = stuck.recv();
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        let started = Instant::now();
+        assert!(!late.join_by(started));
+        assert!(started.elapsed() < bound);
     }
 
     #[test]
