@@ -8,7 +8,7 @@
  * these functions, never from malloc or Rust.
  *
  * Signatures checked against src/common/xmalloc.h and src/common/xstring.h
- * of Slurm 22.05 through 25.11: unchanged in all of them.
+ * of Slurm 22.05 through 26.05: unchanged in all of them.
  */
 #ifndef GPUSHARE_SLURM_UNEXPORTED_H
 #define GPUSHARE_SLURM_UNEXPORTED_H

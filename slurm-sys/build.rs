@@ -11,6 +11,9 @@ use std::process::Command;
 
 use bindgen::callbacks::{IntKind, ParseCallbacks};
 
+// NEWEST_SUPPORTED, ALLOW_NEWER_ENV, check_supported.
+include!("supported.rs");
+
 /// Slurm's sentinel macros are written as bare hex literals, which bindgen
 /// would type by value (`NO_VAL64` would not even fit an `i32` guess). Give
 /// each the width of the field it is compared with.
@@ -117,12 +120,20 @@ fn main() {
         );
     }
     let number = read_version(&include);
-    let version = format!(
-        "{}.{:02}.{}",
-        number >> 16,
-        (number >> 8) & 0xff,
-        number & 0xff
-    );
+    // Headers newer than the newest release checked: refused, unless
+    // whoever ports gpushare says otherwise.
+    println!("cargo::rerun-if-env-changed={ALLOW_NEWER_ENV}");
+    let allow_newer = env::var(ALLOW_NEWER_ENV).ok();
+    match check_supported(
+        number,
+        &include.display().to_string(),
+        allow_newer.as_deref(),
+    ) {
+        Ok(None) => {}
+        Ok(Some(warning)) => println!("cargo::warning={warning}"),
+        Err(refusal) => fail(&refusal),
+    }
+    let version = version_text(number);
     // Dependents read these as DEP_SLURM_VERSION_NUMBER / _VERSION / _INCLUDE.
     println!("cargo::metadata=version_number={number}");
     println!("cargo::metadata=version={version}");

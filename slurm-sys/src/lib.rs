@@ -37,3 +37,56 @@ const _: () = assert!(NO_VAL16 == 0xfffe);
 const _: () = assert!(NO_VAL64 == 0xffff_ffff_ffff_fffe);
 const _: () = assert!(INFINITE == 0xffff_ffff);
 const _: () = assert!(INFINITE64 == 0xffff_ffff_ffff_ffff);
+
+/// The build's check of the headers' release (`supported.rs`, run by
+/// build.rs).
+#[cfg(test)]
+#[allow(dead_code)]
+mod supported {
+    include!("../supported.rs");
+    // SLURM_RELEASES.
+    include!("../version_cfg.rs");
+
+    const INCLUDE: &str = "/usr/include";
+
+    #[test]
+    fn headers_newer_than_the_newest_checked_release_are_refused() {
+        // 22.05.8 .. 26.05.x: built on, whatever the micro release.
+        for number in [0x16_05_08, 0x18_0b_05, 0x1a_05_00, 0x1a_05_03, 0x1a_05_ff] {
+            assert_eq!(
+                check_supported(number, INCLUDE, None),
+                Ok(None),
+                "{number:x}"
+            );
+        }
+        // 26.11.0 and 27.05.1: refused, naming both releases and the way on.
+        for (number, found) in [(0x1a_0b_00, "26.11.0"), (0x1b_05_01, "27.05.1")] {
+            let refusal = check_supported(number, INCLUDE, None)
+                .err()
+                .unwrap_or_default();
+            assert!(
+                refusal.contains(&format!("are of Slurm {found}, newer than"))
+                    && refusal.contains("the newest release gpushare supports, 26.05")
+                    && refusal.contains(INCLUDE)
+                    && refusal.contains("GPUSHARE_ALLOW_NEWER_SLURM=1"),
+                "{refusal}"
+            );
+            for not_one in [None, Some(""), Some("0"), Some("yes")] {
+                assert!(check_supported(number, INCLUDE, not_one).is_err());
+            }
+            let warning = check_supported(number, INCLUDE, Some("1"));
+            assert!(
+                warning
+                    .as_ref()
+                    .is_ok_and(|w| w.as_ref().is_some_and(|w| w.contains(found))),
+                "{warning:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_newest_supported_release_is_the_last_gated_one() {
+        assert_eq!(SLURM_RELEASES.last(), Some(&NEWEST_SUPPORTED));
+        assert_eq!(version_text(0x1a_05_03), "26.05.3");
+    }
+}
