@@ -91,6 +91,10 @@ fn main() -> ExitCode {
             "a_node_whose_gpus_serve_another_user_sends_share_jobs_elsewhere",
             sent_elsewhere,
         )
+        .test(
+            "an_array_task_sent_elsewhere_is_requeued_alone_not_its_array",
+            array_task_sent_elsewhere,
+        )
         .run()
 }
 
@@ -1131,5 +1135,125 @@ fn sent_elsewhere(c: &mut Cluster) -> TestResult {
         info.get("NodeList") == Some("gpu02"),
         format!("ben's job runs on {:?}", info.get("NodeList")),
     )?;
+    clean(c)
+}
+
+/// Each task of array `array` in `scontrol -o show job` (asked by the
+/// array's id, it lists every task): task id → its fields.
+fn array_tasks(c: &Cluster, array: u32) -> Result<BTreeMap<u32, BTreeMap<String, String>>, String> {
+    let text = c.run_ok("scontrol", &["-o", "show", "job", &array.to_string()])?;
+    Ok(text
+        .lines()
+        .filter_map(|line| {
+            let fields: BTreeMap<String, String> = line
+                .split_whitespace()
+                .filter_map(|w| w.split_once('='))
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect();
+            let task = fields.get("ArrayTaskId")?.parse().ok()?;
+            Some((task, fields))
+        })
+        .collect())
+}
+
+/// ann holds a small share on every GPU of gpu01 (as in
+/// [`sent_elsewhere`]). ben's array of three shares: tasks 0 and 1 run on
+/// gpu02; task 2, the last to start, keeps the array's job id (Slurm
+/// reuses the array's record) and may only go to gpu01, where it is
+/// refused beside ann's servers and requeued by its epilog. Only that
+/// task is requeued: `scontrol requeue <array id>` would requeue every
+/// task, killing 0 and 1 and running them again.
+fn array_task_sent_elsewhere(c: &mut Cluster) -> TestResult {
+    if slurm_places_shares() {
+        // Slurm's placement runs ben beside ann: nothing is refused.
+        return Ok(());
+    }
+    let ann = TestUser::create(c, "gpushare-ann")?;
+    let ben = TestUser::create(c, "gpushare-ben")?;
+    let anns: Vec<u32> = (0..4)
+        .map(|_| {
+            ann.sbatch(
+                c,
+                &[
+                    &format!("--output={}/%j.out", ann.home.display()),
+                    "-w",
+                    "gpu01",
+                    "--gres=mps:10",
+                    SHARE,
+                ],
+            )
+        })
+        .collect::<Result<_, _>>()?;
+    wait_for("ann's four shares on gpu01", JOB_START, || {
+        let held = shares(c, "gpu01");
+        anns.iter().all(|id| held.contains_key(id)).then_some(())
+    })?;
+    let array = ben.sbatch(
+        c,
+        &[
+            &format!("--output={}/%A_%a.out", ben.home.display()),
+            "--hold",
+            "--array=0-2",
+            "-x",
+            "gpu01,gpu03",
+            "--gres=mps:30",
+            SHARE,
+        ],
+    )?;
+    for task in ["0", "1"] {
+        c.run_ok("scontrol", &["release", &format!("{array}_{task}")])?;
+    }
+    let running = |tasks: &BTreeMap<u32, BTreeMap<String, String>>, task: u32| {
+        tasks.get(&task).is_some_and(|f| {
+            f.get("JobState").map(String::as_str) == Some("RUNNING")
+                && f.get("NodeList").map(String::as_str) == Some("gpu02")
+        })
+    };
+    let before = wait_for("ben's tasks 0 and 1 running on gpu02", JOB_START, || {
+        let tasks = array_tasks(c, array).ok()?;
+        (running(&tasks, 0) && running(&tasks, 1)).then_some(tasks)
+    })?;
+    // Only task 2 is left in the array's own record: it keeps the
+    // array's id, and gpu01 is the one node it may start on.
+    c.run_ok(
+        "scontrol",
+        &[
+            "update",
+            &format!("jobid={array}_2"),
+            "ExcNodeList=gpu02,gpu03",
+        ],
+    )?;
+    c.run_ok("scontrol", &["release", &format!("{array}_2")])?;
+    let after = wait_for("ben's task 2 to be sent off gpu01", JOB_LONG, || {
+        let tasks = array_tasks(c, array).ok()?;
+        let last = tasks.get(&2)?;
+        (last.get("ExcNodeList")?.contains("gpu01")
+            && last.get("Restarts").map(String::as_str) == Some("1"))
+        .then_some(tasks)
+    })
+    .map_err(|e| {
+        format!(
+            "{e}\ntasks: {:?}\nsyslog:\n{}",
+            array_tasks(c, array),
+            c.syslog()
+        )
+    })?;
+    let last = after.get(&2).cloned().unwrap_or_default();
+    ensure(
+        last.get("JobId") == Some(&array.to_string())
+            && last
+                .get("AdminComment")
+                .is_some_and(|a| a.contains("gpushare:")),
+        format!("task 2 is not the array's record, or not told why: {last:?}"),
+    )?;
+    for task in [0, 1] {
+        let f = after.get(&task).cloned().unwrap_or_default();
+        ensure(
+            running(&after, task)
+                && f.get("Restarts").map(String::as_str) == Some("0")
+                && f.get("JobId") == before.get(&task).and_then(|b| b.get("JobId")),
+            format!("task {task} was touched by task 2's requeue: {f:?}"),
+        )?;
+    }
     clean(c)
 }

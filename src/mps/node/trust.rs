@@ -9,6 +9,12 @@ use crate::shared::spank_env;
 /// What the node knows about a job from its Prolog/Epilog environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobEnv {
+    /// `SLURM_JOB_ID`: the job's own id. For an array task it is no
+    /// name to give `scontrol` (the last-started task has the array's id,
+    /// which names every task), and slurmd sets no `SLURM_ARRAY_*` for a
+    /// Prolog or Epilog (22.05 to 26.05, `_build_env` in
+    /// `prep_script_slurmd.c`): whatever acts on the job through `scontrol`
+    /// asks slurmctld for the task this id is (`gpushare_admin::requeue`).
     pub job: u32,
     pub uid: u32,
     pub user: String,
