@@ -85,6 +85,11 @@ fn main() -> ExitCode {
             "a_conf_rewritten_in_place_while_jobs_start_is_never_half_read",
             conf_rewritten_in_place,
         )
+        // So does this one.
+        .test(
+            "a_share_refused_for_a_cut_conf_is_told_why_and_never_drains_the_node",
+            cut_conf_refusal,
+        )
         .run()
 }
 
@@ -832,6 +837,68 @@ fn conf_rewritten_in_place(c: &mut Cluster) -> TestResult {
         format!("the ledger lost track: {}", state_text(c)),
     )?;
     c.cancel_all()
+}
+
+/// A share on a node whose gpu_mps.conf is cut off mid-line: it fails
+/// with the refusal's reason in its output, its epilog exits 0 (it holds
+/// nothing), the node is not drained and a CPU job runs. First at the
+/// node's first use (no configuration recorded: its pointer gone, as after
+/// a reboot), then beside the last good copy the node recorded.
+fn cut_conf_refusal(c: &mut Cluster) -> TestResult {
+    use gpushare::mps::in_force::{pointer_files, NODE_RECORDS_DIR};
+    c.cancel_all()?;
+    wait_for("the epilogs", SHORT, || no_share_left(c))?;
+    let conf = c.slurm_conf().with_file_name("gpu_mps.conf");
+    let text = fs::read_to_string(&conf).map_err(|e| format!("{}: {e}", conf.display()))?;
+    let cut_at = text.find("StateDir=").map_or(text.len() / 2, |i| i + 12);
+    let cut = text[..cut_at].trim_end_matches('\n').to_owned();
+    let refused_share = |c: &Cluster, want: &str| -> Result<u32, String> {
+        let id = c.sbatch_ok(&["--gres=mps:25", "--wrap=echo GPU=$GPUSHARE_GPU"])?;
+        let info = c.wait_job_done(id, JOB_END)?;
+        // Where there is no configuration there is no SyslogSocket: the
+        // node programs log to the machine's syslog, not the cluster's.
+        // slurmd says whether the share's epilog failed.
+        let slurmd = c.log("slurmd");
+        let node = c.run_ok("sinfo", &["-h", "-N", "-o", "%T"])?;
+        ensure(
+            !slurmd.contains(&format!("[job {id}] epilog failed")) && !node.contains("drain"),
+            format!("share {id}'s epilog failed, the node is {node}:\n{slurmd}"),
+        )?;
+        let out = c.job_output(id);
+        ensure(
+            info.state() == "FAILED"
+                && out.contains(&format!("gpu_mps: job {id} on node"))
+                && out.contains(want)
+                && !out.contains("GPU=")
+                && !out.contains("Prolog did not run"),
+            format!("share {id} ended {} with:\n{out}", info.state()),
+        )?;
+        let cpu = c.sbatch_ok(&["--wrap=echo cpu"])?;
+        let info = c.wait_job_done(cpu, JOB_END)?;
+        ensure(
+            info.state() == "COMPLETED",
+            format!("CPU job {cpu} ended {}", info.state()),
+        )?;
+        Ok(id)
+    };
+    let result = (|| {
+        for file in pointer_files(Path::new(NODE_RECORDS_DIR), &conf) {
+            let _ = fs::remove_file(file);
+        }
+        testcluster::replace_conf(&conf, &cut)?;
+        refused_share(c, "no earlier configuration is recorded on this node")?;
+        // Whole again: a share runs and the node records the file.
+        testcluster::replace_conf(&conf, &text)?;
+        start_shares_running(c, 1, 10, "--wrap=echo GPU=$GPUSHARE_GPU; sleep 300")?;
+        c.cancel_all()?;
+        wait_for("the epilogs", SHORT, || no_share_left(c))?;
+        // Cut again, by a rename (not being written): the last good copy
+        // serves, and new shares are refused with the file's fault.
+        testcluster::replace_conf(&conf, &cut)?;
+        refused_share(c, "new shares are refused on this node until it is fixed").map(|_| ())
+    })();
+    testcluster::replace_conf(&conf, &text)?;
+    result
 }
 
 /// The installed version of a Debian package.

@@ -7,7 +7,9 @@ use std::process::ExitCode;
 use clap::Parser;
 use gpushare::mps::config::{self, missing_conf_refusal};
 use gpushare::mps::in_force::{self, InForce, Role, NODE_RECORDS_DIR};
-use gpushare::mps::node::{JobEnv, Node};
+use gpushare::mps::node::{
+    refuse_unconfigured, release_unconfigured, take_unconfigured_refusal, JobEnv, Node,
+};
 
 use crate::node_log;
 
@@ -41,9 +43,9 @@ pub struct PrologCli {
 /// It releases the job's share from the node's ledger, ends the job's MPS
 /// clients and stops a GPU's MPS daemon after its last share; a share
 /// refused where another node may serve it is requeued elsewhere. It logs
-/// to syslog. Exit status: 0 done; 1 the node cannot release the share
-/// (slurmd drains it; syslog says why); 2 run without a job's
-/// environment.
+/// to syslog. Exit status: 0 done (a share refused and never placed holds
+/// nothing to release); 1 the node cannot release the share (slurmd
+/// drains it; syslog says why); 2 run without a job's environment.
 #[derive(Debug, Parser)]
 #[command(name = "gpu-mps-epilog", version = env!("CARGO_PKG_VERSION"))]
 pub struct EpilogCli {
@@ -119,10 +121,19 @@ pub fn start(program: Program, args: &NodeArgs) -> Result<Option<Started>, ExitC
             return Err(ExitCode::from(2));
         }
     };
+    let records = std::path::Path::new(NODE_RECORDS_DIR);
+    // A share refused for want of any configuration left its note beside
+    // the node's ledger pointer: its epilog takes it away, whatever the
+    // file says now.
+    let refused_unplaced = (program == Program::Epilog && env.is_share())
+        .then(|| take_unconfigured_refusal(records, &conf, owner, env.job))
+        .flatten();
     let Some(cfg) = in_force.cfg.take() else {
         // No configuration to trust: CPU-only and whole-GPU jobs run; a
-        // share is refused (the SPANK plugin fails it with the same
-        // reason); an epilog of a share cannot serve it, so the node drains.
+        // share is refused, with a note the SPANK plugin fails its tasks
+        // with; the epilog of a share refused so has nothing to release.
+        // Only an epilog of a share that may have been placed drains the
+        // node: it cannot release it.
         let why = in_force
             .shares_refused
             .as_deref()
@@ -132,22 +143,29 @@ pub fn start(program: Program, args: &NodeArgs) -> Result<Option<Started>, ExitC
         }
         return match program {
             Program::Prolog => {
-                log::warn!(
-                    "refused: gpu_mps: job {} on node {}: {why}",
-                    env.job,
-                    env.node
-                );
+                let text = refuse_unconfigured(records, &conf, owner, &env, why);
+                log::warn!("refused: {text}");
                 Ok(None)
             }
             Program::Epilog => {
-                log::error!(
-                    "node unfit for GPU sharing: the share of job {} cannot be released: {why}",
-                    env.job
-                );
-                Err(ExitCode::FAILURE)
+                match release_unconfigured(env.job, refused_unplaced.as_deref(), why) {
+                    Ok(line) => {
+                        log::info!("{line}");
+                        Ok(None)
+                    }
+                    Err(line) => {
+                        log::error!("{line}");
+                        Err(ExitCode::FAILURE)
+                    }
+                }
             }
         };
     };
+    if program == Program::Prolog && env.is_share() {
+        // Placed now: no earlier refusal of this job (a run before a
+        // requeue whose epilog never ran) may fail its tasks.
+        let _ = take_unconfigured_refusal(records, &conf, owner, env.job);
+    }
     match Node::in_force(Some(cfg), &in_force, &conf, owner) {
         Ok(mut node) => {
             node.pipe_guard = Some(crate::acl::allow_traverse);

@@ -6,7 +6,8 @@
 //! which only the prolog writes, from what Slurm put in its environment);
 //! here, in the remote context only:
 //! - `slurm_spank_init` reads the placement once per step (or the prolog's
-//!   refusal, which fails the job with its text);
+//!   refusal, which fails the job with its text: beside the ledger, or
+//!   beside the node's ledger pointer where no configuration could be read);
 //! - `slurm_spank_task_init` (in the task, before exec) replaces Slurm's
 //!   GPU environment with the share's;
 //! - `slurm_spank_task_post_fork` (slurmstepd, root, after Slurm wrote its
@@ -30,7 +31,8 @@ use gpushare::mps::devices::{confine, job_levels, task_devices_dir, CharDevice, 
 use gpushare::mps::in_force::{self, Role, NODE_RECORDS_DIR};
 use gpushare::mps::ledger::Ledger;
 use gpushare::mps::node::{
-    claim_banner, count_mismatch, gpu_devices, node_ledger, task_plan, TaskPlan,
+    claim_banner, count_mismatch, gpu_devices, node_ledger, task_plan, unconfigured_refusal,
+    TaskPlan,
 };
 use slurm_plugin::log;
 use slurm_plugin::slurm_str::opt_str;
@@ -227,6 +229,15 @@ fn init(sp: spank_t, args: &[String]) -> SpankResult {
         // The configuration in force: never a half-written file (the last
         // good one the prolog recorded serves the shares it placed).
         Ok(path) if path.exists() => {
+            // Refused by the prolog for want of any configuration: its words,
+            // even where the file reads whole now (the ledger holds no share).
+            let records = Path::new(NODE_RECORDS_DIR);
+            if let Some(text) = unconfigured_refusal(records, &path, euid, job) {
+                let text = text.trim().to_owned();
+                log::error(&text);
+                *PLAN.lock().unwrap_or_else(PoisonError::into_inner) = StepPlan::Refused(text);
+                return Ok(());
+            }
             let in_force =
                 in_force::resolve(&path, Path::new(NODE_RECORDS_DIR), euid, Role::Reader);
             for note in &in_force.notes {

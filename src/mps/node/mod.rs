@@ -35,6 +35,9 @@
 //!   given its limits.
 //! - `notes`: what the prolog and SPANK plugin leave beside the ledger for
 //!   the job's steps (refusal, banner marker, running without MPS).
+//! - `unconfigured`: a share refused where no configuration can be
+//!   trusted (no StateDir known): its note beside the node's ledger
+//!   pointer, its epilog that has nothing to release.
 //! - `task`: what the SPANK plugin sets for each task.
 //! - `epilog`: the job released, idle daemons stopped.
 //! - `metrics_file`: the node's metrics file, rewritten under the ledger's
@@ -50,6 +53,7 @@ mod serve;
 mod setup;
 mod task;
 mod trust;
+mod unconfigured;
 
 pub use epilog::{epilog, stop_idle_daemons, EpilogReport};
 pub use metrics_file::{metrics_text, publish_metrics};
@@ -64,3 +68,6 @@ pub use task::{
     framework_hints, memory_fraction, task_plan, TaskMemory, TaskPlan, JAX_PREALLOCATION,
 };
 pub use trust::{count_mismatch, share_units, slurm_per_gpu, slurm_places, units_mismatch, JobEnv};
+pub use unconfigured::{
+    refuse_unconfigured, release_unconfigured, take_unconfigured_refusal, unconfigured_refusal,
+};

@@ -594,3 +594,30 @@ fn gpus_set_aside_refuse_only_the_shares_placed_on_them() {
         PrologOutcome::Placed { .. }
     ));
 }
+
+/// gpu_mps.conf stays bad where a last good copy is recorded: the node
+/// runs with that copy and refuses new shares with the file's fault. The
+/// share's tasks are told it, and its epilog releases nothing and succeeds.
+#[test]
+fn a_share_refused_for_a_bad_conf_beside_a_last_good_copy_is_told_why() {
+    let (mut node, _dir) = temp_node(None);
+    let why = "gpu_mps.conf: no newline at its end (cut off?); new shares are refused on this \
+               node until it is fixed";
+    node.shares_refused = Some(why.to_owned());
+    match outcome(&node, &share_env(9, 50)) {
+        PrologOutcome::Refused {
+            reason: "config",
+            text,
+        } => assert!(text.contains(why), "{text}"),
+        other => panic!("{other:?}"),
+    }
+    let told = task_plan(&node.cfg, &node.ledger, 9, true, 1);
+    assert!(
+        told.as_ref()
+            .is_err_and(|e| e.contains("job 9 on node gpu01") && e.contains(why)),
+        "{told:?}"
+    );
+    let r = epilog(&node, 9).unwrap_or_else(|e| panic!("{e}"));
+    assert!(r.released.is_empty() && r.stopped.is_empty(), "{r:?}");
+    assert_eq!(refusal(&node.ledger, 9), None);
+}
