@@ -1246,14 +1246,31 @@ fn array_task_sent_elsewhere(c: &mut Cluster) -> TestResult {
                 .is_some_and(|a| a.contains("gpushare:")),
         format!("task 2 is not the array's record, or not told why: {last:?}"),
     )?;
-    for task in [0, 1] {
-        let f = after.get(&task).cloned().unwrap_or_default();
-        ensure(
-            running(&after, task)
-                && f.get("Restarts").map(String::as_str) == Some("0")
-                && f.get("JobId") == before.get(&task).and_then(|b| b.get("JobId")),
-            format!("task {task} was touched by task 2's requeue: {f:?}"),
-        )?;
-    }
+    let untouched = |now: &BTreeMap<u32, BTreeMap<String, String>>, what: &str| {
+        for task in [0, 1] {
+            let f = now.get(&task).cloned().unwrap_or_default();
+            ensure(
+                running(now, task)
+                    && f.get("Restarts").map(String::as_str) == Some("0")
+                    && f.get("JobId") == before.get(&task).and_then(|b| b.get("JobId")),
+                format!("task {task} was touched by {what}: {f:?}"),
+            )?;
+        }
+        Ok::<(), String>(())
+    };
+    untouched(&after, "task 2's requeue")?;
+    // One of ann's shares ends: its epilog gives task 2 its own
+    // ExcNodeList back (named as the task too), and it starts on the GPU
+    // that share left free.
+    c.run_ok("scancel", &[&anns[0].to_string()])?;
+    let back = wait_for("ben's task 2 to run on gpu01", JOB_LONG, || {
+        let tasks = array_tasks(c, array).ok()?;
+        let last = tasks.get(&2)?;
+        (last.get("JobState").map(String::as_str) == Some("RUNNING")
+            && last.get("NodeList").map(String::as_str) == Some("gpu01"))
+        .then_some(tasks)
+    })
+    .map_err(|e| format!("{e}\ntasks: {:?}", array_tasks(c, array)))?;
+    untouched(&back, "task 2's exclusion taken back")?;
     clean(c)
 }
