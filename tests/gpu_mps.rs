@@ -85,7 +85,11 @@ fn main() -> ExitCode {
             "a_conf_rewritten_in_place_while_jobs_start_is_never_half_read",
             conf_rewritten_in_place,
         )
-        // So does this one.
+        // So do these.
+        .test(
+            "a_conf_rewritten_in_place_at_a_nodes_first_use_refuses_shares_and_drains_nothing",
+            conf_rewritten_in_place_at_first_use,
+        )
         .test(
             "a_share_refused_for_a_cut_conf_is_told_why_and_never_drains_the_node",
             cut_conf_refusal,
@@ -752,10 +756,44 @@ fn state_places(c: &Cluster) -> Vec<String> {
 }
 
 fn conf_rewritten_in_place(c: &mut Cluster) -> TestResult {
+    rewritten_in_place(c, false)
+}
+
+/// The same on a node that has recorded no configuration yet (its ledger
+/// pointer and StateDir's record gone, as at its first use): the first
+/// prologs meet the half-written file with nothing to fall back on and
+/// refuse their shares, each with the reason in its output; their
+/// epilogs have nothing to release and never drain the node.
+fn conf_rewritten_in_place_at_first_use(c: &mut Cluster) -> TestResult {
+    rewritten_in_place(c, true)
+}
+
+fn rewritten_in_place(c: &mut Cluster, first_use: bool) -> TestResult {
     let conf = c.slurm_conf().with_file_name("gpu_mps.conf");
     let text = fs::read_to_string(&conf).map_err(|e| format!("{}: {e}", conf.display()))?;
-    // One share placed before the edits: the node knows its configuration.
-    let first = start_shares_running(c, 1, 10, "--wrap=echo GPU=$GPUSHARE_GPU; sleep 300")?;
+    let first = if first_use {
+        c.cancel_all()?;
+        wait_for("the epilogs", SHORT, || no_share_left(c))?;
+        let records = Path::new(gpushare::mps::in_force::NODE_RECORDS_DIR);
+        for file in gpushare::mps::in_force::pointer_files(records, &conf) {
+            let _ = fs::remove_file(file);
+        }
+        let record = c
+            .dir
+            .join("run/gpu-mps")
+            .join(gpushare::mps::in_force::RECORD_FILE);
+        match fs::remove_file(&record) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(format!("{}: {e}", record.display()))
+            }
+            _ => {}
+        }
+        None
+    } else {
+        // One share placed before the edits: the node knows its configuration.
+        let ids = start_shares_running(c, 1, 10, "--wrap=echo GPU=$GPUSHARE_GPU; sleep 300")?;
+        ids.first().copied()
+    };
     let places_before = state_places(c);
     let default_ledger = Path::new("/run/gpu-mps/state");
     let default_before = fs::metadata(default_ledger).and_then(|m| m.modified()).ok();
@@ -804,15 +842,34 @@ fn conf_rewritten_in_place(c: &mut Cluster) -> TestResult {
         let state = c.job(id)?.state().to_owned();
         ensure(state == "COMPLETED", format!("CPU job {id} ended {state}"))?;
     }
+    let mut refused = 0;
     for &id in &shares {
         let state = c.job(id)?.state().to_owned();
+        let out = c.job_output(id);
+        // At first use a share whose prolog met the file half-written is
+        // refused with the reason (nothing recorded to fall back on).
+        let told = state == "FAILED"
+            && out.contains(&format!("gpu_mps: job {id} on node"))
+            && out.contains("no earlier configuration is recorded on this node");
+        refused += usize::from(told);
         ensure(
-            state == "COMPLETED" && printed(c, id).contains_key("GPU"),
-            format!("share {id} ended {state}: {:?}", c.job_output(id)),
+            (state == "COMPLETED" && printed(c, id).contains_key("GPU")) || (first_use && told),
+            format!("share {id} ended {state}: {out:?}"),
         )?;
     }
     ensure(max_used <= 100, format!("a GPU held {max_used} units"))?;
     let places_after = state_places(c);
+    let mut places_before = places_before;
+    if first_use {
+        // The configured StateDir (and its MPS directories) may be made now.
+        for made in ["run/gpu-mps", "run/gpu-mps-mps"] {
+            let made = c.dir.join(made).display().to_string();
+            if places_after.contains(&made) && !places_before.contains(&made) {
+                places_before.push(made);
+            }
+        }
+        places_before.sort();
+    }
     ensure(
         places_after == places_before,
         format!("a second state directory: {places_before:?} became {places_after:?}"),
@@ -826,14 +883,16 @@ fn conf_rewritten_in_place(c: &mut Cluster) -> TestResult {
     )?;
     // The overlap this test relies on: node programs read the file while it
     // was being written, and said so.
+    // (Or, at first use, a share refused for it.)
     let syslog = c.syslog();
     ensure(
-        syslog.contains("last good configuration"),
+        syslog.contains("last good configuration") || refused > 0,
         format!("no node program read the file mid-write in {rounds} rewrites; syslog:\n{syslog}"),
     )?;
     let still = ledger(c);
     ensure(
-        still.share(first[0]).is_some() && still.shares().count() == 1,
+        first.is_none_or(|id| still.share(id).is_some())
+            && still.shares().count() == usize::from(first.is_some()),
         format!("the ledger lost track: {}", state_text(c)),
     )?;
     c.cancel_all()

@@ -16,6 +16,10 @@
 //!   written *in place* less than [`IN_PLACE_QUIET`] ago, is not believed:
 //!   the recorded configuration stays in force, and the node's log says so.
 //!   An edit made by replacing the file (rename) takes effect at once.
+//!   With nothing recorded (the node's first use), a file cut at a line's
+//!   end reads as a whole one: there a file changed less than
+//!   [`IN_PLACE_QUIET`] ago is not believed (a placer waits once for it to
+//!   be still), and shares are refused while it keeps changing.
 //! - A node-wide pointer ([`NODE_RECORDS_DIR`]`/ledger-of-<conf path>`)
 //!   names the state dir of the ledger in force, so a program that reads
 //!   another `StateDir` finds the ledger made under the recorded
@@ -398,6 +402,32 @@ fn decide(
     };
     let (settled, cfg, recorded) = match (file, recorded) {
         (Read::Good(settled, cfg), None) => {
+            // Nothing recorded to compare with: a file changed this last
+            // moment may be one cut at a line's end while it is written,
+            // which a placer would record as the node's configuration (and
+            // a reader open a ledger by). A placer waits for the file to be
+            // still, once; a file still being written then refuses shares,
+            // as a cut one does.
+            if settled.stamp.modified_within(IN_PLACE_QUIET, now) {
+                if placer && may_wait {
+                    std::thread::sleep(IN_PLACE_QUIET);
+                    let later = now + IN_PLACE_QUIET;
+                    return decide(conf, records, owner, role, later, lock, notes, false);
+                }
+                let why = format!(
+                    "{name} is being written (changed less than {} s ago)",
+                    IN_PLACE_QUIET.as_secs()
+                );
+                return InForce {
+                    cfg: None,
+                    shares_refused: Some(format!(
+                        "{why}; no earlier configuration is recorded on this node, so shares \
+                         are refused until it has been still that long (other jobs run)"
+                    )),
+                    notes: vec![format!("{why}: shares are refused until it is still")],
+                    _lock: None,
+                };
+            }
             keep_record(&settled, &cfg, notes);
             return InForce::run_with(*cfg);
         }
@@ -686,6 +716,45 @@ mod tests {
         assert!(f
             .shares_refused
             .is_some_and(|w| w.contains("no Key=Value line")));
+    }
+
+    #[test]
+    fn at_first_use_a_file_still_being_written_is_not_recorded() {
+        // Cut at a line's end, it parses: nothing recorded tells it from a
+        // whole file but its age. A placer waits for it to be still.
+        let site = Site::new();
+        site.in_place(&site.text("a", 100));
+        let started = std::time::Instant::now();
+        let f = site.resolve(Role::Placer, NOW);
+        assert!(started.elapsed() >= IN_PLACE_QUIET);
+        assert_eq!(f.cfg.map(|c| c.units_per_gpu), Some(100));
+        // Written again during the wait: not recorded, shares refused.
+        let fresh = Site::new();
+        let before = fresh.modified();
+        let text = fresh.text("a", 100);
+        let f = std::thread::scope(|scope| {
+            scope.spawn(|| {
+                std::thread::sleep(IN_PLACE_QUIET / 3);
+                fresh.in_place(&text);
+            });
+            resolve_at(
+                &fresh.conf,
+                &fresh.records,
+                fresh.owner,
+                Role::Placer,
+                before,
+            )
+        });
+        assert!(f.cfg.is_none());
+        assert!(f
+            .shares_refused
+            .is_some_and(|w| w.contains("is being written")
+                && w.contains("no earlier configuration is recorded")));
+        assert!(!fresh.state("a").join(RECORD_FILE).exists());
+        // A reader does not wait: nothing until the file is still.
+        assert!(fresh.resolve(Role::Reader, NOW).cfg.is_none());
+        let f = fresh.resolve(Role::Reader, LATER);
+        assert_eq!(state_dir(&f), Some(fresh.state("a")));
     }
 
     #[test]
