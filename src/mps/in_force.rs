@@ -405,10 +405,13 @@ fn decide(
             // Nothing recorded to compare with: a file changed this last
             // moment may be one cut at a line's end while it is written,
             // which a placer would record as the node's configuration (and
-            // a reader open a ledger by). A placer waits for the file to be
-            // still, once; a file still being written then refuses shares,
-            // as a cut one does.
-            if settled.stamp.modified_within(IN_PLACE_QUIET, now) {
+            // a node program open a ledger by). A placer waits for the file
+            // to be still, once; a file still being written then refuses
+            // shares, as a cut one does. A reader that could never find a
+            // record here (a user's `gpu-mps status`: the records are
+            // root's) reads the file as it is.
+            let could_record = placer || state_dir::check(records, owner, Access::Private).is_ok();
+            if could_record && settled.stamp.modified_within(IN_PLACE_QUIET, now) {
                 if placer && may_wait {
                     std::thread::sleep(IN_PLACE_QUIET);
                     let later = now + IN_PLACE_QUIET;
@@ -753,6 +756,16 @@ mod tests {
         assert!(!fresh.state("a").join(RECORD_FILE).exists());
         // A reader does not wait: nothing until the file is still.
         assert!(fresh.resolve(Role::Reader, NOW).cfg.is_none());
+        // One that cannot read the node's records (another owner's) never
+        // finds a record: it reads the file as it is.
+        let stranger = resolve_at(
+            &fresh.conf,
+            &fresh.records,
+            fresh.owner + 1,
+            Role::Reader,
+            fresh.modified(),
+        );
+        assert_eq!(state_dir(&stranger), Some(fresh.state("a")));
         let f = fresh.resolve(Role::Reader, LATER);
         assert_eq!(state_dir(&f), Some(fresh.state("a")));
     }
