@@ -9,7 +9,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use gpushare::mps::node::{epilog, publish_metrics};
+use gpushare::mps::node::{epilog_with_cgroup, publish_metrics};
 use gpushare::mps::status;
 use gpushare_admin::node_program::{self, EpilogCli, Program, Started};
 
@@ -38,7 +38,7 @@ fn main() -> ExitCode {
             Err(_) => log::warn!("not requeued: SLURMD_NODENAME is not set"),
         }
     }
-    match epilog(&node, env.job) {
+    match epilog_with_cgroup(&node, env.job, env.sluid.as_deref()) {
         Ok(report) => {
             for n in &report.notes {
                 log::warn!("{n}");

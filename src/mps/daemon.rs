@@ -740,7 +740,12 @@ pub struct Terminated {
 /// no slice of the GPU. One `get_server_list`, one `get_client_list` per
 /// server and one call for all the terminations, within
 /// [`TERMINATE_BUDGET`]. Call it holding the GPU's daemon lock.
-pub fn terminate_clients(cfg: &GpuMpsConfig, gpu: u32, job: u32) -> Terminated {
+pub fn terminate_clients(
+    cfg: &GpuMpsConfig,
+    gpu: u32,
+    job: u32,
+    sluid: Option<&str>,
+) -> Terminated {
     let mut done = Terminated::default();
     let Some(program) = program(cfg) else {
         return done;
@@ -769,7 +774,7 @@ pub fn terminate_clients(cfg: &GpuMpsConfig, gpu: u32, job: u32) -> Terminated {
             Ok(out) => done.clients.extend(
                 pids(&out)
                     .into_iter()
-                    .filter(|&client| client_of_job(client, job))
+                    .filter(|&client| client_of_job(client, job, sluid))
                     .map(|client| (server, client)),
             ),
             Err(e) => done.problems.push(e),
@@ -791,24 +796,30 @@ pub fn terminate_clients(cfg: &GpuMpsConfig, gpu: u32, job: u32) -> Terminated {
 
 /// Whether MPS client process `pid` is `job`'s: gone, or in the job's
 /// cgroup, or with `SLURM_JOB_ID=<job>` in its environment.
-fn client_of_job(pid: u32, job: u32) -> bool {
+fn client_of_job(pid: u32, job: u32, sluid: Option<&str>) -> bool {
     let Ok(cgroup) = fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
         return !Path::new(&format!("/proc/{pid}")).exists();
     };
     let wanted = format!("SLURM_JOB_ID={job}");
-    cgroup_is_jobs(&cgroup, job)
+    cgroup_is_jobs(&cgroup, job, sluid)
         || fs::read(format!("/proc/{pid}/environ"))
             .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == wanted.as_bytes()))
 }
 
 /// Whether `/proc/<pid>/cgroup` text puts the process under `job`'s
-/// cgroup (`.../job_<job>/...`, on cgroup v1 and v2 alike).
-pub fn cgroup_is_jobs(cgroup: &str, job: u32) -> bool {
+/// cgroup: `.../job_<job>/...` (cgroup v1, and v2 up to 25.11 or with
+/// `CgroupJobIdPaths=yes`), or `.../<sluid>/...` where Slurm 26.05's
+/// cgroup/v2 names a job's cgroup by its SLUID (`cgroup_p_step_create`;
+/// slurmd gives the epilog `SLURM_JOB_SLUID`).
+pub fn cgroup_is_jobs(cgroup: &str, job: u32, sluid: Option<&str>) -> bool {
     let wanted = format!("job_{job}");
     cgroup
         .lines()
         .filter_map(|l| l.splitn(3, ':').nth(2))
-        .any(|path| path.split('/').any(|part| part == wanted))
+        .any(|path| {
+            path.split('/')
+                .any(|part| part == wanted || sluid.is_some_and(|s| part == s))
+        })
 }
 
 /// Pids of GPU processes of MPS tied to `pipe`: the control daemon and the
@@ -1166,8 +1177,13 @@ mod tests {
     fn a_jobs_cgroup_is_found_on_v1_and_v2() {
         let v1 = "12:devices:/slurm/uid_1000/job_42/step_0/task_0\n3:cpu:/slurm/uid_1000/job_42/step_0\n";
         let v2 = "0::/system.slice/slurmstepd.scope/job_42/step_batch/user/task_0\n";
-        assert!(cgroup_is_jobs(v1, 42) && cgroup_is_jobs(v2, 42));
-        assert!(!cgroup_is_jobs(v1, 4) && !cgroup_is_jobs(v2, 420));
-        assert!(!cgroup_is_jobs("0::/user.slice/job_42.scope\n", 42));
+        assert!(cgroup_is_jobs(v1, 42, None) && cgroup_is_jobs(v2, 42, None));
+        assert!(!cgroup_is_jobs(v1, 4, None) && !cgroup_is_jobs(v2, 420, None));
+        assert!(!cgroup_is_jobs("0::/user.slice/job_42.scope\n", 42, None));
+        // Slurm 26.05, cgroup v2, by default: the job's cgroup is its SLUID.
+        let by_sluid = "0::/system.slice/slurmstepd.scope/s0AB12CD34EF56/step_0/user/task_0\n";
+        assert!(cgroup_is_jobs(by_sluid, 42, Some("s0AB12CD34EF56")));
+        assert!(!cgroup_is_jobs(by_sluid, 42, None));
+        assert!(!cgroup_is_jobs(by_sluid, 42, Some("s0AB12CD34EF57")));
     }
 }

@@ -23,6 +23,17 @@ pub struct EpilogReport {
 
 /// Releases `job` (idempotent: a second run releases nothing).
 pub fn epilog(node: &Node, job: u32) -> Result<EpilogReport, LedgerError> {
+    epilog_with_cgroup(node, job, None)
+}
+
+/// [`epilog`], where the job's cgroup may also be named by its SLUID
+/// (`SLURM_JOB_SLUID`: Slurm 26.05's cgroup/v2 names it so by default),
+/// so that its MPS clients are found there.
+pub fn epilog_with_cgroup(
+    node: &Node,
+    job: u32,
+    sluid: Option<&str>,
+) -> Result<EpilogReport, LedgerError> {
     let mut notes = Vec::new();
     let mut terminated = Vec::new();
     // What MPS still runs for the job ends before its units are released
@@ -33,7 +44,7 @@ pub fn epilog(node: &Node, job: u32) -> Result<EpilogReport, LedgerError> {
         .and_then(|s| s.state.share(job).map(|share| share.gpu));
     if let Some(gpu) = gpu {
         let ended = daemon::with_gpu_lock(&node.cfg, gpu, || {
-            daemon::terminate_clients(&node.cfg, gpu, job)
+            daemon::terminate_clients(&node.cfg, gpu, job, sluid)
         });
         match ended {
             Ok(done) => {

@@ -55,7 +55,7 @@ mod task;
 mod trust;
 mod unconfigured;
 
-pub use epilog::{epilog, stop_idle_daemons, EpilogReport};
+pub use epilog::{epilog, epilog_with_cgroup, stop_idle_daemons, EpilogReport};
 pub use metrics_file::{metrics_text, publish_metrics};
 pub use notes::{claim_banner, refusal, unserved};
 pub use prolog::prolog;

@@ -29,6 +29,10 @@ pub struct JobEnv {
     /// `SLURMD_NODENAME`: this node, as Slurm names it; a refusal names it,
     /// so a job spanning nodes says which one refused.
     pub node: String,
+    /// `SLURM_JOB_SLUID` (26.05+): the name Slurm's cgroup/v2 gives the
+    /// job's cgroup unless `CgroupJobIdPaths=yes`; kept only in the form
+    /// Slurm prints it (`s` and 13 Crockford base32 digits).
+    pub sluid: Option<String>,
 }
 
 impl JobEnv {
@@ -68,7 +72,11 @@ impl JobEnv {
             .filter(|n| !n.trim().is_empty())
             .or_else(crate::shared::locations::short_hostname)
             .unwrap_or_else(|| "this node".to_owned());
+        let sluid = get("SLURM_JOB_SLUID")
+            .map(|v| v.trim().to_owned())
+            .filter(|v| is_sluid(v));
         Ok(Self {
+            sluid,
             job,
             uid,
             user,
@@ -84,6 +92,13 @@ impl JobEnv {
     pub fn is_share(&self) -> bool {
         self.mps_percentage.is_some()
     }
+}
+
+/// Whether `text` is a SLUID as Slurm prints one (`print_sluid`,
+/// `src/common/sluid.c`): `s` then 13 digits of `0-9A-Z` less `I L O U`.
+pub fn is_sluid(text: &str) -> bool {
+    const DIGITS: &str = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+    text.len() == 14 && text.starts_with('s') && text[1..].chars().all(|c| DIGITS.contains(c))
 }
 
 /// Slurm's mps count of one GPU, which its percentage is relative to: the
@@ -191,6 +206,31 @@ pub(crate) mod tests {
             units_claimed: Some(units),
             job_gpus: vec![0],
             node: "gpu01".to_owned(),
+            sluid: None,
+        }
+    }
+
+    #[test]
+    fn only_a_sluid_as_slurm_prints_it_is_kept() {
+        let env = |v: &str| {
+            let v = v.to_owned();
+            JobEnv::from_env(move |k| match k {
+                "SLURM_JOB_ID" => Some("7".into()),
+                "SLURM_JOB_SLUID" => Some(v.clone()),
+                _ => None,
+            })
+            .map(|e| e.sluid)
+        };
+        assert_eq!(env("s0AB12CD34EF56"), Ok(Some("s0AB12CD34EF56".into())));
+        for bad in [
+            "",
+            "s0AB12CD34EF5",
+            "S0AB12CD34EF56",
+            "s0AB12CD34EF5I",
+            "s/../../job_1",
+            "job_7",
+        ] {
+            assert_eq!(env(bad), Ok(None), "{bad:?}");
         }
     }
 

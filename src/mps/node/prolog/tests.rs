@@ -80,6 +80,7 @@ fn forged_units_on_jobs_without_an_mps_allocation_change_nothing() {
         units_claimed: Some(100),
         job_gpus: gpus,
         node: "gpu01".to_owned(),
+        sluid: None,
     };
     for job in 1..=4 {
         assert_eq!(
@@ -153,6 +154,7 @@ fn records_of_vanished_jobs_are_dropped_only_when_a_share_needs_the_room() {
         units_claimed: None,
         job_gpus: vec![0],
         node: "gpu01".to_owned(),
+        sluid: None,
     };
     assert!(matches!(
         outcome(&node, &whole),
