@@ -136,6 +136,8 @@ fn standin(c: &Cluster) -> Result<(), String> {
     }
     for gpu in 0..4 {
         let _ = fs::remove_file(dir.join(format!("compute-mode-{gpu}")));
+        // A failure the test before left remembered (node/sick.rs).
+        let _ = fs::remove_file(c.dir.join(format!("run/gpu-mps/mps-sick-{gpu}")));
     }
     fs::write(dir.join("standin.calls"), "").map_err(|e| e.to_string())?;
     fs::write(dir.join("standin.log"), "").map_err(|e| e.to_string())

@@ -51,6 +51,7 @@ mod report;
 mod running;
 mod serve;
 mod setup;
+mod sick;
 mod task;
 mod trust;
 mod unconfigured;

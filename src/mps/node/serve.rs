@@ -34,11 +34,41 @@ pub(super) fn serve(
             // Read once, under the lock: the users and limits of the GPU's shares now.
             let state = node.ledger.snapshot()?.state;
             let alone = state.shares().all(|s| s.gpu != gpu || s.job == share.job);
+            // A daemon that just failed to start is not tried again at
+            // once by every prolog queued on this lock (sick.rs).
+            let dir = node.ledger.dir();
+            let control = format!("{:?}", node.cfg.mps_control);
+            let daemons = node.cfg.mps_control != config::MpsControl::Disabled;
+            let remembered = daemons
+                .then(|| super::sick::remembered(dir, gpu, &control))
+                .flatten();
+            let ensured = match remembered {
+                Some(why) => daemon::Ensured {
+                    daemon: MpsDaemon::Failed(why),
+                    servers: None,
+                    multi_user: None,
+                },
+                None => {
+                    let ensured = daemon::ensure(&node.cfg, gpu, node.owner, alone);
+                    match &ensured.daemon {
+                        MpsDaemon::Failed(why) => {
+                            if let Err(e) = super::sick::remember(dir, gpu, &control, why) {
+                                report.notes.push(format!(
+                                    "GPU {gpu}'s daemon failure not remembered: {e}"
+                                ));
+                            }
+                        }
+                        MpsDaemon::NotAvailable => {}
+                        _ => super::sick::forget(dir, gpu),
+                    }
+                    ensured
+                }
+            };
             let daemon::Ensured {
                 daemon: mps,
                 servers,
                 multi_user,
-            } = daemon::ensure(&node.cfg, gpu, node.owner, alone);
+            } = ensured;
             let others = state.other_users_on(gpu, share.uid);
             if !others.is_empty() && !multi_user.unwrap_or(node.cfg.multi_user) {
                 report.notes.push(format!(
