@@ -45,7 +45,8 @@ pub enum Cmd {
         /// Write MetricsFile atomically instead of printing; also read the
         /// kernel log for fatal XID errors since the last look (the first
         /// look starts at the log's end), setting their GPUs aside; only
-        /// the kernel's records starting with the driver's `NVRM: Xid` count
+        /// the kernel's records starting with the driver's `NVRM: Xid` count;
+        /// and set again each compute mode nvidia-smi failed to set
         #[arg(long)]
         write: bool,
         /// The kernel log to read XIDs from, as /dev/kmsg records

@@ -92,7 +92,7 @@ pub const FACTS_OPTION: &str = "--nvml-facts";
 /// Where the prolog keeps NVML's last figures, in the state directory: what
 /// it uses while NVML does not answer, and what the node timer maps the
 /// kernel log's PCI addresses to GPUs with (never asking NVML itself).
-pub const KEPT_FACTS: &str = "nvml-facts";
+pub const KEPT_FACTS: &str = gpushare::mps::gpu_devices::KEPT_FACTS;
 
 /// The figures the prolog uses, one GPU a line: `<index> <minor>
 /// <memory MiB> <mig on> <lost> <PCI bus id>`, `-` where NVML could not say.

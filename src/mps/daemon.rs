@@ -80,6 +80,9 @@ pub enum MpsDaemon {
     Restarted(String),
     /// Asked to quit (or found gone already).
     Stopped,
+    /// Stopped, with something the admin should read (an admin's compute
+    /// mode left on the GPU).
+    StoppedWith(String),
     /// No control program on this node (or `MPSControl=none`).
     NotAvailable,
     /// The control program failed; the text says how.
@@ -93,6 +96,7 @@ impl fmt::Display for MpsDaemon {
             Self::Running => write!(f, "running"),
             Self::Restarted(why) => write!(f, "restarted ({why})"),
             Self::Stopped => write!(f, "stopped"),
+            Self::StoppedWith(note) => write!(f, "stopped; {note}"),
             Self::NotAvailable => {
                 write!(f, "not managed (no {CONTROL_PROGRAM}, or MPSControl=none)")
             }
@@ -711,9 +715,13 @@ pub fn stop(cfg: &GpuMpsConfig, gpu: u32) -> MpsDaemon {
     // The GPU's own compute mode comes back, whatever ComputeMode= says now.
     let restored = super::compute_mode::restore(cfg, gpu);
     match (quit, restored) {
+        (Ok(()), Ok(Some(s))) if matches!(s.step, super::compute_mode::Step::AdminsMode(_)) => {
+            MpsDaemon::StoppedWith(s.to_string())
+        }
         (Ok(()), Ok(_)) => MpsDaemon::Stopped,
         (Ok(()), Err(e)) => MpsDaemon::Failed(format!(
-            "stopped, but the GPU's compute mode was not given back: {e}"
+            "stopped, but the GPU's compute mode was not given back: {e}; the node timer \
+             (gpu-mps metrics --write) tries again"
         )),
         (Err(e), _) => MpsDaemon::Failed(format!("{e}; its processes were killed")),
     }

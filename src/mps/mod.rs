@@ -11,6 +11,8 @@
 //! - [`programs`]: where the MPS control program is.
 //! - [`compute_mode`]: a shared GPU in EXCLUSIVE_PROCESS mode while its
 //!   daemon runs.
+//! - [`gpu_devices`]: the node's GPU device files, their minors and PCI
+//!   bus ids.
 //! - [`devices`]: confining a task to its GPU's device file.
 //! - [`status`]: the per-GPU view `gpu-mps status` prints.
 //! - [`dcgm`]: dcgm-exporter's job mapping, one file per GPU.
@@ -27,6 +29,7 @@ pub mod daemon;
 pub mod dcgm;
 pub mod devices;
 pub mod gc;
+pub mod gpu_devices;
 pub mod health;
 pub mod in_force;
 pub mod installed;

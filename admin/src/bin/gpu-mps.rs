@@ -20,7 +20,7 @@ use clap::Parser;
 use gpushare::mps::config::{self, GpuMpsConfig};
 use gpushare::mps::metrics::Counters;
 use gpushare::mps::node::{
-    gpu_devices, metrics_text, node_name, publish_metrics, running_jobs, Node,
+    gpu_devices, metrics_text, node_name, publish_metrics, retry_modes, running_jobs, Node,
 };
 use gpushare::mps::setup_lines::GpuGroup;
 use gpushare::mps::status::{self, NodeStatus};
@@ -110,6 +110,11 @@ fn metrics(conf: &Path, write: bool, kernel_log: &Path) -> Result<u8> {
     if write {
         let last_seen = || nvml::last_seen(&node.cfg.state_dir);
         for line in xid::set_aside_fatal(&node, kernel_log, last_seen) {
+            eprintln!("gpu-mps: {line}");
+        }
+        // A compute mode nvidia-smi failed to set (given back after the
+        // last share, or around a job holding the GPU whole) is set now.
+        for line in retry_modes(&node) {
             eprintln!("gpu-mps: {line}");
         }
         if node.cfg.metrics_file.is_none() {

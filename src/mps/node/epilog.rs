@@ -2,6 +2,7 @@
 //! released, its GPUs' daemons stopped or their limits lowered; and the
 //! daemons of GPUs left without a share stopped (`gpu-mps gc`).
 
+use super::modes::follow_whole;
 use super::notes::forget_notes;
 use super::setup::{guard_pipes, Node};
 use crate::mps::config;
@@ -97,6 +98,18 @@ pub fn epilog_with_cgroup(
             Err(e) => notes.push(format!("GPU {gpu}'s MPS daemon left as it is: {e}")),
         }
     }
+    // A GPU Slurm gave this job whole beside shares: exclusive again for
+    // the shares still there (node/modes.rs).
+    let held: Vec<u32> = out
+        .value
+        .iter()
+        .filter_map(|r| match r {
+            Record::Whole(w) => Some(w.gpus.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    notes.extend(follow_whole(node, &held));
     Ok(EpilogReport {
         terminated,
         released: out.value,

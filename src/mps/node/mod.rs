@@ -42,9 +42,12 @@
 //! - `epilog`: the job released, idle daemons stopped.
 //! - `metrics_file`: the node's metrics file, rewritten under the ledger's
 //!   lock.
+//! - `modes`: a shared GPU's compute mode following its holders (given
+//!   back to a job Slurm gave it whole, retried by the node timer).
 
 mod epilog;
 mod metrics_file;
+mod modes;
 mod notes;
 mod prolog;
 mod report;
@@ -58,6 +61,7 @@ mod unconfigured;
 
 pub use epilog::{epilog, epilog_with_cgroup, stop_idle_daemons, EpilogReport};
 pub use metrics_file::{metrics_text, publish_metrics};
+pub use modes::{follow_whole, retry_modes, wanted};
 pub use notes::{claim_banner, refusal, unserved};
 pub use prolog::prolog;
 pub use report::{PrologOutcome, PrologReport, MPS_DAEMON_REFUSAL};

@@ -4,6 +4,7 @@
 
 use std::collections::HashSet;
 
+use super::modes::follow_whole;
 use super::notes::forget_notes;
 use super::report::{refuse, PrologOutcome, PrologReport};
 use super::running::RunningJob;
@@ -186,6 +187,10 @@ fn place(
                 failure.reason, env.job
             ));
         }
+        // Where gpushare made a GPU exclusive for its shares, the job
+        // Slurm gave it would fail at CUDA start: the GPU gets its earlier
+        // mode back while the job holds it (node/modes.rs).
+        report.notes.extend(follow_whole(node, &env.job_gpus));
         report.outcome = PrologOutcome::Whole {
             gpus: env.job_gpus.clone(),
             overlapping: out.value,

@@ -9,6 +9,8 @@ use std::sync::Arc;
 use crate::mps::config::{self, GpuMpsConfig};
 use crate::mps::daemon;
 use crate::mps::dcgm::JobMapping;
+use crate::mps::gpu_devices::device_minor;
+pub use crate::mps::gpu_devices::gpu_devices;
 use crate::mps::health;
 use crate::mps::in_force;
 use crate::mps::ledger::{Ledger, LedgerError, LedgerState};
@@ -227,36 +229,6 @@ pub fn server_rule(cfg: &GpuMpsConfig) -> ServerRule {
         refuse_other_users: cfg.other_users == config::OtherUsers::Refuse,
         max_clients: cfg.max_clients_per_gpu,
     }
-}
-
-/// The node's GPU device files, in index order.
-pub fn gpu_devices(cfg: &GpuMpsConfig) -> Vec<PathBuf> {
-    if let Some(list) = &cfg.gpu_devices {
-        return list.clone();
-    }
-    let mut found: Vec<(u32, PathBuf)> = fs::read_dir("/dev")
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .filter_map(|e| {
-                    let name = e.file_name();
-                    let n = name.to_str()?.strip_prefix("nvidia")?.parse::<u32>().ok()?;
-                    Some((n, e.path()))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    found.sort();
-    found.into_iter().map(|(_, p)| p).collect()
-}
-
-/// The N of a `/dev/nvidiaN` path: the device's minor number, which is how
-/// NVML names the same GPU (`nvmlDeviceGetMinorNumber`).
-fn device_minor(path: &Path) -> Option<u32> {
-    path.file_name()?
-        .to_str()?
-        .strip_prefix("nvidia")?
-        .parse()
-        .ok()
 }
 
 /// The node's ledger as every writer opens it: with the views each of its

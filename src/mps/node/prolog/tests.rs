@@ -623,3 +623,49 @@ fn a_share_refused_for_a_bad_conf_beside_a_last_good_copy_is_told_why() {
     assert!(r.released.is_empty() && r.stopped.is_empty(), "{r:?}");
     assert_eq!(refusal(&node.ledger, 9), None);
 }
+
+/// A job Slurm gave a GPU whole where gpushare's shares run, in
+/// EXCLUSIVE_PROCESS: its prolog gives the GPU its earlier mode, its
+/// epilog makes it exclusive again for the share still there; a whole
+/// GPU without shares is never asked about.
+#[test]
+fn a_gpu_given_whole_beside_shares_has_its_earlier_mode_while_held() {
+    let (mut node, dir) = temp_node(Some(1600));
+    node.cfg.mps_control =
+        MpsControl::Program(crate::mps::compute_mode::tests::fake_smi(dir.path()));
+    node.ledger
+        .place(7, 1000, "alice", 25, 4, 100)
+        .unwrap_or_else(|e| panic!("{e}"));
+    crate::mps::compute_mode::make_exclusive(&node.cfg, 0).unwrap_or_else(|e| panic!("{e}"));
+    let mode = || fs::read_to_string(dir.path().join("mode-0")).unwrap_or_default();
+    assert_eq!(mode(), "EXCLUSIVE_PROCESS\n");
+    let whole = |job, gpus: Vec<u32>| JobEnv {
+        mps_percentage: None,
+        units_claimed: None,
+        job_gpus: gpus,
+        ..share_env(job, 0)
+    };
+    let log = dir.path().join("log");
+    fs::write(&log, "").unwrap_or_else(|e| panic!("{e}"));
+    let report = prolog(&node, &whole(8, vec![1]), &MpsBooking::default(), no_squeue)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(report.notes.is_empty(), "{:?}", report.notes);
+    assert_eq!(fs::read_to_string(&log).ok().as_deref(), Some(""));
+    let report = prolog(&node, &whole(9, vec![0]), &MpsBooking::default(), no_squeue)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(mode(), "DEFAULT\n");
+    assert!(
+        report
+            .notes
+            .iter()
+            .any(|n| n.starts_with("GPU 0: compute mode set to DEFAULT")),
+        "{:?}",
+        report.notes
+    );
+    let released = epilog(&node, 9).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(mode(), "EXCLUSIVE_PROCESS\n", "{:?}", released.notes);
+    // Without the share, the whole job's epilog leaves the mode to the
+    // share's: the GPU's earlier mode comes back when its daemon stops.
+    epilog(&node, 7).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(mode(), "DEFAULT\n");
+}
