@@ -20,6 +20,12 @@ use testcluster::time::{Timeout, JOB_END, JOB_LONG, JOB_START, NODE_STATE, SHORT
 use testcluster::users::TestUser;
 use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
 
+#[path = "mps_daemon/compute_mode.rs"]
+mod compute_mode;
+use compute_mode::{
+    admins_mode_kept, exclusive_while_shared, failed_restore_retried, whole_job_beside_shares,
+};
+
 /// A share whose daemon hangs is refused and sent elsewhere within this:
 /// the prolog's own deadline ended the wait, not the hung program.
 const REFUSED_WITHIN: Timeout = Timeout::secs(80);
@@ -78,6 +84,14 @@ fn main() -> ExitCode {
             exclusive_while_shared,
         )
         .test(
+            "a_failed_compute_mode_restore_is_retried_by_the_node_timer",
+            failed_restore_retried,
+        )
+        .test(
+            "an_admins_compute_mode_set_while_shares_ran_is_kept",
+            admins_mode_kept,
+        )
+        .test(
             "the_dcgm_mapping_follows_the_ledger_when_a_prolog_is_killed_mid_way",
             prolog_killed,
         )
@@ -94,6 +108,11 @@ fn main() -> ExitCode {
             .test(
                 "a_daemon_started_before_multi_user_takes_no_second_user",
                 one_user_daemon_kept,
+            )
+            // Where Slurm places shares it never gives a GPU holding them whole.
+            .test(
+                "a_gpu_given_whole_beside_shares_has_its_earlier_mode_while_held",
+                whole_job_beside_shares,
             );
     }
     suite
@@ -767,69 +786,6 @@ fn failed_gpus(c: &mut Cluster) -> TestResult {
     let ids = shares(c, 1, 25)?;
     ensure(!ids.is_empty(), "no share after resume-gpu")?;
     cancel_and_wait_stopped(c)
-}
-
-/// GPU `gpu`'s compute mode as the stand-in `nvidia-smi` keeps it.
-fn compute_mode(c: &Cluster, gpu: u32) -> String {
-    fs::read_to_string(bin_dir(c).join(format!("compute-mode-{gpu}")))
-        .unwrap_or_else(|_| "Default".into())
-        .trim()
-        .to_owned()
-}
-
-/// By default (`ComputeMode=exclusive`) each shared GPU is put in
-/// EXCLUSIVE_PROCESS mode before its daemon starts and gets back the mode
-/// it had (GPU 1 was PROHIBITED) once its last share ends; where
-/// `nvidia-smi` fails, the share is refused. `ComputeMode=leave` never
-/// asks `nvidia-smi` to change a mode.
-fn exclusive_while_shared(c: &mut Cluster) -> TestResult {
-    standin(c)?;
-    fs::write(bin_dir(c).join("compute-mode-1"), "Prohibited\n").map_err(|e| e.to_string())?;
-    let before: Vec<String> = (0..4).map(|g| compute_mode(c, g)).collect();
-    with_line(c, "ComputeMode=leave", |c| {
-        shares(c, 4, 25)?;
-        let sets: Vec<String> = calls(c)
-            .into_iter()
-            .filter(|l| l.starts_with("smi ") && l.contains(" -c "))
-            .collect();
-        let during: Vec<String> = (0..4).map(|g| compute_mode(c, g)).collect();
-        ensure(
-            sets.is_empty() && during == before,
-            format!("ComputeMode=leave set modes {sets:?}: {during:?}, before: {before:?}"),
-        )
-    })?;
-    fs::write(bin_dir(c).join("standin.log"), "").map_err(|e| e.to_string())?;
-    // The default: gpu_mps.conf has no ComputeMode line.
-    with_line(c, "", |c| {
-        shares(c, 4, 25)?;
-        let gpus = used_gpus(c);
-        let log = calls(c);
-        for &gpu in &gpus {
-            let at = |want: &str| log.iter().position(|l| l == want);
-            let exclusive = at(&format!("smi args=-i {gpu} -c EXCLUSIVE_PROCESS"));
-            let started = at(&format!("gpu={gpu} args=-d"));
-            ensure(
-                compute_mode(c, gpu) == "Exclusive_Process"
-                    && exclusive.is_some()
-                    && exclusive < started,
-                format!(
-                    "GPU {gpu} in mode {} before its daemon: {log:?}",
-                    compute_mode(c, gpu)
-                ),
-            )?;
-        }
-        cancel_and_wait_stopped(c)?;
-        let after: Vec<String> = (0..4).map(|g| compute_mode(c, g)).collect();
-        ensure(
-            after == before,
-            format!("modes after the last shares: {after:?}, before: {before:?}"),
-        )?;
-        fs::write(bin_dir(c).join("smi-fail"), "").map_err(|e| e.to_string())?;
-        let id = c.sbatch_ok(&["--gres=mps:25", SCRIPT])?;
-        let refused = sent_elsewhere(c, id, "compute mode");
-        let _ = fs::remove_file(bin_dir(c).join("smi-fail"));
-        refused
-    })
 }
 
 /// A prolog killed while it waits on a hung control program, after its

@@ -29,8 +29,9 @@
 //! stands in for that instead: each call is logged as `smi args=...` in
 //! `standin.log`; `-i N --query-gpu=compute_mode --format=csv,noheader`
 //! answers GPU N's mode from `<dir>/compute-mode-N` (`Default` where there
-//! is none); `-i N -c MODE` writes it; `<dir>/smi-fail` makes every call
-//! fail.
+//! is none); `-i N -c MODE` writes it; N is what `-i` named, an index or a
+//! PCI bus id (`compute-mode-00000000:3B:00.0`); `<dir>/smi-fail` makes
+//! every call fail.
 
 use std::fs;
 use std::io::{Read, Write};
