@@ -22,6 +22,7 @@
 
 use super::setup::Node;
 use crate::mps::compute_mode::{self, Settled, Wanted};
+use crate::mps::config::GpuMpsConfig;
 use crate::mps::daemon;
 
 /// What GPU `gpu`'s holders want of its mode, from whether shares run
@@ -53,6 +54,13 @@ fn settle(node: &Node, gpu: u32) -> Result<Option<Settled>, String> {
         }
         compute_mode::settle(cfg, gpu, wanted(shares, whole, cfg.exclusive_while_shared))
     })?
+}
+
+/// Gives GPU `gpu`, held whole, its earlier mode where gpushare set one:
+/// called holding its daemon lock, by a prolog that started the daemon of
+/// a share Slurm put on a GPU a job holds whole.
+pub(super) fn settle_held(cfg: &GpuMpsConfig, gpu: u32) -> Option<String> {
+    said(gpu, compute_mode::settle(cfg, gpu, Wanted::Earlier))
 }
 
 /// Settles the mode of each of `gpus` where gpushare set one: called by

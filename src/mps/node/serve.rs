@@ -69,6 +69,13 @@ pub(super) fn serve(
                 servers,
                 multi_user,
             } = ensured;
+            // A daemon started where a job holds the GPU whole (Slurm put
+            // the share there): the whole job keeps the GPU's earlier mode.
+            if state.whole_holders().any(|w| w.gpus.contains(&gpu)) {
+                report
+                    .notes
+                    .extend(super::modes::settle_held(&node.cfg, gpu));
+            }
             let others = state.other_users_on(gpu, share.uid);
             if !others.is_empty() && !multi_user.unwrap_or(node.cfg.multi_user) {
                 report.notes.push(format!(
