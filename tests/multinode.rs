@@ -95,6 +95,10 @@ fn main() -> ExitCode {
             "an_array_task_sent_elsewhere_is_requeued_alone_not_its_array",
             array_task_sent_elsewhere,
         )
+        .test(
+            "the_lift_takes_back_only_what_gpushare_added",
+            own_changes_survive_the_lift,
+        )
         .run()
 }
 
@@ -1272,5 +1276,101 @@ fn array_task_sent_elsewhere(c: &mut Cluster) -> TestResult {
     })
     .map_err(|e| format!("{e}\ntasks: {:?}", array_tasks(c, array)))?;
     untouched(&back, "task 2's exclusion taken back")?;
+    clean(c)
+}
+
+/// The value of `key` in `scontrol show job`'s answer, whole: each
+/// comment field is a line of its own there (ended by a blank).
+fn shown_line(c: &Cluster, id: u32, key: &str) -> Option<String> {
+    let text = c
+        .run_ok("scontrol", &["show", "job", &id.to_string()])
+        .ok()?;
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix(key)?.strip_prefix('='))
+        .map(str::to_owned)
+}
+
+/// As in [`sent_elsewhere`], ben's share can only start on gpu01, where
+/// ann's servers refuse it. The site gave his job an `AdminComment`
+/// before it started: gpushare's words are appended to it, not put in
+/// its place. ben adds gpu03 to his `ExcNodeList` while his job waits.
+/// When one of ann's shares ends, only gpu01 leaves his list and only
+/// gpushare's words leave the comment: the job runs on gpu01, still
+/// excluding gpu03, the site's comment as it was.
+fn own_changes_survive_the_lift(c: &mut Cluster) -> TestResult {
+    if slurm_places_shares() {
+        // Slurm's placement runs ben beside ann: nothing is refused.
+        return Ok(());
+    }
+    let ann = TestUser::create(c, "gpushare-ann")?;
+    let ben = TestUser::create(c, "gpushare-ben")?;
+    let submit = |user: &TestUser, extra: &[&str]| {
+        let out = format!("--output={}/%j.out", user.home.display());
+        let mut args = vec![out.as_str()];
+        args.extend_from_slice(extra);
+        args.push(SHARE);
+        user.sbatch(c, &args)
+    };
+    let anns: Vec<u32> = (0..4)
+        .map(|_| submit(&ann, &["-w", "gpu01", "--gres=mps:10"]))
+        .collect::<Result<_, _>>()?;
+    wait_for("ann's four shares on gpu01", JOB_START, || {
+        let held = shares(c, "gpu01");
+        anns.iter().all(|id| held.contains_key(id)).then_some(())
+    })?;
+    let blocker = c.sbatch_ok(&["-w", "gpu02", "--exclusive", "--wrap=sleep 300"])?;
+    c.wait_job_state(blocker, &["RUNNING"], JOB_START)?;
+    let id = submit(&ben, &["--hold", "--gres=mps:30"])?;
+    let site = "site: project 42";
+    c.run_ok(
+        "scontrol",
+        &[
+            "update",
+            &format!("jobid={id}"),
+            &format!("AdminComment={site}"),
+        ],
+    )?;
+    c.run_ok("scontrol", &["release", &id.to_string()])?;
+    let told = wait_for("ben's job to be sent off gpu01", JOB_LONG, || {
+        let info = c.job(id).ok()?;
+        (info.get("ExcNodeList") == Some("gpu01") && info.get("JobState") == Some("PENDING"))
+            .then_some(())?;
+        shown_line(c, id, "AdminComment")
+    })
+    .map_err(|e| format!("{e}\nsyslog:\n{}", c.syslog()))?;
+    ensure(
+        told.starts_with(&format!("{site}; gpushare: requeued from gpu01, ")),
+        format!("the site's AdminComment is not kept before gpushare's: {told:?}"),
+    )?;
+    ben.run_ok(
+        c,
+        None,
+        "scontrol",
+        &["update", &format!("jobid={id}"), "ExcNodeList=gpu01,gpu03"],
+    )?;
+    c.run_ok("scancel", &[&anns[0].to_string()])?;
+    let info = c.wait_job_state(id, &["RUNNING"], JOB_LONG).map_err(|e| {
+        format!(
+            "{e}\nExcNodeList {:?}\nsyslog:\n{}",
+            c.job(id)
+                .ok()
+                .and_then(|j| j.get("ExcNodeList").map(str::to_owned)),
+            c.syslog()
+        )
+    })?;
+    ensure(
+        info.get("NodeList") == Some("gpu01") && info.get("ExcNodeList") == Some("gpu03"),
+        format!(
+            "ben's job runs on {:?} with ExcNodeList {:?}: his own gpu03 must stay",
+            info.get("NodeList"),
+            info.get("ExcNodeList")
+        ),
+    )?;
+    let comment = shown_line(c, id, "AdminComment");
+    ensure(
+        comment.as_deref() == Some(site),
+        format!("the AdminComment after the lift is {comment:?}, not the site's {site:?}"),
+    )?;
+    c.run_ok("scancel", &[&blocker.to_string()])?;
     clean(c)
 }

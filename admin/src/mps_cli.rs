@@ -46,7 +46,9 @@ pub enum Cmd {
         /// kernel log for fatal XID errors since the last look (the first
         /// look starts at the log's end), setting their GPUs aside; only
         /// the kernel's records starting with the driver's `NVRM: Xid` count;
-        /// and set again each compute mode nvidia-smi failed to set
+        /// set again each compute mode nvidia-smi failed to set;
+        /// and lift the exclusions of jobs requeued off this node 10
+        /// minutes ago or more (only this node leaves their ExcNodeList)
         #[arg(long)]
         write: bool,
         /// The kernel log to read XIDs from, as /dev/kmsg records

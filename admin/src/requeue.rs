@@ -10,13 +10,30 @@
 //! delay) and adds the node to its `ExcNodeList`, so that Slurm starts it
 //! on a node that can serve it. The epilog does it, not the prolog: a
 //! requeue makes slurmd kill the job's running prolog, which would then
-//! fail half-way. The exclusion is
-//! gpushare's, not the user's: it is recorded in `<StateDir>/requeued`
-//! and taken back by the epilog of the next share that ends on the node
-//! (room may have come back), restoring the job's own list. The job's
-//! `AdminComment` says why it was requeued. A job that
-//! cannot be requeued (interactive, `--no-requeue`) fails with the reason
-//! as before.
+//! fail half-way. The decisions are the core's
+//! (`gpushare::mps::node::requeue`); this file runs the commands they
+//! order.
+//!
+//! - Only a job Slurm still runs or completes on this node is requeued (a
+//!   job requeued, or started elsewhere, meanwhile is left alone; one its
+//!   user cancelled, where accounting tells: Slurm shows every job in its
+//!   epilog as `COMPLETING`), and at
+//!   most `MAX_REQUEUES` times (Slurm's `Restarts=`): then it fails with
+//!   its refusal.
+//! - The exclusion is gpushare's, not the user's: `<StateDir>/requeued`
+//!   records whether gpushare added the node (not if the user had
+//!   excluded it already), when, and the words it appended to the site's
+//!   `AdminComment`. The epilog of the next share that ends on the node
+//!   (room may have come back), or the node's timer once `LIFT_AFTER` has
+//!   passed, takes out of the job's lists *as they are then* only this
+//!   node and gpushare's words: what the user or an admin changed
+//!   meanwhile stays. A job Slurm cannot be asked about stays recorded
+//!   for the next try.
+//! - No command runs under the record's lock, and one program spends at
+//!   most [`BUDGET`] on them all.
+//!
+//! A job that cannot be requeued (interactive, `--no-requeue`) fails with
+//! the reason as before.
 //!
 //! Every `scontrol` call is bounded in time ([`SCONTROL_TIMEOUT`]) and
 //! names the job as Slurm must be told it: an array task as
@@ -31,16 +48,23 @@
 //! fields Slurm prints before the user's job name, checked again under
 //! the name it is acted on with.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use gpushare::mps::node::requeue::{
+    comment_with, decide_lift, decide_requeue, shown_job, Exclusion, Exclusions, Lift, Requeue,
+    ShownJob, COMMENT_MARK, LIFT_AFTER,
+};
 use gpushare::mps::state_dir;
 use gpushare::shared::bounded;
 
-/// How long one `scontrol` call may take.
+/// How long one `scontrol` or `squeue` call may take.
 pub const SCONTROL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long one node program may spend on Slurm's commands for requeues
+/// and exclusions: what is left undone is tried again later.
+pub const BUDGET: Duration = Duration::from_secs(40);
 
 /// The record of the exclusions gpushare added, in the state directory.
 const RECORD: &str = "requeued";
@@ -112,359 +136,298 @@ pub fn take_mark(state_dir: &Path, job: u32) -> Option<Elsewhere> {
     Some(Elsewhere::from_reason(text.trim()).unwrap_or(Elsewhere::OtherUsers))
 }
 
-/// A job as `scontrol` must name it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct JobName {
-    /// Its own job id (what slurmd calls `SLURM_JOB_ID`).
-    pub job: u32,
-    /// `(ArrayJobId, ArrayTaskId)` of an array task.
-    pub array: Option<(u32, u32)>,
-}
-
-impl std::fmt::Display for JobName {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.array {
-            Some((array, task)) => write!(f, "{array}_{task}"),
-            None => write!(f, "{}", self.job),
-        }
-    }
-}
-
-/// What the epilog reads of a job in `scontrol -o show job`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ShownJob {
-    pub name: JobName,
-    /// Its `ExcNodeList` (`None`: `(null)` or empty).
-    pub excluded: Option<String>,
-}
-
-/// The identity Slurm prints before the job's name, which its user chose:
-/// `JobId=N [ArrayJobId=A ArrayTaskId=T [ArrayTaskThrottle=K] |
-/// HetJobId=H HetJobOffset=O] JobName=`. `None`: not such a line. The
-/// task id is the text Slurm printed (a range on a record of pending tasks).
-fn record_head(line: &str) -> Option<(u32, Option<(u32, &str)>)> {
-    let mut words = line.split(' ');
-    let job = words.next()?.strip_prefix("JobId=")?.parse().ok()?;
-    let mut array_job = None;
-    let mut task = None;
-    for word in words {
-        if word.starts_with("JobName=") {
-            return match (array_job, task) {
-                (Some(a), Some(t)) => Some((job, Some((a, t)))),
-                (None, None) => Some((job, None)),
-                _ => None,
-            };
-        }
-        let (key, value) = word.split_once('=')?;
-        match key {
-            "ArrayJobId" if array_job.is_none() => array_job = Some(value.parse().ok()?),
-            "ArrayTaskId" if task.is_none() && array_job.is_some() => task = Some(value),
-            "ArrayTaskThrottle" | "HetJobId" | "HetJobOffset" => {
-                value.parse::<u32>().ok()?;
-            }
-            _ => return None,
-        }
-    }
-    None
-}
-
-/// `ExcNodeList` in one record: the value of the one
-/// `ReqNodeList=… ExcNodeList=… NodeList=…` run of fields, as Slurm prints
-/// them together. `Err`: none, or more than one (a job name, comment or
-/// path can hold that text; which one is Slurm's cannot be told).
-fn excluded_in(record: &str) -> Result<Option<String>, String> {
-    let words: Vec<&str> = record.split_whitespace().collect();
-    let found: Vec<&str> = words
-        .windows(3)
-        .filter(|w| w[0].starts_with("ReqNodeList=") && w[2].starts_with("NodeList="))
-        .filter_map(|w| w[1].strip_prefix("ExcNodeList="))
-        .collect();
-    match found.as_slice() {
-        [one] => Ok((!one.is_empty() && *one != "(null)").then(|| (*one).to_owned())),
-        [] => Err("its record shows no ExcNodeList".to_owned()),
-        _ => Err(
-            "its record shows ExcNodeList more than once (text the user chose repeats it), so \
-             its own list cannot be told"
-                .to_owned(),
-        ),
-    }
-}
-
-/// Job `job` in `scontrol -o show job`'s answer (which lists every task
-/// of an array asked by the array's id): the one record whose `JobId=` is
-/// `job`. `Err`: none, several (a job name with a line break can forge a
-/// line), or a record that is no started task (a range of array tasks).
-pub fn shown_job(job: u32, answer: &str) -> Result<ShownJob, String> {
-    let mine: Vec<(&str, Option<(u32, &str)>)> = answer
-        .lines()
-        .filter_map(|l| record_head(l).map(|h| (l, h)))
-        .filter(|(_, (id, _))| *id == job)
-        .map(|(l, (_, array))| (l, array))
-        .collect();
-    let (line, array) = match mine.as_slice() {
-        [one] => *one,
-        [] => return Err(format!("scontrol shows no record of job {job}")),
-        _ => {
-            return Err(format!(
-                "scontrol shows {} records with JobId={job}",
-                mine.len()
-            ))
-        }
-    };
-    let array = match array {
-        None => None,
-        Some((array_job, task)) => Some((
-            array_job,
-            task.parse::<u32>()
-                .map_err(|_| format!("job {job} is no single array task (ArrayTaskId={task})"))?,
-        )),
-    };
-    let excluded = excluded_in(line).map_err(|e| format!("job {job}: {e}"))?;
-    Ok(ShownJob {
-        name: JobName { job, array },
-        excluded,
-    })
-}
-
 /// Job `job` as slurmctld records it, under the name `scontrol` must be
 /// given: asked by its id, then, for an array task, asked again as
 /// `ARRAYJOBID_TASKID`, whose answer must be that same job.
-pub fn resolve(job: u32) -> Result<ShownJob, String> {
-    let shown = shown_job(job, &scontrol(&["-o", "show", "job", &job.to_string()])?)?;
+fn resolve(deadline: &Deadline, job: u32) -> Result<ShownJob, Failed> {
+    let answer = scontrol(deadline, &["-o", "show", "job", &job.to_string()])?;
+    let shown = shown_job(job, &answer).map_err(Failed::Unreadable)?;
     if shown.name.array.is_none() {
         return Ok(shown);
     }
     let name = shown.name.to_string();
-    let again = shown_job(job, &scontrol(&["-o", "show", "job", &name])?)?;
+    let again = shown_job(job, &scontrol(deadline, &["-o", "show", "job", &name])?)
+        .map_err(Failed::Unreadable)?;
     if again.name != shown.name {
-        return Err(format!(
+        return Err(Failed::Unreadable(format!(
             "job {job} was {name}, but scontrol show job {name} names {}",
             again.name
-        ));
+        )));
     }
     Ok(again)
 }
 
-/// `list` with `node` added (Slurm reads comma lists and host ranges).
-pub fn with_node(list: Option<&str>, node: &str) -> String {
-    match list {
-        Some(list) if list.split(',').any(|n| n == node) => list.to_owned(),
-        Some(list) => format!("{list},{node}"),
-        None => node.to_owned(),
+/// Why a call to Slurm gave no answer to act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Failed {
+    /// slurmctld knows no such job (ended and purged): nothing to do, ever.
+    Gone(String),
+    /// Its record cannot be read safely (text the user chose): nothing
+    /// will be done for it.
+    Unreadable(String),
+    /// Slurm could not be asked now (no answer in time, down, out of this
+    /// epilog's time): try again later.
+    Later(String),
+}
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Gone(e) | Self::Unreadable(e) | Self::Later(e) => f.write_str(e),
+        }
     }
 }
 
-/// The record's text: one job a line, `<job> <its own ExcNodeList or ->`.
-fn record_text(records: &BTreeMap<u32, Option<String>>) -> String {
-    records
-        .iter()
-        .map(|(job, own)| format!("{job} {}\n", own.as_deref().unwrap_or("-")))
-        .collect()
+/// The end of the time one node program may spend on Slurm's commands
+/// here: every call gets what is left of it, at most [`SCONTROL_TIMEOUT`].
+#[derive(Debug, Clone, Copy)]
+pub struct Deadline(Instant);
+
+impl Deadline {
+    /// [`BUDGET`] from now.
+    pub fn start() -> Self {
+        Self(Instant::now() + BUDGET)
+    }
+
+    fn left(&self, what: &str) -> Result<Duration, Failed> {
+        let left = self.0.saturating_duration_since(Instant::now());
+        if left < Duration::from_millis(200) {
+            return Err(Failed::Later(format!(
+                "{what}: not run, this program's {} s for Slurm's commands are spent",
+                BUDGET.as_secs()
+            )));
+        }
+        Ok(left.min(SCONTROL_TIMEOUT))
+    }
 }
 
-fn parse_record(text: &str) -> BTreeMap<u32, Option<String>> {
-    text.lines()
-        .filter_map(|l| {
-            let (job, own) = l.split_once(' ')?;
-            let own = (own != "-").then(|| own.to_owned());
-            Some((job.parse().ok()?, own))
-        })
-        .collect()
-}
-
-fn scontrol(args: &[&str]) -> Result<String, String> {
-    let mut cmd = Command::new(gpushare::shared::locations::slurm_command("scontrol"));
+fn slurm(deadline: &Deadline, program: &str, args: &[&str]) -> Result<String, Failed> {
+    let shown = format!("{program} {}", args.join(" "));
+    let timeout = deadline.left(&shown)?;
+    let mut cmd = Command::new(gpushare::shared::locations::slurm_command(program));
     cmd.args(args);
-    let shown = format!("scontrol {}", args.join(" "));
-    let ran = bounded::run(cmd, None, SCONTROL_TIMEOUT).map_err(|e| format!("{shown}: {e}"))?;
+    let ran =
+        bounded::run(cmd, None, timeout).map_err(|e| Failed::Later(format!("{shown}: {e}")))?;
     if ran.status.success() {
-        Ok(ran.stdout)
+        return Ok(ran.stdout);
+    }
+    let err = format!("{shown}: {}", ran.stderr.trim());
+    if ran.stderr.contains("Invalid job id") {
+        Err(Failed::Gone(err))
     } else {
-        Err(format!("{shown}: {}", ran.stderr.trim()))
+        Err(Failed::Later(err))
     }
 }
 
-/// Runs `f` on the record under its lock.
-fn with_record<T>(
-    state_dir: &Path,
-    f: impl FnOnce(&mut BTreeMap<u32, Option<String>>) -> T,
-) -> Result<T, String> {
+fn scontrol(deadline: &Deadline, args: &[&str]) -> Result<String, Failed> {
+    slurm(deadline, "scontrol", args)
+}
+
+/// The job's `AdminComment` as Slurm keeps it (`None`: none; blanks at
+/// its end dropped), asked of `squeue` alone in its column, so that no
+/// other field's text can pass for it.
+fn admin_comment(deadline: &Deadline, name: &str) -> Result<Option<String>, Failed> {
+    let out = slurm(
+        deadline,
+        "squeue",
+        &["--noheader", "--jobs", name, "--Format", "admin_comment:0"],
+    )?;
+    let Some(text) = out.strip_suffix('\n') else {
+        return Err(Failed::Gone(format!("squeue shows no job {name}")));
+    };
+    // squeue ends the column with a blank (22.05): blanks at its end are
+    // not the comment's.
+    let text = text.trim_end_matches(' ');
+    Ok((!text.is_empty() && text != "(null)").then(|| text.to_owned()))
+}
+
+/// The state accounting recorded for the job's latest run (`CANCELLED
+/// by UID`, `FAILED`, ...); `None` where it does not answer (no
+/// accounting, slurmdbd down): then Slurm's own state decides alone.
+fn accounted_state(deadline: &Deadline, name: &str) -> Option<String> {
+    let args = ["--noheader", "--allocations", "--parsable2"];
+    let args: Vec<&str> = args
+        .into_iter()
+        .chain(["--jobs", name, "--format", "State"])
+        .collect();
+    let out = slurm(deadline, "sacct", &args).ok()?;
+    out.lines().next().map(|l| l.trim().to_owned())
+}
+
+/// Runs `f` on the record under its lock (no command runs under it).
+fn with_record<T>(state_dir: &Path, f: impl FnOnce(&mut Exclusions) -> T) -> Result<T, String> {
     state_dir::update_locked(state_dir, LOCK, RECORD, |before| {
-        let mut records = parse_record(before);
+        let mut records = Exclusions::parse(before);
         let out = f(&mut records);
-        (record_text(&records), out)
+        (records.to_text(), out)
     })
 }
 
-/// Requeues `job` and keeps it off `node` until a share ends there; what
-/// to log. `Err`: it could not be requeued (the job then fails with its
-/// refusal, as it would have).
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// gpushare's words in the job's `AdminComment`, appended to the site's.
+fn our_comment(node: &str, why: Elsewhere) -> String {
+    format!(
+        "{COMMENT_MARK}{node}, {}; kept off {node} until a share ends there or {} min pass",
+        why.why(),
+        LIFT_AFTER.as_secs() / 60
+    )
+}
+
+/// Requeues `job` and keeps it off `node` until a share ends there (or
+/// [`LIFT_AFTER`] passes); what to log. `Err`: it was not requeued (the
+/// job then fails with its refusal, as it would have), and why.
 pub fn requeue_elsewhere(
+    deadline: &Deadline,
     state_dir: &Path,
     job: u32,
     node: &str,
     why: Elsewhere,
 ) -> Result<String, String> {
-    let shown = resolve(job)?;
+    let shown = resolve(deadline, job).map_err(|e| e.to_string())?;
+    let accounted = accounted_state(deadline, &shown.name.to_string());
+    let (list, added) = match decide_requeue(&shown, node, accounted.as_deref()) {
+        Requeue::Send { list, added } => (list, added),
+        Requeue::LeaveAlone(why) | Requeue::Capped(why) => return Err(why),
+    };
     let id = shown.name.to_string();
-    let own = shown.excluded;
-    scontrol(&["requeue", &id])?;
-    let list = with_node(own.as_deref(), node);
-    with_record(state_dir, |r| {
-        r.entry(job).or_insert_with(|| own.clone());
-    })?;
-    // What the user sees in `scontrol show job`: why it left the node.
-    let comment = format!(
-        "AdminComment=gpushare: requeued from {node}, {}; kept off {node} until a share ends \
-         there",
-        why.why()
-    );
-    let excluded = scontrol(&[
-        "update",
-        &format!("jobid={id}"),
-        &format!("ExcNodeList={list}"),
-        &comment,
-    ]);
-    Ok(match excluded {
-        Ok(_) => format!(
-            "requeued from {node}, {}; kept off {node} until a share ends there \
-             (ExcNodeList={list})",
-            why.why()
-        ),
-        Err(e) => format!("requeued, but not kept off {node}: {e}"),
-    })
+    // Read before the requeue: the site's words are kept, gpushare's
+    // appended. Unread, the comment is not written at all.
+    let site = admin_comment(deadline, &id);
+    scontrol(deadline, &["requeue", &id]).map_err(|e| e.to_string())?;
+    let ours = our_comment(node, why);
+    let mut update = vec![format!("jobid={id}"), format!("ExcNodeList={list}")];
+    let comment_note = match &site {
+        Ok(site) => {
+            update.push(format!(
+                "AdminComment={}",
+                comment_with(site.as_deref(), &ours)
+            ));
+            String::new()
+        }
+        Err(e) => format!("; its AdminComment not read, so not written: {e}"),
+    };
+    let args: Vec<&str> = std::iter::once("update")
+        .chain(update.iter().map(String::as_str))
+        .collect();
+    if let Err(e) = scontrol(deadline, &args) {
+        return Ok(format!("requeued, but not kept off {node}: {e}"));
+    }
+    let entry = Exclusion {
+        added,
+        since: now(),
+        comment: site.is_ok().then_some(ours),
+    };
+    let recorded = with_record(state_dir, |r| {
+        r.0.insert(job, entry);
+    });
+    let recorded = match recorded {
+        Ok(()) => String::new(),
+        Err(e) => format!("; not recorded, so never taken back here: {e}"),
+    };
+    Ok(format!(
+        "job {id} requeued from {node}, {}; kept off {node} until a share ends there or {} min \
+         pass (ExcNodeList={list}{}){comment_note}{recorded}",
+        why.why(),
+        LIFT_AFTER.as_secs() / 60,
+        if added { "" } else { ", the user's own" }
+    ))
 }
 
-/// Gives every job this node kept off itself its own `ExcNodeList`
-/// back; what to log.
-pub fn restore_exclusions(state_dir: &Path) -> Result<Vec<String>, String> {
+/// Which recorded exclusions to lift.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Which {
+    /// Every one: a share ended on the node, room may have come back.
+    All,
+    /// Those older than [`LIFT_AFTER`] (the node's timer).
+    Stale,
+}
+
+/// Takes back what gpushare added to the jobs this node kept off itself
+/// (only this node from each job's `ExcNodeList` as it is now, and
+/// gpushare's words from its `AdminComment`); what to log. A job Slurm
+/// could not be asked about stays recorded, for the next try.
+pub fn restore_exclusions(
+    deadline: &Deadline,
+    state_dir: &Path,
+    node: &str,
+    which: Which,
+) -> Result<Vec<String>, String> {
     if !state_dir.join(RECORD).exists() {
         return Ok(Vec::new());
     }
-    with_record(state_dir, |records| {
-        let taken = std::mem::take(records);
-        taken
-            .into_iter()
-            .map(|(job, own)| {
-                let list = own.unwrap_or_default();
-                let given_back = resolve(job).and_then(|shown| {
-                    scontrol(&[
-                        "update",
-                        &format!("jobid={}", shown.name),
-                        &format!("ExcNodeList={list}"),
-                    ])
-                    .map(|_| shown.name)
-                });
-                match given_back {
-                    Ok(name) => format!("job {name} may run here again (ExcNodeList={list})"),
-                    // Ended or started elsewhere since: nothing to give back.
-                    Err(e) => format!("job {job}: its exclusion not taken back: {e}"),
-                }
+    // Read under the lock, acted on without it.
+    let records = with_record(state_dir, |r| r.clone())?;
+    let jobs: Vec<u32> = match which {
+        Which::All => records.0.keys().copied().collect(),
+        Which::Stale => records.stale(now()),
+    };
+    let mut lines = Vec::new();
+    let mut done = Vec::new();
+    for job in jobs {
+        let Some(entry) = records.0.get(&job) else {
+            continue;
+        };
+        match lift(deadline, job, node, entry) {
+            Ok(line) => {
+                lines.push(line);
+                done.push((job, entry.clone()));
+            }
+            Err(Failed::Later(e)) => {
+                lines.push(format!("job {job}: exclusion kept, to lift later: {e}"));
+            }
+            Err(e) => {
+                lines.push(format!("job {job}: nothing to give back: {e}"));
+                done.push((job, entry.clone()));
+            }
+        }
+    }
+    // Only the entries acted on leave: one a new requeue wrote meanwhile
+    // stays.
+    with_record(state_dir, |r| {
+        for (job, entry) in done {
+            if r.0.get(&job) == Some(&entry) {
+                r.0.remove(&job);
+            }
+        }
+    })?;
+    Ok(lines)
+}
+
+fn lift(deadline: &Deadline, job: u32, node: &str, entry: &Exclusion) -> Result<String, Failed> {
+    let shown = resolve(deadline, job)?;
+    let name = shown.name.to_string();
+    let comment = match &entry.comment {
+        Some(_) => admin_comment(deadline, &name)?,
+        None => None,
+    };
+    match decide_lift(&shown, node, entry, comment.as_deref()) {
+        Lift::Nothing(why) => Ok(why),
+        Lift::Update { list, comment } => {
+            let mut args = vec!["update".to_owned(), format!("jobid={name}")];
+            if let Some(list) = &list {
+                args.push(format!("ExcNodeList={list}"));
+            }
+            if let Some(comment) = &comment {
+                args.push(format!("AdminComment={comment}"));
+            }
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            scontrol(deadline, &args)?;
+            Ok(match list {
+                Some(list) => format!("job {name} may run here again (ExcNodeList={list})"),
+                None => format!("job {name}: gpushare's words taken out of its AdminComment"),
             })
-            .collect()
-    })
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// One record of `scontrol -o show job` as 22.05 to 26.05 print it
-    /// (`slurm_sprint_job_info`), cut to the fields around the ones read.
-    fn record(head: &str, name: &str, exc: &str) -> String {
-        format!(
-            "{head} JobName={name} UserId=ben(1001) GroupId=ben(1001) MCS_label=N/A \
-             Priority=1 Nice=0 Account=ben QOS=normal JobState=RUNNING Reason=None \
-             Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0 \
-             Partition=mps AllocNode:Sid=login:1 ReqNodeList=(null) ExcNodeList={exc} \
-             NodeList=gpu01 BatchHost=gpu01 NumNodes=1 Command=(null) WorkDir=/home/ben"
-        )
-    }
-
-    #[test]
-    fn the_node_joins_the_jobs_own_exclusions() {
-        let shown = shown_job(7, &record("JobId=7", "x", "(null)"));
-        assert_eq!(shown.map(|s| s.excluded), Ok(None));
-        assert_eq!(with_node(None, "gpu01"), "gpu01");
-        let own = shown_job(7, &record("JobId=7", "x", "gpu03,gpu[05-06]"));
-        assert_eq!(
-            own.map(|s| s.excluded),
-            Ok(Some("gpu03,gpu[05-06]".to_owned()))
-        );
-        assert_eq!(
-            with_node(Some("gpu03,gpu[05-06]"), "gpu01"),
-            "gpu03,gpu[05-06],gpu01"
-        );
-        assert_eq!(with_node(Some("gpu01,gpu03"), "gpu01"), "gpu01,gpu03");
-    }
-
-    #[test]
-    fn the_last_task_of_an_array_is_named_as_its_task_not_the_array() {
-        // Asked by the array's id (the last-started task keeps it), scontrol
-        // lists every task; job 40 is task 2, the others are 41 and 42.
-        let answer = [
-            record("JobId=41 ArrayJobId=40 ArrayTaskId=0", "a", "gpu01"),
-            record("JobId=42 ArrayJobId=40 ArrayTaskId=1", "a", "gpu01"),
-            record(
-                "JobId=40 ArrayJobId=40 ArrayTaskId=2 ArrayTaskThrottle=2",
-                "a",
-                "gpu02",
-            ),
-        ]
-        .join("\n");
-        let shown = shown_job(40, &answer).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(
-            shown.name,
-            JobName {
-                job: 40,
-                array: Some((40, 2))
-            }
-        );
-        assert_eq!(shown.name.to_string(), "40_2");
-        assert_eq!(shown.excluded.as_deref(), Some("gpu02"));
-        let task = shown_job(42, &answer).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(task.name.to_string(), "40_1");
-        // A plain job and a heterogeneous job's component keep their id.
-        let het = record("JobId=9 HetJobId=8 HetJobOffset=1", "h", "(null)");
-        assert_eq!(
-            shown_job(9, &het).map(|s| s.name.to_string()),
-            Ok("9".to_owned())
-        );
-        // The record of the pending tasks is no started task.
-        let pending = record("JobId=50 ArrayJobId=50 ArrayTaskId=3-9%2", "a", "(null)");
-        assert!(shown_job(50, &pending).is_err());
-        assert!(shown_job(43, &answer).is_err());
-    }
-
-    #[test]
-    fn text_the_user_chose_never_passes_for_slurms_fields() {
-        // A job name that holds ExcNodeList= comes before Slurm's field.
-        let named = record("JobId=7", "ExcNodeList=foo", "(null)");
-        assert_eq!(shown_job(7, &named).map(|s| s.excluded), Ok(None));
-        let named = record("JobId=7", "x ExcNodeList=foo", "gpu03");
-        assert_eq!(
-            shown_job(7, &named).map(|s| s.excluded),
-            Ok(Some("gpu03".to_owned()))
-        );
-        // The whole run of fields forged in the name: which is Slurm's
-        // cannot be told, so nothing is acted on.
-        let forged = record(
-            "JobId=7",
-            "x ReqNodeList=(null) ExcNodeList=foo NodeList=gpu01",
-            "gpu03",
-        );
-        assert!(shown_job(7, &forged).is_err());
-        // A name with a line break that starts a record of its own.
-        let split = record("JobId=7", &record("x\nJobId=7", "y", "foo"), "gpu03");
-        assert!(shown_job(7, &split).is_err());
-        // A line break alone leaves the record's head without its fields.
-        let broken = record("JobId=7", "x\ny", "gpu03");
-        assert!(shown_job(7, &broken).is_err());
-        // Another job's name cannot claim this job's id either.
-        let other = record("JobId=8", "JobId=7", "foo");
-        assert!(shown_job(7, &other).is_err());
-        assert!(shown_job(7, "JobId=7x JobName=a").is_err());
-    }
 
     #[test]
     fn every_mark_is_a_refusal_reason_of_the_metrics() {
@@ -476,14 +439,19 @@ mod tests {
     }
 
     #[test]
-    fn the_record_reads_back() {
-        let records: BTreeMap<u32, Option<String>> =
-            [(7, None), (9, Some("gpu[03-04]".to_owned()))]
-                .into_iter()
-                .collect();
-        let text = record_text(&records);
-        assert_eq!(text, "7 -\n9 gpu[03-04]\n");
-        assert_eq!(parse_record(&text), records);
-        assert_eq!(parse_record("x y\n7\n"), BTreeMap::new());
+    fn gpushares_words_start_with_its_mark() {
+        let ours = our_comment("gpu01", Elsewhere::OtherUsers);
+        assert!(ours.starts_with("gpushare: requeued from gpu01, whose GPUs"));
+        assert!(ours.ends_with("until a share ends there or 10 min pass"));
+        assert!(!ours.contains('\t') && !ours.contains('\n'));
+    }
+
+    #[test]
+    fn a_spent_budget_runs_nothing() {
+        let spent = Deadline(Instant::now());
+        assert!(matches!(
+            scontrol(&spent, &["ping"]),
+            Err(Failed::Later(e)) if e.contains("spent")
+        ));
     }
 }

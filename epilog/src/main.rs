@@ -12,6 +12,7 @@ use clap::Parser;
 use gpushare::mps::node::{epilog_with_cgroup, publish_metrics};
 use gpushare::mps::status;
 use gpushare_admin::node_program::{self, EpilogCli, Program, Started};
+use gpushare_admin::requeue::{self, Deadline, Which};
 
 fn main() -> ExitCode {
     let args = EpilogCli::parse();
@@ -20,22 +21,21 @@ fn main() -> ExitCode {
         Ok(None) => return ExitCode::SUCCESS,
         Err(code) => return code,
     };
+    // Slurm's commands for requeues and exclusions share one budget.
+    let deadline = Deadline::start();
+    let node_name = std::env::var("SLURMD_NODENAME").ok();
     // A share refused here that another node may serve: sent elsewhere.
-    let sent_elsewhere = gpushare_admin::requeue::take_mark(&node.cfg.state_dir, env.job);
+    let sent_elsewhere = requeue::take_mark(&node.cfg.state_dir, env.job);
     if let Some(why) = sent_elsewhere {
-        match std::env::var("SLURMD_NODENAME") {
-            Ok(name) => {
-                match gpushare_admin::requeue::requeue_elsewhere(
-                    &node.cfg.state_dir,
-                    env.job,
-                    &name,
-                    why,
-                ) {
+        match &node_name {
+            Some(name) => {
+                match requeue::requeue_elsewhere(&deadline, &node.cfg.state_dir, env.job, name, why)
+                {
                     Ok(line) => log::info!("{line}"),
                     Err(e) => log::warn!("not requeued: {e}"),
                 }
             }
-            Err(_) => log::warn!("not requeued: SLURMD_NODENAME is not set"),
+            None => log::warn!("not requeued: SLURMD_NODENAME is not set"),
         }
     }
     match epilog_with_cgroup(&node, env.job, env.sluid.as_deref()) {
@@ -68,8 +68,9 @@ fn main() -> ExitCode {
                     .released
                     .iter()
                     .any(|r| matches!(r, gpushare::mps::ledger::Record::Share(_)));
-            if share_ended {
-                match gpushare_admin::requeue::restore_exclusions(&node.cfg.state_dir) {
+            if let (true, Some(name)) = (share_ended, &node_name) {
+                let state_dir = &node.cfg.state_dir;
+                match requeue::restore_exclusions(&deadline, state_dir, name, Which::All) {
                     Ok(lines) => lines.iter().for_each(|l| log::info!("{l}")),
                     Err(e) => log::warn!("exclusions not taken back: {e}"),
                 }

@@ -26,7 +26,7 @@ use gpushare::mps::setup_lines::GpuGroup;
 use gpushare::mps::status::{self, NodeStatus};
 use gpushare::mps::{gc, health, in_force, installed, xid};
 use gpushare_admin::mps_cli::{Cli, Cmd};
-use gpushare_admin::{effective_uid, nvml};
+use gpushare_admin::{effective_uid, nvml, requeue};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -116,6 +116,14 @@ fn metrics(conf: &Path, write: bool, kernel_log: &Path) -> Result<u8> {
         // last share, or around a job holding the GPU whole) is set now.
         for line in retry_modes(&node) {
             eprintln!("gpu-mps: {line}");
+        }
+        // Exclusions older than LIFT_AFTER lifted, whether or not a share
+        // ended here: no job waits forever after a fault on every node.
+        let (deadline, name) = (requeue::Deadline::start(), node_name(None));
+        let stale = requeue::Which::Stale;
+        match requeue::restore_exclusions(&deadline, &node.cfg.state_dir, &name, stale) {
+            Ok(lines) => lines.iter().for_each(|l| eprintln!("gpu-mps: {l}")),
+            Err(e) => eprintln!("gpu-mps: exclusions not taken back: {e}"),
         }
         if node.cfg.metrics_file.is_none() {
             eprintln!(

@@ -44,6 +44,9 @@
 //!   lock.
 //! - `modes`: a shared GPU's compute mode following its holders (given
 //!   back to a job Slurm gave it whole, retried by the node timer).
+//! - `requeue`: a share refused here sent elsewhere by its epilog: the
+//!   decisions (requeue or not, what to give back), on what `scontrol`
+//!   showed and the node's record of what gpushare added.
 
 mod epilog;
 mod metrics_file;
@@ -51,6 +54,7 @@ mod modes;
 mod notes;
 mod prolog;
 mod report;
+pub mod requeue;
 mod running;
 mod serve;
 mod setup;

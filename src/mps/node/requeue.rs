@@ -1,0 +1,455 @@
+//! What the epilog decides for a share refused here that another node may
+//! serve: requeue it or leave it alone, and what to give back when the
+//! node may take it again. Pure functions of what `scontrol -o show job`
+//! and `squeue` showed and of the node's record; the epilog program
+//! (`gpushare_admin::requeue`) only runs the commands they order.
+//!
+//! - [`shown_job`]: the one record of a job in `scontrol -o show job`,
+//!   read only from fields Slurm prints in a fixed run (text the user
+//!   chose cannot pass for them).
+//! - [`decide_requeue`]: a job Slurm still runs or completes here is
+//!   requeued and this node added to its `ExcNodeList` (unless the user
+//!   had excluded it already); a job ended otherwise (cancelled, pending
+//!   again, running elsewhere) is left alone; past
+//!   [`MAX_REQUEUES`] it fails with its refusal.
+//! - [`decide_lift`]: only the node gpushare added leaves the job's list
+//!   as it is *now*; the user's own changes meanwhile stay.
+//! - [`comment_with`], [`comment_without`]: gpushare's words appended to
+//!   the site's `AdminComment`, and taken out again.
+//! - [`Exclusions`]: the record (`<StateDir>/requeued`) of what gpushare
+//!   added, one job a line; [`Exclusions::stale`]: those older than
+//!   [`LIFT_AFTER`], lifted by the node's timer whatever else happens.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// How many times a job may have been requeued (Slurm's `Restarts=`, every
+/// requeue counted) for gpushare to requeue it again: past it, a share
+/// refused here fails with its reason instead of going round the nodes.
+pub const MAX_REQUEUES: u32 = 3;
+
+/// An exclusion older than this is lifted by the node's timer
+/// (`gpu-mps metrics --write`), even if no share ends on the node: after a
+/// fault on every node no job waits forever.
+pub const LIFT_AFTER: Duration = Duration::from_secs(600);
+
+/// The start of gpushare's words in a job's `AdminComment`.
+pub const COMMENT_MARK: &str = "gpushare: requeued from ";
+
+/// Between the site's `AdminComment` and gpushare's words.
+const COMMENT_SEPARATOR: &str = "; ";
+
+/// A job as `scontrol` must name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobName {
+    /// Its own job id (what slurmd calls `SLURM_JOB_ID`).
+    pub job: u32,
+    /// `(ArrayJobId, ArrayTaskId)` of an array task.
+    pub array: Option<(u32, u32)>,
+}
+
+impl std::fmt::Display for JobName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.array {
+            Some((array, task)) => write!(f, "{array}_{task}"),
+            None => write!(f, "{}", self.job),
+        }
+    }
+}
+
+/// What the epilog reads of a job in `scontrol -o show job`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShownJob {
+    pub name: JobName,
+    /// `JobState=` as Slurm prints it (`COMPLETING` while epilogs run).
+    pub state: String,
+    /// Its `NodeList` (`None`: `(null)` or empty).
+    pub nodes: Option<String>,
+    /// Its `ExcNodeList` (`None`: `(null)` or empty).
+    pub excluded: Option<String>,
+    /// `Restarts=`: how many times Slurm requeued it.
+    pub restarts: u32,
+}
+
+/// The identity Slurm prints before the job's name, which its user chose:
+/// `JobId=N [ArrayJobId=A ArrayTaskId=T [ArrayTaskThrottle=K] |
+/// HetJobId=H HetJobOffset=O] JobName=`. `None`: not such a line. The
+/// task id is the text Slurm printed (a range on a record of pending tasks).
+fn record_head(line: &str) -> Option<(u32, Option<(u32, &str)>)> {
+    let mut words = line.split(' ');
+    let job = words.next()?.strip_prefix("JobId=")?.parse().ok()?;
+    let mut array_job = None;
+    let mut task = None;
+    for word in words {
+        if word.starts_with("JobName=") {
+            return match (array_job, task) {
+                (Some(a), Some(t)) => Some((job, Some((a, t)))),
+                (None, None) => Some((job, None)),
+                _ => None,
+            };
+        }
+        let (key, value) = word.split_once('=')?;
+        match key {
+            "ArrayJobId" if array_job.is_none() => array_job = Some(value.parse().ok()?),
+            "ArrayTaskId" if task.is_none() && array_job.is_some() => task = Some(value),
+            "ArrayTaskThrottle" | "HetJobId" | "HetJobOffset" => {
+                value.parse::<u32>().ok()?;
+            }
+            _ => return None,
+        }
+    }
+    None
+}
+
+/// The values of the one run of `keys` (consecutive words, as Slurm prints
+/// them together) in a record. `Err`: none, or more than one (a job name,
+/// comment or path can hold that text; which one is Slurm's cannot be
+/// told).
+fn one_run<'a>(record: &'a str, keys: &[&str]) -> Result<Vec<&'a str>, String> {
+    let words: Vec<&str> = record.split_whitespace().collect();
+    let found: Vec<Vec<&str>> = words
+        .windows(keys.len())
+        .filter_map(|w| {
+            w.iter()
+                .zip(keys)
+                .map(|(word, key)| word.strip_prefix(key)?.strip_prefix('='))
+                .collect::<Option<Vec<&str>>>()
+        })
+        .collect();
+    let first = keys.first().copied().unwrap_or_default();
+    match <[Vec<&str>; 1]>::try_from(found) {
+        Ok([one]) => Ok(one),
+        Err(found) if found.is_empty() => Err(format!("its record shows no {first}")),
+        Err(_) => Err(format!(
+            "its record shows {first} more than once (text the user chose repeats it), so \
+             Slurm's own cannot be told"
+        )),
+    }
+}
+
+fn list_value(value: &str) -> Option<String> {
+    (!value.is_empty() && value != "(null)").then(|| value.to_owned())
+}
+
+/// Job `job` in `scontrol -o show job`'s answer (which lists every task
+/// of an array asked by the array's id): the one record whose `JobId=` is
+/// `job`. `Err`: none, several (a job name with a line break can forge a
+/// line), a record that is no started task (a range of array tasks), or
+/// fields that cannot be told from text the user chose.
+pub fn shown_job(job: u32, answer: &str) -> Result<ShownJob, String> {
+    let mine: Vec<(&str, Option<(u32, &str)>)> = answer
+        .lines()
+        .filter_map(|l| record_head(l).map(|h| (l, h)))
+        .filter(|(_, (id, _))| *id == job)
+        .map(|(l, (_, array))| (l, array))
+        .collect();
+    let (line, array) = match mine.as_slice() {
+        [one] => *one,
+        [] => return Err(format!("scontrol shows no record of job {job}")),
+        _ => {
+            return Err(format!(
+                "scontrol shows {} records with JobId={job}",
+                mine.len()
+            ))
+        }
+    };
+    let array = match array {
+        None => None,
+        Some((array_job, task)) => Some((
+            array_job,
+            task.parse::<u32>()
+                .map_err(|_| format!("job {job} is no single array task (ArrayTaskId={task})"))?,
+        )),
+    };
+    let at = |e: String| format!("job {job}: {e}");
+    let lists = one_run(line, &["ReqNodeList", "ExcNodeList", "NodeList"]).map_err(at)?;
+    let state = one_run(line, &["JobState", "Reason"]).map_err(at)?;
+    let counts = one_run(line, &["Requeue", "Restarts", "BatchFlag", "Reboot"]).map_err(at)?;
+    let restarts = counts
+        .get(1)
+        .and_then(|r| r.parse().ok())
+        .ok_or_else(|| format!("job {job}: Restarts={:?} is no count", counts.get(1)))?;
+    Ok(ShownJob {
+        name: JobName { job, array },
+        state: state.first().copied().unwrap_or_default().to_owned(),
+        nodes: lists.get(2).and_then(|v| list_value(v)),
+        excluded: lists.get(1).and_then(|v| list_value(v)),
+        restarts,
+    })
+}
+
+/// The items of a Slurm node list: split at the commas outside brackets
+/// (`gpu[01,03],gpu05` is two).
+fn items(list: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut depth, mut start) = (0usize, 0usize);
+    for (i, c) in list.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                out.push(&list[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&list[start..]);
+    out.into_iter().filter(|i| !i.is_empty()).collect()
+}
+
+/// The names of one item: `gpu05`, or `gpu[01-03,07]` expanded (zero
+/// padding kept). `None`: a form not read here (two brackets, a bad
+/// range).
+fn names_of(item: &str) -> Option<Vec<String>> {
+    let Some((prefix, rest)) = item.split_once('[') else {
+        return Some(vec![item.to_owned()]);
+    };
+    let (ranges, suffix) = rest.split_once(']')?;
+    if suffix.contains('[') || suffix.contains(']') {
+        return None;
+    }
+    let mut names = Vec::new();
+    for range in ranges.split(',') {
+        let (lo, hi) = range.split_once('-').unwrap_or((range, range));
+        let width = lo.len();
+        let (lo, hi): (u32, u32) = (lo.parse().ok()?, hi.parse().ok()?);
+        if hi < lo || hi - lo > 100_000 {
+            return None;
+        }
+        names.extend((lo..=hi).map(|n| format!("{prefix}{n:0width$}{suffix}")));
+    }
+    Some(names)
+}
+
+/// Whether node list `list` names `node`. `None`: it cannot be told (a
+/// form not read here).
+pub fn names_node(list: &str, node: &str) -> Option<bool> {
+    let mut found = false;
+    for item in items(list) {
+        found |= names_of(item)?.iter().any(|n| n == node);
+    }
+    Some(found)
+}
+
+/// `list` with `node` added (Slurm reads comma lists and host ranges):
+/// the new list, and whether `node` was added (`false`: the list named it
+/// already).
+pub fn with_node(list: Option<&str>, node: &str) -> (String, bool) {
+    match list {
+        Some(list) if names_node(list, node) == Some(true) => (list.to_owned(), false),
+        Some(list) => (format!("{list},{node}"), true),
+        None => (node.to_owned(), true),
+    }
+}
+
+/// `list` without `node`: only the item that names it changes (a range
+/// written out without it). `None`: it does not name `node`, or cannot be
+/// read.
+pub fn without_node(list: &str, node: &str) -> Option<String> {
+    let mut kept = Vec::new();
+    let mut found = false;
+    for item in items(list) {
+        let names = names_of(item)?;
+        if names.iter().any(|n| n == node) {
+            found = true;
+            kept.extend(names.into_iter().filter(|n| n != node));
+        } else {
+            kept.push(item.to_owned());
+        }
+    }
+    found.then(|| kept.join(","))
+}
+
+/// What to do with a share refused here, marked for its epilog.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Requeue {
+    /// `scontrol requeue`, then `ExcNodeList=list`; `added`: gpushare
+    /// added this node to it (to take back later).
+    Send { list: String, added: bool },
+    /// The job is no longer the refused run on this node: not requeued.
+    LeaveAlone(String),
+    /// Requeued too often already: the share fails with its refusal.
+    Capped(String),
+}
+
+/// The decision for job `shown`, refused on `node`; `accounted`: the
+/// state accounting recorded for its run (`sacct -X -P -o State`), where
+/// it answered. Slurm shows every job whose epilog runs as `COMPLETING`,
+/// whatever ended it; only accounting tells that its user cancelled it.
+pub fn decide_requeue(shown: &ShownJob, node: &str, accounted: Option<&str>) -> Requeue {
+    let name = shown.name;
+    if let Some(state) = accounted
+        .and_then(|a| a.lines().next())
+        .filter(|s| s.starts_with("CANCELLED"))
+    {
+        return Requeue::LeaveAlone(format!(
+            "job {name} was cancelled (accounting: {state}): left alone"
+        ));
+    }
+    if !matches!(shown.state.as_str(), "RUNNING" | "COMPLETING") {
+        return Requeue::LeaveAlone(format!(
+            "job {name} is {} (cancelled, ended or requeued meanwhile): left alone",
+            shown.state
+        ));
+    }
+    let here = shown
+        .nodes
+        .as_deref()
+        .and_then(|n| names_node(n, node))
+        .unwrap_or(false);
+    if !here {
+        return Requeue::LeaveAlone(format!(
+            "job {name} runs on {}, not {node}: left alone",
+            shown.nodes.as_deref().unwrap_or("no node")
+        ));
+    }
+    if shown.restarts >= MAX_REQUEUES {
+        return Requeue::Capped(format!(
+            "job {name} was requeued {} times already (gpushare requeues a job at most \
+             {MAX_REQUEUES} times): not requeued again, it fails with its refusal",
+            shown.restarts
+        ));
+    }
+    let (list, added) = with_node(shown.excluded.as_deref(), node);
+    Requeue::Send { list, added }
+}
+
+/// The site's `AdminComment` (`None`: it has none) with gpushare's `ours`
+/// appended.
+pub fn comment_with(site: Option<&str>, ours: &str) -> String {
+    match site.map(str::trim_end).filter(|s| !s.is_empty()) {
+        Some(site) => format!("{site}{COMMENT_SEPARATOR}{ours}"),
+        None => ours.to_owned(),
+    }
+}
+
+/// `comment` without gpushare's `ours` (and the separator before it):
+/// what the site had. `None`: `ours` is not in it (someone rewrote it):
+/// left alone.
+pub fn comment_without(comment: &str, ours: &str) -> Option<String> {
+    let at = comment.find(ours)?;
+    let before = &comment[..at];
+    let after = &comment[at + ours.len()..];
+    let before = before.strip_suffix(COMMENT_SEPARATOR).unwrap_or(before);
+    let after = if before.is_empty() {
+        after.strip_prefix(COMMENT_SEPARATOR).unwrap_or(after)
+    } else {
+        after
+    };
+    Some(format!("{before}{after}"))
+}
+
+/// What gpushare keeps of one job it kept off this node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exclusion {
+    /// gpushare added this node to the job's `ExcNodeList` (`false`: the
+    /// user had excluded it already: nothing to take back).
+    pub added: bool,
+    /// When (seconds since the epoch; 0: recorded by an older gpushare).
+    pub since: u64,
+    /// gpushare's words appended to the job's `AdminComment`.
+    pub comment: Option<String>,
+}
+
+/// What to do for one recorded job when this node may take it again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lift {
+    /// `ExcNodeList=list` (empty: none); `comment`: `AdminComment=` too,
+    /// when the comment is to change.
+    Update {
+        list: Option<String>,
+        comment: Option<String>,
+    },
+    /// Nothing to change; the record is dropped (why).
+    Nothing(String),
+}
+
+/// The decision for job `shown`, recorded as `entry`, on `node`;
+/// `comment`: its `AdminComment` now (`None`: none).
+pub fn decide_lift(shown: &ShownJob, node: &str, entry: &Exclusion, comment: Option<&str>) -> Lift {
+    let name = shown.name;
+    if shown.state != "PENDING" {
+        return Lift::Nothing(format!(
+            "job {name} is {}: nothing to give back",
+            shown.state
+        ));
+    }
+    let list = if entry.added {
+        shown
+            .excluded
+            .as_deref()
+            .and_then(|l| without_node(l, node))
+    } else {
+        None
+    };
+    let comment = entry
+        .comment
+        .as_deref()
+        .zip(comment)
+        .and_then(|(ours, now)| comment_without(now, ours));
+    if list.is_none() && comment.is_none() {
+        return Lift::Nothing(format!(
+            "job {name}: {node} no longer in its ExcNodeList ({}) nor gpushare's words in its \
+             AdminComment: nothing to give back",
+            shown.excluded.as_deref().unwrap_or("none")
+        ));
+    }
+    Lift::Update { list, comment }
+}
+
+/// The record of the exclusions gpushare added on this node.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Exclusions(pub BTreeMap<u32, Exclusion>);
+
+impl Exclusions {
+    /// The record's text: one job a line, `<job>\t<1|0>\t<since>\t<comment>`.
+    pub fn to_text(&self) -> String {
+        self.0
+            .iter()
+            .map(|(job, e)| {
+                let comment = e.comment.as_deref().unwrap_or_default();
+                format!("{job}\t{}\t{}\t{comment}\n", u8::from(e.added), e.since)
+            })
+            .collect()
+    }
+
+    /// The record read back; a line of gpushare 0.1 (`<job> <its own
+    /// ExcNodeList or ->`) is an exclusion gpushare added, of unknown age.
+    pub fn parse(text: &str) -> Self {
+        let entries = text.lines().filter_map(|l| {
+            let mut fields = l.split('\t');
+            let first = fields.next()?;
+            let Some(added) = fields.next() else {
+                let (job, _own) = first.split_once(' ')?;
+                let entry = Exclusion {
+                    added: true,
+                    since: 0,
+                    comment: None,
+                };
+                return Some((job.parse().ok()?, entry));
+            };
+            let since = fields.next()?.parse().ok()?;
+            let comment = fields.next().filter(|c| !c.is_empty()).map(str::to_owned);
+            let entry = Exclusion {
+                added: added == "1",
+                since,
+                comment,
+            };
+            Some((first.parse().ok()?, entry))
+        });
+        Self(entries.collect())
+    }
+
+    /// The jobs recorded longer than [`LIFT_AFTER`] ago at `now`.
+    pub fn stale(&self, now: u64) -> Vec<u32> {
+        self.0
+            .iter()
+            .filter(|(_, e)| now.saturating_sub(e.since) >= LIFT_AFTER.as_secs())
+            .map(|(job, _)| *job)
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,347 @@
+//! The requeue's decisions, on records as Slurm prints them.
+
+use super::*;
+
+/// One record of `scontrol -o show job` as 22.05 to 26.05 print it
+/// (`slurm_sprint_job_info`), cut to the fields around the ones read.
+fn shown_as(head: &str, name: &str, state: &str, restarts: u32, exc: &str, nodes: &str) -> String {
+    format!(
+        "{head} JobName={name} UserId=ben(1001) GroupId=ben(1001) MCS_label=N/A \
+         Priority=1 Nice=0 Account=ben QOS=normal JobState={state} Reason=None \
+         Dependency=(null) Requeue=1 Restarts={restarts} BatchFlag=1 Reboot=0 ExitCode=0:0 \
+         Partition=mps AllocNode:Sid=login:1 ReqNodeList=(null) ExcNodeList={exc} \
+         NodeList={nodes} BatchHost=gpu01 NumNodes=1 Command=(null) WorkDir=/home/ben"
+    )
+}
+
+fn record(head: &str, name: &str, exc: &str) -> String {
+    shown_as(head, name, "RUNNING", 0, exc, "gpu01")
+}
+
+fn job(state: &str, restarts: u32, exc: &str, nodes: &str) -> ShownJob {
+    shown_job(7, &shown_as("JobId=7", "x", state, restarts, exc, nodes))
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn the_node_joins_the_jobs_own_exclusions() {
+    let shown = shown_job(7, &record("JobId=7", "x", "(null)"));
+    assert_eq!(shown.map(|s| s.excluded), Ok(None));
+    assert_eq!(with_node(None, "gpu01"), ("gpu01".to_owned(), true));
+    let own = shown_job(7, &record("JobId=7", "x", "gpu03,gpu[05-06]"));
+    assert_eq!(
+        own.map(|s| s.excluded),
+        Ok(Some("gpu03,gpu[05-06]".to_owned()))
+    );
+    assert_eq!(
+        with_node(Some("gpu03,gpu[05-06]"), "gpu01"),
+        ("gpu03,gpu[05-06],gpu01".to_owned(), true)
+    );
+    // Excluded by the user already: nothing of gpushare's to take back.
+    assert_eq!(
+        with_node(Some("gpu01,gpu03"), "gpu01"),
+        ("gpu01,gpu03".to_owned(), false)
+    );
+    assert_eq!(
+        with_node(Some("gpu[00-02]"), "gpu01"),
+        ("gpu[00-02]".to_owned(), false)
+    );
+}
+
+#[test]
+fn the_state_node_and_restarts_are_slurms_fields() {
+    let shown = job("COMPLETING", 2, "gpu03", "gpu01");
+    assert_eq!(shown.state, "COMPLETING");
+    assert_eq!(shown.restarts, 2);
+    assert_eq!(shown.nodes.as_deref(), Some("gpu01"));
+    // A job name that forges the state run: which is Slurm's cannot be told.
+    let forged = shown_as(
+        "JobId=7",
+        "x JobState=PENDING Reason=None",
+        "COMPLETING",
+        0,
+        "(null)",
+        "gpu01",
+    );
+    assert!(shown_job(7, &forged).is_err());
+    let forged = shown_as(
+        "JobId=7",
+        "x Requeue=1 Restarts=0 BatchFlag=1 Reboot=0",
+        "RUNNING",
+        5,
+        "(null)",
+        "gpu01",
+    );
+    assert!(shown_job(7, &forged).is_err());
+}
+
+#[test]
+fn the_last_task_of_an_array_is_named_as_its_task_not_the_array() {
+    // Asked by the array's id (the last-started task keeps it), scontrol
+    // lists every task; job 40 is task 2, the others are 41 and 42.
+    let answer = [
+        record("JobId=41 ArrayJobId=40 ArrayTaskId=0", "a", "gpu01"),
+        record("JobId=42 ArrayJobId=40 ArrayTaskId=1", "a", "gpu01"),
+        record(
+            "JobId=40 ArrayJobId=40 ArrayTaskId=2 ArrayTaskThrottle=2",
+            "a",
+            "gpu02",
+        ),
+    ]
+    .join("\n");
+    let shown = shown_job(40, &answer).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        shown.name,
+        JobName {
+            job: 40,
+            array: Some((40, 2))
+        }
+    );
+    assert_eq!(shown.name.to_string(), "40_2");
+    assert_eq!(shown.excluded.as_deref(), Some("gpu02"));
+    let task = shown_job(42, &answer).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(task.name.to_string(), "40_1");
+    // A plain job and a heterogeneous job's component keep their id.
+    let het = record("JobId=9 HetJobId=8 HetJobOffset=1", "h", "(null)");
+    assert_eq!(
+        shown_job(9, &het).map(|s| s.name.to_string()),
+        Ok("9".to_owned())
+    );
+    // The record of the pending tasks is no started task.
+    let pending = record("JobId=50 ArrayJobId=50 ArrayTaskId=3-9%2", "a", "(null)");
+    assert!(shown_job(50, &pending).is_err());
+    assert!(shown_job(43, &answer).is_err());
+}
+
+#[test]
+fn text_the_user_chose_never_passes_for_slurms_fields() {
+    // A job name that holds ExcNodeList= comes before Slurm's field.
+    let named = record("JobId=7", "ExcNodeList=foo", "(null)");
+    assert_eq!(shown_job(7, &named).map(|s| s.excluded), Ok(None));
+    let named = record("JobId=7", "x ExcNodeList=foo", "gpu03");
+    assert_eq!(
+        shown_job(7, &named).map(|s| s.excluded),
+        Ok(Some("gpu03".to_owned()))
+    );
+    // The whole run of fields forged in the name: which is Slurm's
+    // cannot be told, so nothing is acted on.
+    let forged = record(
+        "JobId=7",
+        "x ReqNodeList=(null) ExcNodeList=foo NodeList=gpu01",
+        "gpu03",
+    );
+    assert!(shown_job(7, &forged).is_err());
+    // A name with a line break that starts a record of its own.
+    let split = record("JobId=7", &record("x\nJobId=7", "y", "foo"), "gpu03");
+    assert!(shown_job(7, &split).is_err());
+    // A line break alone leaves the record's head without its fields.
+    let broken = record("JobId=7", "x\ny", "gpu03");
+    assert!(shown_job(7, &broken).is_err());
+    // Another job's name cannot claim this job's id either.
+    let other = record("JobId=8", "JobId=7", "foo");
+    assert!(shown_job(7, &other).is_err());
+    assert!(shown_job(7, "JobId=7x JobName=a").is_err());
+}
+
+#[test]
+fn only_the_refused_run_still_on_this_node_is_requeued() {
+    for state in ["RUNNING", "COMPLETING"] {
+        assert_eq!(
+            decide_requeue(&job(state, 0, "gpu03", "gpu01"), "gpu01", Some("FAILED")),
+            Requeue::Send {
+                list: "gpu03,gpu01".to_owned(),
+                added: true
+            }
+        );
+    }
+    // Cancelled and done, ended, or pending again (requeued by someone
+    // else): left alone.
+    for state in ["CANCELLED", "COMPLETED", "FAILED", "PENDING"] {
+        let d = decide_requeue(&job(state, 0, "(null)", "gpu01"), "gpu01", None);
+        assert!(
+            matches!(d, Requeue::LeaveAlone(ref w) if w.contains(state)),
+            "{d:?}"
+        );
+    }
+    // Cancelled by its user before its epilog: Slurm shows COMPLETING,
+    // accounting tells.
+    let d = decide_requeue(
+        &job("COMPLETING", 0, "(null)", "gpu01"),
+        "gpu01",
+        Some("CANCELLED by 1007\n"),
+    );
+    assert_eq!(
+        d,
+        Requeue::LeaveAlone(
+            "job 7 was cancelled (accounting: CANCELLED by 1007): left alone".to_owned()
+        )
+    );
+    // Started again elsewhere meanwhile.
+    let d = decide_requeue(&job("RUNNING", 1, "(null)", "gpu02"), "gpu01", None);
+    assert!(matches!(d, Requeue::LeaveAlone(_)), "{d:?}");
+    // A two-node share that holds this node.
+    assert!(matches!(
+        decide_requeue(&job("COMPLETING", 0, "(null)", "gpu[01-02]"), "gpu02", None),
+        Requeue::Send { added: true, .. }
+    ));
+}
+
+#[test]
+fn past_the_cap_the_share_fails_with_its_reason() {
+    assert!(matches!(
+        decide_requeue(
+            &job("COMPLETING", MAX_REQUEUES - 1, "(null)", "gpu01"),
+            "gpu01",
+            None
+        ),
+        Requeue::Send { .. }
+    ));
+    let d = decide_requeue(
+        &job("COMPLETING", MAX_REQUEUES, "(null)", "gpu01"),
+        "gpu01",
+        None,
+    );
+    assert!(
+        matches!(d, Requeue::Capped(ref w) if w.contains("requeued 3 times")),
+        "{d:?}"
+    );
+}
+
+#[test]
+fn only_the_node_gpushare_added_is_taken_back() {
+    let ours = "gpushare: requeued from gpu01, x; kept off gpu01 until a share ends there";
+    let entry = Exclusion {
+        added: true,
+        since: 5,
+        comment: Some(ours.to_owned()),
+    };
+    // The user added gpu03 meanwhile: it stays.
+    let pending = job("PENDING", 1, "gpu01,gpu03", "(null)");
+    let site = format!("site: project 9; {ours}");
+    assert_eq!(
+        decide_lift(&pending, "gpu01", &entry, Some(&site)),
+        Lift::Update {
+            list: Some("gpu03".to_owned()),
+            comment: Some("site: project 9".to_owned())
+        }
+    );
+    // gpushare's alone: both emptied.
+    let alone = job("PENDING", 1, "gpu01", "(null)");
+    assert_eq!(
+        decide_lift(&alone, "gpu01", &entry, Some(ours)),
+        Lift::Update {
+            list: Some(String::new()),
+            comment: Some(String::new())
+        }
+    );
+    // Rewritten as a range by the user: only gpu01 leaves it.
+    let ranged = job("PENDING", 1, "gpu[00-02]", "(null)");
+    assert_eq!(
+        decide_lift(&ranged, "gpu01", &entry, None),
+        Lift::Update {
+            list: Some("gpu00,gpu02".to_owned()),
+            comment: None
+        }
+    );
+    // Already removed by the user or an admin, the comment rewritten:
+    // nothing is written.
+    let removed = job("PENDING", 1, "gpu03", "(null)");
+    assert!(matches!(
+        decide_lift(&removed, "gpu01", &entry, Some("site's own")),
+        Lift::Nothing(_)
+    ));
+    // The user had excluded the node: never taken out.
+    let theirs = Exclusion {
+        added: false,
+        ..entry.clone()
+    };
+    assert_eq!(
+        decide_lift(&pending, "gpu01", &theirs, None),
+        Lift::Nothing(
+            "job 7: gpu01 no longer in its ExcNodeList (gpu01,gpu03) nor gpushare's words in \
+             its AdminComment: nothing to give back"
+                .to_owned()
+        )
+    );
+    // Running elsewhere or ended: nothing to give back.
+    for state in ["RUNNING", "COMPLETED", "CANCELLED"] {
+        let d = decide_lift(&job(state, 1, "gpu01", "gpu02"), "gpu01", &entry, None);
+        assert!(matches!(d, Lift::Nothing(_)), "{d:?}");
+    }
+}
+
+#[test]
+fn node_lists_are_read_as_slurm_writes_them() {
+    assert_eq!(items("gpu[01,03],gpu05"), vec!["gpu[01,03]", "gpu05"]);
+    assert_eq!(names_node("gpu[01,03],gpu05", "gpu03"), Some(true));
+    assert_eq!(names_node("gpu[01,03],gpu05", "gpu02"), Some(false));
+    assert_eq!(names_node("gpu[01-03]", "gpu2"), Some(false));
+    assert_eq!(names_node("rack[1-2]-gpu[1-2]", "rack1-gpu1"), None);
+    assert_eq!(without_node("gpu01", "gpu01"), Some(String::new()));
+    assert_eq!(
+        without_node("gpu03,gpu01", "gpu01"),
+        Some("gpu03".to_owned())
+    );
+    assert_eq!(without_node("gpu03", "gpu01"), None);
+    assert_eq!(
+        without_node("a[1-3],gpu05", "a2"),
+        Some("a1,a3,gpu05".to_owned())
+    );
+}
+
+#[test]
+fn the_sites_admin_comment_is_kept() {
+    let ours = "gpushare: requeued from gpu01, x";
+    assert_eq!(comment_with(None, ours), ours);
+    assert_eq!(comment_with(Some(""), ours), ours);
+    let both = comment_with(Some("site: keep"), ours);
+    assert_eq!(both, format!("site: keep; {ours}"));
+    assert_eq!(comment_without(&both, ours), Some("site: keep".to_owned()));
+    assert_eq!(comment_without(ours, ours), Some(String::new()));
+    // The admin wrote after gpushare's words: theirs stays.
+    assert_eq!(
+        comment_without(&format!("{ours}; admin: later"), ours),
+        Some("admin: later".to_owned())
+    );
+    assert_eq!(comment_without("site: rewritten", ours), None);
+}
+
+#[test]
+fn the_record_reads_back_and_ages() {
+    let records = Exclusions(
+        [
+            (
+                7,
+                Exclusion {
+                    added: true,
+                    since: 100,
+                    comment: Some("gpushare: requeued from gpu01, x; y".to_owned()),
+                },
+            ),
+            (
+                9,
+                Exclusion {
+                    added: false,
+                    since: 700,
+                    comment: None,
+                },
+            ),
+        ]
+        .into_iter()
+        .collect(),
+    );
+    let text = records.to_text();
+    assert_eq!(
+        text,
+        "7\t1\t100\tgpushare: requeued from gpu01, x; y\n9\t0\t700\t\n"
+    );
+    assert_eq!(Exclusions::parse(&text), records);
+    assert_eq!(records.stale(700), vec![7]);
+    assert_eq!(records.stale(1300), vec![7, 9]);
+    assert_eq!(records.stale(50), Vec::<u32>::new());
+    // gpushare 0.1's lines: added by gpushare, of unknown age.
+    let old = Exclusions::parse("7 -\n9 gpu[03-04]\nx y\n7\n");
+    assert_eq!(old.0.keys().copied().collect::<Vec<_>>(), vec![7, 9]);
+    assert!(old.0.values().all(|e| e.added && e.since == 0));
+    assert_eq!(old.stale(1_700_000_000), vec![7, 9]);
+}
