@@ -99,6 +99,10 @@ fn main() -> ExitCode {
             "the_lift_takes_back_only_what_gpushare_added",
             own_changes_survive_the_lift,
         )
+        .test(
+            "an_exclusion_ten_minutes_old_lifts_at_the_node_timer",
+            stale_exclusion_lifts,
+        )
         .run()
 }
 
@@ -1302,25 +1306,16 @@ fn own_changes_survive_the_lift(c: &mut Cluster) -> TestResult {
         // Slurm's placement runs ben beside ann: nothing is refused.
         return Ok(());
     }
-    let ann = TestUser::create(c, "gpushare-ann")?;
-    let ben = TestUser::create(c, "gpushare-ben")?;
-    let submit = |user: &TestUser, extra: &[&str]| {
-        let out = format!("--output={}/%j.out", user.home.display());
-        let mut args = vec![out.as_str()];
-        args.extend_from_slice(extra);
-        args.push(SHARE);
-        user.sbatch(c, &args)
-    };
-    let anns: Vec<u32> = (0..4)
-        .map(|_| submit(&ann, &["-w", "gpu01", "--gres=mps:10"]))
-        .collect::<Result<_, _>>()?;
-    wait_for("ann's four shares on gpu01", JOB_START, || {
-        let held = shares(c, "gpu01");
-        anns.iter().all(|id| held.contains_key(id)).then_some(())
-    })?;
-    let blocker = c.sbatch_ok(&["-w", "gpu02", "--exclusive", "--wrap=sleep 300"])?;
-    c.wait_job_state(blocker, &["RUNNING"], JOB_START)?;
-    let id = submit(&ben, &["--hold", "--gres=mps:30"])?;
+    let (anns, blocker, ben) = only_gpu01_left(c)?;
+    let id = ben.sbatch(
+        c,
+        &[
+            &format!("--output={}/%j.out", ben.home.display()),
+            "--hold",
+            "--gres=mps:30",
+            SHARE,
+        ],
+    )?;
     let site = "site: project 42";
     c.run_ok(
         "scontrol",
@@ -1370,6 +1365,111 @@ fn own_changes_survive_the_lift(c: &mut Cluster) -> TestResult {
     ensure(
         comment.as_deref() == Some(site),
         format!("the AdminComment after the lift is {comment:?}, not the site's {site:?}"),
+    )?;
+    c.run_ok("scancel", &[&blocker.to_string()])?;
+    clean(c)
+}
+
+/// ann holds a small share on every GPU of gpu01 and gpu02 is taken by an
+/// exclusive job: a share of ben's can only start on gpu01, where ann's
+/// servers refuse it. ann's jobs, the blocker, and ben.
+fn only_gpu01_left(c: &Cluster) -> Result<(Vec<u32>, u32, TestUser), String> {
+    let ann = TestUser::create(c, "gpushare-ann")?;
+    let ben = TestUser::create(c, "gpushare-ben")?;
+    let out = format!("--output={}/%j.out", ann.home.display());
+    let anns: Vec<u32> = (0..4)
+        .map(|_| ann.sbatch(c, &[&out, "-w", "gpu01", "--gres=mps:10", SHARE]))
+        .collect::<Result<_, _>>()?;
+    wait_for("ann's four shares on gpu01", JOB_START, || {
+        let held = shares(c, "gpu01");
+        anns.iter().all(|id| held.contains_key(id)).then_some(())
+    })?;
+    let blocker = c.sbatch_ok(&["-w", "gpu02", "--exclusive", "--wrap=sleep 300"])?;
+    c.wait_job_state(blocker, &["RUNNING"], JOB_START)?;
+    Ok((anns, blocker, ben))
+}
+
+/// Runs gpu01's node timer (`gpu-mps metrics --write`) there: what it
+/// said on stderr.
+fn gpu01_timer(c: &Cluster) -> Result<String, String> {
+    let bin = testcluster::cluster::build_dir()?.join("gpu-mps");
+    let conf = c.node_dir("gpu01").join("etc-slurm/gpu_mps.conf");
+    let log = c.node_dir("gpu01").join("kernel-log");
+    fs::write(&log, "").map_err(|e| format!("{}: {e}", log.display()))?;
+    let args = [
+        "metrics",
+        "--write",
+        "--kernel-log",
+        &log.to_string_lossy(),
+        "--conf",
+        &conf.to_string_lossy(),
+    ];
+    let out = c.run_on("gpu01", &bin.to_string_lossy(), &args)?;
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    ensure(out.status.success(), format!("gpu-mps {args:?}: {said}"))?;
+    Ok(said)
+}
+
+/// ben's share is sent off gpu01 and no share ends there. The node timer
+/// leaves a fresh exclusion alone, and lifts it once it is older than
+/// gpushare's bound (its record aged here, not waited for): after a fault
+/// on every node, no job waits forever for a share to end.
+fn stale_exclusion_lifts(c: &mut Cluster) -> TestResult {
+    if slurm_places_shares() {
+        return Ok(());
+    }
+    let (_anns, blocker, ben) = only_gpu01_left(c)?;
+    let out = format!("--output={}/%j.out", ben.home.display());
+    let id = ben.sbatch(c, &[&out, "--gres=mps:30", SHARE])?;
+    wait_for("ben's job to be sent off gpu01", JOB_LONG, || {
+        let info = c.job(id).ok()?;
+        (info.get("ExcNodeList") == Some("gpu01") && info.get("JobState") == Some("PENDING"))
+            .then_some(())
+    })
+    .map_err(|e| format!("{e}\nsyslog:\n{}", c.syslog()))?;
+    let said = gpu01_timer(c)?;
+    let info = c.job(id)?;
+    ensure(
+        info.get("ExcNodeList") == Some("gpu01") && !said.contains("may run here again"),
+        format!(
+            "a fresh exclusion was lifted by the timer (ExcNodeList {:?}): {said}",
+            info.get("ExcNodeList")
+        ),
+    )?;
+    // Ten minutes pass: the record says it was written at the epoch's
+    // start.
+    let record = c.node_dir("gpu01").join("run/gpu-mps/requeued");
+    let text = fs::read_to_string(&record).map_err(|e| format!("{}: {e}", record.display()))?;
+    let aged: String = text
+        .lines()
+        .map(|l| {
+            let mut f: Vec<&str> = l.split('\t').collect();
+            if let Some(since) = f.get_mut(2) {
+                *since = "0";
+            }
+            format!("{}\n", f.join("\t"))
+        })
+        .collect();
+    ensure(
+        aged.starts_with(&format!("{id}\t1\t0\t")),
+        format!("gpu01's record of ben's exclusion: {text:?}"),
+    )?;
+    fs::write(&record, aged).map_err(|e| format!("{}: {e}", record.display()))?;
+    let said = gpu01_timer(c)?;
+    ensure(
+        said.contains(&format!("job {id} may run here again")),
+        format!("the timer did not lift ben's old exclusion: {said}"),
+    )?;
+    // Free to start on gpu01 again (and be refused there again), or still
+    // waiting without it.
+    let info = c.job(id)?;
+    let restarts: u32 = info
+        .get("Restarts")
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(0);
+    ensure(
+        !info.get("ExcNodeList").is_some_and(|l| l.contains("gpu01")) || restarts >= 2,
+        format!("ben's job after the timer: {info:?}"),
     )?;
     c.run_ok("scancel", &[&blocker.to_string()])?;
     clean(c)
