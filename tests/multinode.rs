@@ -103,6 +103,10 @@ fn main() -> ExitCode {
             "an_exclusion_ten_minutes_old_lifts_at_the_node_timer",
             stale_exclusion_lifts,
         )
+        .test(
+            "a_job_refused_again_and_again_is_requeued_three_times_then_fails",
+            requeues_are_capped,
+        )
         .run()
 }
 
@@ -1436,25 +1440,7 @@ fn stale_exclusion_lifts(c: &mut Cluster) -> TestResult {
             info.get("ExcNodeList")
         ),
     )?;
-    // Ten minutes pass: the record says it was written at the epoch's
-    // start.
-    let record = c.node_dir("gpu01").join("run/gpu-mps/requeued");
-    let text = fs::read_to_string(&record).map_err(|e| format!("{}: {e}", record.display()))?;
-    let aged: String = text
-        .lines()
-        .map(|l| {
-            let mut f: Vec<&str> = l.split('\t').collect();
-            if let Some(since) = f.get_mut(2) {
-                *since = "0";
-            }
-            format!("{}\n", f.join("\t"))
-        })
-        .collect();
-    ensure(
-        aged.starts_with(&format!("{id}\t1\t0\t")),
-        format!("gpu01's record of ben's exclusion: {text:?}"),
-    )?;
-    fs::write(&record, aged).map_err(|e| format!("{}: {e}", record.display()))?;
+    age_exclusion(c, id)?;
     let said = gpu01_timer(c)?;
     ensure(
         said.contains(&format!("job {id} may run here again")),
@@ -1470,6 +1456,72 @@ fn stale_exclusion_lifts(c: &mut Cluster) -> TestResult {
     ensure(
         !info.get("ExcNodeList").is_some_and(|l| l.contains("gpu01")) || restarts >= 2,
         format!("ben's job after the timer: {info:?}"),
+    )?;
+    c.run_ok("scancel", &[&blocker.to_string()])?;
+    clean(c)
+}
+
+/// Ten minutes pass for job `id`'s exclusion on gpu01: its record says it
+/// was written at the epoch's start.
+fn age_exclusion(c: &Cluster, id: u32) -> TestResult {
+    let record = c.node_dir("gpu01").join("run/gpu-mps/requeued");
+    let text = fs::read_to_string(&record).map_err(|e| format!("{}: {e}", record.display()))?;
+    let aged: String = text
+        .lines()
+        .map(|l| {
+            let mut f: Vec<&str> = l.split('\t').collect();
+            if let Some(since) = f.get_mut(2) {
+                *since = "0";
+            }
+            format!("{}\n", f.join("\t"))
+        })
+        .collect();
+    ensure(
+        aged.starts_with(&format!("{id}\t1\t0\t")),
+        format!("gpu01's record of job {id}'s exclusion: {text:?}"),
+    )?;
+    fs::write(&record, aged).map_err(|e| format!("{}: {e}", record.display()))
+}
+
+/// ben's share is refused on gpu01 again each time its exclusion lifts
+/// (the node timer, its record aged): gpushare requeues it while Slurm
+/// counts fewer than 3 restarts, then lets it fail with its refusal
+/// instead of sending it round again.
+fn requeues_are_capped(c: &mut Cluster) -> TestResult {
+    if slurm_places_shares() {
+        return Ok(());
+    }
+    let (_anns, blocker, ben) = only_gpu01_left(c)?;
+    let out = format!("--output={}/%j.out", ben.home.display());
+    let id = ben.sbatch(c, &[&out, "--gres=mps:30", SHARE])?;
+    for restarts in 1..=3 {
+        wait_for(
+            &format!("ben's job sent off gpu01 for the {restarts}. time"),
+            JOB_LONG,
+            || {
+                let info = c.job(id).ok()?;
+                (info.get("ExcNodeList") == Some("gpu01")
+                    && info.get("JobState") == Some("PENDING")
+                    && info.get("Restarts") == Some(&restarts.to_string()))
+                .then_some(())
+            },
+        )
+        .map_err(|e| format!("{e}: {:?}\nsyslog:\n{}", c.job(id), c.syslog()))?;
+        age_exclusion(c, id)?;
+        gpu01_timer(c)?;
+    }
+    let info = c
+        .wait_job_state(id, &["FAILED"], JOB_LONG)
+        .map_err(|e| format!("{e}\nsyslog:\n{}", c.syslog()))?;
+    ensure(
+        info.get("Restarts") == Some("3"),
+        format!("ben's job ended after {:?} restarts", info.get("Restarts")),
+    )?;
+    ensure(
+        c.syslog().contains(&format!(
+            "not requeued: job {id} was requeued 3 times already"
+        )),
+        format!("the epilog does not say why:\n{}", c.syslog()),
     )?;
     c.run_ok("scancel", &[&blocker.to_string()])?;
     clean(c)
