@@ -25,6 +25,8 @@ mod compute_mode;
 use compute_mode::{
     admins_mode_kept, exclusive_while_shared, failed_restore_retried, whole_job_beside_shares,
 };
+#[path = "mps_daemon/cancel.rs"]
+mod cancel;
 
 /// A share whose daemon hangs is refused and sent elsewhere within this:
 /// the prolog's own deadline ended the wait, not the hung program.
@@ -66,6 +68,10 @@ fn main() -> ExitCode {
         .test(
             "a_hung_daemon_does_not_hang_the_job_start_and_refuses_its_share",
             hung_daemon,
+        )
+        .test(
+            "a_share_cancelled_before_its_epilog_is_not_requeued",
+            cancel::cancelled_before_its_epilog,
         )
         .test(
             "a_share_whose_daemon_cannot_start_is_sent_elsewhere_unless_the_site_runs_it",
