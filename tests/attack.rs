@@ -846,23 +846,10 @@ fn own_updates(c: &mut Cluster) -> TestResult {
 /// The driver's words a user can get into the kernel log.
 const FORGED_NAME: &str = "NVRM: Xid (PCI:0000:3b:00): 79";
 
-/// Runs `gpu-mps metrics --write --kernel-log LOG` as root (the node
-/// timer's command): what it said on stderr.
+/// Runs the node timer (`gpu-mps metrics --write --kernel-log LOG`) as
+/// root: what it said on stderr.
 fn node_timer(c: &Cluster, log: &Path) -> Result<String, String> {
-    let bin = testcluster::cluster::build_dir()?.join("gpu-mps");
-    let conf = gpu_mps_conf(c);
-    let args = [
-        "metrics",
-        "--write",
-        "--kernel-log",
-        &log.to_string_lossy(),
-        "--conf",
-        &conf.to_string_lossy(),
-    ];
-    let out = c.run(&bin.to_string_lossy(), &args)?;
-    let said = String::from_utf8_lossy(&out.stderr).into_owned();
-    ensure(out.status.success(), format!("gpu-mps {args:?}: {said}"))?;
-    Ok(said)
+    c.node_timer(None, &gpu_mps_conf(c), log)
 }
 
 /// The records of `/dev/kmsg` whose text starts with `start`, where root

@@ -1396,22 +1396,10 @@ fn only_gpu01_left(c: &Cluster) -> Result<(Vec<u32>, u32, TestUser), String> {
 /// Runs gpu01's node timer (`gpu-mps metrics --write`) there: what it
 /// said on stderr.
 fn gpu01_timer(c: &Cluster) -> Result<String, String> {
-    let bin = testcluster::cluster::build_dir()?.join("gpu-mps");
     let conf = c.node_dir("gpu01").join("etc-slurm/gpu_mps.conf");
     let log = c.node_dir("gpu01").join("kernel-log");
     fs::write(&log, "").map_err(|e| format!("{}: {e}", log.display()))?;
-    let args = [
-        "metrics",
-        "--write",
-        "--kernel-log",
-        &log.to_string_lossy(),
-        "--conf",
-        &conf.to_string_lossy(),
-    ];
-    let out = c.run_on("gpu01", &bin.to_string_lossy(), &args)?;
-    let said = String::from_utf8_lossy(&out.stderr).into_owned();
-    ensure(out.status.success(), format!("gpu-mps {args:?}: {said}"))?;
-    Ok(said)
+    c.node_timer(Some("gpu01"), &conf, &log)
 }
 
 /// ben's share is sent off gpu01 and no share ends there. The node timer

@@ -212,6 +212,11 @@ pub unsafe fn resolve(
         .collect();
     let account = account_text.as_deref().and_then(|a| CString::new(a).ok());
 
+    // An update that names no level and no blank QOS has nothing to look up.
+    let nothing_named = named_qos.is_empty() && partitions.is_empty() && account_text.is_none();
+    if update && nothing_named && !blank_qos && !needs.anywhere {
+        return out;
+    }
     let _locks = ReadLocks::take();
     if needs.typed_limits {
         for q in &named_qos {

@@ -13,7 +13,8 @@ use std::path::PathBuf;
 
 use gpushare::qos::metrics::Call;
 use gpushare::qos::policy::{
-    judge_modify, judge_submit, limits_without_rule, JobDescription, Verdict,
+    asks_untyped_gpu, judge_modify, judge_submit, limits_without_rule, JobDescription, Resolved,
+    Verdict,
 };
 use slurm_plugin::log;
 use slurm_plugin::slurm_str::{opt_str, set_message};
@@ -171,11 +172,14 @@ unsafe fn submit(
     };
     // SAFETY: strings stay valid and unchanged during this call.
     let strings = unsafe { JobStrings::read(desc) };
+    // A typed limit without a rule refuses only an untyped request: a job
+    // asking for no GPU, or only typed ones, is not looked up for it.
+    let untyped = asks_untyped_gpu(&strings.describe(desc, Resolved::default()));
     let needs = assoc::Needs {
         default_qos: policy.has_qos_rules() && !strings.names_qos(),
-        default_partition: !strings.names_partition(),
+        default_partition: (untyped || policy.has_partition_rules()) && !strings.names_partition(),
         accounts: policy.has_association_rules(),
-        typed_limits: true,
+        typed_limits: untyped,
         anywhere: false,
     };
     let partition_qos = partitions::current();
@@ -209,12 +213,14 @@ unsafe fn modify(
     let strings = unsafe { JobStrings::read(desc) };
     // The landing QOS is unknown (none named, or a blank QOS=): whether
     // the database limits GPU types anywhere decides if it is protected.
+    // It matters only to a blank QOS= or an untyped request.
     let qos_unseen = !strings.names_qos();
+    let untyped = asks_untyped_gpu(&strings.describe(desc, Resolved::default()));
     let needs = assoc::Needs {
         default_qos: strings.qos_is_blank(),
         accounts: policy.has_association_rules(),
         typed_limits: true,
-        anywhere: qos_unseen && policy.rules().is_empty(),
+        anywhere: qos_unseen && (strings.qos_is_blank() || untyped) && policy.rules().is_empty(),
         ..assoc::Needs::default()
     };
     let partition_qos = partitions::current();

@@ -140,23 +140,33 @@ pub unsafe fn assoc_types(assoc: &slurmdb_assoc_rec_t) -> Vec<String> {
     }
 }
 
-unsafe extern "C" fn qos_typed(x: *mut c_void, found: *mut c_void) -> c_int {
-    // SAFETY: list_for_each over assoc_mgr_qos_list hands each record and
-    // our flag; the caller holds the QOS and TRES read locks.
-    let typed = unsafe { x.cast::<slurmdb_qos_rec_t>().as_ref() }
-        .is_some_and(|q| !unsafe { qos_types(q) }.is_empty());
-    if typed {
-        // SAFETY: `found` is the caller's bool.
-        unsafe { *found.cast::<bool>() = true };
-        return -1;
-    }
-    0
+/// A record of the manager whose limits may name GPU types.
+trait Limited {
+    /// # Safety
+    /// As for [`qos_types`] and [`assoc_types`].
+    unsafe fn types(&self) -> Vec<String>;
 }
 
-unsafe extern "C" fn assoc_typed(x: *mut c_void, found: *mut c_void) -> c_int {
-    // SAFETY: as for qos_typed, over assoc_mgr_assoc_list.
-    let typed = unsafe { x.cast::<slurmdb_assoc_rec_t>().as_ref() }
-        .is_some_and(|a| !unsafe { assoc_types(a) }.is_empty());
+impl Limited for slurmdb_qos_rec_t {
+    unsafe fn types(&self) -> Vec<String> {
+        // SAFETY: forwarded.
+        unsafe { qos_types(self) }
+    }
+}
+
+impl Limited for slurmdb_assoc_rec_t {
+    unsafe fn types(&self) -> Vec<String> {
+        // SAFETY: forwarded.
+        unsafe { assoc_types(self) }
+    }
+}
+
+/// `list_for_each`'s callback over the manager's list of `R`: sets the
+/// caller's flag and stops at the first record that limits a GPU type.
+unsafe extern "C" fn typed<R: Limited>(x: *mut c_void, found: *mut c_void) -> c_int {
+    // SAFETY: list_for_each over the manager's list of R hands each
+    // record and our flag; the caller holds the list's and TRES read locks.
+    let typed = unsafe { x.cast::<R>().as_ref() }.is_some_and(|r| !unsafe { r.types() }.is_empty());
     if typed {
         // SAFETY: `found` is the caller's bool.
         unsafe { *found.cast::<bool>() = true };
@@ -180,8 +190,11 @@ pub unsafe fn anywhere() -> bool {
     };
     let mut found = false;
     for (list, f) in [
-        (t.qos_list, qos_typed as unsafe extern "C" fn(_, _) -> _),
-        (t.assoc_list, assoc_typed),
+        (
+            t.qos_list,
+            typed::<slurmdb_qos_rec_t> as unsafe extern "C" fn(_, _) -> _,
+        ),
+        (t.assoc_list, typed::<slurmdb_assoc_rec_t>),
     ] {
         // SAFETY: the manager's list, under the caller's locks.
         let list = unsafe { *list };

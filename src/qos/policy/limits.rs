@@ -9,7 +9,8 @@
 use crate::qos::config::{GpuQosConfig, RuleScope};
 
 use super::job::{JobDescription, LimitLevel, TypedLimit};
-use super::requests::FieldRequest;
+use super::requests::{first_untyped_gpu, FieldRequest};
+use super::rules::collect_requests;
 use super::verdict::{reject, Rejection, RejectionKind};
 use super::wording::{Context, Level, Syntax};
 
@@ -38,6 +39,15 @@ pub(super) fn unruled<'j, 'a>(
     })
 }
 
+/// Whether the job asks for GPUs without a type anywhere (or writes a
+/// request that does not parse, which the decision then refuses): only
+/// then can a typed limit without a rule matter at submission, so only
+/// then does the plugin look the limits up in slurmctld.
+pub fn asks_untyped_gpu(job: &JobDescription<'_>) -> bool {
+    collect_requests(&GpuQosConfig::default(), job)
+        .map_or(true, |requests| first_untyped_gpu(&requests).is_some())
+}
+
 /// The typed limits covering `job` that no rule of `cfg` judges: what
 /// the plugin logs once each, with the rule to add.
 pub fn limits_without_rule<'a>(
@@ -59,9 +69,9 @@ fn account_ruled(cfg: &GpuQosConfig, account: &str) -> bool {
 }
 
 /// Refuses an untyped GPU request under a level whose database limit is
-/// typed and has no rule; in an update (`moves`: the level is one the
-/// update moves the job to), refuses a move without a typed GPU request,
-/// since the job's own request is not visible then.
+/// typed and has no rule; in an update (whose levels are those it moves
+/// the job to), refuses a move without a typed GPU request, since the
+/// job's own request is not visible then.
 pub(super) fn judge_unruled_limits(
     cfg: &GpuQosConfig,
     ctx: &Context<'_, '_>,
@@ -76,8 +86,7 @@ pub(super) fn judge_unruled_limits(
             Level::User(u) => format!("User {u}"),
             _ => level.subject(),
         };
-        let mut gpus = requests.iter().filter(|r| r.request.is_gpu());
-        if let Some(untyped) = gpus.clone().find(|r| r.request.gres_type.is_none()) {
+        if let Some(untyped) = first_untyped_gpu(requests) {
             let (field, count) = (untyped.field, untyped.request.count);
             let asked = ctx.gpu_request(field, None, count);
             let instead = ctx.suggest(field, first, count);
@@ -94,7 +103,7 @@ pub(super) fn judge_unruled_limits(
                 ),
             ));
         }
-        if ctx.syntax == Syntax::Scontrol && gpus.next().is_none() {
+        if ctx.syntax == Syntax::Scontrol && !requests.iter().any(|r| r.request.is_gpu()) {
             let instead = ctx.suggest(crate::qos::gres::TresField::PerNode, first, 1);
             return Err(reject(
                 RejectionKind::UnlistedTypedLimit,

@@ -42,7 +42,7 @@ mod fixtures;
 mod tests;
 
 pub use job::{JobDescription, LimitLevel, Resolved, TypedLimit};
-pub use limits::limits_without_rule;
+pub use limits::{asks_untyped_gpu, limits_without_rule};
 pub use submit::judge_submit;
 pub use update::judge_modify;
 pub use verdict::{JobChanges, Rejection, RejectionKind, SpankEnvVar, Verdict};

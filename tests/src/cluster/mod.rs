@@ -296,6 +296,28 @@ impl Cluster {
         cmd
     }
 
+    /// Runs the node timer's command (`gpu-mps metrics --write`) as root,
+    /// on `node` or, with none, where the cluster's one node runs: what it
+    /// said on stderr; an error with it unless it exits 0.
+    pub fn node_timer(&self, node: Option<&str>, conf: &Path, kernel_log: &Path) -> Result<String> {
+        let bin = build_dir()?.join("gpu-mps");
+        let (bin, log, conf) = (
+            bin.to_string_lossy(),
+            kernel_log.to_string_lossy(),
+            conf.to_string_lossy(),
+        );
+        let args = ["metrics", "--write", "--kernel-log", &log, "--conf", &conf];
+        let out = match node {
+            Some(node) => self.run_on(node, &bin, &args)?,
+            None => self.run(&bin, &args)?,
+        };
+        let said = String::from_utf8_lossy(&out.stderr).into_owned();
+        if !out.status.success() {
+            return Err(format!("gpu-mps {args:?}: {said}"));
+        }
+        Ok(said)
+    }
+
     /// Runs `program ARGS` on node `node`, as [`Self::on_node`].
     pub fn run_on(&self, node: &str, program: &str, args: &[&str]) -> Result<Output> {
         self.on_node(node, program)

@@ -172,3 +172,23 @@ fn an_update_into_a_level_with_a_typed_limit_needs_a_typed_request() {
     };
     assert!(changes(judge_modify(&cfg_from(""), &typed)).is_empty());
 }
+
+#[test]
+fn only_untyped_or_unreadable_gpu_requests_need_the_limits_looked_up() {
+    use crate::qos::policy::asks_untyped_gpu;
+    let job = |node, per_job| JobDescription {
+        tres_per_node: node,
+        tres_per_job: per_job,
+        ..JobDescription::default()
+    };
+    assert!(!asks_untyped_gpu(&job(None, None)));
+    assert!(!asks_untyped_gpu(&job(Some("gres:gpu:a40:2"), None)));
+    assert!(!asks_untyped_gpu(&job(Some("gres:mps:25"), None)));
+    assert!(asks_untyped_gpu(&job(Some("gres:gpu:2"), None)));
+    assert!(asks_untyped_gpu(&job(None, Some("gres/gpu:4"))));
+    assert!(asks_untyped_gpu(&job(
+        Some("gres:gpu:a40:1"),
+        Some("gres/gpu")
+    )));
+    assert!(asks_untyped_gpu(&job(Some("gres:gpu:a40:x"), None)));
+}
