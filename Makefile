@@ -23,6 +23,9 @@
 #   make hw-check  (root, on an NVIDIA GPU node, no Slurm) the MPS half on the
 #                  real GPU 0, written as Markdown for docs/hardware.md
 #                  (HW_REPORT=path, NOBUILD=1 to run binaries built elsewhere)
+#   make gpu-slurm-check (root; GPU node or not) slurmctld, slurmd and real
+#                  share jobs on this machine's GPUs (GPU_SLURM_REPORT=path,
+#                  NOBUILD=1 with a kit from make gpu-kit)
 #   make bench-gpu (root, on an NVIDIA GPU node, no Slurm) 8 small CUDA jobs
 #                  one after another, time-sliced, and in MPS shares
 #                  (BENCH_GPU_REPORT=path, NOBUILD=1)
@@ -129,6 +132,21 @@ HW_BUILD = [ -n "$(NOBUILD)" ] || $(CARGO) build -q --profile $(PROFILE) -p gpu-
 hw-check:
 	@$(HW_BUILD)
 	@$(TARGET_DIR)/gpushare-hw-check --report $(HW_REPORT)
+
+# The node half under Slurm itself (tests/gpu-slurm-check.sh, docs/hardware.md
+# "Slurm on a GPU"): slurmctld and slurmd of the kit's Slurm for this
+# machine's GPUs, real jobs of two throwaway users. Root; on a machine
+# without a GPU it runs against the stand-ins. `make gpu-kit` builds the
+# kit (target/gpu-kit, a Slurm release and gpushare for it) that a GPU
+# machine without Slurm or network runs it from (NOBUILD=1 there).
+GPU_SLURM_RELEASE ?= 25.11
+GPU_SLURM_REPORT ?= gpu-slurm-check-report-$(shell date -u +%Y%m%dT%H%M%S).md
+.PHONY: gpu-kit gpu-slurm-check
+gpu-kit:
+	tests/gpu_kit.sh $(GPU_SLURM_RELEASE)
+gpu-slurm-check:
+	@[ -n "$(NOBUILD)" ] || tests/gpu_kit.sh $(GPU_SLURM_RELEASE)
+	@tests/gpu-slurm-check.sh --report $(GPU_SLURM_REPORT) $(if $(GPU_SLURM_LOGS),--logs $(GPU_SLURM_LOGS))
 
 # What MPS sharing buys on a real GPU (docs/performance.md "On a GPU"): a
 # batch of small CUDA jobs one after another, side by side without MPS,

@@ -1,0 +1,672 @@
+#!/usr/bin/env bash
+# gpushare's node half under Slurm itself on this machine's GPUs
+# (`make gpu-slurm-check`, docs/hardware.md "Slurm on a GPU"):
+#   tests/gpu-slurm-check.sh [--report PATH] [--kit DIR] [--logs DIR] [--keep] [--force]
+#
+# Root. Starts slurmctld and slurmd from the kit (tests/gpu_kit.sh: a Slurm
+# release, gpushare built for it) for this machine's GPUs, with the
+# gpu-mps prolog/epilog and the gpu_mps SPANK plugin, no munge (auth/none),
+# no database, the cgroup version the machine has and Slurm's device
+# confinement; submits real jobs as two throwaway users and checks what
+# each job's task gets. It prints one line per check and writes a Markdown
+# report (the machine, a table of checks).
+#
+# On a machine without an NVIDIA GPU it runs the same jobs against
+# gpushare's stand-in MPS control program and nvidia-smi with two fake GPU
+# device files (the test cluster's way): what needs CUDA says "skipped: no
+# GPU".
+#
+# Safe on a machine that has Slurm: it refuses while a slurmctld or slurmd
+# runs or a GPU has compute processes (--force to run anyway), uses its own
+# ports and a temporary directory, creates users only of its own (their
+# comment says so) and removes them, and on any exit (Ctrl-C too) stops
+# what it started, gives every GPU its compute mode back and removes what
+# it made. Every program it runs has a deadline.
+set -uo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+kit=$here/../target/gpu-kit
+report=gpu-slurm-check-report.md
+logs=
+keep=
+force=
+while [ $# -gt 0 ]; do
+    case $1 in
+        --report) report=${2:?}; shift 2 ;;
+        --kit) kit=${2:?}; shift 2 ;;
+        --logs) logs=${2:?}; shift 2 ;;
+        --keep) keep=1; shift ;;
+        --force) force=1; shift ;;
+        *) echo "usage: $0 [--report PATH] [--kit DIR] [--logs DIR] [--keep] [--force]" >&2; exit 2 ;;
+    esac
+done
+say() { echo "gpu-slurm-check: $*"; }
+die() { say "$*" >&2; exit 1; }
+[ "$(id -u)" = 0 ] || die "needs root (it starts slurmctld and slurmd and creates two users)"
+[ -x "$kit/slurm/sbin/slurmd" ] || die "no kit in $kit: run tests/gpu_kit.sh (make gpu-kit) first"
+[ -e "$report" ] && die "$report exists: the report is written only as a new file"
+
+USERS=(gpushare-sca gpushare-scb)
+COMMENT="gpushare gpu-slurm-check throwaway user"
+S=$kit/slurm
+G=$kit/gpushare
+NODE=gsc1
+PORT_CTLD=17817
+PORT_SLURMD=17818
+T0=$SECONDS
+
+# --- what this machine has -------------------------------------------------
+gpu=
+if [ -e /dev/nvidia0 ] && command -v nvidia-smi >/dev/null && timeout 20 nvidia-smi -L >/dev/null 2>&1; then
+    gpu=1
+fi
+if [ -z "$force" ]; then
+    pgrep -x slurmctld >/dev/null && die "a slurmctld runs on this machine (--force to run beside it)"
+    pgrep -x slurmd >/dev/null && die "a slurmd runs on this machine (--force to run beside it)"
+    if [ -n "$gpu" ] && [ -n "$(timeout 20 nvidia-smi --query-compute-apps=pid --format=csv,noheader)" ]; then
+        die "a GPU has compute processes (--force to run anyway)"
+    fi
+fi
+for u in "${USERS[@]}"; do
+    if getent passwd "$u" >/dev/null && [ "$(getent passwd "$u" | cut -d: -f5)" != "$COMMENT" ]; then
+        die "user $u exists and is not one of this check's: not touching it"
+    fi
+done
+
+# Not under /tmp: a job container gives jobs their own /tmp, and the
+# check's pipe directories must stay where a site's are (/run).
+D=$(mktemp -d /var/tmp/gpushare-slurm-check.XXXXXX)
+chmod 755 "$D"
+mkdir -p "$D"/{etc,state,spool,log,run,jobs,bin,home,ns}
+chmod 1777 "$D/jobs"
+# The jobs' users read Slurm's plugins and run gpushare's programs: a copy
+# of the kit where they can reach it (the work tree may be root's alone).
+cp -a "$kit" "$D/kit" && chmod -R a+rX "$D/kit" || { rm -rf "$D"; die "copying the kit into $D failed"; }
+kit=$D/kit
+S=$kit/slurm
+G=$kit/gpushare
+linked=
+started=()
+users_made=()
+modes_before=()
+
+cleanup() {
+    trap - EXIT INT TERM HUP
+    for p in "${started[@]}"; do kill "$p" 2>/dev/null; done
+    sleep 1
+    for p in "${started[@]}"; do kill -9 "$p" 2>/dev/null; done
+    # Whatever MPS processes of this check's pipe directories are left.
+    for p in $(pgrep -f "nvidia-cuda-mps" 2>/dev/null); do
+        if tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -q "^CUDA_MPS_PIPE_DIRECTORY=$D"; then
+            kill -9 "$p" 2>/dev/null
+        fi
+    done
+    if [ -n "$gpu" ]; then
+        local i=0
+        for m in "${modes_before[@]}"; do
+            timeout 20 nvidia-smi -i "$i" -c "$m" >/dev/null 2>&1
+            i=$((i + 1))
+        done
+    fi
+    for u in "${users_made[@]}"; do
+        pkill -9 -u "$u" 2>/dev/null
+        userdel "$u" 2>/dev/null
+    done
+    [ -n "$linked" ] && rm -f "$linked"
+    # The ledger gpushare keeps in /run for this check's configuration.
+    rm -f /run/gpushare/ledger-of-*"$(basename "$D" | sed 's/-/%2d/g')"-etc-gpu_mps.conf*
+    if [ -n "$logs" ]; then
+        mkdir -p "$logs" && cp "$D"/log/*.log "$logs/" 2>/dev/null
+        tar -C "$D" -czf "$logs/jobs.tar.gz" jobs etc 2>/dev/null
+    fi
+    if [ -n "$keep" ]; then say "kept $D"; else rm -rf "$D"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM HUP
+
+# The kit's Slurm finds libslurmfull at the prefix it was built for.
+built_for=$(cat "$S/.prefix")
+if [ ! -e "$built_for" ]; then
+    mkdir -p "$(dirname "$built_for")"
+    ln -s "$(cd "$S" && pwd)" "$built_for" && linked=$built_for
+fi
+# The libraries the machine lacks, from the kit.
+mkdir -p "$D/libs"
+for f in "$kit"/libs/*; do
+    [ -e "$f" ] || continue
+    n=$(basename "$f")
+    ldconfig -p | grep -q "^[[:space:]]*$n " || cp "$f" "$D/libs/"
+done
+missing=$(ls "$D/libs")
+export LD_LIBRARY_PATH=$D/libs
+export SLURM_CONF=$D/etc/slurm.conf
+export PATH=$S/bin:$S/sbin:$PATH
+version=$(cat "$S/.version")
+
+# --- GPUs: real, or the test cluster's fake ones -----------------------------
+if [ -n "$gpu" ]; then
+    ngpu=$(timeout 20 nvidia-smi -L | grep -c '^GPU ')
+    gpu_name=$(timeout 20 nvidia-smi -i 0 --query-gpu=name --format=csv,noheader)
+    gpu_type=$(echo "$gpu_name" | awk '{print tolower($NF)}' | tr -cd 'a-z0-9')
+    driver=$(timeout 20 nvidia-smi -i 0 --query-gpu=driver_version --format=csv,noheader)
+    mem_mib=$(timeout 20 nvidia-smi -i 0 --query-gpu=memory.total --format=csv,noheader,nounits)
+    control=$(command -v nvidia-cuda-mps-control || echo /usr/bin/nvidia-cuda-mps-control)
+    smi=$(command -v nvidia-smi)
+    devs=()
+    for ((i = 0; i < ngpu; i++)); do
+        devs+=("/dev/nvidia$i")
+        modes_before+=("$(timeout 20 nvidia-smi -i "$i" --query-gpu=compute_mode --format=csv,noheader | sed 's/Exclusive_Process/EXCLUSIVE_PROCESS/;s/Default/DEFAULT/;s/Prohibited/PROHIBITED/')")
+    done
+    nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+    cuda=$("$nvcc" --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')
+    say "compiling the CUDA client"
+    timeout 300 "$nvcc" -O2 -o "$D/bin/client" "$kit/client.cu" -lcuda >"$D/log/nvcc.log" 2>&1 ||
+        die "nvcc failed: $(tail -n 5 "$D/log/nvcc.log")"
+else
+    ngpu=2
+    gpu_name="fake GPU (stand-in)"
+    gpu_type=fake
+    driver=none
+    cuda=none
+    mem_mib=81920
+    mkdir -p "$D/dev" "$D/standin"
+    devs=()
+    for ((i = 0; i < ngpu; i++)); do
+        mknod -m 666 "$D/dev/nvidia$i" c 195 "$i" || die "mknod $D/dev/nvidia$i failed"
+        devs+=("$D/dev/nvidia$i")
+    done
+    cp "$G/mps-control-standin" "$D/standin/nvidia-cuda-mps-control"
+    cp "$G/mps-control-standin" "$D/standin/nvidia-smi"
+    chmod 755 "$D/standin"/*
+    control=$D/standin/nvidia-cuda-mps-control
+    smi=$D/standin/nvidia-smi
+    # The stand-in client: what a task sees, and the JSON lines the CUDA
+    # client prints, without CUDA.
+    cat >"$D/bin/client" <<'EOF'
+#!/bin/bash
+echo "{\"event\":\"ready\",\"pid\":$$,\"init_ms\":0.0}"
+echo "{\"event\":\"result\",\"pid\":$$,\"init_ms\":0.0,\"init\":\"ok\",\"mps_enabled\":-1,\"sms\":-1,\"alloc_mib\":$1,\"alloc\":\"ok\",\"kernel_ms\":-1,\"kernel\":\"ok\"}"
+[ "$2" -gt 0 ] && sleep "$(awk -v m="$2" 'BEGIN{printf "%.3f", m/1000}')"
+echo "{\"event\":\"done\",\"pid\":$$,\"busy\":\"ok\"}"
+EOF
+    chmod 755 "$D/bin/client"
+fi
+smi_mode() {
+    timeout 20 "$smi" -i "$1" --query-gpu=compute_mode --format=csv,noheader 2>/dev/null | head -n 1
+}
+client=$D/bin/client
+if [ -e /sys/fs/cgroup/cgroup.controllers ]; then cgroup=v2; else cgroup=v1; fi
+
+# --- users -----------------------------------------------------------------
+for u in "${USERS[@]}"; do
+    if ! getent passwd "$u" >/dev/null; then
+        useradd -M -r -s /bin/bash -c "$COMMENT" -d "$D/home/$u" "$u" || die "useradd $u failed"
+        users_made+=("$u")
+    fi
+    mkdir -p "$D/home/$u" && chown "$u" "$D/home/$u"
+done
+A=${USERS[0]}
+B=${USERS[1]}
+
+# --- configuration ---------------------------------------------------------
+cpus=$(nproc)
+host=$(hostname -s)
+gres=gpu:$gpu_type:$ngpu,mps:$((ngpu * 100))
+write_slurm_conf() { # $1: extra lines
+    cat >"$D/etc/slurm.conf" <<EOF
+# Written by gpushare's gpu-slurm-check.
+ClusterName=gpucheck
+SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=$PORT_CTLD
+SlurmdPort=$PORT_SLURMD
+AuthType=auth/none
+CredType=cred/none
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation=$D/state
+SlurmdSpoolDir=$D/spool
+SlurmctldPidFile=$D/slurmctld.pid
+SlurmdPidFile=$D/slurmd.pid
+SlurmctldLogFile=$D/log/slurmctld.log
+SlurmdLogFile=$D/log/slurmd.log
+SlurmctldDebug=verbose
+SlurmdDebug=verbose
+PluginDir=$S/lib/slurm
+PlugStackConfig=$D/etc/plugstack.conf
+ProctrackType=proctrack/cgroup
+TaskPlugin=task/cgroup
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core,LL_SHARED_GRES
+SchedulerParameters=sched_interval=1
+MpiDefault=none
+ReturnToService=2
+KillWait=2
+InactiveLimit=0
+MinJobAge=300
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+GresTypes=gpu,mps
+Prolog=$G/gpu-mps-prolog
+Epilog=$G/gpu-mps-epilog
+${1:-PrologFlags=Alloc}
+NodeName=$NODE NodeHostname=$host NodeAddr=127.0.0.1 CPUs=$cpus Gres=$gres State=UNKNOWN
+PartitionName=gpu Nodes=$NODE Default=YES MaxTime=30 State=UP
+EOF
+}
+write_slurm_conf
+{
+    echo "# Written by gpushare's gpu-slurm-check: one mps line per GPU."
+    for ((i = 0; i < ngpu; i++)); do
+        echo "NodeName=$NODE Name=gpu Type=$gpu_type File=${devs[$i]}"
+        echo "NodeName=$NODE Name=mps Count=100 File=${devs[$i]}"
+    done
+} >"$D/etc/gres.conf"
+if [ "$cgroup" = v2 ]; then plugin="cgroup/v2
+IgnoreSystemd=yes"; else plugin=cgroup/v1; fi
+cat >"$D/etc/cgroup.conf" <<EOF
+CgroupPlugin=$plugin
+CgroupMountpoint=/sys/fs/cgroup
+ConstrainDevices=yes
+ConstrainCores=no
+ConstrainRAMSpace=no
+EOF
+echo "required $G/libspank_gpu_mps.so conf=$D/etc/gpu_mps.conf" >"$D/etc/plugstack.conf"
+if [ "$ngpu" = 1 ]; then devlist=${devs[0]}; else devlist="${devs[0]%[0-9]*}[0-$((ngpu - 1))]"; fi
+write_mps_conf() { # $1: OtherUsers
+    cat >"$D/etc/gpu_mps.conf.new" <<EOF
+UnitsPerGPU=100
+GPUDevices=$devlist
+StateDir=$D/run/gpu-mps
+MPSControl=$control
+ComputeMode=exclusive
+OtherUsers=$1
+EOF
+    mv "$D/etc/gpu_mps.conf.new" "$D/etc/gpu_mps.conf"
+    # A configuration changed less than a second ago is not believed at a
+    # node's first use.
+    sleep 1.2
+}
+write_mps_conf refuse
+
+# --- the report ------------------------------------------------------------
+rows=()
+failed=0
+checks=0
+record() { # name result detail
+    local detail=${3//|/\\|}
+    rows+=("| $1 | $2 | ${detail//$'\n'/ } |")
+    checks=$((checks + 1))
+    [ "$2" = FAIL ] && failed=$((failed + 1))
+    say "$1: $2 $3"
+}
+# pass or FAIL: whether the command list before it succeeded, as in
+# "$(test1 && test2; pf)".
+pf() { if [ $? = 0 ]; then echo pass; else echo FAIL; fi; }
+
+# --- Slurm -----------------------------------------------------------------
+start_slurm() {
+    setsid "$S/sbin/slurmctld" -D -i -f "$SLURM_CONF" >>"$D/log/slurmctld.out" 2>&1 &
+    started+=($!)
+    # GSC_SLURMD_PRELOAD: the test suite's tests/cgroup2/unified_only.c,
+    # to rehearse cgroup v2 on a machine that mounts v1 too.
+    LD_PRELOAD=${GSC_SLURMD_PRELOAD:-} setsid "$S/sbin/slurmd" -D -N "$NODE" -f "$SLURM_CONF" >>"$D/log/slurmd.out" 2>&1 &
+    started+=($!)
+    local until=$((SECONDS + 40)) state=
+    while [ $SECONDS -lt $until ]; do
+        state=$(timeout 5 sinfo -h -n "$NODE" -o %T 2>/dev/null)
+        [ "$state" = idle ] && return 0
+        sleep 0.5
+    done
+    say "node state after 40 s: ${state:-none}; slurmctld.out: $(tail -n 3 "$D/log/slurmctld.out"); slurmd.out: $(tail -n 3 "$D/log/slurmd.out")"
+    return 1
+}
+stop_slurm() {
+    local p
+    for p in "${started[@]}"; do kill "$p" 2>/dev/null; done
+    for p in "${started[@]}"; do
+        for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    done
+    started=()
+}
+as_user() { # user command...
+    local u=$1
+    shift
+    timeout 120 runuser -u "$u" -- env -i PATH="$S/bin:/usr/bin:/bin" HOME="$D/home/$u" \
+        SLURM_CONF="$SLURM_CONF" LD_LIBRARY_PATH="$LD_LIBRARY_PATH" "$@"
+}
+submit() { # user sbatch-args... -- script args
+    local u=$1
+    shift
+    as_user "$u" sbatch --parsable -D "$D/jobs" -o "$D/jobs/%j.out" -t 5 "$@" | cut -d';' -f1
+}
+field() { timeout 10 scontrol -o show job "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n 1; }
+wait_state() { # job seconds states-regex
+    local until=$((SECONDS + $2)) s=
+    while [ $SECONDS -lt $until ]; do
+        s=$(field "$1" JobState)
+        [[ $s =~ ^($3)$ ]] && { echo "$s"; return 0; }
+        sleep 0.3
+    done
+    echo "${s:-gone}"
+    return 1
+}
+wait_file() { # path seconds
+    local until=$((SECONDS + $2))
+    while [ $SECONDS -lt $until ]; do [ -e "$1" ] && return 0; sleep 0.2; done
+    return 1
+}
+jget() { sed -n "s/.*\"$2\":\"\{0,1\}\([^\",}]*\).*/\1/p" <<<"$1" | head -n 1; }
+line() { grep -m1 "^$2 " "$1" 2>/dev/null | cut -d' ' -f2-; }
+gpu_of() { sed -n 's|^ENV pipe=[^ ]*/gpu\([0-9]*\)/pipe .*|\1|p' "$1" 2>/dev/null | head -n 1; }
+daemons() { # pids of MPS control daemons of this check's pipe directories
+    local p
+    for p in $(pgrep -f "nvidia-cuda-mps-control" 2>/dev/null); do
+        tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -q "^CUDA_MPS_PIPE_DIRECTORY=$D" && echo "$p"
+    done
+}
+# Until the GPU's last share is gone: no daemon, the mode before.
+wait_idle() { # seconds
+    local until=$((SECONDS + $1))
+    while [ $SECONDS -lt $until ]; do
+        [ -z "$(daemons)" ] && [ "$(smi_mode 0)" = Default ] && return 0
+        sleep 0.3
+    done
+    return 1
+}
+
+# The job scripts. Each line of output starts with a tag.
+cat >"$D/jobs/probe.sh" <<'EOF'
+#!/bin/bash
+# What a task sees: its MPS variables, /dev/shm, and which GPU device
+# files its cgroup lets it open (EPERM: denied).
+echo "ENV pipe=${CUDA_MPS_PIPE_DIRECTORY:-} threads=${CUDA_MPS_ACTIVE_THREAD_PERCENTAGE:-} mem=${CUDA_MPS_PINNED_DEVICE_MEM_LIMIT:-} visible=${CUDA_VISIBLE_DEVICES:-} shm=$(stat -c %d:%i /dev/shm) pidns=$(readlink /proc/self/ns/pid) pipe_reachable=$([ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ] && [ -e "$CUDA_MPS_PIPE_DIRECTORY/control" ] && echo yes || echo no)"
+for f in $GSC_DEVS; do
+    if msg=$( { : <"$f"; } 2>&1 ); then r=open; else r=${msg##*: }; fi
+    echo "DEV $f $r"
+done
+EOF
+cat >"$D/jobs/share.sh" <<'EOF'
+#!/bin/bash
+# A share's batch job: allocations under and over its memory limit, a timed
+# kernel, then a busy client beside which the checker looks at the node and
+# a client that unsets its MPS variables tries the GPU.
+. "$GSC_DIR/jobs/probe.sh"
+limit=$(echo "${CUDA_MPS_PINNED_DEVICE_MEM_LIMIT:-0=0M}" | sed 's/.*=\([0-9]*\).*/\1/')
+"$GSC_CLIENT" $((limit / 2)) 0 "$GSC_ROUNDS" | sed 's/^/A /'
+"$GSC_CLIENT" $((limit * 3 / 2)) 0 1000 | sed 's/^/B /'
+"$GSC_CLIENT" 0 "${GSC_BUSY:-4000}" "$GSC_ROUNDS" >"$GSC_DIR/jobs/$SLURM_JOB_ID.busy" &
+bg=$!
+for _ in $(seq 300); do grep -q ready "$GSC_DIR/jobs/$SLURM_JOB_ID.busy" && break; sleep 0.1; done
+echo "BG $bg"
+echo "$bg" >"$GSC_DIR/jobs/$SLURM_JOB_ID.ready"
+env -u CUDA_MPS_PIPE_DIRECTORY -u CUDA_MPS_ACTIVE_THREAD_PERCENTAGE -u CUDA_MPS_PINNED_DEVICE_MEM_LIMIT \
+    "$GSC_CLIENT" 0 0 1000 | sed 's/^/C /'
+wait $bg
+sed 's/^/D /' "$GSC_DIR/jobs/$SLURM_JOB_ID.busy"
+EOF
+cat >"$D/jobs/run.sh" <<'EOF'
+#!/bin/bash
+# One client: run.sh BUSY_MS; READY file once it is a client.
+. "$GSC_DIR/jobs/probe.sh"
+"$GSC_CLIENT" 0 "${1:-0}" "$GSC_ROUNDS" | while read -r l; do
+    echo "R $l"
+    case $l in *'"ready"'*) echo "$$" >"$GSC_DIR/jobs/${SLURM_JOB_ID}.ready" ;; esac
+done
+EOF
+chmod 755 "$D"/jobs/*.sh
+export GSC_DIR=$D GSC_CLIENT=$client GSC_ROUNDS=2000000 GSC_DEVS="${devs[*]}"
+jobenv=(--export=ALL,GSC_DIR="$D",GSC_CLIENT="$client",GSC_ROUNDS=2000000,GSC_DEVS="${devs[*]}")
+# A job's devices: which GPU files it may open.
+opened() { grep '^DEV ' "$1" | grep -v -c 'Operation not permitted'; }
+
+say "starting Slurm $version (cgroup $cgroup, $ngpu GPU(s): $gpu_name)"
+if ! start_slurm; then
+    record "Slurm starts" FAIL "see $D/log (kept)"
+    keep=1
+else
+    if ! msg=$(as_user "$A" sinfo -h -o %T 2>&1); then
+        record "the jobs' users reach Slurm" FAIL "$msg"
+        exit 1
+    fi
+    record "slurmctld and slurmd start" pass "node $NODE idle with Gres=$(timeout 10 scontrol -o show node "$NODE" | tr ' ' '\n' | sed -n 's/^Gres=//p'), cgroup/$cgroup, auth/none${missing:+, libraries from the kit: $(echo $missing)}"
+
+    # --- a whole GPU: the baseline -------------------------------------
+    j=$(submit "$A" --gres=gpu:1 "${jobenv[@]}" "$D/jobs/run.sh" 0)
+    st=$(wait_state "$j" 60 "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY")
+    o=$D/jobs/$j.out
+    r=$(line "$o" R | grep result)
+    whole_ms=$(jget "$r" kernel_ms)
+    whole_sms=$(jget "$r" sms)
+    if [ -n "$gpu" ]; then
+        record "a whole-GPU job (--gres=gpu:1)" "$([ "$st" = COMPLETED ] && [ "$(jget "$r" mps_enabled)" = 0 ] && [ "$(opened "$o")" = 1 ]; pf)" \
+            "$st; no MPS (attribute $(jget "$r" mps_enabled)); ${whole_sms} SMs, kernel ${whole_ms} ms; devices it may open: $(opened "$o") of $ngpu"
+    else
+        record "a whole-GPU job (--gres=gpu:1)" "$([ "$st" = COMPLETED ] && [ "$(opened "$o")" = 1 ] && grep -q '^ENV pipe= ' "$o"; pf)" \
+            "$st; no MPS variables; GPU files it may open: $(opened "$o") of $ngpu"
+    fi
+
+    # --- a CPU job: Slurm's device cgroup on the GPU files ---------------
+    j=$(submit "$A" "${jobenv[@]}" "$D/jobs/probe.sh")
+    st=$(wait_state "$j" 60 "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL")
+    o=$D/jobs/$j.out
+    record "a CPU-only job cannot open a GPU" "$([ "$st" = COMPLETED ] && [ "$(opened "$o")" = 0 ] && grep -q '^ENV pipe= ' "$o"; pf)" \
+        "$st; $(grep '^DEV ' "$o" | cut -d' ' -f2- | paste -sd';')"
+
+    # --- a share through sbatch ------------------------------------------
+    j=$(submit "$A" --gres=mps:25 "${jobenv[@]}",GSC_BUSY=5000 "$D/jobs/share.sh")
+    o=$D/jobs/$j.out
+    if wait_file "$D/jobs/$j.ready" 60; then
+        mode_shared=$(smi_mode 0)
+        dpid=$(daemons | head -n 1)
+        dargs=$(tr '\0' ' ' 2>/dev/null <"/proc/$dpid/cmdline")
+        duser=$(ps -o user= -p "$dpid" 2>/dev/null)
+        dpipe=$(tr '\0' '\n' 2>/dev/null <"/proc/$dpid/environ" | sed -n 's/^CUDA_MPS_PIPE_DIRECTORY=//p')
+        clients=
+        if [ -n "$gpu" ] && [ -n "$dpipe" ]; then
+            srv=$(echo get_server_list | CUDA_MPS_PIPE_DIRECTORY=$dpipe timeout 10 "$control" 2>/dev/null | head -n 1)
+            [ -n "$srv" ] && clients=$(echo "get_client_list $srv" | CUDA_MPS_PIPE_DIRECTORY=$dpipe timeout 10 "$control" 2>/dev/null | paste -sd,)
+        fi
+        bgpid=$(cat "$D/jobs/$j.ready")
+        record "the share's GPU while it runs" "$([ "$mode_shared" = Exclusive_Process ] && [ -n "$dpid" ] && [ "$duser" = root ]; pf)" \
+            "compute mode $mode_shared; daemon pid ${dpid:-none} of ${duser:-nobody}: \`$dargs\`, pipes $dpipe${clients:+; server's clients $clients (the job's busy client: $bgpid)}"
+    else
+        record "the share's GPU while it runs" FAIL "the job did not get its client going in 60 s: $(field "$j" JobState) $(field "$j" Reason); $(tail -n 3 "$o" 2>/dev/null)"
+    fi
+    st=$(wait_state "$j" 90 "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY")
+    env_line=$(grep -m1 '^ENV ' "$o")
+    ra=$(line "$o" A | grep result)
+    rb=$(line "$o" B | grep result)
+    rc=$(line "$o" C | grep result)
+    if [ -n "$gpu" ]; then
+        sms=$(jget "$ra" sms)
+        ms=$(jget "$ra" kernel_ms)
+        ratio=$(awk -v a="$ms" -v b="$whole_ms" 'BEGIN{if (b > 0) printf "%.2f", a / b; else print "?"}')
+        sms_ok=$(awk -v s="$sms" -v t="$whole_sms" 'BEGIN{print (s > 0 && t > 0 && s * 100 >= t * 15 && s * 100 <= t * 30) ? 1 : 0}')
+        ratio_ok=$(awk -v r="$ratio" 'BEGIN{print (r + 0 >= 2.5 && r + 0 <= 5.5) ? 1 : 0}')
+        record "sbatch --gres=mps:25: the task's SMs" "$([ "$st" = COMPLETED ] && [ "$(jget "$ra" mps_enabled)" = 1 ] && [ "$sms_ok" = 1 ] && [ "$ratio_ok" = 1 ]; pf)" \
+            "$st; MPS client (attribute $(jget "$ra" mps_enabled)), $sms of $whole_sms SMs, kernel $ms ms against $whole_ms ms whole: ${ratio}x; $env_line"
+        record "sbatch --gres=mps:25: the task's memory" "$([ "$(jget "$ra" alloc)" = ok ] && grep -q cudaErrorMemoryAllocation <<<"$(jget "$rb" alloc)"; pf)" \
+            "$(jget "$ra" alloc_mib) MiB: $(jget "$ra" alloc); $(jget "$rb" alloc_mib) MiB: $(jget "$rb" alloc)"
+        bypass_ok=1
+        [ "$(jget "$rc" init)" = ok ] && [ "$(jget "$rc" mps_enabled)" = 0 ] && bypass_ok=0
+        record "a task that unsets its MPS variables" "$([ "$bypass_ok" = 1 ]; pf)" \
+            "$(if [ "$(jget "$rc" init)" = ok ]; then echo "ran, MPS attribute $(jget "$rc" mps_enabled), $(jget "$rc" sms) SMs"; else echo "CUDA refused it: $(jget "$rc" init)"; fi)"
+    else
+        record "sbatch --gres=mps:25: the task's environment" "$([ "$st" = COMPLETED ] && grep -q "pipe=$D/run/gpu-mps-mps/gpu[0-9]*/pipe threads=25 " <<<"$env_line" && [ "$(opened "$o")" = 1 ]; pf)" \
+            "$st; $env_line; GPU files it may open: $(opened "$o") of $ngpu"
+        record "sbatch --gres=mps:25: SMs, memory, a task without MPS variables" "skipped: no GPU" ""
+    fi
+    if wait_idle 20; then
+        record "after the last share" pass "no MPS daemon, compute mode $(smi_mode 0)"
+    else
+        record "after the last share" FAIL "daemons: $(daemons | paste -sd,); compute mode $(smi_mode 0)"
+    fi
+
+    # --- srun and salloc shares --------------------------------------------
+    o=$D/jobs/srun.out
+    as_user "$A" env GSC_DIR="$D" GSC_CLIENT="$client" GSC_ROUNDS=2000000 GSC_DEVS="${devs[*]}" \
+        srun -D "$D/jobs" --gres=mps:25 -n1 -t 5 "$D/jobs/run.sh" 0 >"$o" 2>&1
+    rc_srun=$?
+    o2=$D/jobs/salloc.out
+    as_user "$A" env GSC_DIR="$D" GSC_CLIENT="$client" GSC_ROUNDS=2000000 GSC_DEVS="${devs[*]}" \
+        salloc --gres=mps:25 -t 5 srun -D "$D/jobs" -n1 "$D/jobs/run.sh" 0 >"$o2" 2>&1
+    rc_salloc=$?
+    for x in "srun:$o:$rc_srun" "salloc:$o2:$rc_salloc"; do
+        n=${x%%:*}; f=$(echo "$x" | cut -d: -f2); rc=${x##*:}
+        r=$(line "$f" R | grep result)
+        if [ -n "$gpu" ]; then
+            record "$n --gres=mps:25" "$([ "$rc" = 0 ] && [ "$(jget "$r" mps_enabled)" = 1 ]; pf)" \
+                "exit $rc; MPS attribute $(jget "$r" mps_enabled), $(jget "$r" sms) SMs; $(grep -m1 '^ENV ' "$f" | cut -c1-160)"
+        else
+            record "$n --gres=mps:25" "$([ "$rc" = 0 ] && grep -q "^ENV pipe=$D/run/gpu-mps-mps/gpu[0-9]*/pipe threads=25 " "$f"; pf)" \
+                "exit $rc; $(grep -m1 '^ENV ' "$f" | cut -c1-160)$( [ "$rc" = 0 ] || echo "; $(tail -n 2 "$f" | paste -sd' ')")"
+        fi
+    done
+
+    # --- two users: refuse, then scancel of a running share ----------------
+    ja=$(submit "$A" --gres=mps:25 "${jobenv[@]}" "$D/jobs/run.sh" 60000)
+    if wait_file "$D/jobs/$ja.ready" 60; then
+        jb=$(submit "$B" --gres=mps:25 "${jobenv[@]}" "$D/jobs/run.sh" 0)
+        sleep 6
+        ob=$D/jobs/$jb.out
+        ran=no
+        grep -q '^R .*"result"' "$ob" 2>/dev/null && ran=yes
+        ga=$(gpu_of "$D/jobs/$ja.out")
+        gb=$(gpu_of "$ob")
+        detail="$(field "$jb" JobState) (Reason=$(field "$jb" Reason), Restarts=$(field "$jb" Restarts), AdminComment=$(field "$jb" AdminComment)); its client ran: $ran${gb:+ on GPU $gb, beside the share on GPU $ga}"
+        # Where Slurm places shares (a mps line per GPU) gpushare cannot
+        # move one: on the first user's GPU the job is told that its CUDA
+        # work waits (docs/mps.md); on another GPU it runs.
+        told=no
+        grep -q "will wait until the jobs of user $A on this GPU end" "$ob" 2>/dev/null && told=yes
+        detail="$detail; told it waits: $told"
+        record "OtherUsers=refuse: another user's share while one runs" "$([ "$ran" = no ] || [ "$gb" != "$ga" ] || [ "$told" = yes ]; pf)" "$detail"
+        timeout 10 scancel "$jb"
+        cpid=$(pgrep -u "$A" -f "$client" | head -n 1)
+        t=$SECONDS
+        timeout 10 scancel "$ja"
+        ended=
+        for _ in $(seq 100); do
+            pgrep -u "$A" -f "$client" >/dev/null || { ended=$((SECONDS - t)); break; }
+            sleep 0.2
+        done
+        if wait_idle 30; then idle="daemon stopped and compute mode $(smi_mode 0) $((SECONDS - t)) s after scancel"; else idle="daemons left: $(daemons | paste -sd,), mode $(smi_mode 0)"; fi
+        record "scancel of a running share" "$([ -n "$ended" ] && [ -z "$(daemons)" ]; pf)" \
+            "client $cpid ended ${ended:-not within 20} s after scancel; $idle"
+    else
+        record "OtherUsers=refuse: another user's share while one runs" FAIL "the first share did not start: $(field "$ja" JobState) $(field "$ja" Reason)"
+        timeout 10 scancel "$ja"
+        wait_idle 30
+    fi
+
+    # --- two users: queue ---------------------------------------------------
+    write_mps_conf queue
+    ja=$(submit "$A" --gres=mps:25 "${jobenv[@]}" "$D/jobs/run.sh" 6000)
+    if wait_file "$D/jobs/$ja.ready" 60; then
+        t=$SECONDS
+        jb=$(submit "$B" --gres=mps:25 "${jobenv[@]}" "$D/jobs/run.sh" 0)
+        sa=$(wait_state "$ja" 60 "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL")
+        sb=$(wait_state "$jb" 90 "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL")
+        rb=$(line "$D/jobs/$jb.out" R | grep result)
+        if [ -n "$gpu" ]; then
+            record "OtherUsers=queue: another user's share waits, then runs" "$([ "$sa" = COMPLETED ] && [ "$sb" = COMPLETED ] && [ "$(jget "$rb" mps_enabled)" = 1 ]; pf)" \
+                "first user's $sa on GPU $(gpu_of "$D/jobs/$ja.out"), second user's $sb on GPU $(gpu_of "$D/jobs/$jb.out") after $((SECONDS - t)) s; its CUDA start took $(jget "$rb" init_ms) ms, MPS attribute $(jget "$rb" mps_enabled)"
+        else
+            record "OtherUsers=queue: another user's share is placed" "$([ "$sa" = COMPLETED ] && [ "$sb" = COMPLETED ]; pf)" \
+                "first user's $sa on GPU $(gpu_of "$D/jobs/$ja.out"), second user's $sb on GPU $(gpu_of "$D/jobs/$jb.out") (its CUDA wait: skipped: no GPU)"
+        fi
+    else
+        record "OtherUsers=queue" FAIL "the first share did not start: $(field "$ja" JobState) $(field "$ja" Reason)"
+        timeout 10 scancel "$ja"
+    fi
+    wait_idle 30
+    write_mps_conf refuse
+
+    # --- a whole-GPU job of another user beside a share ----------------------
+    ja=$(submit "$A" --gres=mps:25 "${jobenv[@]}" "$D/jobs/run.sh" 8000)
+    if wait_file "$D/jobs/$ja.ready" 60; then
+        jb=$(submit "$B" --gres=gpu:1 "${jobenv[@]}" "$D/jobs/run.sh" 0)
+        sleep 4
+        beside="$(field "$jb" JobState) (Reason=$(field "$jb" Reason)) while the share runs, compute mode $(smi_mode 0)"
+        sa=$(wait_state "$ja" 60 "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL")
+        sb=$(wait_state "$jb" 60 "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL")
+        rb=$(line "$D/jobs/$jb.out" R | grep result)
+        record "another user's whole-GPU job beside a share" "$([ "$sa" = COMPLETED ] && [ "$sb" = COMPLETED ]; pf)" \
+            "$beside; then share $sa, whole-GPU job $sb$( [ -n "$gpu" ] && echo " (MPS attribute $(jget "$rb" mps_enabled), kernel $(jget "$rb" kernel_ms) ms)")"
+    else
+        record "another user's whole-GPU job beside a share" FAIL "the share did not start: $(field "$ja" JobState) $(field "$ja" Reason)"
+        timeout 10 scancel "$ja"
+    fi
+    wait_idle 30
+
+    # --- job namespaces: job_container/tmpfs ---------------------------------
+    for dirs in "/tmp,/dev/shm" "/tmp"; do
+        stop_slurm
+        printf 'AutoBasePath=true\nBasePath=%s/ns\nDirs=%s\n' "$D" "$dirs" >"$D/etc/job_container.conf"
+        write_slurm_conf "PrologFlags=Contain
+JobContainerType=job_container/tmpfs"
+        if ! start_slurm; then
+            record "job_container/tmpfs, Dirs=$dirs" FAIL "Slurm did not start: $(tail -n 2 "$D/log/slurmd.log" | paste -sd' ')"
+            continue
+        fi
+        # A client that cannot reach its server may hang in CUDA's start:
+        # 30 s, then what the job is doing is the answer.
+        j=$(submit "$A" --gres=mps:25 "${jobenv[@]}" "$D/jobs/run.sh" 0)
+        st=$(wait_state "$j" 30 "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL")
+        o=$D/jobs/$j.out
+        r=$(line "$o" R | grep result)
+        host_shm=$(stat -c %d:%i /dev/shm)
+        what="$st; task's /dev/shm $(sed -n 's/.*shm=\([^ ]*\).*/\1/p' "$o" | head -n 1) (host's $host_shm); pipe directory reachable: $(sed -n 's/.*pipe_reachable=\([^ ]*\).*/\1/p' "$o" | head -n 1)"
+        if [ -n "$gpu" ]; then
+            what="$what; client: $(if [ "$(jget "$r" init)" = ok ]; then echo "ran, MPS attribute $(jget "$r" mps_enabled), $(jget "$r" sms) SMs"; else echo "$(jget "$r" init)"; fi)"
+        fi
+        [ "$st" = COMPLETED ] || what="$what; Reason=$(field "$j" Reason) AdminComment=$(field "$j" AdminComment); output: $(grep -v '^[A-Z]* ' "$o" 2>/dev/null | tail -n 2 | paste -sd' ')"
+        record "job_container/tmpfs, Dirs=$dirs: a share" seen "$what"
+        timeout 10 scancel "$j"
+        wait_idle 30
+    done
+    stop_slurm
+fi
+
+# --- limits in the control daemon's start environment (GPU only) -------------
+if [ -n "$gpu" ]; then
+    P=$D/envtest
+    mkdir -p "$P/pipe" "$P/log"
+    CUDA_MPS_PIPE_DIRECTORY=$P/pipe CUDA_MPS_LOG_DIRECTORY=$P/log CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25 \
+        CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8G timeout 20 "$control" -d
+    ask() { echo "$1" | CUDA_MPS_PIPE_DIRECTORY=$P/pipe timeout 10 "$control" 2>&1 | paste -sd' '; }
+    pct=$(ask get_default_active_thread_percentage)
+    mem=$(ask "get_default_device_pinned_mem_limit 0")
+    r=$(env -i PATH=/usr/bin:/bin CUDA_MPS_PIPE_DIRECTORY="$P/pipe" timeout 60 "$client" 12288 0 2000000 | grep result)
+    ask quit >/dev/null
+    for _ in $(seq 50); do pgrep -f "nvidia-cuda-mps" >/dev/null || break; sleep 0.2; done
+    record "limits in the control daemon's start environment (25 %, 8G)" seen \
+        "get_default_active_thread_percentage: $pct; get_default_device_pinned_mem_limit 0: $mem; a client with only the pipe directory: $(jget "$r" sms) SMs, 12288 MiB: $(jget "$r" alloc)"
+else
+    record "limits in the control daemon's start environment" "skipped: no GPU" ""
+fi
+
+total=$((SECONDS - T0))
+record "the whole run" seen "$total s, the machine's start excluded"
+
+# --- the report ----------------------------------------------------------------
+{
+    echo "# gpu-slurm-check: $(date -u +%Y-%m-%d)"
+    echo
+    echo "| | |"
+    echo "| --- | --- |"
+    echo "| GPU | $ngpu × $gpu_name |"
+    echo "| driver, CUDA | $driver, $cuda |"
+    echo "| kernel | $(uname -r) |"
+    echo "| system | $(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME") |"
+    echo "| Slurm | $version (auth/none, cgroup/$cgroup, task/cgroup ConstrainDevices=yes) |"
+    echo "| gpushare | $(git -C "$here/.." describe --always --dirty 2>/dev/null || echo unknown) |"
+    echo
+    echo "| check | result | what was seen |"
+    echo "| --- | --- | --- |"
+    printf '%s\n' "${rows[@]}"
+    echo
+    echo "$checks checks, $failed failed, in $total s."
+} >"$report"
+say "$checks checks, $failed failed; report: $report"
+[ "$failed" = 0 ]
