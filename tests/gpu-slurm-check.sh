@@ -93,6 +93,7 @@ modes_before=()
 cleanup() {
     trap - EXIT INT TERM HUP
     for p in "${started[@]}"; do kill "$p" 2>/dev/null; done
+    [ -n "${listener:-}" ] && kill "$listener" 2>/dev/null
     sleep 1
     for p in "${started[@]}"; do kill -9 "$p" 2>/dev/null; done
     # Whatever MPS processes of this check's pipe directories are left.
@@ -117,7 +118,7 @@ cleanup() {
     rm -f /run/gpushare/ledger-of-*"$(basename "$D" | sed 's/-/%2d/g')"-etc-gpu_mps.conf*
     if [ -n "$logs" ]; then
         mkdir -p "$logs" && cp "$D"/log/*.log "$logs/" 2>/dev/null
-        tar -C "$D" -czf "$logs/jobs.tar.gz" jobs etc 2>/dev/null
+        (cd "$D" && tar -czf "$logs/jobs.tar.gz" jobs etc run/gpu-mps-mps/*/log 2>/dev/null)
     fi
     if [ -n "$keep" ]; then say "kept $D"; else rm -rf "$D"; fi
 }
@@ -258,7 +259,7 @@ write_slurm_conf
     echo "# Written by gpushare's gpu-slurm-check: one mps line per GPU."
     for ((i = 0; i < ngpu; i++)); do
         echo "NodeName=$NODE Name=gpu Type=$gpu_type File=${devs[$i]}"
-        echo "NodeName=$NODE Name=mps Count=100 File=${devs[$i]}"
+        echo "NodeName=$NODE Name=mps Count=100 File=${devs[$i]} Flags=all_sharing"
     done
 } >"$D/etc/gres.conf"
 if [ "$cgroup" = v2 ]; then plugin="cgroup/v2
@@ -278,6 +279,7 @@ UnitsPerGPU=100
 GPUDevices=$devlist
 StateDir=$D/run/gpu-mps
 MPSControl=$control
+SyslogSocket=$D/log/syslog.sock
 ComputeMode=exclusive
 OtherUsers=$1
 EOF
@@ -286,6 +288,20 @@ EOF
     # node's first use.
     sleep 1.2
 }
+# gpushare's prolog and epilog log to syslog: a socket of the check's own,
+# its lines into log/syslog.log.
+if command -v python3 >/dev/null; then
+    setsid python3 -c '
+import os, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(sys.argv[1])
+os.chmod(sys.argv[1], 0o666)
+with open(sys.argv[2], "ab", 0) as f:
+    while True:
+        f.write(s.recv(65536).rstrip(b"\n") + b"\n")
+' "$D/log/syslog.sock" "$D/log/syslog.log" >/dev/null 2>&1 &
+    listener=$!
+fi
 write_mps_conf refuse
 
 # --- the report ------------------------------------------------------------
@@ -323,8 +339,10 @@ start_slurm() {
 stop_slurm() {
     local p
     for p in "${started[@]}"; do kill "$p" 2>/dev/null; done
+    # Gone for good before a new slurmctld binds the same port.
     for p in "${started[@]}"; do
-        for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+        for _ in $(seq 200); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$p" 2>/dev/null
     done
     started=()
 }
@@ -356,8 +374,17 @@ wait_file() { # path seconds
     return 1
 }
 jget() { sed -n "s/.*\"$2\":\"\{0,1\}\([^\",}]*\).*/\1/p" <<<"$1" | head -n 1; }
-line() { grep -m1 "^$2 " "$1" 2>/dev/null | cut -d' ' -f2-; }
+line() { grep "^$2 " "$1" 2>/dev/null | cut -d' ' -f2-; }
 gpu_of() { sed -n 's|^ENV pipe=[^ ]*/gpu\([0-9]*\)/pipe .*|\1|p' "$1" 2>/dev/null | head -n 1; }
+# What the node's MPS processes and GPU look like, into log/ps.log.
+snap() {
+    {
+        echo "== $1 ($((SECONDS - T0)) s)"
+        ps -eo pid,ppid,user,etime,stat,args | grep -E "mps|client|slurmstepd" | grep -v grep
+        [ -n "$gpu" ] && timeout 10 nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv
+        ls /dev/shm
+    } >>"$D/log/ps.log" 2>&1
+}
 daemons() { # pids of MPS control daemons of this check's pipe directories
     local p
     for p in $(pgrep -f "nvidia-cuda-mps-control" 2>/dev/null); do
@@ -523,42 +550,6 @@ else
         fi
     done
 
-    # --- two users: refuse, then scancel of a running share ----------------
-    ja=$(submit "$A" --gres=mps:25 "${jobenv[@]}" "$D/jobs/run.sh" 60000)
-    if wait_file "$D/jobs/$ja.ready" 60; then
-        jb=$(submit "$B" --gres=mps:25 "${jobenv[@]}" "$D/jobs/run.sh" 0)
-        sleep 6
-        ob=$D/jobs/$jb.out
-        ran=no
-        grep -q '^R .*"result"' "$ob" 2>/dev/null && ran=yes
-        ga=$(gpu_of "$D/jobs/$ja.out")
-        gb=$(gpu_of "$ob")
-        detail="$(field "$jb" JobState) (Reason=$(field "$jb" Reason), Restarts=$(field "$jb" Restarts), AdminComment=$(field "$jb" AdminComment)); its client ran: $ran${gb:+ on GPU $gb, beside the share on GPU $ga}"
-        # Where Slurm places shares (a mps line per GPU) gpushare cannot
-        # move one: on the first user's GPU the job is told that its CUDA
-        # work waits (docs/mps.md); on another GPU it runs.
-        told=no
-        grep -q "will wait until the jobs of user $A on this GPU end" "$ob" 2>/dev/null && told=yes
-        detail="$detail; told it waits: $told"
-        record "OtherUsers=refuse: another user's share while one runs" "$([ "$ran" = no ] || [ "$gb" != "$ga" ] || [ "$told" = yes ]; pf)" "$detail"
-        timeout 10 scancel "$jb"
-        cpid=$(pgrep -u "$A" -f "$client" | head -n 1)
-        t=$SECONDS
-        timeout 10 scancel "$ja"
-        ended=
-        for _ in $(seq 100); do
-            pgrep -u "$A" -f "$client" >/dev/null || { ended=$((SECONDS - t)); break; }
-            sleep 0.2
-        done
-        if wait_idle 30; then idle="daemon stopped and compute mode $(smi_mode 0) $((SECONDS - t)) s after scancel"; else idle="daemons left: $(daemons | paste -sd,), mode $(smi_mode 0)"; fi
-        record "scancel of a running share" "$([ -n "$ended" ] && [ -z "$(daemons)" ]; pf)" \
-            "client $cpid ended ${ended:-not within 20} s after scancel; $idle"
-    else
-        record "OtherUsers=refuse: another user's share while one runs" FAIL "the first share did not start: $(field "$ja" JobState) $(field "$ja" Reason)"
-        timeout 10 scancel "$ja"
-        wait_idle 30
-    fi
-
     # --- two users: queue ---------------------------------------------------
     write_mps_conf queue
     ja=$(submit "$A" --gres=mps:25 "${jobenv[@]}" "$D/jobs/run.sh" 6000)
@@ -625,7 +616,63 @@ JobContainerType=job_container/tmpfs"
         timeout 10 scancel "$j"
         wait_idle 30
     done
-    stop_slurm
+    # --- after job namespaces, Slurm as before ------------------------------
+    write_slurm_conf
+    if ! start_slurm; then
+        record "Slurm restarts without job namespaces" FAIL "$(tail -n 2 "$D/log/slurmd.log" | paste -sd' ')"
+    else
+        # --- two users: refuse, then scancel of a running share ----------------
+        ja=$(submit "$A" --gres=mps:25 "${jobenv[@]}" "$D/jobs/run.sh" 60000)
+        if wait_file "$D/jobs/$ja.ready" 60; then
+            jb=$(submit "$B" --gres=mps:25 "${jobenv[@]}" "$D/jobs/run.sh" 0)
+            sleep 6
+            ob=$D/jobs/$jb.out
+            ran=no
+            grep -q '^R .*"result"' "$ob" 2>/dev/null && ran=yes
+            ga=$(gpu_of "$D/jobs/$ja.out")
+            gb=$(gpu_of "$ob")
+            detail="$(field "$jb" JobState) (Reason=$(field "$jb" Reason), Restarts=$(field "$jb" Restarts), AdminComment=$(field "$jb" AdminComment)); its client ran: $ran${gb:+ on GPU $gb, beside the share on GPU $ga}"
+            # Where Slurm places shares (a mps line per GPU) gpushare cannot
+            # move one: on the first user's GPU the job is told that its CUDA
+            # work waits (docs/mps.md); on another GPU it runs.
+            told=no
+            grep -q "will wait until the jobs of user $A on this GPU end" "$ob" 2>/dev/null && told=yes
+            detail="$detail; told it waits: $told"
+            record "OtherUsers=refuse: another user's share while one runs" "$([ "$ran" = no ] || [ "$gb" != "$ga" ] || [ "$told" = yes ]; pf)" "$detail"
+            snap "two users' shares"
+            timeout 10 scancel "$jb"
+            cpid=$(pgrep -u "$A" -f "$client" | head -n 1)
+            t=$SECONDS
+            timeout 10 scancel "$ja"
+            ended=
+            for _ in $(seq 100); do
+                pgrep -u "$A" -f "$client" >/dev/null || { ended=$((SECONDS - t)); break; }
+                sleep 0.2
+            done
+            snap "clients of the cancelled share gone"
+            if wait_idle 30; then idle="daemon stopped and compute mode $(smi_mode 0) $((SECONDS - t)) s after scancel"; else idle="daemons left: $(daemons | paste -sd,), mode $(smi_mode 0)"; fi
+            record "scancel of a running share" "$([ -n "$ended" ] && [ -z "$(daemons)" ]; pf)" \
+                "client $cpid ended ${ended:-not within 20} s after scancel; $idle"
+        else
+            record "OtherUsers=refuse: another user's share while one runs" FAIL "the first share did not start: $(field "$ja" JobState) $(field "$ja" Reason)"
+            timeout 10 scancel "$ja"
+            wait_idle 30
+        fi
+
+        # --- a share after all of that: the node serves shares again -------
+        j=$(submit "$A" --gres=mps:25 "${jobenv[@]}" "$D/jobs/run.sh" 0)
+        st=$(wait_state "$j" 60 "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL")
+        r=$(line "$D/jobs/$j.out" R | grep result)
+        snap "after the last share"
+        if [ -n "$gpu" ]; then
+            record "a share after two users' shares were cancelled" "$([ "$st" = COMPLETED ] && [ "$(jget "$r" mps_enabled)" = 1 ]; pf)" \
+                "$st; $(if [ "$(jget "$r" init)" = ok ]; then echo "MPS attribute $(jget "$r" mps_enabled), $(jget "$r" sms) SMs"; else echo "$(jget "$r" init)"; fi)"
+        else
+            record "a share after two users' shares were cancelled" "$([ "$st" = COMPLETED ]; pf)" "$st"
+        fi
+        wait_idle 30
+        stop_slurm
+    fi
 fi
 
 # --- limits in the control daemon's start environment (GPU only) -------------
