@@ -391,11 +391,15 @@ daemons() { # pids of MPS control daemons of this check's pipe directories
         tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -q "^CUDA_MPS_PIPE_DIRECTORY=$D" && echo "$p"
     done
 }
-# Until the GPU's last share is gone: no daemon, the mode before.
+# MPS servers run as their users, whose environment may not name the
+# pipe directory: on a GPU machine (the check refuses one with other
+# compute processes) every server left is this check's.
+servers_left() { [ -n "$gpu" ] && pgrep -f "nvidia-cuda-mps-server" | paste -sd,; }
+# Until the GPU's last share is gone: no daemon, no server, the mode before.
 wait_idle() { # seconds
     local until=$((SECONDS + $1))
     while [ $SECONDS -lt $until ]; do
-        [ -z "$(daemons)" ] && [ "$(smi_mode 0)" = Default ] && return 0
+        [ -z "$(daemons)" ] && [ -z "$(servers_left)" ] && [ "$(smi_mode 0)" = Default ] && return 0
         sleep 0.3
     done
     return 1
@@ -526,7 +530,7 @@ else
     if wait_idle 20; then
         record "after the last share" pass "no MPS daemon, compute mode $(smi_mode 0)"
     else
-        record "after the last share" FAIL "daemons: $(daemons | paste -sd,); compute mode $(smi_mode 0)"
+        record "after the last share" FAIL "daemons: $(daemons | paste -sd,); servers: $(servers_left); compute mode $(smi_mode 0)"
     fi
 
     # --- srun and salloc shares --------------------------------------------
@@ -650,8 +654,8 @@ JobContainerType=job_container/tmpfs"
                 sleep 0.2
             done
             snap "clients of the cancelled share gone"
-            if wait_idle 30; then idle="daemon stopped and compute mode $(smi_mode 0) $((SECONDS - t)) s after scancel"; else idle="daemons left: $(daemons | paste -sd,), mode $(smi_mode 0)"; fi
-            record "scancel of a running share" "$([ -n "$ended" ] && [ -z "$(daemons)" ]; pf)" \
+            if wait_idle 30; then idle="daemon stopped and compute mode $(smi_mode 0) $((SECONDS - t)) s after scancel"; else idle="daemons left: $(daemons | paste -sd,), servers left: $(servers_left), mode $(smi_mode 0)"; fi
+            record "scancel of a running share" "$([ -n "$ended" ] && [ -z "$(daemons)" ] && [ -z "$(servers_left)" ]; pf)" \
                 "client $cpid ended ${ended:-not within 20} s after scancel; $idle"
         else
             record "OtherUsers=refuse: another user's share while one runs" FAIL "the first share did not start: $(field "$ja" JobState) $(field "$ja" Reason)"
