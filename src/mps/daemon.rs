@@ -62,7 +62,8 @@ use super::state_dir::{self, Access};
 use crate::shared::bounded;
 
 mod servers;
-pub use servers::{kill_servers, servers_of};
+use servers::{argv0_name, pipe_variable};
+pub use servers::{kill_servers, servers_of, SERVER_PROGRAM};
 
 /// How long one call of `nvidia-cuda-mps-control` may take.
 pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -70,8 +71,6 @@ pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a new daemon may take to open its control pipe.
 const START_WAIT: Duration = Duration::from_secs(5);
-/// The server program the daemon spawns for each user.
-pub const SERVER_PROGRAM: &str = "nvidia-cuda-mps-server";
 /// What happened to an MPS control daemon.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MpsDaemon {
@@ -857,13 +856,6 @@ pub fn processes_under(dir: &Path) -> Vec<u32> {
     processes_where(|v| v.starts_with(&prefix))
 }
 
-/// `CUDA_MPS_PIPE_DIRECTORY=<path>`, as it appears in `/proc/<pid>/environ`.
-fn pipe_variable(path: &Path) -> Vec<u8> {
-    let mut w = b"CUDA_MPS_PIPE_DIRECTORY=".to_vec();
-    w.extend_from_slice(path.as_os_str().as_encoded_bytes());
-    w
-}
-
 /// Pids of MPS control daemons and servers with an environment variable
 /// `wanted` accepts.
 fn processes_where(wanted: impl Fn(&[u8]) -> bool) -> Vec<u32> {
@@ -908,13 +900,6 @@ fn process_uids(pid: u32) -> Option<[u32; 3]> {
         .split_whitespace();
     let mut next = || ids.next()?.parse::<u32>().ok();
     Some([next()?, next()?, next()?])
-}
-
-/// The file name of process `pid`'s `argv[0]`.
-fn argv0_name(pid: u32) -> Option<Vec<u8>> {
-    let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    let argv0 = cmdline.split(|&b| b == 0).next()?;
-    Some(argv0.rsplit(|&b| b == b'/').next()?.to_vec())
 }
 
 /// SIGKILL to each of `pids` that is still an MPS process of the daemon's

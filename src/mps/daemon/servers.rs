@@ -11,7 +11,8 @@
 use std::fs;
 use std::path::Path;
 
-use super::{argv0_name, pipe_variable, SERVER_PROGRAM};
+/// The server program the daemon spawns for each user.
+pub const SERVER_PROGRAM: &str = "nvidia-cuda-mps-server";
 
 /// Pids of the MPS servers of the daemon at `pipe`: processes named
 /// `nvidia-cuda-mps-server` in `argv[0]`, whatever their uid, whose parent
@@ -29,9 +30,8 @@ pub fn servers_of(pipe: &Path, daemons: &[u32]) -> Vec<u32> {
         .filter(|&pid| {
             is_server(pid)
                 && (parent(pid).is_some_and(|p| daemons.contains(&p))
-                    || fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
-                        env.split(|&b| b == 0).any(|v| v == wanted.as_slice())
-                    }))
+                    || fs::read(format!("/proc/{pid}/environ"))
+                        .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == wanted.as_slice())))
         })
         .collect();
     found.sort_unstable();
@@ -58,6 +58,20 @@ pub fn kill_servers(pids: &[u32]) -> Vec<u32> {
             }
         })
         .collect()
+}
+
+/// `CUDA_MPS_PIPE_DIRECTORY=<path>`, as it appears in `/proc/<pid>/environ`.
+pub(super) fn pipe_variable(path: &Path) -> Vec<u8> {
+    let mut w = b"CUDA_MPS_PIPE_DIRECTORY=".to_vec();
+    w.extend_from_slice(path.as_os_str().as_encoded_bytes());
+    w
+}
+
+/// The file name of process `pid`'s `argv[0]`.
+pub(super) fn argv0_name(pid: u32) -> Option<Vec<u8>> {
+    let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let argv0 = cmdline.split(|&b| b == 0).next()?;
+    Some(argv0.rsplit(|&b| b == b'/').next()?.to_vec())
 }
 
 fn is_server(pid: u32) -> bool {

@@ -227,7 +227,8 @@ fn another_users_process_never_passes_for_a_daemon_nor_is_killed() {
 
 #[test]
 fn a_jobs_cgroup_is_found_on_v1_and_v2() {
-    let v1 = "12:devices:/slurm/uid_1000/job_42/step_0/task_0\n3:cpu:/slurm/uid_1000/job_42/step_0\n";
+    let v1 =
+        "12:devices:/slurm/uid_1000/job_42/step_0/task_0\n3:cpu:/slurm/uid_1000/job_42/step_0\n";
     let v2 = "0::/system.slice/slurmstepd.scope/job_42/step_batch/user/task_0\n";
     assert!(cgroup_is_jobs(v1, 42, None) && cgroup_is_jobs(v2, 42, None));
     assert!(!cgroup_is_jobs(v1, 4, None) && !cgroup_is_jobs(v2, 420, None));
