@@ -113,6 +113,7 @@ build-tests:
 # directory. Each run's log is kept in target/test-logs/.
 test: unit
 	$(MAKE) check-releases SOURCE_RELEASES=
+	$(MAKE) test-gpu-slurm-check
 	tests/lanes.sh "native $(RELEASE_RUNS_V1) packages" "$(RELEASE_RUNS_V2)" "$(SOURCE_RUNS)" "$(RPM_RUNS)"
 
 # Every release on both cgroup versions in full (about five times make test).
@@ -147,6 +148,14 @@ gpu-kit:
 gpu-slurm-check:
 	@[ -n "$(NOBUILD)" ] || tests/gpu_kit.sh $(GPU_SLURM_RELEASE)
 	@tests/gpu-slurm-check.sh --report $(GPU_SLURM_REPORT) $(if $(GPU_SLURM_LOGS),--logs $(GPU_SLURM_LOGS))
+# The kit and the check against the stand-ins, as make test runs them
+# (before the lanes: the check refuses to run beside another slurmd), so
+# that both are known to work before a GPU is lent.
+.PHONY: test-gpu-slurm-check
+test-gpu-slurm-check:
+	tests/gpu_kit.sh $(GPU_SLURM_RELEASE)
+	mkdir -p target/test-logs && rm -rf target/test-logs/gpu-slurm-check.md target/test-logs/gpu-slurm-check
+	tests/gpu-slurm-check.sh --report target/test-logs/gpu-slurm-check.md --logs target/test-logs/gpu-slurm-check
 
 # What MPS sharing buys on a real GPU (docs/performance.md "On a GPU"): a
 # batch of small CUDA jobs one after another, side by side without MPS,
