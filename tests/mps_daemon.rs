@@ -27,6 +27,8 @@ use compute_mode::{
 };
 #[path = "mps_daemon/cancel.rs"]
 mod cancel;
+#[path = "mps_daemon/job_container.rs"]
+mod job_container;
 
 /// A share whose daemon hangs is refused and sent elsewhere within this:
 /// the prolog's own deadline ended the wait, not the hung program.
@@ -105,6 +107,13 @@ fn main() -> ExitCode {
             "a_share_beside_another_users_server_is_refused_or_told_that_it_waits",
             beside_other_user,
         );
+    if job_container::has_dirs() {
+        suite = suite.test_on(
+            "a_share_whose_job_container_hides_its_mps_pipes_fails_at_once",
+            job_container::spec(),
+            job_container::hidden_pipes_refused,
+        );
+    }
     if !slurm_places_shares() {
         suite = suite
             .test(

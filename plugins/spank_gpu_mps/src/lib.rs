@@ -9,7 +9,8 @@
 //!   refusal, which fails the job with its text: beside the ledger, or
 //!   beside the node's ledger pointer where no configuration could be read);
 //! - `slurm_spank_task_init` (in the task, before exec) replaces Slurm's
-//!   GPU environment with the share's;
+//!   GPU environment with the share's, and fails a task whose job namespace
+//!   hides its GPU's MPS pipes (`job_container/tmpfs` over `StateDir`);
 //! - `slurm_spank_task_post_fork` (slurmstepd, root, after Slurm wrote its
 //!   device rules) confines the task to the chosen GPU's device file. It only
 //!   narrows: the chosen GPU is allowed, every other GPU denied; a job without
@@ -32,7 +33,7 @@ use gpushare::mps::in_force::{self, Role, NODE_RECORDS_DIR};
 use gpushare::mps::ledger::Ledger;
 use gpushare::mps::node::{
     claim_banner, count_mismatch, gpu_devices, node_ledger, task_plan, unconfigured_refusal,
-    TaskPlan,
+    unreachable_pipes, TaskPlan,
 };
 use slurm_plugin::log;
 use slurm_plugin::slurm_str::opt_str;
@@ -356,6 +357,13 @@ fn task_init(sp: spank_t) -> SpankResult {
             Err(SpankError::Failed(text))
         }
         StepPlan::Share(plan) => {
+            // In the task, so in the job's mount namespace where a job
+            // container gives it one: its GPU's pipes must be there.
+            if let Some(text) = unreachable_pipes(&plan, job_id(sp)?) {
+                log::error(&text);
+                eprintln!("{text}");
+                return Err(SpankError::Failed(text));
+            }
             if !plan.banner.is_empty()
                 && item_u32(sp, slurm_sys::S_TASK_ID, "spank_get_item(S_TASK_ID)")? == 0
             {

@@ -74,7 +74,8 @@ pub use running::{node_name, running_jobs, RunningJob, SQUEUE_TIMEOUT};
 pub(crate) use setup::test_node;
 pub use setup::{gpu_devices, hides_users, node_ledger, server_rule, Node, PipeGuard, Unfit};
 pub use task::{
-    framework_hints, memory_fraction, task_plan, TaskMemory, TaskPlan, JAX_PREALLOCATION,
+    framework_hints, memory_fraction, task_plan, unreachable_pipes, TaskMemory, TaskPlan,
+    JAX_PREALLOCATION,
 };
 pub use trust::{count_mismatch, share_units, slurm_per_gpu, slurm_places, units_mismatch, JobEnv};
 pub use unconfigured::{

@@ -52,6 +52,30 @@ pub struct TaskPlan {
     /// read: a step with no more tasks changes nothing, so it need not take
     /// the ledger's lock (the count only grows while the job runs).
     pub clients: u32,
+    /// The GPU's MPS directory (its pipes inside), which every task must
+    /// see, where this node runs MPS daemons ([`unreachable_pipes`]).
+    pub pipes: Option<PathBuf>,
+}
+
+/// The refusal of a task that cannot see its GPU's MPS directory
+/// (`plan.pipes`), `None` where it can or the node runs no daemons. Call
+/// it in the task (SPANK task_init): a job container or namespace plugin
+/// (`job_container/tmpfs`, `namespace/linux`) whose `Dirs=` covers
+/// `StateDir` gives the job its own empty directory there, and the task's
+/// CUDA work could then never reach the GPU's MPS server.
+pub fn unreachable_pipes(plan: &TaskPlan, job: u32) -> Option<String> {
+    let dir = plan.pipes.as_ref()?;
+    match std::fs::metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(format!(
+            "gpu_mps: job {job}: this task cannot see its GPU's MPS directory {}: the job's \
+             namespace hides it, so its CUDA work could not reach the GPU's MPS server. \
+             An administrator must keep StateDir= of gpu_mps.conf out of every directory \
+             in Dirs= of job_container.conf (dirs: of namespace.yaml); the default \
+             /run/gpu-mps is",
+            dir.display()
+        )),
+        _ => None,
+    }
 }
 
 /// The plan for `job`'s tasks: `Ok(None)` when the job holds no share
@@ -190,6 +214,7 @@ pub fn task_plan(
         hints,
         banner,
         clients: share.client_count(),
+        pipes: crate::mps::programs::program(cfg).map(|_| dir.clone()),
     }))
 }
 

@@ -183,3 +183,31 @@ fn the_banner_names_other_users_only_where_the_node_shows_them() {
     // `auto` follows Slurm's PrivateData (config.rs's tests), read from
     // the slurm.conf in use: tests/attack.rs runs it on a cluster.
 }
+
+#[test]
+fn a_task_that_cannot_see_its_gpus_mps_directory_is_refused() {
+    let (node, dir) = temp_node(None);
+    let placed = prolog(&node, &share_env(7, 25), &MpsBooking::default(), no_squeue);
+    assert!(placed.is_ok(), "{placed:?}");
+    let mut plan = task_plan(&node.cfg, &node.ledger, 7, true, 1)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|| panic!("no plan"));
+    // No daemons on this node (MPSControl=none): nothing to see.
+    assert_eq!(plan.pipes, None);
+    assert_eq!(unreachable_pipes(&plan, 7), None);
+    // Where the node runs daemons, a directory the task sees passes.
+    let seen = dir.path().join("gpu-mps-mps/gpu0");
+    fs::create_dir_all(&seen).unwrap_or_else(|e| panic!("{e}"));
+    plan.pipes = Some(seen);
+    assert_eq!(unreachable_pipes(&plan, 7), None);
+    // One a job namespace hid (an empty private /tmp over it) fails the
+    // task with the setting to change.
+    plan.pipes = Some(dir.path().join("hidden/gpu-mps-mps/gpu0"));
+    let refusal = unreachable_pipes(&plan, 7).unwrap_or_default();
+    assert!(
+        refusal.starts_with("gpu_mps: job 7: this task cannot see its GPU's MPS directory")
+            && refusal.contains("StateDir=")
+            && refusal.contains("Dirs= of job_container.conf"),
+        "{refusal}"
+    );
+}
