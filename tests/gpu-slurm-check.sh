@@ -595,7 +595,9 @@ else
     wait_idle 30
 
     # --- job namespaces: job_container/tmpfs ---------------------------------
-    for dirs in "/tmp,/dev/shm" "/tmp"; do
+    # The default Dirs (the job's own /dev/shm), the host's /dev/shm, and
+    # a Dirs= that hides StateDir: refused at once, saying so.
+    for dirs in "/tmp,/dev/shm" "/tmp" "$D/run,/dev/shm"; do
         stop_slurm
         printf 'AutoBasePath=true\nBasePath=%s/ns\nDirs=%s\n' "$D" "$dirs" >"$D/etc/job_container.conf"
         write_slurm_conf "PrologFlags=Contain
@@ -616,7 +618,15 @@ JobContainerType=job_container/tmpfs"
             what="$what; client: $(if [ "$(jget "$r" init)" = ok ]; then echo "ran, MPS attribute $(jget "$r" mps_enabled), $(jget "$r" sms) SMs"; else echo "$(jget "$r" init)"; fi)"
         fi
         [ "$st" = COMPLETED ] || what="$what; Reason=$(field "$j" Reason) AdminComment=$(field "$j" AdminComment); output: $(grep -v '^[A-Z]* ' "$o" 2>/dev/null | tail -n 2 | paste -sd' ')"
-        record "job_container/tmpfs, Dirs=$dirs: a share" seen "$what"
+        if [ "$dirs" = "$D/run,/dev/shm" ]; then
+            grep -q "this task cannot see its GPU's MPS directory" "$o" 2>/dev/null && refused=yes || refused=no
+            record "job_container/tmpfs hiding StateDir: a share" "$([ "$refused" = yes ] && ! grep -q '^R ' "$o"; pf)" \
+                "$st; refused in its task with the reason: $refused"
+        elif [ -n "$gpu" ]; then
+            record "job_container/tmpfs, Dirs=$dirs: a share" "$([ "$st" = COMPLETED ] && [ "$(jget "$r" mps_enabled)" = 1 ]; pf)" "$what"
+        else
+            record "job_container/tmpfs, Dirs=$dirs: a share" "$([ "$st" = COMPLETED ] && grep -q 'pipe_reachable=yes' "$o"; pf)" "$what"
+        fi
         timeout 10 scancel "$j"
         wait_idle 30
     done
