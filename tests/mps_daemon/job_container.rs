@@ -36,11 +36,9 @@ pub fn has_dirs() -> bool {
 
 pub fn hidden_pipes_refused(c: &mut Cluster) -> TestResult {
     super::standin(c)?;
+    // One job at a time: two jobs' first containers made at once can fail
+    // in Slurm ("ns base mount failed: Invalid argument", 23.02).
     let cpu = c.sbatch_ok(&["--wrap=echo the CPU job ran in its container"])?;
-    let share = c.sbatch_ok(&[
-        "--gres=mps:25",
-        "--wrap=echo the share ran PIPE=$CUDA_MPS_PIPE_DIRECTORY",
-    ])?;
     // The container runs jobs: the CPU-only one ran its command, or, where
     // Slurm runs from a Debian root (tests/release_root.sh), failed only in
     // exec'ing the batch script slurmd wrote into the cluster's spool,
@@ -53,6 +51,10 @@ pub fn hidden_pipes_refused(c: &mut Cluster) -> TestResult {
             || (out.contains("execve(): ") && out.contains("slurm_script: No such file")),
         format!("CPU-only job {cpu}: {} {out:?}", done.state()),
     )?;
+    let share = c.sbatch_ok(&[
+        "--gres=mps:25",
+        "--wrap=echo the share ran PIPE=$CUDA_MPS_PIPE_DIRECTORY",
+    ])?;
     let refusal = wait_for("the share's refusal", JOB_END, || {
         let out = c.job_output(share);
         out.contains("this task cannot see its GPU's MPS directory")
