@@ -622,6 +622,8 @@ JobContainerType=job_container/tmpfs"
             grep -q "this task cannot see its GPU's MPS directory" "$o" 2>/dev/null && refused=yes || refused=no
             record "job_container/tmpfs hiding StateDir: a share" "$([ "$refused" = yes ] && ! grep -q '^R ' "$o"; pf)" \
                 "$st; refused in its task with the reason: $refused"
+            warned=$(timeout 30 "$G/gpu-mps" status --conf "$D/etc/gpu_mps.conf" 2>&1 | grep -o "job namespaces ([^)]*) give each job its own [^ ,]*" | head -n 1)
+            record "gpu-mps status on that node" "$([ -n "$warned" ]; pf)" "${warned:-no warning}"
         elif [ -n "$gpu" ]; then
             record "job_container/tmpfs, Dirs=$dirs: a share" "$([ "$st" = COMPLETED ] && [ "$(jget "$r" mps_enabled)" = 1 ]; pf)" "$what"
         else

@@ -35,6 +35,7 @@ pub mod in_force;
 pub mod installed;
 pub mod ledger;
 pub mod metrics;
+pub mod namespaces;
 pub mod node;
 pub mod placement;
 pub mod programs;

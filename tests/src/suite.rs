@@ -86,6 +86,18 @@ impl Suite {
         self
     }
 
+    /// [`Self::test_on`], run only where a filter names it in full (as
+    /// [`Self::test_on_request`]): its doc says why.
+    pub fn test_on_on_request(
+        mut self,
+        name: &'static str,
+        spec: ClusterSpec,
+        f: impl FnOnce(&mut Cluster) -> TestResult + 'static,
+    ) -> Self {
+        self.on_request.push(name);
+        self.test_on(name, spec, f)
+    }
+
     /// Adds a test on the suite's cluster that runs only where a filter
     /// names it in full: it needs what another script prepares (its doc
     /// says which) and fails where that is missing.

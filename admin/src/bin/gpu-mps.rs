@@ -89,6 +89,12 @@ fn status(conf: &Path, json: bool) -> Result<u8> {
     let gpus = u32::try_from(devices.len()).unwrap_or(u32::MAX);
     let (mut view, trouble) = NodeStatus::as_seen(&cfg, gpus, effective_uid() == 0)?;
     nvml::add_to_status(&mut view, &devices);
+    let slurm_conf = gpushare::shared::locations::beside_slurm_conf(None, "slurm.conf");
+    view.warnings
+        .extend(gpushare::mps::namespaces::node_warning(
+            &slurm_conf,
+            &cfg.state_dir,
+        ));
     print!(
         "{}",
         if json {
