@@ -776,8 +776,13 @@ fn every_level(c: &mut Cluster) -> TestResult {
          Account=lafferty GPUTypes=a40 GPULimit=4\n"
     );
     install_conf(c, &conf)?;
+    // Only the new file's Partition= rule refuses a typed h100 request
+    // there: an untyped one is refused as soon as the plugin's partition
+    // map sees a40only's QOS, typed limit and no rule (the file before).
     let result = wait_for("the policy with every level to apply", SHORT, || {
-        rejected(c, &["-p", "a40only", "--gres=gpu:1"]).ok()
+        rejected(c, &["-p", "a40only", "--gres=gpu:h100:1"])
+            .ok()
+            .filter(|e| e.contains("does not cover GPU type h100"))
     })
     .and_then(|_| judge_every_level(c, &dora, &eve));
     install_conf(c, EXAMPLE_GPU_QOS_CONF)?;
