@@ -142,15 +142,25 @@ pub enum PrivateData {
 /// for users, `all` for every flag; so `PrivateData=job` hides too. Every
 /// such line counts, not only the last: a doubt hides.
 pub fn slurm_hides_users(slurm_conf: &str) -> bool {
+    slurm_conf_values(slurm_conf, "PrivateData").any(|v| {
+        let v = v.to_ascii_lowercase();
+        ["job", "user", "all"].iter().any(|h| v.contains(h))
+    })
+}
+
+/// The values of every `key=value` line of slurm.conf's text
+/// (`slurm_conf`) whose key is `key` (case-blind, as Slurm reads keys),
+/// comments cut, in file order.
+pub fn slurm_conf_values<'a>(
+    slurm_conf: &'a str,
+    key: &'a str,
+) -> impl DoubleEndedIterator<Item = &'a str> {
     slurm_conf
         .lines()
         .map(|l| l.split('#').next().unwrap_or_default().trim())
         .filter_map(|l| l.split_once('='))
-        .filter(|(k, _)| k.trim().eq_ignore_ascii_case("PrivateData"))
-        .any(|(_, v)| {
-            let v = v.to_ascii_lowercase();
-            ["job", "user", "all"].iter().any(|h| v.contains(h))
-        })
+        .filter(move |(k, _)| k.trim().eq_ignore_ascii_case(key))
+        .map(|(_, v)| v.trim())
 }
 
 impl GpuMpsConfig {

@@ -62,7 +62,7 @@ use super::state_dir::{self, Access};
 use crate::shared::bounded;
 
 mod servers;
-use servers::{argv0_name, pipe_variable};
+use servers::{argv0_name, kill_if, pipe_variable};
 pub use servers::{kill_servers, servers_of, SERVER_PROGRAM};
 
 /// How long one call of `nvidia-cuda-mps-control` may take.
@@ -910,27 +910,8 @@ pub fn kill_all(pids: &[u32]) -> Vec<u32> {
     let owner = daemon_uid();
     pids.iter()
         .copied()
-        .filter(|&pid| kill_if_mps(pid, owner))
+        .filter(|&pid| kill_if(pid, |p| is_mps_process(p, owner)))
         .collect()
-}
-
-/// SIGKILL to `pid` if it is an MPS process of `owner` ([`is_mps_process`]).
-fn kill_if_mps(pid: u32, owner: u32) -> bool {
-    use rustix::process::{self as rp, Pid, PidfdFlags, Signal};
-    let Some(id) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
-        return false;
-    };
-    match rp::pidfd_open(id, PidfdFlags::empty()) {
-        // The pidfd pins the process: until it is reaped its pid is its
-        // own, so what /proc says of the pid now is said of it, and a
-        // process that took the pid since is never signalled.
-        Ok(fd) => is_mps_process(pid, owner) && rp::pidfd_send_signal(&fd, Signal::KILL).is_ok(),
-        // Kernels before 5.3 have no pidfd: check, then signal by pid.
-        Err(rustix::io::Errno::NOSYS) => {
-            is_mps_process(pid, owner) && rp::kill_process(id, Signal::KILL).is_ok()
-        }
-        Err(_) => false,
-    }
 }
 
 /// Empties a pipe directory (sockets and files a dead daemon left).

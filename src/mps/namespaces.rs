@@ -15,6 +15,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use super::config::slurm_conf_values;
+
 /// What Slurm makes private per job where no `Dirs=`/`dirs:` says
 /// otherwise (`SLURM_TMPFS_DEF_DIRS`, 23.02 to 26.05; 22.05 has no `Dirs`
 /// and always does this).
@@ -24,14 +26,10 @@ const DEFAULT_DIRS: &str = "/tmp,/dev/shm";
 /// `NamespaceType=` where set, else `JobContainerType=` (25.11 reads the
 /// old key so), the last line of each counting; `none` is none.
 pub fn namespace_plugin(slurm_conf: &str) -> Option<String> {
-    let last = |key: &str| {
-        slurm_conf
-            .lines()
-            .map(|l| l.split('#').next().unwrap_or_default().trim())
-            .filter_map(|l| l.split_once('='))
-            .filter(|(k, _)| k.trim().eq_ignore_ascii_case(key))
-            .map(|(_, v)| v.trim().to_owned())
+    let last = |key| {
+        slurm_conf_values(slurm_conf, key)
             .next_back()
+            .map(str::to_owned)
     };
     last("NamespaceType")
         .or_else(|| last("JobContainerType"))

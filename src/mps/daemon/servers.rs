@@ -38,26 +38,29 @@ pub fn servers_of(pipe: &Path, daemons: &[u32]) -> Vec<u32> {
     found
 }
 
-/// SIGKILL to each of `pids` still named as an MPS server, each held by a
-/// pidfd while it is checked (as [`super::kill_all`]); returns the pids
-/// signalled.
+/// SIGKILL to each of `pids` still named as an MPS server (as
+/// [`kill_if`]); returns the pids signalled.
 pub fn kill_servers(pids: &[u32]) -> Vec<u32> {
-    use rustix::process::{self as rp, Pid, PidfdFlags, Signal};
     pids.iter()
         .copied()
-        .filter(|&pid| {
-            let Some(id) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
-                return false;
-            };
-            match rp::pidfd_open(id, PidfdFlags::empty()) {
-                Ok(fd) => is_server(pid) && rp::pidfd_send_signal(&fd, Signal::KILL).is_ok(),
-                Err(rustix::io::Errno::NOSYS) => {
-                    is_server(pid) && rp::kill_process(id, Signal::KILL).is_ok()
-                }
-                Err(_) => false,
-            }
-        })
+        .filter(|&pid| kill_if(pid, is_server))
         .collect()
+}
+
+/// SIGKILL to `pid` if `still` says so of it while a pidfd holds it: until
+/// it is reaped its pid is its own, so what /proc says of the pid then is
+/// said of it, and a process that took the pid since is never signalled.
+/// Kernels before 5.3 have no pidfd: check, then signal by pid.
+pub(super) fn kill_if(pid: u32, still: impl Fn(u32) -> bool) -> bool {
+    use rustix::process::{self as rp, Pid, PidfdFlags, Signal};
+    let Some(id) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
+        return false;
+    };
+    match rp::pidfd_open(id, PidfdFlags::empty()) {
+        Ok(fd) => still(pid) && rp::pidfd_send_signal(&fd, Signal::KILL).is_ok(),
+        Err(rustix::io::Errno::NOSYS) => still(pid) && rp::kill_process(id, Signal::KILL).is_ok(),
+        Err(_) => false,
+    }
 }
 
 /// `CUDA_MPS_PIPE_DIRECTORY=<path>`, as it appears in `/proc/<pid>/environ`.
