@@ -286,6 +286,34 @@ pub fn restore(cfg: &GpuMpsConfig, gpu: u32) -> Result<Option<Settled>, String> 
     settle(cfg, gpu, Wanted::Restored)
 }
 
+/// Moves GPU `gpu`'s record of its earlier mode from `old`'s state
+/// directory to `new`'s, marked for the node timer ([`pending`]), where
+/// `new` holds none: a node that takes another `StateDir` while a mode
+/// could not be given back keeps the duty of giving it back. The mode
+/// carried, if one was.
+pub fn carry(
+    old: &GpuMpsConfig,
+    new: &GpuMpsConfig,
+    gpu: u32,
+) -> Result<Option<&'static str>, String> {
+    let Some(mode) = recorded(old, gpu) else {
+        return Ok(None);
+    };
+    if old.state_dir == new.state_dir || new.state_dir.join(record_file(gpu)).exists() {
+        return Ok(None);
+    }
+    let mark = format!("Restored: carried from {}\n", old.state_dir.display());
+    state_dir::replace_file(&new.state_dir, &record_file(gpu), mode.as_bytes(), 0o600)
+        .and_then(|()| {
+            state_dir::replace_file(&new.state_dir, &retry_file(gpu), mark.as_bytes(), 0o600)
+        })
+        .map_err(|e| format!("{}: {e}", new.state_dir.display()))?;
+    for name in [record_file(gpu), retry_file(gpu)] {
+        let _ = fs::remove_file(old.state_dir.join(name));
+    }
+    Ok(Some(mode))
+}
+
 /// The GPUs among `0..gpu_count` whose last change of mode failed: the
 /// node timer settles them again.
 pub fn pending(cfg: &GpuMpsConfig, gpu_count: u32) -> Vec<u32> {

@@ -530,24 +530,28 @@ fn decide(
         ));
     }
     let adopted = if ledger_empty(&last, owner) {
-        record(conf, records, &settled, &cfg, owner).map(|()| true)
+        // Still under the lock held exclusive: what the old identity left
+        // running is stopped before any share is placed under the new one.
+        record(conf, records, &settled, &cfg, owner)
+            .map(|()| Some(super::retire::retire(&last, &cfg)))
     } else {
-        Ok(false)
+        Ok(None)
     };
     if let Err(e) = lock_shared(lock) {
         notes.push(format!("the node's configuration lock: {e}"));
     }
     match adopted {
-        Ok(true) => {
+        Ok(Some(retired)) => {
             notes.push(format!(
                 "{name} changed {} while no job held a share or whole GPU here: the node's \
                  ledger is now {}",
                 changes.join(", "),
                 cfg.state_dir.display()
             ));
+            notes.extend(retired);
             InForce::run_with(cfg)
         }
-        Ok(false) => refused(format!(
+        Ok(None) => refused(format!(
             "{running_under_old}, and jobs on this node hold shares or whole GPUs in it: new \
              shares are refused until they end (the node then takes the new configuration), \
              so that no GPU is counted in two ledgers. Sysadmin: undo the change, or drain the \
@@ -860,6 +864,69 @@ mod tests {
         assert_eq!(
             state_dir(&site.resolve(Role::Reader, NOW)),
             Some(site.state("b"))
+        );
+    }
+
+    #[test]
+    fn a_new_state_dir_stops_the_idle_daemon_the_old_one_left() {
+        use std::os::unix::fs::PermissionsExt;
+        let site = Site::new();
+        // A control program that answers every call (`quit` included).
+        let control = site.root.join("control");
+        fs::write(&control, "#!/bin/sh\nexit 0\n").unwrap_or_else(|e| panic!("{e}"));
+        fs::set_permissions(&control, fs::Permissions::from_mode(0o755))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let text = |state: &str| {
+            site.text(state, 100).replace(
+                "MPSControl=none",
+                &format!("MPSControl={}", control.display()),
+            )
+        };
+        site.replace(&text("a"));
+        let old = site
+            .resolve(Role::Placer, LATER)
+            .cfg
+            .unwrap_or_else(|| panic!("no configuration"));
+        // A daemon whose stop failed: left running, its ledger empty.
+        let pipe = super::super::daemon::pipe_dir(&old, 1);
+        fs::create_dir_all(&pipe).unwrap_or_else(|e| panic!("{e}"));
+        fs::write(pipe.join("control"), "").unwrap_or_else(|e| panic!("{e}"));
+        let mut left = std::process::Command::new("bash")
+            .args([
+                "-c",
+                &format!(
+                    "exec -a {} sleep 60",
+                    super::super::programs::CONTROL_PROGRAM
+                ),
+            ])
+            .env("CUDA_MPS_PIPE_DIRECTORY", &pipe)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let seen = std::time::Instant::now() + Duration::from_secs(5);
+        while super::super::daemon::processes(&pipe).is_empty() && std::time::Instant::now() < seen
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        site.replace(&text("b"));
+        let f = site.resolve(Role::Placer, LATER);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let mut gone = left.try_wait().ok().flatten();
+        while gone.is_none() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+            gone = left.try_wait().ok().flatten();
+        }
+        if gone.is_none() {
+            let _ = left.kill();
+            let _ = left.wait();
+        }
+        assert_eq!(state_dir(&f), Some(site.state("b")), "{:?}", f.notes);
+        assert!(gone.is_some(), "two daemons for GPU 1: {:?}", f.notes);
+        assert!(
+            f.notes
+                .iter()
+                .any(|n| n.starts_with("GPU 1: the MPS daemon left under the earlier StateDir")),
+            "{:?}",
+            f.notes
         );
     }
 

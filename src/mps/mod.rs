@@ -19,6 +19,8 @@
 //! - [`metrics`]: the node's metrics for Prometheus, and its counters.
 //! - [`state_dir`]: state directories no user can turn against root.
 //! - [`health`]: GPUs set aside from sharing (lost, or marked failed).
+//! - [`retire`]: what a ledger's identity leaves behind (idle daemons,
+//!   compute modes) once the node takes another.
 //! - [`gc`]: the ledger brought back in line with what slurmctld runs.
 //! - [`installed`]: the Slurm and gpushare installed here (`gpu-mps config`).
 //! - [`booking`]: how Slurm books the node's mps (who places a share).
@@ -39,6 +41,7 @@ pub mod namespaces;
 pub mod node;
 pub mod placement;
 pub mod programs;
+pub mod retire;
 pub mod setup_lines;
 pub mod state_dir;
 pub mod status;
