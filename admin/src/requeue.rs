@@ -18,8 +18,9 @@
 //!   job requeued, or started elsewhere, meanwhile is left alone; one its
 //!   user cancelled, where accounting tells: Slurm shows every job in its
 //!   epilog as `COMPLETING`), and at
-//!   most `MAX_REQUEUES` times (Slurm's `Restarts=`): then it fails with
-//!   its refusal.
+//!   most `MAX_REQUEUES` times (gpushare's own requeues, counted in the
+//!   job's `AdminComment`; where it cannot be read, Slurm's `Restarts=`):
+//!   then it fails with its refusal.
 //! - The exclusion is gpushare's, not the user's: `<StateDir>/requeued`
 //!   records whether gpushare added the node (not if the user had
 //!   excluded it already), when, and the words it appended to the site's
@@ -53,8 +54,8 @@ use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use gpushare::mps::node::requeue::{
-    comment_with, decide_lift, decide_requeue, shown_job, Exclusion, Exclusions, Lift, Requeue,
-    ShownJob, COMMENT_MARK, LIFT_AFTER,
+    comment_with, decide_lift, decide_requeue, requeue_words, requeues_in, shown_job, Exclusion,
+    Exclusions, Lift, Requeue, ShownJob, LIFT_AFTER,
 };
 use gpushare::mps::state_dir;
 use gpushare::shared::bounded;
@@ -269,13 +270,10 @@ fn now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// gpushare's words in the job's `AdminComment`, appended to the site's.
-fn our_comment(node: &str, why: Elsewhere) -> String {
-    format!(
-        "{COMMENT_MARK}{node}, {}; kept off {node} until a share ends there or {} min pass",
-        why.why(),
-        LIFT_AFTER.as_secs() / 60
-    )
+/// gpushare's words in the job's `AdminComment` for its `n`th requeue,
+/// appended to the site's.
+fn our_comment(node: &str, n: u32, why: Elsewhere) -> String {
+    requeue_words(node, n, why.why())
 }
 
 /// Requeues `job` and keeps it off `node` until a share ends there (or
@@ -289,17 +287,22 @@ pub fn requeue_elsewhere(
     why: Elsewhere,
 ) -> Result<String, String> {
     let shown = resolve(deadline, job).map_err(|e| e.to_string())?;
-    let accounted = accounted_state(deadline, &shown.name.to_string());
-    let (list, added) = match decide_requeue(&shown, node, accounted.as_deref()) {
+    let id = shown.name.to_string();
+    let accounted = accounted_state(deadline, &id);
+    // Read before the requeue: the site's words are kept, gpushare's
+    // appended, and they count gpushare's requeues so far. Unread, the
+    // comment is not written at all.
+    let site = admin_comment(deadline, &id);
+    let requeued = site
+        .as_ref()
+        .ok()
+        .map(|c| c.as_deref().map_or(0, requeues_in));
+    let (list, added) = match decide_requeue(&shown, node, accounted.as_deref(), requeued) {
         Requeue::Send { list, added } => (list, added),
         Requeue::LeaveAlone(why) | Requeue::Capped(why) => return Err(why),
     };
-    let id = shown.name.to_string();
-    // Read before the requeue: the site's words are kept, gpushare's
-    // appended. Unread, the comment is not written at all.
-    let site = admin_comment(deadline, &id);
     scontrol(deadline, &["requeue", &id]).map_err(|e| e.to_string())?;
-    let ours = our_comment(node, why);
+    let ours = our_comment(node, requeued.unwrap_or(shown.restarts) + 1, why);
     let mut update = vec![format!("jobid={id}"), format!("ExcNodeList={list}")];
     let comment_note = match &site {
         Ok(site) => {
@@ -440,8 +443,9 @@ mod tests {
 
     #[test]
     fn gpushares_words_start_with_its_mark() {
-        let ours = our_comment("gpu01", Elsewhere::OtherUsers);
-        assert!(ours.starts_with("gpushare: requeued from gpu01, whose GPUs"));
+        let ours = our_comment("gpu01", 2, Elsewhere::OtherUsers);
+        assert!(ours.starts_with("gpushare: requeued from gpu01 (requeue 2 of 3), whose GPUs"));
+        assert_eq!(requeues_in(&ours), 2);
         assert!(ours.ends_with("until a share ends there or 10 min pass"));
         assert!(!ours.contains('\t') && !ours.contains('\n'));
     }

@@ -15,7 +15,10 @@
 //! - [`decide_lift`]: only the node gpushare added leaves the job's list
 //!   as it is *now*; the user's own changes meanwhile stay.
 //! - [`comment_with`], [`comment_without`]: gpushare's words appended to
-//!   the site's `AdminComment`, and taken out again.
+//!   the site's `AdminComment`, and taken out again; [`requeue_words`]
+//!   number each requeue, and a lift leaves their count behind
+//!   (`gpushare: requeues so far: N`), which is all that stays of them:
+//!   [`requeues_in`] reads it for the cap.
 //! - [`Exclusions`]: the record (`<StateDir>/requeued`) of what gpushare
 //!   added, one job a line; [`Exclusions::stale`]: those older than
 //!   [`LIFT_AFTER`], lifted by the node's timer whatever else happens.
@@ -23,10 +26,16 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-/// How many times a job may have been requeued (Slurm's `Restarts=`, every
-/// requeue counted) for gpushare to requeue it again: past it, a share
-/// refused here fails with its reason instead of going round the nodes.
+/// How many times gpushare requeues one job (its own requeues, as the
+/// job's `AdminComment` counts them: [`requeues_in`]; a preemption, a
+/// node failure or the user's own `scontrol requeue` do not count): past
+/// it, a share refused here fails with its reason instead of going round
+/// the nodes.
 pub const MAX_REQUEUES: u32 = 3;
+
+/// The tally a lift leaves in the `AdminComment` where gpushare's words
+/// were, before their count: `gpushare: requeues so far: N`.
+const TALLY_MARK: &str = "gpushare: requeues so far: ";
 
 /// An exclusion older than this is lifted by the node's timer
 /// (`gpu-mps metrics --write`), even if no share ends on the node: after a
@@ -277,7 +286,15 @@ pub enum Requeue {
 /// state accounting recorded for its run (`sacct -X -P -o State`), where
 /// it answered. Slurm shows every job whose epilog runs as `COMPLETING`,
 /// whatever ended it; only accounting tells that its user cancelled it.
-pub fn decide_requeue(shown: &ShownJob, node: &str, accounted: Option<&str>) -> Requeue {
+/// `requeued`: how many times gpushare requeued it ([`requeues_in`] of
+/// its `AdminComment`); `None` where the comment could not be read, and
+/// then every restart Slurm counted counts.
+pub fn decide_requeue(
+    shown: &ShownJob,
+    node: &str,
+    accounted: Option<&str>,
+    requeued: Option<u32>,
+) -> Requeue {
     let name = shown.name;
     if let Some(state) = accounted
         .and_then(|a| a.lines().next())
@@ -304,21 +321,78 @@ pub fn decide_requeue(shown: &ShownJob, node: &str, accounted: Option<&str>) -> 
             shown.nodes.as_deref().unwrap_or("no node")
         ));
     }
-    if shown.restarts >= MAX_REQUEUES {
+    let (count, counted) = match requeued {
+        Some(n) => (n, "by gpushare"),
+        None => (
+            shown.restarts,
+            "in all (its AdminComment, which counts gpushare's, unread)",
+        ),
+    };
+    if count >= MAX_REQUEUES {
         return Requeue::Capped(format!(
-            "job {name} was requeued {} times already (gpushare requeues a job at most \
-             {MAX_REQUEUES} times): not requeued again, it fails with its refusal",
-            shown.restarts
+            "job {name} was requeued {count} times already, {counted} (gpushare requeues a job \
+             at most {MAX_REQUEUES} times): not requeued again, it fails with its refusal"
         ));
     }
     let (list, added) = with_node(shown.excluded.as_deref(), node);
     Requeue::Send { list, added }
 }
 
+/// gpushare's words for its `n`th requeue of a job from `node`, `why`.
+pub fn requeue_words(node: &str, n: u32, why: &str) -> String {
+    format!(
+        "{COMMENT_MARK}{node} (requeue {n} of {MAX_REQUEUES}), {why}; kept off {node} until a \
+         share ends there or {} min pass",
+        LIFT_AFTER.as_secs() / 60
+    )
+}
+
+/// How many times gpushare requeued a job whose `AdminComment` is
+/// `comment`: the highest count its words there name (`(requeue N of`,
+/// or the tally `gpushare: requeues so far: N` a lift left); words of an
+/// older gpushare, which did not number them, count one each.
+pub fn requeues_in(comment: &str) -> u32 {
+    let tallied = comment.split(COMMENT_SEPARATOR).filter_map(tally_of).max();
+    let mut numbered = 0;
+    let mut unnumbered = 0;
+    for (at, _) in comment.match_indices(COMMENT_MARK) {
+        let words = &comment[at + COMMENT_MARK.len()..];
+        let count = words
+            .split_once(" (requeue ")
+            .filter(|(node, _)| !node.contains([' ', ',', ';']))
+            .and_then(|(_, n)| n.split_once(' ')?.0.parse::<u32>().ok());
+        match count {
+            Some(n) => numbered = numbered.max(n),
+            None => unnumbered += 1,
+        }
+    }
+    tallied.unwrap_or(0).max(numbered).max(unnumbered)
+}
+
+/// The count of a tally a lift left (`gpushare: requeues so far: N`).
+fn tally_of(part: &str) -> Option<u32> {
+    let digits = part.strip_prefix(TALLY_MARK)?;
+    digits
+        .bytes()
+        .all(|b| b.is_ascii_digit())
+        .then(|| digits.parse().ok())?
+}
+
+/// `comment` without the tally a lift left (gpushare's next words carry
+/// the count on).
+fn without_tally(comment: &str) -> String {
+    comment
+        .split(COMMENT_SEPARATOR)
+        .filter(|part| tally_of(part).is_none())
+        .collect::<Vec<_>>()
+        .join(COMMENT_SEPARATOR)
+}
+
 /// The site's `AdminComment` (`None`: it has none) with gpushare's `ours`
-/// appended.
+/// appended (in place of the tally an earlier lift left).
 pub fn comment_with(site: Option<&str>, ours: &str) -> String {
-    match site.map(str::trim_end).filter(|s| !s.is_empty()) {
+    let site = site.map(without_tally);
+    match site.as_deref().map(str::trim_end).filter(|s| !s.is_empty()) {
         Some(site) => format!("{site}{COMMENT_SEPARATOR}{ours}"),
         None => ours.to_owned(),
     }
@@ -383,11 +457,18 @@ pub fn decide_lift(shown: &ShownJob, node: &str, entry: &Exclusion, comment: Opt
     } else {
         None
     };
+    // What is given back: the site's words; gpushare's leave their count.
     let comment = entry
         .comment
         .as_deref()
         .zip(comment)
-        .and_then(|(ours, now)| comment_without(now, ours));
+        .and_then(|(ours, now)| {
+            let left = without_tally(&comment_without(now, ours)?);
+            Some(match requeues_in(now) {
+                0 => left,
+                n => comment_with(Some(&left), &format!("{TALLY_MARK}{n}")),
+            })
+        });
     if list.is_none() && comment.is_none() {
         return Lift::Nothing(format!(
             "job {name}: {node} no longer in its ExcNodeList ({}) nor gpushare's words in its \

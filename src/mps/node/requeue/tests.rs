@@ -147,7 +147,12 @@ fn text_the_user_chose_never_passes_for_slurms_fields() {
 fn only_the_refused_run_still_on_this_node_is_requeued() {
     for state in ["RUNNING", "COMPLETING"] {
         assert_eq!(
-            decide_requeue(&job(state, 0, "gpu03", "gpu01"), "gpu01", Some("FAILED")),
+            decide_requeue(
+                &job(state, 0, "gpu03", "gpu01"),
+                "gpu01",
+                Some("FAILED"),
+                Some(0)
+            ),
             Requeue::Send {
                 list: "gpu03,gpu01".to_owned(),
                 added: true
@@ -157,7 +162,7 @@ fn only_the_refused_run_still_on_this_node_is_requeued() {
     // Cancelled and done, ended, or pending again (requeued by someone
     // else): left alone.
     for state in ["CANCELLED", "COMPLETED", "FAILED", "PENDING"] {
-        let d = decide_requeue(&job(state, 0, "(null)", "gpu01"), "gpu01", None);
+        let d = decide_requeue(&job(state, 0, "(null)", "gpu01"), "gpu01", None, None);
         assert!(
             matches!(d, Requeue::LeaveAlone(ref w) if w.contains(state)),
             "{d:?}"
@@ -169,6 +174,7 @@ fn only_the_refused_run_still_on_this_node_is_requeued() {
         &job("COMPLETING", 0, "(null)", "gpu01"),
         "gpu01",
         Some("CANCELLED by 1007\n"),
+        Some(0),
     );
     assert_eq!(
         d,
@@ -177,39 +183,93 @@ fn only_the_refused_run_still_on_this_node_is_requeued() {
         )
     );
     // Started again elsewhere meanwhile.
-    let d = decide_requeue(&job("RUNNING", 1, "(null)", "gpu02"), "gpu01", None);
+    let d = decide_requeue(
+        &job("RUNNING", 1, "(null)", "gpu02"),
+        "gpu01",
+        None,
+        Some(0),
+    );
     assert!(matches!(d, Requeue::LeaveAlone(_)), "{d:?}");
     // A two-node share that holds this node.
     assert!(matches!(
-        decide_requeue(&job("COMPLETING", 0, "(null)", "gpu[01-02]"), "gpu02", None),
+        decide_requeue(
+            &job("COMPLETING", 0, "(null)", "gpu[01-02]"),
+            "gpu02",
+            None,
+            Some(0)
+        ),
         Requeue::Send { added: true, .. }
     ));
 }
 
 #[test]
 fn past_the_cap_the_share_fails_with_its_reason() {
+    let completing = |restarts| job("COMPLETING", restarts, "(null)", "gpu01");
+    let decide =
+        |restarts, requeued| decide_requeue(&completing(restarts), "gpu01", None, requeued);
     assert!(matches!(
-        decide_requeue(
-            &job("COMPLETING", MAX_REQUEUES - 1, "(null)", "gpu01"),
-            "gpu01",
-            None
-        ),
+        decide(0, Some(MAX_REQUEUES - 1)),
         Requeue::Send { .. }
     ));
-    let d = decide_requeue(
-        &job("COMPLETING", MAX_REQUEUES, "(null)", "gpu01"),
-        "gpu01",
-        None,
-    );
+    let d = decide(MAX_REQUEUES, Some(MAX_REQUEUES));
     assert!(
-        matches!(d, Requeue::Capped(ref w) if w.contains("requeued 3 times")),
+        matches!(d, Requeue::Capped(ref w) if w.contains("requeued 3 times already, by gpushare")),
+        "{d:?}"
+    );
+    // Requeued by preemption, a node's failure or its user: only
+    // gpushare's own requeues count.
+    assert!(matches!(decide(7, Some(1)), Requeue::Send { .. }));
+    // Its AdminComment unread: every restart counts.
+    assert!(matches!(decide(2, None), Requeue::Send { .. }));
+    let d = decide(MAX_REQUEUES, None);
+    assert!(
+        matches!(d, Requeue::Capped(ref w) if w.contains("requeued 3 times already, in all")),
         "{d:?}"
     );
 }
 
 #[test]
+fn gpushares_requeues_are_counted_in_the_admin_comment_across_lifts() {
+    let why = "whose GPUs each serve another user's MPS clients";
+    let first = requeue_words("gpu01", 1, why);
+    assert_eq!(requeues_in(""), 0);
+    assert_eq!(requeues_in("site: project 9"), 0);
+    assert_eq!(requeues_in(&comment_with(Some("site"), &first)), 1);
+    // The lift gives the site's words back and leaves the count.
+    let entry = Exclusion {
+        added: true,
+        since: 5,
+        comment: Some(first.clone()),
+    };
+    let pending = job("PENDING", 1, "gpu01", "(null)");
+    let lifted = decide_lift(&pending, "gpu01", &entry, Some(&format!("site; {first}")));
+    let Lift::Update {
+        comment: Some(after),
+        ..
+    } = lifted
+    else {
+        panic!("{lifted:?}")
+    };
+    assert_eq!(after, "site; gpushare: requeues so far: 1");
+    assert_eq!(requeues_in(&after), 1);
+    // The next requeue's words carry the count on, in place of the tally.
+    let second = requeue_words("gpu02", 2, why);
+    let both = comment_with(Some(&after), &second);
+    assert_eq!(both, format!("site; {second}"));
+    assert_eq!(requeues_in(&both), 2);
+    // Words on two nodes at once: the highest count; an older gpushare's
+    // unnumbered words count one each.
+    let third = requeue_words("gpu03", 3, why);
+    assert_eq!(requeues_in(&format!("{second}; {third}")), 3);
+    let old = "gpushare: requeued from gpu01, x; kept off gpu01 until a share ends there";
+    assert_eq!(requeues_in(&format!("{old}; {old}")), 2);
+    // A site's text that only looks like a tally is no count.
+    assert_eq!(requeues_in("gpushare: requeues so far: 2x"), 0);
+}
+
+#[test]
 fn only_the_node_gpushare_added_is_taken_back() {
-    let ours = "gpushare: requeued from gpu01, x; kept off gpu01 until a share ends there";
+    let ours = &requeue_words("gpu01", 1, "x");
     let entry = Exclusion {
         added: true,
         since: 5,
@@ -222,7 +282,7 @@ fn only_the_node_gpushare_added_is_taken_back() {
         decide_lift(&pending, "gpu01", &entry, Some(&site)),
         Lift::Update {
             list: Some("gpu03".to_owned()),
-            comment: Some("site: project 9".to_owned())
+            comment: Some("site: project 9; gpushare: requeues so far: 1".to_owned())
         }
     );
     // gpushare's alone: both emptied.
@@ -231,7 +291,7 @@ fn only_the_node_gpushare_added_is_taken_back() {
         decide_lift(&alone, "gpu01", &entry, Some(ours)),
         Lift::Update {
             list: Some(String::new()),
-            comment: Some(String::new())
+            comment: Some("gpushare: requeues so far: 1".to_owned())
         }
     );
     // Rewritten as a range by the user: only gpu01 leaves it.
