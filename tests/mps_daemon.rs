@@ -30,6 +30,9 @@ mod cancel;
 #[path = "mps_daemon/job_container.rs"]
 mod job_container;
 
+#[path = "mps_daemon/disable.rs"]
+mod disable;
+
 /// A share whose daemon hangs is refused and sent elsewhere within this:
 /// the prolog's own deadline ended the wait, not the hung program.
 const REFUSED_WITHIN: Timeout = Timeout::secs(80);
@@ -106,6 +109,10 @@ fn main() -> ExitCode {
         .test(
             "a_share_beside_another_users_server_is_refused_or_told_that_it_waits",
             beside_other_user,
+        )
+        .test(
+            "a_disabled_node_refuses_shares_then_leaves_nothing_of_gpushare_behind",
+            disable::leaves_nothing_behind,
         );
     // On request only (named in full): Slurm's own container fails now and
     // then inside the harness's namespaces (see job_container.rs).
@@ -541,6 +548,21 @@ fn clients_terminated(c: &mut Cluster) -> TestResult {
         .filter_map(|l| l.split_whitespace().next()?.parse().ok())
         .next()
         .ok_or_else(|| format!("no pid of job {id}: {pids}"))?;
+    // A client that outlives its job is found by its cgroup, named as this
+    // release and cgroup version name a job's: `job_<id>`, or on 26.05's
+    // cgroup/v2 by default the job's SLUID, which slurmd gives the job's
+    // processes and the epilog (`SLURM_JOB_SLUID`). Read as Slurm made it.
+    let cgroup =
+        fs::read_to_string(format!("/proc/{job_pid}/cgroup")).map_err(|e| e.to_string())?;
+    let environ = fs::read(format!("/proc/{job_pid}/environ")).map_err(|e| e.to_string())?;
+    let sluid = environ
+        .split(|&b| b == 0)
+        .find_map(|v| v.strip_prefix(b"SLURM_JOB_SLUID="))
+        .map(|v| String::from_utf8_lossy(v).into_owned());
+    ensure(
+        gpushare::mps::daemon::cgroup_is_jobs(&cgroup, id, sluid.as_deref()),
+        format!("job {id}'s process {job_pid} (SLUID {sluid:?}) is not seen as the job's by its cgroup: {cgroup:?}"),
+    )?;
     // The test's own process: a live client of no job.
     let other = std::process::id();
     fs::write(bin_dir(c).join("servers"), format!("{gpu} 7700\n")).map_err(|e| e.to_string())?;

@@ -86,6 +86,32 @@ pub enum Cmd {
         /// The GPU's index on the node
         gpu: u32,
     },
+    /// (root) Take this node off GPU sharing, leaving nothing of gpushare
+    ///
+    /// (root) Take this node off GPU sharing: from now on every new share
+    /// is refused with reason `disabled` (a batch job is requeued to a node
+    /// that shares); shares already running run on, CPU-only and whole-GPU
+    /// jobs are not touched. Once no share runs here, every MPS daemon is
+    /// stopped, every GPU gets its compute mode back and every exclusion
+    /// gpushare put on jobs is taken back. Exit 0 when that is done, 1
+    /// while shares still run (run it again, or give --wait). The mark
+    /// outlives a reboot; `enable` removes it.
+    Disable {
+        /// Why, as `status` and the refused jobs will say it
+        #[arg(long, default_value = "taken off sharing by an admin")]
+        reason: String,
+        /// Wait up to this many seconds for the running shares to end
+        #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+        wait: u64,
+        /// Node name (default: $SLURMD_NODENAME, else the short hostname)
+        #[arg(long)]
+        node: Option<String>,
+    },
+    /// (root) Give this node back to GPU sharing
+    ///
+    /// (root) Give this node back to GPU sharing after `disable`: the next
+    /// share job is placed as before.
+    Enable,
     /// The Slurm and gpushare configuration lines this node needs
     ///
     /// Print the gres.conf, slurm.conf, cgroup.conf, plugstack.conf and

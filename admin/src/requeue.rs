@@ -84,10 +84,17 @@ pub enum Elsewhere {
     MpsDaemon,
     /// Only GPUs set aside as failed had room, or Slurm chose one.
     GpuFailed,
+    /// The node's admin took it off sharing (`gpu-mps disable`).
+    Disabled,
 }
 
 impl Elsewhere {
-    const ALL: [Elsewhere; 3] = [Self::OtherUsers, Self::MpsDaemon, Self::GpuFailed];
+    const ALL: [Elsewhere; 4] = [
+        Self::OtherUsers,
+        Self::MpsDaemon,
+        Self::GpuFailed,
+        Self::Disabled,
+    ];
 
     /// The refusals another node may serve, by the prolog's refusal
     /// reason (`gpushare_refusals_total{reason}`).
@@ -101,6 +108,7 @@ impl Elsewhere {
             Self::OtherUsers => "other_users",
             Self::MpsDaemon => "mps_daemon",
             Self::GpuFailed => "gpu_failed",
+            Self::Disabled => "disabled",
         }
     }
 
@@ -118,6 +126,7 @@ impl Elsewhere {
                 "where the only GPUs for it are set aside as failed (gpu-mps status on the node \
                  says why)"
             }
+            Self::Disabled => "where its admin disabled GPU sharing (gpu-mps disable)",
         }
     }
 }

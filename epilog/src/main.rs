@@ -62,8 +62,10 @@ fn main() -> ExitCode {
             // A share ended: jobs this node sent elsewhere may fit here
             // now. Not the share of a job sent elsewhere just now (refused
             // after its placement, for its GPU's daemon): that would take
-            // its own exclusion back.
+            // its own exclusion back; nor on a node its admin disabled,
+            // where no share fits (`gpu-mps disable` takes them back).
             let share_ended = sent_elsewhere.is_none()
+                && node.disabled.is_none()
                 && report
                     .released
                     .iter()

@@ -159,7 +159,7 @@ pub fn identity_changes(now: &GpuMpsConfig, recorded: &GpuMpsConfig) -> Vec<Stri
 
 /// The pointer's file name for `conf`: its path, `/` as `-`, anything but
 /// letters, digits, `_` and `.` as `%xx`.
-fn pointer_name(conf: &Path) -> String {
+pub(crate) fn pointer_name(conf: &Path) -> String {
     let mut name = String::from("ledger-of");
     for b in conf.as_os_str().as_encoded_bytes() {
         match b {

@@ -31,7 +31,7 @@ pub const COUNTERS_FILE: &str = "counters";
 
 /// Every reason a share is refused for (see `PlacementError::reason`),
 /// exported from zero so that `increase()` sees the first one.
-pub const REFUSAL_REASONS: [&str; 13] = [
+pub const REFUSAL_REASONS: [&str; 14] = [
     "size",
     "node_config",
     "no_room",
@@ -45,6 +45,7 @@ pub const REFUSAL_REASONS: [&str; 13] = [
     "downgrade",
     "mps_daemon",
     "gpu_failed",
+    "disabled",
 ];
 
 /// What the node programs count, kept across their runs.

@@ -21,6 +21,7 @@
 //! - [`health`]: GPUs set aside from sharing (lost, or marked failed).
 //! - [`retire`]: what a ledger's identity leaves behind (idle daemons,
 //!   compute modes) once the node takes another.
+//! - [`disabled`]: a node taken off sharing by `gpu-mps disable`.
 //! - [`gc`]: the ledger brought back in line with what slurmctld runs.
 //! - [`installed`]: the Slurm and gpushare installed here (`gpu-mps config`).
 //! - [`booking`]: how Slurm books the node's mps (who places a share).
@@ -30,6 +31,7 @@ pub mod config;
 pub mod daemon;
 pub mod dcgm;
 pub mod devices;
+pub mod disabled;
 pub mod gc;
 pub mod gpu_devices;
 pub mod health;

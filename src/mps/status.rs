@@ -39,6 +39,10 @@ pub struct NodeStatus {
     /// that contradicts GPUDevices).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// Why the node's admin took it off sharing (`gpu-mps disable`), while
+    /// it is: new shares are refused (not a problem: an admin's choice).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disabled: Option<String>,
 }
 
 /// What is known of a GPU's MPS control daemon.
@@ -426,6 +430,7 @@ impl NodeStatus {
             set_aside_files,
             mps: Vec::new(),
             warnings: Vec::new(),
+            disabled: None,
         }
     }
 
@@ -523,6 +528,12 @@ impl NodeStatus {
                     m.gpu, m.gpu
                 );
             }
+        }
+        if let Some(why) = &self.disabled {
+            let _ = writeln!(
+                out,
+                "DISABLED: new shares are refused: {why}; `gpu-mps enable` gives the node back"
+            );
         }
         for w in &self.warnings {
             let _ = writeln!(out, "WARNING: {w}");

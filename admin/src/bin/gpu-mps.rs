@@ -20,11 +20,12 @@ use clap::Parser;
 use gpushare::mps::config::{self, GpuMpsConfig};
 use gpushare::mps::metrics::Counters;
 use gpushare::mps::node::{
-    gpu_devices, metrics_text, node_name, publish_metrics, retry_modes, running_jobs, Node,
+    follow_whole, gpu_devices, metrics_text, node_name, publish_metrics, retry_modes, running_jobs,
+    stop_idle_daemons, Node,
 };
 use gpushare::mps::setup_lines::GpuGroup;
 use gpushare::mps::status::{self, NodeStatus};
-use gpushare::mps::{gc, health, in_force, installed, xid};
+use gpushare::mps::{disabled, gc, health, in_force, installed, xid};
 use gpushare_admin::mps_cli::{Cli, Cmd};
 use gpushare_admin::{effective_uid, nvml, requeue};
 
@@ -40,6 +41,8 @@ fn main() -> ExitCode {
         Cmd::Metrics { write, kernel_log } => metrics(&conf, write, &kernel_log),
         Cmd::DrainGpu { gpu, reason } => drain_gpu(&conf, gpu, Some(&reason)),
         Cmd::ResumeGpu { gpu } => drain_gpu(&conf, gpu, None),
+        Cmd::Disable { reason, wait, node } => disable(&conf, &reason, wait, node),
+        Cmd::Enable => enable(&conf),
         Cmd::Config {
             gpus,
             gpu_type,
@@ -89,6 +92,7 @@ fn status(conf: &Path, json: bool) -> Result<u8> {
     let gpus = u32::try_from(devices.len()).unwrap_or(u32::MAX);
     let (mut view, trouble) = NodeStatus::as_seen(&cfg, gpus, effective_uid() == 0)?;
     nvml::add_to_status(&mut view, &devices);
+    view.disabled = disabled::read(Path::new(disabled::DISABLED_DIR), conf, 0).map(|d| d.reason);
     let slurm_conf = gpushare::shared::locations::beside_slurm_conf(None, "slurm.conf");
     view.warnings
         .extend(gpushare::mps::namespaces::node_warning(
@@ -160,6 +164,93 @@ fn drain_gpu(conf: &Path, gpu: u32, reason: Option<&str>) -> Result<u8> {
     print!("{drained}");
     publish_metrics(&node, &[], |g| status::pipe_probe(&node.cfg, g))
         .map_err(anyhow::Error::msg)?;
+    Ok(0)
+}
+
+/// Takes the node off sharing: the mark at once, then, once no share
+/// runs, every daemon stopped, every mode given back, every exclusion
+/// taken back (each line printed); 1 while shares still run.
+fn disable(conf: &Path, reason: &str, wait: u64, name: Option<String>) -> Result<u8> {
+    let node = open_as_root(conf, "disable changes the node's state: run it as root")?;
+    let dir = Path::new(disabled::DISABLED_DIR);
+    if disabled::read(dir, conf, 0).is_none() {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        disabled::disable(dir, conf, 0, reason, now).map_err(anyhow::Error::msg)?;
+        println!("GPU sharing disabled on this node: new shares are refused (reason `disabled`)");
+    } else {
+        println!("GPU sharing was disabled on this node already");
+    }
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(wait);
+    let running = loop {
+        let jobs: Vec<u32> = node
+            .ledger
+            .snapshot()?
+            .state
+            .shares()
+            .map(|s| s.job)
+            .collect();
+        if jobs.is_empty() || std::time::Instant::now() >= until {
+            break jobs;
+        }
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    };
+    if !running.is_empty() {
+        println!(
+            "shares still run here (jobs {}): run gpu-mps disable again once they end (or give \
+             --wait SECONDS); their epilogs stop each GPU's daemon after its last share",
+            running
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        return Ok(1);
+    }
+    for (gpu, outcome) in stop_idle_daemons(&node)? {
+        println!("GPU {gpu}: MPS daemon: {outcome}");
+    }
+    let all: Vec<u32> = (0..node.gpu_count).collect();
+    let mut left = 0;
+    for line in follow_whole(&node, &all)
+        .into_iter()
+        .chain(retry_modes(&node))
+    {
+        left += usize::from(line.contains("not changed"));
+        println!("{line}");
+    }
+    let (deadline, name) = (requeue::Deadline::start(), node_name(name));
+    match requeue::restore_exclusions(&deadline, &node.cfg.state_dir, &name, requeue::Which::All) {
+        Ok(lines) => {
+            left += lines
+                .iter()
+                .filter(|l| l.contains("kept, to lift later"))
+                .count();
+            lines.iter().for_each(|l| println!("{l}"));
+        }
+        Err(e) => {
+            left += 1;
+            println!("exclusions not taken back: {e}");
+        }
+    }
+    publish_metrics(&node, &[], |g| status::pipe_probe(&node.cfg, g))
+        .map_err(anyhow::Error::msg)?;
+    if left > 0 {
+        println!("not all of gpushare's traces are gone: run gpu-mps disable again");
+        return Ok(1);
+    }
+    println!("no share runs here, no MPS daemon of gpushare's, no exclusion of gpushare's left");
+    Ok(0)
+}
+
+fn enable(conf: &Path) -> Result<u8> {
+    open_as_root(conf, "enable changes the node's state: run it as root")?;
+    if disabled::enable(Path::new(disabled::DISABLED_DIR), conf).map_err(anyhow::Error::msg)? {
+        println!("GPU sharing enabled on this node again");
+    } else {
+        println!("GPU sharing was not disabled on this node");
+    }
     Ok(0)
 }
 

@@ -66,6 +66,10 @@ fn place(
         notes: Vec::new(),
     };
     if env.is_share() {
+        if let Some(off) = &node.disabled {
+            report.outcome = refuse(ledger, env, "disabled", off.refusal());
+            return Ok(report);
+        }
         if let Some(why) = &node.shares_refused {
             report.outcome = refuse(ledger, env, "config", why);
             return Ok(report);

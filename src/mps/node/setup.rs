@@ -9,6 +9,7 @@ use std::sync::Arc;
 use crate::mps::config::{self, GpuMpsConfig};
 use crate::mps::daemon;
 use crate::mps::dcgm::JobMapping;
+use crate::mps::disabled;
 use crate::mps::gpu_devices::device_minor;
 pub use crate::mps::gpu_devices::gpu_devices;
 use crate::mps::health;
@@ -38,6 +39,9 @@ pub struct Node {
     /// Why no share may be placed now, though the node runs (gpu_mps.conf
     /// unusable or changed under running shares: see [`crate::mps::in_force`]).
     pub shares_refused: Option<String>,
+    /// The admin took the node off sharing (`gpu-mps disable`): new shares
+    /// are refused with reason `disabled`.
+    pub disabled: Option<crate::mps::disabled::Disabled>,
     /// What the node's log must say about the configuration in force.
     pub conf_notes: Vec<String>,
     /// The listed GPUs that NVML reports in MIG mode (their device paths):
@@ -145,6 +149,7 @@ impl Node {
         let mut node = Self::with_config(cfg, conf_path, owner)?;
         node.shares_refused = in_force.shares_refused.clone();
         node.conf_notes = in_force.notes.clone();
+        node.disabled = disabled::read(Path::new(disabled::DISABLED_DIR), conf_path, owner);
         Ok(node)
     }
 
@@ -165,6 +170,7 @@ impl Node {
             gpu_memory_mib: None,
             pipe_guard: None,
             shares_refused: None,
+            disabled: None,
             conf_notes: Vec::new(),
             mig_gpus: Vec::new(),
             failed: Default::default(),
@@ -302,6 +308,7 @@ pub(crate) mod tests {
             gpu_memory_mib: None,
             pipe_guard: None,
             shares_refused: None,
+            disabled: None,
             conf_notes: Vec::new(),
             mig_gpus: Vec::new(),
             private: Some(false),

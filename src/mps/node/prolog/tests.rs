@@ -624,6 +624,36 @@ fn a_share_refused_for_a_bad_conf_beside_a_last_good_copy_is_told_why() {
     assert_eq!(refusal(&node.ledger, 9), None);
 }
 
+/// A node its admin disabled (`gpu-mps disable`) refuses new shares with
+/// reason `disabled`, before anything else is looked at; a whole-GPU job
+/// runs as before.
+#[test]
+fn a_disabled_node_refuses_shares_only() {
+    let (mut node, _dir) = temp_node(None);
+    node.disabled = Some(crate::mps::disabled::Disabled {
+        since: 1,
+        reason: "moving to MIG".to_owned(),
+    });
+    node.shares_refused = Some("a bad file too".to_owned());
+    match outcome(&node, &share_env(9, 50)) {
+        PrologOutcome::Refused {
+            reason: "disabled",
+            text,
+        } => assert!(text.contains("gpu-mps disable: moving to MIG"), "{text}"),
+        other => panic!("{other:?}"),
+    }
+    let whole = JobEnv {
+        mps_percentage: None,
+        units_claimed: None,
+        job_gpus: vec![1],
+        ..share_env(10, 0)
+    };
+    assert!(!matches!(
+        outcome(&node, &whole),
+        PrologOutcome::Refused { .. }
+    ));
+}
+
 /// A job Slurm gave a GPU whole where gpushare's shares run, in
 /// EXCLUSIVE_PROCESS: its prolog gives the GPU its earlier mode, its
 /// epilog makes it exclusive again for the share still there; a whole
