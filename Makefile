@@ -27,7 +27,8 @@
 #                  share jobs on this machine's GPUs (GPU_SLURM_REPORT=path,
 #                  NOBUILD=1 with a kit from make gpu-kit)
 #   make bench-gpu (root, on an NVIDIA GPU node, no Slurm) 8 small CUDA jobs
-#                  one after another, time-sliced, and in MPS shares
+#                  one after another, time-sliced, and in MPS shares, then
+#                  the same through Slurm from the gpu-kit
 #                  (BENCH_GPU_REPORT=path, NOBUILD=1)
 #
 # Everything needs root for the tests (they run real Slurm daemons).
@@ -165,6 +166,8 @@ BENCH_GPU_REPORT ?= bench-gpu-report-$(shell date -u +%Y%m%dT%H%M%S).md
 bench-gpu:
 	@$(HW_BUILD)
 	@$(TARGET_DIR)/gpushare-hw-check --bench --report $(BENCH_GPU_REPORT)
+	@[ -n "$(NOBUILD)" ] || tests/gpu_kit.sh $(GPU_SLURM_RELEASE)
+	@tests/gpu-slurm-check.sh --bench-only --report $(BENCH_GPU_REPORT:.md=-slurm.md)
 
 # The alerting rules shipped for Prometheus: valid, and their unit tests
 # (promtool's own format) pass.

@@ -2,6 +2,7 @@
 # gpushare's node half under Slurm itself on this machine's GPUs
 # (`make gpu-slurm-check`, docs/hardware.md "Slurm on a GPU"):
 #   tests/gpu-slurm-check.sh [--report PATH] [--kit DIR] [--logs DIR] [--keep] [--force]
+#                            [--no-bench | --bench-only]
 #
 # Root. Starts slurmctld and slurmd from the kit (tests/gpu_kit.sh: a Slurm
 # release, gpushare built for it) for this machine's GPUs, with the
@@ -10,6 +11,12 @@
 # confinement; submits real jobs as two throwaway users and checks what
 # each job's task gets. It prints one line per check and writes a Markdown
 # report (the machine, a table of checks).
+#
+# Then the benchmark through Slurm (`make bench-gpu`'s eight small jobs,
+# submitted with sbatch on GPU 0 three ways: one after another on the
+# whole GPU, side by side time-sliced by Slurm's own gres/shard, side by
+# side in gpushare's MPS shares), a table of its own in the report;
+# --no-bench leaves it out, --bench-only runs it alone.
 #
 # On a machine without an NVIDIA GPU it runs the same jobs against
 # gpushare's stand-in MPS control program and nvidia-smi with two fake GPU
@@ -30,6 +37,8 @@ report=gpu-slurm-check-report.md
 logs=
 keep=
 force=
+bench=1
+checks_on=1
 while [ $# -gt 0 ]; do
     case $1 in
         --report) report=${2:?}; shift 2 ;;
@@ -37,7 +46,9 @@ while [ $# -gt 0 ]; do
         --logs) logs=${2:?}; shift 2 ;;
         --keep) keep=1; shift ;;
         --force) force=1; shift ;;
-        *) echo "usage: $0 [--report PATH] [--kit DIR] [--logs DIR] [--keep] [--force]" >&2; exit 2 ;;
+        --no-bench) bench=; shift ;;
+        --bench-only) checks_on=; shift ;;
+        *) echo "usage: $0 [--report PATH] [--kit DIR] [--logs DIR] [--keep] [--force] [--no-bench | --bench-only]" >&2; exit 2 ;;
     esac
 done
 say() { echo "gpu-slurm-check: $*"; }
@@ -185,6 +196,13 @@ else
     # client prints, without CUDA.
     cat >"$D/bin/client" <<'EOF'
 #!/bin/bash
+if [ "$1" = bench ]; then
+    # make bench-gpu's job: a fixed 0.3 s of "work".
+    sleep 0.3
+    echo "{\"event\":\"bench\",\"pid\":$$,\"init_ms\":0.0,\"mps_enabled\":-1,\"sms\":-1,\"work_ms\":300.0,\"kernel\":\"ok\"}"
+    echo "{\"event\":\"done\",\"pid\":$$,\"busy\":\"ok\"}"
+    exit 0
+fi
 echo "{\"event\":\"ready\",\"pid\":$$,\"init_ms\":0.0}"
 echo "{\"event\":\"result\",\"pid\":$$,\"init_ms\":0.0,\"init\":\"ok\",\"mps_enabled\":-1,\"sms\":-1,\"alloc_mib\":$1,\"alloc\":\"ok\",\"kernel_ms\":-1,\"kernel\":\"ok\"}"
 [ "$2" -gt 0 ] && sleep "$(awk -v m="$2" 'BEGIN{printf "%.3f", m/1000}')"
@@ -246,7 +264,7 @@ InactiveLimit=0
 MinJobAge=300
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
-GresTypes=gpu,mps
+GresTypes=gpu,mps,shard
 Prolog=$G/gpu-mps-prolog
 Epilog=$G/gpu-mps-epilog
 ${1:-PrologFlags=Alloc}
@@ -451,7 +469,9 @@ jobenv=(--export=ALL,GSC_DIR="$D",GSC_CLIENT="$client",GSC_ROUNDS=2000000,GSC_DE
 opened() { grep '^DEV ' "$1" | grep -v -c 'Operation not permitted'; }
 
 say "starting Slurm $version (cgroup $cgroup, $ngpu GPU(s): $gpu_name)"
-if ! start_slurm; then
+if [ -z "$checks_on" ]; then
+    : # --bench-only
+elif ! start_slurm; then
     record "Slurm starts" FAIL "see $D/log (kept)"
     keep=1
 else
@@ -691,8 +711,92 @@ JobContainerType=job_container/tmpfs"
     fi
 fi
 
+# --- the benchmark through Slurm (make bench-gpu) ----------------------------
+# make bench-gpu's batch (gpushare-hw-check --bench: 8 jobs of 400 kernels
+# of 12 blocks, shares of 12 units) submitted with sbatch, all on GPU 0 (the
+# node is given that GPU alone): one after another on the whole GPU (one
+# job name, --dependency=singleton), side by side time-sliced by Slurm's
+# own gres/shard (no MPS), side by side in gpushare's shares. A batch's
+# time runs from the first sbatch to the last job seen ended: Slurm's
+# scheduling, the prologs and the epilogs included, as users get it.
+BENCH_JOBS=8
+BENCH_UNITS=12
+bench_table=()
+bench_batch() { # way gres-args...: "wall_s jobs_ok mean_work_ms mean_init_ms"
+    local way=$1 t0 ids=() j n ok=0 work=0 init=0 k wall
+    shift
+    t0=$(date +%s.%N)
+    for ((n = 0; n < BENCH_JOBS; n++)); do
+        j=$(submit "$A" -J "gsc-bench-$way" -c 1 "$@" "${jobenv[@]}" "$D/jobs/bench.sh")
+        [ -n "$j" ] && ids+=("$j")
+    done
+    for j in "${ids[@]}"; do
+        wait_state "$j" 240 "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY" >/dev/null
+    done
+    wall=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b - a}')
+    for j in "${ids[@]}"; do
+        k=$(line "$D/jobs/$j.out" K | grep '"bench"')
+        [ "$(field "$j" JobState)" = COMPLETED ] && [ "$(jget "$k" kernel)" = ok ] || continue
+        ok=$((ok + 1))
+        work=$(awk -v a="$work" -v b="$(jget "$k" work_ms)" 'BEGIN{print a + b}')
+        init=$(awk -v a="$init" -v b="$(jget "$k" init_ms)" 'BEGIN{print a + b}')
+    done
+    awk -v w="$wall" -v n="$ok" -v s="$work" -v i="$init" \
+        'BEGIN{printf "%s %d %.0f %.0f\n", w, n, (n ? s / n : 0), (n ? i / n : 0)}'
+}
+# The node given GPU 0 alone, with gres/shard or gres/mps on it.
+bench_conf() { # shard | mps
+    gres=gpu:$gpu_type:1,$1:$([ "$1" = shard ] && echo "$BENCH_JOBS" || echo 100)
+    write_slurm_conf "PrologFlags=Alloc
+SlurmdParameters=config_overrides"
+    {
+        echo "NodeName=$NODE Name=gpu Type=$gpu_type File=${devs[0]}"
+        if [ "$1" = shard ]; then
+            echo "NodeName=$NODE Name=shard Count=$BENCH_JOBS File=${devs[0]}"
+        else
+            echo "NodeName=$NODE Name=mps Count=100 File=${devs[0]} Flags=all_sharing"
+        fi
+    } >"$D/etc/gres.conf"
+    write_mps_conf refuse
+    sed -i "s|^GPUDevices=.*|GPUDevices=${devs[0]}|" "$D/etc/gpu_mps.conf"
+    sleep 1.2
+}
+if [ -n "$bench" ]; then
+    printf '#!/bin/bash\n"$GSC_CLIENT" bench 12 400 2000000 | sed "s/^/K /"\n' >"$D/jobs/bench.sh"
+    chmod 755 "$D/jobs/bench.sh"
+    stop_slurm
+    # Eight jobs side by side need eight CPUs of Slurm's, whatever the
+    # machine has (they wait on the GPU, not on a CPU).
+    cpus=$(($(nproc) > BENCH_JOBS ? $(nproc) : BENCH_JOBS))
+    bench_conf shard
+    if start_slurm; then
+        read -r seq_s seq_ok seq_work seq_init <<<"$(bench_batch seq --gres=gpu:1 --dependency=singleton)"
+        read -r ts_s ts_ok ts_work ts_init <<<"$(bench_batch shard --gres=shard:1)"
+        stop_slurm
+    fi
+    bench_conf mps
+    if start_slurm; then
+        read -r mps_s mps_ok mps_work mps_init <<<"$(bench_batch mps --gres=mps:$BENCH_UNITS)"
+        wait_idle 30
+        stop_slurm
+    fi
+    ratio() { awk -v a="${seq_s:-0}" -v b="${1:-0}" 'BEGIN{if (a > 0 && b > 0) printf "%.2fx", a / b; else print "-"}'; }
+    bench_table=(
+        "| one after another, whole GPU (\`--gres=gpu:1\`, one job name, \`--dependency=singleton\`) | ${seq_s:--} | ${seq_ok:-0}/$BENCH_JOBS | ${seq_work:--} | ${seq_init:--} | 1.00x |"
+        "| side by side, time-sliced (Slurm's \`--gres=shard:1\`, no MPS) | ${ts_s:--} | ${ts_ok:-0}/$BENCH_JOBS | ${ts_work:--} | ${ts_init:--} | $(ratio "${ts_s:-}") |"
+        "| side by side in gpushare's shares (\`--gres=mps:$BENCH_UNITS\`) | ${mps_s:--} | ${mps_ok:-0}/$BENCH_JOBS | ${mps_work:--} | ${mps_init:--} | $(ratio "${mps_s:-}") |"
+    )
+    all_ok=$((${seq_ok:-0} + ${ts_ok:-0} + ${mps_ok:-0}))
+    stand_in=
+    [ -n "$gpu" ] || stand_in=" (stand-in jobs of 0.3 s: the figures time Slurm and gpushare, not a GPU)"
+    record "the benchmark through Slurm ($BENCH_JOBS jobs three ways)" "$([ "$all_ok" = $((3 * BENCH_JOBS)) ]; pf)" \
+        "one after another ${seq_s:--} s; time-sliced (gres/shard) ${ts_s:--} s, $(ratio "${ts_s:-}"); gpushare's shares ${mps_s:--} s, $(ratio "${mps_s:-}"); jobs completed: $all_ok of $((3 * BENCH_JOBS))$stand_in"
+fi
+
 # --- limits in the control daemon's start environment (GPU only) -------------
-if [ -n "$gpu" ]; then
+if [ -z "$checks_on" ]; then
+    :
+elif [ -n "$gpu" ]; then
     P=$D/envtest
     mkdir -p "$P/pipe" "$P/log"
     CUDA_MPS_PIPE_DIRECTORY=$P/pipe CUDA_MPS_LOG_DIRECTORY=$P/log CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25 \
@@ -729,6 +833,16 @@ record "the whole run" seen "$total s, the machine's start excluded"
     echo "| --- | --- | --- |"
     printf '%s\n' "${rows[@]}"
     echo
+    if [ "${#bench_table[@]}" -gt 0 ]; then
+        echo "## The benchmark through Slurm"
+        echo
+        echo "$BENCH_JOBS jobs of \`make bench-gpu\` (each 400 kernels of 12 blocks, one after another), submitted with \`sbatch\` on GPU 0 by one user. Batch: from the first \`sbatch\` to the last job seen ended."
+        echo
+        echo "| way | batch (s) | completed | mean job's kernels (ms) | mean CUDA start (ms) | speed-up |"
+        echo "| --- | --- | --- | --- | --- | --- |"
+        printf '%s\n' "${bench_table[@]}"
+        echo
+    fi
     echo "$checks checks, $failed failed, in $total s."
 } >"$report"
 say "$checks checks, $failed failed; report: $report"
