@@ -133,6 +133,10 @@ fn main() -> ExitCode {
             );
     }
     suite
+        .test(
+            "the_banner_goes_to_slurmds_log_or_nowhere_leaving_srun_output_clean",
+            banner_kept_out_of_output,
+        )
         .test("multi_user_daemons_start_with_minus_m", multi_user)
         .test(
             "a_step_with_more_tasks_than_the_gpu_serves_is_refused",
@@ -1064,6 +1068,52 @@ fn with_line(
     let stopped = cancel_and_wait_stopped(c);
     testcluster::replace_conf(&path, &original)?;
     result.and(stopped)
+}
+
+/// `srun ... printenv SLURMD_NODENAME 2>&1`, as SchedMD's test40.2 and
+/// sites' scripts read it: the banner is its first line by default, and
+/// absent under `Banner=log` (told in slurmd's log instead) and `off`.
+fn banner_kept_out_of_output(c: &mut Cluster) -> TestResult {
+    standin(c)?;
+    let node_name = |c: &Cluster| -> Result<String, String> {
+        let out = c.srun(&["--gres=mps:25", "printenv", "SLURMD_NODENAME"])?;
+        Ok(format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    };
+    let banners = |c: &Cluster| {
+        c.log("slurmd")
+            .matches(": MPS share of 25 units on GPU")
+            .count()
+    };
+    let told = node_name(c)?;
+    ensure(
+        told.lines()
+            .next()
+            .is_some_and(|l| l.contains("MPS share of 25 units"))
+            && told.lines().nth(1) == Some(NODE),
+        format!("Banner=stderr (the default): {told:?}"),
+    )?;
+    cancel_and_wait_stopped(c)?;
+    for (line, logged) in [("Banner=log", 1), ("Banner=off", 0)] {
+        let before = banners(c);
+        with_line(c, line, |c| {
+            let out = node_name(c)?;
+            ensure(
+                out == format!("{NODE}\n"),
+                format!("{line}: srun 2>&1 gave {out:?}"),
+            )?;
+            wait_for(
+                &format!("{line}: {logged} banner(s) in slurmd's log"),
+                SHORT,
+                || (banners(c) == before + logged).then_some(()),
+            )
+            .map_err(|e| format!("{e}: {} now", banners(c)))
+        })?;
+    }
+    Ok(())
 }
 
 fn multi_user(c: &mut Cluster) -> TestResult {
