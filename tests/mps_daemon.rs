@@ -1075,12 +1075,12 @@ fn with_line(
 /// absent under `Banner=log` (told in slurmd's log instead) and `off`.
 fn banner_kept_out_of_output(c: &mut Cluster) -> TestResult {
     standin(c)?;
-    let node_name = |c: &Cluster| -> Result<String, String> {
+    // srun's stdout and stderr: `2>&1` is both, in whatever order.
+    let node_name = |c: &Cluster| -> Result<(String, String), String> {
         let out = c.srun(&["--gres=mps:25", "printenv", "SLURMD_NODENAME"])?;
-        Ok(format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+        Ok((
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
         ))
     };
     let banners = |c: &Cluster| {
@@ -1088,22 +1088,19 @@ fn banner_kept_out_of_output(c: &mut Cluster) -> TestResult {
             .matches(": MPS share of 25 units on GPU")
             .count()
     };
-    let told = node_name(c)?;
+    let (stdout, stderr) = node_name(c)?;
     ensure(
-        told.lines()
-            .next()
-            .is_some_and(|l| l.contains("MPS share of 25 units"))
-            && told.lines().nth(1) == Some(NODE),
-        format!("Banner=stderr (the default): {told:?}"),
+        stdout == format!("{NODE}\n") && stderr.contains("MPS share of 25 units on GPU"),
+        format!("Banner=stderr (the default): {stdout:?} {stderr:?}"),
     )?;
     cancel_and_wait_stopped(c)?;
     for (line, logged) in [("Banner=log", 1), ("Banner=off", 0)] {
         let before = banners(c);
         with_line(c, line, |c| {
-            let out = node_name(c)?;
+            let (stdout, stderr) = node_name(c)?;
             ensure(
-                out == format!("{NODE}\n"),
-                format!("{line}: srun 2>&1 gave {out:?}"),
+                stdout == format!("{NODE}\n") && stderr.is_empty(),
+                format!("{line}: srun gave {stdout:?} and {stderr:?}"),
             )?;
             wait_for(
                 &format!("{line}: {logged} banner(s) in slurmd's log"),
