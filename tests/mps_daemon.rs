@@ -140,6 +140,10 @@ fn main() -> ExitCode {
             );
     }
     suite
+        .test(
+            "the_banner_goes_to_slurmds_log_or_nowhere_leaving_srun_output_clean",
+            banner_kept_out_of_output,
+        )
         .test("multi_user_daemons_start_with_minus_m", multi_user)
         .test(
             "a_step_with_more_tasks_than_the_gpu_serves_is_refused",
@@ -1086,6 +1090,49 @@ fn with_line(
     let stopped = cancel_and_wait_stopped(c);
     testcluster::replace_conf(&path, &original)?;
     result.and(stopped)
+}
+
+/// `srun ... printenv SLURMD_NODENAME 2>&1`, as SchedMD's test40.2 and
+/// sites' scripts read it: the banner is its first line by default, and
+/// absent under `Banner=log` (told in slurmd's log instead) and `off`.
+fn banner_kept_out_of_output(c: &mut Cluster) -> TestResult {
+    standin(c)?;
+    // srun's stdout and stderr: `2>&1` is both, in whatever order.
+    let node_name = |c: &Cluster| -> Result<(String, String), String> {
+        let out = c.srun(&["--gres=mps:25", "printenv", "SLURMD_NODENAME"])?;
+        Ok((
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ))
+    };
+    let banners = |c: &Cluster| {
+        c.log("slurmd")
+            .matches(": MPS share of 25 units on GPU")
+            .count()
+    };
+    let (stdout, stderr) = node_name(c)?;
+    ensure(
+        stdout == format!("{NODE}\n") && stderr.contains("MPS share of 25 units on GPU"),
+        format!("Banner=stderr (the default): {stdout:?} {stderr:?}"),
+    )?;
+    cancel_and_wait_stopped(c)?;
+    for (line, logged) in [("Banner=log", 1), ("Banner=off", 0)] {
+        let before = banners(c);
+        with_line(c, line, |c| {
+            let (stdout, stderr) = node_name(c)?;
+            ensure(
+                stdout == format!("{NODE}\n") && stderr.is_empty(),
+                format!("{line}: srun gave {stdout:?} and {stderr:?}"),
+            )?;
+            wait_for(
+                &format!("{line}: {logged} banner(s) in slurmd's log"),
+                SHORT,
+                || (banners(c) == before + logged).then_some(()),
+            )
+            .map_err(|e| format!("{e}: {} now", banners(c)))
+        })?;
+    }
+    Ok(())
 }
 
 fn multi_user(c: &mut Cluster) -> TestResult {

@@ -19,6 +19,7 @@
 //! SyslogSocket=/dev/log            # where the prolog and epilog log (default /dev/log)
 //! Placement=auto                   # who picks a share's GPU: auto (Slurm where gres.conf books mps per GPU), slurm, gpushare
 //! MIGShares=refuse                 # refuse every share while NVML reports MIG on for a listed GPU; allow
+//! Banner=stderr                    # a share's one line of limits: the job's stderr, slurmd's log only (log), or off
 //! ```
 
 use std::path::PathBuf;
@@ -111,6 +112,23 @@ pub enum MpsFailure {
     /// Run without MPS, its output saying so: no thread or memory limit,
     /// its work beside other jobs' on the GPU. A site's knowing choice.
     Run,
+}
+
+/// Where a share's one line of limits goes (`Banner=`): the line that
+/// tells a job its GPU, thread percentage and memory limit, or that it
+/// runs without MPS or waits for another user's server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Banner {
+    /// The job's stderr, before its first task's own output (the default:
+    /// what sites upgrading have, and the only place a user sees the
+    /// limits CUDA does not report).
+    #[default]
+    Stderr,
+    /// slurmd's log (slurmstepd's, through Slurm's logging), never the
+    /// job's output: for sites whose scripts parse `srun ... 2>&1`.
+    Log,
+    /// Nowhere.
+    Off,
 }
 
 /// Whether the node's files show who runs what (`PrivateData=`).
@@ -213,6 +231,8 @@ pub struct GpuMpsConfig {
     /// holds a context there; its earlier mode comes back after its last
     /// share. `leave`: the site's mode.
     pub exclusive_while_shared: bool,
+    /// Where a share's line of limits goes.
+    pub banner: Banner,
 }
 
 impl Default for GpuMpsConfig {
@@ -239,6 +259,7 @@ impl Default for GpuMpsConfig {
             // that bypasses MPS (a share's task that drops its pipe
             // directory) gets the whole GPU, time-sliced, without limits.
             exclusive_while_shared: true,
+            banner: Banner::Stderr,
         }
     }
 }
@@ -264,10 +285,11 @@ enum Key {
     PrivateData,
     MpsFailure,
     ComputeMode,
+    Banner,
 }
 
 impl Key {
-    const ALL: [Key; 18] = [
+    const ALL: [Key; 19] = [
         Key::UnitsPerGpu,
         Key::GpuDevices,
         Key::StateDir,
@@ -286,6 +308,7 @@ impl Key {
         Key::PrivateData,
         Key::MpsFailure,
         Key::ComputeMode,
+        Key::Banner,
     ];
 
     /// The canonical spelling, used in messages.
@@ -309,6 +332,7 @@ impl Key {
             Key::PrivateData => "PrivateData",
             Key::MpsFailure => "MPSFailure",
             Key::ComputeMode => "ComputeMode",
+            Key::Banner => "Banner",
         }
     }
 
@@ -439,6 +463,18 @@ impl Key {
                     _ => {
                         return Err(format!(
                             "ComputeMode must be leave or exclusive, got \"{value}\""
+                        ))
+                    }
+                };
+            }
+            Key::Banner => {
+                cfg.banner = match value.to_ascii_lowercase().as_str() {
+                    "stderr" => Banner::Stderr,
+                    "log" => Banner::Log,
+                    "off" | "no" | "none" => Banner::Off,
+                    _ => {
+                        return Err(format!(
+                            "Banner must be stderr, log or off, got \"{value}\""
                         ))
                     }
                 };
@@ -687,6 +723,39 @@ mod tests {
         assert_eq!(none.memory_limit_mib(50, Some(1000)), None);
         // Proportional without any figure for the GPU's memory: no limit.
         assert_eq!(GpuMpsConfig::default().memory_limit_mib(50, None), None);
+    }
+
+    #[test]
+    fn banner_goes_where_the_site_says() {
+        // Where it went before the key existed: a site upgrading keeps it.
+        assert_eq!(GpuMpsConfig::default().banner, Banner::Stderr);
+        for (text, want) in [
+            ("Banner=stderr\n", Banner::Stderr),
+            ("banner=LOG # slurmd's log only\n", Banner::Log),
+            ("Banner=off\n", Banner::Off),
+            ("Banner=none\n", Banner::Off),
+        ] {
+            let cfg = parse(text, "f").unwrap_or_else(|e| panic!("{text:?}: {e}"));
+            assert_eq!(cfg.banner, want, "{text:?}");
+        }
+        let bad = parse(
+            "UnitsPerGPU=100\nBanner=syslog\n",
+            "/etc/slurm/gpu_mps.conf",
+        )
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+        assert!(
+            bad.starts_with(
+                "/etc/slurm/gpu_mps.conf:2: Banner must be stderr, log or off, got \"syslog\""
+            ),
+            "{bad}"
+        );
+        assert!(parse("Banner=log\nBanner=off\n", "f").is_err_and(|e| e
+            .to_string()
+            .starts_with("f:2: Banner already set on line 1")));
+        assert!(parse("Banner=\n", "f")
+            .is_err_and(|e| e.to_string().starts_with("f:1: Banner has an empty value")));
     }
 
     #[test]

@@ -8,6 +8,7 @@
 use std::fmt::Write as _;
 
 use super::audit::{effective_preempt_mode, gpu_cost, GpuQosConf, Site};
+use super::policy::requeued_output_words;
 use super::site::{parse_duration, partition_gpu_types, AuditQos, PartitionInfo};
 
 fn seconds(secs: u64) -> String {
@@ -450,12 +451,12 @@ pub fn user_page(site: &Site) -> String {
                 }
             );
         }
-        out.push_str(if append {
-            "- A requeued job appends to its output file (JobFileAppend=1 here).\n"
-        } else {
-            "- A requeued job starts its output file anew, unless it was submitted with \
-             `--open-mode=append`.\n"
-        });
+        let low = match &site.gpu_qos_conf {
+            GpuQosConf::Read(cfg) => Some(cfg.low_priority_qos()),
+            _ => None,
+        };
+        let words = requeued_output_words(low, None, append);
+        let _ = writeln!(out, "- {}.", capitalized(&words));
     }
     out.push_str(
         "\n## Commands\n\n\
@@ -465,6 +466,15 @@ pub fn user_page(site: &Site) -> String {
          - `sprio -l -j JOBID`, `sshare -l -u $USER`, `squeue --start -j JOBID`: Slurm's own figures\n",
     );
     out
+}
+
+/// `words` with its first letter in capitals, to start a sentence.
+fn capitalized(words: &str) -> String {
+    let mut chars = words.chars();
+    chars
+        .next()
+        .map(|c| c.to_uppercase().chain(chars).collect())
+        .unwrap_or_default()
 }
 
 /// The user-facing QOS table, in Markdown.
@@ -615,7 +625,7 @@ mod tests {
             "| age | 100 | waiting: it grows to 1 over 1 day (PriorityMaxAge) |",
             "| gpu | h100 | 4 | |",
             "| gpu | | | an h100-hour counts 4 a40-hours |",
-            "- A requeued job starts its output file anew, unless it was submitted with `--open-mode=append`.",
+            "- A requeued job submitted with --qos=lowprio appends to its output file, so the earlier runs' output stays in it: gpu_qos turns on --open-mode=append for it unless it was submitted with --open-mode=truncate; any other requeued job starts its output file anew, losing the earlier runs' output, unless it was submitted with --open-mode=append.",
         ] {
             assert!(page.lines().any(|l| l == line), "{line}\nnot a line of\n{page}");
         }

@@ -39,3 +39,7 @@ pub mod site;
 pub mod slurm;
 pub mod usage;
 pub mod why;
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod words_agree;

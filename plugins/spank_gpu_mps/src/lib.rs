@@ -289,10 +289,12 @@ fn init(sp: spank_t, args: &[String]) -> SpankResult {
     };
     let plan = match task_plan(&cfg, &ledger, job, slurm_says_share, tasks) {
         Ok(Some(mut p)) => {
-            // The limits line goes once into the job's output: from the
-            // first step on this node that runs tasks.
-            if step == EXTERN_STEP || !claim_banner(&ledger, job) {
-                p.banner.clear();
+            // The limits line is told once per job on this node, by the
+            // first step that runs tasks: in the job's stderr (task 0
+            // prints it), in slurmstepd's log, or nowhere (`Banner=`).
+            let first = step != EXTERN_STEP && p.banner_wanted() && claim_banner(&ledger, job);
+            if let Some(line) = p.route_banner(first) {
+                log::info(&line);
             }
             // The job counts for its largest step's clients.
             // Most steps run no more tasks than the ledger counts already

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use super::notes::{refusal, unserved};
 use super::serve::names;
 use super::setup::{gpu_devices, hides_users};
-use crate::mps::config::GpuMpsConfig;
+use crate::mps::config::{Banner, GpuMpsConfig};
 use crate::mps::daemon;
 use crate::mps::ledger::{Ledger, LedgerState, ShareRecord};
 use crate::mps::state_dir;
@@ -46,8 +46,12 @@ pub struct TaskPlan {
     /// memory ([`framework_hints`]): set only where the job has not set
     /// them itself.
     pub hints: Vec<(String, String)>,
-    /// The line the job's output starts with (its limits, see [`banner`]).
+    /// The line the job's output starts with (its limits, see [`banner`]),
+    /// where `Banner=stderr`; empty where it goes elsewhere or a step
+    /// before this one told it ([`TaskPlan::route_banner`]).
     pub banner: String,
+    /// Where the banner goes (`Banner=` in gpu_mps.conf).
+    pub banner_to: Banner,
     /// The MPS clients the ledger counted for the job when the plan was
     /// read: a step with no more tasks changes nothing, so it need not take
     /// the ledger's lock (the count only grows while the job runs).
@@ -213,9 +217,39 @@ pub fn task_plan(
         env,
         hints,
         banner,
+        banner_to: cfg.banner,
         clients: share.client_count(),
         pipes: crate::mps::programs::program(cfg).map(|_| dir.clone()),
     }))
+}
+
+impl TaskPlan {
+    /// Where this step's banner goes, once per job on a node: `first` is
+    /// whether this step is the job's first here to run tasks (it claimed
+    /// the banner, see [`super::claim_banner`]). Leaves in `self.banner`
+    /// only a line for the job's stderr (`Banner=stderr`), and returns the
+    /// line for slurmstepd's log (`Banner=log`): a script that reads
+    /// `srun ... 2>&1` then gets only its own output.
+    pub fn route_banner(&mut self, first: bool) -> Option<String> {
+        let line = std::mem::take(&mut self.banner);
+        if !first || line.is_empty() {
+            return None;
+        }
+        match self.banner_to {
+            Banner::Stderr => {
+                self.banner = line;
+                None
+            }
+            Banner::Log => Some(line),
+            Banner::Off => None,
+        }
+    }
+
+    /// Whether a step must claim the job's banner: not where it goes
+    /// nowhere (no marker left to clean up for nothing).
+    pub fn banner_wanted(&self) -> bool {
+        self.banner_to != Banner::Off && !self.banner.is_empty()
+    }
 }
 
 /// A share's device memory as its step's tasks hold it.

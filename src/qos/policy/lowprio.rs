@@ -20,6 +20,60 @@ pub(super) fn apply_requeue(job: &JobDescription<'_>, low_qos: &str, changes: &m
     }
 }
 
+/// What becomes of a requeued job's output file, in users' words, as
+/// [`super::judge_submit`] makes it: a job submitted naming a QOS of
+/// `LowPriorityQOS` (`--qos=`) that chose no open mode gets
+/// `--open-mode=append`; every other job keeps Slurm's default, which
+/// starts the file anew at each run unless slurm.conf sets
+/// `JobFileAppend=1`. `low_qos`: the low-priority QOS (`None`: gpu_qos.conf
+/// could not be read); `job_qos`: the QOS of the one job spoken of (`None`:
+/// any job, for the users' page).
+pub fn requeued_output_words(
+    low_qos: Option<&[String]>,
+    job_qos: Option<&str>,
+    file_append: bool,
+) -> String {
+    const ANEW: &str = "starts its output file anew, losing the earlier runs' output, unless \
+                        it was submitted with --open-mode=append";
+    const KEEPS: &str = "appends to its output file, so the earlier runs' output stays in it: \
+                         gpu_qos turns on --open-mode=append for it unless it was submitted \
+                         with --open-mode=truncate";
+    if file_append {
+        return "each run appends to its output file (JobFileAppend=1): the earlier runs' \
+                output stays in it"
+            .to_owned();
+    }
+    let Some(low) = low_qos else {
+        return format!(
+            "each run {ANEW} (gpu_qos turns it on for a job submitted with a low-priority \
+             --qos of gpu_qos.conf's LowPriorityQOS)"
+        );
+    };
+    let flags = |names: &[&str]| {
+        names
+            .iter()
+            .map(|q| format!("--qos={q}"))
+            .collect::<Vec<_>>()
+            .join(" or ")
+    };
+    match job_qos {
+        Some(q) if low.iter().any(|l| l.eq_ignore_ascii_case(q)) => format!(
+            "if it was submitted with {}, each run {KEEPS}; submitted without naming {q} (its \
+             default QOS), each run {ANEW}",
+            flags(&[q])
+        ),
+        Some(_) => format!("each run {ANEW}"),
+        None if low.is_empty() => format!("a requeued job {ANEW}"),
+        None => {
+            let names: Vec<&str> = low.iter().map(String::as_str).collect();
+            format!(
+                "a requeued job submitted with {} {KEEPS}; any other requeued job {ANEW}",
+                flags(&names)
+            )
+        }
+    }
+}
+
 /// A low-priority job with `--exclusive=user` would keep every other user
 /// off its node, idle GPUs included, until preempted: it loses the option
 /// (unless `LowPriorityExclusiveUser=keep`) and its user is told.

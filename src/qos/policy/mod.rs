@@ -43,6 +43,7 @@ mod tests;
 
 pub use job::{JobDescription, LimitLevel, Resolved, TypedLimit};
 pub use limits::{asks_untyped_gpu, limits_without_rule};
+pub use lowprio::requeued_output_words;
 pub use submit::judge_submit;
 pub use update::judge_modify;
 pub use verdict::{JobChanges, Rejection, RejectionKind, SpankEnvVar, Verdict};

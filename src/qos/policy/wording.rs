@@ -38,6 +38,20 @@ impl Level<'_> {
         }
     }
 
+    /// What the user can change where this level's limit is too small:
+    /// only a QOS's limit is left behind by choosing another QOS.
+    pub(super) fn larger_limit(&self) -> &'static str {
+        match self {
+            Level::Qos(_) | Level::DefaultQos(_) => "use a QOS with a larger limit",
+            Level::Partition(_) => "submit to a partition whose QOS allows more",
+            Level::Account(_) => {
+                "submit under an account with a larger limit (--account=), or ask your \
+                 sysadmin to raise this one"
+            }
+            Level::User(_) => "ask your sysadmin to raise your limit",
+        }
+    }
+
     /// The level's short name, as in "qos_lafferty may use a40".
     pub(super) fn name(&self) -> String {
         match self {
@@ -289,19 +303,21 @@ pub(super) fn over_limit(
     let per_unit = limit / least.multiplier.max(1);
     let advice = if least.multiplier <= 1 {
         format!(
-            "Ask for at most {limit}: {}, or use a QOS with a larger limit.",
-            ctx.suggest(least.field, ty, limit)
+            "Ask for at most {limit}: {}, or {}.",
+            ctx.suggest(least.field, ty, limit),
+            level.larger_limit()
         )
     } else if per_unit >= 1 {
         format!(
-            "With {units} that is at most {}; or ask for fewer {unit_plural}, or use a QOS \
-             with a larger limit.",
-            ctx.suggest(least.field, ty, per_unit)
+            "With {units} that is at most {}; or ask for fewer {unit_plural}, or {}.",
+            ctx.suggest(least.field, ty, per_unit),
+            level.larger_limit()
         )
     } else {
         format!(
             "Even one {ty} per {unit} is too many with {units}: ask for fewer {unit_plural}, \
-             or use a QOS with a larger limit."
+             or {}.",
+            level.larger_limit()
         )
     };
     let limited_by = level.name();

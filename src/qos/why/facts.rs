@@ -44,6 +44,9 @@ pub struct Facts {
     /// output file is appended to (else each run truncates it, unless the
     /// job was submitted with `--open-mode=append`).
     pub file_append: Option<bool>,
+    /// gpu_qos.conf's `LowPriorityQOS` (whose jobs gpu_qos submits in
+    /// append mode); `None` where the file could not be read.
+    pub low_priority_qos: Option<Vec<String>>,
     /// The cluster's nodes (`scontrol show node -o`): those of the job's
     /// partition with its GPU type are the ones that could run it.
     pub nodes: Vec<NodeInfo>,

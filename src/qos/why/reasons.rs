@@ -2,6 +2,7 @@
 //! job's runs, and every other reason with a sentence and a command.
 
 use crate::qos::gres::{gpus_of_type, held_words, AccountUse};
+use crate::qos::policy::requeued_output_words;
 use crate::qos::site::AuditQos;
 use crate::qos::slurm::jobs::Job;
 
@@ -47,14 +48,11 @@ pub(super) fn requeue_details(job: &Job, facts: &Facts, details: &mut Vec<String
             r.state
         ));
     }
-    details.push(match facts.file_append {
-        Some(true) => "each run appends to its output file (JobFileAppend=1): the earlier runs' \
-                       output stays in it"
-            .to_owned(),
-        _ => "each run starts its output file anew, losing the earlier runs' output, unless the \
-              job was submitted with --open-mode=append"
-            .to_owned(),
-    });
+    details.push(requeued_output_words(
+        facts.low_priority_qos.as_deref(),
+        Some(&job.qos),
+        facts.file_append == Some(true),
+    ));
     let grace = facts
         .qos
         .iter()

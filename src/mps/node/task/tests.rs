@@ -184,6 +184,52 @@ fn the_banner_names_other_users_only_where_the_node_shows_them() {
     // the slurm.conf in use: tests/attack.rs runs it on a cluster.
 }
 
+/// `Banner=`: the job's stderr gets the line only under `stderr`; `log`
+/// hands it to slurmstepd's log; `off` tells it nowhere; only the job's
+/// first step here tells it at all.
+#[test]
+fn the_banner_goes_where_banner_says_once_per_job() {
+    use crate::mps::config::Banner;
+    use crate::mps::ledger::SlurmChoice;
+    let (node, _dir) = temp_node(None);
+    let choice = SlurmChoice {
+        gpu: 1,
+        gpu_count: 4,
+        units_per_gpu: 100,
+    };
+    node.ledger
+        .record_slurm_share(7, 1000, "alice", 25, choice)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let plan_with = |node: &crate::mps::node::Node, to: Banner| {
+        let mut cfg = node.cfg.clone();
+        cfg.banner = to;
+        task_plan(&cfg, &node.ledger, 7, true, 1)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap_or_else(|| panic!("no plan"))
+    };
+    let line = "gpu_mps: job 7: MPS share of 25 units on GPU 1";
+    let mut stderr = plan_with(&node, Banner::Stderr);
+    assert!(stderr.banner_wanted());
+    assert_eq!(stderr.route_banner(true), None);
+    assert!(stderr.banner.starts_with(line), "{}", stderr.banner);
+    let mut log = plan_with(&node, Banner::Log);
+    assert!(log.banner_wanted());
+    let logged = log.route_banner(true).unwrap_or_default();
+    assert!(logged.starts_with(line), "{logged}");
+    assert_eq!(log.banner, "", "Banner=log: nothing for the job's stderr");
+    let mut off = plan_with(&node, Banner::Off);
+    assert!(!off.banner_wanted(), "Banner=off claims no marker");
+    assert_eq!((off.route_banner(true), off.banner.as_str()), (None, ""));
+    // A later step of the job: nothing, wherever the line goes.
+    for to in [Banner::Stderr, Banner::Log, Banner::Off] {
+        let mut later = plan_with(&node, to);
+        assert_eq!(
+            (later.route_banner(false), later.banner.as_str()),
+            (None, "")
+        );
+    }
+}
+
 #[test]
 fn a_task_that_cannot_see_its_gpus_mps_directory_is_refused() {
     let (node, dir) = temp_node(None);

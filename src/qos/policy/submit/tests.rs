@@ -449,9 +449,17 @@ fn account_limits_cover_sub_accounts_and_user_limits_their_user() {
         tres_per_node: None,
         ..j
     };
-    assert!(rejection(judge_submit(&cfg, &over))
-        .message
-        .contains("asks 7 a40, account lafferty allows at most 6."));
+    let told = rejection(judge_submit(&cfg, &over)).message;
+    // The account's limit, not a QOS's: another QOS would not help.
+    assert!(
+        told.contains("asks 7 a40, account lafferty allows at most 6.")
+            && told.ends_with(
+                "Ask for at most 6: --gpus=a40:6, or submit under an account with a larger \
+                 limit (--account=), or ask your sysadmin to raise this one."
+            )
+            && !told.contains("QOS with a larger limit"),
+        "{told}"
+    );
     let carol = JobDescription {
         resolved: Resolved {
             user: Some("carol"),

@@ -100,6 +100,7 @@ fn a_requeued_job_is_told_its_runs_and_what_became_of_its_output() {
             qos("lowprio", &[], Some(120)),
         ],
         file_append: Some(false),
+        low_priority_qos: Some(vec!["lowprio".to_owned()]),
         ..Facts::default()
     };
     let r = explain(job, facts);
@@ -108,8 +109,11 @@ fn a_requeued_job_is_told_its_runs_and_what_became_of_its_output() {
         vec![
             "it was requeued 1 time (jobs of qos_lafferty may preempt lowprio jobs)",
             "ran 2026-11-23T23:07:09 to 2026-11-23T23:09:24 on gpu01: PREEMPTED",
-            "each run starts its output file anew, losing the earlier runs' output, unless \
-             the job was submitted with --open-mode=append",
+            "if it was submitted with --qos=lowprio, each run appends to its output file, so \
+             the earlier runs' output stays in it: gpu_qos turns on --open-mode=append for it \
+             unless it was submitted with --open-mode=truncate; submitted without naming \
+             lowprio (its default QOS), each run starts its output file anew, losing the \
+             earlier runs' output, unless it was submitted with --open-mode=append",
             "a job that may be preempted should save its state when it gets SIGTERM (it \
              then has lowprio's GraceTime, 2 min, to do so) and resume from it when it \
              starts again",
