@@ -403,19 +403,7 @@ fn fallback(c: &mut Cluster) -> TestResult {
 /// gpu_mps.conf beside slurm.conf): `Dirs={cluster}/run,/dev/shm` (23.02
 /// and later). slurmctld alone is asked; no job runs in a container.
 fn under_job_container() -> ClusterSpec {
-    let mut spec = correct_site();
-    spec.extra_conf_files.push((
-        "job_container.conf".into(),
-        "AutoBasePath=true\nBasePath={cluster}/ns\nDirs={cluster}/run,/dev/shm\n".into(),
-    ));
-    // Slurm needs Contain for a job container; it includes Alloc.
-    spec.extra_slurm_conf
-        .retain(|l| !l.starts_with("PrologFlags="));
-    spec.extra_slurm_conf.extend([
-        "JobContainerType=job_container/tmpfs".to_owned(),
-        "PrologFlags=Contain".to_owned(),
-    ]);
-    spec
+    correct_site().hiding_run_in_a_job_container()
 }
 
 fn pipes_hidden(c: &mut Cluster) -> TestResult {
