@@ -81,7 +81,7 @@ fn break_qos(c: &Cluster, name: &str, setting: &str) -> TestResult {
 }
 
 fn main() -> ExitCode {
-    Suite::new(correct_site())
+    let mut suite = Suite::new(correct_site())
         .reset(|c| {
             c.cancel_all()?;
             correct_site().qos.iter().try_for_each(|q| c.set_qos(q))
@@ -195,8 +195,17 @@ fn main() -> ExitCode {
                 spec
             },
             preempt_type,
-        )
-        .run()
+        );
+    // 22.05 has no Dirs= and refuses a BasePath under /tmp, where the
+    // cluster lies.
+    if testcluster::cluster::slurm_release() >= (23, 2) {
+        suite = suite.test_on(
+            "job_namespaces_hiding_the_mps_pipes_are_an_error",
+            under_job_container(),
+            pipes_hidden,
+        );
+    }
+    suite.run()
 }
 
 /// Runs `gpu-qos audit --json ARGS` as root against the cluster; the
@@ -386,6 +395,35 @@ fn fallback(c: &mut Cluster) -> TestResult {
             report.sources,
             listing(&report.findings)
         ),
+    )
+}
+
+/// The correct site under `job_container/tmpfs` whose private
+/// directories hold the node's `StateDir` (`{cluster}/run/gpu-mps` in the
+/// gpu_mps.conf beside slurm.conf): `Dirs={cluster}/run,/dev/shm` (23.02
+/// and later). slurmctld alone is asked; no job runs in a container.
+fn under_job_container() -> ClusterSpec {
+    correct_site().hiding_run_in_a_job_container()
+}
+
+fn pipes_hidden(c: &mut Cluster) -> TestResult {
+    let f = exactly(
+        c,
+        "error",
+        Severity::Error,
+        "mps_pipes_hidden_by_job_namespaces",
+    )?;
+    ensure(
+        f.what
+            .starts_with("node node1 offers mps under job namespaces (job_container/tmpfs)")
+            && f.what
+                .contains("its job_container.conf gives each job its own /")
+            && f.what.contains("/run, which holds the MPS pipes under /")
+            && f.what
+                .contains("/run/gpu-mps-mps (StateDir= of the gpu_mps.conf beside slurm.conf)")
+            && f.object == "job_container.conf"
+            && f.fix.starts_with("StateDir="),
+        format!("{f:?}"),
     )
 }
 

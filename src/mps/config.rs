@@ -24,16 +24,13 @@
 
 use std::path::PathBuf;
 
-pub use crate::shared::syntax::expand_devices;
+pub use crate::shared::locations::{DEFAULT_STATE_DIR, GPU_MPS_CONF as CONF_NAME};
+pub use crate::shared::syntax::{expand_devices, slurm_conf_values};
 
 use crate::shared::syntax::{self as kv, ConfigError, MissingEquals};
 
 /// Default `UnitsPerGPU`.
 pub const DEFAULT_UNITS_PER_GPU: u32 = 100;
-/// Default `StateDir`.
-pub const DEFAULT_STATE_DIR: &str = "/run/gpu-mps";
-/// File name, next to slurm.conf.
-pub const CONF_NAME: &str = "gpu_mps.conf";
 
 /// Default `MaxClientsPerGPU`: what one MPS server serves on Volta and newer.
 pub const DEFAULT_MAX_CLIENTS_PER_GPU: u32 = 48;
@@ -164,21 +161,6 @@ pub fn slurm_hides_users(slurm_conf: &str) -> bool {
         let v = v.to_ascii_lowercase();
         ["job", "user", "all"].iter().any(|h| v.contains(h))
     })
-}
-
-/// The values of every `key=value` line of slurm.conf's text
-/// (`slurm_conf`) whose key is `key` (case-blind, as Slurm reads keys),
-/// comments cut, in file order.
-pub fn slurm_conf_values<'a>(
-    slurm_conf: &'a str,
-    key: &'a str,
-) -> impl DoubleEndedIterator<Item = &'a str> {
-    slurm_conf
-        .lines()
-        .map(|l| l.split('#').next().unwrap_or_default().trim())
-        .filter_map(|l| l.split_once('='))
-        .filter(move |(k, _)| k.trim().eq_ignore_ascii_case(key))
-        .map(|(_, v)| v.trim())
 }
 
 impl GpuMpsConfig {

@@ -6,6 +6,13 @@ use std::path::{Path, PathBuf};
 /// `$SLURM_CONF` names one.
 pub const DEFAULT_SLURM_CONF: &str = "/etc/slurm/slurm.conf";
 
+/// gpushare's node configuration, next to slurm.conf.
+pub const GPU_MPS_CONF: &str = "gpu_mps.conf";
+
+/// gpu_mps.conf's default `StateDir`: the node's root-only state
+/// (ledger, MPS pipe and log directories).
+pub const DEFAULT_STATE_DIR: &str = "/run/gpu-mps";
+
 /// The path of `name` in the directory of the `slurm.conf` in use.
 ///
 /// `slurm_conf` is the path the host daemon reports; otherwise

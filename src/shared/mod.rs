@@ -14,6 +14,7 @@ pub mod bounded;
 pub mod calendar;
 pub mod durable;
 pub mod locations;
+pub mod namespaces;
 pub mod prom;
 pub mod spank_env;
 pub mod syntax;

@@ -93,6 +93,21 @@ pub fn lines(text: &str) -> impl Iterator<Item = (usize, Result<Vec<Pair<'_>>, M
     })
 }
 
+/// The values of every `key=value` line of slurm.conf's text
+/// (`slurm_conf`) whose key is `key` (case-blind, as Slurm reads keys),
+/// comments cut, in file order.
+pub fn slurm_conf_values<'a>(
+    slurm_conf: &'a str,
+    key: &'a str,
+) -> impl DoubleEndedIterator<Item = &'a str> {
+    slurm_conf
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or_default().trim())
+        .filter_map(|l| l.split_once('='))
+        .filter(move |(k, _)| k.trim().eq_ignore_ascii_case(key))
+        .map(|(_, v)| v.trim())
+}
+
 /// Splits `text` at the commas outside `open`…`close` brackets, dropping
 /// empty items: Slurm host lists (`a[1-2,5],b`) and node `Gres=` values
 /// (`gpu:a40:2(S:0,1),mps:100`) nest commas that way.

@@ -24,19 +24,7 @@ use testcluster::time::JOB_END;
 use testcluster::{ensure, Cluster, ClusterSpec, TestResult};
 
 pub fn spec() -> ClusterSpec {
-    let mut spec = super::spec();
-    spec.extra_conf_files.push((
-        "job_container.conf".into(),
-        "AutoBasePath=true\nBasePath={cluster}/ns\nDirs={cluster}/run,/dev/shm\n".into(),
-    ));
-    // Slurm needs Contain for a job container; it includes Alloc.
-    spec.extra_slurm_conf
-        .retain(|l| !l.starts_with("PrologFlags="));
-    spec.extra_slurm_conf.extend([
-        "JobContainerType=job_container/tmpfs".to_owned(),
-        "PrologFlags=Contain".to_owned(),
-    ]);
-    spec
+    super::spec().hiding_run_in_a_job_container()
 }
 
 /// Whether this Slurm reads `Dirs=` (23.02 and later).

@@ -13,6 +13,8 @@ pub(super) const DOC_GRES: &str = "https://slurm.schedmd.com/gres.html";
 pub(super) const DOC_QOS: &str = "https://slurm.schedmd.com/qos.html";
 pub(super) const DOC_SPANK: &str = "https://slurm.schedmd.com/spank.html";
 pub(super) const DOC_CGROUP_CONF: &str = "https://slurm.schedmd.com/cgroup.conf.html";
+pub(super) const DOC_JOB_CONTAINER_CONF: &str = "https://slurm.schedmd.com/job_container.conf.html";
+pub(super) const DOC_NAMESPACE_YAML: &str = "https://slurm.schedmd.com/namespace.yaml.html";
 pub(super) const DOC_JOB_SUBMIT: &str = "https://slurm.schedmd.com/job_submit_plugins.html";
 
 /// One link of the chain that does not hold.

@@ -68,6 +68,9 @@ pub(super) fn site_with(
         plugstack: Some(PLUGSTACK.into()),
         cgroup_conf: Some(CGROUP.into()),
         gres_conf: None,
+        job_container_conf: None,
+        namespace_yaml: None,
+        gpu_mps_conf: None,
         slurm_conf: Some(SLURM_CONF.into()),
         gpu_qos_conf_path: "/etc/slurm/gpu_qos.conf".into(),
         gpu_qos_conf: match qos_conf::parse(&conf, "/etc/slurm/gpu_qos.conf") {
@@ -92,4 +95,20 @@ pub(super) fn replace(text: &mut String, from: &str, to: &str) {
 
 pub(super) fn kinds_of(site: &Site) -> Vec<String> {
     audit(site).into_iter().map(|f| f.kind).collect()
+}
+
+/// The correct site under job namespaces: `config` added to what
+/// slurmctld prints (`JobContainerType = job_container/tmpfs`), and the
+/// files beside slurm.conf.
+pub(super) fn site_under_namespaces(
+    config: &str,
+    job_container_conf: Option<&str>,
+    namespace_yaml: Option<&str>,
+    gpu_mps_conf: Option<&str>,
+) -> Site {
+    let mut site = site_with(|c, _, _, _| c.push_str(config));
+    site.job_container_conf = job_container_conf.map(str::to_owned);
+    site.namespace_yaml = namespace_yaml.map(str::to_owned);
+    site.gpu_mps_conf = gpu_mps_conf.map(str::to_owned);
+    site
 }

@@ -29,6 +29,15 @@ pub struct Site {
     /// `gres.conf`'s text beside slurm.conf (what slurmctld sends
     /// configless nodes), likewise.
     pub gres_conf: Option<String>,
+    /// `job_container.conf` beside slurm.conf (the tmpfs plugins' `Dirs=`,
+    /// which slurmctld also sends configless nodes), likewise.
+    pub job_container_conf: Option<String>,
+    /// `namespace.yaml` beside slurm.conf (namespace/linux's `dirs:`, 25.11),
+    /// likewise.
+    pub namespace_yaml: Option<String>,
+    /// `gpu_mps.conf` beside slurm.conf, where the controller shares the
+    /// nodes' `/etc/slurm` (its `StateDir`), likewise.
+    pub gpu_mps_conf: Option<String>,
     /// `slurm.conf`'s own text with the files it includes: what the site
     /// set on purpose, where `scontrol show config` also prints defaults;
     /// `None` when it cannot all be read.

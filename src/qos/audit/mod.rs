@@ -17,7 +17,8 @@
 //! - `preemption`: low-priority QOS preempted by QOS, in a mode that
 //!   frees the GPUs.
 //! - `priority`: QOS priority weighed, and GPUs billed by type.
-//! - `nodes`: mps nodes and the node half of the product.
+//! - `nodes`: mps nodes and the node half of the product, and job
+//!   namespaces that would hide their MPS pipes.
 //!
 //! `finding` is what each check reports, `gathered` what it reads,
 //! `report` the table and the `--json` of the whole.

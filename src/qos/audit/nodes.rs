@@ -2,10 +2,15 @@
 //! product (the SPANK plugin, prolog and epilog) and isolated devices.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use crate::qos::check::Severity;
 use crate::qos::site::NodeInfo;
 use crate::shared::booking::MpsBooking;
+use crate::shared::locations::DEFAULT_STATE_DIR;
+use crate::shared::namespaces::{
+    hiding_dir, namespace_plugin, pipes_dir, plugin_of, private_dirs, state_dir_of,
+};
 
 use super::finding::*;
 use super::gathered::Site;
@@ -98,6 +103,82 @@ pub(super) fn mps_nodes(site: &Site, out: &mut Vec<AuditFinding>) {
         );
     }
     shares_stack(site, &mps, out);
+    pipes_hidden(site, &nodes, out);
+}
+
+/// Job namespaces that hide the MPS pipes, after
+/// https://slurm.schedmd.com/job_container.conf.html (`Dirs=`, default
+/// `/tmp,/dev/shm`) and namespace.yaml.html (`dirs:`, 25.11): each job
+/// gets its own empty copy of those directories, so where one holds
+/// `<StateDir>-mps` a share's task cannot reach its GPU's MPS server. The
+/// plugin is the controller's (`NamespaceType`, else `JobContainerType`),
+/// the directories and `StateDir` those of the files beside slurm.conf
+/// (else Slurm's and gpushare's defaults). A job's own `/dev/shm` alone
+/// hides nothing: MPS clients reach their server through the pipe
+/// directory (`mps::namespaces`), so a reachable one is no finding.
+fn pipes_hidden(site: &Site, nodes: &str, out: &mut Vec<AuditFinding>) {
+    let s = &site.settings;
+    let Some(plugin) = plugin_of(s.get("NamespaceType"), s.get("JobContainerType"))
+        .or_else(|| site.slurm_conf.as_deref().and_then(namespace_plugin))
+    else {
+        return;
+    };
+    let (state_dir, whose) = match site.gpu_mps_conf.as_deref().and_then(state_dir_of) {
+        Some(dir) => (dir, "StateDir= of the gpu_mps.conf beside slurm.conf"),
+        None => (
+            PathBuf::from(DEFAULT_STATE_DIR),
+            "gpushare's default StateDir (no gpu_mps.conf beside slurm.conf sets one)",
+        ),
+    };
+    let dirs = private_dirs(
+        &plugin,
+        site.job_container_conf.as_deref(),
+        site.namespace_yaml.as_deref(),
+    );
+    let Some(dir) = hiding_dir(&dirs, &state_dir) else {
+        return;
+    };
+    let linux = plugin.to_ascii_lowercase().ends_with("/linux");
+    let (file, key, doc) = if linux {
+        ("namespace.yaml", "dirs:", DOC_NAMESPACE_YAML)
+    } else {
+        ("job_container.conf", "Dirs=", DOC_JOB_CONTAINER_CONF)
+    };
+    let read = if linux {
+        site.namespace_yaml.is_some()
+    } else {
+        site.job_container_conf.is_some()
+    };
+    let from = if read {
+        format!("its {file}")
+    } else {
+        format!("Slurm's default {key} (no {file} beside slurm.conf)")
+    };
+    let move_state = if hiding_dir(&dirs, Path::new(DEFAULT_STATE_DIR)).is_none() {
+        format!("StateDir={DEFAULT_STATE_DIR} in gpu_mps.conf (gpushare's default, which no job gets its own copy of)")
+    } else {
+        let all: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+        format!("StateDir= in gpu_mps.conf outside {}", all.join(", "))
+    };
+    out.push(
+        AuditFinding::new(
+            Severity::Error,
+            "mps_pipes_hidden_by_job_namespaces",
+            file,
+            doc,
+        )
+        .what(format!(
+            "{nodes} offers mps under job namespaces ({plugin}): {from} gives each job its own {}, \
+             which holds the MPS pipes under {} ({whose})",
+            dir.display(),
+            pipes_dir(&state_dir).display(),
+        ))
+        .why("every share fails at its start: its task cannot reach its GPU's MPS server")
+        .fix(format!(
+            "{move_state}, or take {} out of {key} in {file}",
+            dir.display()
+        )),
+    );
 }
 
 /// Nodes whose gres.conf books mps per GPU (Slurm places their shares)

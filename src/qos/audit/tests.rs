@@ -196,3 +196,122 @@ fn unreadable_parts_become_notes() {
     );
     assert!(found[0].what.contains("2 fields"));
 }
+
+#[test]
+fn job_namespaces_that_hide_the_mps_pipes_are_an_error() {
+    const KIND: &str = "mps_pipes_hidden_by_job_namespaces";
+    const TMPFS: &str = "JobContainerType        = job_container/tmpfs\n";
+    let hidden = |site: &Site| -> Vec<AuditFinding> {
+        let found = audit(site);
+        assert!(
+            found.iter().all(|f| f.kind == KIND),
+            "only this check speaks: {found:?}"
+        );
+        found
+    };
+    // No plugin (show config's `(null)`): nothing, whatever the files say.
+    let site = site_under_namespaces(
+        "JobContainerType        = (null)\n",
+        Some("Dirs=/run\n"),
+        None,
+        Some("StateDir=/tmp/x\n"),
+    );
+    assert_eq!(audit(&site), []);
+    // tmpfs, Slurm's default Dirs (/tmp,/dev/shm), gpushare's StateDir.
+    assert_eq!(audit(&site_under_namespaces(TMPFS, None, None, None)), []);
+    let site = site_under_namespaces(TMPFS, Some("BasePath=/var/ns\n"), None, None);
+    assert_eq!(audit(&site), []);
+
+    // Dirs= that lists /run: the default StateDir's pipes are in it.
+    let site = site_under_namespaces(
+        TMPFS,
+        Some("AutoBasePath=true BasePath=/var/ns Dirs=/tmp,/dev/shm,/run\n"),
+        None,
+        None,
+    );
+    let found = hidden(&site);
+    assert_eq!(found.len(), 1, "{found:?}");
+    let f = &found[0];
+    assert_eq!(
+        (f.severity, f.object.as_str(), f.doc.as_str()),
+        (
+            Severity::Error,
+            "job_container.conf",
+            "https://slurm.schedmd.com/job_container.conf.html"
+        )
+    );
+    assert_eq!(
+        f.what,
+        "node node1 offers mps under job namespaces (job_container/tmpfs): its \
+         job_container.conf gives each job its own /run, which holds the MPS pipes under \
+         /run/gpu-mps-mps (gpushare's default StateDir (no gpu_mps.conf beside slurm.conf \
+         sets one))"
+    );
+    assert!(
+        f.why.contains("cannot reach its GPU's MPS server"),
+        "{}",
+        f.why
+    );
+    assert_eq!(
+        f.fix,
+        "StateDir= in gpu_mps.conf outside /tmp, /dev/shm, /run, or take /run out of Dirs= \
+         in job_container.conf"
+    );
+
+    // namespace/linux (25.11): namespace.yaml's dirs:, not job_container.conf.
+    let linux = "NamespaceType           = namespace/linux\n";
+    let yaml =
+        "defaults:\n  auto_base_path: true\n  base_path: \"/var/ns\"\n  dirs: \"/tmp,/run\"\n";
+    let site = site_under_namespaces(linux, Some("Dirs=/tmp\n"), Some(yaml), None);
+    let found = hidden(&site);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(
+        (found[0].object.as_str(), found[0].doc.as_str()),
+        (
+            "namespace.yaml",
+            "https://slurm.schedmd.com/namespace.yaml.html"
+        )
+    );
+    assert!(
+        found[0]
+            .what
+            .contains("(namespace/linux): its namespace.yaml gives each job its own /run"),
+        "{}",
+        found[0].what
+    );
+    assert!(found[0]
+        .fix
+        .ends_with("take /run out of dirs: in namespace.yaml"));
+    let yaml = "defaults:\n  base_path: \"/var/ns\"\n  dirs: \"/tmp,/dev/shm\"\n";
+    let site = site_under_namespaces(linux, Some("Dirs=/run\n"), Some(yaml), None);
+    assert_eq!(audit(&site), []);
+
+    // gpu_mps.conf on the controller: its StateDir under Slurm's default Dirs.
+    let site = site_under_namespaces(TMPFS, None, None, Some("StateDir=/tmp/x\n"));
+    let found = hidden(&site);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(
+        found[0].what,
+        "node node1 offers mps under job namespaces (job_container/tmpfs): Slurm's default \
+         Dirs= (no job_container.conf beside slurm.conf) gives each job its own /tmp, which \
+         holds the MPS pipes under /tmp/x-mps (StateDir= of the gpu_mps.conf beside slurm.conf)"
+    );
+    assert_eq!(
+        found[0].fix,
+        "StateDir=/run/gpu-mps in gpu_mps.conf (gpushare's default, which no job gets its own \
+         copy of), or take /tmp out of Dirs= in job_container.conf"
+    );
+    // The plugin in slurm.conf's text where show config does not say.
+    let mut site = site_under_namespaces("", None, None, Some("StateDir=/tmp/x\n"));
+    assert_eq!(audit(&site), []);
+    site.slurm_conf = Some(format!(
+        "{SLURM_CONF}JobContainerType=job_container/tmpfs\n"
+    ));
+    assert_eq!(hidden(&site).len(), 1);
+    // No node offers mps: nothing to reach.
+    site.nodes = crate::qos::site::parse_nodes(
+        "NodeName=node1 Gres=gpu:a40:4,gpu:h100:2 Partitions=gpu State=IDLE\n",
+    )
+    .0;
+    assert!(audit(&site).iter().all(|f| f.kind != KIND));
+}

@@ -11,7 +11,7 @@ use crate::qos::metrics;
 use crate::qos::site::{self as site_text, SlurmSettings, Unread};
 use crate::qos::slurm::{assoc_mgr, config as show_config, jobs, nodes, partitions, qos};
 use crate::qos::slurm::{ReadError, SlurmRead};
-use crate::shared::locations::{beside_slurm_conf, DEFAULT_SLURM_CONF};
+use crate::shared::locations::{beside_slurm_conf, DEFAULT_SLURM_CONF, GPU_MPS_CONF};
 
 /// The accounting database's QOS (`sacctmgr show qos`), read.
 pub fn database(read: &dyn SlurmRead) -> Result<Vec<QosRecord>, ReadError> {
@@ -105,6 +105,24 @@ pub fn metrics_text(
 
 fn read_optional(path: &Path) -> Option<String> {
     std::fs::read_to_string(path).ok()
+}
+
+/// The text of `path`, `None` where there is no such file; a file there
+/// that cannot be read is also noted in `unread`, so that the audit says
+/// what it left out rather than take the file's settings for Slurm's
+/// defaults in silence.
+fn read_beside(path: &Path, unread: &mut Vec<Unread>) -> Option<String> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Some(text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            unread.push(Unread {
+                source: path.to_string_lossy().into_owned(),
+                reason: e.to_string(),
+            });
+            None
+        }
+    }
 }
 
 /// What the audit reads, and the list of its sources; an error means the
@@ -208,6 +226,12 @@ pub fn site(
         }
         Err(e) => GpuQosConf::Invalid(e.to_string()),
     };
+    // The job namespaces' directories and the nodes' StateDir, where the
+    // controller has them (a shared /etc/slurm; configless nodes get
+    // job_container.conf and namespace.yaml from it).
+    let job_container_conf = read_beside(&beside("job_container.conf"), &mut unread);
+    let namespace_yaml = read_beside(&beside("namespace.yaml"), &mut unread);
+    let gpu_mps_conf = read_beside(&beside(GPU_MPS_CONF), &mut unread);
     let site = Site {
         settings,
         qos,
@@ -217,6 +241,9 @@ pub fn site(
         plugstack: read_optional(&plugstack_path),
         cgroup_conf: read_optional(&beside("cgroup.conf")),
         gres_conf: read_optional(&beside("gres.conf")),
+        job_container_conf,
+        namespace_yaml,
+        gpu_mps_conf,
         slurm_conf: slurm_conf_text,
         gpu_qos_conf_path,
         gpu_qos_conf,
@@ -313,5 +340,61 @@ mod tests {
         );
         // slurmctld not answering: only root is known for sure.
         assert!(admin_note_for(&Config(""), "audit", 64030).is_some());
+    }
+
+    /// slurmctld answering `scontrol show config` alone.
+    struct ShowConfig(String);
+
+    impl SlurmRead for ShowConfig {
+        fn read(&self, query: &Query) -> Result<String, ReadError> {
+            if query.key == "scontrol-show-config" {
+                Ok(self.0.clone())
+            } else {
+                Err(ReadError::new("not asked"))
+            }
+        }
+    }
+
+    #[test]
+    fn the_job_namespaces_files_and_gpu_mps_conf_are_read_beside_slurm_conf() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let conf = dir.path().join("slurm.conf");
+        let write = |name: &str, text: &str| {
+            std::fs::write(dir.path().join(name), text).unwrap_or_else(|e| panic!("{e}"))
+        };
+        write("slurm.conf", "JobContainerType=job_container/tmpfs\n");
+        let read = ShowConfig(format!(
+            "SLURM_CONF              = {}\nJobContainerType        = job_container/tmpfs\n",
+            conf.display()
+        ));
+        let (site, _) = super::site(&read, None, None).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (
+                &site.job_container_conf,
+                &site.namespace_yaml,
+                &site.gpu_mps_conf
+            ),
+            (&None, &None, &None)
+        );
+        let unread =
+            |site: &Site| -> Vec<String> { site.unread.iter().map(|u| u.source.clone()).collect() };
+        // Absent files are Slurm's and gpushare's defaults, not unread.
+        assert!(
+            !unread(&site)
+                .iter()
+                .any(|s| s.ends_with(".conf") || s.ends_with(".yaml")),
+            "{:?}",
+            site.unread
+        );
+        write("job_container.conf", "Dirs=/tmp,/run\n");
+        write("gpu_mps.conf", "StateDir=/tmp/x\n");
+        // A directory where namespace.yaml should be: there, but unreadable.
+        std::fs::create_dir(dir.path().join("namespace.yaml")).unwrap_or_else(|e| panic!("{e}"));
+        let (site, _) = super::site(&read, None, None).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(site.job_container_conf.as_deref(), Some("Dirs=/tmp,/run\n"));
+        assert_eq!(site.gpu_mps_conf.as_deref(), Some("StateDir=/tmp/x\n"));
+        assert_eq!(site.namespace_yaml, None);
+        let yaml = dir.path().join("namespace.yaml").display().to_string();
+        assert!(unread(&site).contains(&yaml), "{:?}", site.unread);
     }
 }

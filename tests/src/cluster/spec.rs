@@ -245,6 +245,26 @@ impl ClusterSpec {
         }
     }
 
+    /// This site under `JobContainerType=job_container/tmpfs` whose
+    /// job_container.conf gives each job its own `{cluster}/run` (where the
+    /// harness's `StateDir` is) and `/dev/shm` (`Dirs=`, Slurm 23.02 and
+    /// later), with the `PrologFlags=Contain` Slurm needs for it.
+    pub fn hiding_run_in_a_job_container(self) -> Self {
+        let mut spec = self;
+        spec.extra_conf_files.push((
+            "job_container.conf".into(),
+            "AutoBasePath=true\nBasePath={cluster}/ns\nDirs={cluster}/run,/dev/shm\n".into(),
+        ));
+        // Slurm needs Contain for a job container; it includes Alloc.
+        spec.extra_slurm_conf
+            .retain(|l| !l.starts_with("PrologFlags="));
+        spec.extra_slurm_conf.extend([
+            "JobContainerType=job_container/tmpfs".to_owned(),
+            "PrologFlags=Contain".to_owned(),
+        ]);
+        spec
+    }
+
     /// A node of 4 a40 shared in MPS slices: `Name=mps Count=1600` (4 GPUs ×
     /// 4 × 100 units, the Slurm 22.05 arithmetic), gpushare's prolog,
     /// epilog and SPANK plugin, cgroup v1 device confinement, and
