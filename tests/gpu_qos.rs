@@ -8,7 +8,7 @@ use std::fs;
 use std::process::ExitCode;
 
 use gpushare::mps::daemon::process_uid;
-use testcluster::cluster::{wait_for, GpuSpec, Qos, EXAMPLE_GPU_QOS_CONF};
+use testcluster::cluster::{slurm_release, wait_for, GpuSpec, Qos, EXAMPLE_GPU_QOS_CONF};
 use testcluster::time::{JOB_LONG, JOB_START, SHORT};
 use testcluster::users::TestUser;
 use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
@@ -519,8 +519,9 @@ fn install_and_wait(c: &Cluster, text: &str) -> TestResult {
 /// `Enforce=warn` on qos_lafferty's rule only: a user's untyped request
 /// there is accepted as submitted, sbatch's stderr carries the refusal it
 /// would be, marked, with the line to type; slurmctld logs it and the
-/// metrics file counts it by reason and QOS. qos_dijk's rule still
-/// refuses, and `gpu-qos check` says which rule only warns.
+/// metrics file counts it by reason and QOS; an untyped `scontrol update`
+/// of it is made and told the same way. qos_dijk's rule still refuses,
+/// and `gpu-qos check` says which rule only warns.
 fn warn_only(c: &mut Cluster) -> TestResult {
     let wendy = TestUser::create(c, "gpushare_wendy")?;
     wendy.allow_qos_by_default(c, &["normal", "qos_lafferty", "qos_dijk"], "normal")?;
@@ -582,7 +583,43 @@ fn judge_warn_only(c: &Cluster, wendy: &TestUser, metrics: &std::path::Path) -> 
         request.as_deref() == Some("gres:gpu:2"),
         format!("the warned job was changed: TresPerNode {request:?}"),
     )?;
+    // An update follows the same rule: still untyped, made, and told
+    // (from 23.02; 22.05 gives job_modify no message for the client).
+    let update = c.run(
+        "scontrol",
+        &[
+            "update",
+            &format!("job={id}"),
+            "QOS=qos_lafferty",
+            "Gres=gpu:3",
+        ],
+    )?;
+    let told = String::from_utf8_lossy(&update.stderr).into_owned();
+    ensure(
+        update.status.success(),
+        format!("the warned update was refused: {told}"),
+    )?;
+    let request = c.job(job_id)?.tres_request("TresPerNode");
+    ensure(
+        request.as_deref() == Some("gres:gpu:3"),
+        format!("the update was not made as asked: TresPerNode {request:?}"),
+    )?;
+    if slurm_release() >= (23, 2) {
+        contains_all(
+            &told,
+            &[
+                "NOT YET ENFORCED: QOS qos_lafferty requires a GPU type",
+                "QOS=qos_lafferty Gres=gpu:a40:3",
+            ],
+        )?;
+    }
     c.run_ok("scancel", &[&id])?;
+    wait_for("slurmctld to log the update's warning", SHORT, || {
+        c.log("slurmctld")
+            .lines()
+            .any(|l| l.contains("update from uid 0 accepted (Enforce=warn, QOS qos_lafferty)"))
+            .then_some(())
+    })?;
     wait_for("slurmctld to log the warning", SHORT, || {
         c.log("slurmctld")
             .lines()
@@ -592,11 +629,14 @@ fn judge_warn_only(c: &Cluster, wendy: &TestUser, metrics: &std::path::Path) -> 
             })
             .then_some(())
     })?;
-    let counted = "gpushare_policy_warnings_total{reason=\"untyped_gpu\",qos=\"qos_lafferty\"} 1";
+    let counted = [
+        "gpushare_policy_warnings_total{reason=\"untyped_gpu\",qos=\"qos_lafferty\"} 1",
+        "gpushare_policy_warnings_total{reason=\"update_needs_typed_gpu\",qos=\"qos_lafferty\"} 1",
+    ];
     wait_for("the metrics file to count the warning", SHORT, || {
         fs::read_to_string(metrics)
             .ok()
-            .filter(|text| text.lines().any(|l| l == counted))
+            .filter(|text| counted.iter().all(|c| text.lines().any(|l| l == *c)))
     })?;
     // The rule that enforces still refuses, with no warning mark.
     let refused = user_rejected(
