@@ -571,8 +571,9 @@ fn judge_warn_only(c: &Cluster, wendy: &TestUser, metrics: &std::path::Path) -> 
     contains_all(
         &stderr,
         &[
-            "NOT YET ENFORCED: QOS qos_lafferty requires a GPU type, but --gres=gpu:2 does \
-             not name one",
+            // As sbatch prints a job_submit message on an accepted job.
+            "sbatch: NOT YET ENFORCED: QOS qos_lafferty requires a GPU type, but --gres=gpu:2 \
+             does not name one",
             "Submit with --gres=gpu:a40:2 instead.",
             "The job was accepted as submitted",
         ],
