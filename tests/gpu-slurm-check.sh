@@ -125,6 +125,8 @@ cleanup() {
         userdel "$u" 2>/dev/null
     done
     [ -n "$linked" ] && rm -f "$linked"
+    # What a job namespace plugin left mounted under the check's directory.
+    umount -R -l "$D/ns" "$D/nsl" 2>/dev/null
     # The ledger gpushare keeps in /run for this check's configuration.
     rm -f /run/gpushare/ledger-of-*"$(basename "$D" | sed 's/-/%2d/g')"-etc-gpu_mps.conf*
     if [ -n "$logs" ]; then
@@ -614,16 +616,38 @@ else
     fi
     wait_idle 30
 
-    # --- job namespaces: job_container/tmpfs ---------------------------------
-    # The default Dirs (the job's own /dev/shm), the host's /dev/shm, and
-    # a Dirs= that hides StateDir: refused at once, saying so.
-    for dirs in "/tmp,/dev/shm" "/tmp" "$D/run,/dev/shm"; do
+    # --- job namespaces: job_container/tmpfs, namespace/linux ---------------
+    # job_container/tmpfs with the default Dirs (the job's own /dev/shm),
+    # the host's /dev/shm, and a Dirs= that hides StateDir: refused at
+    # once, saying so. namespace/linux (Slurm 25.11 and later) with its
+    # default dirs, without and with the job's own PID namespace.
+    for ns in "tmpfs|/tmp,/dev/shm" "tmpfs|/tmp" "tmpfs|$D/run,/dev/shm" "linux|/tmp,/dev/shm" "linux-pid|/tmp,/dev/shm"; do
+        kind=${ns%%|*}
+        dirs=${ns#*|}
         stop_slurm
-        printf 'AutoBasePath=true\nBasePath=%s/ns\nDirs=%s\n' "$D" "$dirs" >"$D/etc/job_container.conf"
-        write_slurm_conf "PrologFlags=Contain
+        if [ "$kind" = tmpfs ]; then
+            what_ns="job_container/tmpfs, Dirs=$dirs"
+            printf 'AutoBasePath=true\nBasePath=%s/ns\nDirs=%s\n' "$D" "$dirs" >"$D/etc/job_container.conf"
+            write_slurm_conf "PrologFlags=Contain
 JobContainerType=job_container/tmpfs"
+        else
+            flags=
+            what_ns="namespace/linux, dirs $dirs"
+            if [ "$kind" = linux-pid ]; then
+                flags=$'  clone_ns_flags:\n    - "CLONE_NEWPID"\n'
+                what_ns="$what_ns, the job's own PID namespace"
+            fi
+            if [ ! -e "$S/lib/slurm/namespace_linux.so" ]; then
+                record "$what_ns: a share" "skipped: Slurm $version has no namespace/linux" ""
+                continue
+            fi
+            printf -- '---\ndefaults:\n  auto_base_path: true\n  base_path: "%s/nsl"\n  dirs: "%s"\n%s' \
+                "$D" "$dirs" "$flags" >"$D/etc/namespace.yaml"
+            write_slurm_conf "PrologFlags=Contain
+NamespaceType=namespace/linux"
+        fi
         if ! start_slurm; then
-            record "job_container/tmpfs, Dirs=$dirs" FAIL "Slurm did not start: $(tail -n 2 "$D/log/slurmd.log" | paste -sd' ')"
+            record "$what_ns" FAIL "Slurm did not start: $(tail -n 2 "$D/log/slurmd.log" | paste -sd' ')"
             continue
         fi
         # A client that cannot reach its server may hang in CUDA's start:
@@ -633,21 +657,22 @@ JobContainerType=job_container/tmpfs"
         o=$D/jobs/$j.out
         r=$(line "$o" R | grep result)
         host_shm=$(stat -c %d:%i /dev/shm)
-        what="$st; task's /dev/shm $(sed -n 's/.*shm=\([^ ]*\).*/\1/p' "$o" | head -n 1) (host's $host_shm); pipe directory reachable: $(sed -n 's/.*pipe_reachable=\([^ ]*\).*/\1/p' "$o" | head -n 1)"
+        host_pidns=$(readlink /proc/self/ns/pid)
+        what="$st; task's /dev/shm $(sed -n 's/.*shm=\([^ ]*\).*/\1/p' "$o" | head -n 1) (host's $host_shm), PID namespace $(sed -n 's/.*pidns=\([^ ]*\).*/\1/p' "$o" | head -n 1) (host's $host_pidns); pipe directory reachable: $(sed -n 's/.*pipe_reachable=\([^ ]*\).*/\1/p' "$o" | head -n 1)"
         if [ -n "$gpu" ]; then
             what="$what; client: $(if [ "$(jget "$r" init)" = ok ]; then echo "ran, MPS attribute $(jget "$r" mps_enabled), $(jget "$r" sms) SMs"; else echo "$(jget "$r" init)"; fi)"
         fi
         [ "$st" = COMPLETED ] || what="$what; Reason=$(field "$j" Reason) AdminComment=$(field "$j" AdminComment); output: $(grep -v '^[A-Z]* ' "$o" 2>/dev/null | tail -n 2 | paste -sd' ')"
-        if [ "$dirs" = "$D/run,/dev/shm" ]; then
+        if [ "$ns" = "tmpfs|$D/run,/dev/shm" ]; then
             grep -q "this task cannot see its GPU's MPS directory" "$o" 2>/dev/null && refused=yes || refused=no
             record "job_container/tmpfs hiding StateDir: a share" "$([ "$refused" = yes ] && ! grep -q '^R ' "$o"; pf)" \
                 "$st; refused in its task with the reason: $refused"
             warned=$(timeout 30 "$G/gpu-mps" status --conf "$D/etc/gpu_mps.conf" 2>&1 | grep -o "job namespaces ([^)]*) give each job its own [^ ,]*" | head -n 1)
             record "gpu-mps status on that node" "$([ -n "$warned" ]; pf)" "${warned:-no warning}"
         elif [ -n "$gpu" ]; then
-            record "job_container/tmpfs, Dirs=$dirs: a share" "$([ "$st" = COMPLETED ] && [ "$(jget "$r" mps_enabled)" = 1 ]; pf)" "$what"
+            record "$what_ns: a share" "$([ "$st" = COMPLETED ] && [ "$(jget "$r" mps_enabled)" = 1 ]; pf)" "$what"
         else
-            record "job_container/tmpfs, Dirs=$dirs: a share" "$([ "$st" = COMPLETED ] && grep -q 'pipe_reachable=yes' "$o"; pf)" "$what"
+            record "$what_ns: a share" "$([ "$st" = COMPLETED ] && grep -q 'pipe_reachable=yes' "$o"; pf)" "$what"
         fi
         timeout 10 scancel "$j"
         wait_idle 30

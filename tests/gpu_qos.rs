@@ -8,7 +8,7 @@ use std::fs;
 use std::process::ExitCode;
 
 use gpushare::mps::daemon::process_uid;
-use testcluster::cluster::{wait_for, GpuSpec, Qos, EXAMPLE_GPU_QOS_CONF};
+use testcluster::cluster::{slurm_release, wait_for, GpuSpec, Qos, EXAMPLE_GPU_QOS_CONF};
 use testcluster::time::{JOB_LONG, JOB_START, SHORT};
 use testcluster::users::TestUser;
 use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
@@ -74,6 +74,10 @@ fn main() -> ExitCode {
         .test(
             "gpu_qos_check_json_is_json_against_the_database",
             check_json,
+        )
+        .test(
+            "a_rule_that_only_warns_accepts_and_tells_while_others_refuse",
+            warn_only,
         )
         .test(
             "edited_config_is_picked_up_and_bad_edit_keeps_last_good",
@@ -510,6 +514,152 @@ fn install_and_wait(c: &Cluster, text: &str) -> TestResult {
         (reloads(c) > before).then_some(())
     })
     .map(drop)
+}
+
+/// `Enforce=warn` on qos_lafferty's rule only: a user's untyped request
+/// there is accepted as submitted, sbatch's stderr carries the refusal it
+/// would be, marked, with the line to type; slurmctld logs it and the
+/// metrics file counts it by reason and QOS; an untyped `scontrol update`
+/// of it is made and told the same way. qos_dijk's rule still refuses,
+/// and `gpu-qos check` says which rule only warns.
+fn warn_only(c: &mut Cluster) -> TestResult {
+    let wendy = TestUser::create(c, "gpushare_wendy")?;
+    wendy.allow_qos_by_default(c, &["normal", "qos_lafferty", "qos_dijk"], "normal")?;
+    let dir = c.dir.join("metrics-warn");
+    fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let metrics = dir.join("gpushare_job_submit.prom");
+    let rule = "QOS=qos_ying_rex,qos_lafferty GPUTypes=a40 GPULimit=4";
+    let warned = EXAMPLE_GPU_QOS_CONF.replace(rule, &format!("{rule} Enforce=warn"));
+    ensure(
+        warned != EXAMPLE_GPU_QOS_CONF,
+        "example config changed shape",
+    )?;
+    install_and_wait(c, &format!("{warned}MetricsFile={}\n", metrics.display()))?;
+    let result = judge_warn_only(c, &wendy, &metrics);
+    install_conf(c, EXAMPLE_GPU_QOS_CONF)?;
+    result
+}
+
+fn judge_warn_only(c: &Cluster, wendy: &TestUser, metrics: &std::path::Path) -> TestResult {
+    let args = [
+        "--parsable",
+        "-H",
+        "--wrap=true",
+        "--qos=qos_lafferty",
+        "--gres=gpu:2",
+    ];
+    // Until slurmctld has learnt wendy's QOS from slurmdbd, sbatch is
+    // refused by Slurm itself.
+    let mut last = String::new();
+    let (id, stderr) = wait_for("the warned job to be accepted", JOB_START, || {
+        match wendy.run(c, None, "sbatch", &args) {
+            Ok(out) if out.status.success() => Some((
+                String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )),
+            Ok(out) => {
+                last = String::from_utf8_lossy(&out.stderr).into_owned();
+                None
+            }
+            Err(e) => {
+                last = e;
+                None
+            }
+        }
+    })
+    .map_err(|e| format!("{e}; last answer: {last}"))?;
+    contains_all(
+        &stderr,
+        &[
+            // As sbatch prints a job_submit message on an accepted job.
+            "sbatch: NOT YET ENFORCED: QOS qos_lafferty requires a GPU type, but --gres=gpu:2 \
+             does not name one",
+            "Submit with --gres=gpu:a40:2 instead.",
+            "The job was accepted as submitted",
+        ],
+    )?;
+    let job_id: u32 = id.parse().map_err(|e| format!("job id {id:?}: {e}"))?;
+    let request = c.job(job_id)?.tres_request("TresPerNode");
+    ensure(
+        request.as_deref() == Some("gres:gpu:2"),
+        format!("the warned job was changed: TresPerNode {request:?}"),
+    )?;
+    // An update follows the same rule: still untyped, made, and told
+    // (from 23.02; 22.05 gives job_modify no message for the client).
+    let update = c.run(
+        "scontrol",
+        &[
+            "update",
+            &format!("job={id}"),
+            "QOS=qos_lafferty",
+            "Gres=gpu:3",
+        ],
+    )?;
+    let told = String::from_utf8_lossy(&update.stderr).into_owned();
+    ensure(
+        update.status.success(),
+        format!("the warned update was refused: {told}"),
+    )?;
+    let request = c.job(job_id)?.tres_request("TresPerNode");
+    ensure(
+        request.as_deref() == Some("gres:gpu:3"),
+        format!("the update was not made as asked: TresPerNode {request:?}"),
+    )?;
+    if slurm_release() >= (23, 2) {
+        contains_all(
+            &told,
+            &[
+                "NOT YET ENFORCED: QOS qos_lafferty requires a GPU type",
+                "QOS=qos_lafferty Gres=gpu:a40:3",
+            ],
+        )?;
+    }
+    c.run_ok("scancel", &[&id])?;
+    wait_for("slurmctld to log the update's warning", SHORT, || {
+        c.log("slurmctld")
+            .lines()
+            .any(|l| l.contains("update from uid 0 accepted (Enforce=warn, QOS qos_lafferty)"))
+            .then_some(())
+    })?;
+    wait_for("slurmctld to log the warning", SHORT, || {
+        c.log("slurmctld")
+            .lines()
+            .any(|l| {
+                l.contains("accepted (Enforce=warn, QOS qos_lafferty)")
+                    && l.contains("NOT YET ENFORCED: QOS qos_lafferty requires a GPU type")
+            })
+            .then_some(())
+    })?;
+    let counted = [
+        "gpushare_policy_warnings_total{reason=\"untyped_gpu\",qos=\"qos_lafferty\"} 1",
+        "gpushare_policy_warnings_total{reason=\"update_needs_typed_gpu\",qos=\"qos_lafferty\"} 1",
+    ];
+    wait_for("the metrics file to count the warning", SHORT, || {
+        fs::read_to_string(metrics)
+            .ok()
+            .filter(|text| counted.iter().all(|c| text.lines().any(|l| l == *c)))
+    })?;
+    // The rule that enforces still refuses, with no warning mark.
+    let refused = user_rejected(
+        c,
+        wendy,
+        &["--qos=qos_dijk", "--gres=gpu:1"],
+        "--gres=gpu:h100:1",
+    )?;
+    ensure(
+        !refused.contains("NOT YET ENFORCED"),
+        format!("an enforced refusal is marked as a warning: {refused}"),
+    )?;
+    let bin = testcluster::cluster::build_dir()?.join("gpu-qos");
+    let conf = conf_path(c);
+    let out = c.run(
+        &bin.to_string_lossy(),
+        &["check", "--conf", &conf.to_string_lossy()],
+    )?;
+    contains_all(
+        &String::from_utf8_lossy(&out.stdout),
+        &["QOS qos_ying_rex,qos_lafferty", "says Enforce=warn"],
+    )
 }
 
 /// The example site with slurmctld and slurmdbd running as a system

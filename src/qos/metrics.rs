@@ -9,8 +9,9 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 
-use super::policy::{RejectionKind, Verdict};
+use super::policy::{RejectionKind, Verdict, WarningReason};
 use super::slurm::assoc_mgr::{AccountGpus, QosGpus};
 use super::slurm::jobs::Job;
 use crate::shared::prom::Exposition;
@@ -159,13 +160,32 @@ pub fn rule_name(kind: RejectionKind) -> &'static str {
     }
 }
 
+/// The `reason` label of a warning: the refusal's rule name, or the
+/// change's.
+pub fn warning_reason(reason: WarningReason) -> &'static str {
+    match reason {
+        WarningReason::Refusal(kind) => rule_name(kind),
+        WarningReason::LowPriority(change) => change.label(),
+    }
+}
+
 const SLOTS: usize = 2 * (1 + KINDS.len());
+
+/// The most distinct QOS labels the warnings keep; others count under
+/// `other`. The QOS comes from the job as submitted (a warning under a
+/// partition rule may carry any `--qos` a user types), and each label is
+/// a series Prometheus keeps.
+pub const MAX_WARNING_QOS: usize = 200;
 
 /// The plugin's decision counters: lock-free, so counting costs a
 /// submission one atomic add; written out by the plugin's own thread.
+/// Warnings (`Enforce=warn`), by reason and QOS, take a short lock: only
+/// a job warned of pays it.
 #[derive(Debug)]
 pub struct DecisionCounts {
     counts: [AtomicU64; SLOTS],
+    /// (reason, lower-cased QOS) → warnings.
+    warnings: Mutex<BTreeMap<(&'static str, String), u64>>,
 }
 
 impl Default for DecisionCounts {
@@ -178,6 +198,7 @@ impl DecisionCounts {
     pub const fn new() -> Self {
         Self {
             counts: [const { AtomicU64::new(0) }; SLOTS],
+            warnings: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -191,7 +212,24 @@ impl DecisionCounts {
 
     pub fn record(&self, call: Call, verdict: &Verdict) {
         let rejected = match verdict {
-            Verdict::Accept(_) => None,
+            Verdict::Accept(changes) => {
+                if !changes.warnings.is_empty() {
+                    let mut warnings = self.warnings.lock().unwrap_or_else(PoisonError::into_inner);
+                    for w in &changes.warnings {
+                        let mut qos = match w.qos.as_str() {
+                            "" => "none".to_owned(),
+                            q => q.to_ascii_lowercase(),
+                        };
+                        let reason = warning_reason(w.reason);
+                        let known = warnings.contains_key(&(reason, qos.clone()));
+                        if !known && warnings.len() >= MAX_WARNING_QOS {
+                            qos = "other".to_owned();
+                        }
+                        *warnings.entry((reason, qos)).or_default() += 1;
+                    }
+                }
+                None
+            }
             Verdict::Reject(r) => Some(r.kind),
         };
         if let Some(c) = self.counts.get(Self::slot(call, rejected)) {
@@ -233,6 +271,17 @@ impl DecisionCounts {
                     n(Some(kind)),
                 );
             }
+        }
+        let warnings = "gpushare_policy_warnings_total";
+        out.family(
+            warnings,
+            "counter",
+            "Refusals not made and changes not applied because gpu_qos.conf says \
+             Enforce=warn, since slurmctld loaded the plugin, by reason and the job's QOS.",
+        );
+        let counted = self.warnings.lock().unwrap_or_else(PoisonError::into_inner);
+        for ((reason, qos), n) in counted.iter() {
+            out.sample(warnings, &[("reason", reason), ("qos", qos)], *n);
         }
         out.into_text()
     }
@@ -328,6 +377,52 @@ ClusterName=gpushare Account=lafferty_students UserName=root(0) Partition= Prior
     }
 
     #[test]
+    fn warnings_are_counted_by_reason_and_qos_beside_the_decisions() {
+        use super::super::policy::{LowPriorityChange, PolicyWarning};
+        let counts = DecisionCounts::new();
+        let warned = |reason, qos: &str| {
+            Verdict::Accept(JobChanges {
+                warnings: vec![PolicyWarning {
+                    reason,
+                    qos: qos.to_owned(),
+                    message: String::new(),
+                }],
+                ..JobChanges::default()
+            })
+        };
+        let untyped = WarningReason::Refusal(RejectionKind::UntypedGpu);
+        counts.record(Call::Submit, &warned(untyped, "qos_warn"));
+        counts.record(Call::Submit, &warned(untyped, "QOS_Warn"));
+        counts.record(Call::Modify, &warned(untyped, ""));
+        let requeue = WarningReason::LowPriority(LowPriorityChange::Requeue);
+        counts.record(Call::Submit, &warned(requeue, "lowprio"));
+        let text = counts.render();
+        for line in [
+            "gpushare_policy_warnings_total{reason=\"untyped_gpu\",qos=\"qos_warn\"} 2",
+            "gpushare_policy_warnings_total{reason=\"untyped_gpu\",qos=\"none\"} 1",
+            "gpushare_policy_warnings_total{reason=\"low_priority_requeue\",qos=\"lowprio\"} 1",
+            // A warned job is an accepted one.
+            "gpushare_job_submit_decisions_total{call=\"submit\",decision=\"accept\",rule=\"none\"} 3",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
+        }
+        // Any QOS a user types is a label only up to the bound.
+        for i in 0..MAX_WARNING_QOS + 10 {
+            counts.record(Call::Submit, &warned(untyped, &format!("q{i}")));
+        }
+        let text = counts.render();
+        let series = text
+            .lines()
+            .filter(|l| l.starts_with("gpushare_policy_warnings_total{"))
+            .count();
+        assert!(series <= MAX_WARNING_QOS + 1, "{series}");
+        assert!(
+            text.contains("reason=\"untyped_gpu\",qos=\"other\"}"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn decisions_are_counted_by_call_and_rule() {
         let counts = DecisionCounts::new();
         let reject = |kind| {
@@ -342,6 +437,11 @@ ClusterName=gpushare Account=lafferty_students UserName=root(0) Partition= Prior
         counts.record(Call::Modify, &reject(RejectionKind::BadRequest));
         assert_eq!(counts.total(), 4);
         let text = counts.render();
+        assert!(
+            text.contains("# TYPE gpushare_policy_warnings_total counter")
+                && !text.contains("gpushare_policy_warnings_total{"),
+            "{text}"
+        );
         for line in [
             "gpushare_job_submit_decisions_total{call=\"submit\",decision=\"accept\",rule=\"none\"} 1",
             "gpushare_job_submit_decisions_total{call=\"submit\",decision=\"reject\",rule=\"untyped_gpu\"} 2",

@@ -167,9 +167,11 @@ pub unsafe fn apply(desc: &mut job_desc_msg_t, err_msg: *mut *mut c_char, change
             );
         }
     }
-    if let Some(w) = &changes.user_warning {
+    // Slurm hands a message set on an accepted job to the client, which
+    // prints it on stderr (sbatch: `job_submit_user_msg`).
+    if let Some(w) = changes.user_message() {
         // SAFETY: err_msg contract forwarded from the caller.
-        unsafe { set_message(err_msg, w) };
+        unsafe { set_message(err_msg, &w) };
     }
 }
 

@@ -138,6 +138,13 @@ unsafe fn conclude(
 ) -> c_int {
     match verdict {
         Verdict::Accept(changes) => {
+            for w in &changes.warnings {
+                log::info(&format!(
+                    "{PLUGIN}: {what} from uid {uid} accepted (Enforce=warn, QOS {}): {}",
+                    if w.qos.is_empty() { "unknown" } else { &w.qos },
+                    w.message.replace('\n', " ")
+                ));
+            }
             // SAFETY: forwarded from the caller.
             unsafe { apply(desc, err_msg, &changes) };
             OK

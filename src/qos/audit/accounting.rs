@@ -351,6 +351,10 @@ pub(super) fn from_check(f: &Finding, path: &str) -> AuditFinding {
             "jobs under it are made requeueable for a preemption that never comes",
             format!("sacctmgr -i modify qos <group qos> set Preempt+={qos}"),
         ),
+        Finding::OnlyWarns { at, .. } => (
+            "Enforce=warn: its users are told what would be refused, nothing is refused",
+            format!("Enforce=yes at {at} once its users type what they are told"),
+        ),
         Finding::LooserForSomeTypes { per_type, .. } => (
             "one GPULimit for types with different limits lets some never-fitting jobs pend",
             format!("in {path}: GPULimit={per_type}"),

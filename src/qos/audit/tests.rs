@@ -154,6 +154,11 @@ fn each_broken_link_is_one_finding() {
             Warning,
             "rule_type_on_no_node",
         ),
+        (
+            Box::new(|_, _, _, f| replace(f, "GPULimit=2\n", "GPULimit=2 Enforce=warn\n")),
+            Warning,
+            "only_warns",
+        ),
     ];
     for (edit, severity, kind) in cases {
         let site = site_with(|c, q, p, f| edit(c, q, p, f));

@@ -1,7 +1,7 @@
 //! `gpu_qos.conf` compared with the accounting database, QOS by QOS and
 //! association by association.
 
-use crate::qos::config::{type_matches, GpuLimit, GpuQosConfig};
+use crate::qos::config::{type_matches, Enforce, GpuLimit, GpuQosConfig};
 
 use super::findings::Finding;
 use super::records::{join_display, limit_text, AssocRecord, QosRecord};
@@ -45,7 +45,7 @@ pub fn check_associations(cfg: &GpuQosConfig, file: &str, assocs: &[AssocRecord]
 /// accounting database. Findings come rule by rule in file order, then the
 /// unlisted QOS in database order, then `LowPriorityQOS`.
 pub fn check(cfg: &GpuQosConfig, file: &str, db: &[QosRecord]) -> Vec<Finding> {
-    let mut findings = Vec::new();
+    let mut findings = only_warns(cfg, file);
     let find = |name: &str| db.iter().find(|r| r.name.eq_ignore_ascii_case(name));
 
     for rule in cfg.rules() {
@@ -166,6 +166,23 @@ pub fn check(cfg: &GpuQosConfig, file: &str, db: &[QosRecord]) -> Vec<Finding> {
         }
     }
     findings
+}
+
+/// What only warns (`Enforce=warn`): the file's default first (refusals
+/// of no single rule, the low-priority QOS's changes, rules without
+/// their own), then each rule that warns.
+fn only_warns(cfg: &GpuQosConfig, file: &str) -> Vec<Finding> {
+    let whole = (cfg.enforce() == Enforce::Warn).then(|| Finding::OnlyWarns {
+        who: "gpu_qos.conf as a whole".to_owned(),
+        at: file.to_owned(),
+    });
+    whole
+        .into_iter()
+        .chain(cfg.warning_rules().map(|rule| Finding::OnlyWarns {
+            who: rule.scope_text(),
+            at: format!("{file}:{}", rule.line()),
+        }))
+        .collect()
 }
 
 /// What an unlisted QOS means, if anything: a typed limit needs a rule; a

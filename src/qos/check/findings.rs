@@ -109,6 +109,9 @@ pub enum Finding {
         gpu_tres: String,
         rule: String,
     },
+    /// A rule (or the whole file) says `Enforce=warn`: what it would
+    /// refuse is accepted and told, what it would change is described.
+    OnlyWarns { who: String, at: String },
 }
 
 impl Finding {
@@ -124,7 +127,8 @@ impl Finding {
             Finding::LimitCheckOff { .. }
             | Finding::NoGpuLimit { .. }
             | Finding::ZeroTypedLimitOnly { .. }
-            | Finding::LowPriorityNotPreemptable { .. } => Severity::Warning,
+            | Finding::LowPriorityNotPreemptable { .. }
+            | Finding::OnlyWarns { .. } => Severity::Warning,
             Finding::LooserForSomeTypes { .. } => Severity::Note,
         }
     }
@@ -144,6 +148,7 @@ impl Finding {
             Finding::LowPriorityNotPreemptable { .. } => "low_priority_not_preemptable",
             Finding::UnlistedTypedAssociation { .. } => "unlisted_typed_association",
             Finding::AssociationRuleDiffers { .. } => "association_rule_differs",
+            Finding::OnlyWarns { .. } => "only_warns",
         }
     }
 
@@ -152,7 +157,8 @@ impl Finding {
     pub fn qos(&self) -> &str {
         match self {
             Finding::UnlistedTypedAssociation { who, .. }
-            | Finding::AssociationRuleDiffers { who, .. } => who,
+            | Finding::AssociationRuleDiffers { who, .. }
+            | Finding::OnlyWarns { who, .. } => who,
             Finding::UnknownQos { qos, .. }
             | Finding::TypesDiffer { qos, .. }
             | Finding::LimitDiffers { qos, .. }
@@ -170,7 +176,8 @@ impl Finding {
     pub fn object(&self) -> String {
         match self {
             Finding::UnlistedTypedAssociation { who, .. }
-            | Finding::AssociationRuleDiffers { who, .. } => who.clone(),
+            | Finding::AssociationRuleDiffers { who, .. }
+            | Finding::OnlyWarns { who, .. } => who.clone(),
             _ => format!("QOS {}", self.qos()),
         }
     }
@@ -237,6 +244,12 @@ impl fmt::Display for Finding {
                 f,
                 "{qos}: {at} has no GPULimit while GrpTRES says {gpu_tres}, so jobs asking \
                  for more GPUs than that are accepted and pend forever; add GPULimit={expected}"
+            ),
+            Finding::OnlyWarns { who, at } => write!(
+                f,
+                "{who}: {at} says Enforce=warn, so jobs it would refuse are accepted \
+                 unchanged and their users only warned, and changes it would make are only \
+                 described; set Enforce=yes (or remove Enforce=warn) to enforce"
             ),
             Finding::NoGpuLimit { qos, at } => write!(
                 f,

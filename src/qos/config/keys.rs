@@ -162,10 +162,11 @@ pub(super) enum Key {
     MaxMpsPerJob,
     LowPriorityExclusiveUser,
     MetricsFile,
+    Enforce,
 }
 
 impl Key {
-    pub(super) const ALL: [Key; 13] = [
+    pub(super) const ALL: [Key; 14] = [
         Key::Qos,
         Key::Partition,
         Key::Account,
@@ -179,6 +180,7 @@ impl Key {
         Key::MaxMpsPerJob,
         Key::LowPriorityExclusiveUser,
         Key::MetricsFile,
+        Key::Enforce,
     ];
 
     /// The canonical spelling, used in messages.
@@ -197,6 +199,7 @@ impl Key {
             Key::MaxMpsPerJob => "MaxMPSPerJob",
             Key::LowPriorityExclusiveUser => "LowPriorityExclusiveUser",
             Key::MetricsFile => "MetricsFile",
+            Key::Enforce => "Enforce",
         }
     }
 
@@ -209,6 +212,12 @@ impl Key {
             self,
             Key::Qos | Key::Partition | Key::Account | Key::User | Key::GpuTypes | Key::GpuLimit
         )
+    }
+
+    /// A key both global and per rule: on a rule line it is the rule's,
+    /// on a line of its own the file's default.
+    pub(super) fn is_global_and_rule_key(self) -> bool {
+        matches!(self, Key::Enforce)
     }
 
     pub(super) fn index(self) -> usize {

@@ -26,4 +26,4 @@ mod rules;
 
 pub use parse::parse;
 pub use patterns::{glob_matches, is_pattern, type_matches};
-pub use rules::{GpuLimit, GpuQosConfig, QosRule, RequireGpuType, RuleScope};
+pub use rules::{Enforce, GpuLimit, GpuQosConfig, QosRule, RequireGpuType, RuleScope};

@@ -9,7 +9,7 @@ use crate::shared::syntax::{self as kv, is_gpu_type, ConfigError};
 
 use super::keys::{Key, LineValues, Problem};
 use super::patterns::{is_pattern, type_matches};
-use super::rules::{GpuLimit, GpuQosConfig, QosRule, RequireGpuType, RuleScope};
+use super::rules::{Enforce, GpuLimit, GpuQosConfig, QosRule, RequireGpuType, RuleScope};
 
 /// Parses the text of `gpu_qos.conf`; `file` only names it in errors.
 pub fn parse(text: &str, file: &str) -> Result<GpuQosConfig, ConfigError> {
@@ -166,10 +166,11 @@ fn rule_scope(line: &LineValues<'_>) -> Result<Option<RuleScope>, Problem> {
 
 fn parse_rule(line: &LineValues<'_>, scope: RuleScope, line_no: usize) -> Result<QosRule, Problem> {
     for key in Key::ALL {
-        if !key.is_rule_key() && line.get(key).is_some() {
+        if !key.is_rule_key() && !key.is_global_and_rule_key() && line.get(key).is_some() {
             return Err(Problem::GlobalKeyOnRuleLine(key.name()));
         }
     }
+    let enforce = line.get(Key::Enforce).map(enforce_value).transpose()?;
     let types_value = line
         .get(Key::GpuTypes)
         .ok_or(Problem::RuleWithoutGpuTypes)?;
@@ -185,6 +186,7 @@ fn parse_rule(line: &LineValues<'_>, scope: RuleScope, line_no: usize) -> Result
         scope,
         gpu_types,
         gpu_limit,
+        enforce,
         line: line_no,
     })
 }
@@ -271,9 +273,24 @@ fn set_global(cfg: &mut GpuQosConfig, key: Key, value: &str) -> Result<(), Probl
             }
             cfg.metrics_file = Some(PathBuf::from(value));
         }
+        Key::Enforce => cfg.enforce = enforce_value(value)?,
         Key::Qos | Key::Partition | Key::Account | Key::User | Key::GpuTypes | Key::GpuLimit => {}
     }
     Ok(())
+}
+
+fn enforce_value(value: &str) -> Result<Enforce, Problem> {
+    if value.eq_ignore_ascii_case("yes") {
+        Ok(Enforce::Yes)
+    } else if value.eq_ignore_ascii_case("warn") {
+        Ok(Enforce::Warn)
+    } else {
+        Err(Problem::BadEnumValue {
+            key: Key::Enforce.name(),
+            value: value.to_owned(),
+            allowed: "yes, warn",
+        })
+    }
 }
 
 /// A comma list with no empty and no repeated items. Repeats compare without
@@ -438,7 +455,7 @@ MaxMPSPerJob=100
             err("GPUS=4"),
             "/etc/slurm/gpu_qos.conf:1: unknown key \"GPUS\" (known keys: QOS, Partition, \
              Account, User, GPUTypes, GPULimit, RequireGPUType, LowPriorityQOS, LowPriorityMaxArrayTasks, \
-             SharedGPUReservations, MaxMPSPerJob, LowPriorityExclusiveUser, MetricsFile)"
+             SharedGPUReservations, MaxMPSPerJob, LowPriorityExclusiveUser, MetricsFile, Enforce)"
         );
     }
 
@@ -586,6 +603,57 @@ MaxMPSPerJob=100
         assert_eq!(
             err("RequireGPUType=some"),
             format!("{FILE}:1: RequireGPUType must be one of qos, all, got \"some\"")
+        );
+    }
+
+    #[test]
+    fn enforce_is_global_and_per_rule_and_yes_by_default() {
+        let cfg = parse(EXAMPLE, FILE).unwrap();
+        assert_eq!(cfg.enforce(), Enforce::Yes);
+        assert_eq!(cfg.warning_rules().count(), 0);
+        let cfg = parse(
+            "QOS=a GPUTypes=a40 Enforce=warn\n\
+             QOS=b GPUTypes=a40\n\
+             Partition=gpu GPUTypes=a40 enforce=Yes\n",
+            FILE,
+        )
+        .unwrap();
+        assert_eq!(cfg.enforce(), Enforce::Yes);
+        let a = cfg.rule_for("a").unwrap();
+        assert_eq!(cfg.rule_enforce(a), Enforce::Warn);
+        assert_eq!(cfg.rule_enforce(cfg.rule_for("b").unwrap()), Enforce::Yes);
+        let warns: Vec<usize> = cfg.warning_rules().map(QosRule::line).collect();
+        assert_eq!(warns, [1]);
+        assert_eq!(cfg.enforce_anywhere(), Enforce::Yes);
+        // The file's Enforce= for every rule without its own.
+        let cfg = parse(
+            "Enforce=warn\nQOS=a GPUTypes=a40\nPartition=gpu GPUTypes=a40 Enforce=yes",
+            FILE,
+        )
+        .unwrap();
+        assert_eq!(cfg.enforce(), Enforce::Warn);
+        assert_eq!(cfg.rule_enforce(cfg.rule_for("a").unwrap()), Enforce::Warn);
+        let gpu = cfg.partition_rule("gpu").unwrap();
+        assert_eq!(cfg.rule_enforce(gpu), Enforce::Yes);
+        assert_eq!(gpu.scope_text(), "Partition gpu");
+        assert_eq!(cfg.enforce_anywhere(), Enforce::Yes);
+        let all_warn = parse("Enforce=warn\nQOS=a GPUTypes=a40", FILE).unwrap();
+        assert_eq!(all_warn.enforce_anywhere(), Enforce::Warn);
+    }
+
+    #[test]
+    fn a_bad_enforce_value_names_the_file_and_line() {
+        assert_eq!(
+            err("QOS=a GPUTypes=a40\nQOS=b GPUTypes=a40 Enforce=no"),
+            format!("{FILE}:2: Enforce must be one of yes, warn, got \"no\"")
+        );
+        assert_eq!(
+            err("# policy\nEnforce=later"),
+            format!("{FILE}:2: Enforce must be one of yes, warn, got \"later\"")
+        );
+        assert_eq!(
+            err("Enforce=warn\nEnforce=yes"),
+            format!("{FILE}:2: Enforce already set on line 1")
         );
     }
 

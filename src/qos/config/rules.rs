@@ -17,6 +17,39 @@ pub enum RequireGpuType {
     All,
 }
 
+/// Whether a refusal is made or only told (`Enforce=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Enforce {
+    /// Jobs the policy refuses are refused; its changes are made.
+    #[default]
+    Yes,
+    /// Jobs the policy would refuse are accepted unchanged, and their
+    /// users told what would have been refused and what to type; the
+    /// changes it would make are described, not made.
+    Warn,
+}
+
+impl Enforce {
+    /// The stricter of two.
+    pub fn or_stricter(self, other: Enforce) -> Enforce {
+        if self == Enforce::Yes || other == Enforce::Yes {
+            Enforce::Yes
+        } else {
+            Enforce::Warn
+        }
+    }
+}
+
+impl fmt::Display for Enforce {
+    /// As `Enforce=` takes it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Enforce::Yes => "yes",
+            Enforce::Warn => "warn",
+        })
+    }
+}
+
 /// Which jobs a rule covers: the level at which Slurm applies the typed
 /// limit the rule stands for. Slurm counts a job against a typed
 /// `GrpTRES` at every level it applies (the job's QOS, its partition's
@@ -57,6 +90,8 @@ pub struct QosRule {
     pub(super) scope: RuleScope,
     pub(super) gpu_types: Vec<String>,
     pub(super) gpu_limit: Option<GpuLimit>,
+    /// `Enforce=` on the rule's own line; else the file's applies.
+    pub(super) enforce: Option<Enforce>,
     pub(super) line: usize,
 }
 
@@ -126,6 +161,25 @@ impl QosRule {
     pub fn line(&self) -> usize {
         self.line
     }
+
+    /// `Enforce=` as the rule's own line says it, if it does.
+    pub fn own_enforce(&self) -> Option<Enforce> {
+        self.enforce
+    }
+
+    /// What the scope says, as in messages: `QOS a,b`, `Partition gpu`,
+    /// `Account lafferty`, `User alice`, `User alice in Account lafferty`.
+    pub fn scope_text(&self) -> String {
+        match &self.scope {
+            RuleScope::Qos(names) => format!("QOS {}", names.join(",")),
+            RuleScope::Partition(names) => format!("Partition {}", names.join(",")),
+            RuleScope::Association { accounts, users } => match (&accounts[..], &users[..]) {
+                ([], u) => format!("User {}", u.join(",")),
+                (a, []) => format!("Account {}", a.join(",")),
+                (a, u) => format!("User {} in Account {}", u.join(","), a.join(",")),
+            },
+        }
+    }
 }
 
 impl fmt::Display for GpuLimit {
@@ -169,6 +223,9 @@ pub struct GpuQosConfig {
     pub(super) keep_low_priority_exclusive_user: bool,
     /// Where the plugin publishes its decision counters (`*.prom`).
     pub(super) metrics_file: Option<PathBuf>,
+    /// `Enforce=` on a line of its own: every rule without its own, and
+    /// every refusal or change no single rule makes.
+    pub(super) enforce: Enforce,
 }
 
 impl GpuQosConfig {
@@ -221,6 +278,33 @@ impl GpuQosConfig {
     /// messages (patterns are left out: no one can type them).
     pub fn known_gpu_types(&self) -> &[String] {
         &self.known_gpu_types
+    }
+
+    /// The file's `Enforce=`: for refusals and changes no single rule
+    /// makes (RequireGPUType=all, typed limits without a rule, shares,
+    /// the low-priority QOS) and for rules without their own.
+    pub fn enforce(&self) -> Enforce {
+        self.enforce
+    }
+
+    /// Whether `rule`'s refusals are made or only told.
+    pub fn rule_enforce(&self, rule: &QosRule) -> Enforce {
+        rule.enforce.unwrap_or(self.enforce)
+    }
+
+    /// The rules that only warn, in file order.
+    pub fn warning_rules(&self) -> impl Iterator<Item = &QosRule> {
+        self.rules
+            .iter()
+            .filter(|r| self.rule_enforce(r) == Enforce::Warn)
+    }
+
+    /// Enforce unless the file and every rule only warn: for a refusal
+    /// whose rule cannot be known (an update whose landing QOS is unseen).
+    pub fn enforce_anywhere(&self) -> Enforce {
+        self.rules
+            .iter()
+            .fold(self.enforce, |e, r| e.or_stricter(self.rule_enforce(r)))
     }
 
     pub fn require_gpu_type(&self) -> RequireGpuType {

@@ -1,12 +1,108 @@
 //! What changes for a job under the low-priority QOS: requeue on, no
 //! `--exclusive=user`, arrays throttled.
 
-use crate::qos::config::GpuQosConfig;
+use crate::qos::config::{Enforce, GpuQosConfig};
 
+use super::enforce::Told;
 use super::job::JobDescription;
-use super::verdict::{reject, JobChanges, Rejection, RejectionKind};
+use super::verdict::{reject, JobChanges, LowPriorityChange, Rejection, RejectionKind};
 
-pub(super) fn apply_requeue(job: &JobDescription<'_>, low_qos: &str, changes: &mut JobChanges) {
+/// What the low-priority QOS `low_qos` does to a job (`submission`: a new
+/// job, whose output mode and array are its own; else an update): made
+/// where its `Enforce=` (its rule's, else the file's) says yes,
+/// described to the user, and the job left as it is, where it says warn.
+pub(super) fn apply_low_priority(
+    cfg: &GpuQosConfig,
+    job: &JobDescription<'_>,
+    low_qos: &str,
+    submission: bool,
+    told: &mut Told,
+    changes: &mut JobChanges,
+) -> Result<(), Rejection> {
+    let enforce = cfg
+        .rule_for(low_qos)
+        .map_or(cfg.enforce(), |rule| cfg.rule_enforce(rule));
+    let mut low = JobChanges::default();
+    apply_requeue(job, low_qos, &mut low);
+    if submission {
+        low.set_open_mode_append = !job.open_mode_set;
+        if let (Some(max), Some(inx)) = (
+            cfg.low_priority_max_array_tasks(),
+            job.array_inx.filter(|s| !s.trim().is_empty()),
+        ) {
+            low.array_inx = told
+                .judge(enforce, throttled_array(inx.trim(), max))?
+                .flatten();
+        }
+    }
+    if enforce == Enforce::Yes {
+        apply_exclusive_user(cfg, job, low_qos, &mut low);
+        changes.set_requeue |= low.set_requeue;
+        changes.set_open_mode_append |= low.set_open_mode_append;
+        changes.clear_exclusive_user |= low.clear_exclusive_user;
+        changes.array_inx = low.array_inx.or(changes.array_inx.take());
+    } else {
+        describe(cfg, job, low_qos, &low, told);
+    }
+    // The note on --no-requeue says what happens, not what changes.
+    if let Some(note) = low.user_warning {
+        changes.user_warning = Some(match changes.user_warning.take() {
+            Some(earlier) => format!("{earlier}\n{note}"),
+            None => note,
+        });
+    }
+    Ok(())
+}
+
+/// The changes `low` holds (and `--exclusive=user` taken off), each told
+/// as what the QOS does to its jobs and left undone.
+fn describe(
+    cfg: &GpuQosConfig,
+    job: &JobDescription<'_>,
+    low_qos: &str,
+    low: &JobChanges,
+    told: &mut Told,
+) {
+    let options: Vec<&str> = [
+        (low.set_requeue, "--requeue"),
+        (low.set_open_mode_append, "--open-mode=append"),
+    ]
+    .into_iter()
+    .filter_map(|(set, option)| set.then_some(option))
+    .collect();
+    if !options.is_empty() {
+        told.change(
+            LowPriorityChange::Requeue,
+            format!(
+                "Jobs under QOS {low_qos} can be preempted, and are given {} so that a \
+                 preempted job is requeued and keeps its earlier output; this job was left \
+                 as submitted.",
+                options.join(" and ")
+            ),
+        );
+    }
+    if job.exclusive_user && cfg.low_priority_clears_exclusive_user() {
+        told.change(
+            LowPriorityChange::ExclusiveUser,
+            format!(
+                "Jobs under QOS {low_qos} may not use --exclusive=user: it would keep other \
+                 users off the node's idle GPUs. This job keeps it for now."
+            ),
+        );
+    }
+    if let Some(inx) = &low.array_inx {
+        told.change(
+            LowPriorityChange::ArrayThrottle,
+            format!(
+                "Arrays under QOS {low_qos} run at most {} tasks at once (--array={inx}); \
+                 this array was left as submitted.",
+                cfg.low_priority_max_array_tasks().unwrap_or_default()
+            ),
+        );
+    }
+}
+
+fn apply_requeue(job: &JobDescription<'_>, low_qos: &str, changes: &mut JobChanges) {
     match job.requeue {
         None => changes.set_requeue = true,
         Some(false) => {
@@ -77,7 +173,7 @@ pub fn requeued_output_words(
 /// A low-priority job with `--exclusive=user` would keep every other user
 /// off its node, idle GPUs included, until preempted: it loses the option
 /// (unless `LowPriorityExclusiveUser=keep`) and its user is told.
-pub(super) fn apply_exclusive_user(
+fn apply_exclusive_user(
     cfg: &GpuQosConfig,
     job: &JobDescription<'_>,
     low_qos: &str,

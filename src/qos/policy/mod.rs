@@ -22,7 +22,10 @@
 //!   the share cap.
 //! - `lowprio`: what changes for a job under the low-priority QOS.
 //! - `wording`: how a rejection is told, and what to type instead.
+//! - `enforce`: `Enforce=warn`: refusals kept as warnings, changes
+//!   described instead of made.
 
+mod enforce;
 mod job;
 mod limits;
 mod lowprio;
@@ -46,4 +49,8 @@ pub use limits::{asks_untyped_gpu, limits_without_rule};
 pub use lowprio::requeued_output_words;
 pub use submit::judge_submit;
 pub use update::judge_modify;
-pub use verdict::{JobChanges, Rejection, RejectionKind, SpankEnvVar, Verdict};
+pub use verdict::{
+    JobChanges, LowPriorityChange, PolicyWarning, Rejection, RejectionKind, SpankEnvVar, Verdict,
+    WarningReason,
+};
+pub use wording::NOT_YET_ENFORCED;

@@ -65,18 +65,6 @@ where
     partitions.chain(associations)
 }
 
-/// The rules of the job's partitions and of its association and parents.
-pub(super) fn judge_partitions_and_associations(
-    cfg: &GpuQosConfig,
-    ctx: &Context<'_, '_>,
-    requests: &[FieldRequest<'_>],
-) -> Result<(), Rejection> {
-    for (level, rule) in other_levels(cfg, ctx.job) {
-        judge_under_rule(ctx, requests, level, rule)?;
-    }
-    Ok(())
-}
-
 /// Rules 1, 3, 5 and 6 for one rule that covers the job.
 pub(super) fn judge_under_rule(
     ctx: &Context<'_, '_>,

@@ -45,11 +45,13 @@ pub(super) fn judge_shared_reservation(
 /// Returns the exact per-node count for the SPANK environment when the job
 /// asked it per node (`--gres=mps:N`); other fields only give a lower
 /// bound of one node's share, good enough to refuse but not to hand on.
+/// The count comes also with a refusal: a share that is only warned of
+/// (`Enforce=warn`) runs, and its node needs it.
 pub(super) fn judge_mps_share(
     cfg: &GpuQosConfig,
     job: &JobDescription<'_>,
     requests: &[FieldRequest<'_>],
-) -> Result<Option<u64>, Rejection> {
+) -> (Option<u64>, Result<(), Rejection>) {
     let mut per_node: Option<u64> = None;
     let mut least_on_one_node: u64 = 0;
     for r in requests
@@ -74,17 +76,18 @@ pub(super) fn judge_mps_share(
     }
     if let Some(max) = cfg.max_mps_per_job() {
         if least_on_one_node > max {
-            return Err(reject(
+            let refusal = reject(
                 RejectionKind::ShareTooLarge,
                 format!(
                     "This job asks for {least_on_one_node} mps units on one node, more than \
                      the largest GPU share allowed: at most {max} mps units per job. Ask for \
                      --gres=mps:{max} or less, or for whole GPUs with --gres=gpu:<type>:<count>."
                 ),
-            ));
+            );
+            return (per_node, Err(refusal));
         }
     }
-    Ok(per_node)
+    (per_node, Ok(()))
 }
 
 #[cfg(test)]

@@ -2,9 +2,10 @@
 
 use crate::qos::config::{GpuQosConfig, RequireGpuType};
 
+use super::enforce::Told;
 use super::job::JobDescription;
 use super::limits::{judge_unruled_limits, unruled};
-use super::lowprio::{apply_exclusive_user, apply_requeue};
+use super::lowprio::apply_low_priority;
 use super::requests::first_untyped_gpu;
 use super::rules::{collect_requests, judge_under_rule, other_levels};
 use super::shares::judge_mps_share;
@@ -21,8 +22,15 @@ pub fn judge_modify(cfg: &GpuQosConfig, update: &JobDescription<'_>) -> Verdict 
     }
 }
 
+/// As a submission: each refusal under the `Enforce=` of its rule, the
+/// file's for what no single rule says; where the rule cannot be known
+/// (the landing QOS is not in the update), enforced if any rule enforces.
 fn modify(cfg: &GpuQosConfig, update: &JobDescription<'_>) -> Result<JobChanges, Rejection> {
-    let requests = collect_requests(cfg, update)?;
+    let mut told = Told::new(update, Syntax::Scontrol);
+    let unknown_rule = cfg.enforce_anywhere();
+    let Some(requests) = told.judge(unknown_rule, collect_requests(cfg, update))? else {
+        return Ok(told.into_changes(JobChanges::default()));
+    };
     let ctx = Context {
         job: update,
         syntax: Syntax::Scontrol,
@@ -35,45 +43,54 @@ fn modify(cfg: &GpuQosConfig, update: &JobDescription<'_>) -> Result<JobChanges,
         || !cfg.rules().is_empty()
         || update.resolved.typed_limits_anywhere;
     if update.qos_is_blank() && protected {
-        return Err(blank_qos(cfg, &ctx, &requests));
+        let refusal = blank_qos(cfg, &ctx, &requests);
+        told.judge(unknown_rule, Err::<(), _>(refusal))?;
     }
     let mut to_gpu_qos = unruled(cfg, update).next().is_some();
-    judge_unruled_limits(cfg, &ctx, &requests)?;
+    told.judge(cfg.enforce(), judge_unruled_limits(cfg, &ctx, &requests))?;
     for qos in update.qos_names() {
         if let Some(rule) = cfg.rule_for(qos) {
             to_gpu_qos = true;
-            judge_under_rule(&ctx, &requests, Level::Qos(qos), rule)?;
+            let outcome = judge_under_rule(&ctx, &requests, Level::Qos(qos), rule);
+            told.judge(cfg.rule_enforce(rule), outcome)?;
         }
     }
     // Moving the job to a partition or account with a rule: the job's own
     // GPU request is not visible here, so the update must carry one.
     for (level, rule) in other_levels(cfg, update) {
         to_gpu_qos = true;
-        if !requests.iter().any(|r| r.request.is_gpu()) {
-            return Err(no_gpu_request(&ctx, &requests, level, rule));
-        }
-        judge_under_rule(&ctx, &requests, level, rule)?;
+        let outcome = if requests.iter().any(|r| r.request.is_gpu()) {
+            judge_under_rule(&ctx, &requests, level, rule)
+        } else {
+            Err(no_gpu_request(&ctx, &requests, level, rule))
+        };
+        told.judge(cfg.rule_enforce(rule), outcome)?;
     }
     if !to_gpu_qos {
         if let Some(untyped) = first_untyped_gpu(&requests) {
             // Without a QOS in the update the job's QOS is unknown here, so an
             // untyped request could be landing under a GPU QOS.
             let qos_unknown = update.qos_names().next().is_none();
-            let enforced =
-                cfg.require_gpu_type() == RequireGpuType::All || (qos_unknown && protected);
-            if enforced {
-                return Err(untyped_anywhere(cfg, &ctx, untyped));
+            let everywhere = cfg.require_gpu_type() == RequireGpuType::All;
+            let enforce = match (everywhere, qos_unknown && protected) {
+                (true, true) => Some(cfg.enforce().or_stricter(unknown_rule)),
+                (true, false) => Some(cfg.enforce()),
+                (false, true) => Some(unknown_rule),
+                (false, false) => None,
+            };
+            if let Some(enforce) = enforce {
+                let refusal = untyped_anywhere(cfg, &ctx, untyped);
+                told.judge(enforce, Err::<(), _>(refusal))?;
             }
         }
     }
-    judge_mps_share(cfg, update, &requests)?;
+    told.judge(cfg.enforce(), judge_mps_share(cfg, update, &requests).1)?;
 
     let mut changes = JobChanges::default();
     if let Some(low_qos) = update.qos_names().find(|q| cfg.is_low_priority(q)) {
-        apply_requeue(update, low_qos, &mut changes);
-        apply_exclusive_user(cfg, update, low_qos, &mut changes);
+        apply_low_priority(cfg, update, low_qos, false, &mut told, &mut changes)?;
     }
-    Ok(changes)
+    Ok(told.into_changes(changes))
 }
 
 #[cfg(test)]

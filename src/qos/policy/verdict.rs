@@ -30,12 +30,76 @@ pub struct JobChanges {
     pub spank_env: Vec<SpankEnvVar>,
     /// Text to show the user although the job is accepted.
     pub user_warning: Option<String>,
+    /// What the policy only tells of (`Enforce=warn`): refusals not made
+    /// and changes not applied.
+    pub warnings: Vec<PolicyWarning>,
 }
 
 impl JobChanges {
     pub fn is_empty(&self) -> bool {
         *self == JobChanges::default()
     }
+
+    /// Everything the user reads on an accepted job, one message:
+    /// the warnings of the policy first, then the other notes.
+    pub fn user_message(&self) -> Option<String> {
+        let parts: Vec<&str> = self
+            .warnings
+            .iter()
+            .map(|w| w.message.as_str())
+            .chain(self.user_warning.as_deref())
+            .collect();
+        (!parts.is_empty()).then(|| parts.join("\n"))
+    }
+}
+
+/// A change the low-priority QOS makes to a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LowPriorityChange {
+    /// `--requeue` and `--open-mode=append`.
+    Requeue,
+    /// `--exclusive=user` taken off.
+    ExclusiveUser,
+    /// An array throttled (`%N`).
+    ArrayThrottle,
+}
+
+impl LowPriorityChange {
+    pub const ALL: [LowPriorityChange; 3] = [
+        LowPriorityChange::Requeue,
+        LowPriorityChange::ExclusiveUser,
+        LowPriorityChange::ArrayThrottle,
+    ];
+
+    /// The `reason` label of a warning about it.
+    pub fn label(self) -> &'static str {
+        match self {
+            LowPriorityChange::Requeue => "low_priority_requeue",
+            LowPriorityChange::ExclusiveUser => "low_priority_exclusive_user",
+            LowPriorityChange::ArrayThrottle => "low_priority_array_throttle",
+        }
+    }
+}
+
+/// Why the policy warned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WarningReason {
+    /// A refusal `Enforce=warn` did not make.
+    Refusal(RejectionKind),
+    /// A change `Enforce=warn` did not apply.
+    LowPriority(LowPriorityChange),
+}
+
+/// A refusal not made or a change not applied because its rule (or the
+/// file) says `Enforce=warn`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyWarning {
+    pub reason: WarningReason,
+    /// The QOS the job runs under as far as the plugin sees it: the one
+    /// it names, else its default; empty when neither is known.
+    pub qos: String,
+    /// What the user reads, marked as not yet enforced.
+    pub message: String,
 }
 
 /// Why a job is refused; the FFI layer maps each kind to a Slurm error code.

@@ -75,6 +75,22 @@ impl Level<'_> {
     }
 }
 
+/// The marker that starts every warning of `Enforce=warn`.
+pub const NOT_YET_ENFORCED: &str = "NOT YET ENFORCED:";
+
+/// A refusal or change `Enforce=warn` only tells of, marked as such: the
+/// text it would be, then what happened instead.
+pub(super) fn not_yet_enforced(text: &str, syntax: Syntax) -> String {
+    let (what, such) = match syntax {
+        Syntax::Sbatch => ("The job was accepted as submitted", "a job like this"),
+        Syntax::Scontrol => ("The update was made as asked", "an update like this"),
+    };
+    format!(
+        "{NOT_YET_ENFORCED} {text}\n{what}: this GPU policy only warns for now. Once it is \
+         enforced, {such} is refused or changed as said above."
+    )
+}
+
 pub(super) fn bad_gres(cfg: &GpuQosConfig, field: TresField, error: &GresParseError) -> Rejection {
     let example = GpuOption {
         field,

@@ -274,3 +274,35 @@ fn associations_with_typed_limits_need_their_rules() {
     assert!(check_associations(&cfg, "x", &assocs).is_empty(), "{text}");
     assert!(parse_sacctmgr_assoc("a|b|c").is_err());
 }
+
+#[test]
+fn rules_that_only_warn_are_said() {
+    let found = lines(
+        "QOS=qos_a GPUTypes=a40 GPULimit=4 Enforce=warn\nQOS=qos_b GPUTypes=a40 GPULimit=4",
+        "qos_a|gres/gpu:a40=4|\nqos_b|gres/gpu:a40=4|",
+    );
+    assert_eq!(
+        found,
+        [
+            "warning: QOS qos_a: gpu_qos.conf:1 says Enforce=warn, so jobs it would refuse are \
+             accepted unchanged and their users only warned, and changes it would make are \
+             only described; set Enforce=yes (or remove Enforce=warn) to enforce"
+        ]
+    );
+    // The file's own: said once, and for each rule it leaves warning.
+    let kinds: Vec<(&str, String)> = findings(
+        "Enforce=warn\nQOS=qos_a GPUTypes=a40 GPULimit=4\n\
+         Partition=gpu GPUTypes=a40 Enforce=yes",
+        "qos_a|gres/gpu:a40=4|",
+    )
+    .iter()
+    .map(|f| (f.kind(), f.object()))
+    .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("only_warns", "gpu_qos.conf as a whole".to_owned()),
+            ("only_warns", "QOS qos_a".to_owned())
+        ]
+    );
+}
