@@ -13,6 +13,11 @@
 #                  SchedMD's 23.02 to 25.11 built from source)
 #   make build     release build of the plugins and tools
 #   make install   install (DESTDIR, PREFIX, PLUGINDIR, NOBUILD=1)
+#   make deps      (developers) install, on Debian, whatever the tests and
+#                  the demo need that is missing (demo, test, check run it)
+#
+# build, install, deb, dist and rpm never install anything: they check what
+# they need (packaging/need.sh) and name whatever is missing.
 #   make uninstall remove exactly what install put there
 #   make deb       Debian packages pinned to the Slurm they run (SUITE=host|trixie|sid)
 #   make dist      the source release: every crate vendored, the RPM spec inside
@@ -49,7 +54,10 @@ SLURM_INCLUDE_DIR ?= $(SLURM_PREFIX)/include
 export SLURM_INCLUDE_DIR
 endif
 
-# Debian/Ubuntu packages the build and the test cluster need.
+# Debian packages the tests, the demo and the test cluster need: the
+# developers' `make deps` (demo, unit, check, test, bench) installs the
+# missing ones. No site-facing target (build, install, deb, dist, rpm) runs
+# it: those only check what they need (packaging/need.sh).
 APT_PACKAGES = slurm-wlm slurmdbd slurm-wlm-basic-plugins libslurm-dev munge \
 	mariadb-server mariadb-client libclang-dev pkg-config debootstrap iproute2 \
 	prometheus prometheus-node-exporter \
@@ -77,7 +85,10 @@ deps:
 	fi
 	@command -v $(CARGO) >/dev/null || { echo "cargo not found: install Rust (rustup) first"; exit 1; }
 
-build: deps
+# Checks, never installs, what the build needs: a developer's machine has
+# it from make deps, a site's build host from its own packages.
+build:
+	@packaging/need.sh build
 	$(CARGO) build --workspace --profile $(PROFILE)
 
 lint:
@@ -96,14 +107,20 @@ check: unit
 CHECK_LANE_1 ?= multinode,mps_daemon,attack,gpu_mps,hw_check
 CHECK_LANE_2 ?= -multinode,-mps_daemon,-attack,-gpu_mps,-hw_check
 
-.PHONY: unit build-tests
+.PHONY: unit build-tests test-no-install
 unit: deps lint build-tests
+	$(MAKE) test-no-install
 	$(CARGO) test --workspace --exclude gpushare-tests
 	$(CARGO) test -p gpushare-tests --lib --bins
 	$(MAKE) test-monitoring
 
 build-tests:
 	$(CARGO) build --workspace --all-targets
+
+# The site-facing targets install nothing and name what is missing
+# (tests/no_install.sh: apt-get, apt, dnf, yum shadowed by stubs).
+test-no-install:
+	tests/no_install.sh
 
 # CI's command (the README's): what `check` runs, the plugins built for
 # the other Debian releases, then four lanes side by side (tests/lanes.sh):
@@ -367,7 +384,8 @@ PACKAGE_SUITES ?= host trixie sid
 
 .PHONY: deb test-packages
 
-deb: deps
+deb:
+	@packaging/need.sh deb
 	packaging/deb.sh $(SUITE)
 
 # All packages first: each test also installs another release's packages
@@ -384,7 +402,8 @@ test-packages: deps
 #                  builds offline, `rpmbuild -ta` takes it as it is
 #   make rpm       gpushare-slurmctld and gpushare-slurmd RPMs from it, for the
 #                  Slurm whose slurm-devel is installed (RPMBUILD_ARGS: e.g.
-#                  --define 'slurm_prefix /opt/slurm'), into target/rpm
+#                  --define 'slurm_prefix /opt/slurm'), into target/rpm;
+#                  rpmlint on them where it is installed
 #   make test-rpm  SchedMD's Slurm RPM_RELEASE as RPMs, gpushare's RPMs built
 #                  and installed on it in a root, its suites run there
 #                  (tests/rpm_test.sh)
@@ -399,15 +418,20 @@ RPMBUILD_ARGS ?=
 dist:
 	packaging/dist.sh
 
-rpm: dist
+rpm:
+	@packaging/need.sh rpm
+	$(MAKE) dist
 	@mkdir -p target/rpm
 	rpmbuild -ta $(RPMBUILD_ARGS) --define "_topdir $(CURDIR)/target/rpm/build" \
 		--define "_rpmdir $(CURDIR)/target/rpm" target/dist/gpushare-$(VERSION).tar.gz
-	rpmlint -c packaging/rpm/rpmlint.toml -r packaging/rpm/rpmlintrc target/rpm/*/gpushare-*.rpm
+	@if command -v rpmlint >/dev/null; then \
+		echo "rpmlint -c packaging/rpm/rpmlint.toml -r packaging/rpm/rpmlintrc target/rpm/*/gpushare-*.rpm"; \
+		rpmlint -c packaging/rpm/rpmlint.toml -r packaging/rpm/rpmlintrc target/rpm/*/gpushare-*.rpm; \
+	else echo "(rpmlint not installed: the packages are not linted)"; fi
 
 test-rpm: deps
 	RPM_AGAIN=1 tests/rpm_test.sh $(RPM_RELEASE)
 
-release: build
+release: deps build
 	packaging/release_check.sh --tag
 	$(MAKE) dist

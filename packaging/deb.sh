@@ -2,9 +2,18 @@
 # Builds gpushare's two Debian packages for one Slurm release, pinned to it:
 #   packaging/deb.sh [host|trixie|sid]        (make deb SUITE=...)
 # -> target/deb/SUITE/gpushare-controller_V_ARCH.deb and gpushare-node_V_ARCH.deb,
-#    V = <crate version>+slurm<X.Y.Z>-1, then lintian on both.
+#    V = <crate version>+slurm<X.Y.Z>-1. It installs nothing, needs no
+#    network for host, and runs in a git checkout or an unpacked source
+#    release alike. (lintian and the tree's spelling: tests/deb_lint.sh, which
+#    the package tests run.)
 #
-# host: this machine's Slurm (its headers, plugins in target/release).
+# host: this machine's Slurm, on any Debian-family distribution (Debian,
+# Ubuntu): its headers (where slurm-sys finds them: $SLURM_INCLUDE_DIR,
+# pkg-config's slurm, /usr/include), plugins in target/release. The package
+# that installed those headers says whose Slurm it is, and so the names the
+# pins carry: Debian's and Ubuntu's slurm-wlm (libslurm-dev: slurmctld,
+# slurmd) or SchedMD's slurm-smd packages (slurm-smd-dev:
+# slurm-smd-slurmctld, slurm-smd-slurmd).
 # trixie, sid: that release's headers and plugin build exactly as
 # `make check-releases` makes them (target/releases/SUITE,
 # target/slurm-SUITE/release); its PluginDir is read from its root
@@ -21,8 +30,8 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 cargo=${CARGO:-cargo}
 fail() { echo "deb: $*" >&2; exit 1; }
-for tool in dpkg-deb dpkg-shlibdeps dpkg-scanpackages lintian strip; do
-    command -v "$tool" >/dev/null || fail "$tool is missing: run make deps"
+for tool in dpkg-deb:dpkg dpkg-shlibdeps:dpkg-dev strip:binutils; do
+    command -v "${tool%%:*}" >/dev/null || fail "${tool%%:*} is missing (apt-get install ${tool#*:})"
 done
 arch=$(dpkg --print-architecture)
 out=$repo/target/deb/$suite
@@ -34,13 +43,29 @@ programs=(-p gpu-mps-prolog -p gpu-mps-epilog -p gpushare-admin)
 plugins=(-p job_submit_gpu_qos -p spank_gpu_mps)
 if [ "$suite" = host ]; then
     root=/
-    distro=$(. /etc/os-release && echo "$ID $VERSION_CODENAME")
-    # Where slurm-sys looks first (then pkg-config's slurm, then here).
-    headers=${SLURM_INCLUDE_DIR:-/usr/include}
+    distro=$(. /etc/os-release && echo "$ID ${VERSION_CODENAME:-$VERSION_ID}")
+    # Where slurm-sys/build.rs looks, in its order.
+    if [ -n "${SLURM_INCLUDE_DIR:-}" ]; then
+        headers=$SLURM_INCLUDE_DIR
+    else
+        headers=$(pkg-config --variable=includedir slurm 2>/dev/null || true)
+        [ -n "$headers" ] && [ -f "$headers/slurm/slurm.h" ] || headers=/usr/include
+    fi
+    [ -f "$headers/slurm/slurm_version.h" ] ||
+        fail "no Slurm headers in $headers/slurm: install libslurm-dev (Debian's and Ubuntu's slurm-wlm) or slurm-smd-dev (SchedMD's slurm-smd) of the Slurm the packages are for"
+    # Whose Slurm: the package that installed the headers.
+    headers_pkg=$(dpkg-query -S "$(readlink -f "$headers/slurm/slurm_version.h")" 2>/dev/null | head -n 1 | cut -d: -f1 || true)
+    case $headers_pkg in
+    libslurm-dev) flavour=debian ;;
+    slurm-smd-dev) flavour=smd ;;
+    '') fail "$headers/slurm/slurm_version.h belongs to no Debian package, so there is no Slurm package to pin to: build against libslurm-dev (slurm-wlm) or slurm-smd-dev (slurm-smd), or install with make install" ;;
+    *) fail "$headers/slurm is installed by $headers_pkg, neither Debian's libslurm-dev nor SchedMD's slurm-smd-dev: the package to pin to is unknown" ;;
+    esac
     "$cargo" build --release "${programs[@]}" "${plugins[@]}"
     plugin_build=$repo/target/release
 else
     root=$repo/target/releases/$suite-root
+    flavour=debian
     distro="debian $suite"
     tests/release_root.sh "$suite" "$root" >/dev/null
     tests/release_headers.sh "$suite" "$repo/target/releases/$suite" >/dev/null
@@ -69,22 +94,20 @@ version=$crate+slurm$slurm-1
 plugindir=
 while read -r d; do
     case $d in '' | \#*) continue ;; esac
+    case $flavour:$d in debian:*/slurm-wlm | smd:*/slurm) ;; *) continue ;; esac
     if compgen -G "${root%/}$d/job_submit_*.so" >/dev/null; then
         plugindir=$d
         break
     fi
 done <slurm-sys/plugin-dirs
 [ -n "$plugindir" ] || fail "no Slurm job_submit plugins under $root in any directory of slurm-sys/plugin-dirs: is slurmctld installed there?"
-# The packages the pins name: whichever holds the daemon there (Debian:
-# slurmctld, slurmd; SchedMD's: slurm-smd-slurmctld, slurm-smd-slurmd),
-# Debian's names where the daemon is not installed.
-owner() { # daemon
-    local p
-    p=$(dpkg-query --admindir="${root%/}/var/lib/dpkg" -S "/usr/sbin/$1" 2>/dev/null | head -n 1 | cut -d: -f1)
-    echo "${p:-$1}"
-}
-slurmctld_pkg=$(owner slurmctld)
-slurmd_pkg=$(owner slurmd)
+# The packages the pins name: those that ship the daemons of the Slurm whose
+# headers the build read, installed on this host or not (a build host needs
+# only the headers and the plugins).
+case $flavour in
+debian) slurmctld_pkg=slurmctld slurmd_pkg=slurmd ;;
+smd) slurmctld_pkg=slurm-smd-slurmctld slurmd_pkg=slurm-smd-slurmd ;;
+esac
 echo "== gpushare $version for Slurm $slurm ($suite), PluginDir $plugindir, pinned to $slurmctld_pkg and $slurmd_pkg"
 
 # Stage with the one install recipe, from a directory holding exactly the
@@ -197,8 +220,16 @@ for p in controller node; do
     done < <(find "$work/$p/usr/lib" "$work/$p/usr/bin" "$work/$p/usr/sbin" "$work/$p/usr/libexec" -path "$work/$p$units" -prune -o -type f -print0 2>/dev/null)
 done
 
-# Reproducible: every date is the last commit's.
-export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}
+# Reproducible: every date is the last commit's; in a source release
+# (make dist: every file dated the commit), Cargo.toml's.
+if [ -z "${SOURCE_DATE_EPOCH:-}" ]; then
+    if [ "$(git -C "$repo" rev-parse --show-toplevel 2>/dev/null)" = "$repo" ]; then
+        SOURCE_DATE_EPOCH=$(git -C "$repo" log -1 --format=%ct)
+    else
+        SOURCE_DATE_EPOCH=$(stat -c %Y "$repo/Cargo.toml")
+    fi
+fi
+export SOURCE_DATE_EPOCH
 
 # Manual pages compressed, as Debian has them.
 find "$work/controller/usr/share/man" "$work/node/usr/share/man" -type f -exec gzip -9n {} +
@@ -323,16 +354,3 @@ for p in controller node; do
 done
 rm -rf "$work"
 ls -1 "$out"/*.deb
-# Every tag lintian raises, information included, is fixed or explained in
-# the package's override file above, but one: spelling-error-in-binary reads
-# every run of printable bytes in an ELF file, machine code included, so a
-# code change can make it find "thIk" in gpu-mps's instructions (it did), and
-# it reads the crates' strings as well as ours. Our own text is spelt-checked
-# where it is written instead: spellintian (lintian's word list) on every
-# Rust source and document of the tree, but docs/reports/, output recorded
-# from programs and drivers as they printed it.
-lintian -I --fail-on error,warning,info --suppress-tags spelling-error-in-binary \
-    --tag-display-limit 0 "$out"/*.deb
-misspelt=$(cd "$repo" && git ls-files -z '*.rs' '*.md' ':!docs/reports/' | xargs -0 spellintian)
-[ -z "$misspelt" ] || fail "misspelt in the tree (spellintian):
-$misspelt"

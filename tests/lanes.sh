@@ -5,9 +5,10 @@
 # BINARIES; SUITE a Debian suite, host, or a SchedMD release built from
 # source such as 23.02; BINARIES "all" or absent: every test binary), the word "native"
 # (every suite on this machine's Slurm: cargo test -p gpushare-tests), the
-# word "packages" (packaging/deb.sh, then tests/package_test.sh, for each
-# of $PACKAGE_SUITES, default host trixie sid) or rpm:RELEASE (gpushare's
-# RPMs on SchedMD's RPMs of that Slurm release, tests/rpm_test.sh).
+# word "packages" (packaging/deb.sh and tests/deb_lint.sh, then
+# tests/package_test.sh, for each of $PACKAGE_SUITES, default host trixie
+# sid) or rpm:RELEASE (gpushare's RPMs on SchedMD's RPMs of that Slurm
+# release, tests/rpm_test.sh).
 #
 # The lanes run at once (make test: this machine's and the Debian
 # releases' cgroup v1 runs in one, their v2 runs in another, SchedMD's
@@ -97,7 +98,7 @@ one_run() {
         # Every suite's packages first: each test installs another
         # release's package to see it refused.
         for suite in ${PACKAGE_SUITES:-host trixie sid}; do
-            packaging/deb.sh "$suite" || failed="$failed $suite(build)"
+            packaging/deb.sh "$suite" && tests/deb_lint.sh "$suite" || failed="$failed $suite(build)"
         done
         for suite in ${PACKAGE_SUITES:-host trixie sid}; do
             local start=$SECONDS
