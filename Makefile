@@ -253,12 +253,13 @@ clean:
 # Each bench prints its own table and `ROW|what|figure|command` lines; the
 # table at the end is those lines. Outputs in target/bench/. Arguments:
 # SHARE_ARGS (serial burst rounds), SCALE_ARGS (pending running qos),
-# SUBMIT_JOBS, PLACEMENT_RUNS. No timing here is asserted anywhere.
+# SUBMIT_JOBS, PLACEMENT_RUNS, REPLAY_JOBS. No timing here is asserted anywhere.
 SHARE_ARGS ?= 20 50 3
 SCALE_ARGS ?= 20000 2000 200
 SUBMIT_JOBS ?= 600
 PLACEMENT_RUNS ?= 300
-BENCHES = job_submit_call submit_throughput placement share_latency user_commands
+REPLAY_JOBS ?= 100000
+BENCHES = job_submit_call submit_throughput placement share_latency user_commands replay
 
 .PHONY: bench
 bench: deps
@@ -269,6 +270,7 @@ bench: deps
 	@bash -o pipefail -c '$(CARGO) bench -p gpushare-tests --bench placement -- $(PLACEMENT_RUNS) | tee target/bench/placement.txt'
 	@bash -o pipefail -c '$(CARGO) bench -p gpushare-tests --bench share_latency -- $(SHARE_ARGS) | tee target/bench/share_latency.txt'
 	@bash -o pipefail -c '$(CARGO) bench -p gpushare-tests --bench user_commands -- $(SCALE_ARGS) | tee target/bench/user_commands.txt'
+	@bash -o pipefail -c '$(CARGO) bench -p gpushare-tests --bench replay -- $(REPLAY_JOBS) | tee target/bench/replay.txt'
 	@echo; echo "== gpushare benchmarks, $$(nproc) cores, $$(sinfo -V), $$(date -u +%F)"; \
 	echo "| what | figure | reproduce |"; echo "|---|---|---|"; \
 	for b in $(BENCHES); do grep -h '^ROW|' target/bench/$$b.txt | \

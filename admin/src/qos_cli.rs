@@ -120,6 +120,36 @@ pub enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// (admins) What gpu_qos.conf would have refused or changed, from sacct
+    ///
+    /// (admins) Run the plugin's policy over the jobs accounting recorded
+    /// (`sacct -a -X`, every user) between --since and --until, and print
+    /// how many it would have refused, changed (low-priority requeue and
+    /// append mode, --exclusive=user, array throttle) or only warned about
+    /// (Enforce=warn), by reason, rule, QOS and user; each reason with one
+    /// job's command line and the line to type instead. A job's GPU
+    /// request is read from its SubmitLine (sacct 21.08 and later), else
+    /// from its requested TRES (ReqTRES), and the output says which;
+    /// options given in a batch script's #SBATCH lines are not in
+    /// SubmitLine. QOS, partition and account are those the job ran
+    /// under; typed limits come from sacctmgr as they are today. Exit
+    /// status: 0 replayed, 2 could not read.
+    Replay {
+        /// The earliest submission (any date sacct's -S takes:
+        /// 2026-01-31, 2026-01-31T08:00, now-7days)
+        #[arg(long, value_name = "DATE")]
+        since: String,
+        /// The latest (sacct's -E; default now)
+        #[arg(long, value_name = "DATE")]
+        until: Option<String>,
+        /// The gpu_qos.conf to replay (default: next to slurm.conf); the
+        /// one to be enabled, not necessarily the one in force
+        #[arg(long, value_name = "PATH")]
+        conf: Option<PathBuf>,
+        /// Print the report as one JSON object on stdout
+        #[arg(long)]
+        json: bool,
+    },
     /// (admins) Metrics of the group QOS for Prometheus
     ///
     /// (admins) Metrics of the group QOS for Prometheus (the controller's

@@ -8,6 +8,8 @@
 //! - [`config`]: `gpu_qos.conf`, which QOS may use which types.
 //! - [`policy`]: the decision for a submission or an update, and the words
 //!   the user reads.
+//! - [`replay`]: the policy run over the jobs accounting recorded
+//!   (`gpu-qos replay`).
 //! - [`check`]: `gpu_qos.conf` compared with the accounting database
 //!   (`gpu-qos check`).
 //! - [`site`]: what Slurm says about the site (`scontrol show config`,
@@ -35,6 +37,7 @@ pub mod gather;
 pub mod gres;
 pub mod metrics;
 pub mod policy;
+pub mod replay;
 pub mod site;
 pub mod slurm;
 pub mod usage;

@@ -35,6 +35,7 @@ fn main() -> ExitCode {
         Cmd::Generate => Some("generate"),
         Cmd::Audit { .. } => Some("audit"),
         Cmd::Metrics { .. } => Some("metrics"),
+        Cmd::Replay { .. } => Some("replay"),
         Cmd::Usage { .. } | Cmd::Why { .. } => None,
     };
     let read = match admins {
@@ -73,6 +74,20 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Cmd::Why { job, json } => run_why(&read, &job, json),
+        Cmd::Replay {
+            since,
+            until,
+            conf,
+            json,
+        } => {
+            let path = conf.unwrap_or_else(|| beside_slurm_conf(None, "gpu_qos.conf"));
+            match gather::replay::report(&read, &path, &since, until.as_deref()) {
+                Ok(report) if json => println!("{}", report.to_json()),
+                Ok(report) => print!("{}", report.to_text()),
+                Err(e) => return failed("gpu-qos replay", &e),
+            }
+            ExitCode::SUCCESS
+        }
         Cmd::Metrics { write } => {
             match site::metrics_text(&read, &beside_slurm_conf(None, "gpu_qos.conf")) {
                 Ok((text, warning)) => {

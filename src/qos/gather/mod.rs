@@ -7,9 +7,11 @@
 //! - [`usage`]: a user's group QOS (`gpu-qos usage`).
 //! - [`accounts`]: the typed limits above a user, by account and
 //!   partition.
+//! - [`replay`]: the recorded jobs and the database for `gpu-qos replay`.
 //! - [`site`]: the site for `audit`, `check`, `generate` and `metrics`.
 
 pub mod accounts;
+pub mod replay;
 pub mod site;
 pub mod usage;
 pub mod why;

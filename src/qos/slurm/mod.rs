@@ -22,6 +22,8 @@
 //! - [`nodes`]: `scontrol show node`.
 //! - [`partitions`]: `scontrol show partition`.
 //! - [`qos`]: the accounting database's QOS and associations (`sacctmgr`).
+//! - [`accounted`]: the jobs accounting recorded (`sacct -a -X`), for
+//!   `gpu-qos replay`.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -32,6 +34,7 @@ use std::time::Duration;
 use crate::qos::site::Unread;
 use crate::shared::bounded;
 
+pub mod accounted;
 pub mod assoc_mgr;
 pub mod cache;
 pub mod config;

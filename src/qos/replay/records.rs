@@ -1,0 +1,360 @@
+//! `sacct -a -X -P` read as submissions: one per job, one per array (its
+//! tasks are records of one submission, which the plugin judged once),
+//! one per heterogeneous component (`123+0`: slurmctld judges each
+//! component's description). A record that cannot be read is counted and
+//! named, never guessed at.
+
+use std::collections::HashMap;
+
+use crate::qos::slurm::accounted::FIELDS;
+
+/// How many fields a record has (`SubmitLine` included).
+const FIELD_COUNT: usize = 9;
+
+/// One submission as accounting recorded it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Submission {
+    /// The job id as sacct printed it (the first record's, for an array).
+    pub job_id: String,
+    /// What the submission is known by: `123` (an array's job id), `123+0`.
+    pub key: String,
+    pub user: String,
+    pub account: String,
+    pub partition: String,
+    pub qos: String,
+    pub nodes: Option<u32>,
+    pub reservation: Option<String>,
+    pub req_tres: String,
+    /// `None` where the release records none, or the field is empty
+    /// (a job submitted through the API or an older client).
+    pub submit_line: Option<String>,
+    /// The array's index expression, when sacct printed it (`123_[1-5%2]`,
+    /// a pending array) or it was rebuilt from the task ids seen.
+    pub array: Option<ArrayIndex>,
+    /// The records this submission stands for (array tasks).
+    pub records: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArrayIndex {
+    /// As Slurm printed it, throttle included.
+    Printed(String),
+    /// The task ids of the records seen; the throttle is unknown.
+    Tasks(Vec<u32>),
+}
+
+impl ArrayIndex {
+    /// The `--array=` value this stands for.
+    pub fn expression(&self) -> String {
+        match self {
+            ArrayIndex::Printed(s) => s.clone(),
+            ArrayIndex::Tasks(ids) => {
+                let mut ids = ids.clone();
+                ids.sort_unstable();
+                ids.dedup();
+                let mut parts: Vec<String> = Vec::new();
+                let mut i = 0;
+                while i < ids.len() {
+                    let start = ids[i];
+                    let mut end = start;
+                    while ids.get(i + 1) == end.checked_add(1).as_ref() {
+                        i += 1;
+                        end = ids[i];
+                    }
+                    parts.push(if start == end {
+                        start.to_string()
+                    } else {
+                        format!("{start}-{end}")
+                    });
+                    i += 1;
+                }
+                parts.join(",")
+            }
+        }
+    }
+}
+
+/// A record left out, and why.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Skipped {
+    pub line: usize,
+    pub reason: String,
+}
+
+/// The parts of a job id: `123`, `123_4`, `123_[1-5%2]`, `123+0`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobId<'a> {
+    Plain(&'a str),
+    ArrayTask { array: &'a str, task: u32 },
+    ArrayPending { array: &'a str, index: &'a str },
+    HetComponent(&'a str),
+}
+
+/// Reads one JobID field; `None` for anything else (a step, text).
+pub fn parse_job_id(text: &str) -> Option<JobId<'_>> {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if digits(text) {
+        return Some(JobId::Plain(text));
+    }
+    if let Some((job, comp)) = text.split_once('+') {
+        return (digits(job) && digits(comp)).then_some(JobId::HetComponent(text));
+    }
+    let (array, task) = text.split_once('_')?;
+    if !digits(array) {
+        return None;
+    }
+    if let Some(index) = task.strip_prefix('[').and_then(|t| t.strip_suffix(']')) {
+        return (!index.is_empty()).then_some(JobId::ArrayPending { array, index });
+    }
+    digits(task)
+        .then(|| task.parse().ok())
+        .flatten()
+        .map(|task| JobId::ArrayTask { array, task })
+}
+
+/// Reads sacct's answer (fields [`FIELDS`]; without `SubmitLine` when
+/// `with_submit_line` is false). A line with too few fields right after a
+/// record continues its `SubmitLine` (an argument holding a newline).
+pub fn parse(text: &str, with_submit_line: bool) -> (Vec<Submission>, Vec<Skipped>) {
+    let want = if with_submit_line {
+        FIELD_COUNT
+    } else {
+        FIELD_COUNT - 1
+    };
+    debug_assert_eq!(FIELDS.split(',').count(), FIELD_COUNT);
+    let mut out: Vec<Submission> = Vec::new();
+    let mut by_key: HashMap<String, usize> = HashMap::new();
+    let mut skipped = Vec::new();
+    // Which record a short line continues: `Some(Some(i))` submission
+    // i's SubmitLine, `Some(None)` a record whose line is not kept.
+    let mut continues: Option<Option<usize>> = None;
+    for (index, raw) in text.lines().enumerate() {
+        let line = index + 1;
+        if raw.trim().is_empty() {
+            continues = None;
+            continue;
+        }
+        let fields: Vec<&str> = raw.splitn(want, '|').collect();
+        if fields.len() < want {
+            match continues.filter(|_| with_submit_line) {
+                Some(Some(at)) => {
+                    if let Some(s) = out.get_mut(at).and_then(|s| s.submit_line.as_mut()) {
+                        s.push('\n');
+                        s.push_str(raw);
+                    }
+                }
+                Some(None) => {}
+                None => skipped.push(Skipped {
+                    line,
+                    reason: format!("{} fields, expected {want}", fields.len()),
+                }),
+            }
+            continue;
+        }
+        let Some(id) = parse_job_id(fields[0].trim()) else {
+            skipped.push(Skipped {
+                line,
+                reason: format!("\"{}\" is not a job id", fields[0]),
+            });
+            continues = None;
+            continue;
+        };
+        let (key, task, printed) = match id {
+            JobId::Plain(j) | JobId::HetComponent(j) => (j, None, None),
+            JobId::ArrayTask { array, task } => (array, Some(task), None),
+            JobId::ArrayPending { array, index } => (array, None, Some(index)),
+        };
+        if let Some(&at) = by_key.get(key) {
+            // Another record of the same array: one submission.
+            let sub = &mut out[at];
+            sub.records += 1;
+            match (&mut sub.array, task, printed) {
+                (_, _, Some(index)) => sub.array = Some(ArrayIndex::Printed(index.to_owned())),
+                (Some(ArrayIndex::Tasks(ids)), Some(t), None) => ids.push(t),
+                (None, Some(t), None) => sub.array = Some(ArrayIndex::Tasks(vec![t])),
+                _ => {}
+            }
+            // The first record's SubmitLine is the one kept.
+            continues = Some(None);
+            continue;
+        }
+        let text = |i: usize| fields.get(i).map_or("", |f| f.trim()).to_owned();
+        let given = |i: usize| Some(text(i)).filter(|s| !s.is_empty());
+        by_key.insert(key.to_owned(), out.len());
+        continues = Some(Some(out.len()));
+        out.push(Submission {
+            job_id: fields[0].trim().to_owned(),
+            key: key.to_owned(),
+            user: text(1),
+            account: text(2),
+            partition: text(3),
+            qos: text(4),
+            nodes: text(5).parse().ok(),
+            reservation: given(6),
+            req_tres: text(7),
+            submit_line: with_submit_line.then(|| given(8)).flatten(),
+            array: match (task, printed) {
+                (_, Some(index)) => Some(ArrayIndex::Printed(index.to_owned())),
+                (Some(t), None) => Some(ArrayIndex::Tasks(vec![t])),
+                _ => None,
+            },
+            records: 1,
+        });
+    }
+    (out, skipped)
+}
+
+/// The GPU and share requests of a `ReqTRES` string, as the items of a
+/// request field (`gres:gpu:a40:2`): the typed entries where accounting
+/// counted a type, else the untyped total. Other TRES are left out.
+pub fn requests_of_req_tres(req_tres: &str) -> Vec<String> {
+    let mut typed: Vec<(&str, &str, &str)> = Vec::new();
+    let mut untyped: Vec<(&str, &str)> = Vec::new();
+    for item in req_tres.split(',') {
+        let Some((name, count)) = item.trim().split_once('=') else {
+            continue;
+        };
+        let Some(gres) = name.strip_prefix("gres/") else {
+            continue;
+        };
+        if gres.is_empty() || count.is_empty() || !count.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        match gres.split_once(':') {
+            Some((kind, ty)) if !ty.is_empty() => typed.push((kind, ty, count)),
+            Some(_) => {}
+            None => untyped.push((gres, count)),
+        }
+    }
+    let mut items = Vec::new();
+    for (kind, count) in untyped {
+        let of_kind: Vec<_> = typed.iter().filter(|(k, _, _)| *k == kind).collect();
+        if of_kind.is_empty() {
+            items.push(format!("gres:{kind}:{count}"));
+        } else {
+            items.extend(of_kind.iter().map(|(k, t, c)| format!("gres:{k}:{t}:{c}")));
+        }
+    }
+    items
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LINE: &str = "alice|phys|gpu|normal|1|res1|billing=1,cpu=1,gres/gpu=2,node=1";
+
+    #[test]
+    fn job_ids_of_every_shape() {
+        assert_eq!(parse_job_id("123"), Some(JobId::Plain("123")));
+        assert_eq!(
+            parse_job_id("123_4"),
+            Some(JobId::ArrayTask {
+                array: "123",
+                task: 4
+            })
+        );
+        assert_eq!(
+            parse_job_id("123_[1-5%2]"),
+            Some(JobId::ArrayPending {
+                array: "123",
+                index: "1-5%2"
+            })
+        );
+        assert_eq!(parse_job_id("123+0"), Some(JobId::HetComponent("123+0")));
+        for bad in [
+            "",
+            "123.batch",
+            "x",
+            "123_",
+            "123_[]",
+            "_4",
+            "+1",
+            "123+",
+            "1_99999999999",
+        ] {
+            assert_eq!(parse_job_id(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn array_tasks_are_one_submission_het_components_each_their_own() {
+        let text = format!(
+            "10_1|{LINE}|sbatch --array=1-3 --gres=gpu:2 a.sh\n\
+             10_3|{LINE}|sbatch --array=1-3 --gres=gpu:2 a.sh\n\
+             10_2|{LINE}|sbatch --array=1-3 --gres=gpu:2 a.sh\n\
+             11+0|{LINE}|sbatch h.sh\n11+1|{LINE}|sbatch h.sh\n\
+             12_[4-9%2]|{LINE}|\n"
+        );
+        let (subs, skipped) = parse(&text, true);
+        assert!(skipped.is_empty());
+        let keys: Vec<&str> = subs.iter().map(|s| s.key.as_str()).collect();
+        assert_eq!(keys, ["10", "11+0", "11+1", "12"]);
+        assert_eq!(subs[0].records, 3);
+        assert_eq!(
+            subs[0]
+                .array
+                .as_ref()
+                .map(ArrayIndex::expression)
+                .as_deref(),
+            Some("1-3")
+        );
+        assert_eq!(
+            subs[3]
+                .array
+                .as_ref()
+                .map(ArrayIndex::expression)
+                .as_deref(),
+            Some("4-9%2")
+        );
+        assert_eq!(subs[3].submit_line, None);
+        assert_eq!(subs[1].qos, "normal");
+        assert_eq!(subs[1].reservation.as_deref(), Some("res1"));
+        assert_eq!(subs[1].nodes, Some(1));
+    }
+
+    #[test]
+    fn missing_fields_and_odd_lines_are_skipped_and_named() {
+        let text = format!(
+            "1|{LINE}|sbatch --wrap=a | b --gres=gpu:1\n\
+             2|alice\n\
+             \n\
+             3.batch|{LINE}|x\n\
+             4|||||||||\n"
+        );
+        let (subs, skipped) = parse(&text, true);
+        // `2|alice` right after record 1 continues its SubmitLine.
+        assert_eq!(
+            subs[0].submit_line.as_deref(),
+            Some("sbatch --wrap=a | b --gres=gpu:1\n2|alice")
+        );
+        assert_eq!(skipped.iter().map(|s| s.line).collect::<Vec<_>>(), vec![4]);
+        assert_eq!(subs.len(), 2);
+        assert_eq!(
+            (subs[1].key.as_str(), subs[1].user.as_str(), subs[1].nodes),
+            ("4", "", None)
+        );
+        let (subs, skipped) = parse("5|a|b|c|d|1||gres/gpu=1\n6|a\n", false);
+        assert_eq!((subs.len(), skipped.len()), (1, 1));
+        assert_eq!(subs[0].submit_line, None);
+    }
+
+    #[test]
+    fn req_tres_typed_where_counted_else_untyped() {
+        assert_eq!(
+            requests_of_req_tres("billing=2,cpu=1,gres/gpu:a40=2,gres/gpu=2,mem=1G,node=1"),
+            vec!["gres:gpu:a40:2"]
+        );
+        assert_eq!(requests_of_req_tres("cpu=1,gres/gpu=4"), vec!["gres:gpu:4"]);
+        assert_eq!(
+            requests_of_req_tres("gres/gpu=3,gres/gpu:a40=1,gres/gpu:a100=2,gres/mps=50"),
+            vec!["gres:gpu:a40:1", "gres:gpu:a100:2", "gres:mps:50"]
+        );
+        assert!(requests_of_req_tres("cpu=1,mem=1G").is_empty());
+        assert!(requests_of_req_tres("gres/gpu=x,gres/=1,=,,gres/gpu:=2").is_empty());
+        assert_eq!(
+            ArrayIndex::Tasks(vec![7, 1, 2, 3, 5, 3]).expression(),
+            "1-3,5,7"
+        );
+    }
+}

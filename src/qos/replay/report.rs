@@ -1,0 +1,329 @@
+//! What `gpu-qos replay` prints: the jobs replayed, where each job's
+//! request came from, and what the policy would have refused or changed,
+//! by reason (with one example each), rule, QOS and user.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::records::{Skipped, Submission};
+use super::submit_line::{with_replaced_gpu_option, SubmittedOptions};
+
+/// Where a job's GPU request was read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// The options of its `SubmitLine`.
+    SubmitLine,
+    /// `ReqTRES`: the release records no `SubmitLine`, or the job has none.
+    ReqTres,
+    /// `ReqTRES`, although there is a `SubmitLine`: it names no GPU (the
+    /// request is in the script's `#SBATCH` lines, which it does not hold).
+    ReqTresBesideSubmitLine,
+}
+
+/// What the policy does to a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// Refused at submission.
+    Refused,
+    /// Accepted with a change (low-priority requeue, exclusive=user, array throttle).
+    Changed,
+    /// Accepted as submitted with a warning (`Enforce=warn`).
+    Warned,
+}
+
+impl Action {
+    fn word(self) -> &'static str {
+        match self {
+            Action::Refused => "refused",
+            Action::Changed => "changed",
+            Action::Warned => "warned",
+        }
+    }
+}
+
+/// What became of one submission: its action, reason (the metrics'
+/// label), rule and the words its user would read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Judged {
+    pub action: Action,
+    pub reason: &'static str,
+    pub rule: String,
+    pub message: String,
+}
+
+/// One job that shows a reason.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Example {
+    pub job_id: String,
+    /// Its SubmitLine, or a command rebuilt from ReqTRES.
+    pub command: String,
+    pub source: Source,
+    /// What the plugin would have told its user.
+    pub message: String,
+    /// The option to type instead, from the message.
+    pub type_instead: Option<String>,
+    /// The command with that option in place.
+    pub line_instead: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReasonCount {
+    pub action: Action,
+    pub reason: &'static str,
+    pub jobs: u64,
+    pub example: Example,
+}
+
+/// Jobs refused, changed and warned about, under one name (a rule, QOS, user).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ActionCounts {
+    pub refused: u64,
+    pub changed: u64,
+    pub warned: u64,
+}
+
+impl ActionCounts {
+    fn add(&mut self, action: Action) {
+        match action {
+            Action::Refused => self.refused += 1,
+            Action::Changed => self.changed += 1,
+            Action::Warned => self.warned += 1,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct SourceCounts {
+    pub submit_line: u64,
+    pub req_tres: u64,
+    pub req_tres_beside_submit_line: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ReplayReport {
+    /// sacct's records read (array tasks each).
+    pub records: u64,
+    /// Submissions judged: a job, an array, a het component.
+    pub jobs: u64,
+    pub sources: SourceCounts,
+    /// Jobs refused; jobs changed (not refused); jobs warned about only.
+    pub totals: ActionCounts,
+    pub unchanged: u64,
+    pub reasons: Vec<ReasonCount>,
+    pub by_rule: BTreeMap<String, ActionCounts>,
+    pub by_qos: BTreeMap<String, ActionCounts>,
+    pub by_user: BTreeMap<String, ActionCounts>,
+    pub skipped: Vec<Skipped>,
+    /// Notes on what the replay could not see.
+    pub notes: Vec<String>,
+}
+
+/// The GPU or array option the message suggests: the last one it
+/// names (the user's own request comes first in the refusal's words).
+fn suggestion(message: &str) -> Option<String> {
+    const STARTS: [&str; 6] = [
+        "--gres=",
+        "--gpus=",
+        "--gpus-per-node=",
+        "--gpus-per-task=",
+        "--gpus-per-socket=",
+        "--array=",
+    ];
+    message
+        .split_whitespace()
+        .rfind(|w| STARTS.iter().any(|s| w.starts_with(s)))
+        .map(|w| w.trim_end_matches(['.', ',', ')', ';', ':']).to_owned())
+}
+
+impl ReplayReport {
+    pub(super) fn count(
+        &mut self,
+        sub: &Submission,
+        source: &Source,
+        command: &str,
+        options: &SubmittedOptions,
+        outcomes: &[Judged],
+    ) {
+        self.records += sub.records as u64;
+        self.jobs += 1;
+        match source {
+            Source::SubmitLine => self.sources.submit_line += 1,
+            Source::ReqTres => self.sources.req_tres += 1,
+            Source::ReqTresBesideSubmitLine => self.sources.req_tres_beside_submit_line += 1,
+        }
+        // A job counts once in the totals, under its strongest action.
+        let Some(strongest) = outcomes.iter().map(|o| o.action).min() else {
+            self.unchanged += 1;
+            return;
+        };
+        self.totals.add(strongest);
+        let mut seen: Vec<(Action, &str)> = Vec::new();
+        for o in outcomes {
+            if seen.contains(&(o.action, o.reason)) {
+                continue;
+            }
+            seen.push((o.action, o.reason));
+            match self
+                .reasons
+                .iter_mut()
+                .find(|r| r.action == o.action && r.reason == o.reason)
+            {
+                Some(r) => r.jobs += 1,
+                None => {
+                    let type_instead = suggestion(&o.message);
+                    let line_instead = type_instead.as_deref().and_then(|t| {
+                        if t.starts_with("--array=") {
+                            Some(replace_array(command, t))
+                        } else {
+                            with_replaced_gpu_option(command, options, t)
+                        }
+                    });
+                    self.reasons.push(ReasonCount {
+                        action: o.action,
+                        reason: o.reason,
+                        jobs: 1,
+                        example: Example {
+                            job_id: sub.job_id.clone(),
+                            command: command.to_owned(),
+                            source: *source,
+                            message: o.message.clone(),
+                            type_instead,
+                            line_instead,
+                        },
+                    });
+                }
+            }
+        }
+        // Each name counts the job once, under its strongest action there.
+        let mut by_rule: BTreeMap<&str, Action> = BTreeMap::new();
+        for o in outcomes {
+            let a = by_rule.entry(o.rule.as_str()).or_insert(o.action);
+            *a = (*a).min(o.action);
+        }
+        for (rule, action) in by_rule {
+            self.by_rule.entry(rule.to_owned()).or_default().add(action);
+        }
+        self.by_qos
+            .entry(sub.qos.clone())
+            .or_default()
+            .add(strongest);
+        self.by_user
+            .entry(sub.user.clone())
+            .or_default()
+            .add(strongest);
+    }
+
+    /// The reasons in a stable order: action, then most jobs first.
+    pub fn sort(&mut self) {
+        self.reasons
+            .sort_by(|a, b| (a.action, b.jobs, a.reason).cmp(&(b.action, a.jobs, b.reason)));
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+
+    pub fn to_text(&self) -> String {
+        let mut t = String::new();
+        let _ = writeln!(
+            t,
+            "{} jobs replayed ({} accounting records): {} refused, {} changed, {} warned \
+             about, {} unchanged",
+            self.jobs,
+            self.records,
+            self.totals.refused,
+            self.totals.changed,
+            self.totals.warned,
+            self.unchanged
+        );
+        let _ = writeln!(
+            t,
+            "GPU request read from: SubmitLine {}, ReqTRES {} (no SubmitLine), ReqTRES {} \
+             (SubmitLine names no GPU: #SBATCH lines are not in it)",
+            self.sources.submit_line,
+            self.sources.req_tres,
+            self.sources.req_tres_beside_submit_line
+        );
+        if !self.reasons.is_empty() {
+            let _ = writeln!(t, "\nBy reason:");
+            for r in &self.reasons {
+                let _ = writeln!(t, "  {:<8} {:<30} {:>8}", r.action.word(), r.reason, r.jobs);
+                let e = &r.example;
+                let _ = writeln!(t, "           e.g. job {}: {}", e.job_id, e.command);
+                if let Some(line) = e.line_instead.as_ref().or(e.type_instead.as_ref()) {
+                    let _ = writeln!(t, "           type instead: {line}");
+                }
+                let first = e.message.lines().next().unwrap_or_default();
+                let _ = writeln!(t, "           told: {first}");
+            }
+        }
+        for (title, map) in [
+            ("By rule", &self.by_rule),
+            ("By QOS", &self.by_qos),
+            ("By user", &self.by_user),
+        ] {
+            if map.is_empty() {
+                continue;
+            }
+            let _ = writeln!(
+                t,
+                "\n{:<52} {:>8} {:>8} {:>8}",
+                format!("{title}:"),
+                "refused",
+                "changed",
+                "warned"
+            );
+            for (name, c) in map {
+                let _ = writeln!(
+                    t,
+                    "  {:<50} {:>8} {:>8} {:>8}",
+                    if name.is_empty() { "(none)" } else { name },
+                    c.refused,
+                    c.changed,
+                    c.warned
+                );
+            }
+        }
+        if !self.skipped.is_empty() {
+            let _ = writeln!(t, "\n{} sacct lines left out:", self.skipped.len());
+            for s in self.skipped.iter().take(10) {
+                let _ = writeln!(t, "  line {}: {}", s.line, s.reason);
+            }
+        }
+        for n in &self.notes {
+            let _ = writeln!(t, "\nNote: {n}");
+        }
+        t
+    }
+}
+
+/// `command` with its `--array`/`-a` option replaced by (or, if none,
+/// given) `array`.
+fn replace_array(command: &str, array: &str) -> String {
+    let words: Vec<&str> = command.split_whitespace().collect();
+    let mut out: Vec<String> = Vec::new();
+    let mut replaced = false;
+    let mut i = 0;
+    while i < words.len() {
+        let w = words[i];
+        if !replaced && (w.starts_with("--array=") || w.starts_with("-a") && w.len() > 2) {
+            out.push(array.to_owned());
+            replaced = true;
+        } else if !replaced && (w == "--array" || w == "-a") {
+            out.push(array.to_owned());
+            replaced = true;
+            i += 1;
+        } else {
+            out.push(w.to_owned());
+        }
+        i += 1;
+    }
+    if !replaced {
+        out.insert(out.len().min(1), array.to_owned());
+    }
+    out.join(" ")
+}

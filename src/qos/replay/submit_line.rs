@@ -1,0 +1,338 @@
+//! A job's `SubmitLine`: the command line its user typed, as Slurm
+//! recorded it (sbatch, srun and salloc join their arguments with spaces,
+//! unquoted). User text: read by position and option name, never trusted
+//! to be well formed, never a panic. `#SBATCH` lines inside a batch
+//! script are not in it: options given there are unseen here.
+
+/// What a submission line says about the options the policy reads. Each
+/// string is the option's value as typed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SubmittedOptions {
+    /// `--gres`, `--gpus-per-node` (Slurm's `tres_per_node`), items as
+    /// `gres:NAME[:TYPE]:N`.
+    pub per_node: Vec<String>,
+    /// `--gpus`/`-G` (`tres_per_job`).
+    pub per_job: Vec<String>,
+    /// `--gpus-per-task` (`tres_per_task`).
+    pub per_task: Vec<String>,
+    /// `--gpus-per-socket` (`tres_per_socket`).
+    pub per_socket: Vec<String>,
+    pub qos: Option<String>,
+    pub partition: Option<String>,
+    pub account: Option<String>,
+    pub array: Option<String>,
+    pub ntasks: Option<u32>,
+    pub reservation: Option<String>,
+    /// `--requeue` (true) or `--no-requeue` (false), the last given.
+    pub requeue: Option<bool>,
+    pub open_mode_set: bool,
+    pub exclusive_user: bool,
+    /// The token range (start, end exclusive) of the first GPU option, so
+    /// that the suggestion can take its place in the line.
+    pub gpu_tokens: Option<(usize, usize)>,
+}
+
+impl SubmittedOptions {
+    /// Whether the line asks for GPUs (or shares) in any field.
+    pub fn asks_gres(&self) -> bool {
+        !(self.per_node.is_empty()
+            && self.per_job.is_empty()
+            && self.per_task.is_empty()
+            && self.per_socket.is_empty())
+    }
+}
+
+/// The options of `sbatch`/`srun`/`salloc` that take a value in the next
+/// word when written without `=` (the rest are flags or take theirs only
+/// after `=`). An unknown option is taken as a flag.
+const LONG_WITH_VALUE: &[&str] = &[
+    "account",
+    "acctg-freq",
+    "array",
+    "batch",
+    "bb",
+    "bbf",
+    "begin",
+    "chdir",
+    "cluster-constraint",
+    "clusters",
+    "comment",
+    "constraint",
+    "container",
+    "core-spec",
+    "cores-per-socket",
+    "cpu-freq",
+    "cpus-per-gpu",
+    "cpus-per-task",
+    "deadline",
+    "delay-boot",
+    "dependency",
+    "distribution",
+    "error",
+    "exclude",
+    "export",
+    "export-file",
+    "extra",
+    "get-user-env",
+    "gid",
+    "gpu-bind",
+    "gpu-freq",
+    "gpus",
+    "gpus-per-node",
+    "gpus-per-socket",
+    "gpus-per-task",
+    "gres",
+    "gres-flags",
+    "hint",
+    "input",
+    "job-name",
+    "jobid",
+    "licenses",
+    "mail-type",
+    "mail-user",
+    "mcs-label",
+    "mem",
+    "mem-bind",
+    "mem-per-cpu",
+    "mem-per-gpu",
+    "mincpus",
+    "network",
+    "nice",
+    "nodefile",
+    "nodelist",
+    "nodes",
+    "ntasks",
+    "ntasks-per-core",
+    "ntasks-per-gpu",
+    "ntasks-per-node",
+    "ntasks-per-socket",
+    "open-mode",
+    "output",
+    "partition",
+    "power",
+    "prefer",
+    "priority",
+    "profile",
+    "propagate",
+    "qos",
+    "reservation",
+    "signal",
+    "sockets-per-node",
+    "switches",
+    "thread-spec",
+    "threads-per-core",
+    "time",
+    "time-min",
+    "tmp",
+    "tres-per-task",
+    "uid",
+    "wait-all-nodes",
+    "wckey",
+    "wrap",
+    "cpus-per-gpu",
+    "segment",
+];
+
+/// Short options taking a value (attached, `-pgpu`, or in the next word).
+const SHORT_WITH_VALUE: &[u8] = b"AabCcDdeFGiJLMmNnopqSTtwx";
+
+/// Reads a submission line. The first word is the command (`sbatch`,
+/// `srun`, `salloc`, or a path to one); options end at the first word
+/// that is not one (the script or program) or at `--`.
+pub fn parse(line: &str) -> SubmittedOptions {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let mut found = SubmittedOptions::default();
+    let mut i = 1;
+    while i < words.len() {
+        let word = words[i];
+        let start = i;
+        i += 1;
+        if word == "--" {
+            break;
+        }
+        let (name, value) = if let Some(long) = word.strip_prefix("--") {
+            match long.split_once('=') {
+                Some((n, v)) => (n, Some(v)),
+                None if LONG_WITH_VALUE.contains(&long) => {
+                    let v = words.get(i).copied();
+                    i += usize::from(v.is_some());
+                    (long, v)
+                }
+                None => (long, None),
+            }
+        } else if let Some(short) = word.strip_prefix('-').filter(|s| !s.is_empty()) {
+            let Some(letter) = short.bytes().next() else {
+                continue;
+            };
+            if !SHORT_WITH_VALUE.contains(&letter) {
+                // Flags, possibly bundled (`-Hk`): none of ours but -s.
+                continue;
+            }
+            let rest = short.get(1..).unwrap_or("");
+            let rest = rest.strip_prefix('=').unwrap_or(rest);
+            let value = if rest.is_empty() {
+                let v = words.get(i).copied();
+                i += usize::from(v.is_some());
+                v
+            } else {
+                Some(rest)
+            };
+            (short_name(letter), value)
+        } else {
+            // The script or program: what follows is its own.
+            break;
+        };
+        record(&mut found, name, value, (start, i));
+    }
+    found
+}
+
+fn short_name(letter: u8) -> &'static str {
+    match letter {
+        b'A' => "account",
+        b'a' => "array",
+        b'G' => "gpus",
+        b'n' => "ntasks",
+        b'p' => "partition",
+        b'q' => "qos",
+        _ => "",
+    }
+}
+
+fn record(found: &mut SubmittedOptions, name: &str, value: Option<&str>, span: (usize, usize)) {
+    let text = || value.map(str::to_owned);
+    let gres_items = |prefix: &str| -> Vec<String> {
+        value
+            .unwrap_or("")
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty() && !s.eq_ignore_ascii_case("none"))
+            .map(|s| format!("{prefix}{s}"))
+            .collect()
+    };
+    let gpu_list = match name {
+        "gres" => Some(("gres:", &mut found.per_node)),
+        "gpus-per-node" => Some(("gres:gpu:", &mut found.per_node)),
+        "gpus" => Some(("gres:gpu:", &mut found.per_job)),
+        "gpus-per-task" => Some(("gres:gpu:", &mut found.per_task)),
+        "gpus-per-socket" => Some(("gres:gpu:", &mut found.per_socket)),
+        _ => None,
+    };
+    if let Some((prefix, list)) = gpu_list {
+        list.extend(gres_items(prefix));
+        if found.gpu_tokens.is_none() {
+            found.gpu_tokens = Some(span);
+        }
+        return;
+    }
+    match name {
+        "qos" => found.qos = text(),
+        "partition" => found.partition = text(),
+        "account" => found.account = text(),
+        "array" => found.array = text(),
+        "reservation" => found.reservation = text(),
+        "ntasks" => found.ntasks = value.and_then(|v| v.trim().parse().ok()),
+        "requeue" => found.requeue = Some(true),
+        "no-requeue" => found.requeue = Some(false),
+        "open-mode" => found.open_mode_set = true,
+        "exclusive" => found.exclusive_user = value.is_some_and(|v| v.eq_ignore_ascii_case("user")),
+        _ => {}
+    }
+}
+
+/// The line with the first GPU option's words replaced by `instead`
+/// (`None` when the line has no GPU option to replace).
+pub fn with_replaced_gpu_option(
+    line: &str,
+    found: &SubmittedOptions,
+    instead: &str,
+) -> Option<String> {
+    let (start, end) = found.gpu_tokens?;
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let before = words.get(..start)?;
+    let after = words.get(end..)?;
+    let mut out: Vec<&str> = before.to_vec();
+    out.push(instead);
+    out.extend(after);
+    Some(out.join(" "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_forms_of_each_option() {
+        let o = parse("sbatch --gres=gpu:2 -q lowprio --partition gpu -A phys --array=1-4 job.sh");
+        assert_eq!(o.per_node, vec!["gres:gpu:2"]);
+        assert_eq!(o.qos.as_deref(), Some("lowprio"));
+        assert_eq!(o.partition.as_deref(), Some("gpu"));
+        assert_eq!(o.account.as_deref(), Some("phys"));
+        assert_eq!(o.array.as_deref(), Some("1-4"));
+        let o =
+            parse("sbatch --gres gpu:a40:1,mps:50 --qos=g -pdebug -G a100:2 --gpus-per-task=1 x");
+        assert_eq!(o.per_node, vec!["gres:gpu:a40:1", "gres:mps:50"]);
+        assert_eq!(o.per_job, vec!["gres:gpu:a100:2"]);
+        assert_eq!(o.per_task, vec!["gres:gpu:1"]);
+        assert_eq!(o.partition.as_deref(), Some("debug"));
+        assert_eq!(o.gpu_tokens, Some((1, 3)));
+        let o =
+            parse("srun --gpus-per-node=a40:2 -G2 -a 0-9%2 --exclusive=user --no-requeue hostname");
+        assert_eq!(o.per_node, vec!["gres:gpu:a40:2"]);
+        assert_eq!(o.per_job, vec!["gres:gpu:2"]);
+        assert_eq!(o.array.as_deref(), Some("0-9%2"));
+        assert!(o.exclusive_user);
+        assert_eq!(o.requeue, Some(false));
+    }
+
+    #[test]
+    fn script_arguments_are_not_options() {
+        let o = parse("sbatch -t 10 --exclusive job.sh --gres=gpu:4 -q other");
+        assert!(!o.asks_gres());
+        assert_eq!(o.qos, None);
+        assert!(!o.exclusive_user);
+        let o = parse("sbatch --wrap=python train.py --gres=gpu:2");
+        assert!(!o.asks_gres());
+        let o = parse("sbatch -- --gres=gpu:2");
+        assert!(!o.asks_gres());
+    }
+
+    #[test]
+    fn odd_text_never_panics() {
+        for line in [
+            "",
+            " ",
+            "sbatch",
+            "sbatch -",
+            "sbatch --",
+            "sbatch --gres",
+            "sbatch --gres=",
+            "sbatch -G",
+            "sbatch -q",
+            "sbatch --=",
+            "sbatch -é --gres=gpu:é:2 ünï",
+            "sbatch --gres=,,, --gpus=none",
+            "sbatch -pé",
+            "sbatch --ntasks=9999999999999",
+            "sbatch \u{0}\u{1} --qos=\u{7f}",
+        ] {
+            let o = parse(line);
+            let _ = with_replaced_gpu_option(line, &o, "--gres=gpu:a40:2");
+        }
+        assert!(!parse("sbatch --gres=,,, --gpus=none").asks_gres());
+        assert_eq!(parse("sbatch --ntasks=9999999999999").ntasks, None);
+        assert_eq!(parse("sbatch -q").qos, None);
+    }
+
+    #[test]
+    fn the_suggestion_takes_the_options_place() {
+        let line = "sbatch -q g --gres gpu:2 -t 5 job.sh";
+        let o = parse(line);
+        assert_eq!(
+            with_replaced_gpu_option(line, &o, "--gres=gpu:a40:2").as_deref(),
+            Some("sbatch -q g --gres=gpu:a40:2 -t 5 job.sh")
+        );
+        let line = "sbatch -q g job.sh";
+        assert_eq!(with_replaced_gpu_option(line, &parse(line), "x"), None);
+    }
+}
