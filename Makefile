@@ -61,8 +61,10 @@ endif
 APT_PACKAGES = slurm-wlm slurmdbd slurm-wlm-basic-plugins libslurm-dev munge \
 	mariadb-server mariadb-client libclang-dev pkg-config debootstrap iproute2 \
 	prometheus prometheus-node-exporter \
-	libmunge-dev libmariadb-dev libdbus-1-dev
-# (The last three: to build SchedMD's releases from source, tests/slurm_source.sh.)
+	libmunge-dev libmariadb-dev libdbus-1-dev libjson-c-dev libyaml-dev
+# (The last five: to build SchedMD's releases from source, tests/slurm_source.sh;
+# json-c and libyaml for the GPU kit's, whose namespace/linux reads
+# namespace.yaml through Slurm's serializers.)
 
 .PHONY: all deps build check test test-all lint clean install uninstall demo check-releases test-releases test-monitoring
 

@@ -25,7 +25,11 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 cargo=${CARGO:-cargo}
 kit=$repo/target/gpu-kit
-prefix=$(tests/slurm_source.sh "$release")
+# A build of its own, in its own prefix: with json-c and libyaml, which
+# namespace/linux needs (it reads namespace.yaml through Slurm's
+# serializers); the test lanes' builds in /opt stay as they are.
+prefix=$(GPUSHARE_SLURM_PREFIXES=${GPUSHARE_KIT_PREFIXES:-/opt/gpushare-kit} \
+    GPUSHARE_SLURM_CONFIGURE="--with-json=/usr --with-yaml=/usr" tests/slurm_source.sh "$release")
 [ -x "$prefix/sbin/slurmd" ] || { echo "gpu_kit: no slurmd in $prefix" >&2; exit 1; }
 version=${prefix##*/slurm-}
 short=$(echo "$version" | cut -d. -f1-2)
@@ -65,7 +69,7 @@ done | sort -u | while read -r name path; do
     case $name in
         libc.so.* | libm.so.* | libresolv.so.* | libpthread.so.* | libdl.so.* | librt.so.* | ld-linux*) continue ;;
         libslurm*) continue ;;
-        libmariadb* | libmysql* | libssl* | libcrypto* | libjwt* | libhttp_parser* | libjson-c* | libyaml* | librdkafka* | libmunge*) continue ;;
+        libmariadb* | libmysql* | libssl* | libcrypto* | libjwt* | libhttp_parser* | librdkafka* | libmunge*) continue ;;
     esac
     cp -L "$path" "$stage/libs/$name"
 done

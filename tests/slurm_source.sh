@@ -34,6 +34,10 @@ prefix=$prefixes/slurm-$version
 # same either way.
 configure=(--prefix="$prefix" --sysconfdir="$prefix/etc" --disable-debug --without-pmix
     --without-hdf5 --disable-x11 --enable-multiple-slurmd CFLAGS="-O1 -g0")
+# GPUSHARE_SLURM_CONFIGURE: more configure options (the GPU kit's build,
+# in its own GPUSHARE_SLURM_PREFIXES); part of the build's stamp.
+read -r -a extra <<<"${GPUSHARE_SLURM_CONFIGURE:-}"
+configure+=("${extra[@]}")
 stamp="$(sha256sum "$src_dir/$tarball" | cut -d' ' -f1) ${configure[*]}"
 ready=$prefix/.gpushare-build
 built() { [ -f "$ready" ] && [ "$(cat "$ready")" = "$stamp" ]; }
