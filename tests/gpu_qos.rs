@@ -89,7 +89,11 @@ fn main() -> ExitCode {
             metrics_file_trouble,
         )
         .test(
-            "missing_or_invalid_config_stops_slurmctld_with_file_line",
+            "an_exempt_user_and_an_operators_update_are_accepted_and_counted",
+            exemptions,
+        )
+        .test(
+            "missing_or_invalid_config_leaves_slurmctld_running_on_the_database_limits",
             bad_config_at_init,
         )
         .run()
@@ -548,26 +552,7 @@ fn judge_warn_only(c: &Cluster, wendy: &TestUser, metrics: &std::path::Path) -> 
         "--qos=qos_lafferty",
         "--gres=gpu:2",
     ];
-    // Until slurmctld has learnt wendy's QOS from slurmdbd, sbatch is
-    // refused by Slurm itself.
-    let mut last = String::new();
-    let (id, stderr) = wait_for("the warned job to be accepted", JOB_START, || {
-        match wendy.run(c, None, "sbatch", &args) {
-            Ok(out) if out.status.success() => Some((
-                String::from_utf8_lossy(&out.stdout).trim().to_owned(),
-                String::from_utf8_lossy(&out.stderr).into_owned(),
-            )),
-            Ok(out) => {
-                last = String::from_utf8_lossy(&out.stderr).into_owned();
-                None
-            }
-            Err(e) => {
-                last = e;
-                None
-            }
-        }
-    })
-    .map_err(|e| format!("{e}; last answer: {last}"))?;
+    let (id, stderr) = user_accepted(c, wendy, "sbatch", &args, "the warned job")?;
     contains_all(
         &stderr,
         &[
@@ -735,28 +720,270 @@ fn metrics_file_trouble(c: &mut Cluster) -> TestResult {
     result
 }
 
-fn bad_config_at_init(c: &mut Cluster) -> TestResult {
-    let (status, log) = c.probe_slurmctld("noconf", None, |dir| {
-        fs::remove_file(dir.join("gpu_qos.conf")).map_err(|e| e.to_string())
-    })?;
-    ensure(
-        !status.success(),
-        format!("slurmctld without gpu_qos.conf exited {status}"),
-    )?;
-    contains_all(&log, &["gpu_qos.conf", "fatal"])?;
+/// Runs `program args` as `user` until it succeeds (until slurmctld has
+/// learnt a new association or admin level from slurmdbd, Slurm itself
+/// refuses): its stdout, trimmed, and stderr.
+fn user_accepted(
+    c: &Cluster,
+    user: &TestUser,
+    program: &str,
+    args: &[&str],
+    what: &str,
+) -> Result<(String, String), String> {
+    let mut last = String::new();
+    wait_for(
+        &format!("{what} to be accepted"),
+        JOB_START,
+        || match user.run(c, None, program, args) {
+            Ok(out) if out.status.success() => Some((
+                String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )),
+            Ok(out) => {
+                last = String::from_utf8_lossy(&out.stderr).into_owned();
+                None
+            }
+            Err(e) => {
+                last = e;
+                None
+            }
+        },
+    )
+    .map_err(|e| format!("{e}; last answer: {last}"))
+}
 
-    let (status, log) = c.probe_slurmctld("badconf", None, |dir| {
-        fs::write(
-            dir.join("gpu_qos.conf"),
-            "QOS=qos_lafferty GPUTypes=a40\nQOS=qos_saxena GPULimit=20 GPUTypes=a100 Bogus=1\n",
-        )
-        .map_err(|e| e.to_string())
-    })?;
-    ensure(
-        !status.success(),
-        format!("slurmctld with a bad gpu_qos.conf exited {status}"),
+/// `ExemptUsers=` by name: the user's untyped submission is accepted and
+/// slurmctld logs what it would have refused. `ExemptAdmins=yes`: an
+/// operator's (`AdminLevel=Operator`) update of another user's job is
+/// made, the owner's own update of it refused. Both counted.
+fn exemptions(c: &mut Cluster) -> TestResult {
+    let xim = TestUser::create(c, "gpushare_xim")?;
+    xim.allow_qos_by_default(c, &["normal", "qos_lafferty"], "normal")?;
+    let owen = TestUser::create(c, "gpushare_owen")?;
+    owen.allow_qos_by_default(c, &["normal", "lowprio", "qos_lafferty"], "normal")?;
+    let oscar = TestUser::create(c, "gpushare_oscar")?;
+    oscar.allow_qos_by_default(c, &["normal"], "normal")?;
+    c.run_ok(
+        "sacctmgr",
+        &[
+            "-i",
+            "modify",
+            "user",
+            "gpushare_oscar",
+            "set",
+            "adminlevel=operator",
+        ],
     )?;
-    contains_all(&log, &["gpu_qos.conf:2:", "Bogus", "fatal"])
+    let dir = c.dir.join("metrics-exempt");
+    fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let metrics = dir.join("gpushare_job_submit.prom");
+    install_and_wait(
+        c,
+        &format!(
+            "{EXAMPLE_GPU_QOS_CONF}ExemptUsers=gpushare_xim\nExemptAdmins=yes\nMetricsFile={}\n",
+            metrics.display()
+        ),
+    )?;
+    let result = judge_exemptions(c, &xim, &owen, &oscar, &metrics);
+    install_conf(c, EXAMPLE_GPU_QOS_CONF)?;
+    result
+}
+
+fn judge_exemptions(
+    c: &Cluster,
+    xim: &TestUser,
+    owen: &TestUser,
+    oscar: &TestUser,
+    metrics: &std::path::Path,
+) -> TestResult {
+    let untyped = [
+        "--parsable",
+        "-H",
+        "--wrap=true",
+        "--qos=qos_lafferty",
+        "--gres=gpu:2",
+    ];
+    let (id, _) = user_accepted(c, xim, "sbatch", &untyped, "the exempt user's job")?;
+    let job_id: u32 = id.parse().map_err(|e| format!("job id {id:?}: {e}"))?;
+    let request = c.job(job_id)?.tres_request("TresPerNode");
+    ensure(
+        request.as_deref() == Some("gres:gpu:2"),
+        format!("the exempt job was changed: TresPerNode {request:?}"),
+    )?;
+    let logged = format!(
+        "job from uid {} accepted, exempt (ExemptUsers), QOS qos_lafferty; it would have been \
+         refused: QOS qos_lafferty requires a GPU type",
+        xim.uid
+    );
+    wait_for("slurmctld to log the exemption", SHORT, || {
+        c.log("slurmctld").contains(&logged).then_some(())
+    })?;
+
+    // owen's job, moved to the group QOS without a typed request.
+    let own = owen.run_ok(
+        c,
+        None,
+        "sbatch",
+        &[
+            "--parsable",
+            "-H",
+            "--wrap=true",
+            "--qos=lowprio",
+            "--gres=gpu:a40:1",
+        ],
+    )?;
+    let own = own.trim().to_owned();
+    let job = format!("job={own}");
+    let out = owen.run(c, None, "scontrol", &["update", &job, "QOS=qos_lafferty"])?;
+    ensure(
+        !out.status.success(),
+        "the owner's untyped move to a group QOS was made",
+    )?;
+    let refused = format!("update from uid {} rejected", owen.uid);
+    wait_for("slurmctld to log the owner's refusal", SHORT, || {
+        c.log("slurmctld").contains(&refused).then_some(())
+    })?;
+    // oscar's the same update: made once slurmctld knows oscar's level.
+    let update = ["update", job.as_str(), "QOS=qos_lafferty"];
+    user_accepted(c, oscar, "scontrol", &update, "the operator's update")?;
+    let qos = c.job(own.parse().map_err(|e| format!("{own:?}: {e}"))?)?;
+    ensure(
+        qos.get("QOS") == Some("qos_lafferty"),
+        format!("the operator's update did not apply: {:?}", qos.get("QOS")),
+    )?;
+    let logged = format!(
+        "update from uid {} accepted, exempt (ExemptAdmins, an operator's update of another \
+         user's job), QOS qos_lafferty; it would have been refused",
+        oscar.uid
+    );
+    wait_for("slurmctld to log the operator's exemption", SHORT, || {
+        c.log("slurmctld").contains(&logged).then_some(())
+    })?;
+    let _ = c.run("scancel", &[&id]);
+    let _ = c.run("scancel", &[&own]);
+    wait_for("the metrics file to count both", SHORT, || {
+        fs::read_to_string(metrics).ok().filter(|text| {
+            let counted = |prefix: &str| {
+                text.lines()
+                    .any(|l| l.starts_with(prefix) && l.ends_with(" 1"))
+            };
+            counted(
+                "gpushare_policy_exemptions_total{reason=\"exempt_user\",rule=\"untyped_gpu\",\
+                 qos=\"qos_lafferty\"}",
+            ) && text.lines().any(|l| {
+                l.starts_with("gpushare_policy_exemptions_total{reason=\"admin_update\",")
+                    && l.contains("qos=\"qos_lafferty\"")
+                    && l.ends_with(" 1")
+            })
+        })
+    })
+    .map(drop)
+}
+
+/// A missing or invalid gpu_qos.conf at start leaves slurmctld running
+/// with the policy without its file: untyped requests under a typed
+/// limit of the database refused, nothing else of the file's rules; said
+/// at error level, in the metrics and by `gpu-qos check`; a good file
+/// put in place later is taken.
+fn bad_config_at_init(c: &mut Cluster) -> TestResult {
+    let dir = c.dir.join("metrics-noconf");
+    fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let metrics = dir.join("gpushare_job_submit.prom");
+    let result = judge_bad_config_at_init(c, &metrics);
+    // Whatever happened, the suite's file and a running slurmctld.
+    install_conf(c, EXAMPLE_GPU_QOS_CONF)?;
+    if c.run("scontrol", &["ping"]).map_or(true, |o| {
+        !String::from_utf8_lossy(&o.stdout).contains("is UP")
+    }) {
+        c.restart_slurmctld()?;
+    }
+    result
+}
+
+fn judge_bad_config_at_init(c: &mut Cluster, metrics: &std::path::Path) -> TestResult {
+    let without = "RUNNING WITHOUT ITS POLICY FILE";
+    let count = |c: &Cluster| c.log("slurmctld").matches(without).count();
+    let bad = format!(
+        "QOS=qos_lafferty GPUTypes=a40\nQOS=qos_saxena GPULimit=20 GPUTypes=a100 Bogus=1\n\
+         MetricsFile={}\n",
+        metrics.display()
+    );
+    install_conf(c, &bad)?;
+    let before = count(c);
+    c.restart_slurmctld()?;
+    let log = c.log("slurmctld");
+    let line = format!("{}:2:", conf_path(c).display());
+    ensure(
+        count(c) > before
+            && log
+                .lines()
+                .any(|l| l.contains("error:") && l.contains(&line)),
+        format!("no error naming {line} and the policy without the file in:\n{log}"),
+    )?;
+    judge_without_file(c, metrics)?;
+    // `gpu-qos check` says what is wrong and what the plugin does.
+    let bin = testcluster::cluster::build_dir()?.join("gpu-qos");
+    let out = c.run(
+        &bin.to_string_lossy(),
+        &["check", "--conf", &conf_path(c).to_string_lossy()],
+    )?;
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    ensure(
+        out.status.code() == Some(2),
+        format!("check exited {:?}", out.status),
+    )?;
+    contains_all(&said, &["Bogus", "running without its file"])?;
+    // An edit still bad: said again at error level.
+    let before = count(c);
+    install_conf(c, &format!("{bad}# still bad\n"))?;
+    wait_for("the bad edit to be logged", SHORT, || {
+        (count(c) > before).then_some(())
+    })?;
+    // A good file appears: taken.
+    install_and_wait(
+        c,
+        &format!("{EXAMPLE_GPU_QOS_CONF}MetricsFile={}\n", metrics.display()),
+    )?;
+    rejected(c, &["--qos=qos_lafferty", "--gres=gpu:h100:1"])?;
+    wait_for("the metrics file to say the file is read", SHORT, || {
+        fs::read_to_string(metrics).ok().filter(|t| {
+            t.lines().any(|l| l == "gpushare_policy_config_ok 1")
+                && t.lines().any(|l| l == "gpushare_policy_without_file 0")
+        })
+    })?;
+
+    // No file at all: the same policy, then the file taken when it comes.
+    fs::remove_file(conf_path(c)).map_err(|e| e.to_string())?;
+    let before = count(c);
+    c.restart_slurmctld()?;
+    ensure(count(c) > before, "no error for the missing file")?;
+    let err = rejected(c, &["--qos=qos_lafferty", "--gres=gpu:2"])?;
+    contains_all(&err, &["a40"])?;
+    accepted(c, &["--qos=qos_lafferty", "--gres=gpu:h100:1"])?;
+    install_and_wait(c, EXAMPLE_GPU_QOS_CONF)?;
+    rejected(c, &["--qos=qos_lafferty", "--gres=gpu:h100:1"]).map(drop)
+}
+
+/// What the policy without its file judges on the example site: the
+/// untyped request under qos_lafferty's typed GrpTRES refused, naming
+/// the type; a type the file's rule would refuse accepted; the metrics
+/// say so.
+fn judge_without_file(c: &Cluster, metrics: &std::path::Path) -> TestResult {
+    let err = rejected(c, &["--qos=qos_lafferty", "--gres=gpu:2"])?;
+    contains_all(&err, &["qos_lafferty", "a40"])?;
+    let id = accepted(c, &["--qos=qos_lafferty", "--gres=gpu:h100:1"])?;
+    c.run_ok("scancel", &[&id.to_string()])?;
+    wait_for(
+        "the metrics file to say the file is not read",
+        SHORT,
+        || {
+            fs::read_to_string(metrics).ok().filter(|t| {
+                t.lines().any(|l| l == "gpushare_policy_config_ok 0")
+                    && t.lines().any(|l| l == "gpushare_policy_without_file 1")
+            })
+        },
+    )
+    .map(drop)
 }
 
 /// `gpu-qos check --json` against the cluster's accounting database: what it
