@@ -3,13 +3,15 @@
 
 use super::*;
 
-/// `ExemptUsers=` by name: the user's untyped submission is accepted and
-/// slurmctld logs what it would have refused. `ExemptAdmins=yes`: an
+/// `ExemptUsers=` by name and by uid: each user's untyped submission is
+/// accepted and slurmctld logs what it would have refused. `ExemptAdmins=yes`: an
 /// operator's (`AdminLevel=Operator`) update of another user's job is
 /// made, the owner's own update of it refused. Both counted.
 pub(super) fn exemptions(c: &mut Cluster) -> TestResult {
     let xim = TestUser::create(c, "gpushare_xim")?;
     xim.allow_qos_by_default(c, &["normal", "qos_lafferty"], "normal")?;
+    let yuri = TestUser::create(c, "gpushare_yuri")?;
+    yuri.allow_qos_by_default(c, &["normal", "qos_lafferty"], "normal")?;
     let owen = TestUser::create(c, "gpushare_owen")?;
     owen.allow_qos_by_default(c, &["normal", "lowprio", "qos_lafferty"], "normal")?;
     let oscar = TestUser::create(c, "gpushare_oscar")?;
@@ -31,18 +33,20 @@ pub(super) fn exemptions(c: &mut Cluster) -> TestResult {
     install_and_wait(
         c,
         &format!(
-            "{EXAMPLE_GPU_QOS_CONF}ExemptUsers=gpushare_xim\nExemptAdmins=yes\nMetricsFile={}\n",
+            "{EXAMPLE_GPU_QOS_CONF}ExemptUsers=gpushare_xim,{}\nExemptAdmins=yes\n\
+             MetricsFile={}\n",
+            yuri.uid,
             metrics.display()
         ),
     )?;
-    let result = judge_exemptions(c, &xim, &owen, &oscar, &metrics);
+    let result = judge_exemptions(c, [&xim, &yuri], &owen, &oscar, &metrics);
     install_conf(c, EXAMPLE_GPU_QOS_CONF)?;
     result
 }
 
 fn judge_exemptions(
     c: &Cluster,
-    xim: &TestUser,
+    exempt: [&TestUser; 2],
     owen: &TestUser,
     oscar: &TestUser,
     metrics: &std::path::Path,
@@ -54,21 +58,25 @@ fn judge_exemptions(
         "--qos=qos_lafferty",
         "--gres=gpu:2",
     ];
-    let (id, _) = user_accepted(c, xim, "sbatch", &untyped, "the exempt user's job")?;
-    let job_id: u32 = id.parse().map_err(|e| format!("job id {id:?}: {e}"))?;
-    let request = c.job(job_id)?.tres_request("TresPerNode");
-    ensure(
-        request.as_deref() == Some("gres:gpu:2"),
-        format!("the exempt job was changed: TresPerNode {request:?}"),
-    )?;
-    let logged = format!(
-        "job from uid {} accepted, exempt (ExemptUsers), QOS qos_lafferty; it would have been \
-         refused: QOS qos_lafferty requires a GPU type",
-        xim.uid
-    );
-    wait_for("slurmctld to log the exemption", SHORT, || {
-        c.log("slurmctld").contains(&logged).then_some(())
-    })?;
+    let mut ids = Vec::new();
+    for user in exempt {
+        let (id, _) = user_accepted(c, user, "sbatch", &untyped, "the exempt user's job")?;
+        let job_id: u32 = id.parse().map_err(|e| format!("job id {id:?}: {e}"))?;
+        let request = c.job(job_id)?.tres_request("TresPerNode");
+        ensure(
+            request.as_deref() == Some("gres:gpu:2"),
+            format!("the exempt job was changed: TresPerNode {request:?}"),
+        )?;
+        let logged = format!(
+            "job from uid {} accepted, exempt (ExemptUsers), QOS qos_lafferty; it would have \
+             been refused: QOS qos_lafferty requires a GPU type",
+            user.uid
+        );
+        wait_for("slurmctld to log the exemption", SHORT, || {
+            c.log("slurmctld").contains(&logged).then_some(())
+        })?;
+        ids.push(id);
+    }
 
     // owen's job, moved to the group QOS without a typed request.
     let own = owen.run_ok(
@@ -110,18 +118,15 @@ fn judge_exemptions(
     wait_for("slurmctld to log the operator's exemption", SHORT, || {
         c.log("slurmctld").contains(&logged).then_some(())
     })?;
-    let _ = c.run("scancel", &[&id]);
-    let _ = c.run("scancel", &[&own]);
-    wait_for("the metrics file to count both", SHORT, || {
+    for id in ids.iter().chain([&own]) {
+        let _ = c.run("scancel", &[id]);
+    }
+    wait_for("the metrics file to count all three", SHORT, || {
         fs::read_to_string(metrics).ok().filter(|text| {
-            let counted = |prefix: &str| {
-                text.lines()
-                    .any(|l| l.starts_with(prefix) && l.ends_with(" 1"))
-            };
-            counted(
-                "gpushare_policy_exemptions_total{reason=\"exempt_user\",rule=\"untyped_gpu\",\
-                 qos=\"qos_lafferty\"}",
-            ) && text.lines().any(|l| {
+            text.lines().any(|l| {
+                l == "gpushare_policy_exemptions_total{reason=\"exempt_user\",\
+                      rule=\"untyped_gpu\",qos=\"qos_lafferty\"} 2"
+            }) && text.lines().any(|l| {
                 l.starts_with("gpushare_policy_exemptions_total{reason=\"admin_update\",")
                     && l.contains("qos=\"qos_lafferty\"")
                     && l.ends_with(" 1")
