@@ -335,20 +335,17 @@ fn without_file_text() -> String {
     )
 }
 
-/// The policy without the file, writing its metrics where the file's
-/// own `MetricsFile=` line says, if that line can be read alone.
-fn without_file(path: &Path) -> GpuQosConfig {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    GpuQosConfig::without_file(config::metrics_file_in(&text))
-}
-
 /// Loads the policy (or, where the file is missing or invalid, the
 /// policy without it) and starts the watcher. Only a thread that cannot
 /// be started is an error.
 pub fn start(path: &Path, slurm_conf: Option<&Path>) -> Result<(), String> {
     stop();
     crate::partitions::seed_from_slurm_conf(slurm_conf);
-    let (mut file, error) = WatchedFile::load_or(path, config::parse, without_file(path));
+    // Its metrics go where the file's own MetricsFile= line says, if that
+    // line is valid alone: the site's alert must see it.
+    let (mut file, error) = WatchedFile::load_or(path, config::parse, |text| {
+        GpuQosConfig::without_file(config::metrics_file_in(text))
+    });
     let mut missing = error.is_some();
     DECISIONS.set_config_state(!missing, missing);
     if let Some(e) = &error {

@@ -416,6 +416,17 @@ fn positive_integer(key: Key, value: &str) -> Result<u64, Problem> {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_invalid_file_still_says_where_its_metrics_go_if_that_line_is_valid() {
+        let broken = "QOS=q GPUTypes=a40\nQOS=q GPUTypes=h100\nMetricsFile=/m/x.prom\n";
+        assert!(parse(broken, "f").is_err());
+        assert_eq!(metrics_file_in(broken), Some(PathBuf::from("/m/x.prom")));
+        // A MetricsFile= line that is itself wrong, or none: nowhere.
+        assert_eq!(metrics_file_in("MetricsFile=x.prom Bogus=1\n"), None);
+        assert_eq!(metrics_file_in("MetricsFile=relative.prom\n"), None);
+        assert_eq!(metrics_file_in(""), None);
+    }
     use proptest::prelude::*;
 
     const FILE: &str = "/etc/slurm/gpu_qos.conf";
