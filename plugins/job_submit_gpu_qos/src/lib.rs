@@ -249,9 +249,10 @@ unsafe fn modify(
     let job = strings.describe(desc, resolution.view());
     log_missing_rules(&policy, &job);
     let verdict = judge_modify(&policy, &job);
-    // slurmctld sets user_id to the job's owner before calling job_modify
-    // (`_update_job`: "if (job_specs->user_id == NO_VAL)"), or to the
-    // uid an administrator's `-u` names, which is then also `uid`.
+    // slurmctld sets user_id to the job's owner just before job_modify
+    // (`_update_job`, job_mgr.c: where the client left it unset, NO_VAL on
+    // 22.05, SLURM_AUTH_NOBODY (99) from 23.02 to 26.05), or keeps the uid
+    // an administrator's `scontrol -u` names, which is then also `uid`.
     let owner = (desc.user_id != slurm_sys::NO_VAL).then_some(desc.user_id);
     let verdict = exempted(&policy, &job, Action::Update { owner }, uid, verdict);
     drop(strings);
