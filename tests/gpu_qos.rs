@@ -13,6 +13,14 @@ use testcluster::time::{JOB_LONG, JOB_START, SHORT};
 use testcluster::users::TestUser;
 use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
 
+#[path = "gpu_qos/exempt.rs"]
+mod exempt;
+#[path = "gpu_qos/without_file.rs"]
+mod without_file;
+
+use exempt::exemptions;
+use without_file::bad_config_at_init;
+
 fn main() -> ExitCode {
     Suite::new(ClusterSpec::example_site())
         // Each test starts with no job left by the one before.
@@ -89,7 +97,11 @@ fn main() -> ExitCode {
             metrics_file_trouble,
         )
         .test(
-            "missing_or_invalid_config_stops_slurmctld_with_file_line",
+            "an_exempt_user_and_an_operators_update_are_accepted_and_counted",
+            exemptions,
+        )
+        .test(
+            "missing_or_invalid_config_leaves_slurmctld_running_on_the_database_limits",
             bad_config_at_init,
         )
         .run()
@@ -548,26 +560,7 @@ fn judge_warn_only(c: &Cluster, wendy: &TestUser, metrics: &std::path::Path) -> 
         "--qos=qos_lafferty",
         "--gres=gpu:2",
     ];
-    // Until slurmctld has learnt wendy's QOS from slurmdbd, sbatch is
-    // refused by Slurm itself.
-    let mut last = String::new();
-    let (id, stderr) = wait_for("the warned job to be accepted", JOB_START, || {
-        match wendy.run(c, None, "sbatch", &args) {
-            Ok(out) if out.status.success() => Some((
-                String::from_utf8_lossy(&out.stdout).trim().to_owned(),
-                String::from_utf8_lossy(&out.stderr).into_owned(),
-            )),
-            Ok(out) => {
-                last = String::from_utf8_lossy(&out.stderr).into_owned();
-                None
-            }
-            Err(e) => {
-                last = e;
-                None
-            }
-        }
-    })
-    .map_err(|e| format!("{e}; last answer: {last}"))?;
+    let (id, stderr) = user_accepted(c, wendy, "sbatch", &args, "the warned job")?;
     contains_all(
         &stderr,
         &[
@@ -735,28 +728,36 @@ fn metrics_file_trouble(c: &mut Cluster) -> TestResult {
     result
 }
 
-fn bad_config_at_init(c: &mut Cluster) -> TestResult {
-    let (status, log) = c.probe_slurmctld("noconf", None, |dir| {
-        fs::remove_file(dir.join("gpu_qos.conf")).map_err(|e| e.to_string())
-    })?;
-    ensure(
-        !status.success(),
-        format!("slurmctld without gpu_qos.conf exited {status}"),
-    )?;
-    contains_all(&log, &["gpu_qos.conf", "fatal"])?;
-
-    let (status, log) = c.probe_slurmctld("badconf", None, |dir| {
-        fs::write(
-            dir.join("gpu_qos.conf"),
-            "QOS=qos_lafferty GPUTypes=a40\nQOS=qos_saxena GPULimit=20 GPUTypes=a100 Bogus=1\n",
-        )
-        .map_err(|e| e.to_string())
-    })?;
-    ensure(
-        !status.success(),
-        format!("slurmctld with a bad gpu_qos.conf exited {status}"),
-    )?;
-    contains_all(&log, &["gpu_qos.conf:2:", "Bogus", "fatal"])
+/// Runs `program args` as `user` until it succeeds (until slurmctld has
+/// learnt a new association or admin level from slurmdbd, Slurm itself
+/// refuses): its stdout, trimmed, and stderr.
+fn user_accepted(
+    c: &Cluster,
+    user: &TestUser,
+    program: &str,
+    args: &[&str],
+    what: &str,
+) -> Result<(String, String), String> {
+    let mut last = String::new();
+    wait_for(
+        &format!("{what} to be accepted"),
+        JOB_START,
+        || match user.run(c, None, program, args) {
+            Ok(out) if out.status.success() => Some((
+                String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )),
+            Ok(out) => {
+                last = String::from_utf8_lossy(&out.stderr).into_owned();
+                None
+            }
+            Err(e) => {
+                last = e;
+                None
+            }
+        },
+    )
+    .map_err(|e| format!("{e}; last answer: {last}"))
 }
 
 /// `gpu-qos check --json` against the cluster's accounting database: what it

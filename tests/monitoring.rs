@@ -101,6 +101,9 @@ fn figures(c: &mut Cluster) -> TestResult {
         1.0,
         wait,
     )?;
+    // The plugin runs its file: no alert of GpusharePolicyFileBad.
+    mon.wait_value("gpushare_policy_config_ok", 1.0, wait)?;
+    mon.wait_value("gpushare_policy_without_file", 0.0, wait)?;
     mon.wait_value(r#"sum(gpushare_placements_total{node="gpu01"})"#, 8.0, wait)?;
     // A lafferty job over what is left waits on the group; the pending
     // figure says so once gpu-qos metrics runs again.

@@ -8,7 +8,7 @@
 //! for the pending jobs' QOS and reason ([`super::slurm::jobs::pending`]).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use super::policy::{RejectionKind, Verdict, WarningReason};
@@ -186,6 +186,14 @@ pub struct DecisionCounts {
     counts: [AtomicU64; SLOTS],
     /// (reason, lower-cased QOS) → warnings.
     warnings: Mutex<BTreeMap<(&'static str, String), u64>>,
+    /// (reason, rule, lower-cased QOS) → refusals not made for exempt
+    /// requesters.
+    exemptions: Mutex<BTreeMap<(&'static str, &'static str, String), u64>>,
+    /// Whether the policy in force is what gpu_qos.conf says now.
+    config_ok: AtomicBool,
+    /// Whether no version of gpu_qos.conf has been read since slurmctld
+    /// loaded the plugin (the policy without its file is in force).
+    without_file: AtomicBool,
 }
 
 impl Default for DecisionCounts {
@@ -199,7 +207,35 @@ impl DecisionCounts {
         Self {
             counts: [const { AtomicU64::new(0) }; SLOTS],
             warnings: Mutex::new(BTreeMap::new()),
+            exemptions: Mutex::new(BTreeMap::new()),
+            config_ok: AtomicBool::new(true),
+            without_file: AtomicBool::new(false),
         }
+    }
+
+    /// What the plugin reads of gpu_qos.conf: `ok` when the policy in
+    /// force is the file as it is now; `without_file` while no version
+    /// of it has been read since load.
+    pub fn set_config_state(&self, ok: bool, without_file: bool) {
+        self.config_ok.store(ok, Ordering::Relaxed);
+        self.without_file.store(without_file, Ordering::Relaxed);
+    }
+
+    /// A figure that changes whenever what [`Self::render`] prints does:
+    /// every decision, and the state of the file.
+    pub fn generation(&self) -> u64 {
+        let (ok, without_file) = self.config_state();
+        self.total()
+            .wrapping_mul(4)
+            .wrapping_add(u64::from(ok) * 2 + u64::from(without_file))
+    }
+
+    /// `(ok, without_file)` as last set.
+    pub fn config_state(&self) -> (bool, bool) {
+        (
+            self.config_ok.load(Ordering::Relaxed),
+            self.without_file.load(Ordering::Relaxed),
+        )
     }
 
     fn slot(call: Call, rejected: Option<RejectionKind>) -> usize {
@@ -213,6 +249,22 @@ impl DecisionCounts {
     pub fn record(&self, call: Call, verdict: &Verdict) {
         let rejected = match verdict {
             Verdict::Accept(changes) => {
+                if let Some(e) = &changes.exemption {
+                    let mut exempted = self
+                        .exemptions
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    let (reason, rule) = (e.reason.label(), rule_name(e.kind));
+                    let mut qos = match e.qos.as_str() {
+                        "" => "none".to_owned(),
+                        q => q.to_ascii_lowercase(),
+                    };
+                    let known = exempted.contains_key(&(reason, rule, qos.clone()));
+                    if !known && exempted.len() >= MAX_WARNING_QOS {
+                        qos = "other".to_owned();
+                    }
+                    *exempted.entry((reason, rule, qos)).or_default() += 1;
+                }
                 if !changes.warnings.is_empty() {
                     let mut warnings = self.warnings.lock().unwrap_or_else(PoisonError::into_inner);
                     for w in &changes.warnings {
@@ -283,6 +335,44 @@ impl DecisionCounts {
         for ((reason, qos), n) in counted.iter() {
             out.sample(warnings, &[("reason", reason), ("qos", qos)], *n);
         }
+        drop(counted);
+        let exemptions = "gpushare_policy_exemptions_total";
+        out.family(
+            exemptions,
+            "counter",
+            "Refusals not made because the requester is exempt (ExemptUsers=, or \
+             ExemptAdmins= for an operator's update of another user's job), since slurmctld \
+             loaded the plugin, by reason, the rule that would have refused and the job's QOS.",
+        );
+        let counted = self
+            .exemptions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for ((reason, rule, qos), n) in counted.iter() {
+            out.sample(
+                exemptions,
+                &[("reason", reason), ("rule", rule), ("qos", qos)],
+                *n,
+            );
+        }
+        drop(counted);
+        let (ok, without_file) = self.config_state();
+        out.family(
+            "gpushare_policy_config_ok",
+            "gauge",
+            "1 when the policy in force is gpu_qos.conf as it is now; 0 when the file is \
+             missing or invalid (the last good version, or the policy without its file, is \
+             in force).",
+        );
+        out.sample("gpushare_policy_config_ok", &[], u64::from(ok));
+        out.family(
+            "gpushare_policy_without_file",
+            "gauge",
+            "1 while no version of gpu_qos.conf has been read since slurmctld loaded the \
+             plugin: only untyped GPU requests under typed limits of the accounting \
+             database are refused.",
+        );
+        out.sample("gpushare_policy_without_file", &[], u64::from(without_file));
         out.into_text()
     }
 }
@@ -418,6 +508,47 @@ ClusterName=gpushare Account=lafferty_students UserName=root(0) Partition= Prior
         assert!(series <= MAX_WARNING_QOS + 1, "{series}");
         assert!(
             text.contains("reason=\"untyped_gpu\",qos=\"other\"}"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn exemptions_are_counted_by_reason_rule_and_qos_and_the_file_state_shown() {
+        use super::super::policy::{ExemptReason, Exemption};
+        let counts = DecisionCounts::new();
+        let exempt = |reason, qos: &str| {
+            Verdict::Accept(JobChanges {
+                exemption: Some(Exemption {
+                    reason,
+                    kind: RejectionKind::UntypedGpu,
+                    message: String::new(),
+                    qos: qos.to_owned(),
+                }),
+                ..JobChanges::default()
+            })
+        };
+        counts.record(Call::Submit, &exempt(ExemptReason::User, "QOS_Lafferty"));
+        counts.record(Call::Modify, &exempt(ExemptReason::User, "qos_lafferty"));
+        counts.record(Call::Modify, &exempt(ExemptReason::Admin, ""));
+        let text = counts.render();
+        for line in [
+            "gpushare_policy_exemptions_total{reason=\"exempt_user\",rule=\"untyped_gpu\",qos=\"qos_lafferty\"} 2",
+            "gpushare_policy_exemptions_total{reason=\"admin_update\",rule=\"untyped_gpu\",qos=\"none\"} 1",
+            // An exempted job is an accepted one.
+            "gpushare_job_submit_decisions_total{call=\"modify\",decision=\"accept\",rule=\"none\"} 2",
+            "gpushare_policy_config_ok 1",
+            "gpushare_policy_without_file 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
+        }
+        counts.set_config_state(false, true);
+        let text = counts.render();
+        assert!(
+            text.lines().any(|l| l == "gpushare_policy_config_ok 0"),
+            "{text}"
+        );
+        assert!(
+            text.lines().any(|l| l == "gpushare_policy_without_file 1"),
             "{text}"
         );
     }

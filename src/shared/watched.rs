@@ -266,6 +266,39 @@ impl<T> WatchedFile<T> {
         })
     }
 
+    /// Loads `path` now; where it is missing, unreadable or invalid,
+    /// `fallback(text)` is in force instead (`text`: what was read, empty
+    /// where nothing could be) and the error comes back beside it, and the
+    /// watcher takes the file once a valid version of it appears (a daemon
+    /// that must run without its file).
+    pub fn load_or(
+        path: &Path,
+        parse: Parser<T>,
+        fallback: impl FnOnce(&str) -> T,
+    ) -> (Self, Option<ConfigError>) {
+        let name = path.to_string_lossy();
+        let (seen, text, outcome) = match read_settled(path, Expect::AnyText) {
+            Err(e) => (None, String::new(), Err(ConfigError::new(&name, 0, e))),
+            // Read again at the next poll: it may be being written.
+            Ok(Err(why)) => (None, String::new(), Err(ConfigError::new(&name, 0, why))),
+            Ok(Ok(settled)) => {
+                let outcome = parse(&settled.text, &name);
+                (Some(settled.stamp), settled.text, outcome)
+            }
+        };
+        let (value, error) = match outcome {
+            Ok(value) => (value, None),
+            Err(e) => (fallback(&text), Some(e)),
+        };
+        let file = Self {
+            path: path.to_path_buf(),
+            parse,
+            seen,
+            current: Arc::new(Current::new(value)),
+        };
+        (file, error)
+    }
+
     /// The shared handle readers use.
     pub fn current(&self) -> Arc<Current<T>> {
         Arc::clone(&self.current)
@@ -331,6 +364,40 @@ mod tests {
         let tmp = path.with_extension("tmp");
         fs::write(&tmp, text).unwrap_or_else(|e| panic!("{e}"));
         fs::rename(&tmp, path).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    #[test]
+    fn a_missing_or_invalid_file_leaves_the_fallback_in_force_until_a_good_one_comes() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("value.conf");
+        let (mut file, error) = WatchedFile::load_or(&path, parse_number, |_| 7);
+        assert!(error.is_some_and(|e| e.to_string().contains("value.conf")));
+        assert_eq!(*file.current().get(), 7);
+        // Still missing: nothing to do.
+        assert_eq!(file.poll(), PollOutcome::Unchanged);
+        // An invalid version: told, the fallback kept.
+        replace(&path, "seven\n");
+        assert!(matches!(file.poll(), PollOutcome::Rejected(_)));
+        assert_eq!(*file.current().get(), 7);
+        // A good one: taken.
+        replace(&path, "42\n");
+        assert_eq!(file.poll(), PollOutcome::Reloaded);
+        assert_eq!(*file.current().get(), 42);
+        // Invalid from the start: the fallback, then the good file.
+        let (mut file, error) = WatchedFile::load_or(&path, parse_number, |_| 7);
+        assert!(error.is_none());
+        assert_eq!(*file.current().get(), 42);
+        replace(&path, "x\n");
+        let (mut bad, error) = WatchedFile::load_or(&path, parse_number, |text| {
+            assert_eq!(text, "x\n", "the fallback sees what was read");
+            7
+        });
+        assert!(error.is_some_and(|e| e.to_string().contains("not a number")));
+        assert_eq!(*bad.current().get(), 7);
+        replace(&path, "8\n");
+        assert_eq!(bad.poll(), PollOutcome::Reloaded);
+        assert_eq!(*bad.current().get(), 8);
+        assert_eq!(file.poll(), PollOutcome::Reloaded);
     }
 
     fn verdict(path: &Path, expect: Expect) -> Result<String, Unsettled> {

@@ -424,3 +424,50 @@ unsafe fn account_chain(
     }
     chain
 }
+
+/// `SLURMDB_ADMIN_OPERATOR` of `slurmdb_admin_level_t` (slurmdb.h): the
+/// same value, and the same order below `SLURMDB_ADMIN_SUPER_USER`, in
+/// every release from 22.05 to 26.05.
+const ADMIN_OPERATOR: u16 = 2;
+
+/// Who submits or updates, as slurmctld's association manager has them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Requester {
+    pub name: Option<String>,
+    /// AdminLevel Operator or Administrator in the database.
+    pub operator: bool,
+}
+
+/// The user record of `uid`: its name and admin level. Read with
+/// `assoc_mgr_fill_in_user` under the manager's user read lock, as the
+/// job's own user is: the level is copied from the same record
+/// (`user->admin_level = found_user->admin_level`, every release).
+/// `assoc_mgr_get_admin_level` is not used: it takes the user lock
+/// itself (its `_locked` form exists only from 23.11) and gives no name.
+///
+/// # Safety
+/// Called only from slurmctld's job_submit/job_modify; the caller holds
+/// no association manager lock.
+pub unsafe fn requester(uid: u32) -> Requester {
+    let Some(g) = globals() else {
+        return Requester::default();
+    };
+    // SAFETY: slurmctld's globals, as in `resolve`.
+    let (db_conn, enforce) = unsafe { (*g.acct_db_conn, c_int::from(*g.accounting_enforce)) };
+    let _locks = ReadLocks::take();
+    // SAFETY: a zeroed record, the uid set, filled under our user lock.
+    let mut user: slurmdb_user_rec_t = unsafe { std::mem::zeroed() };
+    user.uid = uid;
+    // SAFETY: as above; NULL user_pptr is allowed.
+    let found =
+        unsafe { assoc_mgr_fill_in_user(db_conn, &mut user, enforce, ptr::null_mut(), true) }
+            == SLURM_SUCCESS as c_int;
+    if !found {
+        return Requester::default();
+    }
+    Requester {
+        // SAFETY: the manager's string, valid under our locks.
+        name: unsafe { owned(user.name) },
+        operator: user.admin_level >= ADMIN_OPERATOR,
+    }
+}

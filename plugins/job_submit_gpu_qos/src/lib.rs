@@ -11,10 +11,11 @@
 use std::os::raw::{c_char, c_int, c_void};
 use std::path::PathBuf;
 
+use gpushare::qos::config::GpuQosConfig;
 use gpushare::qos::metrics::Call;
 use gpushare::qos::policy::{
-    asks_untyped_gpu, judge_modify, judge_submit, limits_without_rule, JobDescription, Resolved,
-    Verdict,
+    apply_exemptions, asks_untyped_gpu, judge_modify, judge_submit, limits_without_rule, Action,
+    JobDescription, Requester, Resolved, Verdict,
 };
 use slurm_plugin::log;
 use slurm_plugin::slurm_str::{opt_str, set_message};
@@ -47,8 +48,9 @@ fn daemon_slurm_conf() -> Option<PathBuf> {
 }
 
 slurm_plugin::export! {
-    /// Called once when slurmctld loads the plugin; a non-zero return stops
-    /// slurmctld, which is what a site wants when its policy cannot be enforced.
+    /// Called once when slurmctld loads the plugin (and at each `scontrol
+    /// reconfigure`); a non-zero return stops slurmctld, so a missing or
+    /// invalid gpu_qos.conf does not make one (see `policy_state::start`).
     fn init() -> c_int, on_panic SLURM_ERROR => plugin_init;
     /// Called when slurmctld shuts down or reloads its plugins.
     fn fini() -> c_int, on_panic SLURM_ERROR => plugin_fini;
@@ -112,6 +114,7 @@ fn plugin_init() -> c_int {
     let slurm_conf = daemon_slurm_conf();
     let path = policy_state::conf_path(slurm_conf.as_deref());
     match policy_state::start(&path, slurm_conf.as_deref()) {
+        // Only a thread that cannot be started fails the plugin.
         Ok(()) => OK,
         Err(e) => {
             log::error(&format!("{PLUGIN}: {e}"));
@@ -138,6 +141,15 @@ unsafe fn conclude(
 ) -> c_int {
     match verdict {
         Verdict::Accept(changes) => {
+            if let Some(e) = &changes.exemption {
+                log::info(&format!(
+                    "{PLUGIN}: {what} from uid {uid} accepted, exempt ({}), QOS {}; it would \
+                     have been refused: {}",
+                    e.reason.describe(),
+                    if e.qos.is_empty() { "unknown" } else { &e.qos },
+                    e.message.replace('\n', " ")
+                ));
+            }
             for w in &changes.warnings {
                 log::info(&format!(
                     "{PLUGIN}: {what} from uid {uid} accepted (Enforce=warn, QOS {}): {}",
@@ -195,6 +207,7 @@ unsafe fn submit(
     let job = strings.describe(desc, resolution.view());
     log_missing_rules(&policy, &job);
     let verdict = judge_submit(&policy, &job);
+    let verdict = exempted(&policy, &job, Action::Submit, submit_uid, verdict);
     drop(strings);
     policy_state::decisions().record(Call::Submit, &verdict);
     // SAFETY: forwarded from slurmctld's contract above.
@@ -236,10 +249,43 @@ unsafe fn modify(
     let job = strings.describe(desc, resolution.view());
     log_missing_rules(&policy, &job);
     let verdict = judge_modify(&policy, &job);
+    // slurmctld sets user_id to the job's owner just before job_modify
+    // (`_update_job`, job_mgr.c: where the client left it unset, NO_VAL on
+    // 22.05, SLURM_AUTH_NOBODY (99) from 23.02 to 26.05), or keeps the uid
+    // an administrator's `scontrol -u` names, which is then also `uid`.
+    let owner = (desc.user_id != slurm_sys::NO_VAL).then_some(desc.user_id);
+    let verdict = exempted(&policy, &job, Action::Update { owner }, uid, verdict);
     drop(strings);
     policy_state::decisions().record(Call::Modify, &verdict);
     // SAFETY: forwarded from slurmctld's contract above.
     unsafe { conclude("update", verdict, desc, uid, err_msg) }
+}
+
+/// The verdict once `ExemptUsers=`/`ExemptAdmins=` are applied: the
+/// requester is looked up only for a refusal, and only where the file
+/// exempts anyone.
+fn exempted(
+    policy: &GpuQosConfig,
+    job: &JobDescription<'_>,
+    action: Action,
+    uid: u32,
+    verdict: Verdict,
+) -> Verdict {
+    if !matches!(verdict, Verdict::Reject(_)) || !policy.has_exemptions() {
+        return verdict;
+    }
+    // SAFETY: from slurmctld's job_submit/job_modify, no manager lock held.
+    let who = unsafe { assoc::requester(uid) };
+    // root and SlurmUser are operators whatever the database says, as
+    // Slurm's own validate_operator() has it.
+    // SAFETY: slurmctld's configuration, filled before plugins load.
+    let slurm_user = unsafe { (*std::ptr::addr_of!(slurm_sys::slurm_conf)).slurm_user_id };
+    let requester = Requester {
+        uid,
+        name: who.name.as_deref(),
+        operator: who.operator || uid == 0 || uid == slurm_user,
+    };
+    apply_exemptions(policy, job, action, &requester, verdict)
 }
 
 /// # Safety

@@ -1,9 +1,14 @@
 //! The policy in force inside slurmctld, and the thread that reloads it.
 //!
-//! `init()` loads `gpu_qos.conf` (failing the plugin, and so slurmctld, if it
-//! is missing or invalid) and starts a watcher thread that `stat`s the file
-//! every [`POLL_INTERVAL`]; an edit is applied atomically, an invalid edit is
-//! logged with its `file:line` and the last good policy stays. The submit
+//! `init()` loads `gpu_qos.conf` and starts a watcher thread that `stat`s
+//! the file every [`POLL_INTERVAL`]; an edit is applied atomically, an
+//! invalid edit is logged with its `file:line` and the last good policy
+//! stays. A file missing or invalid at `init()` does not fail the plugin
+//! (which would stop slurmctld): the policy without its file
+//! ([`GpuQosConfig::without_file`]) is in force, said at error level at
+//! load and at each rejected edit, and in the metrics
+//! (`gpushare_policy_config_ok 0`, `gpushare_policy_without_file 1`),
+//! until a valid file appears, which the watcher takes. The submit
 //! path only clones an `Arc`: no file I/O per job. `fini()` stops the thread
 //! and joins it if it ends within [`STOP_WAIT`]: one stuck in a `stat` of a
 //! hung filesystem is left behind rather than holding up slurmctld, which
@@ -200,7 +205,8 @@ fn write_metrics(current: &Current<GpuQosConfig>, stop: &StopSignal, interval: D
     let mut writer = MetricsWriter::default();
     let mut once = || {
         guard("job_submit/gpu_qos: metrics", (), || {
-            let total = DECISIONS.total();
+            // Not only decisions: a change of the file's state is news.
+            let total = DECISIONS.generation();
             let policy = current.get();
             if let Tick::Write(path) = writer.tick(policy.metrics_file(), total, reloads()) {
                 let outcome = prom::write_file(&path, &DECISIONS.render());
@@ -321,11 +327,30 @@ fn read_partitions(slurm_conf: Option<&Path>, stop: &StopSignal, interval: Durat
     }
 }
 
-/// Loads the policy and starts the watcher. Errors are `file:line: reason`.
+/// What the log says of the policy in force without the file.
+fn without_file_text() -> String {
+    format!(
+        "RUNNING WITHOUT ITS POLICY FILE: {}; `gpu-qos check` says what is wrong with the file",
+        config::WITHOUT_FILE
+    )
+}
+
+/// Loads the policy (or, where the file is missing or invalid, the
+/// policy without it) and starts the watcher. Only a thread that cannot
+/// be started is an error.
 pub fn start(path: &Path, slurm_conf: Option<&Path>) -> Result<(), String> {
     stop();
     crate::partitions::seed_from_slurm_conf(slurm_conf);
-    let mut file = WatchedFile::load(path, config::parse).map_err(|e| e.to_string())?;
+    // Its metrics go where the file's own MetricsFile= line says, if that
+    // line is valid alone: the site's alert must see it.
+    let (mut file, error) = WatchedFile::load_or(path, config::parse, |text| {
+        GpuQosConfig::without_file(config::metrics_file_in(text))
+    });
+    let mut missing = error.is_some();
+    DECISIONS.set_config_state(!missing, missing);
+    if let Some(e) = &error {
+        log::error(&format!("{PLUGIN}: {e}; {}", without_file_text()));
+    }
     let current = file.current();
     let stop = Arc::new(StopSignal::default());
     let interval = poll_interval();
@@ -338,13 +363,27 @@ pub fn start(path: &Path, slurm_conf: Option<&Path>) -> Result<(), String> {
                 PollOutcome::Unchanged => {}
                 PollOutcome::Reloaded => {
                     RELOADS.fetch_add(1, Ordering::Relaxed);
+                    DECISIONS.set_config_state(true, false);
                     log::info(&format!(
-                        "{PLUGIN}: reloaded {} ({})",
+                        "{PLUGIN}: reloaded {} ({}){}",
                         file.path().display(),
-                        rules_text(&file.current().get())
+                        rules_text(&file.current().get()),
+                        if std::mem::take(&mut missing) {
+                            "; the policy of the file is in force, no longer the policy \
+                             without it"
+                        } else {
+                            ""
+                        }
                     ))
                 }
-                PollOutcome::Rejected(why) => log::error(&format!("{PLUGIN}: {why}")),
+                PollOutcome::Rejected(why) => {
+                    DECISIONS.set_config_state(false, missing);
+                    if missing {
+                        log::error(&format!("{PLUGIN}: {why}; {}", without_file_text()))
+                    } else {
+                        log::error(&format!("{PLUGIN}: {why}"))
+                    }
+                }
             });
         }
     })?;
@@ -379,11 +418,13 @@ pub fn start(path: &Path, slurm_conf: Option<&Path>) -> Result<(), String> {
     }
     .map_err(|e| log::error(&format!("{PLUGIN}: {e}")))
     .ok();
-    log::info(&format!(
-        "{PLUGIN}: policy from {} ({})",
-        path.display(),
-        rules_text(&current.get())
-    ));
+    if error.is_none() {
+        log::info(&format!(
+            "{PLUGIN}: policy from {} ({})",
+            path.display(),
+            rules_text(&current.get())
+        ));
+    }
     *RUNNING.write().unwrap_or_else(PoisonError::into_inner) = Some(Running {
         current,
         stop,

@@ -183,7 +183,11 @@ pub(super) fn gpu_qos_conf(site: &Site, out: &mut Vec<AuditFinding>) {
                     DOC_JOB_SUBMIT,
                 )
                 .what(reason.clone())
-                .why("slurmctld keeps the last good policy, or does not start with none")
+                .why(format!(
+                    "slurmctld keeps the last good policy; if it started without one, it runs \
+                     without its file: {}",
+                    crate::qos::config::WITHOUT_FILE
+                ))
                 .fix(format!(
                     "correct the line, then gpu-qos check --conf {path}"
                 )),

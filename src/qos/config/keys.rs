@@ -24,6 +24,8 @@ pub(super) enum Problem {
         allowed: &'static str,
     },
     BadGpuType(String),
+    /// An `ExemptUsers=` item that is neither a uid nor a user name.
+    BadUserName(String),
     /// A path key's value that is not an absolute path ending as it must.
     BadPath {
         key: &'static str,
@@ -100,6 +102,12 @@ impl fmt::Display for Problem {
                 "GPU type \"{ty}\" may contain only letters, digits, '_', '-' and '.', \
                  and must not be a number"
             ),
+            Problem::BadUserName(name) => write!(
+                f,
+                "ExemptUsers takes user names or numeric uids; \"{name}\" is neither \
+                 (a name may contain letters, digits, '_', '-', '.' and '@', and must not \
+                 start with '-')"
+            ),
             Problem::KeyTwiceOnLine(key) => write!(f, "{key} given twice on this line"),
             Problem::GlobalKeyRepeated { key, first_line } => {
                 write!(f, "{key} already set on line {first_line}")
@@ -163,10 +171,12 @@ pub(super) enum Key {
     LowPriorityExclusiveUser,
     MetricsFile,
     Enforce,
+    ExemptUsers,
+    ExemptAdmins,
 }
 
 impl Key {
-    pub(super) const ALL: [Key; 14] = [
+    pub(super) const ALL: [Key; 16] = [
         Key::Qos,
         Key::Partition,
         Key::Account,
@@ -181,6 +191,8 @@ impl Key {
         Key::LowPriorityExclusiveUser,
         Key::MetricsFile,
         Key::Enforce,
+        Key::ExemptUsers,
+        Key::ExemptAdmins,
     ];
 
     /// The canonical spelling, used in messages.
@@ -200,6 +212,8 @@ impl Key {
             Key::LowPriorityExclusiveUser => "LowPriorityExclusiveUser",
             Key::MetricsFile => "MetricsFile",
             Key::Enforce => "Enforce",
+            Key::ExemptUsers => "ExemptUsers",
+            Key::ExemptAdmins => "ExemptAdmins",
         }
     }
 

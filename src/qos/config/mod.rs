@@ -24,6 +24,8 @@ mod parse;
 mod patterns;
 mod rules;
 
-pub use parse::parse;
+pub use parse::{metrics_file_in, parse};
 pub use patterns::{glob_matches, is_pattern, type_matches};
-pub use rules::{Enforce, GpuLimit, GpuQosConfig, QosRule, RequireGpuType, RuleScope};
+pub use rules::{
+    Enforce, ExemptUser, GpuLimit, GpuQosConfig, QosRule, RequireGpuType, RuleScope, WITHOUT_FILE,
+};

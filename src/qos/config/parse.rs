@@ -9,7 +9,9 @@ use crate::shared::syntax::{self as kv, is_gpu_type, ConfigError};
 
 use super::keys::{Key, LineValues, Problem};
 use super::patterns::{is_pattern, type_matches};
-use super::rules::{Enforce, GpuLimit, GpuQosConfig, QosRule, RequireGpuType, RuleScope};
+use super::rules::{
+    Enforce, ExemptUser, GpuLimit, GpuQosConfig, QosRule, RequireGpuType, RuleScope,
+};
 
 /// Parses the text of `gpu_qos.conf`; `file` only names it in errors.
 pub fn parse(text: &str, file: &str) -> Result<GpuQosConfig, ConfigError> {
@@ -118,6 +120,16 @@ pub fn parse(text: &str, file: &str) -> Result<GpuQosConfig, ConfigError> {
         }
     }
     Ok(cfg)
+}
+
+/// The `MetricsFile=` of a file that does not parse as a whole, where
+/// the line that sets it is valid on its own: the plugin still publishes
+/// its metrics (`gpushare_policy_config_ok 0` above all) where the site
+/// reads them.
+pub fn metrics_file_in(text: &str) -> Option<PathBuf> {
+    text.lines()
+        .filter_map(|line| parse(&format!("{line}\n"), "").ok())
+        .find_map(|cfg| cfg.metrics_file)
 }
 
 /// The scope a line's keys give, if it is a rule line at all.
@@ -250,17 +262,8 @@ fn set_global(cfg: &mut GpuQosConfig, key: Key, value: &str) -> Result<(), Probl
         Key::SharedGpuReservations => cfg.shared_gpu_reservations = Some(split_list(key, value)?),
         Key::MaxMpsPerJob => cfg.max_mps_per_job = Some(positive_integer(key, value)?),
         Key::LowPriorityExclusiveUser => {
-            cfg.keep_low_priority_exclusive_user = if value.eq_ignore_ascii_case("clear") {
-                false
-            } else if value.eq_ignore_ascii_case("keep") {
-                true
-            } else {
-                return Err(Problem::BadEnumValue {
-                    key: key.name(),
-                    value: value.to_owned(),
-                    allowed: "clear, keep",
-                });
-            }
+            cfg.keep_low_priority_exclusive_user =
+                either(key, value, ("keep", "clear"), "clear, keep")?
         }
         Key::MetricsFile => {
             if !value.starts_with('/') || !value.ends_with(".prom") {
@@ -274,9 +277,70 @@ fn set_global(cfg: &mut GpuQosConfig, key: Key, value: &str) -> Result<(), Probl
             cfg.metrics_file = Some(PathBuf::from(value));
         }
         Key::Enforce => cfg.enforce = enforce_value(value)?,
+        Key::ExemptUsers => cfg.exempt_users = exempt_users(value)?,
+        Key::ExemptAdmins => cfg.exempt_admins = either(key, value, ("yes", "no"), "yes, no")?,
         Key::Qos | Key::Partition | Key::Account | Key::User | Key::GpuTypes | Key::GpuLimit => {}
     }
     Ok(())
+}
+
+/// A key of two words, `(on, off)` (any case): true for `on`. `allowed`
+/// names both as the error says them.
+fn either(
+    key: Key,
+    value: &str,
+    (on, off): (&str, &str),
+    allowed: &'static str,
+) -> Result<bool, Problem> {
+    if value.eq_ignore_ascii_case(on) {
+        Ok(true)
+    } else if value.eq_ignore_ascii_case(off) {
+        Ok(false)
+    } else {
+        Err(Problem::BadEnumValue {
+            key: key.name(),
+            value: value.to_owned(),
+            allowed,
+        })
+    }
+}
+
+/// `ExemptUsers=`: uids (all digits) and user names. A name is not
+/// looked up here: the file is parsed where no user database can be
+/// asked (gpu-qos check on any host, the plugin before slurmctld has read
+/// its association manager), and a user added to accounting later must
+/// not make a valid file invalid. The plugin matches names against the
+/// user's name in slurmctld's association manager at each decision.
+fn exempt_users(value: &str) -> Result<Vec<ExemptUser>, Problem> {
+    let mut out = Vec::new();
+    for item in split_list(Key::ExemptUsers, value)? {
+        let text = item.clone();
+        let user = if item.bytes().all(|b| b.is_ascii_digit()) {
+            let uid = item
+                .parse::<u32>()
+                .ok()
+                .filter(|&u| u != u32::MAX - 1 && u != u32::MAX)
+                .ok_or_else(|| Problem::BadUserName(item.clone()))?;
+            ExemptUser::Uid(uid)
+        } else {
+            let valid = !item.starts_with('-')
+                && item
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'@'));
+            if !valid {
+                return Err(Problem::BadUserName(item));
+            }
+            ExemptUser::Name(item)
+        };
+        if out.contains(&user) {
+            return Err(Problem::DuplicateListItem {
+                key: Key::ExemptUsers.name(),
+                item: text,
+            });
+        }
+        out.push(user);
+    }
+    Ok(out)
 }
 
 fn enforce_value(value: &str) -> Result<Enforce, Problem> {
@@ -352,6 +416,17 @@ fn positive_integer(key: Key, value: &str) -> Result<u64, Problem> {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_invalid_file_still_says_where_its_metrics_go_if_that_line_is_valid() {
+        let broken = "QOS=q GPUTypes=a40\nQOS=q GPUTypes=h100\nMetricsFile=/m/x.prom\n";
+        assert!(parse(broken, "f").is_err());
+        assert_eq!(metrics_file_in(broken), Some(PathBuf::from("/m/x.prom")));
+        // A MetricsFile= line that is itself wrong, or none: nowhere.
+        assert_eq!(metrics_file_in("MetricsFile=x.prom Bogus=1\n"), None);
+        assert_eq!(metrics_file_in("MetricsFile=relative.prom\n"), None);
+        assert_eq!(metrics_file_in(""), None);
+    }
     use proptest::prelude::*;
 
     const FILE: &str = "/etc/slurm/gpu_qos.conf";
@@ -455,7 +530,7 @@ MaxMPSPerJob=100
             err("GPUS=4"),
             "/etc/slurm/gpu_qos.conf:1: unknown key \"GPUS\" (known keys: QOS, Partition, \
              Account, User, GPUTypes, GPULimit, RequireGPUType, LowPriorityQOS, LowPriorityMaxArrayTasks, \
-             SharedGPUReservations, MaxMPSPerJob, LowPriorityExclusiveUser, MetricsFile, Enforce)"
+             SharedGPUReservations, MaxMPSPerJob, LowPriorityExclusiveUser, MetricsFile, Enforce, ExemptUsers, ExemptAdmins)"
         );
     }
 

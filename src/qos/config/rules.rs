@@ -226,9 +226,67 @@ pub struct GpuQosConfig {
     /// `Enforce=` on a line of its own: every rule without its own, and
     /// every refusal or change no single rule makes.
     pub(super) enforce: Enforce,
+    /// `ExemptUsers=`: whose submissions and updates are never refused.
+    pub(super) exempt_users: Vec<ExemptUser>,
+    /// `ExemptAdmins=yes`: operators' and administrators' updates of
+    /// other users' jobs are never refused.
+    pub(super) exempt_admins: bool,
+}
+
+/// What the policy without its file does, in the admin's words (the
+/// plugin's log, `gpu-qos check`).
+pub const WITHOUT_FILE: &str = "until a valid gpu_qos.conf is in place, job_submit/gpu_qos \
+     refuses only untyped GPU requests under a limit of the accounting database that names GPU \
+     types (no rule, exemption or Enforce=warn of the file applies)";
+
+/// One item of `ExemptUsers=`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExemptUser {
+    /// A user name, as slurmctld's association manager has it.
+    Name(String),
+    Uid(u32),
 }
 
 impl GpuQosConfig {
+    /// The policy in force while no version of `gpu_qos.conf` could be
+    /// read since slurmctld started: the empty file. It refuses only what
+    /// can be judged without the file: an untyped GPU request under a
+    /// level whose limit in the accounting database names GPU types (the
+    /// hole Slurm leaves open), told with the types to name.
+    /// `metrics_file`: where to publish the decisions meanwhile (the
+    /// unreadable file's own `MetricsFile=` line, [`super::metrics_file_in`]).
+    pub fn without_file(metrics_file: Option<PathBuf>) -> Self {
+        Self {
+            metrics_file,
+            ..Self::default()
+        }
+    }
+
+    /// `ExemptUsers=`, in file order.
+    pub fn exempt_users(&self) -> &[ExemptUser] {
+        &self.exempt_users
+    }
+
+    /// Whether `ExemptUsers=` names `uid`, or `name` (without regard to
+    /// ASCII case, as rules match users).
+    pub fn exempts_user(&self, uid: u32, name: Option<&str>) -> bool {
+        self.exempt_users.iter().any(|u| match u {
+            ExemptUser::Uid(x) => *x == uid,
+            ExemptUser::Name(n) => name.is_some_and(|name| n.eq_ignore_ascii_case(name)),
+        })
+    }
+
+    /// `ExemptAdmins=yes`.
+    pub fn exempt_admins(&self) -> bool {
+        self.exempt_admins
+    }
+
+    /// Whether any exemption is configured (the plugin looks the
+    /// requester up only then, and only for a refusal).
+    pub fn has_exemptions(&self) -> bool {
+        self.exempt_admins || !self.exempt_users.is_empty()
+    }
+
     pub fn rules(&self) -> &[QosRule] {
         &self.rules
     }

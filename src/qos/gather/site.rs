@@ -33,9 +33,17 @@ pub fn check_inputs(
     path: &Path,
 ) -> Result<(GpuQosConfig, Vec<QosRecord>, Vec<AssocRecord>), ReadError> {
     let file = path.to_string_lossy();
+    // What slurmctld's plugin does meanwhile: the admin reads it here.
+    let plugin = |e: String| {
+        ReadError::new(format!(
+            "{e}\njob_submit/gpu_qos keeps the last valid version it read; if slurmctld \
+             started without one, it is running without its file: {}",
+            config::WITHOUT_FILE
+        ))
+    };
     let cfg = crate::shared::syntax::load(path, config::parse)
-        .map_err(|e| ReadError::new(e.to_string()))?
-        .ok_or_else(|| ReadError::new(format!("{file}: no such file")))?;
+        .map_err(|e| plugin(e.to_string()))?
+        .ok_or_else(|| plugin(format!("{file}: no such file")))?;
     Ok((cfg, database(read)?, associations(read)?))
 }
 

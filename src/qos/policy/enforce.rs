@@ -19,12 +19,7 @@ pub(super) struct Told {
 
 impl Told {
     pub(super) fn new(job: &JobDescription<'_>, syntax: Syntax) -> Self {
-        let qos = job
-            .qos_names()
-            .next()
-            .or(job.resolved.default_qos.first().map(String::as_str))
-            .unwrap_or_default()
-            .to_owned();
+        let qos = job.qos_label();
         Self {
             qos,
             syntax,

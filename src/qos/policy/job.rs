@@ -120,6 +120,17 @@ impl<'a> JobDescription<'a> {
         comma_items(self.qos)
     }
 
+    /// The QOS the job runs under as far as the plugin sees it, for the
+    /// metrics: the one it names, else its default; empty when neither
+    /// is known.
+    pub(super) fn qos_label(&self) -> String {
+        self.qos_names()
+            .next()
+            .or(self.resolved.default_qos.first().map(String::as_str))
+            .unwrap_or_default()
+            .to_owned()
+    }
+
     /// `QOS=` with nothing in it: in an update, a move to the default QOS.
     pub(super) fn qos_is_blank(&self) -> bool {
         self.qos.is_some() && self.qos_names().next().is_none()

@@ -22,10 +22,13 @@
 //!   the share cap.
 //! - `lowprio`: what changes for a job under the low-priority QOS.
 //! - `wording`: how a rejection is told, and what to type instead.
+//! - `exempt`: `ExemptUsers=` and `ExemptAdmins=`: refusals not made for
+//!   exempt requesters, carried on the accepted job to be logged and counted.
 //! - `enforce`: `Enforce=warn`: refusals kept as warnings, changes
 //!   described instead of made.
 
 mod enforce;
+mod exempt;
 mod job;
 mod limits;
 mod lowprio;
@@ -44,13 +47,14 @@ mod fixtures;
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests;
 
+pub use exempt::{apply_exemptions, exempt_reason, Action, Requester};
 pub use job::{JobDescription, LimitLevel, Resolved, TypedLimit};
 pub use limits::{asks_untyped_gpu, limits_without_rule};
 pub use lowprio::requeued_output_words;
 pub use submit::judge_submit;
 pub use update::judge_modify;
 pub use verdict::{
-    JobChanges, LowPriorityChange, PolicyWarning, Rejection, RejectionKind, SpankEnvVar, Verdict,
-    WarningReason,
+    ExemptReason, Exemption, JobChanges, LowPriorityChange, PolicyWarning, Rejection,
+    RejectionKind, SpankEnvVar, Verdict, WarningReason,
 };
 pub use wording::NOT_YET_ENFORCED;

@@ -33,6 +33,10 @@ pub struct JobChanges {
     /// What the policy only tells of (`Enforce=warn`): refusals not made
     /// and changes not applied.
     pub warnings: Vec<PolicyWarning>,
+    /// A refusal not made because the requester is exempt
+    /// (`ExemptUsers=`, `ExemptAdmins=`): logged and counted, the job
+    /// accepted as sent.
+    pub exemption: Option<Exemption>,
 }
 
 impl JobChanges {
@@ -51,6 +55,44 @@ impl JobChanges {
             .collect();
         (!parts.is_empty()).then(|| parts.join("\n"))
     }
+}
+
+/// Why a refusal was not made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ExemptReason {
+    /// `ExemptUsers=` names the requester.
+    User,
+    /// `ExemptAdmins=yes` and an operator updates another user's job.
+    Admin,
+}
+
+impl ExemptReason {
+    /// The `reason` label of the metrics.
+    pub fn label(self) -> &'static str {
+        match self {
+            ExemptReason::User => "exempt_user",
+            ExemptReason::Admin => "admin_update",
+        }
+    }
+
+    /// The words of slurmctld's log line.
+    pub fn describe(self) -> &'static str {
+        match self {
+            ExemptReason::User => "ExemptUsers",
+            ExemptReason::Admin => "ExemptAdmins, an operator's update of another user's job",
+        }
+    }
+}
+
+/// A refusal not made because its requester is exempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exemption {
+    pub reason: ExemptReason,
+    /// The refusal's kind and its text, as the requester would have read it.
+    pub kind: RejectionKind,
+    pub message: String,
+    /// The job's QOS as far as the plugin sees it (as for warnings).
+    pub qos: String,
 }
 
 /// A change the low-priority QOS makes to a job.

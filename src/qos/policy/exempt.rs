@@ -1,0 +1,84 @@
+//! Exemptions: `ExemptUsers=`, whose submissions and updates are never
+//! refused, and `ExemptAdmins=yes`, Slurm's operators and administrators
+//! updating other users' jobs. An exempted refusal is not dropped: the
+//! accepted job carries it (`Exemption`) so that slurmctld logs what
+//! would have been refused and the metrics count it.
+
+use crate::qos::config::GpuQosConfig;
+
+use super::job::JobDescription;
+use super::verdict::{ExemptReason, Exemption, JobChanges, Verdict};
+
+/// Which call the decision answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Submit,
+    /// An `scontrol update`; `owner` is the job's owner's uid as
+    /// slurmctld gives it (`job_desc->user_id`), `None` where unknown.
+    Update {
+        owner: Option<u32>,
+    },
+}
+
+/// Who submits or updates, as slurmctld knows them: the uid slurmctld
+/// authenticated (for an update, the updater's, not the job owner's), the
+/// name and admin level its association manager holds for it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Requester<'a> {
+    pub uid: u32,
+    /// `None` where the association manager has no user of that uid.
+    pub name: Option<&'a str>,
+    /// `AdminLevel=Operator` or `Administrator`, or root or SlurmUser
+    /// (Slurm's own test for an operator, `validate_operator`).
+    pub operator: bool,
+}
+
+/// Why `requester` is exempt from refusals of `action`, if they are.
+pub fn exempt_reason(
+    cfg: &GpuQosConfig,
+    action: Action,
+    requester: &Requester<'_>,
+) -> Option<ExemptReason> {
+    if cfg.exempts_user(requester.uid, requester.name) {
+        return Some(ExemptReason::User);
+    }
+    match action {
+        Action::Update { owner: Some(owner) }
+            if cfg.exempt_admins() && requester.operator && owner != requester.uid =>
+        {
+            Some(ExemptReason::Admin)
+        }
+        _ => None,
+    }
+}
+
+/// The decision once exemptions are applied: a refusal of an exempt
+/// requester becomes an acceptance of the job as sent, carrying the
+/// refusal; anything else is left as it is.
+pub fn apply_exemptions(
+    cfg: &GpuQosConfig,
+    job: &JobDescription<'_>,
+    action: Action,
+    requester: &Requester<'_>,
+    verdict: Verdict,
+) -> Verdict {
+    let Verdict::Reject(refusal) = verdict else {
+        return verdict;
+    };
+    match exempt_reason(cfg, action, requester) {
+        Some(reason) => Verdict::Accept(JobChanges {
+            exemption: Some(Exemption {
+                reason,
+                kind: refusal.kind,
+                message: refusal.message,
+                qos: job.qos_label(),
+            }),
+            ..JobChanges::default()
+        }),
+        None => Verdict::Reject(refusal),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests;

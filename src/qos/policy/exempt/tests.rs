@@ -1,0 +1,226 @@
+//! Exemptions: a refusal of an exempt requester is an acceptance that
+//! still carries the refusal; nobody else's is.
+
+use super::*;
+use crate::qos::policy::fixtures::*;
+use crate::qos::policy::submit::judge_submit;
+use crate::qos::policy::update::judge_modify;
+use crate::qos::policy::verdict::{ExemptReason, RejectionKind};
+
+const EXEMPT: &str = "\
+QOS=qos_lafferty GPUTypes=a40 GPULimit=4
+ExemptUsers=alice,1234
+ExemptAdmins=yes
+";
+
+fn requester(uid: u32, name: Option<&str>, operator: bool) -> Requester<'_> {
+    Requester {
+        uid,
+        name,
+        operator,
+    }
+}
+
+/// The untyped submission every rule of [`EXEMPT`] refuses.
+fn refused_submission(cfg: &GpuQosConfig, who: &Requester<'_>) -> Verdict {
+    let untyped = job(Some("qos_lafferty"), Some("gres:gpu:2"));
+    let verdict = judge_submit(cfg, &untyped);
+    assert!(matches!(verdict, Verdict::Reject(_)), "{verdict:?}");
+    apply_exemptions(cfg, &untyped, Action::Submit, who, verdict)
+}
+
+#[test]
+fn an_exempt_user_by_name_is_accepted_and_the_refusal_still_reported() {
+    let cfg = cfg_from(EXEMPT);
+    let c = changes(refused_submission(
+        &cfg,
+        &requester(5000, Some("alice"), false),
+    ));
+    let e = c.exemption.expect("the refusal is carried");
+    assert_eq!(e.reason, ExemptReason::User);
+    assert_eq!(e.kind, RejectionKind::UntypedGpu);
+    assert_eq!(e.qos, "qos_lafferty");
+    assert!(e.message.contains("--gres=gpu:a40:2"), "{}", e.message);
+    // Accepted as sent: nothing else changes, nothing told as a warning.
+    assert!(c.warnings.is_empty() && c.spank_env.is_empty() && !c.set_requeue);
+    // Names compare without case, as User= rules do.
+    let c = changes(refused_submission(
+        &cfg,
+        &requester(5000, Some("ALICE"), false),
+    ));
+    assert!(c.exemption.is_some());
+}
+
+#[test]
+fn an_exempt_user_by_uid_is_accepted_whatever_their_name() {
+    let cfg = cfg_from(EXEMPT);
+    let c = changes(refused_submission(&cfg, &requester(1234, None, false)));
+    assert_eq!(c.exemption.map(|e| e.reason), Some(ExemptReason::User));
+    let c = changes(refused_submission(
+        &cfg,
+        &requester(1234, Some("zed"), false),
+    ));
+    assert_eq!(c.exemption.map(|e| e.reason), Some(ExemptReason::User));
+}
+
+#[test]
+fn anyone_else_is_refused_as_before() {
+    let cfg = cfg_from(EXEMPT);
+    for who in [
+        requester(5001, Some("bob"), false),
+        requester(5001, None, false),
+        // An operator's own submission: ExemptAdmins is for updates.
+        requester(5002, Some("oper"), true),
+        // A uid that is a name's digits is not that name.
+        requester(1235, Some("1234x"), false),
+    ] {
+        let r = rejection(refused_submission(&cfg, &who));
+        assert_eq!(r.kind, RejectionKind::UntypedGpu, "{who:?}");
+    }
+    // Without the keys nobody is exempt.
+    let plain = cfg_from("QOS=qos_lafferty GPUTypes=a40\n");
+    rejection(refused_submission(
+        &plain,
+        &requester(1234, Some("alice"), true),
+    ));
+}
+
+#[test]
+fn an_operator_is_exempt_only_updating_another_users_job() {
+    let cfg = cfg_from(EXEMPT);
+    let untyped = JobDescription {
+        job_id_for_messages: Some(42),
+        ..job(Some("qos_lafferty"), Some("gres:gpu:2"))
+    };
+    let oper = requester(5002, Some("oper"), true);
+    let judged = |cfg: &GpuQosConfig, who: &Requester<'_>, owner: Option<u32>| {
+        let verdict = judge_modify(cfg, &untyped);
+        assert!(matches!(verdict, Verdict::Reject(_)), "{verdict:?}");
+        apply_exemptions(cfg, &untyped, Action::Update { owner }, who, verdict)
+    };
+    // Another user's job: accepted, the refusal carried.
+    let e = changes(judged(&cfg, &oper, Some(5001))).exemption.unwrap();
+    assert_eq!(e.reason, ExemptReason::Admin);
+    assert!(e.message.contains("scontrol update"), "{}", e.message);
+    // The operator's own job: refused as anyone's.
+    rejection(judged(&cfg, &oper, Some(5002)));
+    // The owner unknown: refused.
+    rejection(judged(&cfg, &oper, None));
+    // Not an operator: refused, whoever owns the job.
+    rejection(judged(
+        &cfg,
+        &requester(5001, Some("bob"), false),
+        Some(5003),
+    ));
+    // ExemptAdmins=no (the default): an operator is refused.
+    let no = cfg_from("QOS=qos_lafferty GPUTypes=a40\nExemptAdmins=no\n");
+    rejection(judged(&no, &oper, Some(5001)));
+    // An exempt user's update of their own job: accepted.
+    let alice = requester(5000, Some("alice"), false);
+    let e = changes(judged(&cfg, &alice, Some(5000))).exemption.unwrap();
+    assert_eq!(e.reason, ExemptReason::User);
+}
+
+#[test]
+fn an_accepted_job_is_left_as_it_is() {
+    let cfg = cfg_from(EXEMPT);
+    let typed = job(Some("qos_lafferty"), Some("gres:gpu:a40:2"));
+    let verdict = judge_submit(&cfg, &typed);
+    let before = verdict.clone();
+    let after = apply_exemptions(
+        &cfg,
+        &typed,
+        Action::Submit,
+        &requester(5000, Some("alice"), true),
+        verdict,
+    );
+    assert_eq!(after, before);
+    assert!(changes(after).exemption.is_none());
+}
+
+#[test]
+fn exempt_users_and_admins_are_parsed_and_checked_with_file_and_line() {
+    use crate::qos::config::{parse, ExemptUser};
+    let cfg = cfg_from(EXEMPT);
+    assert_eq!(
+        cfg.exempt_users(),
+        &[ExemptUser::Name("alice".into()), ExemptUser::Uid(1234)]
+    );
+    assert!(cfg.exempt_admins() && cfg.has_exemptions());
+    assert!(!cfg_from("").has_exemptions());
+    for (text, says) in [
+        (
+            "ExemptUsers=alice,,bob\n",
+            "gpu_qos.conf:1: ExemptUsers has an empty item",
+        ),
+        (
+            "\nExemptUsers=al ice\n",
+            "gpu_qos.conf:2: expected Key=Value",
+        ),
+        (
+            "ExemptUsers=a/b\n",
+            "gpu_qos.conf:1: ExemptUsers takes user names or numeric uids",
+        ),
+        (
+            "ExemptUsers=-x\n",
+            "gpu_qos.conf:1: ExemptUsers takes user names",
+        ),
+        (
+            "ExemptUsers=99999999999\n",
+            "gpu_qos.conf:1: ExemptUsers takes user names",
+        ),
+        (
+            "ExemptUsers=7,007\n",
+            "gpu_qos.conf:1: ExemptUsers lists 007 twice",
+        ),
+        (
+            "ExemptAdmins=maybe\n",
+            "gpu_qos.conf:1: ExemptAdmins must be one of yes, no",
+        ),
+        (
+            "QOS=q GPUTypes=a40 ExemptUsers=alice\n",
+            "gpu_qos.conf:1: ExemptUsers is a global setting",
+        ),
+        (
+            "ExemptUsers=a\nExemptUsers=b\n",
+            "gpu_qos.conf:2: ExemptUsers already set on line 1",
+        ),
+    ] {
+        let e = parse(text, "gpu_qos.conf").err().map(|e| e.to_string());
+        assert!(
+            e.as_deref().is_some_and(|e| e.starts_with(says)),
+            "{text:?}: {e:?}"
+        );
+    }
+}
+
+#[test]
+fn without_its_file_the_policy_refuses_only_untyped_requests_under_typed_limits() {
+    use crate::qos::policy::job::{LimitLevel, Resolved, TypedLimit};
+    let cfg = GpuQosConfig::without_file(None);
+    // Nothing the database limits by type: everything accepted.
+    for j in [
+        job(Some("qos_lafferty"), Some("gres:gpu:2")),
+        job(None, Some("gres:gpu:2")),
+        job(Some("qos_lafferty"), Some("gres:gpu:a40:2")),
+    ] {
+        changes(judge_submit(&cfg, &j));
+    }
+    // A typed limit of the database: the untyped request refused with
+    // the types to name, a typed one accepted.
+    let limits = [TypedLimit {
+        level: LimitLevel::Qos("qos_lafferty".into()),
+        types: vec!["a40".into()],
+    }];
+    let under = |per_node| JobDescription {
+        resolved: Resolved {
+            typed_limits: &limits,
+            ..Resolved::default()
+        },
+        ..job(Some("qos_lafferty"), Some(per_node))
+    };
+    let r = rejection(judge_submit(&cfg, &under("gres:gpu:2")));
+    assert_eq!(r.kind, RejectionKind::UnlistedTypedLimit);
+    assert!(r.message.contains("a40"), "{}", r.message);
+    changes(judge_submit(&cfg, &under("gres:gpu:a40:2")));
+}
