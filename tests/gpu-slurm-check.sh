@@ -782,9 +782,8 @@ SlurmdParameters=config_overrides"
             echo "NodeName=$NODE Name=mps Count=100 File=${devs[0]} Flags=all_sharing"
         fi
     } >"$D/etc/gres.conf"
+    devlist=${devs[0]}
     write_mps_conf refuse
-    sed -i "s|^GPUDevices=.*|GPUDevices=${devs[0]}|" "$D/etc/gpu_mps.conf"
-    sleep 1.2
 }
 if [ -n "$bench" ]; then
     printf '#!/bin/bash\n"$GSC_CLIENT" bench 12 400 2000000 | sed "s/^/K /"\n' >"$D/jobs/bench.sh"

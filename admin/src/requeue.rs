@@ -264,6 +264,14 @@ fn accounted_state(deadline: &Deadline, name: &str) -> Option<String> {
     out.lines().next().map(|l| l.trim().to_owned())
 }
 
+/// How many jobs this node still keeps off itself (its record's entries).
+pub fn kept_exclusions(state_dir: &Path) -> Result<usize, String> {
+    if !state_dir.join(RECORD).exists() {
+        return Ok(0);
+    }
+    with_record(state_dir, |r| r.0.len())
+}
+
 /// Runs `f` on the record under its lock (no command runs under it).
 fn with_record<T>(state_dir: &Path, f: impl FnOnce(&mut Exclusions) -> T) -> Result<T, String> {
     state_dir::update_locked(state_dir, LOCK, RECORD, |before| {

@@ -16,7 +16,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::in_force::pointer_name;
+use super::in_force::named_for;
 use super::state_dir::{self, Access};
 
 /// Where the marks live on a node: kept across reboots.
@@ -42,9 +42,14 @@ impl Disabled {
     }
 }
 
+/// The mark's file name for `gpu_mps.conf` at `conf`.
+fn mark_name(conf: &Path) -> String {
+    named_for("disabled-of", conf)
+}
+
 /// The mark's file for `gpu_mps.conf` at `conf`, under `dir`.
 pub fn mark_path(dir: &Path, conf: &Path) -> PathBuf {
-    dir.join(pointer_name(conf).replacen("ledger-of", "disabled-of", 1))
+    dir.join(mark_name(conf))
 }
 
 /// The mark for `conf` under `dir`, if one is there and `owner` (root on a
@@ -75,13 +80,8 @@ pub fn disable(dir: &Path, conf: &Path, owner: u32, reason: &str, now: u64) -> R
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect();
     let text = format!("{FORMAT}\t{now}\t{}\n", reason.trim());
-    let name = mark_path(dir, conf);
-    let name = name
-        .file_name()
-        .and_then(|n| n.to_str())
-        .ok_or_else(|| format!("{}: no file name", name.display()))?;
     state_dir::ensure(dir, owner, Access::WorldReadable)
-        .and_then(|_| state_dir::replace_file(dir, name, text.as_bytes(), 0o644))
+        .and_then(|_| state_dir::replace_file(dir, &mark_name(conf), text.as_bytes(), 0o644))
         .map_err(|e| e.to_string())
 }
 

@@ -157,10 +157,15 @@ pub fn identity_changes(now: &GpuMpsConfig, recorded: &GpuMpsConfig) -> Vec<Stri
         .collect()
 }
 
-/// The pointer's file name for `conf`: its path, `/` as `-`, anything but
-/// letters, digits, `_` and `.` as `%xx`.
-pub(crate) fn pointer_name(conf: &Path) -> String {
-    let mut name = String::from("ledger-of");
+/// The pointer's file name for `conf`.
+fn pointer_name(conf: &Path) -> String {
+    named_for("ledger-of", conf)
+}
+
+/// A node-wide file name for `conf`: `prefix`, then its path, `/` as `-`,
+/// anything but letters, digits, `_` and `.` as `%xx`.
+pub(crate) fn named_for(prefix: &str, conf: &Path) -> String {
+    let mut name = String::from(prefix);
     for b in conf.as_os_str().as_encoded_bytes() {
         match b {
             b'/' => name.push('-'),

@@ -57,10 +57,12 @@ pub fn retire(old: &GpuMpsConfig, new: &GpuMpsConfig) -> Vec<String> {
         return Vec::new();
     }
     let gpus = traces(old);
+    let (old_devices, new_devices) = (gpu_devices(old), gpu_devices(new));
     let same_device = |gpu: u32| {
-        let at = usize::try_from(gpu).ok();
-        let old_dev = at.and_then(|i| gpu_devices(old).get(i).cloned());
-        old_dev.is_some() && old_dev == at.and_then(|i| gpu_devices(new).get(i).cloned())
+        let at = usize::try_from(gpu).unwrap_or(usize::MAX);
+        old_devices
+            .get(at)
+            .is_some_and(|d| new_devices.get(at) == Some(d))
     };
     let earlier = old.state_dir.display();
     std::thread::scope(|scope| {

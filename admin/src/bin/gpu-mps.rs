@@ -212,31 +212,24 @@ fn disable(conf: &Path, reason: &str, wait: u64, name: Option<String>) -> Result
         println!("GPU {gpu}: MPS daemon: {outcome}");
     }
     let all: Vec<u32> = (0..node.gpu_count).collect();
-    let mut left = 0;
     for line in follow_whole(&node, &all)
         .into_iter()
         .chain(retry_modes(&node))
     {
-        left += usize::from(line.contains("not changed"));
         println!("{line}");
     }
     let (deadline, name) = (requeue::Deadline::start(), node_name(name));
-    match requeue::restore_exclusions(&deadline, &node.cfg.state_dir, &name, requeue::Which::All) {
-        Ok(lines) => {
-            left += lines
-                .iter()
-                .filter(|l| l.contains("kept, to lift later"))
-                .count();
-            lines.iter().for_each(|l| println!("{l}"));
-        }
-        Err(e) => {
-            left += 1;
-            println!("exclusions not taken back: {e}");
-        }
+    let state_dir = &node.cfg.state_dir;
+    match requeue::restore_exclusions(&deadline, state_dir, &name, requeue::Which::All) {
+        Ok(lines) => lines.iter().for_each(|l| println!("{l}")),
+        Err(e) => println!("exclusions not taken back: {e}"),
     }
     publish_metrics(&node, &[], |g| status::pipe_probe(&node.cfg, g))
         .map_err(anyhow::Error::msg)?;
-    if left > 0 {
+    // What is left, read back: a mode still to set, an exclusion kept.
+    let modes_left = gpushare::mps::compute_mode::pending(&node.cfg, node.gpu_count);
+    let kept = requeue::kept_exclusions(state_dir).unwrap_or(usize::MAX);
+    if !modes_left.is_empty() || kept > 0 {
         println!("not all of gpushare's traces are gone: run gpu-mps disable again");
         return Ok(1);
     }
