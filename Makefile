@@ -304,10 +304,16 @@ MANDIR = $(PREFIX)/share/man
 BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
 ZSHCOMPDIR ?= $(PREFIX)/share/zsh/site-functions
 FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
-EXAMPLES = plugins/job_submit_gpu_qos/gpu_qos.conf.example \
-	plugins/spank_gpu_mps/gpu_mps.conf.example \
-	plugins/spank_gpu_mps/plugstack.conf.example \
-	plugins/spank_gpu_mps/gres.conf.fragment
+# The examples, installed with the paths of this install filled in
+# (@PLUGINDIR@, @LIBEXECDIR@, @SYSCONFDIR@, @DOCDIR@, ...), only under
+# DOCDIR/examples, never into SYSCONFDIR. gpu_qos.conf.example is the
+# example site's policy: installed with every setting commented out. The
+# GPU node setups (gpu-node.*.example) are made by gpushare-man with the
+# function `gpu-mps config` prints with.
+EXAMPLES = plugins/spank_gpu_mps/gpu_mps.conf.example \
+	plugins/spank_gpu_mps/plugstack.conf.example
+FILL_PATHS = -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SBINDIR@|$(SBINDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' \
+	-e 's|@LIBEXECDIR@|$(LIBEXECDIR)|g' -e 's|@PLUGINDIR@|$(PLUGINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g'
 # The metrics timers (packaging/systemd; make install fills in SBINDIR and
 # DOCDIR). $(PREFIX)/lib/systemd/system: /usr/lib/systemd/system, Debian's
 # place for units, for PREFIX=/usr; systemd also reads /usr/local/lib/systemd/system.
@@ -327,7 +333,7 @@ install:
 	@set -e; files=""; \
 	put() { install -D -m $$1 "$$2" "$(DESTDIR)$$3"; files="$$files $$3"; echo "  $$3"; }; \
 	man=$$(mktemp -d); trap 'rm -rf "$$man"' EXIT; \
-	$(TARGET_DIR)/gpushare-man "$$man" >/dev/null; \
+	$(TARGET_DIR)/gpushare-man "$$man" "$(LIBEXECDIR)" "$(PLUGINDIR)" "$(SYSCONFDIR)" >/dev/null; \
 	echo "installing into $(DESTDIR)$(PREFIX) (plugins: $(DESTDIR)$(PLUGINDIR))"; \
 	put 0755 $(TARGET_DIR)/libjob_submit_gpu_qos.so $(PLUGINDIR)/job_submit_gpu_qos.so; \
 	put 0755 $(TARGET_DIR)/libspank_gpu_mps.so $(PLUGINDIR)/spank_gpu_mps.so; \
@@ -336,11 +342,14 @@ install:
 	put 0755 $(TARGET_DIR)/gpu-qos $(BINDIR)/gpu-qos; \
 	put 0755 $(TARGET_DIR)/gpu-mps $(SBINDIR)/gpu-mps; \
 	put 0644 plugins/job_submit_gpu_qos/slurm.conf.fragment $(DOCDIR)/examples/slurm.conf.controller.fragment; \
-	put 0644 plugins/spank_gpu_mps/slurm.conf.fragment $(DOCDIR)/examples/slurm.conf.gpu-node.fragment; \
+	put 0644 plugins/job_submit_gpu_qos/gpu_qos.conf.example $(DOCDIR)/examples/gpu_qos.conf.example; \
+	sed -i 's/^\([A-Za-z]\)/#\1/' "$(DESTDIR)$(DOCDIR)/examples/gpu_qos.conf.example"; \
 	for f in $(EXAMPLES); do put 0644 $$f $(DOCDIR)/examples/$$(basename $$f); done; \
+	for f in "$$man"/examples/*; do put 0644 $$f $(DOCDIR)/examples/$$(basename $$f); done; \
+	sed -i $(FILL_PATHS) "$(DESTDIR)$(DOCDIR)"/examples/*.example "$(DESTDIR)$(DOCDIR)"/examples/*.fragment; \
 	for f in $(MONITORING); do put 0644 $$f $(DOCDIR)/examples/monitoring/$$(basename $$f); done; \
 	for u in $(UNITS); do put 0644 packaging/systemd/$$u $(UNITDIR)/$$u; \
-		sed -i -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SBINDIR@|$(SBINDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' "$(DESTDIR)$(UNITDIR)/$$u"; done; \
+		sed -i $(FILL_PATHS) "$(DESTDIR)$(UNITDIR)/$$u"; done; \
 	for f in "$$man"/man*/*; do put 0644 $$f $(MANDIR)/$$(basename $$(dirname $$f))/$$(basename $$f); done; \
 	for f in "$$man"/completions/bash/*; do put 0644 $$f $(BASHCOMPDIR)/$$(basename $$f); done; \
 	for f in "$$man"/completions/zsh/*; do put 0644 $$f $(ZSHCOMPDIR)/$$(basename $$f); done; \
@@ -352,8 +361,8 @@ install:
 	echo "  $(DOCDIR)/installed-files"
 	@echo
 	@echo "Next steps (configs are never written by make install):"
-	@[ -e "$(DESTDIR)$(SYSCONFDIR)/gpu_qos.conf" ] || echo "  controller: cp $(DOCDIR)/examples/gpu_qos.conf.example $(SYSCONFDIR)/gpu_qos.conf, edit, add JobSubmitPlugins=gpu_qos, run gpu-qos check"
-	@[ -e "$(DESTDIR)$(SYSCONFDIR)/gpu_mps.conf" ] || echo "  GPU nodes:  cp $(DOCDIR)/examples/gpu_mps.conf.example $(SYSCONFDIR)/gpu_mps.conf; see gpu-mps config for slurm.conf/gres.conf/plugstack.conf"
+	@[ -e "$(DESTDIR)$(SYSCONFDIR)/gpu_qos.conf" ] || echo "  controller: gpu-qos generate > $(SYSCONFDIR)/gpu_qos.conf, gpu-qos check, then JobSubmitPlugins=gpu_qos (the keys: $(DOCDIR)/examples/gpu_qos.conf.example)"
+	@[ -e "$(DESTDIR)$(SYSCONFDIR)/gpu_mps.conf" ] || echo "  GPU nodes:  gpu-mps config prints the slurm.conf, gres.conf, plugstack.conf and gpu_mps.conf lines (examples: $(DOCDIR)/examples/gpu-node.*.example)"
 	@echo "  metrics:    systemctl enable --now gpushare-node-metrics.timer (GPU nodes, MetricsFile= set) or gpushare-qos-metrics.timer (controller); alerts and dashboard: $(DOCDIR)/examples/monitoring"
 
 uninstall:
@@ -377,7 +386,7 @@ demo: deps build
 	$(TARGET_DIR)/gpushare-demo --root $(DEMO_ROOT) $(if $(KEEP),--keep)
 
 # ---- Debian packages -----------------------------------------------------
-#   make deb [SUITE=host|trixie|sid]  gpushare-controller and gpushare-node
+#   make deb [SUITE=host|trixie|sid]  gpushare, gpushare-controller and gpushare-node
 #                  for that release's Slurm, pinned to it, into target/deb/SUITE
 #                  (packaging/deb.sh; host = this machine's Slurm)
 #   make test-packages  build them for every release and test each in a fresh

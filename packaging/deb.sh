@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Builds gpushare's two Debian packages for one Slurm release, pinned to it:
+# Builds gpushare's three Debian packages for one Slurm release, pinned to it:
 #   packaging/deb.sh [host|trixie|sid]        (make deb SUITE=...)
-# -> target/deb/SUITE/gpushare-controller_V_ARCH.deb and gpushare-node_V_ARCH.deb,
+# -> target/deb/SUITE/gpushare_V_ARCH.deb (every host: gpu-qos, the SPANK
+#    plugin srun and slurmstepd load, the documentation),
+#    gpushare-controller_V_ARCH.deb (slurmctld hosts) and
+#    gpushare-node_V_ARCH.deb (every slurmd host; inert without gpu_mps.conf),
 #    V = <crate version>+slurm<X.Y.Z>-1. It installs nothing, needs no
 #    network for host, and runs in a git checkout or an unpacked source
 #    release alike. (lintian and the tree's spelling: tests/deb_lint.sh, which
@@ -105,10 +108,10 @@ done <slurm-sys/plugin-dirs
 # headers the build read, installed on this host or not (a build host needs
 # only the headers and the plugins).
 case $flavour in
-debian) slurmctld_pkg=slurmctld slurmd_pkg=slurmd ;;
-smd) slurmctld_pkg=slurm-smd-slurmctld slurmd_pkg=slurm-smd-slurmd ;;
+debian) slurmctld_pkg=slurmctld slurmd_pkg=slurmd client_pkg=slurm-client ;;
+smd) slurmctld_pkg=slurm-smd-slurmctld slurmd_pkg=slurm-smd-slurmd client_pkg=slurm-smd-client ;;
 esac
-echo "== gpushare $version for Slurm $slurm ($suite), PluginDir $plugindir, pinned to $slurmctld_pkg and $slurmd_pkg"
+echo "== gpushare $version for Slurm $slurm ($suite), PluginDir $plugindir, pinned to $client_pkg, $slurmctld_pkg and $slurmd_pkg"
 
 # Stage with the one install recipe, from a directory holding exactly the
 # files this package is made of.
@@ -132,18 +135,22 @@ take() { # package staged-path [packaged-path]
     install -D -m "$(stat -c %a "$from")" "$from" "$to"
     rm "$from"
 }
+# gpushare (every host: login hosts, controllers, nodes): what users run,
+# the SPANK plugin srun/sbatch/salloc load on login hosts and slurmstepd
+# on nodes (plugstack.conf is cluster-wide), the documentation and every
+# example, where make install puts them (the examples name that place).
+take base "$plugindir/spank_gpu_mps.so"
+take base /usr/bin/gpu-qos
+for f in "$stage$doc"/examples/* "$stage$doc"/examples/monitoring/*; do
+    [ -f "$f" ] && take base "${f#"$stage"}"
+done
+# gpushare-controller (slurmctld hosts, the backup controller included).
 take controller "$plugindir/job_submit_gpu_qos.so"
-take controller /usr/bin/gpu-qos
-take controller "$doc/examples/gpu_qos.conf.example" /usr/share/doc/gpushare-controller/examples/gpu_qos.conf.example
-take controller "$doc/examples/slurm.conf.controller.fragment" /usr/share/doc/gpushare-controller/examples/slurm.conf.fragment
-take node "$plugindir/spank_gpu_mps.so"
+# gpushare-node (every slurmd host: the prolog and epilog exit 0 where no
+# gpu_mps.conf applies, so CPU nodes take the cluster-wide Prolog= too).
 take node /usr/libexec/gpushare/gpu-mps-prolog
 take node /usr/libexec/gpushare/gpu-mps-epilog
 take node /usr/sbin/gpu-mps
-for f in gpu_mps.conf.example plugstack.conf.example gres.conf.fragment; do
-    take node "$doc/examples/$f" "/usr/share/doc/gpushare-node/examples/$f"
-done
-take node "$doc/examples/slurm.conf.gpu-node.fragment" /usr/share/doc/gpushare-node/examples/slurm.conf.fragment
 # The manual pages (made from the commands' definitions, gpushare-man) and
 # completions, each with its command.
 pages() { # package glob...
@@ -154,64 +161,56 @@ pages() { # package glob...
         take "$p" "${f#"$stage"}"
     done
 }
-pages controller "$stage"/usr/share/man/man1/gpu-qos*.1 "$stage"/usr/share/man/man5/gpu_qos.conf.5
+pages base "$stage"/usr/share/man/man1/gpu-qos*.1 "$stage"/usr/share/man/man5/gpu_qos.conf.5
 pages node "$stage"/usr/share/man/man8/gpu-mps*.8 "$stage"/usr/share/man/man5/gpu_mps.conf.5
-for p in controller:gpu-qos node:gpu-mps; do
+for p in base:gpu-qos node:gpu-mps; do
     take "${p%%:*}" "/usr/share/bash-completion/completions/${p#*:}"
     take "${p%%:*}" "/usr/share/zsh/vendor-completions/_${p#*:}"
     take "${p%%:*}" "/usr/share/fish/vendor_completions.d/${p#*:}.fish"
 done
 # The metrics timers, each with the half whose command it runs; never
 # enabled by the package (no maintainer scripts): the admin enables them.
-# Their Documentation= names the package's own README.
+# Their Documentation= names gpushare's README, which both depend on.
 for u in gpushare-node-metrics.service gpushare-node-metrics.timer; do
     take node "$units/$u"
 done
 for u in gpushare-qos-metrics.service gpushare-qos-metrics.timer; do
     take controller "$units/$u"
 done
-for p in controller node; do
-    sed -i "s|file://$doc/|file:///usr/share/doc/gpushare-$p/|" "$work/$p$units"/*
+# The README and the book it links to (docs/) go with gpushare, on every
+# host; LICENSE becomes debian/copyright; dpkg -L is the manifest.
+take base "$doc/README.md"
+for f in "$stage$doc"/docs/*.md; do
+    take base "${f#"$stage"}"
 done
-# The alerting rules (with their promtool tests, which name the rules file
-# beside them) and the Grafana dashboard go with the controller: that is
-# where a site keeps its Prometheus configuration. Examples to copy: nothing
-# reads them where they are.
-for f in gpushare-rules.yml gpushare-rules.test.yml gpushare-dashboard.json; do
-    take controller "$doc/examples/monitoring/$f" "/usr/share/doc/gpushare-controller/examples/monitoring/$f"
-done
-for p in controller node; do
-    install -D -m 0644 "$stage$doc/README.md" "$work/$p/usr/share/doc/gpushare-$p/README.md"
-    for f in "$stage$doc"/docs/*.md; do
-        install -D -m 0644 "$f" "$work/$p/usr/share/doc/gpushare-$p/docs/$(basename "$f")"
-    done
-done
-# The README and the book it links to (docs/) go to both; LICENSE becomes
-# debian/copyright; dpkg -L is the manifest.
-rm -r "$stage$doc/README.md" "$stage$doc/docs" "$stage$doc/LICENSE" "$stage$doc/installed-files"
+rm -r "$stage$doc/LICENSE" "$stage$doc/installed-files"
 left=$(find "$stage" -type f)
 [ -z "$left" ] || fail "staged by make install but in no package (add them to packaging/deb.sh): $left"
 
 # The opt-in SPANK drop-in: inert where it is; the admin links it into
 # Slurm's plugstack.conf.d (Debian's plugstack.conf includes that directory).
-install -d "$work/node/usr/share/gpushare/plugstack.conf.d"
-cat >"$work/node/usr/share/gpushare/plugstack.conf.d/gpu_mps.conf" <<EOF
-# gpushare's SPANK plugin (gpu_mps), for GPU nodes that share GPUs with MPS.
-# Inactive here; to enable it on a node (after setting up gpu_mps.conf):
+install -d "$work/base/usr/share/gpushare/plugstack.conf.d"
+cat >"$work/base/usr/share/gpushare/plugstack.conf.d/gpu_mps.conf" <<EOF
+# gpushare's SPANK plugin (gpu_mps). plugstack.conf is read on every host
+# that runs srun, sbatch, salloc or slurmstepd, and the plugin is in the
+# gpushare package, which every host has. Inactive here; to enable it,
+# link it on every host that reads plugstack.conf (in a configless
+# cluster, beside slurmctld's slurm.conf only):
 #   ln -s /usr/share/gpushare/plugstack.conf.d/gpu_mps.conf /etc/slurm/plugstack.conf.d/
-# and remove the link before removing gpushare-node.
-# required: a step whose share cannot be confined must not run.
+# and remove the link before removing gpushare.
+# required: a step whose share cannot be confined must not run. Jobs
+# without an mps share, and hosts without gpu_mps.conf, are left alone.
 # Without conf=, the plugin reads gpu_mps.conf next to slurm.conf.
 required $plugindir/spank_gpu_mps.so
 EOF
-chmod 0644 "$work/node/usr/share/gpushare/plugstack.conf.d/gpu_mps.conf"
+chmod 0644 "$work/base/usr/share/gpushare/plugstack.conf.d/gpu_mps.conf"
 
 # Shared objects are not executable in Debian (as Slurm's own plugins).
-find "$work/controller" "$work/node" -name '*.so' -exec chmod 0644 {} +
+find "$work/base" "$work/controller" "$work/node" -name '*.so' -exec chmod 0644 {} +
 
 # What Debian's dh_strip does: no symbol table, no .comment/.note; the
 # dynamic symbols Slurm's loader reads stay.
-for p in controller node; do
+for p in base controller node; do
     while IFS= read -r -d '' f; do
         case $f in
         *.so) strip --remove-section=.comment --remove-section=.note --strip-unneeded "$f" ;;
@@ -232,10 +231,14 @@ fi
 export SOURCE_DATE_EPOCH
 
 # Manual pages compressed, as Debian has them.
-find "$work/controller/usr/share/man" "$work/node/usr/share/man" -type f -exec gzip -9n {} +
+find "$work/base/usr/share/man" "$work/node/usr/share/man" -type f -exec gzip -9n {} +
 maintainer="gpushare maintainers <gpushare@example.invalid>"
-for p in controller node; do
-    d=$work/$p/usr/share/doc/gpushare-$p
+# A package's name: base is gpushare itself.
+name() { if [ "$1" = base ]; then echo gpushare; else echo "gpushare-$1"; fi; }
+for p in base controller node; do
+    n=$(name "$p")
+    d=$work/$p/usr/share/doc/$n
+    mkdir -p "$d"
     {
         echo "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/"
         echo "Upstream-Name: gpushare"
@@ -261,19 +264,19 @@ for p in controller node; do
     } | gzip -9n >"$d/changelog.Debian.gz"
     install -d "$work/$p/usr/share/lintian/overrides"
     # Each tag lintian raises that is not fixed, and why.
-    cat >"$work/$p/usr/share/lintian/overrides/gpushare-$p" <<EOF
+    cat >"$work/$p/usr/share/lintian/overrides/$n" <<EOF
 # Built from gpushare's own tree for a site's own repository, never uploaded
 # to Debian: there is no Debian bug for the changelog entry to close.
-gpushare-$p: initial-upload-closes-no-bugs [usr/share/doc/gpushare-$p/changelog.Debian.gz:1]
+$n: initial-upload-closes-no-bugs [usr/share/doc/$n/changelog.Debian.gz:1]
 # Conflicts, not Breaks, with the next Slurm release: dpkg -i then refuses
 # to unpack it at all; with Breaks it unpacks it and only refuses to
 # configure it, leaving a Slurm on disk that refuses this plugin.
-gpushare-$p: conflicts-with-version
+$n: conflicts-with-version
 # Rust calls no C string functions that _FORTIFY_SOURCE could check (it
 # checks bounds itself); PIE, full RELRO and immediate binding are on.
-gpushare-$p: hardening-no-fortify-functions
+$n: hardening-no-fortify-functions
 EOF
-    chmod 0644 "$d/copyright" "$d/changelog.Debian.gz" "$work/$p/usr/share/lintian/overrides/gpushare-$p"
+    chmod 0644 "$d/copyright" "$d/changelog.Debian.gz" "$work/$p/usr/share/lintian/overrides/$n"
 done
 
 # libc and friends, from what the ELF files need (host symbols files: every
@@ -282,7 +285,7 @@ shlibs() { # package
     local files
     mapfile -t files < <(find "$work/$1" -type f \( -name '*.so' -o -perm -u+x \))
     mkdir -p "$work/shlibs/debian"
-    printf 'Source: gpushare\n\nPackage: gpushare-%s\nArchitecture: any\n' "$1" >"$work/shlibs/debian/control"
+    printf 'Source: gpushare\n\nPackage: %s\nArchitecture: any\n' "$(name "$1")" >"$work/shlibs/debian/control"
     (cd "$work/shlibs" && dpkg-shlibdeps -O "${files[@]/#/-e}" 2>"$work/shlibs/log") |
         sed -n 's/^shlibs:Depends=//p' || { cat "$work/shlibs/log" >&2; fail "dpkg-shlibdeps failed"; }
 }
@@ -295,17 +298,24 @@ shlibs() { # package
 # gpushare with it, when asked to). Conflicts makes dpkg -i refuse it too:
 # dpkg alone does not check that an upgrade unsatisfies others' Depends, and
 # with Breaks it would unpack the new Slurm and only refuse to configure it.
-depends_controller="$(shlibs controller), $slurmctld_pkg (>= $slurm), $slurmctld_pkg (<< $slurm_next_micro)"
+# gpushare itself holds the SPANK plugin, which srun, sbatch and salloc
+# load as well as slurmstepd: it is pinned to the client commands, so a
+# login host needs no Slurm daemon. The two halves need it, of this very
+# build (gpu-qos, the plugin and the book they name).
+depends_base="$(shlibs base), $client_pkg (>= $slurm_minor), $client_pkg (<< $slurm_next_minor)"
+conflicts_base="$client_pkg (>= $slurm_next_minor)"
+self="gpushare (= $version)"
+depends_controller="$(shlibs controller), $slurmctld_pkg (>= $slurm), $slurmctld_pkg (<< $slurm_next_micro), $self"
 conflicts_controller="$slurmctld_pkg (>= $slurm_next_micro)"
-depends_node="$(shlibs node), $slurmd_pkg (>= $slurm_minor), $slurmd_pkg (<< $slurm_next_minor)"
+depends_node="$(shlibs node), $slurmd_pkg (>= $slurm_minor), $slurmd_pkg (<< $slurm_next_minor), $self"
 conflicts_node="$slurmd_pkg (>= $slurm_next_minor)"
 
-control() { # package depends conflicts synopsis description
+control() { # package depends conflicts synopsis description [more fields]
     local size
     size=$(du -sk --apparent-size "$work/$1" | cut -f1)
     mkdir -p "$work/$1/DEBIAN"
     cat >"$work/$1/DEBIAN/control" <<EOF
-Package: gpushare-$1
+Package: $(name "$1")
 Source: gpushare
 Version: $version
 Architecture: $arch
@@ -313,7 +323,8 @@ Maintainer: $maintainer
 Installed-Size: $size
 Depends: $2
 Conflicts: $3
-Section: admin
+${6:+$6
+}Section: admin
 Priority: optional
 Homepage: https://example.invalid/gpushare
 Description: $4
@@ -323,32 +334,51 @@ EOF
         xargs -0 md5sum) >"$work/$1/DEBIAN/md5sums"
     chmod 0644 "$work/$1/DEBIAN/control" "$work/$1/DEBIAN/md5sums"
 }
+# gpushare-node of gpushare 0.2 held the SPANK plugin and the drop-in:
+# an older gpushare-node gives them up to this package.
+control base "$depends_base" "$conflicts_base" "typed-GPU QOS limits and MPS GPU sharing for Slurm (every host)" \
+" gpushare closes the typed-GPU hole of Slurm's QOS limits and shares the
+ GPUs of a node in MPS slices, each job confined to its GPU. This package
+ goes on every host of the cluster, login hosts included: it holds the
+ gpu-qos command users and admins run (why a job was refused, usage of
+ the group QOS, the policy's audit), the gpu_mps SPANK plugin that srun,
+ sbatch, salloc and slurmstepd load (built for Slurm $slurm_minor; it
+ leaves alone every job without an mps share), and the documentation.
+ It needs the Slurm client commands, no Slurm daemon.
+ .
+ gpushare-controller adds the slurmctld plugin, gpushare-node the node
+ programs. Nothing is enabled by installing it." \
+"Breaks: gpushare-node (<< $version)
+Replaces: gpushare-node (<< $version)"
 control controller "$depends_controller" "$conflicts_controller" "typed-GPU QOS limits for Slurm (slurmctld plugin)" \
 " gpushare closes the typed-GPU hole of Slurm's QOS limits: a job under a
  group's QOS must name a GPU type the group may use, and is refused with
  a message saying what to write instead. This package holds the
- job_submit/gpu_qos plugin for slurmctld (built for Slurm $slurm only)
- and the gpu-qos admin command, which checks gpu_qos.conf against the
- accounting database.
+ job_submit/gpu_qos plugin for slurmctld (built for Slurm $slurm only),
+ for the controller and the backup controller.
  .
- Nothing is enabled by installing it: add JobSubmitPlugins=gpu_qos to
- slurm.conf and write /etc/slurm/gpu_qos.conf (see the example). The
+ Nothing is enabled by installing it: write gpu_qos.conf beside
+ slurm.conf (gpu-qos generate, then gpu-qos check), then add
+ JobSubmitPlugins=gpu_qos to slurm.conf. The
  gpushare-qos-metrics timer writes the QOS metrics for node_exporter;
- Prometheus alerting rules and a Grafana dashboard are in the examples."
-control node "$depends_node" "$conflicts_node" "MPS GPU sharing for Slurm nodes (SPANK plugin, prolog, epilog)" \
+ Prometheus alerting rules and a Grafana dashboard are in gpushare's
+ examples (/usr/share/doc/gpushare/examples/monitoring)."
+control node "$depends_node" "$conflicts_node" "MPS GPU sharing for Slurm nodes (prolog, epilog, gpu-mps)" \
 " gpushare places MPS GPU shares on the least-loaded GPU of a node (from
  Slurm 23.11 it records Slurm's choice), confines each job to its GPU,
  starts the per-GPU MPS control daemons and gives each job its thread
- percentage and memory cap. This package holds the gpu_mps SPANK
- plugin (built for Slurm $slurm_minor), the gpu-mps-prolog and
- gpu-mps-epilog programs slurmd runs, and the gpu-mps admin command.
+ percentage and memory cap. This package holds the gpu-mps-prolog and
+ gpu-mps-epilog programs slurmd runs and the gpu-mps admin command. It
+ goes on every slurmd host, CPU nodes included: where no gpu_mps.conf
+ applies, the prolog and epilog do nothing and exit 0.
  .
- Nothing is enabled by installing it: link the shipped plugstack.conf.d
- drop-in, set Prolog= and Epilog= in slurm.conf and write
- /etc/slurm/gpu_mps.conf (gpu-mps config prints the setup). The
+ Nothing is enabled by installing it: write gpu_mps.conf beside
+ slurm.conf on the nodes that share GPUs, set Prolog= and Epilog= in
+ slurm.conf and link gpushare's plugstack.conf.d drop-in (gpu-mps
+ config prints the setup). The
  gpushare-node-metrics timer keeps the node's metrics file fresh."
 
-for p in controller node; do
+for p in base controller node; do
     find "$work/$p" -type d -exec chmod 0755 {} +
     dpkg-deb --root-owner-group -Zxz --build "$work/$p" "$out/" >/dev/null
 done

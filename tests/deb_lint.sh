@@ -22,7 +22,7 @@ done
 # tree, but docs/reports/, output recorded from programs and drivers as they
 # printed it.
 for suite in "$@"; do
-    debs=(target/deb/"$suite"/gpushare-*.deb)
+    debs=(target/deb/"$suite"/gpushare_*.deb target/deb/"$suite"/gpushare-*.deb)
     [ -f "${debs[0]}" ] || fail "no packages in target/deb/$suite: run packaging/deb.sh $suite first"
     lintian -I --fail-on error,warning,info --suppress-tags spelling-error-in-binary \
         --tag-display-limit 0 "${debs[@]}" || fail "lintian on target/deb/$suite"

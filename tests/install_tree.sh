@@ -43,10 +43,14 @@ fi
 for b in libexec/gpushare/gpu-mps-prolog libexec/gpushare/gpu-mps-epilog bin/gpu-qos sbin/gpu-mps; do
     expect 755 "/usr/$b"
 done
-for f in gpu_qos.conf.example gpu_mps.conf.example plugstack.conf.example gres.conf.fragment \
-         slurm.conf.controller.fragment slurm.conf.gpu-node.fragment; do
+for f in gpu_qos.conf.example gpu_mps.conf.example plugstack.conf.example gpu-node.23.11.example \
+         gpu-node.22.05.example slurm.conf.controller.fragment; do
     expect 644 "/usr/share/doc/gpushare/examples/$f"
 done
+# The example site's policy is installed with no setting in force.
+active=$(grep -v '^#' "$dest/usr/share/doc/gpushare/examples/gpu_qos.conf.example" | grep . || true)
+[ -z "$active" ] || fail "gpu_qos.conf.example sets: $active"
+tests/example_paths.sh "$dest" /usr/share/doc/gpushare/examples >/dev/null
 expect 644 /usr/share/doc/gpushare/README.md
 # Manual pages (one per command and subcommand, the two configuration
 # files') and completions.

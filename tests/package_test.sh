@@ -3,7 +3,8 @@
 # root of the release they were built for:
 #   tests/package_test.sh host|trixie|sid     (after make deb SUITE=...; make test-packages does both)
 # host's packages are tested in a Debian root of this machine's own release.
-#  1. apt installs both packages offline (the root already holds Slurm);
+#  1. apt installs the three packages offline (the root already holds
+#     Slurm); every path of gpushare's the installed examples name exists;
 #     the metrics timers are installed and not enabled, systemd-analyze
 #     verify passes them (where the root has systemd), the shipped alerting
 #     rules pass their promtool tests where they are installed;
@@ -16,10 +17,13 @@
 #     with dpkg -i while shares run: the new epilog releases them, the new
 #     prolog places the next ones, no node drains;
 #  3. apt remove, and apt purge after a reinstall, leave no file of theirs;
-#  4. apt refuses both packages built for another Slurm, naming the pin;
+#  4. apt refuses each package built for another Slurm, naming the pin;
 #  5. a slurmctld of the next micro release is kept back by apt upgrade and
 #     refused by apt install --no-remove and by dpkg -i; a slurmd of the next
-#     micro release is taken (the node package pins major.minor only).
+#     micro release is taken (the node package pins major.minor only);
+#  6. a login host: with no Slurm daemon installed, apt installs gpushare
+#     alone, installing no daemon, gpu-qos runs and sbatch loads the SPANK
+#     plugin through the drop-in.
 # The root is an overlay on the cached one (tests/release_root.sh) in a
 # private mount namespace: nothing of the run outlives it.
 set -euo pipefail
@@ -36,7 +40,8 @@ fail() { echo "package_test $suite: FAILED: $*" >&2; exit 1; }
 step() { echo "== package_test $suite: $*"; }
 
 if [ -z "${GPUSHARE_PACKAGE_TEST_NS:-}" ]; then
-    compgen -G "$debs/gpushare-controller_*.deb" >/dev/null && compgen -G "$debs/gpushare-node_*.deb" >/dev/null ||
+    compgen -G "$debs/gpushare_*.deb" >/dev/null && compgen -G "$debs/gpushare-controller_*.deb" >/dev/null &&
+        compgen -G "$debs/gpushare-node_*.deb" >/dev/null ||
         fail "no packages in $debs: run make deb SUITE=$suite first"
     tests/release_root.sh "$release" "$base" >/dev/null
     GPUSHARE_PACKAGE_TEST_NS=1 exec unshare --mount --propagation private -- "$0" "$@"
@@ -50,20 +55,22 @@ in_root() {
         DEBIAN_FRONTEND=noninteractive "$@"
 }
 mkdir -p "$root/tmp/debs"
-cp "$debs"/gpushare-*.deb "$root/tmp/debs/"
+cp "$debs"/gpushare_*.deb "$debs"/gpushare-*.deb "$root/tmp/debs/"
+tools=$(cd "$root/tmp/debs" && ls gpushare_*.deb)
 controller=$(cd "$root/tmp/debs" && ls gpushare-controller_*.deb)
 node=$(cd "$root/tmp/debs" && ls gpushare-node_*.deb)
 slurm_pkg=$(in_root dpkg-query -W -f='${Version}' slurmctld)
-echo "== package_test $suite: $controller, $node in a fresh $release root (slurmctld $slurm_pkg)"
+echo "== package_test $suite: $tools, $controller, $node in a fresh $release root (slurmctld $slurm_pkg)"
+ours=(gpushare gpushare-controller gpushare-node)
 
-install_both() {
-    in_root apt-get install -y -q /tmp/debs/"$controller" /tmp/debs/"$node" >"$tmp/apt.log" 2>&1 ||
+install_all() {
+    in_root apt-get install -y -q /tmp/debs/"$tools" /tmp/debs/"$controller" /tmp/debs/"$node" >"$tmp/apt.log" 2>&1 ||
         { cat "$tmp/apt.log"; fail "apt-get install ./gpushare-*.deb"; }
 }
 # Paths of the packages that the root did not hold before: what removal
 # must take away again (directories such as /usr/sbin stay).
 theirs() {
-    in_root dpkg -L gpushare-controller gpushare-node | while read -r p; do
+    in_root dpkg -L "${ours[@]}" | while read -r p; do
         [ -e "$base$p" ] || [ -L "$base$p" ] || echo "$p"
     done | sort -u
 }
@@ -78,8 +85,8 @@ left_behind() { # the list from theirs
     echo "$found"
 }
 
-step "1. apt-get install ./$controller ./$node"
-install_both
+step "1. apt-get install ./$tools ./$controller ./$node"
+install_all
 files=$(theirs)
 plugin=$(grep '/job_submit_gpu_qos\.so$' <<<"$files") || fail "no job_submit_gpu_qos.so in dpkg -L"
 spank=$(grep '/spank_gpu_mps\.so$' <<<"$files") || fail "no spank_gpu_mps.so in dpkg -L"
@@ -91,7 +98,7 @@ done
 dropin=/usr/share/gpushare/plugstack.conf.d/gpu_mps.conf
 grep -q "^required $spank\$" "$root$dropin" || fail "$dropin does not load $spank"
 [ ! -e "$root/etc/slurm/plugstack.conf.d/gpu_mps.conf" ] || fail "the SPANK drop-in is active after install"
-in_root dpkg-query -W -f='${Conffiles}' gpushare-controller gpushare-node | grep -q . &&
+in_root dpkg-query -W -f='${Conffiles}' "${ours[@]}" | grep -q . &&
     fail "the packages ship conffiles"
 
 step "1b. the metrics timers and the monitoring examples"
@@ -115,7 +122,10 @@ if [ -x "$root/usr/bin/systemd-analyze" ]; then
 else
     echo "   units not enabled; no systemd in this root, not verified"
 fi
-examples=/usr/share/doc/gpushare-controller/examples/monitoring
+in_root dpkg -L gpushare | grep -qx "$dropin" || fail "the SPANK drop-in is not in gpushare"
+in_root dpkg -L gpushare | grep -qx "$spank" || fail "the SPANK plugin is not in gpushare, which login hosts get"
+tests/example_paths.sh "$root" /usr/share/doc/gpushare/examples | sed 's/^/   /'
+examples=/usr/share/doc/gpushare/examples/monitoring
 for f in gpushare-rules.yml gpushare-rules.test.yml gpushare-dashboard.json; do
     grep -qx "$examples/$f" <<<"$files" || fail "$examples/$f is not in the packages"
 done
@@ -138,11 +148,14 @@ done
 # Debian revision (the programs' own formats across versions are the unit
 # tests' part).
 mkdir -p "$root/tmp/debs-next"
-for deb in "$controller" "$node"; do
+for deb in "$tools" "$controller" "$node"; do
     rm -rf "$tmp/unpacked"
     dpkg-deb -R "$root/tmp/debs/$deb" "$tmp/unpacked"
     v=$(sed -n 's/^Version: //p' "$tmp/unpacked/DEBIAN/control")
-    sed -i "s/^Version: .*/Version: ${v%-*}-$((${v##*-} + 1))/" "$tmp/unpacked/DEBIAN/control"
+    next=${v%-*}-$((${v##*-} + 1))
+    # The version, and the same build's gpushare the halves need.
+    sed -i -e "s/^Version: .*/Version: $next/" -e "s/gpushare (= $v)/gpushare (= $next)/" \
+        -e "s/gpushare-node (<< $v)/gpushare-node (<< $next)/g" "$tmp/unpacked/DEBIAN/control"
     dpkg-deb -b "$tmp/unpacked" "$root/tmp/debs-next/" >/dev/null
 done
 rm -rf "$tmp/unpacked"
@@ -176,22 +189,22 @@ rm "$root/etc/slurm/plugstack.conf.d/gpu_mps.conf" "$root/etc/slurm/slurm.conf"
 echo "   linked: sbatch stops only at the absent slurmctld; a drop-in naming a missing plugin stops it at the plugin stack"
 
 step "3. apt-get remove, then install again and apt-get purge"
-in_root apt-get remove -y -q gpushare-controller gpushare-node >"$tmp/apt.log" 2>&1 ||
+in_root apt-get remove -y -q "${ours[@]}" >"$tmp/apt.log" 2>&1 ||
     { cat "$tmp/apt.log"; fail "apt-get remove"; }
 left=$(left_behind "$files")
 [ -z "$left" ] || fail "apt-get remove left behind:$left"
-install_both
-in_root apt-get purge -y -q gpushare-controller gpushare-node >"$tmp/apt.log" 2>&1 ||
+install_all
+in_root apt-get purge -y -q "${ours[@]}" >"$tmp/apt.log" 2>&1 ||
     { cat "$tmp/apt.log"; fail "apt-get purge"; }
 left=$(left_behind "$files")
 [ -z "$left" ] || fail "apt-get purge left behind:$left"
-in_root dpkg-query -W -f='${db:Status-Abbrev}\n' gpushare-controller gpushare-node 2>/dev/null | grep -q '^[ir]' &&
+in_root dpkg-query -W -f='${db:Status-Abbrev}\n' "${ours[@]}" 2>/dev/null | grep -q '^[ir]' &&
     fail "dpkg still knows the packages after purge"
 echo "   nothing of $(wc -l <<<"$files") paths left after remove, nor after purge"
 
 step "4. the packages built for another Slurm are refused"
-for half in controller:slurmctld node:slurmd; do
-    pkg=gpushare-${half%%:*} daemon=${half#*:}
+for half in gpushare:slurm-client gpushare-controller:slurmctld gpushare-node:slurmd; do
+    pkg=${half%%:*} daemon=${half#*:}
     other=
     for s in host trixie sid; do
         for d in "$repo"/target/deb/"$s"/"$pkg"_*.deb; do
@@ -212,7 +225,7 @@ for half in controller:slurmctld node:slurmd; do
 done
 
 step "5. slurmctld's next micro release is refused, slurmd's is not"
-install_both
+install_all
 mkdir -p "$root/tmp/repo"
 next_micro() { # package: its installed upstream version, micro + 1, Debian revision 1
     local v
@@ -262,4 +275,30 @@ grep -q "gpushare-controller" "$tmp/apt.log" || { cat "$tmp/apt.log"; fail "dpkg
 grep -E "gpushare|conflicting|dependency" "$tmp/apt.log" | head -n 4 | sed 's/^/   dpkg: /'
 now=$(in_root dpkg-query -W -f='${Version} ${db:Status-Abbrev}' slurmctld)
 [ "$now" = "$slurm_pkg ii " ] || fail "slurmctld is now $now, expected $slurm_pkg installed"
+
+step "6. a login host: gpushare alone, with no Slurm daemon installed"
+in_root apt-get purge -y -q "${ours[@]}" >"$tmp/apt.log" 2>&1 || { cat "$tmp/apt.log"; fail "apt-get purge"; }
+installed() { # packages: those of them installed
+    local p
+    for p in "$@"; do
+        if in_root dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null | grep -q '^i'; then echo "$p"; fi
+    done | paste -sd' '
+}
+daemons=$(installed slurmctld slurmd slurmdbd slurmrestd)
+in_root apt-get remove -y -q $daemons >"$tmp/apt.log" 2>&1 || { cat "$tmp/apt.log"; fail "apt-get remove $daemons"; }
+in_root apt-get install -y -q /tmp/debs/"$tools" >"$tmp/apt.log" 2>&1 ||
+    { cat "$tmp/apt.log"; fail "apt-get install ./$tools on a host without Slurm daemons"; }
+left=$(installed slurmctld slurmd slurmdbd slurmrestd)
+[ -z "$left" ] || fail "installing gpushare installed a Slurm daemon: $left"
+in_root gpu-qos --version >"$tmp/gpu-qos.log" 2>&1 || { cat "$tmp/gpu-qos.log"; fail "gpu-qos --version on the login host"; }
+printf 'ClusterName=packagetest\nSlurmctldHost=localhost\nSlurmctldPort=1\nMessageTimeout=1\nNodeName=n1\nPartitionName=p Nodes=n1 Default=yes\n' \
+    >"$root/etc/slurm/slurm.conf"
+mkdir -p "$root/etc/slurm/plugstack.conf.d"
+ln -sf "$dropin" "$root/etc/slurm/plugstack.conf.d/gpu_mps.conf"
+submit
+if grep -q "plugin stack" "$tmp/sbatch.log" || ! grep -q "Unable to contact slurm controller" "$tmp/sbatch.log"; then
+    cat "$tmp/sbatch.log"
+    fail "sbatch on the login host, the drop-in linked, did not get past the plugin stack"
+fi
+echo "   removed $daemons; gpushare installed alone ($(cat "$tmp/gpu-qos.log")); sbatch loads its SPANK plugin"
 step "passed"

@@ -133,12 +133,14 @@ build() { # log topdir cargo-target [rpmbuild arguments...]
 start=$SECONDS
 build "$tmp/rpmbuild.log" /tmp/rpmbuild /tmp/cargo-target --nodeps || { tail -n 40 "$tmp/rpmbuild.log"; fail "rpmbuild -ta"; }
 mapfile -t built < <(find "$root/tmp/rpmbuild/RPMS" -name 'gpushare-*.rpm' | sort)
-[ ${#built[@]} -eq 2 ] || fail "rpmbuild made ${#built[@]} packages, not 2: ${built[*]}"
+[ ${#built[@]} -eq 3 ] || fail "rpmbuild made ${#built[@]} packages, not 3: ${built[*]}"
+tools=$(basename "$(printf '%s\n' "${built[@]}" | grep -E '/gpushare-[0-9]')")
 ctld=$(basename "$(printf '%s\n' "${built[@]}" | grep /gpushare-slurmctld-)")
 node=$(basename "$(printf '%s\n' "${built[@]}" | grep /gpushare-slurmd-)")
+[ "$tools" = "gpushare-$version-1.slurm$slurm.x86_64.rpm" ] || fail "the package for every host is $tools"
 [ "$ctld" = "gpushare-slurmctld-$version-1.slurm$slurm.x86_64.rpm" ] || fail "the controller package is $ctld"
 [ "$node" = "gpushare-slurmd-$version-1.slurm$slurm.x86_64.rpm" ] || fail "the node package is $node"
-echo "   $ctld, $node in $((SECONDS - start)) s"
+echo "   $tools, $ctld, $node in $((SECONDS - start)) s"
 mkdir -p "$repo/target/rpm/$release"
 cp "${built[@]}" "$repo/target/rpm/$release/"
 rpmlint -c packaging/rpm/rpmlint.toml -r packaging/rpm/rpmlintrc "${built[@]}" >"$tmp/rpmlint.log" 2>&1 ||
@@ -173,16 +175,16 @@ else
     echo "   built once (RPM_AGAIN=1 builds it again elsewhere and compares, as make test-all does)"
 fi
 
-step "3. rpm -i $ctld $node"
-in_root rpm --force-debian -i "/tmp/rpmbuild/RPMS/x86_64/$ctld" "/tmp/rpmbuild/RPMS/x86_64/$node" >"$tmp/install.log" 2>&1 ||
+step "3. rpm -i $tools $ctld $node"
+in_root rpm --force-debian -i "/tmp/rpmbuild/RPMS/x86_64/$tools" "/tmp/rpmbuild/RPMS/x86_64/$ctld" "/tmp/rpmbuild/RPMS/x86_64/$node" >"$tmp/install.log" 2>&1 ||
     { cat "$tmp/install.log"; fail "rpm -i"; }
 [ ! -s "$tmp/install.log" ] || { cat "$tmp/install.log"; fail "rpm -i said something"; }
-files=$(in_root rpm -ql gpushare-slurmctld gpushare-slurmd)
+files=$(in_root rpm -ql gpushare gpushare-slurmctld gpushare-slurmd)
 slurm_files=$(in_root rpm -ql slurm)
 plugindir=$(dirname "$(grep -m1 '/slurm/job_submit_.*\.so$' <<<"$slurm_files")")
 for f in "$plugindir/job_submit_gpu_qos.so" "$plugindir/spank_gpu_mps.so" \
     /usr/libexec/gpushare/gpu-mps-prolog /usr/libexec/gpushare/gpu-mps-epilog /usr/bin/gpu-qos /usr/sbin/gpu-mps \
-    /etc/slurm/gpu_qos.conf.example /etc/slurm/gpu_mps.conf.example \
+    /usr/share/doc/gpushare/examples/gpu_qos.conf.example /usr/share/doc/gpushare/examples/gpu-node.23.11.example \
     /usr/lib/systemd/system/gpushare-qos-metrics.timer /usr/lib/systemd/system/gpushare-node-metrics.timer \
     /usr/share/man/man1/gpu-qos.1.gz /usr/share/man/man1/gpu-qos-why.1.gz /usr/share/man/man8/gpu-mps.8.gz \
     /usr/share/man/man8/gpu-mps-prolog.8.gz /usr/share/man/man5/gpu_qos.conf.5.gz /usr/share/man/man5/gpu_mps.conf.5.gz \
@@ -190,8 +192,13 @@ for f in "$plugindir/job_submit_gpu_qos.so" "$plugindir/spank_gpu_mps.so" \
     /usr/share/fish/vendor_completions.d/gpu-qos.fish; do
     grep -qx "$f" <<<"$files" || fail "$f is not in the packages (rpm -ql)"
 done
-[ "$(in_root rpm -qc gpushare-slurmctld gpushare-slurmd | sort | paste -sd' ')" = "/etc/slurm/gpu_mps.conf.example /etc/slurm/gpu_qos.conf.example" ] ||
-    fail "the packages' config files are not the two examples: $(in_root rpm -qc gpushare-slurmctld gpushare-slurmd)"
+in_root rpm -ql gpushare | grep -qx "$plugindir/spank_gpu_mps.so" ||
+    fail "the SPANK plugin is not in gpushare, which login hosts get"
+[ -z "$(in_root rpm -qc gpushare gpushare-slurmctld gpushare-slurmd)" ] ||
+    fail "the packages have config files: $(in_root rpm -qc gpushare gpushare-slurmctld gpushare-slurmd)"
+! grep -q '^/etc/slurm' <<<"$files" || fail "the packages write into /etc/slurm: $(grep '^/etc/slurm' <<<"$files")"
+tests/example_paths.sh "$root" /usr/share/doc/gpushare/examples | sed 's/^/   /'
+in_root rpm -q --requires gpushare | grep -q '^slurm-slurm' && fail "gpushare, for login hosts, requires a Slurm daemon"
 enabled=$(find "$root/etc/systemd" -name 'gpushare-*' 2>/dev/null || true)
 [ -z "$enabled" ] || fail "installing enabled a unit: $enabled"
 for p in gpu-qos gpu-mps; do
@@ -233,7 +240,7 @@ grep -q "slurm(x86-64) = $other_version is needed by gpushare-slurmctld-$version
 sed 's/^/   /' "$tmp/refused.log"
 
 step "6. rpm -e leaves nothing"
-in_root rpm --force-debian -e gpushare-slurmctld gpushare-slurmd >"$tmp/erase.log" 2>&1 || { cat "$tmp/erase.log"; fail "rpm -e"; }
+in_root rpm --force-debian -e gpushare gpushare-slurmctld gpushare-slurmd >"$tmp/erase.log" 2>&1 || { cat "$tmp/erase.log"; fail "rpm -e"; }
 left=""
 while read -r f; do
     [ -d "$root$f" ] || [ ! -e "$root$f" ] || left="$left $f"

@@ -7,9 +7,13 @@
 //! and `gpu-mps`. `gpushare-man DIR` writes them; `make build` runs it.
 
 use std::io;
+use std::path::Path;
 
 use clap::{Command, CommandFactory};
 use clap_complete::Shell;
+
+use gpushare::mps::config::GpuMpsConfig;
+use gpushare::mps::setup_lines::{self, Installed, SlurmSetup};
 
 use crate::{mps_cli, node_program, qos_cli};
 
@@ -44,6 +48,62 @@ fn commands() -> [(Command, &'static str, bool); 4] {
         (node_program::PrologCli::command(), "8", false),
         (node_program::EpilogCli::command(), "8", false),
     ]
+}
+
+/// Where an install puts the node's programs, Slurm's plugins and
+/// configuration: what the example setups name.
+#[derive(Debug, Clone, Copy)]
+pub struct InstalledPaths<'a> {
+    pub libexec: &'a Path,
+    pub plugin_dir: &'a Path,
+    pub sysconf_dir: &'a Path,
+}
+
+/// The example GPU node the setups are written for.
+const EXAMPLE_NODE: (&str, &str, u32) = ("gpu01", "a40", 8);
+
+/// The two example setups of a GPU node that shares its GPUs
+/// (`examples/gpu-node.23.11.example`, `gpu-node.22.05.example`): what
+/// `gpu-mps config` prints for an 8-GPU a40 node on Slurm 23.11 and later
+/// (Slurm places the shares) and on 22.05 and 23.02 (gpushare places them),
+/// with `paths` filled in, made by the same function, so that the two
+/// cannot disagree.
+pub fn examples(paths: InstalledPaths<'_>) -> Vec<Output> {
+    let (node, gpu_type, gpus) = EXAMPLE_NODE;
+    let conf = paths.sysconf_dir.join("gpu_mps.conf");
+    let installed = Installed {
+        libexec: paths.libexec,
+        plugin_dir: paths.plugin_dir,
+        conf: &conf,
+    };
+    [
+        ("23.11", "23.11 and later", SlurmSetup::PerGpu),
+        ("22.05", "22.05 and 23.02", SlurmSetup::NodeCount),
+    ]
+    .into_iter()
+    .map(|(file, releases, setup)| {
+        let lines = setup_lines::node_config(
+            &GpuMpsConfig::default(),
+            setup,
+            node,
+            (gpu_type, gpus),
+            &[],
+            installed,
+        );
+        let text = format!(
+            "# A GPU node that shares its GPUs in MPS slices, on Slurm {releases}:\n\
+             # node {node}, {gpus} {gpu_type} GPUs, gpu_mps.conf's defaults. This is what\n\
+             # `gpu-mps config --release {file} --gpus {gpus} --type {gpu_type}` prints there; run it\n\
+             # on each kind of node for its own lines (--whole TYPE:N for GPUs held whole).\n\
+             # Each part goes into the file its heading names; slurm.conf, gres.conf,\n\
+             # cgroup.conf and plugstack.conf are the cluster's, gpu_mps.conf the node's.\n\n{lines}"
+        );
+        Output {
+            path: format!("examples/gpu-node.{file}.example"),
+            text: text.into_bytes(),
+        }
+    })
+    .collect()
 }
 
 /// Every manual page: each command's, each subcommand's, the two

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use testcluster::cluster::wait_for;
+use testcluster::cluster::{wait_for, EXAMPLE_GPU_QOS_CONF};
 use testcluster::time::{Timeout, JOB_END, JOB_LONG, JOB_START, SHORT};
 use testcluster::users::TestUser;
 use testcluster::{Cluster, ClusterSpec};
@@ -88,12 +88,12 @@ fn spec(root: &Path) -> Result<ClusterSpec, String> {
     let plugins = root.join("usr/lib/gpushare");
     let libexec = root.join("usr/libexec/gpushare");
     let examples = root.join("usr/share/doc/gpushare/examples");
-    let qos_conf = fs::read_to_string(examples.join("gpu_qos.conf.example")).map_err(|e| {
-        format!(
-            "{}: {e} (run `make demo`, which installs first)",
+    if !examples.join("gpu_qos.conf.example").is_file() {
+        return Err(format!(
+            "{}: no gpu_qos.conf.example (run `make demo`, which installs first)",
             examples.display()
-        )
-    })?;
+        ));
+    }
     let mut spec = ClusterSpec::example_site_nodes();
     spec.installed_plugin_dir = Some(plugins.clone());
     spec.prolog = Some(libexec.join("gpu-mps-prolog"));
@@ -101,8 +101,9 @@ fn spec(root: &Path) -> Result<ClusterSpec, String> {
     // Each node's gpu_mps.conf is in its own /etc/slurm (gpu01 is
     // configless): the SPANK line names none.
     spec.plugstack = vec![format!("required {}/spank_gpu_mps.so", plugins.display())];
-    // The installed example as it is: shares only in the course reservations.
-    spec.extra_conf_files = vec![("gpu_qos.conf".into(), qos_conf)];
+    // The example site's policy (installed commented out, as an example
+    // of the keys): shares only in the course reservations.
+    spec.extra_conf_files = vec![("gpu_qos.conf".into(), EXAMPLE_GPU_QOS_CONF.into())];
     spec.extra_slurm_conf.extend([
         "PriorityWeightTRES=GRES/gpu=2000".into(),
         "PriorityDecayHalfLife=7-0".into(),
