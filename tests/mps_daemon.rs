@@ -109,11 +109,8 @@ fn main() -> ExitCode {
         .test(
             "a_share_beside_another_users_server_is_refused_or_told_that_it_waits",
             beside_other_user,
-        )
-        .test(
-            "a_disabled_node_refuses_shares_then_leaves_nothing_of_gpushare_behind",
-            disable::leaves_nothing_behind,
         );
+    suite = disable::tests(suite);
     // On request only (named in full): Slurm's own container fails now and
     // then inside the harness's namespaces (see job_container.rs).
     if job_container::has_dirs() {

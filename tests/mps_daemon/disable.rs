@@ -1,13 +1,30 @@
 //! `gpu-mps disable` and `enable`: the node taken off sharing, leaving
-//! nothing of gpushare behind once its last share ends, and given back.
+//! nothing of gpushare behind once its last share ends, and given back;
+//! the node half turned off as docs/turning-off.md says.
 
+use std::collections::BTreeSet;
 use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
 
-use testcluster::cluster::{wait_for, NODE};
-use testcluster::time::{JOB_END, JOB_LONG, SHORT};
-use testcluster::{ensure, Cluster, TestResult};
+use testcluster::cluster::{slurm_release, wait_for, NODE};
+use testcluster::time::{DAEMON_START, JOB_END, JOB_LONG, NODE_STATE, SHORT};
+use testcluster::{ensure, Cluster, Suite, TestResult};
 
 use super::{bin_dir, cancel_and_wait_stopped, daemons, gpu_mps, ledger, shares, standin, SCRIPT};
+
+/// This file's tests, in order, after the suite's others.
+pub fn tests(suite: Suite) -> Suite {
+    suite
+        .test(
+            "a_disabled_node_refuses_shares_then_leaves_nothing_of_gpushare_behind",
+            leaves_nothing_behind,
+        )
+        .test(
+            "a_node_turned_off_as_the_book_says_runs_many_processes_on_each_whole_gpu",
+            turned_off,
+        )
+}
 
 /// GPU `gpu`'s compute mode as the stand-in `nvidia-smi` keeps it.
 fn mode(c: &Cluster, gpu: u32) -> String {
@@ -62,16 +79,7 @@ pub fn leaves_nothing_behind(c: &mut Cluster) -> TestResult {
                 .contains("DISABLED: new shares are refused: backing out"),
             format!("status on a disabled node: {}", said(&status)),
         )?;
-        for id in &running {
-            c.run_ok("scancel", &[&id.to_string()])?;
-        }
-        for &id in &running {
-            c.wait_job_done(id, JOB_END)?;
-        }
-        wait_for("the last share's epilog", SHORT, || {
-            (ledger(c).shares().next().is_none() && (0..4).all(|g| daemons(c, g).is_empty()))
-                .then_some(())
-        })?;
+        end_shares(c, &running)?;
         ensure(
             c.sent_off(refused, NODE),
             format!(
@@ -96,14 +104,231 @@ pub fn leaves_nothing_behind(c: &mut Cluster) -> TestResult {
             ),
         )?;
         c.run_ok("scancel", &[&refused.to_string()])?;
-        let enabled = gpu_mps(c, &["enable"])?;
-        ensure(
-            enabled.status.success(),
-            format!("enable: {}", said(&enabled)),
-        )?;
-        shares(c, 1, 25).map(|_| ())
+        enable_again(c)
     })();
     // Never leave the node disabled for the tests after this one.
     let _ = gpu_mps(c, &["enable"]);
     result.and(cancel_and_wait_stopped(c))
+}
+
+/// Cancels the shares `running` and waits for the last one's epilog: no
+/// share in the ledger, no daemon.
+fn end_shares(c: &Cluster, running: &[u32]) -> TestResult {
+    for id in running {
+        c.run_ok("scancel", &[&id.to_string()])?;
+    }
+    for &id in running {
+        c.wait_job_done(id, JOB_END)?;
+    }
+    wait_for("the last share's epilog", SHORT, || {
+        (ledger(c).shares().next().is_none() && (0..4).all(|g| daemons(c, g).is_empty()))
+            .then_some(())
+    })
+}
+
+/// `gpu-mps enable`: it succeeds and a share runs again.
+fn enable_again(c: &Cluster) -> TestResult {
+    let enabled = gpu_mps(c, &["enable"])?;
+    ensure(
+        enabled.status.success(),
+        format!("enable: {}", said(&enabled)),
+    )?;
+    shares(c, 1, 25).map(|_| ())
+}
+
+/// Processes each whole-GPU job starts on its GPU at once.
+const PROCESSES: usize = 3;
+
+/// The node half turned off as docs/turning-off.md says, on a node whose
+/// four shares left every GPU EXCLUSIVE_PROCESS: `disable`, a share
+/// refused and held, the shares ended, `disable` again (exit 0: every
+/// mode back, no live job kept off the node, the held one included);
+/// then every line of gpushare's out of Slurm's configuration (the
+/// prolog and epilog, the SPANK line, mps in gres.conf, `Gres=` and
+/// `GresTypes=`, `LL_SHARED_GRES`, `PrologFlags=Alloc`), `gpu_mps.conf`
+/// removed, and Slurm made to read it (`scontrol reconfigure`; before
+/// 23.11 slurmctld and slurmd restarted). A whole-GPU job on each GPU at
+/// once, each starting [`PROCESSES`] stand-in CUDA clients together,
+/// succeeds: a GPU left exclusive would fail all but one. Afterwards the
+/// configuration is put back and the node enabled for the tests after.
+pub fn turned_off(c: &mut Cluster) -> TestResult {
+    standin(c)?;
+    let client = testcluster::standin::install_client(&bin_dir(c))?;
+    let conf = c.slurm_conf();
+    let saved: Vec<(PathBuf, String)> = CONFIG_FILES
+        .iter()
+        .map(|name| {
+            let path = conf.with_file_name(name);
+            fs::read_to_string(&path)
+                .map(|text| (path.clone(), text))
+                .map_err(|e| format!("{}: {e}", path.display()))
+        })
+        .collect::<Result<_, _>>()?;
+    let result = (|| {
+        let running = shares(c, 4, 25)?;
+        let during: Vec<String> = (0..4).map(|g| mode(c, g)).collect();
+        ensure(
+            during.iter().all(|m| m == "Exclusive_Process"),
+            format!("a share on each GPU: modes {during:?}"),
+        )?;
+        gpu_mps(c, &["disable", "--node", NODE, "--reason", "turning off"])?;
+        let refused = c.sbatch_ok(&["--gres=mps:25", SCRIPT])?;
+        c.wait_sent_off(refused, NODE, JOB_LONG)?;
+        c.run_ok("scontrol", &["hold", &refused.to_string()])?;
+        end_shares(c, &running)?;
+        let last = gpu_mps(c, &["disable", "--node", NODE])?;
+        let after: Vec<String> = (0..4).map(|g| mode(c, g)).collect();
+        ensure(
+            last.status.code() == Some(0) && after.iter().all(|m| m == "Default"),
+            format!(
+                "disable once no share runs: {}; modes {after:?}",
+                said(&last)
+            ),
+        )?;
+        let live = c.run_ok("squeue", &["-h", "-o", "%i"])?;
+        let live: Vec<u32> = live
+            .split_whitespace()
+            .filter_map(|i| i.parse().ok())
+            .collect();
+        ensure(
+            live.contains(&refused),
+            format!("the held share {refused} among the live jobs {live:?}"),
+        )?;
+        for id in live {
+            let info = c.job(id)?;
+            ensure(
+                !info.get("ExcNodeList").is_some_and(|l| l.contains(NODE)),
+                format!("job {id} still kept off {NODE} after disable: {info:?}"),
+            )?;
+        }
+        c.run_ok("scancel", &[&refused.to_string()])?;
+        c.wait_job_done(refused, JOB_END)?;
+
+        for (path, text) in &saved {
+            match without_gpushare(path, text) {
+                Some(text) => fs::write(path, text),
+                None => fs::remove_file(path),
+            }
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+        reread(c, "gpu")?;
+        let config = c.run_ok("scontrol", &["show", "config"])?;
+        ensure(
+            !config.contains("gpu-mps-") && !config.contains("LL_SHARED_GRES"),
+            format!("Slurm's configuration with gpushare's lines removed: {config}"),
+        )?;
+        let wrap = format!(
+            "--wrap=p=; for i in $(seq {PROCESSES}); do {client} 3 & p=\"$p $!\"; done; \
+             f=0; for x in $p; do wait $x || f=$((f+1)); done; echo clients failed: $f; exit $f",
+            client = client.display()
+        );
+        let whole: Vec<u32> = (0..4)
+            .map(|_| c.sbatch_ok(&["--gres=gpu:a40:1", &wrap]))
+            .collect::<Result<_, _>>()?;
+        let mut gpus = BTreeSet::new();
+        for &id in &whole {
+            let info = c.wait_job_done(id, JOB_LONG)?;
+            let out = c.job_output(id);
+            let used: BTreeSet<&str> = out
+                .lines()
+                .filter(|l| l.contains("context of pid"))
+                .filter_map(|l| l.split_whitespace().nth(1))
+                .collect();
+            ensure(
+                info.state() == "COMPLETED"
+                    && out.contains("clients failed: 0")
+                    && out.matches("context of pid").count() == PROCESSES
+                    && used.len() == 1,
+                format!("whole-GPU job {id} ({}): {out}", info.state()),
+            )?;
+            gpus.extend(used.into_iter().map(str::to_owned));
+        }
+        ensure(
+            gpus.len() == 4,
+            format!("the whole-GPU jobs ran on GPUs {gpus:?}, not on each of the 4"),
+        )
+    })();
+    // The configuration and the node back as they were, for the tests after.
+    let restored = put_back(c, &saved);
+    result.and(restored).and(cancel_and_wait_stopped(c))
+}
+
+/// The files of Slurm's configuration gpushare's lines are in.
+const CONFIG_FILES: [&str; 4] = ["slurm.conf", "gres.conf", "plugstack.conf", "gpu_mps.conf"];
+
+/// `text` of the file at `path` with gpushare's lines taken out as
+/// docs/turning-off.md says; `None`: the file goes (`gpu_mps.conf`).
+fn without_gpushare(path: &std::path::Path, text: &str) -> Option<String> {
+    let name = path.file_name()?.to_str()?;
+    let kept = text.lines().filter_map(|line| match name {
+        "gres.conf" => (!line.contains("Name=mps")).then(|| line.to_owned()),
+        "plugstack.conf" => (!line.contains("spank_gpu_mps")).then(|| line.to_owned()),
+        "slurm.conf" => slurm_conf_line(line),
+        _ => Some(line.to_owned()),
+    });
+    (name != "gpu_mps.conf").then(|| kept.map(|l| l + "\n").collect())
+}
+
+/// A line of slurm.conf without gpushare: the prolog, epilog and
+/// `PrologFlags=Alloc` gone, mps out of `GresTypes=` and the node's
+/// `Gres=`, `LL_SHARED_GRES` out of `SelectTypeParameters=`.
+fn slurm_conf_line(line: &str) -> Option<String> {
+    let key = line.split_once('=').map_or("", |(k, _)| k);
+    match key {
+        "Prolog" | "Epilog" if line.contains("gpu-mps-") => None,
+        "PrologFlags" if line == "PrologFlags=Alloc" => None,
+        "GresTypes" => Some(line.replace(",mps", "")),
+        "SelectTypeParameters" => Some(line.replace(",LL_SHARED_GRES", "")),
+        "NodeName" => Some(
+            line.split(' ')
+                .map(|word| match word.strip_prefix("Gres=") {
+                    Some(gres) => {
+                        let kept: Vec<&str> =
+                            gres.split(',').filter(|g| !g.starts_with("mps:")).collect();
+                        format!("Gres={}", kept.join(","))
+                    }
+                    None => word.to_owned(),
+                })
+                .collect::<Vec<_>>()
+                .join(" "),
+        ),
+        _ => Some(line.to_owned()),
+    }
+}
+
+/// Slurm reads its changed configuration as docs/turning-off.md says:
+/// `scontrol reconfigure` from 23.11 on (it starts every daemon afresh);
+/// before, slurmctld and then slurmd restarted (they read `GresTypes=`
+/// only at their start). Waits until slurmctld has `GresTypes=gres_types`
+/// and the node is up.
+fn reread(c: &mut Cluster, gres_types: &str) -> TestResult {
+    if slurm_release() >= (23, 11) {
+        c.run_ok("scontrol", &["reconfigure"])?;
+    } else {
+        c.restart_slurmctld()?;
+        c.restart_slurmd_cleanly(NODE)?;
+    }
+    wait_for("slurmctld on its new configuration", DAEMON_START, || {
+        let config = c.run_ok("scontrol", &["show", "config"]).ok()?;
+        config
+            .lines()
+            .any(|l| {
+                l.split_once('=')
+                    .is_some_and(|(k, v)| k.trim() == "GresTypes" && v.trim() == gres_types)
+            })
+            .then_some(())
+    })?;
+    c.wait_node_idle(NODE_STATE)
+}
+
+/// gpushare's configuration back as `saved` holds it, Slurm made to read
+/// it, the node enabled: a share runs again.
+fn put_back(c: &mut Cluster, saved: &[(PathBuf, String)]) -> TestResult {
+    for (path, text) in saved {
+        fs::write(path, text)
+            .and_then(|()| fs::set_permissions(path, fs::Permissions::from_mode(0o644)))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    reread(c, "gpu,mps")?;
+    enable_again(c)
 }

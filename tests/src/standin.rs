@@ -22,6 +22,13 @@ pub fn install_smi(dir: &Path) -> crate::Result<PathBuf> {
     install_as(dir, gpushare::mps::compute_mode::SMI)
 }
 
+/// Copies the stand-in into `dir` as `cuda-client`: a program that uses
+/// its job's GPU as the stand-in `nvidia-smi`'s mode allows (see
+/// `src/bin/mps-control-standin.rs`), and returns its path.
+pub fn install_client(dir: &Path) -> crate::Result<PathBuf> {
+    install_as(dir, "cuda-client")
+}
+
 fn install_as(dir: &Path, name: &str) -> crate::Result<PathBuf> {
     let source = harness_dir()?.join("mps-control-standin");
     fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;

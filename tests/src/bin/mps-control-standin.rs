@@ -32,6 +32,15 @@
 //! is none); `-i N -c MODE` writes it; N is what `-i` named, an index or a
 //! PCI bus id (`compute-mode-00000000:3B:00.0`); `<dir>/smi-fail` makes
 //! every call fail.
+//!
+//! Installed as `cuda-client` ([`testcluster::standin::install_client`])
+//! it is a program that opens a CUDA context on its GPU and keeps it
+//! `SECONDS` (its one argument), as the driver allows in the mode the
+//! stand-in `nvidia-smi` keeps for that GPU, by index: `Prohibited` fails,
+//! `Exclusive_Process` fails while another process holds the GPU (an
+//! exclusive `flock` of its `compute-mode-N` file), `Default` never does.
+//! Its GPU is the one Slurm gave the job or step (`SLURM_STEP_GPUS`,
+//! `SLURM_JOB_GPUS`: global indices), else `CUDA_VISIBLE_DEVICES`.
 
 use std::fs;
 use std::io::{Read, Write};
@@ -148,6 +157,52 @@ fn smi(here: &Path, args: &[String]) -> ExitCode {
     fail("stand-in nvidia-smi: unknown call")
 }
 
+/// The stand-in CUDA program (see the module's text).
+fn client(here: &Path, args: &[String]) -> ExitCode {
+    let gpu = ["SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().filter(|g| !g.is_empty()));
+    let Some(gpu) = gpu.filter(|g| !g.contains(',')) else {
+        return fail("stand-in CUDA client: not one GPU (SLURM_JOB_GPUS, CUDA_VISIBLE_DEVICES)");
+    };
+    let Some(seconds) = args.first().and_then(|a| a.parse::<u64>().ok()) else {
+        return fail("stand-in CUDA client: SECONDS to hold the GPU expected");
+    };
+    // Held open while the context lives: its lock is the context's.
+    let state = fs::File::open(here.join(format!("compute-mode-{gpu}"))).ok();
+    let mode = state
+        .as_ref()
+        .and_then(|mut f| {
+            let mut text = String::new();
+            f.read_to_string(&mut text)
+                .ok()
+                .map(|_| text.trim().to_owned())
+        })
+        .unwrap_or_else(|| "Default".into());
+    let busy = "all CUDA-capable devices are busy or unavailable";
+    match (mode.as_str(), &state) {
+        ("Prohibited", _) => return fail(&format!("GPU {gpu} (Prohibited): {busy}")),
+        ("Exclusive_Process", Some(f)) => {
+            // SAFETY: flock on a descriptor this process holds open.
+            let locked = unsafe {
+                libc::flock(
+                    std::os::fd::AsRawFd::as_raw_fd(f),
+                    libc::LOCK_EX | libc::LOCK_NB,
+                )
+            };
+            if locked != 0 {
+                return fail(&format!(
+                    "GPU {gpu} (Exclusive_Process, another process holds it): {busy}"
+                ));
+            }
+        }
+        _ => {}
+    }
+    println!("GPU {gpu} ({mode}): context of pid {}", std::process::id());
+    std::thread::sleep(Duration::from_secs(seconds));
+    ExitCode::SUCCESS
+}
+
 fn main() -> ExitCode {
     if std::env::var_os(DAEMON_MARK).is_some() {
         loop {
@@ -164,8 +219,14 @@ fn main() -> ExitCode {
     );
     let args: Vec<String> = std::env::args().skip(1).collect();
     let called = std::env::current_exe().ok();
-    if called.as_deref().and_then(Path::file_name) == Some(std::ffi::OsStr::new("nvidia-smi")) {
-        return smi(&here, &args);
+    match called
+        .as_deref()
+        .and_then(Path::file_name)
+        .and_then(|n| n.to_str())
+    {
+        Some("nvidia-smi") => return smi(&here, &args),
+        Some("cuda-client") => return client(&here, &args),
+        _ => {}
     }
     let mut input = String::new();
     if args.is_empty() {

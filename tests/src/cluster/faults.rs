@@ -136,6 +136,16 @@ impl Cluster {
         self.wait_nodes(&[node.to_owned()], NODE_STATE)
     }
 
+    /// Restarts node `node`'s slurmd as `systemctl restart slurmd` does
+    /// (SIGTERM: its jobs go on) and waits until it is up: how slurmd
+    /// before 23.11 reads a changed `GresTypes=`.
+    pub fn restart_slurmd_cleanly(&mut self, node: &str) -> Result<()> {
+        if let Some(mut d) = self.slurmds.remove(node) {
+            d.stop(DAEMON_STOP.into());
+        }
+        self.restart_slurmd_on(node)
+    }
+
     /// A node crashes: every process on it dies at once (slurmd,
     /// slurmstepds, jobs, MPS daemons), nothing runs an epilog.
     pub fn crash_node(&mut self, node: &str) -> Result<()> {
