@@ -354,7 +354,7 @@ install:
 	@echo "Next steps (configs are never written by make install):"
 	@[ -e "$(DESTDIR)$(SYSCONFDIR)/gpu_qos.conf" ] || echo "  controller: cp $(DOCDIR)/examples/gpu_qos.conf.example $(SYSCONFDIR)/gpu_qos.conf, edit, add JobSubmitPlugins=gpu_qos, run gpu-qos check"
 	@[ -e "$(DESTDIR)$(SYSCONFDIR)/gpu_mps.conf" ] || echo "  GPU nodes:  cp $(DOCDIR)/examples/gpu_mps.conf.example $(SYSCONFDIR)/gpu_mps.conf; see gpu-mps config for slurm.conf/gres.conf/plugstack.conf"
-	@echo "  metrics:    systemctl enable --now gpushare-node-metrics.timer (GPU nodes, MetricsFile= set) or gpushare-qos-metrics.timer (controller); alerts and dashboard: $(DOCDIR)/examples/monitoring"
+	@echo "  metrics:    systemctl enable --now gpushare-node-metrics.timer (GPU nodes, MetricsFile= set) or gpushare-qos-metrics.timer (controller, MetricsFile= set in gpu_qos.conf); alerts and dashboard: $(DOCDIR)/examples/monitoring"
 
 uninstall:
 	@set -e; \
