@@ -363,7 +363,7 @@ install:
 	@echo "Next steps (configs are never written by make install):"
 	@[ -e "$(DESTDIR)$(SYSCONFDIR)/gpu_qos.conf" ] || echo "  controller: gpu-qos generate > $(SYSCONFDIR)/gpu_qos.conf, gpu-qos check, then JobSubmitPlugins=gpu_qos (the keys: $(DOCDIR)/examples/gpu_qos.conf.example)"
 	@[ -e "$(DESTDIR)$(SYSCONFDIR)/gpu_mps.conf" ] || echo "  GPU nodes:  gpu-mps config prints the slurm.conf, gres.conf, plugstack.conf and gpu_mps.conf lines (examples: $(DOCDIR)/examples/gpu-node.*.example)"
-	@echo "  metrics:    systemctl enable --now gpushare-node-metrics.timer (GPU nodes, MetricsFile= set) or gpushare-qos-metrics.timer (controller); alerts and dashboard: $(DOCDIR)/examples/monitoring"
+	@echo "  metrics:    systemctl enable --now gpushare-node-metrics.timer (GPU nodes, MetricsFile= set) or gpushare-qos-metrics.timer (controller, MetricsFile= set in gpu_qos.conf); alerts and dashboard: $(DOCDIR)/examples/monitoring"
 
 uninstall:
 	@set -e; \

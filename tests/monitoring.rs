@@ -16,7 +16,14 @@ use testcluster::monitor::Monitoring;
 use testcluster::time::{JOB_START, SHORT};
 use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
 
+/// job_submit/gpu_qos's poll (`GPUSHARE_QOS_POLL_MS`, policy_state.rs),
+/// for the slurmctld this suite starts: its quiet file's heartbeat comes
+/// every 30 polls, 7.5 s here instead of a minute.
+const PLUGIN_POLL_MS: &str = "250";
+
 fn main() -> ExitCode {
+    // Before the cluster starts: slurmctld inherits it.
+    std::env::set_var("GPUSHARE_QOS_POLL_MS", PLUGIN_POLL_MS);
     Suite::new(ClusterSpec::example_site_nodes())
         // Each test starts with no job left by the one before.
         .reset(|c| c.cancel_all())
@@ -27,6 +34,10 @@ fn main() -> ExitCode {
         .test(
             "every_metrics_file_gpushare_writes_passes_promtool",
             promtool_check_metrics,
+        )
+        .test(
+            "a_quiet_controllers_plugin_file_is_rewritten_all_the_same",
+            quiet_controller,
         )
         .run()
 }
@@ -316,4 +327,29 @@ fn promtool_check_metrics(c: &mut Cluster) -> TestResult {
         promtool_check(what, text)?;
     }
     c.cancel_all()
+}
+
+/// No job submitted, no decision made: slurmctld's job_submit/gpu_qos
+/// rewrites its file all the same (a new file renamed over it), so that
+/// its age tells GpushareMetricsStale the plugin is alive.
+fn quiet_controller(c: &mut Cluster) -> TestResult {
+    let plugin = c.dir.join(TEXTFILE_DIR).join("gpushare_job_submit.prom");
+    let read = || {
+        let text = fs::read_to_string(&plugin).ok()?;
+        let inode = std::os::unix::fs::MetadataExt::ino(&fs::metadata(&plugin).ok()?);
+        Some((text, inode))
+    };
+    let (before, inode) = wait_for("the plugin's decisions file", SHORT, read)?;
+    let after = wait_for(
+        "the plugin to rewrite its file with no decision to tell",
+        SHORT,
+        || read().filter(|(_, i)| *i != inode),
+    )?;
+    ensure(
+        after.0 == before,
+        format!(
+            "a decision came while waiting, the test shows nothing:\n{before}\n--\n{}",
+            after.0
+        ),
+    )
 }

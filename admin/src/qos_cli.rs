@@ -156,11 +156,16 @@ pub enum Cmd {
     /// node_exporter textfile collector): GPUs in use by type against
     /// each GrpTRES limit, pending jobs by reason. Two calls to slurmctld:
     /// `scontrol show assoc_mgr flags=qos` and `squeue -t PENDING`. Exit
-    /// status: 0 written, 2 could not read or write.
+    /// status: 0 written, 2 could not read or write, 3 nowhere to write
+    /// (`--write` without FILE: gpu_qos.conf names no MetricsFile=, or
+    /// its directory does not exist; one line says which).
     Metrics {
-        /// Write FILE atomically (a `*.prom` file) instead of printing
-        #[arg(long, value_name = "FILE")]
-        write: Option<PathBuf>,
+        /// Write FILE atomically (a `*.prom` file) instead of printing;
+        /// without FILE, `gpushare_qos.prom` beside the plugin's
+        /// MetricsFile= of gpu_qos.conf (node_exporter's textfile
+        /// directory, named once), as the timer does
+        #[arg(long, value_name = "FILE", num_args = 0..=1)]
+        write: Option<Option<PathBuf>>,
     },
 }
 

@@ -378,8 +378,9 @@ mod tests {
         assert!(text.ends_with('\n'));
     }
 
-    #[test]
-    fn each_metric_has_help_and_type_once_before_all_its_samples() {
+    /// [`status`] with the rows of daemons gpushare runs, one failed GPU:
+    /// every family the node writes.
+    fn status_with_daemons() -> NodeStatus {
         let mut st = status();
         st.mps = (0..2)
             .map(|gpu| GpuMps {
@@ -405,7 +406,40 @@ mod tests {
                 failed: (gpu == 1).then(|| "NVML reports it lost".to_owned()),
             })
             .collect();
-        let text = render(&st, &Counters::default());
+        st
+    }
+
+    /// docs/monitoring.md's table of the node's metrics is what the node
+    /// writes: every family, its labels, every refusal reason.
+    #[test]
+    fn the_docs_table_of_the_node_metrics_is_what_the_node_writes() {
+        let text = render(&status_with_daemons(), &Counters::default());
+        let table = crate::shared::prom::markdown_table(
+            &text,
+            &[
+                (
+                    "gpushare_placements_total",
+                    "placed_by",
+                    vec!["gpushare", "slurm"],
+                ),
+                (
+                    "gpushare_refusals_total",
+                    "reason",
+                    REFUSAL_REASONS.to_vec(),
+                ),
+            ],
+        );
+        crate::shared::prom::assert_doc_table(
+            include_str!("../../docs/monitoring.md"),
+            "docs/monitoring.md",
+            "node metrics",
+            &table,
+        );
+    }
+
+    #[test]
+    fn each_metric_has_help_and_type_once_before_all_its_samples() {
+        let text = render(&status_with_daemons(), &Counters::default());
         assert_eq!(value(&text, "gpushare_gpu_failed{gpu=\"1\"}"), Some(1));
         assert_eq!(value(&text, "gpushare_gpu_failed{gpu=\"0\"}"), Some(0));
         assert_eq!(

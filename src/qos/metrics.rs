@@ -8,13 +8,81 @@
 //! for the pending jobs' QOS and reason ([`super::slurm::jobs::pending`]).
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
+use super::config;
 use super::policy::{RejectionKind, Verdict, WarningReason};
 use super::slurm::assoc_mgr::{AccountGpus, QosGpus};
 use super::slurm::jobs::Job;
-use crate::shared::prom::Exposition;
+use crate::shared::prom::{Exposition, TEXTFILE_DIRS};
+
+/// The name `gpu-qos metrics --write` gives its file beside the plugin's.
+pub const QOS_FILE_NAME: &str = "gpushare_qos.prom";
+
+/// Why `gpu-qos metrics --write` without a FILE writes nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NoQosFile {
+    /// gpu_qos.conf names no directory, or one that is not there:
+    /// node_exporter's textfile collector is not set up here (yet).
+    NotSetUp(String),
+    /// The plugin's own file has the name of this one.
+    Clash(String),
+}
+
+/// Where `gpu-qos metrics --write` without a FILE (the timer's) writes:
+/// [`QOS_FILE_NAME`] beside `MetricsFile=` of the gpu_qos.conf at `conf`,
+/// so that node_exporter's textfile directory is named in one place on
+/// the controller, for the plugin and the timer alike. `text` is the
+/// file's text or why it could not be read; its `MetricsFile=` line is
+/// taken where the file is otherwise invalid, as the plugin does.
+/// `is_dir` tells whether a directory exists.
+pub fn qos_file_beside(
+    conf: &Path,
+    text: Result<&str, &str>,
+    is_dir: impl Fn(&Path) -> bool,
+) -> Result<PathBuf, NoQosFile> {
+    let nothing = "nothing written";
+    let plugin = match text {
+        Err(e) => {
+            return Err(NoQosFile::NotSetUp(format!(
+                "{}: {e}: its MetricsFile= says where the QOS metrics go (beside it, as \
+                 {QOS_FILE_NAME}); {nothing}",
+                conf.display()
+            )))
+        }
+        Ok(text) => config::metrics_file_in(text),
+    };
+    let Some(plugin) = plugin else {
+        return Err(NoQosFile::NotSetUp(format!(
+            "{} has no valid MetricsFile= line: the QOS metrics go beside the plugin's \
+             metrics file, in node_exporter's --collector.textfile.directory ({TEXTFILE_DIRS}); \
+             {nothing}",
+            conf.display()
+        )));
+    };
+    let dir = plugin.parent().unwrap_or(Path::new("/"));
+    let ours = dir.join(QOS_FILE_NAME);
+    if ours == plugin {
+        return Err(NoQosFile::Clash(format!(
+            "MetricsFile= in {} names {}, the file gpu-qos metrics writes beside it: give \
+             the plugin's file another name (gpushare_job_submit.prom); {nothing}",
+            conf.display(),
+            plugin.display()
+        )));
+    }
+    if !is_dir(dir) {
+        return Err(NoQosFile::NotSetUp(format!(
+            "{} (the directory of MetricsFile= in {}) does not exist: node_exporter's \
+             textfile collector is not set up on this host, or MetricsFile= names another \
+             directory than its --collector.textfile.directory ({TEXTFILE_DIRS}); {nothing}",
+            dir.display(),
+            conf.display()
+        )));
+    }
+    Ok(ours)
+}
 
 /// The Prometheus text of the accounts' typed GPU limits.
 pub fn render_accounts(gpus: &[AccountGpus]) -> String {
@@ -551,6 +619,128 @@ ClusterName=gpushare Account=lafferty_students UserName=root(0) Partition= Prior
             text.lines().any(|l| l == "gpushare_policy_without_file 1"),
             "{text}"
         );
+    }
+
+    /// docs/monitoring.md's tables of the controller's metrics are what
+    /// `gpu-qos metrics` and the plugin write: every family, its labels,
+    /// every rule and reason.
+    #[test]
+    fn the_docs_tables_of_the_controller_metrics_are_what_is_written() {
+        use super::super::policy::{
+            ExemptReason, Exemption, JobChanges, LowPriorityChange, PolicyWarning,
+        };
+        let doc = include_str!("../../docs/monitoring.md");
+        let mut text = render_qos(
+            &parse_assoc_mgr_qos(ASSOC_MGR),
+            &BTreeMap::from([(("qos_lafferty".into(), "QOSGrpGRES".into()), 1)]),
+            &["lowprio".to_owned()],
+        );
+        text.push_str(&render_accounts(&parse_assoc_mgr_accounts(
+            ASSOC_MGR_ACCOUNTS,
+        )));
+        let table = crate::shared::prom::markdown_table(&text, &[]);
+        crate::shared::prom::assert_doc_table(doc, "docs/monitoring.md", "QOS metrics", &table);
+
+        let counts = DecisionCounts::new();
+        let warned = |reason| {
+            Verdict::Accept(JobChanges {
+                warnings: vec![PolicyWarning {
+                    reason,
+                    qos: "q".into(),
+                    message: String::new(),
+                }],
+                ..JobChanges::default()
+            })
+        };
+        counts.record(Call::Submit, &warned(WarningReason::Refusal(KINDS[0])));
+        counts.record(
+            Call::Submit,
+            &Verdict::Accept(JobChanges {
+                exemption: Some(Exemption {
+                    reason: ExemptReason::User,
+                    kind: KINDS[0],
+                    message: String::new(),
+                    qos: "q".into(),
+                }),
+                ..JobChanges::default()
+            }),
+        );
+        let rules: Vec<&str> = KINDS.iter().map(|&k| rule_name(k)).collect();
+        let with_none: Vec<&str> = ["none"].into_iter().chain(rules.clone()).collect();
+        let warnings: Vec<&str> = rules
+            .iter()
+            .copied()
+            .chain(LowPriorityChange::ALL.map(|c| c.label()))
+            .collect();
+        let exempt = [ExemptReason::User, ExemptReason::Admin].map(|r| r.label());
+        let decisions = "gpushare_job_submit_decisions_total";
+        let table = crate::shared::prom::markdown_table(
+            &counts.render(),
+            &[
+                (decisions, "call", vec!["submit", "modify"]),
+                (decisions, "decision", vec!["accept", "reject"]),
+                (decisions, "rule", with_none),
+                ("gpushare_policy_warnings_total", "reason", warnings),
+                (
+                    "gpushare_policy_exemptions_total",
+                    "reason",
+                    exempt.to_vec(),
+                ),
+                ("gpushare_policy_exemptions_total", "rule", rules),
+            ],
+        );
+        crate::shared::prom::assert_doc_table(doc, "docs/monitoring.md", "plugin metrics", &table);
+    }
+
+    #[test]
+    fn the_qos_file_goes_beside_the_plugins_and_says_why_when_it_cannot() {
+        let conf = Path::new("/etc/slurm/gpu_qos.conf");
+        let rhel = "/var/lib/node_exporter/textfile_collector";
+        let there = |d: &Path| d == Path::new(rhel);
+        let text =
+            format!("QOS=q GPUTypes=a40 GPULimit=1\nMetricsFile={rhel}/gpushare_job_submit.prom\n");
+        assert_eq!(
+            qos_file_beside(conf, Ok(&text), there),
+            Ok(PathBuf::from(format!("{rhel}/gpushare_qos.prom")))
+        );
+        // An invalid file: its MetricsFile= line still counts, as for the plugin.
+        let broken = format!("{text}Bogus=1\n");
+        assert!(qos_file_beside(conf, Ok(&broken), there).is_ok());
+        let not_set_up = |r: Result<PathBuf, NoQosFile>| match r {
+            Err(NoQosFile::NotSetUp(why)) => why,
+            other => panic!("{other:?}"),
+        };
+        // The directory missing: one line naming it, the file and the usual places.
+        let why = not_set_up(qos_file_beside(conf, Ok(&text), |_| false));
+        assert!(
+            why.starts_with(&format!(
+                "{rhel} (the directory of MetricsFile= in {}",
+                conf.display()
+            )) && why.contains("/var/lib/prometheus/node-exporter")
+                && why.ends_with("nothing written"),
+            "{why}"
+        );
+        let why = not_set_up(qos_file_beside(
+            conf,
+            Ok("QOS=q GPUTypes=a40 GPULimit=1\n"),
+            there,
+        ));
+        assert!(why.contains("has no valid MetricsFile= line"), "{why}");
+        let why = not_set_up(qos_file_beside(
+            conf,
+            Err("No such file or directory"),
+            there,
+        ));
+        assert!(
+            why.starts_with("/etc/slurm/gpu_qos.conf: No such file"),
+            "{why}"
+        );
+        // The plugin's file under this file's name: refused, not overwritten.
+        let clash = format!("MetricsFile={rhel}/gpushare_qos.prom\n");
+        assert!(matches!(
+            qos_file_beside(conf, Ok(&clash), there),
+            Err(NoQosFile::Clash(why)) if why.contains("another name")
+        ));
     }
 
     #[test]

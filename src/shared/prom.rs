@@ -7,6 +7,11 @@ use std::path::Path;
 
 use super::durable;
 
+/// Where node_exporter's textfile collector usually reads (its
+/// `--collector.textfile.directory`), for the messages that ask for it.
+pub const TEXTFILE_DIRS: &str = "/var/lib/prometheus/node-exporter on Debian and Ubuntu, \
+     /var/lib/node_exporter/textfile_collector in node_exporter's own systemd example, as on RHEL";
+
 /// A text exposition, built family by family.
 #[derive(Debug, Default)]
 pub struct Exposition {
@@ -70,6 +75,128 @@ fn escape_help(text: &str) -> String {
     text.replace('\\', "\\\\").replace('\n', "\\n")
 }
 
+/// The Markdown table of the metric families in `text` (an exposition
+/// gpushare writes), as docs/monitoring.md shows them: one row per family
+/// in the order written, with its type, its labels and its HELP. Where
+/// `values` holds `(family, label, values)`, the row lists those values:
+/// the code's own list (each value a sample of `text` shows must be in it).
+#[cfg(test)]
+pub fn markdown_table(text: &str, values: &[(&str, &str, Vec<&str>)]) -> String {
+    // (name, type, help, label names in order of first appearance)
+    let mut families: Vec<(String, String, String, Vec<String>)> = Vec::new();
+    let mut help = String::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (_, h) = rest.split_once(' ').unwrap_or((rest, ""));
+            help = h.replace("\\n", " ").replace("\\\\", "\\");
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap_or((rest, ""));
+            families.push((
+                name.into(),
+                kind.into(),
+                std::mem::take(&mut help),
+                Vec::new(),
+            ));
+        } else if let Some((name, labels)) = sample_labels(line) {
+            let Some(family) = families.last_mut().filter(|f| f.0 == name) else {
+                panic!("{line}: a sample outside its family");
+            };
+            for (label, value) in labels {
+                if let Some((_, _, listed)) =
+                    values.iter().find(|(f, l, _)| *f == name && *l == label)
+                {
+                    assert!(
+                        listed.contains(&value.as_str()),
+                        "{name}{{{label}=\"{value}\"}} is written but not in the list given"
+                    );
+                }
+                if !family.3.contains(&label) {
+                    family.3.push(label);
+                }
+            }
+        }
+    }
+    let mut out = String::from("| metric | type | labels | meaning |\n|---|---|---|---|\n");
+    for (name, kind, help, labels) in families {
+        let labels: Vec<String> = labels
+            .iter()
+            .map(
+                |label| match values.iter().find(|(f, l, _)| *f == name && l == label) {
+                    Some((_, _, listed)) => {
+                        let listed: Vec<String> = listed.iter().map(|v| format!("`{v}`")).collect();
+                        format!("`{label}`: {}", listed.join(", "))
+                    }
+                    None => format!("`{label}`"),
+                },
+            )
+            .collect();
+        let _ = writeln!(
+            out,
+            "| `{name}` | {kind} | {} | {} |",
+            labels.join("; "),
+            help.replace('|', "\\|")
+        );
+    }
+    out
+}
+
+/// A sample line's metric name and its labels (name, unescaped value).
+#[cfg(test)]
+fn sample_labels(line: &str) -> Option<(&str, Vec<(String, String)>)> {
+    if line.starts_with('#') || line.is_empty() {
+        return None;
+    }
+    let end = line.find(['{', ' '])?;
+    let name = &line[..end];
+    let mut labels = Vec::new();
+    if line[end..].starts_with('{') {
+        let mut chars = line[end + 1..].chars();
+        loop {
+            let label: String = chars.by_ref().take_while(|&c| c != '=').collect();
+            if label.is_empty() {
+                break;
+            }
+            chars.next(); // the opening quote
+            let mut value = String::new();
+            while let Some(c) = chars.next() {
+                match c {
+                    '\\' => match chars.next() {
+                        Some('n') => value.push('\n'),
+                        Some(other) => value.push(other),
+                        None => {}
+                    },
+                    '"' => break,
+                    c => value.push(c),
+                }
+            }
+            labels.push((label.trim_start_matches(',').to_owned(), value));
+            if chars.clone().next() == Some('}') {
+                break;
+            }
+        }
+    }
+    Some((name, labels))
+}
+
+/// Checks that `doc` shows `table` right under its marker line
+/// `<!-- table: NAME ... -->`, and otherwise fails with the table to paste.
+#[cfg(test)]
+pub fn assert_doc_table(doc: &str, doc_path: &str, name: &str, table: &str) {
+    let marker = format!("<!-- table: {name} ");
+    let mut lines = doc.lines().skip_while(|l| !l.starts_with(&marker));
+    assert!(
+        lines.next().is_some(),
+        "{doc_path}: no line starts with `{marker}`: put one above the table"
+    );
+    let shown: Vec<&str> = lines.take_while(|l| l.starts_with('|')).collect();
+    let shown = shown.join("\n") + "\n";
+    assert!(
+        shown == table,
+        "{doc_path}: the table under `{marker}...` is not what the code writes; replace it \
+         with these lines:\n\n{table}"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -90,6 +217,34 @@ mod tests {
         assert!(!dir.path().join("m.prom.new").exists());
         let err = write_file(Path::new("/"), "a 1\n").err();
         assert_eq!(err.as_deref(), Some("/: not a file path"));
+    }
+
+    #[test]
+    fn the_docs_table_lists_families_labels_and_the_values_given() {
+        let mut e = Exposition::default();
+        e.family("a_total", "counter", "Things | stuff,\nby reason.");
+        e.sample("a_total", &[("reason", "x"), ("gpu", "0")], 1);
+        e.sample("a_total", &[("reason", "y\"q,}"), ("gpu", "1")], 1);
+        e.family("b", "gauge", "A gauge.");
+        e.sample("b", &[], 1);
+        let text = e.into_text();
+        let table = markdown_table(&text, &[("a_total", "reason", vec!["x", "y\"q,}", "z"])]);
+        assert_eq!(
+            table,
+            "| metric | type | labels | meaning |\n|---|---|---|---|\n\
+             | `a_total` | counter | `reason`: `x`, `y\"q,}`, `z`; `gpu` | Things \\| stuff, by reason. |\n\
+             | `b` | gauge |  | A gauge. |\n"
+        );
+        let doc = format!("intro\n<!-- table: t (generated) -->\n{table}\nafter\n");
+        assert_doc_table(&doc, "doc.md", "t", &table);
+        let stale = std::panic::catch_unwind(|| {
+            assert_doc_table(&doc.replace("`z`", ""), "doc.md", "t", &table)
+        });
+        assert!(stale.is_err());
+        // A value the code writes but the list misses.
+        let missed =
+            std::panic::catch_unwind(|| markdown_table(&text, &[("a_total", "reason", vec!["x"])]));
+        assert!(missed.is_err());
     }
 
     #[test]

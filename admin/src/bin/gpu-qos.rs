@@ -20,6 +20,7 @@ use gpushare::qos::audit::{self, AuditReport, FailOn};
 use gpushare::qos::check::{self, CheckJson, Tally};
 use gpushare::qos::explain;
 use gpushare::qos::gather::{self, site};
+use gpushare::qos::metrics::{self, NoQosFile};
 use gpushare::qos::slurm::cache::Cache;
 use gpushare::qos::slurm::{Live, ReadError};
 use gpushare::shared::locations::beside_slurm_conf;
@@ -89,7 +90,13 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Cmd::Metrics { write } => {
-            match site::metrics_text(&read, &beside_slurm_conf(None, "gpu_qos.conf")) {
+            let policy = beside_slurm_conf(None, "gpu_qos.conf");
+            // Where to write, before slurmctld is asked anything.
+            let write = match write.map(|file| metrics_file(file, &policy)).transpose() {
+                Ok(write) => write,
+                Err(code) => return code,
+            };
+            match site::metrics_text(&read, &policy) {
                 Ok((text, warning)) => {
                     if let Some(w) = warning {
                         eprintln!("gpu-qos: {w}");
@@ -116,6 +123,26 @@ fn main() -> ExitCode {
 fn failed(who: &str, e: &ReadError) -> ExitCode {
     eprintln!("{who}: {e}");
     ExitCode::from(2)
+}
+
+/// The file `metrics --write [FILE]` writes: FILE, else the one beside
+/// `MetricsFile=` of gpu_qos.conf at `policy`; where there is none, the
+/// line saying why is printed and the exit status returned (3: nothing to
+/// write to yet; 2: the plugin's file has this one's name).
+fn metrics_file(file: Option<PathBuf>, policy: &Path) -> Result<PathBuf, ExitCode> {
+    if let Some(file) = file {
+        return Ok(file);
+    }
+    let text = std::fs::read_to_string(policy).map_err(|e| e.to_string());
+    let text = text.as_deref().map_err(String::as_str);
+    metrics::qos_file_beside(policy, text, Path::is_dir).map_err(|no| {
+        let (why, code) = match no {
+            NoQosFile::NotSetUp(why) => (why, 3),
+            NoQosFile::Clash(why) => (why, 2),
+        };
+        eprintln!("gpu-qos: {why}");
+        ExitCode::from(code)
+    })
 }
 
 fn write_metrics(write: Option<&Path>, text: &str) -> ExitCode {

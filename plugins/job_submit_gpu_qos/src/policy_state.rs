@@ -17,8 +17,13 @@
 //! unloaded under it.
 //!
 //! A thread of its own publishes the decision counters ([`decisions`]) to
-//! `MetricsFile=` of gpu_qos.conf when they changed, and once more at
-//! `fini()`: the submit path only adds to an atomic. A file that cannot be
+//! `MetricsFile=` of gpu_qos.conf when they changed, at least every
+//! [`HEARTBEAT_TICKS`] polls (a minute) while they do not, and once more
+//! at `fini()`: the submit path only adds to an atomic. The rewrite of a
+//! quiet controller's file is its heartbeat: the file's age
+//! (`node_textfile_mtime_seconds`, the `GpushareMetricsStale` alert) tells
+//! a plugin whose thread runs from one gone with slurmctld or stuck in a
+//! write, whether or not jobs are submitted. A file that cannot be
 //! written is logged once per distinct error and tried less and less
 //! often; a write stuck on a hung filesystem holds up neither reloads nor
 //! `fini()` (the same bound).
@@ -58,6 +63,12 @@ pub fn decisions() -> &'static DecisionCounts {
 /// The longest pause between two tries of a `MetricsFile=` that cannot
 /// be written.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// Polls between two writes of an unchanged `MetricsFile=`: 30, a minute
+/// at [`POLL_INTERVAL`], well inside the 5 minutes after which the shipped
+/// `GpushareMetricsStale` alert calls a file stale. Counted in polls, not
+/// seconds, so that a test polling faster sees it sooner.
+pub const HEARTBEAT_TICKS: u32 = 30;
 
 /// How long `fini()` waits, in all, for the reload and metrics threads to
 /// end: a reload or a write stuck on a hung filesystem is left behind
@@ -117,6 +128,8 @@ impl Worker {
 struct MetricsWriter {
     /// The decision total last written, and to which file.
     written: Option<(u64, PathBuf)>,
+    /// Ticks since the last write found nothing new to write.
+    quiet: u32,
     /// The error logged last; a try that fails the same way is not
     /// logged again.
     failing: Option<String>,
@@ -155,10 +168,13 @@ impl MetricsWriter {
             .as_ref()
             .is_some_and(|(t, p)| *t == total && p == path);
         if current {
-            Tick::Nothing
-        } else {
-            Tick::Write(path.to_path_buf())
+            // Unchanged: written again as a heartbeat now and then.
+            self.quiet = self.quiet.saturating_add(1);
+            if self.quiet < HEARTBEAT_TICKS {
+                return Tick::Nothing;
+            }
         }
+        Tick::Write(path.to_path_buf())
     }
 
     /// After a try of `path` at `total`; the line to log, if any: each
@@ -173,6 +189,7 @@ impl MetricsWriter {
         match outcome {
             Ok(()) => {
                 self.written = Some((total, path.to_path_buf()));
+                self.quiet = 0;
                 self.backoff = Duration::ZERO;
                 self.skip = 0;
                 self.failing
@@ -198,9 +215,10 @@ impl MetricsWriter {
 }
 
 /// The metrics writer's thread: every `interval`, the decision counters
-/// to the policy's `MetricsFile=` when they changed. Its own thread, so
+/// to the policy's `MetricsFile=` when they changed, and every
+/// [`HEARTBEAT_TICKS`] intervals when not. Its own thread, so
 /// a write stuck on a hung filesystem holds up neither the reloads nor
-/// slurmctld (see [`WRITER_STOP_WAIT`]).
+/// slurmctld (see [`STOP_WAIT`]).
 fn write_metrics(current: &Current<GpuQosConfig>, stop: &StopSignal, interval: Duration) {
     let mut writer = MetricsWriter::default();
     let mut once = || {
@@ -541,6 +559,29 @@ mod tests {
         let gaps: Vec<u32> = tries.windows(2).map(|p| p[1] - p[0]).collect();
         assert_eq!(&gaps[..6], &[2, 4, 8, 16, 32, 64]);
         assert!(gaps[6..].iter().all(|&g| g == 150), "{gaps:?}");
+    }
+
+    /// A quiet controller's file is rewritten every HEARTBEAT_TICKS
+    /// polls, so that its age tells a live plugin from a gone one; a
+    /// decision writes at once and starts the count again.
+    #[test]
+    fn an_unchanged_file_is_rewritten_as_a_heartbeat() {
+        let path = Path::new("/var/lib/node_exporter/textfile_collector/q.prom");
+        let mut w = MetricsWriter::default();
+        let mut writes = Vec::new();
+        for tick in 0..=(40 + 2 * HEARTBEAT_TICKS) {
+            // One decision at tick 40.
+            let total = if tick < 40 { 7 } else { 8 };
+            if let Tick::Write(p) = w.tick(Some(path), total, 0) {
+                writes.push(tick);
+                assert_eq!(w.tried(&p, total, Ok(()), TICK), None);
+            }
+        }
+        let h = HEARTBEAT_TICKS;
+        assert_eq!(writes, vec![0, h, 40, 40 + h, 40 + 2 * h], "{writes:?}");
+        // A minute at the default poll: within the alert's 5 minutes.
+        let period = POLL_INTERVAL * h;
+        assert!(period >= Duration::from_secs(30) && period <= Duration::from_secs(120));
     }
 
     #[test]
