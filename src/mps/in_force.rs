@@ -331,6 +331,17 @@ fn wait_exclusive(file: &File, limit: Duration) -> bool {
     }
 }
 
+/// Why a node that reads `cfg` has no GPU to share: it names no
+/// `GPUDevices=` and there is no `/dev/nvidia<N>` here. A CPU node where
+/// `/etc/slurm` is shared reads the GPU nodes' file: it is a node without
+/// the file, never one drained for it (a node that lists its GPUs and
+/// finds none of them is misconfigured, and says so where they are used).
+fn without_gpus(cfg: &GpuMpsConfig, name: &str) -> Option<String> {
+    (cfg.gpu_devices.is_none() && super::gpu_devices::gpu_devices(cfg).is_empty()).then(|| {
+        format!("{name} names no GPUDevices= and this node has no /dev/nvidia<N>: it shares no GPU")
+    })
+}
+
 /// What a read of the file gave.
 enum Read {
     /// Whole and valid: the node's configuration, or why the file gives
@@ -359,7 +370,14 @@ fn read(conf: &Path, node: &str, recorded: Option<FileId>, now: SystemTime) -> R
         },
         Ok(Ok(settled)) => match config::parse_for(&settled.text, &name, node) {
             Ok(s) => {
-                let cfg = s.cfg.map(Box::new).ok_or(s.no_gpus.unwrap_or_default());
+                let cfg = s
+                    .cfg
+                    .map(Box::new)
+                    .ok_or(s.no_gpus.unwrap_or_default())
+                    .and_then(|c| match without_gpus(&c, &name) {
+                        Some(why) => Err(why),
+                        None => Ok(c),
+                    });
                 Read::Good(settled, cfg)
             }
             Err(e) => Read::Bad {
@@ -1005,11 +1023,38 @@ mod tests {
     }
 
     #[test]
+    fn a_node_without_gpus_reading_a_file_that_lists_none_shares_nothing() {
+        // A CPU node where /etc/slurm is shared: no GPUDevices=, and (as
+        // here, on the build host) no /dev/nvidia<N>.
+        if !crate::mps::gpu_devices::gpu_devices(&GpuMpsConfig::default()).is_empty() {
+            return;
+        }
+        let site = Site::new();
+        fs::write(&site.conf, "UnitsPerGPU=100\nMPSControl=none\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let f = site.resolve(Role::Placer, NOW);
+        assert!(f.cfg.is_none(), "{:?}", f.notes);
+        assert!(
+            f.no_gpus
+                .as_deref()
+                .is_some_and(|w| w.contains("names no GPUDevices=") && w.contains("shares no GPU")),
+            "{:?}",
+            f.no_gpus
+        );
+        // Listed and missing is another matter: not a node without GPUs.
+        let listed = GpuMpsConfig {
+            gpu_devices: Some(vec![PathBuf::from("/dev/nvidia0")]),
+            ..GpuMpsConfig::default()
+        };
+        assert_eq!(without_gpus(&listed, "gpu_mps.conf"), None);
+    }
+
+    #[test]
     fn an_in_place_edit_is_believed_once_still() {
         let site = Site::new();
         let _ = site.resolve(Role::Placer, NOW);
         // Cut at a line end: whole-looking, another identity.
-        site.in_place("UnitsPerGPU=100\n");
+        site.in_place("UnitsPerGPU=100\nGPUDevices=/dev/nvidia[0-1]\n");
         let f = site.resolve(Role::Placer, Duration::from_millis(100));
         assert_eq!(state_dir(&f), Some(site.state("a")));
         assert!(f.notes.iter().any(|n| n.contains("being edited in place")));
