@@ -227,7 +227,9 @@ pub fn turned_off(c: &mut Cluster) -> TestResult {
             .collect::<Result<_, _>>()?;
         let mut gpus = BTreeSet::new();
         for &id in &whole {
-            let info = c.wait_job_done(id, JOB_LONG)?;
+            let info = c
+                .wait_job_done(id, JOB_LONG)
+                .map_err(|e| format!("{e}; its output so far: {:?}", c.job_output(id)))?;
             let out = c.job_output(id);
             let used: BTreeSet<&str> = out
                 .lines()
