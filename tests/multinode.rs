@@ -18,6 +18,9 @@ use testcluster::time::{JOB_END, JOB_LONG, JOB_START, NODE_STATE, SHORT};
 use testcluster::users::TestUser;
 use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
 
+#[path = "multinode/shared_conf.rs"]
+mod shared_conf;
+
 fn main() -> ExitCode {
     Suite::new(ClusterSpec::example_site_nodes())
         // Each test starts with no job, no share in any ledger, every
@@ -106,6 +109,11 @@ fn main() -> ExitCode {
         .test(
             "a_job_refused_again_and_again_is_requeued_three_times_then_fails",
             requeues_are_capped,
+        )
+        .test_on(
+            "one_shared_gpu_mps_conf_gives_each_node_its_own_settings",
+            shared_conf::site(),
+            shared_conf::one_file_for_every_node,
         )
         .run()
 }

@@ -18,6 +18,10 @@ pub struct Cli {
     /// gpu_mps.conf (default: next to $SLURM_CONF, or /etc/slurm)
     #[arg(long, value_name = "PATH", global = true)]
     pub conf: Option<PathBuf>,
+    /// This node as Slurm names it, for gpu_mps.conf's NodeName= lines and
+    /// slurmctld (default: $SLURMD_NODENAME, else the short hostname)
+    #[arg(long, value_name = "NAME", global = true)]
+    pub node: Option<String>,
     #[command(subcommand)]
     pub command: Cmd,
 }
@@ -59,11 +63,7 @@ pub enum Cmd {
     ///
     /// (root) Drop the records of jobs slurmctld no longer runs on this
     /// node, and end a lost state once every running share is accounted for.
-    Gc {
-        /// Node name (default: $SLURMD_NODENAME, else the short hostname)
-        #[arg(long)]
-        node: Option<String>,
-    },
+    Gc,
     /// (root) Set a GPU aside from sharing
     ///
     /// (root) Set a GPU aside from sharing: it takes no new share (shares
@@ -103,9 +103,6 @@ pub enum Cmd {
         /// Wait up to this many seconds for the running shares to end
         #[arg(long, value_name = "SECONDS", default_value_t = 0)]
         wait: u64,
-        /// Node name (default: $SLURMD_NODENAME, else the short hostname)
-        #[arg(long)]
-        node: Option<String>,
     },
     /// (root) Give this node back to GPU sharing
     ///
@@ -114,8 +111,11 @@ pub enum Cmd {
     Enable,
     /// The Slurm and gpushare configuration lines this node needs
     ///
-    /// Print the gres.conf, slurm.conf, cgroup.conf, plugstack.conf and
-    /// gpu_mps.conf lines this node needs.
+    /// Print the settings this node takes from gpu_mps.conf, each with the
+    /// line it comes from (and that line's NodeName=, where the file has
+    /// lines for some nodes only; --node names another node), then the
+    /// gres.conf, slurm.conf, cgroup.conf, plugstack.conf and gpu_mps.conf
+    /// lines it needs. A gpu_mps.conf that does not parse is the error.
     Config {
         /// GPUs of the node (default: the device files gpu_mps.conf finds)
         #[arg(long)]
@@ -127,9 +127,6 @@ pub enum Cmd {
         /// h100:2; repeat for several types)
         #[arg(long, value_name = "TYPE:N", value_parser = GpuGroup::parse)]
         whole: Vec<GpuGroup>,
-        /// Node name (default: $SLURMD_NODENAME, else the short hostname)
-        #[arg(long)]
-        node: Option<String>,
         /// Slurm release the lines are for, as 24.11 (default: what
         /// `scontrol --version` says)
         #[arg(long, value_name = "MAJOR.MINOR", value_parser = installed::parse_release)]
@@ -154,8 +151,17 @@ mod tests {
             Ok(Cmd::Status { json: true })
         ));
         assert!(matches!(
-            parse(&["--conf", "/x", "gc", "--node", "n1"]).map(|c| (c.conf, c.command)),
-            Ok((Some(_), Cmd::Gc { node: Some(_) }))
+            parse(&["--conf", "/x", "gc", "--node", "n1"]).map(|c| (c.conf, c.node, c.command)),
+            Ok((Some(_), Some(_), Cmd::Gc))
+        ));
+        // Before the command too, and for every command.
+        assert!(matches!(
+            parse(&["--node", "gpu05", "config", "--release", "24.11"]).map(|c| c.node),
+            Ok(Some(n)) if n == "gpu05"
+        ));
+        assert!(matches!(
+            parse(&["status", "--node", "gpu05"]).map(|c| c.node),
+            Ok(Some(n)) if n == "gpu05"
         ));
         assert!(matches!(
             parse(&["config", "--gpus", "4", "--type", "a40"]).map(|c| c.command),

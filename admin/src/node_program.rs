@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use gpushare::mps::config::{self, missing_conf_refusal};
+use gpushare::mps::config::{self, missing_conf_refusal, no_gpus_refusal};
 use gpushare::mps::in_force::{self, InForce, Role, NODE_RECORDS_DIR};
 use gpushare::mps::node::{
-    refuse_unconfigured, release_unconfigured, take_unconfigured_refusal, JobEnv, Node,
+    node_name, refuse_unconfigured, release_unconfigured, take_unconfigured_refusal, JobEnv, Node,
 };
 
 use crate::node_log;
@@ -105,14 +105,29 @@ pub fn start(program: Program, args: &NodeArgs) -> Result<Option<Started>, ExitC
             .is_ok_and(|e| e.is_share() || !e.job_gpus.is_empty());
     let role = if places { Role::Placer } else { Role::Reader };
     let owner = crate::effective_uid();
+    // This node as slurmd names it, for the file's NodeName= lines.
+    let node = env
+        .as_ref()
+        .map_or_else(|_| node_name(None), |e| e.node.clone());
     // The configuration first, for its syslog socket: even a node found
     // unfit must say why where the admin looks.
-    let mut in_force =
-        in_force::resolve(&conf, std::path::Path::new(NODE_RECORDS_DIR), owner, role);
+    let records = std::path::Path::new(NODE_RECORDS_DIR);
+    let mut in_force = in_force::resolve(&conf, &node, records, owner, role);
     let socket = in_force.cfg.as_ref().and_then(|c| c.syslog_socket.clone());
     node_log::init(name, job, socket.as_deref());
     for note in &in_force.notes {
         log::warn!("{note}");
+    }
+    if let Some(why) = &in_force.no_gpus {
+        // The file gives this node no GPUs: as on a node without it, every
+        // job is Slurm's alone, and a share is refused (by the SPANK
+        // plugin), the node's log saying why.
+        if let (Ok(env), Some(job)) = (&env, job) {
+            if env.is_share() {
+                log::error!("{}", no_gpus_refusal(job, why));
+            }
+        }
+        return Ok(None);
     }
     let env = match env {
         Ok(env) => env,
@@ -121,7 +136,6 @@ pub fn start(program: Program, args: &NodeArgs) -> Result<Option<Started>, ExitC
             return Err(ExitCode::from(2));
         }
     };
-    let records = std::path::Path::new(NODE_RECORDS_DIR);
     // A share refused for want of any configuration left its note beside
     // the node's ledger pointer: its epilog takes it away, whatever the
     // file says now.

@@ -3,7 +3,10 @@
 //! Read by the SPANK plugin `gpu_mps` (slurmstepd), by `gpu-mps-prolog` and
 //! `gpu-mps-epilog` (slurmd) and by the `gpu-mps` admin command, from the
 //! directory of the slurm.conf in use. Slurm `Key=Value` syntax (see
-//! [`crate::shared::syntax`]); every error names `file:line`.
+//! [`crate::shared::syntax`]); every error names `file:line`. One file may
+//! serve every node: a line that starts with `NodeName=<host list>` is for
+//! those nodes only, and wins there over the lines for every node (see
+//! [`parse_for`] and [`scoped`]).
 //!
 //! ```text
 //! UnitsPerGPU=100                  # mps units one GPU holds (a job's share = units / UnitsPerGPU)
@@ -20,6 +23,7 @@
 //! Placement=auto                   # who picks a share's GPU: auto (Slurm where gres.conf books mps per GPU), slurm, gpushare
 //! MIGShares=refuse                 # refuse every share while NVML reports MIG on for a listed GPU; allow
 //! Banner=stderr                    # a share's one line of limits: the job's stderr, slurmd's log only (log), or off
+//! NodeName=gpu[05-06] GPUDevices=/dev/nvidia[0-1] UnitsPerGPU=50   # for gpu05 and gpu06 only
 //! ```
 
 use std::path::PathBuf;
@@ -27,7 +31,8 @@ use std::path::PathBuf;
 pub use crate::shared::locations::{DEFAULT_STATE_DIR, GPU_MPS_CONF as CONF_NAME};
 pub use crate::shared::syntax::{expand_devices, slurm_conf_values};
 
-use crate::shared::syntax::{self as kv, ConfigError, MissingEquals};
+use super::scoped;
+use crate::shared::syntax::{self as kv, ConfigError};
 
 /// Default `UnitsPerGPU`.
 pub const DEFAULT_UNITS_PER_GPU: u32 = 100;
@@ -246,8 +251,8 @@ impl Default for GpuMpsConfig {
     }
 }
 
-/// The keys of `gpu_mps.conf`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The keys of `gpu_mps.conf` (besides `NodeName=`, see [`scoped`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Key {
     UnitsPerGpu,
     GpuDevices,
@@ -495,34 +500,166 @@ impl Key {
     }
 }
 
-/// Parses the text of `gpu_mps.conf`; `file` only names it in errors.
-pub fn parse(text: &str, file: &str) -> Result<GpuMpsConfig, ConfigError> {
-    let mut cfg = GpuMpsConfig::default();
-    let mut seen: Vec<(Key, usize)> = Vec::new();
-    for (line, pairs) in kv::lines(text) {
-        let err = |reason: String| ConfigError::new(file, line, reason);
-        let pairs =
-            pairs.map_err(|MissingEquals(w)| err(format!("expected Key=Value, got \"{w}\"")))?;
-        for p in pairs {
-            let Some(key) = Key::from_name(p.key) else {
-                let known: Vec<&str> = Key::ALL.iter().map(|k| k.name()).collect();
-                return Err(err(format!(
-                    "unknown key \"{}\" (known: {})",
-                    p.key,
-                    known.join(", ")
-                )));
-            };
-            if p.value.is_empty() {
-                return Err(err(format!("{} has an empty value", key.name())));
-            }
-            if let Some((_, first)) = seen.iter().find(|(k, _)| *k == key) {
-                return Err(err(format!("{} already set on line {first}", key.name())));
-            }
-            seen.push((key, line));
-            key.apply(&mut cfg, p.value).map_err(err)?;
+/// One key of the file as a node takes it: the value as written, its
+/// line, and the `NodeName=` list of that line (`None`: a line for every
+/// node).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Taken {
+    pub key: &'static str,
+    pub value: String,
+    pub line: usize,
+    pub node_name: Option<String>,
+}
+
+/// `gpu_mps.conf` as one node takes it (see [`parse_for`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeSettings {
+    /// The node's configuration; `None` where the file gives it no GPUs,
+    /// and `no_gpus` says why: it shares nothing, as a node without the file.
+    pub cfg: Option<GpuMpsConfig>,
+    pub no_gpus: Option<String>,
+    /// Each key the file sets for the node, in file order: the value it
+    /// takes and where from (every other key has its default).
+    pub taken: Vec<Taken>,
+    /// The `NodeName=` lines for the node: line, list as written.
+    pub node_lines: Vec<(usize, String)>,
+    /// Whether the file has `NodeName=` lines at all.
+    pub scoped: bool,
+}
+
+/// Parses the text of `gpu_mps.conf` for node `node` (as Slurm names it:
+/// `SLURMD_NODENAME`); `file` only names it in errors.
+///
+/// Every line is checked, whichever node it is for: the file is one for
+/// all of them, and a mistake on another node's line shows on every node
+/// (and in `gpu-mps config` anywhere), never only once that node starts a
+/// job. A node takes the lines without `NodeName=`, then those whose
+/// `NodeName=` names it, whose values win wherever they stand (as
+/// gres.conf's `NodeName=tux3 AutoDetect=off` after `AutoDetect=nvml`).
+/// A key may be set once on the lines for every node, and once for each
+/// node on the `NodeName=` lines: two `NodeName=` lines that both name a
+/// node and set the same key are an error naming both lines, whatever the
+/// values, rather than one silently winning.
+///
+/// A file with `NodeName=` lines says which nodes share GPUs: those a
+/// `GPUDevices=` reaches (on a line without `NodeName=`, or on one naming
+/// the node). Any other node reading it, a CPU node of a shared
+/// `/etc/slurm`, is given no GPUs. A file without `NodeName=` lines is
+/// every node's as before (`GPUDevices` by default every `/dev/nvidia<N>`).
+pub fn parse_for(text: &str, file: &str, node: &str) -> Result<NodeSettings, ConfigError> {
+    let lines = scoped::read(text).map_err(|(line, why)| ConfigError::new(file, line, why))?;
+    let mut checked: Vec<(Key, &scoped::Word<'_>)> = Vec::with_capacity(lines.words.len());
+    let mut for_all: Vec<(Key, usize)> = Vec::new();
+    let mut per_node: std::collections::HashMap<(Key, &str), usize> = Default::default();
+    let mut scratch = GpuMpsConfig::default();
+    for w in &lines.words {
+        let err = |reason: String| ConfigError::new(file, w.line, reason);
+        let Some(key) = Key::from_name(w.key) else {
+            let known: Vec<&str> = Key::ALL.iter().map(|k| k.name()).collect();
+            return Err(err(format!(
+                "unknown key \"{}\" (known: NodeName, {})",
+                w.key,
+                known.join(", ")
+            )));
+        };
+        if w.value.is_empty() {
+            return Err(err(format!("{} has an empty value", key.name())));
         }
+        key.apply(&mut scratch, w.value).map_err(err)?;
+        match w.scope.and_then(|s| lines.scopes.get(s)) {
+            None => {
+                if let Some((_, first)) = for_all.iter().find(|(k, _)| *k == key) {
+                    return Err(err(format!("{} already set on line {first}", key.name())));
+                }
+                for_all.push((key, w.line));
+            }
+            Some(scope) => {
+                for name in scope.nodes() {
+                    let Some(first) = per_node.insert((key, name), w.line) else {
+                        continue;
+                    };
+                    return Err(err(if first == w.line {
+                        format!("{} already set on line {first}", key.name())
+                    } else {
+                        format!(
+                            "{} for node {name} already set on line {first}: two NodeName= \
+                             lines that name one node may not set the same key",
+                            key.name()
+                        )
+                    }));
+                }
+            }
+        }
+        checked.push((key, w));
     }
-    Ok(cfg)
+    let everyone = checked.iter().filter(|(_, w)| w.scope.is_none());
+    let this_node = checked
+        .iter()
+        .filter(|(_, w)| w.scope.is_some() && lines.is_for(w, node));
+    let mut cfg = GpuMpsConfig::default();
+    let mut taken: Vec<Taken> = Vec::new();
+    for (key, w) in everyone.chain(this_node) {
+        key.apply(&mut cfg, w.value)
+            .map_err(|e| ConfigError::new(file, w.line, e))?;
+        taken.retain(|t| t.key != key.name());
+        taken.push(Taken {
+            key: key.name(),
+            value: w.value.to_owned(),
+            line: w.line,
+            node_name: w
+                .scope
+                .and_then(|s| lines.scopes.get(s))
+                .map(|s| s.list.clone()),
+        });
+    }
+    taken.sort_by_key(|t| t.line);
+    let scoped = !lines.scopes.is_empty();
+    let gpus = !scoped || taken.iter().any(|t| t.key == Key::GpuDevices.name());
+    let no_gpus = (!gpus).then(|| {
+        format!(
+            "{file} gives node {node} no GPUs: it has NodeName= lines, and no GPUDevices= on a \
+             line without NodeName= nor on a NodeName= line that names {node}"
+        )
+    });
+    Ok(NodeSettings {
+        cfg: gpus.then_some(cfg),
+        no_gpus,
+        taken,
+        node_lines: lines
+            .scopes_of(node)
+            .map(|s| (s.line, s.list.clone()))
+            .collect(),
+        scoped,
+    })
+}
+
+/// `NodeName=` lines as a sentence names them: `line 5 (NodeName=gpu05)`,
+/// `lines 4 (NodeName=gpu[01-04]), 6 (NodeName=gpu04)`.
+pub fn node_lines_text(lines: &[(usize, String)]) -> String {
+    let each: Vec<String> = lines
+        .iter()
+        .map(|(line, list)| format!("{line} (NodeName={list})"))
+        .collect();
+    let s = if each.len() == 1 { "" } else { "s" };
+    format!("line{s} {}", each.join(", "))
+}
+
+/// The configuration node `node` takes from the text of `gpu_mps.conf`
+/// ([`parse_for`]); `Ok(None)`: the file gives it no GPUs.
+pub fn parse(text: &str, file: &str, node: &str) -> Result<Option<GpuMpsConfig>, ConfigError> {
+    parse_for(text, file, node).map(|s| s.cfg)
+}
+
+/// What a job holding an MPS share is told on a node that the node's
+/// `gpu_mps.conf` gives no GPUs (`why`, [`NodeSettings::no_gpus`]): as on a
+/// node without the file, the share is refused, every other job left alone.
+pub fn no_gpus_refusal(job: u32, why: &str) -> String {
+    format!(
+        "gpu_mps: job {job}: Slurm gave this job an MPS share on this node, but {why}; the \
+         share would run as Slurm alone, without gpushare's GPU placement, confinement and MPS \
+         daemon, so it is refused. Sysadmin: give this node GPUDevices= in {CONF_NAME} (a \
+         NodeName= line that names it), or take mps off this node's Gres"
+    )
 }
 
 /// What a job holding an MPS share is told on a node where gpushare has no
@@ -553,11 +690,11 @@ pub fn locate(
     first_existing(node_conf_candidates(explicit, None, CONF_NAME))
 }
 
-/// Reads and parses the file at `path`. `Ok(None)`: there is none, so the
-/// node shares nothing (what the prolog, epilog and SPANK plugin do with
-/// that is theirs to decide).
-pub fn load(path: &std::path::Path) -> Result<Option<GpuMpsConfig>, ConfigError> {
-    kv::load(path, parse)
+/// Reads and parses the file at `path` for node `node` ([`parse_for`]).
+/// `Ok(None)`: there is none, so the node shares nothing (what the prolog,
+/// epilog and SPANK plugin do with that is theirs to decide).
+pub fn load(path: &std::path::Path, node: &str) -> Result<Option<NodeSettings>, ConfigError> {
+    kv::load(path, |text, file| parse_for(text, file, node))
 }
 
 /// `48G`, `40960M`, `40960` (MiB) → MiB.
@@ -619,191 +756,4 @@ impl GpuMpsConfig {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn private_data_follows_slurm_unless_set() {
-        let hides = "ClusterName=x\nPrivateData=usage,Jobs # who runs what\n";
-        let shows = "ClusterName=x\nPrivateData=usage,accounts\n#PrivateData=jobs\n";
-        assert!(slurm_hides_users(hides));
-        assert!(slurm_hides_users("privatedata = users\n"));
-        assert!(slurm_hides_users("PrivateData=all\n"));
-        // As slurmctld reads it: a substring, in any case, quoted or not.
-        assert!(slurm_hides_users("PrivateData=job\n"));
-        assert!(slurm_hides_users("PrivateData=\"usage,USER\"\n"));
-        assert!(!slurm_hides_users("PrivateData=usage,nodes,events\n"));
-        assert!(!slurm_hides_users(shows));
-        assert!(!slurm_hides_users(""));
-        let auto = GpuMpsConfig::default();
-        assert_eq!(auto.hides_users(Some(hides)), Some(true));
-        assert_eq!(auto.hides_users(Some(shows)), Some(false));
-        assert_eq!(auto.hides_users(None), None);
-        let yes = parse("PrivateData=yes\n", "gpu_mps.conf").unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(yes.hides_users(None), Some(true));
-        assert_eq!(yes.hides_users(Some(shows)), Some(true));
-        let no = parse("PrivateData=no\n", "gpu_mps.conf").unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(no.hides_users(Some(hides)), Some(false));
-        let bad = parse("PrivateData=maybe\n", "gpu_mps.conf")
-            .err()
-            .map(|e| e.to_string());
-        assert!(bad.is_some_and(|e| e.contains("gpu_mps.conf:1") && e.contains("auto, yes or no")));
-    }
-
-    #[test]
-    fn full_file_parses() {
-        let text = "UnitsPerGPU=50 # half GPUs\nGPUDevices=/dev/nvidia[0-1],/dev/nvidia3\nStateDir=/run/x\nSlurmMpsCount=1600\nGPUMemory=48G\nMPSControl=none\nplacement=Slurm\n";
-        let cfg = parse(text, "gpu_mps.conf").unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(cfg.units_per_gpu, 50);
-        assert_eq!(
-            cfg.gpu_devices,
-            Some(vec![
-                PathBuf::from("/dev/nvidia0"),
-                PathBuf::from("/dev/nvidia1"),
-                PathBuf::from("/dev/nvidia3")
-            ])
-        );
-        assert_eq!(cfg.state_dir, PathBuf::from("/run/x"));
-        assert_eq!(cfg.gpu_memory_mib, Some(48 * 1024));
-        assert_eq!(cfg.mps_control, MpsControl::Disabled);
-        assert_eq!(cfg.placement, Placement::Slurm);
-        assert_eq!(cfg.memory_limit_mib(25, None), Some(24576));
-        // NVML's figure wins over GPUMemory=.
-        assert_eq!(cfg.memory_limit_mib(25, Some(40960)), Some(20480));
-        assert_eq!(cfg.thread_percentage(25), 50);
-        assert_eq!(cfg.thread_percentage(0), 1);
-        assert!(!cfg.multi_user);
-        assert_eq!(cfg.max_clients_per_gpu, 48);
-    }
-
-    #[test]
-    fn mps_keys_parse() {
-        let text = "MPSControl=auto\nMultiUser=yes\nMemoryLimit=8G\nOtherUsers=queue\nMaxClientsPerGPU=16\n";
-        let cfg = parse(text, "f").unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(cfg.mps_control, MpsControl::FromPath);
-        assert!(cfg.multi_user);
-        assert_eq!(cfg.memory_limit, MemoryLimit::Fixed(8192));
-        assert_eq!(cfg.memory_limit_mib(10, Some(1 << 20)), Some(8192));
-        assert_eq!(cfg.other_users, OtherUsers::Queue);
-        // A client of a second user waits for the first's to exit: a job
-        // is refused rather than left waiting unless the site chose so.
-        assert_eq!(GpuMpsConfig::default().other_users, OtherUsers::Refuse);
-        assert_eq!(cfg.max_clients_per_gpu, 16);
-        // No share runs without its MPS limits unless the site says so.
-        assert_eq!(cfg.mps_failure, MpsFailure::Refuse);
-        // Nothing but the MPS server holds a context on a shared GPU
-        // unless the site says so.
-        assert!(cfg.exclusive_while_shared);
-        let chosen =
-            parse("MPSFailure=run\nComputeMode=leave\n", "f").unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(chosen.mps_failure, MpsFailure::Run);
-        assert!(!chosen.exclusive_while_shared);
-        assert!(parse("MPSFailure=maybe\n", "f")
-            .is_err_and(|e| e.to_string().contains("MPSFailure must be refuse or run")));
-        let none =
-            parse("MemoryLimit=none\nGPUMemory=48G\n", "f").unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(none.memory_limit_mib(50, Some(1000)), None);
-        // Proportional without any figure for the GPU's memory: no limit.
-        assert_eq!(GpuMpsConfig::default().memory_limit_mib(50, None), None);
-    }
-
-    #[test]
-    fn banner_goes_where_the_site_says() {
-        // Where it went before the key existed: a site upgrading keeps it.
-        assert_eq!(GpuMpsConfig::default().banner, Banner::Stderr);
-        for (text, want) in [
-            ("Banner=stderr\n", Banner::Stderr),
-            ("banner=LOG # slurmd's log only\n", Banner::Log),
-            ("Banner=off\n", Banner::Off),
-            ("Banner=none\n", Banner::Off),
-        ] {
-            let cfg = parse(text, "f").unwrap_or_else(|e| panic!("{text:?}: {e}"));
-            assert_eq!(cfg.banner, want, "{text:?}");
-        }
-        let bad = parse(
-            "UnitsPerGPU=100\nBanner=syslog\n",
-            "/etc/slurm/gpu_mps.conf",
-        )
-        .err()
-        .map(|e| e.to_string())
-        .unwrap_or_default();
-        assert!(
-            bad.starts_with(
-                "/etc/slurm/gpu_mps.conf:2: Banner must be stderr, log or off, got \"syslog\""
-            ),
-            "{bad}"
-        );
-        assert!(parse("Banner=log\nBanner=off\n", "f").is_err_and(|e| e
-            .to_string()
-            .starts_with("f:2: Banner already set on line 1")));
-        assert!(parse("Banner=\n", "f")
-            .is_err_and(|e| e.to_string().starts_with("f:1: Banner has an empty value")));
-    }
-
-    #[test]
-    fn empty_file_gives_defaults() {
-        assert_eq!(parse("# nothing\n", "f"), Ok(GpuMpsConfig::default()));
-    }
-
-    #[test]
-    fn errors_name_file_and_line() {
-        let cases = [
-            (
-                "UnitsPerGPU=0\n",
-                "f:1: UnitsPerGPU must be an integer from 1 to 1000000, got \"0\"",
-            ),
-            ("\nColour=red\n", "f:2: unknown key \"Colour\""),
-            ("StateDir=run\n", "f:1: StateDir must be an absolute path"),
-            (
-                "UnitsPerGPU=1\nunitspergpu=2\n",
-                "f:2: UnitsPerGPU already set on line 1",
-            ),
-            ("GPUDevices=/dev/nvidia[3-1]\n", "f:1: bad range \"3-1\""),
-            ("GPUDevices=/dev/nvidia[0-1\n", "f:1: bad brackets"),
-            ("GPUMemory=lots\n", "f:1: GPUMemory must be a size"),
-            (
-                "Placement=mine\n",
-                "f:1: Placement must be auto, slurm or gpushare, got \"mine\"",
-            ),
-            ("StateDir\n", "f:1: expected Key=Value, got \"StateDir\""),
-            ("statedir=\n", "f:1: StateDir has an empty value"),
-            ("MultiUser=maybe\n", "f:1: MultiUser must be yes or no"),
-            (
-                "MemoryLimit=half\n",
-                "f:1: MemoryLimit must be proportional, none or a size",
-            ),
-            (
-                "OtherUsers=mix\n",
-                "f:1: OtherUsers must be queue or refuse",
-            ),
-            (
-                "MaxClientsPerGPU=0\n",
-                "f:1: MaxClientsPerGPU must be an integer from 1 to 1024",
-            ),
-            (
-                "MPSControl=nvidia\n",
-                "f:1: MPSControl must be auto, none or an absolute path",
-            ),
-        ];
-        for (text, want) in cases {
-            let e = parse(text, "f")
-                .err()
-                .map(|e| e.to_string())
-                .unwrap_or_default();
-            assert!(e.starts_with(want), "{text:?}: {e}");
-        }
-    }
-
-    #[test]
-    fn count_arithmetic_matches_slurm_22_05() {
-        let cfg = GpuMpsConfig {
-            slurm_mps_count: Some(1600),
-            ..GpuMpsConfig::default()
-        };
-        assert_eq!(cfg.slurm_count_for(4), 1600);
-        // mps:50 on a 4-GPU node with Count=1600: Slurm says 12 % (of 400).
-        assert_eq!(cfg.slurm_per_gpu_count(4), 400);
-        assert_eq!(GpuMpsConfig::default().slurm_per_gpu_count(4), 400);
-        assert_eq!(GpuMpsConfig::default().slurm_per_gpu_count(0), 0);
-    }
-}
+mod tests;

@@ -32,6 +32,12 @@
 //! - A file that stays bad (invalid, or half-written and not being written
 //!   now) refuses shares only: CPU-only and whole-GPU jobs run, and the
 //!   recorded configuration still serves (releases) the shares running.
+//! - The file is read for one node, as Slurm names it (its `NodeName=`
+//!   lines, see [`config::parse_for`]). One that gives the node no GPUs
+//!   makes it a node without the file ([`InForce::no_gpus`]), once no job
+//!   holds a share or whole GPU under the recorded configuration (until
+//!   then that serves them, and new shares are refused). A change to
+//!   another node's lines changes nothing here.
 
 use std::fs::{self, File};
 use std::io;
@@ -100,6 +106,11 @@ pub struct InForce {
     /// `None`: no configuration can be trusted (a bad file, nothing
     /// recorded): no share can be placed or served.
     pub cfg: Option<GpuMpsConfig>,
+    /// Why the file gives this node no GPUs (`NodeName=` lines that name
+    /// other nodes only), where no share of an earlier configuration is
+    /// held here: the node shares nothing, as a node without the file
+    /// (`cfg` is `None`, `shares_refused` says the same).
+    pub no_gpus: Option<String>,
     /// Why new shares are refused now, if they are (the text a refused job
     /// gets, after its `gpu_mps: job N on node X: `).
     pub shares_refused: Option<String>,
@@ -113,7 +124,30 @@ impl InForce {
     fn run_with(cfg: GpuMpsConfig) -> Self {
         Self {
             cfg: Some(cfg),
+            no_gpus: None,
             shares_refused: None,
+            notes: Vec::new(),
+            _lock: None,
+        }
+    }
+
+    /// Nothing to run with, shares refused for `why`.
+    fn refusing(why: String, note: String) -> Self {
+        Self {
+            cfg: None,
+            no_gpus: None,
+            shares_refused: Some(why),
+            notes: vec![note],
+            _lock: None,
+        }
+    }
+
+    /// The node shares nothing: the file gives it no GPUs (`why`).
+    fn no_gpus(why: String) -> Self {
+        Self {
+            cfg: None,
+            no_gpus: Some(why.clone()),
+            shares_refused: Some(why),
             notes: Vec::new(),
             _lock: None,
         }
@@ -202,16 +236,17 @@ fn write_pointer(records: &Path, conf: &Path, state_dir: &Path, owner: u32) -> R
         .map_err(|e| e.to_string())
 }
 
-/// The record under `dir`, parsed; `None` where there is none, the
-/// directory is not one root may trust, or the record does not read.
-fn read_record(dir: &Path, conf: &Path, owner: u32) -> Option<(Record, GpuMpsConfig)> {
+/// The record under `dir`, parsed for `node`; `None` where there is none,
+/// the directory is not one root may trust, or the record does not read
+/// (or gives `node` no GPUs).
+fn read_record(dir: &Path, conf: &Path, node: &str, owner: u32) -> Option<(Record, GpuMpsConfig)> {
     state_dir::check(dir, owner, Access::Private).ok()?;
     let text = fs::read_to_string(dir.join(RECORD_FILE)).ok()?;
     let record: Record = serde_json::from_str(&text).ok()?;
     if record.format != RECORD_FORMAT || record.conf != conf {
         return None;
     }
-    let cfg = config::parse(&record.text, &conf.to_string_lossy()).ok()?;
+    let cfg = config::parse(&record.text, &conf.to_string_lossy(), node).ok()??;
     // A record names the ledger it sits beside, and no other.
     (cfg.state_dir == dir).then_some((record, cfg))
 }
@@ -296,18 +331,28 @@ fn wait_exclusive(file: &File, limit: Duration) -> bool {
     }
 }
 
-/// What a read of the file gave.
-enum Read {
-    Good(Settled, Box<GpuMpsConfig>),
-    /// Not usable: why, and whether it is being written now (changing
-    /// during the read, or written in place within [`IN_PLACE_QUIET`]).
-    Bad {
-        why: String,
-        transient: bool,
-    },
+/// Why a node that reads `cfg` has no GPU to share: it names no
+/// `GPUDevices=` and there is no `/dev/nvidia<N>` here. A CPU node where
+/// `/etc/slurm` is shared reads the GPU nodes' file: it is a node without
+/// the file, never one drained for it (a node that lists its GPUs and
+/// finds none of them is misconfigured, and says so where they are used).
+fn without_gpus(cfg: &GpuMpsConfig, name: &str) -> Option<String> {
+    (cfg.gpu_devices.is_none() && super::gpu_devices::gpu_devices(cfg).is_empty()).then(|| {
+        format!("{name} names no GPUDevices= and this node has no /dev/nvidia<N>: it shares no GPU")
+    })
 }
 
-fn read(conf: &Path, recorded: Option<FileId>, now: SystemTime) -> Read {
+/// What a read of the file gave.
+enum Read {
+    /// Whole and valid: the node's configuration, or why the file gives
+    /// it no GPUs.
+    Good(Settled, Result<Box<GpuMpsConfig>, String>),
+    /// Not usable: why, and whether it is being written now (changing
+    /// during the read, or written in place within [`IN_PLACE_QUIET`]).
+    Bad { why: String, transient: bool },
+}
+
+fn read(conf: &Path, node: &str, recorded: Option<FileId>, now: SystemTime) -> Read {
     let name = conf.to_string_lossy();
     let in_place_now = |stamp: Option<Stamp>| {
         stamp.is_some_and(|s| {
@@ -323,8 +368,18 @@ fn read(conf: &Path, recorded: Option<FileId>, now: SystemTime) -> Read {
             why: format!("{name}: {unsettled}"),
             transient: unsettled == Unsettled::Changed || in_place_now(Stamp::of(conf).ok()),
         },
-        Ok(Ok(settled)) => match config::parse(&settled.text, &name) {
-            Ok(cfg) => Read::Good(settled, Box::new(cfg)),
+        Ok(Ok(settled)) => match config::parse_for(&settled.text, &name, node) {
+            Ok(s) => {
+                let cfg = s
+                    .cfg
+                    .map(Box::new)
+                    .ok_or(s.no_gpus.unwrap_or_default())
+                    .and_then(|c| match without_gpus(&c, &name) {
+                        Some(why) => Err(why),
+                        None => Ok(c),
+                    });
+                Read::Good(settled, cfg)
+            }
             Err(e) => Read::Bad {
                 why: e.to_string(),
                 transient: in_place_now(Some(settled.stamp)),
@@ -333,14 +388,37 @@ fn read(conf: &Path, recorded: Option<FileId>, now: SystemTime) -> Read {
     }
 }
 
-/// The configuration to run with for `conf` (see the module doc).
-/// `records` is [`NODE_RECORDS_DIR`] on a node; `owner` the uid the state
-/// belongs to.
-pub fn resolve(conf: &Path, records: &Path, owner: u32, role: Role) -> InForce {
-    resolve_at(conf, records, owner, role, SystemTime::now())
+/// Where a node program reads its configuration: the file, the node as
+/// Slurm names it (its `NodeName=` lines), the records dir
+/// ([`NODE_RECORDS_DIR`] on a node) and the uid the state belongs to.
+#[derive(Debug, Clone, Copy)]
+pub struct Reading<'a> {
+    pub conf: &'a Path,
+    pub node: &'a str,
+    pub records: &'a Path,
+    pub owner: u32,
 }
 
-fn resolve_at(conf: &Path, records: &Path, owner: u32, role: Role, now: SystemTime) -> InForce {
+/// The configuration to run with for `conf` on node `node` (see the
+/// module doc). `records` is [`NODE_RECORDS_DIR`] on a node; `owner` the
+/// uid the state belongs to.
+pub fn resolve(conf: &Path, node: &str, records: &Path, owner: u32, role: Role) -> InForce {
+    let at = Reading {
+        conf,
+        node,
+        records,
+        owner,
+    };
+    resolve_at(at, role, SystemTime::now())
+}
+
+fn resolve_at(at: Reading<'_>, role: Role, now: SystemTime) -> InForce {
+    let Reading {
+        conf,
+        records,
+        owner,
+        ..
+    } = at;
     let mut notes = Vec::new();
     let lock = match role {
         Role::Reader => None,
@@ -358,41 +436,35 @@ fn resolve_at(conf: &Path, records: &Path, owner: u32, role: Role, now: SystemTi
             }
         },
     };
-    let mut in_force = decide(
-        conf,
-        records,
-        owner,
-        role,
-        now,
-        lock.as_ref(),
-        &mut notes,
-        true,
-    );
+    let mut in_force = decide(at, role, now, lock.as_ref(), &mut notes, true);
     in_force.notes.splice(0..0, notes);
     in_force._lock = lock;
     in_force
 }
 
-#[allow(clippy::too_many_arguments)]
 fn decide(
-    conf: &Path,
-    records: &Path,
-    owner: u32,
+    at: Reading<'_>,
     role: Role,
     now: SystemTime,
     lock: Option<&File>,
     notes: &mut Vec<String>,
     may_wait: bool,
 ) -> InForce {
+    let Reading {
+        conf,
+        node,
+        records,
+        owner,
+    } = at;
     let name = conf.display();
     let pointed = read_pointer(records, conf, owner);
     let mut recorded = pointed
         .as_deref()
-        .and_then(|dir| read_record(dir, conf, owner));
-    let file = read(conf, recorded.as_ref().map(|(r, _)| r.file), now);
+        .and_then(|dir| read_record(dir, conf, node, owner));
+    let file = read(conf, node, recorded.as_ref().map(|(r, _)| r.file), now);
     if recorded.is_none() {
-        if let Read::Good(_, cfg) = &file {
-            recorded = read_record(&cfg.state_dir, conf, owner);
+        if let Read::Good(_, Ok(cfg)) = &file {
+            recorded = read_record(&cfg.state_dir, conf, node, owner);
         }
     }
     let placer = role == Role::Placer;
@@ -420,35 +492,36 @@ fn decide(
                 if placer && may_wait {
                     std::thread::sleep(IN_PLACE_QUIET);
                     let later = now + IN_PLACE_QUIET;
-                    return decide(conf, records, owner, role, later, lock, notes, false);
+                    return decide(at, role, later, lock, notes, false);
                 }
                 let why = format!(
                     "{name} is being written (changed less than {} s ago)",
                     IN_PLACE_QUIET.as_secs()
                 );
-                return InForce {
-                    cfg: None,
-                    shares_refused: Some(format!(
+                return InForce::refusing(
+                    format!(
                         "{why}; no earlier configuration is recorded on this node, so shares \
                          are refused until it has been still that long (other jobs run)"
-                    )),
-                    notes: vec![format!("{why}: shares are refused until it is still")],
-                    _lock: None,
-                };
+                    ),
+                    format!("{why}: shares are refused until it is still"),
+                );
             }
-            keep_record(&settled, &cfg, notes);
-            return InForce::run_with(*cfg);
+            return match cfg {
+                Ok(cfg) => {
+                    keep_record(&settled, &cfg, notes);
+                    InForce::run_with(*cfg)
+                }
+                Err(why) => InForce::no_gpus(why),
+            };
         }
         (Read::Bad { why, .. }, None) => {
-            return InForce {
-                cfg: None,
-                shares_refused: Some(format!(
+            return InForce::refusing(
+                format!(
                     "{why}; no earlier configuration is recorded on this node, so shares are \
                      refused until the file is fixed (other jobs run)"
-                )),
-                notes: vec![format!("{why}: shares are refused until it is fixed")],
-                _lock: None,
-            };
+                ),
+                format!("{why}: shares are refused until it is fixed"),
+            );
         }
         (Read::Bad { why, transient }, Some((_, last))) => {
             let at = last.state_dir.join(RECORD_FILE);
@@ -472,15 +545,18 @@ fn decide(
                 ..InForce::run_with(last)
             };
         }
-        (Read::Good(settled, cfg), Some(recorded)) => (settled, *cfg, recorded),
+        (Read::Good(settled, cfg), Some(recorded)) => (settled, cfg, recorded),
     };
     let (rec, last) = recorded;
-    if settled.text == rec.text {
-        if placer && pointed.as_deref() != Some(last.state_dir.as_path()) {
-            keep_record(&settled, &cfg, notes);
+    let cfg = match cfg {
+        Ok(cfg) if settled.text == rec.text => {
+            if placer && pointed.as_deref() != Some(last.state_dir.as_path()) {
+                keep_record(&settled, &cfg, notes);
+            }
+            return InForce::run_with(*cfg);
         }
-        return InForce::run_with(cfg);
-    }
+        other => other,
+    };
     if settled.stamp.file() == rec.file && settled.stamp.modified_within(IN_PLACE_QUIET, now) {
         notes.push(format!(
             "{name} is being edited in place (changed less than {} s ago): the node keeps the \
@@ -490,6 +566,21 @@ fn decide(
         ));
         return InForce::run_with(last);
     }
+    let cfg = match cfg {
+        Ok(cfg) => *cfg,
+        Err(why) if ledger_empty(&last, owner) => return InForce::no_gpus(why),
+        Err(why) => {
+            return InForce {
+                shares_refused: Some(format!(
+                    "{why}; the jobs that hold shares or whole GPUs here are served with the \
+                     configuration recorded beside this node's ledger ({}) until they end, new \
+                     shares are refused",
+                    last.state_dir.display()
+                )),
+                ..InForce::run_with(last)
+            }
+        }
+    };
     let changes = identity_changes(&cfg, &last);
     if changes.is_empty() {
         keep_record(&settled, &cfg, notes);
@@ -522,7 +613,7 @@ fn decide(
         // Other prologs place under the configuration in force; one of them
         // may be taking the new one. Once they are done, look again.
         if may_wait && wait_exclusive(lock, ADOPT_WAIT) {
-            let again = decide(conf, records, owner, role, now, Some(lock), notes, false);
+            let again = decide(at, role, now, Some(lock), notes, false);
             if let Err(e) = lock_shared(lock) {
                 notes.push(format!("the node's configuration lock: {e}"));
             }
@@ -628,15 +719,19 @@ mod tests {
                 .unwrap_or_else(|e| panic!("{e}"))
         }
 
+        /// Where node gpu01 reads, as `owner`.
+        fn reading(&self, owner: u32) -> Reading<'_> {
+            Reading {
+                conf: &self.conf,
+                node: "gpu01",
+                records: &self.records,
+                owner,
+            }
+        }
+
         /// Resolved `after` the file's last change.
         fn resolve(&self, role: Role, after: Duration) -> InForce {
-            resolve_at(
-                &self.conf,
-                &self.records,
-                self.owner,
-                role,
-                self.modified() + after,
-            )
+            resolve_at(self.reading(self.owner), role, self.modified() + after)
         }
 
         fn ledger(&self, state: &str) -> Ledger {
@@ -749,13 +844,7 @@ mod tests {
                 std::thread::sleep(IN_PLACE_QUIET / 3);
                 fresh.in_place(&text);
             });
-            resolve_at(
-                &fresh.conf,
-                &fresh.records,
-                fresh.owner,
-                Role::Placer,
-                before,
-            )
+            resolve_at(fresh.reading(fresh.owner), Role::Placer, before)
         });
         assert!(f.cfg.is_none());
         assert!(f
@@ -768,9 +857,7 @@ mod tests {
         // One that cannot read the node's records (another owner's) never
         // finds a record: it reads the file as it is.
         let stranger = resolve_at(
-            &fresh.conf,
-            &fresh.records,
-            fresh.owner + 1,
+            fresh.reading(fresh.owner + 1),
             Role::Reader,
             fresh.modified(),
         );
@@ -936,11 +1023,38 @@ mod tests {
     }
 
     #[test]
+    fn a_node_without_gpus_reading_a_file_that_lists_none_shares_nothing() {
+        // A CPU node where /etc/slurm is shared: no GPUDevices=, and (as
+        // here, on the build host) no /dev/nvidia<N>.
+        if !crate::mps::gpu_devices::gpu_devices(&GpuMpsConfig::default()).is_empty() {
+            return;
+        }
+        let site = Site::new();
+        fs::write(&site.conf, "UnitsPerGPU=100\nMPSControl=none\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let f = site.resolve(Role::Placer, NOW);
+        assert!(f.cfg.is_none(), "{:?}", f.notes);
+        assert!(
+            f.no_gpus
+                .as_deref()
+                .is_some_and(|w| w.contains("names no GPUDevices=") && w.contains("shares no GPU")),
+            "{:?}",
+            f.no_gpus
+        );
+        // Listed and missing is another matter: not a node without GPUs.
+        let listed = GpuMpsConfig {
+            gpu_devices: Some(vec![PathBuf::from("/dev/nvidia0")]),
+            ..GpuMpsConfig::default()
+        };
+        assert_eq!(without_gpus(&listed, "gpu_mps.conf"), None);
+    }
+
+    #[test]
     fn an_in_place_edit_is_believed_once_still() {
         let site = Site::new();
         let _ = site.resolve(Role::Placer, NOW);
         // Cut at a line end: whole-looking, another identity.
-        site.in_place("UnitsPerGPU=100\n");
+        site.in_place("UnitsPerGPU=100\nGPUDevices=/dev/nvidia[0-1]\n");
         let f = site.resolve(Role::Placer, Duration::from_millis(100));
         assert_eq!(state_dir(&f), Some(site.state("a")));
         assert!(f.notes.iter().any(|n| n.contains("being edited in place")));
@@ -955,6 +1069,60 @@ mod tests {
         assert!(f
             .shares_refused
             .is_some_and(|w| w.contains("StateDir=/run/gpu-mps")));
+    }
+
+    #[test]
+    fn a_node_the_shared_file_gives_no_gpus_shares_nothing_once_its_jobs_end() {
+        let site = Site::new();
+        let head = format!("StateDir={}\nMPSControl=none\n", site.state("a").display());
+        let gpu02 = "NodeName=gpu02 GPUDevices=/dev/nvidia0\n";
+        let gpu01 = "NodeName=gpu01 GPUDevices=/dev/nvidia[0-1]\n";
+        site.replace(&format!("{head}{gpu01}{gpu02}"));
+        let f = site.resolve(Role::Placer, LATER);
+        assert_eq!(state_dir(&f), Some(site.state("a")));
+        // Another node's line changes: this node takes the new text quietly.
+        site.replace(&format!(
+            "{head}{gpu01}NodeName=gpu02 GPUDevices=/dev/nvidia[0-3]\n"
+        ));
+        let f = site.resolve(Role::Placer, NOW);
+        assert_eq!(state_dir(&f), Some(site.state("a")));
+        assert!(
+            f.notes.is_empty() && f.shares_refused.is_none(),
+            "{:?}",
+            f.notes
+        );
+        drop(f);
+        // A node no line gives GPUs: nothing to run with, nothing written.
+        let cpu = Reading {
+            node: "cpu01",
+            ..site.reading(site.owner)
+        };
+        let f = resolve_at(cpu, Role::Placer, site.modified() + LATER);
+        assert!(f.cfg.is_none());
+        let why = f.no_gpus.clone().unwrap_or_default();
+        assert!(why.contains("gives node cpu01 no GPUs"), "{why}");
+        assert_eq!(f.shares_refused, f.no_gpus);
+        drop(f);
+        // This node taken off sharing while a share runs here: the share is
+        // served with the recorded configuration, new ones are refused.
+        let a = site.ledger("a");
+        a.place(7, 1000, "alice", 30, 2, 100)
+            .unwrap_or_else(|e| panic!("{e}"));
+        site.replace(&format!("{head}{gpu02}"));
+        for role in [Role::Placer, Role::Reader] {
+            let f = site.resolve(role, LATER);
+            assert_eq!(state_dir(&f), Some(site.state("a")));
+            assert_eq!(f.no_gpus, None);
+            let why = f.shares_refused.clone().unwrap_or_default();
+            assert!(
+                why.contains("gives node gpu01 no GPUs") && why.contains("until they end"),
+                "{why}"
+            );
+        }
+        // Once it ends, the node shares nothing.
+        a.release(7).unwrap_or_else(|e| panic!("{e}"));
+        let f = site.resolve(Role::Placer, LATER);
+        assert!(f.cfg.is_none() && f.no_gpus.is_some(), "{:?}", f.notes);
     }
 
     #[test]

@@ -83,10 +83,13 @@ pub fn cgroup_v2_and_dmem() -> (bool, bool) {
 
 /// What `gpu-mps config` prints for Slurm `release` (major, minor) on
 /// this machine: whether the node could use MPS v3 (`driver`: NVIDIA's
-/// driver version, where known), then the lines a node `node` of `gpus`
-/// GPUs of `gpu_type` needs ([`setup_lines::node_config`]) with `conf` as its
-/// gpu_mps.conf: as it says where it reads, else its defaults (none
-/// written yet), `gpus` by default those it finds.
+/// driver version, where known), the settings node `node` takes from
+/// `conf` and the line each comes from ([`setup_lines::node_settings`]),
+/// then the lines a node `node` of `gpus` GPUs of `gpu_type` needs
+/// ([`setup_lines::node_config`]) with `conf` as its gpu_mps.conf: as it
+/// says where it reads, else its defaults (none written yet), `gpus` by
+/// default its `GPUDevices`. A file that does not parse is the error; one
+/// that gives `node` no GPUs says so, and (without `gpus`) prints no lines.
 pub fn node_config(
     conf: &Path,
     (major, minor): (u32, u32),
@@ -96,7 +99,17 @@ pub fn node_config(
     whole: &[GpuGroup],
     driver: Option<&str>,
 ) -> Result<String, String> {
-    let cfg = config::load(conf).ok().flatten().unwrap_or_default();
+    let settings = config::load(conf, node).map_err(|e| e.to_string())?;
+    let taken = setup_lines::node_settings(conf, node, settings.as_ref());
+    let (cgroup_v2, dmem) = cgroup_v2_and_dmem();
+    let release = format!(
+        "# for Slurm {major}.{minor:02}\n{}",
+        status::mps_v3_readiness(driver, cgroup_v2, dmem)
+    );
+    if gpus.is_none() && settings.as_ref().is_some_and(|s| s.cfg.is_none()) {
+        return Ok(format!("{release}{taken}"));
+    }
+    let cfg = settings.and_then(|s| s.cfg).unwrap_or_default();
     let gpus = gpus.unwrap_or_else(|| u32::try_from(gpu_devices(&cfg).len()).unwrap_or(0));
     if gpus == 0 {
         return Err("no GPU device files found: pass --gpus N".into());
@@ -110,15 +123,13 @@ pub fn node_config(
     }
     let libexec = libexec_dir();
     let plugin_dir = plugin_dir();
-    let (cgroup_v2, dmem) = cgroup_v2_and_dmem();
     let installed = Installed {
         libexec: &libexec,
         plugin_dir: Path::new(&plugin_dir),
         conf,
     };
     Ok(format!(
-        "# for Slurm {major}.{minor:02}\n{}{}",
-        status::mps_v3_readiness(driver, cgroup_v2, dmem),
+        "{release}{taken}\n{}",
         setup_lines::node_config(&cfg, setup, node, (gpu_type, gpus), whole, installed)
     ))
 }
@@ -155,6 +166,29 @@ mod tests {
         );
         assert_eq!(plugin_dir_of("PluginDir = \n"), None);
         assert_eq!(plugin_dir_of("slurm_load_ctl_conf error\n"), None);
+    }
+
+    #[test]
+    fn config_says_what_a_node_takes_and_refuses_a_bad_file() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let conf = dir.path().join("gpu_mps.conf");
+        let write = |text: &str| std::fs::write(&conf, text).unwrap_or_else(|e| panic!("{e}"));
+        write("UnitsPerGPU=100\nNodeName=gpu[01-04] GPUDevices=/dev/nvidia[0-3]\n");
+        // A node the file gives no GPUs: what it takes, and no lines
+        // (nothing asked of scontrol).
+        let cpu = node_config(&conf, (24, 11), "cpu01", "a40", None, &[], None);
+        let cpu = cpu.unwrap_or_else(|e| panic!("{e}"));
+        assert!(cpu.contains("#   UnitsPerGPU=100  line 1\n"), "{cpu}");
+        assert!(cpu.contains("gives node cpu01 no GPUs"), "{cpu}");
+        assert!(!cpu.contains("# gres.conf"), "{cpu}");
+        // A mistake anywhere in the file is the answer, for any node.
+        write("UnitsPerGPU=100\nNodeName=gpu[01-04 GPUDevices=/dev/nvidia[0-3]\n");
+        let bad = node_config(&conf, (24, 11), "cpu01", "a40", None, &[], None);
+        assert!(
+            bad.as_ref()
+                .is_err_and(|e| e.contains("gpu_mps.conf:2: NodeName=gpu[01-04")),
+            "{bad:?}"
+        );
     }
 
     #[test]

@@ -2,6 +2,8 @@
 //! each job confined to its GPU, with an MPS control daemon behind it.
 //!
 //! - [`config`]: `gpu_mps.conf`, how the node shares its GPUs.
+//! - [`scoped`]: its lines by the nodes they are for (`NodeName=`), one
+//!   file for every node of a shared `/etc/slurm`.
 //! - [`in_force`]: the configuration the node programs run with (never a
 //!   half-written file), and the ledger it was made with.
 //! - [`ledger`]: the node's sharing state on disk (flock + atomic rename).
@@ -44,6 +46,7 @@ pub mod node;
 pub mod placement;
 pub mod programs;
 pub mod retire;
+pub mod scoped;
 pub mod setup_lines;
 pub mod state_dir;
 pub mod status;

@@ -188,8 +188,9 @@ mod tests {
                 self.path(state).display(),
                 self.bin.join("control").display()
             );
-            let cfg =
-                crate::mps::config::parse(&text, "gpu_mps.conf").unwrap_or_else(|e| panic!("{e}"));
+            let cfg = crate::mps::config::parse(&text, "gpu_mps.conf", "gpu01")
+                .unwrap_or_else(|e| panic!("{e}"))
+                .unwrap_or_else(|| panic!("no GPUs: {text}"));
             let owner = daemon::daemon_uid();
             state_dir::ensure(&cfg.state_dir, owner, Access::Private)
                 .unwrap_or_else(|e| panic!("{e}"));

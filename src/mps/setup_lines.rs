@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::config::{GpuMpsConfig, Placement};
+use super::config::{node_lines_text, GpuMpsConfig, NodeSettings, Placement};
 use crate::shared::syntax::is_gpu_type;
 
 /// How a node's Slurm books mps, which decides the lines it needs.
@@ -66,6 +66,54 @@ impl GpuGroup {
             count,
         })
     }
+}
+
+/// What node `node` takes from the gpu_mps.conf at `conf` (`settings`;
+/// `None`: there is none), as comment lines: each key it sets for the node
+/// with the line it comes from and that line's `NodeName=`, or why the
+/// node shares nothing.
+pub fn node_settings(conf: &Path, node: &str, settings: Option<&NodeSettings>) -> String {
+    let file = conf.display();
+    let Some(settings) = settings else {
+        return format!(
+            "# no {file}: {node} shares nothing until there is one (the lines below are its \
+             defaults)\n"
+        );
+    };
+    let mut out = match settings.node_lines.as_slice() {
+        [] if settings.scoped => format!(
+            "# {file} as {node} takes it: the lines for every node (no NodeName= line names \
+             {node})\n"
+        ),
+        [] => format!("# {file} as {node} takes it:\n"),
+        lines => format!(
+            "# {file} as {node} takes it: the lines for every node and its {}\n",
+            node_lines_text(lines)
+        ),
+    };
+    let width = settings
+        .taken
+        .iter()
+        .map(|t| t.key.len() + t.value.len() + 1)
+        .max()
+        .unwrap_or(0);
+    for t in &settings.taken {
+        let setting = format!("{}={}", t.key, t.value);
+        let scope = t
+            .node_name
+            .as_ref()
+            .map_or_else(String::new, |n| format!(" (NodeName={n})"));
+        let _ = writeln!(out, "#   {setting:<width$}  line {}{scope}", t.line);
+    }
+    out.push_str("#   every other key: its default (gpu_mps.conf(5))\n");
+    if let Some(why) = &settings.no_gpus {
+        let _ = writeln!(
+            out,
+            "# {why}: {node} shares nothing, as a node without the file (shares refused, every \
+             other job left alone)"
+        );
+    }
+    out
 }
 
 /// `/dev/nvidia[first-last]`, or the one file.
@@ -240,6 +288,42 @@ mod tests {
                 conf: Path::new("/etc/slurm/gpu_mps.conf"),
             },
         )
+    }
+
+    #[test]
+    fn the_settings_a_node_takes_name_their_lines() {
+        let conf = Path::new("/etc/slurm/gpu_mps.conf");
+        let text = "UnitsPerGPU=100\nStateDir=/run/x\n\
+                    NodeName=gpu[01-02] GPUDevices=/dev/nvidia[0-3] UnitsPerGPU=50\n\
+                    NodeName=gpu02 Banner=log\n";
+        let of = |node: &str| {
+            let s = crate::mps::config::parse_for(text, "/etc/slurm/gpu_mps.conf", node)
+                .unwrap_or_else(|e| panic!("{e}"));
+            node_settings(conf, node, Some(&s))
+        };
+        assert_eq!(
+            of("gpu02"),
+            "# /etc/slurm/gpu_mps.conf as gpu02 takes it: the lines for every node and its \
+             lines 3 (NodeName=gpu[01-02]), 4 (NodeName=gpu02)\n\
+             #   StateDir=/run/x              line 2\n\
+             #   GPUDevices=/dev/nvidia[0-3]  line 3 (NodeName=gpu[01-02])\n\
+             #   UnitsPerGPU=50               line 3 (NodeName=gpu[01-02])\n\
+             #   Banner=log                   line 4 (NodeName=gpu02)\n\
+             #   every other key: its default (gpu_mps.conf(5))\n"
+        );
+        let cpu = of("cpu01");
+        assert!(
+            cpu.starts_with(
+                "# /etc/slurm/gpu_mps.conf as cpu01 takes it: the lines for every node (no \
+                 NodeName= line names cpu01)\n#   UnitsPerGPU=100  line 1\n"
+            ),
+            "{cpu}"
+        );
+        assert!(
+            cpu.ends_with("gives node cpu01 no GPUs: it has NodeName= lines, and no GPUDevices= on a line without NodeName= nor on a NodeName= line that names cpu01: cpu01 shares nothing, as a node without the file (shares refused, every other job left alone)\n"),
+            "{cpu}"
+        );
+        assert!(node_settings(conf, "gpu01", None).starts_with("# no /etc/slurm/gpu_mps.conf"));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::config::GpuMpsConfig;
+use super::config::{GpuMpsConfig, NodeSettings};
 use super::ledger::{GpuView, LedgerError, LedgerState, Lost, ShareRecord, View};
 use super::state_dir::{self, Access};
 
@@ -43,6 +43,49 @@ pub struct NodeStatus {
     /// it is: new shares are refused (not a problem: an admin's choice).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disabled: Option<String>,
+    /// The `NodeName=` lines of a gpu_mps.conf shared by several nodes
+    /// that this node takes (`gpu-mps status` adds them; none where the
+    /// file has no such lines, and in the published copy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_lines: Option<NodeLines>,
+}
+
+/// Which `NodeName=` lines of gpu_mps.conf a node takes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeLines {
+    /// The node as Slurm names it.
+    pub node: String,
+    /// The lines' numbers, each with its `NodeName=` list as written.
+    pub lines: Vec<(usize, String)>,
+}
+
+impl NodeLines {
+    /// What node `node` takes of `settings`; `None` where the file has no
+    /// `NodeName=` lines (every line is every node's).
+    pub fn of(node: &str, settings: &NodeSettings) -> Option<Self> {
+        settings.scoped.then(|| Self {
+            node: node.to_owned(),
+            lines: settings.node_lines.clone(),
+        })
+    }
+
+    /// The line `gpu-mps status` prints.
+    fn line(&self) -> String {
+        if self.lines.is_empty() {
+            return format!(
+                "NODE: no NodeName= line of gpu_mps.conf names {}: it takes the lines for every \
+                 node only",
+                self.node
+            );
+        }
+        format!(
+            "NODE: {} takes gpu_mps.conf's lines for every node and its {} (gpu-mps config \
+             lists each setting and its line)",
+            self.node,
+            super::config::node_lines_text(&self.lines)
+        )
+    }
 }
 
 /// What is known of a GPU's MPS control daemon.
@@ -431,6 +474,7 @@ impl NodeStatus {
             mps: Vec::new(),
             warnings: Vec::new(),
             disabled: None,
+            node_lines: None,
         }
     }
 
@@ -537,6 +581,9 @@ impl NodeStatus {
         }
         for w in &self.warnings {
             let _ = writeln!(out, "WARNING: {w}");
+        }
+        if let Some(lines) = &self.node_lines {
+            let _ = writeln!(out, "{}", lines.line());
         }
         for file in &self.set_aside_files {
             let _ = writeln!(
@@ -791,6 +838,33 @@ mod tests {
         );
         assert!(status.has_problem());
         assert!(!NodeStatus::of(&LedgerState::new(), 4, 100, Vec::new()).has_problem());
+    }
+
+    #[test]
+    fn status_names_the_node_name_lines_the_node_takes() {
+        let text = "NodeName=gpu[01-02] GPUDevices=/dev/nvidia0\nNodeName=gpu02 Banner=log\n";
+        let of = |text: &str, node: &str| {
+            crate::mps::config::parse_for(text, "f", node)
+                .map(|s| NodeLines::of(node, &s))
+                .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let mut view = NodeStatus::of(&LedgerState::new(), 1, 100, Vec::new());
+        view.node_lines = of(text, "gpu02");
+        let t = view.table(&["/dev/nvidia0"]);
+        assert!(
+            t.contains(
+                "NODE: gpu02 takes gpu_mps.conf's lines for every node and its lines 1 \
+                 (NodeName=gpu[01-02]), 2 (NodeName=gpu02)"
+            ),
+            "{t}"
+        );
+        assert!(!view.has_problem());
+        let back: Result<NodeStatus, _> = serde_json::from_str(&view.to_json());
+        assert_eq!(back.ok(), Some(view));
+        let none = of(text, "gpu03").map(|l| l.line());
+        assert!(none.is_some_and(|l| l.contains("no NodeName= line of gpu_mps.conf names gpu03")));
+        // A file for every node alike: nothing to say.
+        assert_eq!(of("UnitsPerGPU=1\n", "gpu02"), None);
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! the controller half talks to the node half, the Prometheus text
 //! both halves write, and the one way to do each common thing: replace a
 //! file durably ([`durable`]), run an external program with a deadline
-//! ([`bounded`]), read and add to Slurm's timestamps ([`calendar`]).
+//! ([`bounded`]), read and add to Slurm's timestamps ([`calendar`]),
+//! expand Slurm's host lists ([`hostlist`]).
 //!
 //! Nothing here knows about QOS rules or GPU shares; `qos` and `mps` import
 //! this room and never each other.
@@ -13,6 +14,7 @@ pub mod booking;
 pub mod bounded;
 pub mod calendar;
 pub mod durable;
+pub mod hostlist;
 pub mod locations;
 pub mod namespaces;
 pub mod prom;

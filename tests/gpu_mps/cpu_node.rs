@@ -1,13 +1,15 @@
 //! A CPU node with gpushare's node half installed, as the install page
 //! says every slurmd host gets it: the cluster-wide `Prolog=`, `Epilog=`
 //! and `required` plugstack line name gpushare's programs and plugin, the
-//! node has no GPU and no `gpu_mps.conf`, and its jobs run as without
-//! gpushare.
+//! node has no GPU, and reads the GPU nodes' `gpu_mps.conf` (a shared
+//! `/etc/slurm`; the file names no `GPUDevices=`): its jobs run as
+//! without gpushare.
 
 use super::*;
 
-/// One node, no GPU, no `gpu_mps.conf`; gpushare's prolog, epilog and
-/// SPANK plugin configured as for the whole cluster.
+/// One node, no GPU, the GPU nodes' `gpu_mps.conf` beside `slurm.conf`;
+/// gpushare's prolog, epilog and SPANK plugin configured as for the whole
+/// cluster.
 pub(super) fn cpu_node() -> ClusterSpec {
     ClusterSpec {
         gpus: Vec::new(),
@@ -17,6 +19,10 @@ pub(super) fn cpu_node() -> ClusterSpec {
         prolog: Some("{build}/gpu-mps-prolog".into()),
         epilog: Some("{build}/gpu-mps-epilog".into()),
         plugstack: vec!["required {plugins}/spank_gpu_mps.so".into()],
+        extra_conf_files: vec![(
+            "gpu_mps.conf".into(),
+            "UnitsPerGPU=100\nMPSControl=none\n".into(),
+        )],
         ..ClusterSpec::default()
     }
 }

@@ -35,21 +35,27 @@ fn main() -> ExitCode {
     // configless node); where neither exists, the first place is named.
     let conf = config::locate(cli.conf.as_deref())
         .unwrap_or_else(|looked_at| looked_at.into_iter().next().unwrap_or_default());
+    // This node as Slurm names it: the file's NodeName= lines for it, and
+    // what slurmctld is asked about it.
+    let node = node_name(cli.node);
+    let at = Here {
+        conf: &conf,
+        node: &node,
+    };
     let result = match cli.command {
-        Cmd::Status { json } => status(&conf, json),
-        Cmd::Gc { node } => gc(&conf, node),
-        Cmd::Metrics { write, kernel_log } => metrics(&conf, write, &kernel_log),
-        Cmd::DrainGpu { gpu, reason } => drain_gpu(&conf, gpu, Some(&reason)),
-        Cmd::ResumeGpu { gpu } => drain_gpu(&conf, gpu, None),
-        Cmd::Disable { reason, wait, node } => disable(&conf, &reason, wait, node),
-        Cmd::Enable => enable(&conf),
+        Cmd::Status { json } => status(at, json),
+        Cmd::Gc => gc(at),
+        Cmd::Metrics { write, kernel_log } => metrics(at, write, &kernel_log),
+        Cmd::DrainGpu { gpu, reason } => drain_gpu(at, gpu, Some(&reason)),
+        Cmd::ResumeGpu { gpu } => drain_gpu(at, gpu, None),
+        Cmd::Disable { reason, wait } => disable(at, &reason, wait),
+        Cmd::Enable => enable(at),
         Cmd::Config {
             gpus,
             gpu_type,
             whole,
-            node,
             release,
-        } => config(&conf, (gpus, &gpu_type), &whole, node, release),
+        } => config(at, (gpus, &gpu_type), &whole, release),
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -60,14 +66,22 @@ fn main() -> ExitCode {
     }
 }
 
+/// The node a command is about: its gpu_mps.conf and its name.
+#[derive(Debug, Clone, Copy)]
+struct Here<'a> {
+    conf: &'a Path,
+    node: &'a str,
+}
+
 /// The configuration in force, as the node programs run with it (never a
 /// half-written file); what it says about the file goes to stderr.
-fn load(conf: &Path) -> Result<GpuMpsConfig> {
+fn load(Here { conf, node }: Here<'_>) -> Result<GpuMpsConfig> {
     if !conf.exists() {
         bail!("{}: not found: this node shares no GPU", conf.display());
     }
     let records = Path::new(in_force::NODE_RECORDS_DIR);
-    let found = in_force::resolve(conf, records, effective_uid(), in_force::Role::Reader);
+    let role = in_force::Role::Reader;
+    let found = in_force::resolve(conf, node, records, effective_uid(), role);
     for note in &found.notes {
         eprintln!("gpu-mps: {note}");
     }
@@ -78,21 +92,27 @@ fn load(conf: &Path) -> Result<GpuMpsConfig> {
 
 /// The node, for a command that changes root's state (`refusal`: what a
 /// user is told).
-fn open_as_root(conf: &Path, refusal: &str) -> Result<Node> {
+fn open_as_root(Here { conf, node }: Here<'_>, refusal: &str) -> Result<Node> {
     if effective_uid() != 0 {
         bail!("{refusal}");
     }
-    Node::open(conf, 0)?
+    Node::open(conf, node, 0)?
         .with_context(|| format!("{}: not found: this node shares no GPU", conf.display()))
 }
 
-fn status(conf: &Path, json: bool) -> Result<u8> {
-    let cfg = load(conf)?;
+fn status(at: Here<'_>, json: bool) -> Result<u8> {
+    let conf = at.conf;
+    let cfg = load(at)?;
     let devices = gpu_devices(&cfg);
     let gpus = u32::try_from(devices.len()).unwrap_or(u32::MAX);
     let (mut view, trouble) = NodeStatus::as_seen(&cfg, gpus, effective_uid() == 0)?;
     nvml::add_to_status(&mut view, &devices);
     view.disabled = disabled::read(Path::new(disabled::DISABLED_DIR), conf, 0).map(|d| d.reason);
+    // Which of a shared file's NodeName= lines this node takes (the file as
+    // it reads now).
+    if let Ok(Some(settings)) = config::load(conf, at.node) {
+        view.node_lines = status::NodeLines::of(at.node, &settings);
+    }
     let slurm_conf = gpushare::shared::locations::beside_slurm_conf(None, "slurm.conf");
     view.warnings
         .extend(gpushare::mps::namespaces::node_warning(
@@ -113,9 +133,10 @@ fn status(conf: &Path, json: bool) -> Result<u8> {
     Ok(u8::from(view.has_problem() || trouble.is_some()))
 }
 
-fn metrics(conf: &Path, write: bool, kernel_log: &Path) -> Result<u8> {
+fn metrics(at: Here<'_>, write: bool, kernel_log: &Path) -> Result<u8> {
+    let conf = at.conf;
     let root_only = "metrics: run as root (the ledger and its counters are root's)";
-    let node = open_as_root(conf, root_only)?;
+    let node = open_as_root(at, root_only)?;
     let probe = status::probe_daemons(&node.cfg, node.gpu_count);
     if write {
         let last_seen = || nvml::last_seen(&node.cfg.state_dir);
@@ -129,9 +150,9 @@ fn metrics(conf: &Path, write: bool, kernel_log: &Path) -> Result<u8> {
         }
         // Exclusions older than LIFT_AFTER lifted, whether or not a share
         // ended here: no job waits forever after a fault on every node.
-        let (deadline, name) = (requeue::Deadline::start(), node_name(None));
+        let (deadline, name) = (requeue::Deadline::start(), at.node);
         let stale = requeue::Which::Stale;
-        match requeue::restore_exclusions(&deadline, &node.cfg.state_dir, &name, stale) {
+        match requeue::restore_exclusions(&deadline, &node.cfg.state_dir, name, stale) {
             Ok(lines) => lines.iter().for_each(|l| eprintln!("gpu-mps: {l}")),
             Err(e) => eprintln!("gpu-mps: exclusions not taken back: {e}"),
         }
@@ -156,9 +177,9 @@ fn metrics(conf: &Path, write: bool, kernel_log: &Path) -> Result<u8> {
 
 /// Sets GPU `gpu` aside for `reason`, or gives it back (`None`); the
 /// metrics file follows.
-fn drain_gpu(conf: &Path, gpu: u32, reason: Option<&str>) -> Result<u8> {
+fn drain_gpu(at: Here<'_>, gpu: u32, reason: Option<&str>) -> Result<u8> {
     let root_only = "drain-gpu and resume-gpu change the node's state: run them as root";
-    let node = open_as_root(conf, root_only)?;
+    let node = open_as_root(at, root_only)?;
     let drained = health::drain(&node.cfg.state_dir, node.gpu_count, gpu, reason)
         .map_err(anyhow::Error::msg)?;
     print!("{drained}");
@@ -170,8 +191,9 @@ fn drain_gpu(conf: &Path, gpu: u32, reason: Option<&str>) -> Result<u8> {
 /// Takes the node off sharing: the mark at once, then, once no share
 /// runs, every daemon stopped, every mode given back, every exclusion
 /// taken back (each line printed); 1 while shares still run.
-fn disable(conf: &Path, reason: &str, wait: u64, name: Option<String>) -> Result<u8> {
-    let node = open_as_root(conf, "disable changes the node's state: run it as root")?;
+fn disable(at: Here<'_>, reason: &str, wait: u64) -> Result<u8> {
+    let conf = at.conf;
+    let node = open_as_root(at, "disable changes the node's state: run it as root")?;
     let dir = Path::new(disabled::DISABLED_DIR);
     if disabled::read(dir, conf, 0).is_none() {
         let now = std::time::SystemTime::now()
@@ -218,9 +240,9 @@ fn disable(conf: &Path, reason: &str, wait: u64, name: Option<String>) -> Result
     {
         println!("{line}");
     }
-    let (deadline, name) = (requeue::Deadline::start(), node_name(name));
+    let (deadline, name) = (requeue::Deadline::start(), at.node);
     let state_dir = &node.cfg.state_dir;
-    match requeue::restore_exclusions(&deadline, state_dir, &name, requeue::Which::All) {
+    match requeue::restore_exclusions(&deadline, state_dir, name, requeue::Which::All) {
         Ok(lines) => lines.iter().for_each(|l| println!("{l}")),
         Err(e) => println!("exclusions not taken back: {e}"),
     }
@@ -237,9 +259,9 @@ fn disable(conf: &Path, reason: &str, wait: u64, name: Option<String>) -> Result
     Ok(0)
 }
 
-fn enable(conf: &Path) -> Result<u8> {
-    open_as_root(conf, "enable changes the node's state: run it as root")?;
-    if disabled::enable(Path::new(disabled::DISABLED_DIR), conf).map_err(anyhow::Error::msg)? {
+fn enable(at: Here<'_>) -> Result<u8> {
+    open_as_root(at, "enable changes the node's state: run it as root")?;
+    if disabled::enable(Path::new(disabled::DISABLED_DIR), at.conf).map_err(anyhow::Error::msg)? {
         println!("GPU sharing enabled on this node again");
     } else {
         println!("GPU sharing was not disabled on this node");
@@ -247,30 +269,26 @@ fn enable(conf: &Path) -> Result<u8> {
     Ok(0)
 }
 
-fn gc(conf: &Path, node: Option<String>) -> Result<u8> {
-    let shared = open_as_root(conf, "gc changes the node's ledger: run it as root")?;
-    let known = gc::gc(&shared, &node_name(node), running_jobs, |note| {
-        println!("{note}")
-    })?;
+fn gc(at: Here<'_>) -> Result<u8> {
+    let shared = open_as_root(at, "gc changes the node's ledger: run it as root")?;
+    let known = gc::gc(&shared, at.node, running_jobs, |note| println!("{note}"))?;
     Ok(u8::from(!known))
 }
 
 fn config(
-    conf: &Path,
+    Here { conf, node }: Here<'_>,
     (gpus, gpu_type): (Option<u32>, &str),
     whole: &[GpuGroup],
-    node: Option<String>,
     release: Option<(u32, u32)>,
 ) -> Result<u8> {
     let Some(release) = release.or_else(installed::slurm_release) else {
         bail!("cannot tell the Slurm release (scontrol --version): pass --release, e.g. --release 24.11");
     };
     let driver = nvml::driver_version();
-    let name = node_name(node);
     let lines = installed::node_config(
         conf,
         release,
-        &name,
+        node,
         gpu_type,
         gpus,
         whole,

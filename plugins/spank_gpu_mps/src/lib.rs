@@ -27,13 +27,13 @@ use std::os::raw::{c_char, c_int};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
-use gpushare::mps::config::{self as mps_conf, missing_conf_refusal};
+use gpushare::mps::config::{self as mps_conf, missing_conf_refusal, no_gpus_refusal};
 use gpushare::mps::devices::{confine, job_levels, task_devices_dir, CharDevice, DEVICES_ROOT};
 use gpushare::mps::in_force::{self, Role, NODE_RECORDS_DIR};
 use gpushare::mps::ledger::Ledger;
 use gpushare::mps::node::{
-    claim_banner, count_mismatch, gpu_devices, node_ledger, task_plan, unconfigured_refusal,
-    unreachable_pipes, TaskPlan,
+    claim_banner, count_mismatch, gpu_devices, node_ledger, node_name, task_plan,
+    unconfigured_refusal, unreachable_pipes, TaskPlan,
 };
 use slurm_plugin::log;
 use slurm_plugin::slurm_str::opt_str;
@@ -239,8 +239,12 @@ fn init(sp: spank_t, args: &[String]) -> SpankResult {
                 *PLAN.lock().unwrap_or_else(PoisonError::into_inner) = StepPlan::Refused(text);
                 return Ok(());
             }
-            let in_force =
-                in_force::resolve(&path, Path::new(NODE_RECORDS_DIR), euid, Role::Reader);
+            // This node as slurmd names it: slurmstepd has it in its own
+            // environment (`setenvf(NULL, "SLURMD_NODENAME", ...)` in
+            // slurmstepd.c, 22.05 to 26.05), for the file's NodeName= lines.
+            let node = node_name(None);
+            let records = Path::new(NODE_RECORDS_DIR);
+            let in_force = in_force::resolve(&path, &node, records, euid, Role::Reader);
             for note in &in_force.notes {
                 log::info(&format!("gpu_mps: job {job}: {note}"));
             }
@@ -249,7 +253,10 @@ fn init(sp: spank_t, args: &[String]) -> SpankResult {
                 None => {
                     if getenv(sp, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")?.is_some() {
                         let why = in_force.shares_refused.unwrap_or_default();
-                        let text = format!("gpu_mps: job {job}: {why}");
+                        let text = match &in_force.no_gpus {
+                            Some(no_gpus) => no_gpus_refusal(job, no_gpus),
+                            None => format!("gpu_mps: job {job}: {why}"),
+                        };
                         log::error(&text);
                         *PLAN.lock().unwrap_or_else(PoisonError::into_inner) =
                             StepPlan::Refused(text);

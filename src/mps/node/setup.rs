@@ -119,16 +119,18 @@ impl From<LedgerError> for Unfit {
 }
 
 impl Node {
-    /// Opens the node with the configuration in force for `gpu_mps.conf`
-    /// (read as a reader: see [`in_force::resolve`]) and its ledger with
-    /// its status copy. `Ok(None)`: the node has no `gpu_mps.conf`, so it
-    /// shares nothing.
-    pub fn open(conf_path: &Path, owner: u32) -> Result<Option<Self>, Unfit> {
+    /// Opens node `node` (as Slurm names it) with the configuration in
+    /// force for `gpu_mps.conf` (read as a reader: see
+    /// [`in_force::resolve`]) and its ledger with its status copy.
+    /// `Ok(None)`: the node has no `gpu_mps.conf`, so it shares nothing
+    /// (one that gives it no GPUs is `Unfit::NoConfig`, saying so).
+    pub fn open(conf_path: &Path, node: &str, owner: u32) -> Result<Option<Self>, Unfit> {
         if fs::symlink_metadata(conf_path).is_err() {
             return Ok(None);
         }
         let records = Path::new(in_force::NODE_RECORDS_DIR);
-        let in_force = in_force::resolve(conf_path, records, owner, in_force::Role::Reader);
+        let role = in_force::Role::Reader;
+        let in_force = in_force::resolve(conf_path, node, records, owner, role);
         Self::in_force(in_force.cfg.clone(), &in_force, conf_path, owner).map(Some)
     }
 

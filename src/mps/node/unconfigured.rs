@@ -127,7 +127,7 @@ mod tests {
             "UnitsPerGPU=0\n",
         ] {
             let node = first_use(text);
-            let read = resolve(&node.conf, &node.records, node.owner, Role::Placer);
+            let read = resolve(&node.conf, "gpu01", &node.records, node.owner, Role::Placer);
             assert!(read.cfg.is_none(), "{text:?}");
             let why = read.shares_refused.unwrap_or_default();
             assert!(why.contains("no earlier configuration"), "{why}");

@@ -855,10 +855,16 @@ fn memory_mib(env: &[(String, String)]) -> u64 {
         .unwrap_or(0)
 }
 
+/// What this machine takes from `conf`, as a node named by its short
+/// hostname (the node programs' own name here: no slurmd).
 fn load(conf: &Path) -> Result<GpuMpsConfig, String> {
-    config::load(conf)
+    let node = gpushare::mps::node::node_name(None);
+    let settings = config::load(conf, &node)
         .map_err(|e| e.to_string())?
-        .ok_or_else(|| format!("{}: not found", conf.display()))
+        .ok_or_else(|| format!("{}: not found", conf.display()))?;
+    settings
+        .cfg
+        .ok_or_else(|| settings.no_gpus.unwrap_or_default())
 }
 
 /// A node program's run, for the report.
