@@ -20,6 +20,13 @@ use testcluster::cluster::{wait_for, GpuSpec};
 use testcluster::time::{Timeout, JOB_END, JOB_LONG, JOB_START, SHORT};
 use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
 
+#[path = "gpu_mps/cpu_node.rs"]
+mod cpu_node;
+#[path = "gpu_mps/prolog_d.rs"]
+mod prolog_d;
+use cpu_node::{cpu_jobs, cpu_node};
+use prolog_d::{beside_site_scripts, prolog_d_node};
+
 /// Sixteen shares and eight CPU jobs, submitted at once, all ended.
 const EVERY_JOB_ENDED: Timeout = Timeout::secs(180);
 
@@ -56,6 +63,16 @@ fn main() -> ExitCode {
     };
     suite
         .test("four_shares_land_on_four_gpus_then_two_per_gpu", spread)
+        .test_on(
+            "gpushares_prolog_and_epilog_run_in_prolog_d_beside_the_sites",
+            prolog_d_node(),
+            beside_site_scripts,
+        )
+        .test_on(
+            "a_cpu_node_runs_its_jobs_with_gpushares_node_half_configured",
+            cpu_node(),
+            cpu_jobs,
+        )
         .test("gpu_mps_status_shows_placements_to_root_and_users", status)
         .test(
             "tasks_see_only_their_gpu_in_batch_and_srun_steps",

@@ -13,11 +13,14 @@ use testcluster::time::{JOB_LONG, JOB_START, SHORT};
 use testcluster::users::TestUser;
 use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
 
+#[path = "gpu_qos/coexist.rs"]
+mod coexist;
 #[path = "gpu_qos/exempt.rs"]
 mod exempt;
 #[path = "gpu_qos/without_file.rs"]
 mod without_file;
 
+use coexist::{lua_first_site, lua_runs_first};
 use exempt::exemptions;
 use without_file::bad_config_at_init;
 
@@ -103,6 +106,11 @@ fn main() -> ExitCode {
         .test(
             "missing_or_invalid_config_leaves_slurmctld_running_on_the_database_limits",
             bad_config_at_init,
+        )
+        .test_on(
+            "a_site_lua_script_runs_first_and_gpu_qos_judges_what_it_made",
+            lua_first_site(),
+            lua_runs_first,
         )
         .run()
 }
