@@ -19,7 +19,8 @@ pub struct Cli {
     #[arg(long, value_name = "PATH", global = true)]
     pub conf: Option<PathBuf>,
     /// This node as Slurm names it, for gpu_mps.conf's NodeName= lines and
-    /// slurmctld (default: $SLURMD_NODENAME, else the short hostname)
+    /// slurmctld (default: $SLURMD_NODENAME, else the name slurmd gave the
+    /// node's last prolog or epilog, else the short hostname)
     #[arg(long, value_name = "NAME", global = true)]
     pub node: Option<String>,
     #[command(subcommand)]

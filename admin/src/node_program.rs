@@ -8,7 +8,8 @@ use clap::Parser;
 use gpushare::mps::config::{self, missing_conf_refusal, no_gpus_refusal};
 use gpushare::mps::in_force::{self, InForce, Role, NODE_RECORDS_DIR};
 use gpushare::mps::node::{
-    node_name, refuse_unconfigured, release_unconfigured, take_unconfigured_refusal, JobEnv, Node,
+    node_name, record_node_name, refuse_unconfigured, release_unconfigured,
+    take_unconfigured_refusal, JobEnv, Node,
 };
 
 use crate::node_log;
@@ -117,6 +118,13 @@ pub fn start(program: Program, args: &NodeArgs) -> Result<Option<Started>, ExitC
     node_log::init(name, job, socket.as_deref());
     for note in &in_force.notes {
         log::warn!("{note}");
+    }
+    // For the commands slurmd does not start (the node timer, an admin's
+    // gpu-mps), which have no SLURMD_NODENAME.
+    if env.is_ok() {
+        if let Err(e) = record_node_name(records, owner, &node) {
+            log::debug!("the node's name not recorded: {e}");
+        }
     }
     if let Some(why) = &in_force.no_gpus {
         // The file gives this node no GPUs: as on a node without it, every

@@ -69,7 +69,10 @@ pub use modes::{follow_whole, retry_modes, wanted};
 pub use notes::{claim_banner, refusal, unserved};
 pub use prolog::prolog;
 pub use report::{PrologOutcome, PrologReport, MPS_DAEMON_REFUSAL};
-pub use running::{node_name, running_jobs, RunningJob, SQUEUE_TIMEOUT};
+pub use running::{
+    node_name, record_node_name, recorded_node_name, running_jobs, RunningJob, NODE_NAME_FILE,
+    SQUEUE_TIMEOUT,
+};
 #[cfg(test)]
 pub(crate) use setup::test_node;
 pub use setup::{gpu_devices, hides_users, node_ledger, server_rule, Node, PipeGuard, Unfit};

@@ -41,6 +41,10 @@
 //! exclusive `flock` of its `compute-mode-N` file), `Default` never does.
 //! Its GPU is the one Slurm gave the job or step (`SLURM_STEP_GPUS`,
 //! `SLURM_JOB_GPUS`: global indices), else `CUDA_VISIBLE_DEVICES`.
+//! `cuda-client SECONDS N` starts N such clients at once and waits for
+//! each itself (`waitpid`, never a shell's `wait`, which dash can miss
+//! where the job's shell starts with SIGCHLD blocked), prints `clients
+//! failed: F` and exits F.
 
 use std::fs;
 use std::io::{Read, Write};
@@ -157,6 +161,31 @@ fn smi(here: &Path, args: &[String]) -> ExitCode {
     fail("stand-in nvidia-smi: unknown call")
 }
 
+/// `n` stand-in CUDA programs at once, each waited for: exit status the
+/// number that failed.
+fn clients(seconds: u64, n: usize) -> ExitCode {
+    let Ok(me) = std::env::current_exe() else {
+        return fail("stand-in CUDA client: no path to itself");
+    };
+    let started: Vec<_> = (0..n)
+        .map(|_| {
+            std::process::Command::new(&me)
+                .arg(seconds.to_string())
+                .spawn()
+        })
+        .collect();
+    let mut failed = 0usize;
+    for child in started {
+        let ok = match child {
+            Ok(mut child) => child.wait().is_ok_and(|status| status.success()),
+            Err(_) => false,
+        };
+        failed += usize::from(!ok);
+    }
+    println!("clients failed: {failed}");
+    ExitCode::from(u8::try_from(failed).unwrap_or(u8::MAX))
+}
+
 /// The stand-in CUDA program (see the module's text).
 fn client(here: &Path, args: &[String]) -> ExitCode {
     let gpu = ["SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"]
@@ -168,6 +197,9 @@ fn client(here: &Path, args: &[String]) -> ExitCode {
     let Some(seconds) = args.first().and_then(|a| a.parse::<u64>().ok()) else {
         return fail("stand-in CUDA client: SECONDS to hold the GPU expected");
     };
+    if let Some(n) = args.get(1).and_then(|a| a.parse::<usize>().ok()) {
+        return clients(seconds, n);
+    }
     // Held open while the context lives: its lock is the context's.
     let state = fs::File::open(here.join(format!("compute-mode-{gpu}"))).ok();
     let mode = state
