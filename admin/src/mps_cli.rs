@@ -121,9 +121,11 @@ pub enum Cmd {
         /// GPUs of the node (default: the device files gpu_mps.conf finds)
         #[arg(long)]
         gpus: Option<u32>,
-        /// GPU type for gres.conf
-        #[arg(long = "type", default_value = "TYPE")]
-        gpu_type: String,
+        /// GPU type for gres.conf and slurm.conf (default: under
+        /// AutoDetect, the type Slurm gives each GPU from its NVML name;
+        /// else TYPE)
+        #[arg(long = "type")]
+        gpu_type: Option<String>,
         /// GPUs of the node held whole, after the shared ones (TYPE:N, e.g.
         /// h100:2; repeat for several types)
         #[arg(long, value_name = "TYPE:N", value_parser = GpuGroup::parse)]
@@ -132,6 +134,12 @@ pub enum Cmd {
         /// `scontrol --version` says)
         #[arg(long, value_name = "MAJOR.MINOR", value_parser = installed::parse_release)]
         release: Option<(u32, u32)>,
+        /// The node's gpu lines come from Slurm's AutoDetect=nvml: print
+        /// only the mps lines, with the GPUs and types NVML gives, and
+        /// check what `slurmd -G` reports (default: where the gres.conf
+        /// beside slurm.conf sets AutoDetect for the node)
+        #[arg(long)]
+        autodetect: bool,
     },
 }
 
@@ -172,6 +180,15 @@ mod tests {
             parse(&["config", "--release", "24.11.5"]).map(|c| c.command),
             Ok(Cmd::Config {
                 release: Some((24, 11)),
+                gpu_type: None,
+                autodetect: false,
+                ..
+            })
+        ));
+        assert!(matches!(
+            parse(&["config", "--autodetect"]).map(|c| c.command),
+            Ok(Cmd::Config {
+                autodetect: true,
                 ..
             })
         ));

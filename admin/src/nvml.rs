@@ -6,6 +6,7 @@
 //! NVML's index order is the PCI bus order, the order `CUDA_DEVICE_ORDER=
 //! PCI_BUS_ID` gives the daemons; `/dev/nvidiaN` is the GPU of minor N.
 
+use gpushare::mps::detected_lines::NvmlGpu;
 use gpushare::mps::status::{self, NodeStatus};
 use gpushare::mps::xid;
 use nvml_wrapper::error::NvmlError;
@@ -159,19 +160,119 @@ pub fn parse_facts(text: &str) -> Option<Vec<GpuFacts>> {
         .collect()
 }
 
+/// What `program OPTION` prints within `timeout`; a hung query is an
+/// error that says so.
+fn ask(
+    program: &std::path::Path,
+    option: &str,
+    timeout: std::time::Duration,
+) -> Result<String, String> {
+    let mut cmd = std::process::Command::new(program);
+    cmd.arg(option);
+    let ran = gpushare::shared::bounded::run(cmd, None, timeout).map_err(|e| e.to_string())?;
+    if !ran.status.success() {
+        return Err(ran.stderr.trim().to_owned());
+    }
+    Ok(ran.stdout)
+}
+
 /// What NVML says, asked through `program` [`FACTS_OPTION`] within
 /// `timeout` ([`QUERY_TIMEOUT`]); a hung query is an error that says so.
 pub fn gpus_bounded(
     program: &std::path::Path,
     timeout: std::time::Duration,
 ) -> Result<Vec<GpuFacts>, String> {
-    let mut cmd = std::process::Command::new(program);
-    cmd.arg(FACTS_OPTION);
-    let ran = gpushare::shared::bounded::run(cmd, None, timeout).map_err(|e| e.to_string())?;
-    if !ran.status.success() {
-        return Err(ran.stderr.trim().to_owned());
+    let out = ask(program, FACTS_OPTION, timeout)?;
+    parse_facts(&out).ok_or_else(|| format!("unreadable NVML figures: {out:?}"))
+}
+
+/// The hidden option that makes `gpu-mps` print [`names`] as
+/// [`names_text`] and exit: `gpu-mps config` asks NVML for the GPUs'
+/// names (the types Slurm's AutoDetect gives them) in a process of its
+/// own, as the prolog asks for its figures.
+pub const NAMES_OPTION: &str = "--nvml-names";
+
+/// Each GPU's minor number, MIG mode and NVML name (a GPU whose minor
+/// NVML cannot say is left out: Slurm's AutoDetect skips it too).
+pub fn names() -> Result<Vec<NvmlGpu>, String> {
+    let nvml = Nvml::init().map_err(|e| format!("NVML unavailable: {e}"))?;
+    let count = nvml
+        .device_count()
+        .map_err(|e| format!("NVML device count: {e}"))?;
+    Ok((0..count)
+        .filter_map(|index| {
+            let d = nvml.device_by_index(index).ok()?;
+            Some(NvmlGpu {
+                minor: d.minor_number().ok()?,
+                name: d.name().unwrap_or_default(),
+                mig: d.mig_mode().is_ok_and(|m| m.current == 1),
+            })
+        })
+        .collect())
+}
+
+/// One GPU a line: `<minor> <mig 0|1> <name>` (the name last: it holds
+/// spaces).
+pub fn names_text(gpus: &[NvmlGpu]) -> String {
+    gpus.iter()
+        .map(|g| {
+            let name: String = g.name.chars().filter(|c| !c.is_control()).collect();
+            format!("{} {} {name}\n", g.minor, u8::from(g.mig))
+        })
+        .collect()
+}
+
+/// The GPUs of a [`names_text`] (`None`: not such a text).
+pub fn parse_names(text: &str) -> Option<Vec<NvmlGpu>> {
+    if !text.is_empty() && !text.ends_with('\n') {
+        return None;
     }
-    parse_facts(&ran.stdout).ok_or_else(|| format!("unreadable NVML figures: {:?}", ran.stdout))
+    text.lines()
+        .map(|line| {
+            let mut words = line.splitn(3, ' ');
+            let minor = words.next()?.parse().ok()?;
+            let mig = match words.next()? {
+                "0" => false,
+                "1" => true,
+                _ => return None,
+            };
+            Some(NvmlGpu {
+                minor,
+                mig,
+                name: words.next().unwrap_or_default().to_owned(),
+            })
+        })
+        .collect()
+}
+
+/// Where this process was started as NVML's child (its first argument
+/// [`FACTS_OPTION`] or [`NAMES_OPTION`]): prints the answer and says how
+/// to exit; `None` otherwise.
+pub fn answer_as_child() -> Option<std::process::ExitCode> {
+    let answer = match std::env::args().nth(1).as_deref() {
+        Some(FACTS_OPTION) => gpus().map(|g| facts_text(&g)),
+        Some(NAMES_OPTION) => names().map(|g| names_text(&g)),
+        _ => return None,
+    };
+    Some(match answer {
+        Ok(text) => {
+            print!("{text}");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::ExitCode::FAILURE
+        }
+    })
+}
+
+/// [`names`], asked through `program` [`NAMES_OPTION`] within `timeout`.
+pub fn names_bounded(
+    program: &std::path::Path,
+    timeout: std::time::Duration,
+) -> Result<Vec<NvmlGpu>, String> {
+    let out = ask(program, NAMES_OPTION, timeout)?;
+    parse_names(&out).ok_or_else(|| format!("unreadable NVML names: {out:?}"))
 }
 
 /// Where NVML last saw each GPU, from the figures the prolog kept in
@@ -251,6 +352,32 @@ mod tests {
             "0 1 1 1 1 - 1\n",
         ] {
             assert_eq!(parse_facts(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn names_read_back_with_their_spaces() {
+        let gpus = vec![
+            NvmlGpu {
+                minor: 0,
+                name: "NVIDIA H100 80GB HBM3".into(),
+                mig: false,
+            },
+            NvmlGpu {
+                minor: 7,
+                name: "NVIDIA A100-SXM4-80GB".into(),
+                mig: true,
+            },
+        ];
+        let text = names_text(&gpus);
+        assert_eq!(
+            text,
+            "0 0 NVIDIA H100 80GB HBM3\n7 1 NVIDIA A100-SXM4-80GB\n"
+        );
+        assert_eq!(parse_names(&text), Some(gpus));
+        assert_eq!(parse_names(""), Some(Vec::new()));
+        for bad in ["0 0 A40", "x 0 A40\n", "0 2 A40\n", "0\n"] {
+            assert_eq!(parse_names(bad), None, "{bad:?}");
         }
     }
 

@@ -16,6 +16,7 @@ use clap::Parser;
 use gpushare::mps::config::MemoryLimit;
 use gpushare::mps::node::{prolog, publish_metrics, running_jobs, PrologOutcome};
 use gpushare::mps::{health, state_dir, status};
+use gpushare::shared::autodetect::ReportedGpu;
 use gpushare::shared::booking::MpsBooking;
 use gpushare::shared::locations::beside_slurm_conf;
 use gpushare_admin::node_program::{self, Program, PrologCli, Started};
@@ -23,17 +24,9 @@ use gpushare_admin::nvml;
 use gpushare_admin::requeue::Elsewhere;
 
 fn main() -> ExitCode {
-    if std::env::args().nth(1).as_deref() == Some(nvml::FACTS_OPTION) {
-        return match nvml::gpus() {
-            Ok(gpus) => {
-                print!("{}", nvml::facts_text(&gpus));
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("{e}");
-                ExitCode::FAILURE
-            }
-        };
+    // NVML asked in a child of our own (gpu_facts).
+    if let Some(code) = nvml::answer_as_child() {
+        return code;
     }
     let args = PrologCli::parse();
     // `_in_force` holds the configuration's lock until the share is placed.
@@ -56,7 +49,7 @@ fn main() -> ExitCode {
     // How Slurm books mps here: gres.conf, slurm.conf and cgroup.conf in
     // slurm.conf's directory (slurmd's configless cache included). Only a
     // share needs it: other jobs start without reading them.
-    let booking = if env.is_share() {
+    let mut booking = if env.is_share() {
         let slurm_conf = beside_slurm_conf(None, "slurm.conf");
         let conf_dir = slurm_conf.parent().unwrap_or(std::path::Path::new("/"));
         match MpsBooking::read(conf_dir, node_name.as_deref().unwrap_or_default()) {
@@ -90,6 +83,18 @@ fn main() -> ExitCode {
                     .collect();
                 node.set_mig_minors(&mig);
                 set_aside_lost(&node, &gpus);
+                // Where Slurm detects the GPUs (AutoDetect=nvml), NVML's
+                // are the ones slurmd found: the stacking check needs them.
+                let reported: Vec<ReportedGpu> = gpus
+                    .iter()
+                    .filter_map(|g| {
+                        Some(ReportedGpu {
+                            file: format!("/dev/nvidia{}", g.minor?),
+                            mig: g.mig_enabled == Some(true),
+                        })
+                    })
+                    .collect();
+                booking = booking.with_reported(&reported);
             }
             Err(e) => log::debug!("no memory limit or MIG mode from NVML: {e}"),
         }

@@ -8,9 +8,12 @@ use std::process::Command;
 use std::time::Duration;
 
 use super::config;
+use super::detected_lines::{detected_gpus, detected_node_config, NvmlGpu};
 use super::node::gpu_devices;
 use super::setup_lines::{self, GpuGroup, Installed, SlurmSetup};
 use super::status;
+use crate::shared::autodetect::{parse_slurmd_g, reported_gpus};
+use crate::shared::booking::MpsBooking;
 use crate::shared::bounded;
 
 /// How long `scontrol` may take: a slurmctld that does not answer leaves
@@ -101,11 +104,7 @@ pub fn node_config(
 ) -> Result<String, String> {
     let settings = config::load(conf, node).map_err(|e| e.to_string())?;
     let taken = setup_lines::node_settings(conf, node, settings.as_ref());
-    let (cgroup_v2, dmem) = cgroup_v2_and_dmem();
-    let release = format!(
-        "# for Slurm {major}.{minor:02}\n{}",
-        status::mps_v3_readiness(driver, cgroup_v2, dmem)
-    );
+    let release = release_head((major, minor), driver);
     if gpus.is_none() && settings.as_ref().is_some_and(|s| s.cfg.is_none()) {
         return Ok(format!("{release}{taken}"));
     }
@@ -121,6 +120,34 @@ pub fn node_config(
              keep GPUs held whole on nodes of their own"
         ));
     }
+    with_installed(conf, format!("{release}{taken}"), |installed| {
+        Ok(setup_lines::node_config(
+            &cfg,
+            setup,
+            node,
+            (gpu_type, gpus),
+            whole,
+            installed,
+        ))
+    })
+}
+
+/// `# for Slurm X.Y` and whether MPS v3 could run here (`driver`:
+/// NVIDIA's driver version, where known).
+fn release_head((major, minor): (u32, u32), driver: Option<&str>) -> String {
+    let (cgroup_v2, dmem) = cgroup_v2_and_dmem();
+    format!(
+        "# for Slurm {major}.{minor:02}\n{}",
+        status::mps_v3_readiness(driver, cgroup_v2, dmem)
+    )
+}
+
+/// `head`, then the lines `lines` makes with this machine's paths.
+fn with_installed(
+    conf: &Path,
+    head: String,
+    lines: impl FnOnce(Installed<'_>) -> Result<String, String>,
+) -> Result<String, String> {
     let libexec = libexec_dir();
     let plugin_dir = plugin_dir();
     let installed = Installed {
@@ -128,10 +155,144 @@ pub fn node_config(
         plugin_dir: Path::new(&plugin_dir),
         conf,
     };
-    Ok(format!(
-        "{release}{taken}\n{}",
-        setup_lines::node_config(&cfg, setup, node, (gpu_type, gpus), whole, installed)
+    Ok(format!("{head}\n{}", lines(installed)?))
+}
+
+/// What `gpu-mps config` prints for a node whose gpu lines Slurm's
+/// AutoDetect makes: the lines of
+/// [`setup_lines::detected_node_config`] for NVML's GPUs (`nvml`, empty
+/// where NVML cannot be asked) or the admin's counts, then what `slurmd
+/// -G` (`slurmd_g`: its output, or why it could not run) reports of the
+/// configuration in force now ([`slurmd_g_check`]).
+pub fn detected_config(
+    conf: &Path,
+    release: (u32, u32),
+    node: &str,
+    (choice, whole): ((Option<u32>, Option<&str>), &[GpuGroup]),
+    nvml: &[NvmlGpu],
+    driver: Option<&str>,
+    slurmd_g: Result<String, String>,
+) -> Result<String, String> {
+    let settings = config::load(conf, node).map_err(|e| e.to_string())?;
+    let taken = setup_lines::node_settings(conf, node, settings.as_ref());
+    let cfg = settings.and_then(|s| s.cfg).unwrap_or_default();
+    let (gpus, notes) = detected_gpus(nvml, cfg.gpu_devices.as_deref(), choice, whole)?;
+    let setup = SlurmSetup::for_release(release.0, release.1);
+    let head = format!("{}{taken}", release_head(release, driver));
+    let mut out = with_installed(conf, head, |installed| {
+        detected_node_config(&cfg, setup, node, &gpus, installed)
+    })?;
+    for note in notes {
+        out.push_str(&format!("# WARNING: {note}\n"));
+    }
+    let read = |name: &str| {
+        std::fs::read_to_string(crate::shared::locations::beside_slurm_conf(None, name))
+            .unwrap_or_default()
+    };
+    out.push_str(&slurmd_g_check(
+        slurmd_g,
+        (&read("gres.conf"), &read("slurm.conf")),
+        node,
+    ));
+    Ok(out)
+}
+
+/// Whether the gres.conf beside slurm.conf has Slurm detect node
+/// `node`'s GPUs (`AutoDetect=` other than `off`).
+pub fn gpus_detected_here(node: &str) -> bool {
+    std::fs::read_to_string(crate::shared::locations::beside_slurm_conf(
+        None,
+        "gres.conf",
     ))
+    .is_ok_and(|gres| crate::shared::autodetect::detects_gpus(&gres, node))
+}
+
+/// How long `slurmd -G` may take: it loads NVML, which a GPU fallen off
+/// the bus can hang.
+const SLURMD_G_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `slurmd -G`'s output (its log lines, on stderr): the GRES slurmd finds
+/// with the configuration in force, autodetected GPUs included.
+pub fn slurmd_g() -> Result<String, String> {
+    let scontrol = crate::shared::locations::slurm_command("scontrol");
+    let slurmd = scontrol
+        .parent()
+        .and_then(Path::parent)
+        .map(|prefix| prefix.join("sbin/slurmd"))
+        .into_iter()
+        .chain(["/usr/sbin/slurmd", "/usr/local/sbin/slurmd"].map(PathBuf::from))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from("slurmd"));
+    let mut cmd = Command::new(&slurmd);
+    cmd.arg("-G");
+    let ran = bounded::run(cmd, None, SLURMD_G_TIMEOUT)
+        .map_err(|e| format!("{}: {e}", slurmd.display()))?;
+    let text = format!("{}{}", ran.stdout, ran.stderr);
+    if ran.status.success() {
+        Ok(text)
+    } else {
+        let last = text.lines().last().unwrap_or_default().to_owned();
+        Err(format!("{} -G: {} {last}", slurmd.display(), ran.status))
+    }
+}
+
+/// What `slurmd -G` says of this node (`report`) against the gres.conf
+/// and slurm.conf texts in force (`texts`): the GPUs it found and, where
+/// Slurm will stack the node's shares, why.
+pub fn slurmd_g_check(report: Result<String, String>, texts: (&str, &str), node: &str) -> String {
+    let text = match report {
+        Ok(text) => text,
+        Err(e) => {
+            return format!(
+                "\n# slurmd -G could not be run ({e}): run it as root on the node to see the GPUs \
+                 slurmd finds and check for mps records with ONE_SHARING\n"
+            )
+        }
+    };
+    let records = parse_slurmd_g(&text);
+    let gpus = reported_gpus(&records);
+    if gpus.is_empty() {
+        return "\n# slurmd -G reported no GPU with the configuration in force\n".into();
+    }
+    let mig = gpus.iter().filter(|g| g.mig).count();
+    let mut out = format!(
+        "\n# slurmd -G, with the configuration in force now: {} GPUs{}; types {}\n",
+        gpus.len(),
+        if mig > 0 {
+            format!(" ({mig} with MIG on, offered as their slices)")
+        } else {
+            String::new()
+        },
+        {
+            let mut types: Vec<&str> = records
+                .iter()
+                .filter(|r| r.name == "gpu")
+                .filter_map(|r| r.gres_type.as_deref())
+                .collect();
+            types.dedup();
+            if types.is_empty() {
+                "none".to_owned()
+            } else {
+                types.join(", ")
+            }
+        }
+    );
+    let booking = MpsBooking::from_texts(texts.0, texts.1, node).with_reported(&gpus);
+    let one_sharing: Vec<String> = records
+        .iter()
+        .filter(|r| r.name == "mps" && r.has_flag("ONE_SHARING"))
+        .flat_map(|r| r.devices())
+        .collect();
+    if let Some(w) = booking.stacking_warning() {
+        out.push_str(&format!("# WARNING: {w}\n"));
+    } else if !one_sharing.is_empty() {
+        out.push_str(&format!(
+            "# WARNING: slurmd -G shows mps records with ONE_SHARING ({}): Slurm will stack this \
+             node's shares on one GPU\n",
+            one_sharing.join(", ")
+        ));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -188,6 +349,41 @@ mod tests {
             bad.as_ref()
                 .is_err_and(|e| e.contains("gpu_mps.conf:2: NodeName=gpu[01-04")),
             "{bad:?}"
+        );
+    }
+
+    #[test]
+    fn slurmd_g_says_what_slurm_found_and_why_shares_would_stack() {
+        let gres = "AutoDetect=nvml\n\
+                    Name=mps Count=100 File=/dev/nvidia0 Flags=all_sharing\n\
+                    Name=mps Count=100 File=/dev/nvidia1 Flags=all_sharing\n";
+        let slurm = "SelectTypeParameters=CR_Core,LL_SHARED_GRES\n";
+        let gpu = |i: u32, mps: u32, flags: &str| {
+            format!(
+                "slurmd: Gres Name=gpu Type=a40 Count=1 Index={i} ID=7696487 File=/dev/nvidia{i} \
+                 Cores=0-31 CoreCnt=64 Links=(null) Flags=HAS_FILE,HAS_TYPE,ENV_NVML\n\
+                 slurmd: Gres Name=mps Type=a40 Count={mps} Index={i} ID=7562611 \
+                 File=/dev/nvidia{i} Cores=0-31 CoreCnt=64 Links=(null) Flags={flags}\n"
+            )
+        };
+        let two = format!("{}{}", gpu(0, 100, "SHARED"), gpu(1, 100, "SHARED"));
+        let said = slurmd_g_check(Ok(two.clone()), (gres, slurm), "gpu01");
+        assert_eq!(
+            said,
+            "\n# slurmd -G, with the configuration in force now: 2 GPUs; types a40\n"
+        );
+        // A third GPU slurmd found, without an mps line: named.
+        let three = format!("{two}{}", gpu(2, 0, "SHARED,ONE_SHARING"));
+        let said = slurmd_g_check(Ok(three), (gres, slurm), "gpu01");
+        assert!(
+            said.contains("3 GPUs; types a40\n# WARNING: Slurm places this node's mps shares")
+                && said.contains("Name=mps Count=0 File=/dev/nvidia2 Flags=all_sharing"),
+            "{said}"
+        );
+        let said = slurmd_g_check(Err("no slurmd".into()), (gres, slurm), "gpu01");
+        assert!(
+            said.starts_with("\n# slurmd -G could not be run (no slurmd)"),
+            "{said}"
         );
     }
 

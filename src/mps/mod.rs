@@ -32,6 +32,7 @@ pub mod compute_mode;
 pub mod config;
 pub mod daemon;
 pub mod dcgm;
+pub mod detected_lines;
 pub mod devices;
 pub mod disabled;
 pub mod gc;

@@ -116,8 +116,24 @@ pub fn node_settings(conf: &Path, node: &str, settings: Option<&NodeSettings>) -
     out
 }
 
+/// What the per-GPU setup is, at the top of its lines.
+pub(super) const PER_GPU_HEADER: &str =
+    "# Slurm 23.11 and later spread mps shares over all GPUs themselves with per-GPU\n\
+     # mps lines, Flags=all_sharing and LL_SHARED_GRES; gpushare records Slurm's choice,\n\
+     # runs that GPU's MPS daemon and sets the job's limits (cgroup v1 or v2).\n";
+
+/// What the node-wide Count setup is, with its arithmetic for `gpus` GPUs
+/// of `u` units.
+pub(super) fn node_count_header(gpus: u32, u: u32, count: u64) -> String {
+    format!(
+        "# Slurm before 23.11 books every mps job of a node on one GPU and admits Count / GPUs\n\
+         # units at once: {gpus} GPUs x {u} units each at once need Count = {gpus} x {gpus} x {u} = {count}.\n\
+         # gpushare places each share on the least-loaded GPU and confines it there (cgroup v1).\n"
+    )
+}
+
 /// `/dev/nvidia[first-last]`, or the one file.
-fn device_range(first: u32, count: u32) -> String {
+pub(super) fn device_range(first: u32, count: u32) -> String {
     if count == 1 {
         format!("/dev/nvidia{first}")
     } else {
@@ -160,45 +176,67 @@ pub fn node_config(
     let mut out = String::new();
     match setup {
         SlurmSetup::NodeCount => {
+            out.push_str(&node_count_header(gpus, u, count));
             let _ = write!(
                 out,
-                "# Slurm before 23.11 books every mps job of a node on one GPU and admits Count / GPUs\n\
-                 # units at once: {gpus} GPUs x {u} units each at once need Count = {gpus} x {gpus} x {u} = {count}.\n\
-                 # gpushare places each share on the least-loaded GPU and confines it there (cgroup v1).\n\
-                 \n# gres.conf\nName=gpu Type={gpu_type} File={files}\n{whole_gpu_lines}Name=mps Count={count}\n"
+                "\n# gres.conf\nName=gpu Type={gpu_type} File={files}\n{whole_gpu_lines}Name=mps Count={count}\n"
             );
         }
         SlurmSetup::PerGpu => {
+            out.push_str(PER_GPU_HEADER);
             let _ = write!(
                 out,
-                "# Slurm 23.11 and later spread mps shares over all GPUs themselves with per-GPU\n\
-                 # mps lines, Flags=all_sharing and LL_SHARED_GRES; gpushare records Slurm's choice,\n\
-                 # runs that GPU's MPS daemon and sets the job's limits (cgroup v1 or v2).\n\
-                 \n# gres.conf\nName=gpu Type={gpu_type} File={files}\n{whole_gpu_lines}"
+                "\n# gres.conf\nName=gpu Type={gpu_type} File={files}\n{whole_gpu_lines}"
             );
-            if gpus < next {
-                out.push_str(
-                    "# A GPU held whole needs an mps line of Count 0, before the others: without one\n\
-                     # Slurm gives it mps shared one GPU at a time, and the whole node follows.\n",
-                );
-            }
-            for g in gpus..next {
-                let _ = writeln!(
-                    out,
-                    "Name=mps Count=0 File=/dev/nvidia{g} Flags=all_sharing"
-                );
-            }
-            for g in 0..gpus {
-                let _ = writeln!(
-                    out,
-                    "Name=mps Count={u} File=/dev/nvidia{g} Flags=all_sharing"
-                );
-            }
+            let held: Vec<u32> = (gpus..next).collect();
+            let shared: Vec<u32> = (0..gpus).collect();
+            per_gpu_mps_lines(&mut out, &held, &shared, u);
         }
     }
+    let gres = format!("gpu:{gpu_type}:{gpus},{whole_gres}mps:{count}");
+    other_files(&mut out, cfg, setup, node, (&gres, count), None, installed);
+    out
+}
+
+/// gres.conf's per-GPU mps lines: Count 0 for the GPUs held whole (their
+/// minors, `held`) first, then `u` for each shared one.
+pub(super) fn per_gpu_mps_lines(out: &mut String, held: &[u32], shared: &[u32], u: u32) {
+    if !held.is_empty() {
+        out.push_str(
+            "# A GPU held whole needs an mps line of Count 0, before the others: without one\n\
+             # Slurm gives it mps shared one GPU at a time, and the whole node follows.\n",
+        );
+    }
+    for g in held {
+        let _ = writeln!(
+            out,
+            "Name=mps Count=0 File=/dev/nvidia{g} Flags=all_sharing"
+        );
+    }
+    for g in shared {
+        let _ = writeln!(
+            out,
+            "Name=mps Count={u} File=/dev/nvidia{g} Flags=all_sharing"
+        );
+    }
+}
+
+/// The lines after gres.conf's, for a node `node` whose slurm.conf
+/// `Gres=` is `gres` with `count` mps: slurm.conf, cgroup.conf,
+/// plugstack.conf and gpu_mps.conf (with `GPUDevices=` where given).
+pub(super) fn other_files(
+    out: &mut String,
+    cfg: &GpuMpsConfig,
+    setup: SlurmSetup,
+    node: &str,
+    (gres, count): (&str, u64),
+    gpu_devices: Option<&str>,
+    installed: Installed<'_>,
+) {
+    let u = cfg.units_per_gpu;
     let _ = write!(
         out,
-        "\n# slurm.conf\nGresTypes=gpu,mps\nNodeName={node} Gres=gpu:{gpu_type}:{gpus},{whole_gres}mps:{count}\n\
+        "\n# slurm.conf\nGresTypes=gpu,mps\nNodeName={node} Gres={gres}\n\
          Prolog={prolog}\nEpilog={epilog}\n",
         prolog = installed.libexec.join("gpu-mps-prolog").display(),
         epilog = installed.libexec.join("gpu-mps-epilog").display(),
@@ -218,9 +256,10 @@ pub fn node_config(
     }
     let _ = write!(
         out,
-        "\n# plugstack.conf\nrequired {plugin}/spank_gpu_mps.so conf={conf}\n\n# gpu_mps.conf\nUnitsPerGPU={u}\n",
+        "\n# plugstack.conf\nrequired {plugin}/spank_gpu_mps.so conf={conf}\n\n# gpu_mps.conf\nUnitsPerGPU={u}\n{devices}",
         plugin = installed.plugin_dir.display(),
         conf = installed.conf.display(),
+        devices = gpu_devices.map_or_else(String::new, |d| format!("GPUDevices={d}\n")),
     );
     match setup {
         SlurmSetup::NodeCount => {
@@ -241,7 +280,6 @@ pub fn node_config(
             }
         }
     }
-    out
 }
 
 #[cfg(test)]

@@ -20,10 +20,23 @@
 //!   gres_c_s.c, `gres_use_busy_dev` in gres.c). A `Count=0` mps line with
 //!   `Flags=all_sharing` for such a GPU avoids it, if it comes before the
 //!   lines with a count (slurmd drops lines past the node's mps count).
+//! - GPUs Slurm detects (`AutoDetect=nvml`, gres.conf's gpu lines without
+//!   `File=`): gres.conf does not say which GPUs the node has, so the
+//!   check above works from what slurmd reports instead (`slurmd -G`'s
+//!   records, NVML's GPUs, which AutoDetect=nvml reads, or only their
+//!   number in the node's `Gres=`; [`MpsBooking::with_reported`]). A GPU
+//!   with MIG on is there as its slices, each a record of several files
+//!   (`/dev/nvidia6,/dev/nvidia-caps/nvidia-cap57,...`); slurmd matches
+//!   mps lines to GPU records by the whole `File=` string and splits an mps
+//!   line's `File=` at commas (`_find_matching_file_gres`,
+//!   `_build_shared_list` in gres_c_s.c, 23.11 to 26.05), so no mps line
+//!   can name a slice: each gets Slurm's Count 0 record with `one_sharing`,
+//!   and the node's shares stack whatever gres.conf says.
 
 use std::fs;
 use std::path::Path;
 
+use super::autodetect::{detects_gpus, ReportedGpu};
 use super::syntax::{self, expand_devices, hostlist_contains};
 
 /// What the configuration says about this node's mps.
@@ -44,6 +57,21 @@ pub struct MpsBooking {
     pub late_zero_lines: Vec<String>,
     /// `CgroupPlugin=cgroup/v2` (or autodetect on a cgroup2 `/sys/fs/cgroup`).
     pub cgroup_v2: bool,
+    /// gres.conf leaves this node's GPUs to Slurm's AutoDetect (no gpu
+    /// line of the node names `File=`): which GPUs lack an mps line is
+    /// known only from what slurmd reports ([`Self::with_reported`]).
+    pub autodetect: bool,
+    /// The device files this node's mps lines name.
+    pub mps_files: Vec<String>,
+    /// GPUs with MIG on that slurmd (or NVML) reports: their slices make
+    /// Slurm stack the node's shares, and no mps line can prevent it.
+    pub mig_gpus: Vec<String>,
+    /// GPUs without an mps line where only their number is known
+    /// ([`Self::with_reported_count`]).
+    pub unnamed_unshared: u64,
+    /// MIG slices where only their number is known (types of the node's
+    /// `Gres=` that are MIG profiles).
+    pub mig_slices: u64,
 }
 
 impl MpsBooking {
@@ -74,12 +102,7 @@ impl MpsBooking {
             // A line that is not all Key=Value (Include, typos) books nothing
             // slurmd would accept either.
             let Ok(pairs) = pairs else { continue };
-            let get = |key: &str| {
-                pairs
-                    .iter()
-                    .find(|p| p.key.eq_ignore_ascii_case(key))
-                    .map(|p| p.value)
-            };
+            let get = |key: &str| syntax::value_of(&pairs, key);
             let name = get("Name").unwrap_or_default();
             let is_mps = name.eq_ignore_ascii_case("mps");
             let ours = get("NodeName").is_none_or(|n| hostlist_contains(n, host));
@@ -108,6 +131,7 @@ impl MpsBooking {
             });
         }
         booking.all_sharing &= booking.per_gpu;
+        booking.autodetect = gpu_files.is_empty() && detects_gpus(gres_conf, host);
         if booking.per_gpu {
             booking.unshared_gpus = gpu_files
                 .into_iter()
@@ -115,6 +139,7 @@ impl MpsBooking {
                 .collect();
             booking.late_zero_lines = zero_lines.concat();
         }
+        booking.mps_files = mps_files;
         booking.least_loaded = syntax::lines(slurm_conf)
             .filter_map(|(_, pairs)| pairs.ok())
             .flatten()
@@ -127,6 +152,42 @@ impl MpsBooking {
         booking
     }
 
+    /// Where Slurm detects the node's GPUs, the GPUs slurmd reports (or
+    /// NVML, which `AutoDetect=nvml` reads) stand in for gres.conf's gpu
+    /// lines: those without an mps line, and those with MIG on.
+    pub fn with_reported(mut self, gpus: &[ReportedGpu]) -> Self {
+        if self.autodetect && self.per_gpu {
+            self.mig_gpus = gpus
+                .iter()
+                .filter(|g| g.mig)
+                .map(|g| g.file.clone())
+                .collect();
+            self.unshared_gpus = gpus
+                .iter()
+                .filter(|g| !g.mig && !self.mps_files.contains(&g.file))
+                .map(|g| g.file.clone())
+                .collect();
+        }
+        self
+    }
+
+    /// [`Self::with_reported`] where only the number of the node's GPUs
+    /// and MIG slices is known (its `Gres=` in `scontrol show node`, which
+    /// counts each slice as a GPU): the GPUs beyond the mps lines' device
+    /// files, and the slices.
+    pub fn with_reported_count(mut self, gpus: u64, mig_slices: u64) -> Self {
+        if self.autodetect && self.per_gpu {
+            let mut named = self.mps_files.clone();
+            named.sort_unstable();
+            named.dedup();
+            self.mig_slices = mig_slices;
+            self.unnamed_unshared = gpus
+                .saturating_sub(mig_slices)
+                .saturating_sub(named.len() as u64);
+        }
+        self
+    }
+
     /// Whether Slurm spreads shares over the GPUs itself.
     pub fn spreads(&self) -> bool {
         self.per_gpu
@@ -134,17 +195,46 @@ impl MpsBooking {
             && self.least_loaded
             && self.unshared_gpus.is_empty()
             && self.late_zero_lines.is_empty()
+            && self.mig_gpus.is_empty()
+            && self.unnamed_unshared == 0
+            && self.mig_slices == 0
     }
 
     /// The node-log warning for a node where Slurm places shares but will
     /// stack them on one GPU.
     pub fn stacking_warning(&self) -> Option<String> {
         let missing = self.stacking_fixes();
-        (!missing.is_empty()).then(|| {
+        let mut why = Vec::new();
+        if !missing.is_empty() {
+            why.push(format!(
+                "add {} (see gpu-mps config)",
+                missing.join(" and ")
+            ));
+        }
+        why.extend(self.mig_stacking());
+        (!why.is_empty()).then(|| {
             format!(
                 "Slurm places this node's mps shares (gres.conf books mps per GPU with File=) but \
-                 will stack them on one GPU until it is full: add {} (see gpu-mps config)",
-                missing.join(" and ")
+                 will stack them on one GPU until it is full: {}",
+                why.join("; ")
+            )
+        })
+    }
+
+    /// Why GPUs with MIG on make the node's shares stack, and what to do;
+    /// `None` without them.
+    pub fn mig_stacking(&self) -> Option<String> {
+        let which = match (self.mig_gpus.as_slice(), self.mig_slices) {
+            ([], 0) => return None,
+            ([], n) => format!("{n} MIG slices of the node's Gres= show GPUs with MIG on"),
+            ([one], _) => format!("{one} has MIG on"),
+            (many, _) => format!("{} have MIG on", many.join(", ")),
+        };
+        self.per_gpu.then(|| {
+            format!(
+                "{which}, and slurmd gives each MIG slice an mps record of Count 0 with \
+                 Slurm's default for mps (one GPU at a time, for the whole node), which no \
+                 gres.conf line can replace: keep GPUs with MIG on nodes that do not share"
             )
         })
     }
@@ -168,6 +258,15 @@ impl MpsBooking {
                 "an mps line for each GPU not shared, before the other mps lines ({}: a GPU \
                  without one gets Slurm's default for mps, one GPU at a time, for the whole node)",
                 zero_lines(&self.unshared_gpus)
+            ));
+        }
+        if self.unnamed_unshared > 0 {
+            missing.push(format!(
+                "an mps line for each GPU not shared, before the other mps lines ({} of the \
+                 GPUs Slurm detects here have none: `slurmd -G` on the node names their File=; \
+                 a GPU without one gets Slurm's default for mps, one GPU at a time, for the \
+                 whole node)",
+                self.unnamed_unshared
             ));
         }
         if !self.late_zero_lines.is_empty() {
@@ -305,9 +404,72 @@ mod tests {
             w.contains("Count=0 mps lines for /dev/nvidia2, /dev/nvidia3 before"),
             "{w}"
         );
-        // Autodetected GPUs (no File= on gpu lines) say nothing of this.
+        // Autodetected GPUs (no File= on gpu lines) say nothing of this
+        // until slurmd's report is known.
         let auto = format!("AutoDetect=nvml\n{shared}");
-        assert!(MpsBooking::from_texts(&auto, LL, "n").spreads());
+        let b = MpsBooking::from_texts(&auto, LL, "n");
+        assert!(b.autodetect && b.spreads());
+    }
+
+    fn gpu(file: &str, mig: bool) -> ReportedGpu {
+        ReportedGpu {
+            file: file.into(),
+            mig,
+        }
+    }
+
+    #[test]
+    fn under_autodetect_what_slurmd_reports_stands_in_for_the_gpu_lines() {
+        let shared = "Name=mps Count=100 File=/dev/nvidia0 Flags=all_sharing\n\
+                      Name=mps Count=100 File=/dev/nvidia1 Flags=all_sharing\n";
+        let auto = format!("AutoDetect=nvml\n{shared}");
+        let b = MpsBooking::from_texts(&auto, LL, "gpu01");
+        // Two GPUs reported, both with lines: Slurm spreads.
+        let two = [gpu("/dev/nvidia0", false), gpu("/dev/nvidia1", false)];
+        assert!(b.clone().with_reported(&two).spreads());
+        // A third held whole without a line: named, as gres.conf's would be.
+        let three = [two[0].clone(), two[1].clone(), gpu("/dev/nvidia2", false)];
+        let w = b.clone().with_reported(&three).stacking_warning();
+        assert!(
+            w.as_deref().is_some_and(|w| w.contains(
+                "an mps line for each GPU not shared, before the other mps lines \
+                 (Name=mps Count=0 File=/dev/nvidia2 Flags=all_sharing"
+            )),
+            "{w:?}"
+        );
+        // A GPU with MIG on: no line helps.
+        let mig = [two[0].clone(), two[1].clone(), gpu("/dev/nvidia7", true)];
+        let m = b.clone().with_reported(&mig);
+        assert!(!m.spreads() && m.stacking_fixes().is_empty());
+        let w = m.stacking_warning().unwrap_or_default();
+        assert!(
+            w.contains("will stack them on one GPU until it is full: /dev/nvidia7 has MIG on")
+                && w.ends_with("keep GPUs with MIG on nodes that do not share"),
+            "{w}"
+        );
+        // Only the count (scontrol show node's Gres=gpu:a100:4).
+        let counted = b.clone().with_reported_count(4, 0);
+        assert_eq!(counted.unnamed_unshared, 2);
+        let fixes = counted.stacking_fixes().join(" ");
+        assert!(
+            fixes.contains("(2 of the GPUs Slurm detects here"),
+            "{fixes}"
+        );
+        assert!(b.clone().with_reported_count(2, 0).spreads());
+        // Gres=gpu:a100:2,gpu:a100_3g.40gb:4: four slices, no line missing.
+        let sliced = b.clone().with_reported_count(6, 4);
+        assert!(sliced.stacking_fixes().is_empty() && !sliced.spreads());
+        assert!(sliced
+            .mig_stacking()
+            .is_some_and(|m| m.starts_with("4 MIG slices of the node's Gres=")));
+        // gpu lines with File= (AutoDetect checking them): gres.conf says.
+        let checked = format!("AutoDetect=nvml\nName=gpu File=/dev/nvidia[0-2]\n{shared}");
+        let c = MpsBooking::from_texts(&checked, LL, "gpu01");
+        assert!(!c.autodetect);
+        assert_eq!(c.clone().with_reported_count(9, 2), c);
+        // No AutoDetect: the report changes nothing.
+        let plain = MpsBooking::from_texts(shared, LL, "gpu01");
+        assert_eq!(plain.clone().with_reported(&mig), plain);
     }
 
     #[test]

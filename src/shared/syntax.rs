@@ -61,6 +61,14 @@ pub struct Pair<'a> {
     pub value: &'a str,
 }
 
+/// The value of the first pair of a line named `key`, without case.
+pub fn value_of<'a>(pairs: &[Pair<'a>], key: &str) -> Option<&'a str> {
+    pairs
+        .iter()
+        .find(|p| p.key.eq_ignore_ascii_case(key))
+        .map(|p| p.value)
+}
+
 /// A word without `=`. (`Key=` with an empty value is a [`Pair`]: callers
 /// report it after recognising the key, so the message can name it.)
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -30,6 +30,10 @@ use gpushare_admin::mps_cli::{Cli, Cmd};
 use gpushare_admin::{effective_uid, nvml, requeue};
 
 fn main() -> ExitCode {
+    // `gpu-mps config` asks NVML for the GPUs' names in a child of its own.
+    if let Some(code) = nvml::answer_as_child() {
+        return code;
+    }
     let cli = Cli::parse();
     // As the node programs find it: beside slurm.conf, else /etc/slurm (a
     // configless node); where neither exists, the first place is named.
@@ -55,7 +59,13 @@ fn main() -> ExitCode {
             gpu_type,
             whole,
             release,
-        } => config(at, (gpus, &gpu_type), &whole, release),
+            autodetect,
+        } => config(
+            at,
+            (gpus, gpu_type.as_deref()),
+            &whole,
+            (release, autodetect),
+        ),
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -277,19 +287,41 @@ fn gc(at: Here<'_>) -> Result<u8> {
 
 fn config(
     Here { conf, node }: Here<'_>,
-    (gpus, gpu_type): (Option<u32>, &str),
+    (gpus, gpu_type): (Option<u32>, Option<&str>),
     whole: &[GpuGroup],
-    release: Option<(u32, u32)>,
+    (release, autodetect): (Option<(u32, u32)>, bool),
 ) -> Result<u8> {
     let Some(release) = release.or_else(installed::slurm_release) else {
         bail!("cannot tell the Slurm release (scontrol --version): pass --release, e.g. --release 24.11");
     };
     let driver = nvml::driver_version();
+    if autodetect || installed::gpus_detected_here(node) {
+        // NVML in a child of our own: a GPU fallen off the bus can hang it.
+        let names = std::env::current_exe()
+            .map_err(|e| e.to_string())
+            .and_then(|exe| nvml::names_bounded(&exe, nvml::QUERY_TIMEOUT));
+        let nvml_gpus = names.unwrap_or_else(|e| {
+            eprintln!("gpu-mps: NVML cannot name this node's GPUs ({e}): --gpus and --type say");
+            Vec::new()
+        });
+        let lines = installed::detected_config(
+            conf,
+            release,
+            node,
+            ((gpus, gpu_type), whole),
+            &nvml_gpus,
+            driver.as_deref(),
+            installed::slurmd_g(),
+        )
+        .map_err(anyhow::Error::msg)?;
+        print!("{lines}");
+        return Ok(0);
+    }
     let lines = installed::node_config(
         conf,
         release,
         node,
-        gpu_type,
+        gpu_type.unwrap_or("TYPE"),
         gpus,
         whole,
         driver.as_deref(),

@@ -293,6 +293,116 @@ pub(super) fn partition_levels(
     seen
 }
 
+/// The GPU types the nodes' `Gres=` carry, sorted, each once.
+fn node_gpu_types(site: &Site) -> Vec<String> {
+    let mut known: Vec<String> = site
+        .nodes
+        .iter()
+        .flat_map(|n| n.gpu_types().map(str::to_owned))
+        .collect();
+    known.sort();
+    known.dedup();
+    known
+}
+
+/// The nodes' types that `entry` may have meant: one holds the other, as
+/// a type written from the docs (`a100_3g.20gb`) and one AutoDetect gave
+/// (`nvidia_a100_3g.20gb`) do.
+fn near_types<'a>(entry: &str, known: &'a [String]) -> Vec<&'a str> {
+    let e = entry.to_ascii_lowercase();
+    known
+        .iter()
+        .filter(|k| {
+            let k = k.to_ascii_lowercase();
+            k.contains(&e) || e.contains(&k)
+        })
+        .map(String::as_str)
+        .collect()
+}
+
+/// https://slurm.schedmd.com/resource_limits.html (GrpTRES) and
+/// gres.html (MIG Management): a GrpTRES entry counts only the TRES jobs
+/// are given, and jobs are given the types the nodes' `Gres=` carry. An
+/// entry on a type no node carries never counts a job, so the group's jobs
+/// on the real type are not limited there. Under `AutoDetect=nvml` the
+/// type is slurm.conf's where it is a substring of the detected one, else
+/// the detected one (`nvidia_a100_3g.20gb`, not the `a100_3g.20gb` older
+/// drivers gave): the common way such an entry comes about.
+pub(super) fn grp_tres_types_on_nodes(site: &Site, out: &mut Vec<AuditFinding>) {
+    let known = node_gpu_types(site);
+    if known.is_empty() {
+        return;
+    }
+    let on_nodes = |t: &str| known.iter().any(|k| k.eq_ignore_ascii_case(t));
+    let mut flag = |object: String, holder: String, command: String, t: &str, n: u64| {
+        let near = near_types(t, &known);
+        let fix = match near.as_slice() {
+            [one] => format!("{command} GrpTRES=gres/gpu:{t}=-1,gres/gpu:{one}={n}"),
+            _ => format!(
+                "{command} GrpTRES=gres/gpu:{t}=-1, and a limit on a type the nodes have ({})",
+                known.join(", ")
+            ),
+        };
+        out.push(
+            AuditFinding::new(
+                Severity::Warning,
+                "grp_tres_type_on_no_node",
+                object,
+                DOC_RESOURCE_LIMITS,
+            )
+            .what(format!(
+                "{holder} limits gres/gpu:{t}, a type no node's Gres carries (nodes have {})",
+                known.join(", ")
+            ))
+            .why(
+                "the limit never counts a job: jobs are given the nodes' types, which this \
+                 level then does not limit",
+            )
+            .fix(fix),
+        );
+    };
+    for q in &site.qos {
+        let partitions: Vec<&str> = site
+            .partitions
+            .iter()
+            .filter(|p| {
+                p.qos
+                    .as_deref()
+                    .is_some_and(|n| n.eq_ignore_ascii_case(q.name()))
+            })
+            .map(|p| p.name.as_str())
+            .collect();
+        let holder = if partitions.is_empty() {
+            format!("QOS {}", q.name())
+        } else {
+            format!("QOS {} (of partition {})", q.name(), partitions.join(", "))
+        };
+        for (t, n) in q.record.typed_limits().filter(|(t, _)| !on_nodes(t)) {
+            let command = format!("sacctmgr -i modify qos {} set", q.name());
+            flag(qos_object(q.name()), holder.clone(), command, t, n);
+        }
+    }
+    for a in &site.associations {
+        let mut command = match &a.user {
+            None => format!("sacctmgr -i modify account where name={}", a.account),
+            Some(u) => format!(
+                "sacctmgr -i modify user where name={u} account={}",
+                a.account
+            ),
+        };
+        if let Some(p) = &a.partition {
+            command.push_str(&format!(" partition={p}"));
+        }
+        command.push_str(" set");
+        for l in &a.gpu_limits {
+            let Some(t) = l.gpu_type.as_deref().filter(|t| !on_nodes(t)) else {
+                continue;
+            };
+            flag(a.who(), a.who(), command.clone(), t, l.count);
+        }
+    }
+}
+
 /// A rule type (or pattern) that no node's GPUs carry: every job asking for
 /// the site's real type is refused under the rule, or a pattern meant for
 /// MIG slice types (`a100_*`) misses their real names.
@@ -302,22 +412,21 @@ pub(super) fn rule_types_on_nodes(
     path: &str,
     out: &mut Vec<AuditFinding>,
 ) {
-    let node_types: Vec<String> = site
-        .nodes
-        .iter()
-        .flat_map(|n| n.gpu_types().map(str::to_owned))
-        .collect();
-    if node_types.is_empty() {
+    let known = node_gpu_types(site);
+    if known.is_empty() {
         return;
     }
     for rule in cfg.rules() {
         for entry in rule.gpu_types() {
-            if node_types.iter().any(|t| type_matches(entry, t)) {
+            if known.iter().any(|t| type_matches(entry, t)) {
                 continue;
             }
-            let mut known = node_types.clone();
-            known.sort();
-            known.dedup();
+            let near = near_types(entry, &known);
+            let meant = if near.is_empty() || entry.contains(['*', '?']) {
+                String::new()
+            } else {
+                format!(" ({})", near.join(" or "))
+            };
             out.push(
                 AuditFinding::new(
                     Severity::Warning,
@@ -330,7 +439,10 @@ pub(super) fn rule_types_on_nodes(
                     known.join(", ")
                 ))
                 .why("a job asking for that type can never run; one asking for the real type is refused")
-                .fix(format!("write the type as gres.conf names it, in {path}:{}", rule.line())),
+                .fix(format!(
+                    "write the type as the nodes' Gres= names it{meant}, in {path}:{}",
+                    rule.line()
+                )),
             );
         }
     }

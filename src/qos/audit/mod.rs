@@ -40,7 +40,7 @@ mod tests;
 
 use super::check::Severity;
 
-use accounting::{accounting, gpu_qos_conf, group_flags, tracked_tres};
+use accounting::{accounting, gpu_qos_conf, group_flags, grp_tres_types_on_nodes, tracked_tres};
 use finding::DOC_SLURM_CONF;
 use nodes::mps_nodes;
 use preemption::preemption;
@@ -59,6 +59,7 @@ pub fn audit(site: &Site) -> Vec<AuditFinding> {
     let mut out = Vec::new();
     accounting(site, &mut out);
     tracked_tres(site, &mut out);
+    grp_tres_types_on_nodes(site, &mut out);
     gpu_qos_conf(site, &mut out);
     preemption(site, &mut out);
     priority(site, &mut out);

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use crate::qos::check::Severity;
 use crate::qos::site::NodeInfo;
+use crate::shared::autodetect::is_mig_type;
 use crate::shared::booking::MpsBooking;
 use crate::shared::locations::DEFAULT_STATE_DIR;
 use crate::shared::namespaces::{
@@ -184,8 +185,9 @@ fn pipes_hidden(site: &Site, nodes: &str, out: &mut Vec<AuditFinding>) {
 /// Nodes whose gres.conf books mps per GPU (Slurm places their shares)
 /// in a way Slurm does not spread: shares stack on one GPU until it is
 /// full and the next wait while other GPUs of the node are free
-/// ([`MpsBooking::stacking_fixes`]). Nodes that lack the same words are
-/// one finding.
+/// ([`MpsBooking::stacking_fixes`]; under `AutoDetect=nvml`, from the
+/// number of GPUs in the node's `Gres=`). Nodes that lack the same words
+/// are one finding.
 fn shares_stack(site: &Site, mps: &[&NodeInfo], out: &mut Vec<AuditFinding>) {
     let Some(gres) = site.gres_conf.as_deref() else {
         return;
@@ -201,7 +203,26 @@ fn shares_stack(site: &Site, mps: &[&NodeInfo], out: &mut Vec<AuditFinding>) {
     );
     let mut by_fix: BTreeMap<Vec<String>, Vec<&str>> = BTreeMap::new();
     for node in mps {
-        let fixes = MpsBooking::from_texts(gres, &select, &node.name).stacking_fixes();
+        // Where Slurm detects the GPUs, gres.conf does not list them: the
+        // node's Gres= says how many there are.
+        let count = |mig: bool| -> u64 {
+            node.gres
+                .iter()
+                .filter(|g| g.name == "gpu")
+                .filter(|g| mig == g.gres_type.as_deref().is_some_and(is_mig_type))
+                .map(|g| g.count)
+                .sum()
+        };
+        let booking = MpsBooking::from_texts(gres, &select, &node.name)
+            .with_reported_count(count(false) + count(true), count(true));
+        let mut fixes = booking.stacking_fixes();
+        if !fixes.is_empty() {
+            fixes = vec![format!(
+                "add {} (gpu-mps config prints the lines)",
+                fixes.join(" and ")
+            )];
+        }
+        fixes.extend(booking.mig_stacking());
         if !fixes.is_empty() {
             by_fix.entry(fixes).or_default().push(&node.name);
         }
@@ -217,7 +238,7 @@ fn shares_stack(site: &Site, mps: &[&NodeInfo], out: &mut Vec<AuditFinding>) {
                     "{which} books mps per GPU, so Slurm places its shares, but stacks them on one GPU until it is full"
                 ))
                 .why("shares wait (Reason=Resources) while other GPUs of the node have room")
-                .fix(format!("add {} (gpu-mps config prints the lines)", fixes.join(" and "))),
+                .fix(fixes.join("; ")),
         );
     }
 }

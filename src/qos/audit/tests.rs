@@ -155,6 +155,14 @@ fn each_broken_link_is_one_finding() {
             "rule_type_on_no_node",
         ),
         (
+            Box::new(|c, q, _, _| {
+                replace(c, ",gres/gpu:h100", ",gres/gpu:h100,gres/gpu:a100");
+                replace(q, "gres/gpu:h100=2|", "gres/gpu:h100=2,gres/gpu:a100=0|");
+            }),
+            Warning,
+            "grp_tres_type_on_no_node",
+        ),
+        (
             Box::new(|_, _, _, f| replace(f, "GPULimit=2\n", "GPULimit=2 Enforce=warn\n")),
             Warning,
             "only_warns",
@@ -319,4 +327,110 @@ fn job_namespaces_that_hide_the_mps_pipes_are_an_error() {
     )
     .0;
     assert!(audit(&site).iter().all(|f| f.kind != KIND));
+}
+
+/// `scontrol show node -o` of Slurm 26.05 (tests/fixtures/slurm/26.05) for
+/// a node of 8 A100 under `AutoDetect=nvml`, two of them in MIG mode with
+/// two 3g.40gb slices each, slurm.conf naming the types as detected.
+const MIG_NODE: &str = "NodeName=node1 Arch=x86_64 CoresPerSocket=32  CPUAlloc=0 CPUEfctv=64 \
+    CPUTot=64 CPULoad=0.12 AvailableFeatures=(null) ActiveFeatures=(null) \
+    Gres=gpu:nvidia_a100-sxm4-80gb:6(S:0-1),gpu:nvidia_a100_3g.40gb:4(S:1) NodeAddr=gpu17 \
+    NodeHostName=gpu17 Version=26.05.5 OS=Linux 6.12.0-55.el10.x86_64 #1 SMP PREEMPT_DYNAMIC  \
+    RealMemory=1000000 AllocMem=0 FreeMem=990000 Sockets=2 Boards=1 State=IDLE \
+    ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A Partitions=gpu  \
+    CfgTRES=cpu=64,mem=1000000M,billing=64,gres/gpu=10,gres/gpu:nvidia_a100-sxm4-80gb=6,\
+    gres/gpu:nvidia_a100_3g.40gb=4 AllocTRES= CurrentWatts=0 AveWatts=0\n";
+
+#[test]
+fn mig_types_spelled_as_older_drivers_named_them_match_no_node() {
+    let mut site = site_with(|c, q, _, f| {
+        replace(
+            c,
+            "gres/gpu:h100,",
+            "gres/gpu:h100,gres/gpu:nvidia_a100-sxm4-80gb,gres/gpu:nvidia_a100_3g.40gb,\
+             gres/gpu:a100_3g.40gb,",
+        );
+        replace(
+            q,
+            "qos_dijk|gres/gpu:h100=2",
+            "qos_dijk|gres/gpu:a100_3g.40gb=2",
+        );
+        replace(
+            f,
+            "QOS=qos_dijk GPUTypes=h100",
+            "QOS=qos_dijk GPUTypes=a100_*",
+        );
+        // The other group on the whole GPUs, by their detected type.
+        let whole = "gres/gpu:nvidia_a100-sxm4-80gb";
+        replace(q, "gres/gpu:a40=4", &format!("{whole}=4"));
+        replace(f, "GPUTypes=a40 ", "GPUTypes=nvidia_a100-sxm4-80gb ");
+    });
+    let (nodes, unread) = crate::qos::site::parse_nodes(MIG_NODE);
+    assert!(unread.is_empty(), "{unread:?}");
+    site.nodes = nodes;
+    let found = audit(&site);
+    let of =
+        |kind: &str| -> Vec<&AuditFinding> { found.iter().filter(|f| f.kind == kind).collect() };
+    let grp = of("grp_tres_type_on_no_node");
+    assert_eq!(grp.len(), 1, "{found:#?}");
+    assert_eq!(
+        (
+            grp[0].severity,
+            grp[0].object.as_str(),
+            grp[0].what.as_str()
+        ),
+        (
+            Severity::Warning,
+            "QOS qos_dijk",
+            "QOS qos_dijk limits gres/gpu:a100_3g.40gb, a type no node's Gres carries (nodes \
+             have nvidia_a100-sxm4-80gb, nvidia_a100_3g.40gb)"
+        )
+    );
+    assert_eq!(
+        grp[0].fix,
+        "sacctmgr -i modify qos qos_dijk set \
+         GrpTRES=gres/gpu:a100_3g.40gb=-1,gres/gpu:nvidia_a100_3g.40gb=2"
+    );
+    let rule = of("rule_type_on_no_node");
+    assert_eq!(rule.len(), 1, "{found:#?}");
+    assert_eq!(
+        rule[0].what,
+        "GPUTypes entry a100_* matches no node's GPU type (nodes have nvidia_a100-sxm4-80gb, \
+         nvidia_a100_3g.40gb)"
+    );
+    // The same QOS as the partition's, and an account's limit.
+    let mut site = site_with(|_, q, p, _| {
+        replace(
+            q,
+            "qos_dijk|gres/gpu:h100=2",
+            "qos_dijk|gres/gpu:h100=2,gres/gpu:a100=1",
+        );
+        replace(p, "Nodes=node1 ", "Nodes=node1 QOS=qos_dijk ");
+    });
+    site.associations = vec![crate::qos::check::AssocRecord {
+        account: "lafferty".into(),
+        user: Some("alice".into()),
+        partition: Some("gpu".into()),
+        gpu_limits: vec![crate::qos::check::GpuTresLimit {
+            gpu_type: Some("H100".into()),
+            count: 1,
+        }],
+    }];
+    let texts: Vec<(String, String)> = audit(&site)
+        .into_iter()
+        .filter(|f| f.kind == "grp_tres_type_on_no_node")
+        .map(|f| (f.what, f.fix))
+        .collect();
+    assert_eq!(
+        texts,
+        [(
+            "QOS qos_dijk (of partition gpu) limits gres/gpu:a100, a type no node's Gres \
+             carries (nodes have a40, h100)"
+                .to_owned(),
+            "sacctmgr -i modify qos qos_dijk set GrpTRES=gres/gpu:a100=-1, and a limit on a \
+             type the nodes have (a40, h100)"
+                .to_owned()
+        )],
+        "a type in another case is the node's own"
+    );
 }

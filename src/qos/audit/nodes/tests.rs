@@ -75,3 +75,62 @@ fn nodes_whose_mps_slurm_stacks_are_named_with_the_lines_to_add() {
     site.gres_conf = None;
     assert!(audit(&site).iter().all(|f| f.kind != "mps_shares_stack"));
 }
+
+/// The fixture's site under `AutoDetect=nvml`, gres.conf holding
+/// `extra` and an mps line for each of GPUs 0 to `shared - 1`, Slurm
+/// spreading; the `mps_shares_stack` findings of its audit.
+fn autodetected(
+    shared: u32,
+    extra: &str,
+    nodes: Option<&str>,
+) -> Vec<crate::qos::audit::AuditFinding> {
+    let lines: String = (0..shared)
+        .map(|i| format!("Name=mps Count=100 File=/dev/nvidia{i} Flags=all_sharing\n"))
+        .collect();
+    let mut site = site_with(|c, _, _, _| {
+        c.push_str("SelectTypeParameters    = CR_CORE,LL_SHARED_GRES\n");
+    });
+    site.gres_conf = Some(format!("AutoDetect=nvml\n{extra}{lines}"));
+    if let Some(nodes) = nodes {
+        site.nodes = crate::qos::site::parse_nodes(nodes).0;
+    }
+    audit(&site)
+        .into_iter()
+        .filter(|f| f.kind == "mps_shares_stack")
+        .collect()
+}
+
+#[test]
+fn under_autodetect_the_nodes_gres_counts_the_gpus_gres_conf_does_not_list() {
+    // The fixture's node has Gres=gpu:a40:4,gpu:h100:2: six GPUs, four
+    // with mps lines.
+    let found = autodetected(4, "", None);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0]
+            .fix
+            .contains("(2 of the GPUs Slurm detects here have none: `slurmd -G` on the node"),
+        "{}",
+        found[0].fix
+    );
+    let zeros = "Name=mps Count=0 File=/dev/nvidia[4-5] Flags=all_sharing\n";
+    assert_eq!(autodetected(4, zeros, None), []);
+}
+
+#[test]
+fn mig_slices_in_the_nodes_gres_make_its_shares_stack_whatever_gres_conf_says() {
+    // The 8-GPU node of docs/configuration.md (MIG sites): six A100 that
+    // share, two with MIG on, two 3g.40gb slices each.
+    let node = "NodeName=node1 Arch=x86_64 \
+                Gres=gpu:a100:6(S:0-1),gpu:a100_3g.40gb:4(S:1),mps:600(S:0-1) \
+                Partitions=gpu State=IDLE\n";
+    let found = autodetected(6, "", Some(node));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(
+        found[0].fix,
+        "4 MIG slices of the node's Gres= show GPUs with MIG on, and slurmd gives each MIG \
+         slice an mps record of Count 0 with Slurm's default for mps (one GPU at a time, for \
+         the whole node), which no gres.conf line can replace: keep GPUs with MIG on nodes \
+         that do not share"
+    );
+}
