@@ -15,6 +15,7 @@ pub mod calendar;
 pub mod durable;
 pub mod locations;
 pub mod namespaces;
+pub mod node_refusals;
 pub mod prom;
 pub mod spank_env;
 pub mod syntax;
