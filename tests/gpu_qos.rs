@@ -222,8 +222,24 @@ fn every_way(c: &mut Cluster) -> TestResult {
     };
     contains_all(&err, &["--gpus-per-node=2", "--gpus-per-node=a40:2"])?;
     ensure(!err.contains("--gres"), format!("--gres in:\n{err}"))?;
-    let err = rejected(c, &[lafferty, "--gpus-per-node=1", "--gres=gpu:1"])?;
-    contains_all(&err, &["--gres=gpu:a40:1 (or --gpus-per-node=a40:1)"])?;
+    // From sbatch's input environment: neither the line nor the script
+    // says which (both options on one line are refused by sbatch itself
+    // from 26.05).
+    let out = c
+        .command("sbatch")
+        .env("SBATCH_GPUS_PER_NODE", "1")
+        .args(["-H", "--wrap=true", lafferty])
+        .output()
+        .map_err(|e| format!("sbatch: {e}"))?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    ensure(!out.status.success(), format!("accepted: {err}"))?;
+    contains_all(
+        &err,
+        &[
+            "--gres=gpu:1 (or --gpus-per-node=1) does not name one",
+            "--gres=gpu:a40:1 (or --gpus-per-node=a40:1)",
+        ],
+    )?;
     let typed: &[&[&str]] = &[
         &["--gpus=a40:2"],
         &["--gpus-per-node=a40:1"],

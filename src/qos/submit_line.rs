@@ -298,8 +298,9 @@ pub fn parse_script(script: &str) -> SubmittedOptions {
 /// Which option the user typed for the GPUs of `tres_per_node`, from the
 /// submission line and the batch script: an option on the line replaces
 /// the script's. `Unknown` where neither says, or both options ask for
-/// GPUs (or the request came another way: `SBATCH_GRES`,
-/// `SBATCH_GPUS_PER_NODE`, slurmrestd).
+/// GPUs (the clients refuse that themselves from 26.05:
+/// `_validate_gres_vs_gpus_per_node` in slurm_opt.c), or the request came another
+/// way (`SBATCH_GRES`, `SBATCH_GPUS_PER_NODE`, slurmrestd).
 pub fn per_node_spelling(line: Option<&str>, script: Option<&str>) -> PerNodeSpelling {
     let line = line.map(parse).unwrap_or_default();
     let script = script.map(parse_script).unwrap_or_default();
