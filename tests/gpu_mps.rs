@@ -422,7 +422,10 @@ fn refused_on_cgroup_v2(c: &mut Cluster) -> TestResult {
         info.state() == "FAILED"
             && out.contains(&format!("job {id}"))
             && out.contains("cgroup v2")
-            && out.contains("Flags=all_sharing"),
+            && out.contains("Flags=all_sharing")
+            // What the user can do, typed with the node's own GPU type.
+            && out.contains("as a whole GPU instead (--gres=gpu:a40:1)")
+            && out.contains("--exclude="),
         format!("job {id} ended {} with:\n{out}", info.state()),
     )?;
     let srun = c.srun(&["--gres=mps:50", "sh", "-c", "echo ran"])?;

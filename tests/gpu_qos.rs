@@ -186,7 +186,7 @@ fn every_way(c: &mut Cluster) -> TestResult {
     // (arguments, what the fix must say)
     let untyped: &[(&[&str], &str)] = &[
         (&["--gpus=2"], "--gpus=a40:2"),
-        (&["--gpus-per-node=2"], "a40:2"),
+        (&["--gpus-per-node=2"], "--gpus-per-node=a40:2"),
         (&["-n2", "--gpus-per-task=1"], "--gpus-per-task=a40:1"),
         (
             &["--sockets-per-node=1", "--gpus-per-socket=1"],
@@ -205,6 +205,49 @@ fn every_way(c: &mut Cluster) -> TestResult {
             format!("`{}` was rejected without {fix:?}:\n{err}", a.join(" ")),
         )?;
     }
+    // --gres and --gpus-per-node reach the plugin alike: it reads which one
+    // the user typed from the submission line and the script's #SBATCH
+    // lines, and answers in it; where neither tells, in both.
+    let err = rejected(c, &[lafferty, "--gpus-per-node=2"])?;
+    contains_all(
+        &err,
+        &[
+            "but --gpus-per-node=2 does not name one",
+            "Submit with --gpus-per-node=a40:2 instead",
+        ],
+    )?;
+    ensure(!err.contains("--gres"), format!("--gres in:\n{err}"))?;
+    let script = c.dir.join("gpus-per-node.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\n#SBATCH --gpus-per-node=2\n#SBATCH --qos=qos_lafferty\ntrue\n",
+    )
+    .map_err(|e| e.to_string())?;
+    let script = script.to_string_lossy();
+    let err = match c.sbatch(&["-H", &script]) {
+        Ok(id) => return Err(format!("{script} was accepted as job {id}")),
+        Err(stderr) => stderr,
+    };
+    contains_all(&err, &["--gpus-per-node=2", "--gpus-per-node=a40:2"])?;
+    ensure(!err.contains("--gres"), format!("--gres in:\n{err}"))?;
+    // From sbatch's input environment: neither the line nor the script
+    // says which (both options on one line are refused by sbatch itself
+    // from 26.05).
+    let out = c
+        .command("sbatch")
+        .env("SBATCH_GPUS_PER_NODE", "1")
+        .args(["-H", "--wrap=true", lafferty])
+        .output()
+        .map_err(|e| format!("sbatch: {e}"))?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    ensure(!out.status.success(), format!("accepted: {err}"))?;
+    contains_all(
+        &err,
+        &[
+            "--gres=gpu:1 (or --gpus-per-node=1) does not name one",
+            "--gres=gpu:a40:1 (or --gpus-per-node=a40:1)",
+        ],
+    )?;
     let typed: &[&[&str]] = &[
         &["--gpus=a40:2"],
         &["--gpus-per-node=a40:1"],
@@ -1051,7 +1094,19 @@ fn judge_every_level(c: &Cluster, dora: &TestUser, eve: &TestUser) -> TestResult
         &["-A", "lafferty_students", "--gres=gpu:a40:5"],
         "account lafferty allows at most 4",
     )?;
-    contains_all(&err, &["can never start"])?;
+    // The account's limit is named as such: another QOS would not help.
+    contains_all(
+        &err,
+        &[
+            "can never start",
+            "(its GrpTRES, shared by every job of the account and its sub-accounts)",
+            "raise account lafferty's: another QOS does not lift it",
+        ],
+    )?;
+    ensure(
+        !err.contains("use a QOS with a larger limit"),
+        format!("a QOS advised for an account's limit:\n{err}"),
+    )?;
     let ok = eve.sbatch(
         c,
         &[

@@ -673,7 +673,8 @@ pub fn missing_conf_refusal(job: u32, looked_at: &[std::path::PathBuf]) -> Strin
          no configuration here (no {CONF_NAME} at {}); the share would run as Slurm alone, \
          without gpushare's GPU placement, confinement and MPS daemon, so it is refused. \
          Sysadmin: install {CONF_NAME} on this node ({} on a configless node: slurmctld does \
-         not send it), or take mps off this node's Gres",
+         not send it), or take mps off this node's Gres. This job: resubmit it with --exclude \
+         naming this node, or ask for a whole GPU of this node's type (--gres=gpu:TYPE:1)",
         places.join(" nor "),
         crate::shared::locations::NODE_CONF_DIR
     )

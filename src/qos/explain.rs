@@ -9,7 +9,8 @@ use std::fmt::Write as _;
 
 use super::audit::{effective_preempt_mode, gpu_cost, GpuQosConf, Site};
 use super::policy::requeued_output_words;
-use super::site::{parse_duration, partition_gpu_types, AuditQos, PartitionInfo};
+use super::site::{parse_duration, partition_gpu_types, AuditQos, NodeInfo, PartitionInfo};
+use crate::shared::node_refusals::{markdown_table, AFTER_TABLE};
 
 fn seconds(secs: u64) -> String {
     if secs >= 60 && secs.is_multiple_of(60) {
@@ -457,6 +458,16 @@ pub fn user_page(site: &Site) -> String {
         };
         let words = requeued_output_words(low, None, append);
         let _ = writeln!(out, "- {}.", capitalized(&words));
+    }
+    if site.nodes.iter().any(NodeInfo::has_mps) {
+        out.push_str(
+            "\n## When a node refuses a GPU share\n\n\
+             A GPU share (`--gres=mps:N`) that the node Slurm started it on cannot serve ends \
+             with one of these messages in the job's output (its first words: `gpu_mps: job \
+             N on node NODE:`):\n\n",
+        );
+        out.push_str(&markdown_table());
+        let _ = writeln!(out, "\n{AFTER_TABLE}");
     }
     out.push_str(
         "\n## Commands\n\n\

@@ -284,6 +284,44 @@ impl TresField {
     }
 }
 
+/// Which option a user typed for the GPUs in `tres_per_node`. `--gres=gpu:2`
+/// and `--gpus-per-node=2` reach job_submit as the same text (every
+/// release from 22.05 to 26.05: `slurm_opt_create_job_desc` in
+/// slurm_opt.c writes `--gpus-per-node` as `gres/gpu:` items and `--gres`
+/// through `gres_prepend_tres_type`, both into `tres_per_node`); only what
+/// the user typed (the submission line, the script's `#SBATCH` lines:
+/// [`crate::qos::submit_line::per_node_spelling`]) tells them apart.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum PerNodeSpelling {
+    /// Not known, or both were typed: a message quotes both spellings.
+    #[default]
+    Unknown,
+    /// `--gres=gpu:...`.
+    Gres,
+    /// `--gpus-per-node=...`.
+    GpusPerNode,
+}
+
+impl PerNodeSpelling {
+    /// The start of the option for a GPU request in this spelling, up to
+    /// where `type:count` follows (`Unknown`: `--gres`'s).
+    pub fn prefix(self) -> &'static str {
+        match self {
+            PerNodeSpelling::GpusPerNode => "--gpus-per-node=",
+            PerNodeSpelling::Gres | PerNodeSpelling::Unknown => "--gres=gpu:",
+        }
+    }
+
+    /// The option(s) named in an error message.
+    pub fn option_names(self) -> &'static str {
+        match self {
+            PerNodeSpelling::Unknown => "--gres/--gpus-per-node",
+            PerNodeSpelling::Gres => "--gres",
+            PerNodeSpelling::GpusPerNode => "--gpus-per-node",
+        }
+    }
+}
+
 /// A GPU request rendered as the `sbatch` option that makes it, e.g.
 /// `--gres=gpu:a40:2` or `--gpus=a40:2`; untyped when `gpu_type` is `None`
 /// (`--gres=gpu:2`), which is how messages quote what the user asked.
@@ -292,15 +330,33 @@ pub struct GpuOption<'a> {
     pub field: TresField,
     pub gpu_type: Option<&'a str>,
     pub count: u64,
+    /// How a `tres_per_node` request is written: where it is not known,
+    /// both spellings (`--gres=gpu:a40:2 (or --gpus-per-node=a40:2)`).
+    pub spelling: PerNodeSpelling,
 }
 
-impl fmt::Display for GpuOption<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.field.gpu_option_prefix())?;
+impl GpuOption<'_> {
+    fn write_one(&self, f: &mut fmt::Formatter<'_>, prefix: &str) -> fmt::Result {
+        f.write_str(prefix)?;
         if let Some(ty) = self.gpu_type {
             write!(f, "{ty}:")?;
         }
         write!(f, "{}", self.count)
+    }
+}
+
+impl fmt::Display for GpuOption<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.field, self.spelling) {
+            (TresField::PerNode, PerNodeSpelling::Unknown) => {
+                self.write_one(f, PerNodeSpelling::Gres.prefix())?;
+                f.write_str(" (or ")?;
+                self.write_one(f, PerNodeSpelling::GpusPerNode.prefix())?;
+                f.write_str(")")
+            }
+            (TresField::PerNode, spelling) => self.write_one(f, spelling.prefix()),
+            (field, _) => self.write_one(f, field.gpu_option_prefix()),
+        }
     }
 }
 
@@ -518,24 +574,40 @@ mod tests {
 
     #[test]
     fn options_render_per_field() {
-        let typed = |field| {
+        let typed = |field, spelling| {
             GpuOption {
                 field,
                 gpu_type: Some("a40"),
                 count: 2,
+                spelling,
             }
             .to_string()
         };
-        assert_eq!(typed(TresField::PerNode), "--gres=gpu:a40:2");
-        assert_eq!(typed(TresField::PerJob), "--gpus=a40:2");
-        assert_eq!(typed(TresField::PerSocket), "--gpus-per-socket=a40:2");
-        assert_eq!(typed(TresField::PerTask), "--gpus-per-task=a40:2");
+        use PerNodeSpelling::{GpusPerNode, Gres, Unknown};
+        assert_eq!(typed(TresField::PerNode, Gres), "--gres=gpu:a40:2");
+        assert_eq!(
+            typed(TresField::PerNode, GpusPerNode),
+            "--gpus-per-node=a40:2"
+        );
+        assert_eq!(
+            typed(TresField::PerNode, Unknown),
+            "--gres=gpu:a40:2 (or --gpus-per-node=a40:2)"
+        );
+        for spelling in [Gres, GpusPerNode, Unknown] {
+            assert_eq!(typed(TresField::PerJob, spelling), "--gpus=a40:2");
+            assert_eq!(
+                typed(TresField::PerSocket, spelling),
+                "--gpus-per-socket=a40:2"
+            );
+            assert_eq!(typed(TresField::PerTask, spelling), "--gpus-per-task=a40:2");
+        }
         let untyped = GpuOption {
             field: TresField::PerNode,
             gpu_type: None,
             count: 2,
+            spelling: GpusPerNode,
         };
-        assert_eq!(untyped.to_string(), "--gres=gpu:2");
+        assert_eq!(untyped.to_string(), "--gpus-per-node=2");
     }
 
     fn field_strategy() -> impl Strategy<Value = TresField> {
@@ -564,7 +636,9 @@ mod tests {
             count in 1u64..1_000_000,
             slash in any::<bool>(),
         ) {
-            let option = GpuOption { field, gpu_type: Some(&ty), count }.to_string();
+            let option = GpuOption {
+                field, gpu_type: Some(&ty), count, spelling: PerNodeSpelling::Gres,
+            }.to_string();
             let tail = option.strip_prefix(field.gpu_option_prefix()).unwrap();
             // Slurm stores every GPU option as a `gres` entry of its field.
             let stored = format!("gres{}gpu:{tail}", if slash { '/' } else { ':' });

@@ -10,6 +10,9 @@
 //!   the user reads.
 //! - [`replay`]: the policy run over the jobs accounting recorded
 //!   (`gpu-qos replay`).
+//! - [`submit_line`]: what a user typed (a `SubmitLine`, a batch script's
+//!   `#SBATCH` lines) read as options: for replay, and for the plugin to
+//!   echo a request in the user's own spelling.
 //! - [`check`]: `gpu_qos.conf` compared with the accounting database
 //!   (`gpu-qos check`).
 //! - [`site`]: what Slurm says about the site (`scontrol show config`,
@@ -40,9 +43,13 @@ pub mod policy;
 pub mod replay;
 pub mod site;
 pub mod slurm;
+pub mod submit_line;
 pub mod usage;
 pub mod why;
 
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod advice_accepted;
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod words_agree;

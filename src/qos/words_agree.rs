@@ -1,15 +1,21 @@
 //! What users are told agrees with what the policy does: the users'
 //! guide, the users' page (`gpu-qos audit --explain --markdown`) and
-//! `gpu-qos why` on append mode for a requeued job, and every command
-//! line a refusal advises is one the policy accepts.
+//! `gpu-qos why` on append mode for a requeued job; the guide's refusals
+//! as the policy words them. (That every command line a refusal advises
+//! is one the policy accepts: `advice_accepted`.)
 
+use super::advice_accepted::judge_line;
 use super::audit::{GpuQosConf, Site};
 use super::config::{self as qos_conf, GpuQosConfig};
 use super::explain::user_page;
 use super::policy::{judge_submit, requeued_output_words, JobDescription, Resolved, Verdict};
-use super::site::{parse_qos, SlurmSettings};
+use super::site::{parse_qos, GresItem, NodeInfo, SlurmSettings};
+use crate::shared::node_refusals::{markdown_table, AFTER_TABLE};
 
-const CONF: &str = "QOS=qos_lafferty GPUTypes=a40 GPULimit=4\nLowPriorityQOS=lowprio\n";
+const CONF: &str = "QOS=qos_lafferty GPUTypes=a40 GPULimit=4\nLowPriorityQOS=lowprio\n\
+                    Partition=gpu GPUTypes=a40 GPULimit=8\n\
+                    Account=lafferty GPUTypes=a40 GPULimit=6\n\
+                    SharedGPUReservations=jhl_homework_gpu*,jupyterhub_course_*\n";
 
 fn conf() -> GpuQosConfig {
     qos_conf::parse(CONF, "gpu_qos.conf").unwrap()
@@ -140,4 +146,52 @@ fn page_site() -> Site {
         gpu_qos_conf: GpuQosConf::Read(Box::new(conf())),
         unread: Vec::new(),
     }
+}
+
+#[test]
+fn the_guides_refusals_are_the_policys_words() {
+    let guide = include_str!("../../docs/users-guide.md");
+    let mut lines = guide.lines().peekable();
+    let mut seen = 0;
+    while let Some(line) = lines.next() {
+        let Some(command) = line.strip_prefix("$ ") else {
+            continue;
+        };
+        let Some(told) = lines.peek().and_then(|l| l.strip_prefix("sbatch: error: ")) else {
+            continue;
+        };
+        match judge_line(&conf(), command, None) {
+            Verdict::Reject(r) => assert_eq!(r.message, told, "`{command}`"),
+            Verdict::Accept(_) => panic!("`{command}` is accepted, the guide says: {told}"),
+        }
+        seen += 1;
+    }
+    assert!(seen >= 6, "{seen} refusals checked");
+}
+
+#[test]
+fn the_page_of_a_site_with_mps_nodes_tells_the_guides_node_refusals() {
+    let guide = include_str!("../../docs/users-guide.md");
+    let table = markdown_table();
+    assert!(
+        guide.contains(&table),
+        "the guide's node table differs from:\n{table}"
+    );
+    let mut site = page_site();
+    assert!(!user_page(&site).contains("When a node refuses"));
+    let item = |name: &str, count| GresItem {
+        name: name.into(),
+        gres_type: None,
+        count,
+    };
+    site.nodes.push(NodeInfo {
+        name: "gpu01".into(),
+        gres: vec![item("gpu", 4), item("mps", 400)],
+        ..NodeInfo::default()
+    });
+    let page = user_page(&site);
+    assert!(
+        page.contains(&table) && page.contains(AFTER_TABLE),
+        "the page lacks the node table:\n{page}"
+    );
 }

@@ -72,6 +72,11 @@ pub struct MpsBooking {
     /// MIG slices where only their number is known (types of the node's
     /// `Gres=` that are MIG profiles).
     pub mig_slices: u64,
+    /// The GPU types of this node, as a user names them in a request
+    /// (`--gres=gpu:a40:1`): from its gpu lines of gres.conf, else its
+    /// `Gres=` in slurm.conf; empty where neither names one
+    /// (`AutoDetect=nvml` with an untyped `Gres=`).
+    pub gpu_types: Vec<String>,
 }
 
 impl MpsBooking {
@@ -108,6 +113,7 @@ impl MpsBooking {
             let ours = get("NodeName").is_none_or(|n| hostlist_contains(n, host));
             if ours && name.eq_ignore_ascii_case("gpu") {
                 gpu_files.extend(get("File").map(device_names).unwrap_or_default());
+                add_type(&mut booking.gpu_types, get("Type"));
             }
             let Some(files) = get("File").filter(|_| is_mps && ours) else {
                 continue;
@@ -140,6 +146,26 @@ impl MpsBooking {
             booking.late_zero_lines = zero_lines.concat();
         }
         booking.mps_files = mps_files;
+        if booking.gpu_types.is_empty() {
+            let node_gres = syntax::lines(slurm_conf)
+                .filter_map(|(_, pairs)| pairs.ok())
+                .filter(|pairs| {
+                    pairs.iter().any(|p| {
+                        p.key.eq_ignore_ascii_case("NodeName") && hostlist_contains(p.value, host)
+                    })
+                })
+                .flat_map(|pairs| {
+                    pairs
+                        .into_iter()
+                        .filter(|p| p.key.eq_ignore_ascii_case("Gres"))
+                        .map(|p| p.value)
+                });
+            for gres in node_gres {
+                for ty in gres_gpu_types(gres) {
+                    add_type(&mut booking.gpu_types, Some(ty));
+                }
+            }
+        }
         booking.least_loaded = syntax::lines(slurm_conf)
             .filter_map(|(_, pairs)| pairs.ok())
             .flatten()
@@ -280,6 +306,33 @@ impl MpsBooking {
     }
 }
 
+fn add_type(types: &mut Vec<String>, ty: Option<&str>) {
+    if let Some(ty) = ty.map(str::trim).filter(|t| !t.is_empty()) {
+        if !types.iter().any(|t| t == ty) {
+            types.push(ty.to_owned());
+        }
+    }
+}
+
+/// The GPU types a node's `Gres=` of slurm.conf names
+/// (`gpu:a40:4(S:0-1),mps:400` names a40; `gpu:4` none; a lone word after
+/// `gpu:` is a type unless it reads as a count, as Slurm has it).
+fn gres_gpu_types(gres: &str) -> impl Iterator<Item = &str> {
+    gres.split(',').filter_map(|item| {
+        let item = item.split('(').next().unwrap_or(item).trim();
+        let mut fields = item.split(':');
+        if !fields.next()?.eq_ignore_ascii_case("gpu") {
+            return None;
+        }
+        let ty = fields.next()?;
+        let count_like = |s: &str| {
+            let digits = s.trim_end_matches(['k', 'K', 'm', 'M', 'g', 'G']);
+            !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+        };
+        (fields.next().is_some() || !count_like(ty)).then_some(ty)
+    })
+}
+
 /// The device files of a gres.conf `File=` value, as written there (a
 /// value that is not a valid list stands for itself).
 fn device_names(files: &str) -> Vec<String> {
@@ -344,6 +397,25 @@ mod tests {
         assert!(b.per_gpu && b.all_sharing && b.least_loaded && b.spreads());
         assert_eq!(b.per_gpu_count, Some(100));
         assert_eq!(b.stacking_warning(), None);
+    }
+
+    #[test]
+    fn the_nodes_gpu_types_come_from_gres_conf_else_slurm_conf() {
+        let gres = "NodeName=gpu02 Name=gpu Type=h100 File=/dev/nvidia0\n\
+                    Name=gpu Type=a40 File=/dev/nvidia[0-1]\nName=gpu Type=a40 File=/dev/nvidia2\n";
+        assert_eq!(MpsBooking::from_texts(gres, "", "gpu01").gpu_types, ["a40"]);
+        let slurm = "NodeName=gpu[01-02] Gres=gpu:a40:2(S:0-1),gpu:nvidia_a100_3g.20gb:1,mps:200\n\
+                     NodeName=gpu03 Gres=gpu:4,mps:400\nNodeName=gpu04 Gres=gpu:l4\n";
+        let types = |host| MpsBooking::from_texts("AutoDetect=nvml\n", slurm, host).gpu_types;
+        assert_eq!(types("gpu02"), ["a40", "nvidia_a100_3g.20gb"]);
+        assert!(types("gpu03").is_empty());
+        assert_eq!(types("gpu04"), ["l4"]);
+        assert!(types("cpu01").is_empty());
+        assert_eq!(
+            MpsBooking::from_texts(gres, slurm, "gpu01").gpu_types,
+            ["a40"],
+            "gres.conf first"
+        );
     }
 
     #[test]

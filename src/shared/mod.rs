@@ -18,6 +18,7 @@ pub mod durable;
 pub mod hostlist;
 pub mod locations;
 pub mod namespaces;
+pub mod node_refusals;
 pub mod prom;
 pub mod spank_env;
 pub mod syntax;

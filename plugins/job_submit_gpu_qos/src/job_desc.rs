@@ -3,9 +3,11 @@
 use std::borrow::Cow;
 use std::os::raw::{c_char, c_int};
 
+use gpushare::qos::gres::{tres_entries, PerNodeSpelling};
 use gpushare::qos::policy::{JobChanges, JobDescription, RejectionKind, Resolved};
+use gpushare::qos::submit_line::per_node_spelling;
 use gpushare::shared::spank_env;
-use slurm_plugin::slurm_str::{opt_str, remove_env, set_env, set_message, xstrdup};
+use slurm_plugin::slurm_str::{opt_str, opt_str_head, remove_env, set_env, set_message, xstrdup};
 use slurm_sys::{job_desc_msg_t, JOB_SHARED_USER, NO_VAL, NO_VAL16, OPEN_MODE_APPEND};
 
 /// The string fields of a job description, read once (lossily if not UTF-8).
@@ -20,7 +22,12 @@ pub struct JobStrings<'a> {
     array_inx: Option<Cow<'a, str>>,
     job_id_str: Option<Cow<'a, str>>,
     partition: Option<Cow<'a, str>>,
+    per_node_spelling: PerNodeSpelling,
 }
+
+/// How much of a batch script is read for its `#SBATCH` lines: they come
+/// before its first command, so far less than this.
+const SCRIPT_HEAD: usize = 64 * 1024;
 
 impl<'a> JobStrings<'a> {
     /// # Safety
@@ -29,10 +36,28 @@ impl<'a> JobStrings<'a> {
     /// or job_modify call: slurmctld owns the message and holds its locks).
     pub unsafe fn read(desc: &'a job_desc_msg_t) -> Self {
         // SAFETY: forwarded from the caller's contract, field by field.
+        let tres_per_node = unsafe { opt_str(desc.tres_per_node) };
+        // Which option asked for the per-node GPUs (Slurm hands --gres and
+        // --gpus-per-node over alike): read from what the user typed, and
+        // only where a message could quote it.
+        let asks_gpu = |text: &str| tres_entries(text).any(|e| e.is_ok_and(|r| r.is_gpu()));
+        let per_node_spelling = if tres_per_node.as_deref().is_some_and(asks_gpu) {
+            // SAFETY: as above.
+            let (line, script) = unsafe {
+                (
+                    opt_str(desc.submit_line),
+                    opt_str_head(desc.script, SCRIPT_HEAD),
+                )
+            };
+            per_node_spelling(line.as_deref(), script.as_deref())
+        } else {
+            PerNodeSpelling::Unknown
+        };
+        // SAFETY: forwarded from the caller's contract, field by field.
         unsafe {
             Self {
                 qos: opt_str(desc.qos),
-                tres_per_node: opt_str(desc.tres_per_node),
+                tres_per_node,
                 tres_per_job: opt_str(desc.tres_per_job),
                 tres_per_socket: opt_str(desc.tres_per_socket),
                 tres_per_task: opt_str(desc.tres_per_task),
@@ -40,6 +65,7 @@ impl<'a> JobStrings<'a> {
                 array_inx: opt_str(desc.array_inx),
                 job_id_str: opt_str(desc.job_id_str),
                 partition: opt_str(desc.partition),
+                per_node_spelling,
             }
         }
     }
@@ -96,6 +122,7 @@ impl<'a> JobStrings<'a> {
                     .and_then(|s| s.trim().parse().ok())
             }),
             partition: self.partition.as_deref(),
+            per_node_spelling: self.per_node_spelling,
             resolved,
         }
     }

@@ -41,6 +41,29 @@ pub unsafe fn opt_str<'a>(ptr: *const c_char) -> Option<Cow<'a, str>> {
     Some(c.to_string_lossy())
 }
 
+/// Reads at most `limit` bytes of an optional C string from Slurm: the
+/// start of a text that may be large (a batch script), never read past.
+///
+/// # Safety
+/// `ptr` must be NULL or point to a NUL-terminated string that stays valid
+/// and unchanged during the call.
+pub unsafe fn opt_str_head(ptr: *const c_char, limit: usize) -> Option<String> {
+    if ptr.is_null() {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    while bytes.len() < limit {
+        // SAFETY: every byte up to and including the NUL is part of the
+        // string (the caller's promise), and the loop stops at the NUL.
+        let b = unsafe { *ptr.add(bytes.len()) } as u8;
+        if b == 0 {
+            break;
+        }
+        bytes.push(b);
+    }
+    Some(String::from_utf8_lossy(&bytes).into_owned())
+}
+
 /// A copy of `text` in Slurm's allocator, for Slurm to own and `xfree`.
 /// Interior NULs are replaced so the text is never silently cut.
 pub fn xstrdup(text: &str) -> *mut c_char {

@@ -49,6 +49,9 @@
 //!   showed and the node's record of what gpushare added.
 
 mod epilog;
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod guide_words;
 mod metrics_file;
 mod modes;
 mod notes;

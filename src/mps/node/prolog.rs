@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use super::modes::follow_whole;
 use super::notes::forget_notes;
-use super::report::{refuse, PrologOutcome, PrologReport};
+use super::report::{refuse, whole_gpus, PrologOutcome, PrologReport};
 use super::running::RunningJob;
 use super::serve::serve;
 use super::setup::Node;
@@ -87,9 +87,10 @@ fn place(
                 format!(
                     "{} {} MIG enabled (NVML), and gpushare's MPS shares are made of whole \
                      GPUs: list only GPUs without MIG in gpu_mps.conf's GPUDevices, or set \
-                     MIGShares=allow there to place shares anyway",
+                     MIGShares=allow there to place shares anyway (the node's admin). {}",
                     listed.join(", "),
-                    if listed.len() == 1 { "has" } else { "have" }
+                    if listed.len() == 1 { "has" } else { "have" },
+                    instead(env, booking)
                 ),
             );
             return Ok(report);
@@ -117,11 +118,15 @@ fn place(
                 ledger,
                 env,
                 "cgroup_v2",
-                "this node runs cgroup v2, where a job can only be kept from devices, never \
-                 given one Slurm did not allow; gpushare cannot move the share to the GPU it \
-                 would choose, so the job is refused. Let Slurm place shares (Slurm 23.11 or \
-                 later: per-GPU mps lines with Flags=all_sharing and LL_SHARED_GRES, see \
-                 `gpu-mps config`) or use CgroupPlugin=cgroup/v1",
+                format!(
+                    "this node runs cgroup v2, where a job can only be kept from devices, never \
+                     given one Slurm did not allow; gpushare cannot move the share to the GPU \
+                     it would choose, so the job is refused. Let Slurm place shares (Slurm \
+                     23.11 or later: per-GPU mps lines with Flags=all_sharing and \
+                     LL_SHARED_GRES, see `gpu-mps config`) or use CgroupPlugin=cgroup/v1 (the \
+                     node's admin). {}",
+                    instead(env, booking)
+                ),
             );
             return Ok(report);
         }
@@ -171,7 +176,7 @@ fn place(
                     PlacementError::GpuFailed { gpus, .. } => gpu_failed(&node.failed, gpus),
                     other => other,
                 };
-                refuse(ledger, env, error.reason(), error)
+                refuse(ledger, env, error.reason(), told(&error, env, booking))
             }
             Err(other) => return Err(other),
         };
@@ -294,6 +299,37 @@ fn record_slurm_choice(
             ))
         }
         Err(other) => Err(other),
+    }
+}
+
+/// What the user of a share this node cannot place can do instead: a
+/// whole GPU of this node's type (Slurm places and confines those
+/// itself), or another node.
+fn instead(env: &JobEnv, booking: &MpsBooking) -> String {
+    format!(
+        "This job can run here as a whole GPU instead ({}), or elsewhere: resubmit it with \
+         --exclude={}",
+        whole_gpus(&booking.gpu_types, 1, &env.node),
+        env.node
+    )
+}
+
+/// A placement refusal in words, with the whole GPUs of this node's type
+/// to ask for where a share is larger than one GPU.
+fn told(error: &PlacementError, env: &JobEnv, booking: &MpsBooking) -> String {
+    match error {
+        PlacementError::MoreThanOneGpu {
+            units,
+            units_per_gpu,
+        } => format!(
+            "{error} of this node's type instead: {}",
+            whole_gpus(
+                &booking.gpu_types,
+                units.div_ceil((*units_per_gpu).max(1)),
+                &env.node
+            )
+        ),
+        other => other.to_string(),
     }
 }
 

@@ -79,6 +79,25 @@ impl PrologReport {
     }
 }
 
+/// What a user whose share this node refused can ask for instead: `count`
+/// whole GPUs of this node's type (`types`: [`MpsBooking::gpu_types`]),
+/// always typed, since an untyped request is refused under a group QOS.
+///
+/// [`MpsBooking::gpu_types`]: crate::shared::booking::MpsBooking::gpu_types
+pub fn whole_gpus(types: &[String], count: u32, node: &str) -> String {
+    match types {
+        [] => format!(
+            "--gres=gpu:TYPE:{count}, TYPE this node's GPU type (`scontrol show node {node}` \
+             shows it in Gres=)"
+        ),
+        types => types
+            .iter()
+            .map(|t| format!("--gres=gpu:{t}:{count}"))
+            .collect::<Vec<_>>()
+            .join(" or "),
+    }
+}
+
 /// Leaves the refusal note the SPANK plugin fails `env`'s job with: the
 /// job, the node (a job on several nodes must say which one refused) and why.
 pub(super) fn refuse(

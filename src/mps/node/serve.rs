@@ -132,11 +132,7 @@ pub(super) fn serve(
                     &node.ledger,
                     env,
                     MPS_DAEMON_REFUSAL,
-                    format!(
-                        "{why}. The share is refused rather than run without its MPS limits \
-                         beside other jobs (gpu_mps.conf MPSFailure=refuse); a batch job is \
-                         requeued to run elsewhere"
-                    ),
+                    unserved_refusal(&why),
                 ));
             }
             config::MpsFailure::Run => {
@@ -174,4 +170,13 @@ pub(super) fn names(users: &std::collections::BTreeSet<String>) -> String {
         [one] => format!("user {one}"),
         _ => format!("users {}", list.join(", ")),
     }
+}
+
+/// The refusal of a share whose GPU's MPS daemon could not serve it
+/// (`why`), under `MPSFailure=refuse`.
+pub(super) fn unserved_refusal(why: &str) -> String {
+    format!(
+        "{why}. The share is refused rather than run without its MPS limits beside other jobs \
+         (gpu_mps.conf MPSFailure=refuse); a batch job is requeued to run elsewhere"
+    )
 }

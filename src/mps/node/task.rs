@@ -366,4 +366,4 @@ fn banner(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

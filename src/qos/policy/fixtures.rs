@@ -1,6 +1,7 @@
 //! What the policy's tests share: a `gpu_qos.conf`, jobs and verdicts.
 
 use crate::qos::config::{self as qos_conf, GpuQosConfig};
+use crate::qos::gres::PerNodeSpelling;
 
 use super::job::{JobDescription, Resolved};
 use super::submit::judge_submit;
@@ -24,10 +25,12 @@ pub(super) fn cfg_from(text: &str) -> GpuQosConfig {
     qos_conf::parse(text, "gpu_qos.conf").unwrap()
 }
 
+/// A job as `sbatch [--qos=QOS] [--gres=PER_NODE]` sends it.
 pub(super) fn job<'a>(qos: Option<&'a str>, per_node: Option<&'a str>) -> JobDescription<'a> {
     JobDescription {
         qos,
         tres_per_node: per_node,
+        per_node_spelling: PerNodeSpelling::Gres,
         ..JobDescription::default()
     }
 }

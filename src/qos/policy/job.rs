@@ -1,7 +1,7 @@
 //! What the plugin sees of a job: the fields its client sent, and what
 //! slurmctld resolved for it.
 
-use crate::qos::gres::TresField;
+use crate::qos::gres::{PerNodeSpelling, TresField};
 
 /// What the plugin sees of a job submission or update. `None` means the
 /// client did not set the field (Slurm's NULL / NO_VAL).
@@ -28,6 +28,10 @@ pub struct JobDescription<'a> {
     pub job_id_for_messages: Option<u32>,
     /// One partition name or a comma list, as sent.
     pub partition: Option<&'a str>,
+    /// Which option the user typed for the GPUs of `tres_per_node`
+    /// (`--gres` or `--gpus-per-node`, which Slurm hands over alike), so
+    /// that messages quote it and suggest the same one.
+    pub per_node_spelling: PerNodeSpelling,
     /// What slurmctld resolves for the job beyond what the client sent
     /// (the plugin reads it from slurmctld's association manager, and only
     /// where a rule needs it).

@@ -19,7 +19,7 @@ pub(super) fn collect_requests<'a>(
             continue;
         };
         for entry in tres_entries(text) {
-            let request = entry.map_err(|e| bad_gres(cfg, field, &e))?;
+            let request = entry.map_err(|e| bad_gres(cfg, job, field, &e))?;
             requests.push(FieldRequest { field, request });
         }
     }

@@ -157,7 +157,11 @@ proptest! {
         let cfg = cfg();
         let sep = if slash { '/' } else { ':' };
         let asked = format!("gres{sep}gpu:{count}");
-        let mut job = JobDescription { qos: Some("qos_lafferty"), ..JobDescription::default() };
+        let mut job = JobDescription {
+            qos: Some("qos_lafferty"),
+            per_node_spelling: crate::qos::gres::PerNodeSpelling::Gres,
+            ..JobDescription::default()
+        };
         set_field(&mut job, field, &asked);
         let r = rejection(judge_submit(&cfg, &job));
         let advice = r.message.split("Submit with ").nth(1).unwrap();

@@ -2,7 +2,7 @@
 //! request as the user wrote it, and exactly what to type instead.
 
 use crate::qos::config::{GpuQosConfig, QosRule};
-use crate::qos::gres::{GpuOption, GresParseError, TresField};
+use crate::qos::gres::{tres_entries, GpuOption, GresParseError, PerNodeSpelling, TresField};
 
 use super::job::JobDescription;
 use super::requests::{nodes, FieldRequest, LeastTotal};
@@ -38,17 +38,44 @@ impl Level<'_> {
         }
     }
 
+    /// Whose limit it is, as in "account lafferty allows at most 4 (its
+    /// GrpTRES, ...)": the holder, and the limit named in Slurm's words.
+    pub(super) fn limit_holder(&self) -> (String, &'static str) {
+        match self {
+            Level::Qos(q) => ((*q).to_owned(), "the QOS's GrpTRES"),
+            Level::DefaultQos(q) => (
+                (*q).to_owned(),
+                "its GrpTRES: your default QOS, as the job names no --qos",
+            ),
+            Level::Partition(p) => (
+                format!("partition {p}"),
+                "its QOS's GrpTRES, shared by every job in the partition",
+            ),
+            Level::Account(a) => (
+                format!("account {a}"),
+                "its GrpTRES, shared by every job of the account and its sub-accounts",
+            ),
+            Level::User(u) => (format!("user {u}'s association"), "its GrpTRES"),
+        }
+    }
+
     /// What the user can change where this level's limit is too small:
     /// only a QOS's limit is left behind by choosing another QOS.
-    pub(super) fn larger_limit(&self) -> &'static str {
+    pub(super) fn larger_limit(&self) -> String {
         match self {
-            Level::Qos(_) | Level::DefaultQos(_) => "use a QOS with a larger limit",
-            Level::Partition(_) => "submit to a partition whose QOS allows more",
-            Level::Account(_) => {
+            Level::Qos(_) => "use a QOS with a larger limit".to_owned(),
+            Level::DefaultQos(_) => "name a QOS with a larger limit with --qos".to_owned(),
+            Level::Partition(p) => format!(
+                "submit to a partition whose QOS allows more (--partition=): another QOS does \
+                 not lift partition {p}'s limit"
+            ),
+            Level::Account(a) => format!(
                 "submit under an account with a larger limit (--account=), or ask your \
-                 sysadmin to raise this one"
+                 sysadmin to raise account {a}'s: another QOS does not lift it"
+            ),
+            Level::User(u) => {
+                format!("ask your sysadmin to raise user {u}'s limit: another QOS does not lift it")
             }
-            Level::User(_) => "ask your sysadmin to raise your limit",
         }
     }
 
@@ -91,18 +118,26 @@ pub(super) fn not_yet_enforced(text: &str, syntax: Syntax) -> String {
     )
 }
 
-pub(super) fn bad_gres(cfg: &GpuQosConfig, field: TresField, error: &GresParseError) -> Rejection {
+pub(super) fn bad_gres(
+    cfg: &GpuQosConfig,
+    job: &JobDescription<'_>,
+    field: TresField,
+    error: &GresParseError,
+) -> Rejection {
+    let spelling = job.per_node_spelling;
     let example = GpuOption {
         field,
         gpu_type: Some(cfg.known_gpu_types().first().map_or("a40", String::as_str)),
         count: 2,
+        spelling,
+    };
+    let from = match field {
+        TresField::PerNode => spelling.option_names(),
+        other => other.option_names(),
     };
     reject(
         RejectionKind::BadRequest,
-        format!(
-            "{error} (from {}). Write GPU requests as type:count, e.g. {example}.",
-            field.option_names()
-        ),
+        format!("{error} (from {from}). Write GPU requests as type:count, e.g. {example}."),
     )
 }
 
@@ -121,8 +156,22 @@ pub(super) struct Context<'j, 'a> {
 }
 
 impl Context<'_, '_> {
-    /// How the user would write this GPU request: `--gres=gpu:a40:2` when
-    /// submitting, `Gres=gpu:a40:2` in an update.
+    /// How the user writes a `tres_per_node` request: as typed where that
+    /// is known; both spellings where GPUs came that way and it is not;
+    /// `--gres` for a job whose per-node field asks for no GPU.
+    fn spelling(&self) -> PerNodeSpelling {
+        let asks_gpu = |text: &str| tres_entries(text).any(|e| e.is_ok_and(|r| r.is_gpu()));
+        match self.job.per_node_spelling {
+            PerNodeSpelling::Unknown if !self.job.tres_per_node.is_some_and(asks_gpu) => {
+                PerNodeSpelling::Gres
+            }
+            spelling => spelling,
+        }
+    }
+
+    /// How the user would write this GPU request: `--gres=gpu:a40:2` (or
+    /// `--gpus-per-node=a40:2`, as the user typed it) when submitting,
+    /// `Gres=gpu:a40:2` in an update.
     pub(super) fn gpu_request(
         &self,
         field: TresField,
@@ -134,6 +183,7 @@ impl Context<'_, '_> {
                 field,
                 gpu_type,
                 count,
+                spelling: self.spelling(),
             }
             .to_string(),
             Syntax::Scontrol => {
@@ -149,18 +199,29 @@ impl Context<'_, '_> {
         }
     }
 
-    /// A complete suggestion: the option itself, or a whole `scontrol` line.
+    /// A complete suggestion: the option itself, or a whole `scontrol` line
+    /// that keeps the move the update asked for (its QOS, partition,
+    /// account: in an update the plugin resolves only an account it names).
     pub(super) fn suggest(&self, field: TresField, gpu_type: &str, count: u64) -> String {
         let request = self.gpu_request(field, Some(gpu_type), count);
         match self.syntax {
             Syntax::Sbatch => request,
             Syntax::Scontrol => {
-                let qos = self
-                    .job
-                    .qos
-                    .map(|q| format!("QOS={} ", q.trim()))
-                    .unwrap_or_default();
-                format!("scontrol update job={} {qos}{request}", self.job_ref())
+                let job = self.job;
+                let named = |key: &str, value: Option<&str>| {
+                    value
+                        .map(str::trim)
+                        .filter(|v| !v.is_empty())
+                        .map(|v| format!("{key}={v} "))
+                        .unwrap_or_default()
+                };
+                format!(
+                    "scontrol update job={} {}{}{}{request}",
+                    self.job_ref(),
+                    named("QOS", job.qos),
+                    named("Partition", job.partition),
+                    named("Account", job.resolved.accounts.first().map(String::as_str)),
+                )
             }
         }
     }
@@ -336,11 +397,12 @@ pub(super) fn over_limit(
             level.larger_limit()
         )
     };
-    let limited_by = level.name();
+    let (holder, whose) = level.limit_holder();
     reject(
         RejectionKind::OverLimit,
         format!(
-            "This job can never start: asks {} {ty}, {limited_by} allows at most {limit}. {advice}",
+            "This job can never start: asks {} {ty}, {holder} allows at most {limit} \
+             ({whose}). {advice}",
             least.total
         ),
     )

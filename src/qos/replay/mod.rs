@@ -9,28 +9,27 @@
 //! as accounting recorded them (what the job ran under, Slurm's defaults
 //! applied); the database's typed limits from `sacctmgr`.
 //!
-//! - `submit_line`: a `SubmitLine` read as options.
 //! - `records`: sacct's records as submissions (arrays once, het
 //!   components each).
 //! - `report`: the counts, their text and JSON.
 
 mod records;
 mod report;
-mod submit_line;
 
 use std::collections::HashMap;
 
 use crate::qos::check::{AssocRecord, QosRecord};
 use crate::qos::config::GpuQosConfig;
+use crate::qos::gres::PerNodeSpelling;
 use crate::qos::metrics::{rule_name, warning_reason};
 use crate::qos::policy::{
     judge_submit, limits_without_rule, JobDescription, LimitLevel, LowPriorityChange, Resolved,
     TypedLimit, Verdict, WarningReason,
 };
 
+pub use crate::qos::submit_line::{parse as parse_submit_line, SubmittedOptions};
 pub use records::{parse as parse_sacct, requests_of_req_tres, ArrayIndex, Skipped, Submission};
 pub use report::{Action, Example, Judged, ReasonCount, ReplayReport, Source};
-pub use submit_line::{parse as parse_submit_line, SubmittedOptions};
 
 /// What the database says that the plugin would have read from
 /// slurmctld: the typed limits of QOS and accounts, each partition's QOS,
@@ -254,6 +253,12 @@ pub fn replay(cfg: &GpuQosConfig, db: &Database, subs: &[Submission]) -> ReplayR
             array_inx: array.as_deref(),
             job_id_for_messages: None,
             partition: Some(sub.partition.as_str()).filter(|p| !p.is_empty()),
+            per_node_spelling: match described.source {
+                Source::SubmitLine => described.options.per_node_spelling(),
+                // The example's command is rebuilt with --gres.
+                Source::ReqTres => PerNodeSpelling::Gres,
+                Source::ReqTresBesideSubmitLine => PerNodeSpelling::Unknown,
+            },
             resolved: Resolved {
                 default_qos: if named_qos { &[] } else { &cover.qos },
                 default_partition: None,

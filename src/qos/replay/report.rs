@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::records::{Skipped, Submission};
-use super::submit_line::{with_replaced_gpu_option, SubmittedOptions};
+use crate::qos::submit_line::{with_replaced_gpu_option, SubmittedOptions};
 
 /// Where a job's GPU request was read from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -6,6 +6,7 @@ use crate::mps::node::prolog::tests::{no_squeue, outcome};
 use crate::mps::node::report::{PrologOutcome, PrologReport};
 use crate::mps::node::setup::tests::temp_node;
 use crate::mps::node::trust::tests::share_env;
+use crate::mps::node::Node;
 use crate::shared::booking::MpsBooking;
 use std::fs;
 
@@ -139,15 +140,10 @@ fn framework_hints_never_pass_the_share() {
     );
 }
 
-/// bob's share beside alice's on GPU 0: his banner names alice only where
-/// the node shows who runs what (`PrivateData=no`); where it hides users
-/// (`yes`, or `auto` where Slurm's `PrivateData` names `users` or `jobs`) it
-/// says only that another user's server is there.
-#[test]
-fn the_banner_names_other_users_only_where_the_node_shows_them() {
-    use crate::mps::config::PrivateData;
+/// A node where alice's share (job 1) and bob's (job 2) are on GPU 0.
+pub(crate) fn alice_and_bob_on_gpu_0() -> (Node, tempfile::TempDir) {
     use crate::mps::ledger::SlurmChoice;
-    let (mut node, _dir) = temp_node(None);
+    let (node, dir) = temp_node(None);
     let on_gpu_0 = SlurmChoice {
         gpu: 0,
         gpu_count: 4,
@@ -158,12 +154,25 @@ fn the_banner_names_other_users_only_where_the_node_shows_them() {
             .record_slurm_share(job, uid, user, 30, on_gpu_0)
             .unwrap_or_else(|e| panic!("{e}"));
     }
-    let banner_of = |node: &crate::mps::node::Node, job: u32| {
-        task_plan(&node.cfg, &node.ledger, job, true, 1)
-            .unwrap_or_else(|e| panic!("{e}"))
-            .map(|p| p.banner)
-            .unwrap_or_else(|| panic!("no plan"))
-    };
+    (node, dir)
+}
+
+/// The banner of `job`'s first step on `node`.
+pub(crate) fn banner_of(node: &Node, job: u32) -> String {
+    task_plan(&node.cfg, &node.ledger, job, true, 1)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .map(|p| p.banner)
+        .unwrap_or_else(|| panic!("no plan"))
+}
+
+/// bob's share beside alice's on GPU 0: his banner names alice only where
+/// the node shows who runs what (`PrivateData=no`); where it hides users
+/// (`yes`, or `auto` where Slurm's `PrivateData` names `users` or `jobs`) it
+/// says only that another user's server is there.
+#[test]
+fn the_banner_names_other_users_only_where_the_node_shows_them() {
+    use crate::mps::config::PrivateData;
+    let (mut node, _dir) = alice_and_bob_on_gpu_0();
     node.cfg.private_data = PrivateData::No;
     let shown = banner_of(&node, 2);
     assert!(

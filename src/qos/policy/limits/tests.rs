@@ -2,6 +2,7 @@
 use super::super::job::{JobDescription, LimitLevel, TypedLimit};
 use super::super::verdict::RejectionKind;
 use super::unruled;
+use crate::qos::gres::PerNodeSpelling;
 use crate::qos::policy::fixtures::*;
 use crate::qos::policy::job::Resolved;
 use crate::qos::policy::{judge_modify, judge_submit};
@@ -28,6 +29,7 @@ fn an_untyped_request_under_a_typed_limit_without_a_rule_is_refused() {
     let job = JobDescription {
         qos: Some("normal"),
         tres_per_node: Some("gres:gpu:1"),
+        per_node_spelling: PerNodeSpelling::Gres,
         partition: Some("grp_a40"),
         resolved: Resolved {
             typed_limits: &limits[..1],

@@ -1,5 +1,6 @@
 use super::judge_submit;
 use crate::qos::config::GpuQosConfig;
+use crate::qos::gres::PerNodeSpelling;
 use crate::qos::policy::fixtures::*;
 use crate::qos::policy::job::{JobDescription, Resolved};
 use crate::qos::policy::update::judge_modify;
@@ -170,8 +171,8 @@ fn per_job_over_limit_can_never_start() {
     assert_eq!(r.kind, RejectionKind::OverLimit);
     assert_eq!(
         r.message,
-        "This job can never start: asks 8 a40, qos_lafferty allows at most 4. \
-         Ask for at most 4: --gpus=a40:4, or use a QOS with a larger limit."
+        "This job can never start: asks 8 a40, qos_lafferty allows at most 4 (the QOS's \
+         GrpTRES). Ask for at most 4: --gpus=a40:4, or use a QOS with a larger limit."
     );
 }
 
@@ -184,8 +185,8 @@ fn per_node_counts_multiply_by_nodes() {
     let r = rejection(submit(&j));
     assert_eq!(
         r.message,
-        "This job can never start: asks 6 a40, qos_lafferty allows at most 4. \
-         With 3 nodes that is at most --gres=gpu:a40:1; or ask for fewer nodes, or use \
+        "This job can never start: asks 6 a40, qos_lafferty allows at most 4 (the QOS's \
+         GrpTRES). With 3 nodes that is at most --gres=gpu:a40:1; or ask for fewer nodes, or use \
          a QOS with a larger limit."
     );
     let fits = JobDescription {
@@ -206,8 +207,8 @@ fn per_task_and_per_socket_counts_multiply() {
     let r = rejection(submit(&tasks));
     assert_eq!(
         r.message,
-        "This job can never start: asks 5 a40, qos_lafferty allows at most 4. \
-         Even one a40 per task is too many with 5 tasks: ask for fewer tasks, or use a \
+        "This job can never start: asks 5 a40, qos_lafferty allows at most 4 (the QOS's \
+         GrpTRES). Even one a40 per task is too many with 5 tasks: ask for fewer tasks, or use a \
          QOS with a larger limit."
     );
     let sockets = JobDescription {
@@ -382,9 +383,14 @@ fn the_default_qos_is_judged_when_the_job_names_none() {
         tres_per_node: Some("gres/gpu:a40:5"),
         ..j
     };
-    assert!(rejection(judge_submit(&cfg, &big))
-        .message
-        .starts_with("This job can never start: asks 5 a40, qos_lafferty allows at most 4."));
+    let told = rejection(judge_submit(&cfg, &big)).message;
+    assert!(
+        told.starts_with(
+            "This job can never start: asks 5 a40, qos_lafferty allows at most 4 (its \
+             GrpTRES: your default QOS, as the job names no --qos)."
+        ) && told.ends_with("or name a QOS with a larger limit with --qos."),
+        "{told}"
+    );
 }
 
 #[test]
@@ -452,12 +458,14 @@ fn account_limits_cover_sub_accounts_and_user_limits_their_user() {
     let told = rejection(judge_submit(&cfg, &over)).message;
     // The account's limit, not a QOS's: another QOS would not help.
     assert!(
-        told.contains("asks 7 a40, account lafferty allows at most 6.")
-            && told.ends_with(
-                "Ask for at most 6: --gpus=a40:6, or submit under an account with a larger \
-                 limit (--account=), or ask your sysadmin to raise this one."
-            )
-            && !told.contains("QOS with a larger limit"),
+        told.contains(
+            "asks 7 a40, account lafferty allows at most 6 (its GrpTRES, shared by every job \
+             of the account and its sub-accounts)."
+        ) && told.ends_with(
+            "Ask for at most 6: --gpus=a40:6, or submit under an account with a larger \
+             limit (--account=), or ask your sysadmin to raise account lafferty's: another \
+             QOS does not lift it."
+        ) && !told.contains("QOS with a larger limit"),
         "{told}"
     );
     let carol = JobDescription {
@@ -482,7 +490,7 @@ fn several_types_of_one_qos_have_their_own_limits() {
     let three_h100 = job(Some("qos_saxena"), Some("gres/gpu:h100:3"));
     assert!(rejection(judge_submit(&cfg, &three_h100))
         .message
-        .contains("asks 3 h100, qos_saxena allows at most 2."));
+        .contains("asks 3 h100, qos_saxena allows at most 2 (the QOS's GrpTRES)."));
     let many_a100 = job(Some("qos_saxena"), Some("gres/gpu:a100:16"));
     assert!(changes(judge_submit(&cfg, &many_a100)).is_empty());
 }
@@ -495,9 +503,17 @@ fn unparsable_gres_is_a_bad_request_with_the_parser_message() {
     assert_eq!(
         r.message,
         "invalid GRES request \"gres:gpu:a40:two\": count \"two\" is not a number \
-         (from --gres/--gpus-per-node). Write GPU requests as type:count, e.g. \
-         --gres=gpu:a40:2."
+         (from --gres). Write GPU requests as type:count, e.g. --gres=gpu:a40:2."
     );
+    // Where the option is not known, both are named.
+    let unknown = JobDescription {
+        per_node_spelling: PerNodeSpelling::Unknown,
+        ..job(Some("normal"), Some("gres:gpu:a40:two"))
+    };
+    assert!(rejection(submit(&unknown)).message.contains(
+        "(from --gres/--gpus-per-node). Write GPU requests as type:count, e.g. \
+         --gres=gpu:a40:2 (or --gpus-per-node=a40:2)."
+    ));
     let update = JobDescription {
         tres_per_job: Some("gres/gpu:99999999999999999999999"),
         ..JobDescription::default()

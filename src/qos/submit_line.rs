@@ -2,7 +2,11 @@
 //! recorded it (sbatch, srun and salloc join their arguments with spaces,
 //! unquoted). User text: read by position and option name, never trusted
 //! to be well formed, never a panic. `#SBATCH` lines inside a batch
-//! script are not in it: options given there are unseen here.
+//! script are not in it: [`parse_script`] reads those, for
+//! [`per_node_spelling`] (which option the user typed for the GPUs
+//! Slurm hands job_submit in `tres_per_node`).
+
+use crate::qos::gres::PerNodeSpelling;
 
 /// What a submission line says about the options the policy reads. Each
 /// string is the option's value as typed.
@@ -30,9 +34,24 @@ pub struct SubmittedOptions {
     /// The token range (start, end exclusive) of the first GPU option, so
     /// that the suggestion can take its place in the line.
     pub gpu_tokens: Option<(usize, usize)>,
+    /// The last `--gres` given: whether it asks for `gpu` (`None`: no
+    /// `--gres`). A later `--gres` replaces an earlier one, in sbatch as
+    /// here.
+    pub gres_gpu: Option<bool>,
+    /// A `--gpus-per-node` was given.
+    pub gpus_per_node: bool,
 }
 
 impl SubmittedOptions {
+    /// Which option these options use for the GPUs of `tres_per_node`.
+    pub fn per_node_spelling(&self) -> PerNodeSpelling {
+        match (self.gres_gpu.unwrap_or(false), self.gpus_per_node) {
+            (true, false) => PerNodeSpelling::Gres,
+            (false, true) => PerNodeSpelling::GpusPerNode,
+            _ => PerNodeSpelling::Unknown,
+        }
+    }
+
     /// Whether the line asks for GPUs (or shares) in any field.
     pub fn asks_gres(&self) -> bool {
         !(self.per_node.is_empty()
@@ -219,7 +238,13 @@ fn record(found: &mut SubmittedOptions, name: &str, value: Option<&str>, span: (
         _ => None,
     };
     if let Some((prefix, list)) = gpu_list {
-        list.extend(gres_items(prefix));
+        let items = gres_items(prefix);
+        match name {
+            "gres" => found.gres_gpu = Some(items.iter().any(|i| names_gpu(i))),
+            "gpus-per-node" => found.gpus_per_node = true,
+            _ => {}
+        }
+        list.extend(items);
         if found.gpu_tokens.is_none() {
             found.gpu_tokens = Some(span);
         }
@@ -238,6 +263,53 @@ fn record(found: &mut SubmittedOptions, name: &str, value: Option<&str>, span: (
         "exclusive" => found.exclusive_user = value.is_some_and(|v| v.eq_ignore_ascii_case("user")),
         _ => {}
     }
+}
+
+/// Whether a `gres:NAME[:TYPE][:N]` item asks for `gpu` (Slurm compares
+/// GRES names without regard to case).
+fn names_gpu(item: &str) -> bool {
+    let body = item.get(5..).unwrap_or("");
+    let name = body.split([':', '=']).next().unwrap_or("");
+    name.eq_ignore_ascii_case("gpu")
+}
+
+/// The options of a batch script's directives, as sbatch reads them
+/// (`_opt_batch_script` in sbatch/opt.c, 22.05 to 26.05): the lines that
+/// start with `#SBATCH` (or the old `#SLURM`), all taken as one command
+/// line, up to the first line that is neither blank nor a comment.
+pub fn parse_script(script: &str) -> SubmittedOptions {
+    let mut line = String::from("sbatch");
+    for text in script.lines() {
+        let directive = text
+            .strip_prefix("#SBATCH")
+            .or_else(|| text.strip_prefix("#SLURM"));
+        match directive {
+            Some(options) => {
+                line.push(' ');
+                line.push_str(options);
+            }
+            None if text.trim_start().is_empty() || text.trim_start().starts_with('#') => {}
+            None => break,
+        }
+    }
+    parse(&line)
+}
+
+/// Which option the user typed for the GPUs of `tres_per_node`, from the
+/// submission line and the batch script: an option on the line replaces
+/// the script's. `Unknown` where neither says, or both options ask for
+/// GPUs (the clients refuse that themselves from 26.05:
+/// `_validate_gres_vs_gpus_per_node` in slurm_opt.c), or the request came another
+/// way (`SBATCH_GRES`, `SBATCH_GPUS_PER_NODE`, slurmrestd).
+pub fn per_node_spelling(line: Option<&str>, script: Option<&str>) -> PerNodeSpelling {
+    let line = line.map(parse).unwrap_or_default();
+    let script = script.map(parse_script).unwrap_or_default();
+    SubmittedOptions {
+        gres_gpu: line.gres_gpu.or(script.gres_gpu),
+        gpus_per_node: line.gpus_per_node || script.gpus_per_node,
+        ..SubmittedOptions::default()
+    }
+    .per_node_spelling()
 }
 
 /// The line with the first GPU option's words replaced by `instead`
@@ -322,6 +394,55 @@ mod tests {
         assert!(!parse("sbatch --gres=,,, --gpus=none").asks_gres());
         assert_eq!(parse("sbatch --ntasks=9999999999999").ntasks, None);
         assert_eq!(parse("sbatch -q").qos, None);
+    }
+
+    #[test]
+    fn the_spelling_is_what_the_user_typed_on_the_line_or_in_the_script() {
+        use PerNodeSpelling::{GpusPerNode, Gres, Unknown};
+        let spelling = per_node_spelling;
+        assert_eq!(spelling(Some("sbatch --gres=gpu:2 job.sh"), None), Gres);
+        assert_eq!(spelling(Some("sbatch --gres GPU job.sh"), None), Gres);
+        assert_eq!(
+            spelling(Some("srun --gpus-per-node=2 hostname"), None),
+            GpusPerNode
+        );
+        assert_eq!(
+            spelling(Some("salloc --gpus-per-node 2"), None),
+            GpusPerNode
+        );
+        // A --gres of shares only is not the GPUs' spelling.
+        assert_eq!(
+            spelling(Some("sbatch --gres=mps:50 --gpus-per-node=1 x"), None),
+            GpusPerNode
+        );
+        assert_eq!(
+            spelling(Some("sbatch --gres=gpu:1 --gpus-per-node=1 x"), None),
+            Unknown
+        );
+        assert_eq!(spelling(Some("sbatch job.sh --gres=gpu:2"), None), Unknown);
+        assert_eq!(spelling(None, None), Unknown);
+        let script = "#!/bin/bash\n#SBATCH -t 5\n\n  # note\n#SBATCH --gpus-per-node=2\n\
+                      hostname\n#SBATCH --gres=gpu:1\n";
+        assert_eq!(spelling(Some("sbatch job.sh"), Some(script)), GpusPerNode);
+        assert_eq!(spelling(None, Some("#SLURM --gres=gpu:a40:1\n")), Gres);
+        // The line's --gres replaces the script's.
+        let script = "#!/bin/sh\n#SBATCH --gres=gpu:2 --gpus-per-node=2\n";
+        assert_eq!(spelling(None, Some(script)), Unknown);
+        assert_eq!(
+            spelling(Some("sbatch --gres=mps:10 job.sh"), Some(script)),
+            GpusPerNode
+        );
+        // Text that only looks like a directive.
+        assert_eq!(spelling(None, Some(" #SBATCH --gres=gpu:2\n")), Unknown);
+        for odd in [
+            "",
+            "#SBATCH",
+            "#SBATCH --gres",
+            "#SBATCH --gres=\u{0}é",
+            "\n\n#SLURM -",
+        ] {
+            let _ = spelling(Some(odd), Some(odd));
+        }
     }
 
     #[test]
