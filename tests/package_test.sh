@@ -10,7 +10,8 @@
 #     rules pass their promtool tests where they are installed;
 #  2. the installed plugins and programs work in that root's slurmctld and
 #     slurmd: a submission refused with the typed-GPU message, MPS shares
-#     placed (one test of each integration suite; the harness reads a
+#     placed, a CPU node's jobs run with the node package's prolog and
+#     epilog (tests of the integration suites; the harness reads a
 #     directory of links to the installed files); the SPANK drop-in, once
 #     linked into plugstack.conf.d, loads the plugin in sbatch's plugin stack;
 #     a newer build (the same files, the next Debian revision) installed
@@ -160,7 +161,7 @@ for deb in "$tools" "$controller" "$node"; do
 done
 rm -rf "$tmp/unpacked"
 GPUSHARE_RELEASE_ROOT=$root GPUSHARE_RELEASE_BUILD=$harness GPUSHARE_UPGRADE_DEBS=/tmp/debs-next tests/release_suite.sh "$suite" v1 \
-    gpu_qos:untyped_gpu_under_group_qos_is_rejected_with_the_fix,gpu_mps:four_shares_land_on_four_gpus_then_two_per_gpu/packages_upgraded_under_running_shares_lose_nothing ||
+    gpu_qos:untyped_gpu_under_group_qos_is_rejected_with_the_fix,gpu_mps:four_shares_land_on_four_gpus_then_two_per_gpu/packages_upgraded_under_running_shares_lose_nothing/a_cpu_node_runs_its_jobs_with_gpushares_node_half_configured ||
     fail "the installed plugins did not pass their tests"
 rm -rf "$root/tmp/debs-next"
 
