@@ -740,6 +740,7 @@ mod tests {
             placed_by_slurm: false,
             memory_mib: None,
             clients: None,
+            sluid: None,
         });
         s.insert_share(ShareRecord {
             job: 12,
@@ -751,6 +752,7 @@ mod tests {
             placed_by_slurm: false,
             memory_mib: None,
             clients: None,
+            sluid: None,
         });
         s.insert_whole(WholeRecord {
             job: 20,

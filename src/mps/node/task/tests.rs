@@ -146,7 +146,7 @@ fn framework_hints_never_pass_the_share() {
 #[test]
 fn the_banner_names_other_users_only_where_the_node_shows_them() {
     use crate::mps::config::PrivateData;
-    use crate::mps::ledger::SlurmChoice;
+    use crate::mps::ledger::{Holder, SlurmChoice};
     let (mut node, _dir) = temp_node(None);
     let on_gpu_0 = SlurmChoice {
         gpu: 0,
@@ -155,7 +155,7 @@ fn the_banner_names_other_users_only_where_the_node_shows_them() {
     };
     for (job, uid, user) in [(1, 1000, "alice"), (2, 1001, "bob")] {
         node.ledger
-            .record_slurm_share(job, uid, user, 30, on_gpu_0)
+            .record_slurm_share(Holder::new(job, uid, user), 30, on_gpu_0)
             .unwrap_or_else(|e| panic!("{e}"));
     }
     let banner_of = |node: &crate::mps::node::Node, job: u32| {
@@ -190,7 +190,7 @@ fn the_banner_names_other_users_only_where_the_node_shows_them() {
 #[test]
 fn the_banner_goes_where_banner_says_once_per_job() {
     use crate::mps::config::Banner;
-    use crate::mps::ledger::SlurmChoice;
+    use crate::mps::ledger::{Holder, SlurmChoice};
     let (node, _dir) = temp_node(None);
     let choice = SlurmChoice {
         gpu: 1,
@@ -198,7 +198,7 @@ fn the_banner_goes_where_banner_says_once_per_job() {
         units_per_gpu: 100,
     };
     node.ledger
-        .record_slurm_share(7, 1000, "alice", 25, choice)
+        .record_slurm_share(Holder::new(7, 1000, "alice"), 25, choice)
         .unwrap_or_else(|e| panic!("{e}"));
     let plan_with = |node: &crate::mps::node::Node, to: Banner| {
         let mut cfg = node.cfg.clone();
