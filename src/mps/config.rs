@@ -20,6 +20,7 @@
 //! Placement=auto                   # who picks a share's GPU: auto (Slurm where gres.conf books mps per GPU), slurm, gpushare
 //! MIGShares=refuse                 # refuse every share while NVML reports MIG on for a listed GPU; allow
 //! Banner=stderr                    # a share's one line of limits: the job's stderr, slurmd's log only (log), or off
+//! ShareUsage=nvml                  # each share's GPU memory and SM use in the metrics, sampled by the node timer: nvml, none, or a program's path
 //! ```
 
 use std::path::PathBuf;
@@ -128,6 +129,19 @@ pub enum Banner {
     Off,
 }
 
+/// Where the node timer gets each share's use of its GPU (`ShareUsage=`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum ShareUsage {
+    /// `gpu-mps` asks NVML in a child process of its own (the default).
+    #[default]
+    Nvml,
+    /// Not sampled: no per-share figures in the metrics.
+    Off,
+    /// This program, which prints what `gpu-mps --nvml-usage` prints (the
+    /// test cluster's stand-in for NVML).
+    Program(PathBuf),
+}
+
 /// Whether the node's files show who runs what (`PrivateData=`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PrivateData {
@@ -215,6 +229,8 @@ pub struct GpuMpsConfig {
     pub exclusive_while_shared: bool,
     /// Where a share's line of limits goes.
     pub banner: Banner,
+    /// Where the node timer gets each share's use of its GPU.
+    pub share_usage: ShareUsage,
 }
 
 impl Default for GpuMpsConfig {
@@ -242,6 +258,7 @@ impl Default for GpuMpsConfig {
             // directory) gets the whole GPU, time-sliced, without limits.
             exclusive_while_shared: true,
             banner: Banner::Stderr,
+            share_usage: ShareUsage::Nvml,
         }
     }
 }
@@ -268,10 +285,11 @@ enum Key {
     MpsFailure,
     ComputeMode,
     Banner,
+    ShareUsage,
 }
 
 impl Key {
-    const ALL: [Key; 19] = [
+    const ALL: [Key; 20] = [
         Key::UnitsPerGpu,
         Key::GpuDevices,
         Key::StateDir,
@@ -291,6 +309,7 @@ impl Key {
         Key::MpsFailure,
         Key::ComputeMode,
         Key::Banner,
+        Key::ShareUsage,
     ];
 
     /// The canonical spelling, used in messages.
@@ -315,6 +334,7 @@ impl Key {
             Key::MpsFailure => "MPSFailure",
             Key::ComputeMode => "ComputeMode",
             Key::Banner => "Banner",
+            Key::ShareUsage => "ShareUsage",
         }
     }
 
@@ -457,6 +477,18 @@ impl Key {
                     _ => {
                         return Err(format!(
                             "Banner must be stderr, log or off, got \"{value}\""
+                        ))
+                    }
+                };
+            }
+            Key::ShareUsage => {
+                cfg.share_usage = match value.to_ascii_lowercase().as_str() {
+                    "nvml" => ShareUsage::Nvml,
+                    "none" | "off" | "no" => ShareUsage::Off,
+                    _ if value.starts_with('/') => ShareUsage::Program(PathBuf::from(value)),
+                    _ => {
+                        return Err(format!(
+                            "ShareUsage must be nvml, none or an absolute path, got \"{value}\""
                         ))
                     }
                 };
@@ -705,6 +737,27 @@ mod tests {
         assert_eq!(none.memory_limit_mib(50, Some(1000)), None);
         // Proportional without any figure for the GPU's memory: no limit.
         assert_eq!(GpuMpsConfig::default().memory_limit_mib(50, None), None);
+    }
+
+    #[test]
+    fn share_usage_is_nvml_none_or_a_program() {
+        assert_eq!(GpuMpsConfig::default().share_usage, ShareUsage::Nvml);
+        for (text, want) in [
+            ("ShareUsage=NVML\n", ShareUsage::Nvml),
+            ("ShareUsage=none\n", ShareUsage::Off),
+            (
+                "ShareUsage=/opt/x/usage\n",
+                ShareUsage::Program(PathBuf::from("/opt/x/usage")),
+            ),
+        ] {
+            let cfg = parse(text, "f").unwrap_or_else(|e| panic!("{text:?}: {e}"));
+            assert_eq!(cfg.share_usage, want, "{text:?}");
+        }
+        assert!(
+            parse("UnitsPerGPU=100\nShareUsage=dcgm\n", "f").is_err_and(|e| e
+                .to_string()
+                .starts_with("f:2: ShareUsage must be nvml, none or an absolute path"))
+        );
     }
 
     #[test]
