@@ -8,11 +8,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 
-use super::running::node_name;
 use super::setup::Node;
 use crate::mps::ledger::LedgerState;
 use crate::mps::state_dir;
-use crate::mps::usage::{self, cgroup, Anchors, GpuAnswer, GpuSample, ProcessFacts, ShareUse};
+use crate::mps::usage::{self, cgroup, GpuAnswer, GpuSample, ProcessFacts, ShareUse};
 
 /// The figures the node timer last sampled, in the state directory.
 pub const KEPT_FILE: &str = "share-usage";
@@ -75,7 +74,7 @@ fn process_facts(pid: u32) -> Option<ProcessFacts> {
 }
 
 /// The cgroup texts of the node's root-owned `slurmstepd` processes: where
-/// Slurm's cgroup/v2 scope is (see [`cgroup::stepd_scopes`]).
+/// Slurm makes job cgroups (see [`cgroup::stepd_anchors`]).
 fn root_stepd_cgroups() -> Vec<String> {
     let Ok(entries) = fs::read_dir("/proc") else {
         return Vec::new();
@@ -89,23 +88,6 @@ fn root_stepd_cgroups() -> Vec<String> {
         .filter(|f| f.uid == 0)
         .map(|f| f.cgroup)
         .collect()
-}
-
-/// Where Slurm makes job cgroups here: `CgroupPrepend` from the
-/// cgroup.conf beside slurm.conf (cgroup v1); where a process NVML named
-/// is under a `slurmstepd.scope` (cgroup v2), that scope as root's
-/// slurmstepd processes show it.
-fn anchors(facts: &BTreeMap<u32, ProcessFacts>) -> Anchors {
-    let conf = crate::shared::locations::beside_slurm_conf(None, "cgroup.conf");
-    let text = fs::read_to_string(conf).unwrap_or_default();
-    let v2 = facts
-        .values()
-        .any(|f| cgroup::v2_path(&f.cgroup).is_some_and(|p| p.contains("slurmstepd.scope")));
-    let stepds = if v2 { root_stepd_cgroups() } else { Vec::new() };
-    Anchors {
-        v1_prepend: Some(cgroup::v1_prepend(&text, &node_name(None))),
-        v2_scopes: cgroup::stepd_scopes(stepds.iter().map(String::as_str)),
-    }
 }
 
 /// Samples each share's use where at least one share runs: `ask` runs the
@@ -172,7 +154,13 @@ pub fn sample_share_usage(
         .into_iter()
         .filter_map(|pid| Some((pid, process_facts(pid)?)))
         .collect();
-    let anchors = anchors(&facts);
+    // Where Slurm makes job cgroups, from root's slurmstepd processes.
+    let stepds = if facts.is_empty() {
+        Vec::new()
+    } else {
+        root_stepd_cgroups()
+    };
+    let anchors = cgroup::stepd_anchors(stepds.iter().map(String::as_str));
     let got = usage::attribute(&answered, &state, node.cfg.units_per_gpu, &facts, &anchors);
     kept.cursor.extend(report.last_samples());
     kept.usage = usage::KeptUsage {

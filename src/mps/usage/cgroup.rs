@@ -13,15 +13,19 @@
 //!   `src/plugins/cgroup/v1/xcgroup.c`):
 //!   `<CgroupPrepend>/uid_<U>/job_<J>/step_<S>/...` in the hierarchies of
 //!   the controllers Slurm attaches (freezer, devices, memory, cpuset,
-//!   cpu, cpuacct), never a named one such as `name=systemd`. Only root
-//!   can make a directory at the top of such a hierarchy.
+//!   cpu, cpuacct), never a named one such as `name=systemd`.
+//!   `CgroupPrepend` defaults to `/slurm`, or `/slurm_<node>` where Slurm
+//!   was built for several slurmd per host (Debian's packages are), and
+//!   cgroup.conf may set it: it is read, as the v2 scope is, from the
+//!   cgroups of root-owned `slurmstepd` processes ([`stepd_anchors`]),
+//!   which Slurm puts in their job's cgroups.
 //! - cgroup v2 (`src/plugins/cgroup/v2/cgroup_v2.c`):
 //!   `<scope>/<JOBDIR>/step_<S>/...`, where `<scope>` is Slurm's
 //!   `slurmstepd.scope` (`<node>_slurmstepd.scope` with MULTIPLE_SLURMD)
 //!   under `system.slice` (22.05), under `CgroupSlice` and below
 //!   slurmd's own cgroup root in a container (later releases). The scope
 //!   is never built from a pattern: it is read from the cgroups of
-//!   root-owned `slurmstepd` processes ([`stepd_scopes`]), which no user
+//!   root-owned `slurmstepd` processes ([`stepd_anchors`]), which no user
 //!   can create or move. `JOBDIR` is `job_<J>` up to 25.11 and with
 //!   26.05.2's `CgroupJobIdPaths=yes`; otherwise in 26.05 the job's SLUID
 //!   (`print_sluid`), which only the ledger's record of the share (the
@@ -35,12 +39,12 @@
 const SLURM_V1_CONTROLLERS: [&str; 6] =
     ["freezer", "devices", "memory", "cpuset", "cpu", "cpuacct"];
 
-/// Where Slurm makes job cgroups on this node.
+/// Where Slurm makes job cgroups on this node ([`stepd_anchors`]).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Anchors {
-    /// cgroup v1: `CgroupPrepend` as cgroup.conf sets it ([`v1_prepend`]).
-    pub v1_prepend: Option<String>,
-    /// cgroup v2: the paths of Slurm's `slurmstepd.scope` ([`stepd_scopes`]).
+    /// cgroup v1: the paths above `uid_<U>/job_<J>` (`CgroupPrepend`).
+    pub v1_prepends: Vec<String>,
+    /// cgroup v2: the paths of Slurm's `slurmstepd.scope`.
     pub v2_scopes: Vec<String>,
 }
 
@@ -64,51 +68,60 @@ pub enum Placement {
     Conflicting,
 }
 
-/// cgroup.conf's `CgroupPrepend` (cgroup/v1), `/slurm` where it sets none;
-/// `%n` is the node's name, as Slurm expands it (`xcgroup_create_slurm_cg`).
-pub fn v1_prepend(cgroup_conf: &str, node: &str) -> String {
-    let set = crate::shared::syntax::lines(cgroup_conf)
-        .filter_map(|(_, pairs)| pairs.ok())
-        .flatten()
-        .filter(|p| p.key.eq_ignore_ascii_case("CgroupPrepend"))
-        .last()
-        .map(|p| p.value.trim().to_owned());
-    let prepend = set
-        .unwrap_or_else(|| "/slurm".to_owned())
-        .replace("%n", node);
-    let trimmed = prepend.trim_end_matches('/');
-    if trimmed.starts_with('/') {
-        trimmed.to_owned()
-    } else {
-        format!("/{trimmed}")
-    }
-}
-
 /// The cgroup v2 path of a `/proc/PID/cgroup` text (its `0::` line).
 pub fn v2_path(cgroup: &str) -> Option<&str> {
     cgroup.lines().find_map(|l| l.strip_prefix("0::"))
 }
 
-/// Slurm's `slurmstepd.scope` paths, from the cgroup texts of root-owned
-/// `slurmstepd` processes (in `<scope>/<JOBDIR>/step_<S>/slurm`, or
-/// `<scope>/system` while they start): each path up to and including
-/// its `slurmstepd.scope` component.
-pub fn stepd_scopes<'a>(stepd_cgroups: impl IntoIterator<Item = &'a str>) -> Vec<String> {
-    let mut scopes: Vec<String> = Vec::new();
-    for path in stepd_cgroups.into_iter().filter_map(v2_path) {
-        let mut prefix = String::new();
-        for part in path.split('/').filter(|p| !p.is_empty()) {
-            prefix.push('/');
-            prefix.push_str(part);
-            if part == "slurmstepd.scope" || part.ends_with("_slurmstepd.scope") {
-                if !scopes.contains(&prefix) {
-                    scopes.push(prefix);
+/// The paths of a `/proc/PID/cgroup` text in the hierarchies of the
+/// controllers Slurm's cgroup/v1 plugin uses.
+fn v1_paths(cgroup: &str) -> impl Iterator<Item = &str> {
+    cgroup.lines().filter_map(|line| {
+        let mut fields = line.splitn(3, ':');
+        let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+        controllers
+            .split(',')
+            .any(|c| SLURM_V1_CONTROLLERS.contains(&c))
+            .then_some(path)
+    })
+}
+
+/// Where Slurm makes job cgroups, from the cgroup texts of root-owned
+/// `slurmstepd` processes, which Slurm puts in their job's cgroups: under
+/// cgroup v1 the path above their `uid_<U>/job_<J>`; under cgroup v2
+/// their path up to and including its `slurmstepd.scope` component (they
+/// are in `<scope>/<JOBDIR>/step_<S>/slurm`, or `<scope>/system` while
+/// they start).
+pub fn stepd_anchors<'a>(stepd_cgroups: impl IntoIterator<Item = &'a str>) -> Anchors {
+    fn add(list: &mut Vec<String>, path: String) {
+        if !list.contains(&path) {
+            list.push(path);
+        }
+    }
+    let mut anchors = Anchors::default();
+    for text in stepd_cgroups {
+        for path in v1_paths(text) {
+            let parts: Vec<&str> = path.split('/').collect();
+            let at = parts.windows(2).position(|w| {
+                w[0].strip_prefix("uid_").and_then(digits).is_some() && job_id(w[1]).is_some()
+            });
+            if let Some(i) = at {
+                add(&mut anchors.v1_prepends, parts[..i].join("/"));
+            }
+        }
+        if let Some(path) = v2_path(text) {
+            let mut prefix = String::new();
+            for part in path.split('/').filter(|p| !p.is_empty()) {
+                prefix.push('/');
+                prefix.push_str(part);
+                if part == "slurmstepd.scope" || part.ends_with("_slurmstepd.scope") {
+                    add(&mut anchors.v2_scopes, prefix);
+                    break;
                 }
-                break;
             }
         }
     }
-    scopes
+    anchors
 }
 
 /// `job_<J>` → J.
@@ -123,7 +136,8 @@ fn digits(text: &str) -> Option<u32> {
     text.parse().ok()
 }
 
-/// `<rest>` of `<prefix>/<rest>`, on a component boundary.
+/// `<rest>` of `<prefix>/<rest>`, on a component boundary (an empty
+/// `prefix`: the hierarchy's root).
 fn below<'a>(path: &'a str, prefix: &str) -> Option<&'a str> {
     path.strip_prefix(prefix)?.strip_prefix('/')
 }
@@ -158,24 +172,14 @@ fn v2_job(path: &str, scope: &str) -> Option<JobDir> {
 /// Where `cgroup` (a `/proc/PID/cgroup` text) puts its process.
 pub fn placement(cgroup: &str, anchors: &Anchors) -> Placement {
     let mut found: Vec<(Option<u32>, JobDir)> = Vec::new();
-    for line in cgroup.lines() {
-        let mut fields = line.splitn(3, ':');
-        let (Some(_), Some(controllers), Some(path)) =
-            (fields.next(), fields.next(), fields.next())
-        else {
-            continue;
-        };
-        if controllers.is_empty() {
-            for scope in &anchors.v2_scopes {
-                if let Some(dir) = v2_job(path, scope) {
-                    found.push((None, dir));
-                }
-            }
-        } else if controllers
-            .split(',')
-            .any(|c| SLURM_V1_CONTROLLERS.contains(&c))
-        {
-            if let Some((uid, job)) = anchors.v1_prepend.as_deref().and_then(|p| v1_job(path, p)) {
+    if let Some(path) = v2_path(cgroup) {
+        for scope in &anchors.v2_scopes {
+            found.extend(v2_job(path, scope).map(|dir| (None, dir)));
+        }
+    }
+    for path in v1_paths(cgroup) {
+        for prepend in &anchors.v1_prepends {
+            if let Some((uid, job)) = v1_job(path, prepend) {
                 found.push((Some(uid), JobDir::Id(job)));
             }
         }

@@ -126,110 +126,119 @@ fn a_block_reads_back_and_a_cut_or_broken_one_is_left_out() {
     }
 }
 
+/// Where Slurm makes job cgroups, from what root's slurmstepd processes
+/// of these recorded releases show.
+fn anchors_of(releases: &[&str]) -> Anchors {
+    let texts: Vec<String> = releases
+        .iter()
+        .map(|r| recorded(&format!("{r}-slurmstepd")))
+        .collect();
+    cgroup::stepd_anchors(texts.iter().map(String::as_str))
+}
+
 /// The texts of each release and cgroup version, as recorded: each names
 /// its job where Slurm put it, and nothing else does.
 #[test]
 fn each_releases_job_cgroups_name_their_job() {
-    let v1 = Anchors {
-        v1_prepend: Some("/slurm".into()),
-        v2_scopes: Vec::new(),
-    };
-    // Slurm 22.05, cgroup v1: every Slurm controller agrees.
+    // Slurm 22.05 (Debian's, built for several slurmd a host), cgroup v1.
+    let v1 = anchors_of(&["22.05-v1"]);
+    assert_eq!(v1.v1_prepends, vec!["/slurm_node1".to_owned()]);
+    assert!(v1.v2_scopes.is_empty());
     assert_eq!(
         cgroup::placement(&recorded("22.05-v1-task"), &v1),
         Placement::Job {
-            uid: Some(1000),
-            dir: JobDir::Id(4242),
+            uid: Some(1001),
+            dir: JobDir::Id(42962001),
         }
     );
-    let stepd_23 = recorded("23.11-v2-slurmstepd");
-    let v2_23 = Anchors {
-        v1_prepend: Some("/slurm".into()),
-        v2_scopes: cgroup::stepd_scopes([stepd_23.as_str()]),
-    };
+    // 23.11, cgroup v2 (a slurmd of several a host: `node1_` scope).
+    let v2_23 = anchors_of(&["23.11-v2"]);
     assert_eq!(
         v2_23.v2_scopes,
-        vec!["/system.slice/slurmstepd.scope".to_owned()]
+        vec!["/system.slice/node1_slurmstepd.scope".to_owned()]
     );
+    assert!(v2_23.v1_prepends.is_empty());
     assert_eq!(
         cgroup::placement(&recorded("23.11-v2-task"), &v2_23),
         Placement::Job {
             uid: None,
-            dir: JobDir::Id(4242),
+            dir: JobDir::Id(46606001),
         }
     );
     // 26.05: the job's directory is its SLUID.
-    let stepd_26 = recorded("26.05-v2-slurmstepd");
-    let v2_26 = Anchors {
-        v1_prepend: None,
-        v2_scopes: cgroup::stepd_scopes([stepd_26.as_str(), stepd_23.as_str()]),
-    };
+    let v2_26 = anchors_of(&["26.05-v2", "22.05-v1"]);
     assert_eq!(
         cgroup::placement(&recorded("26.05-v2-task"), &v2_26),
         Placement::Job {
             uid: None,
-            dir: JobDir::Named("s0KQX3Z1V8G7A4".into()),
+            dir: JobDir::Named("sBBXM8CEK87900".into()),
         }
     );
-    // Without the scope of a root slurmstepd, no v2 path counts.
-    assert_eq!(
-        cgroup::placement(&recorded("26.05-v2-task"), &Anchors::default()),
-        Placement::Outside
-    );
+    // Without root's slurmstepd to say where Slurm's cgroups are, nothing
+    // counts.
+    for task in ["22.05-v1-task", "23.11-v2-task", "26.05-v2-task"] {
+        assert_eq!(
+            cgroup::placement(&recorded(task), &Anchors::default()),
+            Placement::Outside
+        );
+    }
 }
 
 /// A user's process in their own delegated subtree, or in a `job_B`
 /// directory made below its own job's, is never counted as job B's.
 #[test]
 fn a_forged_job_cgroup_names_no_other_job() {
-    let stepd = recorded("23.11-v2-slurmstepd");
-    let anchors = Anchors {
-        v1_prepend: Some("/slurm".into()),
-        v2_scopes: cgroup::stepd_scopes([stepd.as_str()]),
-    };
+    let anchors = anchors_of(&["22.05-v1", "23.11-v2"]);
     // Under systemd's delegation to the user: Slurm's layout, elsewhere.
     let forged = recorded("forged-v2-user-subtree");
-    assert!(forged.contains("/slurmstepd.scope/job_4243/step_0/user/task_0"));
+    assert!(forged.contains("/node1_slurmstepd.scope/job_4243/step_0/user/task_0"));
     assert_eq!(cgroup::placement(&forged, &anchors), Placement::Outside);
     // The old rule, a `job_<id>` anywhere, takes it.
     assert!(crate::mps::daemon::cgroup_is_jobs(&forged, 4243, None));
-    // v1: job_4243 made inside job 4242's user-owned step.
-    let nested = "6:freezer:/slurm/uid_1000/job_4242/step_0/uid_1000/job_4243/step_0\n";
+    // v1: job_4243 made inside job 42962001's user-owned step.
+    let nested =
+        "6:freezer:/slurm_node1/uid_1001/job_42962001/step_batch/uid_1001/job_4243/step_0\n";
     assert_eq!(
         cgroup::placement(nested, &anchors),
         Placement::Job {
-            uid: Some(1000),
-            dir: JobDir::Id(4242),
+            uid: Some(1001),
+            dir: JobDir::Id(42962001),
         }
     );
     // A named hierarchy a user may be delegated counts for nothing.
-    let named = "1:name=systemd:/slurm/uid_1000/job_4243/step_0\n";
+    let named = "1:name=systemd:/slurm_node1/uid_1001/job_4243/step_0\n";
     assert_eq!(cgroup::placement(named, &anchors), Placement::Outside);
     // Moved into another of one's own jobs in one controller only.
-    let split =
-        "6:freezer:/slurm/uid_1000/job_4243/step_0\n4:memory:/slurm/uid_1000/job_4242/step_0\n";
+    let split = "6:freezer:/slurm_node1/uid_1001/job_4243/step_0\n\
+                 5:devices:/slurm_node1/uid_1001/job_42962001/step_0/task_0\n";
     assert_eq!(cgroup::placement(split, &anchors), Placement::Conflicting);
     // A scope-like prefix that is not the scope.
-    let longer = "0::/system.slice/slurmstepd.scope.x/job_4243/step_0/user\n";
+    let longer = "0::/system.slice/node1_slurmstepd.scope.x/job_4243/step_0/user\n";
     assert_eq!(cgroup::placement(longer, &anchors), Placement::Outside);
 }
 
 #[test]
-fn cgroup_prepend_is_read_as_slurm_expands_it() {
-    assert_eq!(cgroup::v1_prepend("", "gpu01"), "/slurm");
+fn slurms_cgroups_are_where_root_slurmstepd_is() {
+    let anchors = cgroup::stepd_anchors([
+        "0::/a/system.slice/gpu01_slurmstepd.scope/system\n",
+        "1:cpu:/\n6:freezer:/slurm/uid_0/job_5\n",
+        // CgroupPrepend=/: the hierarchy's root.
+        "5:devices:/uid_0/job_5/step_0\n",
+    ]);
     assert_eq!(
-        cgroup::v1_prepend(
-            "CgroupPlugin=cgroup/v1\nCgroupPrepend=/slurm_%n/\n",
-            "gpu01"
-        ),
-        "/slurm_gpu01"
+        anchors.v1_prepends,
+        vec!["/slurm".to_owned(), String::new()]
     );
     assert_eq!(
-        cgroup::stepd_scopes([
-            "0::/a/system.slice/gpu01_slurmstepd.scope/system\n",
-            "1:cpu:/\n"
-        ]),
+        anchors.v2_scopes,
         vec!["/a/system.slice/gpu01_slurmstepd.scope".to_owned()]
+    );
+    assert_eq!(
+        cgroup::placement("4:memory:/uid_7/job_8/step_0\n", &anchors),
+        Placement::Job {
+            uid: Some(7),
+            dir: JobDir::Id(8),
+        }
     );
 }
 
@@ -246,7 +255,7 @@ fn each_share_gets_its_own_processes_figures() {
     ]);
     let scope = "/system.slice/slurmstepd.scope";
     let anchors = Anchors {
-        v1_prepend: Some("/slurm".into()),
+        v1_prepends: vec!["/slurm".into()],
         v2_scopes: vec![scope.into()],
     };
     let task = |dir: &str| format!("0::{scope}/{dir}/step_0/user/task_0\n");
