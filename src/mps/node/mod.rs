@@ -75,7 +75,9 @@ pub use running::{node_name, running_jobs, RunningJob, SQUEUE_TIMEOUT};
 #[cfg(test)]
 pub(crate) use setup::test_node;
 pub use setup::{gpu_devices, hides_users, node_ledger, server_rule, Node, PipeGuard, Unfit};
-pub use share_usage::{kept_usage, sample_share_usage, Asked, KEPT_FILE as SHARE_USAGE_FILE};
+pub use share_usage::{
+    kept_usage, sample_share_usage, share_figures, Asked, KEPT_FILE as SHARE_USAGE_FILE,
+};
 pub use task::{
     framework_hints, memory_fraction, task_plan, unreachable_pipes, TaskMemory, TaskPlan,
     JAX_PREALLOCATION,

@@ -90,41 +90,27 @@ fn root_stepd_cgroups() -> Vec<String> {
         .collect()
 }
 
-/// Samples each share's use where at least one share runs: `ask` runs the
-/// NVML child (given where each GPU's samples were read up to, by NVML's
-/// index) and returns what it printed. The figures are kept for the
-/// metrics file ([`kept_usage`]); the lines returned say what could not be
-/// had (a GPU whose NVML did not answer is skipped, never waited for).
-pub fn sample_share_usage(
-    node: &Node,
-    ask: impl FnOnce(&BTreeMap<u32, u64>) -> Asked,
-) -> Vec<String> {
-    let state = match node.ledger.snapshot() {
-        Ok(s) => s.state,
-        Err(e) => return vec![format!("share use not sampled: {e}")],
-    };
+/// Each share's figures from what the NVML child printed (`report`;
+/// `trouble`: why it gave no more), each process read from `/proc` as
+/// root; `gpu_of`: gpushare's GPU of each of NVML's. With the lines that
+/// say which GPUs with shares gave no figures, and why.
+pub fn share_figures(
+    report: &usage::Report,
+    state: &LedgerState,
+    units_per_gpu: u32,
+    gpu_of: impl Fn(&GpuAnswer) -> Option<u32>,
+    trouble: Option<&str>,
+) -> (Vec<ShareUse>, Vec<String>) {
     let share_gpus: BTreeSet<u32> = state.shares().map(|s| s.gpu).collect();
-    if share_gpus.is_empty() {
-        return Vec::new();
-    }
-    let dir = &node.cfg.state_dir;
-    let mut kept = read_kept(dir);
-    let asked = ask(&kept.cursor);
-    let report = usage::parse(&asked.text);
     let mut lines: Vec<String> = report
         .problems
         .iter()
         .map(|p| format!("NVML's per-process figures: {p}"))
         .collect();
-    // NVML names a GPU by its minor, gpushare by its place in GPUDevices.
     let mut heard = BTreeSet::new();
     let mut answered: Vec<(u32, &GpuSample)> = Vec::new();
     for answer in &report.gpus {
-        let gpu = match answer.minor() {
-            Some(minor) => node.gpus_of_minors(&[minor]).first().copied(),
-            None => Some(answer.index()).filter(|&i| i < node.gpu_count),
-        };
-        let Some(gpu) = gpu else { continue };
+        let Some(gpu) = gpu_of(answer) else { continue };
         heard.insert(gpu);
         match answer {
             GpuAnswer::Answered(sample) => answered.push((gpu, sample)),
@@ -134,10 +120,7 @@ pub fn sample_share_usage(
             GpuAnswer::Failed { .. } => {}
         }
     }
-    let why = asked
-        .trouble
-        .as_deref()
-        .unwrap_or("it did not name the GPU");
+    let why = trouble.unwrap_or("it did not name the GPU");
     for gpu in share_gpus.difference(&heard) {
         lines.push(format!(
             "GPU {gpu}: no answer from NVML ({why}); no share figures for it this time"
@@ -161,11 +144,42 @@ pub fn sample_share_usage(
         root_stepd_cgroups()
     };
     let anchors = cgroup::stepd_anchors(stepds.iter().map(String::as_str));
-    let got = usage::attribute(&answered, &state, node.cfg.units_per_gpu, &facts, &anchors);
+    let got = usage::attribute(&answered, state, units_per_gpu, &facts, &anchors);
+    (got.shares, lines)
+}
+
+/// Samples each share's use where at least one share runs: `ask` runs the
+/// NVML child (given where each GPU's samples were read up to, by NVML's
+/// index) and returns what it printed. The figures are kept for the
+/// metrics file ([`kept_usage`]); the lines returned say what could not be
+/// had (a GPU whose NVML did not answer is skipped, never waited for).
+pub fn sample_share_usage(
+    node: &Node,
+    ask: impl FnOnce(&BTreeMap<u32, u64>) -> Asked,
+) -> Vec<String> {
+    let state = match node.ledger.snapshot() {
+        Ok(s) => s.state,
+        Err(e) => return vec![format!("share use not sampled: {e}")],
+    };
+    if state.shares().next().is_none() {
+        return Vec::new();
+    }
+    let dir = &node.cfg.state_dir;
+    let mut kept = read_kept(dir);
+    let asked = ask(&kept.cursor);
+    let report = usage::parse(&asked.text);
+    // NVML names a GPU by its minor, gpushare by its place in GPUDevices.
+    let gpu_of = |answer: &GpuAnswer| match answer.minor() {
+        Some(minor) => node.gpus_of_minors(&[minor]).first().copied(),
+        None => Some(answer.index()).filter(|&i| i < node.gpu_count),
+    };
+    let trouble = asked.trouble.as_deref();
+    let (shares, mut lines) =
+        share_figures(&report, &state, node.cfg.units_per_gpu, gpu_of, trouble);
     kept.cursor.extend(report.last_samples());
     kept.usage = usage::KeptUsage {
         at: unix_now(),
-        shares: got.shares,
+        shares,
     };
     let text = serde_json::to_string(&kept).unwrap_or_default();
     if let Err(e) = state_dir::replace_file(dir, KEPT_FILE, text.as_bytes(), 0o600) {
