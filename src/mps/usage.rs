@@ -27,7 +27,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use super::ledger::{LedgerState, ShareRecord};
-pub use cgroup::{Anchors, JobDir, Placement};
+pub use cgroup::{Anchors, InCgroup, JobDir};
 
 /// Which of NVML's lists named a process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -375,7 +375,7 @@ fn share_of<'a>(
     gpu: u32,
 ) -> Option<&'a ShareRecord> {
     let facts = facts?;
-    let Placement::Job { uid, dir } = cgroup::placement(&facts.cgroup, anchors) else {
+    let InCgroup::Job { uid, dir } = cgroup::placement(&facts.cgroup, anchors) else {
         return None;
     };
     if uid.is_some_and(|u| u != facts.uid) {

@@ -59,7 +59,7 @@ pub enum JobDir {
 
 /// Where a process is, as its cgroup text tells.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Placement {
+pub enum InCgroup {
     /// In no job cgroup Slurm made.
     Outside,
     /// In one job's cgroup; `uid`: the `uid_<U>` level above it (v1).
@@ -170,7 +170,7 @@ fn v2_job(path: &str, scope: &str) -> Option<JobDir> {
 }
 
 /// Where `cgroup` (a `/proc/PID/cgroup` text) puts its process.
-pub fn placement(cgroup: &str, anchors: &Anchors) -> Placement {
+pub fn placement(cgroup: &str, anchors: &Anchors) -> InCgroup {
     let mut found: Vec<(Option<u32>, JobDir)> = Vec::new();
     if let Some(path) = v2_path(cgroup) {
         for scope in &anchors.v2_scopes {
@@ -185,15 +185,15 @@ pub fn placement(cgroup: &str, anchors: &Anchors) -> Placement {
         }
     }
     let Some((_, dir)) = found.first() else {
-        return Placement::Outside;
+        return InCgroup::Outside;
     };
     if found.iter().any(|(_, d)| d != dir) {
-        return Placement::Conflicting;
+        return InCgroup::Conflicting;
     }
     let uids: Vec<u32> = found.iter().filter_map(|(u, _)| *u).collect();
     match uids.first() {
-        Some(u) if uids.iter().any(|x| x != u) => Placement::Conflicting,
-        uid => Placement::Job {
+        Some(u) if uids.iter().any(|x| x != u) => InCgroup::Conflicting,
+        uid => InCgroup::Job {
             uid: uid.copied(),
             dir: dir.clone(),
         },

@@ -146,7 +146,7 @@ fn each_releases_job_cgroups_name_their_job() {
     assert!(v1.v2_scopes.is_empty());
     assert_eq!(
         cgroup::placement(&recorded("22.05-v1-task"), &v1),
-        Placement::Job {
+        InCgroup::Job {
             uid: Some(1001),
             dir: JobDir::Id(42962001),
         }
@@ -160,7 +160,7 @@ fn each_releases_job_cgroups_name_their_job() {
     assert!(v2_23.v1_prepends.is_empty());
     assert_eq!(
         cgroup::placement(&recorded("23.11-v2-task"), &v2_23),
-        Placement::Job {
+        InCgroup::Job {
             uid: None,
             dir: JobDir::Id(46606001),
         }
@@ -169,7 +169,7 @@ fn each_releases_job_cgroups_name_their_job() {
     let v2_26 = anchors_of(&["26.05-v2", "22.05-v1"]);
     assert_eq!(
         cgroup::placement(&recorded("26.05-v2-task"), &v2_26),
-        Placement::Job {
+        InCgroup::Job {
             uid: None,
             dir: JobDir::Named("sBBXM8CEK87900".into()),
         }
@@ -179,7 +179,7 @@ fn each_releases_job_cgroups_name_their_job() {
     for task in ["22.05-v1-task", "23.11-v2-task", "26.05-v2-task"] {
         assert_eq!(
             cgroup::placement(&recorded(task), &Anchors::default()),
-            Placement::Outside
+            InCgroup::Outside
         );
     }
 }
@@ -192,7 +192,7 @@ fn a_forged_job_cgroup_names_no_other_job() {
     // Under systemd's delegation to the user: Slurm's layout, elsewhere.
     let forged = recorded("forged-v2-user-subtree");
     assert!(forged.contains("/node1_slurmstepd.scope/job_4243/step_0/user/task_0"));
-    assert_eq!(cgroup::placement(&forged, &anchors), Placement::Outside);
+    assert_eq!(cgroup::placement(&forged, &anchors), InCgroup::Outside);
     // The old rule, a `job_<id>` anywhere, takes it.
     assert!(crate::mps::daemon::cgroup_is_jobs(&forged, 4243, None));
     // v1: job_4243 made inside job 42962001's user-owned step.
@@ -200,21 +200,21 @@ fn a_forged_job_cgroup_names_no_other_job() {
         "6:freezer:/slurm_node1/uid_1001/job_42962001/step_batch/uid_1001/job_4243/step_0\n";
     assert_eq!(
         cgroup::placement(nested, &anchors),
-        Placement::Job {
+        InCgroup::Job {
             uid: Some(1001),
             dir: JobDir::Id(42962001),
         }
     );
     // A named hierarchy a user may be delegated counts for nothing.
     let named = "1:name=systemd:/slurm_node1/uid_1001/job_4243/step_0\n";
-    assert_eq!(cgroup::placement(named, &anchors), Placement::Outside);
+    assert_eq!(cgroup::placement(named, &anchors), InCgroup::Outside);
     // Moved into another of one's own jobs in one controller only.
     let split = "6:freezer:/slurm_node1/uid_1001/job_4243/step_0\n\
                  5:devices:/slurm_node1/uid_1001/job_42962001/step_0/task_0\n";
-    assert_eq!(cgroup::placement(split, &anchors), Placement::Conflicting);
+    assert_eq!(cgroup::placement(split, &anchors), InCgroup::Conflicting);
     // A scope-like prefix that is not the scope.
     let longer = "0::/system.slice/node1_slurmstepd.scope.x/job_4243/step_0/user\n";
-    assert_eq!(cgroup::placement(longer, &anchors), Placement::Outside);
+    assert_eq!(cgroup::placement(longer, &anchors), InCgroup::Outside);
 }
 
 #[test]
@@ -235,7 +235,7 @@ fn slurms_cgroups_are_where_root_slurmstepd_is() {
     );
     assert_eq!(
         cgroup::placement("4:memory:/uid_7/job_8/step_0\n", &anchors),
-        Placement::Job {
+        InCgroup::Job {
             uid: Some(7),
             dir: JobDir::Id(8),
         }
