@@ -109,10 +109,12 @@ impl Forged {
 
 impl Drop for Forged {
     fn drop(&mut self) {
-        // Empty by now (its process killed): removed leaf first.
+        // Empty by now (its process killed and reaped): leaf first.
         let mut dir: &Path = &self.leaf;
         while dir.starts_with(&self.top) {
-            let _ = fs::remove_dir(dir);
+            if let Err(e) = fs::remove_dir(dir) {
+                eprintln!("{}: not removed: {e}", dir.display());
+            }
             match dir.parent() {
                 Some(parent) => dir = parent,
                 None => break,
@@ -211,10 +213,18 @@ fn shares_use(c: &mut Cluster) -> TestResult {
         |job: u32| sleep_of_job(job).ok_or_else(|| format!("no sleep process of job {job}"));
     let (pa, pb, pc) = (pid_of(a)?, pid_of(b)?, pid_of(cj)?);
     let alice_uid = uid_of(pa).ok_or("alice's uid")?;
-    // Alice's process outside Slurm, in a cgroup named like B's.
-    let mut stray = alice
-        .command(c, None, "sleep")
-        .arg("300")
+    // Alice's process outside Slurm, in a cgroup named like B's: one
+    // process (setpriv execs sleep), so that killing it empties the cgroup.
+    let mut stray = c
+        .command("setpriv")
+        .args([
+            &format!("--reuid={}", alice.uid),
+            &format!("--regid={}", alice.gid),
+            "--init-groups",
+            "--",
+            "sleep",
+            "300",
+        ])
         .spawn()
         .map_err(|e| format!("alice's sleep: {e}"))?;
     let mut forged = None;
