@@ -500,6 +500,7 @@ fn reconcile(c: &mut Cluster) -> TestResult {
             placed_by_slurm: false,
             memory_mib: None,
             clients: None,
+            sluid: None,
         });
     }
     fs::write(c.dir.join("run/gpu-mps/state"), state.to_json()).map_err(|e| e.to_string())?;

@@ -27,11 +27,12 @@ use compute_mode::{
 };
 #[path = "mps_daemon/cancel.rs"]
 mod cancel;
-#[path = "mps_daemon/job_container.rs"]
-mod job_container;
-
 #[path = "mps_daemon/disable.rs"]
 mod disable;
+#[path = "mps_daemon/job_container.rs"]
+mod job_container;
+#[path = "mps_daemon/usage.rs"]
+mod usage;
 
 /// A share whose daemon hangs is refused and sent elsewhere within this:
 /// the prolog's own deadline ended the wait, not the hung program.
@@ -110,7 +111,7 @@ fn main() -> ExitCode {
             "a_share_beside_another_users_server_is_refused_or_told_that_it_waits",
             beside_other_user,
         );
-    suite = disable::tests(suite);
+    suite = usage::tests(disable::tests(suite));
     // On request only (named in full): Slurm's own container fails now and
     // then inside the harness's namespaces (see job_container.rs).
     if job_container::has_dirs() {

@@ -12,6 +12,7 @@ pub mod mps_cli;
 pub mod node_log;
 pub mod node_program;
 pub mod nvml;
+pub mod nvml_usage;
 pub mod qos_cli;
 pub mod requeue;
 

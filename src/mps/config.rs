@@ -24,6 +24,7 @@
 //! MIGShares=refuse                 # refuse every share while NVML reports MIG on for a listed GPU; allow
 //! Banner=stderr                    # a share's one line of limits: the job's stderr, slurmd's log only (log), or off
 //! NodeName=gpu[05-06] GPUDevices=/dev/nvidia[0-1] UnitsPerGPU=50   # for gpu05 and gpu06 only
+//! ShareUsage=nvml                  # each share's GPU memory and SM use in the metrics, sampled by the node timer: nvml, none, or a program's path
 //! ```
 
 use std::path::PathBuf;
@@ -133,6 +134,19 @@ pub enum Banner {
     Off,
 }
 
+/// Where the node timer gets each share's use of its GPU (`ShareUsage=`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum ShareUsage {
+    /// `gpu-mps` asks NVML in a child process of its own (the default).
+    #[default]
+    Nvml,
+    /// Not sampled: no per-share figures in the metrics.
+    Off,
+    /// This program, which prints what `gpu-mps --nvml-usage` prints (the
+    /// test cluster's stand-in for NVML).
+    Program(PathBuf),
+}
+
 /// Whether the node's files show who runs what (`PrivateData=`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PrivateData {
@@ -220,6 +234,8 @@ pub struct GpuMpsConfig {
     pub exclusive_while_shared: bool,
     /// Where a share's line of limits goes.
     pub banner: Banner,
+    /// Where the node timer gets each share's use of its GPU.
+    pub share_usage: ShareUsage,
 }
 
 impl Default for GpuMpsConfig {
@@ -247,6 +263,7 @@ impl Default for GpuMpsConfig {
             // directory) gets the whole GPU, time-sliced, without limits.
             exclusive_while_shared: true,
             banner: Banner::Stderr,
+            share_usage: ShareUsage::Nvml,
         }
     }
 }
@@ -273,10 +290,11 @@ enum Key {
     MpsFailure,
     ComputeMode,
     Banner,
+    ShareUsage,
 }
 
 impl Key {
-    const ALL: [Key; 19] = [
+    const ALL: [Key; 20] = [
         Key::UnitsPerGpu,
         Key::GpuDevices,
         Key::StateDir,
@@ -296,6 +314,7 @@ impl Key {
         Key::MpsFailure,
         Key::ComputeMode,
         Key::Banner,
+        Key::ShareUsage,
     ];
 
     /// The canonical spelling, used in messages.
@@ -320,6 +339,7 @@ impl Key {
             Key::MpsFailure => "MPSFailure",
             Key::ComputeMode => "ComputeMode",
             Key::Banner => "Banner",
+            Key::ShareUsage => "ShareUsage",
         }
     }
 
@@ -462,6 +482,18 @@ impl Key {
                     _ => {
                         return Err(format!(
                             "Banner must be stderr, log or off, got \"{value}\""
+                        ))
+                    }
+                };
+            }
+            Key::ShareUsage => {
+                cfg.share_usage = match value.to_ascii_lowercase().as_str() {
+                    "nvml" => ShareUsage::Nvml,
+                    "none" | "off" | "no" => ShareUsage::Off,
+                    _ if value.starts_with('/') => ShareUsage::Program(PathBuf::from(value)),
+                    _ => {
+                        return Err(format!(
+                            "ShareUsage must be nvml, none or an absolute path, got \"{value}\""
                         ))
                     }
                 };

@@ -141,6 +141,7 @@ mod tests {
             placed_by_slurm: false,
             memory_mib: None,
             clients: None,
+            sluid: None,
         }
     }
 

@@ -24,6 +24,7 @@ use super::daemon::MpsDaemon;
 use super::ledger::GpuView;
 use super::state_dir::{self, io_error, DirError};
 use super::status::{DaemonState, GpuMps, NodeStatus};
+use super::usage::ShareUse;
 use crate::shared::prom::Exposition;
 
 /// The counters file in the state directory.
@@ -120,6 +121,48 @@ impl Counters {
     }
 }
 
+/// Each share's use of its GPU, as the node timer last sampled it: a
+/// family only where one share has its figure (none while no share runs,
+/// nor where NVML gives none).
+fn render_usage(out: &mut Exposition, usage: &[ShareUse]) {
+    let memory: Vec<(&ShareUse, u64)> = usage
+        .iter()
+        .filter_map(|u| Some((u, u.memory_bytes?)))
+        .collect();
+    if !memory.is_empty() {
+        let name = "gpushare_share_memory_used_bytes";
+        out.family(
+            name,
+            "gauge",
+            "Device memory the share's processes use on its GPU (NVML's figure per process, \
+             each MPS client's context included), bytes, by job and GPU; sampled by the node \
+             timer.",
+        );
+        for (u, bytes) in memory {
+            let (job, gpu) = (u.job.to_string(), u.gpu.to_string());
+            out.sample(name, &[("job", &job), ("gpu", &gpu)], bytes);
+        }
+    }
+    let sm: Vec<(&ShareUse, f64)> = usage
+        .iter()
+        .filter_map(|u| Some((u, u.sm_utilization?)))
+        .collect();
+    if !sm.is_empty() {
+        let name = "gpushare_share_sm_utilization";
+        out.family(
+            name,
+            "gauge",
+            "SM use of the share's processes over the share's part of the GPU (its units over \
+             UnitsPerGPU): 1 is all of its part, above 1 where MPS lets it use SMs others leave \
+             idle; by job and GPU, the mean of NVML's samples since the node timer's last run.",
+        );
+        for (u, ratio) in sm {
+            let (job, gpu) = (u.job.to_string(), u.gpu.to_string());
+            out.sample_f64(name, &[("job", &job), ("gpu", &gpu)], ratio);
+        }
+    }
+}
+
 /// A per-GPU gauge: its name, help and value of one row.
 type Gauge<'a, T> = (&'a str, &'a str, &'a dyn Fn(&T) -> u64);
 
@@ -142,12 +185,19 @@ fn gauge_per_gpu<T>(
 /// daemons) and `counters`: HELP and TYPE once per metric, its samples
 /// together, a newline at the end.
 pub fn render(status: &NodeStatus, counters: &Counters) -> String {
-    render_for(status, counters, false)
+    render_for(status, counters, false, &[])
 }
 
 /// [`render`], without the user of each share where `hide_users`
-/// (`PrivateData`): node_exporter shows the file to whoever scrapes it.
-pub fn render_for(status: &NodeStatus, counters: &Counters, hide_users: bool) -> String {
+/// (`PrivateData`): node_exporter shows the file to whoever scrapes it;
+/// with each share's use of its GPU where the node timer sampled it
+/// (`usage`, by job and GPU: never a user label).
+pub fn render_for(
+    status: &NodeStatus,
+    counters: &Counters,
+    hide_users: bool,
+    usage: &[ShareUse],
+) -> String {
     let mut out = Exposition::default();
     let gpus: Vec<&GpuView> = status.gpus.iter().filter(|g| g.configured).collect();
     let capacity = u64::from(status.units_per_gpu);
@@ -191,6 +241,7 @@ pub fn render_for(status: &NodeStatus, counters: &Counters, hide_users: bool) ->
             out.sample("gpushare_share_units", labels, u64::from(s.units));
         }
     }
+    render_usage(&mut out, usage);
     if !status.mps.is_empty() {
         gauge_per_gpu(
             &mut out,
@@ -328,6 +379,7 @@ mod tests {
             placed_by_slurm: false,
             memory_mib: None,
             clients: Some(1),
+            sluid: None,
         }
     }
 
@@ -341,6 +393,25 @@ mod tests {
             since: 0,
         });
         NodeStatus::of(&state, 2, 100, Vec::new())
+    }
+
+    /// What the node timer sampled of [`status`]'s shares: job 8's memory
+    /// unknown, no utilisation for job 7's GPU... both on GPU 0 here.
+    fn usage() -> Vec<ShareUse> {
+        vec![
+            ShareUse {
+                job: 7,
+                gpu: 0,
+                memory_bytes: Some(150 << 20),
+                sm_utilization: Some(0.8),
+            },
+            ShareUse {
+                job: 8,
+                gpu: 0,
+                memory_bytes: None,
+                sm_utilization: Some(1.25),
+            },
+        ]
     }
 
     fn value(text: &str, series: &str) -> Option<u64> {
@@ -413,7 +484,12 @@ mod tests {
     /// writes: every family, its labels, every refusal reason.
     #[test]
     fn the_docs_table_of_the_node_metrics_is_what_the_node_writes() {
-        let text = render(&status_with_daemons(), &Counters::default());
+        let text = render_for(
+            &status_with_daemons(),
+            &Counters::default(),
+            false,
+            &usage(),
+        );
         let table = crate::shared::prom::markdown_table(
             &text,
             &[
@@ -527,8 +603,8 @@ mod tests {
 
     #[test]
     fn a_private_node_names_no_user() {
-        let shown = render_for(&status(), &Counters::default(), false);
-        let hidden = render_for(&status(), &Counters::default(), true);
+        let shown = render_for(&status(), &Counters::default(), false, &usage());
+        let hidden = render_for(&status(), &Counters::default(), true, &usage());
         assert!(shown.contains("user=\"alice\""), "{shown}");
         assert!(
             !hidden.contains("alice") && !hidden.contains("user="),
@@ -538,5 +614,38 @@ mod tests {
             shown.matches("gpushare_share_units{").count(),
             hidden.matches("gpushare_share_units{").count()
         );
+        // The use of each share is by job and GPU alone, either way.
+        for text in [&shown, &hidden] {
+            assert!(text.contains("gpushare_share_sm_utilization{job=\"8\",gpu=\"0\"} 1.25\n"));
+        }
+    }
+
+    /// Each share's use where the node timer has it: memory in bytes, SM
+    /// use as a ratio; a figure it does not have is absent, never 0, and
+    /// without any figure (no share, no NVML) there is no family at all.
+    #[test]
+    fn share_use_is_written_where_sampled_and_absent_otherwise() {
+        let text = render_for(&status(), &Counters::default(), false, &usage());
+        assert_eq!(
+            value(
+                &text,
+                "gpushare_share_memory_used_bytes{job=\"7\",gpu=\"0\"}"
+            ),
+            Some(150 << 20)
+        );
+        assert!(!text.contains("gpushare_share_memory_used_bytes{job=\"8\""));
+        assert!(text.contains("gpushare_share_sm_utilization{job=\"7\",gpu=\"0\"} 0.8\n"));
+        let none = render(&status(), &Counters::default());
+        assert!(!none.contains("gpushare_share_memory") && !none.contains("sm_utilization"));
+        let no_sm: Vec<ShareUse> = usage()
+            .into_iter()
+            .map(|u| ShareUse {
+                sm_utilization: None,
+                ..u
+            })
+            .collect();
+        let text = render_for(&status(), &Counters::default(), false, &no_sm);
+        assert!(text.contains("gpushare_share_memory_used_bytes{"));
+        assert!(!text.contains("gpushare_share_sm_utilization"));
     }
 }

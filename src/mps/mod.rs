@@ -27,6 +27,7 @@
 //! - [`gc`]: the ledger brought back in line with what slurmctld runs.
 //! - [`installed`]: the Slurm and gpushare installed here (`gpu-mps config`).
 //! - [`booking`]: how Slurm books the node's mps (who places a share).
+//! - [`usage`]: what each share really uses of its GPU (NVML, per job).
 
 pub mod compute_mode;
 pub mod config;
@@ -51,4 +52,5 @@ pub mod scoped;
 pub mod setup_lines;
 pub mod state_dir;
 pub mod status;
+pub mod usage;
 pub mod xid;

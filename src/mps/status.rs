@@ -787,6 +787,7 @@ mod tests {
             placed_by_slurm: false,
             memory_mib: None,
             clients: None,
+            sluid: None,
         });
         s.insert_share(ShareRecord {
             job: 12,
@@ -798,6 +799,7 @@ mod tests {
             placed_by_slurm: false,
             memory_mib: None,
             clients: None,
+            sluid: None,
         });
         s.insert_whole(WholeRecord {
             job: 20,

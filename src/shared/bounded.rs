@@ -81,19 +81,95 @@ pub fn run(cmd: Command, input: Option<&[u8]>, timeout: Duration) -> Result<Ran,
 /// Slurm's about every job of a cluster); more is an error, never a
 /// truncated answer.
 pub fn run_limited(
-    mut cmd: Command,
+    cmd: Command,
     input: Option<&[u8]>,
     timeout: Duration,
     limit: u64,
 ) -> Result<Ran, RunError> {
+    let mut waited = wait_bounded(cmd, input, timeout)?;
+    let Some(status) = waited.status else {
+        return Err(RunError::TimedOut {
+            program: waited.program,
+            after: timeout,
+        });
+    };
+    waited.check(limit)?;
+    Ok(Ran {
+        status,
+        stdout: read_back(&mut waited.out),
+        stderr: read_back(&mut waited.err),
+    })
+}
+
+/// What a run of [`run_partial`] gave: all its program wrote, or what it
+/// had written when it was killed at the deadline.
+#[derive(Debug)]
+pub struct Partial {
+    /// `None`: still running at the deadline, and killed.
+    pub status: Option<ExitStatus>,
+    pub stdout: String,
+    pub stderr: String,
+    /// Its pid.
+    pub pid: u32,
+    /// Killed, but not gone within 100 ms: stuck in the kernel (a hung
+    /// driver call), left to init to reap.
+    pub left_running: bool,
+}
+
+/// Runs `cmd` as [`run_limited`] does, but at the deadline keeps what the
+/// program wrote so far: for a program that prints whole records as it
+/// goes (one per GPU), of which those it finished are good.
+pub fn run_partial(cmd: Command, timeout: Duration, limit: u64) -> Result<Partial, RunError> {
+    let mut waited = wait_bounded(cmd, None, timeout)?;
+    waited.check(limit)?;
+    Ok(Partial {
+        status: waited.status,
+        stdout: read_back(&mut waited.out),
+        stderr: read_back(&mut waited.err),
+        pid: waited.pid,
+        left_running: waited.left_running,
+    })
+}
+
+/// A program run until it exited or its deadline, its outputs in files.
+struct Waited {
+    program: String,
+    status: Option<ExitStatus>,
+    out: File,
+    err: File,
+    pid: u32,
+    left_running: bool,
+}
+
+impl Waited {
+    /// An output over `limit` makes the whole run an error.
+    fn check(&self, limit: u64) -> Result<(), RunError> {
+        let too_long = |file: &File| file.metadata().is_ok_and(|m| m.len() > limit);
+        if too_long(&self.out) || too_long(&self.err) {
+            return Err(RunError::TooLong {
+                program: self.program.clone(),
+                limit,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Starts `cmd` with `input` on its stdin and waits for it to exit, or
+/// kills it at `timeout` (its status then `None`).
+fn wait_bounded(
+    mut cmd: Command,
+    input: Option<&[u8]>,
+    timeout: Duration,
+) -> Result<Waited, RunError> {
     let program = cmd.get_program().to_string_lossy().into_owned();
     let spawn_error = |source| RunError::Spawn {
         program: program.clone(),
         source,
     };
     // Unlinked files, not pipes: see the module doc.
-    let mut out = tempfile::tempfile().map_err(spawn_error)?;
-    let mut err = tempfile::tempfile().map_err(spawn_error)?;
+    let out = tempfile::tempfile().map_err(spawn_error)?;
+    let err = tempfile::tempfile().map_err(spawn_error)?;
     let mut child = cmd
         .stdin(if input.is_some() {
             Stdio::piped()
@@ -114,16 +190,11 @@ pub fn run_limited(
     // two: look often at first, then every 2 ms, so that waiting for it
     // adds little to the share's start.
     let mut pause = Duration::from_micros(100);
-    let status = loop {
+    let pid = child.id();
+    let (status, left_running) = loop {
         match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if Instant::now() >= deadline => {
-                kill(&mut child);
-                return Err(RunError::TimedOut {
-                    program,
-                    after: timeout,
-                });
-            }
+            Ok(Some(status)) => break (Some(status), false),
+            Ok(None) if Instant::now() >= deadline => break (None, !kill(&mut child)),
             Ok(None) => {
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_millis(2));
@@ -134,28 +205,28 @@ pub fn run_limited(
             }
         }
     };
-    let too_long = |file: &File| file.metadata().is_ok_and(|m| m.len() > limit);
-    if too_long(&out) || too_long(&err) {
-        return Err(RunError::TooLong { program, limit });
-    }
-    Ok(Ran {
+    Ok(Waited {
+        program,
         status,
-        stdout: read_back(&mut out),
-        stderr: read_back(&mut err),
+        out,
+        err,
+        pid,
+        left_running,
     })
 }
 
-/// Kills `child` and reaps it if it dies at once (within 100 ms); one
-/// stuck in the kernel (a hung driver call ignores SIGKILL until it
-/// returns) is left to be reaped by init, never waited for.
-fn kill(child: &mut Child) {
+/// Kills `child` and reaps it if it dies at once (within 100 ms): `true`;
+/// one stuck in the kernel (a hung driver call ignores SIGKILL until it
+/// returns) is left to be reaped by init, never waited for: `false`.
+fn kill(child: &mut Child) -> bool {
     let _ = child.kill();
     for _ in 0..50 {
         if !matches!(child.try_wait(), Ok(None)) {
-            return;
+            return true;
         }
         std::thread::sleep(Duration::from_millis(2));
     }
+    false
 }
 
 /// What the program wrote (its size was checked).
@@ -237,6 +308,24 @@ mod tests {
             2048,
         );
         assert!(matches!(on_stderr, Err(RunError::TooLong { .. })));
+    }
+
+    #[test]
+    fn a_partial_run_keeps_what_was_written_by_the_deadline() {
+        let started = Instant::now();
+        let cut = run_partial(
+            sh("echo first; sleep 30; echo never"),
+            Duration::from_millis(300),
+            OUTPUT_LIMIT,
+        );
+        let cut = cut.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((cut.status, cut.stdout.as_str()), (None, "first\n"));
+        assert!(!cut.left_running && cut.pid > 0);
+        assert!(started.elapsed() < Duration::from_secs(10));
+        let whole = run_partial(sh("echo all"), Duration::from_secs(10), OUTPUT_LIMIT);
+        let whole = whole.unwrap_or_else(|e| panic!("{e}"));
+        assert!(whole.status.is_some_and(|s| s.success()));
+        assert_eq!(whole.stdout, "all\n");
     }
 
     #[test]

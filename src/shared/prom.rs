@@ -27,6 +27,23 @@ impl Exposition {
 
     /// One sample of the metric last started.
     pub fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: u64) {
+        self.sample_text(name, labels, &value.to_string());
+    }
+
+    /// One sample of a fraction (a ratio, a share of a GPU), rounded to
+    /// 4 decimals and written without trailing zeros (`0.35`, `1`).
+    pub fn sample_f64(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
+        let text = format!("{value:.4}");
+        let text = text.trim_end_matches('0').trim_end_matches('.');
+        let text = if matches!(text, "" | "-" | "-0") {
+            "0"
+        } else {
+            text
+        };
+        self.sample_text(name, labels, text);
+    }
+
+    fn sample_text(&mut self, name: &str, labels: &[(&str, &str)], value: &str) {
         self.text.push_str(name);
         if !labels.is_empty() {
             let inner: Vec<String> = labels
@@ -217,6 +234,20 @@ mod tests {
         assert!(!dir.path().join("m.prom.new").exists());
         let err = write_file(Path::new("/"), "a 1\n").err();
         assert_eq!(err.as_deref(), Some("/: not a file path"));
+    }
+
+    #[test]
+    fn fractions_are_written_short() {
+        let mut e = Exposition::default();
+        for v in [0.8, 1.0, 0.0, -0.0, 10.0, 1.0 / 3.0, -0.00001, 100.5] {
+            e.sample_f64("r", &[("gpu", "0")], v);
+        }
+        let values: Vec<String> = e
+            .into_text()
+            .lines()
+            .map(|l| l.rsplit(' ').next().unwrap_or("").to_owned())
+            .collect();
+        assert_eq!(values, ["0.8", "1", "0", "0", "10", "0.3333", "0", "100.5"]);
     }
 
     #[test]

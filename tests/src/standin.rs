@@ -22,6 +22,16 @@ pub fn install_smi(dir: &Path) -> crate::Result<PathBuf> {
     install_as(dir, gpushare::mps::compute_mode::SMI)
 }
 
+/// Copies the stand-in into `dir` as `gpushare-nvml-usage`: the node
+/// timer's NVML query as `ShareUsage=` names it, printing the figures in
+/// `dir/nvml-usage` (see `src/bin/mps-control-standin.rs`); its path.
+pub fn install_nvml_usage(dir: &Path) -> crate::Result<PathBuf> {
+    install_as(dir, NVML_USAGE)
+}
+
+/// The name the stand-in NVML query is installed under.
+pub const NVML_USAGE: &str = "gpushare-nvml-usage";
+
 /// Copies the stand-in into `dir` as `cuda-client`: a program that uses
 /// its job's GPU as the stand-in `nvidia-smi`'s mode allows (see
 /// `src/bin/mps-control-standin.rs`), and returns its path.

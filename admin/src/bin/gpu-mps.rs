@@ -21,18 +21,23 @@ use gpushare::mps::config::{self, GpuMpsConfig};
 use gpushare::mps::metrics::Counters;
 use gpushare::mps::node::{
     follow_whole, gpu_devices, metrics_text, node_name, publish_metrics, retry_modes, running_jobs,
-    stop_idle_daemons, Node,
+    sample_share_usage, stop_idle_daemons, Node,
 };
 use gpushare::mps::setup_lines::GpuGroup;
 use gpushare::mps::status::{self, NodeStatus};
 use gpushare::mps::{disabled, gc, health, in_force, installed, xid};
 use gpushare_admin::mps_cli::{Cli, Cmd};
-use gpushare_admin::{effective_uid, nvml, requeue};
+use gpushare_admin::{effective_uid, nvml, nvml_usage, requeue};
 
 fn main() -> ExitCode {
     // `gpu-mps config` asks NVML for the GPUs' names in a child of its own.
     if let Some(code) = nvml::answer_as_child() {
         return code;
+    }
+    // The node timer's NVML query, in a process of its own (nvml_usage.rs).
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(nvml_usage::USAGE_OPTION) {
+        return nvml_usage::print_usage(&args[2..]);
     }
     let cli = Cli::parse();
     // As the node programs find it: beside slurm.conf, else /etc/slurm (a
@@ -172,6 +177,14 @@ fn metrics(at: Here<'_>, write: bool, kernel_log: &Path) -> Result<u8> {
                 conf.display()
             );
             return Ok(0);
+        }
+        // Each share's use of its GPU, where one runs: NVML asked in a
+        // child, a GPU that does not answer skipped (ShareUsage=).
+        if node.cfg.share_usage != config::ShareUsage::Off {
+            let ask = |cursor: &_| nvml_usage::ask(&node.cfg, cursor);
+            for line in sample_share_usage(&node, ask) {
+                eprintln!("gpu-mps: {line}");
+            }
         }
         publish_metrics(&node, &[], probe).map_err(anyhow::Error::msg)?;
     } else {

@@ -363,3 +363,24 @@ fn every_line_is_checked_whichever_node_it_is_for() {
         assert!(e.starts_with(want), "{text:?}: {e}");
     }
 }
+
+#[test]
+fn share_usage_is_nvml_none_or_a_program() {
+    assert_eq!(GpuMpsConfig::default().share_usage, ShareUsage::Nvml);
+    for (text, want) in [
+        ("ShareUsage=NVML\n", ShareUsage::Nvml),
+        ("ShareUsage=none\n", ShareUsage::Off),
+        (
+            "ShareUsage=/opt/x/usage\n",
+            ShareUsage::Program(PathBuf::from("/opt/x/usage")),
+        ),
+    ] {
+        let cfg = parse(text, "f").unwrap_or_else(|e| panic!("{text:?}: {e}"));
+        assert_eq!(cfg.share_usage, want, "{text:?}");
+    }
+    assert!(
+        parse("UnitsPerGPU=100\nShareUsage=dcgm\n", "f").is_err_and(|e| e
+            .to_string()
+            .starts_with("f:2: ShareUsage must be nvml, none or an absolute path"))
+    );
+}

@@ -11,6 +11,7 @@ fn share(units: u32, memory_mib: Option<u64>) -> ShareRecord {
         placed_by_slurm: false,
         memory_mib,
         clients: None,
+        sluid: None,
     }
 }
 

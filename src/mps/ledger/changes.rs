@@ -24,6 +24,28 @@ pub struct Placed {
     pub crowded: bool,
 }
 
+/// Who a share is for: the job and its user as slurmd named them to the
+/// prolog, and the job's SLUID where slurmd gave one (26.05 and later).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Holder<'a> {
+    pub job: u32,
+    pub uid: u32,
+    pub user: &'a str,
+    pub sluid: Option<&'a str>,
+}
+
+impl<'a> Holder<'a> {
+    /// `job` of user `user` (`uid`), no SLUID.
+    pub fn new(job: u32, uid: u32, user: &'a str) -> Self {
+        Self {
+            job,
+            uid,
+            user,
+            sluid: None,
+        }
+    }
+}
+
 /// The GPU Slurm chose for a share, and the node it is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlurmChoice {
@@ -45,7 +67,8 @@ impl Ledger {
         gpu_count: u32,
         units_per_gpu: u32,
     ) -> Result<Outcome<Placed>, LedgerError> {
-        self.place_beside(job, uid, user, units, (gpu_count, units_per_gpu), &[], &[])
+        let holder = Holder::new(job, uid, user);
+        self.place_beside(holder, units, (gpu_count, units_per_gpu), &[], &[])
     }
 
     /// [`Self::place`] on a node where the GPUs `single_user` have a daemon
@@ -53,18 +76,16 @@ impl Ledger {
     /// started before `MultiUser=yes`): no second user is placed there
     /// while another GPU can take the share; and where the GPUs `failed`
     /// are set aside ([`crate::mps::health`]): nothing goes there.
-    #[allow(clippy::too_many_arguments)]
     pub fn place_beside(
         &self,
-        job: u32,
-        uid: u32,
-        user: &str,
+        holder: Holder<'_>,
         units: u32,
         (gpu_count, units_per_gpu): (u32, u32),
         single_user: &[u32],
         failed: &[u32],
     ) -> Result<Outcome<Placed>, LedgerError> {
-        self.record_share(job, uid, user, units, None, |state| {
+        let uid = holder.uid;
+        self.record_share(holder, units, None, |state| {
             if let Some(lost) = &state.lost {
                 return Err(PlacementError::LoadsUnknown {
                     reason: lost.reason.clone(),
@@ -96,15 +117,13 @@ impl Ledger {
     /// gets it back unchanged.
     pub fn record_slurm_share(
         &self,
-        job: u32,
-        uid: u32,
-        user: &str,
+        holder: Holder<'_>,
         units: u32,
         choice: SlurmChoice,
     ) -> Result<Outcome<Placed>, LedgerError> {
         let SlurmChoice { gpu, gpu_count, .. } = choice;
         let max_clients = self.rule.max_clients;
-        self.record_share(job, uid, user, units, Some(choice), |state| {
+        self.record_share(holder, units, Some(choice), |state| {
             if gpu >= gpu_count {
                 return Err(PlacementError::SlurmGpuUnknown { gpu, gpu_count });
             }
@@ -125,13 +144,17 @@ impl Ledger {
     /// already recorded keeps its share. `slurm`: Slurm chose the GPU.
     fn record_share(
         &self,
-        job: u32,
-        uid: u32,
-        user: &str,
+        holder: Holder<'_>,
         units: u32,
         slurm: Option<SlurmChoice>,
         choose: impl FnOnce(&LedgerState) -> Result<u32, PlacementError>,
     ) -> Result<Outcome<Placed>, LedgerError> {
+        let Holder {
+            job,
+            uid,
+            user,
+            sluid,
+        } = holder;
         self.transact(|state| {
             if let Some(share) = state.share(job) {
                 return Ok(Placed {
@@ -153,6 +176,7 @@ impl Ledger {
                     .as_ref()
                     .and_then(|limit| (limit.0)(units)),
                 clients: None,
+                sluid: sluid.map(str::to_owned),
             };
             state.insert_share(share.clone());
             let crowded = slurm.is_some_and(|s| {
@@ -306,8 +330,8 @@ mod tests {
             gpu_count: 2,
             units_per_gpu: 100,
         };
-        ok(ledger.record_slurm_share(1, 1000, "a", 10, choice));
-        match ledger.record_slurm_share(2, 1000, "a", 10, choice) {
+        ok(ledger.record_slurm_share(Holder::new(1, 1000, "a"), 10, choice));
+        match ledger.record_slurm_share(Holder::new(2, 1000, "a"), 10, choice) {
             Err(LedgerError::Placement {
                 error: PlacementError::TooManyClients { max_clients: 1 },
                 ..
@@ -317,7 +341,11 @@ mod tests {
         let state = ok(ledger.snapshot()).state;
         assert!(state.share(2).is_none());
         // The other GPU still takes it.
-        ok(ledger.record_slurm_share(2, 1000, "a", 10, SlurmChoice { gpu: 0, ..choice }));
+        ok(ledger.record_slurm_share(
+            Holder::new(2, 1000, "a"),
+            10,
+            SlurmChoice { gpu: 0, ..choice },
+        ));
     }
 
     #[test]
@@ -335,7 +363,7 @@ mod tests {
             gpu_count: 4,
             units_per_gpu: 100,
         };
-        let placed = ok(ledger.record_slurm_share(8, 1000, "alice", 50, slurm)).value;
+        let placed = ok(ledger.record_slurm_share(Holder::new(8, 1000, "alice"), 50, slurm)).value;
         assert_eq!(placed.share.memory_mib, Some(24000));
     }
 

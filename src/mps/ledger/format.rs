@@ -199,7 +199,7 @@ mod tests {
     }
 
     fn any_share() -> impl Strategy<Value = ShareRecord> {
-        (
+        let fields = (
             any::<u32>(),
             any::<u32>(),
             any::<String>(),
@@ -222,9 +222,12 @@ mod tests {
                         placed_by_slurm,
                         memory_mib,
                         clients,
+                        sluid: None,
                     }
                 },
-            )
+            );
+        let sluid = proptest::option::of("s[0-9A-HJKMNP-TV-Z]{13}");
+        (fields, sluid).prop_map(|(share, sluid)| ShareRecord { sluid, ..share })
     }
 
     fn any_whole() -> impl Strategy<Value = WholeRecord> {

@@ -64,7 +64,7 @@ mod per_gpu;
 mod records;
 mod store;
 
-pub use changes::{Placed, SlurmChoice};
+pub use changes::{Holder, Placed, SlurmChoice};
 pub use format::ParseError;
 pub use outcome::{LedgerError, Outcome, Repair};
 pub use per_gpu::{GpuView, Snapshot};

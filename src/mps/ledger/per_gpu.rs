@@ -189,6 +189,7 @@ mod tests {
                 placed_by_slurm: false,
                 memory_mib: None,
                 clients: None,
+                sluid: None,
             });
         }
         state.insert_whole(WholeRecord {
@@ -241,6 +242,7 @@ mod tests {
             placed_by_slurm: true,
             memory_mib: None,
             clients: None,
+            sluid: None,
         });
         state.insert_whole(WholeRecord {
             job: 2,

@@ -32,6 +32,11 @@ pub struct ShareRecord {
     /// step yet, counted as 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clients: Option<u32>,
+    /// The job's SLUID as slurmd gave it to the prolog (`SLURM_JOB_SLUID`,
+    /// Slurm 26.05 and later): how cgroup/v2 names the job's cgroup there,
+    /// which the node timer maps the share's processes by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sluid: Option<String>,
 }
 
 impl ShareRecord {

@@ -3,6 +3,7 @@
 //! a newer one.
 
 use super::setup::Node;
+use super::share_usage::kept_usage;
 use crate::mps::ledger::{LedgerError, LedgerState, Snapshot};
 use crate::mps::metrics::{self, Counters, Event};
 use crate::mps::status::{self, NodeStatus};
@@ -47,8 +48,9 @@ pub fn publish_metrics(
 
 /// The node's metrics: the same [`NodeStatus`] as `gpu-mps status` builds
 /// from `snapshot` (unreadable: the loads are unknown until the next
-/// transaction repairs it), each GPU's daemon as `probe` tells, and the
-/// counters.
+/// transaction repairs it), each GPU's daemon as `probe` tells, the
+/// counters, and each running share's use as the node timer last sampled
+/// it (read from its file: no NVML here).
 pub fn metrics_text(
     node: &Node,
     snapshot: Result<Snapshot, LedgerError>,
@@ -59,9 +61,10 @@ pub fn metrics_text(
         Ok(s) => (s.state, s.set_aside_files),
         Err(e) => (LedgerState::lost(e.to_string()), Vec::new()),
     };
+    let usage = kept_usage(node, &state);
     let mut view = NodeStatus::of(&state, node.gpu_count, node.cfg.units_per_gpu, set_aside);
     view.mps = status::mps_view(&node.cfg, &view.gpus, probe);
-    metrics::render_for(&view, counters, node.private != Some(false))
+    metrics::render_for(&view, counters, node.private != Some(false), &usage)
 }
 
 #[cfg(test)]
@@ -70,6 +73,7 @@ mod tests {
     use super::super::prolog::prolog;
     use super::super::prolog::tests::no_squeue;
     use super::super::setup::tests::temp_node;
+    use super::super::share_usage::{sample_share_usage, Asked};
     use super::super::trust::tests::share_env;
     use super::*;
     use crate::shared::booking::MpsBooking;
@@ -123,5 +127,40 @@ mod tests {
             .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
             .unwrap_or_default();
         assert_eq!(names, vec![std::ffi::OsString::from("gpushare.prom")]);
+    }
+
+    /// What the node timer sampled of each share stays in the file when a
+    /// prolog or epilog rewrites it, for the shares still running.
+    #[test]
+    fn the_timers_share_figures_survive_a_prologs_rewrite() {
+        let (mut node, dir) = temp_node(None);
+        let path = dir.path().join("gpushare.prom");
+        node.cfg.metrics_file = Some(path.clone());
+        let probe = |gpu| status::pipe_probe(&node.cfg, gpu);
+        for job in 1..=2 {
+            let env = share_env(job, 60);
+            prolog(&node, &env, &MpsBooking::default(), no_squeue)
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        let text = "gpu 0 - ok -\nutil 0 none\nend 0\ngpu 1 - ok -\nend 1\n".to_owned();
+        let lines = sample_share_usage(&node, |_| Asked {
+            text,
+            trouble: None,
+        });
+        assert!(lines.is_empty(), "{lines:?}");
+        let job = |j: u32, gpu: u32| {
+            format!("gpushare_share_memory_used_bytes{{job=\"{j}\",gpu=\"{gpu}\"}} 0\n")
+        };
+        // The epilog of job 2, then a prolog's rewrite.
+        epilog(&node, 2).unwrap_or_else(|e| panic!("{e}"));
+        publish_metrics(&node, &[], probe).unwrap_or_else(|e| panic!("{e}"));
+        let written = fs::read_to_string(&path).unwrap_or_default();
+        assert!(written.contains(&job(1, 0)), "{written}");
+        assert!(!written.contains("job=\"2\""), "{written}");
+        // GPU 0 samples no utilisation: no figure, not a 0.
+        assert!(
+            !written.contains("gpushare_share_sm_utilization"),
+            "{written}"
+        );
     }
 }

@@ -41,7 +41,8 @@
 //! - `task`: what the SPANK plugin sets for each task.
 //! - `epilog`: the job released, idle daemons stopped.
 //! - `metrics_file`: the node's metrics file, rewritten under the ledger's
-//!   lock.
+//!   lock; `share_usage`: each share's use of its GPU, sampled by the
+//!   node timer (NVML through a child it runs), kept for that file.
 //! - `modes`: a shared GPU's compute mode following its holders (given
 //!   back to a job Slurm gave it whole, retried by the node timer).
 //! - `requeue`: a share refused here sent elsewhere by its epilog: the
@@ -61,6 +62,7 @@ pub mod requeue;
 mod running;
 mod serve;
 mod setup;
+mod share_usage;
 mod sick;
 mod task;
 mod trust;
@@ -79,6 +81,9 @@ pub use running::{
 #[cfg(test)]
 pub(crate) use setup::test_node;
 pub use setup::{gpu_devices, hides_users, node_ledger, server_rule, Node, PipeGuard, Unfit};
+pub use share_usage::{
+    kept_usage, sample_share_usage, share_figures, Asked, KEPT_FILE as SHARE_USAGE_FILE,
+};
 pub use task::{
     framework_hints, memory_fraction, task_plan, unreachable_pipes, TaskMemory, TaskPlan,
     JAX_PREALLOCATION,

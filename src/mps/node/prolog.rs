@@ -15,7 +15,7 @@ use super::trust::{
 };
 use crate::mps::daemon;
 use crate::mps::health;
-use crate::mps::ledger::{Ledger, LedgerError, SlurmChoice};
+use crate::mps::ledger::{Holder, Ledger, LedgerError, SlurmChoice};
 use crate::mps::placement::PlacementError;
 use crate::shared::booking::MpsBooking;
 
@@ -142,9 +142,7 @@ fn place(
         let failed_gpus: Vec<u32> = node.failed.keys().copied().collect();
         let place = || {
             ledger.place_beside(
-                env.job,
-                env.uid,
-                &env.user,
+                holder(env),
                 units,
                 (*gpu_count, cfg.units_per_gpu),
                 &single_user,
@@ -206,6 +204,17 @@ fn place(
         };
     }
     Ok(report)
+}
+
+/// Who the job's share is for, as slurmd named the job (its SLUID too,
+/// which the node timer maps its processes by on 26.05's cgroup/v2).
+fn holder(env: &JobEnv) -> Holder<'_> {
+    Holder {
+        job: env.job,
+        uid: env.uid,
+        user: &env.user,
+        sluid: env.sluid.as_deref(),
+    }
 }
 
 /// Drops the records of jobs slurmctld no longer runs here (ended without
@@ -278,10 +287,7 @@ fn record_slurm_choice(
         gpu_count: node.gpu_count,
         units_per_gpu: node.cfg.units_per_gpu,
     };
-    match node
-        .ledger
-        .record_slurm_share(env.job, env.uid, &env.user, units, choice)
-    {
+    match node.ledger.record_slurm_share(holder(env), units, choice) {
         Ok(placed) => {
             report.notes.extend(placed.remarks());
             if placed.value.crowded {

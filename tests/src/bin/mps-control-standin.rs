@@ -33,6 +33,15 @@
 //! PCI bus id (`compute-mode-00000000:3B:00.0`); `<dir>/smi-fail` makes
 //! every call fail.
 //!
+//! Installed as `gpushare-nvml-usage` ([`testcluster::standin::install_nvml_usage`],
+//! named by `ShareUsage=` in gpu_mps.conf) it stands in for `gpu-mps
+//! --nvml-usage`, the node timer's NVML query: each call is logged as
+//! `usage args=...` in `standin.log`; it prints `<dir>/nvml-usage` (the
+//! recorded figures, in the text of `gpushare::mps::usage::gpu_block`)
+//! line by line, flushed, and where a line reads `hang` it stops there
+//! and sleeps, as a driver call that never returns; no such file: it
+//! prints nothing (no GPU answered).
+//!
 //! Installed as `cuda-client` ([`testcluster::standin::install_client`])
 //! it is a program that opens a CUDA context on its GPU and keeps it
 //! `SECONDS` (its one argument), as the driver allows in the mode the
@@ -116,15 +125,20 @@ fn mode_name(value: &str) -> Option<&'static str> {
     }
 }
 
-/// The stand-in `nvidia-smi` (see the module's text).
-fn smi(here: &Path, args: &[String]) -> ExitCode {
+/// One line `WHO args=ARGS` appended to `standin.log`.
+fn log_call(here: &Path, who: &str, args: &[String]) {
     if let Ok(mut f) = fs::OpenOptions::new()
         .append(true)
         .create(true)
         .open(here.join("standin.log"))
     {
-        let _ = f.write_all(format!("smi args={}\n", args.join(" ")).as_bytes());
+        let _ = f.write_all(format!("{who} args={}\n", args.join(" ")).as_bytes());
     }
+}
+
+/// The stand-in `nvidia-smi` (see the module's text).
+fn smi(here: &Path, args: &[String]) -> ExitCode {
+    log_call(here, "smi", args);
     if here.join("smi-fail").exists() {
         return fail("stand-in nvidia-smi told to fail (its smi-fail file exists)");
     }
@@ -184,6 +198,23 @@ fn clients(seconds: u64, n: usize) -> ExitCode {
     }
     println!("clients failed: {failed}");
     ExitCode::from(u8::try_from(failed).unwrap_or(u8::MAX))
+}
+
+/// The stand-in NVML query (see the module's text).
+fn nvml_usage(here: &Path, args: &[String]) -> ExitCode {
+    log_call(here, "usage", args);
+    let text = fs::read_to_string(here.join("nvml-usage")).unwrap_or_default();
+    let mut out = std::io::stdout().lock();
+    for line in text.lines() {
+        if line == "hang" {
+            let _ = out.flush();
+            std::thread::sleep(Duration::from_secs(1000));
+            return ExitCode::FAILURE;
+        }
+        let _ = writeln!(out, "{line}");
+    }
+    let _ = out.flush();
+    ExitCode::SUCCESS
 }
 
 /// The stand-in CUDA program (see the module's text).
@@ -258,6 +289,7 @@ fn main() -> ExitCode {
     {
         Some("nvidia-smi") => return smi(&here, &args),
         Some("cuda-client") => return client(&here, &args),
+        Some("gpushare-nvml-usage") => return nvml_usage(&here, &args),
         _ => {}
     }
     let mut input = String::new();

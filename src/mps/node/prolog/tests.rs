@@ -335,6 +335,29 @@ fn where_slurm_places_its_gpu_is_recorded_and_left_to_slurm() {
         .any(|(k, v)| k == "GPUSHARE_GPU" && v == "2"));
 }
 
+/// The job's SLUID (26.05's name of its cgroup/v2 directory) is kept with
+/// its share, whoever placed it: the node timer maps processes by it.
+#[test]
+fn a_shares_sluid_is_recorded_whoever_places_it() {
+    let (node, _dir) = temp_node(None);
+    let sluid = |job| Some(format!("s0AB12CD34EF5{job}"));
+    let ours = JobEnv {
+        sluid: sluid(1),
+        ..share_env(1, 50)
+    };
+    let slurms = JobEnv {
+        sluid: sluid(2),
+        ..slurm_share_env(2, 50, 3)
+    };
+    for (env, booking) in [(ours, MpsBooking::default()), (slurms, slurm_booking())] {
+        let report = prolog(&node, &env, &booking, no_squeue).unwrap_or_else(|e| panic!("{e}"));
+        let PrologOutcome::Placed { share, .. } = report.outcome else {
+            panic!("{:?}", report.outcome);
+        };
+        assert_eq!(share.sluid, sluid(env.job));
+    }
+}
+
 #[test]
 fn where_slurm_places_on_a_gpu_full_of_vanished_jobs_they_are_dropped() {
     let (node, _dir) = temp_node(None);

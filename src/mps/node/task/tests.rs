@@ -142,7 +142,7 @@ fn framework_hints_never_pass_the_share() {
 
 /// A node where alice's share (job 1) and bob's (job 2) are on GPU 0.
 pub(crate) fn alice_and_bob_on_gpu_0() -> (Node, tempfile::TempDir) {
-    use crate::mps::ledger::SlurmChoice;
+    use crate::mps::ledger::{Holder, SlurmChoice};
     let (node, dir) = temp_node(None);
     let on_gpu_0 = SlurmChoice {
         gpu: 0,
@@ -151,7 +151,7 @@ pub(crate) fn alice_and_bob_on_gpu_0() -> (Node, tempfile::TempDir) {
     };
     for (job, uid, user) in [(1, 1000, "alice"), (2, 1001, "bob")] {
         node.ledger
-            .record_slurm_share(job, uid, user, 30, on_gpu_0)
+            .record_slurm_share(Holder::new(job, uid, user), 30, on_gpu_0)
             .unwrap_or_else(|e| panic!("{e}"));
     }
     (node, dir)
@@ -199,7 +199,7 @@ fn the_banner_names_other_users_only_where_the_node_shows_them() {
 #[test]
 fn the_banner_goes_where_banner_says_once_per_job() {
     use crate::mps::config::Banner;
-    use crate::mps::ledger::SlurmChoice;
+    use crate::mps::ledger::{Holder, SlurmChoice};
     let (node, _dir) = temp_node(None);
     let choice = SlurmChoice {
         gpu: 1,
@@ -207,7 +207,7 @@ fn the_banner_goes_where_banner_says_once_per_job() {
         units_per_gpu: 100,
     };
     node.ledger
-        .record_slurm_share(7, 1000, "alice", 25, choice)
+        .record_slurm_share(Holder::new(7, 1000, "alice"), 25, choice)
         .unwrap_or_else(|e| panic!("{e}"));
     let plan_with = |node: &crate::mps::node::Node, to: Banner| {
         let mut cfg = node.cfg.clone();

@@ -1,0 +1,323 @@
+//! Each share's use of its GPU in the node's metrics: the node timer's
+//! NVML query replaced by the stand-in (`ShareUsage=`), which prints
+//! recorded figures for the pids of real Slurm jobs; the mapping of each
+//! pid to its job goes through the kernel's own cgroup of the process.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use gpushare::mps::daemon::cgroup_is_jobs;
+use gpushare::mps::usage::{
+    gpu_block, GpuAnswer, GpuSample, ProcessList, ProcessSample, UtilSample,
+};
+use testcluster::cluster::cgroup_v2;
+use testcluster::standin::{install_nvml_usage, NVML_USAGE};
+use testcluster::time::Timeout;
+use testcluster::users::TestUser;
+use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
+
+use super::{bin_dir, calls, cancel_and_wait_stopped, gpu_mps, ledger, standin, user_share};
+
+/// The node timer's run while NVML hangs on one GPU: its 5 s deadline and
+/// the process starts around it, never the stand-in's sleep (1000 s).
+const TIMER_WITH_A_HUNG_GPU: Timeout = Timeout::secs(30);
+
+/// This file's tests: on a cluster of their own, whose gpu_mps.conf
+/// writes metrics and names the stand-in NVML query.
+pub fn tests(suite: Suite) -> Suite {
+    let mut spec: ClusterSpec = super::spec();
+    for (name, text) in &mut spec.extra_conf_files {
+        if name == "gpu_mps.conf" {
+            text.push_str(&format!(
+                "MetricsFile={{cluster}}/run/gpushare.prom\n\
+                 ShareUsage={{cluster}}/mps-bin/{NVML_USAGE}\n"
+            ));
+        }
+    }
+    suite.test_on(
+        "each_shares_gpu_memory_and_sm_use_is_its_own_processes_and_a_hung_gpu_is_skipped",
+        spec,
+        shares_use,
+    )
+}
+
+const MIB: u64 = 1 << 20;
+
+/// The `sleep` process of job `job`.
+fn sleep_of_job(job: u32) -> Option<u32> {
+    fs::read_dir("/proc")
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|&pid| {
+            fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sleep")
+                && job_of_environ(pid) == Some(job)
+        })
+}
+
+/// A pid's `SLURM_JOB_ID` (the test's way to tell its jobs' processes
+/// apart; gpushare never reads it for this).
+fn job_of_environ(pid: u32) -> Option<u32> {
+    let env = fs::read(format!("/proc/{pid}/environ")).ok()?;
+    env.split(|&b| b == 0)
+        .find_map(|v| v.strip_prefix(b"SLURM_JOB_ID="))
+        .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
+}
+
+fn uid_of(pid: u32) -> Option<u32> {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// A cgroup made by the test that mimics Slurm's layout where Slurm does
+/// not put jobs (as a user could in a subtree systemd delegates to them),
+/// holding `pid`, in the hierarchy Slurm uses here; removed on drop.
+struct Forged {
+    top: PathBuf,
+    leaf: PathBuf,
+}
+
+impl Forged {
+    fn new(pid: u32, uid: u32, job_dir: &str) -> Result<Self, String> {
+        let name = format!("gpushare-forged-{}", std::process::id());
+        let (top, below) = if cgroup_v2() {
+            (
+                PathBuf::from("/sys/fs/cgroup").join(name),
+                format!("system.slice/slurmstepd.scope/{job_dir}/step_0/user/task_0"),
+            )
+        } else {
+            (
+                PathBuf::from("/sys/fs/cgroup/freezer").join(name),
+                format!("slurm/uid_{uid}/{job_dir}/step_0/task_0"),
+            )
+        };
+        let leaf = top.join(below);
+        fs::create_dir_all(&leaf).map_err(|e| format!("{}: {e}", leaf.display()))?;
+        let forged = Self { top, leaf };
+        fs::write(forged.leaf.join("cgroup.procs"), pid.to_string())
+            .map_err(|e| format!("moving {pid} into {}: {e}", forged.leaf.display()))?;
+        Ok(forged)
+    }
+}
+
+impl Drop for Forged {
+    fn drop(&mut self) {
+        // Empty by now (its process killed and reaped): leaf first.
+        let mut dir: &Path = &self.leaf;
+        while dir.starts_with(&self.top) {
+            if let Err(e) = fs::remove_dir(dir) {
+                eprintln!("{}: not removed: {e}", dir.display());
+            }
+            match dir.parent() {
+                Some(parent) => dir = parent,
+                None => break,
+            }
+        }
+    }
+}
+
+/// A process of the stand-in's figures: its memory and SM samples.
+struct Figures {
+    pid: u32,
+    mib: u64,
+    sm: Vec<u32>,
+}
+
+/// The stand-in's text: a block per GPU of `figures` (by gpushare's GPU,
+/// which is the device minor here), samples stamped from `stamp`.
+fn blocks(figures: &BTreeMap<u32, Vec<Figures>>, stamp: u64) -> BTreeMap<u32, String> {
+    figures
+        .iter()
+        .map(|(&gpu, procs)| {
+            let mut ts = stamp;
+            let sample = GpuSample {
+                index: gpu,
+                minor: Some(gpu),
+                used_bytes: Some(procs.iter().map(|p| p.mib * MIB).sum()),
+                processes: procs
+                    .iter()
+                    .map(|p| ProcessSample {
+                        pid: p.pid,
+                        memory_bytes: Some(p.mib * MIB),
+                        list: ProcessList::Compute,
+                    })
+                    .collect(),
+                utilization: Some(
+                    procs
+                        .iter()
+                        .flat_map(|p| p.sm.iter().map(move |&sm| (p.pid, sm)))
+                        .map(|(pid, sm_percent)| {
+                            ts += 1;
+                            UtilSample {
+                                pid,
+                                sm_percent,
+                                timestamp_us: ts,
+                            }
+                        })
+                        .collect(),
+                ),
+            };
+            (gpu, gpu_block(&GpuAnswer::Answered(sample)))
+        })
+        .collect()
+}
+
+/// One sample line of the metrics file, if written.
+fn series<'a>(text: &'a str, name: &str, job: u32, gpu: u32) -> Option<&'a str> {
+    let head = format!("{name}{{job=\"{job}\",gpu=\"{gpu}\"}} ");
+    text.lines().find_map(|l| l.strip_prefix(head.as_str()))
+}
+
+/// Alice runs two shares (A and B), bob one (C), 50 units each. The
+/// stand-in reports each job's `sleep` with its figures, and one more
+/// process of alice's outside Slurm, in a cgroup named like B's under a
+/// tree of its own, with 4 GiB and 90 % on B's GPU. The metrics file
+/// shows each share's memory and SM use over its half of the GPU, by job
+/// and GPU and never with a user label; the forged process counts for no
+/// one (the rule that finds `job_<id>` anywhere in the path takes it).
+/// The next run gets each GPU's samples from where the last ended. With
+/// NVML hung on C's GPU, the timer ends within its deadline, names that
+/// GPU, and keeps A's and B's figures only.
+fn shares_use(c: &mut Cluster) -> TestResult {
+    standin(c)?;
+    install_nvml_usage(&bin_dir(c))?;
+    let text_file = bin_dir(c).join("nvml-usage");
+    let metrics = c.dir.join("run/gpushare.prom");
+    let alice = TestUser::create(c, "gpushare-alice")?;
+    let bob = TestUser::create(c, "gpushare-bob")?;
+    let a = user_share(c, &alice, 50)?;
+    let b = user_share(c, &alice, 50)?;
+    let cj = user_share(c, &bob, 50)?;
+    let shares = ledger(c);
+    let gpu = |job: u32| {
+        shares
+            .share(job)
+            .map(|s| s.gpu)
+            .ok_or_else(|| format!("job {job} has no share"))
+    };
+    let (gpu_a, gpu_b, gpu_c) = (gpu(a)?, gpu(b)?, gpu(cj)?);
+    ensure(
+        gpu_c != gpu_a && gpu_c != gpu_b,
+        format!("bob's share beside alice's: GPUs {gpu_a} {gpu_b} {gpu_c}"),
+    )?;
+    // slurmstepd is not slurmd's child: each job's `sleep`, found by the
+    // job id (this cluster's own, see FirstJobId) in its environment.
+    let pid_of =
+        |job: u32| sleep_of_job(job).ok_or_else(|| format!("no sleep process of job {job}"));
+    let (pa, pb, pc) = (pid_of(a)?, pid_of(b)?, pid_of(cj)?);
+    let alice_uid = uid_of(pa).ok_or("alice's uid")?;
+    // Alice's process outside Slurm, in a cgroup named like B's: one
+    // process (setpriv execs sleep), so that killing it empties the cgroup.
+    let mut stray = c
+        .command("setpriv")
+        .args([
+            &format!("--reuid={}", alice.uid),
+            &format!("--regid={}", alice.gid),
+            "--init-groups",
+            "--",
+            "sleep",
+            "300",
+        ])
+        .spawn()
+        .map_err(|e| format!("alice's sleep: {e}"))?;
+    let mut forged = None;
+    let result = (|| {
+        let b_dir = shares
+            .share(b)
+            .and_then(|s| s.sluid.clone())
+            .unwrap_or_else(|| format!("job_{b}"));
+        forged = Some(Forged::new(stray.id(), alice_uid, &b_dir)?);
+        let stray_cgroup = fs::read_to_string(format!("/proc/{}/cgroup", stray.id()))
+            .map_err(|e| e.to_string())?;
+        let sluid = shares.share(b).and_then(|s| s.sluid.clone());
+        ensure(
+            cgroup_is_jobs(&stray_cgroup, b, sluid.as_deref()),
+            format!("the forged cgroup does not look like job {b}'s: {stray_cgroup}"),
+        )?;
+        let mut figures: BTreeMap<u32, Vec<Figures>> = BTreeMap::new();
+        let mut add = |gpu, pid, mib, sm: &[u32]| {
+            figures.entry(gpu).or_default().push(Figures {
+                pid,
+                mib,
+                sm: sm.to_vec(),
+            })
+        };
+        add(gpu_a, pa, 1000, &[20, 30]);
+        add(gpu_b, pb, 500, &[10]);
+        add(gpu_c, pc, 2048, &[40]);
+        add(gpu_b, stray.id(), 4096, &[90]);
+        let text: String = blocks(&figures, 1_000).into_values().collect();
+        fs::write(&text_file, &text).map_err(|e| e.to_string())?;
+        let timer = gpu_mps(c, &["metrics", "--write"])?;
+        let said = String::from_utf8_lossy(&timer.stderr).into_owned();
+        let written = fs::read_to_string(&metrics).unwrap_or_default();
+        let mem = |job, gpu| series(&written, "gpushare_share_memory_used_bytes", job, gpu);
+        let sm = |job, gpu| series(&written, "gpushare_share_sm_utilization", job, gpu);
+        let share_a = (1000 * MIB).to_string();
+        ensure(
+            timer.status.success()
+                && mem(a, gpu_a) == Some(share_a.as_str())
+                && mem(b, gpu_b) == Some((500 * MIB).to_string().as_str())
+                && mem(cj, gpu_c) == Some((2048 * MIB).to_string().as_str())
+                && sm(a, gpu_a) == Some("0.5")
+                && sm(b, gpu_b) == Some("0.2")
+                && sm(cj, gpu_c) == Some("0.8")
+                && !written.lines().any(|l| {
+                    (l.starts_with("gpushare_share_memory") || l.starts_with("gpushare_share_sm"))
+                        && l.contains("user=")
+                })
+                && written.contains("user=\"gpushare-alice\""),
+            format!(
+                "metrics after the timer ({}): {said}\n{written}\nthe stand-in printed:\n{text}\n\
+                 cgroups: A {} C {} stray {stray_cgroup}",
+                timer.status,
+                fs::read_to_string(format!("/proc/{pa}/cgroup")).unwrap_or_default(),
+                fs::read_to_string(format!("/proc/{pc}/cgroup")).unwrap_or_default(),
+            ),
+        )?;
+        // NVML hangs on C's GPU: the others' blocks come first.
+        let mut hung = blocks(&figures, 2_000);
+        let last = hung.remove(&gpu_c).unwrap_or_default();
+        let cut = last.lines().next().unwrap_or_default();
+        let text = format!("{}{cut}\nhang\n", hung.into_values().collect::<String>());
+        fs::write(&text_file, &text).map_err(|e| e.to_string())?;
+        let started = Instant::now();
+        let timer = gpu_mps(c, &["metrics", "--write"])?;
+        let took = started.elapsed();
+        let said = String::from_utf8_lossy(&timer.stderr).into_owned();
+        let written = fs::read_to_string(&metrics).unwrap_or_default();
+        let mem = |job, gpu| series(&written, "gpushare_share_memory_used_bytes", job, gpu);
+        let since = calls(c)
+            .into_iter()
+            .filter(|l| l.starts_with("usage args="))
+            .collect::<Vec<_>>();
+        ensure(
+            timer.status.success()
+                && took < TIMER_WITH_A_HUNG_GPU.scaled()
+                && said.contains(&format!("GPU {gpu_c}: no answer from NVML"))
+                && said.contains("did not finish within 5 s")
+                && mem(a, gpu_a) == Some(share_a.as_str())
+                && mem(cj, gpu_c).is_none()
+                && since.len() == 2
+                && since[1].contains("--since")
+                && since[1].contains(&format!("{gpu_a}=10")),
+            format!(
+                "the timer with NVML hung on GPU {gpu_c} ({}, {took:?}): {said}\n{written}\n\
+                 the stand-in's calls: {since:?}",
+                timer.status
+            ),
+        )
+    })();
+    let _ = stray.kill();
+    let _ = stray.wait();
+    drop(forged);
+    let _ = fs::remove_file(&text_file);
+    result.and(cancel_and_wait_stopped(c))
+}
