@@ -52,6 +52,15 @@ pub fn slurm_plugin_dir() -> String {
         .filter(|d| !d.is_empty())
         .unwrap_or_else(|| DEBIAN_PLUGIN_DIR.to_owned())
 }
+/// Whether the Slurm under test has its own job_submit plugin `name`
+/// (`lua` is built only where Lua's headers were there: Debian's packages
+/// have it, SchedMD's source builds here do not).
+pub fn slurm_has_job_submit(name: &str) -> bool {
+    Path::new(&slurm_plugin_dir())
+        .join(format!("job_submit_{name}.so"))
+        .exists()
+}
+
 /// Name of the node of a one-node cluster.
 pub const NODE: &str = "node1";
 /// Name of the only partition.
