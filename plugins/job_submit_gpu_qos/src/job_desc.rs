@@ -36,28 +36,10 @@ impl<'a> JobStrings<'a> {
     /// or job_modify call: slurmctld owns the message and holds its locks).
     pub unsafe fn read(desc: &'a job_desc_msg_t) -> Self {
         // SAFETY: forwarded from the caller's contract, field by field.
-        let tres_per_node = unsafe { opt_str(desc.tres_per_node) };
-        // Which option asked for the per-node GPUs (Slurm hands --gres and
-        // --gpus-per-node over alike): read from what the user typed, and
-        // only where a message could quote it.
-        let asks_gpu = |text: &str| tres_entries(text).any(|e| e.is_ok_and(|r| r.is_gpu()));
-        let per_node_spelling = if tres_per_node.as_deref().is_some_and(asks_gpu) {
-            // SAFETY: as above.
-            let (line, script) = unsafe {
-                (
-                    opt_str(desc.submit_line),
-                    opt_str_head(desc.script, SCRIPT_HEAD),
-                )
-            };
-            per_node_spelling(line.as_deref(), script.as_deref())
-        } else {
-            PerNodeSpelling::Unknown
-        };
-        // SAFETY: forwarded from the caller's contract, field by field.
         unsafe {
             Self {
                 qos: opt_str(desc.qos),
-                tres_per_node,
+                tres_per_node: opt_str(desc.tres_per_node),
                 tres_per_job: opt_str(desc.tres_per_job),
                 tres_per_socket: opt_str(desc.tres_per_socket),
                 tres_per_task: opt_str(desc.tres_per_task),
@@ -65,9 +47,38 @@ impl<'a> JobStrings<'a> {
                 array_inx: opt_str(desc.array_inx),
                 job_id_str: opt_str(desc.job_id_str),
                 partition: opt_str(desc.partition),
-                per_node_spelling,
+                // Read only for a verdict that has words to say
+                // ([`Self::learn_spelling`]).
+                per_node_spelling: PerNodeSpelling::Unknown,
             }
         }
+    }
+
+    /// Learns which option asked for the per-node GPUs (Slurm hands
+    /// `--gres` and `--gpus-per-node` over alike) from what the user typed:
+    /// the submit line and the script's `#SBATCH` lines. Only the words of
+    /// a refusal or a warning quote it, so it is read for those alone, never
+    /// for a job accepted silently. Whether it learnt anything: `false`
+    /// where the job asks for no per-node GPU or it is known already.
+    ///
+    /// # Safety
+    /// As for [`Self::read`], with the same `desc`.
+    pub unsafe fn learn_spelling(&mut self, desc: &'a job_desc_msg_t) -> bool {
+        let asks_gpu = |text: &str| tres_entries(text).any(|e| e.is_ok_and(|r| r.is_gpu()));
+        if self.per_node_spelling != PerNodeSpelling::Unknown
+            || !self.tres_per_node.as_deref().is_some_and(asks_gpu)
+        {
+            return false;
+        }
+        // SAFETY: forwarded from the caller's contract.
+        let (line, script) = unsafe {
+            (
+                opt_str(desc.submit_line),
+                opt_str_head(desc.script, SCRIPT_HEAD),
+            )
+        };
+        self.per_node_spelling = per_node_spelling(line.as_deref(), script.as_deref());
+        self.per_node_spelling != PerNodeSpelling::Unknown
     }
 
     /// Whether the client named a QOS.

@@ -190,7 +190,7 @@ unsafe fn submit(
         return SLURM_ERROR;
     };
     // SAFETY: strings stay valid and unchanged during this call.
-    let strings = unsafe { JobStrings::read(desc) };
+    let mut strings = unsafe { JobStrings::read(desc) };
     // A typed limit without a rule refuses only an untyped request: a job
     // asking for no GPU, or only typed ones, is not looked up for it.
     let untyped = asks_untyped_gpu(&strings.describe(desc, Resolved::default()));
@@ -204,9 +204,9 @@ unsafe fn submit(
     let partition_qos = partitions::current();
     // SAFETY: slurmctld's job_submit, no association manager lock held.
     let resolution = unsafe { assoc::resolve(desc, needs, false, &partition_qos) };
+    // SAFETY: the description `strings` was read from.
+    let verdict = unsafe { judged(&mut strings, desc, &resolution, &policy, judge_submit) };
     let job = strings.describe(desc, resolution.view());
-    log_missing_rules(&policy, &job);
-    let verdict = judge_submit(&policy, &job);
     let verdict = exempted(&policy, &job, Action::Submit, submit_uid, verdict);
     drop(strings);
     policy_state::decisions().record(Call::Submit, &verdict);
@@ -230,7 +230,7 @@ unsafe fn modify(
         return SLURM_ERROR;
     };
     // SAFETY: strings stay valid and unchanged during this call.
-    let strings = unsafe { JobStrings::read(desc) };
+    let mut strings = unsafe { JobStrings::read(desc) };
     // The landing QOS is unknown (none named, or a blank QOS=): whether
     // the database limits GPU types anywhere decides if it is protected.
     // It matters only to a blank QOS= or an untyped request.
@@ -246,9 +246,9 @@ unsafe fn modify(
     let partition_qos = partitions::current();
     // SAFETY: slurmctld's job_modify, no association manager lock held.
     let resolution = unsafe { assoc::resolve(desc, needs, true, &partition_qos) };
+    // SAFETY: the description `strings` was read from.
+    let verdict = unsafe { judged(&mut strings, desc, &resolution, &policy, judge_modify) };
     let job = strings.describe(desc, resolution.view());
-    log_missing_rules(&policy, &job);
-    let verdict = judge_modify(&policy, &job);
     // slurmctld sets user_id to the job's owner just before job_modify
     // (`_update_job`, job_mgr.c: where the client left it unset, NO_VAL on
     // 22.05, SLURM_AUTH_NOBODY (99) from 23.02 to 26.05), or keeps the uid
@@ -259,6 +259,39 @@ unsafe fn modify(
     policy_state::decisions().record(Call::Modify, &verdict);
     // SAFETY: forwarded from slurmctld's contract above.
     unsafe { conclude("update", verdict, desc, uid, err_msg) }
+}
+
+/// `judge`'s verdict on the job, in the user's own spelling where it has
+/// words for them: only then are their own words read for the option they
+/// typed ([`JobStrings::learn_spelling`]) and the job judged again with
+/// them (the decision is the same; its words quote their spelling). A job
+/// accepted silently costs no read of its script.
+///
+/// # Safety
+/// `desc` is the description `strings` was read from, as for
+/// [`JobStrings::read`].
+unsafe fn judged<'a>(
+    strings: &mut JobStrings<'a>,
+    desc: &'a job_desc_msg_t,
+    resolution: &assoc::Resolution,
+    policy: &GpuQosConfig,
+    judge: fn(&GpuQosConfig, &JobDescription<'_>) -> Verdict,
+) -> Verdict {
+    let verdict = {
+        let job = strings.describe(desc, resolution.view());
+        log_missing_rules(policy, &job);
+        judge(policy, &job)
+    };
+    let has_words = match &verdict {
+        Verdict::Reject(_) => true,
+        Verdict::Accept(c) => c.user_warning.is_some() || !c.warnings.is_empty(),
+    };
+    // SAFETY: forwarded from the caller.
+    if has_words && unsafe { strings.learn_spelling(desc) } {
+        judge(policy, &strings.describe(desc, resolution.view()))
+    } else {
+        verdict
+    }
 }
 
 /// The verdict once `ExemptUsers=`/`ExemptAdmins=` are applied: the

@@ -44,6 +44,10 @@ fn unix_now() -> u64 {
 /// [`usage::KEPT_FOR_SECS`]); what the metrics file shows between two runs
 /// of the node timer.
 pub fn kept_usage(node: &Node, state: &LedgerState) -> Vec<ShareUse> {
+    // No share, no figure: a whole-GPU job's prolog or epilog reads nothing.
+    if state.shares().next().is_none() {
+        return Vec::new();
+    }
     read_kept(&node.cfg.state_dir)
         .usage
         .current(state, unix_now())
