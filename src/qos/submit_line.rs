@@ -443,6 +443,10 @@ mod tests {
         ] {
             let _ = spelling(Some(odd), Some(odd));
         }
+        // A user's script of a million bytes of directives (the plugin
+        // reads its first 64 KiB, and only for a refusal or a warning).
+        let huge = "#SBATCH --gpus-per-node=1\n".repeat(40_000);
+        assert_eq!(spelling(None, Some(&huge)), GpusPerNode);
     }
 
     #[test]
