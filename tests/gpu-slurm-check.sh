@@ -341,6 +341,13 @@ pf() { if [ $? = 0 ]; then echo pass; else echo FAIL; fi; }
 
 # --- Slurm -----------------------------------------------------------------
 start_slurm() {
+    # Never beside the daemons of an earlier start: a new slurmctld or
+    # slurmd sends the one named in its pid file SIGTERM, and until it is
+    # gone that one still answers (its node idle, then a submission cut
+    # off by its exit).
+    stop_slurm
+    local since
+    since=$(date +%s)
     setsid "$S/sbin/slurmctld" -D -i -f "$SLURM_CONF" >>"$D/log/slurmctld.out" 2>&1 &
     started+=($!)
     # GSC_SLURMD_PRELOAD: the test suite's tests/cgroup2/unified_only.c,
@@ -350,7 +357,9 @@ start_slurm() {
     local until=$((SECONDS + 40)) state=
     while [ $SECONDS -lt $until ]; do
         state=$(timeout 5 sinfo -h -n "$NODE" -o %T 2>/dev/null)
-        [ "$state" = idle ] && return 0
+        # Idle as recovered from the state files is not enough: this
+        # start's slurmd must have registered.
+        [ "$state" = idle ] && [ "$(date -d "$(timeout 5 scontrol -o show node "$NODE" 2>/dev/null | tr ' ' '\n' | sed -n 's/^SlurmdStartTime=//p')" +%s 2>/dev/null || echo 0)" -ge "$since" ] && return 0
         sleep 0.5
     done
     say "node state after 40 s: ${state:-none}; slurmctld.out: $(tail -n 3 "$D/log/slurmctld.out"); slurmd.out: $(tail -n 3 "$D/log/slurmd.out")"
