@@ -15,6 +15,7 @@ pub mod nvml;
 pub mod nvml_usage;
 pub mod qos_cli;
 pub mod requeue;
+pub mod usage_record;
 
 /// `--version` text: the program, gpushare's version.
 pub fn version_line(program: &str) -> String {

@@ -158,10 +158,12 @@ fn gpu_answer(nvml: &Nvml, index: u32, since: Option<u64>, mps: &MpsList) -> Gpu
         // MIG, a GPU older than Maxwell, or a failure: no figure.
         Err(_) => None,
     };
+    let memory = device.memory_info().ok();
     GpuAnswer::Answered(GpuSample {
         index,
         minor,
-        used_bytes: device.memory_info().ok().map(|m| m.used),
+        used_bytes: memory.as_ref().map(|m| m.used),
+        total_bytes: memory.as_ref().map(|m| m.total),
         processes,
         utilization,
     })

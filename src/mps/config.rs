@@ -25,6 +25,7 @@
 //! Banner=stderr                    # a share's one line of limits: the job's stderr, slurmd's log only (log), or off
 //! NodeName=gpu[05-06] GPUDevices=/dev/nvidia[0-1] UnitsPerGPU=50   # for gpu05 and gpu06 only
 //! ShareUsage=nvml                  # each share's GPU memory and SM use in the metrics, sampled by the node timer: nvml, none, or a program's path
+//! UsageRecord=admincomment         # each ended job's peak memory and mean SM use per GPU in its AdminComment (sacctmgr, by the node timer); none
 //! ```
 
 use std::path::PathBuf;
@@ -236,6 +237,10 @@ pub struct GpuMpsConfig {
     pub banner: Banner,
     /// Where the node timer gets each share's use of its GPU.
     pub share_usage: ShareUsage,
+    /// `UsageRecord=admincomment` (the default): the node timer writes
+    /// each ended job's figures in its `AdminComment`; `none`: only the
+    /// metrics' histograms count them.
+    pub usage_record: bool,
 }
 
 impl Default for GpuMpsConfig {
@@ -264,6 +269,7 @@ impl Default for GpuMpsConfig {
             exclusive_while_shared: true,
             banner: Banner::Stderr,
             share_usage: ShareUsage::Nvml,
+            usage_record: true,
         }
     }
 }
@@ -291,10 +297,11 @@ enum Key {
     ComputeMode,
     Banner,
     ShareUsage,
+    UsageRecord,
 }
 
 impl Key {
-    const ALL: [Key; 20] = [
+    const ALL: [Key; 21] = [
         Key::UnitsPerGpu,
         Key::GpuDevices,
         Key::StateDir,
@@ -315,6 +322,7 @@ impl Key {
         Key::ComputeMode,
         Key::Banner,
         Key::ShareUsage,
+        Key::UsageRecord,
     ];
 
     /// The canonical spelling, used in messages.
@@ -340,6 +348,7 @@ impl Key {
             Key::ComputeMode => "ComputeMode",
             Key::Banner => "Banner",
             Key::ShareUsage => "ShareUsage",
+            Key::UsageRecord => "UsageRecord",
         }
     }
 
@@ -494,6 +503,17 @@ impl Key {
                     _ => {
                         return Err(format!(
                             "ShareUsage must be nvml, none or an absolute path, got \"{value}\""
+                        ))
+                    }
+                };
+            }
+            Key::UsageRecord => {
+                cfg.usage_record = match value.to_ascii_lowercase().as_str() {
+                    "admincomment" => true,
+                    "none" | "off" | "no" => false,
+                    _ => {
+                        return Err(format!(
+                            "UsageRecord must be admincomment or none, got \"{value}\""
                         ))
                     }
                 };

@@ -24,6 +24,7 @@ use super::daemon::MpsDaemon;
 use super::ledger::GpuView;
 use super::state_dir::{self, io_error, DirError};
 use super::status::{DaemonState, GpuMps, NodeStatus};
+use super::usage::totals::{Fit, FitRow, Histogram, MEMORY_BOUNDS, SM_BOUNDS};
 use super::usage::ShareUse;
 use crate::shared::prom::Exposition;
 
@@ -161,6 +162,54 @@ fn render_usage(out: &mut Exposition, usage: &[ShareUse]) {
             out.sample_f64(name, &[("job", &job), ("gpu", &gpu)], ratio);
         }
     }
+}
+
+/// The ended jobs' figures by QOS and size (`units`: the share's, or
+/// `whole`): peak memory over what the job could use, mean SM use over
+/// its part of the GPU. No job or user label: the same under PrivateData.
+pub fn render_fit(fit: &Fit) -> String {
+    let mut out = Exposition::default();
+    type Pick = fn(&FitRow) -> &Histogram;
+    let families: [(&str, &str, &[f64], Pick); 2] = [
+        (
+            "gpushare_share_memory_peak_ratio",
+            "Peak device memory of each ended job's share (or GPU held whole) over its memory \
+             limit (the GPU's memory), by QOS and size (units, or whole); sampled each minute \
+             by the node timer.",
+            &MEMORY_BOUNDS,
+            |r| &r.memory,
+        ),
+        (
+            "gpushare_share_sm_mean_ratio",
+            "Mean SM use of each ended job's share over its part of the GPU (of the whole GPU \
+             for a job holding it), by QOS and size (units, or whole).",
+            &SM_BOUNDS,
+            |r| &r.sm,
+        ),
+    ];
+    for (name, help, bounds, pick) in families {
+        let rows: Vec<&FitRow> = fit.rows.iter().filter(|r| pick(r).count > 0).collect();
+        if rows.is_empty() {
+            continue;
+        }
+        out.family(name, "histogram", help);
+        let bucket = format!("{name}_bucket");
+        for row in rows {
+            let h = pick(row);
+            let labels = [("qos", row.qos.as_str()), ("units", row.size.as_str())];
+            let les = bounds
+                .iter()
+                .map(|b| b.to_string())
+                .chain(["+Inf".to_owned()]);
+            for (le, n) in les.zip(h.cumulative(bounds)) {
+                let [q, u] = labels;
+                out.sample(&bucket, &[q, u, ("le", &le)], n);
+            }
+            out.sample_f64(&format!("{name}_sum"), &labels, h.sum);
+            out.sample(&format!("{name}_count"), &labels, h.count);
+        }
+    }
+    out.into_text()
 }
 
 /// A per-GPU gauge: its name, help and value of one row.
@@ -404,14 +453,53 @@ mod tests {
                 gpu: 0,
                 memory_bytes: Some(150 << 20),
                 sm_utilization: Some(0.8),
+                whole: false,
             },
             ShareUse {
                 job: 8,
                 gpu: 0,
                 memory_bytes: None,
                 sm_utilization: Some(1.25),
+                whole: false,
             },
         ]
+    }
+
+    /// One ended share's and one whole GPU's figures.
+    fn fit() -> Fit {
+        let mut fit = Fit::default();
+        let mut t = crate::mps::usage::totals::Totals {
+            job: 7,
+            gpu: 0,
+            units: Some(25),
+            units_per_gpu: 100,
+            limit_mib: Some(1000),
+            peak_bytes: Some(300 << 20),
+            sm_sum: 1.2,
+            sm_samples: 2,
+            samples: 2,
+        };
+        fit.observe(&t, "normal");
+        t.units = None;
+        fit.observe(&t, "");
+        fit
+    }
+
+    /// Cumulative buckets by QOS and size, `+Inf` last, then the sum and
+    /// count; nothing where no job ended.
+    #[test]
+    fn the_ended_jobs_histograms_are_cumulative_by_qos_and_size() {
+        assert_eq!(render_fit(&Fit::default()), "");
+        let text = render_fit(&fit());
+        let peak = "gpushare_share_memory_peak_ratio";
+        for (le, n) in [("0.25", 0), ("0.5", 1), ("1", 1), ("+Inf", 1)] {
+            let line = format!("{peak}_bucket{{qos=\"normal\",units=\"25\",le=\"{le}\"}} {n}\n");
+            assert!(text.contains(&line), "{line}{text}");
+        }
+        assert!(text.contains(&format!("{peak}_sum{{qos=\"normal\",units=\"25\"}} 0.3\n")));
+        assert!(text
+            .contains("gpushare_share_sm_mean_ratio_count{qos=\"unknown\",units=\"whole\"} 1\n"));
+        assert_eq!(text.matches("# TYPE").count(), 2, "{text}");
     }
 
     fn value(text: &str, series: &str) -> Option<u64> {
@@ -489,7 +577,7 @@ mod tests {
             &Counters::default(),
             false,
             &usage(),
-        );
+        ) + &render_fit(&fit());
         let table = crate::shared::prom::markdown_table(
             &text,
             &[

@@ -20,13 +20,14 @@
 //! processes, utilisation NVML does not sample on a GPU.
 
 pub mod cgroup;
+pub mod totals;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use super::ledger::{LedgerState, ShareRecord};
+use super::ledger::LedgerState;
 pub use cgroup::{Anchors, InCgroup, JobDir};
 
 /// Which of NVML's lists named a process.
@@ -76,6 +77,8 @@ pub struct GpuSample {
     /// Device memory in use on the GPU, bytes (every process and the
     /// driver's own).
     pub used_bytes: Option<u64>,
+    /// The GPU's device memory, bytes (what a job holding it whole may use).
+    pub total_bytes: Option<u64>,
     pub processes: Vec<ProcessSample>,
     /// `None`: NVML gives no per-process utilisation here (MIG, a GPU
     /// older than Maxwell, or the call failed); `Some` of no sample: no
@@ -122,7 +125,7 @@ fn one_line(text: &str) -> String {
 /// The block the NVML child prints for one GPU, whole, ending in `end I`:
 ///
 /// ```text
-/// gpu I MINOR ok USED          (or: gpu I MINOR err REASON, then end I)
+/// gpu I MINOR ok USED TOTAL    (or: gpu I MINOR err REASON, then end I)
 /// proc I PID MEMORY compute|mps
 /// util I PID SM TIMESTAMP      (or: util I none REASON)
 /// end I
@@ -142,7 +145,8 @@ pub fn gpu_block(answer: &GpuAnswer) -> String {
         }
         GpuAnswer::Answered(g) => {
             let i = g.index;
-            let _ = writeln!(out, "gpu {i} {} ok {}", word(g.minor), word(g.used_bytes));
+            let (minor, used, total) = (word(g.minor), word(g.used_bytes), word(g.total_bytes));
+            let _ = writeln!(out, "gpu {i} {minor} ok {used} {total}");
             for p in &g.processes {
                 let memory = word(p.memory_bytes);
                 let _ = writeln!(out, "proc {i} {} {memory} {}", p.pid, p.list.word());
@@ -214,16 +218,21 @@ pub fn parse(text: &str) -> Report {
             "gpu" => {
                 let minor = w.get(2).and_then(|m| maybe::<u32>(m));
                 let answer = match (minor, w.get(3).copied()) {
-                    (Some(minor), Some("ok")) if w.len() == 5 => {
-                        maybe::<u64>(w[4]).map(|used_bytes| {
-                            GpuAnswer::Answered(GpuSample {
-                                index,
-                                minor,
-                                used_bytes,
-                                utilization: Some(Vec::new()),
-                                ..GpuSample::default()
+                    // The total is a later word: a child without it still reads.
+                    (Some(minor), Some("ok")) if matches!(w.len(), 5 | 6) => {
+                        let total = w.get(5).map_or(Some(None), |t| maybe::<u64>(t));
+                        maybe::<u64>(w[4])
+                            .zip(total)
+                            .map(|(used_bytes, total_bytes)| {
+                                GpuAnswer::Answered(GpuSample {
+                                    index,
+                                    minor,
+                                    used_bytes,
+                                    total_bytes,
+                                    utilization: Some(Vec::new()),
+                                    ..GpuSample::default()
+                                })
                             })
-                        })
                     }
                     (Some(minor), Some("err")) => Some(GpuAnswer::Failed {
                         index,
@@ -352,6 +361,10 @@ pub struct ShareUse {
     /// samples no per-process utilisation on the GPU).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sm_utilization: Option<f64>,
+    /// The job holds the GPU whole (no share): its SM use is over the
+    /// whole GPU, and the metrics' share series leave it out.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub whole: bool,
 }
 
 /// [`attribute`]'s result.
@@ -365,15 +378,48 @@ pub struct Attribution {
     pub unattributed: BTreeMap<u32, Vec<u32>>,
 }
 
-/// The share `pid` (of `facts`) belongs to on `gpu`, if any: its cgroup
-/// names a share's job where Slurm makes job cgroups ([`cgroup::placement`]),
-/// it runs as the share's user, and that share is on `gpu`.
-fn share_of<'a>(
+/// A job that may use a GPU: a share there, or a job holding it whole.
+struct Holder<'a> {
+    job: u32,
+    /// The share's user (a job held whole: any, as its cgroup says).
+    uid: Option<u32>,
+    sluid: Option<&'a str>,
+    /// Its part of the GPU: the share's units over UnitsPerGPU, or 1.
+    part: f64,
+    whole: bool,
+}
+
+/// Who holds `gpu` in `state`: its shares and the jobs holding it whole.
+fn holders_of(state: &LedgerState, gpu: u32, units_per_gpu: u32) -> Vec<Holder<'_>> {
+    let shares = state.shares().filter(|s| s.gpu == gpu).map(|s| Holder {
+        job: s.job,
+        uid: Some(s.uid),
+        sluid: s.sluid.as_deref(),
+        part: f64::from(s.units) / f64::from(units_per_gpu.max(1)),
+        whole: false,
+    });
+    let whole = state
+        .whole_holders()
+        .filter(|w| w.gpus.contains(&gpu))
+        .map(|w| Holder {
+            job: w.job,
+            uid: None,
+            sluid: None,
+            part: 1.0,
+            whole: true,
+        });
+    shares.chain(whole).collect()
+}
+
+/// The holder of `gpu` that `pid` (of `facts`) belongs to, if any: its
+/// cgroup names the holder's job where Slurm makes job cgroups
+/// ([`cgroup::placement`]), and it runs as the cgroup's user and the
+/// share's.
+fn holder_of<'a, 'h>(
     facts: Option<&ProcessFacts>,
     anchors: &Anchors,
-    shares: &'a [&'a ShareRecord],
-    gpu: u32,
-) -> Option<&'a ShareRecord> {
+    holders: &'h [Holder<'a>],
+) -> Option<&'h Holder<'a>> {
     let facts = facts?;
     let InCgroup::Job { uid, dir } = cgroup::placement(&facts.cgroup, anchors) else {
         return None;
@@ -381,25 +427,27 @@ fn share_of<'a>(
     if uid.is_some_and(|u| u != facts.uid) {
         return None;
     }
-    shares.iter().copied().find(|s| {
-        s.uid == facts.uid
-            && s.gpu == gpu
+    holders.iter().find(|h| {
+        h.uid.is_none_or(|u| u == facts.uid)
             && match &dir {
-                JobDir::Id(job) => s.job == *job,
-                JobDir::Named(name) => s.sluid.as_deref() == Some(name.as_str()),
+                JobDir::Id(job) => h.job == *job,
+                JobDir::Named(name) => {
+                    h.sluid == Some(name.as_str()) || anchors.named_jobs.get(name) == Some(&h.job)
+                }
             }
     })
 }
 
-/// Each share's use on the GPUs that answered. `gpus`: each answer with
-/// gpushare's index of its GPU; `facts`: what `/proc` says of each pid
-/// (none: gone, or unreadable); `anchors`: where Slurm makes job cgroups.
+/// Each share's use on the GPUs that answered, and each job's holding a
+/// GPU whole ([`ShareUse::whole`]). `gpus`: each answer with gpushare's
+/// index of its GPU; `facts`: what `/proc` says of each pid (none: gone,
+/// or unreadable); `anchors`: where Slurm makes job cgroups.
 ///
-/// Memory is the sum of NVML's figure for the share's processes (a pid in
+/// Memory is the sum of NVML's figure for the job's processes (a pid in
 /// both lists counted once). SM use is the sum over its processes of
-/// their mean sampled percentage, over 100 × the share's part of the GPU;
-/// a process without samples used none. A share with no process on its
-/// GPU uses nothing.
+/// their mean sampled percentage, over 100 × the share's part of the GPU
+/// (the whole GPU for a job holding it); a process without samples used
+/// none. A job with no process on its GPU uses nothing.
 pub fn attribute(
     gpus: &[(u32, &GpuSample)],
     state: &LedgerState,
@@ -407,7 +455,6 @@ pub fn attribute(
     facts: &BTreeMap<u32, ProcessFacts>,
     anchors: &Anchors,
 ) -> Attribution {
-    let shares: Vec<&ShareRecord> = state.shares().collect();
     let mut out = Attribution::default();
     for &(gpu, sample) in gpus {
         // Each pid once: memory is the figure either list gives (the
@@ -422,18 +469,16 @@ pub fn attribute(
             let e = sm.entry(s.pid).or_default();
             *e = (e.0 + u64::from(s.sm_percent), e.1 + 1);
         }
-        let mut per_job: BTreeMap<u32, (Option<u64>, f64)> = shares
-            .iter()
-            .filter(|s| s.gpu == gpu)
-            .map(|s| (s.job, (Some(0), 0.0)))
-            .collect();
+        let holders = holders_of(state, gpu, units_per_gpu);
+        let mut per_job: BTreeMap<u32, (Option<u64>, f64)> =
+            holders.iter().map(|h| (h.job, (Some(0), 0.0))).collect();
         let pids: BTreeSet<u32> = memory.keys().chain(sm.keys()).copied().collect();
         for pid in pids {
-            let Some(share) = share_of(facts.get(&pid), anchors, &shares, gpu) else {
+            let Some(holder) = holder_of(facts.get(&pid), anchors, &holders) else {
                 out.unattributed.entry(gpu).or_default().push(pid);
                 continue;
             };
-            let Some((mem, percent)) = per_job.get_mut(&share.job) else {
+            let Some((mem, percent)) = per_job.get_mut(&holder.job) else {
                 continue;
             };
             // A process sampled but not listed holds no memory any more.
@@ -443,17 +488,17 @@ pub fn attribute(
                 *percent += sum as f64 / n.max(1) as f64;
             }
         }
-        for share in shares.iter().filter(|s| s.gpu == gpu) {
-            let (memory_bytes, percent) = per_job.get(&share.job).copied().unwrap_or_default();
-            let part = f64::from(share.units) / f64::from(units_per_gpu.max(1));
+        for h in &holders {
+            let (memory_bytes, percent) = per_job.get(&h.job).copied().unwrap_or_default();
             out.shares.push(ShareUse {
-                job: share.job,
+                job: h.job,
                 gpu,
                 memory_bytes,
                 sm_utilization: sample
                     .utilization
                     .as_ref()
-                    .map(|_| percent / 100.0 / part.max(f64::MIN_POSITIVE)),
+                    .map(|_| percent / 100.0 / h.part.max(f64::MIN_POSITIVE)),
+                whole: h.whole,
             });
         }
     }

@@ -115,7 +115,15 @@ pub fn markdown_table(text: &str, values: &[(&str, &str, Vec<&str>)]) -> String 
                 Vec::new(),
             ));
         } else if let Some((name, labels)) = sample_labels(line) {
-            let Some(family) = families.last_mut().filter(|f| f.0 == name) else {
+            // A histogram's samples are its `_bucket`, `_sum` and `_count`.
+            let of = |f: &(String, String, String, Vec<String>)| {
+                f.0 == name
+                    || (f.1 == "histogram"
+                        && ["_bucket", "_sum", "_count"]
+                            .iter()
+                            .any(|s| name.strip_suffix(s) == Some(f.0.as_str())))
+            };
+            let Some(family) = families.last_mut().filter(|f| of(f)) else {
                 panic!("{line}: a sample outside its family");
             };
             for (label, value) in labels {

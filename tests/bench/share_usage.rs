@@ -89,6 +89,7 @@ fn child_text(pid: &dyn Fn(u32, u32) -> u32, server: &dyn Fn(u32) -> u32) -> Str
                 index: gpu,
                 minor: Some(gpu),
                 used_bytes: Some(80 << 30),
+                total_bytes: Some(80 << 30),
                 processes: pids
                     .iter()
                     .map(|&pid| ProcessSample {
@@ -162,6 +163,7 @@ fn main() {
     let anchors = Anchors {
         v1_prepends: Vec::new(),
         v2_scopes: vec![scope.to_owned()],
+        ..Anchors::default()
     };
     let (core_ms, figures) = per_run(runs * 10, || {
         let report = usage::parse(&text);

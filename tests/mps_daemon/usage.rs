@@ -18,7 +18,11 @@ use testcluster::time::Timeout;
 use testcluster::users::TestUser;
 use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
 
-use super::{bin_dir, calls, cancel_and_wait_stopped, gpu_mps, ledger, standin, user_share};
+use super::{
+    bin_dir, calls, cancel_and_wait_stopped, gpu_mps, ledger, standin, user_output, user_share,
+};
+use testcluster::cluster::wait_for;
+use testcluster::time::{JOB_LONG, JOB_START};
 
 /// The node timer's run while NVML hangs on one GPU: its 5 s deadline and
 /// the process starts around it, never the stand-in's sleep (1000 s).
@@ -36,11 +40,17 @@ pub fn tests(suite: Suite) -> Suite {
             ));
         }
     }
-    suite.test_on(
-        "each_shares_gpu_memory_and_sm_use_is_its_own_processes_and_a_hung_gpu_is_skipped",
-        spec,
-        shares_use,
-    )
+    suite
+        .test_on(
+            "each_shares_gpu_memory_and_sm_use_is_its_own_processes_and_a_hung_gpu_is_skipped",
+            spec.clone(),
+            shares_use,
+        )
+        .test_on(
+            "an_ended_jobs_peak_and_mean_use_go_to_its_admin_comment_and_the_histograms",
+            spec,
+            ended_use,
+        )
 }
 
 const MIB: u64 = 1 << 20;
@@ -141,6 +151,7 @@ fn blocks(figures: &BTreeMap<u32, Vec<Figures>>, stamp: u64) -> BTreeMap<u32, St
                 index: gpu,
                 minor: Some(gpu),
                 used_bytes: Some(procs.iter().map(|p| p.mib * MIB).sum()),
+                total_bytes: Some(48 << 30),
                 processes: procs
                     .iter()
                     .map(|p| ProcessSample {
@@ -318,6 +329,155 @@ fn shares_use(c: &mut Cluster) -> TestResult {
     let _ = stray.kill();
     let _ = stray.wait();
     drop(forged);
+    let _ = fs::remove_file(&text_file);
+    result.and(cancel_and_wait_stopped(c))
+}
+
+/// The accounting's record of job `job`: `sacct -X -n -P -o FIELDS`.
+fn accounted(c: &Cluster, job: u32, fields: &str) -> String {
+    c.run(
+        "sacct",
+        &["-X", "-n", "-P", "-o", fields, "-j", &job.to_string()],
+    )
+    .map(|o| String::from_utf8_lossy(&o.stdout).trim_end().to_owned())
+    .unwrap_or_default()
+}
+
+/// Alice's share (25 units, 12 GiB) and her job holding a GPU whole run
+/// through two runs of the node timer, the stand-in giving each job's
+/// `sleep` its figures; the share's `AdminComment` holds the site's words.
+/// Once both are cancelled, the timer's next runs write each job's peak
+/// memory, its limit, its mean SM use and the number of samples in its
+/// `AdminComment` (the site's words kept), as `gpu-qos advise` reads them,
+/// and the metrics file counts them by QOS and size.
+fn ended_use(c: &mut Cluster) -> TestResult {
+    standin(c)?;
+    install_nvml_usage(&bin_dir(c))?;
+    let text_file = bin_dir(c).join("nvml-usage");
+    let metrics = c.dir.join("run/gpushare.prom");
+    let alice = TestUser::create(c, "gpushare-alice")?;
+    let share = user_share(c, &alice, 25)?;
+    let whole = alice.sbatch(
+        c,
+        &[
+            &format!("--output={}/%j.out", alice.home.display()),
+            "--gres=gpu:1",
+            super::SCRIPT,
+        ],
+    )?;
+    c.wait_job_state(whole, &["RUNNING"], JOB_LONG)?;
+    wait_for("the whole-GPU job's output", JOB_START, || {
+        user_output(&alice, whole).contains("GPU=").then_some(())
+    })?;
+    let held = ledger(c);
+    let gpu_s = held.share(share).map(|s| s.gpu).ok_or("no share")?;
+    let gpu_w = held
+        .whole_holder(whole)
+        .and_then(|w| w.gpus.first().copied())
+        .ok_or_else(|| format!("job {whole} holds no GPU whole in the ledger"))?;
+    let pid_of =
+        |job: u32| sleep_of_job(job).ok_or_else(|| format!("no sleep process of job {job}"));
+    let (ps, pw) = (pid_of(share)?, pid_of(whole)?);
+    c.run(
+        "scontrol",
+        &[
+            "update",
+            &format!("jobid={share}"),
+            "AdminComment=site words",
+        ],
+    )?;
+    let result = (|| {
+        let mut figures: BTreeMap<u32, Vec<Figures>> = BTreeMap::new();
+        for (gpu, pid, mib, sm) in [(gpu_s, ps, 1000, vec![20, 30]), (gpu_w, pw, 6000, vec![60])] {
+            figures
+                .entry(gpu)
+                .or_default()
+                .push(Figures { pid, mib, sm });
+        }
+        for stamp in [1_000, 2_000] {
+            let text: String = blocks(&figures, stamp).into_values().collect();
+            fs::write(&text_file, &text).map_err(|e| e.to_string())?;
+            let timer = gpu_mps(c, &["metrics", "--write"])?;
+            ensure(
+                timer.status.success(),
+                format!("the timer: {}", String::from_utf8_lossy(&timer.stderr)),
+            )?;
+        }
+        for job in [share, whole] {
+            c.run("scancel", &[&job.to_string()])?;
+        }
+        for job in [share, whole] {
+            c.wait_job_done(job, JOB_LONG)?;
+        }
+        let want = [
+            (
+                share,
+                format!(
+                    "site words; gpushare-usage: node=NODE gpu={gpu_s} units=25/100 \
+                     mem_peak_mib=1000 mem_limit_mib=12288 sm_mean=1.00 samples=2"
+                ),
+            ),
+            (
+                whole,
+                format!(
+                    "gpushare-usage: node=NODE gpu={gpu_w} units=whole mem_peak_mib=6000 \
+                     mem_limit_mib=49152 sm_mean=0.60 samples=2"
+                ),
+            ),
+        ];
+        // The node's name in the words is the node's; the rest exact.
+        let anonymous = |comment: &str| {
+            comment
+                .split(' ')
+                .map(|w| {
+                    if w.starts_with("node=") {
+                        "node=NODE"
+                    } else {
+                        w
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let mut said = String::new();
+        let done = wait_for(
+            "the ended jobs' figures in the accounting",
+            JOB_LONG,
+            || {
+                let timer = gpu_mps(c, &["metrics", "--write"]).ok()?;
+                said.push_str(&String::from_utf8_lossy(&timer.stderr));
+                want.iter()
+                    .all(|(job, w)| anonymous(&accounted(c, *job, "AdminComment")) == *w)
+                    .then_some(())
+            },
+        );
+        let got: Vec<String> = want
+            .iter()
+            .map(|(job, _)| accounted(c, *job, "State,QOS,AdminComment"))
+            .collect();
+        ensure(
+            done.is_ok(),
+            format!("want {want:?}\ngot {got:?}\nthe timer said: {said}"),
+        )?;
+        // Counted once the accounting shows them, under the job's QOS.
+        let qos = accounted(c, share, "QOS");
+        let _ = gpu_mps(c, &["metrics", "--write"])?;
+        let written = fs::read_to_string(&metrics).unwrap_or_default();
+        let line = |name: &str, size: &str, le: &str| {
+            format!("{name}_bucket{{qos=\"{qos}\",units=\"{size}\",le=\"{le}\"}} 1")
+        };
+        let peak = "gpushare_share_memory_peak_ratio";
+        let sm = "gpushare_share_sm_mean_ratio";
+        ensure(
+            !qos.is_empty()
+                && written.lines().any(|l| l == line(peak, "25", "0.1"))
+                && written.lines().any(|l| l == line(peak, "whole", "0.25"))
+                && written.lines().any(|l| l == line(sm, "25", "1"))
+                && written.lines().any(|l| l == line(sm, "whole", "0.75"))
+                && !written.lines().any(|l| l == line(sm, "whole", "0.5")),
+            format!("the histograms (QOS {qos}):\n{written}"),
+        )
+    })();
     let _ = fs::remove_file(&text_file);
     result.and(cancel_and_wait_stopped(c))
 }

@@ -20,13 +20,14 @@ use clap::Parser;
 use gpushare::mps::config::{self, GpuMpsConfig};
 use gpushare::mps::metrics::Counters;
 use gpushare::mps::node::{
-    follow_whole, gpu_devices, metrics_text, node_name, publish_metrics, retry_modes, running_jobs,
-    sample_share_usage, stop_idle_daemons, Node,
+    follow_whole, gpu_devices, metrics_text, node_name, publish_metrics, record_ended, retry_modes,
+    running_jobs, sample_share_usage, stop_idle_daemons, Accounting, Node,
 };
 use gpushare::mps::setup_lines::GpuGroup;
 use gpushare::mps::status::{self, NodeStatus};
 use gpushare::mps::{disabled, gc, health, in_force, installed, xid};
 use gpushare_admin::mps_cli::{Cli, Cmd};
+use gpushare_admin::usage_record::SlurmAccounting;
 use gpushare_admin::{effective_uid, nvml, nvml_usage, requeue};
 
 fn main() -> ExitCode {
@@ -183,6 +184,13 @@ fn metrics(at: Here<'_>, write: bool, kernel_log: &Path) -> Result<u8> {
         if node.cfg.share_usage != config::ShareUsage::Off {
             let ask = |cursor: &_| nvml_usage::ask(&node.cfg, cursor);
             for line in sample_share_usage(&node, ask) {
+                eprintln!("gpu-mps: {line}");
+            }
+            // The jobs that ended since: their figures to the accounting
+            // (UsageRecord=), then counted by QOS and size.
+            let mut slurm = node.cfg.usage_record.then(SlurmAccounting::start);
+            let accounting = slurm.as_mut().map(|s| s as &mut dyn Accounting);
+            for line in record_ended(&node, at.node, accounting) {
                 eprintln!("gpu-mps: {line}");
             }
         }

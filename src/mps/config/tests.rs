@@ -384,3 +384,20 @@ fn share_usage_is_nvml_none_or_a_program() {
             .starts_with("f:2: ShareUsage must be nvml, none or an absolute path"))
     );
 }
+
+#[test]
+fn usage_record_is_admincomment_or_none() {
+    assert!(GpuMpsConfig::default().usage_record);
+    for (text, want) in [
+        ("UsageRecord=AdminComment\n", true),
+        ("UsageRecord=none\n", false),
+    ] {
+        let cfg = parse(text, "f").unwrap_or_else(|e| panic!("{text:?}: {e}"));
+        assert_eq!(cfg.usage_record, want, "{text:?}");
+    }
+    assert!(
+        parse("UnitsPerGPU=100\nUsageRecord=comment\n", "f").is_err_and(|e| e
+            .to_string()
+            .starts_with("f:2: UsageRecord must be admincomment or none"))
+    );
+}

@@ -3,7 +3,7 @@
 //! a newer one.
 
 use super::setup::Node;
-use super::share_usage::kept_usage;
+use super::share_usage::kept_figures;
 use crate::mps::ledger::{LedgerError, LedgerState, Snapshot};
 use crate::mps::metrics::{self, Counters, Event};
 use crate::mps::status::{self, NodeStatus};
@@ -61,10 +61,11 @@ pub fn metrics_text(
         Ok(s) => (s.state, s.set_aside_files),
         Err(e) => (LedgerState::lost(e.to_string()), Vec::new()),
     };
-    let usage = kept_usage(node, &state);
+    let (usage, fit) = kept_figures(node, &state);
     let mut view = NodeStatus::of(&state, node.gpu_count, node.cfg.units_per_gpu, set_aside);
     view.mps = status::mps_view(&node.cfg, &view.gpus, probe);
-    metrics::render_for(&view, counters, node.private != Some(false), &usage)
+    let text = metrics::render_for(&view, counters, node.private != Some(false), &usage);
+    text + &metrics::render_fit(&fit)
 }
 
 #[cfg(test)]

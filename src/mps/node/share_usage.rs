@@ -11,6 +11,7 @@ use std::fs;
 use super::setup::Node;
 use crate::mps::ledger::LedgerState;
 use crate::mps::state_dir;
+use crate::mps::usage::totals::{self, Ended, Fit, Next, Totals};
 use crate::mps::usage::{self, cgroup, GpuAnswer, GpuSample, ProcessFacts, ShareUse};
 
 /// The figures the node timer last sampled, in the state directory.
@@ -25,6 +26,20 @@ struct Kept {
     /// NVML's index → the driver's timestamp (µs) of the last sample read.
     #[serde(default)]
     cursor: BTreeMap<u32, u64>,
+    /// Each job's use of each GPU it holds, over its stay.
+    #[serde(default)]
+    totals: Vec<Totals>,
+    /// Jobs that ended, their figures still to be recorded.
+    #[serde(default)]
+    ended: Vec<Ended>,
+    /// The ended jobs' figures by QOS and size.
+    #[serde(default)]
+    fit: Fit,
+}
+
+fn write_kept(dir: &std::path::Path, kept: &Kept) -> Result<(), String> {
+    let text = serde_json::to_string(kept).map_err(|e| e.to_string())?;
+    state_dir::replace_file(dir, KEPT_FILE, text.as_bytes(), 0o600).map_err(|e| e.to_string())
 }
 
 fn read_kept(dir: &std::path::Path) -> Kept {
@@ -40,17 +55,22 @@ fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// The figures to show now for the shares of `state` (none once stale:
-/// [`usage::KEPT_FOR_SECS`]); what the metrics file shows between two runs
-/// of the node timer.
+/// What the metrics file shows of the node timer's figures: each running
+/// share's (none once stale: [`usage::KEPT_FOR_SECS`]; none read where no
+/// share runs) and the ended jobs' histograms, from one read of its file.
+pub fn kept_figures(node: &Node, state: &LedgerState) -> (Vec<ShareUse>, Fit) {
+    let kept = read_kept(&node.cfg.state_dir);
+    let usage = if state.shares().next().is_none() {
+        Vec::new()
+    } else {
+        kept.usage.current(state, unix_now())
+    };
+    (usage, kept.fit)
+}
+
+/// The figures to show now for the shares of `state` (see [`kept_figures`]).
 pub fn kept_usage(node: &Node, state: &LedgerState) -> Vec<ShareUse> {
-    // No share, no figure: a whole-GPU job's prolog or epilog reads nothing.
-    if state.shares().next().is_none() {
-        return Vec::new();
-    }
-    read_kept(&node.cfg.state_dir)
-        .usage
-        .current(state, unix_now())
+    kept_figures(node, state).0
 }
 
 /// What the NVML child gave: what it printed (all of it, or what it had
@@ -77,9 +97,10 @@ fn process_facts(pid: u32) -> Option<ProcessFacts> {
     Some(ProcessFacts { uid, cgroup })
 }
 
-/// The cgroup texts of the node's root-owned `slurmstepd` processes: where
-/// Slurm makes job cgroups (see [`cgroup::stepd_anchors`]).
-fn root_stepd_cgroups() -> Vec<String> {
+/// The cgroup texts and titles of the node's root-owned `slurmstepd`
+/// processes: where Slurm makes job cgroups (see [`cgroup::stepd_anchors`])
+/// and which job each named one is ([`cgroup::stepd_job_dirs`]).
+fn root_stepds() -> Vec<(String, String)> {
     let Ok(entries) = fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -88,9 +109,12 @@ fn root_stepd_cgroups() -> Vec<String> {
         .filter(|pid| {
             fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "slurmstepd")
         })
-        .filter_map(process_facts)
-        .filter(|f| f.uid == 0)
-        .map(|f| f.cgroup)
+        .filter_map(|pid| {
+            let facts = process_facts(pid).filter(|f| f.uid == 0)?;
+            let title = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let title = String::from_utf8_lossy(&title).replace('\0', " ");
+            Some((facts.cgroup, title))
+        })
         .collect()
 }
 
@@ -145,18 +169,23 @@ pub fn share_figures(
     let stepds = if facts.is_empty() {
         Vec::new()
     } else {
-        root_stepd_cgroups()
+        root_stepds()
     };
-    let anchors = cgroup::stepd_anchors(stepds.iter().map(String::as_str));
+    let mut anchors = cgroup::stepd_anchors(stepds.iter().map(|(c, _)| c.as_str()));
+    let titled = stepds.iter().map(|(c, t)| (c.as_str(), t.as_str()));
+    anchors.named_jobs = cgroup::stepd_job_dirs(titled, &anchors);
     let got = usage::attribute(&answered, state, units_per_gpu, &facts, &anchors);
     (got.shares, lines)
 }
 
-/// Samples each share's use where at least one share runs: `ask` runs the
-/// NVML child (given where each GPU's samples were read up to, by NVML's
-/// index) and returns what it printed. The figures are kept for the
-/// metrics file ([`kept_usage`]); the lines returned say what could not be
-/// had (a GPU whose NVML did not answer is skipped, never waited for).
+/// Samples each share's use, and each job's holding a GPU whole, where
+/// one runs: `ask` runs the NVML child (given where each GPU's samples
+/// were read up to, by NVML's index) and returns what it printed. The
+/// shares' figures are kept for the metrics file ([`kept_usage`]), each
+/// job's added to its totals, and the jobs that left their GPUs since
+/// the last run are set aside for [`record_ended`]. The lines returned
+/// say what could not be had (a GPU whose NVML did not answer is
+/// skipped, never waited for).
 pub fn sample_share_usage(
     node: &Node,
     ask: impl FnOnce(&BTreeMap<u32, u64>) -> Asked,
@@ -165,28 +194,128 @@ pub fn sample_share_usage(
         Ok(s) => s.state,
         Err(e) => return vec![format!("share use not sampled: {e}")],
     };
-    if state.shares().next().is_none() {
-        return Vec::new();
-    }
     let dir = &node.cfg.state_dir;
     let mut kept = read_kept(dir);
-    let asked = ask(&kept.cursor);
-    let report = usage::parse(&asked.text);
-    // NVML names a GPU by its minor, gpushare by its place in GPUDevices.
-    let gpu_of = |answer: &GpuAnswer| match answer.minor() {
-        Some(minor) => node.gpus_of_minors(&[minor]).first().copied(),
-        None => Some(answer.index()).filter(|&i| i < node.gpu_count),
-    };
-    let trouble = asked.trouble.as_deref();
-    let (shares, mut lines) =
-        share_figures(&report, &state, node.cfg.units_per_gpu, gpu_of, trouble);
-    kept.cursor.extend(report.last_samples());
-    kept.usage = usage::KeptUsage {
-        at: unix_now(),
-        shares,
-    };
-    let text = serde_json::to_string(&kept).unwrap_or_default();
-    if let Err(e) = state_dir::replace_file(dir, KEPT_FILE, text.as_bytes(), 0o600) {
+    let held = state.shares().next().is_some() || state.whole_holders().next().is_some();
+    if !held && kept.totals.is_empty() {
+        return Vec::new();
+    }
+    let mut lines = Vec::new();
+    if held {
+        let asked = ask(&kept.cursor);
+        let report = usage::parse(&asked.text);
+        // NVML names a GPU by its minor, gpushare by its place in GPUDevices.
+        let gpu_of = |answer: &GpuAnswer| match answer.minor() {
+            Some(minor) => node.gpus_of_minors(&[minor]).first().copied(),
+            None => Some(answer.index()).filter(|&i| i < node.gpu_count),
+        };
+        let gpu_memory: BTreeMap<u32, u64> = report
+            .gpus
+            .iter()
+            .filter_map(|a| match a {
+                GpuAnswer::Answered(g) => Some((gpu_of(a)?, g.total_bytes?)),
+                GpuAnswer::Failed { .. } => None,
+            })
+            .collect();
+        let trouble = asked.trouble.as_deref();
+        let (figures, said) =
+            share_figures(&report, &state, node.cfg.units_per_gpu, gpu_of, trouble);
+        lines = said;
+        kept.cursor.extend(report.last_samples());
+        let units_per_gpu = node.cfg.units_per_gpu;
+        totals::fold(
+            &mut kept.totals,
+            &figures,
+            &state,
+            units_per_gpu,
+            &gpu_memory,
+        );
+        kept.usage = usage::KeptUsage {
+            at: unix_now(),
+            shares: figures.into_iter().filter(|u| !u.whole).collect(),
+        };
+    }
+    let ended = totals::take_ended(&mut kept.totals, &state);
+    kept.ended.extend(totals::ended_jobs(ended, unix_now()));
+    if let Err(e) = write_kept(dir, &kept) {
+        lines.push(format!("share figures not kept: {e}"));
+    }
+    lines
+}
+
+/// How the node timer reaches the accounting for [`record_ended`].
+pub trait Accounting {
+    /// `sacct -X -n -P -o State,QOS,AdminComment -j JOB`'s output.
+    fn shown(&mut self, job: u32) -> Result<String, String>;
+    /// `sacctmgr -i modify job where jobid=JOB set AdminComment=TEXT`.
+    fn write(&mut self, job: u32, admin_comment: &str) -> Result<(), String>;
+    /// Whether its `sacctmgr` writes an `AdminComment` in lower case
+    /// (before Slurm 23.02).
+    fn lowers(&self) -> bool;
+}
+
+/// At most this many ended jobs are looked at in one run of the timer.
+pub const RECORDS_PER_RUN: usize = 16;
+
+/// Records the figures of the jobs that ended here (see
+/// [`sample_share_usage`]): each job's peak memory and mean SM use per
+/// GPU in its `AdminComment` once the accounting holds its complete
+/// record, with `accounting` (`None`: `UsageRecord=none`, nothing
+/// written); then counted in the histograms by QOS and size. Returns what
+/// went wrong, a line each.
+pub fn record_ended(
+    node: &Node,
+    node_name: &str,
+    mut accounting: Option<&mut dyn Accounting>,
+) -> Vec<String> {
+    let dir = &node.cfg.state_dir;
+    let mut kept = read_kept(dir);
+    if kept.ended.is_empty() {
+        return Vec::new();
+    }
+    let mut lines = Vec::new();
+    let now = unix_now();
+    let mut left = Vec::new();
+    for (i, mut e) in std::mem::take(&mut kept.ended).into_iter().enumerate() {
+        let Some(acct) = accounting.as_deref_mut() else {
+            e.totals.iter().for_each(|t| kept.fit.observe(t, ""));
+            continue;
+        };
+        if i >= RECORDS_PER_RUN {
+            left.push(e);
+            continue;
+        }
+        let shown = acct.shown(e.job).map(|text| totals::accounted(&text));
+        let failed = shown.as_ref().err().cloned();
+        match totals::next(&e, shown, node_name, acct.lowers(), now) {
+            Next::Wait => {
+                if let Some(why) = failed {
+                    e.tries += 1;
+                    if e.tries == 1 {
+                        lines.push(format!("job {}: its GPU figures wait: {why}", e.job));
+                    }
+                }
+                left.push(e);
+            }
+            Next::Write(comment) => {
+                e.tries += 1;
+                if let Err(why) = acct.write(e.job, &comment) {
+                    lines.push(format!("job {}: its GPU figures not written: {why}", e.job));
+                }
+                left.push(e);
+            }
+            Next::Done { qos } => e.totals.iter().for_each(|t| kept.fit.observe(t, &qos)),
+            Next::GiveUp(why) => {
+                lines.push(format!(
+                    "job {}: its GPU figures not recorded: {why}",
+                    e.job
+                ));
+                e.totals.iter().for_each(|t| kept.fit.observe(t, ""));
+            }
+        }
+    }
+    kept.ended = left;
+    if let Err(e) = write_kept(dir, &kept) {
         lines.push(format!("share figures not kept: {e}"));
     }
     lines
@@ -258,6 +387,7 @@ mod tests {
                 gpu: 0,
                 memory_bytes: Some(0),
                 sm_utilization: Some(0.0),
+                whole: false,
             }]
         );
         let again = sample_share_usage(&node, |cursor: &BTreeMap<u32, u64>| {
@@ -266,5 +396,137 @@ mod tests {
         });
         assert_eq!(again.len(), 3, "{again:?}");
         assert!(kept_usage(&node, &state).is_empty());
+    }
+
+    /// The accounting as a test sees it: each job's record, what was
+    /// written, and whether sacct answers.
+    struct Books {
+        records: BTreeMap<u32, String>,
+        written: Vec<(u32, String)>,
+        down: bool,
+    }
+
+    impl Accounting for Books {
+        fn shown(&mut self, job: u32) -> Result<String, String> {
+            if self.down {
+                return Err("slurmdbd is down".into());
+            }
+            Ok(self.records.get(&job).cloned().unwrap_or_default())
+        }
+        fn write(&mut self, job: u32, text: &str) -> Result<(), String> {
+            self.written.push((job, text.to_owned()));
+            if let Some(r) = self.records.get_mut(&job) {
+                let head: Vec<&str> = r.splitn(3, '|').take(2).collect();
+                *r = format!("{}|{text}\n", head.join("|"));
+            }
+            Ok(())
+        }
+        fn lowers(&self) -> bool {
+            false
+        }
+    }
+
+    /// A share and a job holding a GPU whole are sampled twice; once they
+    /// leave the ledger, the next runs write each one's figures in its
+    /// AdminComment (the site's words kept) when its record is complete,
+    /// count it by QOS and size once the accounting shows them, and
+    /// forget it; with UsageRecord=none it is only counted.
+    #[test]
+    fn ended_jobs_figures_go_to_their_admin_comment_then_the_histograms() {
+        let (mut node, _dir) = temp_node(None);
+        node.cfg.gpu_devices = Some(
+            (0..4)
+                .map(|m| PathBuf::from(format!("/dev/nvidia{m}")))
+                .collect(),
+        );
+        node.ledger
+            .place(1, 1000, "alice", 25, 4, 100)
+            .unwrap_or_else(|e| panic!("{e}"));
+        node.ledger
+            .record_whole(2, &[3])
+            .unwrap_or_else(|e| panic!("{e}"));
+        let text = "gpu 0 0 ok 1000 80000000000\nend 0\ngpu 3 3 ok 5 80000000000\nend 3\n";
+        for _ in 0..2 {
+            let lines = sample_share_usage(&node, |_: &BTreeMap<u32, u64>| Asked {
+                text: text.to_owned(),
+                trouble: None,
+            });
+            assert!(lines.is_empty(), "{lines:?}");
+        }
+        let kept = read_kept(&node.cfg.state_dir);
+        assert_eq!(kept.totals.len(), 2, "{kept:?}");
+        assert!(kept.totals.iter().all(|t| t.samples == 2));
+        let mut books = Books {
+            records: BTreeMap::from([
+                (1, "RUNNING|normal|site words\n".to_owned()),
+                (2, "COMPLETED|long|\n".to_owned()),
+            ]),
+            written: Vec::new(),
+            down: false,
+        };
+        // Still running: nothing ended, nothing written.
+        assert!(record_ended(&node, "n1", Some(&mut books)).is_empty());
+        node.ledger.release(1).unwrap_or_else(|e| panic!("{e}"));
+        node.ledger.release(2).unwrap_or_else(|e| panic!("{e}"));
+        let never = |_: &BTreeMap<u32, u64>| -> Asked { panic!("NVML asked with no job") };
+        assert!(sample_share_usage(&node, never).is_empty());
+        assert!(record_ended(&node, "n1", Some(&mut books)).is_empty());
+        assert_eq!(books.written.len(), 1, "{:?}", books.written);
+        assert_eq!(books.written[0].0, 2);
+        assert!(books.written[0]
+            .1
+            .starts_with("gpushare-usage: node=n1 gpu=3 units=whole"));
+        books
+            .records
+            .insert(1, "COMPLETED|normal|site words\n".to_owned());
+        assert!(record_ended(&node, "n1", Some(&mut books)).is_empty());
+        let (job, comment) = &books.written[1];
+        assert_eq!(*job, 1);
+        assert!(comment.starts_with("site words; gpushare-usage: node=n1 gpu=0 units=25/100 "));
+        assert!(comment.ends_with(" samples=2"), "{comment}");
+        assert!(record_ended(&node, "n1", Some(&mut books)).is_empty());
+        let kept = read_kept(&node.cfg.state_dir);
+        assert!(kept.ended.is_empty() && kept.totals.is_empty(), "{kept:?}");
+        let sizes: Vec<(&str, &str)> = kept
+            .fit
+            .rows
+            .iter()
+            .map(|r| (r.qos.as_str(), r.size.as_str()))
+            .collect();
+        assert_eq!(sizes, vec![("long", "whole"), ("normal", "25")]);
+        // The accounting down: a line once, then given up after its tries.
+        node.ledger
+            .record_whole(3, &[2])
+            .unwrap_or_else(|e| panic!("{e}"));
+        let text = "gpu 2 2 ok 5 80000000000\nend 2\n";
+        sample_share_usage(&node, |_: &BTreeMap<u32, u64>| Asked {
+            text: text.to_owned(),
+            trouble: None,
+        });
+        node.ledger.release(3).unwrap_or_else(|e| panic!("{e}"));
+        sample_share_usage(&node, never);
+        books.down = true;
+        let mut said = Vec::new();
+        for _ in 0..totals::MAX_TRIES {
+            said.extend(record_ended(&node, "n1", Some(&mut books)));
+        }
+        assert_eq!(said.len(), 2, "{said:?}");
+        assert!(said[1].contains("not recorded"), "{said:?}");
+        // UsageRecord=none: counted at once, under no QOS.
+        node.ledger
+            .record_whole(4, &[2])
+            .unwrap_or_else(|e| panic!("{e}"));
+        sample_share_usage(&node, |_: &BTreeMap<u32, u64>| Asked {
+            text: text.to_owned(),
+            trouble: None,
+        });
+        node.ledger.release(4).unwrap_or_else(|e| panic!("{e}"));
+        sample_share_usage(&node, never);
+        assert!(record_ended(&node, "n1", None).is_empty());
+        let kept = read_kept(&node.cfg.state_dir);
+        assert!(kept.ended.is_empty());
+        // Job 3 given up and job 4: each its memory and its SM use.
+        let unknown = kept.fit.rows.iter().find(|r| r.qos == "unknown");
+        assert_eq!(unknown.map(|r| (r.sm.count, r.memory.count)), Some((2, 2)));
     }
 }

@@ -28,14 +28,17 @@
 //!   root-owned `slurmstepd` processes ([`stepd_anchors`]), which no user
 //!   can create or move. `JOBDIR` is `job_<J>` up to 25.11 and with
 //!   26.05.2's `CgroupJobIdPaths=yes`; otherwise in 26.05 the job's SLUID
-//!   (`print_sluid`), which only the ledger's record of the share (the
-//!   prolog's `SLURM_JOB_SLUID`) ties to a job.
+//!   (`print_sluid`), which the ledger's record of a share (the prolog's
+//!   `SLURM_JOB_SLUID`) ties to its job, and the title of the root-owned
+//!   `slurmstepd` in that directory ties to any job ([`stepd_job_dirs`]).
 //!
 //! Lines that disagree (v1 and v2, or two v1 controllers naming other
 //! jobs) name no job: a user may move their own process between the
 //! steps of their own jobs under v1, never into another user's.
 
 /// The controllers Slurm's cgroup/v1 plugin attaches job cgroups in.
+use std::collections::BTreeMap;
+
 const SLURM_V1_CONTROLLERS: [&str; 6] =
     ["freezer", "devices", "memory", "cpuset", "cpu", "cpuacct"];
 
@@ -46,6 +49,10 @@ pub struct Anchors {
     pub v1_prepends: Vec<String>,
     /// cgroup v2: the paths of Slurm's `slurmstepd.scope`.
     pub v2_scopes: Vec<String>,
+    /// cgroup v2 job directories named otherwise than `job_<id>` (26.05's
+    /// SLUID) with the job a root-owned `slurmstepd` in them serves
+    /// ([`stepd_job_dirs`]).
+    pub named_jobs: BTreeMap<String, u32>,
 }
 
 /// How Slurm names a job's cgroup directory.
@@ -122,6 +129,45 @@ pub fn stepd_anchors<'a>(stepd_cgroups: impl IntoIterator<Item = &'a str>) -> An
         }
     }
     anchors
+}
+
+/// The job of a `slurmstepd`'s title (`/proc/PID/cmdline`, which it sets:
+/// `slurmstepd: [123.batch]`, `[123.0 stepmgr]`).
+fn title_job(title: &str) -> Option<u32> {
+    let (_, after) = title.split_once('[')?;
+    let end = after
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(after.len());
+    digits(&after[..end])
+}
+
+/// Each cgroup v2 job directory not named `job_<id>` (26.05's SLUID) in
+/// which a root-owned `slurmstepd` runs, with the job its title names:
+/// `stepds` gives each one's cgroup text and title. Both are root's (the
+/// directory made by Slurm, the title set by slurmstepd), so a user can
+/// name neither; a directory two titles disagree on maps to no job.
+pub fn stepd_job_dirs<'a>(
+    stepds: impl IntoIterator<Item = (&'a str, &'a str)>,
+    anchors: &Anchors,
+) -> BTreeMap<String, u32> {
+    let mut out: BTreeMap<String, Option<u32>> = BTreeMap::new();
+    for (cgroup, title) in stepds {
+        let Some(path) = v2_path(cgroup) else {
+            continue;
+        };
+        for scope in &anchors.v2_scopes {
+            if let Some(JobDir::Named(dir)) = v2_job(path, scope) {
+                let job = title_job(title);
+                let entry = out.entry(dir).or_insert(job);
+                if *entry != job {
+                    *entry = None;
+                }
+            }
+        }
+    }
+    out.into_iter()
+        .filter_map(|(dir, job)| Some((dir, job?)))
+        .collect()
 }
 
 /// `job_<J>` → J.

@@ -49,6 +49,7 @@ fn a_block_reads_back_and_a_cut_or_broken_one_is_left_out() {
         index: 0,
         minor: Some(3),
         used_bytes: Some(223 * MIB),
+        total_bytes: Some(143_000 * MIB),
         processes: vec![
             ProcessSample {
                 pid: 552,
@@ -257,6 +258,7 @@ fn each_share_gets_its_own_processes_figures() {
     let anchors = Anchors {
         v1_prepends: vec!["/slurm".into()],
         v2_scopes: vec![scope.into()],
+        ..Anchors::default()
     };
     let task = |dir: &str| format!("0::{scope}/{dir}/step_0/user/task_0\n");
     let facts = BTreeMap::from([
@@ -283,6 +285,7 @@ fn each_share_gets_its_own_processes_figures() {
         index: 0,
         minor: Some(0),
         used_bytes: Some(2000 * MIB),
+        total_bytes: None,
         processes: vec![
             proc(101, Some(100), ProcessList::Compute),
             proc(101, Some(100), ProcessList::Mps),
@@ -351,6 +354,7 @@ fn kept_figures_show_only_while_fresh_and_their_share_runs() {
         gpu,
         memory_bytes: Some(1),
         sm_utilization: Some(0.5),
+        whole: false,
     };
     let kept = KeptUsage {
         at: 1000,
@@ -366,4 +370,98 @@ fn kept_figures_show_only_while_fresh_and_their_share_runs() {
     );
     assert!(kept.current(&shares, 1001 + KEPT_FOR_SECS).is_empty());
     assert!(kept.current(&shares, 900).is_empty());
+}
+
+/// A job holding GPU 1 whole: its processes there are its figures, its
+/// SM use over the whole GPU, marked whole; on another GPU they are
+/// nobody's.
+#[test]
+fn a_job_holding_its_gpu_whole_gets_its_processes_figures() {
+    let mut state = state(&[share(7, 1000, 0, 25, None)]);
+    state.insert_whole(crate::mps::ledger::WholeRecord {
+        job: 12,
+        gpus: vec![1],
+        since: 0,
+    });
+    let scope = "/system.slice/slurmstepd.scope";
+    let anchors = Anchors {
+        v1_prepends: vec!["/slurm".into()],
+        v2_scopes: vec![scope.into()],
+        ..Anchors::default()
+    };
+    let facts = BTreeMap::from([(
+        400,
+        facts(1002, &format!("0::{scope}/job_12/step_batch/user/task_0\n")),
+    )]);
+    let sample = |index| GpuSample {
+        index,
+        minor: Some(index),
+        processes: vec![ProcessSample {
+            pid: 400,
+            memory_bytes: Some(3000 * MIB),
+            list: ProcessList::Compute,
+        }],
+        utilization: Some(vec![UtilSample {
+            pid: 400,
+            sm_percent: 60,
+            timestamp_us: 1,
+        }]),
+        ..GpuSample::default()
+    };
+    let (gpu0, gpu1) = (sample(0), sample(1));
+    let got = attribute(&[(0, &gpu0), (1, &gpu1)], &state, 100, &facts, &anchors);
+    let whole: Vec<&ShareUse> = got.shares.iter().filter(|s| s.whole).collect();
+    assert_eq!(whole.len(), 1, "{got:?}");
+    assert_eq!((whole[0].job, whole[0].gpu), (12, 1));
+    assert_eq!(whole[0].memory_bytes, Some(3000 * MIB));
+    assert!(whole[0]
+        .sm_utilization
+        .is_some_and(|v| (v - 0.6).abs() < 1e-9));
+    assert_eq!(got.unattributed.get(&0), Some(&vec![400]));
+}
+
+/// 26.05's SLUID directories: the job each is comes from the title of the
+/// root-owned slurmstepd in it (recorded), never from a directory two
+/// titles disagree on; a job held whole (no SLUID in its record) is
+/// found so.
+#[test]
+fn a_sluid_directory_is_the_job_its_slurmstepd_serves() {
+    let stepd = recorded("26.05-v2-slurmstepd");
+    let anchors = cgroup::stepd_anchors([stepd.as_str()]);
+    let scope = anchors.v2_scopes.first().cloned().unwrap_or_default();
+    let other = format!("0::{scope}/sOTHERDIR00000/step_extern/slurm\n");
+    let dirs = cgroup::stepd_job_dirs(
+        [
+            (stepd.as_str(), "slurmstepd: [29862002.batch]"),
+            (stepd.as_str(), "slurmstepd: [29862002.extern]"),
+            (other.as_str(), "slurmstepd: [7.extern]"),
+            (other.as_str(), "slurmstepd: [8.0 stepmgr]"),
+        ],
+        &anchors,
+    );
+    assert_eq!(
+        dirs,
+        BTreeMap::from([("sBBXM8CEK87900".to_owned(), 29862002)])
+    );
+    let mut anchors = anchors;
+    anchors.named_jobs = dirs;
+    let mut state = LedgerState::new();
+    state.insert_whole(crate::mps::ledger::WholeRecord {
+        job: 29862002,
+        gpus: vec![0],
+        since: 0,
+    });
+    let task = format!("0::{scope}/sBBXM8CEK87900/step_batch/user/task_0\n");
+    let facts = BTreeMap::from([(5, facts(1000, &task))]);
+    let gpu = GpuSample {
+        processes: vec![ProcessSample {
+            pid: 5,
+            memory_bytes: Some(MIB),
+            list: ProcessList::Compute,
+        }],
+        ..GpuSample::default()
+    };
+    let got = attribute(&[(0, &gpu)], &state, 100, &facts, &anchors);
+    assert_eq!(got.shares.len(), 1);
+    assert_eq!(got.shares[0].memory_bytes, Some(MIB));
 }

@@ -1,0 +1,421 @@
+//! What each job used of each GPU over its whole stay on the node, from
+//! the node timer's samples, and what becomes of it once the job ends:
+//! its peak memory and mean SM use in the job's `AdminComment` (where
+//! `gpu-qos advise` reads them) and in histograms by QOS and share size.
+//!
+//! Pure: the samples, the ledger and what `sacct` shows come in as data;
+//! the node timer (`gpu-mps metrics --write`, root) runs the commands.
+//! Nothing here runs in a prolog or epilog: Slurm asks them not to call
+//! its commands, and a slow slurmdbd must never hold a job's end.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::ShareUse;
+use crate::mps::ledger::LedgerState;
+
+const MIB: u64 = 1 << 20;
+
+/// One job's use of one GPU, summed over the node timer's samples.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Totals {
+    pub job: u32,
+    pub gpu: u32,
+    /// The share's units (`None`: the job held the GPU whole).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub units: Option<u32>,
+    pub units_per_gpu: u32,
+    /// What it may use, MiB: the share's memory limit, or the GPU's
+    /// memory for a job holding it whole (`None`: not known).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_mib: Option<u64>,
+    /// The most memory one sample saw, bytes (`None`: no sample gave it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_bytes: Option<u64>,
+    /// The sum of the SM figures sampled ([`ShareUse::sm_utilization`]),
+    /// and how many there were.
+    pub sm_sum: f64,
+    pub sm_samples: u32,
+    /// The node timer's runs that sampled it.
+    pub samples: u32,
+}
+
+impl Totals {
+    /// The mean SM use: over the share's part of the GPU, or of the whole
+    /// GPU for a job holding it.
+    pub fn sm_mean(&self) -> Option<f64> {
+        (self.sm_samples > 0).then(|| self.sm_sum / f64::from(self.sm_samples))
+    }
+
+    /// Peak memory over what it may use.
+    pub fn memory_peak_ratio(&self) -> Option<f64> {
+        let limit = self.limit_mib.filter(|&l| l > 0)?;
+        Some(self.peak_bytes? as f64 / (limit * MIB) as f64)
+    }
+
+    /// The size label of its histograms: its units, or `whole`.
+    pub fn size_label(&self) -> String {
+        self.units
+            .map_or_else(|| "whole".to_owned(), |u| u.to_string())
+    }
+}
+
+/// Adds one run's figures (`usage`, of the GPUs that answered) to
+/// `totals`; `gpu_memory`: each GPU's memory in bytes where NVML gave it.
+pub fn fold(
+    totals: &mut Vec<Totals>,
+    usage: &[ShareUse],
+    state: &LedgerState,
+    units_per_gpu: u32,
+    gpu_memory: &BTreeMap<u32, u64>,
+) {
+    for u in usage {
+        let share = state.share(u.job).filter(|s| s.gpu == u.gpu && !u.whole);
+        let at = match totals.iter().position(|t| (t.job, t.gpu) == (u.job, u.gpu)) {
+            Some(i) => i,
+            None => {
+                totals.push(Totals {
+                    job: u.job,
+                    gpu: u.gpu,
+                    units: share.map(|s| s.units),
+                    units_per_gpu,
+                    limit_mib: None,
+                    peak_bytes: None,
+                    sm_sum: 0.0,
+                    sm_samples: 0,
+                    samples: 0,
+                });
+                totals.len() - 1
+            }
+        };
+        let t = &mut totals[at];
+        // The limit is set after placement, the GPU's memory known once
+        // NVML answers: the latest known figure.
+        let limit = match share {
+            Some(s) => s.memory_mib,
+            None => gpu_memory.get(&u.gpu).map(|b| b / MIB),
+        };
+        t.limit_mib = limit.or(t.limit_mib);
+        t.peak_bytes = t.peak_bytes.max(u.memory_bytes);
+        if let Some(sm) = u.sm_utilization.filter(|v| v.is_finite()) {
+            t.sm_sum += sm;
+            t.sm_samples += 1;
+        }
+        t.samples += 1;
+    }
+}
+
+/// Takes out of `totals` those whose job no longer holds their GPU in
+/// `state` (it ended, or left the node): what is left of them to record.
+pub fn take_ended(totals: &mut Vec<Totals>, state: &LedgerState) -> Vec<Totals> {
+    let holds = |t: &Totals| {
+        state.share(t.job).is_some_and(|s| s.gpu == t.gpu)
+            || state
+                .whole_holder(t.job)
+                .is_some_and(|w| w.gpus.contains(&t.gpu))
+    };
+    let (kept, ended) = totals.drain(..).partition(holds);
+    *totals = kept;
+    ended
+}
+
+/// The start of each of gpushare's figures in a job's `AdminComment`.
+pub const WORDS_MARK: &str = "gpushare-usage: ";
+
+fn figure<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| v.to_string())
+}
+
+/// The figures of one GPU of a job, as `gpu-qos advise` reads them:
+///
+/// ```text
+/// gpushare-usage: node=N gpu=G units=U/P mem_peak_mib=M mem_limit_mib=L sm_mean=S samples=K
+/// ```
+///
+/// `units=whole` for a GPU the job held whole (then `mem_limit_mib` is
+/// the GPU's memory and `sm_mean` the fraction of its SMs); `-` where a
+/// figure is not known.
+pub fn words(node: &str, t: &Totals) -> String {
+    let units = t.units.map_or_else(
+        || "whole".to_owned(),
+        |u| format!("{u}/{}", t.units_per_gpu),
+    );
+    format!(
+        "{WORDS_MARK}node={node} gpu={} units={units} mem_peak_mib={} mem_limit_mib={} \
+         sm_mean={} samples={}",
+        t.gpu,
+        figure(t.peak_bytes.map(|b| b.div_ceil(MIB))),
+        figure(t.limit_mib),
+        figure(t.sm_mean().map(|m| format!("{m:.2}"))),
+        t.samples,
+    )
+}
+
+/// Between the site's words and each of gpushare's.
+const SEPARATOR: &str = "; ";
+
+/// Whether `part` is one of gpushare's figures written by node `node`.
+fn of_node(part: &str, node: &str) -> bool {
+    part.strip_prefix(WORDS_MARK)
+        .and_then(|rest| rest.strip_prefix("node="))
+        .and_then(|rest| rest.split(' ').next())
+        .is_some_and(|n| n.eq_ignore_ascii_case(node))
+}
+
+/// `comment` with node `node`'s figures replaced by `figures`: every other
+/// word of the site's, and of other nodes, kept as it was.
+pub fn comment_with(comment: &str, node: &str, figures: &[String]) -> String {
+    let kept = comment
+        .split(SEPARATOR)
+        .filter(|p| !p.is_empty() && !of_node(p, node));
+    let all: Vec<&str> = kept.chain(figures.iter().map(String::as_str)).collect();
+    all.join(SEPARATOR)
+}
+
+/// Whether `comment` holds each of `figures` (as 22.05's `sacctmgr`,
+/// which writes a comment in lower case, may have left them).
+pub fn comment_has(comment: &str, figures: &[String]) -> bool {
+    figures
+        .iter()
+        .all(|f| comment.split(SEPARATOR).any(|p| p.eq_ignore_ascii_case(f)))
+}
+
+/// Whether `sacctmgr` would write `comment` as it is: it turns quotes into
+/// backquotes, and before 23.02 it writes an `AdminComment` in lower case.
+pub fn sacctmgr_keeps(comment: &str, lowers: bool) -> bool {
+    !comment.contains(['"', '\''])
+        && !comment.contains(['\n', '\r'])
+        && (!lowers || !comment.chars().any(|c| c.is_ascii_uppercase()))
+}
+
+/// What `sacct -X -n -P -o State,QOS,AdminComment -j J` showed of a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Accounted {
+    pub state: String,
+    pub qos: String,
+    pub admin_comment: String,
+}
+
+/// Reads that output: `None` where the job is not (yet) recorded.
+pub fn accounted(text: &str) -> Option<Accounted> {
+    let line = text.trim_end_matches('\n');
+    let mut f = line.splitn(3, '|');
+    let (state, qos, comment) = (f.next()?, f.next()?, f.next()?);
+    let state = state.split_whitespace().next()?.to_owned();
+    Some(Accounted {
+        state,
+        qos: qos.trim().to_owned(),
+        admin_comment: comment.to_owned(),
+    })
+}
+
+/// Whether a job's state in the accounting is one it ended in (its record
+/// complete: what the node writes then is not overwritten by the job's
+/// end).
+pub fn ended_state(state: &str) -> bool {
+    matches!(
+        state,
+        "COMPLETED"
+            | "FAILED"
+            | "CANCELLED"
+            | "TIMEOUT"
+            | "OUT_OF_MEMORY"
+            | "NODE_FAIL"
+            | "PREEMPTED"
+            | "BOOT_FAIL"
+            | "DEADLINE"
+    )
+}
+
+/// Upper bounds of the histogram of peak memory over the memory a job may
+/// use.
+pub const MEMORY_BOUNDS: [f64; 6] = [0.1, 0.25, 0.5, 0.75, 0.9, 1.0];
+/// Upper bounds of the histogram of mean SM use (over a share's part:
+/// above 1 where it used SMs others left idle).
+pub const SM_BOUNDS: [f64; 6] = [0.1, 0.25, 0.5, 0.75, 1.0, 1.5];
+
+/// A Prometheus histogram: a count per upper bound (not cumulative here),
+/// the overflow, the sum.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Histogram {
+    pub counts: Vec<u64>,
+    pub sum: f64,
+    pub count: u64,
+}
+
+impl Histogram {
+    fn observe(&mut self, bounds: &[f64], v: f64) {
+        self.counts.resize(bounds.len() + 1, 0);
+        let slot = bounds.iter().position(|&b| v <= b).unwrap_or(bounds.len());
+        self.counts[slot] += 1;
+        self.sum += v;
+        self.count += 1;
+    }
+
+    /// Cumulative counts for each bound of `bounds`, then `+Inf`.
+    pub fn cumulative(&self, bounds: &[f64]) -> Vec<u64> {
+        let mut total = 0;
+        (0..=bounds.len())
+            .map(|i| {
+                total += self.counts.get(i).copied().unwrap_or(0);
+                total
+            })
+            .collect()
+    }
+}
+
+/// At most this many QOS labels; the others count as `other`.
+pub const MAX_QOS_LABELS: usize = 32;
+
+/// One QOS and size's histograms.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct FitRow {
+    pub qos: String,
+    /// The share's units, or `whole`.
+    pub size: String,
+    pub memory: Histogram,
+    pub sm: Histogram,
+}
+
+/// The ended jobs' figures, by QOS and size.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Fit {
+    pub rows: Vec<FitRow>,
+}
+
+impl Fit {
+    /// Counts an ended job's GPU, under `qos` (`""`: not known).
+    pub fn observe(&mut self, t: &Totals, qos: &str) {
+        let known = self.rows.iter().any(|r| r.qos == qos);
+        let distinct: std::collections::BTreeSet<&str> =
+            self.rows.iter().map(|r| r.qos.as_str()).collect();
+        let qos = match qos {
+            "" => "unknown",
+            q if known || distinct.len() < MAX_QOS_LABELS => q,
+            _ => "other",
+        };
+        let size = t.size_label();
+        let at = match self
+            .rows
+            .iter()
+            .position(|r| r.qos == qos && r.size == size)
+        {
+            Some(i) => i,
+            None => {
+                self.rows.push(FitRow {
+                    qos: qos.to_owned(),
+                    size,
+                    ..FitRow::default()
+                });
+                self.rows
+                    .sort_by(|a, b| (&a.qos, &a.size).cmp(&(&b.qos, &b.size)));
+                self.rows
+                    .iter()
+                    .position(|r| r.qos == qos && r.size == t.size_label())
+                    .unwrap_or(0)
+            }
+        };
+        let Some(row) = self.rows.get_mut(at) else {
+            return;
+        };
+        if let Some(r) = t.memory_peak_ratio() {
+            row.memory.observe(&MEMORY_BOUNDS, r);
+        }
+        if let Some(m) = t.sm_mean() {
+            row.sm.observe(&SM_BOUNDS, m);
+        }
+    }
+}
+
+/// An ended job whose figures are still to be recorded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Ended {
+    pub job: u32,
+    /// Each GPU it used here.
+    pub totals: Vec<Totals>,
+    /// When the node timer saw it end, Unix seconds.
+    pub since: u64,
+    /// Runs that failed to read the accounting or wrote it.
+    #[serde(default)]
+    pub tries: u32,
+}
+
+/// Groups what [`take_ended`] took by job, seen ending at `now`.
+pub fn ended_jobs(totals: Vec<Totals>, now: u64) -> Vec<Ended> {
+    let mut by_job: BTreeMap<u32, Vec<Totals>> = BTreeMap::new();
+    for t in totals {
+        by_job.entry(t.job).or_default().push(t);
+    }
+    by_job
+        .into_iter()
+        .map(|(job, totals)| Ended {
+            job,
+            totals,
+            since: now,
+            tries: 0,
+        })
+        .collect()
+}
+
+/// How long an ended job's figures wait for its record in the accounting
+/// (slurmdbd down, the job requeued and running again).
+pub const RECORD_FOR_SECS: u64 = 3600;
+/// How many failed `sacct`/`sacctmgr` runs before its figures are given
+/// up (one a minute).
+pub const MAX_TRIES: u32 = 10;
+
+/// What to do next for an ended job's figures.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Next {
+    /// Nothing yet (its record not complete): ask again next run.
+    Wait,
+    /// Write this `AdminComment` (then check it next run).
+    Write(String),
+    /// Recorded: count it (where not yet) under this QOS and forget it.
+    Done { qos: String },
+    /// Given up, for this reason: count it (QOS not known) and forget it.
+    GiveUp(String),
+}
+
+/// The step for `e` given what `sacct` showed (`Err`: it failed), this
+/// node's name, and whether `sacctmgr` writes comments in lower case.
+pub fn next(
+    e: &Ended,
+    shown: Result<Option<Accounted>, String>,
+    node: &str,
+    lowers: bool,
+    now: u64,
+) -> Next {
+    let figures: Vec<String> = e.totals.iter().map(|t| words(node, t)).collect();
+    let old = now.saturating_sub(e.since) > RECORD_FOR_SECS;
+    match shown {
+        Err(why) if e.tries + 1 >= MAX_TRIES => Next::GiveUp(format!("the accounting: {why}")),
+        Err(_) => Next::Wait,
+        Ok(None) if old => Next::GiveUp("no record of it in the accounting".into()),
+        Ok(Some(a)) if !ended_state(&a.state) && old => {
+            Next::GiveUp(format!("it is {} in the accounting", a.state))
+        }
+        Ok(None) => Next::Wait,
+        Ok(Some(a)) if !ended_state(&a.state) => Next::Wait,
+        Ok(Some(a)) if comment_has(&a.admin_comment, &figures) => Next::Done { qos: a.qos },
+        Ok(Some(_)) if e.tries + 1 >= MAX_TRIES => {
+            Next::GiveUp("its AdminComment does not keep the figures written".into())
+        }
+        Ok(Some(a)) => {
+            let comment = comment_with(&a.admin_comment, node, &figures);
+            if sacctmgr_keeps(&comment, lowers) {
+                Next::Write(comment)
+            } else {
+                Next::GiveUp(
+                    "sacctmgr would change its AdminComment (quotes, line breaks, or capitals \
+                     before Slurm 23.02)"
+                        .into(),
+                )
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

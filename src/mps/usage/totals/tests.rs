@@ -1,0 +1,245 @@
+use super::*;
+use crate::mps::ledger::{ShareRecord, WholeRecord};
+
+fn state() -> LedgerState {
+    let mut state = LedgerState::new();
+    state.insert_share(ShareRecord {
+        job: 7,
+        uid: 1000,
+        user: "alice".into(),
+        gpu: 1,
+        units: 25,
+        since: 0,
+        placed_by_slurm: false,
+        memory_mib: Some(20_000),
+        clients: None,
+        sluid: None,
+    });
+    state.insert_whole(WholeRecord {
+        job: 9,
+        gpus: vec![0, 2],
+        since: 0,
+    });
+    state
+}
+
+fn used(job: u32, gpu: u32, mib: Option<u64>, sm: Option<f64>, whole: bool) -> ShareUse {
+    ShareUse {
+        job,
+        gpu,
+        memory_bytes: mib.map(|m| m * MIB),
+        sm_utilization: sm,
+        whole,
+    }
+}
+
+/// Three runs of the timer: the peak is the largest memory one run saw,
+/// the SM mean is over the runs that sampled SMs, the limit is the
+/// share's (or the GPU's memory for a job holding it whole); a job whose
+/// GPU the ledger no longer shows is taken out, the others stay.
+#[test]
+fn runs_add_up_to_a_peak_and_a_mean_until_the_job_leaves_its_gpu() {
+    let state = state();
+    let gpu_memory = BTreeMap::from([(0, 80_000 * MIB)]);
+    let mut totals = Vec::new();
+    for (mem, sm) in [
+        (Some(1000), Some(0.5)),
+        (Some(3000), None),
+        (None, Some(1.5)),
+    ] {
+        let run = [
+            used(7, 1, mem, sm, false),
+            used(9, 0, Some(40_000), Some(0.2), true),
+        ];
+        fold(&mut totals, &run, &state, 100, &gpu_memory);
+    }
+    let share = &totals[0];
+    assert_eq!(
+        (
+            share.units,
+            share.limit_mib,
+            share.peak_bytes,
+            share.samples
+        ),
+        (Some(25), Some(20_000), Some(3000 * MIB), 3)
+    );
+    assert_eq!(share.sm_mean(), Some(1.0));
+    assert_eq!(share.memory_peak_ratio(), Some(0.15));
+    let whole = &totals[1];
+    assert_eq!((whole.units, whole.limit_mib), (None, Some(80_000)));
+    assert_eq!(whole.size_label(), "whole");
+    assert_eq!(
+        words("gpu01", share),
+        "gpushare-usage: node=gpu01 gpu=1 units=25/100 mem_peak_mib=3000 mem_limit_mib=20000 \
+         sm_mean=1.00 samples=3"
+    );
+    assert_eq!(
+        words("gpu01", &used_only()),
+        "gpushare-usage: node=gpu01 gpu=3 units=whole mem_peak_mib=- mem_limit_mib=- sm_mean=- \
+         samples=1"
+    );
+    assert!(take_ended(&mut totals, &state).is_empty());
+    let mut later = state.clone();
+    later.remove_job(7);
+    let ended = take_ended(&mut totals, &later);
+    assert_eq!(ended.len(), 1);
+    assert_eq!(ended[0].job, 7);
+    assert_eq!(totals.len(), 1);
+}
+
+fn used_only() -> Totals {
+    let mut totals = Vec::new();
+    fold(
+        &mut totals,
+        &[used(9, 3, None, None, true)],
+        &LedgerState::new(),
+        100,
+        &BTreeMap::new(),
+    );
+    totals.remove(0)
+}
+
+/// The site's words and other nodes' figures stay as they were; this
+/// node's earlier figures are replaced; what 22.05's sacctmgr would
+/// lower-case or any quote is never written.
+#[test]
+fn the_comment_keeps_every_word_but_this_nodes_old_figures() {
+    let figures = vec!["gpushare-usage: node=n1 gpu=0 units=whole mem_peak_mib=1 \
+                        mem_limit_mib=2 sm_mean=0.10 samples=2"
+        .to_owned()];
+    let before = "Site note; gpushare-usage: node=n1 gpu=0 units=whole mem_peak_mib=9 \
+                  mem_limit_mib=2 sm_mean=0.90 samples=1; gpushare-usage: node=n2 gpu=1 \
+                  units=whole mem_peak_mib=3 mem_limit_mib=2 sm_mean=0.30 samples=4; \
+                  gpushare: requeued from n1";
+    let after = comment_with(before, "n1", &figures);
+    assert_eq!(
+        after,
+        "Site note; gpushare-usage: node=n2 gpu=1 units=whole mem_peak_mib=3 mem_limit_mib=2 \
+         sm_mean=0.30 samples=4; gpushare: requeued from n1; gpushare-usage: node=n1 gpu=0 \
+         units=whole mem_peak_mib=1 mem_limit_mib=2 sm_mean=0.10 samples=2"
+    );
+    assert!(comment_has(&after, &figures));
+    assert!(comment_has(&after.to_lowercase(), &figures));
+    assert!(!comment_has(before, &figures));
+    assert_eq!(comment_with("", "n1", &figures), figures[0]);
+    assert!(sacctmgr_keeps(&after, false));
+    assert!(!sacctmgr_keeps(&after, true));
+    assert!(sacctmgr_keeps(&after.to_lowercase(), true));
+    assert!(!sacctmgr_keeps("it's", false));
+}
+
+fn ended(since: u64, tries: u32) -> Ended {
+    let mut e = ended_jobs(vec![used_only()], since).remove(0);
+    e.tries = tries;
+    e
+}
+
+fn shown(state: &str, comment: &str) -> Result<Option<Accounted>, String> {
+    Ok(accounted(&format!("{state}|normal|{comment}\n")))
+}
+
+/// An ended job's figures are written once its record in the accounting
+/// is complete, counted once they are seen there; a job still running
+/// (requeued) or not recorded waits an hour; a failing accounting is
+/// given up after its tries.
+#[test]
+fn figures_are_written_when_the_record_is_complete_and_then_counted() {
+    let figure = words("n1", &used_only());
+    assert_eq!(
+        next(&ended(0, 0), shown("COMPLETED", "x"), "n1", false, 10),
+        Next::Write(format!("x; {figure}"))
+    );
+    assert_eq!(
+        next(
+            &ended(0, 1),
+            shown("CANCELLED by 1000", &figure),
+            "n1",
+            false,
+            70
+        ),
+        Next::Done {
+            qos: "normal".into()
+        }
+    );
+    assert_eq!(
+        next(&ended(0, 0), shown("RUNNING", ""), "n1", false, 60),
+        Next::Wait
+    );
+    assert_eq!(next(&ended(0, 0), Ok(None), "n1", false, 60), Next::Wait);
+    assert!(matches!(
+        next(
+            &ended(0, 0),
+            shown("PENDING", ""),
+            "n1",
+            false,
+            RECORD_FOR_SECS + 1
+        ),
+        Next::GiveUp(_)
+    ));
+    assert_eq!(
+        next(&ended(0, 0), Err("down".into()), "n1", false, 60),
+        Next::Wait
+    );
+    assert!(matches!(
+        next(
+            &ended(0, MAX_TRIES - 1),
+            Err("down".into()),
+            "n1",
+            false,
+            60
+        ),
+        Next::GiveUp(_)
+    ));
+    assert!(matches!(
+        next(
+            &ended(0, 0),
+            shown("COMPLETED", "Said \"no\""),
+            "n1",
+            false,
+            60
+        ),
+        Next::GiveUp(_)
+    ));
+    assert_eq!(accounted(""), None);
+    assert_eq!(
+        accounted("COMPLETED|normal|a|b\n"),
+        Some(Accounted {
+            state: "COMPLETED".into(),
+            qos: "normal".into(),
+            admin_comment: "a|b".into()
+        })
+    );
+}
+
+/// Each ended GPU counts once under its QOS and size; buckets are
+/// cumulative as Prometheus reads them; past the cap, new QOS count as
+/// `other`.
+#[test]
+fn fit_counts_by_qos_and_size() {
+    let mut fit = Fit::default();
+    let mut t = used_only();
+    t.limit_mib = Some(1000);
+    t.peak_bytes = Some(300 * MIB);
+    t.sm_sum = 0.6;
+    t.sm_samples = 1;
+    fit.observe(&t, "normal");
+    t.peak_bytes = Some(1000 * MIB);
+    fit.observe(&t, "normal");
+    fit.observe(&t, "");
+    let row = &fit.rows[0];
+    assert_eq!((row.qos.as_str(), row.size.as_str()), ("normal", "whole"));
+    assert_eq!(
+        row.memory.cumulative(&MEMORY_BOUNDS),
+        vec![0, 0, 1, 1, 1, 2, 2]
+    );
+    assert_eq!(row.sm.count, 2);
+    assert_eq!(fit.rows[1].qos, "unknown");
+    for i in 0..MAX_QOS_LABELS {
+        fit.observe(&t, &format!("q{i}"));
+    }
+    assert!(fit.rows.iter().any(|r| r.qos == "other"));
+    assert!(fit
+        .rows
+        .iter()
+        .all(|r| r.qos != format!("q{}", MAX_QOS_LABELS - 1)));
+}
