@@ -13,6 +13,7 @@ use std::process::{Command, ExitCode, Stdio};
 use testcluster::cluster::{build_dir, wait_for};
 use testcluster::hosts::TEXTFILE_DIR;
 use testcluster::monitor::Monitoring;
+use testcluster::standin::{install_nvml_usage, NVML_USAGE};
 use testcluster::time::{JOB_START, SHORT};
 use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
 
@@ -24,7 +25,16 @@ const PLUGIN_POLL_MS: &str = "250";
 fn main() -> ExitCode {
     // Before the cluster starts: slurmctld inherits it.
     std::env::set_var("GPUSHARE_QOS_POLL_MS", PLUGIN_POLL_MS);
-    Suite::new(ClusterSpec::example_site_nodes())
+    // Each node's timer asks the stand-in NVML query (share_use).
+    let mut spec = ClusterSpec::example_site_nodes();
+    for node in &mut spec.nodes {
+        for (name, text) in &mut node.local_files {
+            if name == "gpu_mps.conf" {
+                text.push_str(&format!("ShareUsage={{cluster}}/mps-bin/{NVML_USAGE}\n"));
+            }
+        }
+    }
+    Suite::new(spec)
         // Each test starts with no job left by the one before.
         .reset(|c| c.cancel_all())
         .test(
@@ -139,6 +149,8 @@ fn figures(c: &mut Cluster) -> TestResult {
         1.0,
         wait,
     )?;
+    // What the shares use, and what an ended one used.
+    share_use(c, &mon, &shares)?;
     // The shipped rules and dashboard against this server: every alert's
     // expression evaluates, every panel's query returns data.
     check_rules_evaluate(&mon)?;
@@ -152,6 +164,99 @@ fn figures(c: &mut Cluster) -> TestResult {
     )?;
     mon.wait_value(r#"count(gpushare_share_units) or vector(0)"#, 0.0, wait)?;
     Ok(())
+}
+
+/// The pid of job `job`'s `sleep` (nodes share the host's pids).
+fn sleep_of_job(job: u32) -> Option<u32> {
+    let want = format!("SLURM_JOB_ID={job}");
+    fs::read_dir("/proc")
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| {
+            fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sleep")
+                && fs::read(format!("/proc/{pid}/environ"))
+                    .is_ok_and(|e| e.split(|&b| b == 0).any(|v| v == want.as_bytes()))
+        })
+}
+
+/// gpu01's timer, its NVML query the stand-in's: every share's `sleep`
+/// listed on each GPU with 1 GiB and 50 % of the SMs (a process counts
+/// only on the GPU of its share). Prometheus sees each share's memory and
+/// SM use; once the first share is cancelled and its record complete in
+/// the accounting, the histograms count it under its QOS and size.
+fn share_use(c: &Cluster, mon: &Monitoring, shares: &[u32]) -> TestResult {
+    let bin = c.dir.join("mps-bin");
+    fs::create_dir_all(&bin).map_err(|e| format!("{}: {e}", bin.display()))?;
+    install_nvml_usage(&bin)?;
+    let pids: Vec<u32> = shares
+        .iter()
+        .map(|&j| sleep_of_job(j).ok_or_else(|| format!("no sleep of job {j}")))
+        .collect::<Result<_, _>>()?;
+    let mut text = String::new();
+    for gpu in 0..4 {
+        text.push_str(&format!(
+            "gpu {gpu} {gpu} ok {} {}\n",
+            8u64 << 30,
+            48u64 << 30
+        ));
+        for (i, pid) in pids.iter().enumerate() {
+            text.push_str(&format!("proc {gpu} {pid} {} compute\n", 1u64 << 30));
+            text.push_str(&format!("util {gpu} {pid} 50 {}\n", i + 1));
+        }
+        text.push_str(&format!("end {gpu}\n"));
+    }
+    fs::write(bin.join("nvml-usage"), &text).map_err(|e| e.to_string())?;
+    let conf = Path::new("/etc/slurm/gpu_mps.conf");
+    let kmsg = c.dir.join("kmsg-none");
+    fs::write(&kmsg, "").map_err(|e| e.to_string())?;
+    let mut said = String::new();
+    for _ in 0..2 {
+        said.push_str(&c.node_timer(Some("gpu01"), conf, &kmsg)?);
+    }
+    // 1 GiB; 50 % of the GPU over a quarter of it. The file's `job` label
+    // is `exported_job` in Prometheus, whose own `job` names the scrape.
+    let first = shares.first().copied().ok_or("no share")?;
+    let wait = SHORT;
+    mon.wait_value(
+        &format!(r#"gpushare_share_memory_used_bytes{{node="gpu01",exported_job="{first}"}}"#),
+        f64::from(1u32 << 30),
+        wait,
+    )
+    .map_err(|e| {
+        let kept = c.node_dir("gpu01").join("run/gpu-mps/share-usage");
+        let kept = fs::read_to_string(kept).unwrap_or_default();
+        let calls = fs::read_to_string(c.dir.join("mps-bin/standin.log")).unwrap_or_default();
+        format!("{e}\nthe timer said: {said}\nkept: {kept}\nstand-in calls: {calls}")
+    })?;
+    mon.wait_value(
+        &format!(r#"gpushare_share_sm_utilization{{node="gpu01",exported_job="{first}"}}"#),
+        2.0,
+        wait,
+    )?;
+    c.run_ok("scancel", &[&first.to_string()])?;
+    c.wait_job_done(first, JOB_START)?;
+    // Under the QOS the accounting shows for it.
+    let counted =
+        r#"sum(gpushare_share_memory_peak_ratio_count{node="gpu01",qos!="unknown",units="25"})"#;
+    let mut said = String::new();
+    wait_for("the ended share in the histograms", JOB_START, || {
+        said = c.node_timer(Some("gpu01"), conf, &kmsg).ok()?;
+        let text = fs::read_to_string(node_file(c, "gpu01")).ok()?;
+        text.contains("gpushare_share_memory_peak_ratio_count")
+            .then_some(())
+    })
+    .map_err(|e| {
+        let kept = c.node_dir("gpu01").join("run/gpu-mps/share-usage");
+        let kept = fs::read_to_string(kept).unwrap_or_default();
+        let job = first.to_string();
+        let args = ["-X", "-n", "-P", "-o", "State,QOS,AdminComment", "-j", &job];
+        let sacct = c
+            .run_on("gpu01", "sacct", &args)
+            .map(|o| format!("{o:?}"))
+            .unwrap_or_else(|e| e);
+        format!("{e}; the timer said: {said}\nkept: {kept}\nsacct on gpu01: {sacct}")
+    })?;
+    mon.wait_value(counted, 1.0, wait)
 }
 
 /// Every alerting rule's expression, run against the live server.

@@ -26,8 +26,9 @@ pub struct Totals {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub units: Option<u32>,
     pub units_per_gpu: u32,
-    /// What it may use, MiB: the share's memory limit, or the GPU's
-    /// memory for a job holding it whole (`None`: not known).
+    /// What it may use, MiB: the share's memory limit (its part of the
+    /// GPU's memory where it has none), or the GPU's memory for a job
+    /// holding it whole (`None`: not known).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit_mib: Option<u64>,
     /// The most memory one sample saw, bytes (`None`: no sample gave it).
@@ -91,10 +92,14 @@ pub fn fold(
         };
         let t = &mut totals[at];
         // The limit is set after placement, the GPU's memory known once
-        // NVML answers: the latest known figure.
+        // NVML answers: the latest known figure. A share without a memory
+        // limit of its own has its part of the GPU's memory.
+        let gpu_mib = gpu_memory.get(&u.gpu).map(|b| b / MIB);
         let limit = match share {
-            Some(s) => s.memory_mib,
-            None => gpu_memory.get(&u.gpu).map(|b| b / MIB),
+            Some(s) => s.memory_mib.or_else(|| {
+                gpu_mib.map(|m| m * u64::from(s.units) / u64::from(units_per_gpu.max(1)))
+            }),
+            None => gpu_mib,
         };
         t.limit_mib = limit.or(t.limit_mib);
         t.peak_bytes = t.peak_bytes.max(u.memory_bytes);

@@ -303,7 +303,7 @@ impl Cluster {
             let _ = write!(
                 conf,
                 "AccountingStorageType=accounting_storage/slurmdbd\n\
-                 AccountingStorageHost=127.0.0.1\n\
+                 AccountingStorageHost={ctl_addr}\n\
                  AccountingStoragePort={dbd}\n\
                  AccountingStoragePass={munge}\n\
                  AccountingStorageEnforce=associations,limits,qos,safe\n\
