@@ -146,13 +146,15 @@ test-all: unit
 # hardware"): the release node programs and a CUDA client as two throwaway
 # users on GPU 0. Needs root, the driver and nvcc; on a machine without a
 # GPU it says so in one line and fails. The build is quiet so that is all
-# it prints there.
+# it prints there. HW_ARGS=--usage-only runs only the per-share use check
+# (NVML's figures per MPS client, `gpu-mps metrics --write` on two shares).
 HW_REPORT ?= hw-check-report-$(shell date -u +%Y%m%dT%H%M%S).md
+HW_ARGS ?=
 HW_BUILD = [ -n "$(NOBUILD)" ] || $(CARGO) build -q --profile $(PROFILE) -p gpu-mps-prolog -p gpu-mps-epilog -p gpushare-admin -p gpushare-tests --bin gpu-mps-prolog --bin gpu-mps-epilog --bin gpu-mps --bin gpushare-hw-check
 .PHONY: hw-check
 hw-check:
 	@$(HW_BUILD)
-	@$(TARGET_DIR)/gpushare-hw-check --report $(HW_REPORT)
+	@$(TARGET_DIR)/gpushare-hw-check --report $(HW_REPORT) $(HW_ARGS)
 
 # The node half under Slurm itself (tests/gpu-slurm-check.sh, docs/hardware.md
 # "Slurm on a GPU"): slurmctld and slurmd of the kit's Slurm for this

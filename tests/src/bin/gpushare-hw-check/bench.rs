@@ -175,7 +175,7 @@ fn run_batch(s: &Setup, envs: &[Vec<(String, String)>], together: bool) -> Resul
 
 /// The benchmark: the three batches, a table and one row per batch.
 pub fn run(s: &mut Setup, report: &mut Report) -> Result<(), String> {
-    crate::gpu_facts(s, report)?;
+    crate::checks::gpu_facts(s, report)?;
     let nomps = s.nomps_pipe().to_string_lossy().into_owned();
     let plain: Vec<(String, String)> = [
         ("CUDA_VISIBLE_DEVICES", "0"),
