@@ -157,6 +157,7 @@ impl Standin {
             index: 0,
             minor: Some(0),
             used_bytes: Some((2_200 + 6_300 + 66 + 9) * MIB),
+            total_bytes: Some(48 << 30),
             processes: vec![
                 proc(server, Some(66), ProcessList::Compute),
                 proc(busy, Some(2_200), ProcessList::Compute),
