@@ -302,6 +302,8 @@ MPSControl=$control
 SyslogSocket=$D/log/syslog.sock
 ComputeMode=exclusive
 OtherUsers=$1
+MetricsFile=$D/run/gpushare.prom
+UsageRecord=none
 EOF
     mv "$D/etc/gpu_mps.conf.new" "$D/etc/gpu_mps.conf"
     # A configuration changed less than a second ago is not believed at a
@@ -531,6 +533,18 @@ else
         bgpid=$(cat "$D/jobs/$j.ready")
         record "the share's GPU while it runs" "$([ "$mode_shared" = Exclusive_Process ] && [ -n "$dpid" ] && [ "$duser" = root ]; pf)" \
             "compute mode $mode_shared; daemon pid ${dpid:-none} of ${duser:-nobody}: \`$dargs\`, pipes $dpipe${clients:+; server's clients $clients (the job's busy client: $bgpid)}"
+        # What the node timer samples of the share (NVML in its child, the
+        # client found in Slurm's job cgroup), while its busy client runs.
+        : >"$D/kmsg-none"
+        said=$(timeout 30 "$G/gpu-mps" metrics --write --kernel-log "$D/kmsg-none" --conf "$D/etc/gpu_mps.conf" 2>&1)
+        umem=$(sed -n "s/^gpushare_share_memory_used_bytes{job=\"$j\",gpu=\"[0-9]*\"} //p" "$D/run/gpushare.prom" 2>/dev/null | head -n 1)
+        usm=$(sed -n "s/^gpushare_share_sm_utilization{job=\"$j\",gpu=\"[0-9]*\"} //p" "$D/run/gpushare.prom" 2>/dev/null | head -n 1)
+        if [ -n "$gpu" ]; then
+            record "the share's use in the node's metrics" "$([ "${umem:-0}" -gt 0 ] && awk -v s="${usm:-0}" 'BEGIN{exit !(s > 0)}'; pf)" \
+                "memory ${umem:-none} bytes, SM use ${usm:-none} of its part (the busy client's); $(echo "$said" | paste -sd' ' | cut -c1-240)"
+        else
+            record "the share's use in the node's metrics" "skipped: no GPU" ""
+        fi
     else
         record "the share's GPU while it runs" FAIL "the job did not get its client going in 60 s: $(field "$j" JobState) $(field "$j" Reason); $(tail -n 3 "$o" 2>/dev/null)"
     fi
