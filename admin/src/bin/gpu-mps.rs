@@ -21,7 +21,7 @@ use gpushare::mps::config::{self, GpuMpsConfig};
 use gpushare::mps::metrics::Counters;
 use gpushare::mps::node::{
     follow_whole, gpu_devices, metrics_text, node_name, publish_metrics, record_ended, retry_modes,
-    running_jobs, sample_share_usage, stop_idle_daemons, Accounting, Node,
+    running_jobs, sample_share_usage, stop_idle_daemons, with_usage_lock, Accounting, Node,
 };
 use gpushare::mps::setup_lines::GpuGroup;
 use gpushare::mps::status::{self, NodeStatus};
@@ -182,15 +182,22 @@ fn metrics(at: Here<'_>, write: bool, kernel_log: &Path) -> Result<u8> {
         // Each share's use of its GPU, where one runs: NVML asked in a
         // child, a GPU that does not answer skipped (ShareUsage=).
         if node.cfg.share_usage != config::ShareUsage::Off {
-            let ask = |cursor: &_| nvml_usage::ask(&node.cfg, cursor);
-            for line in sample_share_usage(&node, ask) {
-                eprintln!("gpu-mps: {line}");
-            }
-            // The jobs that ended since: their figures to the accounting
-            // (UsageRecord=), then counted by QOS and size.
-            let mut slurm = node.cfg.usage_record.then(SlurmAccounting::start);
-            let accounting = slurm.as_mut().map(|s| s as &mut dyn Accounting);
-            for line in record_ended(&node, at.node, accounting) {
+            let run = || {
+                let ask = |cursor: &_| nvml_usage::ask(&node.cfg, cursor);
+                let mut lines = sample_share_usage(&node, ask);
+                // The jobs that ended since: their figures to the
+                // accounting (UsageRecord=), then counted by QOS and size.
+                let mut slurm = node.cfg.usage_record.then(SlurmAccounting::start);
+                let accounting = slurm.as_mut().map(|s| s as &mut dyn Accounting);
+                lines.extend(record_ended(&node, at.node, accounting));
+                lines
+            };
+            let lines = match with_usage_lock(&node, run) {
+                Ok(Some(lines)) => lines,
+                Ok(None) => vec!["share use not sampled: another run of the timer is at it".into()],
+                Err(e) => vec![format!("share use not sampled: {e}")],
+            };
+            for line in lines {
                 eprintln!("gpu-mps: {line}");
             }
         }

@@ -82,8 +82,8 @@ pub use running::{
 pub(crate) use setup::test_node;
 pub use setup::{gpu_devices, hides_users, node_ledger, server_rule, Node, PipeGuard, Unfit};
 pub use share_usage::{
-    kept_usage, record_ended, sample_share_usage, share_figures, Accounting, Asked,
-    KEPT_FILE as SHARE_USAGE_FILE,
+    kept_usage, record_ended, sample_share_usage, share_figures, with_usage_lock, Accounting,
+    Asked, KEPT_FILE as SHARE_USAGE_FILE,
 };
 pub use task::{
     framework_hints, memory_fraction, task_plan, unreachable_pipes, TaskMemory, TaskPlan,

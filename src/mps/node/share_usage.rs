@@ -243,6 +243,27 @@ pub fn sample_share_usage(
     lines
 }
 
+/// The lock the node timer holds while it samples and records (a file
+/// beside [`KEPT_FILE`], only ever `flock`ed).
+const KEPT_LOCK: &str = "share-usage.lock";
+
+/// Runs `f` (the node timer's [`sample_share_usage`] and [`record_ended`])
+/// unless another run holds the lock: two runs at once (the timer and an
+/// admin's `gpu-mps metrics --write`) would each add the same minute and
+/// record a job twice. `None`: another run was at it, nothing done.
+pub fn with_usage_lock<T>(node: &Node, f: impl FnOnce() -> T) -> Result<Option<T>, String> {
+    let path = node.cfg.state_dir.join(KEPT_LOCK);
+    let file = state_dir::open_lock(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(fs::TryLockError::WouldBlock) => return Ok(None),
+        Err(fs::TryLockError::Error(e)) => return Err(format!("lock {}: {e}", path.display())),
+    }
+    let out = f();
+    drop(file);
+    Ok(Some(out))
+}
+
 /// How the node timer reaches the accounting for [`record_ended`].
 pub trait Accounting {
     /// `sacct -X -n -P -o State,QOS,AdminComment -j JOB`'s output.
