@@ -469,8 +469,14 @@ fn fixture_dir() -> PathBuf {
 /// Replaces the release's fixtures with `answers` and the scene's manifest.
 fn write_fixtures(answers: &BTreeMap<String, String>, s: &Scene, c: &Cluster) -> TestResult {
     let dir = fixture_dir();
+    // Its files give way; other suites' folders in it (advise/) stay.
     if dir.exists() {
-        fs::remove_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        for entry in fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))? {
+            let path = entry.map_err(|e| e.to_string())?.path();
+            if path.is_file() {
+                fs::remove_file(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            }
+        }
     }
     fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     write_answers(&dir, answers)?;

@@ -2,9 +2,13 @@
 //! kind submitted with the plugin off (typed, untyped, under a default
 //! QOS, in a partition whose QOS has a typed limit, low-priority, an
 //! array, a request only in the script's #SBATCH lines), then replayed
-//! under the example gpu_qos.conf; every count exact.
+//! under the example gpu_qos.conf; every count exact. And `gpu-qos
+//! advise` on the same accounting (`replay/advise.rs`).
 
 use std::process::ExitCode;
+
+#[path = "replay/advise.rs"]
+mod advise;
 
 use testcluster::cluster::{wait_for, EXAMPLE_GPU_QOS_CONF};
 use testcluster::time::JOB_LONG;
@@ -22,6 +26,10 @@ fn main() -> ExitCode {
         .test(
             "replay_counts_what_the_policy_would_have_done_exactly",
             replay_counts,
+        )
+        .test(
+            "advise_lists_each_job_with_its_size_and_line",
+            advise::advise_lists_each_job_with_its_size_and_line,
         )
         .run()
 }

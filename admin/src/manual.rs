@@ -204,6 +204,7 @@ mod tests {
             "man1/gpu-qos-why.1",
             "man1/gpu-qos-metrics.1",
             "man1/gpu-qos-replay.1",
+            "man1/gpu-qos-advise.1",
             "man8/gpu-mps.8",
             "man8/gpu-mps-status.8",
             "man8/gpu-mps-metrics.8",

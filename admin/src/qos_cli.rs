@@ -9,12 +9,13 @@ use gpushare::qos::audit::FailOn;
 /// The site's typed-GPU QOS, from gpushare's side (gpushare).
 ///
 /// For every user: the group QOS they may use and the GPUs in use against
-/// each limit (`usage`), why a pending job waits (`why`). For admins:
+/// each limit (`usage`), why a pending job waits (`why`), whether their
+/// jobs asked for the right share of a GPU (`advise`). For admins:
 /// gpu_qos.conf, the policy of slurmctld's job_submit/gpu_qos plugin,
 /// checked against the QOS in Slurm's accounting database (`check`) or
 /// written from them (`generate`), the whole QOS design audited
 /// (`audit`), the QOS metrics for Prometheus (`metrics`). Slurm's
-/// commands (sacctmgr, scontrol, squeue, sprio, sshare) run from PATH
+/// commands (sacct, sacctmgr, scontrol, squeue, sprio, sshare) run from PATH
 /// with the environment as it is (SLURM_CONF included). Exit status: 0
 /// fine; 1 `check` found an error, or `audit` a finding at or above
 /// --fail-on; 2 could not run (bad arguments, an invalid or unreadable
@@ -147,6 +148,57 @@ pub enum Cmd {
         #[arg(long, value_name = "PATH")]
         conf: Option<PathBuf>,
         /// Print the report as one JSON object on stdout
+        #[arg(long)]
+        json: bool,
+    },
+    /// Is my share the right size? Jobs whose GPU request did not fit their use
+    ///
+    /// For you (any user), about your jobs that ended; for root and
+    /// SlurmUser, about every user's (--user names one). From what Slurm
+    /// accounted (`sacct`), lists with the command line to use instead:
+    /// jobs that held one GPU whole and would have fit a share of at most
+    /// half a GPU (--gres=mps:N); shares whose use needs at most half of
+    /// what they asked (a smaller N); shares that reached their memory
+    /// limit (a larger N, or a whole GPU where the largest share allowed
+    /// is not larger). Figures: gpushare's words in the job's
+    /// AdminComment (written by the node at the job's end, per GPU: peak
+    /// memory, memory limit, mean SM use, samples), else Slurm's own
+    /// gres/gpumem (TRESUsageInMax) and gres/gpuutil (TRESUsageInAve), the
+    /// largest of the job's steps, where slurm.conf gathers them
+    /// (AutoDetect=nvml, AccountingStorageTRES=gres/gpu); a 0 of Slurm's
+    /// on an mps job is unknown, never unused. A size is the smallest
+    /// number of units that covers both the peak memory and the mean SM
+    /// use with 25 % more: memory as a share's limit gives it
+    /// (MemoryLimit=proportional: limit / units per unit; a whole GPU's
+    /// memory over UnitsPerGPU), SM use as a fraction of the GPU; never
+    /// more than MaxMPSPerJob of gpu_qos.conf nor one GPU. A share reached
+    /// its limit when its peak is 95 % of it or more: at least one unit
+    /// more. UnitsPerGPU is the one gpushare's words name (for a whole GPU,
+    /// the most frequent among the shares listed), else 100. A whole GPU's
+    /// memory, with Slurm's figures only, is what its type's name says
+    /// (`..._20gb`, as decimal GB) or what gpushare's words of another job
+    /// on that type report; else the job is not advised. No advice from
+    /// fewer than 2 samples (Slurm's figures: a job under 2 minutes), nor
+    /// for jobs that held several GPUs. The command line is the job's own
+    /// (SubmitLine) with its GPU options replaced by the advised one, else
+    /// `sbatch` and the option; a share's line leaves out a --qos that
+    /// gpu_qos.conf has a rule for (the plugin refuses shares there), and
+    /// a note names the shared-GPU reservations where gpu_qos.conf has
+    /// them. PrivateData is Slurm's: a user sees the jobs Slurm shows
+    /// them. Exit status: 0 told, 2 could not read.
+    Advise {
+        /// The earliest job end or start to look at (sacct's -S:
+        /// 2026-01-31, 2026-01-31T08:00, now-7days)
+        #[arg(long, value_name = "DATE", default_value = "now-7days")]
+        since: String,
+        /// The latest (sacct's -E)
+        #[arg(long, value_name = "DATE", default_value = "now")]
+        until: String,
+        /// Only this user's jobs (default: yours; everyone's for root and
+        /// SlurmUser)
+        #[arg(long, value_name = "USER")]
+        user: Option<String>,
+        /// Print the advice as one JSON object on stdout
         #[arg(long)]
         json: bool,
     },

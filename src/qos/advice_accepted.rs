@@ -362,3 +362,83 @@ fn every_suggested_update_is_accepted_and_keeps_the_move_asked_for() {
         }
     }
 }
+
+/// An ended job on one GPU of `alloc` with gpushare's `words`.
+fn used_job(alloc: &str, words: &str) -> crate::qos::slurm::used::UsedJob {
+    crate::qos::slurm::used::UsedJob {
+        id: "7".into(),
+        user: "alice".into(),
+        alloc_tres: alloc.into(),
+        state: "COMPLETED".into(),
+        elapsed_s: Some(600),
+        admin_comment: words.into(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn every_line_advise_gives_is_accepted_by_the_policy() {
+    use super::advise::{decide, entry, Kind, Site};
+    let cfg = qos_conf::parse(&format!("{CONF}MaxMPSPerJob=100\n"), "gpu_qos.conf").unwrap();
+    let site = Site {
+        units_per_gpu: 100,
+        max_mps_per_job: cfg.max_mps_per_job(),
+        gpu_memory_mib: Vec::new(),
+    };
+    let words = |units: &str, peak: u64, limit: u64, sm: &str| {
+        format!(
+            "gpushare-usage: gpu=0 units={units} mem_peak_mib={peak} mem_limit_mib={limit} \
+             sm_mean={sm} samples=30"
+        )
+    };
+    // (the GPU option asked, the job, the advice it gets)
+    let jobs = [
+        (
+            "--gres=gpu:a40:1",
+            used_job(
+                "gres/gpu:a40=1,gres/gpu=1",
+                &words("whole", 4096, 46_068, "0.1"),
+            ),
+            Kind::ShareInstead,
+        ),
+        (
+            "--gres=mps:50",
+            used_job("gres/mps=50", &words("50/100", 1024, 23_034, "0.1")),
+            Kind::Smaller,
+        ),
+        (
+            "--gres=mps:25",
+            used_job("gres/mps=25", &words("25/100", 11_517, 11_517, "0.5")),
+            Kind::Larger,
+        ),
+        (
+            "--gres=mps:100",
+            used_job("gres/mps=100", &words("100/100", 46_068, 46_068, "0.5")),
+            Kind::WholeInstead,
+        ),
+    ];
+    let mut judged = 0;
+    for level in [
+        "--qos=qos_lafferty",
+        "",
+        "--qos=normal -p gpu",
+        "-q qos_lafferty -p gpu",
+        "--qos=normal -A lafferty_students",
+    ] {
+        for (ask, job, kind) in &jobs {
+            let line = format!("sbatch {level} {ask} -t 30 job.sh");
+            let d = decide(job, &site).unwrap();
+            assert_eq!(d.kind, *kind, "{line}");
+            let e = entry(job, d, Some(&line), Some("a40"), Some(&cfg));
+            assert!(e.command.ends_with(" -t 30 job.sh"), "{}", e.command);
+            if let Verdict::Reject(r) = judge_line(&cfg, &e.command, None) {
+                panic!(
+                    "`{line}` was advised `{}`, which is refused:\n{}",
+                    e.command, r.message
+                );
+            }
+            judged += 1;
+        }
+    }
+    assert_eq!(judged, 20);
+}

@@ -10,6 +10,8 @@
 //!   the user reads.
 //! - [`replay`]: the policy run over the jobs accounting recorded
 //!   (`gpu-qos replay`).
+//! - [`advise`]: what ended jobs used of their GPUs or shares, and the
+//!   size each should ask for (`gpu-qos advise`).
 //! - [`submit_line`]: what a user typed (a `SubmitLine`, a batch script's
 //!   `#SBATCH` lines) read as options: for replay, and for the plugin to
 //!   echo a request in the user's own spelling.
@@ -32,6 +34,7 @@
 //! - [`why`]: one pending job explained: priority and fair share, free
 //!   GPUs, preemption under way (`gpu-qos why`).
 
+pub mod advise;
 pub mod audit;
 pub mod check;
 pub mod config;

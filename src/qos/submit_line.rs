@@ -34,6 +34,10 @@ pub struct SubmittedOptions {
     /// The token range (start, end exclusive) of the first GPU option, so
     /// that the suggestion can take its place in the line.
     pub gpu_tokens: Option<(usize, usize)>,
+    /// The token range of every GPU option, in order.
+    pub gpu_spans: Vec<(usize, usize)>,
+    /// The token range of every `--qos`/`-q`, in order.
+    pub qos_spans: Vec<(usize, usize)>,
     /// The last `--gres` given: whether it asks for `gpu` (`None`: no
     /// `--gres`). A later `--gres` replaces an earlier one, in sbatch as
     /// here.
@@ -248,7 +252,11 @@ fn record(found: &mut SubmittedOptions, name: &str, value: Option<&str>, span: (
         if found.gpu_tokens.is_none() {
             found.gpu_tokens = Some(span);
         }
+        found.gpu_spans.push(span);
         return;
+    }
+    if name == "qos" {
+        found.qos_spans.push(span);
     }
     match name {
         "qos" => found.qos = text(),
@@ -326,6 +334,40 @@ pub fn with_replaced_gpu_option(
     let mut out: Vec<&str> = before.to_vec();
     out.push(instead);
     out.extend(after);
+    Some(out.join(" "))
+}
+
+/// The line without its `--qos`/`-q` options (the job then runs under
+/// its association's default QOS).
+pub fn without_qos(line: &str, found: &SubmittedOptions) -> String {
+    line.split_whitespace()
+        .enumerate()
+        .filter(|(i, _)| !found.qos_spans.iter().any(|&(s, e)| (s..e).contains(i)))
+        .map(|(_, w)| w)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The line with its first GPU option's words replaced by `instead` and
+/// every later GPU option taken out (`None` when the line has no GPU
+/// option): one request in place of all it asked.
+pub fn with_gpu_options_replaced(
+    line: &str,
+    found: &SubmittedOptions,
+    instead: &str,
+) -> Option<String> {
+    let first = *found.gpu_spans.first()?;
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let inside = |i: usize| found.gpu_spans.iter().any(|&(s, e)| (s..e).contains(&i));
+    let mut out: Vec<&str> = Vec::with_capacity(words.len());
+    for (i, word) in words.iter().enumerate() {
+        if i == first.0 {
+            out.push(instead);
+        }
+        if !inside(i) {
+            out.push(word);
+        }
+    }
     Some(out.join(" "))
 }
 
@@ -459,5 +501,17 @@ mod tests {
         );
         let line = "sbatch -q g job.sh";
         assert_eq!(with_replaced_gpu_option(line, &parse(line), "x"), None);
+        assert_eq!(with_gpu_options_replaced(line, &parse(line), "x"), None);
+        let line = "srun -G 2 -q g --gpus-per-task=1 --gres gpu:a40:1 -n 2 python x.py --gpus=9";
+        assert_eq!(
+            with_gpu_options_replaced(line, &parse(line), "--gres=mps:25").as_deref(),
+            Some("srun --gres=mps:25 -q g -n 2 python x.py --gpus=9")
+        );
+        assert_eq!(
+            without_qos(line, &parse(line)),
+            "srun -G 2 --gpus-per-task=1 --gres gpu:a40:1 -n 2 python x.py --gpus=9"
+        );
+        let line = "sbatch --qos=a -qb --qos c x.sh -q d";
+        assert_eq!(without_qos(line, &parse(line)), "sbatch x.sh -q d");
     }
 }

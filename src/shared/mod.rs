@@ -5,7 +5,9 @@
 //! both halves write, and the one way to do each common thing: replace a
 //! file durably ([`durable`]), run an external program with a deadline
 //! ([`bounded`]), read and add to Slurm's timestamps ([`calendar`]),
-//! expand Slurm's host lists ([`hostlist`]).
+//! expand Slurm's host lists ([`hostlist`]); gpushare's words of what a
+//! job used of each GPU, in its `AdminComment` ([`usage_words`]: the
+//! node half writes them, `gpu-qos advise` reads them).
 //!
 //! Nothing here knows about QOS rules or GPU shares; `qos` and `mps` import
 //! this room and never each other.
@@ -22,6 +24,7 @@ pub mod node_refusals;
 pub mod prom;
 pub mod spank_env;
 pub mod syntax;
+pub mod usage_words;
 pub mod watched;
 
 pub use syntax::ConfigError;

@@ -37,7 +37,7 @@ fn main() -> ExitCode {
         Cmd::Audit { .. } => Some("audit"),
         Cmd::Metrics { .. } => Some("metrics"),
         Cmd::Replay { .. } => Some("replay"),
-        Cmd::Usage { .. } | Cmd::Why { .. } => None,
+        Cmd::Usage { .. } | Cmd::Why { .. } | Cmd::Advise { .. } => None,
     };
     let read = match admins {
         Some(name) => {
@@ -86,6 +86,19 @@ fn main() -> ExitCode {
                 Ok(report) if json => println!("{}", report.to_json()),
                 Ok(report) => print!("{}", report.to_text()),
                 Err(e) => return failed("gpu-qos replay", &e),
+            }
+            ExitCode::SUCCESS
+        }
+        Cmd::Advise {
+            since,
+            until,
+            user,
+            json,
+        } => {
+            match gather::advise::report_for_caller(&read, user.as_deref(), &since, &until) {
+                Ok(report) if json => println!("{}", report.to_json()),
+                Ok(report) => print!("{}", report.to_text()),
+                Err(e) => return failed("gpu-qos advise", &e),
             }
             ExitCode::SUCCESS
         }

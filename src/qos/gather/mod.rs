@@ -7,10 +7,13 @@
 //! - [`usage`]: a user's group QOS (`gpu-qos usage`).
 //! - [`accounts`]: the typed limits above a user, by account and
 //!   partition.
+//! - [`advise`]: what ended jobs used, and the size each should have
+//!   asked for (`gpu-qos advise`).
 //! - [`replay`]: the recorded jobs and the database for `gpu-qos replay`.
 //! - [`site`]: the site for `audit`, `check`, `generate` and `metrics`.
 
 pub mod accounts;
+pub mod advise;
 pub mod replay;
 pub mod site;
 pub mod usage;
@@ -20,9 +23,30 @@ pub mod why;
 mod scenes;
 
 use crate::qos::check::{parse_grp_tres, QosRecord};
-use crate::qos::site::{parse_qos, AuditQos, Unread};
+use crate::qos::config::{self, GpuQosConfig};
+use crate::qos::site::{parse_qos, AuditQos, SlurmSettings, Unread};
 use crate::qos::slurm::assoc_mgr::{self, CtldQos};
 use crate::qos::slurm::{qos, soft, ReadError, SlurmRead};
+use crate::shared::ConfigError;
+
+/// The gpu_qos.conf beside the slurm.conf slurmctld runs with (its own
+/// file, readable where users read slurm.conf); `None` where there is
+/// none.
+pub fn policy_in_force(conf: &SlurmSettings) -> Result<Option<GpuQosConfig>, ConfigError> {
+    let path = crate::shared::locations::beside_slurm_conf(
+        conf.get("SLURM_CONF").map(std::path::Path::new),
+        "gpu_qos.conf",
+    );
+    crate::shared::syntax::load(&path, config::parse)
+}
+
+/// Whether `PrivateData` hides other users' jobs from users.
+pub fn jobs_private(conf: &SlurmSettings) -> bool {
+    conf.get("PrivateData").is_some_and(|v| {
+        v.split(',')
+            .any(|w| matches!(w.trim().to_ascii_lowercase().as_str(), "jobs" | "all"))
+    })
+}
 
 /// What a failed `sacctmgr show qos` leaves the users' commands without.
 const DBD_QOS_SOURCE: &str = "sacctmgr show qos (each QOS's Preempt list, GraceTime and Flags)";

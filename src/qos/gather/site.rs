@@ -282,20 +282,11 @@ fn read_with_includes(path: &Path) -> Option<String> {
     Some(text)
 }
 
-/// Who may see the whole site: root and Slurm's own user (`SlurmUser`).
-/// `None` for them; for anyone else, what an admin command run by them
-/// must say first: Slurm shows them only what `PrivateData` lets every
-/// user see, and some reads are refused. Operators and administrators
-/// named in `sacctmgr` (AdminLevel) are not told apart here: for them the
-/// note is a reminder. Who runs it is this process's effective uid, never
-/// a read of Slurm's (recorded answers are the site's, not the caller's).
-pub fn admin_note(read: &dyn SlurmRead, command: &str) -> Option<String> {
-    admin_note_for(read, command, rustix::process::geteuid().as_raw())
-}
-
-fn admin_note_for(read: &dyn SlurmRead, command: &str, uid: u32) -> Option<String> {
+/// Whether `uid` sees the whole site: root, or Slurm's own user
+/// (`SlurmUser`, as `scontrol show config` names it).
+pub fn sees_the_whole_site(read: &dyn SlurmRead, uid: u32) -> bool {
     if uid == 0 {
-        return None;
+        return true;
     }
     // `SlurmUser = slurm(64030)`
     let slurm_uid = read
@@ -310,7 +301,22 @@ fn admin_note_for(read: &dyn SlurmRead, command: &str, uid: u32) -> Option<Strin
                 .parse::<u32>()
                 .ok()
         });
-    if slurm_uid == Some(uid) {
+    slurm_uid == Some(uid)
+}
+
+/// Who may see the whole site: root and Slurm's own user (`SlurmUser`).
+/// `None` for them; for anyone else, what an admin command run by them
+/// must say first: Slurm shows them only what `PrivateData` lets every
+/// user see, and some reads are refused. Operators and administrators
+/// named in `sacctmgr` (AdminLevel) are not told apart here: for them the
+/// note is a reminder. Who runs it is this process's effective uid, never
+/// a read of Slurm's (recorded answers are the site's, not the caller's).
+pub fn admin_note(read: &dyn SlurmRead, command: &str) -> Option<String> {
+    admin_note_for(read, command, rustix::process::geteuid().as_raw())
+}
+
+fn admin_note_for(read: &dyn SlurmRead, command: &str, uid: u32) -> Option<String> {
+    if sees_the_whole_site(read, uid) {
         return None;
     }
     Some(format!(

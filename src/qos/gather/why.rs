@@ -174,22 +174,12 @@ pub fn report(read: &dyn SlurmRead, id: &str) -> Result<WhyReport, ReadError> {
             facts.max_age = conf.get("PriorityMaxAge").map(str::to_owned);
             facts.half_life = conf.get("PriorityDecayHalfLife").map(str::to_owned);
             facts.file_append = conf.get("JobFileAppend").map(|v| v.trim() == "1");
-            // Which QOS gpu_qos submits in append mode: its own file,
-            // beside slurm.conf (readable where users read slurm.conf).
-            let path = crate::shared::locations::beside_slurm_conf(
-                conf.get("SLURM_CONF").map(std::path::Path::new),
-                "gpu_qos.conf",
-            );
-            facts.low_priority_qos = crate::shared::syntax::load(&path, crate::qos::config::parse)
-                .ok()
-                .map(|cfg| {
-                    cfg.map(|c| c.low_priority_qos().to_vec())
-                        .unwrap_or_default()
-                });
-            facts.jobs_private = conf.get("PrivateData").is_some_and(|v| {
-                v.split(',')
-                    .any(|w| matches!(w.trim().to_ascii_lowercase().as_str(), "jobs" | "all"))
+            // Which QOS gpu_qos submits in append mode.
+            facts.low_priority_qos = super::policy_in_force(&conf).ok().map(|cfg| {
+                cfg.map(|c| c.low_priority_qos().to_vec())
+                    .unwrap_or_default()
             });
+            facts.jobs_private = super::jobs_private(&conf);
         }
     }
     if found.restarts > 0 {

@@ -28,7 +28,10 @@ use crate::qos::policy::{
 };
 
 pub use crate::qos::submit_line::{parse as parse_submit_line, SubmittedOptions};
-pub use records::{parse as parse_sacct, requests_of_req_tres, ArrayIndex, Skipped, Submission};
+pub use records::{
+    parse as parse_sacct, parse_job_id, requests_of_req_tres, ArrayIndex, JobId, Skipped,
+    Submission,
+};
 pub use report::{Action, Example, Judged, ReasonCount, ReplayReport, Source};
 
 /// What the database says that the plugin would have read from

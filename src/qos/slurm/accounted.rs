@@ -41,6 +41,37 @@ pub fn between(since: &str, until: Option<&str>, with_submit_line: bool) -> Quer
     )
 }
 
+/// The parts of a job id: `123`, `123_4`, `123_[1-5%2]`, `123+0`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobId<'a> {
+    Plain(&'a str),
+    ArrayTask { array: &'a str, task: u32 },
+    ArrayPending { array: &'a str, index: &'a str },
+    HetComponent(&'a str),
+}
+
+/// Reads one JobID field; `None` for anything else (a step, text).
+pub fn parse_job_id(text: &str) -> Option<JobId<'_>> {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if digits(text) {
+        return Some(JobId::Plain(text));
+    }
+    if let Some((job, comp)) = text.split_once('+') {
+        return (digits(job) && digits(comp)).then_some(JobId::HetComponent(text));
+    }
+    let (array, task) = text.split_once('_')?;
+    if !digits(array) {
+        return None;
+    }
+    if let Some(index) = task.strip_prefix('[').and_then(|t| t.strip_suffix(']')) {
+        return (!index.is_empty()).then_some(JobId::ArrayPending { array, index });
+    }
+    digits(task)
+        .then(|| task.parse().ok())
+        .flatten()
+        .map(|task| JobId::ArrayTask { array, task })
+}
+
 /// Each account's parent (`sacctmgr show assoc`, the accounts' own
 /// associations): the chain of accounts whose limits and rules cover a job.
 pub fn account_parents() -> Query {
@@ -67,6 +98,39 @@ pub fn parse_account_parents(text: &str) -> Vec<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn job_ids_of_every_shape() {
+        assert_eq!(parse_job_id("123"), Some(JobId::Plain("123")));
+        assert_eq!(
+            parse_job_id("123_4"),
+            Some(JobId::ArrayTask {
+                array: "123",
+                task: 4
+            })
+        );
+        assert_eq!(
+            parse_job_id("123_[1-5%2]"),
+            Some(JobId::ArrayPending {
+                array: "123",
+                index: "1-5%2"
+            })
+        );
+        assert_eq!(parse_job_id("123+0"), Some(JobId::HetComponent("123+0")));
+        for bad in [
+            "",
+            "123.batch",
+            "x",
+            "123_",
+            "123_[]",
+            "_4",
+            "+1",
+            "123+",
+            "1_99999999999",
+        ] {
+            assert_eq!(parse_job_id(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn parents_of_accounts_only() {

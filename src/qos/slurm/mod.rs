@@ -24,6 +24,9 @@
 //! - [`qos`]: the accounting database's QOS and associations (`sacctmgr`).
 //! - [`accounted`]: the jobs accounting recorded (`sacct -a -X`), for
 //!   `gpu-qos replay`.
+//! - [`used`]: what jobs used, step by step, and gpushare's words in
+//!   their `AdminComment` (`sacct -P --noconvert`), then the command lines
+//!   of those advised, for `gpu-qos advise`.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -46,6 +49,7 @@ pub mod priority;
 pub mod qos;
 pub mod runs;
 pub mod shares;
+pub mod used;
 
 /// One read of Slurm: what to run, and the name its answer is recorded
 /// under.
