@@ -6,9 +6,12 @@
 //! each other and from the site's own text by `; `:
 //!
 //! ```text
-//! gpushare-usage: gpu=<index> units=<U>/<UnitsPerGPU> mem_peak_mib=<N> mem_limit_mib=<N> sm_mean=<F> samples=<N>
-//! gpushare-usage: gpu=<index> units=whole mem_peak_mib=<N> mem_limit_mib=<N> sm_mean=<F> samples=<N>
+//! gpushare-usage: node=<name> gpu=<index> units=<U>/<UnitsPerGPU> mem_peak_mib=<N> mem_limit_mib=<N> sm_mean=<F> samples=<N>
+//! gpushare-usage: node=<name> gpu=<index> units=whole mem_peak_mib=<N> mem_limit_mib=<N> sm_mean=<F> samples=<N>
 //! ```
+//!
+//! `node=` names the node that wrote the clause (each node replaces only
+//! its own); a clause without it reads as well.
 //!
 //! The first for a share of `U` units of a GPU of `UnitsPerGPU`, the
 //! second for a GPU the job held whole. `mem_peak_mib`, `mem_limit_mib`
@@ -48,6 +51,8 @@ pub enum Held {
 /// What a job used of one GPU.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GpuUsage {
+    /// The node that wrote it (`None`: not named).
+    pub node: Option<String>,
     /// The GPU's index on its node.
     pub gpu: u32,
     pub held: Held,
@@ -77,8 +82,14 @@ pub fn render(u: &GpuUsage) -> String {
         .sm_mean
         .filter(|v| v.is_finite() && *v >= 0.0)
         .map(|v| format!("{v:.3}"));
+    let node = u
+        .node
+        .as_deref()
+        .filter(|n| node_name(n))
+        .map(|n| format!("node={n} "))
+        .unwrap_or_default();
     format!(
-        "{MARK}gpu={} units={units} mem_peak_mib={} mem_limit_mib={} sm_mean={} samples={}",
+        "{MARK}{node}gpu={} units={units} mem_peak_mib={} mem_limit_mib={} sm_mean={} samples={}",
         u.gpu,
         or_dash(u.mem_peak_mib),
         or_dash(u.mem_limit_mib),
@@ -127,9 +138,27 @@ fn fraction(text: &str) -> Option<f64> {
         .filter(|v| v.is_finite())
 }
 
-/// One clause: the mark, then the six words in order, one space apart.
+/// A node name as Slurm takes one: letters, digits, `-`, `_`, `.`.
+fn node_name(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 255
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// One clause: the mark, the node's name where given, then the six words
+/// in order, one space apart.
 fn clause(text: &str) -> Option<GpuUsage> {
-    let words: Vec<&str> = text.strip_prefix(MARK)?.split(' ').collect();
+    let mut words: Vec<&str> = text.strip_prefix(MARK)?.split(' ').collect();
+    let node = match words.first()?.strip_prefix("node=") {
+        Some(n) if node_name(n) => {
+            words.remove(0);
+            Some(n.to_owned())
+        }
+        Some(_) => return None,
+        None => None,
+    };
     let [gpu, units, peak, limit, sm, samples] = words[..] else {
         return None;
     };
@@ -147,6 +176,7 @@ fn clause(text: &str) -> Option<GpuUsage> {
         }
     };
     Some(GpuUsage {
+        node,
         gpu,
         held,
         mem_peak_mib: optional(peak.strip_prefix("mem_peak_mib=")?, digits)?,
@@ -162,6 +192,7 @@ mod tests {
 
     fn share(gpu: u32, units: u32) -> GpuUsage {
         GpuUsage {
+            node: None,
             gpu,
             held: Held::Share {
                 units,
@@ -177,6 +208,7 @@ mod tests {
     #[test]
     fn render_writes_the_format_and_parse_reads_it_back() {
         let whole = GpuUsage {
+            node: None,
             gpu: 3,
             held: Held::Whole,
             mem_peak_mib: None,
@@ -258,5 +290,23 @@ mod tests {
         ] {
             assert!(parse(bad).is_empty(), "{bad}");
         }
+    }
+
+    /// The node's name is read and written where given, and a clause
+    /// whose node name Slurm could not have written is not read.
+    #[test]
+    fn a_clause_may_name_its_node() {
+        let mut u = share(2, 25);
+        u.node = Some("gpu-07.a".into());
+        let text = render(&u);
+        assert!(
+            text.starts_with("gpushare-usage: node=gpu-07.a gpu=2 "),
+            "{text}"
+        );
+        assert_eq!(parse(&format!("site; {text}")), vec![u.clone()]);
+        let forged = text.replace("node=gpu-07.a", "node=a$b");
+        assert!(parse(&forged).is_empty());
+        u.node = None;
+        assert_eq!(parse(&render(&u)), vec![u]);
     }
 }

@@ -388,7 +388,9 @@ fn ended_use(c: &mut Cluster) -> TestResult {
     )?;
     let result = (|| {
         let mut figures: BTreeMap<u32, Vec<Figures>> = BTreeMap::new();
-        for (gpu, pid, mib, sm) in [(gpu_s, ps, 1000, vec![20, 30]), (gpu_w, pw, 6000, vec![60])] {
+        // The share uses a fifth of its part, the whole-GPU job a tenth
+        // of its GPU: both are told a smaller share would do.
+        for (gpu, pid, mib, sm) in [(gpu_s, ps, 1000, vec![4, 6]), (gpu_w, pw, 6000, vec![10])] {
             figures
                 .entry(gpu)
                 .or_default()
@@ -414,14 +416,14 @@ fn ended_use(c: &mut Cluster) -> TestResult {
                 share,
                 format!(
                     "site words; gpushare-usage: node=NODE gpu={gpu_s} units=25/100 \
-                     mem_peak_mib=1000 mem_limit_mib=12288 sm_mean=1.00 samples=2"
+                     mem_peak_mib=1000 mem_limit_mib=12288 sm_mean=0.200 samples=2"
                 ),
             ),
             (
                 whole,
                 format!(
                     "gpushare-usage: node=NODE gpu={gpu_w} units=whole mem_peak_mib=6000 \
-                     mem_limit_mib=49152 sm_mean=0.60 samples=2"
+                     mem_limit_mib=49152 sm_mean=0.100 samples=2"
                 ),
             ),
         ];
@@ -472,10 +474,37 @@ fn ended_use(c: &mut Cluster) -> TestResult {
             !qos.is_empty()
                 && written.lines().any(|l| l == line(peak, "25", "0.1"))
                 && written.lines().any(|l| l == line(peak, "whole", "0.25"))
-                && written.lines().any(|l| l == line(sm, "25", "1"))
-                && written.lines().any(|l| l == line(sm, "whole", "0.75"))
-                && !written.lines().any(|l| l == line(sm, "whole", "0.5")),
+                && written.lines().any(|l| l == line(sm, "25", "0.25"))
+                && written.lines().any(|l| l == line(sm, "whole", "0.1"))
+                && !written.lines().any(|l| l == line(sm, "25", "0.1")),
             format!("the histograms (QOS {qos}):\n{written}"),
+        )?;
+        // What the node wrote is what gpu-qos advise reads: alice is told
+        // a smaller share for both.
+        let bin = testcluster::cluster::build_dir()?.join("gpu-qos");
+        let args = ["advise", "--json", "--since", "now-1hours"];
+        let out = alice.run(c, None, &bin.to_string_lossy(), &args)?;
+        let report = String::from_utf8_lossy(&out.stdout).into_owned();
+        let json: serde_json::Value = serde_json::from_str(&report).map_err(|e| {
+            format!(
+                "gpu-qos advise: {e}: {report}{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })?;
+        let kind = |job: u32| {
+            json["advice"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find_map(|a| {
+                    (a["job"].as_str() == Some(job.to_string().as_str()))
+                        .then(|| a["kind"].as_str().unwrap_or_default().to_owned())
+                })
+        };
+        ensure(
+            kind(share).as_deref() == Some("smaller")
+                && kind(whole).as_deref() == Some("share_instead"),
+            format!("gpu-qos advise as alice: {report}"),
         )
     })();
     let _ = fs::remove_file(&text_file);

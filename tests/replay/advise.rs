@@ -21,15 +21,18 @@ use testcluster::{ensure, Cluster, TestResult};
 /// gpushare's words for one GPU, as the node writes them.
 fn words(units: &str, peak: u64, limit: u64, sm: &str, samples: u64) -> String {
     format!(
-        "gpushare-usage: gpu=0 units={units} mem_peak_mib={peak} mem_limit_mib={limit} \
+        "gpushare-usage: node=node1 gpu=0 units={units} mem_peak_mib={peak} mem_limit_mib={limit} \
          sm_mean={sm} samples={samples}"
     )
 }
 
+/// (job, kind, units, command) of one advice.
+type Advised = (String, String, Option<u64>, String);
+
 /// (job, kind, units) of each job a report advises, by job id.
-fn advised(json: &str) -> Result<Vec<(String, String, Option<u64>, String)>, String> {
+fn advised(json: &str) -> Result<Vec<Advised>, String> {
     let r: serde_json::Value = serde_json::from_str(json).map_err(|e| format!("{e}: {json}"))?;
-    let mut out: Vec<(String, String, Option<u64>, String)> = r["advice"]
+    let mut out: Vec<Advised> = r["advice"]
         .as_array()
         .ok_or_else(|| format!("no advice list: {json}"))?
         .iter()

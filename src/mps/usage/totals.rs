@@ -126,39 +126,30 @@ pub fn take_ended(totals: &mut Vec<Totals>, state: &LedgerState) -> Vec<Totals> 
 }
 
 /// The start of each of gpushare's figures in a job's `AdminComment`.
-pub const WORDS_MARK: &str = "gpushare-usage: ";
+pub use crate::shared::usage_words::MARK as WORDS_MARK;
+use crate::shared::usage_words::{self, GpuUsage, Held, SEPARATOR};
 
-fn figure<T: std::fmt::Display>(v: Option<T>) -> String {
-    v.map_or_else(|| "-".to_owned(), |v| v.to_string())
-}
-
-/// The figures of one GPU of a job, as `gpu-qos advise` reads them:
-///
-/// ```text
-/// gpushare-usage: node=N gpu=G units=U/P mem_peak_mib=M mem_limit_mib=L sm_mean=S samples=K
-/// ```
-///
-/// `units=whole` for a GPU the job held whole (then `mem_limit_mib` is
-/// the GPU's memory and `sm_mean` the fraction of its SMs); `-` where a
-/// figure is not known.
+/// The figures of one GPU of a job, as `gpu-qos advise` reads them
+/// ([`usage_words`]): its peak memory in MiB (rounded up), its limit, its
+/// mean SM use and how many runs of the timer sampled it, with this
+/// node's name.
 pub fn words(node: &str, t: &Totals) -> String {
-    let units = t.units.map_or_else(
-        || "whole".to_owned(),
-        |u| format!("{u}/{}", t.units_per_gpu),
-    );
-    format!(
-        "{WORDS_MARK}node={node} gpu={} units={units} mem_peak_mib={} mem_limit_mib={} \
-         sm_mean={} samples={}",
-        t.gpu,
-        figure(t.peak_bytes.map(|b| b.div_ceil(MIB))),
-        figure(t.limit_mib),
-        figure(t.sm_mean().map(|m| format!("{m:.2}"))),
-        t.samples,
-    )
+    usage_words::render(&GpuUsage {
+        node: Some(node.to_owned()),
+        gpu: t.gpu,
+        held: match t.units {
+            Some(units) => Held::Share {
+                units,
+                per_gpu: t.units_per_gpu,
+            },
+            None => Held::Whole,
+        },
+        mem_peak_mib: t.peak_bytes.map(|b| b.div_ceil(MIB)),
+        mem_limit_mib: t.limit_mib,
+        sm_mean: t.sm_mean(),
+        samples: u64::from(t.samples),
+    })
 }
-
-/// Between the site's words and each of gpushare's.
-const SEPARATOR: &str = "; ";
 
 /// Whether `part` is one of gpushare's figures written by node `node`.
 fn of_node(part: &str, node: &str) -> bool {

@@ -7,6 +7,7 @@ use crate::shared::usage_words::{render_all, GpuUsage, Held as WordsHeld};
 
 fn share_words(units: u32, peak: Option<u64>, limit: Option<u64>, sm: Option<f64>) -> GpuUsage {
     GpuUsage {
+        node: None,
         gpu: 0,
         held: WordsHeld::Share {
             units,
@@ -21,6 +22,7 @@ fn share_words(units: u32, peak: Option<u64>, limit: Option<u64>, sm: Option<f64
 
 fn whole_words(peak: Option<u64>, total: Option<u64>, sm: Option<f64>) -> GpuUsage {
     GpuUsage {
+        node: None,
         gpu: 1,
         held: WordsHeld::Whole,
         mem_peak_mib: peak,

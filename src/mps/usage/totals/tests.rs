@@ -71,7 +71,7 @@ fn runs_add_up_to_a_peak_and_a_mean_until_the_job_leaves_its_gpu() {
     assert_eq!(
         words("gpu01", share),
         "gpushare-usage: node=gpu01 gpu=1 units=25/100 mem_peak_mib=3000 mem_limit_mib=20000 \
-         sm_mean=1.00 samples=3"
+         sm_mean=1.000 samples=3"
     );
     assert_eq!(
         words("gpu01", &used_only()),
