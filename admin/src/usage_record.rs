@@ -7,6 +7,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use gpushare::mps::node::Accounting;
+use gpushare::mps::usage::totals;
 use gpushare::shared::bounded;
 use gpushare::shared::locations::slurm_command;
 
@@ -73,13 +74,13 @@ fn lowers_admin_comment(version: &str) -> Option<bool> {
 impl Accounting for SlurmAccounting {
     fn shown(&mut self, job: u32) -> Result<String, String> {
         let job = job.to_string();
-        let args = ["-X", "-n", "-P", "-o", "State,QOS,AdminComment", "-j", &job];
+        let args = ["-X", "-n", "-P", "-o", totals::SACCT_FIELDS, "-j", &job];
         self.run("sacct", &args)
     }
 
-    fn write(&mut self, job: u32, admin_comment: &str) -> Result<(), String> {
+    fn write(&mut self, name: &str, admin_comment: &str) -> Result<(), String> {
         let (job, set) = (
-            format!("jobid={job}"),
+            format!("jobid={name}"),
             format!("AdminComment={admin_comment}"),
         );
         let args = ["-i", "modify", "job", "where", &job, "set", &set];

@@ -333,14 +333,12 @@ fn shares_use(c: &mut Cluster) -> TestResult {
     result.and(cancel_and_wait_stopped(c))
 }
 
-/// The accounting's record of job `job`: `sacct -X -n -P -o FIELDS`.
-fn accounted(c: &Cluster, job: u32, fields: &str) -> String {
-    c.run(
-        "sacct",
-        &["-X", "-n", "-P", "-o", fields, "-j", &job.to_string()],
-    )
-    .map(|o| String::from_utf8_lossy(&o.stdout).trim_end().to_owned())
-    .unwrap_or_default()
+/// The accounting's record of job `job` (`123`, or `120_1` for an
+/// array's task): `sacct -X -n -P -o FIELDS`.
+fn accounted(c: &Cluster, job: &str, fields: &str) -> String {
+    c.run("sacct", &["-X", "-n", "-P", "-o", fields, "-j", job])
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim_end().to_owned())
+        .unwrap_or_default()
 }
 
 /// Alice's share (25 units, 12 GiB) and her job holding a GPU whole run
@@ -369,6 +367,37 @@ fn ended_use(c: &mut Cluster) -> TestResult {
     wait_for("the whole-GPU job's output", JOB_START, || {
         user_output(&alice, whole).contains("GPU=").then_some(())
     })?;
+    // An array of two shares: one task's raw id is the array's, by which
+    // sacct and sacctmgr name every task of it.
+    let array = alice.sbatch(
+        c,
+        &[
+            &format!("--output={}/%A_%a.out", alice.home.display()),
+            "--array=0-1",
+            "--gres=mps:25",
+            super::SCRIPT,
+        ],
+    )?;
+    let tasks: Vec<(u32, u32)> = wait_for("the array's two tasks running", JOB_LONG, || {
+        let out = c
+            .run(
+                "squeue",
+                &["-h", "-r", "-j", &array.to_string(), "-o", "%A %K %T"],
+            )
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mut tasks: Vec<(u32, u32)> = text
+            .lines()
+            .filter(|l| l.ends_with(" RUNNING"))
+            .filter_map(|l| {
+                let mut w = l.split(' ');
+                Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?))
+            })
+            .filter(|&(raw, _)| sleep_of_job(raw).is_some())
+            .collect();
+        tasks.sort_by_key(|t| t.1);
+        (tasks.len() == 2).then_some(tasks)
+    })?;
     let held = ledger(c);
     let gpu_s = held.share(share).map(|s| s.gpu).ok_or("no share")?;
     let gpu_w = held
@@ -390,7 +419,15 @@ fn ended_use(c: &mut Cluster) -> TestResult {
         let mut figures: BTreeMap<u32, Vec<Figures>> = BTreeMap::new();
         // The share uses a fifth of its part, the whole-GPU job a tenth
         // of its GPU: both are told a smaller share would do.
-        for (gpu, pid, mib, sm) in [(gpu_s, ps, 1000, vec![4, 6]), (gpu_w, pw, 6000, vec![10])] {
+        let mut each = vec![(gpu_s, ps, 1000, vec![4, 6]), (gpu_w, pw, 6000, vec![10])];
+        let mut task_gpus = Vec::new();
+        for (&(raw, _), mib) in tasks.iter().zip([2000, 3000]) {
+            let gpu = held.share(raw).map(|s| s.gpu).ok_or("no share of a task")?;
+            let pid = sleep_of_job(raw).ok_or("no sleep of a task")?;
+            each.push((gpu, pid, mib, vec![8]));
+            task_gpus.push(gpu);
+        }
+        for (gpu, pid, mib, sm) in each {
             figures
                 .entry(gpu)
                 .or_default()
@@ -405,22 +442,50 @@ fn ended_use(c: &mut Cluster) -> TestResult {
                 format!("the timer: {}", String::from_utf8_lossy(&timer.stderr)),
             )?;
         }
-        for job in [share, whole] {
-            c.run("scancel", &[&job.to_string()])?;
+        // From now on NVML answers for no GPU: the running task's figures
+        // stay those of the two runs.
+        let silent: String = (0..4)
+            .map(|g| format!("gpu {g} {g} err quiet\nend {g}\n"))
+            .collect();
+        fs::write(&text_file, silent).map_err(|e| e.to_string())?;
+        // Every job but the task whose raw id is the array's ends first,
+        // and its figures are recorded and the node done with them; only
+        // then does that task end, whose record must not reach them.
+        let lead = tasks.iter().position(|t| t.0 == array).unwrap_or(1);
+        let (lead_raw, lead_task) = tasks[lead];
+        let first: Vec<String> = tasks
+            .iter()
+            .filter(|t| t.0 != lead_raw)
+            .map(|t| format!("{array}_{}", t.1))
+            .chain([share.to_string(), whole.to_string()])
+            .collect();
+        for job in &first {
+            c.run("scancel", &[job])?;
         }
-        for job in [share, whole] {
-            c.wait_job_done(job, JOB_LONG)?;
+        for job in [share, whole].into_iter().chain(tasks.iter().map(|t| t.0)) {
+            if job != lead_raw {
+                c.wait_job_done(job, JOB_LONG)?;
+            }
         }
+        let task_words = |i: usize, mib: u32| {
+            format!(
+                "gpushare-usage: node=NODE gpu={} units=25/100 mem_peak_mib={mib} \
+                 mem_limit_mib=12288 sm_mean=0.320 samples=2",
+                task_gpus[i]
+            )
+        };
         let want = [
+            (format!("{array}_0"), task_words(0, 2000)),
+            (format!("{array}_1"), task_words(1, 3000)),
             (
-                share,
+                share.to_string(),
                 format!(
                     "site words; gpushare-usage: node=NODE gpu={gpu_s} units=25/100 \
                      mem_peak_mib=1000 mem_limit_mib=12288 sm_mean=0.200 samples=2"
                 ),
             ),
             (
-                whole,
+                whole.to_string(),
                 format!(
                     "gpushare-usage: node=NODE gpu={gpu_w} units=whole mem_peak_mib=6000 \
                      mem_limit_mib=49152 sm_mean=0.100 samples=2"
@@ -442,6 +507,24 @@ fn ended_use(c: &mut Cluster) -> TestResult {
                 .join(" ")
         };
         let mut said = String::new();
+        let recorded = |said: &mut String, jobs: &[&String]| {
+            let timer = gpu_mps(c, &["metrics", "--write"]).ok()?;
+            said.push_str(&String::from_utf8_lossy(&timer.stderr));
+            let kept = fs::read_to_string(c.dir.join("run/gpu-mps/share-usage")).ok()?;
+            (want
+                .iter()
+                .filter(|(job, _)| jobs.contains(&job))
+                .all(|(job, w)| anonymous(&accounted(c, job, "AdminComment")) == *w)
+                && !kept.contains("\"ended\":[{"))
+            .then_some(())
+        };
+        let early: Vec<&String> = first.iter().collect();
+        wait_for("the first jobs' figures recorded", JOB_LONG, || {
+            recorded(&mut said, &early)
+        })
+        .map_err(|e| format!("{e}: {said}"))?;
+        c.run("scancel", &[&format!("{array}_{lead_task}")])?;
+        c.wait_job_done(lead_raw, JOB_LONG)?;
         let done = wait_for(
             "the ended jobs' figures in the accounting",
             JOB_LONG,
@@ -449,20 +532,20 @@ fn ended_use(c: &mut Cluster) -> TestResult {
                 let timer = gpu_mps(c, &["metrics", "--write"]).ok()?;
                 said.push_str(&String::from_utf8_lossy(&timer.stderr));
                 want.iter()
-                    .all(|(job, w)| anonymous(&accounted(c, *job, "AdminComment")) == *w)
+                    .all(|(job, w)| anonymous(&accounted(c, job, "AdminComment")) == *w)
                     .then_some(())
             },
         );
         let got: Vec<String> = want
             .iter()
-            .map(|(job, _)| accounted(c, *job, "State,QOS,AdminComment"))
+            .map(|(job, _)| accounted(c, job, "State,QOS,AdminComment"))
             .collect();
         ensure(
             done.is_ok(),
             format!("want {want:?}\ngot {got:?}\nthe timer said: {said}"),
         )?;
         // Counted once the accounting shows them, under the job's QOS.
-        let qos = accounted(c, share, "QOS");
+        let qos = accounted(c, &share.to_string(), "QOS");
         let _ = gpu_mps(c, &["metrics", "--write"])?;
         let written = fs::read_to_string(&metrics).unwrap_or_default();
         let line = |name: &str, size: &str, le: &str| {

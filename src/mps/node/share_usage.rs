@@ -266,10 +266,11 @@ pub fn with_usage_lock<T>(node: &Node, f: impl FnOnce() -> T) -> Result<Option<T
 
 /// How the node timer reaches the accounting for [`record_ended`].
 pub trait Accounting {
-    /// `sacct -X -n -P -o State,QOS,AdminComment -j JOB`'s output.
+    /// `sacct -X -n -P -o FIELDS -j JOB`'s output ([`totals::SACCT_FIELDS`]).
     fn shown(&mut self, job: u32) -> Result<String, String>;
-    /// `sacctmgr -i modify job where jobid=JOB set AdminComment=TEXT`.
-    fn write(&mut self, job: u32, admin_comment: &str) -> Result<(), String>;
+    /// `sacctmgr -i modify job where jobid=NAME set AdminComment=TEXT`
+    /// (NAME: the job's `JobID`, which selects it alone).
+    fn write(&mut self, name: &str, admin_comment: &str) -> Result<(), String>;
     /// Whether its `sacctmgr` writes an `AdminComment` in lower case
     /// (before Slurm 23.02).
     fn lowers(&self) -> bool;
@@ -306,7 +307,9 @@ pub fn record_ended(
             left.push(e);
             continue;
         }
-        let shown = acct.shown(e.job).map(|text| totals::accounted(&text));
+        let shown = acct
+            .shown(e.job)
+            .map(|text| totals::accounted(&text, e.job));
         let failed = shown.as_ref().err().cloned();
         match totals::next(&e, shown, node_name, acct.lowers(), now) {
             Next::Wait => {
@@ -318,9 +321,9 @@ pub fn record_ended(
                 }
                 left.push(e);
             }
-            Next::Write(comment) => {
+            Next::Write { name, comment } => {
                 e.tries += 1;
-                if let Err(why) = acct.write(e.job, &comment) {
+                if let Err(why) = acct.write(&name, &comment) {
                     lines.push(format!("job {}: its GPU figures not written: {why}", e.job));
                 }
                 left.push(e);
@@ -434,10 +437,11 @@ mod tests {
             }
             Ok(self.records.get(&job).cloned().unwrap_or_default())
         }
-        fn write(&mut self, job: u32, text: &str) -> Result<(), String> {
+        fn write(&mut self, name: &str, text: &str) -> Result<(), String> {
+            let job: u32 = name.parse().map_err(|_| format!("{name}: no such job"))?;
             self.written.push((job, text.to_owned()));
             if let Some(r) = self.records.get_mut(&job) {
-                let head: Vec<&str> = r.splitn(3, '|').take(2).collect();
+                let head: Vec<&str> = r.splitn(5, '|').take(4).collect();
                 *r = format!("{}|{text}\n", head.join("|"));
             }
             Ok(())
@@ -479,8 +483,8 @@ mod tests {
         assert!(kept.totals.iter().all(|t| t.samples == 2));
         let mut books = Books {
             records: BTreeMap::from([
-                (1, "RUNNING|normal|site words\n".to_owned()),
-                (2, "COMPLETED|long|\n".to_owned()),
+                (1, "1|1|RUNNING|normal|site words\n".to_owned()),
+                (2, "2|2|COMPLETED|long|\n".to_owned()),
             ]),
             written: Vec::new(),
             down: false,
@@ -499,7 +503,7 @@ mod tests {
             .starts_with("gpushare-usage: node=n1 gpu=3 units=whole"));
         books
             .records
-            .insert(1, "COMPLETED|normal|site words\n".to_owned());
+            .insert(1, "1|1|COMPLETED|normal|site words\n".to_owned());
         assert!(record_ended(&node, "n1", Some(&mut books)).is_empty());
         let (job, comment) = &books.written[1];
         assert_eq!(*job, 1);

@@ -185,25 +185,64 @@ pub fn sacctmgr_keeps(comment: &str, lowers: bool) -> bool {
         && (!lowers || !comment.chars().any(|c| c.is_ascii_uppercase()))
 }
 
-/// What `sacct -X -n -P -o State,QOS,AdminComment -j J` showed of a job.
+/// The fields the node timer asks `sacct -X -n -P -o FIELDS -j JOB` for.
+pub const SACCT_FIELDS: &str = "JobIDRaw,JobID,State,QOS,AdminComment";
+
+/// What `sacct` showed of a job ([`SACCT_FIELDS`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Accounted {
+    /// Its `JobID`: `123`, or `120_3` for an array's task, the name that
+    /// selects it alone (its raw id names every task of an array whose
+    /// id it is).
+    pub name: String,
     pub state: String,
     pub qos: String,
     pub admin_comment: String,
+    /// Its `AdminComment` ends on its line (no line break in it, which
+    /// the next line would continue).
+    pub whole: bool,
 }
 
-/// Reads that output: `None` where the job is not (yet) recorded.
-pub fn accounted(text: &str) -> Option<Accounted> {
-    let line = text.trim_end_matches('\n');
-    let mut f = line.splitn(3, '|');
-    let (state, qos, comment) = (f.next()?, f.next()?, f.next()?);
-    let state = state.split_whitespace().next()?.to_owned();
+/// One record line of that output: its raw id and the rest.
+fn record(line: &str) -> Option<(u32, &str)> {
+    let (raw, rest) = line.split_once('|')?;
+    let raw = raw
+        .parse()
+        .ok()
+        .filter(|_| raw.bytes().all(|b| b.is_ascii_digit()))?;
+    (rest.matches('|').count() >= 3).then_some((raw, rest))
+}
+
+/// Reads that output for the job whose raw id is `job` (`sacct -j`
+/// also lists an array's tasks by the array's id): `None` where it is
+/// not (yet) recorded.
+pub fn accounted(text: &str, job: u32) -> Option<Accounted> {
+    let lines: Vec<&str> = text.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| record(l).is_some_and(|(raw, _)| raw == job))?;
+    let (_, rest) = record(lines[at])?;
+    let mut f = rest.splitn(4, '|');
+    let (name, state, qos, comment) = (f.next()?, f.next()?, f.next()?, f.next()?);
+    let whole = lines.get(at + 1).is_none_or(|next| record(next).is_some());
     Some(Accounted {
-        state,
+        name: name.to_owned(),
+        state: state.split_whitespace().next()?.to_owned(),
         qos: qos.trim().to_owned(),
         admin_comment: comment.to_owned(),
+        whole,
     })
+}
+
+/// Whether `sacctmgr modify job where jobid=NAME` selects that one job: a
+/// plain id, or an array's task (`120_3`); not a heterogeneous job's
+/// component (`120+1`).
+fn names_one_job(name: &str) -> bool {
+    let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+    match name.split_once('_') {
+        Some((array, task)) => digits(array) && digits(task),
+        None => digits(name),
+    }
 }
 
 /// Whether a job's state in the accounting is one it ended in (its record
@@ -366,8 +405,9 @@ pub const MAX_TRIES: u32 = 10;
 pub enum Next {
     /// Nothing yet (its record not complete): ask again next run.
     Wait,
-    /// Write this `AdminComment` (then check it next run).
-    Write(String),
+    /// Write this `AdminComment` of the job so named (then check it next
+    /// run).
+    Write { name: String, comment: String },
     /// Recorded: count it (where not yet) under this QOS and forget it.
     Done { qos: String },
     /// Given up, for this reason: count it (QOS not known) and forget it.
@@ -394,14 +434,24 @@ pub fn next(
         }
         Ok(None) => Next::Wait,
         Ok(Some(a)) if !ended_state(&a.state) => Next::Wait,
+        Ok(Some(a)) if !a.whole => {
+            Next::GiveUp("its AdminComment has line breaks, which sacctmgr cannot write".into())
+        }
         Ok(Some(a)) if comment_has(&a.admin_comment, &figures) => Next::Done { qos: a.qos },
         Ok(Some(_)) if e.tries + 1 >= MAX_TRIES => {
             Next::GiveUp("its AdminComment does not keep the figures written".into())
         }
+        Ok(Some(a)) if !names_one_job(&a.name) => Next::GiveUp(format!(
+            "sacctmgr cannot name it alone ({}: a heterogeneous job's component)",
+            a.name
+        )),
         Ok(Some(a)) => {
             let comment = comment_with(&a.admin_comment, node, &figures);
             if sacctmgr_keeps(&comment, lowers) {
-                Next::Write(comment)
+                Next::Write {
+                    name: a.name,
+                    comment,
+                }
             } else {
                 Next::GiveUp(
                     "sacctmgr would change its AdminComment (quotes, line breaks, or capitals \

@@ -135,7 +135,7 @@ fn ended(since: u64, tries: u32) -> Ended {
 }
 
 fn shown(state: &str, comment: &str) -> Result<Option<Accounted>, String> {
-    Ok(accounted(&format!("{state}|normal|{comment}\n")))
+    Ok(accounted(&format!("9|9|{state}|normal|{comment}\n"), 9))
 }
 
 /// An ended job's figures are written once its record in the accounting
@@ -147,7 +147,10 @@ fn figures_are_written_when_the_record_is_complete_and_then_counted() {
     let figure = words("n1", &used_only());
     assert_eq!(
         next(&ended(0, 0), shown("COMPLETED", "x"), "n1", false, 10),
-        Next::Write(format!("x; {figure}"))
+        Next::Write {
+            name: "9".into(),
+            comment: format!("x; {figure}")
+        }
     );
     assert_eq!(
         next(
@@ -200,15 +203,31 @@ fn figures_are_written_when_the_record_is_complete_and_then_counted() {
         ),
         Next::GiveUp(_)
     ));
-    assert_eq!(accounted(""), None);
+    assert_eq!(accounted("", 9), None);
+    // An array's tasks, listed by the array's id: the task whose raw id
+    // is the job's, named as sacctmgr selects it alone.
+    let array = "7|9_1|COMPLETED|normal|\n8|9_2|COMPLETED|long|a|b\n9|9_3|FAILED|normal|x\n";
     assert_eq!(
-        accounted("COMPLETED|normal|a|b\n"),
+        accounted(array, 8),
         Some(Accounted {
+            name: "9_2".into(),
             state: "COMPLETED".into(),
-            qos: "normal".into(),
-            admin_comment: "a|b".into()
+            qos: "long".into(),
+            admin_comment: "a|b".into(),
+            whole: true,
         })
     );
+    let with_break = "8|8|COMPLETED|normal|first\nsecond\n";
+    assert_eq!(accounted(with_break, 8).map(|a| a.whole), Some(false));
+    assert!(matches!(
+        next(&ended(0, 0), Ok(accounted(with_break, 8)), "n1", false, 60),
+        Next::GiveUp(_)
+    ));
+    let het = Ok(accounted("9|5+1|COMPLETED|normal|\n", 9));
+    assert!(matches!(
+        next(&ended(0, 0), het, "n1", false, 60),
+        Next::GiveUp(_)
+    ));
 }
 
 /// Each ended GPU counts once under its QOS and size; buckets are
