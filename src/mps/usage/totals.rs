@@ -426,6 +426,10 @@ pub fn next(
     let figures: Vec<String> = e.totals.iter().map(|t| words(node, t)).collect();
     let old = now.saturating_sub(e.since) > RECORD_FOR_SECS;
     match shown {
+        // sacct's own words where slurm.conf names no AccountingStorageType.
+        Err(why) if why.contains("accounting storage is disabled") => Next::GiveUp(format!(
+            "{why} (UsageRecord=none in gpu_mps.conf: only count them)"
+        )),
         Err(why) if e.tries + 1 >= MAX_TRIES => Next::GiveUp(format!("the accounting: {why}")),
         Err(_) => Next::Wait,
         Ok(None) if old => Next::GiveUp("no record of it in the accounting".into()),
