@@ -183,6 +183,11 @@ fn figures_are_written_when_the_record_is_complete_and_then_counted() {
         next(&ended(0, 0), Err("down".into()), "n1", false, 60),
         Next::Wait
     );
+    let none = Err("sacct -X: Slurm accounting storage is disabled".to_owned());
+    assert!(matches!(
+        next(&ended(0, 0), none, "n1", false, 60),
+        Next::GiveUp(w) if w.contains("UsageRecord=none")
+    ));
     assert!(matches!(
         next(
             &ended(0, MAX_TRIES - 1),
