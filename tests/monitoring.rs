@@ -13,6 +13,7 @@ use std::process::{Command, ExitCode, Stdio};
 use testcluster::cluster::{build_dir, wait_for};
 use testcluster::hosts::TEXTFILE_DIR;
 use testcluster::monitor::Monitoring;
+use testcluster::process::sleep_of_job;
 use testcluster::standin::{install_nvml_usage, NVML_USAGE};
 use testcluster::time::{JOB_START, SHORT};
 use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
@@ -164,19 +165,6 @@ fn figures(c: &mut Cluster) -> TestResult {
     )?;
     mon.wait_value(r#"count(gpushare_share_units) or vector(0)"#, 0.0, wait)?;
     Ok(())
-}
-
-/// The pid of job `job`'s `sleep` (nodes share the host's pids).
-fn sleep_of_job(job: u32) -> Option<u32> {
-    let want = format!("SLURM_JOB_ID={job}");
-    fs::read_dir("/proc")
-        .ok()?
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .find(|pid| {
-            fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sleep")
-                && fs::read(format!("/proc/{pid}/environ"))
-                    .is_ok_and(|e| e.split(|&b| b == 0).any(|v| v == want.as_bytes()))
-        })
 }
 
 /// gpu01's timer, its NVML query the stand-in's: every share's `sleep`

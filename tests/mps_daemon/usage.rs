@@ -22,6 +22,7 @@ use super::{
     bin_dir, calls, cancel_and_wait_stopped, gpu_mps, ledger, standin, user_output, user_share,
 };
 use testcluster::cluster::wait_for;
+use testcluster::process::sleep_of_job;
 use testcluster::time::{JOB_LONG, JOB_START};
 
 /// The node timer's run while NVML hangs on one GPU: its 5 s deadline and
@@ -54,26 +55,6 @@ pub fn tests(suite: Suite) -> Suite {
 }
 
 const MIB: u64 = 1 << 20;
-
-/// The `sleep` process of job `job`.
-fn sleep_of_job(job: u32) -> Option<u32> {
-    fs::read_dir("/proc")
-        .ok()?
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .find(|&pid| {
-            fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sleep")
-                && job_of_environ(pid) == Some(job)
-        })
-}
-
-/// A pid's `SLURM_JOB_ID` (the test's way to tell its jobs' processes
-/// apart; gpushare never reads it for this).
-fn job_of_environ(pid: u32) -> Option<u32> {
-    let env = fs::read(format!("/proc/{pid}/environ")).ok()?;
-    env.split(|&b| b == 0)
-        .find_map(|v| v.strip_prefix(b"SLURM_JOB_ID="))
-        .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
-}
 
 fn uid_of(pid: u32) -> Option<u32> {
     fs::read_to_string(format!("/proc/{pid}/status"))

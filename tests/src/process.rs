@@ -274,3 +274,25 @@ impl std::fmt::Debug for StopSignals {
         f.write_str("StopSignals(SIGINT, SIGTERM, SIGHUP)")
     }
 }
+
+/// The `sleep` process of Slurm job `job`, told apart by the
+/// `SLURM_JOB_ID` in its environment (the tests' way; gpushare never
+/// reads a job's environment for this). Multi-node clusters share the
+/// host's pids.
+pub fn sleep_of_job(job: u32) -> Option<u32> {
+    std::fs::read_dir("/proc")
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|&pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sleep")
+                && job_of_environ(pid) == Some(job)
+        })
+}
+
+/// A pid's `SLURM_JOB_ID`.
+fn job_of_environ(pid: u32) -> Option<u32> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    env.split(|&b| b == 0)
+        .find_map(|v| v.strip_prefix(b"SLURM_JOB_ID="))
+        .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
+}
