@@ -688,14 +688,22 @@ fn fake_daemons(c: &mut Cluster) -> TestResult {
         wait_for("mallory's fakes", JOB_START, || {
             output().contains("STARTED").then_some(())
         })?;
-        let share = |c: &Cluster| c.sbatch_ok(&["--gres=mps:25", "--wrap=sleep 300"]);
+        let share =
+            |c: &Cluster| c.sbatch_ok(&["--gres=mps:25", "--wrap=echo SCRIPT-UP; sleep 300"]);
         let ids: Vec<u32> = (0..4).map(|_| share(c)).collect::<Result<_, _>>()?;
+        // A job reads RUNNING while its prolog still starts its GPU's
+        // daemon; its script runs only once the prolog is done. Killing
+        // before then would kill a control program mid-start (`-d` still
+        // running), which the prolog rightly reports as a failed start.
         for &id in &ids {
-            c.wait_job_state(id, &["RUNNING"], JOB_START)?;
+            wait_for("the share's script", JOB_START, || {
+                c.job_output(id).contains("SCRIPT-UP").then_some(())
+            })?;
         }
-        wait_for("four daemons", SHORT, || {
-            (daemon_starts(&bin) == 4).then_some(())
-        })?;
+        ensure(
+            daemon_starts(&bin) == 4,
+            format!("{} daemon starts for four shares", daemon_starts(&bin)),
+        )?;
         // Root kills every daemon of root's.
         let daemons: Vec<u32> = (0..4)
             .flat_map(|g| gpushare::mps::daemon::processes(&pipe(c, g)))

@@ -207,6 +207,18 @@ impl Suite {
                         c.log_tails(40)
                     );
                     failed.push(name);
+                    // A node the failure left drained would fail every
+                    // test after it on the shared cluster: resumed, said.
+                    if on_shared {
+                        match c.resume_drained() {
+                            Ok(nodes) if nodes.is_empty() => {}
+                            Ok(nodes) => println!(
+                                "(it left {} drained: resumed for the tests after it)",
+                                nodes.join(", ")
+                            ),
+                            Err(e) => println!("(drained nodes not resumed: {e})"),
+                        }
+                    }
                 }
             }
         }

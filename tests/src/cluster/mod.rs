@@ -368,6 +368,34 @@ impl Cluster {
             .map_err(|e| format!("{program}: {e}"))
     }
 
+    /// Resumes every node Slurm drained (as a failed prolog drains its
+    /// node) and returns a line per node: `NAME (REASON)`. A suite calls
+    /// it after a failed test, so the tests after it start on a usable
+    /// node and fail, if they do, for their own reasons.
+    pub fn resume_drained(&self) -> Result<Vec<String>> {
+        let out = self.run_ok("sinfo", &["-h", "-N", "-o", "%N|%T|%E"])?;
+        let mut resumed = Vec::new();
+        for line in out.lines() {
+            let mut f = line.splitn(3, '|');
+            let (Some(name), Some(state), reason) = (f.next(), f.next(), f.next()) else {
+                continue;
+            };
+            if !state.starts_with("drain")
+                || resumed
+                    .iter()
+                    .any(|r: &String| r.split(' ').next() == Some(name))
+            {
+                continue;
+            }
+            self.run_ok(
+                "scontrol",
+                &["update", &format!("nodename={name}"), "state=resume"],
+            )?;
+            resumed.push(format!("{name} ({})", reason.unwrap_or("").trim()));
+        }
+        Ok(resumed)
+    }
+
     /// Runs a Slurm command and fails unless it exits 0; returns stdout.
     pub fn run_ok(&self, program: &str, args: &[&str]) -> Result<String> {
         let out = self.run(program, args)?;
