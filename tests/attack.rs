@@ -7,7 +7,7 @@
 //!
 //! On the cluster of `ClusterSpec::mps_node()`: 4 fake a40, Slurm 22.05's
 //! Count=1600, job_submit/gpu_qos, gpushare's prolog, epilog and SPANK
-//! plugin, PrologFlags=Alloc.
+//! plugin, PrologFlags=Alloc,DeferBatch.
 
 use std::collections::BTreeMap;
 use std::fs;

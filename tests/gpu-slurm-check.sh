@@ -269,7 +269,7 @@ AccountingStorageType=accounting_storage/none
 GresTypes=gpu,mps,shard
 Prolog=$G/gpu-mps-prolog
 Epilog=$G/gpu-mps-epilog
-${1:-PrologFlags=Alloc}
+${1:-PrologFlags=Alloc,DeferBatch}
 NodeName=$NODE NodeHostname=$host NodeAddr=127.0.0.1 CPUs=$cpus Gres=$gres State=UNKNOWN
 PartitionName=gpu Nodes=$NODE Default=YES MaxTime=30 State=UP
 EOF
@@ -795,7 +795,7 @@ bench_batch() { # way gres-args...: "wall_s jobs_ok mean_work_ms mean_init_ms"
 # The node given GPU 0 alone, with gres/shard or gres/mps on it.
 bench_conf() { # shard | mps
     gres=gpu:$gpu_type:1,$1:$([ "$1" = shard ] && echo "$BENCH_JOBS" || echo 100)
-    write_slurm_conf "PrologFlags=Alloc
+    write_slurm_conf "PrologFlags=Alloc,DeferBatch
 SlurmdParameters=config_overrides"
     {
         echo "NodeName=$NODE Name=gpu Type=$gpu_type File=${devs[0]}"

@@ -243,8 +243,10 @@ pub(super) fn other_files(
     );
     match setup {
         SlurmSetup::NodeCount => out.push_str(
-            "# the prolog of srun/salloc jobs gets the share size job_submit/gpu_qos recorded only so:\n\
-             PrologFlags=Alloc\nTaskPlugin=task/cgroup\nProctrackType=proctrack/cgroup\n\
+            "# the prolog of srun/salloc jobs gets the share size job_submit/gpu_qos recorded only so\n\
+             # (Alloc); DeferBatch: slurmd before 24.05.1 may give up waiting for the prolog and\n\
+             # drain the node when many jobs start on it at once\n\
+             PrologFlags=Alloc,DeferBatch\nTaskPlugin=task/cgroup\nProctrackType=proctrack/cgroup\n\
              \n# cgroup.conf\nCgroupPlugin=cgroup/v1\nConstrainDevices=yes\n",
         ),
         SlurmSetup::PerGpu => out.push_str(
@@ -300,7 +302,7 @@ mod tests {
             "File=/dev/nvidia[0-3]",
             "Prolog=/usr/libexec/gpushare/gpu-mps-prolog",
             "SlurmMpsCount=1600",
-            "PrologFlags=Alloc",
+            "PrologFlags=Alloc,DeferBatch",
             "WARNING: gpu_mps.conf has SlurmMpsCount=400",
         ] {
             assert!(t.contains(want), "{want}:\n{t}");

@@ -145,7 +145,7 @@ const PROCESSES: usize = 3;
 /// mode back, no live job kept off the node, the held one included);
 /// then every line of gpushare's out of Slurm's configuration (the
 /// prolog and epilog, the SPANK line, mps in gres.conf, `Gres=` and
-/// `GresTypes=`, `LL_SHARED_GRES`, `PrologFlags=Alloc`), `gpu_mps.conf`
+/// `GresTypes=`, `LL_SHARED_GRES`, `PrologFlags=Alloc,DeferBatch`), `gpu_mps.conf`
 /// removed, and Slurm made to read it (`scontrol reconfigure`; before
 /// 23.11 slurmctld and slurmd restarted). A whole-GPU job on each GPU at
 /// once, each starting [`PROCESSES`] stand-in CUDA clients together,
@@ -271,13 +271,13 @@ fn without_gpushare(path: &std::path::Path, text: &str) -> Option<String> {
 }
 
 /// A line of slurm.conf without gpushare: the prolog, epilog and
-/// `PrologFlags=Alloc` gone, mps out of `GresTypes=` and the node's
+/// `PrologFlags=Alloc,DeferBatch` gone, mps out of `GresTypes=` and the node's
 /// `Gres=`, `LL_SHARED_GRES` out of `SelectTypeParameters=`.
 fn slurm_conf_line(line: &str) -> Option<String> {
     let key = line.split_once('=').map_or("", |(k, _)| k);
     match key {
         "Prolog" | "Epilog" if line.contains("gpu-mps-") => None,
-        "PrologFlags" if line == "PrologFlags=Alloc" => None,
+        "PrologFlags" if line == "PrologFlags=Alloc,DeferBatch" => None,
         "GresTypes" => Some(line.replace(",mps", "")),
         "SelectTypeParameters" => Some(line.replace(",LL_SHARED_GRES", "")),
         "NodeName" => Some(

@@ -469,13 +469,14 @@ pub fn cgroup_v2() -> bool {
 pub const SITE_MONITORING_CONF: &str =
     "MetricsFile={cluster}/textfile/gpushare.prom\nDCGMJobMappingDir={cluster}/run/dcgm-jobs\n";
 
-/// `PrologFlags=Alloc` where gpushare places shares (it needs the flag
-/// there, see docs/configuration.md), nothing where Slurm does.
+/// `PrologFlags=Alloc,DeferBatch` where gpushare places shares (it needs
+/// `Alloc` there and 22.05/23.02 need `DeferBatch` beside it, see
+/// docs/configuration.md), nothing where Slurm does.
 fn alloc_flag(slurm_places: bool) -> Vec<String> {
     if slurm_places {
         Vec::new()
     } else {
-        vec!["PrologFlags=Alloc".into()]
+        vec!["PrologFlags=Alloc,DeferBatch".into()]
     }
 }
 
