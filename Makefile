@@ -264,7 +264,7 @@ SUBMIT_JOBS ?= 600
 PLACEMENT_RUNS ?= 300
 USAGE_RUNS ?= 200
 REPLAY_JOBS ?= 100000
-BENCHES = job_submit_call submit_throughput placement share_usage share_latency user_commands replay
+BENCHES = job_submit_call submit_throughput placement share_usage share_latency user_commands replay replay_accounting
 
 .PHONY: bench
 bench: deps
@@ -277,6 +277,7 @@ bench: deps
 	@bash -o pipefail -c '$(CARGO) bench -p gpushare-tests --bench share_latency -- $(SHARE_ARGS) | tee target/bench/share_latency.txt'
 	@bash -o pipefail -c '$(CARGO) bench -p gpushare-tests --bench user_commands -- $(SCALE_ARGS) | tee target/bench/user_commands.txt'
 	@bash -o pipefail -c '$(CARGO) bench -p gpushare-tests --bench replay -- $(REPLAY_JOBS) | tee target/bench/replay.txt'
+	@bash -o pipefail -c '$(CARGO) bench -p gpushare-tests --bench replay_accounting -- $(REPLAY_JOBS) | tee target/bench/replay_accounting.txt'
 	@echo; echo "== gpushare benchmarks, $$(nproc) cores, $$(sinfo -V), $$(date -u +%F)"; \
 	echo "| what | figure | reproduce |"; echo "|---|---|---|"; \
 	for b in $(BENCHES); do grep -h '^ROW|' target/bench/$$b.txt | \
