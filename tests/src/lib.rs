@@ -23,6 +23,9 @@ pub mod suite;
 pub mod time;
 pub mod users;
 
+#[cfg(test)]
+mod node_advice;
+
 pub use cluster::{Cluster, ClusterSpec, GpuSpec, JobInfo, NodeSpec, Qos};
 pub use suite::{ensure, Suite, TestResult};
 
