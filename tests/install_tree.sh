@@ -66,6 +66,31 @@ for f in docs/*.md; do
     expect 644 "/usr/share/doc/gpushare/$f"
 done
 expect 644 /usr/share/doc/gpushare/installed-files
+# The metrics units, their paths filled in. The node unit is never skipped
+# in silence: no Condition, and its exit 3 (no gpu_mps.conf applies here,
+# said in one line) counted as done. systemd-analyze verify passes them
+# where it is installed (ExecStart= pointed into this tree; any word from
+# it fails, as it exits 0 on a setting it ignores).
+units=/usr/lib/systemd/system
+unit_names=(gpushare-node-metrics.service gpushare-node-metrics.timer gpushare-qos-metrics.service gpushare-qos-metrics.timer)
+for u in "${unit_names[@]}"; do
+    expect 644 "$units/$u"
+    ! grep -n '@[A-Z]*@' "$dest$units/$u" || fail "$u: a path not filled in"
+done
+node_unit=$dest$units/gpushare-node-metrics.service
+! grep -n '^Condition' "$node_unit" || fail "gpushare-node-metrics.service would be skipped in silence"
+for line in 'SuccessExitStatus=3' 'ExecStart=/usr/sbin/gpu-mps metrics --write'; do
+    grep -qx "$line" "$node_unit" || fail "gpushare-node-metrics.service lacks $line"
+done
+if command -v systemd-analyze >/dev/null; then
+    verify=$(mktemp -d)
+    for u in "${unit_names[@]}"; do
+        sed "s|^ExecStart=/|ExecStart=$dest/|" "$dest$units/$u" >"$verify/$u"
+    done
+    out=$(systemd-analyze verify --man=no "${unit_names[@]/#/$verify/}" 2>&1) && [ -z "$out" ] ||
+        { rm -rf "$verify"; fail "systemd-analyze verify of the units: $out"; }
+    rm -rf "$verify"
+fi
 [ ! -e "$dest/etc" ] || fail "make install wrote under /etc"
 [ -z "${SLURM_PREFIX:-}" ] || [ "$(find "$dest$SLURM_PREFIX" -type f | wc -l)" -eq 2 ] ||
     fail "make install put more than the two plugins into $SLURM_PREFIX"

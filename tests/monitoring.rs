@@ -10,7 +10,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 
-use testcluster::cluster::{build_dir, wait_for};
+use testcluster::cluster::{build_dir, wait_for, CLUSTER_NAME};
 use testcluster::hosts::TEXTFILE_DIR;
 use testcluster::monitor::Monitoring;
 use testcluster::process::sleep_of_job;
@@ -126,6 +126,12 @@ fn figures(c: &mut Cluster) -> TestResult {
     // The plugin runs its file: no alert of GpusharePolicyFileBad.
     mon.wait_value("gpushare_policy_config_ok", 1.0, wait)?;
     mon.wait_value("gpushare_policy_without_file", 0.0, wait)?;
+    // Its heartbeat, by the cluster's name, fresh: the cluster's staleness
+    // rule (the freshest of its controllers) finds nothing.
+    let fresh = format!(
+        "count(time() - max by (slurm_cluster) ({HEARTBEAT}{{slurm_cluster=\"{CLUSTER_NAME}\"}}) < 120)"
+    );
+    mon.wait_value(&fresh, 1.0, wait)?;
     mon.wait_value(r#"sum(gpushare_placements_total{node="gpu01"})"#, 8.0, wait)?;
     // A lafferty job over what is left waits on the group; the pending
     // figure says so once gpu-qos metrics runs again.
@@ -422,9 +428,21 @@ fn promtool_check_metrics(c: &mut Cluster) -> TestResult {
     c.cancel_all()
 }
 
+/// The plugin's heartbeat series, by the cluster's name.
+const HEARTBEAT: &str = "gpushare_job_submit_heartbeat_timestamp_seconds";
+
+/// The value of the heartbeat line for this cluster in the plugin's file.
+fn heartbeat_of(text: &str) -> Option<u64> {
+    let prefix = format!("{HEARTBEAT}{{slurm_cluster=\"{CLUSTER_NAME}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// No job submitted, no decision made: slurmctld's job_submit/gpu_qos
-/// rewrites its file all the same (a new file renamed over it), so that
-/// its age tells GpushareMetricsStale the plugin is alive.
+/// rewrites its file all the same (a new file renamed over it), each time
+/// with a later heartbeat labelled with the cluster's name, so that
+/// GpushareMetricsStale knows the plugin is alive.
 fn quiet_controller(c: &mut Cluster) -> TestResult {
     let plugin = c.dir.join(TEXTFILE_DIR).join("gpushare_job_submit.prom");
     let read = || {
@@ -438,8 +456,23 @@ fn quiet_controller(c: &mut Cluster) -> TestResult {
         SHORT,
         || read().filter(|(_, i)| *i != inode),
     )?;
+    let beats = (heartbeat_of(&before), heartbeat_of(&after.0));
+    let Some((was, is)) = beats.0.zip(beats.1) else {
+        return Err(format!(
+            "no heartbeat of cluster {CLUSTER_NAME} in the plugin's file:\n{}",
+            after.0
+        ));
+    };
+    ensure(is > was, format!("the heartbeat went from {was} to {is}"))?;
+    let counts = |text: &str| -> Vec<String> {
+        let beat = |l: &&str| l.starts_with(HEARTBEAT);
+        text.lines()
+            .filter(|l| !beat(l))
+            .map(str::to_owned)
+            .collect()
+    };
     ensure(
-        after.0 == before,
+        counts(&after.0) == counts(&before),
         format!(
             "a decision came while waiting, the test shows nothing:\n{before}\n--\n{}",
             after.0

@@ -115,6 +115,12 @@ enabled=$(find "$root/etc/systemd" -name 'gpushare-*' 2>/dev/null)
 [ -z "$enabled" ] || fail "installing enabled a unit: $enabled"
 grep -qx 'ExecStart=/usr/sbin/gpu-mps metrics --write' "$root$units/gpushare-node-metrics.service" ||
     fail "gpushare-node-metrics.service does not run /usr/sbin/gpu-mps metrics --write"
+# Never skipped in silence: a node where no gpu_mps.conf applies runs it,
+# says so in one line and exits 3, which the unit counts as done.
+! grep -n '^Condition' "$root$units/gpushare-node-metrics.service" ||
+    fail "gpushare-node-metrics.service would be skipped in silence"
+grep -qx 'SuccessExitStatus=3' "$root$units/gpushare-node-metrics.service" ||
+    fail "gpushare-node-metrics.service does not count exit 3 (nothing to do here) as done"
 if [ -x "$root/usr/bin/systemd-analyze" ]; then
     # It exits 0 on a setting it ignores, saying so: any word from it fails.
     in_root systemd-analyze verify --man=no "${unit_files[@]}" >"$tmp/verify.log" 2>&1 && [ ! -s "$tmp/verify.log" ] ||

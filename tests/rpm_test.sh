@@ -201,6 +201,10 @@ tests/example_paths.sh "$root" /usr/share/doc/gpushare/examples | sed 's/^/   /'
 in_root rpm -q --requires gpushare | grep -q '^slurm-slurm' && fail "gpushare, for login hosts, requires a Slurm daemon"
 enabled=$(find "$root/etc/systemd" -name 'gpushare-*' 2>/dev/null || true)
 [ -z "$enabled" ] || fail "installing enabled a unit: $enabled"
+node_unit=$root/usr/lib/systemd/system/gpushare-node-metrics.service
+! grep -n '^Condition' "$node_unit" || fail "gpushare-node-metrics.service would be skipped in silence"
+grep -qx 'SuccessExitStatus=3' "$node_unit" && grep -qx 'ExecStart=/usr/sbin/gpu-mps metrics --write' "$node_unit" ||
+    fail "gpushare-node-metrics.service: not /usr/sbin/gpu-mps metrics --write with exit 3 counted as done"
 for p in gpu-qos gpu-mps; do
     said=$(in_root "$p" --version)
     [ "$said" = "$p $version" ] || fail "$p --version says $said"

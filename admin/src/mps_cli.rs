@@ -11,11 +11,13 @@ use gpushare::mps::setup_lines::GpuGroup;
 /// The MPS shares of this GPU node (gpushare).
 ///
 /// Exit status: 0 fine; 1 a problem shown (OVERLAP, OVER, a lost or
-/// set-aside state); 2 could not run.
+/// set-aside state); 2 could not run; 3 (metrics) no gpu_mps.conf applies
+/// to this node, nothing to do.
 #[derive(Debug, Parser)]
 #[command(name = "gpu-mps", version = env!("CARGO_PKG_VERSION"))]
 pub struct Cli {
-    /// gpu_mps.conf (default: next to $SLURM_CONF, or /etc/slurm)
+    /// gpu_mps.conf (default: next to $SLURM_CONF, else where the node's
+    /// prolog and epilog last found it, else /etc/slurm)
     #[arg(long, value_name = "PATH", global = true)]
     pub conf: Option<PathBuf>,
     /// This node as Slurm names it, for gpu_mps.conf's NodeName= lines and
@@ -45,7 +47,9 @@ pub enum Cmd {
     /// (root) The node's metrics in Prometheus's text format, as the
     /// prolog and epilog write them to MetricsFile (each daemon asked, not
     /// only its pipe seen). A timer runs `--write` every minute, so a node
-    /// whose file is not rewritten is known stale.
+    /// whose file is not rewritten is known stale. Where no gpu_mps.conf
+    /// applies to the node (none found, or one that gives it no GPUs: a
+    /// CPU node) it says so in one line and exits 3.
     Metrics {
         /// Write MetricsFile atomically instead of printing; also read the
         /// kernel log for fatal XID errors since the last look (the first

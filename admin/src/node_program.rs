@@ -1,12 +1,13 @@
 //! The common start of `gpu-mps-prolog` and `gpu-mps-epilog`: the command
 //! line, the node, the job from slurmd's environment, the logger.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
 use gpushare::mps::config::{self, missing_conf_refusal, no_gpus_refusal};
 use gpushare::mps::in_force::{self, InForce, Role, NODE_RECORDS_DIR};
+use gpushare::mps::located;
 use gpushare::mps::node::{
     node_name, record_node_name, refuse_unconfigured, release_unconfigured,
     take_unconfigured_refusal, JobEnv, Node,
@@ -124,6 +125,10 @@ pub fn start(program: Program, args: &NodeArgs) -> Result<Option<Started>, ExitC
     if env.is_ok() {
         if let Err(e) = record_node_name(records, owner, &node) {
             log::debug!("the node's name not recorded: {e}");
+        }
+        // And where slurmd's SLURM_CONF led to gpu_mps.conf (located.rs).
+        if let Err(e) = located::record(Path::new(located::RECORD_DIR), owner, &conf) {
+            log::debug!("where gpu_mps.conf is not recorded: {e}");
         }
     }
     if let Some(why) = &in_force.no_gpus {

@@ -24,6 +24,8 @@
 //! - [`retire`]: what a ledger's identity leaves behind (idle daemons,
 //!   compute modes) once the node takes another.
 //! - [`disabled`]: a node taken off sharing by `gpu-mps disable`.
+//! - [`located`]: where the node programs found `gpu_mps.conf`, for the
+//!   node timer and an admin's `gpu-mps`.
 //! - [`gc`]: the ledger brought back in line with what slurmctld runs.
 //! - [`installed`]: the Slurm and gpushare installed here (`gpu-mps config`).
 //! - [`booking`]: how Slurm books the node's mps (who places a share).
@@ -42,6 +44,7 @@ pub mod health;
 pub mod in_force;
 pub mod installed;
 pub mod ledger;
+pub mod located;
 pub mod metrics;
 pub mod namespaces;
 pub mod node;

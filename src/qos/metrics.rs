@@ -213,6 +213,32 @@ const KINDS: [RejectionKind; 9] = [
     RejectionKind::UnlistedTypedLimit,
 ];
 
+/// The plugin's heartbeat series: when it last wrote its file.
+pub const HEARTBEAT: &str = "gpushare_job_submit_heartbeat_timestamp_seconds";
+
+/// [`HEARTBEAT`] at `now` (seconds since the epoch), labelled with the
+/// `ClusterName` of slurm.conf: every slurmctld loads the plugin at its
+/// start, a backup standing by as well as the one in control, and each
+/// writes its own file on its own host, at least once a minute while it
+/// runs. The freshest of a cluster's heartbeats (`max by (slurm_cluster)`)
+/// says whether the plugin runs on any of its controllers: a controller
+/// gone (failed over, or a standby of an active/passive pair left with
+/// the file of its last run) is no alert while another writes. The label
+/// is `slurm_cluster`, not `cluster`: a scrape's own `cluster` target
+/// label must not rename it.
+pub fn render_heartbeat(cluster: &str, now: u64) -> String {
+    let mut out = Exposition::default();
+    out.family(
+        HEARTBEAT,
+        "gauge",
+        "When job_submit/gpu_qos last wrote this file (seconds since the epoch): at least \
+         once a minute while slurmctld runs with the plugin loaded, in control or standing \
+         by as a backup; by the ClusterName of slurm.conf.",
+    );
+    out.sample(HEARTBEAT, &[("slurm_cluster", cluster)], now);
+    out.into_text()
+}
+
 /// The `rule` label of a rejection.
 pub fn rule_name(kind: RejectionKind) -> &'static str {
     match kind {
@@ -621,6 +647,14 @@ ClusterName=gpushare Account=lafferty_students UserName=root(0) Partition= Prior
         );
     }
 
+    #[test]
+    fn the_heartbeat_names_its_cluster_and_the_time_of_the_write() {
+        let text = render_heartbeat("prod \"a\"", 1_700_000_123);
+        let line = "gpushare_job_submit_heartbeat_timestamp_seconds{slurm_cluster=\"prod \\\"a\\\"\"} 1700000123";
+        assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
+        assert!(text.contains("# TYPE gpushare_job_submit_heartbeat_timestamp_seconds gauge"));
+    }
+
     /// docs/monitoring.md's tables of the controller's metrics are what
     /// `gpu-qos metrics` and the plugin write: every family, its labels,
     /// every rule and reason.
@@ -675,7 +709,7 @@ ClusterName=gpushare Account=lafferty_students UserName=root(0) Partition= Prior
         let exempt = [ExemptReason::User, ExemptReason::Admin].map(|r| r.label());
         let decisions = "gpushare_job_submit_decisions_total";
         let table = crate::shared::prom::markdown_table(
-            &counts.render(),
+            &(counts.render() + &render_heartbeat("gpushare", 1_700_000_000)),
             &[
                 (decisions, "call", vec!["submit", "modify"]),
                 (decisions, "decision", vec!["accept", "reject"]),

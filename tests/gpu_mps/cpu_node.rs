@@ -3,7 +3,8 @@
 //! and `required` plugstack line name gpushare's programs and plugin, the
 //! node has no GPU, and reads the GPU nodes' `gpu_mps.conf` (a shared
 //! `/etc/slurm`; the file names no `GPUDevices=`): its jobs run as
-//! without gpushare.
+//! without gpushare, and the node timer, enabled there too, does nothing
+//! and says why.
 
 use super::*;
 
@@ -56,5 +57,25 @@ pub(super) fn cpu_jobs(c: &mut Cluster) -> TestResult {
             .values()
             .all(|s| !s.contains("DRAIN") && !s.contains("DOWN")),
         format!("after gpushare's prolog and epilog the node is {states:?}"),
+    )?;
+    node_timer(c)
+}
+
+/// The node timer's command, where the admin enabled it on every slurmd
+/// host: the file gives this node no GPUs, so nothing is done, one line
+/// says why and it exits 3, which `gpushare-node-metrics.service` counts
+/// as done (SuccessExitStatus=3): no failed unit, never a silent skip.
+fn node_timer(c: &Cluster) -> TestResult {
+    let gpu_mps = testcluster::cluster::build_dir()?.join("gpu-mps");
+    let timer = c.run(&gpu_mps.to_string_lossy(), &["metrics", "--write"])?;
+    let said = String::from_utf8_lossy(&timer.stderr);
+    ensure(
+        timer.status.code() == Some(3)
+            && said.lines().count() == 1
+            && said.contains("it shares no GPU; nothing to do"),
+        format!(
+            "gpu-mps metrics --write on the CPU node: exit {:?}, said: {said}",
+            timer.status.code()
+        ),
     )
 }

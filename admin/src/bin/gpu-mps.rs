@@ -25,7 +25,7 @@ use gpushare::mps::node::{
 };
 use gpushare::mps::setup_lines::GpuGroup;
 use gpushare::mps::status::{self, NodeStatus};
-use gpushare::mps::{disabled, gc, health, in_force, installed, xid};
+use gpushare::mps::{disabled, gc, health, in_force, installed, located, xid};
 use gpushare_admin::mps_cli::{Cli, Cmd};
 use gpushare_admin::usage_record::SlurmAccounting;
 use gpushare_admin::{effective_uid, nvml, nvml_usage, requeue};
@@ -41,10 +41,16 @@ fn main() -> ExitCode {
         return nvml_usage::print_usage(&args[2..]);
     }
     let cli = Cli::parse();
-    // As the node programs find it: beside slurm.conf, else /etc/slurm (a
-    // configless node); where neither exists, the first place is named.
-    let conf = config::locate(cli.conf.as_deref())
-        .unwrap_or_else(|looked_at| looked_at.into_iter().next().unwrap_or_default());
+    // As the node programs find it: beside $SLURM_CONF, else where they
+    // last found it (slurmd gives them its SLURM_CONF), else /etc/slurm (a
+    // configless node); where none exists, the first place is named.
+    let (conf, nowhere) = match located::locate(cli.conf.as_deref()) {
+        Ok(conf) => (conf, None),
+        Err(looked_at) => {
+            let first = looked_at.first().cloned().unwrap_or_default();
+            (first, cli.conf.is_none().then_some(looked_at))
+        }
+    };
     // This node as Slurm names it: the file's NodeName= lines for it, and
     // what slurmctld is asked about it.
     let node = node_name(cli.node);
@@ -55,7 +61,14 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Cmd::Status { json } => status(at, json),
         Cmd::Gc => gc(at),
-        Cmd::Metrics { write, kernel_log } => metrics(at, write, &kernel_log),
+        Cmd::Metrics { write, kernel_log } => match nowhere {
+            // A CPU node, or one whose file is elsewhere: said, not failed.
+            Some(looked_at) => {
+                eprintln!("gpu-mps: {}", located::nothing_here(&looked_at));
+                Ok(NOTHING_HERE)
+            }
+            None => metrics(at, write, &kernel_log),
+        },
         Cmd::DrainGpu { gpu, reason } => drain_gpu(at, gpu, Some(&reason)),
         Cmd::ResumeGpu { gpu } => drain_gpu(at, gpu, None),
         Cmd::Disable { reason, wait } => disable(at, &reason, wait),
@@ -149,9 +162,25 @@ fn status(at: Here<'_>, json: bool) -> Result<u8> {
     Ok(u8::from(view.has_problem() || trouble.is_some()))
 }
 
+/// `gpu-mps metrics`'s exit status where no gpu_mps.conf applies to this
+/// node (none found, or one that gives it no GPUs): nothing to do, which
+/// the node timer's unit counts as done (SuccessExitStatus=3).
+const NOTHING_HERE: u8 = 3;
+
 fn metrics(at: Here<'_>, write: bool, kernel_log: &Path) -> Result<u8> {
     let conf = at.conf;
     let root_only = "metrics: run as root (the ledger and its counters are root's)";
+    if effective_uid() != 0 {
+        bail!("{root_only}");
+    }
+    // A file that gives this node no GPUs (its NodeName= lines are for
+    // other nodes, or no GPUDevices= and no /dev/nvidia<N>): a CPU node.
+    let records = Path::new(in_force::NODE_RECORDS_DIR);
+    let found = in_force::resolve(conf, at.node, records, 0, in_force::Role::Reader);
+    if let Some(why) = &found.no_gpus {
+        eprintln!("gpu-mps: {why}; nothing to do");
+        return Ok(NOTHING_HERE);
+    }
     let node = open_as_root(at, root_only)?;
     let probe = status::probe_daemons(&node.cfg, node.gpu_count);
     if write {

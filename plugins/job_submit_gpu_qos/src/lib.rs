@@ -47,6 +47,16 @@ fn daemon_slurm_conf() -> Option<PathBuf> {
     unsafe { opt_str(path) }.map(|p| PathBuf::from(p.into_owned()))
 }
 
+/// The `ClusterName` of the daemon's slurm.conf (empty outside a daemon),
+/// for the heartbeat of the metrics file.
+fn daemon_cluster_name() -> String {
+    // SAFETY: as for `daemon_slurm_conf`: the daemon's global
+    // configuration, only the pointer read and the string copied.
+    let name = unsafe { (*std::ptr::addr_of!(slurm_sys::slurm_conf)).cluster_name };
+    // SAFETY: NULL or a NUL-terminated string owned by the daemon.
+    unsafe { opt_str(name) }.map_or_else(String::new, |n| n.into_owned())
+}
+
 slurm_plugin::export! {
     /// Called once when slurmctld loads the plugin (and at each `scontrol
     /// reconfigure`); a non-zero return stops slurmctld, so a missing or
@@ -113,7 +123,7 @@ fn plugin_init() -> c_int {
     ));
     let slurm_conf = daemon_slurm_conf();
     let path = policy_state::conf_path(slurm_conf.as_deref());
-    match policy_state::start(&path, slurm_conf.as_deref()) {
+    match policy_state::start(&path, slurm_conf.as_deref(), daemon_cluster_name()) {
         // Only a thread that cannot be started fails the plugin.
         Ok(()) => OK,
         Err(e) => {

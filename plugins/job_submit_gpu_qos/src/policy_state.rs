@@ -20,10 +20,14 @@
 //! `MetricsFile=` of gpu_qos.conf when they changed, at least every
 //! [`HEARTBEAT_TICKS`] polls (a minute) while they do not, and once more
 //! at `fini()`: the submit path only adds to an atomic. The rewrite of a
-//! quiet controller's file is its heartbeat: the file's age
-//! (`node_textfile_mtime_seconds`, the `GpushareMetricsStale` alert) tells
-//! a plugin whose thread runs from one gone with slurmctld or stuck in a
-//! write, whether or not jobs are submitted. A file that cannot be
+//! quiet controller's file is its heartbeat, and each write says when it
+//! was made and for which cluster
+//! (`gpushare_job_submit_heartbeat_timestamp_seconds{slurm_cluster}`):
+//! the freshest of a cluster's controllers (the `GpushareMetricsStale`
+//! alert) tells a plugin whose thread runs somewhere from one gone with
+//! every slurmctld or stuck in a write, whether or not jobs are submitted,
+//! and a backup controller's file left behind raises nothing while another
+//! controller writes. A file that cannot be
 //! written is logged once per distinct error and tried less and less
 //! often; a write stuck on a hung filesystem holds up neither reloads nor
 //! `fini()` (the same bound).
@@ -36,7 +40,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use gpushare::qos::config::{self, GpuQosConfig};
-use gpushare::qos::metrics::DecisionCounts;
+use gpushare::qos::metrics::{render_heartbeat, DecisionCounts};
 use gpushare::shared::locations::beside_slurm_conf;
 use gpushare::shared::prom;
 use gpushare::shared::watched::{Current, PollOutcome, WatchedFile};
@@ -219,7 +223,12 @@ impl MetricsWriter {
 /// [`HEARTBEAT_TICKS`] intervals when not. Its own thread, so
 /// a write stuck on a hung filesystem holds up neither the reloads nor
 /// slurmctld (see [`STOP_WAIT`]).
-fn write_metrics(current: &Current<GpuQosConfig>, stop: &StopSignal, interval: Duration) {
+fn write_metrics(
+    current: &Current<GpuQosConfig>,
+    stop: &StopSignal,
+    interval: Duration,
+    cluster: &str,
+) {
     let mut writer = MetricsWriter::default();
     let mut once = || {
         guard("job_submit/gpu_qos: metrics", (), || {
@@ -227,7 +236,11 @@ fn write_metrics(current: &Current<GpuQosConfig>, stop: &StopSignal, interval: D
             let total = DECISIONS.generation();
             let policy = current.get();
             if let Tick::Write(path) = writer.tick(policy.metrics_file(), total, reloads()) {
-                let outcome = prom::write_file(&path, &DECISIONS.render());
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                let text = DECISIONS.render() + &render_heartbeat(cluster, now);
+                let outcome = prom::write_file(&path, &text);
                 let failed = outcome.is_err();
                 if let Some(line) = writer.tried(&path, total, outcome, interval) {
                     if failed {
@@ -354,9 +367,10 @@ fn without_file_text() -> String {
 }
 
 /// Loads the policy (or, where the file is missing or invalid, the
-/// policy without it) and starts the watcher. Only a thread that cannot
-/// be started is an error.
-pub fn start(path: &Path, slurm_conf: Option<&Path>) -> Result<(), String> {
+/// policy without it) and starts the watcher and the metrics writer (its
+/// heartbeat labelled with `cluster`, slurm.conf's ClusterName). Only a
+/// thread that cannot be started is an error.
+pub fn start(path: &Path, slurm_conf: Option<&Path>, cluster: String) -> Result<(), String> {
     stop();
     crate::partitions::seed_from_slurm_conf(slurm_conf);
     // Its metrics go where the file's own MetricsFile= line says, if that
@@ -410,7 +424,7 @@ pub fn start(path: &Path, slurm_conf: Option<&Path>) -> Result<(), String> {
         let current = Arc::clone(&current);
         let stop = Arc::clone(&writer_stop);
         Worker::spawn("gpu_qos-metrics", move || {
-            write_metrics(&current, &stop, interval)
+            write_metrics(&current, &stop, interval, &cluster)
         })
     };
     let writer = match writer {
