@@ -257,14 +257,16 @@ clean:
 # Each bench prints its own table and `ROW|what|figure|command` lines; the
 # table at the end is those lines. Outputs in target/bench/. Arguments:
 # SHARE_ARGS (serial burst rounds), SCALE_ARGS (pending running qos),
-# SUBMIT_JOBS, PLACEMENT_RUNS, USAGE_RUNS, REPLAY_JOBS. No timing here is asserted anywhere.
+# SUBMIT_JOBS, PLACEMENT_RUNS, USAGE_RUNS, REPLAY_JOBS, BURST_ARGS (rounds, then
+# burst sizes). No timing here is asserted anywhere.
 SHARE_ARGS ?= 20 50 3
 SCALE_ARGS ?= 20000 2000 200
 SUBMIT_JOBS ?= 600
 PLACEMENT_RUNS ?= 300
+BURST_ARGS ?= 5 32 64
 USAGE_RUNS ?= 200
 REPLAY_JOBS ?= 100000
-BENCHES = job_submit_call submit_throughput placement share_usage share_latency user_commands replay replay_accounting
+BENCHES = job_submit_call submit_throughput placement node_bursts share_usage share_latency user_commands replay replay_accounting
 
 .PHONY: bench
 bench: deps
@@ -273,6 +275,7 @@ bench: deps
 	@bash -o pipefail -c '$(CARGO) bench -p job_submit_gpu_qos --bench job_submit_call | tee target/bench/job_submit_call.txt'
 	@bash -o pipefail -c '$(CARGO) bench -p gpushare-tests --bench submit_throughput -- $(SUBMIT_JOBS) | tee target/bench/submit_throughput.txt'
 	@bash -o pipefail -c '$(CARGO) bench -p gpushare-tests --bench placement -- $(PLACEMENT_RUNS) | tee target/bench/placement.txt'
+	@bash -o pipefail -c '$(CARGO) bench -p gpushare-tests --bench node_bursts -- $(BURST_ARGS) | tee target/bench/node_bursts.txt'
 	@bash -o pipefail -c '$(CARGO) bench -p gpushare-tests --bench share_usage -- $(USAGE_RUNS) | tee target/bench/share_usage.txt'
 	@bash -o pipefail -c '$(CARGO) bench -p gpushare-tests --bench share_latency -- $(SHARE_ARGS) | tee target/bench/share_latency.txt'
 	@bash -o pipefail -c '$(CARGO) bench -p gpushare-tests --bench user_commands -- $(SCALE_ARGS) | tee target/bench/user_commands.txt'

@@ -22,6 +22,8 @@ use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
 
 #[path = "gpu_mps/cpu_node.rs"]
 mod cpu_node;
+#[path = "gpu_mps/lock_wait.rs"]
+mod lock_wait;
 #[path = "gpu_mps/prolog_d.rs"]
 mod prolog_d;
 use cpu_node::{cpu_jobs, cpu_node};
@@ -84,6 +86,10 @@ fn main() -> ExitCode {
             many_at_once,
         )
         .test("share_that_fits_no_gpu_fails_the_job_not_the_node", refused)
+        .test(
+            "a_ledger_locked_past_the_prologs_wait_refuses_and_requeues_the_share",
+            lock_wait::ledger_locked,
+        )
         .test("slurmd_killed_mid_job_then_epilog_releases", slurmd_crash)
         .test("records_of_vanished_jobs_are_reconciled", reconcile)
         .test(
@@ -123,6 +129,15 @@ fn state_text(c: &Cluster) -> String {
 /// The node's ledger as the prolog wrote it (empty if unreadable).
 fn ledger(c: &Cluster) -> LedgerState {
     LedgerState::parse(&state_text(c), Path::new("state")).unwrap_or_default()
+}
+
+/// The node is not drained (a refusal fails the job, never the node).
+fn not_drained(c: &Cluster) -> TestResult {
+    let node = c.run_ok("sinfo", &["-h", "-N", "-o", "%T"])?;
+    ensure(
+        !node.contains("drain"),
+        format!("the node was drained: {node}"),
+    )
 }
 
 fn no_share_left(c: &Cluster) -> Option<()> {
@@ -405,11 +420,7 @@ fn refused(c: &mut Cluster) -> TestResult {
         c.log("slurmd").contains("no single GPU"),
         "slurmd.log lacks the refusal",
     )?;
-    let node = c.run_ok("sinfo", &["-h", "-N", "-o", "%T"])?;
-    ensure(
-        !node.contains("drain"),
-        format!("the node was drained: {node}"),
-    )?;
+    not_drained(c)?;
     c.cancel_all()
 }
 
@@ -457,11 +468,7 @@ fn refused_on_cgroup_v2(c: &mut Cluster) -> TestResult {
             && out.matches("Operation_not_permitted").count() == 3,
         format!("whole-GPU job {whole} ended {}:\n{out}", info.state()),
     )?;
-    let node = c.run_ok("sinfo", &["-h", "-N", "-o", "%T"])?;
-    ensure(
-        !node.contains("drain"),
-        format!("the node was drained: {node}"),
-    )
+    not_drained(c)
 }
 
 fn slurmd_crash(c: &mut Cluster) -> TestResult {
@@ -854,11 +861,7 @@ fn rewritten_in_place(c: &mut Cluster, first_use: bool) -> TestResult {
     })?;
     // The file is whole again, as it was.
     testcluster::replace_conf(&conf, &text)?;
-    let node = c.run_ok("sinfo", &["-h", "-N", "-o", "%T"])?;
-    ensure(
-        !node.contains("drain"),
-        format!("the node was drained: {node}"),
-    )?;
+    not_drained(c)?;
     for &id in &cpu_jobs {
         let state = c.job(id)?.state().to_owned();
         ensure(state == "COMPLETED", format!("CPU job {id} ended {state}"))?;

@@ -16,6 +16,7 @@ pub mod nvml_usage;
 pub mod qos_cli;
 pub mod requeue;
 pub mod usage_record;
+pub mod worst_case;
 
 /// `--version` text: the program, gpushare's version.
 pub fn version_line(program: &str) -> String {

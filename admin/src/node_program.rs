@@ -8,6 +8,7 @@ use clap::Parser;
 use gpushare::mps::config::{self, missing_conf_refusal, no_gpus_refusal};
 use gpushare::mps::in_force::{self, InForce, Role, NODE_RECORDS_DIR};
 use gpushare::mps::located;
+use gpushare::mps::lock_wait::{LockWait, LOCK_WAIT};
 use gpushare::mps::node::{
     node_name, record_node_name, refuse_unconfigured, release_unconfigured,
     take_unconfigured_refusal, JobEnv, Node,
@@ -114,7 +115,16 @@ pub fn start(program: Program, args: &NodeArgs) -> Result<Option<Started>, ExitC
     // The configuration first, for its syslog socket: even a node found
     // unfit must say why where the admin looks.
     let records = std::path::Path::new(NODE_RECORDS_DIR);
-    let mut in_force = in_force::resolve(&conf, &node, records, owner, role);
+    // Every lock this program waits for, together, within one budget.
+    let wait = LockWait::budget(LOCK_WAIT);
+    let at = in_force::Reading {
+        conf: &conf,
+        node: &node,
+        records,
+        owner,
+        wait,
+    };
+    let mut in_force = in_force::resolve_within(at, role);
     let socket = in_force.cfg.as_ref().and_then(|c| c.syslog_socket.clone());
     node_log::init(name, job, socket.as_deref());
     for note in &in_force.notes {
@@ -196,6 +206,7 @@ pub fn start(program: Program, args: &NodeArgs) -> Result<Option<Started>, ExitC
     match Node::in_force(Some(cfg), &in_force, &conf, owner) {
         Ok(mut node) => {
             node.pipe_guard = Some(crate::acl::allow_traverse);
+            node.set_lock_wait(wait);
             Ok(Some(Started {
                 node,
                 env,

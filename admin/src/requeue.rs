@@ -31,7 +31,7 @@
 //!   meanwhile stays. A job Slurm cannot be asked about stays recorded
 //!   for the next try.
 //! - No command runs under the record's lock, and one program spends at
-//!   most [`BUDGET`] on them all.
+//!   most [`BUDGET`] on them all, its waits for that lock included.
 //!
 //! A job that cannot be requeued (interactive, `--no-requeue`) fails with
 //! the reason as before.
@@ -53,6 +53,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use gpushare::mps::lock_wait::LockWait;
 use gpushare::mps::node::requeue::{
     comment_with, decide_lift, decide_requeue, requeue_words, requeues_in, shown_job, Exclusion,
     Exclusions, Lift, Requeue, ShownJob, LIFT_AFTER,
@@ -86,14 +87,17 @@ pub enum Elsewhere {
     GpuFailed,
     /// The node's admin took it off sharing (`gpu-mps disable`).
     Disabled,
+    /// A lock the prolog needed stayed held past its wait (`lock_wait`).
+    Busy,
 }
 
 impl Elsewhere {
-    const ALL: [Elsewhere; 4] = [
+    const ALL: [Elsewhere; 5] = [
         Self::OtherUsers,
         Self::MpsDaemon,
         Self::GpuFailed,
         Self::Disabled,
+        Self::Busy,
     ];
 
     /// The refusals another node may serve, by the prolog's refusal
@@ -109,6 +113,7 @@ impl Elsewhere {
             Self::MpsDaemon => "mps_daemon",
             Self::GpuFailed => "gpu_failed",
             Self::Disabled => "disabled",
+            Self::Busy => "busy",
         }
     }
 
@@ -127,6 +132,10 @@ impl Elsewhere {
                  says why)"
             }
             Self::Disabled => "where its admin disabled GPU sharing (gpu-mps disable)",
+            Self::Busy => {
+                "where a lock its prolog needed stayed held past the prolog's wait (the node's \
+                 syslog names it)"
+            }
         }
     }
 }
@@ -269,12 +278,19 @@ pub fn kept_exclusions(state_dir: &Path) -> Result<usize, String> {
     if !state_dir.join(RECORD).exists() {
         return Ok(0);
     }
-    with_record(state_dir, |r| r.0.len())
+    with_record(state_dir, &Deadline::start(), |r| r.0.len())
 }
 
-/// Runs `f` on the record under its lock (no command runs under it).
-fn with_record<T>(state_dir: &Path, f: impl FnOnce(&mut Exclusions) -> T) -> Result<T, String> {
-    state_dir::update_locked(state_dir, LOCK, RECORD, |before| {
+/// Runs `f` on the record under its lock (no command runs under it),
+/// waited for within what is left of `deadline`.
+fn with_record<T>(
+    state_dir: &Path,
+    deadline: &Deadline,
+    f: impl FnOnce(&mut Exclusions) -> T,
+) -> Result<T, String> {
+    let wait = LockWait::each(deadline.0.saturating_duration_since(Instant::now()));
+    let lock = (LOCK, "the lock of the requeue record");
+    state_dir::update_locked(state_dir, lock, RECORD, wait, |before| {
         let mut records = Exclusions::parse(before);
         let out = f(&mut records);
         (records.to_text(), out)
@@ -342,7 +358,7 @@ pub fn requeue_elsewhere(
         since: now(),
         comment: site.is_ok().then_some(ours),
     };
-    let recorded = with_record(state_dir, |r| {
+    let recorded = with_record(state_dir, deadline, |r| {
         r.0.insert(job, entry);
     });
     let recorded = match recorded {
@@ -381,7 +397,7 @@ pub fn restore_exclusions(
         return Ok(Vec::new());
     }
     // Read under the lock, acted on without it.
-    let records = with_record(state_dir, |r| r.clone())?;
+    let records = with_record(state_dir, deadline, |r| r.clone())?;
     let jobs: Vec<u32> = match which {
         Which::All => records.0.keys().copied().collect(),
         Which::Stale => records.stale(now()),
@@ -408,7 +424,7 @@ pub fn restore_exclusions(
     }
     // Only the entries acted on leave: one a new requeue wrote meanwhile
     // stays.
-    with_record(state_dir, |r| {
+    with_record(state_dir, deadline, |r| {
         for (job, entry) in done {
             if r.0.get(&job) == Some(&entry) {
                 r.0.remove(&job);

@@ -4,17 +4,28 @@
 //! Releases the job's share (or whole-GPU record) from the node's ledger and
 //! stops a GPU's MPS control daemon when its last share ends. Running it
 //! twice for a job is harmless. It exits non-zero only when the node is
-//! unfit (slurmd then drains it). Logs go to syslog under `gpu-mps-epilog`.
+//! unfit (slurmd then drains it); a ledger that stays locked past its wait
+//! is not that: the release is left to the ledger's next change, and the
+//! epilog exits 0. Logs go to syslog under `gpu-mps-epilog`.
 
 use std::process::ExitCode;
 
 use clap::Parser;
 use gpushare::mps::node::{epilog_with_cgroup, publish_metrics};
-use gpushare::mps::status;
+use gpushare::mps::{lock_wait, status};
 use gpushare_admin::node_program::{self, EpilogCli, Program, Started};
 use gpushare_admin::requeue::{self, Deadline, Which};
 
 fn main() -> ExitCode {
+    let code = run();
+    // What the locks cost this job's end, where it took any.
+    if let Some(line) = lock_wait::summary() {
+        log::info!("{line}");
+    }
+    code
+}
+
+fn run() -> ExitCode {
     let args = EpilogCli::parse();
     let Started { node, env, .. } = match node_program::start(Program::Epilog, &args.node) {
         Ok(Some(started)) => started,
@@ -42,6 +53,10 @@ fn main() -> ExitCode {
         Ok(report) => {
             for n in &report.notes {
                 log::warn!("{n}");
+            }
+            if report.deferred.is_some() {
+                // Nothing released yet: no metrics to change, no room freed.
+                return ExitCode::SUCCESS;
             }
             for (gpu, server, client) in &report.terminated {
                 log::info!("GPU {gpu}: MPS client {client} of server {server} terminated");

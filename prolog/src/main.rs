@@ -15,7 +15,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use gpushare::mps::config::MemoryLimit;
 use gpushare::mps::node::{prolog, publish_metrics, running_jobs, PrologOutcome};
-use gpushare::mps::{health, state_dir, status};
+use gpushare::mps::{health, lock_wait, state_dir, status};
 use gpushare::shared::autodetect::ReportedGpu;
 use gpushare::shared::booking::MpsBooking;
 use gpushare::shared::locations::beside_slurm_conf;
@@ -28,6 +28,15 @@ fn main() -> ExitCode {
     if let Some(code) = nvml::answer_as_child() {
         return code;
     }
+    let code = run();
+    // What the locks cost this job's start, where it took any.
+    if let Some(line) = lock_wait::summary() {
+        log::info!("{line}");
+    }
+    code
+}
+
+fn run() -> ExitCode {
     let args = PrologCli::parse();
     // `_in_force` holds the configuration's lock until the share is placed.
     let Started {
@@ -182,7 +191,7 @@ fn set_aside_lost(node: &gpushare::mps::node::Node, gpus: &[nvml::GpuFacts]) {
     for gpu in lost.into_iter().filter(|g| !known.contains_key(g)) {
         let reason = "NVML reports it lost (NVML_ERROR_GPU_IS_LOST: fallen off the bus or \
                       otherwise unreachable until a reset)";
-        match health::set_aside(&node.cfg.state_dir, gpu, reason) {
+        match health::set_aside(&node.cfg.state_dir, gpu, reason, node.ledger.lock_wait()) {
             Ok(_) => log::error!(
                 "GPU {gpu} set aside from sharing: {reason}; `gpu-mps resume-gpu {gpu}` once fixed"
             ),

@@ -314,6 +314,12 @@ pub fn carry(
     Ok(Some(mode))
 }
 
+/// Marks GPU `gpu` for the node timer ([`pending`]): its mode could not
+/// be settled now (`why`).
+pub fn mark_pending(cfg: &GpuMpsConfig, gpu: u32, why: &str) {
+    let _ = state_dir::replace_file(&cfg.state_dir, &retry_file(gpu), why.as_bytes(), 0o600);
+}
+
 /// The GPUs among `0..gpu_count` whose last change of mode failed: the
 /// node timer settles them again.
 pub fn pending(cfg: &GpuMpsConfig, gpu_count: u32) -> Vec<u32> {

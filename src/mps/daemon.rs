@@ -57,6 +57,7 @@ use std::time::{Duration, Instant};
 
 use super::config::GpuMpsConfig;
 use super::ledger::ShareRecord;
+use super::lock_wait::{self, LockError, LockWait, Mode};
 use super::programs::{program, CONTROL_PROGRAM};
 use super::state_dir::{self, Access};
 use crate::shared::bounded;
@@ -70,7 +71,9 @@ pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a daemon may take to answer whether it is alive.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a new daemon may take to open its control pipe.
-const START_WAIT: Duration = Duration::from_secs(5);
+pub const START_WAIT: Duration = Duration::from_secs(5);
+/// How long a daemon asked to quit may take to exit before it is killed.
+pub const QUIT_WAIT: Duration = Duration::from_secs(2);
 /// What happened to an MPS control daemon.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MpsDaemon {
@@ -382,22 +385,20 @@ fn multi_user_flag_of(cfg: &GpuMpsConfig, program: &Path, gpu: u32) -> &'static 
 }
 
 /// Runs `f` holding GPU `gpu`'s daemon lock (a file in the root-only
-/// state directory): a prolog starting the daemon and an epilog deciding
-/// to stop it never interleave, so a share placed while the last one ends
-/// always finds its daemon running.
-pub fn with_gpu_lock<T>(cfg: &GpuMpsConfig, gpu: u32, f: impl FnOnce() -> T) -> Result<T, String> {
+/// state directory), waited for as `wait` allows: a prolog starting the
+/// daemon and an epilog deciding to stop it never interleave, so a share
+/// placed while the last one ends always finds its daemon running.
+pub fn with_gpu_lock<T>(
+    cfg: &GpuMpsConfig,
+    gpu: u32,
+    wait: LockWait,
+    f: impl FnOnce() -> T,
+) -> Result<T, LockError> {
     let path = cfg.state_dir.join(format!("daemon-gpu{gpu}.lock"));
-    let file =
-        super::state_dir::open_lock(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    loop {
-        match file.lock() {
-            Ok(()) => break,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(format!("lock {}: {e}", path.display())),
-        }
-    }
+    let what = format!("GPU {gpu}'s MPS daemon lock");
+    let held = lock_wait::lock(&path, &what, Mode::Exclusive, wait)?;
     let out = f();
-    drop(file);
+    drop(held);
     Ok(out)
 }
 
@@ -706,7 +707,7 @@ pub fn stop(cfg: &GpuMpsConfig, gpu: u32) -> MpsDaemon {
     };
     // `quit` returns before the daemon is gone; whatever is left of it
     // after a short wait (or after a failed quit) is killed.
-    let deadline = Instant::now() + Duration::from_secs(2);
+    let deadline = Instant::now() + QUIT_WAIT;
     let mut pause = Backoff::new();
     let mut left = processes(&pipe);
     while !left.is_empty() && Instant::now() < deadline {

@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 
+use super::lock_wait::LockWait;
 use super::state_dir;
 
 /// The record's file in the state directory.
@@ -76,12 +77,15 @@ pub fn read(state_dir: &Path) -> FailedGpus {
         .unwrap_or_default()
 }
 
-/// Changes the record under its lock; returns it as written.
+/// Changes the record under its lock (waited for as `wait` allows);
+/// returns it as written.
 pub fn update(
     state_dir: &Path,
+    wait: LockWait,
     change: impl FnOnce(&mut FailedGpus),
 ) -> Result<FailedGpus, String> {
-    state_dir::update_locked(state_dir, LOCK, RECORD, |before| {
+    let lock = (LOCK, "the lock of the GPUs set aside");
+    state_dir::update_locked(state_dir, lock, RECORD, wait, |before| {
         let mut failed = parse(before);
         change(&mut failed);
         (text(&failed), failed)
@@ -90,12 +94,17 @@ pub fn update(
 
 /// Sets `gpu` aside for `reason` (kept as first recorded where it is
 /// already set aside).
-pub fn set_aside(state_dir: &Path, gpu: u32, reason: &str) -> Result<FailedGpus, String> {
+pub fn set_aside(
+    state_dir: &Path,
+    gpu: u32,
+    reason: &str,
+    wait: LockWait,
+) -> Result<FailedGpus, String> {
     let since = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    update(state_dir, |failed| {
+    update(state_dir, wait, |failed| {
         failed.entry(gpu).or_insert_with(|| Failure {
             since,
             reason: one_line(reason),
@@ -104,8 +113,8 @@ pub fn set_aside(state_dir: &Path, gpu: u32, reason: &str) -> Result<FailedGpus,
 }
 
 /// Gives `gpu` back to sharing.
-pub fn resume(state_dir: &Path, gpu: u32) -> Result<FailedGpus, String> {
-    update(state_dir, |failed| {
+pub fn resume(state_dir: &Path, gpu: u32, wait: LockWait) -> Result<FailedGpus, String> {
+    update(state_dir, wait, |failed| {
         failed.remove(&gpu);
     })
 }
@@ -169,8 +178,8 @@ pub fn drain(
         ));
     }
     let failed = match reason {
-        Some(why) => set_aside(state_dir, gpu, why),
-        None => resume(state_dir, gpu),
+        Some(why) => set_aside(state_dir, gpu, why, LockWait::default()),
+        None => resume(state_dir, gpu, LockWait::default()),
     }?;
     Ok(Drained {
         gpu,
@@ -227,16 +236,18 @@ mod tests {
     fn set_aside_resume_and_all_failed() {
         let (_dir, state) = private_state_dir();
         assert!(read(&state).is_empty());
-        set_aside(&state, 0, "lost").unwrap_or_else(|e| panic!("{e}"));
+        set_aside(&state, 0, "lost", LockWait::default()).unwrap_or_else(|e| panic!("{e}"));
         // Already set aside: the first reason stays.
-        let failed = set_aside(&state, 0, "again").unwrap_or_else(|e| panic!("{e}"));
+        let failed =
+            set_aside(&state, 0, "again", LockWait::default()).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(failed[&0].reason, "lost");
         assert_eq!(all_failed(&failed, 2), None);
-        let failed = set_aside(&state, 1, "xid 48").unwrap_or_else(|e| panic!("{e}"));
+        let failed =
+            set_aside(&state, 1, "xid 48", LockWait::default()).unwrap_or_else(|e| panic!("{e}"));
         let all = all_failed(&failed, 2).unwrap_or_default();
         assert!(all.contains("GPU 0: lost; GPU 1: xid 48"), "{all}");
-        resume(&state, 0).unwrap_or_else(|e| panic!("{e}"));
-        resume(&state, 1).unwrap_or_else(|e| panic!("{e}"));
+        resume(&state, 0, LockWait::default()).unwrap_or_else(|e| panic!("{e}"));
+        resume(&state, 1, LockWait::default()).unwrap_or_else(|e| panic!("{e}"));
         assert!(!state.join(RECORD).exists());
     }
 

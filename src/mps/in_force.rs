@@ -39,8 +39,7 @@
 //!   then that serves them, and new shares are refused). A change to
 //!   another node's lines changes nothing here.
 
-use std::fs::{self, File};
-use std::io;
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -48,6 +47,7 @@ use serde::{Deserialize, Serialize};
 
 use super::config::{self, GpuMpsConfig, MpsControl};
 use super::ledger::Ledger;
+use super::lock_wait::{self, relock, Busy, Held, LockError, LockWait, Mode};
 use super::state_dir::{self, Access};
 use crate::shared::watched::{read_settled, Expect, FileId, Settled, Stamp, Unsettled};
 
@@ -116,8 +116,12 @@ pub struct InForce {
     pub shares_refused: Option<String>,
     /// What the node's log must say (a fallback, an adoption).
     pub notes: Vec<String>,
+    /// A placer that could not hold the pointer's lock (another held it
+    /// exclusive, adopting a new configuration, for the whole wait): it
+    /// places nothing, shares and whole GPUs alike.
+    pub busy: Option<Busy>,
     /// The pointer's lock, held shared by a placer until it exits.
-    _lock: Option<File>,
+    _lock: Option<Held>,
 }
 
 impl InForce {
@@ -127,6 +131,7 @@ impl InForce {
             no_gpus: None,
             shares_refused: None,
             notes: Vec::new(),
+            busy: None,
             _lock: None,
         }
     }
@@ -138,6 +143,7 @@ impl InForce {
             no_gpus: None,
             shares_refused: Some(why),
             notes: vec![note],
+            busy: None,
             _lock: None,
         }
     }
@@ -149,6 +155,7 @@ impl InForce {
             no_gpus: Some(why.clone()),
             shares_refused: Some(why),
             notes: Vec::new(),
+            busy: None,
             _lock: None,
         }
     }
@@ -285,51 +292,15 @@ fn ledger_empty(cfg: &GpuMpsConfig, owner: u32) -> bool {
         .is_ok_and(|s| s.state.is_empty())
 }
 
-/// The pointer's lock file, opened (its directory made where missing).
-fn lock_file(records: &Path, conf: &Path, owner: u32) -> Result<File, String> {
+/// The pointer's lock file (its directory made where missing).
+fn lock_path(records: &Path, conf: &Path, owner: u32) -> Result<PathBuf, String> {
     state_dir::ensure(records, owner, Access::Private).map_err(|e| e.to_string())?;
     let [_, path] = pointer_files(records, conf);
-    state_dir::open_lock(&path).map_err(|e| format!("{}: {e}", path.display()))
+    Ok(path)
 }
 
-/// Takes `file`'s lock shared, waiting (only adoptions hold it exclusive,
-/// for the time a few small files take to write).
-fn lock_shared(file: &File) -> io::Result<()> {
-    loop {
-        match file.lock_shared() {
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            other => return other,
-        }
-    }
-}
-
-/// Takes `file`'s lock exclusive if no placement holds it, trying a few
-/// times for some 10 ms; `false` when it could not.
-fn try_lock_exclusive(file: &File) -> bool {
-    for _ in 0..5 {
-        if file.try_lock().is_ok() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    false
-}
-
-/// Takes `file`'s lock exclusive, waiting up to `limit` for the others to
-/// release theirs (a failed try holds no lock meanwhile, so this never
-/// keeps another prolog from adopting); `false` when it could not.
-fn wait_exclusive(file: &File, limit: Duration) -> bool {
-    let deadline = std::time::Instant::now() + limit;
-    loop {
-        if file.try_lock().is_ok() {
-            return true;
-        }
-        if std::time::Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
+/// The pointer's lock in words.
+const CONF_LOCK: &str = "the node's configuration lock";
 
 /// Why a node that reads `cfg` has no GPU to share: it names no
 /// `GPUDevices=` and there is no `/dev/nvidia<N>` here. A CPU node where
@@ -390,13 +361,15 @@ fn read(conf: &Path, node: &str, recorded: Option<FileId>, now: SystemTime) -> R
 
 /// Where a node program reads its configuration: the file, the node as
 /// Slurm names it (its `NodeName=` lines), the records dir
-/// ([`NODE_RECORDS_DIR`] on a node) and the uid the state belongs to.
+/// ([`NODE_RECORDS_DIR`] on a node), the uid the state belongs to, and how
+/// long a placer waits for the pointer's lock.
 #[derive(Debug, Clone, Copy)]
 pub struct Reading<'a> {
     pub conf: &'a Path,
     pub node: &'a str,
     pub records: &'a Path,
     pub owner: u32,
+    pub wait: LockWait,
 }
 
 /// The configuration to run with for `conf` on node `node` (see the
@@ -408,7 +381,16 @@ pub fn resolve(conf: &Path, node: &str, records: &Path, owner: u32, role: Role) 
         node,
         records,
         owner,
+        wait: LockWait::default(),
     };
+    resolve_at(at, role, SystemTime::now())
+}
+
+/// [`resolve`] for a program that waits for locks within `wait` (a
+/// prolog's budget): a placer that cannot take the pointer's lock in time
+/// runs with the configuration, [`InForce::busy`] saying why it may place
+/// nothing.
+pub fn resolve_within(at: Reading<'_>, role: Role) -> InForce {
     resolve_at(at, role, SystemTime::now())
 }
 
@@ -417,27 +399,48 @@ fn resolve_at(at: Reading<'_>, role: Role, now: SystemTime) -> InForce {
         conf,
         records,
         owner,
+        wait,
         ..
     } = at;
     let mut notes = Vec::new();
+    let mut busy = None;
     let lock = match role {
         Role::Reader => None,
-        Role::Placer => match lock_file(records, conf, owner) {
-            Ok(file) => match lock_shared(&file) {
-                Ok(()) => Some(file),
+        Role::Placer => {
+            let taken = lock_path(records, conf, owner).and_then(|path| {
+                lock_wait::lock(&path, CONF_LOCK, Mode::Shared, wait).map_err(|e| match e {
+                    LockError::Busy(b) => {
+                        busy = Some(b);
+                        String::new()
+                    }
+                    other => other.to_string(),
+                })
+            });
+            match taken {
+                Ok(held) => Some(held),
                 Err(e) => {
-                    notes.push(format!("the node's configuration lock: {e}"));
+                    if busy.is_none() {
+                        notes.push(format!("{CONF_LOCK}: {e}"));
+                    }
                     None
                 }
-            },
-            Err(e) => {
-                notes.push(format!("the node's configuration lock: {e}"));
-                None
             }
-        },
+        }
     };
     let mut in_force = decide(at, role, now, lock.as_ref(), &mut notes, true);
     in_force.notes.splice(0..0, notes);
+    // A placer that lost its shared lock converting it places nothing.
+    if let Some(held) = &lock {
+        let start = std::time::Instant::now();
+        if !matches!(relock(held.file(), Mode::Shared, wait), Ok(true)) {
+            in_force.busy = Some(Busy {
+                what: CONF_LOCK.to_owned(),
+                path: lock_path(records, conf, owner).unwrap_or_default(),
+                waited: start.elapsed(),
+            });
+        }
+    }
+    in_force.busy = in_force.busy.take().or(busy);
     in_force._lock = lock;
     in_force
 }
@@ -446,7 +449,7 @@ fn decide(
     at: Reading<'_>,
     role: Role,
     now: SystemTime,
-    lock: Option<&File>,
+    lock: Option<&Held>,
     notes: &mut Vec<String>,
     may_wait: bool,
 ) -> InForce {
@@ -455,6 +458,7 @@ fn decide(
         node,
         records,
         owner,
+        ..
     } = at;
     let name = conf.display();
     let pointed = read_pointer(records, conf, owner);
@@ -609,17 +613,16 @@ fn decide(
     };
     // Adopted only under the lock held exclusive: no prolog is placing in
     // the old ledger meanwhile, so it stays empty until the pointer moves.
-    if !try_lock_exclusive(lock) {
+    // Each try that fails holds nothing meanwhile (Linux drops a lock it
+    // cannot convert), so no two prologs keep each other from adopting; the
+    // caller takes it back shared.
+    let exclusive = |limit| relock(lock.file(), Mode::Exclusive, at.wait.at_most(limit));
+    if !matches!(exclusive(Duration::from_millis(10)), Ok(true)) {
         // Other prologs place under the configuration in force; one of them
         // may be taking the new one. Once they are done, look again.
-        if may_wait && wait_exclusive(lock, ADOPT_WAIT) {
-            let again = decide(at, role, now, Some(lock), notes, false);
-            if let Err(e) = lock_shared(lock) {
-                notes.push(format!("the node's configuration lock: {e}"));
-            }
-            return again;
+        if may_wait && matches!(exclusive(ADOPT_WAIT), Ok(true)) {
+            return decide(at, role, now, Some(lock), notes, false);
         }
-        let _ = lock_shared(lock);
         return refused(format!(
             "{running_under_old}; other jobs are starting, so new shares are refused until the \
              node takes the new configuration"
@@ -629,13 +632,10 @@ fn decide(
         // Still under the lock held exclusive: what the old identity left
         // running is stopped before any share is placed under the new one.
         record(conf, records, &settled, &cfg, owner)
-            .map(|()| Some(super::retire::retire(&last, &cfg)))
+            .map(|()| Some(super::retire::retire(&last, &cfg, at.wait)))
     } else {
         Ok(None)
     };
-    if let Err(e) = lock_shared(lock) {
-        notes.push(format!("the node's configuration lock: {e}"));
-    }
     match adopted {
         Ok(Some(retired)) => {
             notes.push(format!(
@@ -726,6 +726,7 @@ mod tests {
                 node: "gpu01",
                 records: &self.records,
                 owner,
+                wait: LockWait::default(),
             }
         }
 
@@ -920,9 +921,12 @@ mod tests {
         // Another prolog placing meanwhile (holding the lock shared) for
         // 300 ms: this one waits for it, then takes the new configuration
         // (refusing the share would fail it for nothing).
-        let holder =
-            lock_file(&site.records, &site.conf, site.owner).unwrap_or_else(|e| panic!("{e}"));
-        lock_shared(&holder).unwrap_or_else(|e| panic!("{e}"));
+        let holder = lock_path(&site.records, &site.conf, site.owner)
+            .and_then(|p| {
+                lock_wait::lock(&p, "test", Mode::Shared, LockWait::default())
+                    .map_err(|e| e.to_string())
+            })
+            .unwrap_or_else(|e| panic!("{e}"));
         let started = std::time::Instant::now();
         let releaser = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(300));

@@ -33,7 +33,7 @@ pub const COUNTERS_FILE: &str = "counters";
 
 /// Every reason a share is refused for (see `PlacementError::reason`),
 /// exported from zero so that `increase()` sees the first one.
-pub const REFUSAL_REASONS: [&str; 14] = [
+pub const REFUSAL_REASONS: [&str; 15] = [
     "size",
     "node_config",
     "no_room",
@@ -48,6 +48,7 @@ pub const REFUSAL_REASONS: [&str; 14] = [
     "mps_daemon",
     "gpu_failed",
     "disabled",
+    "busy",
 ];
 
 /// What the node programs count, kept across their runs.

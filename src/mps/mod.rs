@@ -7,6 +7,7 @@
 //! - [`in_force`]: the configuration the node programs run with (never a
 //!   half-written file), and the ledger it was made with.
 //! - [`ledger`]: the node's sharing state on disk (flock + atomic rename).
+//! - [`lock_wait`]: every lock wait of the node programs ends by a deadline.
 //! - [`placement`]: the least-loaded choice of a GPU for a share.
 //! - [`node`]: what the prolog, the SPANK plugin and the epilog do for a job.
 //! - [`daemon`]: starting and stopping a GPU's MPS control daemon.
@@ -45,6 +46,7 @@ pub mod in_force;
 pub mod installed;
 pub mod ledger;
 pub mod located;
+pub mod lock_wait;
 pub mod metrics;
 pub mod namespaces;
 pub mod node;

@@ -21,6 +21,7 @@ use super::compute_mode;
 use super::config::GpuMpsConfig;
 use super::daemon;
 use super::gpu_devices::gpu_devices;
+use super::lock_wait::LockWait;
 
 /// The GPUs something is left for under `cfg`: a pipe directory
 /// (`<StateDir>-mps/gpuN`) or a record of an earlier compute mode.
@@ -49,9 +50,10 @@ fn traces(cfg: &GpuMpsConfig) -> BTreeSet<u32> {
 /// A mode that cannot be given back is carried to `new`'s state directory
 /// where the GPU is the same device file under both. Call it with `old`'s
 /// ledger empty, before any share is placed under `new` (the adopting
-/// prolog holds the node's configuration lock exclusive). One line for
-/// the node's log per thing done.
-pub fn retire(old: &GpuMpsConfig, new: &GpuMpsConfig) -> Vec<String> {
+/// prolog holds the node's configuration lock exclusive); each GPU's lock
+/// is waited for as `wait` allows. One line for the node's log per thing
+/// done.
+pub fn retire(old: &GpuMpsConfig, new: &GpuMpsConfig, wait: LockWait) -> Vec<String> {
     if old.mps_control == super::config::MpsControl::Disabled {
         // gpushare started no daemon and set no mode under it.
         return Vec::new();
@@ -68,7 +70,7 @@ pub fn retire(old: &GpuMpsConfig, new: &GpuMpsConfig) -> Vec<String> {
     std::thread::scope(|scope| {
         let each: Vec<_> = gpus
             .iter()
-            .map(|&gpu| scope.spawn(move || retire_gpu(old, gpu)))
+            .map(|&gpu| scope.spawn(move || retire_gpu(old, gpu, wait)))
             .collect();
         let mut said = Vec::new();
         for (&gpu, done) in gpus.iter().zip(each) {
@@ -109,9 +111,9 @@ pub fn retire(old: &GpuMpsConfig, new: &GpuMpsConfig) -> Vec<String> {
 
 /// GPU `gpu`'s idle daemon under `cfg` stopped (which gives its mode
 /// back), or, with no daemon, its recorded mode given back.
-fn retire_gpu(cfg: &GpuMpsConfig, gpu: u32) -> Vec<String> {
+fn retire_gpu(cfg: &GpuMpsConfig, gpu: u32, wait: LockWait) -> Vec<String> {
     let earlier = cfg.state_dir.display();
-    let done = daemon::with_gpu_lock(cfg, gpu, || {
+    let done = daemon::with_gpu_lock(cfg, gpu, wait, || {
         let pipe = daemon::pipe_dir(cfg, gpu);
         if pipe.join("control").exists() || !daemon::processes(&pipe).is_empty() {
             return vec![format!(
@@ -231,7 +233,7 @@ mod tests {
         let mut left = fake_daemon(&daemon::pipe_dir(&old, 0));
         site.record(&old, 0, "DEFAULT");
         site.record(&old, 1, "DEFAULT");
-        let said = retire(&old, &new);
+        let said = retire(&old, &new, LockWait::default());
         let deadline = Instant::now() + Duration::from_secs(5);
         let mut gone = left.try_wait().ok().flatten();
         while gone.is_none() && Instant::now() < deadline {
@@ -256,7 +258,10 @@ mod tests {
         }
         // Nothing left: a second look does nothing.
         fs::remove_file(site.path("log")).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(retire(&old, &new), Vec::<String>::new());
+        assert_eq!(
+            retire(&old, &new, LockWait::default()),
+            Vec::<String>::new()
+        );
         assert_eq!(site.log(), "");
     }
 
@@ -270,7 +275,7 @@ mod tests {
         site.write("fail", "");
         site.record(&old, 0, "DEFAULT");
         site.record(&old, 1, "DEFAULT");
-        let said = retire(&old, &new);
+        let said = retire(&old, &new, LockWait::default());
         // GPU 0 is the same device under both: the new ledger gives it back.
         assert_eq!(compute_mode::recorded(&new, 0), Some("DEFAULT"));
         assert_eq!(compute_mode::pending(&new, 2), vec![0]);

@@ -14,11 +14,12 @@
 //! readers see the old or the new file, never half of one.
 
 use std::fmt;
-use std::fs::{self, DirBuilder, File, OpenOptions, Permissions};
+use std::fs::{self, DirBuilder, Permissions};
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use super::lock_wait::{self, LockWait, Mode};
 use crate::shared::durable;
 
 /// Who may look into a state directory.
@@ -285,35 +286,22 @@ pub fn view_mode(private: Option<bool>, existing: &Path) -> u32 {
     }
 }
 
-/// Opens (creating, mode 0600) the lock file `path` in a checked
-/// directory, never through a link: a file only ever `flock`ed, never
-/// removed (see `ledger`'s module doc).
-pub fn open_lock(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-}
-
 /// Rewrites the small record `name` in `dir` under the lock file
 /// `lock_name` beside it: `change` gets its text (empty where there is
 /// none) and returns the new text with its own result. A record is
 /// replaced whole ([`replace_file`], mode 0600) only where its text
-/// changed, and removed where the new text is empty.
+/// changed, and removed where the new text is empty. The lock is waited
+/// for as `wait` allows ([`lock_wait`]); `what` names it.
 pub fn update_locked<T>(
     dir: &Path,
-    lock_name: &str,
+    (lock_name, what): (&str, &str),
     name: &str,
+    wait: LockWait,
     change: impl FnOnce(&str) -> (String, T),
 ) -> Result<T, String> {
     let lock_path = dir.join(lock_name);
-    let lock = open_lock(&lock_path).map_err(|e| format!("{}: {e}", lock_path.display()))?;
-    lock.lock()
-        .map_err(|e| format!("lock {}: {e}", lock_path.display()))?;
+    let _held =
+        lock_wait::lock(&lock_path, what, Mode::Exclusive, wait).map_err(|e| e.to_string())?;
     let path = dir.join(name);
     let before = fs::read_to_string(&path).unwrap_or_default();
     let (after, out) = change(&before);

@@ -409,7 +409,7 @@ pub fn set_aside_fatal(
             match gpu {
                 Some(gpu) => {
                     let reason = format!("XID {} in the kernel log: {}", x.code, x.text);
-                    match health::set_aside(dir, gpu, &reason) {
+                    match health::set_aside(dir, gpu, &reason, Default::default()) {
                         Ok(_) => said.push(format!("GPU {gpu} set aside from sharing: {reason}")),
                         Err(e) => {
                             said.push(format!("GPU {gpu}: XID {}, not set aside: {e}", x.code))

@@ -61,6 +61,15 @@ pub const NODE_REFUSALS: &[NodeRefusal] = &[
         todo: REQUEUED,
     },
     NodeRefusal {
+        says: &[
+            "stayed held by another process for the",
+            "so the job is refused rather than started without the node's share records",
+        ],
+        happened: "a program on the node held a lock gpushare's prolog needed for all the \
+                   time the prolog waits for one: the job was neither placed nor recorded",
+        todo: REQUEUED,
+    },
+    NodeRefusal {
         says: &["set aside as failed"],
         happened: "the only GPUs with room were set aside by the node (an XID error, a GPU \
                    NVML lost, or `gpu-mps drain-gpu`)",

@@ -18,10 +18,12 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use gpushare::mps::config::{self, GpuMpsConfig};
+use gpushare::mps::lock_wait::{LockWait, LOCK_WAIT};
 use gpushare::mps::metrics::Counters;
 use gpushare::mps::node::{
-    follow_whole, gpu_devices, metrics_text, node_name, publish_metrics, record_ended, retry_modes,
-    running_jobs, sample_share_usage, stop_idle_daemons, with_usage_lock, Accounting, Node,
+    finish_deferred, follow_whole, gpu_devices, metrics_text, node_name, publish_metrics,
+    record_ended, retry_modes, running_jobs, sample_share_usage, stop_idle_daemons,
+    with_usage_lock, Accounting, Node,
 };
 use gpushare::mps::setup_lines::GpuGroup;
 use gpushare::mps::status::{self, NodeStatus};
@@ -181,9 +183,19 @@ fn metrics(at: Here<'_>, write: bool, kernel_log: &Path) -> Result<u8> {
         eprintln!("gpu-mps: {why}; nothing to do");
         return Ok(NOTHING_HERE);
     }
-    let node = open_as_root(at, root_only)?;
+    let mut node = open_as_root(at, root_only)?;
+    if write {
+        // One budget for every lock of the run, as a prolog's.
+        node.set_lock_wait(LockWait::budget(LOCK_WAIT));
+    }
     let probe = status::probe_daemons(&node.cfg, node.gpu_count);
     if write {
+        // Releases epilogs left to the ledger's next change (they found it
+        // locked), where no job has started or ended here since.
+        match finish_deferred(&node) {
+            Ok(lines) => lines.iter().for_each(|l| eprintln!("gpu-mps: {l}")),
+            Err(e) => eprintln!("gpu-mps: releases left by epilogs not made: {e}"),
+        }
         let last_seen = || nvml::last_seen(&node.cfg.state_dir);
         for line in xid::set_aside_fatal(&node, kernel_log, last_seen) {
             eprintln!("gpu-mps: {line}");

@@ -5,10 +5,14 @@
 
 use std::collections::BTreeSet;
 
+use std::path::PathBuf;
+
 use super::outcome::{LedgerError, Outcome};
+use super::pending;
 use super::records::{index, unix_now, LedgerState, Record, ShareRecord, WholeRecord};
 use super::store::Ledger;
 use crate::mps::placement::{self, PlacementError, MAX_GPUS_PER_NODE};
+use crate::mps::state_dir;
 
 /// The result of [`Ledger::place`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -235,6 +239,30 @@ impl Ledger {
     /// has none (a second epilog) changes nothing.
     pub fn release(&self, job: u32) -> Result<Outcome<Vec<Record>>, LedgerError> {
         self.transact(|state| Ok(state.remove_job(job)))
+    }
+
+    /// Leaves `job`'s release to the next transaction (its epilog could
+    /// not take the lock, see `pending`): the records of it in `seen`, the
+    /// state as read without the lock (`None`: it could not be read).
+    /// Returns the marker's path.
+    pub fn defer_release(
+        &self,
+        job: u32,
+        seen: Option<&LedgerState>,
+    ) -> Result<PathBuf, LedgerError> {
+        let (name, text) = pending::marker(job, seen);
+        state_dir::replace_file(self.dir(), &name, text.as_bytes(), 0o600)?;
+        Ok(self.dir().join(name))
+    }
+
+    /// Runs a transaction that changes nothing but the releases left to
+    /// it, where there are any (the node timer: no job may start or end
+    /// here for a long time); what they released.
+    pub fn finish_deferred(&self) -> Result<Vec<Record>, LedgerError> {
+        if pending::read_all(self.dir()).is_empty() {
+            return Ok(Vec::new());
+        }
+        self.transact(|_| Ok(())).map(|out| out.released)
     }
 
     /// Records that `job` holds `gpus` whole, so no share goes there while
@@ -614,5 +642,70 @@ mod tests {
                 .any(|l| l.starts_with("whole job=10 gpus=[3] since=")),
             "{lines:?}"
         );
+    }
+
+    #[test]
+    fn a_deferred_release_is_made_by_the_next_transaction_whoever_runs_it() {
+        let dir = TempDir::new();
+        let ledger = dir.ledger();
+        place(&ledger, 7, 60);
+        let seen = ok(ledger.snapshot()).state;
+        let marker = ok(ledger.defer_release(7, Some(&seen)));
+        assert!(marker.ends_with("release.7"));
+        // Not released yet: the lock-free view still holds it.
+        assert!(ok(ledger.snapshot()).state.share(7).is_some());
+        // Another job's placement releases it first: on one GPU, job 8's
+        // 50 units fit only beside no share of 60.
+        let out = ok(ledger.place(8, 1008, "user8", 50, 1, 100));
+        assert_eq!(out.released.len(), 1);
+        assert!(
+            out.remarks()
+                .iter()
+                .any(|r| r.contains("released job 7's record")),
+            "{:?}",
+            out.remarks()
+        );
+        assert_eq!(out.value.share.gpu, 0);
+        assert!(ok(ledger.snapshot()).state.share(7).is_none());
+        assert!(
+            !marker.exists(),
+            "the marker goes once the state is written"
+        );
+        assert_eq!(ok(ledger.finish_deferred()), Vec::new());
+    }
+
+    #[test]
+    fn a_later_record_of_the_same_job_is_never_released_by_an_old_marker() {
+        let dir = TempDir::new();
+        let ledger = dir.ledger();
+        place(&ledger, 7, 10);
+        let mut seen = ok(ledger.snapshot()).state;
+        // The epilog saw a share made at another time than the one there now.
+        if let Some(share) = seen.shares.get_mut(&7) {
+            share.since = share.since.saturating_sub(100);
+        }
+        ok(ledger.defer_release(7, Some(&seen)));
+        assert_eq!(ok(ledger.finish_deferred()), Vec::new());
+        assert!(ok(ledger.snapshot()).state.share(7).is_some());
+        // One that saw nothing releases every record of the job.
+        ok(ledger.defer_release(7, None));
+        let released = ok(ledger.finish_deferred());
+        assert_eq!(
+            released.iter().map(Record::job).collect::<Vec<_>>(),
+            vec![7]
+        );
+    }
+
+    #[test]
+    fn a_refused_placement_still_writes_the_releases_it_made() {
+        let dir = TempDir::new();
+        let ledger = dir.ledger();
+        place(&ledger, 7, 60);
+        let seen = ok(ledger.snapshot()).state;
+        let marker = ok(ledger.defer_release(7, Some(&seen)));
+        // 120 units fit on no GPU of 100: refused, yet job 7 is released.
+        assert!(ledger.place(8, 1008, "user8", 120, 1, 100).is_err());
+        assert!(ok(ledger.snapshot()).state.share(7).is_none());
+        assert!(!marker.exists());
     }
 }

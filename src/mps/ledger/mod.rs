@@ -19,6 +19,11 @@
 //! file. The lock file is never removed: removing a file others may hold a
 //! `flock` on would let two writers each lock a different inode.
 //!
+//! The lock is waited for within a deadline (`mps::lock_wait`: a node
+//! program's budget): a wait that runs out is [`LedgerError::Busy`] and
+//! changes nothing. A prolog then refuses the job; an epilog leaves its
+//! release to the next transaction (`pending`), which makes it first.
+//!
 //! [`state_dir::replace_file`]: crate::mps::state_dir::replace_file
 //!
 //! The directory is created with its first (empty) state file already in
@@ -55,11 +60,14 @@
 //! - `store`: the ledger in its directory: opening, the lock-free read,
 //!   the transaction under `flock`, the views it publishes.
 //! - `changes`: what writers change, one transaction each.
+//! - `pending`: releases an epilog left to the next transaction, its wait
+//!   for the lock having run out.
 //! - `outcome`: what a call returns, and why it failed.
 
 mod changes;
 mod format;
 mod outcome;
+mod pending;
 mod per_gpu;
 mod records;
 mod store;
@@ -69,7 +77,7 @@ pub use format::ParseError;
 pub use outcome::{LedgerError, Outcome, Repair};
 pub use per_gpu::{GpuView, Snapshot};
 pub use records::{LedgerState, Lost, Record, ShareRecord, WholeRecord};
-pub use store::{Ledger, ShareMemory, View};
+pub use store::{Ledger, ShareMemory, View, LOCK_WHAT};
 
 /// Temporary ledgers for unit tests, the ledger's and other rooms' (`ok`,
 /// `place`), and the name state files are set aside under.

@@ -6,6 +6,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use super::format::{ParseError, FORMAT_VERSION};
+use super::records::Record;
+use crate::mps::lock_wait::Busy;
 use crate::mps::placement::PlacementError;
 use crate::mps::state_dir::DirError;
 
@@ -48,15 +50,27 @@ pub struct Outcome<T> {
     /// What the optional views could not publish (see
     /// [`View::required`](super::View::required)).
     pub notes: Vec<String>,
+    /// Records of ended jobs whose epilogs left their release to this
+    /// transaction (their wait for the lock ran out).
+    pub released: Vec<Record>,
 }
 
 impl<T> Outcome<T> {
-    /// What callers log: the repair, then what the views could not publish.
+    /// What callers log: the repair, what the views could not publish,
+    /// the releases made for epilogs that could not make them.
     pub fn remarks(&self) -> Vec<String> {
         let repair = self.repair.as_ref().map(|r| r.to_string());
+        let released = self.released.iter().map(|r| {
+            format!(
+                "released job {}'s record, left to this change by its epilog (it found the \
+                 ledger locked): {r}",
+                r.job()
+            )
+        });
         repair
             .into_iter()
             .chain(self.notes.iter().cloned())
+            .chain(released)
             .collect()
     }
 }
@@ -83,6 +97,9 @@ pub enum LedgerError {
     /// The state file was written by a newer gpushare (a downgrade): it is
     /// left as it is, never set aside as unreadable.
     TooNew { path: PathBuf, version: u32 },
+    /// The lock stayed held by another process for the whole wait the
+    /// caller allows (see `lock_wait`): nothing was read or changed.
+    Busy(Busy),
 }
 
 impl From<DirError> for LedgerError {
@@ -118,6 +135,7 @@ impl fmt::Display for LedgerError {
                 "job {job} was to be recorded as holding GPUs whole, but no GPU was named"
             ),
             Self::View(text) => write!(f, "{text}"),
+            Self::Busy(busy) => write!(f, "{busy}"),
             Self::TooNew { path, version } => write!(
                 f,
                 "MPS state file {} was written by a newer gpushare (ledger version {version}; \

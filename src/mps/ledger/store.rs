@@ -4,16 +4,18 @@
 //! the state file (see the ledger's docs, "Crash and race safety").
 
 use std::fmt;
-use std::fs::{self, File, OpenOptions};
+use std::fs;
 use std::io;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::format::{newer_version, ParseError};
 use super::outcome::{LedgerError, Outcome, Repair};
+use super::pending;
 use super::per_gpu::Snapshot;
 use super::records::{unix_now, LedgerState};
+use crate::mps::lock_wait::{self, Held, LockError, LockWait, Mode};
 use crate::mps::placement::{PlacementError, ServerRule};
 use crate::mps::state_dir::{self, io_error, Access};
 
@@ -51,7 +53,11 @@ pub struct Ledger {
     views: Vec<Arc<dyn View>>,
     pub(super) rule: ServerRule,
     pub(super) share_memory: Option<ShareMemory>,
+    lock_wait: LockWait,
 }
+
+/// The ledger's lock in words, as a refusal or the node's log names it.
+pub const LOCK_WHAT: &str = "the node's share ledger lock";
 
 /// The device memory limit (MiB) a new share of so many units gets,
 /// recorded with it in its placing transaction.
@@ -85,6 +91,7 @@ impl Ledger {
             views: Vec::new(),
             rule: ServerRule::NONE,
             share_memory: None,
+            lock_wait: LockWait::default(),
         })
     }
 
@@ -94,6 +101,18 @@ impl Ledger {
     /// that places them (one transaction per share start, not two).
     pub fn set_share_memory(&mut self, limit: ShareMemory) {
         self.share_memory = Some(limit);
+    }
+
+    /// Waits for the lock as `wait` allows from now on (a node program's
+    /// budget); a wait that runs out is [`LedgerError::Busy`].
+    pub fn set_lock_wait(&mut self, wait: LockWait) {
+        self.lock_wait = wait;
+    }
+
+    /// How this ledger's callers wait for locks (the GPUs' daemon locks
+    /// too): within the budget of the program that opened it.
+    pub fn lock_wait(&self) -> LockWait {
+        self.lock_wait
     }
 
     pub fn with_server_rule(mut self, rule: ServerRule) -> Self {
@@ -166,8 +185,7 @@ impl Ledger {
     ) -> Result<T, LedgerError> {
         let lock = self.lock()?;
         let value = f(self.snapshot());
-        lock.unlock()
-            .map_err(|e| io_error("unlock", &self.dir.join(LOCK_FILE), e))?;
+        self.unlock(lock)?;
         Ok(value)
     }
 
@@ -187,11 +205,15 @@ impl Ledger {
             None => self.rebuilt("was missing".to_owned(), None),
         };
         let before = state.clone();
+        // Releases epilogs left to this transaction come first (pending.rs).
+        let deferred = pending::read_all(&self.dir);
+        let released = pending::apply_all(&deferred, &mut state);
         let value = match change(&mut state) {
             Ok(value) => value,
             Err(error) => {
-                if repair.is_some() {
+                if repair.is_some() || !released.is_empty() {
                     self.write(&state)?;
+                    pending::remove_all(&deferred);
                 }
                 return Err(LedgerError::Placement { error, repair });
             }
@@ -203,12 +225,13 @@ impl Ledger {
         } else {
             Vec::new()
         };
-        lock.unlock()
-            .map_err(|e| io_error("unlock", &self.dir.join(LOCK_FILE), e))?;
+        pending::remove_all(&deferred);
+        self.unlock(lock)?;
         Ok(Outcome {
             value,
             repair,
             notes,
+            released,
         })
     }
 
@@ -244,24 +267,18 @@ impl Ledger {
         Ok(notes)
     }
 
-    fn lock(&self) -> Result<File, LedgerError> {
+    /// The exclusive lock, waited for as [`Ledger::set_lock_wait`] says.
+    fn lock(&self) -> Result<Held, LedgerError> {
         let path = self.dir.join(LOCK_FILE);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(&path)
-            .map_err(|source| io_error("open lock file", &path, source))?;
-        loop {
-            match file.lock() {
-                Ok(()) => return Ok(file),
-                // A signal to slurmstepd must not fail the job's placement.
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(source) => return Err(io_error("lock", &path, source).into()),
-            }
-        }
+        lock_wait::lock(&path, LOCK_WHAT, Mode::Exclusive, self.lock_wait).map_err(|e| match e {
+            LockError::Busy(busy) => LedgerError::Busy(busy),
+            LockError::Io { path, source } => io_error("lock", &path, source).into(),
+        })
+    }
+
+    fn unlock(&self, lock: Held) -> Result<(), LedgerError> {
+        lock.release()
+            .map_err(|e| io_error("unlock", &self.dir.join(LOCK_FILE), e).into())
     }
 
     /// Moves the unreadable state file to a fresh `state.corrupt-<unixtime>`

@@ -10,7 +10,7 @@ use crate::mps::daemon::{self, MpsDaemon};
 use crate::mps::ledger::{LedgerError, Record};
 
 /// What the epilog did.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EpilogReport {
     /// The job's MPS clients its GPU's daemon was asked to terminate:
     /// `(gpu, server, client)`.
@@ -20,6 +20,9 @@ pub struct EpilogReport {
     pub stopped: Vec<(u32, MpsDaemon)>,
     /// A repaired state, worth a log line.
     pub notes: Vec<String>,
+    /// The ledger stayed locked for the whole wait: the release is left to
+    /// its next change (this marker, see `ledger`), nothing is released yet.
+    pub deferred: Option<std::path::PathBuf>,
 }
 
 /// Releases `job` (idempotent: a second run releases nothing).
@@ -29,42 +32,87 @@ pub fn epilog(node: &Node, job: u32) -> Result<EpilogReport, LedgerError> {
 
 /// [`epilog`], where the job's cgroup may also be named by its SLUID
 /// (`SLURM_JOB_SLUID`: Slurm 26.05's cgroup/v2 names it so by default),
-/// so that its MPS clients are found there.
+/// so that its MPS clients are found there. A ledger still locked when
+/// the program's wait runs out loses no release: it is left to the
+/// ledger's next change ([`EpilogReport::deferred`]); only a marker that
+/// cannot be written is an error (the node then drains).
 pub fn epilog_with_cgroup(
     node: &Node,
     job: u32,
     sluid: Option<&str>,
 ) -> Result<EpilogReport, LedgerError> {
-    let mut notes = Vec::new();
-    let mut terminated = Vec::new();
+    let mut report = EpilogReport::default();
+    let wait = node.ledger.lock_wait();
+    // The state as the job's prolog left it: only this epilog takes the
+    // job's records away, so one read without the lock that shows none
+    // means there is nothing to release (a CPU job, a share refused
+    // unplaced), and no lock to wait for.
+    let seen = node.ledger.snapshot().ok().map(|s| s.state);
+    if let Some(state) = &seen {
+        if state.share(job).is_none() && state.whole_holder(job).is_none() {
+            forget_notes(&node.ledger, job);
+            return Ok(report);
+        }
+    }
     // What MPS still runs for the job ends before its units are released
     // (nothing to ask where the site runs MPS itself).
     let gpu = (node.cfg.mps_control != config::MpsControl::Disabled)
-        .then(|| node.ledger.snapshot().ok())
-        .flatten()
-        .and_then(|s| s.state.share(job).map(|share| share.gpu));
+        .then(|| seen.as_ref()?.share(job).map(|share| share.gpu))
+        .flatten();
     if let Some(gpu) = gpu {
-        let ended = daemon::with_gpu_lock(&node.cfg, gpu, || {
+        let ended = daemon::with_gpu_lock(&node.cfg, gpu, wait, || {
             daemon::terminate_clients(&node.cfg, gpu, job, sluid)
         });
         match ended {
             Ok(done) => {
-                notes.extend(done.problems.into_iter().map(|p| {
+                report.notes.extend(done.problems.into_iter().map(|p| {
                     format!("GPU {gpu}: job {job}'s MPS clients not all terminated: {p}")
                 }));
-                terminated.extend(done.clients.into_iter().map(|(s, c)| (gpu, s, c)));
+                let clients = done.clients.into_iter().map(|(s, c)| (gpu, s, c));
+                report.terminated.extend(clients);
             }
-            Err(e) => notes.push(format!(
+            Err(e) => report.notes.push(format!(
                 "GPU {gpu}: job {job}'s MPS clients not terminated: {e}"
             )),
         }
     }
-    let out = node.ledger.release(job)?;
+    let out = match node.ledger.release(job) {
+        Ok(out) => out,
+        Err(LedgerError::Busy(busy)) => {
+            let marker = node.ledger.defer_release(job, seen.as_ref())?;
+            forget_notes(&node.ledger, job);
+            report.notes.push(format!(
+                "{busy}: job {job}'s release is left to the ledger's next change ({}), which \
+                 makes it before its own: by the next job that starts or ends here, the node \
+                 timer or `gpu-mps gc`",
+                marker.display()
+            ));
+            report.deferred = Some(marker);
+            return Ok(report);
+        }
+        Err(e) => return Err(e),
+    };
     forget_notes(&node.ledger, job);
+    // Records other epilogs left to this change are released too (the
+    // remarks say so); their GPUs are left to the next share's end there
+    // or `gpu-mps gc`, so that this epilog's time stays its own job's.
+    report.notes.extend(out.remarks());
+    report.stopped = after_release(node, &out.value, &mut report.notes)?;
+    report.released = out.value;
+    Ok(report)
+}
+
+/// What follows the release of `records`: each GPU that lost a share has
+/// its daemon stopped (no share left) or its limits lowered, each GPU held
+/// whole its mode settled; the daemons stopped.
+fn after_release(
+    node: &Node,
+    records: &[Record],
+    notes: &mut Vec<String>,
+) -> Result<Vec<(u32, MpsDaemon)>, LedgerError> {
+    let wait = node.ledger.lock_wait();
     let mut stopped = Vec::new();
-    notes.extend(out.remarks());
-    let gpus: std::collections::BTreeSet<u32> = out
-        .value
+    let gpus: std::collections::BTreeSet<u32> = records
         .iter()
         .filter_map(|r| match r {
             Record::Share(s) => Some(s.gpu),
@@ -74,10 +122,10 @@ pub fn epilog_with_cgroup(
     for gpu in gpus {
         // Under the GPU's daemon lock, from the ledger as it is then: a
         // share placed meanwhile keeps its daemon.
-        let locked = daemon::with_gpu_lock(&node.cfg, gpu, || -> Result<(), LedgerError> {
+        let locked = daemon::with_gpu_lock(&node.cfg, gpu, wait, || -> Result<(), LedgerError> {
             let state = node.ledger.snapshot()?.state;
             if crate::mps::programs::program(&node.cfg).is_some() {
-                guard_pipes(node, &state, gpu, &mut notes);
+                guard_pipes(node, &state, gpu, notes);
             }
             let left = state.shares().filter(|o| o.gpu == gpu);
             match daemon::server_limits(&node.cfg, node.gpu_memory_mib, left) {
@@ -95,13 +143,14 @@ pub fn epilog_with_cgroup(
         });
         match locked {
             Ok(result) => result?,
-            Err(e) => notes.push(format!("GPU {gpu}'s MPS daemon left as it is: {e}")),
+            Err(e) => notes.push(format!(
+                "GPU {gpu}'s MPS daemon left as it is (`gpu-mps gc` stops it once idle): {e}"
+            )),
         }
     }
-    // A GPU Slurm gave this job whole beside shares: exclusive again for
-    // the shares still there (node/modes.rs).
-    let held: Vec<u32> = out
-        .value
+    // A GPU Slurm gave a job whole beside shares: exclusive again for the
+    // shares still there (node/modes.rs).
+    let held: Vec<u32> = records
         .iter()
         .filter_map(|r| match r {
             Record::Whole(w) => Some(w.gpus.clone()),
@@ -110,12 +159,24 @@ pub fn epilog_with_cgroup(
         .flatten()
         .collect();
     notes.extend(follow_whole(node, &held));
-    Ok(EpilogReport {
-        terminated,
-        released: out.value,
-        stopped,
-        notes,
-    })
+    Ok(stopped)
+}
+
+/// The releases epilogs left to the ledger's next change, made now, and
+/// followed up as an epilog does (the node timer: a node where no job
+/// starts or ends would keep them). What happened, a line each.
+pub fn finish_deferred(node: &Node) -> Result<Vec<String>, LedgerError> {
+    let released = node.ledger.finish_deferred()?;
+    let mut lines: Vec<String> = released
+        .iter()
+        .map(|r| format!("released, for its epilog that found the ledger locked: {r}"))
+        .collect();
+    for (gpu, outcome) in after_release(node, &released, &mut lines)? {
+        lines.push(format!(
+            "GPU {gpu} has no share left; MPS daemon: {outcome}"
+        ));
+    }
+    Ok(lines)
 }
 
 /// Stops the daemons of GPUs without a share (left by a crash, or by a
@@ -130,7 +191,8 @@ pub fn stop_idle_daemons(node: &Node) -> Result<Vec<(u32, MpsDaemon)>, LedgerErr
         if !pipe.join("control").exists() && daemon::processes(&pipe).is_empty() {
             continue;
         }
-        let locked = daemon::with_gpu_lock(&node.cfg, gpu, || -> Result<_, LedgerError> {
+        let wait = node.ledger.lock_wait();
+        let locked = daemon::with_gpu_lock(&node.cfg, gpu, wait, || -> Result<_, LedgerError> {
             let state = node.ledger.snapshot()?.state;
             Ok(if state.shares().any(|s| s.gpu == gpu) {
                 None
@@ -151,6 +213,7 @@ mod tests {
     use super::super::setup::tests::temp_node;
     use super::*;
     use crate::mps::config::MpsControl;
+    use crate::mps::lock_wait::LockWait;
     use std::fs;
     use std::path::PathBuf;
     use std::time::Duration;
@@ -172,7 +235,7 @@ mod tests {
         let (held_tx, held_rx) = std::sync::mpsc::channel();
         let stopped = std::thread::scope(|scope| {
             let prolog = scope.spawn(|| {
-                daemon::with_gpu_lock(&node.cfg, 0, || {
+                daemon::with_gpu_lock(&node.cfg, 0, LockWait::default(), || {
                     let _ = held_tx.send(());
                     std::thread::sleep(Duration::from_millis(300));
                     node.ledger.place(7, 1000, "alice", 100, 4, 100)

@@ -6,7 +6,7 @@
 
 use super::prolog::prolog;
 use super::prolog::tests::{no_squeue, outcome};
-use super::report::PrologOutcome;
+use super::report::{busy_refusal, PrologOutcome};
 use super::requeue::{requeue_words, COMMENT_MARK, LIFT_AFTER, MAX_REQUEUES};
 use super::serve::unserved_refusal;
 use super::setup::tests::temp_node;
@@ -85,6 +85,12 @@ fn texts() -> Vec<(&'static str, String)> {
         "mps_daemon",
         unserved_refusal("GPU 1's MPS daemon could not be started: it exited at once"),
     ));
+    let busy = crate::mps::lock_wait::Busy {
+        what: crate::mps::ledger::LOCK_WHAT.to_owned(),
+        path: "/run/gpu-mps/lock".into(),
+        waited: crate::mps::lock_wait::LOCK_WAIT,
+    };
+    out.push(("busy", busy_refusal(&busy)));
     out.push((
         "no_config",
         missing_conf_refusal(5, &["/etc/slurm/gpu_mps.conf".into()]),

@@ -68,12 +68,12 @@ mod task;
 mod trust;
 mod unconfigured;
 
-pub use epilog::{epilog, epilog_with_cgroup, stop_idle_daemons, EpilogReport};
+pub use epilog::{epilog, epilog_with_cgroup, finish_deferred, stop_idle_daemons, EpilogReport};
 pub use metrics_file::{metrics_text, publish_metrics};
 pub use modes::{follow_whole, retry_modes, wanted};
 pub use notes::{claim_banner, refusal, unserved};
 pub use prolog::prolog;
-pub use report::{whole_gpus, PrologOutcome, PrologReport, MPS_DAEMON_REFUSAL};
+pub use report::{whole_gpus, PrologOutcome, PrologReport, BUSY_REFUSAL, MPS_DAEMON_REFUSAL};
 pub use running::{
     node_name, record_node_name, recorded_node_name, running_jobs, RunningJob, NODE_NAME_FILE,
     SQUEUE_TIMEOUT,

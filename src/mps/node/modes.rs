@@ -24,6 +24,7 @@ use super::setup::Node;
 use crate::mps::compute_mode::{self, Settled, Wanted};
 use crate::mps::config::GpuMpsConfig;
 use crate::mps::daemon;
+use crate::mps::lock_wait::{Busy, LockError};
 
 /// What GPU `gpu`'s holders want of its mode, from whether shares run
 /// there and a job holds it whole; `exclusive`: `ComputeMode=exclusive`
@@ -39,10 +40,11 @@ pub fn wanted(shares: bool, held_whole: bool, exclusive: bool) -> Wanted {
 
 /// Settles GPU `gpu`'s mode as the ledger says, under its daemon lock.
 /// `Ok(None)`: nothing gpushare set there, or a GPU without shares whose
-/// daemon still runs (its stop gives the mode back).
-fn settle(node: &Node, gpu: u32) -> Result<Option<Settled>, String> {
+/// daemon still runs (its stop gives the mode back). `Err` outside: the
+/// lock was not taken (the GPU is marked for the node timer).
+fn settle(node: &Node, gpu: u32) -> Result<Result<Option<Settled>, String>, LockError> {
     let cfg = &node.cfg;
-    daemon::with_gpu_lock(cfg, gpu, || {
+    let settled = daemon::with_gpu_lock(cfg, gpu, node.ledger.lock_wait(), || {
         let state = node.ledger.snapshot().map_err(|e| e.to_string())?.state;
         let shares = state.shares().any(|s| s.gpu == gpu);
         let whole = state.whole_holders().any(|w| w.gpus.contains(&gpu));
@@ -53,7 +55,11 @@ fn settle(node: &Node, gpu: u32) -> Result<Option<Settled>, String> {
             }
         }
         compute_mode::settle(cfg, gpu, wanted(shares, whole, cfg.exclusive_while_shared))
-    })?
+    });
+    if let Err(e) = &settled {
+        compute_mode::mark_pending(cfg, gpu, &format!("{e}\n"));
+    }
+    settled
 }
 
 /// Gives GPU `gpu`, held whole, its earlier mode where gpushare set one:
@@ -68,10 +74,30 @@ pub(super) fn settle_held(cfg: &GpuMpsConfig, gpu: u32) -> Option<String> {
 /// it) and by its epilog (after the ledger released it). What happened,
 /// one line a GPU, for the log; a GPU gpushare never set costs nothing.
 pub fn follow_whole(node: &Node, gpus: &[u32]) -> Vec<String> {
-    gpus.iter()
-        .filter(|&&gpu| compute_mode::recorded(&node.cfg, gpu).is_some())
-        .filter_map(|&gpu| said(gpu, settle(node, gpu)))
-        .collect()
+    follow_whole_or_busy(node, gpus).unwrap_or_else(|busy| {
+        vec![format!(
+            "{busy}: compute modes not settled; the node timer (gpu-mps metrics --write) \
+             tries again"
+        )]
+    })
+}
+
+/// [`follow_whole`], stopping at a GPU whose daemon lock stayed held for
+/// the whole wait (a prolog then refuses the job: in EXCLUSIVE_PROCESS
+/// mode it would fail at CUDA start).
+pub fn follow_whole_or_busy(node: &Node, gpus: &[u32]) -> Result<Vec<String>, Busy> {
+    let mut lines = Vec::new();
+    for &gpu in gpus {
+        if compute_mode::recorded(&node.cfg, gpu).is_none() {
+            continue;
+        }
+        match settle(node, gpu) {
+            Ok(settled) => lines.extend(said(gpu, settled)),
+            Err(LockError::Busy(busy)) => return Err(busy),
+            Err(e) => lines.extend(said(gpu, Err(e.to_string()))),
+        }
+    }
+    Ok(lines)
 }
 
 /// Settles again the GPUs whose last change of mode failed (the node
@@ -79,7 +105,7 @@ pub fn follow_whole(node: &Node, gpus: &[u32]) -> Vec<String> {
 pub fn retry_modes(node: &Node) -> Vec<String> {
     compute_mode::pending(&node.cfg, node.gpu_count)
         .into_iter()
-        .filter_map(|gpu| said(gpu, settle(node, gpu)))
+        .filter_map(|gpu| said(gpu, settle(node, gpu).map_err(|e| e.to_string()).flatten()))
         .collect()
 }
 

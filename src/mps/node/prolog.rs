@@ -4,9 +4,10 @@
 
 use std::collections::HashSet;
 
-use super::modes::follow_whole;
+use super::modes::follow_whole_or_busy;
 use super::notes::forget_notes;
-use super::report::{refuse, whole_gpus, PrologOutcome, PrologReport};
+use super::report::BUSY_REFUSAL;
+use super::report::{busy_refusal, refuse, whole_gpus, PrologOutcome, PrologReport};
 use super::running::RunningJob;
 use super::serve::serve;
 use super::setup::Node;
@@ -31,7 +32,19 @@ pub fn prolog(
     booking: &MpsBooking,
     running: impl FnOnce() -> Result<Vec<RunningJob>, String>,
 ) -> Result<PrologReport, LedgerError> {
+    let records = env.is_share() || !env.job_gpus.is_empty();
+    let busy = |busy| PrologReport {
+        outcome: refuse(&node.ledger, env, BUSY_REFUSAL, busy_refusal(&busy)),
+        dropped: Vec::new(),
+        notes: Vec::new(),
+    };
+    if let (true, Some(b)) = (records, &node.busy) {
+        return Ok(busy(b.clone()));
+    }
     match place(node, env, booking, running) {
+        // A lock that stayed held for the whole wait: the job is refused,
+        // never placed or run unrecorded; the node is never drained.
+        Err(LedgerError::Busy(b)) if records => Ok(busy(b)),
         // A ledger of a newer gpushare (a downgrade): the share is refused
         // with the reason, other jobs run; the node is never drained.
         Err(e @ LedgerError::TooNew { .. }) => Ok(PrologReport {
@@ -197,7 +210,12 @@ fn place(
         // Where gpushare made a GPU exclusive for its shares, the job
         // Slurm gave it would fail at CUDA start: the GPU gets its earlier
         // mode back while the job holds it (node/modes.rs).
-        report.notes.extend(follow_whole(node, &env.job_gpus));
+        report
+            .notes
+            .extend(match follow_whole_or_busy(node, &env.job_gpus) {
+                Ok(lines) => lines,
+                Err(b) => return Err(LedgerError::Busy(b)),
+            });
         report.outcome = PrologOutcome::Whole {
             gpus: env.job_gpus.clone(),
             overlapping: out.value,
@@ -236,7 +254,17 @@ fn drop_vanished(
         }
     };
     let running: HashSet<u32> = jobs.iter().map(|j| j.job).collect();
-    let out = ledger.reconcile(|j| j == job || running.contains(&j))?;
+    let out = match ledger.reconcile(|j| j == job || running.contains(&j)) {
+        Ok(out) => out,
+        // Dropping is a second look only: the placement decides.
+        Err(LedgerError::Busy(b)) => {
+            report
+                .notes
+                .push(format!("no record of a vanished job dropped: {b}"));
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
     report.notes.extend(out.remarks());
     for record in &out.value {
         forget_notes(ledger, record.job());

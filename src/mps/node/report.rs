@@ -34,6 +34,19 @@ pub enum PrologOutcome {
 /// The refusal reason of a share whose GPU's MPS daemon could not serve it.
 pub const MPS_DAEMON_REFUSAL: &str = "mps_daemon";
 
+/// The refusal reason of a job whose prolog's wait for a lock ran out.
+pub const BUSY_REFUSAL: &str = "busy";
+
+/// The refusal of a job whose prolog waited for `busy` in vain: it is
+/// never placed or recorded without the lock.
+pub fn busy_refusal(busy: &crate::mps::lock_wait::Busy) -> String {
+    format!(
+        "{busy}, so the job is refused rather than started without the node's share records \
+         in order (a gpushare program or an admin hung holding it); a batch job is requeued \
+         to run elsewhere"
+    )
+}
+
 /// What the counters see of such a refusal.
 static DAEMON_FAILED: MpsDaemon = MpsDaemon::Failed(String::new());
 

@@ -4,12 +4,14 @@
 //! (`MPSFailure=`).
 
 use super::notes::unserved_name;
-use super::report::{refuse, PrologOutcome, PrologReport, MPS_DAEMON_REFUSAL};
+use super::report::{busy_refusal, refuse, PrologOutcome, PrologReport};
+use super::report::{BUSY_REFUSAL, MPS_DAEMON_REFUSAL};
 use super::setup::{guard_pipes, Node};
 use super::trust::JobEnv;
 use crate::mps::config;
 use crate::mps::daemon::{self, MpsDaemon};
 use crate::mps::ledger::LedgerError;
+use crate::mps::lock_wait::LockError;
 use crate::mps::state_dir;
 
 /// What follows a share's placement: its memory limit recorded, its GPU's
@@ -30,6 +32,7 @@ pub(super) fn serve(
     let locked = daemon::with_gpu_lock(
         &node.cfg,
         gpu,
+        node.ledger.lock_wait(),
         || -> Result<(MpsDaemon, Option<String>), LedgerError> {
             // Read once, under the lock: the users and limits of the GPU's shares now.
             let state = node.ledger.snapshot()?.state;
@@ -120,6 +123,11 @@ pub(super) fn serve(
     );
     let (mps, unserved) = match locked {
         Ok(result) => result?,
+        // Another program works on the GPU's daemon past the wait: not a
+        // failed daemon, a busy node (MPSFailure= does not apply).
+        Err(LockError::Busy(busy)) => {
+            return Ok(refuse(&node.ledger, env, BUSY_REFUSAL, busy_refusal(&busy)));
+        }
         Err(e) => {
             let why = format!("GPU {gpu}'s MPS daemon lock: {e}");
             (MpsDaemon::Failed(why.clone()), Some(why))

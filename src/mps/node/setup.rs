@@ -39,6 +39,10 @@ pub struct Node {
     /// Why no share may be placed now, though the node runs (gpu_mps.conf
     /// unusable or changed under running shares: see [`crate::mps::in_force`]).
     pub shares_refused: Option<String>,
+    /// The configuration's lock, which a prolog holds while it places,
+    /// stayed held by another for the whole wait: no share is placed and
+    /// no whole GPU recorded ([`in_force::InForce::busy`]).
+    pub busy: Option<crate::mps::lock_wait::Busy>,
     /// The admin took the node off sharing (`gpu-mps disable`): new shares
     /// are refused with reason `disabled`.
     pub disabled: Option<crate::mps::disabled::Disabled>,
@@ -150,6 +154,7 @@ impl Node {
         };
         let mut node = Self::with_config(cfg, conf_path, owner)?;
         node.shares_refused = in_force.shares_refused.clone();
+        node.busy = in_force.busy.clone();
         node.conf_notes = in_force.notes.clone();
         node.disabled = disabled::read(Path::new(disabled::DISABLED_DIR), conf_path, owner);
         Ok(node)
@@ -172,6 +177,7 @@ impl Node {
             gpu_memory_mib: None,
             pipe_guard: None,
             shares_refused: None,
+            busy: None,
             disabled: None,
             conf_notes: Vec::new(),
             mig_gpus: Vec::new(),
@@ -204,6 +210,12 @@ impl Node {
     /// The memory of this node's GPUs where known (NVML), for proportional
     /// limits when `gpu_mps.conf` has no `GPUMemory=`: new shares get
     /// their limit from it as they are placed.
+    /// Waits for locks within `wait` from now on (a node program's budget:
+    /// [`crate::mps::lock_wait`]), the ledger's and the GPUs' alike.
+    pub fn set_lock_wait(&mut self, wait: crate::mps::lock_wait::LockWait) {
+        self.ledger.set_lock_wait(wait);
+    }
+
     pub fn set_gpu_memory(&mut self, mib: Option<u64>) {
         self.gpu_memory_mib = mib;
         let cfg = self.cfg.clone();
@@ -310,6 +322,7 @@ pub(crate) mod tests {
             gpu_memory_mib: None,
             pipe_guard: None,
             shares_refused: None,
+            busy: None,
             disabled: None,
             conf_notes: Vec::new(),
             mig_gpus: Vec::new(),

@@ -253,7 +253,8 @@ const KEPT_LOCK: &str = "share-usage.lock";
 /// record a job twice. `None`: another run was at it, nothing done.
 pub fn with_usage_lock<T>(node: &Node, f: impl FnOnce() -> T) -> Result<Option<T>, String> {
     let path = node.cfg.state_dir.join(KEPT_LOCK);
-    let file = state_dir::open_lock(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let file =
+        crate::mps::lock_wait::open_lock(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     match file.try_lock() {
         Ok(()) => {}
         Err(fs::TryLockError::WouldBlock) => return Ok(None),

@@ -4,11 +4,13 @@
 use super::*;
 use crate::mps::config::{self, MpsControl};
 use crate::mps::daemon::MpsDaemon;
+use crate::mps::ledger::tests::ok;
 use crate::mps::ledger::Record;
+use crate::mps::lock_wait::{self, LockWait};
 use crate::mps::metrics::Event;
-use crate::mps::node::epilog::epilog;
+use crate::mps::node::epilog::{epilog, finish_deferred, EpilogReport};
 use crate::mps::node::notes::{refusal, unserved};
-use crate::mps::node::report::MPS_DAEMON_REFUSAL;
+use crate::mps::node::report::{BUSY_REFUSAL, MPS_DAEMON_REFUSAL};
 use crate::mps::node::setup::tests::temp_node;
 use crate::mps::node::task::task_plan;
 use crate::mps::node::trust::tests::share_env;
@@ -564,8 +566,13 @@ fn auto_without_a_control_program_refuses_shares_and_none_runs_them() {
 fn gpus_set_aside_refuse_only_the_shares_placed_on_them() {
     let (mut node, _dir) = temp_node(Some(1600));
     for gpu in 0..4 {
-        health::set_aside(&node.cfg.state_dir, gpu, "XID 79 in the kernel log")
-            .unwrap_or_else(|e| panic!("{e}"));
+        health::set_aside(
+            &node.cfg.state_dir,
+            gpu,
+            "XID 79 in the kernel log",
+            Default::default(),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
     }
     node.failed = health::read(&node.cfg.state_dir);
     assert!(health::all_failed(&node.failed, node.gpu_count).is_some());
@@ -612,7 +619,7 @@ fn gpus_set_aside_refuse_only_the_shares_placed_on_them() {
         report.notes
     );
     // Given back, the GPU takes shares again.
-    health::resume(&node.cfg.state_dir, 0).unwrap_or_else(|e| panic!("{e}"));
+    health::resume(&node.cfg.state_dir, 0, Default::default()).unwrap_or_else(|e| panic!("{e}"));
     node.failed = health::read(&node.cfg.state_dir);
     assert!(matches!(
         outcome(&node, &share_env(5, 100)),
@@ -721,4 +728,130 @@ fn a_gpu_given_whole_beside_shares_has_its_earlier_mode_while_held() {
     // share's: the GPU's earlier mode comes back when its daemon stops.
     epilog(&node, 7).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(mode(), "DEFAULT\n");
+}
+
+/// The ledger's lock held by another open file description (another
+/// process), with `node` waiting at most 100 ms for it.
+fn ledger_held_elsewhere(node: &mut Node) -> fs::File {
+    node.set_lock_wait(LockWait::each(std::time::Duration::from_millis(100)));
+    let other =
+        lock_wait::open_lock(&node.ledger.dir().join("lock")).unwrap_or_else(|e| panic!("{e}"));
+    other.lock().unwrap_or_else(|e| panic!("{e}"));
+    other
+}
+
+#[test]
+fn a_ledger_locked_past_the_wait_refuses_the_job_and_records_nothing() {
+    let (mut node, _dir) = temp_node(Some(1600));
+    let other = ledger_held_elsewhere(&mut node);
+    let whole = JobEnv {
+        mps_percentage: None,
+        units_claimed: None,
+        job_gpus: vec![2],
+        ..share_env(2, 0)
+    };
+    for env in [share_env(1, 100), whole] {
+        match outcome(&node, &env) {
+            PrologOutcome::Refused { reason, text } => {
+                assert_eq!(reason, BUSY_REFUSAL);
+                let lock = node.ledger.dir().join("lock");
+                assert!(
+                    text.contains(&format!(
+                        "the node's share ledger lock ({})",
+                        lock.display()
+                    )) && text.contains("stayed held by another process for the 0.1 s")
+                        && text.contains("a batch job is requeued to run elsewhere"),
+                    "{text}"
+                );
+                // Its steps fail with the same words.
+                let plan = task_plan(&node.cfg, &node.ledger, env.job, env.is_share(), 1);
+                assert_eq!(plan.err(), Some(text));
+            }
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+    assert!(
+        ok(node.ledger.snapshot()).state.is_empty(),
+        "nothing placed"
+    );
+    // A CPU-only job waits for no lock and runs.
+    let cpu = JobEnv {
+        mps_percentage: None,
+        units_claimed: None,
+        job_gpus: Vec::new(),
+        ..share_env(3, 0)
+    };
+    assert_eq!(outcome(&node, &cpu), PrologOutcome::Untouched);
+    // Released: the next share is placed.
+    drop(other);
+    assert!(matches!(
+        outcome(&node, &share_env(4, 100)),
+        PrologOutcome::Placed { .. }
+    ));
+}
+
+#[test]
+fn a_gpus_daemon_lock_held_past_the_wait_refuses_the_share_it_placed() {
+    let (mut node, _dir) = temp_node(Some(1600));
+    node.set_lock_wait(LockWait::each(std::time::Duration::from_millis(100)));
+    let path = node.ledger.dir().join("daemon-gpu0.lock");
+    let other = lock_wait::open_lock(&path).unwrap_or_else(|e| panic!("{e}"));
+    other.lock().unwrap_or_else(|e| panic!("{e}"));
+    // The first share goes to GPU 0 (all are empty).
+    match outcome(&node, &share_env(1, 100)) {
+        PrologOutcome::Refused { reason, text } => {
+            assert_eq!(reason, BUSY_REFUSAL);
+            assert!(text.contains("GPU 0's MPS daemon lock ("), "{text}");
+        }
+        other => panic!("not refused: {other:?}"),
+    }
+    // Placed, then refused: its epilog releases it, as any refused share.
+    assert!(ok(node.ledger.snapshot()).state.share(1).is_some());
+    drop(other);
+    ok(epilog(&node, 1));
+    assert!(ok(node.ledger.snapshot()).state.is_empty());
+}
+
+#[test]
+fn an_epilog_that_finds_the_ledger_locked_leaves_its_release_and_loses_nothing() {
+    let (mut node, dir) = temp_node(Some(1600));
+    assert!(matches!(
+        outcome(&node, &share_env(7, 100)),
+        PrologOutcome::Placed { .. }
+    ));
+    let other = ledger_held_elsewhere(&mut node);
+    let report = epilog(&node, 7).unwrap_or_else(|e| panic!("{e}"));
+    let marker = node.ledger.dir().join("release.7");
+    assert_eq!(report.deferred.as_deref(), Some(marker.as_path()));
+    assert!(report.released.is_empty() && marker.exists());
+    assert!(
+        report
+            .notes
+            .iter()
+            .any(|n| n.contains("stayed held by another process")
+                && n.contains("job 7's release is left to the ledger's next change")),
+        "{:?}",
+        report.notes
+    );
+    // A job without a record here waits for no lock: nothing to defer.
+    let cpu = epilog(&node, 99).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(cpu, EpilogReport::default());
+    // Unlocked: the next change (here the node timer's) releases it,
+    // and follows it up as its epilog would have.
+    drop(other);
+    let finished = finish_deferred(&node).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        finished.first().is_some_and(|l| l.contains("share job=7"))
+            && finished
+                .iter()
+                .any(|l| l.starts_with("GPU 0 has no share left")),
+        "{finished:?}"
+    );
+    assert!(node
+        .ledger
+        .snapshot()
+        .map(|s| s.state.is_empty())
+        .unwrap_or(false));
+    assert!(!marker.exists());
+    drop(dir);
 }
