@@ -420,8 +420,9 @@ debs: deps
 test-packages: deps
 	PACKAGE_SUITES="$(PACKAGE_SUITES)" tests/lanes.sh packages
 
-# Not in make test: its first run builds SchedMD's slurm-smd packages
-# (about NN minutes here); later runs take about NN minutes.
+# Not in make test: its first run on a machine builds SchedMD's slurm-smd
+# packages and a root for them (about 16 minutes on 2 cores) before the
+# 7 to 11 minutes of a run with both cached (CONTRIBUTING.md).
 SMD_RELEASE ?= 24.05
 .PHONY: test-smd
 test-smd: deps
