@@ -121,7 +121,10 @@ for p in slurmctld slurmd slurm-client libslurm-dev slurm-wlm-basic-plugins; do
     fi
 done
 smd_version=$(in_root dpkg-query -W -f='${Version}' slurm-smd-slurmctld)
-plugindir=$(dirname "$(in_root dpkg -L slurm-smd | grep -m1 '/job_submit_[a-z_]*\.so$')")
+# (dpkg's list read whole first: a grep that stops at its first match
+# would leave dpkg writing into a closed pipe.)
+smd_files=$(in_root dpkg -L slurm-smd)
+plugindir=$(dirname "$(grep -m1 '/job_submit_[a-z_]*\.so$' <<<"$smd_files")")
 echo "   Slurm $slurm; its own plugins in $plugindir"
 
 step "2. make deb in the unpacked source release, offline, against slurm-smd-dev"
