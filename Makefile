@@ -422,7 +422,7 @@ test-packages: deps
 
 # Not in make test: its first run on a machine builds SchedMD's slurm-smd
 # packages and a root for them (about 16 minutes on 2 cores) before the
-# 7 to 11 minutes of a run with both cached (CONTRIBUTING.md).
+# 4 to 11 minutes of a run with both cached (CONTRIBUTING.md).
 SMD_RELEASE ?= 24.05
 .PHONY: test-smd
 test-smd: deps
