@@ -8,6 +8,8 @@
 #                  and SchedMD's built from source) and the packages, in
 #                  four lanes side by side (cgroup v1 | v2 | from source | RPMs)
 #   make test-all  every release on both cgroup versions in full
+#   make test-smd  (on request) gpushare's Debian packages built from the source
+#                  release on SchedMD's slurm-smd packages, and tested there
 #   make check-releases  build the plugins warnings-free against the headers
 #                  of every other Slurm release (Debian's 24.11 and 26.05,
 #                  SchedMD's 23.02 to 25.11 built from source)
@@ -399,6 +401,11 @@ demo: deps build
 #                  (packaging/deb.sh; host = this machine's Slurm)
 #   make test-packages  build them for every release and test each in a fresh
 #                  root of its release (tests/package_test.sh)
+#   make test-smd  (on request, not in make test) SchedMD's slurm-smd packages
+#                  of SMD_RELEASE built from the tarball's debian/ (once per
+#                  machine), gpushare's source release unpacked in a root
+#                  holding them, make deb there, the packages installed and
+#                  run on slurm-smd's daemons (tests/smd_test.sh)
 APT_PACKAGES += dpkg-dev lintian groff-base
 SUITE ?= host
 PACKAGE_SUITES ?= host trixie sid
@@ -416,6 +423,14 @@ debs: deps
 	@set -e; for suite in $(PACKAGE_SUITES); do packaging/deb.sh $$suite; done
 test-packages: deps
 	PACKAGE_SUITES="$(PACKAGE_SUITES)" tests/lanes.sh packages
+
+# Not in make test: its first run on a machine builds SchedMD's slurm-smd
+# packages and a root for them (about 16 minutes on 2 cores) before the
+# 4 to 11 minutes of a run with both cached (CONTRIBUTING.md).
+SMD_RELEASE ?= 24.05
+.PHONY: test-smd
+test-smd: deps
+	tests/smd_test.sh $(SMD_RELEASE)
 
 # ---- source release and RPM packages -------------------------------------
 #   make dist      target/dist/gpushare-VERSION.tar.gz: the tree at HEAD, every

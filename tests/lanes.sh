@@ -7,8 +7,9 @@
 # (every suite on this machine's Slurm: cargo test -p gpushare-tests), the
 # word "packages" (packaging/deb.sh and tests/deb_lint.sh, then
 # tests/package_test.sh, for each of $PACKAGE_SUITES, default host trixie
-# sid) or rpm:RELEASE (gpushare's RPMs on SchedMD's RPMs of that Slurm
-# release, tests/rpm_test.sh).
+# sid), rpm:RELEASE (gpushare's RPMs on SchedMD's RPMs of that Slurm
+# release, tests/rpm_test.sh) or smd:RELEASE (gpushare's Debian packages on
+# SchedMD's slurm-smd packages of it, tests/smd_test.sh).
 #
 # The lanes run at once (make test: this machine's and the Debian
 # releases' cgroup v1 runs in one, their v2 runs in another, SchedMD's
@@ -43,7 +44,7 @@ sources=()
 for lane in "$@"; do
     for run in $lane; do
         case $run in
-        native | packages | host:* | rpm:*) ;;
+        native | packages | host:* | rpm:* | smd:*) ;;
         [0-9]*)
             # SchedMD's releases: built below, beside the lanes.
             suite=${run%%:*}
@@ -93,6 +94,8 @@ one_run() {
         "${CARGO:-cargo}" test -p gpushare-tests --tests --no-fail-fast
     elif [[ $run == rpm:* ]]; then
         tests/rpm_test.sh "${run#rpm:}"
+    elif [[ $run == smd:* ]]; then
+        tests/smd_test.sh "${run#smd:}"
     elif [ "$run" = packages ]; then
         local suite failed=""
         # Every suite's packages first: each test installs another

@@ -143,14 +143,10 @@ if command -v promtool >/dev/null; then
 fi
 
 step "2. the installed plugins work in this root's Slurm"
-rm -rf "$harness"
-mkdir -p "$harness"
-ln -s "$plugin" "$harness/libjob_submit_gpu_qos.so"
-ln -s "$spank" "$harness/libspank_gpu_mps.so"
-for f in /usr/libexec/gpushare/gpu-mps-prolog /usr/libexec/gpushare/gpu-mps-epilog /usr/bin/gpu-qos /usr/sbin/gpu-mps; do
+for f in $INSTALLED_PROGRAMS; do
     grep -qx "$f" <<<"$files" || fail "$f is not in the packages"
-    ln -s "$f" "$harness/"
 done
+installed_harness "$plugin" "$spank"
 # The newer build the upgrade test installs: these packages at the next
 # Debian revision (the programs' own formats across versions are the unit
 # tests' part).

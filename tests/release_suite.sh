@@ -121,6 +121,10 @@ tested_with() {
         rpms=$(chroot "$root" rpm -q slurm slurm-slurmctld slurm-slurmd slurm-slurmdbd | paste -sd,)
         packages=(libmariadb3 munge)
     fi
+    # SchedMD's slurm-smd packages in a root (tests/smd_test.sh).
+    if [ "$root" != / ] && chroot "$root" dpkg-query -W slurm-smd >/dev/null 2>&1; then
+        packages=(slurm-smd slurm-smd-slurmctld slurm-smd-slurmd slurm-smd-slurmdbd libmariadb3 munge)
+    fi
     local q=(dpkg-query -W -f='${Package} ${Version}\n' "${packages[@]}")
     {
         [ -z "$prefix" ] || echo "SchedMD slurm $version ($prefix)"

@@ -58,9 +58,7 @@ harness=$repo/target/rpm/.harness-$release
 . tests/overlay_root.sh
 overlay_root "$base" rpm-test "$harness"
 # This machine's Rust toolchain, read-only, at its own path.
-toolchain=$(dirname "$(dirname "$(rustup which cargo 2>/dev/null || command -v cargo)")")
-mkdir -p "$root$toolchain"
-mount --bind -o ro "$toolchain" "$root$toolchain"
+mount_toolchain
 # (--force-debian: Debian's rpm otherwise warns that dpkg owns the system.)
 # A command in the root with nothing of this shell's environment.
 root_env=(/usr/bin/env -i PATH="$toolchain/bin:/usr/sbin:/usr/bin:/sbin:/bin" HOME=/root LANG=C.UTF-8)
@@ -216,13 +214,7 @@ step "4. the suites against the installed plugins and programs"
 # of the plugin in a directory before Slurm's own, which here holds the
 # installed one; step 5 is what guards this installation.
 suites=foundation:loaded_by_slurmctld/runs_through_the_plugin/srun_step_runs/preempts_lowprio,gpu_qos,gpu_mps,mps_daemon
-rm -rf "$harness"
-mkdir -p "$harness"
-ln -s "$plugindir/job_submit_gpu_qos.so" "$harness/libjob_submit_gpu_qos.so"
-ln -s "$plugindir/spank_gpu_mps.so" "$harness/libspank_gpu_mps.so"
-for f in /usr/libexec/gpushare/gpu-mps-prolog /usr/libexec/gpushare/gpu-mps-epilog /usr/bin/gpu-qos /usr/sbin/gpu-mps; do
-    ln -s "$f" "$harness/"
-done
+installed_harness "$plugindir/job_submit_gpu_qos.so" "$plugindir/spank_gpu_mps.so"
 GPUSHARE_RELEASE_ROOT=$root GPUSHARE_RELEASE_BUILD=$harness GPUSHARE_SLURM_PLUGIN_DIR=$plugindir \
     tests/release_suite.sh "rpm-$release" v1 "${GPUSHARE_RPM_SUITES:-$suites}" ||
     fail "the installed RPMs did not pass the suites"
