@@ -199,7 +199,7 @@ for f in "$plugindir/job_submit_gpu_qos.so" "$plugindir/spank_gpu_mps.so" \
     /usr/share/fish/vendor_completions.d/gpu-qos.fish; do
     grep -qx "$f" <<<"$files" || fail "$f is not in the packages (rpm -ql)"
 done
-in_root rpm -ql gpushare | grep -qx "$plugindir/spank_gpu_mps.so" ||
+grep -qx "$plugindir/spank_gpu_mps.so" <<<"$(in_root rpm -ql gpushare)" ||
     fail "the SPANK plugin is not in gpushare, which login hosts get"
 [ -z "$(in_root rpm -qc gpushare gpushare-slurmctld gpushare-slurmd)" ] ||
     fail "the packages have config files: $(in_root rpm -qc gpushare gpushare-slurmctld gpushare-slurmd)"
@@ -239,7 +239,7 @@ in_login rpm -V gpushare >"$tmp/verify.log" 2>&1 || { cat "$tmp/verify.log"; fai
 in_login gpu-qos --help >"$tmp/help.log" 2>&1 || { cat "$tmp/help.log"; fail "gpu-qos --help on the login host"; }
 grep -qw why "$tmp/help.log" && grep -qw usage "$tmp/help.log" || { cat "$tmp/help.log"; fail "gpu-qos --help names no why or usage"; }
 for page in man1/gpu-qos.1.gz man1/gpu-qos-why.1.gz man1/gpu-qos-usage.1.gz man5/gpu_qos.conf.5.gz; do
-    gzip -dc "$login/usr/share/man/$page" 2>/dev/null | grep -q '^\.TH ' || fail "no man page /usr/share/man/$page on the login host"
+    grep -q '^\.TH ' <<<"$(gzip -dc "$login/usr/share/man/$page" 2>/dev/null)" || fail "no man page /usr/share/man/$page on the login host"
 done
 # The site's plugstack.conf line, as the install page gives it. srun loads
 # the plugin stack before anything else, --help included.
