@@ -260,37 +260,54 @@ impl LoginHost {
     }
 }
 
-/// A file of the login host put back as it was when dropped (a link or a
-/// file's text), after a test step changed it.
-struct PutBack {
-    path: PathBuf,
-    link: Option<PathBuf>,
-    text: Option<Vec<u8>>,
-    moved_to: Option<PathBuf>,
+/// A file of the login host put back as it was when dropped, after a
+/// test step moved it away or replaced it.
+enum PutBack {
+    /// Renamed to `to`.
+    Moved { path: PathBuf, to: PathBuf },
+    /// Replaced: it was this link, or a file of this text.
+    Replaced {
+        path: PathBuf,
+        link: Option<PathBuf>,
+        text: Option<Vec<u8>>,
+    },
 }
 
 impl PutBack {
-    fn keep(path: PathBuf) -> Self {
-        Self {
+    /// `path` renamed beside itself.
+    fn move_away(path: PathBuf) -> Result<Self, String> {
+        let to = path.with_extension("so.moved");
+        fs::rename(&path, &to).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(Self::Moved { path, to })
+    }
+
+    /// `path` (a link, or a file) replaced by a file of `text`.
+    fn replace(path: PathBuf, text: &str) -> Result<Self, String> {
+        let kept = Self::Replaced {
             link: fs::read_link(&path).ok(),
             text: fs::read(&path).ok(),
-            path,
-            moved_to: None,
-        }
+            path: path.clone(),
+        };
+        fs::remove_file(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(kept)
     }
 }
 
 impl Drop for PutBack {
     fn drop(&mut self) {
-        if let Some(from) = &self.moved_to {
-            let _ = fs::rename(from, &self.path);
-            return;
-        }
-        let _ = fs::remove_file(&self.path);
-        if let Some(link) = &self.link {
-            let _ = symlink(link, &self.path);
-        } else if let Some(text) = &self.text {
-            let _ = fs::write(&self.path, text);
+        match self {
+            Self::Moved { path, to } => {
+                let _ = fs::rename(to, path);
+            }
+            Self::Replaced { path, link, text } => {
+                let _ = fs::remove_file(&*path);
+                if let Some(link) = link {
+                    let _ = symlink(link, &*path);
+                } else if let Some(text) = text {
+                    let _ = fs::write(&*path, text);
+                }
+            }
         }
     }
 }
@@ -365,11 +382,7 @@ pub(super) fn login_host_jobs(c: &mut Cluster) -> TestResult {
     )?;
 
     // The plugin's file gone: the required line stops the client commands.
-    let so = login.path(Path::new(&line[1]));
-    let mut moved = PutBack::keep(so.clone());
-    let away = so.with_extension("so.moved");
-    fs::rename(&so, &away).map_err(|e| format!("{}: {e}", so.display()))?;
-    moved.moved_to = Some(away);
+    let _moved = PutBack::move_away(login.path(Path::new(&line[1])))?;
     for (program, args) in [("sbatch", &["--wrap=true"][..]), ("srun", &["true"][..])] {
         let out = login.run(c, &user, program, args)?;
         let said = String::from_utf8_lossy(&out.stderr);
@@ -383,7 +396,6 @@ pub(super) fn login_host_jobs(c: &mut Cluster) -> TestResult {
     }
     // As optional, the same line lets them run.
     let site_file = login.path(&file);
-    let _optional = PutBack::keep(site_file.clone());
     let text =
         fs::read_to_string(&site_file).map_err(|e| format!("{}: {e}", site_file.display()))?;
     let relaxed: String = text
@@ -396,8 +408,7 @@ pub(super) fn login_host_jobs(c: &mut Cluster) -> TestResult {
             }
         })
         .collect();
-    fs::remove_file(&site_file).map_err(|e| format!("{}: {e}", site_file.display()))?;
-    fs::write(&site_file, relaxed).map_err(|e| format!("{}: {e}", site_file.display()))?;
+    let _optional = PutBack::replace(site_file, &relaxed)?;
     let id = login.sbatch(c, &user, &["--wrap=echo batch ran"])?;
     let info = c.wait_job_done(id, JOB_END)?;
     ensure(
