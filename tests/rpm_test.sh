@@ -242,7 +242,9 @@ for page in man1/gpu-qos.1.gz man1/gpu-qos-why.1.gz man1/gpu-qos-usage.1.gz man5
     grep -q '^\.TH ' <<<"$(gzip -dc "$login/usr/share/man/$page" 2>/dev/null)" || fail "no man page /usr/share/man/$page on the login host"
 done
 # The site's plugstack.conf line, as the install page gives it. srun loads
-# the plugin stack before anything else, --help included.
+# the plugin stack before anything else, --help included. (Slurm's RPMs
+# make no /etc/slurm: the site writes its files there.)
+mkdir -p "$login/etc/slurm"
 printf 'ClusterName=logintest\nSlurmctldHost=localhost\nSlurmctldPort=1\nMessageTimeout=1\nNodeName=n1\nPartitionName=p Nodes=n1 Default=yes\n' \
     >"$login/etc/slurm/slurm.conf"
 echo "required $plugindir/spank_gpu_mps.so" >"$login/etc/slurm/plugstack.conf"
