@@ -24,9 +24,12 @@ use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
 mod cpu_node;
 #[path = "gpu_mps/lock_wait.rs"]
 mod lock_wait;
+#[path = "gpu_mps/login_host.rs"]
+mod login_host;
 #[path = "gpu_mps/prolog_d.rs"]
 mod prolog_d;
 use cpu_node::{cpu_jobs, cpu_node};
+use login_host::login_host_jobs;
 use prolog_d::{beside_site_scripts, prolog_d_node};
 
 /// Sixteen shares and eight CPU jobs, submitted at once, all ended.
@@ -102,6 +105,12 @@ fn main() -> ExitCode {
         .test_on_request(
             "packages_upgraded_under_running_shares_lose_nothing",
             upgraded_under_running_shares,
+        )
+        // tests/package_test.sh and tests/rpm_test.sh only: a login host's
+        // root with gpushare's tools package alone.
+        .test_on_request(
+            "a_login_host_with_only_the_tools_package_runs_jobs_on_the_cluster",
+            login_host_jobs,
         )
         // Last: on the code before its fix, it drains the node.
         .test(

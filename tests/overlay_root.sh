@@ -3,19 +3,29 @@
 #   overlay_root BASE NAME HARNESS
 # sets $tmp (a fresh directory, /tmp/gpushare-NAME.XXXXXX) and $root (a
 # writable overlay of the cached root BASE there, with /proc and /dev);
-# when the script exits, the overlay, $tmp and HARNESS (the directory of
-# links the harness reads) are removed. Nothing written in the root
-# outlives the run.
+#   overlay_host BASE HOST
+# makes $tmp/HOST another such overlay, a second host of the run (a login
+# host). When the script exits, the overlays, $tmp and HARNESS (the
+# directory of links the harness reads) are removed. Nothing written in a
+# root outlives the run.
 overlay_root() {
     local base=$1
     tmp=$(mktemp -d "/tmp/gpushare-$2.XXXXXX")
     root=$tmp/root
     overlay_harness=$3
-    trap 'umount -R -l "$root" 2>/dev/null || true; rm -rf --one-file-system "$tmp" "$overlay_harness"' EXIT
-    mkdir -p "$tmp/upper" "$tmp/work" "$root"
-    mount -t overlay overlay -o "lowerdir=$base,upperdir=$tmp/upper,workdir=$tmp/work" "$root"
-    mount -t proc proc "$root/proc"
-    mount --rbind /dev "$root/dev"
+    overlay_mounts=()
+    trap 'for m in "${overlay_mounts[@]}"; do umount -R -l "$m" 2>/dev/null || true; done
+        rm -rf --one-file-system "$tmp" "$overlay_harness"' EXIT
+    overlay_host "$base" root
+}
+
+overlay_host() {
+    local dir=$tmp/$2
+    mkdir -p "$dir.upper" "$dir.work" "$dir"
+    overlay_mounts+=("$dir")
+    mount -t overlay overlay -o "lowerdir=$1,upperdir=$dir.upper,workdir=$dir.work" "$dir"
+    mount -t proc proc "$dir/proc"
+    mount --rbind /dev "$dir/dev"
 }
 
 # This machine's Rust toolchain mounted read-only at its own path in $root

@@ -8,12 +8,18 @@
 #     the metrics timers are installed and not enabled, systemd-analyze
 #     verify passes them (where the root has systemd), the shipped alerting
 #     rules pass their promtool tests where they are installed;
+#     a login host, a second root: with no Slurm daemon installed, apt
+#     installs gpushare alone, installing no daemon; its drop-in linked;
 #  2. the installed plugins and programs work in that root's slurmctld and
 #     slurmd: a submission refused with the typed-GPU message, MPS shares
 #     placed, a CPU node's jobs run with the node package's prolog and
 #     epilog (tests of the integration suites; the harness reads a
-#     directory of links to the installed files); the SPANK drop-in, once
-#     linked into plugstack.conf.d, loads the plugin in sbatch's plugin stack;
+#     directory of links to the installed files); from the login host a
+#     user's share and srun step run on the cluster, gpu-qos why and usage
+#     answer there, and the drop-in's required line stops sbatch and srun
+#     once the plugin is gone (as optional, jobs run); the SPANK drop-in,
+#     once linked into plugstack.conf.d, loads the plugin in sbatch's
+#     plugin stack;
 #     a newer build (the same files, the next Debian revision) installed
 #     with dpkg -i while shares run: the new epilog releases them, the new
 #     prolog places the next ones, no node drains;
@@ -21,11 +27,8 @@
 #  4. apt refuses each package built for another Slurm, naming the pin;
 #  5. a slurmctld of the next micro release is kept back by apt upgrade and
 #     refused by apt install --no-remove and by dpkg -i; a slurmd of the next
-#     micro release is taken (the node package pins major.minor only);
-#  6. a login host: with no Slurm daemon installed, apt installs gpushare
-#     alone, installing no daemon, gpu-qos runs and sbatch loads the SPANK
-#     plugin through the drop-in.
-# The root is an overlay on the cached one (tests/release_root.sh) in a
+#     micro release is taken (the node package pins major.minor only).
+# Each root is an overlay on the cached one (tests/release_root.sh) in a
 # private mount namespace: nothing of the run outlives it.
 set -euo pipefail
 suite=${1:?usage: tests/package_test.sh host|trixie|sid}
@@ -142,7 +145,35 @@ if command -v promtool >/dev/null; then
     echo "   the installed alerting rules pass their promtool tests"
 fi
 
-step "2. the installed plugins work in this root's Slurm"
+step "1c. a login host: gpushare alone, in a root with no Slurm daemon"
+overlay_host "$base" login
+login=$tmp/login
+in_login() {
+    chroot "$login" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
+        DEBIAN_FRONTEND=noninteractive "$@"
+}
+installed() { # packages: those of them installed on the login host
+    local p
+    for p in "$@"; do
+        if in_login dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null | grep -q '^i'; then echo "$p"; fi
+    done | paste -sd' '
+}
+daemons=$(installed slurmctld slurmd slurmdbd slurmrestd)
+in_login apt-get remove -y -q $daemons >"$tmp/apt.log" 2>&1 || { cat "$tmp/apt.log"; fail "apt-get remove $daemons on the login host"; }
+mkdir -p "$login/tmp/debs"
+cp "$root/tmp/debs/$tools" "$login/tmp/debs/"
+in_login apt-get install -y -q /tmp/debs/"$tools" >"$tmp/apt.log" 2>&1 ||
+    { cat "$tmp/apt.log"; fail "apt-get install ./$tools on a host without Slurm daemons"; }
+left=$(installed slurmctld slurmd slurmdbd slurmrestd)
+[ -z "$left" ] || fail "installing gpushare installed a Slurm daemon: $left"
+in_login gpu-qos --version >"$tmp/gpu-qos.log" 2>&1 || { cat "$tmp/gpu-qos.log"; fail "gpu-qos --version on the login host"; }
+# The site's plugstack line, as the install page says for every host that
+# reads plugstack.conf (gpu_mps's login host test runs jobs from here).
+mkdir -p "$login/etc/slurm/plugstack.conf.d"
+ln -s "$dropin" "$login/etc/slurm/plugstack.conf.d/gpu_mps.conf"
+echo "   removed $daemons; gpushare installed alone ($(cat "$tmp/gpu-qos.log")); its drop-in linked"
+
+step "2. the installed plugins work in this root's Slurm, and from the login host"
 for f in $INSTALLED_PROGRAMS; do
     grep -qx "$f" <<<"$files" || fail "$f is not in the packages"
 done
@@ -162,8 +193,9 @@ for deb in "$tools" "$controller" "$node"; do
     dpkg-deb -b "$tmp/unpacked" "$root/tmp/debs-next/" >/dev/null
 done
 rm -rf "$tmp/unpacked"
-GPUSHARE_RELEASE_ROOT=$root GPUSHARE_RELEASE_BUILD=$harness GPUSHARE_UPGRADE_DEBS=/tmp/debs-next tests/release_suite.sh "$suite" v1 \
-    gpu_qos:untyped_gpu_under_group_qos_is_rejected_with_the_fix,gpu_mps:four_shares_land_on_four_gpus_then_two_per_gpu/packages_upgraded_under_running_shares_lose_nothing/a_cpu_node_runs_its_jobs_with_gpushares_node_half_configured ||
+GPUSHARE_RELEASE_ROOT=$root GPUSHARE_RELEASE_BUILD=$harness GPUSHARE_UPGRADE_DEBS=/tmp/debs-next GPUSHARE_LOGIN_ROOT=$login \
+    tests/release_suite.sh "$suite" v1 \
+    gpu_qos:untyped_gpu_under_group_qos_is_rejected_with_the_fix,gpu_mps:four_shares_land_on_four_gpus_then_two_per_gpu/packages_upgraded_under_running_shares_lose_nothing/a_login_host_with_only_the_tools_package_runs_jobs_on_the_cluster/a_cpu_node_runs_its_jobs_with_gpushares_node_half_configured ||
     fail "the installed plugins did not pass their tests"
 rm -rf "$root/tmp/debs-next"
 
@@ -279,29 +311,4 @@ grep -E "gpushare|conflicting|dependency" "$tmp/apt.log" | head -n 4 | sed 's/^/
 now=$(in_root dpkg-query -W -f='${Version} ${db:Status-Abbrev}' slurmctld)
 [ "$now" = "$slurm_pkg ii " ] || fail "slurmctld is now $now, expected $slurm_pkg installed"
 
-step "6. a login host: gpushare alone, with no Slurm daemon installed"
-in_root apt-get purge -y -q "${ours[@]}" >"$tmp/apt.log" 2>&1 || { cat "$tmp/apt.log"; fail "apt-get purge"; }
-installed() { # packages: those of them installed
-    local p
-    for p in "$@"; do
-        if in_root dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null | grep -q '^i'; then echo "$p"; fi
-    done | paste -sd' '
-}
-daemons=$(installed slurmctld slurmd slurmdbd slurmrestd)
-in_root apt-get remove -y -q $daemons >"$tmp/apt.log" 2>&1 || { cat "$tmp/apt.log"; fail "apt-get remove $daemons"; }
-in_root apt-get install -y -q /tmp/debs/"$tools" >"$tmp/apt.log" 2>&1 ||
-    { cat "$tmp/apt.log"; fail "apt-get install ./$tools on a host without Slurm daemons"; }
-left=$(installed slurmctld slurmd slurmdbd slurmrestd)
-[ -z "$left" ] || fail "installing gpushare installed a Slurm daemon: $left"
-in_root gpu-qos --version >"$tmp/gpu-qos.log" 2>&1 || { cat "$tmp/gpu-qos.log"; fail "gpu-qos --version on the login host"; }
-printf 'ClusterName=packagetest\nSlurmctldHost=localhost\nSlurmctldPort=1\nMessageTimeout=1\nNodeName=n1\nPartitionName=p Nodes=n1 Default=yes\n' \
-    >"$root/etc/slurm/slurm.conf"
-mkdir -p "$root/etc/slurm/plugstack.conf.d"
-ln -sf "$dropin" "$root/etc/slurm/plugstack.conf.d/gpu_mps.conf"
-submit
-if grep -q "plugin stack" "$tmp/sbatch.log" || ! grep -q "Unable to contact slurm controller" "$tmp/sbatch.log"; then
-    cat "$tmp/sbatch.log"
-    fail "sbatch on the login host, the drop-in linked, did not get past the plugin stack"
-fi
-echo "   removed $daemons; gpushare installed alone ($(cat "$tmp/gpu-qos.log")); sbatch loads its SPANK plugin"
 step "passed"

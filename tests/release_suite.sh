@@ -147,6 +147,12 @@ inside() {
             mount --rbind /dev "$root/dev"
             mkdir -p "$root$repo"
             mount --bind "$repo" "$root$repo"
+            # A login host'"'"'s root (tests/package_test.sh, tests/rpm_test.sh),
+            # at its own path too, with its /proc and /dev.
+            if [ -n "${GPUSHARE_LOGIN_ROOT:-}" ]; then
+                mkdir -p "$root$GPUSHARE_LOGIN_ROOT"
+                mount --rbind "$GPUSHARE_LOGIN_ROOT" "$root$GPUSHARE_LOGIN_ROOT"
+            fi
             # The monitoring tests use this machine'"'"'s Prometheus tools (Go
             # programs needing only libc): a root has none of its own.
             for tool in prometheus promtool prometheus-node-exporter; do
@@ -208,6 +214,9 @@ env_extra+=(GPUSHARE_TEST_NETNS=own)
 # A newer build of the installed packages, inside the root
 # (tests/package_test.sh; gpu_mps's upgrade test installs it).
 [ -z "${GPUSHARE_UPGRADE_DEBS:-}" ] || env_extra+=(GPUSHARE_UPGRADE_DEBS="$GPUSHARE_UPGRADE_DEBS")
+# A login host's root beside the cluster's (tests/package_test.sh,
+# tests/rpm_test.sh; gpu_mps's login host test submits from it).
+[ -z "${GPUSHARE_LOGIN_ROOT:-}" ] || env_extra+=(GPUSHARE_LOGIN_ROOT="$GPUSHARE_LOGIN_ROOT")
 if [ "$root" != / ] || [ -n "$prefix" ]; then
     command -v mariadbd >/dev/null || { echo "release_suite: the host's mariadbd is missing: run make deps" >&2; exit 1; }
     db=$(mktemp -d /tmp/gpushare-hostdb.XXXXXX)

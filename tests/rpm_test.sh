@@ -11,8 +11,15 @@
 #  3. rpm -i of both packages, their dependencies checked against what the
 #     root holds (the Slurm pin among them); nothing enabled, nothing
 #     restarted; slurmd's and slurmctld's log lines name the version;
+#     a login host, a second root with Slurm's client RPM (slurm) and no
+#     daemon package: rpm -i of gpushare alone, rpm -V clean, gpu-qos and
+#     its man pages there, srun loading the plugin from plugstack.conf's
+#     required line (and stopping once its file is gone);
 #  4. the gpu_qos and MPS suites (foundation, gpu_qos, gpu_mps, mps_daemon)
-#     against the installed plugins and programs, in that root;
+#     against the installed plugins and programs, in that root; from the
+#     login host, a user's share and srun step run on that cluster,
+#     gpu-qos why and usage answer, the required line stops sbatch and srun
+#     once the plugin is gone (as optional, jobs run);
 #  5. packages built for another Slurm (the next release's headers, built
 #     from source) refused by rpm with the dependency it lacks;
 #  6. rpm -e leaves none of their files.
@@ -190,7 +197,7 @@ for f in "$plugindir/job_submit_gpu_qos.so" "$plugindir/spank_gpu_mps.so" \
     /usr/share/fish/vendor_completions.d/gpu-qos.fish; do
     grep -qx "$f" <<<"$files" || fail "$f is not in the packages (rpm -ql)"
 done
-in_root rpm -ql gpushare | grep -qx "$plugindir/spank_gpu_mps.so" ||
+grep -qx "$plugindir/spank_gpu_mps.so" <<<"$(in_root rpm -ql gpushare)" ||
     fail "the SPANK plugin is not in gpushare, which login hosts get"
 [ -z "$(in_root rpm -qc gpushare gpushare-slurmctld gpushare-slurmd)" ] ||
     fail "the packages have config files: $(in_root rpm -qc gpushare gpushare-slurmctld gpushare-slurmd)"
@@ -209,7 +216,52 @@ for p in gpu-qos gpu-mps; do
 done
 echo "   $(wc -l <<<"$files") files; plugins in $plugindir; nothing enabled"
 
-step "4. the suites against the installed plugins and programs"
+step "3b. a login host: $tools alone, on Slurm's client RPM"
+overlay_host "$base" login
+login=$tmp/login
+in_login() {
+    chroot "$login" "${root_env[@]}" "$@"
+}
+rpm --force-debian --root "$login" -i "$bridge"/noarch/gpushare-test-root-1-1.noarch.rpm
+slurm_client=$(printf '%s\n' "${slurm_packages[@]}" | grep -E '/slurm-[0-9][^/]*\.rpm$')
+rpm --force-debian --root "$login" -i "$slurm_client" >"$tmp/login-slurm.log" 2>&1 ||
+    { cat "$tmp/login-slurm.log"; fail "rpm -i $(basename "$slurm_client") on the login host"; }
+cp "$root/tmp/rpmbuild/RPMS/x86_64/$tools" "$login/tmp/"
+in_login rpm --force-debian -i "/tmp/$tools" >"$tmp/login-install.log" 2>&1 ||
+    { cat "$tmp/login-install.log"; fail "rpm -i $tools on a host with no Slurm daemon package"; }
+[ ! -s "$tmp/login-install.log" ] || { cat "$tmp/login-install.log"; fail "rpm -i $tools on the login host said something"; }
+for p in slurm-slurmctld slurm-slurmd slurm-slurmdbd; do
+    ! in_login rpm -q "$p" >/dev/null 2>&1 || fail "the login host has $p"
+done
+for d in slurmctld slurmd slurmdbd; do
+    [ ! -e "$login/usr/sbin/$d" ] || fail "the login host has /usr/sbin/$d"
+done
+in_login rpm -V gpushare >"$tmp/verify.log" 2>&1 || { cat "$tmp/verify.log"; fail "rpm -V gpushare on the login host"; }
+[ ! -s "$tmp/verify.log" ] || { cat "$tmp/verify.log"; fail "rpm -V gpushare on the login host found changes"; }
+in_login gpu-qos --help >"$tmp/help.log" 2>&1 || { cat "$tmp/help.log"; fail "gpu-qos --help on the login host"; }
+grep -qw why "$tmp/help.log" && grep -qw usage "$tmp/help.log" || { cat "$tmp/help.log"; fail "gpu-qos --help names no why or usage"; }
+for page in man1/gpu-qos.1.gz man1/gpu-qos-why.1.gz man1/gpu-qos-usage.1.gz man5/gpu_qos.conf.5.gz; do
+    grep -q '^\.TH ' <<<"$(gzip -dc "$login/usr/share/man/$page" 2>/dev/null)" || fail "no man page /usr/share/man/$page on the login host"
+done
+# The site's plugstack.conf line, as the install page gives it. srun loads
+# the plugin stack before anything else, --help included. (Slurm's RPMs
+# make no /etc/slurm: the site writes its files there.)
+mkdir -p "$login/etc/slurm"
+printf 'ClusterName=logintest\nSlurmctldHost=localhost\nSlurmctldPort=1\nMessageTimeout=1\nNodeName=n1\nPartitionName=p Nodes=n1 Default=yes\n' \
+    >"$login/etc/slurm/slurm.conf"
+echo "required $plugindir/spank_gpu_mps.so" >"$login/etc/slurm/plugstack.conf"
+in_login env LD_DEBUG=files srun --help >"$tmp/srun.log" 2>&1 || { cat "$tmp/srun.log"; fail "srun --help on the login host"; }
+grep -q "file=$plugindir/spank_gpu_mps.so \[0\]; *dynamically loaded" "$tmp/srun.log" ||
+    { grep -v '^ *[0-9]*:' "$tmp/srun.log"; fail "srun --help on the login host did not load $plugindir/spank_gpu_mps.so"; }
+mv "$login$plugindir/spank_gpu_mps.so" "$login$plugindir/spank_gpu_mps.so.moved"
+if in_login srun --help >"$tmp/srun.log" 2>&1 || ! grep -q "$plugindir/spank_gpu_mps.so" "$tmp/srun.log"; then
+    cat "$tmp/srun.log"
+    fail "srun --help on the login host, the required plugin gone, did not stop naming it"
+fi
+mv "$login$plugindir/spank_gpu_mps.so.moved" "$login$plugindir/spank_gpu_mps.so"
+echo "   $(basename "$slurm_client") and $tools alone; rpm -V clean; gpu-qos and its man pages; srun loads the plugin (required), stops without it"
+
+step "4. the suites against the installed plugins and programs, and from the login host"
 # foundation's wrong_plugin_version test is left out: it puts a patched copy
 # of the plugin in a directory before Slurm's own, which here holds the
 # installed one; step 5 is what guards this installation.
@@ -218,6 +270,10 @@ installed_harness "$plugindir/job_submit_gpu_qos.so" "$plugindir/spank_gpu_mps.s
 GPUSHARE_RELEASE_ROOT=$root GPUSHARE_RELEASE_BUILD=$harness GPUSHARE_SLURM_PLUGIN_DIR=$plugindir \
     tests/release_suite.sh "rpm-$release" v1 "${GPUSHARE_RPM_SUITES:-$suites}" ||
     fail "the installed RPMs did not pass the suites"
+# The login host's test needs naming in full: a run of its own.
+GPUSHARE_RELEASE_ROOT=$root GPUSHARE_RELEASE_BUILD=$harness GPUSHARE_SLURM_PLUGIN_DIR=$plugindir GPUSHARE_LOGIN_ROOT=$login \
+    tests/release_suite.sh "rpm-$release" v1 gpu_mps:a_login_host_with_only_the_tools_package_runs_jobs_on_the_cluster ||
+    fail "jobs from the login host did not run"
 
 step "5. packages built for another Slurm are refused by rpm"
 other_version=$("$OTHER_PREFIX/sbin/slurmctld" -V | awk '{print $2}')
