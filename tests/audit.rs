@@ -678,24 +678,10 @@ fn usage_when_full(c: &mut Cluster) -> TestResult {
         "qos_lafferty's 4 a40 are all held: jobs {a} (gpushare_alice, 2), {b} (gpushare_bob, 2)"
     );
     // Slurm clears a pending job's reason while its scheduler looks at it
-    // (seen on 24.11: `None` between two QOSGrpGRES), and the report then
-    // says so: read again until a report gives the reason (or 30 s).
-    let read = || -> Result<UsageReport, String> {
-        let json = alice.run_ok(c, None, &bin, &["usage", "--json"])?;
-        serde_json::from_str(&json).map_err(|e| format!("{e}: {json}"))
-    };
-    let mut report = read()?;
-    let gives_reason = |r: &UsageReport| {
-        r.qos
-            .first()
-            .is_some_and(|q| q.pending.first().is_some_and(|p| p.why == why))
-    };
-    let _ = wait_for("the report to give the reason", SHORT, || {
-        if !gives_reason(&report) {
-            report = read().ok()?;
-        }
-        gives_reason(&report).then_some(())
-    });
+    // (seen on 24.11 and 26.05: `None` between two QOSGrpGRES); gpu-qos
+    // settles it against the group's use, so one read gives the reason.
+    let json = alice.run_ok(c, None, &bin, &["usage", "--json"])?;
+    let report: UsageReport = serde_json::from_str(&json).map_err(|e| format!("{e}: {json}"))?;
     let q = report.qos.first();
     ensure(
         report.user == "gpushare_alice"
@@ -713,16 +699,12 @@ fn usage_when_full(c: &mut Cluster) -> TestResult {
             }),
         format!("expected {why:?} in {report:?}"),
     )?;
-    // Slurm clears a pending job's reason while its scheduler looks at it
-    // (seen on 24.11: `None` between two QOSGrpGRES), and the report then
-    // says so: the text is read again until it shows the reason once more.
     let want = format!("  pending  {waiting} (gpushare_alice, 1 a40): {why}\n");
-    let mut text = String::new();
-    let shown = wait_for("the text report to give the reason", SHORT, || {
-        text = alice.run_ok(c, None, &bin, &["usage"]).ok()?;
-        (text.starts_with("qos_lafferty: 4 of 4 a40 held\n") && text.contains(&want)).then_some(())
-    });
-    ensure(shown.is_ok(), format!("text:\n{text}"))?;
+    let text = alice.run_ok(c, None, &bin, &["usage"])?;
+    ensure(
+        text.starts_with("qos_lafferty: 4 of 4 a40 held\n") && text.contains(&want),
+        format!("text:\n{text}"),
+    )?;
     // --explain: each of her pending jobs as `gpu-qos why` tells it, one
     // of them held by her (a reason usage alone does not explain).
     let held = submit_as(c, &alice, 1)?;
@@ -934,8 +916,15 @@ fn without_slurmdbd(c: &mut Cluster) -> TestResult {
     let group_for_bob = format!(
         "qos_lafferty's 4 a40 are all held: jobs {b} (gpushare_bob, 2), {a} (gpushare_alice, 2)"
     );
-    // Each report one that gives the reason (TestUser::why).
-    let why = |c: &Cluster, user: &TestUser| user.why(c, waiting, "QOSGrpGRES");
+    // One read gives the group's reason, whenever Slurm's scheduler runs.
+    let why = |c: &Cluster, user: &TestUser| -> Result<WhyReport, String> {
+        let r = user.why_now(c, waiting)?;
+        ensure(
+            r.job.reason == "QOSGrpGRES",
+            format!("why as {}: {r:#?}", user.name),
+        )?;
+        Ok(r)
+    };
     let before = why(c, &alice)?;
     ensure(
         before.summary.ends_with(&group) && before.unread.is_empty(),
@@ -967,23 +956,8 @@ fn without_slurmdbd(c: &mut Cluster) -> TestResult {
                 }),
             format!("why with slurmdbd stopped and a kept answer: {after:#?}"),
         )?;
-        let read = || -> Result<UsageReport, String> {
-            let json = bob.run_ok(c, None, &bin, &["usage", "--json"])?;
-            serde_json::from_str(&json).map_err(|e| format!("{e}: {json}"))
-        };
-        let gives_reason = |r: &UsageReport| {
-            r.qos
-                .iter()
-                .flat_map(|q| &q.pending)
-                .any(|p| p.job.reason == "QOSGrpGRES")
-        };
-        let mut usage = read()?;
-        let _ = wait_for("the report to give the reason", SHORT, || {
-            if !gives_reason(&usage) {
-                usage = read().ok()?;
-            }
-            gives_reason(&usage).then_some(())
-        });
+        let json = bob.run_ok(c, None, &bin, &["usage", "--json"])?;
+        let usage: UsageReport = serde_json::from_str(&json).map_err(|e| format!("{e}: {json}"))?;
         let sources: Vec<&str> = usage.unread.iter().map(|u| u.source.as_str()).collect();
         ensure(
             usage.qos.len() == 1

@@ -421,6 +421,28 @@ pub struct TypeUse {
     pub held: u64,
 }
 
+/// The reason of a pending job, settled: Slurm clears a pending job's
+/// reason (`None`) while its scheduler takes the job up again and gives it
+/// back at the end of that pass, so a read can land in between (26.05:
+/// a fifth of the time with a two-second pass). A job whose typed GPU
+/// request does not fit what is left of its group limit (`fits` answers,
+/// for a type and a count, whether that many more fit) waits for
+/// `QOSGrpGRES`, the reason Slurm gives it again; any other reason is
+/// Slurm's own.
+pub fn settled_reason<'a>(
+    reason: &'a str,
+    asked: &[(Option<String>, u64)],
+    fits: impl Fn(&str, u64) -> bool,
+) -> &'a str {
+    let over = asked
+        .iter()
+        .any(|(t, n)| t.as_deref().is_some_and(|t| !fits(t, *n)));
+    match reason {
+        "None" | "" if over => "QOSGrpGRES",
+        other => other,
+    }
+}
+
 /// `2 of 4 a40 held, 0 of 2 h100 held`.
 pub fn held_words(types: &[TypeUse]) -> String {
     types

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use super::config;
+use super::gres::settled_reason;
 use super::policy::{RejectionKind, Verdict, WarningReason};
 use super::slurm::assoc_mgr::{AccountGpus, QosGpus};
 use super::slurm::jobs::Job;
@@ -120,12 +121,20 @@ pub fn render_accounts(gpus: &[AccountGpus]) -> String {
     out.into_text()
 }
 
-/// Pending jobs by (QOS, reason), from [`super::slurm::jobs::pending`].
-pub fn pending_by_reason(jobs: &[Job]) -> BTreeMap<(String, String), u64> {
+/// Pending jobs by (QOS, reason), from [`super::slurm::jobs::pending`];
+/// `gpus` (the QOS's typed limits and use) settle a reason Slurm has
+/// cleared for a moment ([`settled_reason`]), so the figure and the
+/// alerts on it do not flicker with Slurm's scheduling passes.
+pub fn pending_by_reason(jobs: &[Job], gpus: &[QosGpus]) -> BTreeMap<(String, String), u64> {
     let mut out = BTreeMap::new();
     for job in jobs.iter().filter(|j| !j.qos.is_empty()) {
-        *out.entry((job.qos.clone(), job.reason.clone()))
-            .or_default() += 1;
+        let fits = |gpu_type: &str, n: u64| {
+            gpus.iter()
+                .filter(|g| g.qos.eq_ignore_ascii_case(&job.qos) && g.gpu_type == gpu_type)
+                .all(|g| g.limit.is_none_or(|l| g.in_use + n <= l))
+        };
+        let reason = settled_reason(&job.reason, &job.gpus, fits);
+        *out.entry((job.qos.clone(), reason.to_owned())).or_default() += 1;
     }
     out
 }
@@ -172,7 +181,7 @@ pub fn render_qos(
     out.family(
         "gpushare_qos_jobs_pending",
         "gauge",
-        "Pending jobs of the QOS, by Slurm's reason code.",
+        "Pending jobs of the QOS, by Slurm's reason code (None settled: QOSGrpGRES where the job does not fit its group's limit).",
     );
     for ((qos, reason), n) in pending {
         if shown.iter().any(|g| &g.qos == qos) {
@@ -541,15 +550,20 @@ ClusterName=gpushare Account=lafferty_students UserName=root(0) Partition= Prior
             "1|a|x|PD|qos_lafferty|gpu|1||QOSGrpGRES||||||0|\n\
              2|a|x|PD|qos_lafferty|gpu|1||QOSGrpGRES||||||0|\n\
              3|b|x|PD|lowprio|gpu|1||Priority||||||0|\n\
-             4|c|x|PD|normal|gpu|1||Resources||||||0|\n",
+             4|c|x|PD|normal|gpu|1||Resources||||||0|\n\
+             5|a|x|PD|qos_lafferty|gpu|1|cpu=1,gres/gpu:a40=3|None||||||0|\n\
+             6|a|x|PD|qos_lafferty|gpu|1|cpu=1,gres/gpu:a40=2|None||||||0|\n",
         );
-        let pending = pending_by_reason(&jobs);
+        // Slurm clears a reason for a moment in each pass: job 5 does not
+        // fit what its group has left (2 of 4 a40), job 6 does.
+        let pending = pending_by_reason(&jobs, &gpus);
         let text = render_qos(&gpus, &pending, &["lowprio".to_owned()]);
         for line in [
             "gpushare_qos_gpus_in_use{qos=\"qos_lafferty\",gpu_type=\"a40\"} 2",
             "gpushare_qos_gpus_limit{qos=\"qos_lafferty\",gpu_type=\"a40\"} 4",
             "gpushare_qos_gpus_in_use{qos=\"lowprio\",gpu_type=\"a40\"} 3",
-            "gpushare_qos_jobs_pending{qos=\"qos_lafferty\",reason=\"QOSGrpGRES\"} 2",
+            "gpushare_qos_jobs_pending{qos=\"qos_lafferty\",reason=\"QOSGrpGRES\"} 3",
+            "gpushare_qos_jobs_pending{qos=\"qos_lafferty\",reason=\"None\"} 1",
             "gpushare_qos_jobs_pending{qos=\"lowprio\",reason=\"Priority\"} 1",
             "gpushare_qos_low_priority{qos=\"lowprio\"} 1",
         ] {

@@ -18,7 +18,7 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use super::gres::{gpu_words, held_words, AccountUse, TypeUse};
+use super::gres::{gpu_words, held_words, settled_reason, AccountUse, TypeUse};
 use super::site::{AuditQos, Unread};
 
 pub use super::slurm::jobs::JobRow;
@@ -193,6 +193,19 @@ fn job_list(jobs: &[&JobRow], gpu_type: &str) -> String {
         .join(", ")
 }
 
+/// The reason of a pending job of a QOS whose group `types` are held as
+/// given, settled where Slurm has cleared it for a moment
+/// ([`settled_reason`]).
+fn settled<'a>(job: &'a JobRow, types: &[TypeUse]) -> &'a str {
+    let fits = |gpu_type: &str, n: u64| {
+        types
+            .iter()
+            .filter(|t| t.gpu_type == gpu_type)
+            .all(|t| t.held + n <= t.limit)
+    };
+    settled_reason(&job.reason, &job.gpus, fits)
+}
+
 /// Why a pending job of `qos` waits, in words; `running` are the group's
 /// running jobs.
 pub fn reason_words(job: &JobRow, qos: &str, types: &[TypeUse], running: &[JobRow]) -> String {
@@ -302,9 +315,12 @@ pub fn usage(
             .collect();
         let pending = of_qos(false)
             .into_iter()
-            .map(|job| PendingJob {
-                why: reason_words(&job, name, &types, &running),
-                job,
+            .map(|mut job| {
+                job.reason = settled(&job, &types).to_owned();
+                PendingJob {
+                    why: reason_words(&job, name, &types, &running),
+                    job,
+                }
             })
             .collect();
         report.qos.push(QosUse {

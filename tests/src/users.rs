@@ -191,11 +191,24 @@ impl TestUser {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
+    /// `gpu-qos why JOB --json` as this user, read once.
+    pub fn why_now(&self, c: &Cluster, job: u32) -> Result<WhyReport> {
+        let bin = crate::cluster::build_dir()?.join("gpu-qos");
+        let text = self.run_ok(
+            c,
+            None,
+            &bin.to_string_lossy(),
+            &["why", &job.to_string(), "--json"],
+        )?;
+        serde_json::from_str(&text).map_err(|e| format!("{e}: {text}"))
+    }
+
     /// `gpu-qos why JOB --json` as this user, read again (for up to 30 s)
     /// until the report's job has Slurm's reason `reason`: Slurm clears a
     /// pending job's reason to `None` while its scheduler looks at the job,
-    /// and a report read then explains that instead. The last report read
-    /// is in the error.
+    /// and a report read then explains that instead (gpu-qos settles it
+    /// only for a group limit, as [`Self::why_now`] shows). The last
+    /// report read is in the error.
     pub fn why(&self, c: &Cluster, job: u32, reason: &str) -> Result<WhyReport> {
         let bin = crate::cluster::build_dir()?.join("gpu-qos");
         let bin = bin.to_string_lossy();

@@ -15,7 +15,7 @@ use serde::Deserialize;
 use super::{site, usage, why};
 use crate::qos::audit::{self, GpuQosConf};
 use crate::qos::gres::TypeUse;
-use crate::qos::slurm::Recorded;
+use crate::qos::slurm::{Query, ReadError, Recorded, SlurmRead};
 
 const RELEASES: [&str; 3] = ["22.05", "24.11", "26.05"];
 
@@ -293,6 +293,63 @@ fn metrics_count_group_gpus_and_pending_reasons() {
         // lowprio has no limit; normal holds no GPU.
         assert!(!text.contains("gpus_limit{qos=\"lowprio\""), "{r}");
         assert!(!text.contains("qos=\"normal\""), "{r}");
+    }
+}
+
+/// The scene read while Slurm's scheduler has cleared every pending job's
+/// reason (`None`, a moment of each of its passes).
+struct Cleared(Recorded);
+
+impl SlurmRead for Cleared {
+    fn read(&self, query: &Query) -> Result<String, ReadError> {
+        let text = self.0.read(query)?;
+        Ok(if query.key.starts_with("squeue") {
+            text.replace("|QOSGrpGRES|", "|None|")
+                .replace("|Resources|", "|None|")
+        } else {
+            text
+        })
+    }
+}
+
+#[test]
+fn a_reason_slurm_has_cleared_for_a_moment_is_settled_by_the_groups_use() {
+    for r in RELEASES {
+        let m = manifest(r);
+        let cleared = Cleared(scene(r));
+        assert!(
+            cleared
+                .0
+                .read(&crate::qos::slurm::jobs::pending())
+                .is_ok_and(|t| t.contains("|QOSGrpGRES|")),
+            "{r}: the scene has a job pending for its group"
+        );
+        // The group's job waits on its group's limit in every command;
+        // the one pending for Resources fits its QOS and keeps None.
+        let (text, _) = site::metrics_text(&cleared, Path::new(NO_POLICY))
+            .unwrap_or_else(|e| panic!("{r}: {e}"));
+        assert!(
+            text.contains(
+                "gpushare_qos_jobs_pending{qos=\"qos_lafferty\",reason=\"QOSGrpGRES\"} 1\n"
+            ),
+            "{r}: {text}"
+        );
+        let report = usage::report(&cleared, None, true).unwrap_or_else(|e| panic!("{r}: {e}"));
+        assert_eq!(report.qos[0].pending[0].why, group_full(&m), "{r}");
+        assert!(
+            report.explained[0].summary.ends_with(&group_full(&m)),
+            "{r}: {}",
+            report.explained[0].summary
+        );
+        let resources =
+            why::report(&cleared, &m.jobs.resources).unwrap_or_else(|e| panic!("{r}: {e}"));
+        assert!(
+            resources
+                .summary
+                .ends_with("waits for the scheduler's next pass"),
+            "{r}: {}",
+            resources.summary
+        );
     }
 }
 

@@ -88,9 +88,10 @@ pub fn metrics_text(
             )),
         ),
     };
+    let gpus = assoc_mgr::parse_assoc_mgr_qos(&assoc);
     let mut text = metrics::render_qos(
-        &assoc_mgr::parse_assoc_mgr_qos(&assoc),
-        &metrics::pending_by_reason(&pending),
+        &gpus,
+        &metrics::pending_by_reason(&pending, &gpus),
         cfg.low_priority_qos(),
     );
     // The accounts whose typed limits the plugin enforces (Account= rules).

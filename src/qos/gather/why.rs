@@ -31,7 +31,7 @@ fn node_facts(read: &dyn SlurmRead, partition: &str, unread: &mut Vec<Unread>, f
 /// --explain`).
 pub fn report(read: &dyn SlurmRead, id: &str) -> Result<WhyReport, ReadError> {
     let (found, mut unread) = job::read(read, id)?;
-    let Some(found) = found else {
+    let Some(mut found) = found else {
         return Err(ReadError::new(format!(
             "no job {id} pending or running (squeue -j {id} lists none)"
         )));
@@ -136,7 +136,9 @@ pub fn report(read: &dyn SlurmRead, id: &str) -> Result<WhyReport, ReadError> {
             facts.account_limits =
                 account_chain_uses(read, vec![found.account.clone()], &mut unread);
         }
-        if found.reason.starts_with("QOSGrp") {
+        // A reason Slurm has cleared for a moment (None) is settled
+        // against the group's use, as `usage` does.
+        if found.reason.starts_with("QOSGrp") || matches!(found.reason.as_str(), "None" | "") {
             let me = read.read(&Query::user_name())?.trim().to_owned();
             let report =
                 jobs::group(read, &me, std::slice::from_ref(&found.qos)).map(|(jobs, _)| {
@@ -155,13 +157,16 @@ pub fn report(read: &dyn SlurmRead, id: &str) -> Result<WhyReport, ReadError> {
                         .collect();
                     usage::usage(&me, &[], &facts.qos, &rows, Some(&found.qos))
                 });
-            facts.group_words = report.ok().and_then(|r| {
+            let settled = report.ok().and_then(|r| {
                 r.qos
-                    .iter()
-                    .flat_map(|q| q.pending.iter())
-                    .find(|p| p.job.id == found.id)
-                    .map(|p| p.why.clone())
+                    .into_iter()
+                    .flat_map(|q| q.pending)
+                    .find(|p| p.job.id == found.id && p.job.reason.starts_with("QOSGrp"))
             });
+            if let Some(p) = settled {
+                found.reason = p.job.reason;
+                facts.group_words = Some(p.why);
+            }
         }
     }
     if pending || found.restarts > 0 {
