@@ -43,7 +43,7 @@ libclang() {
     for d in ${LIBCLANG_PATH:-} /usr/lib/llvm-*/lib /usr/lib64/llvm*/lib64 /usr/lib64 /usr/lib/*-linux-gnu /usr/lib /usr/local/lib; do
         compgen -G "$d/libclang*.so*" >/dev/null && return 0
     done
-    ldconfig -p 2>/dev/null | grep -q 'libclang[-.0-9]*\.so'
+    ldconfig -p 2>/dev/null | grep 'libclang[-.0-9]*\.so' >/dev/null
 }
 libclang || need "libclang, which bindgen uses to read Slurm's headers (or set LIBCLANG_PATH to its directory)" \
     "apt-get install libclang-dev" "dnf install clang-devel"

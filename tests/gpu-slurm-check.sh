@@ -109,7 +109,7 @@ cleanup() {
     for p in "${started[@]}"; do kill -9 "$p" 2>/dev/null; done
     # Whatever MPS processes of this check's pipe directories are left.
     for p in $(pgrep -f "nvidia-cuda-mps" 2>/dev/null); do
-        if tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -q "^CUDA_MPS_PIPE_DIRECTORY=$D"; then
+        if tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep "^CUDA_MPS_PIPE_DIRECTORY=$D" >/dev/null; then
             kill -9 "$p" 2>/dev/null
         fi
     done
@@ -149,7 +149,7 @@ mkdir -p "$D/libs"
 for f in "$kit"/libs/*; do
     [ -e "$f" ] || continue
     n=$(basename "$f")
-    ldconfig -p | grep -q "^[[:space:]]*$n " || cp "$f" "$D/libs/"
+    ldconfig -p | grep "^[[:space:]]*$n " >/dev/null || cp "$f" "$D/libs/"
 done
 missing=$(ls "$D/libs")
 export LD_LIBRARY_PATH=$D/libs
@@ -419,7 +419,7 @@ snap() {
 daemons() { # pids of MPS control daemons of this check's pipe directories
     local p
     for p in $(pgrep -f "nvidia-cuda-mps-control" 2>/dev/null); do
-        tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -q "^CUDA_MPS_PIPE_DIRECTORY=$D" && echo "$p"
+        tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep "^CUDA_MPS_PIPE_DIRECTORY=$D" >/dev/null && echo "$p"
     done
 }
 # MPS servers run as their users, whose environment may not name the

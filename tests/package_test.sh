@@ -102,7 +102,7 @@ done
 dropin=/usr/share/gpushare/plugstack.conf.d/gpu_mps.conf
 grep -q "^required $spank\$" "$root$dropin" || fail "$dropin does not load $spank"
 [ ! -e "$root/etc/slurm/plugstack.conf.d/gpu_mps.conf" ] || fail "the SPANK drop-in is active after install"
-in_root dpkg-query -W -f='${Conffiles}' "${ours[@]}" | grep -q . &&
+in_root dpkg-query -W -f='${Conffiles}' "${ours[@]}" | grep . >/dev/null &&
     fail "the packages ship conffiles"
 
 step "1b. the metrics timers and the monitoring examples"
@@ -112,8 +112,8 @@ for u in gpushare-node-metrics.service gpushare-node-metrics.timer gpushare-qos-
     grep -qx "$units/$u" <<<"$files" || fail "$units/$u is not in the packages"
     unit_files+=("$units/$u")
 done
-in_root dpkg -L gpushare-node | grep -qx "$units/gpushare-node-metrics.timer" || fail "the node timer is not in gpushare-node"
-in_root dpkg -L gpushare-controller | grep -qx "$units/gpushare-qos-metrics.timer" || fail "the QOS timer is not in gpushare-controller"
+in_root dpkg -L gpushare-node | grep -x "$units/gpushare-node-metrics.timer" >/dev/null || fail "the node timer is not in gpushare-node"
+in_root dpkg -L gpushare-controller | grep -x "$units/gpushare-qos-metrics.timer" >/dev/null || fail "the QOS timer is not in gpushare-controller"
 enabled=$(find "$root/etc/systemd" -name 'gpushare-*' 2>/dev/null)
 [ -z "$enabled" ] || fail "installing enabled a unit: $enabled"
 grep -qx 'ExecStart=/usr/sbin/gpu-mps metrics --write' "$root$units/gpushare-node-metrics.service" ||
@@ -132,8 +132,8 @@ if [ -x "$root/usr/bin/systemd-analyze" ]; then
 else
     echo "   units not enabled; no systemd in this root, not verified"
 fi
-in_root dpkg -L gpushare | grep -qx "$dropin" || fail "the SPANK drop-in is not in gpushare"
-in_root dpkg -L gpushare | grep -qx "$spank" || fail "the SPANK plugin is not in gpushare, which login hosts get"
+in_root dpkg -L gpushare | grep -x "$dropin" >/dev/null || fail "the SPANK drop-in is not in gpushare"
+in_root dpkg -L gpushare | grep -x "$spank" >/dev/null || fail "the SPANK plugin is not in gpushare, which login hosts get"
 tests/example_paths.sh "$root" /usr/share/doc/gpushare/examples | sed 's/^/   /'
 examples=/usr/share/doc/gpushare/examples/monitoring
 for f in gpushare-rules.yml gpushare-rules.test.yml gpushare-dashboard.json; do
@@ -233,7 +233,7 @@ in_root apt-get purge -y -q "${ours[@]}" >"$tmp/apt.log" 2>&1 ||
     { cat "$tmp/apt.log"; fail "apt-get purge"; }
 left=$(left_behind "$files")
 [ -z "$left" ] || fail "apt-get purge left behind:$left"
-in_root dpkg-query -W -f='${db:Status-Abbrev}\n' "${ours[@]}" 2>/dev/null | grep -q '^[ir]' &&
+in_root dpkg-query -W -f='${db:Status-Abbrev}\n' "${ours[@]}" 2>/dev/null | grep '^[ir]' >/dev/null &&
     fail "dpkg still knows the packages after purge"
 echo "   nothing of $(wc -l <<<"$files") paths left after remove, nor after purge"
 

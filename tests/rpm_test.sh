@@ -203,7 +203,7 @@ grep -qx "$plugindir/spank_gpu_mps.so" <<<"$(in_root rpm -ql gpushare)" ||
     fail "the packages have config files: $(in_root rpm -qc gpushare gpushare-slurmctld gpushare-slurmd)"
 ! grep -q '^/etc/slurm' <<<"$files" || fail "the packages write into /etc/slurm: $(grep '^/etc/slurm' <<<"$files")"
 tests/example_paths.sh "$root" /usr/share/doc/gpushare/examples | sed 's/^/   /'
-in_root rpm -q --requires gpushare | grep -q '^slurm-slurm' && fail "gpushare, for login hosts, requires a Slurm daemon"
+in_root rpm -q --requires gpushare | grep '^slurm-slurm' >/dev/null && fail "gpushare, for login hosts, requires a Slurm daemon"
 enabled=$(find "$root/etc/systemd" -name 'gpushare-*' 2>/dev/null || true)
 [ -z "$enabled" ] || fail "installing enabled a unit: $enabled"
 node_unit=$root/usr/lib/systemd/system/gpushare-node-metrics.service

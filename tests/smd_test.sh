@@ -181,7 +181,7 @@ echo "   pinned: $(field "$controller" Depends | grep -oE 'slurm-smd-slurmctld \
 offline chroot "$root" "${root_env[@]}" apt-get install -y -q "$debs/$tools" "$debs/$controller" "$debs/$node" >"$tmp/apt.log" 2>&1 ||
     { cat "$tmp/apt.log"; fail "apt-get install ./gpushare*.deb"; }
 for p in gpushare:"$plugindir/spank_gpu_mps.so" gpushare-controller:"$plugindir/job_submit_gpu_qos.so"; do
-    in_root dpkg -L "${p%%:*}" | grep -qx "${p#*:}" || fail "${p%%:*} does not put ${p#*:} in slurm-smd's PluginDir"
+    in_root dpkg -L "${p%%:*}" | grep -x "${p#*:}" >/dev/null || fail "${p%%:*} does not put ${p#*:} in slurm-smd's PluginDir"
 done
 dropin=/usr/share/gpushare/plugstack.conf.d/gpu_mps.conf
 grep -qx "required $plugindir/spank_gpu_mps.so" "$root$dropin" || fail "$dropin does not name $plugindir/spank_gpu_mps.so"
