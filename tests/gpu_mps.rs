@@ -503,7 +503,10 @@ fn slurmd_crash(c: &mut Cluster) -> TestResult {
 fn reconcile(c: &mut Cluster) -> TestResult {
     wait_for("the epilogs", SHORT, || no_share_left(c))?;
     // Records left by jobs that vanished without an epilog (e.g. a node
-    // crash) fill every GPU, written the way the ledger writes records.
+    // crash) fill every GPU, written the way the ledger writes records
+    // (into its directory as it makes it, where no share ran before).
+    let dir = c.dir.join("run/gpu-mps");
+    gpushare::mps::ledger::Ledger::open(&dir, 0).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut state = ledger(c);
     for gpu in 0..4 {
         state.insert_share(ShareRecord {
@@ -519,7 +522,7 @@ fn reconcile(c: &mut Cluster) -> TestResult {
             sluid: None,
         });
     }
-    fs::write(c.dir.join("run/gpu-mps/state"), state.to_json()).map_err(|e| e.to_string())?;
+    fs::write(dir.join("state"), state.to_json()).map_err(|e| e.to_string())?;
     // No GPU has room for 50 in the ledger: the prolog asks slurmctld and
     // drops what lies on the share's GPU (gpushare places it on GPU 0, the
     // first of the GPUs freed; Slurm, knowing nothing of these records, on
