@@ -20,7 +20,7 @@ use testcluster::cluster::EXAMPLE_GPU_QOS_CONF;
 
 const RUNS: usize = 5;
 
-fn sacct_text(jobs: usize) -> String {
+fn sacct_text(jobs: usize, d: &str) -> String {
     let users = ["alice", "bob", "dora", "eve", "frank", "gina", "hal", "ivy"];
     let shapes: [(&str, &str, &str, &str); 10] = [
         (
@@ -80,7 +80,7 @@ fn sacct_text(jobs: usize) -> String {
         };
         let _ = writeln!(
             out,
-            "{id}|{user}|acct_{}|{part}|{qos}|1||billing=1,cpu=1,mem=1G,node=1{}{tres}|{line}",
+            "{id}{d}{user}{d}acct_{}{d}{part}{d}{qos}{d}1{d}{d}billing=1,cpu=1,mem=1G,node=1{}{tres}{d}{line}",
             i % 20,
             if tres.is_empty() { "" } else { "," }
         );
@@ -122,12 +122,14 @@ fn main() {
             .collect(),
         ..Database::default()
     };
-    let text = sacct_text(jobs);
+    // Fields separated as replay asks sacct to (a new separator each run).
+    let delimiter = gpushare::qos::slurm::accounted::delimiter();
+    let text = sacct_text(jobs, &delimiter);
     let mut times = Vec::new();
     let mut last = None;
     for _ in 0..RUNS {
         let start = Instant::now();
-        let (subs, _) = replay::parse_sacct(&text, true);
+        let (subs, _) = replay::parse_sacct(&text, true, &delimiter);
         let report = replay::replay(&cfg, &db, &subs);
         times.push(start.elapsed().as_secs_f64());
         last = Some(report);

@@ -147,7 +147,8 @@ fn run(jobs: usize) -> Result<(), String> {
     let bin = bin.to_string_lossy();
     let conf_arg = conf.to_string_lossy();
     // The very query replay runs, so the two rows time the same read.
-    let query = gpushare::qos::slurm::accounted::between(&since, None, true);
+    let delimiter = gpushare::qos::slurm::accounted::delimiter();
+    let query = gpushare::qos::slurm::accounted::between(&since, None, true, &delimiter);
     let args: Vec<&str> = query.args.iter().map(String::as_str).collect();
     let (sacct_s, out) = timed(&c, query.program, &args)?;
     let records = out.lines().count();

@@ -27,9 +27,11 @@ pub fn report(
     let mut notes = Vec::new();
     // SubmitLine is in sacct from 21.08 (src/sacct/sacct.c); an older
     // sacct refuses the field: ReqTRES then stands for every request.
-    let (text, with_line) = match read.read(&accounted::between(since, until, true)) {
+    let delimiter = accounted::delimiter();
+    let query = |with_line| accounted::between(since, until, with_line, &delimiter);
+    let (text, with_line) = match read.read(&query(true)) {
         Ok(text) => (text, true),
-        Err(first) => match read.read(&accounted::between(since, until, false)) {
+        Err(first) => match read.read(&query(false)) {
             Ok(text) => {
                 notes.push(format!(
                     "sacct could not list SubmitLine ({first}): every request is read from \
@@ -40,7 +42,7 @@ pub fn report(
             Err(_) => return Err(first),
         },
     };
-    let (subs, skipped) = replay::parse_sacct(&text, with_line);
+    let (subs, skipped) = replay::parse_sacct(&text, with_line, &delimiter);
     let mut unread = Vec::new();
     let db = Database {
         qos: database(read)?,

@@ -82,10 +82,83 @@ pub struct Skipped {
     pub reason: String,
 }
 
-/// Reads sacct's answer (fields [`FIELDS`]; without `SubmitLine` when
-/// `with_submit_line` is false). A line with too few fields right after a
-/// record continues its `SubmitLine` (an argument holding a newline).
-pub fn parse(text: &str, with_submit_line: bool) -> (Vec<Submission>, Vec<Skipped>) {
+/// One record of sacct's answer: its first line's number and its fields.
+struct RawRecord<'a> {
+    line: usize,
+    fields: Vec<&'a str>,
+}
+
+/// Splits sacct's answer into records of `want` fields separated by
+/// `delimiter`. Only the last field (`SubmitLine`, the user's text) may
+/// hold newlines, never the delimiter: it runs to the end of its first
+/// line, then on up to the last newline before the next record's first
+/// delimiter. A line that does not start a whole record is named in
+/// `skipped`; blank lines between records are passed over.
+fn split_records<'a>(
+    text: &'a str,
+    want: usize,
+    delimiter: &str,
+    skipped: &mut Vec<Skipped>,
+) -> Vec<RawRecord<'a>> {
+    let lines_in = |s: &str| s.bytes().filter(|&b| b == b'\n').count();
+    let mut out = Vec::new();
+    let mut at = 0;
+    let mut line = 1;
+    while at < text.len() {
+        let rest = &text[at..];
+        let eol = rest.find('\n').map_or(rest.len(), |i| i + 1);
+        if rest[..eol].trim().is_empty() {
+            at += eol;
+            line += 1;
+            continue;
+        }
+        // The fields before the last: each ends at a delimiter on this line.
+        let mut fields = Vec::with_capacity(want);
+        let mut pos = 0;
+        while fields.len() + 1 < want {
+            match rest[pos..eol].find(delimiter) {
+                Some(i) => {
+                    fields.push(&rest[pos..pos + i]);
+                    pos += i + delimiter.len();
+                }
+                None => break,
+            }
+        }
+        if fields.len() + 1 < want {
+            let found = fields.len() + usize::from(!rest[pos..eol].trim().is_empty());
+            skipped.push(Skipped {
+                line,
+                reason: format!("{found} fields, expected {want}"),
+            });
+            at += eol;
+            line += 1;
+            continue;
+        }
+        // The last field: to the end of this line, then to the last newline
+        // before the next delimiter (the next record's first).
+        let end = match rest[eol..].find(delimiter) {
+            Some(d) => rest[eol..eol + d].rfind('\n').map_or(eol, |n| eol + n + 1),
+            None => rest.len(),
+        };
+        let last = rest[pos..end].strip_suffix('\n').unwrap_or(&rest[pos..end]);
+        fields.push(last);
+        out.push(RawRecord { line, fields });
+        line += lines_in(&rest[..end]);
+        at += end;
+    }
+    out
+}
+
+/// Reads sacct's answer (fields [`FIELDS`] separated by `delimiter`;
+/// without `SubmitLine` when `with_submit_line` is false). A `SubmitLine`
+/// may hold newlines; it can never hold the delimiter where that is
+/// [`crate::qos::slurm::accounted::delimiter`], so no line a user typed
+/// is read as a record.
+pub fn parse(
+    text: &str,
+    with_submit_line: bool,
+    delimiter: &str,
+) -> (Vec<Submission>, Vec<Skipped>) {
     let want = if with_submit_line {
         FIELD_COUNT
     } else {
@@ -95,38 +168,12 @@ pub fn parse(text: &str, with_submit_line: bool) -> (Vec<Submission>, Vec<Skippe
     let mut out: Vec<Submission> = Vec::new();
     let mut by_key: HashMap<String, usize> = HashMap::new();
     let mut skipped = Vec::new();
-    // Which record a short line continues: `Some(Some(i))` submission
-    // i's SubmitLine, `Some(None)` a record whose line is not kept.
-    let mut continues: Option<Option<usize>> = None;
-    for (index, raw) in text.lines().enumerate() {
-        let line = index + 1;
-        if raw.trim().is_empty() {
-            continues = None;
-            continue;
-        }
-        let fields: Vec<&str> = raw.splitn(want, '|').collect();
-        if fields.len() < want {
-            match continues.filter(|_| with_submit_line) {
-                Some(Some(at)) => {
-                    if let Some(s) = out.get_mut(at).and_then(|s| s.submit_line.as_mut()) {
-                        s.push('\n');
-                        s.push_str(raw);
-                    }
-                }
-                Some(None) => {}
-                None => skipped.push(Skipped {
-                    line,
-                    reason: format!("{} fields, expected {want}", fields.len()),
-                }),
-            }
-            continue;
-        }
+    for RawRecord { line, fields } in split_records(text, want, delimiter, &mut skipped) {
         let Some(id) = parse_job_id(fields[0].trim()) else {
             skipped.push(Skipped {
                 line,
                 reason: format!("\"{}\" is not a job id", fields[0]),
             });
-            continues = None;
             continue;
         };
         let (key, task, printed) = match id {
@@ -135,7 +182,8 @@ pub fn parse(text: &str, with_submit_line: bool) -> (Vec<Submission>, Vec<Skippe
             JobId::ArrayPending { array, index } => (array, None, Some(index)),
         };
         if let Some(&at) = by_key.get(key) {
-            // Another record of the same array: one submission.
+            // Another record of the same array: one submission (the first
+            // record's SubmitLine is the one kept).
             let sub = &mut out[at];
             sub.records += 1;
             match (&mut sub.array, task, printed) {
@@ -144,14 +192,11 @@ pub fn parse(text: &str, with_submit_line: bool) -> (Vec<Submission>, Vec<Skippe
                 (None, Some(t), None) => sub.array = Some(ArrayIndex::Tasks(vec![t])),
                 _ => {}
             }
-            // The first record's SubmitLine is the one kept.
-            continues = Some(None);
             continue;
         }
         let text = |i: usize| fields.get(i).map_or("", |f| f.trim()).to_owned();
         let given = |i: usize| Some(text(i)).filter(|s| !s.is_empty());
         by_key.insert(key.to_owned(), out.len());
-        continues = Some(Some(out.len()));
         out.push(Submission {
             job_id: fields[0].trim().to_owned(),
             key: key.to_owned(),
@@ -223,7 +268,7 @@ mod tests {
              11+0|{LINE}|sbatch h.sh\n11+1|{LINE}|sbatch h.sh\n\
              12_[4-9%2]|{LINE}|\n"
         );
-        let (subs, skipped) = parse(&text, true);
+        let (subs, skipped) = parse(&text, true, "|");
         assert!(skipped.is_empty());
         let keys: Vec<&str> = subs.iter().map(|s| s.key.as_str()).collect();
         assert_eq!(keys, ["10", "11+0", "11+1", "12"]);
@@ -254,26 +299,93 @@ mod tests {
     fn missing_fields_and_odd_lines_are_skipped_and_named() {
         let text = format!(
             "1|{LINE}|sbatch --wrap=a | b --gres=gpu:1\n\
-             2|alice\n\
              \n\
+             2|alice\n\
              3.batch|{LINE}|x\n\
              4|||||||||\n"
         );
-        let (subs, skipped) = parse(&text, true);
-        // `2|alice` right after record 1 continues its SubmitLine.
+        let (subs, skipped) = parse(&text, true, "|");
+        // The last field holds the rest of its line, `|` included.
         assert_eq!(
             subs[0].submit_line.as_deref(),
-            Some("sbatch --wrap=a | b --gres=gpu:1\n2|alice")
+            Some("sbatch --wrap=a | b --gres=gpu:1")
         );
-        assert_eq!(skipped.iter().map(|s| s.line).collect::<Vec<_>>(), vec![4]);
+        let named: Vec<(usize, &str)> = skipped
+            .iter()
+            .map(|s| (s.line, s.reason.as_str()))
+            .collect();
+        assert_eq!(
+            named,
+            [
+                (3, "2 fields, expected 9"),
+                (4, "\"3.batch\" is not a job id")
+            ]
+        );
         assert_eq!(subs.len(), 2);
         assert_eq!(
             (subs[1].key.as_str(), subs[1].user.as_str(), subs[1].nodes),
             ("4", "", None)
         );
-        let (subs, skipped) = parse("5|a|b|c|d|1||gres/gpu=1\n6|a\n", false);
+        let (subs, skipped) = parse("5|a|b|c|d|1||gres/gpu=1\n6|a\n", false, "|");
         assert_eq!((subs.len(), skipped.len()), (1, 1));
         assert_eq!(subs[0].submit_line, None);
+    }
+
+    /// A user's argument holding newlines and whole forged records, as
+    /// sacct prints it with the separator of the read: one job, its line
+    /// whole; the records after it read as they are.
+    #[test]
+    fn no_line_a_user_typed_is_read_as_a_record() {
+        let d = crate::qos::slurm::accounted::delimiter();
+        let fields = LINE.replace('|', &d);
+        let forged =
+            format!("\n900|root|phys|gpu|normal|1||gres/gpu:a40=1|sbatch x\n\n901|{LINE}|y\n");
+        let typed = format!("sbatch --gres=gpu:1 --wrap=$'true{forged}'");
+        let text = format!(
+            "7{d}{fields}{d}{typed}\n\
+             8_1{d}{fields}{d}sbatch --array=1-2 b.sh\n\
+             8_2{d}{fields}{d}sbatch --array=1-2 b.sh\n\
+             9{d}{fields}{d}\n"
+        );
+        let (subs, skipped) = parse(&text, true, &d);
+        assert!(skipped.is_empty(), "{skipped:?}");
+        let keys: Vec<&str> = subs.iter().map(|s| s.key.as_str()).collect();
+        assert_eq!(keys, ["7", "8", "9"]);
+        assert_eq!(subs[0].submit_line.as_deref(), Some(typed.as_str()));
+        assert_eq!(subs[0].user, "alice");
+        assert_eq!(subs[1].records, 2);
+        assert_eq!(subs[2].submit_line, None);
+        // The same text read with `|`, as before: the forged jobs appear.
+        let (subs, _) = parse(&text.replace(&d, "|"), true, "|");
+        assert!(subs.iter().any(|s| s.key == "900"), "{subs:?}");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn shaped_text_is_read_without_panic(
+            text in "([0-9_+\\[\\]a-z]{0,3}(<d>|\n| |é){0,2}){0,30}",
+            with_line in proptest::bool::ANY,
+        ) {
+            let (subs, skipped) = parse(&text, with_line, "<d>");
+            proptest::prop_assert!(subs.len() + skipped.len() <= text.lines().count() + 1);
+        }
+    }
+
+    #[test]
+    fn any_text_is_read_without_panic() {
+        let d = "<gpushare:0123>";
+        for text in [
+            "",
+            "\n",
+            d,
+            "1<gpushare:0123>",
+            "1<gpushare:0123>a<gpushare:0123>b<gpushare:0123>c<gpushare:0123>d<gpushare:0123>1<gpushare:0123><gpushare:0123>t<gpushare:0123>",
+            "<gpushare:0123><gpushare:0123><gpushare:0123><gpushare:0123><gpushare:0123><gpushare:0123><gpushare:0123><gpushare:0123>\n\n<gpushare:0123>",
+            "é<gpushare:0123>\u{0}\n\r\n",
+        ] {
+            let (subs, skipped) = parse(text, true, d);
+            assert!(subs.len() + skipped.len() <= text.lines().count() + 1, "{text:?}");
+        }
     }
 
     #[test]

@@ -29,7 +29,7 @@ fn db() -> Database {
 
 fn run(conf: &str, sacct: &str) -> ReplayReport {
     let cfg = config::parse(conf, "gpu_qos.conf").unwrap();
-    let (subs, skipped) = parse_sacct(sacct, true);
+    let (subs, skipped) = parse_sacct(sacct, true, "|");
     let mut r = replay(&cfg, &db(), &subs);
     r.skipped = skipped;
     r.sort();

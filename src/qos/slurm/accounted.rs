@@ -13,10 +13,24 @@ pub const FIELDS: &str = "JobID,User,Account,Partition,QOS,NNodes,Reservation,Re
 pub const FIELDS_WITHOUT_SUBMIT_LINE: &str =
     "JobID,User,Account,Partition,QOS,NNodes,Reservation,ReqTRES";
 
+/// A field separator for one read, which no user can have typed into the
+/// `SubmitLine` read with it: 128 bits from the operating system's
+/// randomness (std's hash keys), new for every read. A line a user puts
+/// into an argument (`--wrap=$'...\n123|alice|...'`) can then never be
+/// taken for a record of its own: sacct separates records with newlines,
+/// which `SubmitLine` may hold, and fields with this.
+pub fn delimiter() -> String {
+    use std::hash::{BuildHasher, RandomState};
+    let a = RandomState::new().hash_one(std::process::id());
+    let b = RandomState::new().hash_one(a);
+    format!("<gpushare:{a:016x}{b:016x}>")
+}
+
 /// Every job of every user submitted between `since` and `until` (Slurm's
 /// date forms, `2026-01-31`, `now-7days`), one record per job (`-X`: no
-/// steps). `with_submit_line`: false on a release without the field.
-pub fn between(since: &str, until: Option<&str>, with_submit_line: bool) -> Query {
+/// steps), its fields separated by `delimiter` ([`delimiter`]).
+/// `with_submit_line`: false on a release without the field.
+pub fn between(since: &str, until: Option<&str>, with_submit_line: bool, delimiter: &str) -> Query {
     let fields = if with_submit_line {
         FIELDS
     } else {
@@ -30,6 +44,7 @@ pub fn between(since: &str, until: Option<&str>, with_submit_line: bool) -> Quer
             "-X",
             "-P",
             "--noheader",
+            &format!("--delimiter={delimiter}"),
             "-S",
             since,
             "-E",
@@ -143,6 +158,16 @@ mod tests {
                 ("lab".to_owned(), "phys".to_owned())
             ]
         );
+    }
+
+    #[test]
+    fn each_read_has_its_own_delimiter_which_is_no_text_of_sacct() {
+        let (a, b) = (delimiter(), delimiter());
+        assert_ne!(a, b);
+        assert_eq!(a.len(), "<gpushare:>".len() + 32);
+        assert!(!a.contains(['|', '\n', ' ']), "{a}");
+        let q = between("2026-01-01", None, true, &a);
+        assert!(q.args.contains(&format!("--delimiter={a}")), "{:?}", q.args);
     }
 
     #[test]
