@@ -133,7 +133,10 @@ pub enum Cmd {
     /// from its requested TRES (ReqTRES), and the output says which;
     /// options given in a batch script's #SBATCH lines are not in
     /// SubmitLine. QOS, partition and account are those the job ran
-    /// under; typed limits come from sacctmgr as they are today. Exit
+    /// under; typed limits come from sacctmgr as they are today. sacct
+    /// has 5 minutes to answer (about 100,000 jobs take 2 s); a window it
+    /// cannot answer in that time, or wider than slurmdbd's
+    /// MaxQueryTimeRange, is replayed in parts (--since, --until). Exit
     /// status: 0 replayed, 2 could not read.
     Replay {
         /// The earliest submission (any date sacct's -S takes:

@@ -29,8 +29,16 @@ pub fn report(
     // sacct refuses the field: ReqTRES then stands for every request.
     let delimiter = accounted::delimiter();
     let query = |with_line| accounted::between(since, until, with_line, &delimiter);
+    // A window too wide for slurmdbd (MaxQueryTimeRange), for the time
+    // or the answer allowed: the admin is told how to narrow it.
+    let narrow = |e: ReadError| {
+        ReadError::new(format!(
+            "{e}; replay a shorter window (--since DATE --until DATE), one after another"
+        ))
+    };
     let (text, with_line) = match read.read(&query(true)) {
         Ok(text) => (text, true),
+        Err(first) if !accounted::refused_a_field(&first.to_string()) => return Err(narrow(first)),
         Err(first) => match read.read(&query(false)) {
             Ok(text) => {
                 notes.push(format!(
@@ -39,7 +47,7 @@ pub fn report(
                 ));
                 (text, false)
             }
-            Err(_) => return Err(first),
+            Err(_) => return Err(narrow(first)),
         },
     };
     let (subs, skipped) = replay::parse_sacct(&text, with_line, &delimiter);
@@ -87,4 +95,87 @@ pub fn report(
     );
     report.notes = notes;
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use super::*;
+    use crate::qos::slurm::Query;
+
+    /// sacct failing with `error` when asked for SubmitLine, answering one
+    /// job without it; every other read answers nothing.
+    struct Sacct {
+        error: &'static str,
+        asked: RefCell<Vec<Vec<String>>>,
+    }
+
+    impl SlurmRead for Sacct {
+        fn read(&self, query: &Query) -> Result<String, ReadError> {
+            if query.program != "sacct" {
+                return Ok(String::new());
+            }
+            self.asked.borrow_mut().push(query.args.clone());
+            let d = query
+                .args
+                .iter()
+                .find_map(|a| a.strip_prefix("--delimiter="))
+                .unwrap_or("|");
+            if query.args.iter().any(|a| a.ends_with(",SubmitLine")) {
+                Err(ReadError::new(self.error))
+            } else {
+                Ok(["7", "alice", "phys", "gpu", "normal", "1", "", "gres/gpu=1"].join(d) + "\n")
+            }
+        }
+    }
+
+    fn replayed(error: &'static str) -> (Result<ReplayReport, ReadError>, usize) {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let conf = dir.path().join("gpu_qos.conf");
+        std::fs::write(&conf, "").unwrap_or_else(|e| panic!("{e}"));
+        let sacct = Sacct {
+            error,
+            asked: RefCell::new(Vec::new()),
+        };
+        let r = report(&sacct, &conf, "2026-01-01", None);
+        let asked = sacct.asked.borrow().len();
+        (r, asked)
+    }
+
+    #[test]
+    fn sacct_without_the_field_is_asked_again_without_it() {
+        let (r, asked) = replayed("sacct: error: Invalid field requested: \"SubmitLine\"");
+        let r = r.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((asked, r.jobs), (2, 1));
+        assert!(
+            r.notes[0].starts_with("sacct could not list SubmitLine"),
+            "{:?}",
+            r.notes
+        );
+    }
+
+    #[test]
+    fn a_window_sacct_cannot_answer_is_not_asked_twice_and_the_admin_is_told_to_narrow_it() {
+        for error in [
+            "`sacct ...`: sacct timed out after 300 s",
+            "`sacct ...` failed (exit status: 1): sacct: error: Time range too large (MaxQueryTimeRange)",
+        ] {
+            let (r, asked) = replayed(error);
+            let e = r.err().map(|e| e.to_string()).unwrap_or_default();
+            assert_eq!(asked, 1, "{error}");
+            assert!(e.starts_with(error) && e.contains("--since DATE --until DATE"), "{e}");
+        }
+    }
+
+    #[test]
+    fn replays_read_sacct_with_a_longer_time_than_other_reads() {
+        let q = accounted::between("2026-01-01", None, true, "<d>");
+        assert_eq!(q.timeout, accounted::REPLAY_TIMEOUT);
+        assert!(q.timeout > crate::qos::slurm::TIMEOUT);
+        assert_eq!(
+            crate::qos::slurm::jobs::pending().timeout,
+            crate::qos::slurm::TIMEOUT
+        );
+    }
 }

@@ -4,7 +4,14 @@
 //! (`SubmitLine`, which sacct lists from Slurm 21.08: `src/sacct/sacct.c`)
 //! and as accounting counted it (`ReqTRES`).
 
+use std::time::Duration;
+
 use super::Query;
+
+/// How long replay's sacct may take: it reads months of accounting
+/// (sacct answers about 100,000 jobs in 2 s), for an admin who waits for
+/// it, where every other read has [`super::TIMEOUT`].
+pub const REPLAY_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The fields read, in order. `SubmitLine` is last: it is the user's own
 /// text and may hold the `|` sacct separates fields with.
@@ -54,6 +61,13 @@ pub fn between(since: &str, until: Option<&str>, with_submit_line: bool, delimit
         ],
         &format!("sacct-replay-{since}-{until}"),
     )
+    .within(REPLAY_TIMEOUT)
+}
+
+/// Whether sacct's error says it does not know a field (a release
+/// without `SubmitLine`), rather than that it failed to answer.
+pub fn refused_a_field(error: &str) -> bool {
+    error.contains("Invalid field requested")
 }
 
 /// The parts of a job id: `123`, `123_4`, `123_[1-5%2]`, `123+0`.
