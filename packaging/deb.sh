@@ -32,6 +32,13 @@ suite=${1:-host}
 cd "$(dirname "$0")/.."
 repo=$PWD
 cargo=${CARGO:-cargo}
+# Where cargo puts the build: CARGO_TARGET_DIR where the site sets it
+# (relative to the tree, as cargo reads it here), else target/.
+case ${CARGO_TARGET_DIR:-} in
+'') build=$repo/target ;;
+/*) build=$CARGO_TARGET_DIR ;;
+*) build=$repo/$CARGO_TARGET_DIR ;;
+esac
 fail() { echo "deb: $*" >&2; exit 1; }
 for tool in dpkg-deb:dpkg dpkg-shlibdeps:dpkg-dev strip:binutils; do
     command -v "${tool%%:*}" >/dev/null || fail "${tool%%:*} is missing (apt-get install ${tool#*:})"
@@ -65,7 +72,7 @@ if [ "$suite" = host ]; then
     *) fail "$headers/slurm is installed by $headers_pkg, neither Debian's libslurm-dev nor SchedMD's slurm-smd-dev: the package to pin to is unknown" ;;
     esac
     "$cargo" build --release "${programs[@]}" "${plugins[@]}"
-    plugin_build=$repo/target/release
+    plugin_build=$build/release
 else
     root=$repo/target/releases/$suite-root
     flavour=debian
@@ -116,7 +123,7 @@ echo "== gpushare $version for Slurm $slurm ($suite), PluginDir $plugindir, pinn
 # Stage with the one install recipe, from a directory holding exactly the
 # files this package is made of.
 for f in gpu-mps-prolog gpu-mps-epilog gpu-qos gpu-mps gpushare-man; do
-    ln -s "$repo/target/release/$f" "$work/bin/$f"
+    ln -s "$build/release/$f" "$work/bin/$f"
 done
 for f in libjob_submit_gpu_qos.so libspank_gpu_mps.so; do
     ln -s "$plugin_build/$f" "$work/bin/$f"

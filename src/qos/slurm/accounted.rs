@@ -21,16 +21,17 @@ pub const FIELDS_WITHOUT_SUBMIT_LINE: &str =
     "JobID,User,Account,Partition,QOS,NNodes,Reservation,ReqTRES";
 
 /// A field separator for one read, which no user can have typed into the
-/// `SubmitLine` read with it: 128 bits from the operating system's
-/// randomness (std's hash keys), new for every read. A line a user puts
+/// `SubmitLine` read with it: 64 bits from the operating system's
+/// randomness (std's hash keys), new for every read, which a user would
+/// have had to guess when submitting (short: sacct prints it 8 times a
+/// job). A line a user puts
 /// into an argument (`--wrap=$'...\n123|alice|...'`) can then never be
 /// taken for a record of its own: sacct separates records with newlines,
 /// which `SubmitLine` may hold, and fields with this.
 pub fn delimiter() -> String {
     use std::hash::{BuildHasher, RandomState};
     let a = RandomState::new().hash_one(std::process::id());
-    let b = RandomState::new().hash_one(a);
-    format!("<gpushare:{a:016x}{b:016x}>")
+    format!("<{a:016x}>")
 }
 
 /// Every job of every user submitted between `since` and `until` (Slurm's
@@ -178,7 +179,7 @@ mod tests {
     fn each_read_has_its_own_delimiter_which_is_no_text_of_sacct() {
         let (a, b) = (delimiter(), delimiter());
         assert_ne!(a, b);
-        assert_eq!(a.len(), "<gpushare:>".len() + 32);
+        assert_eq!(a.len(), "<>".len() + 16);
         assert!(!a.contains(['|', '\n', ' ']), "{a}");
         let q = between("2026-01-01", None, true, &a);
         assert!(q.args.contains(&format!("--delimiter={a}")), "{:?}", q.args);
