@@ -210,17 +210,20 @@ impl TestUser {
     /// only for a group limit, as [`Self::why_now`] shows). The last
     /// report read is in the error.
     pub fn why(&self, c: &Cluster, job: u32, reason: &str) -> Result<WhyReport> {
-        let bin = crate::cluster::build_dir()?.join("gpu-qos");
-        let bin = bin.to_string_lossy();
-        let id = job.to_string();
         let mut last = String::new();
         crate::cluster::wait_for(
             &format!("gpu-qos why {job} as {} to give reason {reason}", self.name),
             std::time::Duration::from_secs(30),
-            || {
-                last = self.run_ok(c, None, &bin, &["why", &id, "--json"]).ok()?;
-                let report: WhyReport = serde_json::from_str(&last).ok()?;
-                (report.job.reason == reason).then_some(report)
+            || match self.why_now(c, job) {
+                Ok(report) if report.job.reason == reason => Some(report),
+                Ok(report) => {
+                    last = format!("{report:?}");
+                    None
+                }
+                Err(e) => {
+                    last = e;
+                    None
+                }
             },
         )
         .map_err(|e| format!("{e}; last report: {last}"))

@@ -296,14 +296,20 @@ fn metrics_count_group_gpus_and_pending_reasons() {
     }
 }
 
-/// The scene read while Slurm's scheduler has cleared every pending job's
-/// reason (`None`, a moment of each of its passes).
-struct Cleared(Recorded);
+/// The recorded scene read while Slurm's scheduler has cleared the
+/// pending jobs' reasons (`None`, a moment of each of its passes): in
+/// every squeue answer, or, with `job_read_kept`, in every one but the
+/// one-job read (`squeue -j`) that comes first.
+struct Cleared {
+    scene: Recorded,
+    job_read_kept: bool,
+}
 
 impl SlurmRead for Cleared {
     fn read(&self, query: &Query) -> Result<String, ReadError> {
-        let text = self.0.read(query)?;
-        Ok(if query.key.starts_with("squeue") {
+        let text = self.scene.read(query)?;
+        let kept = self.job_read_kept && query.args.iter().any(|a| a == "-j");
+        Ok(if query.program == "squeue" && !kept {
             text.replace("|QOSGrpGRES|", "|None|")
                 .replace("|Resources|", "|None|")
         } else {
@@ -316,10 +322,13 @@ impl SlurmRead for Cleared {
 fn a_reason_slurm_has_cleared_for_a_moment_is_settled_by_the_groups_use() {
     for r in RELEASES {
         let m = manifest(r);
-        let cleared = Cleared(scene(r));
+        let cleared = Cleared {
+            scene: scene(r),
+            job_read_kept: false,
+        };
         assert!(
             cleared
-                .0
+                .scene
                 .read(&crate::qos::slurm::jobs::pending())
                 .is_ok_and(|t| t.contains("|QOSGrpGRES|")),
             "{r}: the scene has a job pending for its group"
@@ -493,31 +502,14 @@ fn without_slurmdbd_why_and_usage_tell_what_slurmctld_knows() {
     }
 }
 
-/// The recorded scene read while Slurm's scheduler looks at the waiting
-/// jobs: every job read but the one-job read shows them with no reason.
-struct ReasonCleared(Recorded);
-
-impl crate::qos::slurm::SlurmRead for ReasonCleared {
-    fn read(
-        &self,
-        query: &crate::qos::slurm::Query,
-    ) -> Result<String, crate::qos::slurm::ReadError> {
-        let text = self.0.read(query)?;
-        Ok(
-            if query.program == "squeue" && !query.args.iter().any(|a| a == "-j") {
-                text.replace("|QOSGrpGRES|", "|None|")
-            } else {
-                text
-            },
-        )
-    }
-}
-
 #[test]
 fn why_explains_the_reason_it_shows_when_a_later_read_has_none() {
     for r in RELEASES {
         let m = manifest(r);
-        let read = ReasonCleared(scene(r));
+        let read = Cleared {
+            scene: scene(r),
+            job_read_kept: true,
+        };
         let report =
             why::report(&read, &m.jobs.qos_grp_gres).unwrap_or_else(|e| panic!("{r}: {e}"));
         assert_eq!(report.job.reason, "QOSGrpGRES", "{r}");

@@ -14,7 +14,7 @@ use super::Query;
 pub const REPLAY_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The fields read, in order. `SubmitLine` is last: it is the user's own
-/// text and may hold the `|` sacct separates fields with.
+/// text, and the only field that may run on over several lines.
 pub const FIELDS: &str = "JobID,User,Account,Partition,QOS,NNodes,Reservation,ReqTRES,SubmitLine";
 /// The same without `SubmitLine`, for a release older than 21.08.
 pub const FIELDS_WITHOUT_SUBMIT_LINE: &str =
@@ -23,11 +23,10 @@ pub const FIELDS_WITHOUT_SUBMIT_LINE: &str =
 /// A field separator for one read, which no user can have typed into the
 /// `SubmitLine` read with it: 64 bits from the operating system's
 /// randomness (std's hash keys), new for every read, which a user would
-/// have had to guess when submitting (short: sacct prints it 8 times a
-/// job). A line a user puts
-/// into an argument (`--wrap=$'...\n123|alice|...'`) can then never be
-/// taken for a record of its own: sacct separates records with newlines,
-/// which `SubmitLine` may hold, and fields with this.
+/// have had to guess when submitting (kept short: sacct prints it 8 times
+/// a job). sacct separates records with newlines, which `SubmitLine` may
+/// hold (`--wrap=$'...\n123|alice|...'`), and fields with this, so no
+/// line a user typed is taken for a record of its own.
 pub fn delimiter() -> String {
     use std::hash::{BuildHasher, RandomState};
     let a = RandomState::new().hash_one(std::process::id());
