@@ -26,6 +26,11 @@ pub struct SubmittedOptions {
     pub account: Option<String>,
     pub array: Option<String>,
     pub ntasks: Option<u32>,
+    /// `--ntasks-per-gpu` (or `--ntasks-per-tres`): untyped GPUs Slurm
+    /// adds where no GPU is asked for.
+    pub ntasks_per_gpu: Option<u16>,
+    /// `--nodes`/`-N`: the fewest and most nodes (`-N 2` or `-N 2-4`).
+    pub nodes: Option<(u32, u32)>,
     pub reservation: Option<String>,
     /// `--requeue` (true) or `--no-requeue` (false), the last given.
     pub requeue: Option<bool>,
@@ -129,6 +134,7 @@ const LONG_WITH_VALUE: &[&str] = &[
     "ntasks-per-gpu",
     "ntasks-per-node",
     "ntasks-per-socket",
+    "ntasks-per-tres",
     "open-mode",
     "output",
     "partition",
@@ -215,6 +221,7 @@ fn short_name(letter: u8) -> &'static str {
         b'A' => "account",
         b'a' => "array",
         b'G' => "gpus",
+        b'N' => "nodes",
         b'n' => "ntasks",
         b'p' => "partition",
         b'q' => "qos",
@@ -265,11 +272,24 @@ fn record(found: &mut SubmittedOptions, name: &str, value: Option<&str>, span: (
         "array" => found.array = text(),
         "reservation" => found.reservation = text(),
         "ntasks" => found.ntasks = value.and_then(|v| v.trim().parse().ok()),
+        "ntasks-per-gpu" | "ntasks-per-tres" => {
+            found.ntasks_per_gpu = value.and_then(|v| v.trim().parse().ok());
+        }
+        "nodes" => found.nodes = value.and_then(node_range),
         "requeue" => found.requeue = Some(true),
         "no-requeue" => found.requeue = Some(false),
         "open-mode" => found.open_mode_set = true,
         "exclusive" => found.exclusive_user = value.is_some_and(|v| v.eq_ignore_ascii_case("user")),
         _ => {}
+    }
+}
+
+/// `-N 2` or `-N 2-4` as (fewest, most).
+fn node_range(value: &str) -> Option<(u32, u32)> {
+    let value = value.trim();
+    match value.split_once('-') {
+        Some((min, max)) => Some((min.trim().parse().ok()?, max.trim().parse().ok()?)),
+        None => value.parse().ok().map(|n| (n, n)),
     }
 }
 

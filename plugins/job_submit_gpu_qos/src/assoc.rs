@@ -297,6 +297,26 @@ pub unsafe fn resolve(
         if rc != SLURM_SUCCESS as c_int || record.is_null() {
             continue;
         }
+        if !update && needs.typed_limits {
+            // The user's own association (for this partition, where it
+            // has one): its typed limit is escaped like any other.
+            // SAFETY: the manager's record and strings, under our locks.
+            let level = unsafe {
+                let r = &*record;
+                owned(r.user)
+                    .zip(owned(r.acct))
+                    .map(|(user, account)| LimitLevel::User {
+                        user,
+                        account,
+                        partition: owned(r.partition),
+                    })
+            };
+            if let Some(level) = level {
+                // SAFETY: the manager's record, under our locks.
+                let types = unsafe { crate::typed::assoc_types(&*record) };
+                out.push_limit(level, types);
+            }
+        }
         if wants_default_qos {
             // SAFETY: as for the user record.
             let mut qos: slurmdb_qos_rec_t = unsafe { std::mem::zeroed() };

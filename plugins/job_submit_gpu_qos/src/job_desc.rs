@@ -114,7 +114,11 @@ impl<'a> JobStrings<'a> {
             tres_per_socket: self.tres_per_socket.as_deref(),
             tres_per_task: self.tres_per_task.as_deref(),
             min_nodes: set_u32(desc.min_nodes),
+            max_nodes: set_u32(desc.max_nodes),
             num_tasks: set_u32(desc.num_tasks),
+            // NO_VAL16 unset; 0 as Slurm's own "nothing" (a requeue's).
+            ntasks_per_gpu: (desc.ntasks_per_tres != NO_VAL16 && desc.ntasks_per_tres != 0)
+                .then_some(desc.ntasks_per_tres),
             sockets_per_node: (desc.sockets_per_node != NO_VAL16).then_some(desc.sockets_per_node),
             reservation: self.reservation.as_deref(),
             requeue: match desc.requeue {

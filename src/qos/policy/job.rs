@@ -14,7 +14,15 @@ pub struct JobDescription<'a> {
     pub tres_per_socket: Option<&'a str>,
     pub tres_per_task: Option<&'a str>,
     pub min_nodes: Option<u32>,
+    /// The most nodes the job may get: equal to `min_nodes` for a fixed
+    /// node count (`-N 2`), which lets Slurm count its tasks itself.
+    pub max_nodes: Option<u32>,
     pub num_tasks: Option<u32>,
+    /// `--ntasks-per-gpu` (`--ntasks-per-tres`): with no GPU request,
+    /// slurmctld adds untyped GPUs itself, one per this many tasks, after
+    /// `job_submit` ran (`gres_job_state_validate`: "For now, only
+    /// generate type-less GPUs", every release 22.05 to 26.05).
+    pub ntasks_per_gpu: Option<u16>,
     pub sockets_per_node: Option<u16>,
     /// One reservation name or a comma list.
     pub reservation: Option<&'a str>,
@@ -82,6 +90,13 @@ pub enum LimitLevel {
     Partition { partition: String, qos: String },
     /// The job's account or one of its parents.
     Account(String),
+    /// The job's own user association (`sacctmgr modify user alice
+    /// account=lab set GrpTRES=...`), or its user+partition association.
+    User {
+        user: String,
+        account: String,
+        partition: Option<String>,
+    },
 }
 
 impl LimitLevel {
@@ -93,6 +108,14 @@ impl LimitLevel {
                 format!("partition {partition} (its QOS {qos})")
             }
             LimitLevel::Account(a) => format!("account {a}"),
+            LimitLevel::User {
+                user,
+                account,
+                partition,
+            } => match partition {
+                Some(p) => format!("user {user}'s association (account {account}, partition {p})"),
+                None => format!("user {user}'s association (account {account})"),
+            },
         }
     }
 
@@ -105,6 +128,9 @@ impl LimitLevel {
                 format!("Partition={partition} GPUTypes={types}")
             }
             LimitLevel::Account(a) => format!("Account={a} GPUTypes={types}"),
+            LimitLevel::User { user, account, .. } => {
+                format!("Account={account} User={user} GPUTypes={types}")
+            }
         }
     }
 }

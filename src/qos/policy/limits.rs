@@ -33,6 +33,9 @@ pub(super) fn unruled<'j, 'a>(
                 Level::Partition(partition.as_str())
             }
             LimitLevel::Account(a) if !account_ruled(cfg, a) => Level::Account(a.as_str()),
+            LimitLevel::User { user, account, .. } if !user_ruled(cfg, user, account) => {
+                Level::User(user.as_str())
+            }
             _ => return None,
         };
         (!limit.types.is_empty()).then_some((level, limit))
@@ -68,6 +71,20 @@ fn account_ruled(cfg: &GpuQosConfig, account: &str) -> bool {
     })
 }
 
+/// Whether a rule covers the jobs of `user` under `account`: one naming
+/// the user (under that account, or any), or one for the whole account.
+fn user_ruled(cfg: &GpuQosConfig, user: &str, account: &str) -> bool {
+    let named = |list: &[String], name: &str| list.iter().any(|x| x.eq_ignore_ascii_case(name));
+    cfg.association_rules().any(|rule| match rule.scope() {
+        RuleScope::Association { accounts, users } => {
+            let user_ok = users.is_empty() || named(users, user);
+            let account_ok = accounts.is_empty() || named(accounts, account);
+            user_ok && account_ok && !(users.is_empty() && accounts.is_empty())
+        }
+        _ => false,
+    })
+}
+
 /// Refuses an untyped GPU request under a level whose database limit is
 /// typed and has no rule; in an update (whose levels are those it moves
 /// the job to), refuses a move without a typed GPU request, since the
@@ -87,9 +104,8 @@ pub(super) fn judge_unruled_limits(
             _ => level.subject(),
         };
         if let Some(untyped) = first_untyped_gpu(requests) {
-            let (field, count) = (untyped.field, untyped.request.count);
-            let asked = ctx.gpu_request(field, None, count);
-            let instead = ctx.suggest(field, first, count);
+            let asked = ctx.asked(untyped);
+            let instead = ctx.instead(untyped, first);
             let how = match ctx.syntax {
                 Syntax::Sbatch => format!("Submit with {instead} instead."),
                 Syntax::Scontrol => format!("Use: {instead}"),

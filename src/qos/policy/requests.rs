@@ -10,6 +10,46 @@ use super::job::JobDescription;
 pub(super) struct FieldRequest<'a> {
     pub(super) field: TresField,
     pub(super) request: GresRequest<'a>,
+    /// `Some(n)`: no field asked for a GPU, and these are the untyped GPUs
+    /// slurmctld will add for `--ntasks-per-gpu=n` (as a per-job request,
+    /// which is how Slurm counts them) after the plugin ran.
+    pub(super) tasks_per_gpu: Option<u16>,
+}
+
+/// The untyped GPUs slurmctld adds to a job that asks for none but gives
+/// `--ntasks-per-gpu` (`gres_job_state_validate`, 22.05 to 26.05): one per
+/// that many of its tasks (`-n`), or, its task count unset and its node
+/// count fixed (`-N 2`), one per node (Slurm then sets the task count to
+/// nodes × tasks per GPU). Neither known: Slurm refuses the job itself;
+/// it is counted as one untyped GPU, so a typed scope refuses it with the
+/// line to type.
+pub(super) fn derived_gpus(
+    job: &JobDescription<'_>,
+    asked_gpu: bool,
+) -> Option<FieldRequest<'static>> {
+    let per_gpu = job.ntasks_per_gpu.filter(|n| *n > 0 && *n != u16::MAX)?;
+    if asked_gpu {
+        return None;
+    }
+    let fixed_nodes = match (job.min_nodes, job.max_nodes) {
+        (Some(min), Some(max)) if min == max => Some(u64::from(min)),
+        _ => None,
+    };
+    let count = job
+        .num_tasks
+        .map(|tasks| u64::from(tasks) / u64::from(per_gpu))
+        .or(fixed_nodes)
+        .unwrap_or(1)
+        .max(1);
+    Some(FieldRequest {
+        field: TresField::PerJob,
+        request: GresRequest {
+            name: "gpu",
+            gres_type: None,
+            count,
+        },
+        tasks_per_gpu: Some(per_gpu),
+    })
 }
 
 pub(super) fn first_untyped_gpu<'r, 'a>(

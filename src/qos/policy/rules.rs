@@ -5,7 +5,7 @@ use crate::qos::config::{GpuQosConfig, QosRule, RuleScope};
 use crate::qos::gres::{tres_entries, TresField};
 
 use super::job::JobDescription;
-use super::requests::{least_total, FieldRequest};
+use super::requests::{derived_gpus, least_total, FieldRequest};
 use super::verdict::{reject, Rejection, RejectionKind};
 use super::wording::{bad_gres, no_gpu_request, over_limit, Context, Level, Syntax};
 
@@ -20,9 +20,15 @@ pub(super) fn collect_requests<'a>(
         };
         for entry in tres_entries(text) {
             let request = entry.map_err(|e| bad_gres(cfg, job, field, &e))?;
-            requests.push(FieldRequest { field, request });
+            requests.push(FieldRequest {
+                field,
+                request,
+                tasks_per_gpu: None,
+            });
         }
     }
+    let asked_gpu = requests.iter().any(|r| r.request.is_gpu());
+    requests.extend(derived_gpus(job, asked_gpu));
     Ok(requests)
 }
 
@@ -86,9 +92,8 @@ pub(super) fn judge_under_rule(
         };
     }
     if let Some(untyped) = gpus.clone().find(|r| r.request.gres_type.is_none()) {
-        let (field, count) = (untyped.field, untyped.request.count);
-        let asked = ctx.gpu_request(field, None, count);
-        let instead = ctx.suggest(field, first_type, count);
+        let asked = ctx.asked(untyped);
+        let instead = ctx.instead(untyped, first_type);
         let permitted = permitted();
         let (subject, name) = (level.subject(), level.name());
         return Err(match ctx.syntax {

@@ -18,7 +18,9 @@ const TRES: &str =
 struct OwnedJob {
     strings: [Option<String>; 7],
     min_nodes: Option<u32>,
+    max_nodes: Option<u32>,
     num_tasks: Option<u32>,
+    ntasks_per_gpu: Option<u16>,
     sockets_per_node: Option<u16>,
     requeue: Option<bool>,
     open_mode_set: bool,
@@ -38,7 +40,9 @@ impl OwnedJob {
             reservation: s(5),
             array_inx: s(6),
             min_nodes: self.min_nodes,
+            max_nodes: self.max_nodes,
             num_tasks: self.num_tasks,
+            ntasks_per_gpu: self.ntasks_per_gpu,
             sockets_per_node: self.sockets_per_node,
             requeue: self.requeue,
             open_mode_set: self.open_mode_set,
@@ -68,10 +72,13 @@ fn any_job() -> impl Strategy<Value = OwnedJob> {
         any::<Option<u32>>(),
         any::<bool>(),
     );
-    (strings, numbers).prop_map(|(s, n)| OwnedJob {
+    let tasks = (any::<Option<u32>>(), prop::option::of(0u16..4));
+    (strings, numbers, tasks).prop_map(|(s, n, t)| OwnedJob {
         strings: [s.0, s.1, s.2, s.3, s.4, s.5, s.6],
         min_nodes: n.0,
+        max_nodes: t.0,
         num_tasks: n.1,
+        ntasks_per_gpu: t.1,
         sockets_per_node: n.2,
         requeue: n.3,
         open_mode_set: n.4,
@@ -96,7 +103,9 @@ fn arbitrary_job() -> impl Strategy<Value = OwnedJob> {
         .prop_map(|(strings, n)| OwnedJob {
             strings,
             min_nodes: n.0,
+            max_nodes: n.1,
             num_tasks: n.1,
+            ntasks_per_gpu: n.2,
             sockets_per_node: n.2,
             requeue: n.3,
             open_mode_set: n.4,
@@ -138,6 +147,14 @@ proptest! {
         if let Verdict::Accept(_) = judge_submit(&cfg, &job) {
             for qos in job.qos_names() {
                 let Some(rule) = cfg.rule_for(qos) else { continue };
+                // What slurmctld holds, told apart from the plugin's reading:
+                // --ntasks-per-gpu beside no GPU field makes untyped GPUs.
+                let typed_fields = TresField::ALL.iter().filter_map(|f| job.tres(*f));
+                let field_asks_gpu = typed_fields
+                    .flat_map(crate::qos::gres::tres_entries)
+                    .any(|e| e.is_ok_and(|r| r.is_gpu()));
+                let slurm_adds = job.ntasks_per_gpu.is_some_and(|n| n > 0 && n != u16::MAX);
+                prop_assert!(field_asks_gpu || !slurm_adds, "untyped GPUs Slurm adds accepted");
                 let requests = collect_requests(&cfg, &job).unwrap();
                 prop_assert!(requests.iter().any(|r| r.request.is_gpu()));
                 for r in requests.iter().filter(|r| r.request.is_gpu()) {

@@ -226,6 +226,38 @@ impl Context<'_, '_> {
         }
     }
 
+    /// An untyped request as the user made it: the option, or, for the
+    /// GPUs Slurm adds for `--ntasks-per-gpu`, what makes them.
+    pub(super) fn asked(&self, untyped: &FieldRequest<'_>) -> String {
+        let count = untyped.request.count;
+        match (untyped.tasks_per_gpu, self.syntax) {
+            (Some(per_gpu), Syntax::Sbatch) => format!(
+                "--ntasks-per-gpu={per_gpu} without a GPU request (Slurm adds {count} GPU{} \
+                 for it, without a type)",
+                plural(count)
+            ),
+            (Some(per_gpu), Syntax::Scontrol) => format!(
+                "a tasks-per-GPU count of {per_gpu} without a GPU request (Slurm adds GPUs \
+                 for it, without a type)"
+            ),
+            (None, _) => self.gpu_request(untyped.field, None, count),
+        }
+    }
+
+    /// What to type instead of an untyped request, with `gpu_type`: the
+    /// option, kept beside `--ntasks-per-gpu` where that made the GPUs
+    /// (`--gpus=a40:2 --ntasks-per-gpu=1`: Slurm then counts the tasks
+    /// from the typed GPUs).
+    pub(super) fn instead(&self, untyped: &FieldRequest<'_>, gpu_type: &str) -> String {
+        let suggestion = self.suggest(untyped.field, gpu_type, untyped.request.count);
+        match (untyped.tasks_per_gpu, self.syntax) {
+            (Some(per_gpu), Syntax::Sbatch) => {
+                format!("{suggestion} --ntasks-per-gpu={per_gpu}")
+            }
+            _ => suggestion,
+        }
+    }
+
     pub(super) fn job_ref(&self) -> String {
         self.job
             .job_id_for_messages
@@ -327,10 +359,9 @@ pub(super) fn untyped_anywhere(
     untyped: &FieldRequest<'_>,
 ) -> Rejection {
     let known = cfg.known_gpu_types();
-    let (field, count) = (untyped.field, untyped.request.count);
-    let asked = ctx.gpu_request(field, None, count);
+    let asked = ctx.asked(untyped);
     let example_type = known.first().map_or("<type>", String::as_str);
-    let instead = ctx.suggest(field, example_type, count);
+    let instead = ctx.instead(untyped, example_type);
     let known_list = if known.is_empty() {
         String::new()
     } else {
@@ -406,4 +437,12 @@ pub(super) fn over_limit(
             least.total
         ),
     )
+}
+
+fn plural(count: u64) -> &'static str {
+    if count == 1 {
+        ""
+    } else {
+        "s"
+    }
 }

@@ -194,3 +194,167 @@ fn only_untyped_or_unreadable_gpu_requests_need_the_limits_looked_up() {
     )));
     assert!(asks_untyped_gpu(&job(Some("gres:gpu:a40:x"), None)));
 }
+
+#[test]
+fn a_user_association_limit_refuses_untyped_requests_and_names_the_user() {
+    let limits = vec![TypedLimit {
+        level: LimitLevel::User {
+            user: "alice".into(),
+            account: "lab".into(),
+            partition: None,
+        },
+        types: vec!["a40".into()],
+    }];
+    let job = JobDescription {
+        tres_per_node: Some("gres:gpu:2"),
+        per_node_spelling: PerNodeSpelling::Gres,
+        resolved: Resolved {
+            typed_limits: &limits,
+            user: Some("alice"),
+            ..Resolved::default()
+        },
+        ..JobDescription::default()
+    };
+    let r = rejection(judge_submit(&cfg_from(""), &job));
+    assert_eq!(r.kind, RejectionKind::UnlistedTypedLimit);
+    assert_eq!(
+        r.message,
+        "User alice has a GPU limit by type in Slurm's accounting (a40), which counts only \
+         GPU requests that name their type, but --gres=gpu:2 does not name one. Submit with \
+         --gres=gpu:a40:2 instead."
+    );
+    assert_eq!(
+        limits[0].level.rule_line(&limits[0].types),
+        "Account=lab User=alice GPUTypes=a40"
+    );
+    let typed = JobDescription {
+        tres_per_node: Some("gres:gpu:a40:2"),
+        ..job
+    };
+    assert!(changes(judge_submit(&cfg_from(""), &typed)).is_empty());
+    // A rule for the user (or the whole account) judges it instead.
+    for rule in ["User=alice GPUTypes=a40", "Account=lab GPUTypes=a40"] {
+        assert!(unruled(&cfg_from(rule), &job).next().is_none(), "{rule}");
+    }
+    assert!(unruled(&cfg_from("User=bob GPUTypes=a40"), &job)
+        .next()
+        .is_some());
+}
+
+#[test]
+fn gpus_slurm_adds_for_ntasks_per_gpu_are_untyped_and_refused_under_a_typed_limit() {
+    let limits = limits();
+    // `sbatch -n 2 --ntasks-per-gpu=1` under a partition with a typed limit.
+    let job = JobDescription {
+        qos: Some("normal"),
+        num_tasks: Some(2),
+        ntasks_per_gpu: Some(1),
+        partition: Some("grp_a40"),
+        resolved: Resolved {
+            typed_limits: &limits[..1],
+            ..Resolved::default()
+        },
+        ..JobDescription::default()
+    };
+    let r = rejection(judge_submit(&cfg(), &job));
+    assert_eq!(r.kind, RejectionKind::UnlistedTypedLimit);
+    assert_eq!(
+        r.message,
+        "Partition grp_a40's QOS has a GPU limit by type in Slurm's accounting (a40), which \
+         counts only GPU requests that name their type, but --ntasks-per-gpu=1 without a GPU \
+         request (Slurm adds 2 GPUs for it, without a type) does not name one. Submit with \
+         --gpus=a40:2 --ntasks-per-gpu=1 instead."
+    );
+    // The line it offers is typed: Slurm counts the tasks from its GPUs.
+    let typed = JobDescription {
+        tres_per_job: Some("gres/gpu:a40:2"),
+        ..job
+    };
+    assert!(changes(judge_submit(&cfg(), &typed)).is_empty());
+    // Any GPU request, even an untyped one, stops Slurm adding its own:
+    // then that request is what is judged.
+    let untyped = JobDescription {
+        tres_per_node: Some("gres:gpu:1"),
+        per_node_spelling: PerNodeSpelling::Gres,
+        ..job
+    };
+    assert!(rejection(judge_submit(&cfg(), &untyped))
+        .message
+        .contains("but --gres=gpu:1 does not name one"));
+    // A share request is no GPU request: Slurm adds untyped GPUs beside it.
+    let mps = JobDescription {
+        tres_per_node: Some("gres:mps:50"),
+        ..job
+    };
+    assert_eq!(
+        rejection(judge_submit(&cfg(), &mps)).kind,
+        RejectionKind::UnlistedTypedLimit
+    );
+    // No task count and a fixed node count: one GPU per node.
+    let per_node = JobDescription {
+        num_tasks: None,
+        min_nodes: Some(3),
+        max_nodes: Some(3),
+        ntasks_per_gpu: Some(2),
+        ..job
+    };
+    assert!(rejection(judge_submit(&cfg(), &per_node))
+        .message
+        .contains("Submit with --gpus=a40:3 --ntasks-per-gpu=2 instead."));
+    // Outside any typed scope it is Slurm's business.
+    let free = JobDescription {
+        partition: Some("cpu"),
+        resolved: Resolved::default(),
+        ..job
+    };
+    assert!(changes(judge_submit(&cfg(), &free)).is_empty());
+}
+
+#[test]
+fn a_gpu_qos_tells_a_job_with_derived_gpus_to_type_them_not_that_it_asks_for_none() {
+    // `sbatch --qos=qos_lafferty -n 4 --ntasks-per-gpu=2`
+    let job = JobDescription {
+        qos: Some("qos_lafferty"),
+        num_tasks: Some(4),
+        ntasks_per_gpu: Some(2),
+        ..JobDescription::default()
+    };
+    let r = rejection(judge_submit(&cfg(), &job));
+    assert_eq!(r.kind, RejectionKind::UntypedGpu);
+    assert_eq!(
+        r.message,
+        "QOS qos_lafferty requires a GPU type, but --ntasks-per-gpu=2 without a GPU request \
+         (Slurm adds 2 GPUs for it, without a type) does not name one; qos_lafferty may use \
+         a40. Submit with --gpus=a40:2 --ntasks-per-gpu=2 instead."
+    );
+    assert!(!r.message.contains("asks for no GPU"));
+    // A --gpus-per-task line needs no derived GPUs: judged as typed.
+    let typed = JobDescription {
+        tres_per_task: Some("gres/gpu:a40:1"),
+        ..job
+    };
+    assert!(changes(judge_submit(&cfg(), &typed)).is_empty());
+    // `RequireGPUType=all`: refused anywhere, with the same words.
+    let everywhere = cfg_from("RequireGPUType=all\nQOS=qos_x GPUTypes=h100\n");
+    let normal = JobDescription {
+        qos: Some("normal"),
+        ..job
+    };
+    assert!(rejection(judge_submit(&everywhere, &normal))
+        .message
+        .contains("Submit with e.g. --gpus=h100:2 --ntasks-per-gpu=2 instead."));
+    // In an update (through libslurm: scontrol has no such key), the
+    // QOS unseen: refused where anything is protected.
+    let update = JobDescription {
+        job_id_for_messages: Some(5),
+        ..JobDescription { qos: None, ..job }
+    };
+    let r = rejection(judge_modify(&cfg(), &update));
+    assert_eq!(r.kind, RejectionKind::UpdateNeedsTypedGpu);
+    assert!(
+        r.message
+            .contains("scontrol update job=5 TresPerJob=gres:gpu:a40:2"),
+        "{}",
+        r.message
+    );
+}

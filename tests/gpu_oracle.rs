@@ -1,0 +1,521 @@
+//! The oracle: every GPU request form Slurm accepts, under every scope
+//! whose GPU limit is typed and under one whose is not, submitted as
+//! users, then judged by what slurmctld keeps (`scontrol show job`), never
+//! by what gpu_qos answered. One invariant:
+//!
+//! - no accepted job holds a GPU count without a type under a scope whose
+//!   limit is typed (Slurm counts a typed limit only against GPUs that
+//!   name the type: `gres/gpu=2` without `gres/gpu:a40=2` escapes it);
+//! - no request Slurm holds typed, with a permitted type within the
+//!   limit, is refused by gpu_qos (its refusal line in slurmctld's log).
+//!
+//! The forms are generated (`gpu_oracle/forms.rs`), the scopes are those
+//! Slurm applies a limit at: a QOS the job names, the user's default QOS,
+//! a partition's QOS, the account (the user's default), the user's own
+//! association; then the pending-job updates that change a job's scope
+//! or its GPUs. The same suite with Slurm alone (no gpu_qos, on request)
+//! finds the holes.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use testcluster::cluster::wait_for;
+use testcluster::time::SHORT;
+use testcluster::users::TestUser;
+use testcluster::{Cluster, ClusterSpec, Suite, TestResult};
+
+#[path = "gpu_oracle/forms.rs"]
+mod forms;
+
+use forms::{Command, Form};
+
+fn main() -> ExitCode {
+    let mut alone = ClusterSpec::example_site();
+    alone.job_submit_plugins.clear();
+    Suite::new(ClusterSpec::example_site())
+        .test(
+            "no_accepted_job_holds_untyped_gpus_under_a_typed_limit",
+            |c| oracle(c, true),
+        )
+        .test_on_on_request(
+            "with_slurm_alone_untyped_gpus_escape_every_typed_scope",
+            alone,
+            |c| oracle(c, false),
+        )
+        .run()
+}
+
+/// Where a limit is typed, as the suite sets it up.
+const GROUP_QOS: &str = "qos_lafferty";
+const PART_QOS: &str = "oracle_part_a40";
+const PARTITION: &str = "oracle_a40";
+const ACCOUNT: &str = "oracle_lab";
+
+/// A user and the options that put their jobs under one scope.
+struct Scope {
+    name: &'static str,
+    user: TestUser,
+    args: Vec<&'static str>,
+    typed: bool,
+}
+
+fn sacctmgr(c: &Cluster, args: &[&str]) -> TestResult {
+    c.run_ok("sacctmgr", &[&["-i"], args].concat()).map(drop)
+}
+
+/// The scopes: each typed level, and one with no typed limit.
+fn scopes(c: &Cluster) -> Result<Vec<Scope>, String> {
+    let cluster = format!("cluster={}", testcluster::cluster::CLUSTER_NAME);
+    sacctmgr(c, &["add", "qos", PART_QOS, "GrpTRES=gres/gpu:a40=8"])?;
+    c.run_ok(
+        "scontrol",
+        &[
+            "create",
+            &format!("PartitionName={PARTITION}"),
+            "Nodes=ALL",
+            &format!("QOS={PART_QOS}"),
+            "State=UP",
+        ],
+    )?;
+    sacctmgr(c, &["add", "account", ACCOUNT, &cluster])?;
+    sacctmgr(
+        c,
+        &[
+            "modify",
+            "account",
+            "where",
+            &format!("name={ACCOUNT}"),
+            "set",
+            "GrpTRES=gres/gpu:a40=4",
+        ],
+    )?;
+    let named = TestUser::create(c, "orqn")?;
+    named.allow_qos(c, &["normal", GROUP_QOS])?;
+    let default = TestUser::create(c, "orqd")?;
+    default.allow_qos_by_default(c, &["normal", GROUP_QOS], GROUP_QOS)?;
+    let part = TestUser::create(c, "orpa")?;
+    let acct = TestUser::create(c, "orac")?;
+    sacctmgr(
+        c,
+        &[
+            "add",
+            "user",
+            "orac",
+            &format!("account={ACCOUNT}"),
+            &cluster,
+        ],
+    )?;
+    sacctmgr(
+        c,
+        &[
+            "modify",
+            "user",
+            "where",
+            "name=orac",
+            "set",
+            &format!("DefaultAccount={ACCOUNT}"),
+        ],
+    )?;
+    let user = TestUser::create(c, "orus")?;
+    sacctmgr(
+        c,
+        &[
+            "modify",
+            "user",
+            "where",
+            "name=orus",
+            "set",
+            "GrpTRES=gres/gpu:a40=4",
+        ],
+    )?;
+    let free = TestUser::create(c, "orfr")?;
+    free.allow_qos(c, &["normal", GROUP_QOS])?;
+    let qos_arg: &'static str = "--qos=qos_lafferty";
+    let part_arg: &'static str = "--partition=oracle_a40";
+    Ok(vec![
+        Scope {
+            name: "named QOS",
+            user: named,
+            args: vec![qos_arg],
+            typed: true,
+        },
+        Scope {
+            name: "default QOS",
+            user: default,
+            args: Vec::new(),
+            typed: true,
+        },
+        Scope {
+            name: "partition QOS",
+            user: part,
+            args: vec![part_arg],
+            typed: true,
+        },
+        Scope {
+            name: "account",
+            user: acct,
+            args: Vec::new(),
+            typed: true,
+        },
+        Scope {
+            name: "user association",
+            user,
+            args: Vec::new(),
+            typed: true,
+        },
+        Scope {
+            name: "no typed limit",
+            user: free,
+            args: Vec::new(),
+            typed: false,
+        },
+    ])
+}
+
+/// One component of a job as slurmctld keeps it.
+#[derive(Debug)]
+struct Held {
+    fields: BTreeMap<String, String>,
+}
+
+impl Held {
+    fn get(&self, key: &str) -> &str {
+        self.fields.get(key).map_or("", String::as_str)
+    }
+
+    /// The job's TRES: pending jobs show what they ask (`ReqTRES` from
+    /// 23.02, `TRES` before), running ones what they hold.
+    fn tres(&self) -> &str {
+        match self.get("ReqTRES") {
+            "" => self.get("TRES"),
+            req => req,
+        }
+    }
+
+    /// GPUs held without a type beyond those held with one: what a typed
+    /// limit does not count.
+    fn untyped_gpus(&self) -> u64 {
+        let (mut all, mut typed) = (0u64, 0u64);
+        for item in self.tres().split(',') {
+            let Some((key, value)) = item.split_once('=') else {
+                continue;
+            };
+            let n: u64 = value.parse().unwrap_or(0);
+            if key == "gres/gpu" {
+                all = n;
+            } else if key.starts_with("gres/gpu:") {
+                typed += n;
+            }
+        }
+        all.saturating_sub(typed)
+    }
+
+    /// Whether this component runs under a typed limit, by what Slurm
+    /// recorded for it (its QOS, partition, account, user).
+    fn typed_scope(&self) -> Option<String> {
+        let qos = self.get("QOS");
+        let part = self.get("Partition");
+        let account = self.get("Account");
+        let user = self.get("UserId");
+        if qos == GROUP_QOS {
+            Some(format!("QOS {qos}"))
+        } else if part.split(',').any(|p| p == PARTITION) {
+            Some(format!("partition {part}"))
+        } else if account == ACCOUNT {
+            Some(format!("account {account}"))
+        } else if user.starts_with("orus(") {
+            Some("user orus's association".to_owned())
+        } else {
+            None
+        }
+    }
+}
+
+/// Every component of job `id` as `scontrol -o show job` has it.
+fn held(c: &Cluster, id: u32) -> Result<Vec<Held>, String> {
+    let text = c.run_ok("scontrol", &["-o", "show", "job", &id.to_string()])?;
+    Ok(text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            let mut fields = BTreeMap::new();
+            for word in line.split_whitespace() {
+                if let Some((k, v)) = word.split_once('=') {
+                    fields.entry(k.to_owned()).or_insert_with(|| v.to_owned());
+                }
+            }
+            Held { fields }
+        })
+        .collect())
+}
+
+/// What a submission came to.
+enum Outcome {
+    Accepted(u32),
+    /// Refused: by gpu_qos (its line in slurmctld's log) or by Slurm.
+    Refused {
+        by_plugin: bool,
+        said: String,
+    },
+}
+
+/// slurmctld's log from `from` on, and where it ends.
+fn log_since(c: &Cluster, from: usize) -> (String, usize) {
+    let log = fs::read(c.log_path("slurmctld")).unwrap_or_default();
+    let new = log.get(from..).unwrap_or_default();
+    (String::from_utf8_lossy(new).into_owned(), log.len())
+}
+
+struct Run<'c> {
+    c: &'c Cluster,
+    log_at: usize,
+    script: String,
+}
+
+impl Run<'_> {
+    fn submit(&mut self, scope: &Scope, form: &Form) -> Result<Outcome, String> {
+        let (_, at) = log_since(self.c, self.log_at);
+        self.log_at = at;
+        let mut args: Vec<&str> = Vec::new();
+        let program = match form.command {
+            Command::Salloc => {
+                args.extend(["--no-shell", "-t", "1"]);
+                "salloc"
+            }
+            _ => {
+                args.extend(["--parsable", "-H", "-o", "/dev/null"]);
+                "sbatch"
+            }
+        };
+        if form.command == Command::Het {
+            args.extend_from_slice(&scope.args);
+            args.extend(["--gres=gpu:a40:1", ":"]);
+        }
+        if form.command == Command::Array {
+            args.push("--array=0-1");
+        }
+        args.extend_from_slice(&scope.args);
+        args.extend_from_slice(&form.args);
+        if form.command != Command::Salloc {
+            args.push(&self.script);
+        }
+        let out = scope.user.run(self.c, None, program, &args)?;
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let (log, at) = log_since(self.c, self.log_at);
+        self.log_at = at;
+        let by_plugin = log
+            .lines()
+            .any(|l| l.contains("job_submit/gpu_qos: job from uid") && l.contains("rejected"));
+        if !out.status.success() {
+            return Ok(Outcome::Refused {
+                by_plugin,
+                said: stderr.trim().to_owned(),
+            });
+        }
+        // sbatch --parsable prints the id; salloc says "Granted job
+        // allocation N" on stderr.
+        let id = match form.command {
+            Command::Salloc => stderr
+                .lines()
+                .find_map(|l| l.split("job allocation ").nth(1))
+                .and_then(|n| n.trim().parse().ok()),
+            _ => stdout.trim().split(';').next().and_then(|n| n.parse().ok()),
+        };
+        id.map(Outcome::Accepted)
+            .ok_or_else(|| format!("{program} {args:?}: no job id in {stdout:?} {stderr:?}"))
+    }
+}
+
+/// Tallies of one run.
+#[derive(Default)]
+struct Tally {
+    submitted: usize,
+    accepted: usize,
+    refused_by_plugin: usize,
+    refused_by_slurm: usize,
+    escapes: Vec<String>,
+    wrongly_refused: Vec<String>,
+    accepted_by: BTreeMap<&'static str, usize>,
+    /// Slurm's own refusals, by what the client printed last.
+    slurm_says: BTreeMap<String, usize>,
+}
+
+fn judge(c: &Cluster, id: u32, what: &str, tally: &mut Tally) -> TestResult {
+    for component in held(c, id)? {
+        let untyped = component.untyped_gpus();
+        if let (Some(scope), true) = (component.typed_scope(), untyped > 0) {
+            tally.escapes.push(format!(
+                "{what}: job {id} holds {untyped} GPU(s) without a type under {scope} \
+                 (TRES {})",
+                component.tres()
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn oracle(c: &mut Cluster, with_plugin: bool) -> TestResult {
+    let started = Instant::now();
+    let scopes = scopes(c)?;
+    let script_dir = c.dir.join("oracle");
+    fs::create_dir_all(&script_dir).map_err(|e| e.to_string())?;
+    let script = script_dir.join("job.sh");
+    fs::write(&script, "#!/bin/sh\ntrue\n").map_err(|e| e.to_string())?;
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&script_dir, fs::Permissions::from_mode(0o755))
+        .and_then(|()| fs::set_permissions(&script, fs::Permissions::from_mode(0o755)))
+        .map_err(|e| e.to_string())?;
+    ready(c, &scopes, with_plugin)?;
+    let mut run = Run {
+        c,
+        log_at: 0,
+        script: script.to_string_lossy().into_owned(),
+    };
+    let forms = forms::all();
+    let mut tally = Tally::default();
+    let mut pending_free: Vec<(u32, String)> = Vec::new();
+    for scope in &scopes {
+        for form in &forms {
+            let what = format!("{} [{}] {}", scope.name, scope.user.name, form.label);
+            tally.submitted += 1;
+            match run.submit(scope, form)? {
+                Outcome::Accepted(id) => {
+                    tally.accepted += 1;
+                    *tally.accepted_by.entry(form.command.name()).or_default() += 1;
+                    judge(c, id, &what, &mut tally)?;
+                    if form.command == Command::Salloc {
+                        let _ = c.run("scancel", &[&id.to_string()]);
+                    } else if !scope.typed && form.gpus && form.command == Command::Sbatch {
+                        pending_free.push((id, what));
+                    } else {
+                        let _ = c.run("scancel", &[&id.to_string()]);
+                    }
+                }
+                Outcome::Refused { by_plugin, said } => {
+                    if by_plugin {
+                        tally.refused_by_plugin += 1;
+                    } else {
+                        tally.refused_by_slurm += 1;
+                        let first_line = said.lines().last().unwrap_or_default();
+                        *tally.slurm_says.entry(first_line.to_owned()).or_default() += 1;
+                    }
+                    if by_plugin && form.typed {
+                        tally.wrongly_refused.push(format!("{what}: {said}"));
+                    }
+                }
+            }
+        }
+    }
+    // Pending jobs of the untyped scope moved into each typed one, or
+    // grown, by their owner: what Slurm then holds is judged again.
+    let free = scopes.iter().find(|s| !s.typed).ok_or("no untyped scope")?;
+    let updates: [&[&str]; 4] = [
+        &["QOS=qos_lafferty"],
+        &["Partition=oracle_a40"],
+        &["NumTasks=4"],
+        &["NumNodes=1"],
+    ];
+    let mut updated = 0usize;
+    for (id, what) in &pending_free {
+        for update in updates {
+            let mut args = vec!["update".to_owned(), format!("job={id}")];
+            args.extend(update.iter().map(|s| (*s).to_owned()));
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            tally.submitted += 1;
+            let out = free.user.run(c, None, "scontrol", &args)?;
+            if out.status.success() {
+                updated += 1;
+                judge(
+                    c,
+                    *id,
+                    &format!("{what}, then {}", update.join(" ")),
+                    &mut tally,
+                )?;
+            }
+        }
+        let _ = c.run("scancel", &[&id.to_string()]);
+    }
+    let summary = format!(
+        "{} submissions and updates ({} forms x {} scopes, {} updates made): {} accepted, {} \
+         refused by gpu_qos, {} by Slurm; {} escapes, {} typed requests refused; {:.0} s",
+        tally.submitted,
+        forms.len(),
+        scopes.len(),
+        updated,
+        tally.accepted,
+        tally.refused_by_plugin,
+        tally.refused_by_slurm,
+        tally.escapes.len(),
+        tally.wrongly_refused.len(),
+        started.elapsed().as_secs_f64()
+    );
+    eprintln!(
+        "oracle: {summary}; accepted by command: {:?}",
+        tally.accepted_by
+    );
+    for (said, n) in &tally.slurm_says {
+        eprintln!("  refused by Slurm {n}x: {said}");
+    }
+    let _ = c.run(
+        "scontrol",
+        &["delete", &format!("PartitionName={PARTITION}")],
+    );
+    if !with_plugin {
+        // Slurm alone: the holes the plugin closes must be there.
+        for e in tally.escapes.iter().take(12) {
+            eprintln!("  escape: {e}");
+        }
+        return testcluster::ensure(
+            !tally.escapes.is_empty(),
+            format!("Slurm alone let no untyped GPU under a typed limit: {summary}"),
+        );
+    }
+    let mut problems: Vec<String> = tally.escapes.clone();
+    problems.extend(
+        tally
+            .wrongly_refused
+            .iter()
+            .map(|r| format!("typed request refused by gpu_qos: {r}")),
+    );
+    testcluster::ensure(
+        problems.is_empty() && tally.accepted > 0 && tally.refused_by_plugin > 0,
+        format!("{summary}\n{}", problems.join("\n")),
+    )
+}
+
+/// Waits until slurmctld and the plugin know every scope: a typed
+/// request accepted in each (the user's associations known), and with
+/// the plugin an untyped one refused in each typed scope (its partition
+/// map and the association manager's limits read).
+fn ready(c: &Cluster, scopes: &[Scope], with_plugin: bool) -> TestResult {
+    for scope in scopes {
+        let mut typed: Vec<&str> = vec!["-H", "-o", "/dev/null", "--gres=gpu:a40:1"];
+        typed.extend_from_slice(&scope.args);
+        typed.push("--wrap=true");
+        let id = scope.user.sbatch(c, &typed)?;
+        let _ = c.run("scancel", &[&id.to_string()]);
+        if !(with_plugin && scope.typed) {
+            continue;
+        }
+        let mut untyped: Vec<&str> = vec!["--parsable", "-H", "-o", "/dev/null", "--gres=gpu:1"];
+        untyped.extend_from_slice(&scope.args);
+        untyped.push("--wrap=true");
+        wait_for(
+            &format!("gpu_qos to refuse untyped GPUs under the {}", scope.name),
+            SHORT,
+            || {
+                let out = scope.user.run(c, None, "sbatch", &untyped).ok()?;
+                if out.status.success() {
+                    let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+                    let _ = c.run("scancel", &[&id]);
+                    return None;
+                }
+                Some(())
+            },
+        )?;
+    }
+    Ok(())
+}

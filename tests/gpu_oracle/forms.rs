@@ -1,0 +1,169 @@
+//! Every way of asking Slurm for GPUs, generated: one option that names
+//! GPUs (or none), typed or not, times what makes Slurm count or add GPUs
+//! beside it, times the command that makes the job. Each form knows
+//! whether Slurm will hold it with a type (`typed`), which the policy must
+//! then let through, but never whether the policy refuses it: that is
+//! read from Slurm's record.
+
+/// One GPU option, in its untyped and typed spelling (`count` GPUs in all
+/// on one node).
+struct GpuOption {
+    name: &'static str,
+    untyped: &'static [&'static str],
+    typed: &'static [&'static str],
+}
+
+// Every typed form names a40: each scope of the suite permits it, and
+// two of them fit every limit there.
+const OPTIONS: &[GpuOption] = &[
+    GpuOption {
+        name: "--gres",
+        untyped: &["--gres=gpu:2"],
+        typed: &["--gres=gpu:a40:2"],
+    },
+    GpuOption {
+        name: "--gpus",
+        untyped: &["--gpus=2"],
+        typed: &["--gpus=a40:2"],
+    },
+    GpuOption {
+        name: "--gpus-per-node",
+        untyped: &["--gpus-per-node=2"],
+        typed: &["--gpus-per-node=a40:2"],
+    },
+    GpuOption {
+        name: "--gpus-per-task",
+        untyped: &["-n", "2", "--gpus-per-task=1"],
+        typed: &["-n", "2", "--gpus-per-task=a40:1"],
+    },
+    GpuOption {
+        name: "--gpus-per-socket",
+        untyped: &["--sockets-per-node=1", "--gpus-per-socket=1"],
+        typed: &["--sockets-per-node=1", "--gpus-per-socket=a40:1"],
+    },
+];
+
+/// What may sit beside the GPU option: options that make Slurm count or
+/// add GPUs itself (`derives`: untyped GPUs where no option asks for one).
+struct Beside {
+    name: &'static str,
+    args: &'static [&'static str],
+    derives: bool,
+}
+
+const BESIDE: &[Beside] = &[
+    Beside {
+        name: "",
+        args: &[],
+        derives: false,
+    },
+    Beside {
+        name: "-n 2 --ntasks-per-gpu=1",
+        args: &["-n", "2", "--ntasks-per-gpu=1"],
+        derives: true,
+    },
+    Beside {
+        name: "-N 1 --ntasks-per-gpu=2",
+        args: &["-N", "1", "--ntasks-per-gpu=2"],
+        derives: true,
+    },
+    Beside {
+        name: "--cpus-per-gpu=1",
+        args: &["--cpus-per-gpu=1"],
+        derives: false,
+    },
+    Beside {
+        name: "--mem-per-gpu=64",
+        args: &["--mem-per-gpu=64"],
+        derives: false,
+    },
+];
+
+/// The command that makes the job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    /// `sbatch -H --wrap=true`: judged and held.
+    Sbatch,
+    /// `sbatch -H --array=0-1`.
+    Array,
+    /// `salloc --no-shell`: allocated, then cancelled.
+    Salloc,
+    /// `sbatch -H` of a heterogeneous job: a typed component, then this
+    /// form as the second.
+    Het,
+}
+
+impl Command {
+    pub fn name(self) -> &'static str {
+        match self {
+            Command::Sbatch => "sbatch",
+            Command::Array => "sbatch --array",
+            Command::Salloc => "salloc --no-shell",
+            Command::Het => "sbatch (het, 2nd component)",
+        }
+    }
+}
+
+/// One request form.
+#[derive(Debug, Clone)]
+pub struct Form {
+    pub command: Command,
+    /// The options, as a user types them.
+    pub args: Vec<&'static str>,
+    /// Whether Slurm will hold every GPU of it with its type: the form
+    /// names a type, and nothing beside it adds untyped GPUs.
+    pub typed: bool,
+    /// Whether it asks for GPUs at all (named, or added by Slurm).
+    pub gpus: bool,
+    pub label: String,
+}
+
+/// Every form: each GPU option (typed and untyped, and none, and a GPU
+/// share) with each thing beside it, by sbatch; arrays, salloc and het
+/// jobs for each GPU option alone and for the forms Slurm adds GPUs to.
+pub fn all() -> Vec<Form> {
+    let mut forms = Vec::new();
+    let mut gpu_args: Vec<(String, Vec<&'static str>, Option<bool>)> =
+        vec![("no GPU option".to_owned(), Vec::new(), None)];
+    gpu_args.push(("--gres=mps:50".to_owned(), vec!["--gres=mps:50"], None));
+    for o in OPTIONS {
+        gpu_args.push((
+            format!("{} untyped", o.name),
+            o.untyped.to_vec(),
+            Some(false),
+        ));
+        gpu_args.push((format!("{} typed", o.name), o.typed.to_vec(), Some(true)));
+    }
+    for (gpu_name, gpu, typed) in &gpu_args {
+        for beside in BESIDE {
+            let derives = beside.derives && typed.is_none();
+            let commands: &[Command] = if beside.name.is_empty() || derives {
+                &[
+                    Command::Sbatch,
+                    Command::Array,
+                    Command::Salloc,
+                    Command::Het,
+                ]
+            } else {
+                &[Command::Sbatch]
+            };
+            for &command in commands {
+                let mut args = gpu.clone();
+                args.extend_from_slice(beside.args);
+                forms.push(Form {
+                    command,
+                    args,
+                    typed: *typed == Some(true) && !derives,
+                    gpus: typed.is_some() || derives,
+                    label: format!(
+                        "{}: {gpu_name}{}{}",
+                        command.name(),
+                        if beside.name.is_empty() { "" } else { " + " },
+                        beside.name
+                    ),
+                });
+            }
+        }
+    }
+    forms
+}
