@@ -32,7 +32,9 @@ pub enum Cmd {
     /// (admins) Check gpu_qos.conf against the QOS in Slurm's accounting
     ///
     /// (admins) Validate gpu_qos.conf and compare its rules with the QOS
-    /// that `sacctmgr show qos` lists: one line per finding (error,
+    /// that `sacctmgr show qos` lists, its Account=/User= rules with the
+    /// associations, its ExemptUsers= names with the associations' users:
+    /// one line per finding (error,
     /// warning or note, then the QOS), then a summary. Exit status: 0
     /// consistent (warnings and notes allowed), 1 at least one error, 2
     /// could not check.
@@ -128,7 +130,9 @@ pub enum Cmd {
     /// how many it would have refused, changed (low-priority requeue and
     /// append mode, --exclusive=user, array throttle) or only warned about
     /// (Enforce=warn), by reason, rule, QOS and user; each reason with one
-    /// job's command line and the line to type instead. A job's GPU
+    /// job's command line (its SubmitLine as text, every control character
+    /// written out: \x1b, \n) and the line to type instead (rebuilt from
+    /// the job's record and options, each word quoted). A job's GPU
     /// request is read from its SubmitLine (sacct 21.08 and later), else
     /// from its requested TRES (ReqTRES), and the output says which;
     /// options given in a batch script's #SBATCH lines are not in
@@ -182,9 +186,13 @@ pub enum Cmd {
     /// (`..._20gb`, as decimal GB) or what gpushare's words of another job
     /// on that type report; else the job is not advised. No advice from
     /// fewer than 2 samples (Slurm's figures: a job under 2 minutes), nor
-    /// for jobs that held several GPUs. The command line is the job's own
-    /// (SubmitLine) with its GPU options replaced by the advised one, else
-    /// `sbatch` and the option; a share's line leaves out a --qos that
+    /// for jobs that held several GPUs. The command line is rebuilt from
+    /// the job's record (never its SubmitLine, which Slurm keeps
+    /// unquoted): its command, the advised option, its partition, the QOS
+    /// and reservation its line named, each word quoted for the shell; its
+    /// other options and script are left to its user. The SubmitLine is
+    /// shown as text, every control character written out (\x1b, \n). A
+    /// share's line leaves out a --qos that
     /// gpu_qos.conf has a rule for (the plugin refuses shares there), and
     /// a note names the shared-GPU reservations where gpu_qos.conf has
     /// them. PrivateData is Slurm's: a user sees the jobs Slurm shows

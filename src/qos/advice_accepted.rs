@@ -427,11 +427,23 @@ fn every_line_advise_gives_is_accepted_by_the_policy() {
     ] {
         for (ask, job, kind) in &jobs {
             let line = format!("sbatch {level} {ask} -t 30 job.sh");
-            let d = decide(job, &site).unwrap();
+            // The job's record: the QOS and partition it ran under.
+            let o = parse(&line);
+            let mut job = job.clone();
+            job.qos = o.qos.unwrap_or_else(|| "qos_lafferty".into());
+            job.partition = o.partition.unwrap_or_else(|| "cpu".into());
+            let d = decide(&job, &site).unwrap();
             assert_eq!(d.kind, *kind, "{line}");
-            let e = entry(job, d, Some(&line), Some("a40"), Some(&cfg));
-            assert!(e.command.ends_with(" -t 30 job.sh"), "{}", e.command);
-            if let Verdict::Reject(r) = judge_line(&cfg, &e.command, None) {
+            let e = entry(&job, d, Some(&line), Some("a40"), Some(&cfg));
+            assert!(
+                e.command.starts_with(&format!("sbatch {} ", e.option)),
+                "{}",
+                e.command
+            );
+            // Read as a shell reads what is pasted.
+            let words = crate::shared::user_text::shell_split(&e.command)
+                .unwrap_or_else(|| panic!("`{}` is not plain words", e.command));
+            if let Verdict::Reject(r) = judge_line(&cfg, &words.join(" "), None) {
                 panic!(
                     "`{line}` was advised `{}`, which is refused:\n{}",
                     e.command, r.message

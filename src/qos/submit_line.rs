@@ -4,9 +4,11 @@
 //! to be well formed, never a panic. `#SBATCH` lines inside a batch
 //! script are not in it: [`parse_script`] reads those, for
 //! [`per_node_spelling`] (which option the user typed for the GPUs
-//! Slurm hands job_submit in `tres_per_node`).
+//! Slurm hands job_submit in `tres_per_node`). Never a command to paste:
+//! [`Retyped`] rebuilds one from what was parsed.
 
 use crate::qos::gres::PerNodeSpelling;
+use crate::shared::user_text::shell_word;
 
 /// What a submission line says about the options the policy reads. Each
 /// string is the option's value as typed.
@@ -357,38 +359,60 @@ pub fn with_replaced_gpu_option(
     Some(out.join(" "))
 }
 
-/// The line without its `--qos`/`-q` options (the job then runs under
-/// its association's default QOS).
-pub fn without_qos(line: &str, found: &SubmittedOptions) -> String {
-    line.split_whitespace()
-        .enumerate()
-        .filter(|(i, _)| !found.qos_spans.iter().any(|&(s, e)| (s..e).contains(i)))
-        .map(|(_, w)| w)
-        .collect::<Vec<_>>()
-        .join(" ")
+/// The command a line ran: `sbatch`, `srun` or `salloc` (a path to one
+/// is named by its name), else `sbatch`.
+pub fn command_of(line: &str) -> &'static str {
+    let first = line.split_whitespace().next().unwrap_or("");
+    let name = first.rsplit('/').next().unwrap_or(first);
+    ["srun", "salloc"]
+        .into_iter()
+        .find(|c| *c == name)
+        .unwrap_or("sbatch")
 }
 
-/// The line with its first GPU option's words replaced by `instead` and
-/// every later GPU option taken out (`None` when the line has no GPU
-/// option): one request in place of all it asked.
-pub fn with_gpu_options_replaced(
-    line: &str,
-    found: &SubmittedOptions,
-    instead: &str,
-) -> Option<String> {
-    let first = *found.gpu_spans.first()?;
-    let words: Vec<&str> = line.split_whitespace().collect();
-    let inside = |i: usize| found.gpu_spans.iter().any(|&(s, e)| (s..e).contains(&i));
-    let mut out: Vec<&str> = Vec::with_capacity(words.len());
-    for (i, word) in words.iter().enumerate() {
-        if i == first.0 {
-            out.push(instead);
-        }
-        if !inside(i) {
-            out.push(word);
+/// What a [`Retyped`] line leaves to its reader, in words.
+pub const REST_OF_THE_JOB: &str =
+    "with the job's other options and its script, as its user gave them (not repeated here)";
+
+/// A command line to offer for pasting, rebuilt from what Slurm parsed
+/// (a job's record, the options of its line), never from the line's own
+/// words: Slurm joins a command's arguments with spaces, unquoted, so
+/// its `SubmitLine` is not the command the job ran. Each word is quoted
+/// for a POSIX shell ([`shell_word`]); a value holding a control
+/// character is left out, as the rest of the job is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retyped {
+    words: Vec<String>,
+}
+
+impl Retyped {
+    /// A line of `command` ([`command_of`]).
+    pub fn new(command: &str) -> Self {
+        Self {
+            words: vec![command.to_owned()],
         }
     }
-    Some(out.join(" "))
+
+    /// `word` as it is (an option the caller wrote whole).
+    pub fn word(&mut self, word: &str) -> &mut Self {
+        self.words.push(word.to_owned());
+        self
+    }
+
+    /// `--name=value`, where `value` is given and not blank.
+    pub fn option(&mut self, name: &str, value: Option<&str>) -> &mut Self {
+        if let Some(v) = value.map(str::trim).filter(|v| !v.is_empty()) {
+            self.words.push(format!("--{name}={v}"));
+        }
+        self
+    }
+
+    /// The line, each word quoted; the words that cannot be offered left
+    /// out.
+    pub fn line(&self) -> String {
+        let words: Vec<String> = self.words.iter().filter_map(|w| shell_word(w)).collect();
+        words.join(" ")
+    }
 }
 
 #[cfg(test)]
@@ -521,17 +545,26 @@ mod tests {
         );
         let line = "sbatch -q g job.sh";
         assert_eq!(with_replaced_gpu_option(line, &parse(line), "x"), None);
-        assert_eq!(with_gpu_options_replaced(line, &parse(line), "x"), None);
-        let line = "srun -G 2 -q g --gpus-per-task=1 --gres gpu:a40:1 -n 2 python x.py --gpus=9";
+    }
+
+    #[test]
+    fn a_retyped_line_is_quoted_and_leaves_control_characters_out() {
+        assert_eq!(command_of("/usr/bin/srun -n 2 x"), "srun");
+        assert_eq!(command_of("salloc"), "salloc");
+        assert_eq!(command_of("sbatch x"), "sbatch");
+        assert_eq!(command_of("rm -rf /"), "sbatch");
+        assert_eq!(command_of(""), "sbatch");
+        let mut r = Retyped::new("sbatch");
+        r.word("--gres=gpu:a40:1")
+            .option("partition", Some("gpu"))
+            .option("qos", Some(" "))
+            .option("account", None)
+            .option("reservation", Some("x;$(id)"))
+            .option("array", Some("1-4\x1b"))
+            .option("comment", Some("a\u{1b}[2J"));
         assert_eq!(
-            with_gpu_options_replaced(line, &parse(line), "--gres=mps:25").as_deref(),
-            Some("srun --gres=mps:25 -q g -n 2 python x.py --gpus=9")
+            r.line(),
+            "sbatch --gres=gpu:a40:1 --partition=gpu '--reservation=x;$(id)'"
         );
-        assert_eq!(
-            without_qos(line, &parse(line)),
-            "srun -G 2 --gpus-per-task=1 --gres gpu:a40:1 -n 2 python x.py --gpus=9"
-        );
-        let line = "sbatch --qos=a -qb --qos c x.sh -q d";
-        assert_eq!(without_qos(line, &parse(line)), "sbatch x.sh -q d");
     }
 }

@@ -7,7 +7,8 @@
 //! ([`bounded`]), read and add to Slurm's timestamps ([`calendar`]),
 //! expand Slurm's host lists ([`hostlist`]); gpushare's words of what a
 //! job used of each GPU, in its `AdminComment` ([`usage_words`]: the
-//! node half writes them, `gpu-qos advise` reads them).
+//! node half writes them, `gpu-qos advise` reads them); a user's text
+//! shown to others as text, and words quoted for a shell ([`user_text`]).
 //!
 //! Nothing here knows about QOS rules or GPU shares; `qos` and `mps` import
 //! this room and never each other.
@@ -25,6 +26,7 @@ pub mod prom;
 pub mod spank_env;
 pub mod syntax;
 pub mod usage_words;
+pub mod user_text;
 pub mod watched;
 
 pub use syntax::ConfigError;

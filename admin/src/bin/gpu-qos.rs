@@ -177,7 +177,7 @@ fn write_metrics(write: Option<&Path>, text: &str) -> ExitCode {
 fn run_check(read: &Live, conf: Option<PathBuf>, json: bool) -> ExitCode {
     let path = conf.unwrap_or_else(|| beside_slurm_conf(None, "gpu_qos.conf"));
     let file = path.to_string_lossy().into_owned();
-    let (cfg, db, assocs) = match site::check_inputs(read, &path) {
+    let inputs = match site::check_inputs(read, &path) {
         Ok(found) => found,
         Err(e) => {
             let reason = e.to_string();
@@ -188,8 +188,7 @@ fn run_check(read: &Live, conf: Option<PathBuf>, json: bool) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let mut findings = check::check(&cfg, &file, &db);
-    findings.extend(check::check_associations(&cfg, &file, &assocs));
+    let findings = inputs.findings(&file);
     let tally = Tally::of(&findings);
     if json {
         println!("{}", CheckJson::report(&file, &findings).to_json());
@@ -197,7 +196,10 @@ fn run_check(read: &Live, conf: Option<PathBuf>, json: bool) -> ExitCode {
         for f in &findings {
             println!("{}: {f}", f.severity());
         }
-        println!("{}", check::summary_line(&file, &cfg, &db, tally));
+        println!(
+            "{}",
+            check::summary_line(&file, &inputs.cfg, &inputs.qos, tally)
+        );
     }
     ExitCode::from(tally.exit_code())
 }

@@ -13,7 +13,8 @@ use super::line::{advised_line, LineFrom};
 use crate::qos::config::GpuQosConfig;
 use crate::qos::gres::gpu_words;
 use crate::qos::slurm::used::UsedJob;
-use crate::qos::submit_line::parse;
+use crate::qos::submit_line::{parse, REST_OF_THE_JOB};
+use crate::shared::user_text::{is_control, shown};
 
 /// One job advised.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -30,9 +31,16 @@ pub struct JobAdvice {
     pub units_per_gpu: u32,
     /// The option to ask with (`--gres=mps:20`, `--gres=gpu:a40:1`).
     pub option: String,
-    /// The command line to type instead.
+    /// The command line to type instead, rebuilt from the job's record
+    /// and each word quoted for a shell ([`super::advised_line`]).
     pub command: String,
     pub command_from: LineFrom,
+    /// What the command leaves to its reader: the job's other options
+    /// and its script (`None`: no line was recorded; a note says so).
+    pub command_rest: Option<&'static str>,
+    /// The job's `SubmitLine` as accounting recorded it, every control
+    /// character written out ([`shown`]): to read, not to paste.
+    pub submitted: Option<String>,
     /// What else the user must know to use the line.
     pub notes: Vec<String>,
 }
@@ -105,6 +113,8 @@ pub fn entry(
     gpu_type: Option<&str>,
     cfg: Option<&GpuQosConfig>,
 ) -> JobAdvice {
+    // A type no shell word can hold is no type to offer.
+    let gpu_type = gpu_type.filter(|t| !t.is_empty() && !t.chars().any(is_control));
     let option = match (d.units, gpu_type) {
         (Some(units), _) => format!("--gres=mps:{units}"),
         (None, Some(t)) => format!("--gres=gpu:{t}:1"),
@@ -120,11 +130,12 @@ pub fn entry(
             .map(str::to_owned)
     });
     let drop_qos = d.units.is_some() && ruled.is_some();
-    let (command, command_from) = advised_line(submit_line, &option, drop_qos);
+    let (command, command_from) = advised_line(job, submit_line, &option, drop_qos);
     let mut notes = Vec::new();
     if let (true, Some(q)) = (drop_qos, &ruled) {
         notes.push(format!(
-            "gpu_qos.conf takes only whole GPUs of the jobs that name QOS {q}: the line leaves              --qos out, so the share runs under your default QOS"
+            "gpu_qos.conf takes only whole GPUs of the jobs that name QOS {q}: the line leaves \
+             --qos out, so the share runs under your default QOS"
         ));
     }
     match command_from {
@@ -176,6 +187,8 @@ pub fn entry(
         option,
         command,
         command_from,
+        command_rest: (command_from != LineFrom::Minimal).then_some(REST_OF_THE_JOB),
+        submitted: submit_line.map(shown),
         notes,
     }
 }
@@ -282,7 +295,16 @@ impl AdviseReport {
                 a.used_words()
             );
             let _ = writeln!(out, "  {}", a.advice_words());
-            let _ = writeln!(out, "  {}", a.command);
+            let _ = writeln!(out, "  type: {}", a.command);
+            if let Some(rest) = a.command_rest {
+                let _ = writeln!(out, "        {rest}");
+            }
+            if let Some(line) = &a.submitted {
+                let _ = writeln!(
+                    out,
+                    "  its SubmitLine, as Slurm recorded it (not a command): {line}"
+                );
+            }
             for n in &a.notes {
                 let _ = writeln!(out, "  note: {n}");
             }

@@ -377,7 +377,7 @@ fn each_entry_has_its_line_and_what_else_to_know() {
     assert_eq!(e.option, "--gres=mps:15");
     assert_eq!(
         e.command,
-        "sbatch --qos=normal --gres=mps:15 -t 30 train.sh"
+        "sbatch --gres=mps:15 --partition=gpu --qos=normal"
     );
     assert_eq!(e.command_from, LineFrom::SubmitLine);
     assert_eq!(e.notes.len(), 1, "{:?}", e.notes);
@@ -385,11 +385,13 @@ fn each_entry_has_its_line_and_what_else_to_know() {
     let mut inside = light.clone();
     inside.reservation = Some("course_ml".into());
     let e = entry(&inside, d.clone(), None, None, Some(&cfg));
-    assert_eq!(e.command, "sbatch --gres=mps:15");
+    assert_eq!(e.command, "sbatch --gres=mps:15 --partition=gpu");
     assert_eq!(e.command_from, LineFrom::Minimal);
+    assert_eq!((e.command_rest, e.submitted), (None, None));
     assert_eq!(e.notes.len(), 1, "{:?}", e.notes);
     let e = entry(&light, d, Some("sbatch job.sh"), None, None);
-    assert_eq!(e.command, "sbatch --gres=mps:15 job.sh");
+    assert_eq!(e.command, "sbatch --gres=mps:15 --partition=gpu");
+    assert_eq!(e.command_from, LineFrom::SubmitLineAdded);
     // A whole GPU of the nodes' type.
     let full = job(MPS, &[share_words(100, Some(46_000), Some(46_068), None)]);
     let d = decide(&full, &site()).unwrap();
@@ -400,7 +402,7 @@ fn each_entry_has_its_line_and_what_else_to_know() {
         Some("a40"),
         Some(&cfg),
     );
-    assert_eq!(e.command, "srun --gres=gpu:a40:1 python x.py");
+    assert_eq!(e.command, "srun --gres=gpu:a40:1 --partition=gpu");
     assert!(e.notes.is_empty(), "{:?}", e.notes);
     let e = entry(
         &full,
@@ -421,4 +423,64 @@ fn each_entry_has_its_line_and_what_else_to_know() {
         text.contains("at most 44.9 GiB of its limit 45.0 GiB"),
         "{text}"
     );
+}
+
+/// What a user may put in their command line to fool root reading the
+/// advice: escape sequences (an OSC 52 clipboard write, cursor moves, a
+/// C1 CSI), a newline and a record of its own, a bidi override, and
+/// shell words that would run something if pasted.
+const HOSTILE: &str = "sbatch --qos=normal --gres=gpu:a40:1 --wrap=cd /scratch && ./run; \
+     echo $(id) `id` 'q'\x1b]52;c;cm0gLXJm\x07\x1b[2A\n\
+     job 9 (root, QOS normal): held nothing\u{202e}hs.exe\u{9b}2J\x7f";
+
+#[test]
+fn a_hostile_line_is_shown_as_text_and_never_offered_to_paste() {
+    let light = job(A40, &[whole_words(Some(4096), Some(46_068), Some(0.12))]);
+    let d = decide(&light, &site()).unwrap();
+    let e = entry(&light, d, Some(HOSTILE), None, None);
+    assert_eq!(
+        e.command,
+        "sbatch --gres=mps:15 --partition=gpu --qos=normal"
+    );
+    let report = AdviseReport {
+        whose: "every user".into(),
+        since: "now-7days".into(),
+        until: "now".into(),
+        jobs: 1,
+        gpu_jobs: 1,
+        advice: vec![e],
+        ..AdviseReport::default()
+    };
+    let shown_line = concat!(
+        r"sbatch --qos=normal --gres=gpu:a40:1 --wrap=cd /scratch && ./run; echo $(id) `id` ",
+        r"'q'\x1b]52;c;cm0gLXJm\x07\x1b[2A\njob 9 (root, QOS normal): held nothing",
+        r"\u{202e}hs.exe\u{9b}2J\x7f",
+    );
+    assert_eq!(
+        report.to_text(),
+        format!(
+            "Jobs of every user that ran between now-7days and now: 1 listed, 1 ended with GPUs, \
+             1 advised.\n\
+             \n\
+             job 7 (alice, QOS normal): held 1 a40 whole; used at most 4.0 GiB of the GPU's 45.0 \
+             GiB, 12 % of its SMs on average (gpushare's figures, 30 samples).\n  \
+             Would fit a share: ask for --gres=mps:15 (15 of 100 units per GPU).\n  \
+             type: sbatch --gres=mps:15 --partition=gpu --qos=normal\n        \
+             with the job's other options and its script, as its user gave them (not repeated \
+             here)\n  \
+             its SubmitLine, as Slurm recorded it (not a command): {shown_line}\n"
+        )
+    );
+    // JSON: serde's escapes, and the written-out controls kept as text.
+    let json = report.to_json();
+    let bad = |c: char| c != '\n' && crate::shared::user_text::is_control(c);
+    assert!(!json.chars().any(bad), "{json:?}");
+    let in_json = shown_line.replace('\\', "\\\\");
+    assert!(
+        json.contains(&format!("\"submitted\": \"{in_json}\"")),
+        "{json}"
+    );
+    assert!(json.contains("\"command\": \"sbatch --gres=mps:15 --partition=gpu --qos=normal\""));
+    let back: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(back["advice"][0]["submitted"], shown_line);
 }

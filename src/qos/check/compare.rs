@@ -1,7 +1,7 @@
 //! `gpu_qos.conf` compared with the accounting database, QOS by QOS and
 //! association by association.
 
-use crate::qos::config::{type_matches, Enforce, GpuLimit, GpuQosConfig};
+use crate::qos::config::{type_matches, Enforce, ExemptUser, GpuLimit, GpuQosConfig};
 
 use super::findings::Finding;
 use super::records::{join_display, limit_text, AssocRecord, QosRecord};
@@ -39,6 +39,25 @@ pub fn check_associations(cfg: &GpuQosConfig, file: &str, assocs: &[AssocRecord]
         }
     }
     findings
+}
+
+/// The names of `ExemptUsers=` that none of `users` (the associations'
+/// users, [`super::parse_assoc_users`]) is, without regard to ASCII case
+/// as the plugin compares them; uids are not checked (accounting names
+/// no uid).
+pub fn check_exempt_users(cfg: &GpuQosConfig, file: &str, users: &[String]) -> Vec<Finding> {
+    cfg.exempt_users()
+        .iter()
+        .filter_map(|u| match u {
+            ExemptUser::Name(n) => Some(n),
+            ExemptUser::Uid(_) => None,
+        })
+        .filter(|n| !users.iter().any(|u| u.eq_ignore_ascii_case(n)))
+        .map(|n| Finding::UnknownExemptUser {
+            user: n.clone(),
+            at: file.to_owned(),
+        })
+        .collect()
 }
 
 /// Compares a parsed `gpu_qos.conf` (read from `file`) with the QOS of the

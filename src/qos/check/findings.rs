@@ -112,6 +112,11 @@ pub enum Finding {
     /// A rule (or the whole file) says `Enforce=warn`: what it would
     /// refuse is accepted and told, what it would change is described.
     OnlyWarns { who: String, at: String },
+    /// `ExemptUsers=` names a user no association of the database has:
+    /// slurmctld's association manager never names a requester so, and
+    /// the exemption never applies. `at` is the file (its lines of
+    /// file-wide keys are not kept).
+    UnknownExemptUser { user: String, at: String },
 }
 
 impl Finding {
@@ -128,7 +133,8 @@ impl Finding {
             | Finding::NoGpuLimit { .. }
             | Finding::ZeroTypedLimitOnly { .. }
             | Finding::LowPriorityNotPreemptable { .. }
-            | Finding::OnlyWarns { .. } => Severity::Warning,
+            | Finding::OnlyWarns { .. }
+            | Finding::UnknownExemptUser { .. } => Severity::Warning,
             Finding::LooserForSomeTypes { .. } => Severity::Note,
         }
     }
@@ -149,13 +155,15 @@ impl Finding {
             Finding::UnlistedTypedAssociation { .. } => "unlisted_typed_association",
             Finding::AssociationRuleDiffers { .. } => "association_rule_differs",
             Finding::OnlyWarns { .. } => "only_warns",
+            Finding::UnknownExemptUser { .. } => "unknown_exempt_user",
         }
     }
 
     /// The QOS the finding is about, or the association (`account
-    /// lafferty`, `user alice in account lafferty`).
+    /// lafferty`, `user alice in account lafferty`), or the user.
     pub fn qos(&self) -> &str {
         match self {
+            Finding::UnknownExemptUser { user, .. } => user,
             Finding::UnlistedTypedAssociation { who, .. }
             | Finding::AssociationRuleDiffers { who, .. }
             | Finding::OnlyWarns { who, .. } => who,
@@ -178,6 +186,7 @@ impl Finding {
             Finding::UnlistedTypedAssociation { who, .. }
             | Finding::AssociationRuleDiffers { who, .. }
             | Finding::OnlyWarns { who, .. } => who.clone(),
+            Finding::UnknownExemptUser { user, .. } => format!("user {user}"),
             _ => format!("QOS {}", self.qos()),
         }
     }
@@ -250,6 +259,13 @@ impl fmt::Display for Finding {
                 "{who}: {at} says Enforce=warn, so jobs it would refuse are accepted \
                  unchanged and their users only warned, and changes it would make are only \
                  described; set Enforce=yes (or remove Enforce=warn) to enforce"
+            ),
+            Finding::UnknownExemptUser { user, at } => write!(
+                f,
+                "{user}: ExemptUsers= of {at} names it, but no association of the accounting \
+                 database has that user (sacctmgr show assoc), so slurmctld never knows a \
+                 requester by that name and the exemption never applies; correct the name (or \
+                 write the uid), or add the user to an account"
             ),
             Finding::NoGpuLimit { qos, at } => write!(
                 f,

@@ -38,12 +38,12 @@ mod report;
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod fixtures;
 
-pub use compare::{check, check_associations};
+pub use compare::{check, check_associations, check_exempt_users};
 pub use findings::{Finding, Severity};
 pub use generate::{generate, generate_for_site};
 pub(crate) use records::parse_grp_tres;
 pub use records::{
-    limit_text, parse_sacctmgr, parse_sacctmgr_assoc, AssocRecord, GpuTresLimit, QosRecord,
-    SacctmgrParseError, TypeLimits, SACCTMGR_ARGS, SACCTMGR_ASSOC_ARGS,
+    limit_text, parse_assoc_users, parse_sacctmgr, parse_sacctmgr_assoc, AssocRecord, GpuTresLimit,
+    QosRecord, SacctmgrParseError, TypeLimits, SACCTMGR_ARGS, SACCTMGR_ASSOC_ARGS,
 };
 pub use report::{summary_line, CheckJson, FindingJson, Tally};

@@ -165,27 +165,35 @@ impl AssocRecord {
     }
 }
 
-/// Reads `sacctmgr` run with [`SACCTMGR_ASSOC_ARGS`]: the associations
-/// whose `GrpTRES` has a GPU entry.
-pub fn parse_sacctmgr_assoc(text: &str) -> Result<Vec<AssocRecord>, SacctmgrParseError> {
-    let mut records = Vec::new();
+/// The lines of `sacctmgr` run with [`SACCTMGR_ASSOC_ARGS`], each with
+/// its number and its four fields (`Account|User|Partition|GrpTRES`);
+/// blank lines passed over.
+fn assoc_lines(text: &str) -> Result<Vec<(usize, [&str; 4])>, SacctmgrParseError> {
+    let mut out = Vec::new();
     for (index, raw) in text.lines().enumerate() {
-        let line = index + 1;
-        let error = |reason: String| SacctmgrParseError { line, reason };
         if raw.trim().is_empty() {
             continue;
         }
         let fields: Vec<&str> = raw.split('|').map(str::trim).collect();
         let [account, user, partition, grp_tres] = fields[..] else {
-            return Err(error(format!(
-                "{} fields in \"{raw}\", expected 4",
-                fields.len()
-            )));
+            return Err(SacctmgrParseError {
+                line: index + 1,
+                reason: format!("{} fields in \"{raw}\", expected 4", fields.len()),
+            });
         };
-        let gpu_limits = parse_grp_tres(grp_tres).map_err(|reason| {
-            error(format!(
-                "GrpTRES \"{grp_tres}\" of account {account}: {reason}"
-            ))
+        out.push((index + 1, [account, user, partition, grp_tres]));
+    }
+    Ok(out)
+}
+
+/// Reads `sacctmgr` run with [`SACCTMGR_ASSOC_ARGS`]: the associations
+/// whose `GrpTRES` has a GPU entry.
+pub fn parse_sacctmgr_assoc(text: &str) -> Result<Vec<AssocRecord>, SacctmgrParseError> {
+    let mut records = Vec::new();
+    for (line, [account, user, partition, grp_tres]) in assoc_lines(text)? {
+        let gpu_limits = parse_grp_tres(grp_tres).map_err(|reason| SacctmgrParseError {
+            line,
+            reason: format!("GrpTRES \"{grp_tres}\" of account {account}: {reason}"),
         })?;
         if account.is_empty() || gpu_limits.is_empty() {
             continue;
@@ -199,6 +207,19 @@ pub fn parse_sacctmgr_assoc(text: &str) -> Result<Vec<AssocRecord>, SacctmgrPars
         });
     }
     Ok(records)
+}
+
+/// The users of every association in the same answer (with limits or
+/// without), each once, as the association manager names them.
+pub fn parse_assoc_users(text: &str) -> Result<Vec<String>, SacctmgrParseError> {
+    let mut users: Vec<String> = assoc_lines(text)?
+        .into_iter()
+        .map(|(_, [_, user, _, _])| user.to_owned())
+        .filter(|u| !u.is_empty())
+        .collect();
+    users.sort();
+    users.dedup();
+    Ok(users)
 }
 
 pub(super) fn join_display<T: fmt::Display>(items: &[T], sep: &str) -> String {

@@ -255,17 +255,17 @@ mod tests {
             vec![
                 (
                     "101",
-                    "sbatch -q normal --gres=mps:13 train.sh",
+                    "sbatch --gres=mps:13 --partition=gpu --qos=normal",
                     LineFrom::SubmitLine
                 ),
                 (
                     "102",
-                    "srun --gres=mps:7 --comment=gpushare-usage: python a.py",
+                    "srun --gres=mps:7 --partition=gpu",
                     LineFrom::SubmitLine
                 ),
                 (
                     "103",
-                    "srun --gres=gpu:a40:1 python x.py",
+                    "srun --gres=gpu:a40:1 --partition=gpu",
                     LineFrom::SubmitLine
                 ),
             ]
@@ -313,7 +313,7 @@ mod tests {
         let read = site_answers(lines);
         let r = alices(&read);
         let third = r.advice.iter().find(|a| a.job == "103").unwrap();
-        assert_eq!(third.command, "sbatch --gres=gpu:a40:1");
+        assert_eq!(third.command, "sbatch --gres=gpu:a40:1 --partition=gpu");
         assert_eq!(third.command_from, LineFrom::Minimal);
         let second = r.advice.iter().find(|a| a.job == "102").unwrap();
         assert_eq!(second.command_from, LineFrom::SubmitLineAdded);
@@ -326,20 +326,20 @@ mod tests {
         assert_eq!(
             cmds,
             [
-                "sbatch --gres=mps:13",
-                "sbatch --gres=mps:7",
-                "sbatch --gres=gpu:1"
+                "sbatch --gres=mps:13 --partition=gpu",
+                "sbatch --gres=mps:7 --partition=gpu",
+                "sbatch --gres=gpu:1 --partition=gpu"
             ]
         );
         assert!(r.notes.len() >= 3, "{:?}", r.notes);
     }
 
     /// What a report says of each job, notes aside (they name the
-    /// recording cluster's files, which are gone).
+    /// recording cluster's files, which are gone), and its command
+    /// (recorded when advise offered the job's own SubmitLine: checked
+    /// apart).
     fn advice_of(report: &serde_json::Value) -> Vec<serde_json::Value> {
-        let keep = [
-            "job", "user", "kind", "held", "used", "units", "option", "command",
-        ];
+        let keep = ["job", "user", "kind", "held", "used", "units", "option"];
         report["advice"]
             .as_array()
             .map(|list| {
@@ -375,6 +375,18 @@ mod tests {
             .unwrap();
             let got: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
             assert_eq!(advice_of(&got), advice_of(&expected), "{}", dir.display());
+            // Each line offered: the advised option and the job's record,
+            // rebuilt, never the recorded line's words.
+            for a in got["advice"].as_array().unwrap() {
+                let command = a["command"].as_str().unwrap();
+                let option = a["option"].as_str().unwrap();
+                assert!(
+                    command.starts_with(&format!("sbatch {option} --partition=")),
+                    "{command}"
+                );
+                assert!(!command.contains("--wrap"), "{command}");
+                assert!(a["submitted"].as_str().unwrap().contains("--wrap=true"));
+            }
             assert_eq!(advice_of(&got).len(), 4, "{}", dir.display());
             assert_eq!(got["not_advised"], expected["not_advised"]);
             read += 1;

@@ -443,12 +443,10 @@ fn generate_then_check_is_clean() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let path = dir.path().join("gpu_qos.conf");
         std::fs::write(&path, &text).unwrap_or_else(|e| panic!("{e}"));
-        let (cfg, db, assocs) =
-            site::check_inputs(&read, &path).unwrap_or_else(|e| panic!("{r}: {e}"));
-        let file = path.to_string_lossy();
-        let mut findings = crate::qos::check::check(&cfg, &file, &db);
-        findings.extend(crate::qos::check::check_associations(&cfg, &file, &assocs));
+        let inputs = site::check_inputs(&read, &path).unwrap_or_else(|e| panic!("{r}: {e}"));
+        let findings = inputs.findings(&path.to_string_lossy());
         assert!(findings.is_empty(), "{r}: {findings:?}");
+        assert!(!inputs.users.is_empty(), "{r}");
     }
 }
 

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::qos::audit::{GpuQosConf, Site};
-use crate::qos::check::{self, AssocRecord, QosRecord};
+use crate::qos::check::{self, AssocRecord, Finding, QosRecord};
 use crate::qos::config::{self, GpuQosConfig};
 use crate::qos::metrics;
 use crate::qos::site::{self as site_text, SlurmSettings, Unread};
@@ -26,12 +26,36 @@ pub fn associations(read: &dyn SlurmRead) -> Result<Vec<AssocRecord>, ReadError>
     check::parse_sacctmgr_assoc(&text).map_err(|e| ReadError::new(e.to_string()))
 }
 
-/// What `gpu-qos check` compares: gpu_qos.conf at `path`, the QOS and
-/// the associations.
-pub fn check_inputs(
-    read: &dyn SlurmRead,
-    path: &Path,
-) -> Result<(GpuQosConfig, Vec<QosRecord>, Vec<AssocRecord>), ReadError> {
+/// What `gpu-qos check` compares.
+#[derive(Debug, Clone)]
+pub struct CheckInputs {
+    /// gpu_qos.conf.
+    pub cfg: GpuQosConfig,
+    /// The QOS of the accounting database.
+    pub qos: Vec<QosRecord>,
+    /// Its associations with a GPU entry in their `GrpTRES`.
+    pub associations: Vec<AssocRecord>,
+    /// The users of all its associations.
+    pub users: Vec<String>,
+}
+
+impl CheckInputs {
+    /// Every finding of `gpu-qos check`, the file named `file`.
+    pub fn findings(&self, file: &str) -> Vec<Finding> {
+        let mut findings = check::check(&self.cfg, file, &self.qos);
+        findings.extend(check::check_associations(
+            &self.cfg,
+            file,
+            &self.associations,
+        ));
+        findings.extend(check::check_exempt_users(&self.cfg, file, &self.users));
+        findings
+    }
+}
+
+/// What `gpu-qos check` compares: gpu_qos.conf at `path`, the QOS, the
+/// associations and their users.
+pub fn check_inputs(read: &dyn SlurmRead, path: &Path) -> Result<CheckInputs, ReadError> {
     let file = path.to_string_lossy();
     // What slurmctld's plugin does meanwhile: the admin reads it here.
     let plugin = |e: String| {
@@ -44,7 +68,14 @@ pub fn check_inputs(
     let cfg = crate::shared::syntax::load(path, config::parse)
         .map_err(|e| plugin(e.to_string()))?
         .ok_or_else(|| plugin(format!("{file}: no such file")))?;
-    Ok((cfg, database(read)?, associations(read)?))
+    let assoc_text = read.read(&qos::associations())?;
+    let parsed = |e: check::SacctmgrParseError| ReadError::new(e.to_string());
+    Ok(CheckInputs {
+        cfg,
+        qos: database(read)?,
+        associations: check::parse_sacctmgr_assoc(&assoc_text).map_err(parsed)?,
+        users: check::parse_assoc_users(&assoc_text).map_err(parsed)?,
+    })
 }
 
 /// The gpu_qos.conf `gpu-qos generate` prints, and a warning where the

@@ -27,6 +27,7 @@ use crate::qos::policy::{
     TypedLimit, Verdict, WarningReason,
 };
 
+use crate::qos::submit_line::{command_of, Retyped};
 pub use crate::qos::submit_line::{parse as parse_submit_line, SubmittedOptions};
 pub use records::{
     parse as parse_sacct, parse_job_id, requests_of_req_tres, ArrayIndex, JobId, Skipped,
@@ -143,8 +144,80 @@ struct Described {
     per_task: Option<String>,
     per_socket: Option<String>,
     options: SubmittedOptions,
-    /// The command shown as the example (the SubmitLine, or rebuilt).
+    /// The command shown as the example (the SubmitLine as recorded, or
+    /// rebuilt from ReqTRES).
     command: String,
+    /// Whether the job named its QOS (known only from a line; a job
+    /// without one is taken to have named the QOS it ran under).
+    named_qos: bool,
+}
+
+impl Described {
+    /// The GPU options of the request, `instead` (a GPU option of a
+    /// refusal, `--array=`) in place of its own of the same kind.
+    fn gpu_options(&self, instead: &str) -> Vec<String> {
+        let kinds: [(&[&str], Option<&String>, &str); 4] = [
+            (
+                &["--gres=", "--gpus-per-node="],
+                self.per_node.as_ref(),
+                "gres:",
+            ),
+            (&["--gpus="], self.per_job.as_ref(), "gres:gpu:"),
+            (&["--gpus-per-task="], self.per_task.as_ref(), "gres:gpu:"),
+            (
+                &["--gpus-per-socket="],
+                self.per_socket.as_ref(),
+                "gres:gpu:",
+            ),
+        ];
+        let mut out = Vec::new();
+        let mut placed = instead.starts_with("--array=");
+        for (names, items, prefix) in kinds {
+            if names.iter().any(|n| instead.starts_with(n)) {
+                out.push(instead.to_owned());
+                placed = true;
+            } else if let Some(items) = items {
+                let items: Vec<&str> = items
+                    .split(',')
+                    .map(|i| i.strip_prefix(prefix).unwrap_or(i))
+                    .collect();
+                out.push(format!("{}{}", names[0], items.join(",")));
+            }
+        }
+        if !placed {
+            out.insert(0, instead.to_owned());
+        }
+        out
+    }
+
+    /// The command line to type instead, `instead` in place (a GPU
+    /// option, `--array=`): rebuilt from the job's record and the options
+    /// Slurm parsed, each word quoted ([`Retyped`]).
+    fn line_instead(&self, sub: &Submission, instead: &str) -> String {
+        let command = match (self.source, sub.submit_line.as_deref()) {
+            (Source::ReqTres, _) | (_, None) => "sbatch",
+            (_, Some(line)) => command_of(line),
+        };
+        let mut retyped = Retyped::new(command);
+        for option in self.gpu_options(instead) {
+            retyped.word(&option);
+        }
+        let array = match instead.strip_prefix("--array=") {
+            Some(a) => Some(a.to_owned()),
+            None => self.options.array.clone(),
+        };
+        let ntasks = self.options.ntasks.map(|n| n.to_string());
+        let nodes = sub.nodes.filter(|&n| n > 1).map(|n| n.to_string());
+        retyped
+            .option("ntasks", ntasks.as_deref())
+            .option("nodes", nodes.as_deref())
+            .option("array", array.as_deref())
+            .option("qos", Some(sub.qos.as_str()).filter(|_| self.named_qos))
+            .option("partition", Some(sub.partition.as_str()))
+            .option("account", Some(sub.account.as_str()))
+            .option("reservation", sub.reservation.as_deref());
+        retyped.line()
+    }
 }
 
 fn joined(items: &[String]) -> Option<String> {
@@ -188,6 +261,7 @@ fn describe_request(sub: &Submission) -> Described {
                 ..SubmittedOptions::default()
             },
             command,
+            named_qos: true,
         }
     };
     let Some(line) = sub.submit_line.as_deref() else {
@@ -203,6 +277,7 @@ fn describe_request(sub: &Submission) -> Described {
             array: options.array.clone().or(d.options.array),
             ..options
         };
+        d.named_qos = d.options.qos.is_some();
         d.command = line.to_owned();
         return d;
     }
@@ -213,6 +288,7 @@ fn describe_request(sub: &Submission) -> Described {
         per_task: joined(&options.per_task),
         per_socket: joined(&options.per_socket),
         command: line.to_owned(),
+        named_qos: options.qos.is_some(),
         options,
     }
 }
@@ -228,11 +304,7 @@ pub fn replay(cfg: &GpuQosConfig, db: &Database, subs: &[Submission]) -> ReplayR
             .entry(key)
             .or_insert_with(|| db.cover(&sub.qos, &sub.partition, &sub.account));
         let described = describe_request(sub);
-        let named_qos = match described.source {
-            // Whether the user named it is known only from the line.
-            Source::SubmitLine | Source::ReqTresBesideSubmitLine => described.options.qos.is_some(),
-            Source::ReqTres => true,
-        };
+        let named_qos = described.named_qos;
         let array = described
             .options
             .array
@@ -276,10 +348,9 @@ pub fn replay(cfg: &GpuQosConfig, db: &Database, subs: &[Submission]) -> ReplayR
         let outcomes = judge(cfg, &job);
         report.count(
             sub,
-            &described.source,
-            &described.command,
-            &described.options,
+            (&described.source, &described.command),
             &outcomes,
+            &|instead| described.line_instead(sub, instead),
         );
     }
     report

@@ -8,7 +8,8 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::records::{Skipped, Submission};
-use crate::qos::submit_line::{with_replaced_gpu_option, SubmittedOptions};
+use crate::qos::submit_line::REST_OF_THE_JOB;
+use crate::shared::user_text::{is_control, shell_word, shown};
 
 /// Where a job's GPU request was read from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -59,14 +60,19 @@ pub struct Judged {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Example {
     pub job_id: String,
-    /// Its SubmitLine, or a command rebuilt from ReqTRES.
+    /// Its SubmitLine as Slurm recorded it (its arguments joined by
+    /// spaces, unquoted: not a command), or the request rebuilt from
+    /// ReqTRES; every control character written out ([`shown`]).
     pub command: String,
     pub source: Source,
-    /// What the plugin would have told its user.
+    /// What the plugin would have told its user, each of its lines with
+    /// every control character written out.
     pub message: String,
-    /// The option to type instead, from the message.
+    /// The option to type instead, from the message, quoted for a shell.
     pub type_instead: Option<String>,
-    /// The command with that option in place.
+    /// A command line with that option in place, rebuilt from the job's
+    /// record and the options Slurm parsed, each word quoted for a
+    /// shell: to be given with the job's other options and its script.
     pub line_instead: Option<String>,
 }
 
@@ -140,13 +146,15 @@ fn suggestion(message: &str) -> Option<String> {
 }
 
 impl ReplayReport {
+    /// Counts `sub`, whose request came from `source` and is shown as
+    /// `command`; `line_instead` rebuilds its line with an option in
+    /// place.
     pub(super) fn count(
         &mut self,
         sub: &Submission,
-        source: &Source,
-        command: &str,
-        options: &SubmittedOptions,
+        (source, command): (&Source, &str),
         outcomes: &[Judged],
+        line_instead: &dyn Fn(&str) -> String,
     ) {
         self.records += sub.records as u64;
         self.jobs += 1;
@@ -174,23 +182,20 @@ impl ReplayReport {
             {
                 Some(r) => r.jobs += 1,
                 None => {
-                    let type_instead = suggestion(&o.message);
-                    let line_instead = type_instead.as_deref().and_then(|t| {
-                        if t.starts_with("--array=") {
-                            Some(replace_array(command, t))
-                        } else {
-                            with_replaced_gpu_option(command, options, t)
-                        }
-                    });
+                    // The user's own words where the refusal quotes only
+                    // them: never offered with a control character.
+                    let instead = suggestion(&o.message).filter(|t| !t.chars().any(is_control));
+                    let type_instead = instead.as_deref().and_then(shell_word);
+                    let line_instead = instead.as_deref().map(line_instead);
                     self.reasons.push(ReasonCount {
                         action: o.action,
                         reason: o.reason,
                         jobs: 1,
                         example: Example {
                             job_id: sub.job_id.clone(),
-                            command: command.to_owned(),
+                            command: shown(command),
                             source: *source,
-                            message: o.message.clone(),
+                            message: o.message.lines().map(shown).collect::<Vec<_>>().join("\n"),
                             type_instead,
                             line_instead,
                         },
@@ -253,9 +258,18 @@ impl ReplayReport {
             for r in &self.reasons {
                 let _ = writeln!(t, "  {:<8} {:<30} {:>8}", r.action.word(), r.reason, r.jobs);
                 let e = &r.example;
-                let _ = writeln!(t, "           e.g. job {}: {}", e.job_id, e.command);
+                let from = match e.source {
+                    Source::ReqTres => "rebuilt from ReqTRES",
+                    _ => "its SubmitLine as Slurm recorded it, not a command",
+                };
+                let _ = writeln!(
+                    t,
+                    "           e.g. job {} ({from}): {}",
+                    e.job_id, e.command
+                );
                 if let Some(line) = e.line_instead.as_ref().or(e.type_instead.as_ref()) {
                     let _ = writeln!(t, "           type instead: {line}");
+                    let _ = writeln!(t, "             {REST_OF_THE_JOB}");
                 }
                 let first = e.message.lines().next().unwrap_or_default();
                 let _ = writeln!(t, "           told: {first}");
@@ -291,7 +305,7 @@ impl ReplayReport {
         if !self.skipped.is_empty() {
             let _ = writeln!(t, "\n{} sacct lines left out:", self.skipped.len());
             for s in self.skipped.iter().take(10) {
-                let _ = writeln!(t, "  line {}: {}", s.line, s.reason);
+                let _ = writeln!(t, "  line {}: {}", s.line, shown(&s.reason));
             }
         }
         for n in &self.notes {
@@ -299,31 +313,4 @@ impl ReplayReport {
         }
         t
     }
-}
-
-/// `command` with its `--array`/`-a` option replaced by (or, if none,
-/// given) `array`.
-fn replace_array(command: &str, array: &str) -> String {
-    let words: Vec<&str> = command.split_whitespace().collect();
-    let mut out: Vec<String> = Vec::new();
-    let mut replaced = false;
-    let mut i = 0;
-    while i < words.len() {
-        let w = words[i];
-        if !replaced && (w.starts_with("--array=") || w.starts_with("-a") && w.len() > 2) {
-            out.push(array.to_owned());
-            replaced = true;
-        } else if !replaced && (w == "--array" || w == "-a") {
-            out.push(array.to_owned());
-            replaced = true;
-            i += 1;
-        } else {
-            out.push(w.to_owned());
-        }
-        i += 1;
-    }
-    if !replaced {
-        out.insert(out.len().min(1), array.to_owned());
-    }
-    out.join(" ")
 }

@@ -100,19 +100,19 @@ fn each_job_counted_once_by_reason_rule_qos_and_user() {
     assert_eq!(untyped.type_instead.as_deref(), Some("--gres=gpu:a40:2"));
     assert_eq!(
         untyped.line_instead.as_deref(),
-        Some("sbatch --qos=qos_lab --gres=gpu:a40:2 a.sh")
+        Some("sbatch --gres=gpu:a40:2 --qos=qos_lab --partition=debug --account=phys")
     );
     let throttle = &reason(&r, Action::Changed, "low_priority_array_throttle").example;
     assert_eq!(
         throttle.line_instead.as_deref(),
-        Some("sbatch --qos=lowprio --gres=gpu:1 --array=1-20%8 f.sh")
+        Some("sbatch --gres=gpu:1 --array=1-20%8 --qos=lowprio --partition=debug --account=phys")
     );
     let unlisted = &reason(&r, Action::Refused, "unlisted_typed_limit").example;
     assert_eq!(unlisted.source, Source::ReqTres);
     assert_eq!(unlisted.command, "sbatch --gres=gpu:1");
     assert_eq!(
         unlisted.line_instead.as_deref(),
-        Some("sbatch --gres=gpu:a40:1")
+        Some("sbatch --gres=gpu:a40:1 --qos=qos_typed --partition=debug --account=phys")
     );
     assert_eq!(r.by_qos["qos_lab"].refused, 5);
     assert_eq!(r.by_qos["lowprio"].changed, 2);
@@ -147,4 +147,110 @@ fn warn_rules_count_as_warned_and_default_qos_is_told_so() {
 fn odd_sacct_text_is_counted_as_skipped_never_judged() {
     let r = run(CONF, "garbage\n1.batch|a|b|c|d|e|f|g|h\n|||||||\n\u{0}|\n");
     assert_eq!((r.jobs, r.skipped.len()), (0, 4));
+}
+
+#[test]
+fn hostile_lines_are_shown_as_text_and_lines_instead_rebuilt() {
+    let sacct = format!(
+        "1|alice|phys|debug|qos_lab|1||{T},gres/gpu=2|sbatch --qos=qos_lab --gres=gpu:2 \
+         --wrap=cd /scratch && ./run; $(id) `id` 'q'\x1b]52;c;cm0gLXJm\x07\n\
+         Note: fake line\u{202e}\x1b[2A\u{9b}\x7f\n\
+         2|bob|phys|debug|qos_lab|1||{T},gres/gpu:h100=1,gres/gpu=1|sbatch -q qos_lab \
+         --gpus=h100\x1b[8m:1 c.sh\n"
+    );
+    let r = run(CONF, &sacct);
+    let job1 = concat!(
+        r"sbatch --qos=qos_lab --gres=gpu:2 --wrap=cd /scratch && ./run; $(id) `id` 'q'",
+        r"\x1b]52;c;cm0gLXJm\x07\nNote: fake line\u{202e}\x1b[2A\u{9b}\x7f"
+    );
+    let job2 = r"sbatch -q qos_lab --gpus=h100\x1b[8m:1 c.sh";
+    let rest = "             with the job's other options and its script, as its user gave them \
+                (not repeated here)\n";
+    let recorded = "(its SubmitLine as Slurm recorded it, not a command)";
+    let text = r.to_text();
+    let by_reason = &text[text.find("By reason:").unwrap()..text.find("By rule:").unwrap()];
+    assert_eq!(
+        by_reason,
+        format!(
+            "By reason:\n\
+             \x20 refused  bad_request                           1\n\
+             \x20          e.g. job 2 {recorded}: {job2}\n\
+             \x20          type instead: sbatch --gpus=a40:2 --qos=qos_lab --partition=debug \
+             --account=phys\n\
+             {rest}\
+             \x20          told: invalid GRES request \"gres:gpu:h100\\x1b[8m:1\": the type may \
+             contain only letters, digits, '_', '-' and '.' (from --gpus). Write GPU requests \
+             as type:count, e.g. --gpus=a40:2.\n\
+             \x20 refused  untyped_gpu                           1\n\
+             \x20          e.g. job 1 {recorded}: {job1}\n\
+             \x20          type instead: sbatch --gres=gpu:a40:2 --qos=qos_lab \
+             --partition=debug --account=phys\n\
+             {rest}\
+             \x20          told: QOS qos_lab requires a GPU type, but --gres=gpu:2 does not name \
+             one; qos_lab may use a40. Submit with --gres=gpu:a40:2 instead.\n\
+             \n"
+        )
+    );
+    // No line of the user's own in the report, no control character.
+    assert!(!text.contains("\nNote: fake"));
+    let json = r.to_json();
+    for out in [&text, &json] {
+        let bad = |c: char| c != '\n' && crate::shared::user_text::is_control(c);
+        assert!(!out.chars().any(bad), "{out:?}");
+    }
+    // In JSON the written-out text is escaped by serde once more.
+    let in_json = |s: &str| format!("\"command\": \"{}\"", s.replace('\\', "\\\\"));
+    assert!(json.contains(&in_json(job1)), "{json}");
+    assert!(json.contains(&in_json(job2)), "{json}");
+    let back: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let lines: Vec<&str> = back["reasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["example"]["line_instead"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "sbatch --gpus=a40:2 --qos=qos_lab --partition=debug --account=phys",
+            "sbatch --gres=gpu:a40:2 --qos=qos_lab --partition=debug --account=phys"
+        ]
+    );
+}
+
+#[test]
+fn a_line_instead_quotes_what_a_shell_would_read() {
+    // An array expression and a reservation no shell should read as they
+    // are; a suggestion with a control character is never offered.
+    let sacct = format!(
+        "7|dave|phys|debug|lowprio|1|r;x|{T},gres/gpu=1|srun --qos=lowprio --gres=gpu:1 \
+         --array=1-20&&id x\n"
+    );
+    let r = run(CONF, &sacct);
+    let throttle = &reason(&r, Action::Changed, "low_priority_array_throttle").example;
+    let line = throttle.line_instead.as_deref().unwrap();
+    assert_eq!(
+        line,
+        "srun --gres=gpu:1 '--array=1-20&&id%8' --qos=lowprio --partition=debug \
+         --account=phys '--reservation=r;x'"
+    );
+    assert_eq!(
+        crate::shared::user_text::shell_split(line).unwrap()[2],
+        "--array=1-20&&id%8"
+    );
+    let sacct = format!(
+        "8|dave|phys|debug|lowprio|1||{T},gres/gpu=1|sbatch --qos=lowprio --gres=gpu:1 \
+         --array=1-20\x1b[2J x\n"
+    );
+    let r = run(CONF, &sacct);
+    let throttle = &reason(&r, Action::Changed, "low_priority_array_throttle").example;
+    assert!(
+        throttle.message.contains(r"--array=1-20\x1b[2J%8"),
+        "{}",
+        throttle.message
+    );
+    assert_eq!(
+        (&throttle.type_instead, &throttle.line_instead),
+        (&None, &None)
+    );
 }

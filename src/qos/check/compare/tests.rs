@@ -306,3 +306,28 @@ fn rules_that_only_warn_are_said() {
         ]
     );
 }
+
+#[test]
+fn exempt_users_no_association_has_are_warned_of() {
+    let users = crate::qos::check::records::parse_assoc_users(ASSOCS).unwrap();
+    assert_eq!(users, ["alice", "bob"]);
+    let cfg = conf("ExemptUsers=Alice,1234,carol,bob\nQOS=qos_a GPUTypes=a40\n");
+    let found = check_exempt_users(&cfg, FILE, &users);
+    let said: Vec<String> = found
+        .iter()
+        .map(|f| format!("{} {} ({}): {f}", f.severity(), f.kind(), f.object()))
+        .collect();
+    assert_eq!(
+        said,
+        [
+            "warning unknown_exempt_user (user carol): carol: ExemptUsers= of gpu_qos.conf \
+             names it, but no association of the accounting database has that user (sacctmgr \
+             show assoc), so slurmctld never knows a requester by that name and the exemption \
+             never applies; correct the name (or write the uid), or add the user to an account"
+        ]
+    );
+    // Every name known, or none named: nothing to say.
+    assert!(check_exempt_users(&conf("ExemptUsers=alice,0\n"), FILE, &users).is_empty());
+    assert!(check_exempt_users(&conf(""), FILE, &[]).is_empty());
+    assert!(crate::qos::check::records::parse_assoc_users("a|b").is_err());
+}
