@@ -17,12 +17,10 @@ use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
 mod coexist;
 #[path = "gpu_qos/exempt.rs"]
 mod exempt;
+#[path = "gpu_qos/last_good.rs"]
+mod last_good;
 #[path = "gpu_qos/without_file.rs"]
 mod without_file;
-
-use coexist::{lua_first_site, lua_runs_first};
-use exempt::exemptions;
-use without_file::bad_config_at_init;
 
 fn main() -> ExitCode {
     let suite = Suite::new(ClusterSpec::example_site())
@@ -101,18 +99,19 @@ fn main() -> ExitCode {
         )
         .test(
             "an_exempt_user_and_an_operators_update_are_accepted_and_counted",
-            exemptions,
+            exempt::exemptions,
         )
         .test(
             "missing_or_invalid_config_leaves_slurmctld_running_on_the_database_limits",
-            bad_config_at_init,
-        );
+            without_file::bad_config_at_init,
+        )
+        .test("bad_file_at_start_loads_last_good", last_good::at_start);
     // A site's job_submit.lua beside gpu_qos, where this Slurm has lua.
     let suite = if testcluster::cluster::slurm_has_job_submit("lua") {
         suite.test_on(
             "a_site_lua_script_runs_first_and_gpu_qos_judges_what_it_made",
-            lua_first_site(),
-            lua_runs_first,
+            coexist::lua_first_site(),
+            coexist::lua_runs_first,
         )
     } else {
         eprintln!("(this Slurm has no job_submit/lua: the lua coexistence test does not run)");
@@ -764,22 +763,12 @@ fn metrics_file_trouble(c: &mut Cluster) -> TestResult {
     .and_then(|()| {
         std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).map_err(|e| e.to_string())?;
         install_and_wait(c, &format!("{with_file}# fixed\n"))?;
-        wait_for("the metrics file", SHORT, || fs::metadata(&file).ok()).and_then(|meta| {
-            use std::os::unix::fs::MetadataExt;
-            let mode = meta.mode() & 0o777;
-            ensure(
-                mode == 0o644 && meta.uid() == uid,
-                format!(
-                    "{} has mode {mode:o} and owner {}, expected 644 and {uid}",
-                    file.display(),
-                    meta.uid()
-                ),
-            )
-        })?;
+        wait_for("the metrics file", SHORT, || fs::metadata(&file).ok())?;
+        last_good::owned_by(&file, 0o644, uid)?;
         wait_for("word that it is written again", SHORT, || {
             c.log("slurmctld").contains("written again").then_some(())
-        })
-        .map(drop)
+        })?;
+        last_good::kept_by(c, uid, &format!("{with_file}# fixed\n"))
     });
     install_conf(c, EXAMPLE_GPU_QOS_CONF)?;
     result

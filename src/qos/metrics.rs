@@ -464,16 +464,16 @@ impl DecisionCounts {
             "gpushare_policy_config_ok",
             "gauge",
             "1 when the policy in force is gpu_qos.conf as it is now; 0 when the file is \
-             missing or invalid (the last good version, or the policy without its file, is \
-             in force).",
+             missing or invalid (the last good version, its copy in StateSaveLocation at a \
+             start, or the policy without its file, is in force).",
         );
         out.sample("gpushare_policy_config_ok", &[], u64::from(ok));
         out.family(
             "gpushare_policy_without_file",
             "gauge",
             "1 while no version of gpu_qos.conf has been read since slurmctld loaded the \
-             plugin: only untyped GPU requests under typed limits of the accounting \
-             database are refused.",
+             plugin and no last good copy could stand in: only untyped GPU requests under \
+             typed limits of the accounting database are refused.",
         );
         out.sample("gpushare_policy_without_file", &[], u64::from(without_file));
         out.into_text()

@@ -1,7 +1,8 @@
 //! A configuration file read as a changing thing: [`read_settled`] never
 //! takes a half-written file for a whole one, and [`WatchedFile`] re-reads
 //! one when it changes, keeping the last good version in force when an edit
-//! is invalid.
+//! is invalid, and its text for whoever keeps a copy of it
+//! ([`WatchedFile::text_in_force`]).
 //!
 //! A file rewritten in place (`cat >`, an editor, a config tool that
 //! truncates first) is, for a moment, empty or cut mid-line, and both can
@@ -246,6 +247,9 @@ pub struct WatchedFile<T> {
     parse: Parser<T>,
     seen: Option<Stamp>,
     current: Arc<Current<T>>,
+    /// The text of the version in force, while it is the file's (not a
+    /// fallback): what a caller keeps a copy of.
+    text: Option<String>,
 }
 
 impl<T> WatchedFile<T> {
@@ -263,6 +267,7 @@ impl<T> WatchedFile<T> {
             parse,
             seen: Some(settled.stamp),
             current: Arc::new(Current::new(value)),
+            text: Some(settled.text),
         })
     }
 
@@ -286,15 +291,16 @@ impl<T> WatchedFile<T> {
                 (Some(settled.stamp), settled.text, outcome)
             }
         };
-        let (value, error) = match outcome {
-            Ok(value) => (value, None),
-            Err(e) => (fallback(&text), Some(e)),
+        let (value, error, text) = match outcome {
+            Ok(value) => (value, None, Some(text)),
+            Err(e) => (fallback(&text), Some(e), None),
         };
         let file = Self {
             path: path.to_path_buf(),
             parse,
             seen,
             current: Arc::new(Current::new(value)),
+            text,
         };
         (file, error)
     }
@@ -306,6 +312,13 @@ impl<T> WatchedFile<T> {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The text of the version in force, if it is the file's: none while
+    /// the fallback of [`WatchedFile::load_or`] is. A rejected edit keeps
+    /// the text of the version it left in force.
+    pub fn text_in_force(&self) -> Option<&str> {
+        self.text.as_deref()
     }
 
     /// Re-reads the file if it changed since the last poll. A file that
@@ -333,6 +346,7 @@ impl<T> WatchedFile<T> {
         match (self.parse)(&settled.text, &name) {
             Ok(value) => {
                 self.current.set(value);
+                self.text = Some(settled.text);
                 PollOutcome::Reloaded
             }
             Err(e) => PollOutcome::Rejected(format!("{e}; {keeping}")),
@@ -373,6 +387,7 @@ mod tests {
         let (mut file, error) = WatchedFile::load_or(&path, parse_number, |_| 7);
         assert!(error.is_some_and(|e| e.to_string().contains("value.conf")));
         assert_eq!(*file.current().get(), 7);
+        assert_eq!(file.text_in_force(), None, "the fallback is not the file's");
         // Still missing: nothing to do.
         assert_eq!(file.poll(), PollOutcome::Unchanged);
         // An invalid version: told, the fallback kept.
@@ -383,10 +398,18 @@ mod tests {
         replace(&path, "42\n");
         assert_eq!(file.poll(), PollOutcome::Reloaded);
         assert_eq!(*file.current().get(), 42);
+        assert_eq!(file.text_in_force(), Some("42\n"));
+        // A bad edit keeps the good version's text with its value.
+        replace(&path, "forty\n");
+        assert!(matches!(file.poll(), PollOutcome::Rejected(_)));
+        assert_eq!(file.text_in_force(), Some("42\n"));
+        replace(&path, "42\n");
+        assert_eq!(file.poll(), PollOutcome::Reloaded);
         // Invalid from the start: the fallback, then the good file.
         let (mut file, error) = WatchedFile::load_or(&path, parse_number, |_| 7);
         assert!(error.is_none());
         assert_eq!(*file.current().get(), 42);
+        assert_eq!(file.text_in_force(), Some("42\n"));
         replace(&path, "x\n");
         let (mut bad, error) = WatchedFile::load_or(&path, parse_number, |text| {
             assert_eq!(text, "x\n", "the fallback sees what was read");

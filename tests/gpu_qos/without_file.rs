@@ -1,5 +1,6 @@
-//! A missing or invalid gpu_qos.conf when slurmctld starts: slurmctld
-//! runs on with the policy without its file, and takes a good file.
+//! A missing or invalid gpu_qos.conf when slurmctld starts, where no
+//! last good copy was ever kept: slurmctld runs on with the policy
+//! without its file, and takes a good file.
 
 use super::*;
 
@@ -33,14 +34,16 @@ fn judge_bad_config_at_init(c: &mut Cluster, metrics: &std::path::Path) -> TestR
     );
     install_conf(c, &bad)?;
     let before = count(c);
-    c.restart_slurmctld()?;
+    // A cluster that never had a good file: no last good copy kept.
+    let copy = super::last_good::copy_path(c)?;
+    c.restart_slurmctld_after(|_| remove_if_there(&copy))?;
     let log = c.log("slurmctld");
     let line = format!("{}:2:", conf_path(c).display());
     ensure(
         count(c) > before
-            && log
-                .lines()
-                .any(|l| l.contains("error:") && l.contains(&line)),
+            && log.lines().any(|l| {
+                l.contains("error:") && l.contains(&line) && l.contains("none was ever made")
+            }),
         format!("no error naming {line} and the policy without the file in:\n{log}"),
     )?;
     judge_without_file(c, metrics)?;
@@ -75,10 +78,13 @@ fn judge_bad_config_at_init(c: &mut Cluster, metrics: &std::path::Path) -> TestR
         })
     })?;
 
-    // No file at all: the same policy, then the file taken when it comes.
-    fs::remove_file(conf_path(c)).map_err(|e| e.to_string())?;
+    // No file at all, nor a copy: the same policy, then the file taken
+    // when it comes.
     let before = count(c);
-    c.restart_slurmctld()?;
+    c.restart_slurmctld_after(|c| {
+        fs::remove_file(conf_path(c)).map_err(|e| e.to_string())?;
+        remove_if_there(&copy)
+    })?;
     ensure(count(c) > before, "no error for the missing file")?;
     let err = rejected(c, &["--qos=qos_lafferty", "--gres=gpu:2"])?;
     contains_all(&err, &["a40"])?;
@@ -107,4 +113,14 @@ fn judge_without_file(c: &Cluster, metrics: &std::path::Path) -> TestResult {
         },
     )
     .map(drop)
+}
+
+/// Removes `path`, there or not.
+fn remove_if_there(path: &std::path::Path) -> TestResult {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(format!("{}: {e}", path.display()))
+        }
+        _ => Ok(()),
+    }
 }

@@ -3,12 +3,16 @@
 //! `init()` loads `gpu_qos.conf` and starts a watcher thread that `stat`s
 //! the file every [`POLL_INTERVAL`]; an edit is applied atomically, an
 //! invalid edit is logged with its `file:line` and the last good policy
-//! stays. A file missing or invalid at `init()` does not fail the plugin
-//! (which would stop slurmctld): the policy without its file
-//! ([`GpuQosConfig::without_file`]) is in force, said at error level at
-//! load and at each rejected edit, and in the metrics
-//! (`gpushare_policy_config_ok 0`, `gpushare_policy_without_file 1`),
-//! until a valid file appears, which the watcher takes. The submit
+//! stays. Each version of the file put in force is copied, when its
+//! bytes changed, to `StateSaveLocation` ([`last_good`], by the watcher).
+//! A file missing or invalid at `init()` does not fail the plugin (which
+//! would stop slurmctld): that last good copy is in force, or where no
+//! copy can serve the policy without its file
+//! ([`GpuQosConfig::without_file`]); said at error level at load and at
+//! each rejected edit, naming the copy, and in the metrics
+//! (`gpushare_policy_config_ok 0`; `gpushare_policy_without_file 1`
+//! without the file), until a valid file appears, which the watcher
+//! takes. The submit
 //! path only clones an `Arc`: no file I/O per job. `fini()` stops the thread
 //! and joins it if it ends within [`STOP_WAIT`]: one stuck in a `stat` of a
 //! hung filesystem is left behind rather than holding up slurmctld, which
@@ -39,12 +43,15 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use gpushare::qos::config::last_good::{self as copy, InForce, Source};
 use gpushare::qos::config::{self, GpuQosConfig};
 use gpushare::qos::metrics::{render_heartbeat, DecisionCounts};
 use gpushare::shared::locations::beside_slurm_conf;
 use gpushare::shared::prom;
 use gpushare::shared::watched::{Current, PollOutcome, WatchedFile};
 use slurm_plugin::{guard, log};
+
+mod last_good;
 
 /// How often the watcher looks at the file's stamp.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
@@ -358,31 +365,40 @@ fn read_partitions(slurm_conf: Option<&Path>, stop: &StopSignal, interval: Durat
     }
 }
 
-/// What the log says of the policy in force without the file.
-fn without_file_text() -> String {
-    format!(
-        "RUNNING WITHOUT ITS POLICY FILE: {}; `gpu-qos check` says what is wrong with the file",
-        config::WITHOUT_FILE
-    )
+/// Sets the metrics' state of the file: `ok` when the file as it is now
+/// is in force; without the file while neither it nor a copy is.
+fn set_config_state(ok: bool, source: &Source) {
+    DECISIONS.set_config_state(ok, matches!(source, Source::WithoutFile(_)));
 }
 
-/// Loads the policy (or, where the file is missing or invalid, the
-/// policy without it) and starts the watcher and the metrics writer (its
+/// Loads the policy (or, where the file is missing or invalid, the last
+/// good copy in slurmctld's StateSaveLocation, else the policy without
+/// the file) and starts the watcher and the metrics writer (its
 /// heartbeat labelled with `cluster`, slurm.conf's ClusterName). Only a
 /// thread that cannot be started is an error.
 pub fn start(path: &Path, slurm_conf: Option<&Path>, cluster: String) -> Result<(), String> {
     stop();
     crate::partitions::seed_from_slurm_conf(slurm_conf);
-    // Its metrics go where the file's own MetricsFile= line says, if that
-    // line is valid alone: the site's alert must see it.
+    let copy_path = copy::copy_path(last_good::daemon_state_save_location().as_deref());
+    let mut copy_read = None;
+    let mut source = Source::File;
+    // Without a copy, its metrics go where the file's own MetricsFile=
+    // line says, if that line is valid alone: the site's alert must see it.
     let (mut file, error) = WatchedFile::load_or(path, config::parse, |text| {
-        GpuQosConfig::without_file(config::metrics_file_in(text))
+        let copy = copy_path.as_deref().map(|p| {
+            let read = last_good::read(p);
+            copy_read = Some(read.clone());
+            (p, read)
+        });
+        let fallback = copy::in_place_of_bad_file(text, copy);
+        source = fallback.source;
+        fallback.policy
     });
-    let mut missing = error.is_some();
-    DECISIONS.set_config_state(!missing, missing);
+    set_config_state(error.is_none(), &source);
     if let Some(e) = &error {
-        log::error(&format!("{PLUGIN}: {e}; {}", without_file_text()));
+        log::error(&format!("{PLUGIN}: {e}; {}", InForce(&source)));
     }
+    let mut keeper = last_good::Keeper::new(copy_path, copy_read.as_ref());
     let current = file.current();
     let stop = Arc::new(StopSignal::default());
     let interval = poll_interval();
@@ -391,30 +407,33 @@ pub fn start(path: &Path, slurm_conf: Option<&Path>, cluster: String) -> Result<
         while !thread_stop.wait(interval) {
             // A panic here must not unwind out of a thread slurmctld
             // never joins; log it and keep watching.
-            guard("job_submit/gpu_qos: reload", (), || match file.poll() {
-                PollOutcome::Unchanged => {}
-                PollOutcome::Reloaded => {
-                    RELOADS.fetch_add(1, Ordering::Relaxed);
-                    DECISIONS.set_config_state(true, false);
-                    log::info(&format!(
-                        "{PLUGIN}: reloaded {} ({}){}",
-                        file.path().display(),
-                        rules_text(&file.current().get()),
-                        if std::mem::take(&mut missing) {
-                            "; the policy of the file is in force, no longer the policy \
-                             without it"
-                        } else {
-                            ""
-                        }
-                    ))
-                }
-                PollOutcome::Rejected(why) => {
-                    DECISIONS.set_config_state(false, missing);
-                    if missing {
-                        log::error(&format!("{PLUGIN}: {why}; {}", without_file_text()))
-                    } else {
-                        log::error(&format!("{PLUGIN}: {why}"))
+            guard("job_submit/gpu_qos: reload", (), || {
+                match file.poll() {
+                    PollOutcome::Unchanged => {}
+                    PollOutcome::Reloaded => {
+                        RELOADS.fetch_add(1, Ordering::Relaxed);
+                        let before = std::mem::replace(&mut source, Source::File);
+                        set_config_state(true, &source);
+                        log::info(&format!(
+                            "{PLUGIN}: reloaded {} ({}){}",
+                            file.path().display(),
+                            rules_text(&file.current().get()),
+                            copy::no_longer(&before)
+                        ))
                     }
+                    PollOutcome::Rejected(why) => {
+                        set_config_state(false, &source);
+                        if source == Source::File {
+                            log::error(&format!("{PLUGIN}: {why}"))
+                        } else {
+                            log::error(&format!("{PLUGIN}: {why}; {}", InForce(&source)))
+                        }
+                    }
+                }
+                match keeper.keep(file.text_in_force()) {
+                    Some(last_good::Said::Info(line)) => log::info(&format!("{PLUGIN}: {line}")),
+                    Some(last_good::Said::Error(line)) => log::error(&format!("{PLUGIN}: {line}")),
+                    None => {}
                 }
             });
         }

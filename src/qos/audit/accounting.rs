@@ -184,8 +184,13 @@ pub(super) fn gpu_qos_conf(site: &Site, out: &mut Vec<AuditFinding>) {
                 )
                 .what(reason.clone())
                 .why(format!(
-                    "slurmctld keeps the last good policy; if it started without one, it runs \
+                    "slurmctld keeps the last good policy; if it started with the file so, it \
+                     runs on the last good copy it kept ({}/{}), or where none was ever kept, \
                      without its file: {}",
+                    site.settings
+                        .get("StateSaveLocation")
+                        .unwrap_or("StateSaveLocation"),
+                    crate::qos::config::last_good::COPY_NAME,
                     crate::qos::config::WITHOUT_FILE
                 ))
                 .fix(format!(

@@ -18,8 +18,11 @@
 //! - `patterns`: type entries and reservation names as globs.
 //! - `keys`: the keys of the file, and what can be wrong with a line.
 //! - `parse`: reading the file and checking every value.
+//! - `last_good`: the copy of the last good file slurmctld keeps, and
+//!   which policy a start with a bad file puts in force.
 
 mod keys;
+pub mod last_good;
 mod parse;
 mod patterns;
 mod rules;

@@ -61,7 +61,10 @@ pub fn check_inputs(read: &dyn SlurmRead, path: &Path) -> Result<CheckInputs, Re
     let plugin = |e: String| {
         ReadError::new(format!(
             "{e}\njob_submit/gpu_qos keeps the last valid version it read; if slurmctld \
-             started without one, it is running without its file: {}",
+             started with the file so, it runs on the last good copy it kept \
+             (<StateSaveLocation>/{}), or where none was ever kept, it is running without \
+             its file: {}",
+            config::last_good::COPY_NAME,
             config::WITHOUT_FILE
         ))
     };

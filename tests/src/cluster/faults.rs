@@ -13,10 +13,22 @@ impl Cluster {
     /// Stops slurmctld (SIGTERM: it saves its state) and starts it again
     /// on that state; jobs on the nodes go on meanwhile.
     pub fn restart_slurmctld(&mut self) -> Result<()> {
+        self.restart_slurmctld_after(|_| Ok(()))
+    }
+
+    /// Stops slurmctld (SIGTERM), runs `meanwhile` while it is down (a
+    /// file changed before it starts), and starts it again, also where
+    /// `meanwhile` failed (whose error then comes back).
+    pub fn restart_slurmctld_after(
+        &mut self,
+        meanwhile: impl FnOnce(&Self) -> Result<()>,
+    ) -> Result<()> {
         if let Some(mut d) = self.daemons.remove("slurmctld") {
             d.stop(DAEMON_STOP.into());
         }
-        self.start_slurmctld()
+        let done = meanwhile(self);
+        let started = self.start_slurmctld();
+        done.and(started)
     }
 
     /// Stops slurmdbd (SIGTERM), as an outage of the accounting database:
