@@ -172,10 +172,18 @@ pub fn advise_lists_each_job_with_its_size_and_line(c: &mut Cluster) -> TestResu
         .trim()
         .to_owned())
     };
+    // The line to type is rebuilt from what Slurm parsed (the advised
+    // option, the record's partition, a QOS the line named), each word
+    // quoted where a shell would read it: never the user's own text.
     let instead = |job: u32, from: &str, to: &str| -> Result<String, String> {
         let line = line_of(job)?;
         ensure(line.contains(from), format!("job {job}'s line: {line:?}"))?;
-        Ok(line.replacen(from, to, 1))
+        let qos = if line.contains("-q normal") {
+            " --qos=normal"
+        } else {
+            ""
+        };
+        Ok(format!("sbatch {to} --partition=gpu{qos}"))
     };
     let ann_advice = vec![
         (
