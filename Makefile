@@ -237,12 +237,13 @@ RELEASE_RUNS_ALL_V2 ?= $(RELEASE_RUNS_V2)
 # gpushare places shares there as on 22.05; cgroup v1, where it can) and,
 # on each of the others, the suite that loads the plugins and refuses one
 # built for another release (foundation) and the mixed-node case
-# (gpu_mps:gpus_held_whole); make test-all runs every suite of every one,
+# (gpu_mps:gpus_held_whole), and the oracle of every GPU request form
+# (gpu_oracle); make test-all runs every suite of every one,
 # on v1 and (23.11 and later) v2. RPM_RELEASE is left to the RPM lane,
-# which runs foundation, gpu_qos, gpu_mps and mps_daemon on SchedMD's RPMs
+# which runs foundation, gpu_qos, gpu_oracle, gpu_mps and mps_daemon on SchedMD's RPMs
 # of it: make test compiles that Slurm once, not twice.
 SOURCE_FULL ?= 23.02
-SOURCE_RUNS ?= $(SOURCE_FULL):v1:all 23.02:v2:gpu_mps $(foreach r,$(filter-out $(SOURCE_FULL) $(RPM_RELEASE),$(SOURCE_RELEASES)),$(r):v1:foundation,gpu_mps:gpus_held_whole)
+SOURCE_RUNS ?= $(SOURCE_FULL):v1:all 23.02:v2:gpu_mps $(foreach r,$(filter-out $(SOURCE_FULL) $(RPM_RELEASE),$(SOURCE_RELEASES)),$(r):v1:foundation,gpu_mps:gpus_held_whole,gpu_oracle)
 SOURCE_RUNS_ALL ?= $(foreach r,$(SOURCE_RELEASES),$(r):v1:all) $(foreach r,$(filter-out 23.02,$(SOURCE_RELEASES)),$(r):v2:all)
 # gpushare's RPMs on SchedMD's RPMs of a release (tests/rpm_test.sh): a
 # fourth lane, its builds at the lowest priority beside the others.

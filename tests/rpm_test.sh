@@ -15,7 +15,7 @@
 #     daemon package: rpm -i of gpushare alone, rpm -V clean, gpu-qos and
 #     its man pages there, srun loading the plugin from plugstack.conf's
 #     required line (and stopping once its file is gone);
-#  4. the gpu_qos and MPS suites (foundation, gpu_qos, gpu_mps, mps_daemon)
+#  4. the gpu_qos and MPS suites (foundation, gpu_qos, gpu_oracle, gpu_mps, mps_daemon)
 #     against the installed plugins and programs, in that root; from the
 #     login host, a user's share and srun step run on that cluster,
 #     gpu-qos why and usage answer, the required line stops sbatch and srun
@@ -265,7 +265,7 @@ step "4. the suites against the installed plugins and programs, and from the log
 # foundation's wrong_plugin_version test is left out: it puts a patched copy
 # of the plugin in a directory before Slurm's own, which here holds the
 # installed one; step 5 is what guards this installation.
-suites=foundation:loaded_by_slurmctld/runs_through_the_plugin/srun_step_runs/preempts_lowprio,gpu_qos,gpu_mps,mps_daemon
+suites=foundation:loaded_by_slurmctld/runs_through_the_plugin/srun_step_runs/preempts_lowprio,gpu_qos,gpu_oracle,gpu_mps,mps_daemon
 installed_harness "$plugindir/job_submit_gpu_qos.so" "$plugindir/spank_gpu_mps.so"
 GPUSHARE_RELEASE_ROOT=$root GPUSHARE_RELEASE_BUILD=$harness GPUSHARE_SLURM_PLUGIN_DIR=$plugindir \
     tests/release_suite.sh "rpm-$release" v1 "${GPUSHARE_RPM_SUITES:-$suites}" ||
