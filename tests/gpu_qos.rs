@@ -19,6 +19,8 @@ mod coexist;
 mod exempt;
 #[path = "gpu_qos/last_good.rs"]
 mod last_good;
+#[path = "gpu_qos/lowprio_update.rs"]
+mod lowprio_update;
 #[path = "gpu_qos/without_file.rs"]
 mod without_file;
 
@@ -57,6 +59,10 @@ fn main() -> ExitCode {
         .test(
             "lowprio_exclusive_user_is_cleared_with_a_warning",
             lowprio_exclusive_user,
+        )
+        .test(
+            "lowprio_array_throttle_lifted_by_an_update_is_set_back",
+            lowprio_update::lowprio_array_throttle_is_set_back,
         )
         .test(
             "preempted_lowprio_job_keeps_its_earlier_output",

@@ -25,6 +25,7 @@ mod assoc;
 mod job_desc;
 mod partitions;
 pub mod policy_state;
+mod throttle;
 mod typed;
 
 use job_desc::{apply, error_code, JobStrings};
@@ -169,6 +170,9 @@ unsafe fn conclude(
             }
             // SAFETY: forwarded from the caller.
             unsafe { apply(desc, err_msg, &changes) };
+            if let Some(recheck) = changes.recheck_array_throttle {
+                throttle::recheck(recheck, daemon_slurm_conf());
+            }
             OK
         }
         Verdict::Reject(r) => {

@@ -65,7 +65,7 @@ pub fn seed_from_slurm_conf(slurm_conf: Option<&Path>) {
 
 /// The `scontrol` of this slurmctld: beside it (`PREFIX/sbin/slurmctld`
 /// → `PREFIX/bin/scontrol`), else on PATH.
-fn scontrol() -> PathBuf {
+pub(crate) fn scontrol() -> PathBuf {
     let me = std::fs::read_link("/proc/self/exe").ok();
     slurm_command_in(
         "scontrol",

@@ -5,7 +5,9 @@ use crate::qos::config::{Enforce, GpuQosConfig};
 
 use super::enforce::Told;
 use super::job::JobDescription;
-use super::verdict::{reject, JobChanges, LowPriorityChange, Rejection, RejectionKind};
+use super::verdict::{
+    reject, JobChanges, LowPriorityChange, Rejection, RejectionKind, ThrottleRecheck,
+};
 
 /// What the low-priority QOS `low_qos` does to a job (`submission`: a new
 /// job, whose output mode and array are its own; else an update): made
@@ -191,6 +193,60 @@ fn apply_exclusive_user(
         Some(earlier) => format!("{earlier}\n{warning}"),
         None => warning,
     });
+}
+
+/// An update's `ArrayTaskThrottle=N` (sent as `array_inx`, the number
+/// alone) that would let an array run more tasks at once than
+/// `LowPriorityMaxArrayTasks`: 0 (no throttle) or above the cap. Whether
+/// the array runs under a low-priority QOS cannot be seen in an update,
+/// and slurmctld has applied the throttle already, so the array is read
+/// back (by the plugin, once the update is done) and, if it is one,
+/// capped again ([`throttle_to_restore`]).
+pub(super) fn throttle_lifted(
+    cfg: &GpuQosConfig,
+    update: &JobDescription<'_>,
+) -> Option<ThrottleRecheck> {
+    let max = cfg.low_priority_max_array_tasks()?;
+    let asked = update.array_inx?.trim();
+    if asked.is_empty() || !asked.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    // All digits: a parse failure is an overflow, a huge throttle.
+    let asked = asked.parse::<u64>().unwrap_or(u64::MAX);
+    // Where the low-priority QOS only warns, its cap is not made either.
+    let low_enforced = cfg.low_priority_qos().iter().any(|q| {
+        cfg.rule_for(q)
+            .map_or(cfg.enforce(), |rule| cfg.rule_enforce(rule))
+            == Enforce::Yes
+    });
+    (low_enforced && (asked == 0 || asked > u64::from(max))).then_some(ThrottleRecheck {
+        job_id: update.job_id_for_messages?,
+        max,
+    })
+}
+
+/// What `scontrol -o show job ARRAY` (the array's records, one a line)
+/// says of an array whose throttle an update lifted: the cap to set
+/// again where it runs under one of `low_qos` and its `ArrayTaskThrottle`
+/// is 0 (no `ArrayTaskThrottle=` at all: scontrol prints none then) or
+/// above `max`; `None` where it is not such an array or is within the
+/// cap already.
+pub fn throttle_to_restore(show_job: &str, low_qos: &[String], max: u32) -> Option<u32> {
+    let field = |line: &'_ str, key: &str| -> Option<String> {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(key)?.strip_prefix('=').map(str::to_owned))
+    };
+    let lifted = show_job.lines().any(|line| {
+        let low =
+            field(line, "QOS").is_some_and(|q| low_qos.iter().any(|l| l.eq_ignore_ascii_case(&q)));
+        // scontrol leaves the field out of an array without a throttle.
+        let throttle = match field(line, "ArrayTaskThrottle") {
+            Some(t) => t.parse::<u64>().ok(),
+            None => field(line, "ArrayJobId").map(|_| 0),
+        };
+        low && throttle.is_some_and(|t| t == 0 || t > u64::from(max))
+    });
+    lifted.then_some(max)
 }
 
 /// Rule 9's array cap: `Some(new)` when `array_inx` must change. A throttle

@@ -50,11 +50,11 @@ mod tests;
 pub use exempt::{apply_exemptions, exempt_reason, Action, Requester};
 pub use job::{JobDescription, LimitLevel, Resolved, TypedLimit};
 pub use limits::{asks_untyped_gpu, limits_without_rule};
-pub use lowprio::requeued_output_words;
+pub use lowprio::{requeued_output_words, throttle_to_restore};
 pub use submit::judge_submit;
 pub use update::judge_modify;
 pub use verdict::{
     ExemptReason, Exemption, JobChanges, LowPriorityChange, PolicyWarning, Rejection,
-    RejectionKind, SpankEnvVar, Verdict, WarningReason,
+    RejectionKind, SpankEnvVar, ThrottleRecheck, Verdict, WarningReason,
 };
 pub use wording::NOT_YET_ENFORCED;

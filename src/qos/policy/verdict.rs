@@ -27,6 +27,12 @@ pub struct JobChanges {
     pub clear_exclusive_user: bool,
     /// Replace `array_inx` with this.
     pub array_inx: Option<String>,
+    /// An update lifted an array's throttle past the low-priority cap
+    /// (`ArrayTaskThrottle=0`): slurmctld applies that before job_submit
+    /// is asked (`_update_job`, 22.05 to 26.05), so no refusal can undo
+    /// it. The plugin reads the array back once the update is done and,
+    /// if it runs under a low-priority QOS, sets this cap again.
+    pub recheck_array_throttle: Option<ThrottleRecheck>,
     pub spank_env: Vec<SpankEnvVar>,
     /// Text to show the user although the job is accepted.
     pub user_warning: Option<String>,
@@ -55,6 +61,14 @@ impl JobChanges {
             .collect();
         (!parts.is_empty()).then(|| parts.join("\n"))
     }
+}
+
+/// An array whose throttle an update may have lifted past the cap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThrottleRecheck {
+    pub job_id: u32,
+    /// `LowPriorityMaxArrayTasks`.
+    pub max: u32,
 }
 
 /// Why a refusal was not made.

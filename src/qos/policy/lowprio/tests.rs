@@ -1,8 +1,9 @@
 use crate::qos::policy::fixtures::*;
 use crate::qos::policy::job::JobDescription;
 use crate::qos::policy::submit::judge_submit;
+use crate::qos::policy::throttle_to_restore;
 use crate::qos::policy::update::judge_modify;
-use crate::qos::policy::verdict::{JobChanges, RejectionKind};
+use crate::qos::policy::verdict::{JobChanges, RejectionKind, ThrottleRecheck};
 
 // Rule 9
 #[test]
@@ -132,4 +133,57 @@ fn update_to_low_priority_makes_the_job_requeueable() {
             ..JobChanges::default()
         }
     );
+}
+
+#[test]
+fn an_update_lifting_an_arrays_throttle_is_read_back_and_capped_again() {
+    let update = |inx: &'static str| JobDescription {
+        array_inx: Some(inx),
+        job_id_for_messages: Some(77),
+        ..JobDescription::default()
+    };
+    let c = changes(judge_modify(&cfg(), &update("0")));
+    assert_eq!(
+        c.recheck_array_throttle,
+        Some(ThrottleRecheck { job_id: 77, max: 8 })
+    );
+    assert!(c
+        .user_message()
+        .unwrap()
+        .contains("its ArrayTaskThrottle is set back to 8 within seconds"));
+    assert!(changes(judge_modify(&cfg(), &update("9")))
+        .recheck_array_throttle
+        .is_some());
+    assert!(
+        changes(judge_modify(&cfg(), &update("99999999999999999999")))
+            .recheck_array_throttle
+            .is_some()
+    );
+    // Within the cap, or no cap, or the low-priority QOS only warns: nothing.
+    assert!(changes(judge_modify(&cfg(), &update("8"))).is_empty());
+    let no_cap = cfg_from("LowPriorityQOS=lowprio\n");
+    assert!(changes(judge_modify(&no_cap, &update("0"))).is_empty());
+    let warns = cfg_from("LowPriorityQOS=lowprio\nLowPriorityMaxArrayTasks=8\nEnforce=warn\n");
+    assert!(changes(judge_modify(&warns, &update("0")))
+        .recheck_array_throttle
+        .is_none());
+
+    // The array read back: capped again only under a low-priority QOS.
+    let low = vec!["lowprio".to_owned()];
+    let show = |qos: &str, throttle: &str| {
+        format!("JobId=77 ArrayJobId=77 ArrayTaskId=0-19 ArrayTaskThrottle={throttle} QOS={qos} JobState=PENDING\n")
+    };
+    assert_eq!(throttle_to_restore(&show("lowprio", "0"), &low, 8), Some(8));
+    assert_eq!(
+        throttle_to_restore(&show("LOWPRIO", "12"), &low, 8),
+        Some(8)
+    );
+    assert_eq!(throttle_to_restore(&show("lowprio", "8"), &low, 8), None);
+    assert_eq!(throttle_to_restore(&show("normal", "0"), &low, 8), None);
+    assert_eq!(throttle_to_restore("", &low, 8), None);
+    // No throttle: scontrol prints no ArrayTaskThrottle= at all.
+    let unthrottled = "JobId=77 ArrayJobId=77 ArrayTaskId=0-19 QOS=lowprio JobState=PENDING\n";
+    assert_eq!(throttle_to_restore(unthrottled, &low, 8), Some(8));
+    let not_an_array = "JobId=78 QOS=lowprio JobState=PENDING\n";
+    assert_eq!(throttle_to_restore(not_an_array, &low, 8), None);
 }
