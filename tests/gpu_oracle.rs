@@ -297,7 +297,7 @@ impl Run<'_> {
             args.push("--array=0-1");
         }
         args.extend_from_slice(&scope.args);
-        args.extend_from_slice(&form.args);
+        args.extend(form.args.iter().map(String::as_str));
         if form.command != Command::Salloc {
             args.push(&self.script);
         }
@@ -329,6 +329,64 @@ impl Run<'_> {
     }
 }
 
+/// The line a refusal offers instead (`Submit with X instead.`), typed
+/// as the user would, in the same scope: Slurm must accept it and hold
+/// its GPUs typed.
+fn follow_advice(
+    run: &mut Run<'_>,
+    scope: &Scope,
+    form: &Form,
+    what: &str,
+    said: &str,
+    tally: &mut Tally,
+) -> TestResult {
+    let Some(advice) = said
+        .split("Submit with ")
+        .nth(1)
+        .and_then(|rest| rest.split(" instead").next())
+    else {
+        return Ok(());
+    };
+    // "--gres=gpu:a40:2 (or --gpus-per-node=a40:2)": either works.
+    let advice = advice.split(" (or ").next().unwrap_or(advice);
+    let advice = advice.strip_prefix("e.g. ").unwrap_or(advice);
+    // In place of the form's GPU request; its other options kept.
+    const GPU_OPTIONS: [&str; 7] = [
+        "--gres=",
+        "--gpus=",
+        "--gpus-per-node=",
+        "--gpus-per-task=",
+        "--gpus-per-socket=",
+        "--tres-per-task=",
+        "--ntasks-per-gpu=",
+    ];
+    let words: Vec<String> = form
+        .args
+        .iter()
+        .filter(|a| !GPU_OPTIONS.iter().any(|o| a.starts_with(o)))
+        .cloned()
+        .chain(advice.split_whitespace().map(str::to_owned))
+        .collect();
+    let followed = Form {
+        command: form.command,
+        args: words,
+        typed: true,
+        gpus: true,
+        label: format!("{} -> advice {advice}", form.label),
+    };
+    tally.advice_followed += 1;
+    match run.submit(scope, &followed)? {
+        Outcome::Accepted(id) => {
+            judge(run.c, id, &format!("{what}, advice {advice}"), tally)?;
+            let _ = run.c.run("scancel", &[&id.to_string()]);
+        }
+        Outcome::Refused { said, .. } => tally
+            .wrongly_refused
+            .push(format!("{what}: the advice `{advice}` was refused: {said}")),
+    }
+    Ok(())
+}
+
 /// Tallies of one run.
 #[derive(Default)]
 struct Tally {
@@ -339,6 +397,8 @@ struct Tally {
     escapes: Vec<String>,
     wrongly_refused: Vec<String>,
     accepted_by: BTreeMap<&'static str, usize>,
+    /// Refusals whose offered line was typed as told.
+    advice_followed: usize,
     /// Slurm's own refusals, by what the client printed last.
     slurm_says: BTreeMap<String, usize>,
 }
@@ -405,6 +465,9 @@ fn oracle(c: &mut Cluster, with_plugin: bool) -> TestResult {
                     if by_plugin && form.typed {
                         tally.wrongly_refused.push(format!("{what}: {said}"));
                     }
+                    if by_plugin {
+                        follow_advice(&mut run, scope, form, &what, &said, &mut tally)?;
+                    }
                 }
             }
         }
@@ -439,12 +502,14 @@ fn oracle(c: &mut Cluster, with_plugin: bool) -> TestResult {
         let _ = c.run("scancel", &[&id.to_string()]);
     }
     let summary = format!(
-        "{} submissions and updates ({} forms x {} scopes, {} updates made): {} accepted, {} \
-         refused by gpu_qos, {} by Slurm; {} escapes, {} typed requests refused; {:.0} s",
-        tally.submitted,
+        "{} submissions and updates ({} forms x {} scopes, {} updates made, {} offered lines \
+         typed): {} accepted, {} refused by gpu_qos, {} by Slurm; {} escapes, {} typed \
+         requests refused; {:.0} s",
+        tally.submitted + tally.advice_followed,
         forms.len(),
         scopes.len(),
         updated,
+        tally.advice_followed,
         tally.accepted,
         tally.refused_by_plugin,
         tally.refused_by_slurm,

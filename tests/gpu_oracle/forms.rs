@@ -36,6 +36,12 @@ const OPTIONS: &[GpuOption] = &[
         untyped: &["-n", "2", "--gpus-per-task=1"],
         typed: &["-n", "2", "--gpus-per-task=a40:1"],
     },
+    // 23.11 and later; before, the client refuses the option.
+    GpuOption {
+        name: "--tres-per-task",
+        untyped: &["-n", "2", "--tres-per-task=gres/gpu:1"],
+        typed: &["-n", "2", "--tres-per-task=gres/gpu:a40:1"],
+    },
     GpuOption {
         name: "--gpus-per-socket",
         untyped: &["--sockets-per-node=1", "--gpus-per-socket=1"],
@@ -109,7 +115,7 @@ impl Command {
 pub struct Form {
     pub command: Command,
     /// The options, as a user types them.
-    pub args: Vec<&'static str>,
+    pub args: Vec<String>,
     /// Whether Slurm will hold every GPU of it with its type: the form
     /// names a type, and nothing beside it adds untyped GPUs.
     pub typed: bool,
@@ -148,8 +154,11 @@ pub fn all() -> Vec<Form> {
                 &[Command::Sbatch]
             };
             for &command in commands {
-                let mut args = gpu.clone();
-                args.extend_from_slice(beside.args);
+                let args: Vec<String> = gpu
+                    .iter()
+                    .chain(beside.args)
+                    .map(|a| (*a).to_owned())
+                    .collect();
                 forms.push(Form {
                     command,
                     args,
