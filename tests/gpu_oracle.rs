@@ -436,8 +436,9 @@ fn oracle(c: &mut Cluster, with_plugin: bool) -> TestResult {
     };
     let forms = forms::all();
     let mut tally = Tally::default();
-    let mut pending_free: Vec<(u32, String)> = Vec::new();
-    for scope in &scopes {
+    // Held GPU jobs kept for the updates below: (scope, job, what).
+    let mut pending: Vec<(usize, u32, String)> = Vec::new();
+    for (index, scope) in scopes.iter().enumerate() {
         for form in &forms {
             let what = format!("{} [{}] {}", scope.name, scope.user.name, form.label);
             tally.submitted += 1;
@@ -448,8 +449,8 @@ fn oracle(c: &mut Cluster, with_plugin: bool) -> TestResult {
                     judge(c, id, &what, &mut tally)?;
                     if form.command == Command::Salloc {
                         let _ = c.run("scancel", &[&id.to_string()]);
-                    } else if !scope.typed && form.gpus && form.command == Command::Sbatch {
-                        pending_free.push((id, what));
+                    } else if form.gpus && form.command == Command::Sbatch {
+                        pending.push((index, id, what));
                     } else {
                         let _ = c.run("scancel", &[&id.to_string()]);
                     }
@@ -472,23 +473,34 @@ fn oracle(c: &mut Cluster, with_plugin: bool) -> TestResult {
             }
         }
     }
-    // Pending jobs of the untyped scope moved into each typed one, or
-    // grown, by their owner: what Slurm then holds is judged again.
-    let free = scopes.iter().find(|s| !s.typed).ok_or("no untyped scope")?;
-    let updates: [&[&str]; 4] = [
+    // Pending GPU jobs updated by their owner: those of the untyped scope
+    // moved into a typed one or grown; those of typed scopes grown, or
+    // their GPU request taken away (Slurm may then add its own, untyped,
+    // for --ntasks-per-gpu). What Slurm then holds is judged again.
+    let moves: &[&[&str]] = &[
         &["QOS=qos_lafferty"],
         &["Partition=oracle_a40"],
         &["NumTasks=4"],
         &["NumNodes=1"],
     ];
+    let regrown: &[&[&str]] = &[
+        &["NumTasks=4"],
+        &["NumNodes=1"],
+        &["TresPerJob=gres/gpu:0"],
+        &["TresPerTask=gres/gpu:0"],
+        &["Gres=gpu:0"],
+        &["TresPerJob=gres/gpu:a40:0"],
+    ];
     let mut updated = 0usize;
-    for (id, what) in &pending_free {
+    for (index, id, what) in &pending {
+        let scope = scopes.get(*index).ok_or("no such scope")?;
+        let updates = if scope.typed { regrown } else { moves };
         for update in updates {
             let mut args = vec!["update".to_owned(), format!("job={id}")];
             args.extend(update.iter().map(|s| (*s).to_owned()));
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             tally.submitted += 1;
-            let out = free.user.run(c, None, "scontrol", &args)?;
+            let out = scope.user.run(c, None, "scontrol", &args)?;
             if out.status.success() {
                 updated += 1;
                 judge(
