@@ -18,13 +18,14 @@
 
 use std::collections::BTreeMap;
 use std::fs;
+use std::io::{Read, Seek, SeekFrom};
 use std::process::ExitCode;
 use std::time::Instant;
 
 use testcluster::cluster::wait_for;
 use testcluster::time::SHORT;
 use testcluster::users::TestUser;
-use testcluster::{Cluster, ClusterSpec, Suite, TestResult};
+use testcluster::{Cluster, ClusterSpec, JobInfo, Suite, TestResult};
 
 #[path = "gpu_oracle/forms.rs"]
 mod forms;
@@ -176,13 +177,11 @@ fn scopes(c: &Cluster) -> Result<Vec<Scope>, String> {
 
 /// One component of a job as slurmctld keeps it.
 #[derive(Debug)]
-struct Held {
-    fields: BTreeMap<String, String>,
-}
+struct Held(JobInfo);
 
 impl Held {
     fn get(&self, key: &str) -> &str {
-        self.fields.get(key).map_or("", String::as_str)
+        self.0.get(key).unwrap_or_default()
     }
 
     /// The job's TRES: pending jobs show what they ask (`ReqTRES` from
@@ -235,20 +234,7 @@ impl Held {
 
 /// Every component of job `id` as `scontrol -o show job` has it.
 fn held(c: &Cluster, id: u32) -> Result<Vec<Held>, String> {
-    let text = c.run_ok("scontrol", &["-o", "show", "job", &id.to_string()])?;
-    Ok(text
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|line| {
-            let mut fields = BTreeMap::new();
-            for word in line.split_whitespace() {
-                if let Some((k, v)) = word.split_once('=') {
-                    fields.entry(k.to_owned()).or_insert_with(|| v.to_owned());
-                }
-            }
-            Held { fields }
-        })
-        .collect())
+    Ok(c.job_records(id)?.into_iter().map(Held).collect())
 }
 
 /// What a submission came to.
@@ -261,23 +247,28 @@ enum Outcome {
     },
 }
 
-/// slurmctld's log from `from` on, and where it ends.
-fn log_since(c: &Cluster, from: usize) -> (String, usize) {
-    let log = fs::read(c.log_path("slurmctld")).unwrap_or_default();
-    let new = log.get(from..).unwrap_or_default();
-    (String::from_utf8_lossy(new).into_owned(), log.len())
+/// slurmctld's log from byte `from` on (only those bytes read), and
+/// where it ends.
+fn log_since(c: &Cluster, from: u64) -> (String, u64) {
+    let mut new = Vec::new();
+    let read = fs::File::open(c.log_path("slurmctld")).and_then(|mut f| {
+        f.seek(SeekFrom::Start(from))?;
+        f.read_to_end(&mut new)
+    });
+    let end = from + read.map_or(0, |n| n as u64);
+    (String::from_utf8_lossy(&new).into_owned(), end)
 }
 
 struct Run<'c> {
     c: &'c Cluster,
-    log_at: usize,
+    log_at: u64,
     script: String,
 }
 
 impl Run<'_> {
     fn submit(&mut self, scope: &Scope, form: &Form) -> Result<Outcome, String> {
-        let (_, at) = log_since(self.c, self.log_at);
-        self.log_at = at;
+        // Only what this submission makes slurmctld log is read after it.
+        self.log_at = fs::metadata(self.c.log_path("slurmctld")).map_or(0, |m| m.len());
         let mut args: Vec<&str> = Vec::new();
         let program = match form.command {
             Command::Salloc => {

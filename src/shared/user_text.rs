@@ -2,7 +2,7 @@
 //! advise` or `replay`): as text, never as bytes a terminal acts on
 //! ([`shown`]); and the words offered to paste into a shell, quoted so
 //! that the shell reads each back as one word and runs nothing else
-//! ([`shell_word`], [`shell_line`]).
+//! ([`shell_word`]).
 //!
 //! A user's arguments may hold escape sequences (cursor moves that paint
 //! over earlier lines, OSC 52 clipboard writes), newlines that add lines
@@ -78,8 +78,9 @@ pub fn shell_word(word: &str) -> Option<String> {
 }
 
 /// `words` as one command line, each a [`shell_word`]; `None` where one
-/// cannot be.
-pub fn shell_line<S: AsRef<str>>(words: &[S]) -> Option<String> {
+/// cannot be: what the tests prove of quoted lines.
+#[cfg(test)]
+pub(crate) fn shell_line<S: AsRef<str>>(words: &[S]) -> Option<String> {
     let quoted: Option<Vec<String>> = words.iter().map(|w| shell_word(w.as_ref())).collect();
     quoted.map(|q| q.join(" "))
 }

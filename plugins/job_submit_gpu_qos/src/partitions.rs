@@ -28,8 +28,9 @@ static MAP: RwLock<Option<Arc<PartitionQos>>> = RwLock::new(None);
 /// How many reload polls pass between two reads of the partitions.
 pub const REFRESH_TICKS: u32 = 5;
 
-/// The longest a read may take: slurmctld answers its own `scontrol`
-/// from another thread; a busy one must not hold the watcher for long.
+/// The longest an `scontrol` call may take: slurmctld answers its own
+/// `scontrol` from another thread; a busy one must not hold the plugin's
+/// threads for long.
 const SCONTROL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The partitions' QOS as last read (empty before any read).
@@ -65,7 +66,7 @@ pub fn seed_from_slurm_conf(slurm_conf: Option<&Path>) {
 
 /// The `scontrol` of this slurmctld: beside it (`PREFIX/sbin/slurmctld`
 /// → `PREFIX/bin/scontrol`), else on PATH.
-pub(crate) fn scontrol() -> PathBuf {
+fn scontrol() -> PathBuf {
     let me = std::fs::read_link("/proc/self/exe").ok();
     slurm_command_in(
         "scontrol",
@@ -75,21 +76,27 @@ pub(crate) fn scontrol() -> PathBuf {
     )
 }
 
-/// Reads the partitions from slurmctld; an error says why in one line.
-pub fn refresh(slurm_conf: Option<&Path>) -> Result<usize, String> {
+/// What the `scontrol` of this slurmctld prints for `args` (its
+/// `slurm.conf`, bounded in time); an error says why in one line.
+pub(crate) fn scontrol_output(args: &[&str], slurm_conf: Option<&Path>) -> Result<String, String> {
     let mut cmd = Command::new(scontrol());
-    cmd.args(["-a", "-o", "show", "partition"]);
+    cmd.args(args);
     if let Some(conf) = slurm_conf {
         cmd.env("SLURM_CONF", conf);
     }
     let ran = bounded::run(cmd, None, SCONTROL_TIMEOUT).map_err(|e| e.to_string())?;
-    if !ran.status.success() {
-        return Err(format!(
-            "scontrol show partition: {}",
-            ran.stderr.lines().next().unwrap_or("failed")
-        ));
+    if ran.status.success() {
+        Ok(ran.stdout)
+    } else {
+        Err(ran.stderr.lines().next().unwrap_or("failed").to_owned())
     }
-    let map = from_show(&ran.stdout);
+}
+
+/// Reads the partitions from slurmctld; an error says why in one line.
+pub fn refresh(slurm_conf: Option<&Path>) -> Result<usize, String> {
+    let shown = scontrol_output(&["-a", "-o", "show", "partition"], slurm_conf)
+        .map_err(|e| format!("scontrol show partition: {e}"))?;
+    let map = from_show(&shown);
     let n = map.len();
     publish(map);
     Ok(n)

@@ -12,19 +12,13 @@
 //! only queues the job id.
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Mutex, OnceLock, PoisonError};
-use std::time::Duration;
 
 use gpushare::qos::policy::{throttle_to_restore, ThrottleRecheck};
-use gpushare::shared::bounded;
 use slurm_plugin::{guard, log};
 
 const PLUGIN: &str = "job_submit/gpu_qos";
-
-/// The longest one `scontrol` call may take.
-const SCONTROL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// An array to read back, and the slurm.conf slurmctld reads.
 type Queued = (ThrottleRecheck, Option<PathBuf>);
@@ -68,26 +62,12 @@ pub fn recheck(recheck: ThrottleRecheck, slurm_conf: Option<PathBuf>) {
     }
 }
 
-fn scontrol(args: &[&str], slurm_conf: Option<&std::path::Path>) -> Result<String, String> {
-    let mut cmd = Command::new(crate::partitions::scontrol());
-    cmd.args(args);
-    if let Some(conf) = slurm_conf {
-        cmd.env("SLURM_CONF", conf);
-    }
-    let ran = bounded::run(cmd, None, SCONTROL_TIMEOUT).map_err(|e| e.to_string())?;
-    if ran.status.success() {
-        Ok(ran.stdout)
-    } else {
-        Err(ran.stderr.lines().next().unwrap_or("failed").to_owned())
-    }
-}
-
 fn restore(job: &ThrottleRecheck, slurm_conf: Option<&std::path::Path>) {
     let Some(policy) = crate::policy_state::policy() else {
         return;
     };
     let id = job.job_id.to_string();
-    let shown = match scontrol(&["-o", "show", "job", &id], slurm_conf) {
+    let shown = match crate::partitions::scontrol_output(&["-o", "show", "job", &id], slurm_conf) {
         Ok(text) => text,
         Err(e) => {
             log::error(&format!(
@@ -100,7 +80,10 @@ fn restore(job: &ThrottleRecheck, slurm_conf: Option<&std::path::Path>) {
         return;
     };
     let throttle = format!("ArrayTaskThrottle={max}");
-    match scontrol(&["update", &format!("JobId={id}"), &throttle], slurm_conf) {
+    match crate::partitions::scontrol_output(
+        &["update", &format!("JobId={id}"), &throttle],
+        slurm_conf,
+    ) {
         Ok(_) => log::info(&format!(
             "{PLUGIN}: array {id} runs under a low-priority QOS: an update lifted its \
              throttle, set back to {max} (LowPriorityMaxArrayTasks)"

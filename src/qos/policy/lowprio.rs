@@ -21,9 +21,7 @@ pub(super) fn apply_low_priority(
     told: &mut Told,
     changes: &mut JobChanges,
 ) -> Result<(), Rejection> {
-    let enforce = cfg
-        .rule_for(low_qos)
-        .map_or(cfg.enforce(), |rule| cfg.rule_enforce(rule));
+    let enforce = low_enforce(cfg, low_qos);
     let mut low = JobChanges::default();
     apply_requeue(job, low_qos, &mut low);
     if submission {
@@ -54,6 +52,13 @@ pub(super) fn apply_low_priority(
         });
     }
     Ok(())
+}
+
+/// The `Enforce=` of the low-priority QOS `low_qos`: its rule's, else
+/// the file's.
+fn low_enforce(cfg: &GpuQosConfig, low_qos: &str) -> Enforce {
+    cfg.rule_for(low_qos)
+        .map_or(cfg.enforce(), |rule| cfg.rule_enforce(rule))
 }
 
 /// The changes `low` holds (and `--exclusive=user` taken off), each told
@@ -214,11 +219,10 @@ pub(super) fn throttle_lifted(
     // All digits: a parse failure is an overflow, a huge throttle.
     let asked = asked.parse::<u64>().unwrap_or(u64::MAX);
     // Where the low-priority QOS only warns, its cap is not made either.
-    let low_enforced = cfg.low_priority_qos().iter().any(|q| {
-        cfg.rule_for(q)
-            .map_or(cfg.enforce(), |rule| cfg.rule_enforce(rule))
-            == Enforce::Yes
-    });
+    let low_enforced = cfg
+        .low_priority_qos()
+        .iter()
+        .any(|q| low_enforce(cfg, q) == Enforce::Yes);
     (low_enforced && (asked == 0 || asked > u64::from(max))).then_some(ThrottleRecheck {
         job_id: update.job_id_for_messages?,
         max,

@@ -234,7 +234,7 @@ impl Context<'_, '_> {
             (Some(per_gpu), Syntax::Sbatch) => format!(
                 "--ntasks-per-gpu={per_gpu} without a GPU request (Slurm adds {count} GPU{} \
                  for it, without a type)",
-                plural(count)
+                if count == 1 { "" } else { "s" }
             ),
             (Some(per_gpu), Syntax::Scontrol) => format!(
                 "a tasks-per-GPU count of {per_gpu} without a GPU request (Slurm adds GPUs \
@@ -437,12 +437,4 @@ pub(super) fn over_limit(
             least.total
         ),
     )
-}
-
-fn plural(count: u64) -> &'static str {
-    if count == 1 {
-        ""
-    } else {
-        "s"
-    }
 }

@@ -19,6 +19,17 @@ pub struct JobInfo {
 }
 
 impl JobInfo {
+    /// The `Key=Value` words of `scontrol -o show job`, each key's first.
+    pub fn parse(text: &str) -> Self {
+        let mut info = JobInfo::default();
+        for (k, v) in text.split_whitespace().filter_map(|w| w.split_once('=')) {
+            info.fields
+                .entry(k.to_owned())
+                .or_insert_with(|| v.to_owned());
+        }
+        info
+    }
+
     pub fn get(&self, key: &str) -> Option<&str> {
         self.fields.get(key).map(String::as_str)
     }
@@ -108,18 +119,22 @@ impl Cluster {
         })
     }
 
-    /// `scontrol show job ID`, parsed.
+    /// `scontrol show job ID`, parsed (a heterogeneous job's or an
+    /// array's records read as one: each key's first value).
     pub fn job(&self, id: u32) -> Result<JobInfo> {
         let text = self.run_ok("scontrol", &["-o", "show", "job", &id.to_string()])?;
-        let mut info = JobInfo::default();
-        for word in text.split_whitespace() {
-            if let Some((k, v)) = word.split_once('=') {
-                info.fields
-                    .entry(k.to_owned())
-                    .or_insert_with(|| v.to_owned());
-            }
-        }
-        Ok(info)
+        Ok(JobInfo::parse(&text))
+    }
+
+    /// `scontrol -o show job ID`, each record (a heterogeneous job's
+    /// components, an array's tasks) parsed on its own.
+    pub fn job_records(&self, id: u32) -> Result<Vec<JobInfo>> {
+        let text = self.run_ok("scontrol", &["-o", "show", "job", &id.to_string()])?;
+        Ok(text
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(JobInfo::parse)
+            .collect())
     }
 
     /// Waits until the job's state is one of `states`.
