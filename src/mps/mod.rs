@@ -44,6 +44,7 @@ pub mod gpu_devices;
 pub mod health;
 pub mod in_force;
 pub mod installed;
+pub mod kept;
 pub mod ledger;
 pub mod located;
 pub mod lock_wait;

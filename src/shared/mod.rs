@@ -13,6 +13,7 @@
 //! Nothing here knows about QOS rules or GPU shares; `qos` and `mps` import
 //! this room and never each other.
 
+pub mod admin_comment;
 pub mod autodetect;
 pub mod booking;
 pub mod bounded;

@@ -203,11 +203,19 @@ impl NodeHost {
     /// it to `fabric`, and sets the node up: hostname, loopback, address,
     /// a tmpfs `/run`, its own `run/`, `dev/`, `log/` and `textfile/` (its
     /// node_exporter's textfile directory, `/var/lib/prometheus/node-exporter`
-    /// on a real node, kept across reboots) over the cluster's, and its own
-    /// `/etc/slurm`.
+    /// on a real node, kept across reboots) over the cluster's, its own
+    /// `/etc/slurm`, and its own `/var/lib/gpushare` (what gpushare keeps
+    /// across reboots: [`Self::wipe_run`] leaves it).
     pub fn start(name: &str, index: usize, fabric: &Fabric, cluster_dir: &Path) -> Result<Self> {
         let dir = cluster_dir.join("nodes").join(name);
-        for sub in ["run", "dev", "log", "textfile", "etc-slurm"] {
+        for sub in [
+            "run",
+            "dev",
+            "log",
+            "textfile",
+            "etc-slurm",
+            "var-lib-gpushare",
+        ] {
             fs::create_dir_all(dir.join(sub)).map_err(|e| format!("{}: {e}", dir.display()))?;
         }
         let shared = cluster_dir.join(TEXTFILE_DIR);
@@ -270,8 +278,9 @@ impl NodeHost {
              ip link set eth0 up\n\
              mount -t tmpfs -o mode=0755 tmpfs /run\n\
              for sub in run dev log textfile; do mount --bind {n}/$sub {d}/$sub; done\n\
-             mkdir -p /etc/slurm\n\
-             mount --bind {n}/etc-slurm /etc/slurm\n",
+             mkdir -p /etc/slurm /var/lib/gpushare\n\
+             mount --bind {n}/etc-slurm /etc/slurm\n\
+             mount --bind {n}/var-lib-gpushare /var/lib/gpushare\n",
             addr = host.addr,
         );
         host.sh(&setup, "setting up")?;

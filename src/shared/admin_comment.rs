@@ -1,0 +1,51 @@
+//! Whose a job's `AdminComment` is: text gpushare may add its words to,
+//! or a site tool's that it must leave as it is.
+//!
+//! Other tools keep their own data there. Princeton's jobstats stores its
+//! summary as `JS1:<base64 of gzipped JSON>` from its slurmctld epilog,
+//! and its readers decode everything after `JS1:`: one word appended and
+//! the blob no longer decodes. A comment that gpushare's write would
+//! alter is not gpushare's to touch either: slurmdbd pastes the value
+//! into its SQL unescaped, so MySQL rewrites backslashes (`C:\temp`
+//! comes back with a tab) and a comment that ends in `\` makes the
+//! statement fail.
+//!
+//! [`site_tools`] tells such a comment (and why); gpushare then keeps its
+//! words out of it.
+
+/// Why `comment` is a site tool's (left whole by gpushare), or `None`
+/// where gpushare may append its words to it (the comment kept before
+/// them).
+pub fn site_tools(comment: &str) -> Option<&'static str> {
+    if comment.trim_start().starts_with("JS1:") {
+        return Some("it holds Princeton jobstats' summary (JS1:), which its readers decode whole");
+    }
+    if comment.contains('\\') {
+        return Some(
+            "it holds backslashes, which slurmdbd's SQL would rewrite at gpushare's write",
+        );
+    }
+    if comment.chars().any(char::is_control) {
+        return Some("it holds control characters, which gpushare's write would not keep");
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jobstats_and_text_a_write_would_alter_are_left_whole() {
+        assert!(site_tools("JS1:H4sIAAAAAAAAA6tWKkktLlGyUlAqS8wpTgUA").is_some());
+        assert!(site_tools(r"C:\temp").is_some());
+        assert!(site_tools("ends in \\").is_some());
+        assert!(site_tools("two\nlines").is_some());
+        assert_eq!(site_tools("site: project 42"), None);
+        assert_eq!(site_tools(""), None);
+        assert_eq!(
+            site_tools("gpushare-usage: node=gpu01 gpu=0 units=25/100"),
+            None
+        );
+    }
+}
