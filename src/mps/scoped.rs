@@ -152,7 +152,9 @@ fn scope_of(line: usize, list: &str, alone: bool) -> Result<Scope, (usize, Strin
              there"
         ));
     }
-    let mut names = hostlist::expand(list).map_err(|e| (line, format!("NodeName={list}: {e}")))?;
+    // The list is quoted cut: the reason quotes what is wrong in it.
+    let mut names = hostlist::expand(list)
+        .map_err(|e| (line, format!("NodeName={}: {e}", hostlist::quoted(list))))?;
     names.sort_unstable();
     Ok(Scope {
         line,
@@ -237,7 +239,7 @@ mod tests {
             (
                 "NodeName=gpu[01-04 UnitsPerGPU=1\n",
                 1,
-                "NodeName=gpu[01-04: \"gpu[01-04\": a '[' without its ']'",
+                "NodeName=\"gpu[01-04\": \"gpu[01-04\": a '[' without its ']'",
             ),
             (
                 "NodeName=gpu[1-99999999] UnitsPerGPU=1\n",
@@ -257,6 +259,42 @@ mod tests {
                 "{text:?}: {got:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_range_past_the_bounds_is_a_line_of_the_file_refused_at_once() {
+        // Another node's line: the file is refused as a whole, at its line,
+        // before any name is made.
+        let zeros = "0".repeat(99_999);
+        let start = std::time::Instant::now();
+        for (bad, want) in [
+            (
+                "n[0-18446744073709551615]".to_owned(),
+                "more than 65536 nodes",
+            ),
+            (
+                format!("n[{zeros}1-{zeros}65536]"),
+                "a typo in a number's width",
+            ),
+        ] {
+            let text = format!(
+                "UnitsPerGPU=100\nNodeName=gpu01 UnitsPerGPU=50\nNodeName={bad} UnitsPerGPU=1\n"
+            );
+            let got = read(&text).err();
+            assert!(
+                got.as_ref()
+                    .is_some_and(|(l, why)| *l == 3 && why.contains(want) && why.len() < 600),
+                "{:?}",
+                got.map(|(l, why)| (l, why.chars().take(300).collect::<String>()))
+            );
+            let cfg = crate::mps::config::parse_for(&text, "/etc/slurm/gpu_mps.conf", "gpu01");
+            let said = cfg.err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(
+                said.starts_with("/etc/slurm/gpu_mps.conf:3: NodeName="),
+                "{said:.300}"
+            );
+        }
+        assert!(start.elapsed() < std::time::Duration::from_secs(2));
     }
 
     #[test]
