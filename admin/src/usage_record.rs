@@ -1,13 +1,15 @@
 //! The accounting as the node timer reaches it to record each ended
 //! job's GPU figures ([`gpushare::mps::node::record_ended`]): `sacct` to
-//! read a job's record, `sacctmgr` to write its `AdminComment`, each run
-//! bounded, all of them within one budget per run of the timer.
+//! read a job's record, `sacctmgr` to write its `AdminComment` (or its
+//! `SystemComment`), each run bounded, all of them within one budget per
+//! run of the timer; a call the budget leaves no time for is not made,
+//! and says so ([`Unanswered::NotAsked`]), which is no failed try.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use gpushare::mps::node::Accounting;
-use gpushare::mps::usage::totals;
+use gpushare::mps::usage::totals::{self, Field, Unanswered};
 use gpushare::shared::bounded;
 use gpushare::shared::locations::slurm_command;
 
@@ -40,23 +42,29 @@ impl SlurmAccounting {
         this
     }
 
-    fn run(&self, program: &str, args: &[&str]) -> Result<String, String> {
-        let shown = format!("{program} {}", args.join(" "));
+    fn run(&self, program: &str, args: &[&str]) -> Result<String, Unanswered> {
+        let shown = format!(
+            "{program} {}",
+            args.join(" ").replace(totals::SACCT_DELIMITER, "^_")
+        );
         let left = self.until.saturating_duration_since(Instant::now());
         if left < Duration::from_millis(200) {
-            return Err(format!(
+            return Err(Unanswered::NotAsked(format!(
                 "{shown}: not run, the {} s for the accounting are spent",
                 BUDGET.as_secs()
-            ));
+            )));
         }
         let mut cmd = Command::new(slurm_command(program));
         cmd.args(args);
-        let ran =
-            bounded::run(cmd, None, left.min(CALL_TIMEOUT)).map_err(|e| format!("{shown}: {e}"))?;
+        let ran = bounded::run(cmd, None, left.min(CALL_TIMEOUT))
+            .map_err(|e| Unanswered::Failed(format!("{shown}: {e}")))?;
         if ran.status.success() {
             Ok(ran.stdout)
         } else {
-            Err(format!("{shown}: {}", ran.stderr.trim()))
+            Err(Unanswered::Failed(format!(
+                "{shown}: {}",
+                ran.stderr.trim()
+            )))
         }
     }
 }
@@ -72,17 +80,16 @@ fn lowers_admin_comment(version: &str) -> Option<bool> {
 }
 
 impl Accounting for SlurmAccounting {
-    fn shown(&mut self, job: u32) -> Result<String, String> {
+    fn shown(&mut self, job: u32) -> Result<String, Unanswered> {
         let job = job.to_string();
-        let args = ["-X", "-n", "-P", "-o", totals::SACCT_FIELDS, "-j", &job];
+        let delimiter = format!("--delimiter={}", totals::SACCT_DELIMITER);
+        let fields = totals::SACCT_FIELDS;
+        let args = ["-X", "-n", "-P", &delimiter, "-o", fields, "-j", &job];
         self.run("sacct", &args)
     }
 
-    fn write(&mut self, name: &str, admin_comment: &str) -> Result<(), String> {
-        let (job, set) = (
-            format!("jobid={name}"),
-            format!("AdminComment={admin_comment}"),
-        );
+    fn write(&mut self, name: &str, field: Field, text: &str) -> Result<(), Unanswered> {
+        let (job, set) = (format!("jobid={name}"), format!("{}={text}", field.name()));
         let args = ["-i", "modify", "job", "where", &job, "set", &set];
         self.run("sacctmgr", &args).map(drop)
     }

@@ -8,7 +8,8 @@
 //! alter is not gpushare's to touch either: slurmdbd pastes the value
 //! into its SQL unescaped, so MySQL rewrites backslashes (`C:\temp`
 //! comes back with a tab) and a comment that ends in `\` makes the
-//! statement fail.
+//! statement fail; `sacctmgr` writes quotes as backquotes on every
+//! release (its `strip_quotes`).
 //!
 //! [`site_tools`] tells such a comment (and why); gpushare then keeps its
 //! words out of it.
@@ -24,6 +25,9 @@ pub fn site_tools(comment: &str) -> Option<&'static str> {
         return Some(
             "it holds backslashes, which slurmdbd's SQL would rewrite at gpushare's write",
         );
+    }
+    if comment.contains(['"', '\'']) {
+        return Some("it holds quotes, which sacctmgr would write as backquotes");
     }
     if comment.chars().any(char::is_control) {
         return Some("it holds control characters, which gpushare's write would not keep");
@@ -41,6 +45,8 @@ mod tests {
         assert!(site_tools(r"C:\temp").is_some());
         assert!(site_tools("ends in \\").is_some());
         assert!(site_tools("two\nlines").is_some());
+        assert!(site_tools("said \"no\"").is_some());
+        assert!(site_tools("it's").is_some());
         assert_eq!(site_tools("site: project 42"), None);
         assert_eq!(site_tools(""), None);
         assert_eq!(

@@ -213,15 +213,9 @@ fn metrics(at: Here<'_>, write: bool, kernel_log: &Path) -> Result<u8> {
             Ok(lines) => lines.iter().for_each(|l| eprintln!("gpu-mps: {l}")),
             Err(e) => eprintln!("gpu-mps: exclusions not taken back: {e}"),
         }
-        if node.cfg.metrics_file.is_none() {
-            eprintln!(
-                "gpu-mps: {}: no MetricsFile= set: the kernel log was read, no metrics written",
-                conf.display()
-            );
-            return Ok(0);
-        }
         // Each share's use of its GPU, where one runs: NVML asked in a
-        // child, a GPU that does not answer skipped (ShareUsage=).
+        // child, a GPU that does not answer skipped (ShareUsage=); with or
+        // without MetricsFile=, the ended jobs' figures are recorded.
         if node.cfg.share_usage != config::ShareUsage::Off {
             let run = || {
                 let ask = |cursor: &_| nvml_usage::ask(&node.cfg, cursor);
@@ -230,7 +224,10 @@ fn metrics(at: Here<'_>, write: bool, kernel_log: &Path) -> Result<u8> {
                 // accounting (UsageRecord=), then counted by QOS and size.
                 let mut slurm = node.cfg.usage_record.then(SlurmAccounting::start);
                 let accounting = slurm.as_mut().map(|s| s as &mut dyn Accounting);
-                lines.extend(record_ended(&node, at.node, accounting));
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                lines.extend(record_ended(&node, at.node, accounting, now));
                 lines
             };
             let lines = match with_usage_lock(&node, run) {
@@ -241,6 +238,14 @@ fn metrics(at: Here<'_>, write: bool, kernel_log: &Path) -> Result<u8> {
             for line in lines {
                 eprintln!("gpu-mps: {line}");
             }
+        }
+        if node.cfg.metrics_file.is_none() {
+            eprintln!(
+                "gpu-mps: {}: no MetricsFile= set: the kernel log read and the share use \
+                 recorded, no metrics written",
+                conf.display()
+            );
+            return Ok(0);
         }
         publish_metrics(&node, &[], probe).map_err(anyhow::Error::msg)?;
     } else {

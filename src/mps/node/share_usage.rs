@@ -11,7 +11,7 @@ use std::fs;
 use super::setup::Node;
 use crate::mps::ledger::LedgerState;
 use crate::mps::state_dir;
-use crate::mps::usage::totals::{self, Ended, Fit, Next, Totals};
+use crate::mps::usage::totals::{self, Ended, Field, Fit, Next, Totals, Unanswered};
 use crate::mps::usage::{self, cgroup, GpuAnswer, GpuSample, ProcessFacts, ShareUse};
 
 /// The figures the node timer last sampled, in the state directory.
@@ -237,10 +237,7 @@ pub fn sample_share_usage(
     }
     let ended = totals::take_ended(&mut kept.totals, &state);
     kept.ended.extend(totals::ended_jobs(ended, unix_now()));
-    if let Err(e) = write_kept(dir, &kept) {
-        lines.push(format!("share figures not kept: {e}"));
-    }
-    lines
+    finish(dir, &kept, lines)
 }
 
 /// The lock the node timer holds while it samples and records (a file
@@ -267,29 +264,43 @@ pub fn with_usage_lock<T>(node: &Node, f: impl FnOnce() -> T) -> Result<Option<T
 
 /// How the node timer reaches the accounting for [`record_ended`].
 pub trait Accounting {
-    /// `sacct -X -n -P -o FIELDS -j JOB`'s output ([`totals::SACCT_FIELDS`]).
-    fn shown(&mut self, job: u32) -> Result<String, String>;
-    /// `sacctmgr -i modify job where jobid=NAME set AdminComment=TEXT`
-    /// (NAME: the job's `JobID`, which selects it alone).
-    fn write(&mut self, name: &str, admin_comment: &str) -> Result<(), String>;
-    /// Whether its `sacctmgr` writes an `AdminComment` in lower case
-    /// (before Slurm 23.02).
+    /// `sacct -X -n -P --delimiter=DELIMITER -o FIELDS -j JOB`'s output
+    /// ([`totals::SACCT_FIELDS`], [`totals::SACCT_DELIMITER`]).
+    fn shown(&mut self, job: u32) -> Result<String, Unanswered>;
+    /// `sacctmgr -i modify job where jobid=NAME set FIELD=TEXT` (NAME:
+    /// the job's `JobID`, which selects it alone).
+    fn write(&mut self, name: &str, field: Field, text: &str) -> Result<(), Unanswered>;
+    /// Whether its `sacctmgr` writes a comment in lower case (before
+    /// Slurm 23.02).
     fn lowers(&self) -> bool;
 }
 
 /// At most this many ended jobs are looked at in one run of the timer.
 pub const RECORDS_PER_RUN: usize = 16;
 
+/// Notes when a call for `e` was made and failed: the span of failures
+/// starts (once).
+fn failed(e: &mut Ended, now: u64) {
+    e.failing_since.get_or_insert(now);
+}
+
 /// Records the figures of the jobs that ended here (see
 /// [`sample_share_usage`]): each job's peak memory and mean SM use per
-/// GPU in its `AdminComment` once the accounting holds its complete
-/// record, with `accounting` (`None`: `UsageRecord=none`, nothing
-/// written); then counted in the histograms by QOS and size. Returns what
-/// went wrong, a line each.
+/// GPU in its `AdminComment` (its `SystemComment` where the
+/// `AdminComment` is a site tool's) once the accounting holds its
+/// complete record, with `accounting` (`None`: `UsageRecord=none`,
+/// nothing written); read back on the next run (a site tool that
+/// replaced the comment meanwhile moves them to `SystemComment`); then
+/// counted in the histograms by QOS and size. A job is given up only
+/// after an hour in which every call made for it failed; a call not made
+/// (the run's time for the accounting spent) changes nothing. Jobs whose
+/// calls failed are asked after the others next run. `now`: Unix
+/// seconds. Returns what went wrong, a line each.
 pub fn record_ended(
     node: &Node,
     node_name: &str,
-    mut accounting: Option<&mut dyn Accounting>,
+    accounting: Option<&mut dyn Accounting>,
+    now: u64,
 ) -> Vec<String> {
     let dir = &node.cfg.state_dir;
     let mut kept = read_kept(dir);
@@ -297,13 +308,16 @@ pub fn record_ended(
         return Vec::new();
     }
     let mut lines = Vec::new();
-    let now = unix_now();
-    let mut left = Vec::new();
-    for (i, mut e) in std::mem::take(&mut kept.ended).into_iter().enumerate() {
-        let Some(acct) = accounting.as_deref_mut() else {
+    let ended = std::mem::take(&mut kept.ended);
+    let Some(acct) = accounting else {
+        for e in ended {
             e.totals.iter().for_each(|t| kept.fit.observe(t, ""));
-            continue;
-        };
+        }
+        kept.ended = Vec::new();
+        return finish(dir, &kept, lines);
+    };
+    let (mut left, mut failing) = (Vec::new(), Vec::new());
+    for (i, mut e) in ended.into_iter().enumerate() {
         if i >= RECORDS_PER_RUN {
             left.push(e);
             continue;
@@ -311,24 +325,35 @@ pub fn record_ended(
         let shown = acct
             .shown(e.job)
             .map(|text| totals::accounted(&text, e.job));
-        let failed = shown.as_ref().err().cloned();
+        let made_and_failed = matches!(shown, Err(Unanswered::Failed(_)));
+        if let Err(Unanswered::Failed(why)) = &shown {
+            if e.failing_since.is_none() {
+                lines.push(format!("job {}: its GPU figures wait: {why}", e.job));
+            }
+        }
         match totals::next(&e, shown, node_name, acct.lowers(), now) {
-            Next::Wait => {
-                if let Some(why) = failed {
-                    e.tries += 1;
-                    if e.tries == 1 {
-                        lines.push(format!("job {}: its GPU figures wait: {why}", e.job));
-                    }
-                }
-                left.push(e);
+            Next::Wait if made_and_failed => {
+                failed(&mut e, now);
+                failing.push(e);
             }
-            Next::Write { name, comment } => {
-                e.tries += 1;
-                if let Err(why) = acct.write(&name, &comment) {
+            Next::Wait => left.push(e),
+            Next::Write {
+                name,
+                field,
+                comment,
+            } => match acct.write(&name, field, &comment) {
+                Ok(()) => {
+                    e.writes += 1;
+                    e.failing_since = None;
+                    left.push(e);
+                }
+                Err(Unanswered::NotAsked(_)) => left.push(e),
+                Err(Unanswered::Failed(why)) => {
                     lines.push(format!("job {}: its GPU figures not written: {why}", e.job));
+                    failed(&mut e, now);
+                    failing.push(e);
                 }
-                left.push(e);
-            }
+            },
             Next::Done { qos } => e.totals.iter().for_each(|t| kept.fit.observe(t, &qos)),
             Next::GiveUp(why) => {
                 lines.push(format!(
@@ -339,8 +364,14 @@ pub fn record_ended(
             }
         }
     }
+    left.extend(failing);
     kept.ended = left;
-    if let Err(e) = write_kept(dir, &kept) {
+    finish(dir, &kept, lines)
+}
+
+/// Keeps `kept`, adding a line where that failed.
+fn finish(dir: &std::path::Path, kept: &Kept, mut lines: Vec<String>) -> Vec<String> {
+    if let Err(e) = write_kept(dir, kept) {
         lines.push(format!("share figures not kept: {e}"));
     }
     lines
@@ -423,33 +454,103 @@ mod tests {
         assert!(kept_usage(&node, &state).is_empty());
     }
 
-    /// The accounting as a test sees it: each job's record, what was
-    /// written, and whether sacct answers.
+    /// The accounting as a test sees it: each job's record (state, QOS,
+    /// AdminComment, SystemComment), what was written, whether sacct
+    /// answers, and how many calls the run's budget still allows.
     struct Books {
-        records: BTreeMap<u32, String>,
-        written: Vec<(u32, String)>,
+        records: BTreeMap<u32, [String; 4]>,
+        written: Vec<(u32, Field, String)>,
         down: bool,
+        budget: Option<u32>,
+        lowers: bool,
+    }
+
+    impl Books {
+        fn new(records: &[(u32, &str, &str, &str)]) -> Self {
+            Books {
+                records: records
+                    .iter()
+                    .map(|&(job, state, qos, admin)| {
+                        let fields = [state, qos, admin, ""].map(str::to_owned);
+                        (job, fields)
+                    })
+                    .collect(),
+                written: Vec::new(),
+                down: false,
+                budget: None,
+                lowers: false,
+            }
+        }
+
+        fn call(&mut self) -> Result<(), Unanswered> {
+            if let Some(left) = self.budget.as_mut() {
+                if *left == 0 {
+                    return Err(Unanswered::NotAsked("the budget is spent".into()));
+                }
+                *left -= 1;
+            }
+            if self.down {
+                return Err(Unanswered::Failed("slurmdbd is down".into()));
+            }
+            Ok(())
+        }
     }
 
     impl Accounting for Books {
-        fn shown(&mut self, job: u32) -> Result<String, String> {
-            if self.down {
-                return Err("slurmdbd is down".into());
-            }
-            Ok(self.records.get(&job).cloned().unwrap_or_default())
+        fn shown(&mut self, job: u32) -> Result<String, Unanswered> {
+            self.call()?;
+            let d = totals::SACCT_DELIMITER;
+            Ok(self
+                .records
+                .get(&job)
+                .map_or_else(String::new, |r| format!("{job}{d}{job}{d}{}\n", r.join(d))))
         }
-        fn write(&mut self, name: &str, text: &str) -> Result<(), String> {
-            let job: u32 = name.parse().map_err(|_| format!("{name}: no such job"))?;
-            self.written.push((job, text.to_owned()));
+        fn write(&mut self, name: &str, field: Field, text: &str) -> Result<(), Unanswered> {
+            self.call()?;
+            let job: u32 = name
+                .parse()
+                .map_err(|_| Unanswered::Failed(format!("{name}: no such job")))?;
+            self.written.push((job, field, text.to_owned()));
             if let Some(r) = self.records.get_mut(&job) {
-                let head: Vec<&str> = r.splitn(5, '|').take(4).collect();
-                *r = format!("{}|{text}\n", head.join("|"));
+                let at = if field == Field::AdminComment { 2 } else { 3 };
+                r[at] = if self.lowers {
+                    text.to_lowercase()
+                } else {
+                    text.to_owned()
+                };
             }
             Ok(())
         }
         fn lowers(&self) -> bool {
-            false
+            self.lowers
         }
+    }
+
+    /// A node of 4 GPUs, NVML's minors in order.
+    fn four_gpus() -> (Node, tempfile::TempDir) {
+        let (mut node, dir) = temp_node(None);
+        node.cfg.gpu_devices = Some(
+            (0..4)
+                .map(|m| PathBuf::from(format!("/dev/nvidia{m}")))
+                .collect(),
+        );
+        (node, dir)
+    }
+
+    /// Job `job` holding GPU `gpu` whole, sampled once, then ended.
+    fn ended_here(node: &Node, job: u32, gpu: u32) {
+        node.ledger
+            .record_whole(job, &[gpu])
+            .unwrap_or_else(|e| panic!("{e}"));
+        let text = format!("gpu {gpu} {gpu} ok 5 80000000000\nend {gpu}\n");
+        sample_share_usage(node, |_: &BTreeMap<u32, u64>| Asked {
+            text: text.clone(),
+            trouble: None,
+        });
+        node.ledger.release(job).unwrap_or_else(|e| panic!("{e}"));
+        sample_share_usage(node, |_: &BTreeMap<u32, u64>| -> Asked {
+            panic!("NVML asked with no job")
+        });
     }
 
     /// A share and a job holding a GPU whole are sampled twice; once they
@@ -482,35 +583,32 @@ mod tests {
         let kept = read_kept(&node.cfg.state_dir);
         assert_eq!(kept.totals.len(), 2, "{kept:?}");
         assert!(kept.totals.iter().all(|t| t.samples == 2));
-        let mut books = Books {
-            records: BTreeMap::from([
-                (1, "1|1|RUNNING|normal|site words\n".to_owned()),
-                (2, "2|2|COMPLETED|long|\n".to_owned()),
-            ]),
-            written: Vec::new(),
-            down: false,
-        };
+        let mut books = Books::new(&[
+            (1, "RUNNING", "normal", "site words"),
+            (2, "COMPLETED", "long", ""),
+        ]);
+        let now = unix_now();
         // Still running: nothing ended, nothing written.
-        assert!(record_ended(&node, "n1", Some(&mut books)).is_empty());
+        assert!(record_ended(&node, "n1", Some(&mut books), now).is_empty());
         node.ledger.release(1).unwrap_or_else(|e| panic!("{e}"));
         node.ledger.release(2).unwrap_or_else(|e| panic!("{e}"));
         let never = |_: &BTreeMap<u32, u64>| -> Asked { panic!("NVML asked with no job") };
         assert!(sample_share_usage(&node, never).is_empty());
-        assert!(record_ended(&node, "n1", Some(&mut books)).is_empty());
+        assert!(record_ended(&node, "n1", Some(&mut books), now).is_empty());
         assert_eq!(books.written.len(), 1, "{:?}", books.written);
         assert_eq!(books.written[0].0, 2);
         assert!(books.written[0]
-            .1
+            .2
             .starts_with("gpushare-usage: node=n1 gpu=3 units=whole"));
-        books
-            .records
-            .insert(1, "1|1|COMPLETED|normal|site words\n".to_owned());
-        assert!(record_ended(&node, "n1", Some(&mut books)).is_empty());
-        let (job, comment) = &books.written[1];
-        assert_eq!(*job, 1);
+        if let Some(r) = books.records.get_mut(&1) {
+            r[0] = "COMPLETED".into();
+        }
+        assert!(record_ended(&node, "n1", Some(&mut books), now).is_empty());
+        let (job, field, comment) = &books.written[1];
+        assert_eq!((*job, *field), (1, Field::AdminComment));
         assert!(comment.starts_with("site words; gpushare-usage: node=n1 gpu=0 units=25/100 "));
         assert!(comment.ends_with(" samples=2"), "{comment}");
-        assert!(record_ended(&node, "n1", Some(&mut books)).is_empty());
+        assert!(record_ended(&node, "n1", Some(&mut books), now).is_empty());
         let kept = read_kept(&node.cfg.state_dir);
         assert!(kept.ended.is_empty() && kept.totals.is_empty(), "{kept:?}");
         let sizes: Vec<(&str, &str)> = kept
@@ -520,39 +618,101 @@ mod tests {
             .map(|r| (r.qos.as_str(), r.size.as_str()))
             .collect();
         assert_eq!(sizes, vec![("long", "whole"), ("normal", "25")]);
-        // The accounting down: a line once, then given up after its tries.
-        node.ledger
-            .record_whole(3, &[2])
-            .unwrap_or_else(|e| panic!("{e}"));
-        let text = "gpu 2 2 ok 5 80000000000\nend 2\n";
-        sample_share_usage(&node, |_: &BTreeMap<u32, u64>| Asked {
-            text: text.to_owned(),
-            trouble: None,
-        });
-        node.ledger.release(3).unwrap_or_else(|e| panic!("{e}"));
-        sample_share_usage(&node, never);
-        books.down = true;
-        let mut said = Vec::new();
-        for _ in 0..totals::MAX_TRIES {
-            said.extend(record_ended(&node, "n1", Some(&mut books)));
-        }
-        assert_eq!(said.len(), 2, "{said:?}");
-        assert!(said[1].contains("not recorded"), "{said:?}");
         // UsageRecord=none: counted at once, under no QOS.
-        node.ledger
-            .record_whole(4, &[2])
-            .unwrap_or_else(|e| panic!("{e}"));
-        sample_share_usage(&node, |_: &BTreeMap<u32, u64>| Asked {
-            text: text.to_owned(),
-            trouble: None,
-        });
-        node.ledger.release(4).unwrap_or_else(|e| panic!("{e}"));
-        sample_share_usage(&node, never);
-        assert!(record_ended(&node, "n1", None).is_empty());
+        ended_here(&node, 4, 2);
+        assert!(record_ended(&node, "n1", None, now).is_empty());
         let kept = read_kept(&node.cfg.state_dir);
         assert!(kept.ended.is_empty());
-        // Job 3 given up and job 4: each its memory and its SM use.
         let unknown = kept.fit.rows.iter().find(|r| r.qos == "unknown");
-        assert_eq!(unknown.map(|r| (r.sm.count, r.memory.count)), Some((2, 2)));
+        assert_eq!(unknown.map(|r| (r.sm.count, r.memory.count)), Some((1, 1)));
+    }
+
+    /// slurmdbd down ten minutes (an upgrade), the timer running every
+    /// minute: every job that ended meanwhile is recorded once it is back;
+    /// a run whose time for the accounting is spent asks nothing and
+    /// counts nothing, however many runs; only an hour in which every call
+    /// made failed gives a job up.
+    #[test]
+    fn the_accounting_down_ten_minutes_loses_no_job_and_calls_not_made_are_no_tries() {
+        let (node, _dir) = four_gpus();
+        let t0 = unix_now();
+        let mut books = Books::new(&[]);
+        books.down = true;
+        for (minute, job) in (0..10).zip(10..) {
+            ended_here(&node, job, 0);
+            books
+                .records
+                .insert(job, ["COMPLETED", "normal", "", ""].map(str::to_owned));
+            let said = record_ended(&node, "n1", Some(&mut books), t0 + minute * 60);
+            assert_eq!(said.len(), 1, "{said:?}");
+        }
+        books.down = false;
+        for minute in 10..13 {
+            record_ended(&node, "n1", Some(&mut books), t0 + minute * 60);
+        }
+        let kept = read_kept(&node.cfg.state_dir);
+        assert!(kept.ended.is_empty(), "{:?}", kept.ended);
+        assert_eq!(books.written.len(), 10);
+        assert!(books
+            .records
+            .values()
+            .all(|r| r[2].starts_with("gpushare-usage: ")));
+        // Two hours of runs whose budget is spent before this job's call:
+        // it waits, untouched.
+        ended_here(&node, 30, 1);
+        books
+            .records
+            .insert(30, ["COMPLETED", "normal", "", ""].map(str::to_owned));
+        books.down = true;
+        for minute in 0..120 {
+            books.budget = Some(0);
+            let said = record_ended(&node, "n1", Some(&mut books), t0 + minute * 60);
+            assert!(said.is_empty(), "{said:?}");
+        }
+        let kept = read_kept(&node.cfg.state_dir);
+        assert_eq!(kept.ended.len(), 1);
+        assert_eq!(kept.ended[0].failing_since, None);
+        // Every call made failing: waits the hour, then given up.
+        books.budget = None;
+        let start = t0 + 7200;
+        for minute in 0..60 {
+            let said = record_ended(&node, "n1", Some(&mut books), start + minute * 60);
+            assert!(said.iter().all(|l| !l.contains("not recorded")), "{said:?}");
+        }
+        let said = record_ended(&node, "n1", Some(&mut books), start + 3600);
+        assert!(said.iter().any(|l| l.contains("not recorded")), "{said:?}");
+        assert!(read_kept(&node.cfg.state_dir).ended.is_empty());
+    }
+
+    /// jobstats' blob in AdminComment: left whole, the figures in
+    /// SystemComment; jobstats writing after gpushare: read back, moved.
+    #[test]
+    fn a_site_tools_admin_comment_stays_whole_in_either_order() {
+        let (node, _dir) = four_gpus();
+        let now = unix_now();
+        let js1 = "JS1:H4sIAAAAAAAAA6tWKkktLlGyUlAqS8wpTgUA+/Wu5BIAAAA=";
+        ended_here(&node, 5, 0);
+        ended_here(&node, 6, 1);
+        let mut books = Books::new(&[
+            (5, "COMPLETED", "normal", js1),
+            (6, "COMPLETED", "normal", ""),
+        ]);
+        assert!(record_ended(&node, "n1", Some(&mut books), now).is_empty());
+        assert_eq!(books.records[&5][2], js1);
+        assert!(books.records[&5][3].starts_with("gpushare-usage: node=n1 gpu=0 "));
+        assert!(books.records[&6][2].starts_with("gpushare-usage: node=n1 gpu=1 "));
+        // jobstats' epilog replaces job 6's AdminComment after the write.
+        if let Some(r) = books.records.get_mut(&6) {
+            r[2] = js1.to_owned();
+        }
+        assert!(record_ended(&node, "n1", Some(&mut books), now + 60).is_empty());
+        assert_eq!(books.records[&6][2], js1);
+        assert!(books.records[&6][3].starts_with("gpushare-usage: node=n1 gpu=1 "));
+        assert!(record_ended(&node, "n1", Some(&mut books), now + 120).is_empty());
+        assert!(read_kept(&node.cfg.state_dir).ended.is_empty());
+        assert!(books
+            .written
+            .iter()
+            .all(|(_, f, t)| *f == Field::SystemComment || !t.contains("JS1:")));
     }
 }

@@ -1,7 +1,8 @@
 //! What each job used of each GPU over its whole stay on the node, from
 //! the node timer's samples, and what becomes of it once the job ends:
-//! its peak memory and mean SM use in the job's `AdminComment` (where
-//! `gpu-qos advise` reads them) and in histograms by QOS and share size.
+//! its peak memory and mean SM use in the job's `AdminComment`, or its
+//! `SystemComment` where the `AdminComment` is a site tool's (`gpu-qos
+//! advise` reads both), and in histograms by QOS and share size.
 //!
 //! Pure: the samples, the ledger and what `sacct` shows come in as data;
 //! the node timer (`gpu-mps metrics --write`, root) runs the commands.
@@ -14,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::ShareUse;
 use crate::mps::ledger::LedgerState;
+use crate::shared::admin_comment::site_tools;
 
 const MIB: u64 = 1 << 20;
 
@@ -178,15 +180,46 @@ pub fn comment_has(comment: &str, figures: &[String]) -> bool {
 }
 
 /// Whether `sacctmgr` would write `comment` as it is: it turns quotes into
-/// backquotes, and before 23.02 it writes an `AdminComment` in lower case.
+/// backquotes, and before 23.02 it writes a comment in lower case.
 pub fn sacctmgr_keeps(comment: &str, lowers: bool) -> bool {
     !comment.contains(['"', '\''])
         && !comment.contains(['\n', '\r'])
         && (!lowers || !comment.chars().any(|c| c.is_ascii_uppercase()))
 }
 
-/// The fields the node timer asks `sacct -X -n -P -o FIELDS -j JOB` for.
-pub const SACCT_FIELDS: &str = "JobIDRaw,JobID,State,QOS,AdminComment";
+/// The fields the node timer asks `sacct -X -n -P --delimiter=DELIMITER
+/// -o FIELDS -j JOB` for.
+pub const SACCT_FIELDS: &str = "JobIDRaw,JobID,State,QOS,AdminComment,SystemComment";
+
+/// The field separator of that read: the two comments are free text an
+/// operator or a site tool wrote, where a `|` is ordinary; this control
+/// character is not (a comment holding it is a site tool's, and a record
+/// it splits into too many fields is read as no record).
+pub const SACCT_DELIMITER: &str = "\u{1f}";
+
+const SACCT_FIELD_COUNT: usize = 6;
+
+/// Which comment of a job's record holds gpushare's words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Field {
+    /// `AdminComment`: where they go unless a site tool's text is there.
+    AdminComment,
+    /// `SystemComment`: where they go when `AdminComment` is a site tool's
+    /// (`sacctmgr modify job` writes it for operators only on every
+    /// release from 22.05; slurmctld writes it only for a burst buffer's
+    /// failures).
+    SystemComment,
+}
+
+impl Field {
+    /// Its name as `sacctmgr` and `sacct` spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Field::AdminComment => "AdminComment",
+            Field::SystemComment => "SystemComment",
+        }
+    }
+}
 
 /// What `sacct` showed of a job ([`SACCT_FIELDS`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -197,40 +230,42 @@ pub struct Accounted {
     pub name: String,
     pub state: String,
     pub qos: String,
+    /// Each comment as written, line breaks kept.
     pub admin_comment: String,
-    /// Its `AdminComment` ends on its line (no line break in it, which
-    /// the next line would continue).
-    pub whole: bool,
+    pub system_comment: String,
 }
 
-/// One record line of that output: its raw id and the rest.
-fn record(line: &str) -> Option<(u32, &str)> {
-    let (raw, rest) = line.split_once('|')?;
-    let raw = raw
-        .parse()
-        .ok()
-        .filter(|_| raw.bytes().all(|b| b.is_ascii_digit()))?;
-    (rest.matches('|').count() >= 3).then_some((raw, rest))
+/// The raw id of a line that starts a record of that output.
+fn record_start(line: &str) -> Option<u32> {
+    let (raw, _) = line.split_once(SACCT_DELIMITER)?;
+    raw.bytes()
+        .all(|b| b.is_ascii_digit())
+        .then(|| raw.parse().ok())
+        .flatten()
 }
 
 /// Reads that output for the job whose raw id is `job` (`sacct -j`
 /// also lists an array's tasks by the array's id): `None` where it is
-/// not (yet) recorded.
+/// not (yet) recorded, or its record does not read as one. A comment's
+/// line break continues the record on the next line.
 pub fn accounted(text: &str, job: u32) -> Option<Accounted> {
     let lines: Vec<&str> = text.lines().collect();
-    let at = lines
+    let at = lines.iter().position(|l| record_start(l) == Some(job))?;
+    let end = lines[at + 1..]
         .iter()
-        .position(|l| record(l).is_some_and(|(raw, _)| raw == job))?;
-    let (_, rest) = record(lines[at])?;
-    let mut f = rest.splitn(4, '|');
-    let (name, state, qos, comment) = (f.next()?, f.next()?, f.next()?, f.next()?);
-    let whole = lines.get(at + 1).is_none_or(|next| record(next).is_some());
+        .position(|l| record_start(l).is_some())
+        .map_or(lines.len(), |n| at + 1 + n);
+    let record = lines[at..end].join("\n");
+    let f: Vec<&str> = record.split(SACCT_DELIMITER).collect();
+    if f.len() != SACCT_FIELD_COUNT {
+        return None;
+    }
     Some(Accounted {
-        name: name.to_owned(),
-        state: state.split_whitespace().next()?.to_owned(),
-        qos: qos.trim().to_owned(),
-        admin_comment: comment.to_owned(),
-        whole,
+        name: f[1].to_owned(),
+        state: f[2].split_whitespace().next()?.to_owned(),
+        qos: f[3].trim().to_owned(),
+        admin_comment: f[4].to_owned(),
+        system_comment: f[5].to_owned(),
     })
 }
 
@@ -371,9 +406,15 @@ pub struct Ended {
     pub totals: Vec<Totals>,
     /// When the node timer saw it end, Unix seconds.
     pub since: u64,
-    /// Runs that failed to read the accounting or wrote it.
+    /// Since when every call made for it failed (Unix seconds; `None`:
+    /// none failed since the last that went through). A call not made
+    /// (the run's time for the accounting spent) is no failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failing_since: Option<u64>,
+    /// Writes that went through whose figures the accounting did not show
+    /// next.
     #[serde(default)]
-    pub tries: u32,
+    pub writes: u32,
 }
 
 /// Groups what [`take_ended`] took by job, seen ending at `now`.
@@ -388,49 +429,113 @@ pub fn ended_jobs(totals: Vec<Totals>, now: u64) -> Vec<Ended> {
             job,
             totals,
             since: now,
-            tries: 0,
+            failing_since: None,
+            writes: 0,
         })
         .collect()
 }
 
-/// How long an ended job's figures wait for its record in the accounting
-/// (slurmdbd down, the job requeued and running again).
+/// How long an ended job's figures wait for its complete record in the
+/// accounting (the job requeued and running again, its end not yet
+/// recorded).
 pub const RECORD_FOR_SECS: u64 = 3600;
-/// How many failed `sacct`/`sacctmgr` runs before its figures are given
-/// up (one a minute).
-pub const MAX_TRIES: u32 = 10;
+/// How long the accounting may fail every call made for a job before its
+/// figures are given up: longer than slurmdbd's upgrade or restart.
+pub const FAILING_FOR_SECS: u64 = 3600;
+/// Writes that went through but did not stay before the figures are
+/// given up (each moves them where the comment read next lets them go).
+pub const MAX_WRITES: u32 = 3;
+
+/// Why the accounting gave no answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unanswered {
+    /// The call was not made (the run's time for the accounting spent):
+    /// no try.
+    NotAsked(String),
+    /// It was made and failed (slurmdbd down, a timeout, an error).
+    Failed(String),
+}
+
+impl Unanswered {
+    pub fn why(&self) -> &str {
+        match self {
+            Unanswered::NotAsked(w) | Unanswered::Failed(w) => w,
+        }
+    }
+}
 
 /// What to do next for an ended job's figures.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Next {
-    /// Nothing yet (its record not complete): ask again next run.
+    /// Nothing yet (its record not complete, or not asked): ask again
+    /// next run.
     Wait,
-    /// Write this `AdminComment` of the job so named (then check it next
+    /// Write this comment of the job so named (then read it back next
     /// run).
-    Write { name: String, comment: String },
+    Write {
+        name: String,
+        field: Field,
+        comment: String,
+    },
     /// Recorded: count it (where not yet) under this QOS and forget it.
     Done { qos: String },
     /// Given up, for this reason: count it (QOS not known) and forget it.
     GiveUp(String),
 }
 
-/// The step for `e` given what `sacct` showed (`Err`: it failed), this
+/// Where this node's `figures` go in `a`'s record, and the comment
+/// written there: its `AdminComment` unless that is a site tool's
+/// ([`site_tools`]) or `sacctmgr` would alter it, else its
+/// `SystemComment` on the same terms; each comment's other words kept.
+fn placed(
+    a: &Accounted,
+    node: &str,
+    figures: &[String],
+    lowers: bool,
+) -> Result<(Field, String), String> {
+    let mut whys = Vec::new();
+    for (field, old) in [
+        (Field::AdminComment, &a.admin_comment),
+        (Field::SystemComment, &a.system_comment),
+    ] {
+        let comment = comment_with(old, node, figures);
+        match site_tools(old) {
+            Some(why) => whys.push(format!("its {} is left whole: {why}", field.name())),
+            None if !sacctmgr_keeps(&comment, lowers) => whys.push(format!(
+                "sacctmgr would change its {} (capitals before Slurm 23.02)",
+                field.name()
+            )),
+            None => return Ok((field, comment)),
+        }
+    }
+    Err(whys.join("; "))
+}
+
+/// The step for `e` given what `sacct` showed (`Err`: no answer), this
 /// node's name, and whether `sacctmgr` writes comments in lower case.
 pub fn next(
     e: &Ended,
-    shown: Result<Option<Accounted>, String>,
+    shown: Result<Option<Accounted>, Unanswered>,
     node: &str,
     lowers: bool,
     now: u64,
 ) -> Next {
     let figures: Vec<String> = e.totals.iter().map(|t| words(node, t)).collect();
     let old = now.saturating_sub(e.since) > RECORD_FOR_SECS;
+    let failing_long = e
+        .failing_since
+        .is_some_and(|s| now.saturating_sub(s) >= FAILING_FOR_SECS);
     match shown {
         // sacct's own words where slurm.conf names no AccountingStorageType.
-        Err(why) if why.contains("accounting storage is disabled") => Next::GiveUp(format!(
-            "{why} (UsageRecord=none in gpu_mps.conf: only count them)"
+        Err(Unanswered::Failed(why)) if why.contains("accounting storage is disabled") => {
+            Next::GiveUp(format!(
+                "{why} (UsageRecord=none in gpu_mps.conf: only count them)"
+            ))
+        }
+        Err(Unanswered::Failed(why)) if failing_long => Next::GiveUp(format!(
+            "the accounting failed every call for {} minutes: {why}",
+            FAILING_FOR_SECS / 60
         )),
-        Err(why) if e.tries + 1 >= MAX_TRIES => Next::GiveUp(format!("the accounting: {why}")),
         Err(_) => Next::Wait,
         Ok(None) if old => Next::GiveUp("no record of it in the accounting".into()),
         Ok(Some(a)) if !ended_state(&a.state) && old => {
@@ -438,32 +543,31 @@ pub fn next(
         }
         Ok(None) => Next::Wait,
         Ok(Some(a)) if !ended_state(&a.state) => Next::Wait,
-        Ok(Some(a)) if !a.whole => {
-            Next::GiveUp("its AdminComment has line breaks, which sacctmgr cannot write".into())
+        Ok(Some(a))
+            if comment_has(&a.admin_comment, &figures)
+                || comment_has(&a.system_comment, &figures) =>
+        {
+            Next::Done { qos: a.qos }
         }
-        Ok(Some(a)) if comment_has(&a.admin_comment, &figures) => Next::Done { qos: a.qos },
-        Ok(Some(_)) if e.tries + 1 >= MAX_TRIES => {
-            Next::GiveUp("its AdminComment does not keep the figures written".into())
-        }
+        Ok(Some(_)) if e.writes >= MAX_WRITES => Next::GiveUp(format!(
+            "its comments did not keep the figures written {MAX_WRITES} times"
+        )),
+        Ok(Some(_)) if failing_long => Next::GiveUp(format!(
+            "sacctmgr failed every write for {} minutes",
+            FAILING_FOR_SECS / 60
+        )),
         Ok(Some(a)) if !names_one_job(&a.name) => Next::GiveUp(format!(
             "sacctmgr cannot name it alone ({}: a heterogeneous job's component)",
             a.name
         )),
-        Ok(Some(a)) => {
-            let comment = comment_with(&a.admin_comment, node, &figures);
-            if sacctmgr_keeps(&comment, lowers) {
-                Next::Write {
-                    name: a.name,
-                    comment,
-                }
-            } else {
-                Next::GiveUp(
-                    "sacctmgr would change its AdminComment (quotes, line breaks, or capitals \
-                     before Slurm 23.02)"
-                        .into(),
-                )
-            }
-        }
+        Ok(Some(a)) => match placed(&a, node, &figures, lowers) {
+            Ok((field, comment)) => Next::Write {
+                name: a.name,
+                field,
+                comment,
+            },
+            Err(why) => Next::GiveUp(why),
+        },
     }
 }
 

@@ -135,7 +135,7 @@ impl Site {
         let mut per_gpu: Vec<(u32, usize)> = Vec::new();
         let mut memory: Vec<(String, u64)> = Vec::new();
         for job in jobs {
-            let words = usage_words::parse(&job.admin_comment);
+            let words = words_of(job);
             for w in &words {
                 match w.held {
                     usage_words::Held::Share { per_gpu: p, .. } => {
@@ -283,9 +283,22 @@ fn from_words(words: &[GpuUsage]) -> Used {
     }
 }
 
+/// gpushare's words of `job`: in its `AdminComment`, and in its
+/// `SystemComment` where the node timer left a site tool's
+/// `AdminComment` whole (each clause once).
+pub fn words_of(job: &UsedJob) -> Vec<GpuUsage> {
+    let mut words = usage_words::parse(&job.admin_comment);
+    for w in usage_words::parse(&job.system_comment) {
+        if !words.contains(&w) {
+            words.push(w);
+        }
+    }
+    words
+}
+
 /// What `job` held and used; or why that is not enough to advise on.
 pub fn held_and_used(job: &UsedJob, site: &Site) -> Result<(Held, Used), NotAdvised> {
-    let words = usage_words::parse(&job.admin_comment);
+    let words = words_of(job);
     if let Some(first) = words.first() {
         let used = from_words(&words);
         if used.samples.unwrap_or(0) < MIN_SAMPLES {
@@ -472,5 +485,5 @@ pub fn ended(state: &str) -> bool {
 pub fn held_gpus(job: &UsedJob) -> bool {
     !gpus_of_tres(&job.alloc_tres).is_empty()
         || largest(std::slice::from_ref(&job.alloc_tres), "gres/mps").unwrap_or(0) > 0
-        || !usage_words::parse(&job.admin_comment).is_empty()
+        || !words_of(job).is_empty()
 }

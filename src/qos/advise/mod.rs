@@ -10,7 +10,8 @@
 //!   where the largest share allowed is not larger ([`Kind::Larger`],
 //!   [`Kind::WholeInstead`]).
 //!
-//! The figures come from gpushare's words in the job's `AdminComment`
+//! The figures come from gpushare's words in the job's `AdminComment` (or
+//! its `SystemComment`, where the node left a site tool's `AdminComment` whole)
 //! ([`crate::shared::usage_words`]), else from Slurm's own `gres/gpumem`
 //! and `gres/gpuutil` of its steps (`TRESUsageInMax`/`Ave`, gathered
 //! with `AutoDetect=nvml`). A size is the smallest whole number of units
@@ -26,6 +27,7 @@ mod decide;
 mod line;
 mod report;
 
+pub use decide::words_of;
 pub use decide::{
     decide, ended, held_and_used, held_gpus, memory_named, needed_units, Decision, Held, Kind,
     NotAdvised, Site, Source, Used, DEFAULT_UNITS_PER_GPU, HEADROOM_PERCENT, LIMIT_HIT_PERCENT,

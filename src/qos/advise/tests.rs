@@ -484,3 +484,17 @@ fn a_hostile_line_is_shown_as_text_and_never_offered_to_paste() {
     let back: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(back["advice"][0]["submitted"], shown_line);
 }
+
+/// gpushare's words in SystemComment, the AdminComment jobstats' blob
+/// (the node timer left it whole): the job is advised on them.
+#[test]
+fn words_in_system_comment_count_beside_a_site_tools_admin_comment() {
+    let ours = share_words(50, Some(1024), Some(24_000), Some(0.1));
+    let mut j = job(MPS, &[]);
+    j.admin_comment = "JS1:H4sIAAAAAAAAA6tWKkktLlGyUlAqS8wpTgUA+/Wu5BIAAAA=".into();
+    j.system_comment = render_all(std::slice::from_ref(&ours));
+    assert_eq!(words_of(&j), vec![ours.clone()]);
+    assert!(advice(&j, &site()).is_ok());
+    j.admin_comment = render_all(std::slice::from_ref(&ours));
+    assert_eq!(words_of(&j), vec![ours], "each clause once");
+}

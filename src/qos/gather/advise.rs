@@ -17,7 +17,7 @@ use crate::qos::advise::{self, AdviseReport, Kind, Site};
 use crate::qos::site::{parse_nodes, SlurmSettings};
 use crate::qos::slurm::used::{self, Whose};
 use crate::qos::slurm::{config, nodes, soft, Query, ReadError, SlurmRead};
-use crate::shared::hostlist;
+use crate::shared::{hostlist, usage_words};
 
 /// Whose jobs to read: `user` where named; else every user's for one
 /// who sees the whole site (`uid` 0 or `SlurmUser`), the caller's own
@@ -59,7 +59,7 @@ pub fn report(
     caller_sees_all: bool,
 ) -> Result<AdviseReport, ReadError> {
     let text = read.read(&used::between(whose, since, until))?;
-    let (jobs, bad) = used::parse(&text);
+    let (mut jobs, bad) = used::parse(&text);
     let mut notes: Vec<String> = bad
         .iter()
         .map(|b| format!("sacct's line {} left out: {}", b.line, b.reason))
@@ -86,6 +86,29 @@ pub fn report(
             notes.push(format!(
                 "PrivateData=jobs: Slurm lists only the jobs you may see of {u}'s"
             ));
+        }
+    }
+    // gpushare's words of a job whose AdminComment a site tool holds
+    // (jobstats' blob) are in its SystemComment.
+    let elsewhere: Vec<String> = jobs
+        .iter()
+        .filter(|j| !j.admin_comment.trim().is_empty())
+        .filter(|j| usage_words::parse(&j.admin_comment).is_empty())
+        .map(|j| j.id.clone())
+        .collect();
+    let mut system: BTreeMap<String, String> = BTreeMap::new();
+    for chunk in elsewhere.chunks(used::LINES_PER_QUERY) {
+        if let Some(t) = soft(
+            &mut unread,
+            "sacct SystemComment (gpushare's figures beside a site tool's AdminComment)",
+            read.read(&used::system_comments(chunk)),
+        ) {
+            system.extend(used::parse_submit_lines(&t, chunk));
+        }
+    }
+    for job in &mut jobs {
+        if let Some(comment) = system.remove(&job.id) {
+            job.system_comment = comment;
         }
     }
     let site = Site::of(&jobs, cfg.as_ref());

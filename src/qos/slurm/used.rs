@@ -47,25 +47,32 @@ pub fn between(whose: &Whose, since: &str, until: &str) -> Query {
     )
 }
 
-/// The `SubmitLine` of each of `jobs` (at most [`LINES_PER_QUERY`]).
-pub fn submit_lines(jobs: &[String]) -> Query {
+/// One field of each of `jobs` (`sacct -X -P -n -j LIST -o JobID,FIELD`),
+/// its answer kept under `key` and the jobs named.
+fn field_of_jobs(jobs: &[String], field: &str, key: &str) -> Query {
     let list = jobs.join(",");
     let first = jobs.first().map_or("", String::as_str);
     let last = jobs.last().map_or("", String::as_str);
+    let fields = format!("JobID,{field}");
     Query::new(
         "sacct",
-        &[
-            "-a",
-            "-X",
-            "-P",
-            "-n",
-            "-j",
-            &list,
-            "-o",
-            "JobID,SubmitLine",
-        ],
-        &format!("sacct-submit-lines-{first}-{last}-{}", jobs.len()),
+        &["-a", "-X", "-P", "-n", "-j", &list, "-o", &fields],
+        &format!("sacct-{key}-{first}-{last}-{}", jobs.len()),
     )
+}
+
+/// The `SubmitLine` of each of `jobs` (at most [`LINES_PER_QUERY`]).
+pub fn submit_lines(jobs: &[String]) -> Query {
+    field_of_jobs(jobs, "SubmitLine", "submit-lines")
+}
+
+/// The `SystemComment` of each of `jobs` (at most [`LINES_PER_QUERY`]):
+/// where the node timer keeps gpushare's words of a job whose
+/// `AdminComment` is a site tool's. Read apart, as the command lines are,
+/// and only for the jobs whose `AdminComment` holds text but none of
+/// gpushare's words; [`parse_submit_lines`] reads the answer.
+pub fn system_comments(jobs: &[String]) -> Query {
+    field_of_jobs(jobs, "SystemComment", "system-comments")
 }
 
 /// How many jobs one [`submit_lines`] names.
@@ -86,6 +93,8 @@ pub struct UsedJob {
     pub state: String,
     pub elapsed_s: Option<u64>,
     pub admin_comment: String,
+    /// Its `SystemComment`, where it was read ([`system_comments`]).
+    pub system_comment: String,
     /// Each step's `TRESUsageInMax`.
     pub steps_max: Vec<String>,
     /// Each step's `TRESUsageInAve`.
@@ -191,6 +200,7 @@ pub fn parse(text: &str) -> (Vec<UsedJob>, Vec<Unreadable>) {
             elapsed_s: text(8).parse().ok(),
             // Kept as written: only the words of gpushare are read of it.
             admin_comment: f.get(11).map_or("", |s| s).to_owned(),
+            system_comment: String::new(),
             steps_max: Vec::new(),
             steps_ave: Vec::new(),
         });

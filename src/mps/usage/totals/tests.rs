@@ -128,33 +128,44 @@ fn the_comment_keeps_every_word_but_this_nodes_old_figures() {
     assert!(!sacctmgr_keeps("it's", false));
 }
 
-fn ended(since: u64, tries: u32) -> Ended {
+fn ended(since: u64, failing_since: Option<u64>) -> Ended {
     let mut e = ended_jobs(vec![used_only()], since).remove(0);
-    e.tries = tries;
+    e.failing_since = failing_since;
     e
 }
 
-fn shown(state: &str, comment: &str) -> Result<Option<Accounted>, String> {
-    Ok(accounted(&format!("9|9|{state}|normal|{comment}\n"), 9))
+/// sacct's line of job 9 with these comments.
+fn line(state: &str, admin: &str, system: &str) -> String {
+    ["9", "9", state, "normal", admin, system].join(SACCT_DELIMITER) + "\n"
+}
+
+fn shown(state: &str, comment: &str) -> Result<Option<Accounted>, Unanswered> {
+    Ok(accounted(&line(state, comment, ""), 9))
+}
+
+fn down() -> Result<Option<Accounted>, Unanswered> {
+    Err(Unanswered::Failed("slurmdbd is down".into()))
 }
 
 /// An ended job's figures are written once its record in the accounting
 /// is complete, counted once they are seen there; a job still running
-/// (requeued) or not recorded waits an hour; a failing accounting is
-/// given up after its tries.
+/// (requeued) or not recorded waits an hour; an accounting that fails
+/// every call for an hour is given up, a call not made never.
 #[test]
 fn figures_are_written_when_the_record_is_complete_and_then_counted() {
     let figure = words("n1", &used_only());
+    let admin = |comment: String| Next::Write {
+        name: "9".into(),
+        field: Field::AdminComment,
+        comment,
+    };
     assert_eq!(
-        next(&ended(0, 0), shown("COMPLETED", "x"), "n1", false, 10),
-        Next::Write {
-            name: "9".into(),
-            comment: format!("x; {figure}")
-        }
+        next(&ended(0, None), shown("COMPLETED", "x"), "n1", false, 10),
+        admin(format!("x; {figure}"))
     );
     assert_eq!(
         next(
-            &ended(0, 1),
+            &ended(0, None),
             shown("CANCELLED by 1000", &figure),
             "n1",
             false,
@@ -165,13 +176,13 @@ fn figures_are_written_when_the_record_is_complete_and_then_counted() {
         }
     );
     assert_eq!(
-        next(&ended(0, 0), shown("RUNNING", ""), "n1", false, 60),
+        next(&ended(0, None), shown("RUNNING", ""), "n1", false, 60),
         Next::Wait
     );
-    assert_eq!(next(&ended(0, 0), Ok(None), "n1", false, 60), Next::Wait);
+    assert_eq!(next(&ended(0, None), Ok(None), "n1", false, 60), Next::Wait);
     assert!(matches!(
         next(
-            &ended(0, 0),
+            &ended(0, None),
             shown("PENDING", ""),
             "n1",
             false,
@@ -179,58 +190,119 @@ fn figures_are_written_when_the_record_is_complete_and_then_counted() {
         ),
         Next::GiveUp(_)
     ));
-    assert_eq!(
-        next(&ended(0, 0), Err("down".into()), "n1", false, 60),
-        Next::Wait
-    );
-    let none = Err("sacct -X: Slurm accounting storage is disabled".to_owned());
+    assert_eq!(next(&ended(0, None), down(), "n1", false, 60), Next::Wait);
+    let none = Err(Unanswered::Failed(
+        "sacct -X: Slurm accounting storage is disabled".to_owned(),
+    ));
     assert!(matches!(
-        next(&ended(0, 0), none, "n1", false, 60),
+        next(&ended(0, None), none, "n1", false, 60),
         Next::GiveUp(w) if w.contains("UsageRecord=none")
     ));
+    // Failing for less than the span: still waits; past it: given up.
+    let hour = FAILING_FOR_SECS;
+    assert_eq!(
+        next(&ended(0, Some(100)), down(), "n1", false, 100 + hour - 1),
+        Next::Wait
+    );
     assert!(matches!(
-        next(
-            &ended(0, MAX_TRIES - 1),
-            Err("down".into()),
-            "n1",
-            false,
-            60
-        ),
+        next(&ended(0, Some(100)), down(), "n1", false, 100 + hour),
         Next::GiveUp(_)
     ));
-    assert!(matches!(
-        next(
-            &ended(0, 0),
-            shown("COMPLETED", "Said \"no\""),
-            "n1",
-            false,
-            60
-        ),
-        Next::GiveUp(_)
-    ));
+    // A call not made is no try, however long.
+    let spent = Err(Unanswered::NotAsked("not run".into()));
+    assert_eq!(
+        next(&ended(0, Some(0)), spent, "n1", false, 10 * hour),
+        Next::Wait
+    );
     assert_eq!(accounted("", 9), None);
     // An array's tasks, listed by the array's id: the task whose raw id
-    // is the job's, named as sacctmgr selects it alone.
-    let array = "7|9_1|COMPLETED|normal|\n8|9_2|COMPLETED|long|a|b\n9|9_3|FAILED|normal|x\n";
+    // is the job's, named as sacctmgr selects it alone; a `|` is text.
+    let d = SACCT_DELIMITER;
+    let array = format!(
+        "7{d}9_1{d}COMPLETED{d}normal{d}{d}\n8{d}9_2{d}COMPLETED{d}long{d}a|b{d}s\n\
+         9{d}9_3{d}FAILED{d}normal{d}x{d}\n"
+    );
     assert_eq!(
-        accounted(array, 8),
+        accounted(&array, 8),
         Some(Accounted {
             name: "9_2".into(),
             state: "COMPLETED".into(),
             qos: "long".into(),
             admin_comment: "a|b".into(),
-            whole: true,
+            system_comment: "s".into(),
         })
     );
-    let with_break = "8|8|COMPLETED|normal|first\nsecond\n";
-    assert_eq!(accounted(with_break, 8).map(|a| a.whole), Some(false));
+    // A line break in a comment continues the record.
+    let with_break = format!("8{d}8{d}COMPLETED{d}normal{d}first\nsecond{d}\n");
+    assert_eq!(
+        accounted(&with_break, 8).map(|a| a.admin_comment),
+        Some("first\nsecond".to_owned())
+    );
+    // A comment holding the delimiter: no record read.
+    assert_eq!(
+        accounted(&format!("8{d}8{d}COMPLETED{d}normal{d}a{d}b{d}c\n"), 8),
+        None
+    );
+    let het = Ok(accounted(
+        &format!("9{d}5+1{d}COMPLETED{d}normal{d}{d}\n"),
+        9,
+    ));
     assert!(matches!(
-        next(&ended(0, 0), Ok(accounted(with_break, 8)), "n1", false, 60),
+        next(&ended(0, None), het, "n1", false, 60),
         Next::GiveUp(_)
     ));
-    let het = Ok(accounted("9|5+1|COMPLETED|normal|\n", 9));
+}
+
+/// A site tool's AdminComment (jobstats' `JS1:` blob, backslashes,
+/// quotes, line breaks, capitals 22.05's sacctmgr would lower) is never
+/// written: the figures go to SystemComment, whose words are kept; read
+/// back in either comment; given up where both are a tool's.
+#[test]
+fn a_site_tools_admin_comment_is_left_whole_and_system_comment_used() {
+    let figure = words("n1", &used_only());
+    let system = |comment: String| Next::Write {
+        name: "9".into(),
+        field: Field::SystemComment,
+        comment,
+    };
+    let js1 = "JS1:H4sIAAAAAAAAA6tWKkktLlGyUlAqS8wpTgUA+/Wu5BIAAAA=";
+    for admin in [js1, r"C:\temp", r"ends in \", "said \"no\"", "two\nlines"] {
+        let a = accounted(&line("COMPLETED", admin, ""), 9);
+        assert_eq!(
+            next(&ended(0, None), Ok(a), "n1", false, 60),
+            system(figure.clone()),
+            "{admin:?}"
+        );
+    }
+    // SystemComment's own words kept before the figures.
+    let a = accounted(&line("COMPLETED", js1, "bb: setup ok"), 9);
+    assert_eq!(
+        next(&ended(0, None), Ok(a), "n1", false, 60),
+        system(format!("bb: setup ok; {figure}"))
+    );
+    // 22.05's sacctmgr lowers every comment: capitals go elsewhere.
+    let a = accounted(&line("COMPLETED", "Project X", ""), 9);
+    assert_eq!(
+        next(&ended(0, None), Ok(a), "n1", true, 60),
+        system(figure.clone())
+    );
+    // Read back in SystemComment (or lowered): done.
+    let a = accounted(&line("COMPLETED", js1, &figure.to_lowercase()), 9);
     assert!(matches!(
-        next(&ended(0, 0), het, "n1", false, 60),
+        next(&ended(0, None), Ok(a), "n1", true, 60),
+        Next::Done { .. }
+    ));
+    // Both comments a tool's: given up, both named, neither written.
+    let a = accounted(&line("COMPLETED", js1, r"a\b"), 9);
+    assert!(matches!(
+        next(&ended(0, None), Ok(a), "n1", false, 60),
+        Next::GiveUp(w) if w.contains("AdminComment") && w.contains("SystemComment")
+    ));
+    // Written MAX_WRITES times and never kept: given up.
+    let mut e = ended(0, None);
+    e.writes = MAX_WRITES;
+    assert!(matches!(
+        next(&e, shown("COMPLETED", ""), "n1", false, 60),
         Next::GiveUp(_)
     ));
 }
