@@ -347,6 +347,18 @@ fn every_line_is_checked_whichever_node_it_is_for() {
             "f:1: NodeName=gpu[1-99999999]: \"gpu[1-99999999]\" names more than 65536 nodes",
         ),
         (
+            "NodeName=n[0-18446744073709551615] UnitsPerGPU=1\n",
+            "f:1: NodeName=n[0-18446744073709551615]: \"n[0-18446744073709551615]\" names more \
+             than 65536 nodes",
+        ),
+        (
+            &*format!(
+                "UnitsPerGPU=1\nNodeName=n[{0}1-{0}65536] UnitsPerGPU=1\n",
+                "0".repeat(99_999)
+            ),
+            "f:2: NodeName=\"n[000000000",
+        ),
+        (
             "NodeName=gpu01 Colour=red\n",
             "f:1: unknown key \"Colour\" (known: NodeName, UnitsPerGPU",
         ),
