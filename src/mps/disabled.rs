@@ -12,6 +12,15 @@
 //! The mark outlives a reboot (an admin's decision must not end with one):
 //! `/var/lib/gpushare/disabled-of-<path of gpu_mps.conf>`, root's,
 //! readable by everyone so that `gpu-mps status` shows it to users too.
+//!
+//! The path is the file's own, its links and `..` resolved
+//! (`fs::canonicalize`; the path as given where it does not resolve): an
+//! admin's `gpu-mps disable --conf /etc/slurm/../slurm/gpu_mps.conf`, or
+//! one through a link to a shared `/etc/slurm`, writes the mark the
+//! prolog reads with slurmd's spelling, and `status` reads the same one.
+//! A mark written under another spelling of the same file (by a gpushare
+//! that keyed marks by the path as given) counts too, and `enable` takes
+//! every one away.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -42,22 +51,76 @@ impl Disabled {
     }
 }
 
-/// The mark's file name for `gpu_mps.conf` at `conf`.
-fn mark_name(conf: &Path) -> String {
-    named_for("disabled-of", conf)
+const PREFIX: &str = "disabled-of";
+
+/// The path marks of `conf` are named by: the file's own (links and `..`
+/// resolved), or `conf` as given where it does not resolve.
+fn key_of(conf: &Path) -> PathBuf {
+    fs::canonicalize(conf).unwrap_or_else(|_| conf.to_path_buf())
 }
 
-/// The mark's file for `gpu_mps.conf` at `conf`, under `dir`.
+/// The mark's file name for `gpu_mps.conf` at `conf`.
+fn mark_name(conf: &Path) -> String {
+    named_for(PREFIX, &key_of(conf))
+}
+
+/// The mark's file for `gpu_mps.conf` at `conf`, under `dir` (the one
+/// [`disable`] writes).
 pub fn mark_path(dir: &Path, conf: &Path) -> PathBuf {
     dir.join(mark_name(conf))
 }
 
-/// The mark for `conf` under `dir`, if one is there and `owner` (root on a
-/// node) owns the directory; one that does not read is a mark with its
-/// text for a reason (taking a node off is never undone by a bad file).
+/// The path a mark's file `name` was written for ([`named_for`] read
+/// back: `-` a `/`, `%xx` a byte); `None`: not a mark's name.
+fn marked_conf(name: &str) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStringExt;
+    let rest = name.strip_prefix(PREFIX)?;
+    let mut bytes = Vec::with_capacity(rest.len());
+    let mut chars = rest.bytes();
+    while let Some(b) = chars.next() {
+        bytes.push(match b {
+            b'-' => b'/',
+            b'%' => {
+                let hex = [chars.next()?, chars.next()?];
+                u8::from_str_radix(std::str::from_utf8(&hex).ok()?, 16).ok()?
+            }
+            b => b,
+        });
+    }
+    Some(std::ffi::OsString::from_vec(bytes).into())
+}
+
+/// Every mark under `dir` for the file `conf` names, the one [`disable`]
+/// writes first; then those of other spellings of the same file.
+fn marks_of(dir: &Path, conf: &Path) -> Vec<PathBuf> {
+    let key = key_of(conf);
+    let own = named_for(PREFIX, &key);
+    let mut found: Vec<PathBuf> = Some(dir.join(&own))
+        .filter(|p| p.exists())
+        .into_iter()
+        .collect();
+    let others = fs::read_dir(dir).into_iter().flatten().flatten();
+    for entry in others {
+        let name = entry.file_name();
+        let Some(name) = name.to_str().filter(|n| *n != own) else {
+            continue;
+        };
+        if marked_conf(name).is_some_and(|p| p == conf || key_of(&p) == key) {
+            found.push(entry.path());
+        }
+    }
+    found
+}
+
+/// The mark for `conf` under `dir` (whatever spelling of the file it was
+/// written for), if one is there and `owner` (root on a node) owns the
+/// directory; one that does not read is a mark with its text for a reason
+/// (taking a node off is never undone by a bad file).
 pub fn read(dir: &Path, conf: &Path, owner: u32) -> Option<Disabled> {
     state_dir::check(dir, owner, Access::WorldReadable).ok()?;
-    let text = fs::read_to_string(mark_path(dir, conf)).ok()?;
+    let text = marks_of(dir, conf)
+        .iter()
+        .find_map(|p| fs::read_to_string(p).ok())?;
     let mut fields = text.splitn(3, '\t');
     let parsed = (fields.next() == Some(FORMAT))
         .then(|| {
@@ -85,14 +148,18 @@ pub fn disable(dir: &Path, conf: &Path, owner: u32, reason: &str, now: u64) -> R
         .map_err(|e| e.to_string())
 }
 
-/// Removes the mark for `conf`; whether there was one.
+/// Removes every mark for `conf` (whatever spelling each was written
+/// for); whether there was one.
 pub fn enable(dir: &Path, conf: &Path) -> Result<bool, String> {
-    let path = mark_path(dir, conf);
-    match fs::remove_file(&path) {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(format!("{}: {e}", path.display())),
+    let mut removed = false;
+    for path in marks_of(dir, conf) {
+        match fs::remove_file(&path) {
+            Ok(()) => removed = true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        }
     }
+    Ok(removed)
 }
 
 #[cfg(test)]
@@ -136,5 +203,87 @@ mod tests {
         assert_eq!(enable(&dir, conf), Ok(true));
         assert_eq!(enable(&dir, conf), Ok(false));
         assert_eq!(read(&dir, conf, owner), None);
+    }
+
+    /// A shared configuration directory reached through a link, as a site
+    /// mounts it: `real/gpu_mps.conf`, and `etc/slurm` a link to `real`.
+    fn linked_conf() -> (tempfile::TempDir, PathBuf, u32) {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let real = tmp.path().join("real");
+        fs::create_dir_all(&real).unwrap_or_else(|e| panic!("{e}"));
+        fs::write(real.join("gpu_mps.conf"), "UnitsPerGPU=100\n").unwrap_or_else(|e| panic!("{e}"));
+        fs::create_dir_all(tmp.path().join("etc")).unwrap_or_else(|e| panic!("{e}"));
+        std::os::unix::fs::symlink(&real, tmp.path().join("etc/slurm"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let owner = fs::metadata(tmp.path())
+            .map(|m| m.uid())
+            .unwrap_or(u32::MAX);
+        let dir = tmp.path().join("lib");
+        (tmp, dir, owner)
+    }
+
+    #[test]
+    fn a_mark_is_the_files_whatever_the_spelling_of_its_path() {
+        let (tmp, dir, owner) = linked_conf();
+        let slurmd = tmp.path().join("etc/slurm/gpu_mps.conf");
+        let spellings = [
+            tmp.path().join("etc/../etc/slurm/gpu_mps.conf"),
+            tmp.path().join("real/../real/gpu_mps.conf"),
+            tmp.path().join("real/gpu_mps.conf"),
+            tmp.path().join("etc/./slurm//gpu_mps.conf"),
+        ];
+        for admin in &spellings {
+            disable(&dir, admin, owner, "by hand", 7).unwrap_or_else(|e| panic!("{e}"));
+            // What the prolog reads (slurmd's spelling) and what status
+            // shows (the admin's) are the same mark.
+            for conf in spellings.iter().chain([&slurmd]) {
+                assert_eq!(
+                    read(&dir, conf, owner).map(|m| m.reason),
+                    Some("by hand".to_owned()),
+                    "disabled as {}, read as {}",
+                    admin.display(),
+                    conf.display()
+                );
+            }
+            assert_eq!(enable(&dir, &slurmd), Ok(true), "{}", admin.display());
+            for conf in spellings.iter().chain([&slurmd]) {
+                assert_eq!(read(&dir, conf, owner), None, "{}", conf.display());
+            }
+        }
+        // Another file of the same directory is not disabled.
+        disable(&dir, &slurmd, owner, "x", 1).unwrap_or_else(|e| panic!("{e}"));
+        let other = tmp.path().join("etc/slurm/other.conf");
+        fs::write(&other, "").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(read(&dir, &other, owner), None);
+    }
+
+    #[test]
+    fn a_mark_an_earlier_gpushare_wrote_under_the_path_as_given_still_counts() {
+        let (tmp, dir, owner) = linked_conf();
+        let slurmd = tmp.path().join("etc/slurm/gpu_mps.conf");
+        let dotted = tmp.path().join("etc/../etc/slurm/gpu_mps.conf");
+        // Keyed by the path as given, as the marks were before.
+        state_dir::ensure(&dir, owner, Access::WorldReadable).unwrap_or_else(|e| panic!("{e}"));
+        for (conf, reason) in [(&slurmd, "old-slurmd"), (&dotted, "old-dotted")] {
+            let old = dir.join(named_for(PREFIX, conf));
+            fs::write(&old, format!("{FORMAT}\t5\t{reason}\n")).unwrap_or_else(|e| panic!("{e}"));
+            for read_as in [&slurmd, &dotted] {
+                assert_eq!(
+                    read(&dir, read_as, owner).map(|m| m.reason),
+                    Some(reason.to_owned()),
+                    "written as {}, read as {}",
+                    conf.display(),
+                    read_as.display()
+                );
+            }
+            assert_eq!(enable(&dir, &dotted), Ok(true));
+            assert_eq!(read(&dir, &slurmd, owner), None);
+            assert!(!old.exists());
+        }
+        // A path with bytes named_for writes as %xx reads back.
+        let odd = Path::new("/etc/slurm-x/gpu mps.conf");
+        assert_eq!(marked_conf(&named_for(PREFIX, odd)).as_deref(), Some(odd));
+        assert_eq!(marked_conf("ledger-of-etc"), None);
+        assert_eq!(marked_conf("disabled-of-x%4"), None);
     }
 }

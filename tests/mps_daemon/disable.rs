@@ -43,9 +43,43 @@ fn said(out: &std::process::Output) -> String {
     )
 }
 
+/// `gpu-mps` given another spelling of the node's `gpu_mps.conf` than
+/// slurmd's: through a link to its directory (a site's symlinked
+/// `/etc/slurm`).
+fn gpu_mps_linked(c: &Cluster, args: &[&str]) -> Result<std::process::Output, String> {
+    let dir = c.slurm_conf().with_file_name("");
+    let link = c.dir.join("linked-etc-slurm");
+    if fs::read_link(&link).ok().as_deref() != Some(dir.as_path()) {
+        let _ = fs::remove_file(&link);
+        std::os::unix::fs::symlink(&dir, &link).map_err(|e| format!("{}: {e}", link.display()))?;
+    }
+    let conf = link.join("gpu_mps.conf");
+    let bin = testcluster::cluster::build_dir()?.join("gpu-mps");
+    c.run(
+        &bin.to_string_lossy(),
+        &[args, &["--conf", &conf.to_string_lossy()]].concat(),
+    )
+}
+
+/// `gpu-mps` given the node's `gpu_mps.conf` with `..` in its path.
+fn gpu_mps_dotted(c: &Cluster, args: &[&str]) -> Result<std::process::Output, String> {
+    let conf = c.slurm_conf().with_file_name("gpu_mps.conf");
+    let (Some(dir), Some(name)) = (conf.parent(), conf.parent().and_then(|p| p.file_name())) else {
+        return Err(format!("{}: no directory", conf.display()));
+    };
+    let dotted = dir.join("..").join(name).join("gpu_mps.conf");
+    let bin = testcluster::cluster::build_dir()?.join("gpu-mps");
+    c.run(
+        &bin.to_string_lossy(),
+        &[args, &["--conf", &dotted.to_string_lossy()]].concat(),
+    )
+}
+
 /// Two shares run (their GPUs exclusive, their daemons up) when the admin
-/// disables the node: it says shares still run (exit 1), a new share is
-/// refused with the reason and sent elsewhere, `status` says DISABLED.
+/// disables the node, naming `gpu_mps.conf` through a link to its
+/// directory: it says shares still run (exit 1), a new share is refused
+/// with the reason (the prolog, with slurmd's spelling, read the mark)
+/// and sent elsewhere, `status` says DISABLED with each spelling.
 /// Their epilogs stop the daemons but, the node disabled, lift no
 /// exclusion (no share fits here). `disable` again: exit 0, every GPU in
 /// its earlier mode, no daemon, no share in the ledger, the refused job's
@@ -56,7 +90,7 @@ pub fn leaves_nothing_behind(c: &mut Cluster) -> TestResult {
     let before: Vec<String> = (0..4).map(|g| mode(c, g)).collect();
     let result = (|| {
         let running = shares(c, 2, 25)?;
-        let first = gpu_mps(c, &["disable", "--node", NODE, "--reason", "backing out"])?;
+        let first = gpu_mps_linked(c, &["disable", "--node", NODE, "--reason", "backing out"])?;
         ensure(
             first.status.code() == Some(1)
                 && String::from_utf8_lossy(&first.stdout).contains("shares still run here"),
@@ -73,12 +107,17 @@ pub fn leaves_nothing_behind(c: &mut Cluster) -> TestResult {
             format!("the share refused on a disabled node: {out}\n{shown}"),
         )?;
         c.run_ok("scontrol", &["hold", &refused.to_string()])?;
-        let status = gpu_mps(c, &["status"])?;
-        ensure(
-            String::from_utf8_lossy(&status.stdout)
-                .contains("DISABLED: new shares are refused: backing out"),
-            format!("status on a disabled node: {}", said(&status)),
-        )?;
+        for status in [
+            gpu_mps(c, &["status"])?,
+            gpu_mps_linked(c, &["status"])?,
+            gpu_mps_dotted(c, &["status"])?,
+        ] {
+            ensure(
+                String::from_utf8_lossy(&status.stdout)
+                    .contains("DISABLED: new shares are refused: backing out"),
+                format!("status on a disabled node: {}", said(&status)),
+            )?;
+        }
         end_shares(c, &running)?;
         ensure(
             c.sent_off(refused, NODE),
@@ -87,7 +126,7 @@ pub fn leaves_nothing_behind(c: &mut Cluster) -> TestResult {
                 c.job(refused)
             ),
         )?;
-        let last = gpu_mps(c, &["disable", "--node", NODE])?;
+        let last = gpu_mps_dotted(c, &["disable", "--node", NODE])?;
         let after: Vec<String> = (0..4).map(|g| mode(c, g)).collect();
         let info = c.job(refused)?;
         ensure(
@@ -104,7 +143,13 @@ pub fn leaves_nothing_behind(c: &mut Cluster) -> TestResult {
             ),
         )?;
         c.run_ok("scancel", &[&refused.to_string()])?;
-        enable_again(c)
+        // Enabled with the link's spelling: the mark slurmd's reads is gone.
+        let enabled = gpu_mps_linked(c, &["enable"])?;
+        ensure(
+            String::from_utf8_lossy(&enabled.stdout).contains("enabled on this node again"),
+            format!("enable through the link: {}", said(&enabled)),
+        )?;
+        shares(c, 1, 25).map(|_| ())
     })();
     // Never leave the node disabled for the tests after this one.
     let _ = gpu_mps(c, &["enable"]);
