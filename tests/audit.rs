@@ -63,6 +63,9 @@ fn correct_site() -> ClusterSpec {
         ],
         extra_conf_files: files,
         partition_options: vec!["TRESBillingWeights=CPU=1.0,GRES/gpu=1.0".into()],
+        // What gpu-mps config asks for a node of 4 GPUs: the prolog's
+        // worst case (Slurm's 10 s default is a warning).
+        conf_overrides: vec![("BatchStartTimeout".into(), "180".into())],
         ..node
     }
 }
@@ -179,6 +182,11 @@ fn main() -> ExitCode {
             "zero_qos_priority_weight_is_a_warning",
             with_conf("PriorityWeightQOS", "0"),
             qos_weight,
+        )
+        .test_on(
+            "batch_start_timeout_below_the_prologs_worst_case_is_a_warning",
+            with_conf("BatchStartTimeout", ""),
+            batch_start_short,
         )
         .test_on(
             "requeue_mode_with_job_requeue_off_is_noted",
@@ -490,6 +498,26 @@ fn qos_weight(c: &mut Cluster) -> TestResult {
         ),
     )?;
     exactly(c, "warning", Severity::Warning, "priority_weight_qos_zero").map(drop)
+}
+
+/// slurm.conf without `BatchStartTimeout`: slurmctld reports Slurm's
+/// 10 s, below what gpushare's prolog may take on the node's 4 GPUs.
+fn batch_start_short(c: &mut Cluster) -> TestResult {
+    let config = c.run_ok("scontrol", &["show", "config"])?;
+    ensure(
+        config.lines().any(|l| {
+            l.split_whitespace().collect::<Vec<_>>() == ["BatchStartTimeout", "=", "10", "sec"]
+        }),
+        format!("slurmctld's BatchStartTimeout is not Slurm's default:\n{config}"),
+    )?;
+    let found = exactly(c, "warning", Severity::Warning, "batch_start_timeout_short")?;
+    ensure(
+        found
+            .what
+            .contains("BatchStartTimeout is 10 s (Slurm's default), below the 180 s")
+            && found.fix.starts_with("BatchStartTimeout=180 "),
+        listing(&[found]),
+    )
 }
 
 fn job_requeue(c: &mut Cluster) -> TestResult {

@@ -123,4 +123,13 @@ mod tests {
         // Four GPUs or fewer: a share's programs set the least.
         assert_eq!(s(prolog_epilog_timeout(4)).div_ceil(10) * 10, base);
     }
+
+    #[test]
+    fn the_prolog_figures_batch_start_timeout_is_checked_against_are_these() {
+        use gpushare::shared::batch_start as core;
+        assert_eq!(core::PROLOG_SHARE_WORST, PROLOG_SHARE);
+        assert_eq!(core::PROLOG_WHOLE_WORST, PROLOG_WHOLE);
+        assert_eq!(core::PROLOG_PER_GPU_WORST, PER_GPU_HELD);
+        assert_eq!(core::PROLOG_LOCK_WAIT, LOCK_WAIT);
+    }
 }

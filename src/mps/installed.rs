@@ -13,6 +13,9 @@ use super::node::gpu_devices;
 use super::setup_lines::{self, GpuGroup, Installed, SlurmSetup};
 use super::status;
 use crate::shared::autodetect::{parse_slurmd_g, reported_gpus};
+use crate::shared::batch_start::{
+    batch_start_timeout_set, least_batch_start_timeout, ShortBatchStart,
+};
 use crate::shared::booking::MpsBooking;
 use crate::shared::bounded;
 
@@ -53,17 +56,6 @@ pub fn plugin_dir_of(show_config: &str) -> Option<String> {
         .and_then(|l| l.split('=').nth(1))
         .map(|v| v.trim().split(':').next().unwrap_or("").to_owned())
         .filter(|d| !d.is_empty())
-}
-
-/// Where Slurm loads plugins from (`<PluginDir>` where slurmctld cannot
-/// say).
-pub fn plugin_dir() -> String {
-    let mut show_config = Command::new(crate::shared::locations::slurm_command("scontrol"));
-    show_config.args(["show", "config"]);
-    bounded::run(show_config, None, SCONTROL_TIMEOUT)
-        .ok()
-        .and_then(|o| plugin_dir_of(&o.stdout))
-        .unwrap_or_else(|| "<PluginDir>".into())
 }
 
 /// Where the running program's prolog and epilog are: installed as
@@ -120,7 +112,7 @@ pub fn node_config(
              keep GPUs held whole on nodes of their own"
         ));
     }
-    with_installed(conf, format!("{release}{taken}"), |installed| {
+    with_installed(conf, format!("{release}{taken}"), gpus, |installed| {
         Ok(setup_lines::node_config(
             &cfg,
             setup,
@@ -142,20 +134,63 @@ fn release_head((major, minor): (u32, u32), driver: Option<&str>) -> String {
     )
 }
 
-/// `head`, then the lines `lines` makes with this machine's paths.
+/// `head`, then the lines `lines` makes with this machine's paths, then
+/// what `BatchStartTimeout` in force means for the prolog of a node of
+/// `gpus` GPUs.
 fn with_installed(
     conf: &Path,
     head: String,
+    gpus: u32,
     lines: impl FnOnce(Installed<'_>) -> Result<String, String>,
 ) -> Result<String, String> {
     let libexec = libexec_dir();
-    let plugin_dir = plugin_dir();
+    let mut show_config = Command::new(crate::shared::locations::slurm_command("scontrol"));
+    show_config.args(["show", "config"]);
+    let show_config = bounded::run(show_config, None, SCONTROL_TIMEOUT)
+        .ok()
+        .map(|o| o.stdout);
+    let plugin_dir = show_config
+        .as_deref()
+        .and_then(plugin_dir_of)
+        .unwrap_or_else(|| "<PluginDir>".into());
     let installed = Installed {
         libexec: &libexec,
         plugin_dir: Path::new(&plugin_dir),
         conf,
     };
-    Ok(format!("{head}\n{}", lines(installed)?))
+    let slurm_conf = std::fs::read_to_string(crate::shared::locations::beside_slurm_conf(
+        None,
+        "slurm.conf",
+    ))
+    .ok();
+    let batch_start = batch_start_timeout_set(show_config.as_deref(), slurm_conf.as_deref());
+    Ok(format!(
+        "{head}\n{}{}",
+        lines(installed)?,
+        batch_start_check(batch_start, gpus)
+    ))
+}
+
+/// What `gpu-mps config` says of `BatchStartTimeout` (`set`: as
+/// [`batch_start_timeout_set`] found it) for a node of `gpus` GPUs:
+/// nothing where it is long enough.
+pub fn batch_start_check(set: Option<u64>, gpus: u32) -> String {
+    match set {
+        None => format!(
+            "\n# BatchStartTimeout could not be read (scontrol show config, slurm.conf): it must \
+             be at least {} s here (docs/operations.md)\n",
+            least_batch_start_timeout(gpus)
+        ),
+        Some(set) => ShortBatchStart::of(set, gpus).map_or_else(String::new, |short| {
+            format!(
+                "\n# WARNING: {}: {}\n# slurm.conf (slurmctld reads it at a restart or scontrol \
+                 reconfigure: make either while no prolog runs, see docs/operations.md)\n{}\n",
+                short.what(),
+                short.why(),
+                short.fix()
+            )
+        }),
+    }
 }
 
 /// What `gpu-mps config` prints for a node whose gpu lines Slurm's
@@ -179,7 +214,8 @@ pub fn detected_config(
     let (gpus, notes) = detected_gpus(nvml, cfg.gpu_devices.as_deref(), choice, whole)?;
     let setup = SlurmSetup::for_release(release.0, release.1);
     let head = format!("{}{taken}", release_head(release, driver));
-    let mut out = with_installed(conf, head, |installed| {
+    let count = u32::try_from(gpus.len()).unwrap_or(u32::MAX);
+    let mut out = with_installed(conf, head, count, |installed| {
         detected_node_config(&cfg, setup, node, &gpus, installed)
     })?;
     for note in notes {
@@ -350,6 +386,31 @@ mod tests {
                 .is_err_and(|e| e.contains("gpu_mps.conf:2: NodeName=gpu[01-04")),
             "{bad:?}"
         );
+    }
+
+    #[test]
+    fn config_says_a_batch_start_timeout_below_the_prologs_worst_case() {
+        // The prolog's lock budget is the node programs' own.
+        assert_eq!(
+            crate::shared::batch_start::PROLOG_LOCK_WAIT,
+            crate::mps::lock_wait::LOCK_WAIT
+        );
+        let said = batch_start_check(Some(10), 4);
+        for want in [
+            "# WARNING: BatchStartTimeout is 10 s (Slurm's default), below the 180 s",
+            "up to 30 s waiting for the node's locks",
+            "not found BatchStartTime after startup",
+            "NODE_FAIL",
+            "\nBatchStartTimeout=180\n",
+        ] {
+            assert!(said.contains(want), "{want}: {said}");
+        }
+        assert!(
+            !said.contains("(Slurm's default)")
+                || !batch_start_check(Some(60), 4).contains("(Slurm's default)")
+        );
+        assert_eq!(batch_start_check(Some(300), 8), "");
+        assert!(batch_start_check(None, 4).contains("at least 180 s"));
     }
 
     #[test]

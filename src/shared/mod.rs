@@ -15,6 +15,7 @@
 
 pub mod admin_comment;
 pub mod autodetect;
+pub mod batch_start;
 pub mod booking;
 pub mod bounded;
 pub mod calendar;

@@ -12,6 +12,7 @@ pub(super) const CONFIG: &str = "\
 AccountingStorageEnforce = associations,limits,qos,safe
 AccountingStorageTRES   = cpu,mem,energy,node,billing,fs/disk,vmem,pages,gres/gpu,gres/gpu:a40,gres/gpu:h100,gres/mps
 AccountingStorageType   = accounting_storage/slurmdbd
+BatchStartTimeout       = 200 sec
 Epilog                  = /usr/libexec/gpushare/gpu-mps-epilog
 JobRequeue              = 1
 JobSubmitPlugins        = gpu_qos

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use crate::qos::check::Severity;
 use crate::qos::site::NodeInfo;
 use crate::shared::autodetect::is_mig_type;
+use crate::shared::batch_start::{batch_start_seconds, ShortBatchStart, SLURM_BATCH_START_TIMEOUT};
 use crate::shared::booking::MpsBooking;
 use crate::shared::locations::DEFAULT_STATE_DIR;
 use crate::shared::namespaces::{
@@ -105,6 +106,48 @@ pub(super) fn mps_nodes(site: &Site, out: &mut Vec<AuditFinding>) {
     }
     shares_stack(site, &mps, out);
     pipes_hidden(site, &nodes, out);
+    batch_start_short(site, &mps, &nodes, out);
+}
+
+/// The GPUs of a node's `Gres=` (MIG slices counted as they are offered).
+fn gpus_of(node: &NodeInfo) -> u64 {
+    node.gres
+        .iter()
+        .filter(|g| g.name == "gpu")
+        .map(|g| g.count)
+        .sum()
+}
+
+/// `BatchStartTimeout` below the time gpushare's prolog may take before a
+/// batch job's script starts on the largest mps node
+/// ([`ShortBatchStart`]), where it is known: `scontrol show config`
+/// reports it; in a slurm.conf read as such, unset is Slurm's default.
+fn batch_start_short(site: &Site, mps: &[&NodeInfo], nodes: &str, out: &mut Vec<AuditFinding>) {
+    let s = &site.settings;
+    let set = match s.get("BatchStartTimeout") {
+        Some(value) => batch_start_seconds(value),
+        None => s.from_file.then_some(SLURM_BATCH_START_TIMEOUT),
+    };
+    let gpus = mps.iter().map(|n| gpus_of(n)).max().unwrap_or(0);
+    let gpus = u32::try_from(gpus).unwrap_or(u32::MAX);
+    let Some(short) = set.and_then(|set| ShortBatchStart::of(set, gpus)) else {
+        return;
+    };
+    out.push(
+        AuditFinding::new(
+            Severity::Warning,
+            "batch_start_timeout_short",
+            "slurm.conf",
+            DOC_SLURM_CONF,
+        )
+        .what(format!("{nodes} offers mps, but {}", short.what()))
+        .why(short.why())
+        .fix(format!(
+            "{} (slurmctld reads it at a restart or scontrol reconfigure: make either while no \
+             prolog runs, see gpushare's docs/operations.md)",
+            short.fix()
+        )),
+    );
 }
 
 /// Job namespaces that hide the MPS pipes, after
