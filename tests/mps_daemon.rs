@@ -29,6 +29,8 @@ use compute_mode::{
 mod cancel;
 #[path = "mps_daemon/disable.rs"]
 mod disable;
+#[path = "mps_daemon/idle.rs"]
+mod idle;
 #[path = "mps_daemon/job_container.rs"]
 mod job_container;
 #[path = "mps_daemon/usage.rs"]
@@ -111,7 +113,7 @@ fn main() -> ExitCode {
             "a_share_beside_another_users_server_is_refused_or_told_that_it_waits",
             beside_other_user,
         );
-    suite = usage::tests(disable::tests(suite));
+    suite = idle::tests(usage::tests(disable::tests(suite)));
     // On request only (named in full): Slurm's own container fails now and
     // then inside the harness's namespaces (see job_container.rs).
     if job_container::has_dirs() {

@@ -1,5 +1,7 @@
 //! A GPU's MPS control daemon: one per GPU, started by the prolog for the
-//! first share on it, asked to quit by the epilog when its last share ends.
+//! first share on it, asked to quit by the epilog when its last share ends
+//! (one left running idle: by the node timer, or by the prolog of a job
+//! Slurm gives its GPU whole, [`stop_if_idle`]).
 //!
 //! Each daemon sees only its GPU (`CUDA_VISIBLE_DEVICES`) and has its own
 //! pipe and log directories under `<StateDir>-mps/gpu<N>/`, which jobs can
@@ -56,7 +58,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::config::GpuMpsConfig;
-use super::ledger::ShareRecord;
+use super::ledger::{LedgerState, ShareRecord};
 use super::lock_wait::{self, LockError, LockWait, Mode};
 use super::programs::{program, CONTROL_PROGRAM};
 use super::state_dir::{self, Access};
@@ -737,6 +739,31 @@ pub fn stop(cfg: &GpuMpsConfig, gpu: u32) -> MpsDaemon {
     }
 }
 
+/// Whether GPU `gpu` shows an MPS daemon of gpushare's: its control pipe,
+/// or a process of its pipe directory (a daemon whose pipe is gone).
+pub fn present(cfg: &GpuMpsConfig, gpu: u32) -> bool {
+    let pipe = pipe_dir(cfg, gpu);
+    pipe.join("control").exists() || !processes(&pipe).is_empty()
+}
+
+/// Whether a daemon on GPU `gpu` runs idle by `state`, the ledger read
+/// under the GPU's lock: no share is recorded there. A lost state says
+/// nothing of the shares that run (they may be missing from it): no
+/// daemon is idle then, until `gpu-mps gc` ends the lost state.
+pub fn idle(state: &LedgerState, gpu: u32) -> bool {
+    state.lost_reason().is_none() && !state.shares().any(|s| s.gpu == gpu)
+}
+
+/// Stops GPU `gpu`'s daemon where one runs idle by `state` ([`idle`]),
+/// which gives the GPU its earlier compute mode back ([`stop`]); `None`
+/// where none runs or it serves shares. Call it holding the GPU's lock
+/// ([`with_gpu_lock`]), `state` read under it: a share placed meanwhile
+/// keeps its daemon, and a prolog placing one after finds none and
+/// starts it.
+pub fn stop_if_idle(cfg: &GpuMpsConfig, state: &LedgerState, gpu: u32) -> Option<MpsDaemon> {
+    (idle(state, gpu) && present(cfg, gpu)).then(|| stop(cfg, gpu))
+}
+
 /// How long the epilog may spend ending one job's clients on one GPU.
 pub const TERMINATE_BUDGET: Duration = Duration::from_secs(10);
 
@@ -930,4 +957,4 @@ pub fn process_uid(pid: u32) -> Option<u32> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -1,7 +1,8 @@
 //! `gpu-mps gc`: the node's ledger brought back in line with what
 //! slurmctld runs. Records of jobs that ended without an epilog are
-//! dropped, daemons left without a share are stopped, and a lost state
-//! ends once every running share is in the ledger again.
+//! dropped, a lost state ends once every running share is in the ledger
+//! again, and daemons left without a share are stopped (the node timer
+//! stops those too: [`idle_daemons`]).
 
 use std::collections::HashSet;
 use std::fmt;
@@ -114,9 +115,6 @@ pub fn gc(
     if nothing {
         say(GcNote::NothingToDrop(name.to_owned()));
     }
-    for (gpu, outcome) in stop_idle_daemons(node)? {
-        say(GcNote::DaemonStopped(gpu, outcome));
-    }
     let rebuilt = node.ledger.rebuild(|state| {
         running
             .iter()
@@ -124,22 +122,46 @@ pub fn gc(
             .map(|j| j.job)
             .collect()
     })?;
-    match rebuilt.value {
-        Ok(false) => Ok(true),
+    let known = match rebuilt.value {
+        Ok(false) => true,
         Ok(true) => {
             say(GcNote::LoadsKnownAgain);
-            Ok(true)
+            true
         }
         Err(jobs) => {
             say(GcNote::LoadsUnknown(jobs));
-            Ok(false)
+            false
         }
+    };
+    // After the rebuild: while the state stays lost, a daemon without a
+    // record may serve a running share, and is kept.
+    for (gpu, outcome) in stop_idle_daemons(node)? {
+        say(GcNote::DaemonStopped(gpu, outcome));
+    }
+    Ok(known)
+}
+
+/// gc's stop of the daemons left without a share, as the node timer
+/// (`gpu-mps metrics --write`) runs it each minute: a daemon left idle (a
+/// failed stop, a GPU's lock busy at its last share's end, a release left
+/// to the ledger's next change) would keep its GPU in EXCLUSIVE_PROCESS,
+/// where a job Slurm gives the GPU whole fails at CUDA start. Each stop
+/// gives its GPU its earlier compute mode back. What happened, a line
+/// each, for the log.
+pub fn idle_daemons(node: &Node) -> Vec<String> {
+    match stop_idle_daemons(node) {
+        Ok(stopped) => stopped
+            .into_iter()
+            .map(|(gpu, outcome)| GcNote::DaemonStopped(gpu, outcome).to_string())
+            .collect(),
+        Err(e) => vec![format!("MPS daemons without a share not stopped: {e}")],
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mps::daemon::tests::daemon_left;
     use crate::mps::node::test_node;
 
     fn two_gpu_node() -> (Node, tempfile::TempDir) {
@@ -197,5 +219,30 @@ mod tests {
         );
         let kept = node.ledger.snapshot().map(|s| s.state.jobs().len());
         assert_eq!(kept.ok(), Some(1));
+    }
+
+    /// The node timer's run: the daemon left idle on GPU 1 is stopped and
+    /// the GPU has its earlier mode back; GPU 0's, serving a share, is
+    /// kept, exclusive; a second run finds nothing to do.
+    #[test]
+    fn the_timer_stops_idle_daemons_and_gives_their_modes_back() {
+        let (mut node, dir) = two_gpu_node();
+        let smi = crate::mps::compute_mode::tests::fake_smi(dir.path());
+        node.cfg.mps_control = crate::mps::config::MpsControl::Program(smi);
+        let placed = node.ledger.place(5, 1000, "alice", 50, 2, 100);
+        assert_eq!(placed.ok().map(|p| p.value.share.gpu), Some(0));
+        daemon_left(&node.cfg, 0);
+        daemon_left(&node.cfg, 1);
+        let mode = |gpu: u32| std::fs::read_to_string(dir.path().join(format!("mode-{gpu}")));
+        let control = |gpu: u32| crate::mps::daemon::pipe_dir(&node.cfg, gpu).join("control");
+        assert_eq!(
+            idle_daemons(&node),
+            vec!["GPU 1: MPS daemon without a share: stopped"]
+        );
+        assert_eq!(mode(1).ok().as_deref(), Some("DEFAULT\n"));
+        assert_eq!(crate::mps::compute_mode::recorded(&node.cfg, 1), None);
+        assert!(!control(1).exists() && control(0).exists());
+        assert_eq!(mode(0).ok().as_deref(), Some("EXCLUSIVE_PROCESS\n"));
+        assert!(idle_daemons(&node).is_empty());
     }
 }

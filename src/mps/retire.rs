@@ -114,8 +114,7 @@ pub fn retire(old: &GpuMpsConfig, new: &GpuMpsConfig, wait: LockWait) -> Vec<Str
 fn retire_gpu(cfg: &GpuMpsConfig, gpu: u32, wait: LockWait) -> Vec<String> {
     let earlier = cfg.state_dir.display();
     let done = daemon::with_gpu_lock(cfg, gpu, wait, || {
-        let pipe = daemon::pipe_dir(cfg, gpu);
-        if pipe.join("control").exists() || !daemon::processes(&pipe).is_empty() {
+        if daemon::present(cfg, gpu) {
             return vec![format!(
                 "the MPS daemon left under the earlier StateDir {earlier}: {}",
                 daemon::stop(cfg, gpu)

@@ -205,6 +205,11 @@ fn metrics(at: Here<'_>, write: bool, kernel_log: &Path) -> Result<u8> {
         for line in retry_modes(&node) {
             eprintln!("gpu-mps: {line}");
         }
+        // MPS daemons left without a share stopped (gc's step), each
+        // GPU's earlier mode given back: a job Slurm gives it whole runs.
+        for line in gc::idle_daemons(&node) {
+            eprintln!("gpu-mps: {line}");
+        }
         // Exclusions older than LIFT_AFTER lifted, whether or not a share
         // ended here: no job waits forever after a fault on every node.
         let (deadline, name) = (requeue::Deadline::start(), at.node);

@@ -240,3 +240,29 @@ fn a_jobs_cgroup_is_found_on_v1_and_v2() {
     assert!(!cgroup_is_jobs(by_sluid, 42, None));
     assert!(!cgroup_is_jobs(by_sluid, 42, Some("s0AB12CD34EF57")));
 }
+
+#[test]
+fn a_daemon_is_idle_only_where_the_ledger_holds_no_share_and_is_not_lost() {
+    let mut state = LedgerState::new();
+    state.insert_share(share(25, None));
+    state.insert_whole(crate::mps::ledger::WholeRecord {
+        job: 2,
+        gpus: vec![1],
+        since: 0,
+    });
+    // GPU 0 serves a share; GPU 1, held whole, and GPU 2 serve none.
+    assert!(!idle(&state, 0));
+    assert!(idle(&state, 1) && idle(&state, 2));
+    // A lost state may miss shares that run: no daemon is idle by it.
+    let lost = LedgerState::lost("the state file is unreadable".into());
+    assert!(!idle(&lost, 0) && !idle(&lost, 2));
+}
+
+/// A daemon of gpushare's on GPU `gpu` as a node left it: its control
+/// pipe there, its GPU made exclusive (the earlier mode recorded).
+pub(crate) fn daemon_left(cfg: &GpuMpsConfig, gpu: u32) {
+    let pipe = pipe_dir(cfg, gpu);
+    fs::create_dir_all(&pipe).unwrap_or_else(|e| panic!("{e}"));
+    fs::write(pipe.join("control"), "").unwrap_or_else(|e| panic!("{e}"));
+    crate::mps::compute_mode::make_exclusive(cfg, gpu).unwrap_or_else(|e| panic!("{e}"));
+}

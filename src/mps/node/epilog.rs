@@ -95,7 +95,8 @@ pub fn epilog_with_cgroup(
     forget_notes(&node.ledger, job);
     // Records other epilogs left to this change are released too (the
     // remarks say so); their GPUs are left to the next share's end there
-    // or `gpu-mps gc`, so that this epilog's time stays its own job's.
+    // or the node timer (stop_idle_daemons), so that this epilog's time
+    // stays its own job's.
     report.notes.extend(out.remarks());
     report.stopped = after_release(node, &out.value, &mut report.notes)?;
     report.released = out.value;
@@ -144,7 +145,8 @@ fn after_release(
         match locked {
             Ok(result) => result?,
             Err(e) => notes.push(format!(
-                "GPU {gpu}'s MPS daemon left as it is (`gpu-mps gc` stops it once idle): {e}"
+                "GPU {gpu}'s MPS daemon left as it is (the node timer, gpu-mps metrics \
+                 --write, stops it once idle): {e}"
             )),
         }
     }
@@ -179,26 +181,35 @@ pub fn finish_deferred(node: &Node) -> Result<Vec<String>, LedgerError> {
     Ok(lines)
 }
 
-/// Stops the daemons of GPUs without a share (left by a crash, or by a
-/// node whose epilog never ran); their GPUs and outcomes. Each GPU is
-/// decided as the epilog decides, under its daemon lock and from the
-/// ledger as it is then: a share placed meanwhile keeps its daemon.
+/// Stops the daemons of GPUs without a share (left by a crash, a node
+/// whose epilog never ran, a release left to the ledger's next change, a
+/// GPU's lock busy at its last share's end), which gives each GPU its
+/// earlier compute mode back; their GPUs and outcomes. Each GPU is decided
+/// as the epilog decides, under its daemon lock and from the ledger as it
+/// is then ([`daemon::stop_if_idle`]): a share placed meanwhile keeps its
+/// daemon. Run by `gpu-mps gc`, `disable` and the node timer.
 pub fn stop_idle_daemons(node: &Node) -> Result<Vec<(u32, MpsDaemon)>, LedgerError> {
+    let cfg = &node.cfg;
     let mut stopped = Vec::new();
+    // A cheap first look, without a lock: a GPU with shares keeps its
+    // daemon, and most GPUs have none at all (one look through /proc for
+    // a daemon whose control pipe is gone, made only where one ran).
+    let seen = node.ledger.snapshot().ok().map(|s| s.state);
+    let strays = !daemon::processes_under(&daemon::public_dir(cfg)).is_empty();
     for gpu in 0..node.gpu_count {
-        let pipe = daemon::pipe_dir(&node.cfg, gpu);
-        // A cheap first look: most GPUs have no daemon at all.
-        if !pipe.join("control").exists() && daemon::processes(&pipe).is_empty() {
+        let pipe = daemon::pipe_dir(cfg, gpu);
+        if seen.as_ref().is_some_and(|state| !daemon::idle(state, gpu))
+            || !(pipe.join("control").exists() || strays && daemon::present(cfg, gpu))
+        {
             continue;
         }
         let wait = node.ledger.lock_wait();
-        let locked = daemon::with_gpu_lock(&node.cfg, gpu, wait, || -> Result<_, LedgerError> {
-            let state = node.ledger.snapshot()?.state;
-            Ok(if state.shares().any(|s| s.gpu == gpu) {
-                None
-            } else {
-                Some(daemon::stop(&node.cfg, gpu))
-            })
+        let locked = daemon::with_gpu_lock(cfg, gpu, wait, || -> Result<_, LedgerError> {
+            Ok(daemon::stop_if_idle(
+                cfg,
+                &node.ledger.snapshot()?.state,
+                gpu,
+            ))
         });
         match locked {
             Ok(result) => stopped.extend(result?.map(|outcome| (gpu, outcome))),

@@ -19,6 +19,14 @@
 //! lock, so a prolog, an epilog and the node timer never undo each other;
 //! a change that failed is tried again by the node timer
 //! (`gpu-mps metrics --write`, [`retry_modes`]).
+//!
+//! A daemon left running without a share (its stop failed, its GPU's
+//! lock was busy at the last share's end, a release was left to the
+//! ledger's next change) keeps its GPU in EXCLUSIVE_PROCESS. Where Slurm
+//! places shares it then sees the GPU free and may give it whole: that
+//! job's prolog stops the idle daemon first, under the GPU's lock, which
+//! gives the GPU its earlier mode back; the node timer stops any other
+//! (`gpu-mps gc`'s [`stop_idle_daemons`](super::stop_idle_daemons)).
 
 use super::setup::Node;
 use crate::mps::compute_mode::{self, Settled, Wanted};
@@ -38,23 +46,39 @@ pub fn wanted(shares: bool, held_whole: bool, exclusive: bool) -> Wanted {
     }
 }
 
-/// Settles GPU `gpu`'s mode as the ledger says, under its daemon lock.
-/// `Ok(None)`: nothing gpushare set there, or a GPU without shares whose
-/// daemon still runs (its stop gives the mode back). `Err` outside: the
-/// lock was not taken (the GPU is marked for the node timer).
-fn settle(node: &Node, gpu: u32) -> Result<Result<Option<Settled>, String>, LockError> {
+/// What [`settle`] did to a GPU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Followed {
+    /// Its mode settled (`None`: nothing gpushare set there, or a daemon
+    /// left running in a lost state).
+    Mode(Option<Settled>),
+    /// Its daemon ran without a share (an idle one left behind): stopped,
+    /// which gives the GPU its earlier mode back.
+    IdleStopped(daemon::MpsDaemon),
+}
+
+/// Settles GPU `gpu`'s mode as the ledger says, under its daemon lock. A
+/// GPU without shares whose daemon still runs has that idle daemon
+/// stopped first ([`daemon::stop_if_idle`]): it would keep the GPU in
+/// EXCLUSIVE_PROCESS, where a job Slurm gave the GPU whole fails at CUDA
+/// start. `Err` outside: the lock was not taken (the GPU is marked for
+/// the node timer).
+fn settle(node: &Node, gpu: u32) -> Result<Result<Followed, String>, LockError> {
     let cfg = &node.cfg;
     let settled = daemon::with_gpu_lock(cfg, gpu, node.ledger.lock_wait(), || {
         let state = node.ledger.snapshot().map_err(|e| e.to_string())?.state;
         let shares = state.shares().any(|s| s.gpu == gpu);
         let whole = state.whole_holders().any(|w| w.gpus.contains(&gpu));
         if !shares {
-            let pipe = daemon::pipe_dir(cfg, gpu);
-            if pipe.join("control").exists() || !daemon::processes(&pipe).is_empty() {
-                return Ok(None);
+            if let Some(stopped) = daemon::stop_if_idle(cfg, &state, gpu) {
+                return Ok(Followed::IdleStopped(stopped));
+            }
+            if daemon::present(cfg, gpu) {
+                return Ok(Followed::Mode(None));
             }
         }
-        compute_mode::settle(cfg, gpu, wanted(shares, whole, cfg.exclusive_while_shared))
+        let wanted = wanted(shares, whole, cfg.exclusive_while_shared);
+        compute_mode::settle(cfg, gpu, wanted).map(Followed::Mode)
     });
     if let Err(e) = &settled {
         compute_mode::mark_pending(cfg, gpu, &format!("{e}\n"));
@@ -66,13 +90,18 @@ fn settle(node: &Node, gpu: u32) -> Result<Result<Option<Settled>, String>, Lock
 /// called holding its daemon lock, by a prolog that started the daemon of
 /// a share Slurm put on a GPU a job holds whole.
 pub(super) fn settle_held(cfg: &GpuMpsConfig, gpu: u32) -> Option<String> {
-    said(gpu, compute_mode::settle(cfg, gpu, Wanted::Earlier))
+    said(
+        gpu,
+        compute_mode::settle(cfg, gpu, Wanted::Earlier).map(Followed::Mode),
+    )
 }
 
-/// Settles the mode of each of `gpus` where gpushare set one: called by
-/// the prolog of a job Slurm gave them whole (after the ledger records
-/// it) and by its epilog (after the ledger released it). What happened,
-/// one line a GPU, for the log; a GPU gpushare never set costs nothing.
+/// Settles the mode of each of `gpus` where gpushare set one or a daemon
+/// of gpushare's has its control pipe: called by the prolog of a job Slurm
+/// gave them whole (after the ledger records it: an idle daemon there is
+/// stopped before the job starts) and by its epilog (after the ledger
+/// released it). What happened, one line a GPU, for the log; a GPU
+/// gpushare never set and runs no daemon on costs nothing.
 pub fn follow_whole(node: &Node, gpus: &[u32]) -> Vec<String> {
     follow_whole_or_busy(node, gpus).unwrap_or_else(|busy| {
         vec![format!(
@@ -88,7 +117,8 @@ pub fn follow_whole(node: &Node, gpus: &[u32]) -> Vec<String> {
 pub fn follow_whole_or_busy(node: &Node, gpus: &[u32]) -> Result<Vec<String>, Busy> {
     let mut lines = Vec::new();
     for &gpu in gpus {
-        if compute_mode::recorded(&node.cfg, gpu).is_none() {
+        let control = daemon::pipe_dir(&node.cfg, gpu).join("control");
+        if compute_mode::recorded(&node.cfg, gpu).is_none() && !control.exists() {
             continue;
         }
         match settle(node, gpu) {
@@ -109,9 +139,12 @@ pub fn retry_modes(node: &Node) -> Vec<String> {
         .collect()
 }
 
-fn said(gpu: u32, settled: Result<Option<Settled>, String>) -> Option<String> {
+fn said(gpu: u32, settled: Result<Followed, String>) -> Option<String> {
     match settled {
-        Ok(settled) => settled.map(|s| format!("GPU {gpu}: {s}")),
+        Ok(Followed::Mode(settled)) => settled.map(|s| format!("GPU {gpu}: {s}")),
+        Ok(Followed::IdleStopped(outcome)) => Some(format!(
+            "GPU {gpu}: MPS daemon without a share (left idle): {outcome}"
+        )),
         Err(e) => Some(format!(
             "GPU {gpu}: compute mode not changed: {e}; the node timer (gpu-mps metrics \
              --write) tries again"

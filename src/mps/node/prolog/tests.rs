@@ -730,6 +730,50 @@ fn a_gpu_given_whole_beside_shares_has_its_earlier_mode_while_held() {
     assert_eq!(mode(), "DEFAULT\n");
 }
 
+/// A daemon left running without a share (its GPU's lock was busy at
+/// the last share's end) keeps GPU 1 in EXCLUSIVE_PROCESS: a job Slurm
+/// gives it whole has its prolog stop that daemon first, which gives the
+/// GPU its earlier mode; GPU 0's daemon, serving a share, is kept (the job
+/// runs beside it in the earlier mode, as before).
+#[test]
+fn an_idle_daemon_on_a_gpu_given_whole_is_stopped_before_the_job_starts() {
+    let (mut node, dir) = temp_node(Some(1600));
+    node.cfg.mps_control =
+        MpsControl::Program(crate::mps::compute_mode::tests::fake_smi(dir.path()));
+    let placed = node.ledger.place(7, 1000, "alice", 25, 4, 100);
+    assert_eq!(placed.ok().map(|p| p.value.share.gpu), Some(0));
+    crate::mps::daemon::tests::daemon_left(&node.cfg, 0);
+    crate::mps::daemon::tests::daemon_left(&node.cfg, 1);
+    let mode = |gpu: u32| fs::read_to_string(dir.path().join(format!("mode-{gpu}")));
+    let control = |gpu: u32| crate::mps::daemon::pipe_dir(&node.cfg, gpu).join("control");
+    assert_eq!(mode(1).ok().as_deref(), Some("EXCLUSIVE_PROCESS\n"));
+    let whole = JobEnv {
+        mps_percentage: None,
+        units_claimed: None,
+        job_gpus: vec![0, 1],
+        ..share_env(9, 0)
+    };
+    let report =
+        prolog(&node, &whole, &MpsBooking::default(), no_squeue).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        report
+            .notes
+            .contains(&"GPU 1: MPS daemon without a share (left idle): stopped".to_owned()),
+        "{:?}",
+        report.notes
+    );
+    assert!(!control(1).exists(), "the idle daemon was asked to quit");
+    assert_eq!(mode(1).ok().as_deref(), Some("DEFAULT\n"));
+    assert_eq!(crate::mps::compute_mode::recorded(&node.cfg, 1), None);
+    // The share's daemon runs on, its GPU in its earlier mode meanwhile.
+    assert!(control(0).exists());
+    assert_eq!(mode(0).ok().as_deref(), Some("DEFAULT\n"));
+    assert_eq!(
+        crate::mps::compute_mode::recorded(&node.cfg, 0),
+        Some("DEFAULT")
+    );
+}
+
 /// The ledger's lock held by another open file description (another
 /// process), with `node` waiting at most 100 ms for it.
 fn ledger_held_elsewhere(node: &mut Node) -> fs::File {
