@@ -908,6 +908,8 @@ fn kmsg_records(start: &str) -> Option<Vec<String>> {
 /// too, sets GPU 1 aside: the timer does read the file.
 fn forged_xid(c: &mut Cluster) -> TestResult {
     let state = c.dir.join("run/gpu-mps");
+    // The timer keeps its cursor (and NVML's figures) over reboots there.
+    let kept = gpushare::mps::kept::kept_dir(Path::new(gpushare::mps::kept::KEPT_ROOT), &state);
     let id = c.sbatch_ok(&["--gres=mps:25", "--wrap=true"])?;
     c.wait_job_done(id, JOB_END)?;
     let facts: String = (0..4u32)
@@ -944,7 +946,7 @@ fn forged_xid(c: &mut Cluster) -> TestResult {
         let before = kmsg_records("NVRM: Xid (PCI:[");
         let kmsg = Path::new("/dev/kmsg");
         if before.is_some() {
-            let _ = fs::remove_file(state.join("xid-cursor"));
+            let _ = fs::remove_file(kept.join("xid-cursor"));
             node_timer(c, kmsg)?;
         }
         let crashed = mallory.run(
@@ -985,7 +987,7 @@ fn forged_xid(c: &mut Cluster) -> TestResult {
                 .map(str::to_owned)
                 .ok_or("no record 346 in the fixture")?,
         };
-        let _ = fs::remove_file(state.join("xid-cursor"));
+        let _ = fs::remove_file(kept.join("xid-cursor"));
         let log = c.dir.join("kmsg-attack");
         fs::write(&log, "5,0,0,-;Linux version\n").map_err(|e| e.to_string())?;
         let first = node_timer(c, &log)?;
@@ -1027,6 +1029,7 @@ fn forged_xid(c: &mut Cluster) -> TestResult {
     }
     for name in ["nvml-facts", "xid-cursor"] {
         let _ = fs::remove_file(state.join(name));
+        let _ = fs::remove_file(kept.join(name));
     }
     result
 }

@@ -634,6 +634,10 @@ fn xid_sets_aside(c: &mut Cluster) -> TestResult {
     for name in ["kmsg-cursor", "xid-cursor"] {
         let _ = fs::remove_file(state.join(name));
     }
+    // The cursor and the figures the timer keeps over reboots.
+    let kept =
+        gpushare::mps::kept::kept_dir(std::path::Path::new(gpushare::mps::kept::KEPT_ROOT), &state);
+    let _ = fs::remove_file(kept.join("xid-cursor"));
     let log = c.dir.join("kmsg");
     // Logged before the first look (before gpushare was installed).
     fs::write(
@@ -705,6 +709,7 @@ fn xid_sets_aside(c: &mut Cluster) -> TestResult {
     let _ = gpu_mps(c, &["resume-gpu", "1"]);
     for name in ["nvml-facts", "xid-cursor"] {
         let _ = fs::remove_file(state.join(name));
+        let _ = fs::remove_file(kept.join(name));
     }
     result
 }

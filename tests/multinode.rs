@@ -110,6 +110,10 @@ fn main() -> ExitCode {
             "a_job_refused_again_and_again_is_requeued_three_times_then_fails",
             requeues_are_capped,
         )
+        .test(
+            "an_xid_logged_before_the_first_timer_run_after_a_reboot_is_read",
+            xid_logged_while_booting,
+        )
         .test_on(
             "one_shared_gpu_mps_conf_gives_each_node_its_own_settings",
             shared_conf::site(),
@@ -1526,4 +1530,95 @@ fn requeues_are_capped(c: &mut Cluster) -> TestResult {
     )?;
     c.run_ok("scancel", &[&blocker.to_string()])?;
     clean(c)
+}
+
+/// gpu01's node timer has read its kernel log (its cursor kept); the node
+/// reboots (its `/run`, gpushare's state directory with it, emptied; a new
+/// boot id) and the driver logs an ECC XID of its GPU 2 while it comes up.
+/// The timer's first run after the boot reads the new boot's log from its
+/// start and sets GPU 2 aside, named by NVML's figures kept from the boot
+/// before (no share has started since; the harness has no NVML: the
+/// figures a prolog keeps are written here).
+fn xid_logged_while_booting(c: &mut Cluster) -> TestResult {
+    let conf = c.node_dir("gpu01").join("etc-slurm/gpu_mps.conf");
+    let log = c.node_dir("gpu01").join("kernel-log");
+    let state = c.node_dir("gpu01").join("run/gpu-mps");
+    let write = |path: &std::path::Path, text: &str| {
+        fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
+    };
+    let boot_id = |c: &Cluster| -> Result<String, String> {
+        let out = c.run_on("gpu01", "cat", &["/proc/sys/kernel/random/boot_id"])?;
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    };
+    let failed = |c: &Cluster| -> Result<Vec<u32>, String> {
+        let bin = testcluster::cluster::build_dir()?.join("gpu-mps");
+        let conf = conf.to_string_lossy();
+        let out = c.run_on(
+            "gpu01",
+            &bin.to_string_lossy(),
+            &["status", "--json", "--conf", &conf],
+        )?;
+        let view: gpushare::mps::status::NodeStatus = serde_json::from_slice(&out.stdout)
+            .map_err(|e| format!("gpu-mps status --json: {e}: {out:?}"))?;
+        Ok(view
+            .mps
+            .iter()
+            .filter(|m| m.failed.is_some())
+            .map(|m| m.gpu)
+            .collect())
+    };
+    let facts: String = (0..4u32)
+        .map(|g| format!("{g} {g} 49152 0 0 00000000:{:02X}:00.0\n", 0x3b + g))
+        .collect();
+    // The boot before: the timer has looked (or looks now: first look).
+    write(
+        &log,
+        "6,0,1,-;Linux version\n6,1,2,-;eth0: link up\n6,2,3,-;slurmd\n",
+    )?;
+    c.node_timer(Some("gpu01"), &conf, &log)?;
+    write(&state.join("nvml-facts"), &facts)?;
+    c.node_timer(Some("gpu01"), &conf, &log)?;
+    let before = boot_id(c)?;
+    c.crash_node("gpu01")?;
+    c.boot_node("gpu01")?;
+    let after = boot_id(c)?;
+    ensure(
+        !after.is_empty() && after != before,
+        format!("gpu01's boot id {before:?} before the reboot, {after:?} after"),
+    )?;
+    // The new boot's ring: its numbers start again, below the cursor's.
+    write(
+        &log,
+        "6,0,1,-;Linux version\n\
+         4,1,2,-;NVRM: Xid (PCI:0000:3d:00): 94, pid=1, name=python, Contained ECC error.\n",
+    )?;
+    let result = (|| -> TestResult {
+        ensure(
+            !state.join("nvml-facts").exists(),
+            "gpu01's state directory kept NVML's figures over the reboot",
+        )?;
+        let said = c.node_timer(Some("gpu01"), &conf, &log)?;
+        let aside = failed(c)?;
+        ensure(
+            said.contains("GPU 2 set aside from sharing: XID 94") && aside == vec![2],
+            format!("the timer's first run after the reboot set {aside:?} aside: {said}"),
+        )
+    })();
+    let bin = testcluster::cluster::build_dir()?.join("gpu-mps");
+    let conf = conf.to_string_lossy();
+    let _ = c.run_on(
+        "gpu01",
+        &bin.to_string_lossy(),
+        &["resume-gpu", "2", "--conf", &conf],
+    );
+    let _ = fs::remove_file(state.join("nvml-facts"));
+    let kept = c
+        .node_dir("gpu01")
+        .join("var-lib-gpushare")
+        .join(gpushare::mps::kept::kept_dir(
+            std::path::Path::new(""),
+            &c.dir.join("run/gpu-mps"),
+        ));
+    let _ = fs::remove_file(kept.join("nvml-facts"));
+    result.and(clean(c))
 }

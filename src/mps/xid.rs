@@ -6,9 +6,10 @@
 //! reset or a node reboot ([`RESET_XIDS`]) set the GPU aside
 //! ([`super::health`]): shares placed there would fail, or run on a GPU in
 //! an unknown state. The node timer reads the log's records after the last
-//! one it saw (a cursor in the state directory, with the boot it belongs
-//! to), so each record is read once and a record written while no job
-//! starts is still seen within a minute.
+//! one it saw (a cursor, with the boot it belongs to, kept where it
+//! outlives a reboot: `/var/lib/gpushare/kept-of-<StateDir>`,
+//! [`super::kept`]), so each record is read once and a record written
+//! while no job starts is still seen within a minute.
 //!
 //! `/dev/kmsg` gives one record per `read`: `PRIORITY,SEQUENCE,USEC,FLAGS
 //! [,MORE];TEXT` (then continuation lines, which start with a space and
@@ -40,21 +41,28 @@
 //!   the kernel's `[pid]`, never by an address.
 //!
 //! **Where a look starts.** The first look ever (no cursor: after an
-//! install, an upgrade from a release that kept its cursor elsewhere, or a
-//! new `StateDir`) starts at the log's end: it reads no XID logged before
-//! it, and keeps the cursor. After a reboot (a cursor of another boot)
-//! the ring is new and all of its records are this boot's: the look reads
-//! it from its start, so an XID logged while the node came up is seen.
-//! Otherwise a look reads the records after the cursor. `/dev/kmsg` cannot
-//! seek to a sequence number (`SEEK_SET` is the ring's first record,
-//! `SEEK_END` after its last, `SEEK_DATA` after the last `syslog` clear:
-//! `Documentation/ABI/testing/dev-kmsg`), so a look reads the ring from its
-//! start and passes over the records up to the cursor; the ring's size
-//! bounds that. A look reads at most [`MAX_RECORDS`] records past the
+//! install, an upgrade from a release that kept a `kmsg-cursor`, or a new
+//! `StateDir`) starts at the log's end: it reads no XID logged before it
+//! (of any boot, perhaps long fixed), and keeps the cursor. A cursor an
+//! earlier release kept in the state directory is taken once and moved to
+//! the kept directory. After a reboot (a cursor of another boot) the ring
+//! is new and all of its records are this boot's: the look reads it from
+//! its start, so an XID logged while the node came up, before the timer's
+//! first run, is seen. Otherwise a look reads the records after the
+//! cursor. `/dev/kmsg` cannot seek to a sequence number (`SEEK_SET` is the
+//! ring's first record, `SEEK_END` after its last, `SEEK_DATA` after the
+//! last `syslog` clear: `Documentation/ABI/testing/dev-kmsg`), so a look
+//! reads the ring from its start and passes over the records up to the
+//! cursor; the ring's size bounds that. A look reads at most [`MAX_RECORDS`] records past the
 //! cursor, and the next look goes on from the last one it read. Records
 //! overwritten before a look reached them (the cursor older than the
 //! ring's first record) are counted and said: an XID among them was
 //! missed.
+//!
+//! **Which GPU.** An XID names a PCI address; NVML's figures the prolog
+//! keeps (`<StateDir>/nvml-facts`) name the GPU there. The timer keeps a
+//! copy beside the cursor: after a reboot, before any share started, the
+//! figures of the boot before name it (a GPU's PCI address is its slot's).
 
 use std::io::Read;
 use std::path::Path;
@@ -314,7 +322,7 @@ pub struct SeenGpu {
     pub pci: Option<PciAddress>,
 }
 
-/// The cursor in the state directory: `<boot id> <last sequence read>`,
+/// The cursor, in the kept directory: `<boot id> <last sequence read>`,
 /// or `<boot id> -` where a first look found the log empty (the next look
 /// reads it from its start).
 pub const CURSOR: &str = "xid-cursor";
@@ -324,6 +332,11 @@ pub const CURSOR: &str = "xid-cursor";
 /// trusted (the first look after the upgrade starts at the log's end),
 /// and removed once the new one is kept.
 const OLD_CURSOR: &str = "kmsg-cursor";
+
+/// The copy of NVML's figures kept beside the cursor (the prolog's
+/// `<StateDir>/nvml-facts`, [`super::gpu_devices::KEPT_FACTS`]): what
+/// names an XID's GPU after a reboot, before a share started.
+pub const KEPT_FIGURES: &str = super::gpu_devices::KEPT_FACTS;
 
 /// A cursor: its boot, and the last record read (`None`: none yet).
 pub type Cursor = (String, Option<u64>);
@@ -348,21 +361,57 @@ pub fn start_of(cursor: Option<Cursor>, boot: &str) -> Start {
     }
 }
 
+/// This boot's id, as the kernel gives it.
+pub fn this_boot() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}
+
+/// Where a look keeps what outlives a boot ([`super::kept::KEPT_ROOT`] on
+/// a node), and which boot this is.
+#[derive(Debug, Clone, Copy)]
+pub struct Keeping<'a> {
+    pub root: &'a Path,
+    pub boot: &'a str,
+}
+
 /// Sets aside the GPUs of `node` that fatal XIDs logged in `kernel_log`
 /// since the last look name (see the module's comment for where a look
-/// starts); `last_seen` maps their PCI addresses to GPUs, asked only where
-/// a fatal XID was found. What happened, one line each, for the admin.
+/// starts), the cursor kept under [`super::kept::KEPT_ROOT`];
+/// `last_seen(dir)` reads the NVML figures kept in `dir` to map their PCI
+/// addresses to GPUs, asked only where a fatal XID was found. What
+/// happened, one line each, for the admin.
 pub fn set_aside_fatal(
     node: &Node,
     kernel_log: &Path,
-    last_seen: impl FnOnce() -> Vec<SeenGpu>,
+    last_seen: impl Fn(&Path) -> Vec<SeenGpu>,
 ) -> Vec<String> {
-    let dir = &node.cfg.state_dir;
-    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .unwrap_or_default()
-        .trim()
-        .to_owned();
-    let start = start_of(read_cursor(dir), &boot);
+    let boot = this_boot();
+    let root = Path::new(super::kept::KEPT_ROOT);
+    set_aside_fatal_in(node, kernel_log, Keeping { root, boot: &boot }, last_seen)
+}
+
+/// [`set_aside_fatal`], what outlives a boot kept as `keeping` says.
+pub fn set_aside_fatal_in(
+    node: &Node,
+    kernel_log: &Path,
+    keeping: Keeping<'_>,
+    last_seen: impl Fn(&Path) -> Vec<SeenGpu>,
+) -> Vec<String> {
+    let state = &node.cfg.state_dir;
+    let kept = super::kept::ensure(keeping.root, state, node.owner);
+    // The kept cursor; else one an earlier release kept in the state
+    // directory (taken once), or the one kept there where the kept
+    // directory could not be made.
+    let cursor = kept
+        .as_ref()
+        .ok()
+        .and_then(|k| read_cursor(k))
+        .or_else(|| read_cursor(state));
+    let boot = keeping.boot;
+    let start = start_of(cursor, boot);
     let look = match look(kernel_log, start) {
         Ok(look) => look,
         Err(e) => return vec![format!("{}: {e}; no XID read", kernel_log.display())],
@@ -370,12 +419,62 @@ pub fn set_aside_fatal(
     let mut said = Vec::new();
     let log = kernel_log.display();
     if start == Start::End {
+        let place = kept.as_ref().unwrap_or(state);
         said.push(format!(
             "{log}: first look (no cursor in {}): read from the log's end, no XID logged \
              before now is read",
-            dir.display()
+            place.display()
         ));
     }
+    said.extend(look_notes(&log.to_string(), &look));
+    let fatal: Vec<&Xid> = look.xids.iter().filter(|x| x.needs_reset()).collect();
+    if !fatal.is_empty() {
+        let seen = match last_seen(state) {
+            seen if !seen.is_empty() => seen,
+            _ => kept.as_ref().map(|k| last_seen(k)).unwrap_or_default(),
+        };
+        said.extend(fatal.iter().map(|x| set_aside_one(node, &seen, x)));
+    }
+    if let Ok(k) = &kept {
+        if let Err(e) = keep_figures(state, k) {
+            said.push(format!("NVML's figures not kept for after a reboot: {e}"));
+        }
+    }
+    // The cursor moves where a record was read; a first look at an empty
+    // log keeps one that reads the log from its start next time.
+    let seq = match (look.last, start) {
+        (Some(last), _) => last.to_string(),
+        (None, Start::End) => "-".to_owned(),
+        (None, _) => return said,
+    };
+    let text = format!("{boot} {seq}\n");
+    let kept_cursor = kept.and_then(|k| {
+        state_dir::replace_file(&k, CURSOR, text.as_bytes(), 0o600)
+            .map_err(|e| format!("{}: {e}", k.display()))
+    });
+    match kept_cursor {
+        Ok(()) => {
+            for old in [CURSOR, OLD_CURSOR] {
+                let _ = std::fs::remove_file(state.join(old));
+            }
+        }
+        // Kept in the state directory rather than not at all: the next
+        // look of this boot goes on from it.
+        Err(e) => match state_dir::replace_file(state, CURSOR, text.as_bytes(), 0o600) {
+            Ok(()) => said.push(format!(
+                "the kernel log's cursor kept in {} (lost at a reboot, when an XID logged \
+                 before the timer's first run is missed): {e}",
+                state.display()
+            )),
+            Err(e2) => said.push(format!("the kernel log's cursor not kept: {e}; {e2}")),
+        },
+    }
+    said
+}
+
+/// What a look says of itself: records lost, forged, more to read.
+fn look_notes(log: &str, look: &Look) -> Vec<String> {
+    let mut said = Vec::new();
     if look.lost > 0 {
         said.push(format!(
             "{log}: {} records were overwritten before they could be read: an XID among \
@@ -395,51 +494,43 @@ pub fn set_aside_fatal(
             "{log}: more records than one look reads; the next look goes on from here"
         ));
     }
-    let fatal: Vec<&Xid> = look.xids.iter().filter(|x| x.needs_reset()).collect();
-    if !fatal.is_empty() {
-        let seen = last_seen();
-        for x in fatal {
-            let gpu = seen
-                .iter()
-                .find(|s| s.pci == Some(x.pci))
-                .and_then(|s| match s.minor {
-                    Some(minor) => node.gpus_of_minors(&[minor]).first().copied(),
-                    None => Some(s.index),
-                });
-            match gpu {
-                Some(gpu) => {
-                    let reason = format!("XID {} in the kernel log: {}", x.code, x.text);
-                    match health::set_aside(dir, gpu, &reason, Default::default()) {
-                        Ok(_) => said.push(format!("GPU {gpu} set aside from sharing: {reason}")),
-                        Err(e) => {
-                            said.push(format!("GPU {gpu}: XID {}, not set aside: {e}", x.code))
-                        }
-                    }
-                }
-                None => said.push(format!(
-                    "XID {} on PCI {:04x}:{:02x}:{:02x}, which NVML's last figures name no GPU \
-                     of this node (none kept before a share started here): {}",
-                    x.code, x.pci.0, x.pci.1, x.pci.2, x.text
-                )),
-            }
-        }
-    }
-    // The cursor moves where a record was read; a first look at an empty
-    // log keeps one that reads the log from its start next time.
-    let cursor = match (look.last, start) {
-        (Some(last), _) => Some(last.to_string()),
-        (None, Start::End) => Some("-".to_owned()),
-        (None, _) => None,
-    };
-    if let Some(seq) = cursor {
-        match state_dir::replace_file(dir, CURSOR, format!("{boot} {seq}\n").as_bytes(), 0o600) {
-            Ok(()) => {
-                let _ = std::fs::remove_file(dir.join(OLD_CURSOR));
-            }
-            Err(e) => said.push(format!("the kernel log's cursor not kept: {e}")),
-        }
-    }
     said
+}
+
+/// Sets aside the GPU that NVML's figures `seen` name at fatal XID `x`'s
+/// address: what happened, in a line.
+fn set_aside_one(node: &Node, seen: &[SeenGpu], x: &Xid) -> String {
+    let gpu = seen
+        .iter()
+        .find(|s| s.pci == Some(x.pci))
+        .and_then(|s| match s.minor {
+            Some(minor) => node.gpus_of_minors(&[minor]).first().copied(),
+            None => Some(s.index),
+        });
+    let Some(gpu) = gpu else {
+        return format!(
+            "XID {} on PCI {:04x}:{:02x}:{:02x}, which NVML's last figures name no GPU of \
+             this node (none kept before a share started here): {}",
+            x.code, x.pci.0, x.pci.1, x.pci.2, x.text
+        );
+    };
+    let reason = format!("XID {} in the kernel log: {}", x.code, x.text);
+    match health::set_aside(&node.cfg.state_dir, gpu, &reason, Default::default()) {
+        Ok(_) => format!("GPU {gpu} set aside from sharing: {reason}"),
+        Err(e) => format!("GPU {gpu}: XID {}, not set aside: {e}", x.code),
+    }
+}
+
+/// Copies NVML's figures the prolog kept in `state` into `kept`, where
+/// they differ.
+fn keep_figures(state: &Path, kept: &Path) -> Result<(), String> {
+    let Ok(figures) = std::fs::read(state.join(KEPT_FIGURES)) else {
+        return Ok(());
+    };
+    if std::fs::read(kept.join(KEPT_FIGURES)).ok().as_ref() == Some(&figures) {
+        return Ok(());
+    }
+    state_dir::replace_file(kept, KEPT_FIGURES, &figures, 0o600).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -291,10 +291,17 @@ impl NodeHost {
     /// What a node's boot puts into its empty `/run`: munged's socket where
     /// Slurm looks by default (a configless slurmd asks slurmctld for its
     /// configuration before it reads any `AuthInfo=`), here the lab's
-    /// munged.
+    /// munged. Each boot gets an id of its own, as the kernel gives one:
+    /// a new one bound over `/proc/sys/kernel/random/boot_id` in the
+    /// node's mount namespace (root's, read-only to the node's users).
     fn boot_run(&self) -> Result<()> {
+        let boot_id = "/proc/sys/kernel/random/boot_id";
         let script = format!(
-            "mkdir -p /run/munge\nln -sf {} /run/munge/munge.socket.2\n",
+            "mkdir -p /run/munge\nln -sf {} /run/munge/munge.socket.2\n\
+             cat /proc/sys/kernel/random/uuid > /run/.boot_id\n\
+             chmod 0444 /run/.boot_id\n\
+             umount {boot_id} 2>/dev/null || true\n\
+             mount --bind /run/.boot_id {boot_id}\n",
             self.munge_socket.display()
         );
         self.sh(&script, "booting")

@@ -196,8 +196,9 @@ fn metrics(at: Here<'_>, write: bool, kernel_log: &Path) -> Result<u8> {
             Ok(lines) => lines.iter().for_each(|l| eprintln!("gpu-mps: {l}")),
             Err(e) => eprintln!("gpu-mps: releases left by epilogs not made: {e}"),
         }
-        let last_seen = || nvml::last_seen(&node.cfg.state_dir);
-        for line in xid::set_aside_fatal(&node, kernel_log, last_seen) {
+        // NVML's figures the prolog kept (or their copy kept by the
+        // cursor, in /var/lib/gpushare, after a reboot) name an XID's GPU.
+        for line in xid::set_aside_fatal(&node, kernel_log, nvml::last_seen) {
             eprintln!("gpu-mps: {line}");
         }
         // A compute mode nvidia-smi failed to set (given back after the

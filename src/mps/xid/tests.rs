@@ -187,20 +187,45 @@ fn a_look_stopped_at_max_records_goes_on_from_there() {
     );
 }
 
-fn boot_id() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .unwrap_or_default()
-        .trim()
-        .to_owned()
+/// This boot's id in the tests (the kernel's is never read here).
+const BOOT: &str = "boot-1";
+
+/// Where the tests' node keeps what outlives a boot.
+fn kept_root(node: &Node) -> std::path::PathBuf {
+    node.cfg.state_dir.with_file_name("var-lib-gpushare")
+}
+
+fn kept_dir(node: &Node) -> std::path::PathBuf {
+    crate::mps::kept::kept_dir(&kept_root(node), &node.cfg.state_dir)
+}
+
+/// One look of the node timer on boot `boot`.
+fn fatal_at(
+    node: &Node,
+    log: &Path,
+    boot: &str,
+    last_seen: impl Fn(&Path) -> Vec<SeenGpu>,
+) -> Vec<String> {
+    let root = kept_root(node);
+    set_aside_fatal_in(node, log, Keeping { root: &root, boot }, last_seen)
+}
+
+/// One look of the node timer on boot [`BOOT`].
+fn fatal(node: &Node, log: &Path, last_seen: impl Fn(&Path) -> Vec<SeenGpu>) -> Vec<String> {
+    fatal_at(node, log, BOOT, last_seen)
+}
+
+fn none_read(_: &Path) -> Vec<SeenGpu> {
+    panic!("no fatal XID is read")
 }
 
 fn cursor(node: &Node) -> String {
-    std::fs::read_to_string(node.cfg.state_dir.join(CURSOR)).unwrap_or_default()
+    std::fs::read_to_string(kept_dir(node).join(CURSOR)).unwrap_or_default()
 }
 
 const FATAL_3B: &str = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.";
 
-fn seen_3b() -> Vec<SeenGpu> {
+fn seen_3b(_: &Path) -> Vec<SeenGpu> {
     vec![SeenGpu {
         index: 0,
         minor: Some(0),
@@ -221,35 +246,37 @@ fn a_first_look_reads_from_the_logs_end() {
         &log,
         &format!("3,20,1,-;{FATAL_3B}\n6,21,2,-;eth0: link up\n"),
     );
-    write(&state.join(OLD_CURSOR), &format!("{} 5\n", boot_id()));
-    let said = set_aside_fatal(&node, &log, || panic!("no XID is read"));
+    write(&state.join(OLD_CURSOR), &format!("{BOOT} 5\n"));
+    let said = fatal(&node, &log, none_read);
     assert_eq!(said.len(), 1, "{said:?}");
     assert!(said[0].contains("first look"), "{said:?}");
     assert!(health::read(state).is_empty());
-    assert_eq!(cursor(&node), format!("{} 21\n", boot_id()));
+    assert_eq!(cursor(&node), format!("{BOOT} 21\n"));
     assert!(!state.join(OLD_CURSOR).exists());
+    assert!(!state.join(CURSOR).exists());
     append(&log, &format!("3,22,3,-;{FATAL_3B}\n"));
-    let said = set_aside_fatal(&node, &log, seen_3b);
+    let said = fatal(&node, &log, seen_3b);
     assert_eq!(
         said,
         vec![format!(
             "GPU 0 set aside from sharing: XID 79 in the kernel log: {FATAL_3B}"
         )]
     );
-    assert_eq!(cursor(&node), format!("{} 22\n", boot_id()));
+    assert_eq!(cursor(&node), format!("{BOOT} 22\n"));
 
     let dir = temp();
     let node = crate::mps::node::test_node(dir.path(), &["/dev/nvidia0"]);
     let log = dir.path().join("kmsg");
     write(&log, "");
-    set_aside_fatal(&node, &log, || panic!("no XID is read"));
-    assert_eq!(cursor(&node), format!("{} -\n", boot_id()));
+    fatal(&node, &log, none_read);
+    assert_eq!(cursor(&node), format!("{BOOT} -\n"));
     write(&log, &format!("3,0,1,-;{FATAL_3B}\n"));
-    let said = set_aside_fatal(&node, &log, seen_3b);
+    let said = fatal(&node, &log, seen_3b);
     assert!(said[0].starts_with("GPU 0 set aside"), "{said:?}");
 }
 
-/// A cursor of another boot: the ring is this boot's, read from its start.
+/// A cursor of another boot: the ring is this boot's, read from its start
+/// (its sequence numbers start again below the cursor's).
 #[test]
 fn after_a_reboot_the_new_ring_is_read_from_its_start() {
     assert_eq!(start_of(None, "b"), Start::End);
@@ -263,12 +290,67 @@ fn after_a_reboot_the_new_ring_is_read_from_its_start() {
         &log,
         &format!("6,0,1,-;Linux version\n3,1,2,-;{FATAL_3B}\n"),
     );
-    write(&node.cfg.state_dir.join(CURSOR), "an-earlier-boot 900\n");
-    let said = set_aside_fatal(&node, &log, seen_3b);
+    let kept = crate::mps::kept::ensure(&kept_root(&node), &node.cfg.state_dir, node.owner)
+        .unwrap_or_else(|e| panic!("{e}"));
+    write(&kept.join(CURSOR), "an-earlier-boot 900\n");
+    let said = fatal(&node, &log, seen_3b);
     assert!(
         said.len() == 1 && said[0].starts_with("GPU 0 set aside"),
         "{said:?}"
     );
+    assert_eq!(cursor(&node), format!("{BOOT} 1\n"));
+}
+
+/// The cursor outlives the state directory (tmpfs, emptied at each boot):
+/// after a reboot the new boot's XID logged before the first look is
+/// read, its GPU named by the figures kept from the boot before; without
+/// a reboot, nothing is read twice. A cursor an earlier release kept in
+/// the state directory is taken once, and moved.
+#[test]
+fn the_cursor_outlives_a_wiped_state_directory() {
+    let dir = temp();
+    let node = crate::mps::node::test_node(dir.path(), &["/dev/nvidia0"]);
+    let state = node.cfg.state_dir.clone();
+    let log = dir.path().join("kmsg");
+    write(&log, "6,0,1,-;Linux version\n6,1,2,-;eth0: link up\n");
+    let facts = "0 0 81559 0 0 00000000:3B:00.0\n";
+    write(&state.join(KEPT_FIGURES), facts);
+    // An earlier release's cursor in the state directory, this boot's.
+    write(&state.join(CURSOR), &format!("{BOOT} 0\n"));
+    let said = fatal(&node, &log, none_read);
+    assert!(said.is_empty(), "{said:?}");
+    assert_eq!(cursor(&node), format!("{BOOT} 1\n"));
+    assert!(!state.join(CURSOR).exists());
+    let kept_facts = std::fs::read_to_string(kept_dir(&node).join(KEPT_FIGURES));
+    assert_eq!(kept_facts.ok().as_deref(), Some(facts));
+
+    // The state directory emptied within the boot: nothing read twice.
+    std::fs::remove_dir_all(&state).unwrap_or_else(|e| panic!("{e}"));
+    append(&log, &format!("3,2,3,-;{FATAL_3B}\n"));
+    let node = crate::mps::node::test_node(dir.path(), &["/dev/nvidia0"]);
+    let kept = kept_dir(&node);
+    let figures_kept = |at: &Path| if at == kept { seen_3b(at) } else { Vec::new() };
+    let said = fatal(&node, &log, figures_kept);
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(said[0].starts_with("GPU 0 set aside"), "{said:?}");
+    assert!(fatal(&node, &log, none_read).is_empty());
+
+    // A reboot: /run emptied, a new ring whose XID was logged before the
+    // first look; no share has started (no figures in the state directory).
+    std::fs::remove_dir_all(&state).unwrap_or_else(|e| panic!("{e}"));
+    write(
+        &log,
+        "6,0,1,-;Linux version\n\
+         3,1,2,-;NVRM: Xid (PCI:0000:3b:00): 94, pid=1, Contained ECC error.\n",
+    );
+    let node = crate::mps::node::test_node(dir.path(), &["/dev/nvidia0"]);
+    let said = fatal_at(&node, &log, "boot-2", figures_kept);
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0].starts_with("GPU 0 set aside from sharing: XID 94"),
+        "{said:?}"
+    );
+    assert_eq!(cursor(&node), "boot-2 1\n");
 }
 
 /// The recorded segfault lines and a user-facility copy of the driver's
@@ -279,11 +361,11 @@ fn forged_records_set_no_gpu_aside() {
     let node = crate::mps::node::test_node(dir.path(), &["/dev/nvidia0"]);
     let log = dir.path().join("kmsg");
     write(&log, "6,342,1,-;Linux version\n");
-    assert_eq!(set_aside_fatal(&node, &log, || panic!("none")).len(), 1);
+    assert_eq!(fatal(&node, &log, none_read).len(), 1);
     let fixture = std::fs::read_to_string(FIXTURE).unwrap_or_else(|e| panic!("{e}"));
     append(&log, &fixture);
     append(&log, &format!("12,348,1,-;{FATAL_3B}\n"));
-    let said = set_aside_fatal(&node, &log, || panic!("no XID of the driver's"));
+    let said = fatal(&node, &log, none_read);
     assert_eq!(said.len(), 1, "{said:?}");
     assert!(
         said[0].contains("3 record(s) name an XID but are not the driver's"),
@@ -297,10 +379,9 @@ fn fatal_xids_set_their_gpus_aside_once() {
     let dir = temp();
     let node = crate::mps::node::test_node(dir.path(), &["/dev/nvidia0", "/dev/nvidia1"]);
     let log = dir.path().join("kmsg");
-    write(
-        &node.cfg.state_dir.join(CURSOR),
-        &format!("{} 9\n", boot_id()),
-    );
+    let kept = crate::mps::kept::ensure(&kept_root(&node), &node.cfg.state_dir, node.owner)
+        .unwrap_or_else(|e| panic!("{e}"));
+    write(&kept.join(CURSOR), &format!("{BOOT} 9\n"));
     write(
         &log,
         "6,10,1,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n\
@@ -308,14 +389,14 @@ fn fatal_xids_set_their_gpus_aside_once() {
          6,12,3,-;NVRM: Xid (PCI:0000:3b:00): 13, pid=2, Graphics SM Warp Exception\n",
     );
     // NVML's first GPU is /dev/nvidia1: the node's GPU 1.
-    let seen = || {
+    let seen = |_: &Path| {
         vec![SeenGpu {
             index: 0,
             minor: Some(1),
             pci: Some((0, 0x3b, 0)),
         }]
     };
-    let said = set_aside_fatal(&node, &log, seen);
+    let said = fatal(&node, &log, seen);
     assert_eq!(said.len(), 2, "{said:?}");
     assert!(
         said[0].starts_with("GPU 1 set aside from sharing: XID 79 in the kernel log"),
@@ -325,6 +406,6 @@ fn fatal_xids_set_their_gpus_aside_once() {
     let failed = health::read(&node.cfg.state_dir);
     assert_eq!(failed.keys().copied().collect::<Vec<_>>(), vec![1]);
     // The cursor: the same records are not read twice.
-    let again = set_aside_fatal(&node, &log, || panic!("no fatal XID is new"));
+    let again = fatal(&node, &log, none_read);
     assert!(again.is_empty(), "{again:?}");
 }
