@@ -11,6 +11,10 @@
 //! statement fail; `sacctmgr` writes quotes as backquotes on every
 //! release (its `strip_quotes`).
 //!
+//! Before Slurm 23.02 `sacctmgr` writes every comment in lower case, so
+//! jobstats' own write leaves `js1:` there: still its summary, and no
+//! more gpushare's to append to.
+//!
 //! [`site_tools`] tells such a comment (and why); gpushare then keeps its
 //! words out of it.
 
@@ -18,7 +22,11 @@
 /// where gpushare may append its words to it (the comment kept before
 /// them).
 pub fn site_tools(comment: &str) -> Option<&'static str> {
-    if comment.trim_start().starts_with("JS1:") {
+    let start = comment.trim_start();
+    if start
+        .get(..4)
+        .is_some_and(|s| s.eq_ignore_ascii_case("JS1:"))
+    {
         return Some("it holds Princeton jobstats' summary (JS1:), which its readers decode whole");
     }
     if comment.contains('\\') {
@@ -42,6 +50,8 @@ mod tests {
     #[test]
     fn jobstats_and_text_a_write_would_alter_are_left_whole() {
         assert!(site_tools("JS1:H4sIAAAAAAAAA6tWKkktLlGyUlAqS8wpTgUA").is_some());
+        // As 22.05's sacctmgr writes it: lowered.
+        assert!(site_tools("js1:h4siaaaaaaaaa6twkkktllgyuluaqs8wptgua").is_some());
         assert!(site_tools(r"C:\temp").is_some());
         assert!(site_tools("ends in \\").is_some());
         assert!(site_tools("two\nlines").is_some());

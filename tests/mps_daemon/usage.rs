@@ -49,8 +49,13 @@ pub fn tests(suite: Suite) -> Suite {
         )
         .test_on(
             "an_ended_jobs_peak_and_mean_use_go_to_its_admin_comment_and_the_histograms",
-            spec,
+            spec.clone(),
             ended_use,
+        )
+        .test_on(
+            "jobstats_admin_comment_stays_whole_in_either_order_and_advise_finds_the_figures",
+            spec,
+            jobstats_comment,
         )
 }
 
@@ -314,6 +319,45 @@ fn shares_use(c: &mut Cluster) -> TestResult {
     result.and(cancel_and_wait_stopped(c))
 }
 
+/// Two runs of the node timer with the stand-in giving `figures`
+/// (samples stamped 1000 and 2000), then NVML answering for no GPU, so
+/// that each job's figures stay those of the two runs.
+fn sampled_twice(
+    c: &Cluster,
+    text_file: &Path,
+    figures: &BTreeMap<u32, Vec<Figures>>,
+) -> TestResult {
+    for stamp in [1_000, 2_000] {
+        let text: String = blocks(figures, stamp).into_values().collect();
+        fs::write(text_file, &text).map_err(|e| e.to_string())?;
+        let timer = gpu_mps(c, &["metrics", "--write"])?;
+        ensure(
+            timer.status.success(),
+            format!("the timer: {}", String::from_utf8_lossy(&timer.stderr)),
+        )?;
+    }
+    let silent: String = (0..4)
+        .map(|g| format!("gpu {g} {g} err quiet\nend {g}\n"))
+        .collect();
+    fs::write(text_file, silent).map_err(|e| e.to_string())
+}
+
+/// `gpu-qos advise --json` over the last hour as `user`: its report read
+/// and as printed.
+fn advised_to(c: &Cluster, user: &TestUser) -> Result<(serde_json::Value, String), String> {
+    let bin = testcluster::cluster::build_dir()?.join("gpu-qos");
+    let args = ["advise", "--json", "--since", "now-1hours"];
+    let out = user.run(c, None, &bin.to_string_lossy(), &args)?;
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    let json = serde_json::from_str(&report).map_err(|e| {
+        format!(
+            "gpu-qos advise: {e}: {report}{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })?;
+    Ok((json, report))
+}
+
 /// The accounting's record of job `job` (`123`, or `120_1` for an
 /// array's task): `sacct -X -n -P -o FIELDS`.
 fn accounted(c: &Cluster, job: &str, fields: &str) -> String {
@@ -414,21 +458,9 @@ fn ended_use(c: &mut Cluster) -> TestResult {
                 .or_default()
                 .push(Figures { pid, mib, sm });
         }
-        for stamp in [1_000, 2_000] {
-            let text: String = blocks(&figures, stamp).into_values().collect();
-            fs::write(&text_file, &text).map_err(|e| e.to_string())?;
-            let timer = gpu_mps(c, &["metrics", "--write"])?;
-            ensure(
-                timer.status.success(),
-                format!("the timer: {}", String::from_utf8_lossy(&timer.stderr)),
-            )?;
-        }
         // From now on NVML answers for no GPU: the running task's figures
         // stay those of the two runs.
-        let silent: String = (0..4)
-            .map(|g| format!("gpu {g} {g} err quiet\nend {g}\n"))
-            .collect();
-        fs::write(&text_file, silent).map_err(|e| e.to_string())?;
+        sampled_twice(c, &text_file, &figures)?;
         // Every job but the task whose raw id is the array's ends first,
         // and its figures are recorded and the node done with them; only
         // then does that task end, whose record must not reach them.
@@ -545,16 +577,7 @@ fn ended_use(c: &mut Cluster) -> TestResult {
         )?;
         // What the node wrote is what gpu-qos advise reads: alice is told
         // a smaller share for both.
-        let bin = testcluster::cluster::build_dir()?.join("gpu-qos");
-        let args = ["advise", "--json", "--since", "now-1hours"];
-        let out = alice.run(c, None, &bin.to_string_lossy(), &args)?;
-        let report = String::from_utf8_lossy(&out.stdout).into_owned();
-        let json: serde_json::Value = serde_json::from_str(&report).map_err(|e| {
-            format!(
-                "gpu-qos advise: {e}: {report}{}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        })?;
+        let (json, report) = advised_to(c, &alice)?;
         let kind = |job: u32| {
             json["advice"]
                 .as_array()
@@ -568,6 +591,173 @@ fn ended_use(c: &mut Cluster) -> TestResult {
         ensure(
             kind(share).as_deref() == Some("smaller")
                 && kind(whole).as_deref() == Some("share_instead"),
+            format!("gpu-qos advise as alice: {report}"),
+        )
+    })();
+    let _ = fs::remove_file(&text_file);
+    result.and(cancel_and_wait_stopped(c))
+}
+
+/// jobstats' summary as its slurmctld epilog stores it: `JS1:` and the
+/// base64 of gzipped JSON (python3's gzip and base64, as jobstats'), with
+/// the JSON it holds.
+fn jobstats_blob(job: u32) -> Result<(String, String), String> {
+    let json = format!("{{\"gpus\": 1, \"job\": {job}, \"nodes\": {{\"n1\": {{\"cpus\": 1}}}}}}");
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import base64,gzip,sys; print(base64.b64encode(gzip.compress(sys.argv[1].encode())).decode())",
+            &json,
+        ])
+        .output()
+        .map_err(|e| format!("python3: {e}"))?;
+    let b64 = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    ensure(
+        out.status.success() && b64.starts_with("H4s"),
+        format!("python3: {b64}"),
+    )?;
+    Ok((format!("JS1:{b64}"), json))
+}
+
+/// What jobstats' readers do with the comment: the text after `JS1:`,
+/// base64-decoded and gunzipped (`None` where it does not decode).
+fn jobstats_reads(comment: &str) -> Option<String> {
+    let b64 = comment.strip_prefix("JS1:")?;
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import base64,gzip,sys; print(gzip.decompress(base64.b64decode(sys.argv[1], validate=True)).decode())",
+            b64,
+        ])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim_end().to_owned())
+}
+
+/// A stand-in for jobstats' slurmctld epilog: its own write.
+fn jobstats_epilog(c: &Cluster, job: u32, blob: &str) -> TestResult {
+    c.run(
+        "sacctmgr",
+        &[
+            "-i",
+            "modify",
+            "job",
+            "where",
+            &format!("jobid={job}"),
+            "set",
+            &format!("AdminComment={blob}"),
+        ],
+    )
+    .map(drop)
+}
+
+/// Three of alice's shares sampled twice by the node timer, then ended:
+/// jobstats' epilog writes job A's AdminComment before the timer records
+/// it, and job B's after (its words already there); job C's AdminComment
+/// holds a backslash. Every AdminComment stays byte for byte what its
+/// writer left (jobstats' blob still decodes where sacctmgr keeps case,
+/// 23.02 on), the figures land in SystemComment, and `gpu-qos advise`
+/// finds them.
+fn jobstats_comment(c: &mut Cluster) -> TestResult {
+    standin(c)?;
+    install_nvml_usage(&bin_dir(c))?;
+    let text_file = bin_dir(c).join("nvml-usage");
+    let alice = TestUser::create(c, "gpushare-alice")?;
+    let jobs = [
+        user_share(c, &alice, 25)?,
+        user_share(c, &alice, 25)?,
+        user_share(c, &alice, 25)?,
+    ];
+    let [a, b, d] = jobs;
+    let backslash = r"site C:\temp\x";
+    c.run(
+        "scontrol",
+        &[
+            "update",
+            &format!("jobid={d}"),
+            &format!("AdminComment={backslash}"),
+        ],
+    )?;
+    let result = (|| {
+        let held = ledger(c);
+        let mut figures: BTreeMap<u32, Vec<Figures>> = BTreeMap::new();
+        for job in jobs {
+            let gpu = held.share(job).map(|s| s.gpu).ok_or("no share")?;
+            let pid = sleep_of_job(job).ok_or("no sleep")?;
+            figures.entry(gpu).or_default().push(Figures {
+                pid,
+                mib: 1000,
+                sm: vec![4, 6],
+            });
+        }
+        sampled_twice(c, &text_file, &figures)?;
+        let mut said = String::new();
+        let timer = |said: &mut String| {
+            if let Ok(t) = gpu_mps(c, &["metrics", "--write"]) {
+                said.push_str(&String::from_utf8_lossy(&t.stderr));
+            }
+        };
+        let words = |job: u32, field: &str| {
+            accounted(c, &job.to_string(), field).contains("gpushare-usage: ")
+        };
+        // Job A: jobstats first.
+        let (blob_a, json_a) = jobstats_blob(a)?;
+        c.run("scancel", &[&a.to_string()])?;
+        c.wait_job_done(a, JOB_LONG)?;
+        wait_for("job A's end in the accounting", JOB_LONG, || {
+            let s = accounted(c, &a.to_string(), "State");
+            (!s.is_empty() && !s.starts_with("RUNNING") && !s.starts_with("PENDING")).then_some(())
+        })?;
+        jobstats_epilog(c, a, &blob_a)?;
+        let left_a = accounted(c, &a.to_string(), "AdminComment");
+        // Job B: gpushare first, jobstats after.
+        c.run("scancel", &[&b.to_string()])?;
+        c.wait_job_done(b, JOB_LONG)?;
+        wait_for("job B's words in its AdminComment", JOB_LONG, || {
+            timer(&mut said);
+            words(b, "AdminComment").then_some(())
+        })
+        .map_err(|e| format!("{e}: {said}"))?;
+        let (blob_b, json_b) = jobstats_blob(b)?;
+        jobstats_epilog(c, b, &blob_b)?;
+        let left_b = accounted(c, &b.to_string(), "AdminComment");
+        c.run("scancel", &[&d.to_string()])?;
+        c.wait_job_done(d, JOB_LONG)?;
+        let done = wait_for("every job's words in its SystemComment", JOB_LONG, || {
+            timer(&mut said);
+            jobs.iter()
+                .all(|&j| words(j, "SystemComment"))
+                .then_some(())
+        });
+        let shown: Vec<String> = jobs
+            .iter()
+            .map(|j| accounted(c, &j.to_string(), "AdminComment,SystemComment"))
+            .collect();
+        ensure(done.is_ok(), format!("{shown:?}\nthe timer said: {said}"))?;
+        let version = c
+            .run("sacctmgr", &["--version"])
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())?;
+        let keeps_case = !version.contains(" 22.");
+        ensure(
+            accounted(c, &a.to_string(), "AdminComment") == left_a
+                && accounted(c, &b.to_string(), "AdminComment") == left_b
+                && accounted(c, &d.to_string(), "AdminComment") == backslash
+                && (!keeps_case
+                    || (jobstats_reads(&left_a).as_deref() == Some(json_a.as_str())
+                        && jobstats_reads(&left_b).as_deref() == Some(json_b.as_str()))),
+            format!("{shown:?} (jobstats left {left_a:?} and {left_b:?})\n{said}"),
+        )?;
+        let (json, report) = advised_to(c, &alice)?;
+        let advised = |job: u32| {
+            json["advice"].as_array().into_iter().flatten().any(|x| {
+                x["job"].as_str() == Some(job.to_string().as_str())
+                    && x["kind"].as_str() == Some("smaller")
+            })
+        };
+        ensure(
+            jobs.iter().all(|&j| advised(j)),
             format!("gpu-qos advise as alice: {report}"),
         )
     })();

@@ -286,6 +286,12 @@ fn a_site_tools_admin_comment_is_left_whole_and_system_comment_used() {
         next(&ended(0, None), Ok(a), "n1", true, 60),
         system(figure.clone())
     );
+    // jobstats' own write through 22.05's sacctmgr, lowered: still its.
+    let lowered = accounted(&line("COMPLETED", &js1.to_lowercase(), ""), 9);
+    assert_eq!(
+        next(&ended(0, None), Ok(lowered), "n1", true, 60),
+        system(figure.clone())
+    );
     // Read back in SystemComment (or lowered): done.
     let a = accounted(&line("COMPLETED", js1, &figure.to_lowercase()), 9);
     assert!(matches!(
