@@ -103,12 +103,24 @@ fn main() -> ExitCode {
             own_changes_survive_the_lift,
         )
         .test(
-            "an_exclusion_ten_minutes_old_lifts_at_the_node_timer",
-            stale_exclusion_lifts,
+            "an_exclusion_lifts_when_its_cause_is_gone_not_on_a_clock_or_any_share_end",
+            lifts_with_its_cause,
         )
         .test(
-            "a_job_refused_again_and_again_is_requeued_three_times_then_fails",
-            requeues_are_capped,
+            "share_jobs_beyond_the_room_beside_other_users_all_complete",
+            contention_completes,
+        )
+        .test(
+            "a_disabled_node_keeps_share_jobs_off_without_failing_them",
+            disabled_keeps_off,
+        )
+        .test(
+            "a_job_sent_off_that_ran_elsewhere_may_return_after_its_next_requeue",
+            returns_after_running_elsewhere,
+        )
+        .test(
+            "exclusions_outlive_a_reboot_and_lift_after_it",
+            exclusions_outlive_a_reboot,
         )
         .test(
             "an_xid_logged_before_the_first_timer_run_after_a_reboot_is_read",
@@ -1315,9 +1327,9 @@ fn shown_line(c: &Cluster, id: u32, key: &str) -> Option<String> {
 /// before it started: gpushare's words are appended to it, not put in
 /// its place. ben adds gpu03 to his `ExcNodeList` while his job waits.
 /// When one of ann's shares ends, only gpu01 leaves his list and only
-/// gpushare's words leave the comment (their count stays, for the cap
-/// on gpushare's requeues): the job runs on gpu01, still excluding
-/// gpu03, the site's comment as it was.
+/// gpushare's words leave the comment (they counted nothing toward the
+/// cap: no tally stays): the job runs on gpu01, still excluding gpu03,
+/// the site's comment as it was.
 fn own_changes_survive_the_lift(c: &mut Cluster) -> TestResult {
     if slurm_places_shares() {
         // Slurm's placement runs ben beside ann: nothing is refused.
@@ -1352,7 +1364,7 @@ fn own_changes_survive_the_lift(c: &mut Cluster) -> TestResult {
     .map_err(|e| format!("{e}\nsyslog:\n{}", c.syslog()))?;
     ensure(
         told.starts_with(&format!(
-            "{site}; gpushare: requeued from gpu01 (requeue 1 of 3), "
+            "{site}; gpushare: requeued from gpu01 (not counted toward the 3), "
         )),
         format!("the site's AdminComment is not kept before gpushare's: {told:?}"),
     )?;
@@ -1380,9 +1392,10 @@ fn own_changes_survive_the_lift(c: &mut Cluster) -> TestResult {
             info.get("ExcNodeList")
         ),
     )?;
-    // The site's words given back; of gpushare's, their count stays.
+    // The site's words given back (gpushare's counted nothing: another
+    // user's server is the node's own state, never held against the job).
     let comment = shown_line(c, id, "AdminComment");
-    let kept = format!("{site}; gpushare: requeues so far: 1");
+    let kept = site.to_owned();
     ensure(
         comment.as_deref() == Some(kept.as_str()),
         format!("the AdminComment after the lift is {comment:?}, not {kept:?}"),
@@ -1410,66 +1423,43 @@ fn only_gpu01_left(c: &Cluster) -> Result<(Vec<u32>, u32, TestUser), String> {
     Ok((anns, blocker, ben))
 }
 
+/// gpu01's `gpu_mps.conf` as its prolog finds it: in its own `/etc/slurm`
+/// (gpu01 runs configless).
+const GPU01_CONF: &str = "/etc/slurm/gpu_mps.conf";
+
 /// Runs gpu01's node timer (`gpu-mps metrics --write`) there: what it
 /// said on stderr.
 fn gpu01_timer(c: &Cluster) -> Result<String, String> {
-    let conf = c.node_dir("gpu01").join("etc-slurm/gpu_mps.conf");
+    let conf = std::path::PathBuf::from(GPU01_CONF);
     let log = c.node_dir("gpu01").join("kernel-log");
     fs::write(&log, "").map_err(|e| format!("{}: {e}", log.display()))?;
     c.node_timer(Some("gpu01"), &conf, &log)
 }
 
-/// ben's share is sent off gpu01 and no share ends there. The node timer
-/// leaves a fresh exclusion alone, and lifts it once it is older than
-/// gpushare's bound (its record aged here, not waited for): after a fault
-/// on every node, no job waits forever for a share to end.
-fn stale_exclusion_lifts(c: &mut Cluster) -> TestResult {
-    if slurm_places_shares() {
-        return Ok(());
-    }
-    let (_anns, blocker, ben) = only_gpu01_left(c)?;
-    let out = format!("--output={}/%j.out", ben.home.display());
-    let id = ben.sbatch(c, &[&out, "--gres=mps:30", SHARE])?;
-    wait_for("ben's job to be sent off gpu01", JOB_LONG, || {
-        let info = c.job(id).ok()?;
-        (info.get("ExcNodeList") == Some("gpu01") && info.get("JobState") == Some("PENDING"))
-            .then_some(())
-    })
-    .map_err(|e| format!("{e}\nsyslog:\n{}", c.syslog()))?;
-    let said = gpu01_timer(c)?;
-    let info = c.job(id)?;
-    ensure(
-        info.get("ExcNodeList") == Some("gpu01") && !said.contains("may run here again"),
-        format!(
-            "a fresh exclusion was lifted by the timer (ExcNodeList {:?}): {said}",
-            info.get("ExcNodeList")
-        ),
-    )?;
-    age_exclusion(c, id)?;
-    let said = gpu01_timer(c)?;
-    ensure(
-        said.contains(&format!("job {id} may run here again")),
-        format!("the timer did not lift ben's old exclusion: {said}"),
-    )?;
-    // Free to start on gpu01 again (and be refused there again), or still
-    // waiting without it.
-    let info = c.job(id)?;
-    let restarts: u32 = info
-        .get("Restarts")
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(0);
-    ensure(
-        !info.get("ExcNodeList").is_some_and(|l| l.contains("gpu01")) || restarts >= 2,
-        format!("ben's job after the timer: {info:?}"),
-    )?;
-    c.run_ok("scancel", &[&blocker.to_string()])?;
-    clean(c)
+/// What must change on gpu01, as gpushare's words say it, for a share
+/// refused beside another user's server, and on a disabled node.
+const OTHER_USERS_GONE: &str = "a GPU there has room beside no MPS server of another user";
+const ENABLED: &str = "its admin enables sharing there again";
+
+/// gpushare's record of gpu01's exclusions, in what the node keeps across
+/// reboots (`/var/lib/gpushare/kept-of-<StateDir>/requeued`).
+fn gpu01_record(c: &Cluster) -> Result<std::path::PathBuf, String> {
+    let kept = c.node_dir("gpu01").join("var-lib-gpushare");
+    let dirs = fs::read_dir(&kept).map_err(|e| format!("{}: {e}", kept.display()))?;
+    dirs.filter_map(|d| d.ok())
+        .map(|d| d.path())
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("kept-of-"))
+        })
+        .map(|d| d.join("requeued"))
+        .ok_or_else(|| format!("no kept-of-* directory in {}", kept.display()))
 }
 
-/// Ten minutes pass for job `id`'s exclusion on gpu01: its record says it
-/// was written at the epoch's start.
+/// Job `id`'s exclusion on gpu01 recorded at the epoch's start: as old as
+/// any clock could make it.
 fn age_exclusion(c: &Cluster, id: u32) -> TestResult {
-    let record = c.node_dir("gpu01").join("run/gpu-mps/requeued");
+    let record = gpu01_record(c)?;
     let text = fs::read_to_string(&record).map_err(|e| format!("{}: {e}", record.display()))?;
     let aged: String = text
         .lines()
@@ -1488,47 +1478,248 @@ fn age_exclusion(c: &Cluster, id: u32) -> TestResult {
     fs::write(&record, aged).map_err(|e| format!("{}: {e}", record.display()))
 }
 
-/// ben's share is refused on gpu01 again each time its exclusion lifts
-/// (the node timer, its record aged): gpushare requeues it while Slurm
-/// counts fewer than 3 restarts, then lets it fail with its refusal
-/// instead of sending it round again.
-fn requeues_are_capped(c: &mut Cluster) -> TestResult {
+/// Job `id` pends, kept off gpu01 after `restarts` restarts.
+fn kept_off_gpu01(c: &Cluster, id: u32, restarts: u32) -> TestResult {
+    let info = c.job(id)?;
+    ensure(
+        info.get("JobState") == Some("PENDING")
+            && info.get("ExcNodeList") == Some("gpu01")
+            && info.get("Restarts") == Some(restarts.to_string().as_str()),
+        format!("job {id} is no longer kept off gpu01 after {restarts} restart(s): {info:?}"),
+    )
+}
+
+/// A share of ben's (30 units), sent off gpu01 and told, in its
+/// `AdminComment`, that this counts nothing and what must change there
+/// (`until`): its job id.
+fn ben_sent_off_gpu01(c: &Cluster, ben: &TestUser, until: &str) -> Result<u32, String> {
+    let out = format!("--output={}/%j.out", ben.home.display());
+    let id = ben.sbatch(c, &[&out, "--gres=mps:30", SHARE])?;
+    c.wait_sent_off(id, "gpu01", JOB_LONG)
+        .map_err(|e| format!("{e}\nsyslog:\n{}", c.syslog()))?;
+    let told = shown_line(c, id, "AdminComment").unwrap_or_default();
+    ensure(
+        told.contains("(not counted toward the 3)") && told.contains(&format!("until {until}")),
+        format!("ben is not told what must change: {told:?}"),
+    )?;
+    Ok(id)
+}
+
+/// ben's share is sent off gpu01, where ann's servers hold every GPU. Its
+/// exclusion outlives any clock (its record aged, the node timer run) and
+/// the end of a share that frees no GPU of ann's server; it lifts when
+/// one of ann's GPUs is free of her server: ben's job runs on gpu01,
+/// requeued once.
+fn lifts_with_its_cause(c: &mut Cluster) -> TestResult {
     if slurm_places_shares() {
         return Ok(());
     }
-    let (_anns, blocker, ben) = only_gpu01_left(c)?;
-    let out = format!("--output={}/%j.out", ben.home.display());
-    let id = ben.sbatch(c, &[&out, "--gres=mps:30", SHARE])?;
-    for restarts in 1..=3 {
-        wait_for(
-            &format!("ben's job sent off gpu01 for the {restarts}. time"),
-            JOB_LONG,
-            || {
-                let info = c.job(id).ok()?;
-                (info.get("ExcNodeList") == Some("gpu01")
-                    && info.get("JobState") == Some("PENDING")
-                    && info.get("Restarts") == Some(&restarts.to_string()))
-                .then_some(())
-            },
-        )
-        .map_err(|e| format!("{e}: {:?}\nsyslog:\n{}", c.job(id), c.syslog()))?;
-        age_exclusion(c, id)?;
-        gpu01_timer(c)?;
-    }
+    let (anns, blocker, ben) = only_gpu01_left(c)?;
+    let ann = TestUser::create(c, "gpushare-ann")?;
+    let out = format!("--output={}/%j.out", ann.home.display());
+    let fifth = ann.sbatch(c, &[&out, "-w", "gpu01", "--gres=mps:10", SHARE])?;
+    c.wait_job_state(fifth, &["RUNNING"], JOB_START)?;
+    let id = ben_sent_off_gpu01(c, &ben, OTHER_USERS_GONE)?;
+    age_exclusion(c, id)?;
+    let said = gpu01_timer(c)?;
+    kept_off_gpu01(c, id, 1).map_err(|e| format!("{e}\ntimer: {said}"))?;
+    // A share of ann's ends on a GPU where another of hers runs on.
+    c.run_ok("scancel", &[&fifth.to_string()])?;
+    c.wait_job_done(fifth, JOB_END)?;
+    wait_for("gpu01 to release ann's fifth share", SHORT, || {
+        (!shares(c, "gpu01").contains_key(&fifth)).then_some(())
+    })?;
+    kept_off_gpu01(c, id, 1).map_err(|e| format!("{e}\nsyslog:\n{}", c.syslog()))?;
+    // One of ann's GPUs free of her server: ben's share fits there.
+    c.run_ok("scancel", &[&anns[1].to_string()])?;
     let info = c
-        .wait_job_state(id, &["FAILED"], JOB_LONG)
+        .wait_job_state(id, &["RUNNING"], JOB_LONG)
         .map_err(|e| format!("{e}\nsyslog:\n{}", c.syslog()))?;
     ensure(
-        info.get("Restarts") == Some("3"),
-        format!("ben's job ended after {:?} restarts", info.get("Restarts")),
-    )?;
-    ensure(
-        c.syslog().contains(&format!(
-            "not requeued: job {id} was requeued 3 times already"
-        )),
-        format!("the epilog does not say why:\n{}", c.syslog()),
+        info.get("NodeList") == Some("gpu01") && info.get("Restarts") == Some("1"),
+        format!("ben's job after the lift: {info:?}"),
     )?;
     c.run_ok("scancel", &[&blocker.to_string()])?;
+    clean(c)
+}
+
+/// More share jobs of ben's than gpu01 has room for beside ann's servers,
+/// which end one by one, while gpu02 is taken a while: every one of
+/// ben's jobs ends COMPLETED, none FAILED by the requeue cap, however
+/// often they were sent off.
+fn contention_completes(c: &mut Cluster) -> TestResult {
+    if slurm_places_shares() {
+        return Ok(());
+    }
+    let ann = TestUser::create(c, "gpushare-ann")?;
+    let ben = TestUser::create(c, "gpushare-ben")?;
+    let out = format!("--output={}/%j.out", ann.home.display());
+    let anns: Vec<u32> = [20, 35, 50, 65]
+        .iter()
+        .map(|secs| {
+            let wrap = format!("--wrap=sleep {secs}");
+            ann.sbatch(c, &[&out, "-w", "gpu01", "--gres=mps:10", &wrap])
+        })
+        .collect::<Result<_, _>>()?;
+    wait_for("ann's four shares on gpu01", JOB_START, || {
+        let held = shares(c, "gpu01");
+        anns.iter().all(|id| held.contains_key(id)).then_some(())
+    })?;
+    let blocker = c.sbatch_ok(&["-w", "gpu02", "--exclusive", "--wrap=sleep 40"])?;
+    c.wait_job_state(blocker, &["RUNNING"], JOB_START)?;
+    let out = format!("--output={}/%j.out", ben.home.display());
+    let bens: Vec<u32> = (0..6)
+        .map(|_| ben.sbatch(c, &[&out, "--gres=mps:40", "--wrap=sleep 3"]))
+        .collect::<Result<_, _>>()?;
+    // Each one's end as accounting keeps it (slurmctld forgets ended jobs
+    // after MinJobAge): COMPLETED, or still to come.
+    let ids: Vec<String> = bens.iter().map(u32::to_string).collect();
+    let ids = ids.join(",");
+    let ended = wait_for(
+        "ben's six jobs to end",
+        std::time::Duration::from_secs(300),
+        || {
+            let out = c
+                .run_ok(
+                    "sacct",
+                    &["-X", "-n", "-P", "-o", "JobID,State", "-j", &ids],
+                )
+                .ok()?;
+            let states: BTreeMap<String, String> = out
+                .lines()
+                .filter_map(|l| l.split_once('|'))
+                .map(|(j, s)| (j.to_owned(), s.to_owned()))
+                .collect();
+            let done = |s: &str| !matches!(s, "PENDING" | "RUNNING" | "REQUEUED" | "COMPLETING");
+            (states.len() == bens.len() && states.values().all(|s| done(s))).then_some(states)
+        },
+    )
+    .map_err(|e| format!("{e}\nsyslog:\n{}", c.syslog()))?;
+    ensure(
+        ended.values().all(|s| s == "COMPLETED"),
+        format!("ben's jobs ended {ended:?}\nsyslog:\n{}", c.syslog()),
+    )?;
+    clean(c)
+}
+
+/// Runs `gpu-mps ARGS` on gpu01 with its gpu_mps.conf: what it said.
+fn gpu01_mps(c: &Cluster, args: &[&str]) -> Result<std::process::Output, String> {
+    let bin = testcluster::cluster::build_dir()?.join("gpu-mps");
+    let args = [args, &["--conf", GPU01_CONF, "--node", "gpu01"]].concat();
+    c.run_on("gpu01", &bin.to_string_lossy(), &args)
+}
+
+/// gpu01 is disabled (its mps still in Slurm's configuration) and gpu02
+/// taken: ben's share goes to gpu01, is refused and sent off, not counted
+/// toward the cap. However old its record and however often the node
+/// timer or `gpu-mps disable` runs, it is not sent back to gpu01 (Slurm
+/// would only send it there again): it waits, then runs on gpu02.
+fn disabled_keeps_off(c: &mut Cluster) -> TestResult {
+    let disabled = gpu01_mps(c, &["disable", "--reason", "driver update"])?;
+    let result = (|| {
+        ensure(
+            disabled.status.success(),
+            format!("gpu-mps disable: {disabled:?}"),
+        )?;
+        let blocker = c.sbatch_ok(&["-w", "gpu02", "--exclusive", "--wrap=sleep 300"])?;
+        c.wait_job_state(blocker, &["RUNNING"], JOB_START)?;
+        let ben = TestUser::create(c, "gpushare-ben")?;
+        let id = ben_sent_off_gpu01(c, &ben, ENABLED)?;
+        age_exclusion(c, id)?;
+        for _ in 0..2 {
+            gpu01_timer(c)?;
+        }
+        let again = gpu01_mps(c, &["disable"])?;
+        let said = String::from_utf8_lossy(&again.stdout).into_owned();
+        ensure(
+            said.contains("stay kept off this node while Slurm books mps here"),
+            format!("gpu-mps disable again: {again:?}"),
+        )?;
+        kept_off_gpu01(c, id, 1)?;
+        c.run_ok("scancel", &[&blocker.to_string()])?;
+        let info = c.wait_job_state(id, &["RUNNING"], JOB_LONG)?;
+        ensure(
+            info.get("NodeList") == Some("gpu02") && info.get("Restarts") == Some("1"),
+            format!("ben's job: {info:?}"),
+        )
+    })();
+    let enabled = gpu01_mps(c, &["enable"]);
+    result?;
+    ensure(
+        enabled.as_ref().is_ok_and(|o| o.status.success()),
+        format!("gpu-mps enable: {enabled:?}"),
+    )?;
+    clean(c)
+}
+
+/// ben's share is sent off gpu01 and runs on gpu02; while it runs there,
+/// ann's share on gpu01 ends (room for it back), but Slurm keeps its
+/// ExcNodeList while it runs: the record stays. Requeued (as a
+/// preemption would), the job pends, and gpu01's next look gives gpu01
+/// back: Slurm's record no longer keeps it off.
+fn returns_after_running_elsewhere(c: &mut Cluster) -> TestResult {
+    if slurm_places_shares() {
+        return Ok(());
+    }
+    let (anns, blocker, ben) = only_gpu01_left(c)?;
+    let id = ben_sent_off_gpu01(c, &ben, OTHER_USERS_GONE)?;
+    c.run_ok("scancel", &[&blocker.to_string()])?;
+    let info = c.wait_job_state(id, &["RUNNING"], JOB_LONG)?;
+    ensure(
+        info.get("NodeList") == Some("gpu02"),
+        format!("ben's job: {info:?}"),
+    )?;
+    c.run_ok("scancel", &[&anns[0].to_string()])?;
+    c.wait_job_done(anns[0], JOB_END)?;
+    // gpu02 taken again, so that nothing but gpu01 can run it.
+    let again = c.sbatch_ok(&["-w", "gpu02", "--exclusive", "--wrap=sleep 300"])?;
+    c.run_ok("scontrol", &["requeue", &id.to_string()])?;
+    c.wait_job_state(again, &["RUNNING"], JOB_LONG)?;
+    gpu01_timer(c)?;
+    let info = c
+        .wait_job_state(id, &["RUNNING"], JOB_LONG)
+        .map_err(|e| format!("{e}: {:?}\nsyslog:\n{}", c.job(id), c.syslog()))?;
+    ensure(
+        info.get("NodeList") == Some("gpu01")
+            && !info.get("ExcNodeList").is_some_and(|l| l.contains("gpu01")),
+        format!("ben's job after its requeue: {info:?}"),
+    )?;
+    c.run_ok("scancel", &[&again.to_string()])?;
+    clean(c)
+}
+
+/// gpu01 is disabled and ben's share sent off it; gpu01 crashes and
+/// reboots (its `/run`, gpushare's state directory, emptied). Its record
+/// of the exclusion is kept: enabled again, gpu01 gives the job back, and
+/// it runs there.
+fn exclusions_outlive_a_reboot(c: &mut Cluster) -> TestResult {
+    let disabled = gpu01_mps(c, &["disable", "--reason", "firmware"])?;
+    let result = (|| {
+        ensure(disabled.status.success(), format!("disable: {disabled:?}"))?;
+        let blocker = c.sbatch_ok(&["-w", "gpu02", "--exclusive", "--wrap=sleep 300"])?;
+        c.wait_job_state(blocker, &["RUNNING"], JOB_START)?;
+        let ben = TestUser::create(c, "gpushare-ben")?;
+        let id = ben_sent_off_gpu01(c, &ben, ENABLED)?;
+        c.crash_node("gpu01")?;
+        c.boot_node("gpu01")?;
+        c.wait_nodes(&["gpu01".to_owned()], NODE_STATE)?;
+        let enabled = gpu01_mps(c, &["enable"])?;
+        let said = String::from_utf8_lossy(&enabled.stdout).into_owned();
+        ensure(
+            said.contains(&format!("job {id} may run here again")),
+            format!("enable after the reboot gives nothing back: {enabled:?}"),
+        )?;
+        let info = c
+            .wait_job_state(id, &["RUNNING"], JOB_LONG)
+            .map_err(|e| format!("{e}: {:?}", c.job(id)))?;
+        ensure(
+            info.get("NodeList") == Some("gpu01"),
+            format!("ben's job after the reboot: {info:?}"),
+        )?;
+        c.run_ok("scancel", &[&blocker.to_string()]).map(drop)
+    })();
+    let _ = gpu01_mps(c, &["enable"]);
+    result?;
     clean(c)
 }
 

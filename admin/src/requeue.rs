@@ -17,19 +17,24 @@
 //! - Only a job Slurm still runs or completes on this node is requeued (a
 //!   job requeued, or started elsewhere, meanwhile is left alone; one its
 //!   user cancelled, where accounting tells: Slurm shows every job in its
-//!   epilog as `COMPLETING`), and at
-//!   most `MAX_REQUEUES` times (gpushare's own requeues, counted in the
-//!   job's `AdminComment`; where it cannot be read, Slurm's `Restarts=`):
-//!   then it fails with its refusal.
-//! - The exclusion is gpushare's, not the user's: `<StateDir>/requeued`
-//!   records whether gpushare added the node (not if the user had
-//!   excluded it already), when, and the words it appended to the site's
-//!   `AdminComment`. The epilog of the next share that ends on the node
-//!   (room may have come back), or the node's timer once `LIFT_AFTER` has
-//!   passed, takes out of the job's lists *as they are then* only this
-//!   node and gpushare's words: what the user or an admin changed
-//!   meanwhile stays. A job Slurm cannot be asked about stays recorded
-//!   for the next try.
+//!   epilog as `COMPLETING`), and only for the run the prolog marked (its
+//!   boot and restart count: [`Marked::names_run`]). Refusals met at the
+//!   job's start count, at most `MAX_REQUEUES` times (gpushare's own
+//!   requeues, counted in the job's `AdminComment`; where that count
+//!   cannot be read, Slurm's `Restarts=`): then it fails with its refusal.
+//!   Refusals made by the node's own state never count.
+//! - The exclusion is gpushare's, not the user's: the record in the
+//!   node's kept directory (`/var/lib/gpushare/kept-of-<StateDir>`: it
+//!   outlives a reboot) keeps whether gpushare added the node (not if the
+//!   user had excluded it already), why, what the node's state must let
+//!   in again (the job's user and units, the boot and MPS setup), and the
+//!   words it appended to the site's `AdminComment` (none in a site
+//!   tool's). [`lift_where_changed`] (after a share ends, at the node
+//!   timer, at `gpu-mps enable` and `disable`) takes out of the job's
+//!   lists *as they are then* only this node and gpushare's words, for
+//!   the jobs whose cause is gone: what the user or an admin changed
+//!   meanwhile stays. A job Slurm cannot be asked about, or that runs
+//!   elsewhere, stays recorded for the next look.
 //! - No command runs under the record's lock, and one program spends at
 //!   most [`BUDGET`] on them all, its waits for that lock included.
 //!
@@ -53,12 +58,15 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use gpushare::mps::kept;
 use gpushare::mps::lock_wait::LockWait;
 use gpushare::mps::node::requeue::{
-    comment_with, decide_lift, decide_requeue, requeue_words, requeues_in, shown_job, Exclusion,
-    Exclusions, Lift, Requeue, ShownJob, LIFT_AFTER,
+    cause_gone, comment_with, counted_requeues, decide_lift, decide_requeue, requeue_words,
+    shown_job, Exclusion, Exclusions, Lift, Requeue, ShownJob,
 };
+pub use gpushare::mps::node::requeue::{Elsewhere, NodeNow};
 use gpushare::mps::state_dir;
+use gpushare::shared::admin_comment::site_tools;
 use gpushare::shared::bounded;
 
 /// How long one `scontrol` or `squeue` call may take.
@@ -68,7 +76,9 @@ pub const SCONTROL_TIMEOUT: Duration = Duration::from_secs(10);
 /// and exclusions: what is left undone is tried again later.
 pub const BUDGET: Duration = Duration::from_secs(40);
 
-/// The record of the exclusions gpushare added, in the state directory.
+/// The record of the exclusions gpushare added, in the node's kept
+/// directory (`gpushare::mps::kept`: it outlives a reboot); gpushare 0.2
+/// kept it in the state directory, from where it is taken once.
 const RECORD: &str = "requeued";
 const LOCK: &str = "requeued.lock";
 
@@ -76,83 +86,104 @@ fn mark_name(job: u32) -> String {
     format!("requeue-{job}")
 }
 
-/// Why a share was refused on a node that another node may serve.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Elsewhere {
-    /// Only GPUs running another user's MPS server have room here.
-    OtherUsers,
-    /// The GPU's MPS daemon could not serve it here (`MPSFailure=refuse`).
-    MpsDaemon,
-    /// Only GPUs set aside as failed had room, or Slurm chose one.
-    GpuFailed,
-    /// The node's admin took it off sharing (`gpu-mps disable`).
-    Disabled,
-    /// A lock the prolog needed stayed held past its wait (`lock_wait`).
-    Busy,
+/// The kernel's boot id (empty where it cannot be read).
+pub fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|b| b.trim().to_owned())
+        .unwrap_or_default()
 }
 
-impl Elsewhere {
-    const ALL: [Elsewhere; 5] = [
-        Self::OtherUsers,
-        Self::MpsDaemon,
-        Self::GpuFailed,
-        Self::Disabled,
-        Self::Busy,
-    ];
-
-    /// The refusals another node may serve, by the prolog's refusal
-    /// reason (`gpushare_refusals_total{reason}`).
-    pub fn from_reason(reason: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|e| e.word() == reason)
-    }
-
-    /// The word in the mark file: the refusal reason.
-    fn word(self) -> &'static str {
-        match self {
-            Self::OtherUsers => "other_users",
-            Self::MpsDaemon => "mps_daemon",
-            Self::GpuFailed => "gpu_failed",
-            Self::Disabled => "disabled",
-            Self::Busy => "busy",
-        }
-    }
-
-    /// What the node lacks, after "requeued from NODE, ".
-    fn why(self) -> &'static str {
-        match self {
-            Self::OtherUsers => {
-                "whose GPUs with room serve another user's MPS server (OtherUsers=refuse)"
-            }
-            Self::MpsDaemon => {
-                "where the MPS daemon of its GPU could not serve it (MPSFailure=refuse; the \
-                 node's syslog says why)"
-            }
-            Self::GpuFailed => {
-                "where the only GPUs for it are set aside as failed (gpu-mps status on the node \
-                 says why)"
-            }
-            Self::Disabled => "where its admin disabled GPU sharing (gpu-mps disable)",
-            Self::Busy => {
-                "where a lock its prolog needed stayed held past the prolog's wait (the node's \
-                 syslog names it)"
-            }
-        }
-    }
+/// What the prolog knows of a share it refused, for its epilog and the
+/// node's record: its user and units, the boot and the run (Slurm's
+/// restart count in the job's credential, `SLURM_JOB_RESTART_COUNT`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Marked {
+    pub why: Elsewhere,
+    pub uid: u32,
+    pub units: u32,
+    pub boot: String,
+    /// The run: how many times Slurm had restarted the job (`None`: not
+    /// given to the prolog).
+    pub run: Option<u32>,
 }
 
-/// Marks `job`, refused on this node, for its epilog to send elsewhere.
-pub fn mark(state_dir: &Path, job: u32, why: Elsewhere) -> Result<(), String> {
-    state_dir::replace_file(state_dir, &mark_name(job), why.word().as_bytes(), 0o600)
+impl Marked {
+    fn text(&self) -> String {
+        format!(
+            "{} {} {} {} {}\n",
+            self.why.word(),
+            self.uid,
+            self.units,
+            self.boot,
+            self.run.map_or_else(|| "-".to_owned(), |r| r.to_string())
+        )
+    }
+
+    /// A mark read back; one of gpushare 0.2 (the word alone, or nothing
+    /// for 0.1) has no owner: it is not trusted to name this run.
+    fn parse(text: &str) -> Option<Self> {
+        let mut words = text.split_whitespace();
+        let why = Elsewhere::from_reason(words.next()?)?;
+        Some(Self {
+            why,
+            uid: words.next()?.parse().ok()?,
+            units: words.next()?.parse().ok()?,
+            boot: words.next()?.to_owned(),
+            run: match words.next()? {
+                "-" => None,
+                run => Some(run.parse().ok()?),
+            },
+        })
+    }
+
+    /// Whether this mark was made for the run of the job Slurm counts
+    /// `restarts` restarts of (its `Restarts=` now), in boot `boot`: a mark
+    /// of another boot or another run (its epilog never ran: slurmd or
+    /// the node crashed, and the job came back) names none of this run.
+    pub fn names_run(&self, boot: &str, restarts: u32) -> bool {
+        self.boot == boot && self.run.is_none_or(|run| run == restarts)
+    }
+}
+/// Marks `job`, refused on this node for `why` (a share of `units` of
+/// user `uid`; 0 units: not a share or not known) in its run `run`
+/// (`SLURM_JOB_RESTART_COUNT`), for its epilog to send elsewhere.
+pub fn mark(
+    state_dir: &Path,
+    job: u32,
+    why: Elsewhere,
+    (uid, units): (u32, u32),
+    run: Option<u32>,
+) -> Result<(), String> {
+    let marked = Marked {
+        why,
+        uid,
+        units,
+        boot: boot_id(),
+        run,
+    };
+    state_dir::replace_file(state_dir, &mark_name(job), marked.text().as_bytes(), 0o600)
         .map_err(|e| e.to_string())
 }
 
-/// Why `job` was marked ([`mark`]), if it was; the mark is removed. A mark
-/// without a word (written by gpushare 0.1) is for other users' servers.
-pub fn take_mark(state_dir: &Path, job: u32) -> Option<Elsewhere> {
+/// Removes a mark `job` left from an earlier run (its epilog never ran):
+/// each prolog starts without one.
+pub fn clear_mark(state_dir: &Path, job: u32) {
+    let _ = std::fs::remove_file(state_dir.join(mark_name(job)));
+}
+
+/// The mark of `job` ([`mark`]), if there is one; it is removed. One that
+/// does not read whole names no run (it is dropped, and said).
+pub fn take_mark(state_dir: &Path, job: u32) -> Option<Result<Marked, String>> {
     let path = state_dir.join(mark_name(job));
     let text = std::fs::read_to_string(&path).ok()?;
     std::fs::remove_file(&path).ok()?;
-    Some(Elsewhere::from_reason(text.trim()).unwrap_or(Elsewhere::OtherUsers))
+    Some(Marked::parse(&text).ok_or_else(|| {
+        format!(
+            "job {job}'s mark ({}) names no run (an older gpushare's or damaged): the job is not \
+             requeued",
+            text.trim()
+        )
+    }))
 }
 
 /// Job `job` as slurmctld records it, under the name `scontrol` must be
@@ -275,25 +306,39 @@ fn accounted_state(deadline: &Deadline, name: &str) -> Option<String> {
 
 /// How many jobs this node still keeps off itself (its record's entries).
 pub fn kept_exclusions(state_dir: &Path) -> Result<usize, String> {
-    if !state_dir.join(RECORD).exists() {
+    let old = state_dir.join(RECORD).exists();
+    let kept = kept::existing(Path::new(kept::KEPT_ROOT), state_dir, 0);
+    if !old && !kept.is_some_and(|k| k.join(RECORD).exists()) {
         return Ok(0);
     }
     with_record(state_dir, &Deadline::start(), |r| r.0.len())
 }
 
-/// Runs `f` on the record under its lock (no command runs under it),
-/// waited for within what is left of `deadline`.
+/// Runs `f` on the record (in the kept directory) under its lock (no
+/// command runs under it), waited for within what is left of `deadline`.
+/// A record gpushare 0.2 left in the state directory is taken in first.
 fn with_record<T>(
     state_dir: &Path,
     deadline: &Deadline,
     f: impl FnOnce(&mut Exclusions) -> T,
 ) -> Result<T, String> {
+    let dir = kept::ensure(Path::new(kept::KEPT_ROOT), state_dir, 0)?;
     let wait = LockWait::each(deadline.0.saturating_duration_since(Instant::now()));
     let lock = (LOCK, "the lock of the requeue record");
-    state_dir::update_locked(state_dir, lock, RECORD, wait, |before| {
+    let old = state_dir.join(RECORD);
+    state_dir::update_locked(&dir, lock, RECORD, wait, |before| {
         let mut records = Exclusions::parse(before);
+        if let Ok(text) = std::fs::read_to_string(&old) {
+            for (job, entry) in Exclusions::parse(&text).0 {
+                records.0.entry(job).or_insert(entry);
+            }
+        }
         let out = f(&mut records);
         (records.to_text(), out)
+    })
+    .inspect(|_| {
+        // Taken in (and written whole) above: the old place is left.
+        let _ = std::fs::remove_file(&old);
     })
 }
 
@@ -303,49 +348,64 @@ fn now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// gpushare's words in the job's `AdminComment` for its `n`th requeue,
-/// appended to the site's.
-fn our_comment(node: &str, n: u32, why: Elsewhere) -> String {
-    requeue_words(node, n, why.why())
+/// What the node knows of a share it refused: from the prolog's mark,
+/// and the MPS setup it had ([`NodeNow::setup`]).
+#[derive(Debug, Clone)]
+pub struct Refused {
+    pub marked: Marked,
+    pub setup: String,
 }
 
-/// Requeues `job` and keeps it off `node` until a share ends there (or
-/// [`LIFT_AFTER`] passes); what to log. `Err`: it was not requeued (the
-/// job then fails with its refusal, as it would have), and why.
+/// Requeues `job` and keeps it off `node` until what refused it there
+/// changes; what to log. `Err`: it was not requeued (the job then fails
+/// with its refusal, as it would have), and why.
 pub fn requeue_elsewhere(
     deadline: &Deadline,
     state_dir: &Path,
     job: u32,
     node: &str,
-    why: Elsewhere,
+    refused: &Refused,
 ) -> Result<String, String> {
+    let why = refused.marked.why;
     let shown = resolve(deadline, job).map_err(|e| e.to_string())?;
+    if !refused.marked.names_run(&boot_id(), shown.restarts) {
+        return Err(format!(
+            "job {job}'s mark was left by another run (its epilog never ran): this run \
+             (Restarts={}) is left alone",
+            shown.restarts
+        ));
+    }
     let id = shown.name.to_string();
     let accounted = accounted_state(deadline, &id);
     // Read before the requeue: the site's words are kept, gpushare's
-    // appended, and they count gpushare's requeues so far. Unread, the
-    // comment is not written at all.
+    // appended, and they count gpushare's requeues so far. Unread, or a
+    // site tool's, the comment is not written at all.
     let site = admin_comment(deadline, &id);
-    let requeued = site
-        .as_ref()
-        .ok()
-        .map(|c| c.as_deref().map_or(0, requeues_in));
-    let (list, added) = match decide_requeue(&shown, node, accounted.as_deref(), requeued) {
+    let requeued = match &site {
+        Ok(comment) => counted_requeues(comment.as_deref(), shown.restarts),
+        Err(_) => None,
+    };
+    let writable = match &site {
+        Ok(comment) => match comment.as_deref().and_then(site_tools) {
+            Some(tool) => Err(format!("its AdminComment is left whole: {tool}")),
+            None => Ok(comment.as_deref()),
+        },
+        Err(e) => Err(format!("its AdminComment not read, so not written: {e}")),
+    };
+    let (list, added) = match decide_requeue(&shown, node, accounted.as_deref(), requeued, why) {
         Requeue::Send { list, added } => (list, added),
         Requeue::LeaveAlone(why) | Requeue::Capped(why) => return Err(why),
     };
     scontrol(deadline, &["requeue", &id]).map_err(|e| e.to_string())?;
-    let ours = our_comment(node, requeued.unwrap_or(shown.restarts) + 1, why);
+    let n = why.counts().then(|| requeued.unwrap_or(shown.restarts) + 1);
+    let ours = requeue_words(node, n, why);
     let mut update = vec![format!("jobid={id}"), format!("ExcNodeList={list}")];
-    let comment_note = match &site {
+    let comment_note = match &writable {
         Ok(site) => {
-            update.push(format!(
-                "AdminComment={}",
-                comment_with(site.as_deref(), &ours)
-            ));
+            update.push(format!("AdminComment={}", comment_with(*site, &ours)));
             String::new()
         }
-        Err(e) => format!("; its AdminComment not read, so not written: {e}"),
+        Err(e) => format!("; {e}"),
     };
     let args: Vec<&str> = std::iter::once("update")
         .chain(update.iter().map(String::as_str))
@@ -354,9 +414,11 @@ pub fn requeue_elsewhere(
         return Ok(format!("requeued, but not kept off {node}: {e}"));
     }
     let entry = Exclusion {
-        added,
-        since: now(),
-        comment: site.is_ok().then_some(ours),
+        uid: Some(refused.marked.uid),
+        units: refused.marked.units,
+        boot: refused.marked.boot.clone(),
+        setup: refused.setup.clone(),
+        ..Exclusion::new(added, now(), writable.is_ok().then_some(ours), why)
     };
     let recorded = with_record(state_dir, deadline, |r| {
         r.0.insert(job, entry);
@@ -365,60 +427,133 @@ pub fn requeue_elsewhere(
         Ok(()) => String::new(),
         Err(e) => format!("; not recorded, so never taken back here: {e}"),
     };
+    let counted = match n {
+        Some(n) => format!(
+            "requeue {n} of {}",
+            gpushare::mps::node::requeue::MAX_REQUEUES
+        ),
+        None => "not counted toward the cap".to_owned(),
+    };
     Ok(format!(
-        "job {id} requeued from {node}, {}; kept off {node} until a share ends there or {} min \
-         pass (ExcNodeList={list}{}){comment_note}{recorded}",
+        "job {id} requeued from {node} ({counted}), {}; kept off {node} until {} \
+         (ExcNodeList={list}{}){comment_note}{recorded}",
         why.why(),
-        LIFT_AFTER.as_secs() / 60,
+        why.until(),
         if added { "" } else { ", the user's own" }
     ))
 }
 
-/// Which recorded exclusions to lift.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Which {
-    /// Every one: a share ended on the node, room may have come back.
-    All,
-    /// Those older than [`LIFT_AFTER`] (the node's timer).
-    Stale,
+/// The MPS setup the daemons start from, as one line: the control
+/// program and `nvidia-smi` found (path, size, change time) and the
+/// driver's version. An admin's fix or a driver update changes it.
+pub fn mps_setup(cfg: &gpushare::mps::config::GpuMpsConfig) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let file = |p: Option<std::path::PathBuf>| match p {
+        Some(p) => match std::fs::metadata(&p) {
+            Ok(m) => format!("{} {} {}", p.display(), m.size(), m.ctime()),
+            Err(_) => format!("{} absent", p.display()),
+        },
+        None => "none".to_owned(),
+    };
+    let driver = std::fs::read_to_string("/proc/driver/nvidia/version")
+        .ok()
+        .and_then(|v| v.lines().next().map(str::to_owned))
+        .unwrap_or_else(|| "no driver".to_owned());
+    format!(
+        "{}; {}; {driver}",
+        file(gpushare::mps::programs::program(cfg)),
+        file(gpushare::mps::compute_mode::smi_program(cfg))
+    )
+    .replace(['\t', '\n'], " ")
+}
+
+/// Whether Slurm books mps on node `name` (its `Gres=` in `scontrol -o
+/// show node`); `None` where it cannot be told.
+fn slurm_books_mps(deadline: &Deadline, name: &str) -> Option<bool> {
+    let answer = scontrol(deadline, &["-o", "show", "node", name]).ok()?;
+    let gres: Vec<&str> = answer
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix("Gres="))
+        .collect();
+    match gres.as_slice() {
+        [one] => Some(one.split(',').any(|g| g.starts_with("mps"))),
+        _ => None,
+    }
+}
+
+/// Looks at the node now and takes back the exclusions whose cause is
+/// gone ([`restore_exclusions`]); what to log. `name`: the node as Slurm
+/// names it.
+pub fn lift_where_changed(
+    deadline: &Deadline,
+    node: &gpushare::mps::node::Node,
+    name: &str,
+) -> Result<Vec<String>, String> {
+    let state_dir = &node.cfg.state_dir;
+    if kept_exclusions(state_dir)? == 0 {
+        return Ok(Vec::new());
+    }
+    let state = node
+        .ledger
+        .snapshot()
+        .map(|s| s.state)
+        .map_err(|e| e.to_string())?;
+    let failed: Vec<u32> = gpushare::mps::health::read(state_dir).into_keys().collect();
+    let rule = gpushare::mps::node::server_rule(&node.cfg);
+    let sizes = (node.gpu_count, node.cfg.units_per_gpu);
+    let fits = |uid: Option<u32>, units: u32| {
+        gpushare::mps::node::requeue::fits_now(&state, &failed, sizes, rule, (uid, units))
+    };
+    let disabled = node.disabled.is_some();
+    // Only a disabled node asks: Slurm may no longer send shares there.
+    let mps_unbooked = disabled && slurm_books_mps(deadline, name) == Some(false);
+    let (boot, setup) = (boot_id(), mps_setup(&node.cfg));
+    let now = NodeNow {
+        boot: &boot,
+        setup: &setup,
+        disabled,
+        mps_unbooked,
+        fits: &fits,
+    };
+    restore_exclusions(deadline, state_dir, name, &now)
 }
 
 /// Takes back what gpushare added to the jobs this node kept off itself
-/// (only this node from each job's `ExcNodeList` as it is now, and
-/// gpushare's words from its `AdminComment`); what to log. A job Slurm
-/// could not be asked about stays recorded, for the next try.
+/// whose cause is gone ([`cause_gone`] on `now`): only this node from
+/// each job's `ExcNodeList` as it is now, and gpushare's words from its
+/// `AdminComment`; what to log. A job Slurm could not be asked about, or
+/// that runs elsewhere, stays recorded, for the next look.
 pub fn restore_exclusions(
     deadline: &Deadline,
     state_dir: &Path,
     node: &str,
-    which: Which,
+    now: &NodeNow<'_>,
 ) -> Result<Vec<String>, String> {
-    if !state_dir.join(RECORD).exists() {
+    let old = state_dir.join(RECORD).exists();
+    let kept = kept::existing(Path::new(kept::KEPT_ROOT), state_dir, 0);
+    if !old && !kept.is_some_and(|k| k.join(RECORD).exists()) {
         return Ok(Vec::new());
     }
     // Read under the lock, acted on without it.
     let records = with_record(state_dir, deadline, |r| r.clone())?;
-    let jobs: Vec<u32> = match which {
-        Which::All => records.0.keys().copied().collect(),
-        Which::Stale => records.stale(now()),
-    };
     let mut lines = Vec::new();
     let mut done = Vec::new();
-    for job in jobs {
-        let Some(entry) = records.0.get(&job) else {
+    for (job, entry) in &records.0 {
+        let Some(changed) = cause_gone(entry, now) else {
             continue;
         };
-        match lift(deadline, job, node, entry) {
-            Ok(line) => {
-                lines.push(line);
-                done.push((job, entry.clone()));
+        match lift(deadline, *job, node, entry) {
+            Ok(Some(line)) => {
+                lines.push(format!("{line} ({changed})"));
+                done.push((*job, entry.clone()));
             }
+            Ok(None) => {}
             Err(Failed::Later(e)) => {
                 lines.push(format!("job {job}: exclusion kept, to lift later: {e}"));
             }
             Err(e) => {
                 lines.push(format!("job {job}: nothing to give back: {e}"));
-                done.push((job, entry.clone()));
+                done.push((*job, entry.clone()));
             }
         }
     }
@@ -434,7 +569,14 @@ pub fn restore_exclusions(
     Ok(lines)
 }
 
-fn lift(deadline: &Deadline, job: u32, node: &str, entry: &Exclusion) -> Result<String, Failed> {
+/// One job's exclusion given back: what to log (`None`: the job runs
+/// elsewhere, the record stays until it pends again).
+fn lift(
+    deadline: &Deadline,
+    job: u32,
+    node: &str,
+    entry: &Exclusion,
+) -> Result<Option<String>, Failed> {
     let shown = resolve(deadline, job)?;
     let name = shown.name.to_string();
     let comment = match &entry.comment {
@@ -442,7 +584,8 @@ fn lift(deadline: &Deadline, job: u32, node: &str, entry: &Exclusion) -> Result<
         None => None,
     };
     match decide_lift(&shown, node, entry, comment.as_deref()) {
-        Lift::Nothing(why) => Ok(why),
+        Lift::Nothing(why) => Ok(Some(why)),
+        Lift::Later(_) => Ok(None),
         Lift::Update { list, comment } => {
             let mut args = vec!["update".to_owned(), format!("jobid={name}")];
             if let Some(list) = &list {
@@ -453,10 +596,10 @@ fn lift(deadline: &Deadline, job: u32, node: &str, entry: &Exclusion) -> Result<
             }
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             scontrol(deadline, &args)?;
-            Ok(match list {
+            Ok(Some(match list {
                 Some(list) => format!("job {name} may run here again (ExcNodeList={list})"),
                 None => format!("job {name}: gpushare's words taken out of its AdminComment"),
-            })
+            }))
         }
     }
 }
@@ -475,12 +618,51 @@ mod tests {
     }
 
     #[test]
-    fn gpushares_words_start_with_its_mark() {
-        let ours = our_comment("gpu01", 2, Elsewhere::OtherUsers);
-        assert!(ours.starts_with("gpushare: requeued from gpu01 (requeue 2 of 3), whose GPUs"));
-        assert_eq!(requeues_in(&ours), 2);
-        assert!(ours.ends_with("until a share ends there or 10 min pass"));
-        assert!(!ours.contains('\t') && !ours.contains('\n'));
+    fn a_mark_names_its_boot_and_run_only() {
+        let marked = Marked {
+            why: Elsewhere::Disabled,
+            uid: 1001,
+            units: 30,
+            boot: "b1".into(),
+            run: Some(2),
+        };
+        assert_eq!(Marked::parse(&marked.text()), Some(marked.clone()));
+        assert!(marked.names_run("b1", 2));
+        // The node crashed (another boot), or the job came back for
+        // another run without this mark's epilog: not this run's.
+        assert!(!marked.names_run("b2", 2));
+        assert!(!marked.names_run("b1", 3));
+        let unknown_run = Marked {
+            run: None,
+            ..marked
+        };
+        assert_eq!(
+            Marked::parse(&unknown_run.text()),
+            Some(unknown_run.clone())
+        );
+        assert!(unknown_run.names_run("b1", 7));
+        // gpushare 0.2's marks (the word alone) name no run.
+        assert_eq!(Marked::parse("other_users"), None);
+        assert_eq!(Marked::parse(""), None);
+    }
+
+    #[test]
+    fn a_stale_mark_is_cleared_and_a_fresh_one_taken_once() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        mark(dir.path(), 7, Elsewhere::Busy, (1001, 5), Some(0)).unwrap_or_else(|e| panic!("{e}"));
+        clear_mark(dir.path(), 7);
+        assert!(take_mark(dir.path(), 7).is_none());
+        mark(dir.path(), 7, Elsewhere::Busy, (1001, 5), Some(1)).unwrap_or_else(|e| panic!("{e}"));
+        let taken = take_mark(dir.path(), 7).map(|m| m.map(|m| (m.why, m.run)));
+        assert_eq!(taken, Some(Ok((Elsewhere::Busy, Some(1)))));
+        assert!(take_mark(dir.path(), 7).is_none());
+    }
+
+    #[test]
+    fn the_setup_names_what_daemons_start_from() {
+        let setup = mps_setup(&gpushare::mps::config::GpuMpsConfig::default());
+        assert!(!setup.contains('\t') && !setup.contains('\n'), "{setup}");
+        assert_eq!(setup.matches("; ").count(), 2, "{setup}");
     }
 
     #[test]

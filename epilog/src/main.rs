@@ -14,7 +14,7 @@ use clap::Parser;
 use gpushare::mps::node::{epilog_with_cgroup, publish_metrics};
 use gpushare::mps::{lock_wait, status};
 use gpushare_admin::node_program::{self, EpilogCli, Program, Started};
-use gpushare_admin::requeue::{self, Deadline, Which};
+use gpushare_admin::requeue::{self, Deadline, Refused};
 
 fn main() -> ExitCode {
     let code = run();
@@ -37,17 +37,21 @@ fn run() -> ExitCode {
     let node_name = std::env::var("SLURMD_NODENAME").ok();
     // A share refused here that another node may serve: sent elsewhere.
     let sent_elsewhere = requeue::take_mark(&node.cfg.state_dir, env.job);
-    if let Some(why) = sent_elsewhere {
-        match &node_name {
-            Some(name) => {
-                match requeue::requeue_elsewhere(&deadline, &node.cfg.state_dir, env.job, name, why)
-                {
-                    Ok(line) => log::info!("{line}"),
-                    Err(e) => log::warn!("not requeued: {e}"),
-                }
+    match (&sent_elsewhere, &node_name) {
+        (None, _) => {}
+        (Some(Err(e)), _) => log::warn!("not requeued: {e}"),
+        (Some(Ok(marked)), Some(name)) => {
+            let refused = Refused {
+                marked: marked.clone(),
+                setup: requeue::mps_setup(&node.cfg),
+            };
+            let state_dir = &node.cfg.state_dir;
+            match requeue::requeue_elsewhere(&deadline, state_dir, env.job, name, &refused) {
+                Ok(line) => log::info!("{line}"),
+                Err(e) => log::warn!("not requeued: {e}"),
             }
-            None => log::warn!("not requeued: SLURMD_NODENAME is not set"),
         }
+        (Some(Ok(_)), None) => log::warn!("not requeued: SLURMD_NODENAME is not set"),
     }
     match epilog_with_cgroup(&node, env.job, env.sluid.as_deref()) {
         Ok(report) => {
@@ -75,19 +79,16 @@ fn run() -> ExitCode {
                 }
             }
             // A share ended: jobs this node sent elsewhere may fit here
-            // now. Not the share of a job sent elsewhere just now (refused
-            // after its placement, for its GPU's daemon): that would take
-            // its own exclusion back; nor on a node its admin disabled,
-            // where no share fits (`gpu-mps disable` takes them back).
+            // now, where what kept each off is gone. Not at the end of a
+            // job sent elsewhere just now (refused after its placement,
+            // for its GPU's daemon): that frees nothing.
             let share_ended = sent_elsewhere.is_none()
-                && node.disabled.is_none()
                 && report
                     .released
                     .iter()
                     .any(|r| matches!(r, gpushare::mps::ledger::Record::Share(_)));
             if let (true, Some(name)) = (share_ended, &node_name) {
-                let state_dir = &node.cfg.state_dir;
-                match requeue::restore_exclusions(&deadline, state_dir, name, Which::All) {
+                match requeue::lift_where_changed(&deadline, &node, name) {
                     Ok(lines) => lines.iter().for_each(|l| log::info!("{l}")),
                     Err(e) => log::warn!("exclusions not taken back: {e}"),
                 }

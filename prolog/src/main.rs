@@ -21,7 +21,7 @@ use gpushare::shared::booking::MpsBooking;
 use gpushare::shared::locations::beside_slurm_conf;
 use gpushare_admin::node_program::{self, Program, PrologCli, Started};
 use gpushare_admin::nvml;
-use gpushare_admin::requeue::Elsewhere;
+use gpushare_admin::requeue::{self, Elsewhere};
 
 fn main() -> ExitCode {
     // NVML asked in a child of our own (gpu_facts).
@@ -49,6 +49,9 @@ fn run() -> ExitCode {
         Err(code) => return code,
     };
     let node_name = std::env::var("SLURMD_NODENAME").ok();
+    // A mark an earlier run of this job left (its epilog never ran) is
+    // never this run's.
+    requeue::clear_mark(&node.cfg.state_dir, env.job);
     let running = || {
         let name = node_name
             .as_deref()
@@ -151,7 +154,16 @@ fn run() -> ExitCode {
             // failed, or only failed GPUs had room: Slurm would keep
             // sending such jobs here, so the epilog sends this one elsewhere.
             if let Some(why) = Elsewhere::from_reason(reason) {
-                if let Err(e) = gpushare_admin::requeue::mark(&node.cfg.state_dir, env.job, why) {
+                // What the node's state must let in again: the share's
+                // size (0 where not known), its user; and this run.
+                let per_gpu =
+                    gpushare::mps::node::slurm_per_gpu(&node.cfg, node.gpu_count, &booking);
+                let units = gpushare::mps::node::share_units(per_gpu, &env).unwrap_or(0);
+                let run = std::env::var("SLURM_JOB_RESTART_COUNT")
+                    .ok()
+                    .and_then(|r| r.parse().ok());
+                let state_dir = &node.cfg.state_dir;
+                if let Err(e) = requeue::mark(state_dir, env.job, why, (env.uid, units), run) {
                     log::warn!("not marked to be sent elsewhere, the job fails: {e}");
                 }
             }

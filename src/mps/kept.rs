@@ -51,11 +51,11 @@ mod tests {
 
     #[test]
     fn each_state_dir_keeps_its_own_and_only_its_owner_reads_it() {
-        let root = tempfile::tempdir().unwrap();
-        let owner = std::fs::metadata(root.path()).unwrap().uid();
+        let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let owner = std::fs::metadata(root.path()).map_or(0, |m| m.uid());
         let kept = root.path().join("kept");
-        let a = ensure(&kept, Path::new("/run/gpu-mps"), owner).unwrap();
-        let b = ensure(&kept, Path::new("/run/gpu-mps-b"), owner).unwrap();
+        let a = ensure(&kept, Path::new("/run/gpu-mps"), owner).unwrap_or_else(|e| panic!("{e}"));
+        let b = ensure(&kept, Path::new("/run/gpu-mps-b"), owner).unwrap_or_else(|e| panic!("{e}"));
         assert_ne!(a, b);
         assert_eq!(a, kept.join("kept-of-run-gpu%2dmps"));
         assert_eq!(existing(&kept, Path::new("/run/gpu-mps"), owner), Some(a));

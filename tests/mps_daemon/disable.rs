@@ -81,9 +81,10 @@ fn gpu_mps_dotted(c: &Cluster, args: &[&str]) -> Result<std::process::Output, St
 /// with the reason (the prolog, with slurmd's spelling, read the mark)
 /// and sent elsewhere, `status` says DISABLED with each spelling.
 /// Their epilogs stop the daemons but, the node disabled, lift no
-/// exclusion (no share fits here). `disable` again: exit 0, every GPU in
-/// its earlier mode, no daemon, no share in the ledger, the refused job's
-/// exclusion taken back. `enable`: shares run again.
+/// exclusion (no share fits here). `disable` again: every GPU in its
+/// earlier mode, no daemon, no share in the ledger, the refused job still
+/// kept off (Slurm books mps here: exit 1). `enable`: the job's exclusion
+/// taken back, shares run again.
 pub fn leaves_nothing_behind(c: &mut Cluster) -> TestResult {
     standin(c)?;
     fs::write(bin_dir(c).join("compute-mode-1"), "Prohibited\n").map_err(|e| e.to_string())?;
@@ -126,29 +127,40 @@ pub fn leaves_nothing_behind(c: &mut Cluster) -> TestResult {
                 c.job(refused)
             ),
         )?;
+        // Slurm still books the node's mps: the refused job stays kept
+        // off it (sent back, it would only be refused again), and disable
+        // says so (exit 1).
         let last = gpu_mps_dotted(c, &["disable", "--node", NODE])?;
         let after: Vec<String> = (0..4).map(|g| mode(c, g)).collect();
-        let info = c.job(refused)?;
         ensure(
-            last.status.code() == Some(0)
+            last.status.code() == Some(1)
+                && String::from_utf8_lossy(&last.stdout)
+                    .contains("1 job(s) gpushare sent elsewhere stay kept off this node")
                 && after == before
-                && !info.get("ExcNodeList").is_some_and(|l| l.contains(NODE))
+                && c.sent_off(refused, NODE)
                 && (0..4).all(|g| daemons(c, g).is_empty())
                 && ledger(c).shares().next().is_none(),
             format!(
                 "disable once no share runs: {}; modes {after:?} (before {before:?}); job \
-                 {refused}'s ExcNodeList {:?}",
+                 {refused}: {:?}",
                 said(&last),
+                c.job(refused)
+            ),
+        )?;
+        // Enabled with the link's spelling: the mark slurmd's reads is
+        // gone, and the job kept off comes back.
+        let enabled = gpu_mps_linked(c, &["enable"])?;
+        let info = c.job(refused)?;
+        ensure(
+            String::from_utf8_lossy(&enabled.stdout).contains("enabled on this node again")
+                && !info.get("ExcNodeList").is_some_and(|l| l.contains(NODE)),
+            format!(
+                "enable through the link: {}; job {refused}'s ExcNodeList {:?}",
+                said(&enabled),
                 info.get("ExcNodeList")
             ),
         )?;
         c.run_ok("scancel", &[&refused.to_string()])?;
-        // Enabled with the link's spelling: the mark slurmd's reads is gone.
-        let enabled = gpu_mps_linked(c, &["enable"])?;
-        ensure(
-            String::from_utf8_lossy(&enabled.stdout).contains("enabled on this node again"),
-            format!("enable through the link: {}", said(&enabled)),
-        )?;
         shares(c, 1, 25).map(|_| ())
     })();
     // Never leave the node disabled for the tests after this one.
@@ -186,13 +198,15 @@ const PROCESSES: usize = 3;
 
 /// The node half turned off as docs/turning-off.md says, on a node whose
 /// four shares left every GPU EXCLUSIVE_PROCESS: `disable`, a share
-/// refused and held, the shares ended, `disable` again (exit 0: every
-/// mode back, no live job kept off the node, the held one included);
+/// refused and held, the shares ended, `disable` again (exit 1: every
+/// mode back, the held job still kept off while Slurm books mps here);
 /// then every line of gpushare's out of Slurm's configuration (the
 /// prolog and epilog, the SPANK line, mps in gres.conf, `Gres=` and
-/// `GresTypes=`, `LL_SHARED_GRES`, `PrologFlags=Alloc,DeferBatch`), `gpu_mps.conf`
-/// removed, and Slurm made to read it (`scontrol reconfigure`; before
-/// 23.11 slurmctld and slurmd restarted). A whole-GPU job on each GPU at
+/// `GresTypes=`, `LL_SHARED_GRES`, `PrologFlags=Alloc,DeferBatch`) and
+/// Slurm made to read it (`scontrol reconfigure`; before
+/// 23.11 slurmctld and slurmd restarted), `disable` once more (exit 0: no
+/// live job kept off the node, the held one included), `gpu_mps.conf`
+/// removed. A whole-GPU job on each GPU at
 /// once, each starting [`PROCESSES`] stand-in CUDA clients together,
 /// succeeds: a GPU left exclusive would fail all but one. Afterwards the
 /// configuration is put back and the node enabled for the tests after.
@@ -224,11 +238,27 @@ pub fn turned_off(c: &mut Cluster) -> TestResult {
         let last = gpu_mps(c, &["disable", "--node", NODE])?;
         let after: Vec<String> = (0..4).map(|g| mode(c, g)).collect();
         ensure(
-            last.status.code() == Some(0) && after.iter().all(|m| m == "Default"),
+            last.status.code() == Some(1)
+                && String::from_utf8_lossy(&last.stdout).contains("stay kept off this node")
+                && after.iter().all(|m| m == "Default")
+                && c.sent_off(refused, NODE),
             format!(
-                "disable once no share runs: {}; modes {after:?}",
+                "disable once no share runs, Slurm still booking mps here: {}; modes {after:?}",
                 said(&last)
             ),
+        )?;
+        // Step 3: Slurm no longer books mps here. disable again: every
+        // exclusion given back, exit 0. Then step 4: gpu_mps.conf goes.
+        for (path, text) in &saved {
+            if let Some(text) = without_gpushare(path, text) {
+                fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+            }
+        }
+        reread(c, "gpu")?;
+        let gone = gpu_mps(c, &["disable", "--node", NODE])?;
+        ensure(
+            gone.status.code() == Some(0),
+            format!("disable once Slurm books no mps here: {}", said(&gone)),
         )?;
         let live = c.run_ok("squeue", &["-h", "-o", "%i"])?;
         let live: Vec<u32> = live
@@ -248,15 +278,11 @@ pub fn turned_off(c: &mut Cluster) -> TestResult {
         }
         c.run_ok("scancel", &[&refused.to_string()])?;
         c.wait_job_done(refused, JOB_END)?;
-
         for (path, text) in &saved {
-            match without_gpushare(path, text) {
-                Some(text) => fs::write(path, text),
-                None => fs::remove_file(path),
+            if without_gpushare(path, text).is_none() {
+                fs::remove_file(path).map_err(|e| format!("{}: {e}", path.display()))?;
             }
-            .map_err(|e| format!("{}: {e}", path.display()))?;
         }
-        reread(c, "gpu")?;
         let config = c.run_ok("scontrol", &["show", "config"])?;
         ensure(
             !config.contains("gpu-mps-") && !config.contains("LL_SHARED_GRES"),

@@ -211,11 +211,10 @@ fn metrics(at: Here<'_>, write: bool, kernel_log: &Path) -> Result<u8> {
         for line in gc::idle_daemons(&node) {
             eprintln!("gpu-mps: {line}");
         }
-        // Exclusions older than LIFT_AFTER lifted, whether or not a share
-        // ended here: no job waits forever after a fault on every node.
+        // Exclusions whose cause is gone lifted, whether or not a share
+        // ended here (a GPU back, the setup mended, the node rebooted).
         let (deadline, name) = (requeue::Deadline::start(), at.node);
-        let stale = requeue::Which::Stale;
-        match requeue::restore_exclusions(&deadline, &node.cfg.state_dir, name, stale) {
+        match requeue::lift_where_changed(&deadline, &node, name) {
             Ok(lines) => lines.iter().for_each(|l| eprintln!("gpu-mps: {l}")),
             Err(e) => eprintln!("gpu-mps: exclusions not taken back: {e}"),
         }
@@ -330,9 +329,12 @@ fn disable(at: Here<'_>, reason: &str, wait: u64) -> Result<u8> {
     {
         println!("{line}");
     }
+    // Jobs kept off here stay off while Slurm still books mps here
+    // (sent back, each would only be refused again); once it books none,
+    // they are given back.
     let (deadline, name) = (requeue::Deadline::start(), at.node);
     let state_dir = &node.cfg.state_dir;
-    match requeue::restore_exclusions(&deadline, state_dir, name, requeue::Which::All) {
+    match requeue::lift_where_changed(&deadline, &node, name) {
         Ok(lines) => lines.iter().for_each(|l| println!("{l}")),
         Err(e) => println!("exclusions not taken back: {e}"),
     }
@@ -341,8 +343,16 @@ fn disable(at: Here<'_>, reason: &str, wait: u64) -> Result<u8> {
     // What is left, read back: a mode still to set, an exclusion kept.
     let modes_left = gpushare::mps::compute_mode::pending(&node.cfg, node.gpu_count);
     let kept = requeue::kept_exclusions(state_dir).unwrap_or(usize::MAX);
-    if !modes_left.is_empty() || kept > 0 {
+    if !modes_left.is_empty() {
         println!("not all of gpushare's traces are gone: run gpu-mps disable again");
+        return Ok(1);
+    }
+    if kept > 0 {
+        println!(
+            "{kept} job(s) gpushare sent elsewhere stay kept off this node while Slurm books mps \
+             here: take its mps out of Slurm's configuration (gres.conf, slurm.conf), then run \
+             gpu-mps disable again, or gpu-mps enable"
+        );
         return Ok(1);
     }
     println!("no share runs here, no MPS daemon of gpushare's, no exclusion of gpushare's left");
@@ -350,11 +360,17 @@ fn disable(at: Here<'_>, reason: &str, wait: u64) -> Result<u8> {
 }
 
 fn enable(at: Here<'_>) -> Result<u8> {
-    open_as_root(at, "enable changes the node's state: run it as root")?;
+    let mut node = open_as_root(at, "enable changes the node's state: run it as root")?;
     if disabled::enable(Path::new(disabled::DISABLED_DIR), at.conf).map_err(anyhow::Error::msg)? {
         println!("GPU sharing enabled on this node again");
     } else {
         println!("GPU sharing was not disabled on this node");
+    }
+    // Jobs kept off while it was disabled may come back where they fit.
+    node.disabled = None;
+    match requeue::lift_where_changed(&requeue::Deadline::start(), &node, at.node) {
+        Ok(lines) => lines.iter().for_each(|l| println!("{l}")),
+        Err(e) => println!("exclusions not taken back: {e}"),
     }
     Ok(0)
 }

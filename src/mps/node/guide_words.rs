@@ -7,7 +7,7 @@
 use super::prolog::prolog;
 use super::prolog::tests::{no_squeue, outcome};
 use super::report::{busy_refusal, PrologOutcome};
-use super::requeue::{requeue_words, COMMENT_MARK, LIFT_AFTER, MAX_REQUEUES};
+use super::requeue::{requeue_words, Elsewhere, COMMENT_MARK, MAX_REQUEUES};
 use super::serve::unserved_refusal;
 use super::setup::tests::temp_node;
 use super::task::tests::{alice_and_bob_on_gpu_0, banner_of};
@@ -151,9 +151,8 @@ fn the_guide_holds_the_table_and_gpushares_requeue_words() {
         GUIDE.contains(&table),
         "docs/users-guide.md's node table differs; it is:\n{table}"
     );
-    let words = requeue_words("gpu01", 1, "WHY");
-    let (before, after) = words.split_once("WHY").unwrap_or_default();
-    assert!(before.starts_with(COMMENT_MARK));
+    let words = requeue_words("gpu01", Some(1), Elsewhere::OtherUsers);
+    assert!(words.starts_with(COMMENT_MARK));
     let guide = GUIDE
         .replace('`', "")
         .split_whitespace()
@@ -161,20 +160,31 @@ fn the_guide_holds_the_table_and_gpushares_requeue_words() {
         .join(" ");
     for said in [
         format!("AdminComment, gpushare: requeued from NODE (requeue 1 of {MAX_REQUEUES}), ..."),
-        format!(
-            "kept off NODE until a share ends there or {} min pass",
-            LIFT_AFTER.as_secs() / 60
-        ),
+        format!("(or (not counted toward the {MAX_REQUEUES}))"),
+        "kept off NODE until ...".to_owned(),
         "ExcNodeList=NODE".to_owned(),
         format!("at most {MAX_REQUEUES} times"),
     ] {
         assert!(guide.contains(&said), "the users' guide lacks: {said}");
     }
-    assert!(
-        before.replace("gpu01", "NODE") == "gpushare: requeued from NODE (requeue 1 of 3), "
-            && after
-                .replace("gpu01", "NODE")
-                .starts_with("; kept off NODE until a share"),
-        "{words}"
-    );
+    let free = requeue_words("gpu01", None, Elsewhere::Disabled);
+    for (w, count) in [
+        (&words, "(requeue 1 of 3), "),
+        (&free, "(not counted toward the 3), "),
+    ] {
+        let w = w.replace("gpu01", "NODE");
+        assert!(
+            w.starts_with(&format!("gpushare: requeued from NODE {count}"))
+                && w.contains("; kept off NODE until "),
+            "{w}"
+        );
+    }
+    // Each cause says what must change, in the guide's words.
+    for why in Elsewhere::ALL {
+        let until = why.until();
+        assert!(
+            !until.is_empty() && !until.contains(['\t', '\n']),
+            "{until}"
+        );
+    }
 }

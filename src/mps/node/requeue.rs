@@ -10,21 +10,32 @@
 //! - [`decide_requeue`]: a job Slurm still runs or completes here is
 //!   requeued and this node added to its `ExcNodeList` (unless the user
 //!   had excluded it already); a job ended otherwise (cancelled, pending
-//!   again, running elsewhere) is left alone; past
-//!   [`MAX_REQUEUES`] it fails with its refusal.
+//!   again, running elsewhere) is left alone. Only a refusal the node
+//!   could not foresee counts toward [`MAX_REQUEUES`] ([`Elsewhere::counts`]):
+//!   past it the job fails with its refusal; one the node's own state
+//!   made (another user's server, a GPU set aside, sharing disabled) never
+//!   fails a job, which waits for the node to change instead.
+//! - [`cause_gone`]: whether what kept a job off the node can have
+//!   changed ([`NodeNow`]: room beside no other user's server, the GPU
+//!   back, the node enabled, its MPS setup or boot changed, Slurm booking
+//!   no mps here); only then is the exclusion lifted, never on a clock.
 //! - [`decide_lift`]: only the node gpushare added leaves the job's list
-//!   as it is *now*; the user's own changes meanwhile stay.
+//!   as it is *now*, and only while the job pends (a job running
+//!   elsewhere keeps its record until it pends again or ends for good);
+//!   the user's own changes meanwhile stay.
 //! - [`comment_with`], [`comment_without`]: gpushare's words appended to
 //!   the site's `AdminComment`, and taken out again; [`requeue_words`]
-//!   number each requeue, and a lift leaves their count behind
+//!   number each counted requeue, and a lift leaves their count behind
 //!   (`gpushare: requeues so far: N`), which is all that stays of them:
-//!   [`requeues_in`] reads it for the cap.
-//! - [`Exclusions`]: the record (`<StateDir>/requeued`) of what gpushare
-//!   added, one job a line; [`Exclusions::stale`]: those older than
-//!   [`LIFT_AFTER`], lifted by the node's timer whatever else happens.
+//!   [`requeues_in`] reads it for the cap. A comment that is a site
+//!   tool's ([`crate::shared::admin_comment`]) gets no words: Slurm's
+//!   `Restarts=` counts instead, as it does where gpushare's words were
+//!   erased.
+//! - [`Exclusions`]: the record of what gpushare added, one job a line,
+//!   with the cause; kept across reboots (`/var/lib/gpushare`,
+//!   [`crate::mps::kept`]).
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 /// How many times gpushare requeues one job (its own requeues, as the
 /// job's `AdminComment` counts them: [`requeues_in`]; a preemption, a
@@ -37,16 +48,97 @@ pub const MAX_REQUEUES: u32 = 3;
 /// were, before their count: `gpushare: requeues so far: N`.
 const TALLY_MARK: &str = "gpushare: requeues so far: ";
 
-/// An exclusion older than this is lifted by the node's timer
-/// (`gpu-mps metrics --write`), even if no share ends on the node: after a
-/// fault on every node no job waits forever.
-pub const LIFT_AFTER: Duration = Duration::from_secs(600);
-
 /// The start of gpushare's words in a job's `AdminComment`.
 pub const COMMENT_MARK: &str = "gpushare: requeued from ";
 
 /// Between the site's `AdminComment` and gpushare's words.
 const COMMENT_SEPARATOR: &str = "; ";
+
+/// Why a share was refused on a node that another node may serve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Elsewhere {
+    /// Only GPUs running another user's MPS server have room here.
+    OtherUsers,
+    /// The GPU's MPS daemon could not serve it here (`MPSFailure=refuse`).
+    MpsDaemon,
+    /// Only GPUs set aside as failed had room, or Slurm chose one.
+    GpuFailed,
+    /// The node's admin took it off sharing (`gpu-mps disable`).
+    Disabled,
+    /// A lock the prolog needed stayed held past its wait (`lock_wait`).
+    Busy,
+}
+
+impl Elsewhere {
+    pub const ALL: [Elsewhere; 5] = [
+        Self::OtherUsers,
+        Self::MpsDaemon,
+        Self::GpuFailed,
+        Self::Disabled,
+        Self::Busy,
+    ];
+
+    /// The refusals another node may serve, by the prolog's refusal
+    /// reason (`gpushare_refusals_total{reason}`).
+    pub fn from_reason(reason: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|e| e.word() == reason)
+    }
+
+    /// The refusal reason: the word in the mark and the record.
+    pub fn word(self) -> &'static str {
+        match self {
+            Self::OtherUsers => "other_users",
+            Self::MpsDaemon => "mps_daemon",
+            Self::GpuFailed => "gpu_failed",
+            Self::Disabled => "disabled",
+            Self::Busy => "busy",
+        }
+    }
+
+    /// Whether such a refusal counts toward [`MAX_REQUEUES`]: only a fault
+    /// the node met at the job's start (its GPU's daemon failing, a lock
+    /// held past the wait). Another user's server, a GPU set aside and a
+    /// disabled node are the node's own state, which it keeps the job off
+    /// until it changes: they never fail a job.
+    pub fn counts(self) -> bool {
+        matches!(self, Self::MpsDaemon | Self::Busy)
+    }
+
+    /// What the node lacks, after "requeued from NODE, ".
+    pub fn why(self) -> &'static str {
+        match self {
+            Self::OtherUsers => {
+                "whose GPUs with room serve an MPS server of another user (OtherUsers=refuse)"
+            }
+            Self::MpsDaemon => {
+                "where the MPS daemon of its GPU could not serve it (MPSFailure=refuse; the \
+                 syslog of the node says why)"
+            }
+            Self::GpuFailed => {
+                "where the only GPUs for it are set aside as failed (gpu-mps status on the node \
+                 says why)"
+            }
+            Self::Disabled => "where its admin disabled GPU sharing (gpu-mps disable)",
+            Self::Busy => {
+                "where a lock its prolog needed stayed held past the wait of the prolog (the \
+                 syslog of the node names it)"
+            }
+        }
+    }
+
+    /// Until when the job is kept off the node, after "kept off NODE until ".
+    /// No quote in any of gpushare's words: a comment with one is not
+    /// written whole by every release ([`crate::shared::admin_comment`]).
+    pub fn until(self) -> &'static str {
+        match self {
+            Self::OtherUsers => "a GPU there has room beside no MPS server of another user",
+            Self::GpuFailed => "a GPU with room for it is back in sharing there",
+            Self::Disabled => "its admin enables sharing there again",
+            Self::MpsDaemon => "MPS daemons start there again, or its MPS setup changes",
+            Self::Busy => "its locks are free again",
+        }
+    }
+}
 
 /// A job as `scontrol` must name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -282,18 +374,20 @@ pub enum Requeue {
     Capped(String),
 }
 
-/// The decision for job `shown`, refused on `node`; `accounted`: the
-/// state accounting recorded for its run (`sacct -X -P -o State`), where
-/// it answered. Slurm shows every job whose epilog runs as `COMPLETING`,
-/// whatever ended it; only accounting tells that its user cancelled it.
-/// `requeued`: how many times gpushare requeued it ([`requeues_in`] of
-/// its `AdminComment`); `None` where the comment could not be read, and
-/// then every restart Slurm counted counts.
+/// The decision for job `shown`, refused on `node` for `why`;
+/// `accounted`: the state accounting recorded for its run (`sacct -X -P
+/// -o State`), where it answered. Slurm shows every job whose epilog runs
+/// as `COMPLETING`, whatever ended it; only accounting tells that its
+/// user cancelled it. `requeued`: how many counted requeues gpushare made
+/// of it ([`counted_requeues`]); `None` where that cannot be known, and
+/// then every restart Slurm counted counts. A refusal that does not count
+/// ([`Elsewhere::counts`]) is never capped.
 pub fn decide_requeue(
     shown: &ShownJob,
     node: &str,
     accounted: Option<&str>,
     requeued: Option<u32>,
+    why: Elsewhere,
 ) -> Requeue {
     let name = shown.name;
     if let Some(state) = accounted
@@ -325,10 +419,11 @@ pub fn decide_requeue(
         Some(n) => (n, "by gpushare"),
         None => (
             shown.restarts,
-            "in all (its AdminComment, which counts gpushare's, unread)",
+            "in all (gpushare's count in its AdminComment cannot be read: unread, a site \
+             tool's, or rewritten)",
         ),
     };
-    if count >= MAX_REQUEUES {
+    if why.counts() && count >= MAX_REQUEUES {
         return Requeue::Capped(format!(
             "job {name} was requeued {count} times already, {counted} (gpushare requeues a job \
              at most {MAX_REQUEUES} times): not requeued again, it fails with its refusal"
@@ -338,13 +433,42 @@ pub fn decide_requeue(
     Requeue::Send { list, added }
 }
 
-/// gpushare's words for its `n`th requeue of a job from `node`, `why`.
-pub fn requeue_words(node: &str, n: u32, why: &str) -> String {
+/// gpushare's words for a requeue of a job from `node` for `why`: the
+/// `n`th counted one, or (`None`) one that does not count.
+pub fn requeue_words(node: &str, n: Option<u32>, why: Elsewhere) -> String {
+    let count = match n {
+        Some(n) => format!("requeue {n} of {MAX_REQUEUES}"),
+        None => format!("{NOT_COUNTED}{MAX_REQUEUES}"),
+    };
     format!(
-        "{COMMENT_MARK}{node} (requeue {n} of {MAX_REQUEUES}), {why}; kept off {node} until a \
-         share ends there or {} min pass",
-        LIFT_AFTER.as_secs() / 60
+        "{COMMENT_MARK}{node} ({count}), {}; kept off {node} until {}",
+        why.why(),
+        why.until()
     )
+}
+
+/// How a requeue that does not count toward the cap is said.
+const NOT_COUNTED: &str = "not counted toward the ";
+
+/// How many counted requeues gpushare made of a job, as its
+/// `AdminComment` (`None`: none) and `Restarts=` tell: the count its
+/// words there keep; where they are gone (a site tool rewrote the
+/// comment) while Slurm counts restarts, or the comment is a site tool's
+/// (gpushare writes no words there), `None`: every restart counts, so a
+/// rewritten comment never starts the count again.
+pub fn counted_requeues(comment: Option<&str>, restarts: u32) -> Option<u32> {
+    let comment = comment.unwrap_or_default();
+    if crate::shared::admin_comment::site_tools(comment).is_some() {
+        return None;
+    }
+    let ours = comment.contains(COMMENT_MARK)
+        || comment
+            .split(COMMENT_SEPARATOR)
+            .any(|p| tally_of(p).is_some());
+    match (ours, restarts) {
+        (true, _) | (false, 0) => Some(requeues_in(comment)),
+        (false, _) => None,
+    }
 }
 
 /// How many times gpushare requeued a job whose `AdminComment` is
@@ -357,10 +481,20 @@ pub fn requeues_in(comment: &str) -> u32 {
     let mut unnumbered = 0;
     for (at, _) in comment.match_indices(COMMENT_MARK) {
         let words = &comment[at + COMMENT_MARK.len()..];
-        let count = words
-            .split_once(" (requeue ")
-            .filter(|(node, _)| !node.contains([' ', ',', ';']))
-            .and_then(|(_, n)| n.split_once(' ')?.0.parse::<u32>().ok());
+        let Some((node, rest)) = words.split_once(" (") else {
+            unnumbered += 1;
+            continue;
+        };
+        if node.contains([' ', ',', ';']) {
+            unnumbered += 1;
+            continue;
+        }
+        if rest.starts_with(NOT_COUNTED) {
+            continue;
+        }
+        let count = rest
+            .strip_prefix("requeue ")
+            .and_then(|n| n.split_once(' ')?.0.parse::<u32>().ok());
         match count {
             Some(n) => numbered = numbered.max(n),
             None => unnumbered += 1,
@@ -424,6 +558,117 @@ pub struct Exclusion {
     pub since: u64,
     /// gpushare's words appended to the job's `AdminComment`.
     pub comment: Option<String>,
+    /// Why the node refused it (`None`: recorded by an older gpushare,
+    /// which kept no cause: lifted at the next look).
+    pub cause: Option<Elsewhere>,
+    /// What the node's state must let in again: the job's user and the
+    /// units of its share here (0: not known).
+    pub uid: Option<u32>,
+    pub units: u32,
+    /// The node's boot and its MPS setup ([`NodeNow::setup`]) when it
+    /// refused the job: either changed may have mended a failed daemon.
+    pub boot: String,
+    pub setup: String,
+}
+
+impl Exclusion {
+    /// A new record of job kept off for `cause`, now (`since`).
+    pub fn new(added: bool, since: u64, comment: Option<String>, cause: Elsewhere) -> Self {
+        Self {
+            added,
+            since,
+            comment,
+            cause: Some(cause),
+            uid: None,
+            units: 0,
+            boot: String::new(),
+            setup: String::new(),
+        }
+    }
+}
+
+/// What the node is now, as far as the causes of its exclusions go.
+pub struct NodeNow<'a> {
+    /// The kernel's boot id.
+    pub boot: &'a str,
+    /// The MPS setup the daemons start from: the control program and
+    /// `nvidia-smi` found (path, size, change time) and the driver's
+    /// version; an admin's fix or a driver update changes it.
+    pub setup: &'a str,
+    /// The admin took the node off sharing (`gpu-mps disable`).
+    pub disabled: bool,
+    /// Slurm books no mps on this node any more: it sends no share here,
+    /// so no exclusion has anything left to do.
+    pub mps_unbooked: bool,
+    /// Whether a share of `units` units (0: not known) of user `uid` would
+    /// be placed here now: the prolog's own choice on the ledger as it is.
+    pub fits: &'a dyn Fn(Option<u32>, u32) -> bool,
+}
+
+impl std::fmt::Debug for NodeNow<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeNow")
+            .field("boot", &self.boot)
+            .field("setup", &self.setup)
+            .field("disabled", &self.disabled)
+            .field("mps_unbooked", &self.mps_unbooked)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether the prolog would place a share of `units` units (0: not known,
+/// taken as one) of user `uid` (`None`: not known, every share counts as
+/// another user's) on the node whose ledger is `state` now, with GPUs
+/// `failed` set aside: the same choice under the same `rule`.
+pub fn fits_now(
+    state: &crate::mps::ledger::LedgerState,
+    failed: &[u32],
+    (gpu_count, units_per_gpu): (u32, u32),
+    rule: crate::mps::placement::ServerRule,
+    (uid, units): (Option<u32>, u32),
+) -> bool {
+    if state.lost_reason().is_some() {
+        return false;
+    }
+    let mut loads = state.gpu_loads_for(gpu_count, uid.unwrap_or(u32::MAX));
+    for &gpu in failed {
+        if let Some(load) = usize::try_from(gpu).ok().and_then(|g| loads.get_mut(g)) {
+            load.failed = true;
+        }
+    }
+    crate::mps::placement::choose_gpu_for_user(&loads, units_per_gpu, units.max(1), rule).is_ok()
+}
+
+/// Why job `entry` may come back to the node now (what changed), or
+/// `None` where its cause is still there. Never a clock: a job whose
+/// cause stays waits for it to change (its `AdminComment` says until
+/// what), and fails no cap for it.
+pub fn cause_gone(entry: &Exclusion, now: &NodeNow<'_>) -> Option<String> {
+    if now.mps_unbooked {
+        return Some("Slurm books no mps on this node any more".to_owned());
+    }
+    let Some(cause) = entry.cause else {
+        return Some("recorded without its cause by an older gpushare".to_owned());
+    };
+    if now.disabled {
+        return None;
+    }
+    let fits = (now.fits)(entry.uid, entry.units);
+    match cause {
+        Elsewhere::Disabled if fits => Some("sharing is enabled on the node again".to_owned()),
+        Elsewhere::OtherUsers if fits => {
+            Some("a GPU has room beside no other user's MPS server".to_owned())
+        }
+        Elsewhere::GpuFailed if fits => Some("a GPU with room is back in sharing".to_owned()),
+        Elsewhere::Busy if fits => Some("its locks are free again".to_owned()),
+        Elsewhere::MpsDaemon if fits && entry.boot != now.boot => {
+            Some("the node booted again".to_owned())
+        }
+        Elsewhere::MpsDaemon if fits && entry.setup != now.setup => {
+            Some("its MPS setup changed (control program, nvidia-smi or driver)".to_owned())
+        }
+        _ => None,
+    }
 }
 
 /// What to do for one recorded job when this node may take it again.
@@ -437,17 +682,42 @@ pub enum Lift {
     },
     /// Nothing to change; the record is dropped (why).
     Nothing(String),
+    /// Nothing to change now, the record stays (why): the job runs or
+    /// ends a run elsewhere, with this node still in its `ExcNodeList`
+    /// (Slurm changes it only while the job pends); once requeued it may
+    /// come back.
+    Later(String),
 }
+
+/// The states a job ends in for good (nothing of it will run again).
+const ENDED: [&str; 11] = [
+    "COMPLETED",
+    "CANCELLED",
+    "FAILED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "OUT_OF_MEMORY",
+    "SPECIAL_EXIT",
+    "REVOKED",
+];
 
 /// The decision for job `shown`, recorded as `entry`, on `node`;
 /// `comment`: its `AdminComment` now (`None`: none).
 pub fn decide_lift(shown: &ShownJob, node: &str, entry: &Exclusion, comment: Option<&str>) -> Lift {
     let name = shown.name;
     if shown.state != "PENDING" {
-        return Lift::Nothing(format!(
-            "job {name} is {}: nothing to give back",
-            shown.state
-        ));
+        let why = format!("job {name} is {}", shown.state);
+        return if ENDED.contains(&shown.state.as_str()) {
+            Lift::Nothing(format!("{why}: nothing to give back"))
+        } else {
+            Lift::Later(format!(
+                "{why}: {node} is given back once it pends again (Slurm changes its \
+                 ExcNodeList only then)"
+            ))
+        };
     }
     let list = if entry.added {
         shown
@@ -484,19 +754,32 @@ pub fn decide_lift(shown: &ShownJob, node: &str, entry: &Exclusion, comment: Opt
 pub struct Exclusions(pub BTreeMap<u32, Exclusion>);
 
 impl Exclusions {
-    /// The record's text: one job a line, `<job>\t<1|0>\t<since>\t<comment>`.
+    /// The record's text: one job a line, `<job>\t<1|0>\t<since>\t<comment>\t
+    /// <cause>\t<uid>\t<units>\t<boot>\t<setup>` (`-` where unknown;
+    /// gpushare's words and the setup hold no tab).
     pub fn to_text(&self) -> String {
         self.0
             .iter()
             .map(|(job, e)| {
                 let comment = e.comment.as_deref().unwrap_or_default();
-                format!("{job}\t{}\t{}\t{comment}\n", u8::from(e.added), e.since)
+                let cause = e.cause.map_or("-", Elsewhere::word);
+                let uid = e.uid.map_or_else(|| "-".to_owned(), |u| u.to_string());
+                let clean = |t: &str| t.replace(['\t', '\n'], " ");
+                format!(
+                    "{job}\t{}\t{}\t{comment}\t{cause}\t{uid}\t{}\t{}\t{}\n",
+                    u8::from(e.added),
+                    e.since,
+                    e.units,
+                    clean(&e.boot),
+                    clean(&e.setup)
+                )
             })
             .collect()
     }
 
     /// The record read back; a line of gpushare 0.1 (`<job> <its own
-    /// ExcNodeList or ->`) is an exclusion gpushare added, of unknown age.
+    /// ExcNodeList or ->`) is an exclusion gpushare added, of unknown age;
+    /// a line of 0.2 (four fields) one of unknown cause.
     pub fn parse(text: &str) -> Self {
         let entries = text.lines().filter_map(|l| {
             let mut fields = l.split('\t');
@@ -504,31 +787,31 @@ impl Exclusions {
             let Some(added) = fields.next() else {
                 let (job, _own) = first.split_once(' ')?;
                 let entry = Exclusion {
-                    added: true,
-                    since: 0,
-                    comment: None,
+                    cause: None,
+                    ..Exclusion::new(true, 0, None, Elsewhere::OtherUsers)
                 };
                 return Some((job.parse().ok()?, entry));
             };
             let since = fields.next()?.parse().ok()?;
             let comment = fields.next().filter(|c| !c.is_empty()).map(str::to_owned);
+            let cause = fields.next().and_then(Elsewhere::from_reason);
+            let uid = fields.next().and_then(|u| u.parse().ok());
+            let units = fields.next().and_then(|u| u.parse().ok()).unwrap_or(0);
+            let boot = fields.next().unwrap_or_default().to_owned();
+            let setup = fields.next().unwrap_or_default().to_owned();
             let entry = Exclusion {
                 added: added == "1",
                 since,
                 comment,
+                cause,
+                uid,
+                units,
+                boot,
+                setup,
             };
             Some((first.parse().ok()?, entry))
         });
         Self(entries.collect())
-    }
-
-    /// The jobs recorded longer than [`LIFT_AFTER`] ago at `now`.
-    pub fn stale(&self, now: u64) -> Vec<u32> {
-        self.0
-            .iter()
-            .filter(|(_, e)| now.saturating_sub(e.since) >= LIFT_AFTER.as_secs())
-            .map(|(job, _)| *job)
-            .collect()
     }
 }
 

@@ -151,7 +151,8 @@ fn only_the_refused_run_still_on_this_node_is_requeued() {
                 &job(state, 0, "gpu03", "gpu01"),
                 "gpu01",
                 Some("FAILED"),
-                Some(0)
+                Some(0),
+                Elsewhere::MpsDaemon
             ),
             Requeue::Send {
                 list: "gpu03,gpu01".to_owned(),
@@ -162,7 +163,13 @@ fn only_the_refused_run_still_on_this_node_is_requeued() {
     // Cancelled and done, ended, or pending again (requeued by someone
     // else): left alone.
     for state in ["CANCELLED", "COMPLETED", "FAILED", "PENDING"] {
-        let d = decide_requeue(&job(state, 0, "(null)", "gpu01"), "gpu01", None, None);
+        let d = decide_requeue(
+            &job(state, 0, "(null)", "gpu01"),
+            "gpu01",
+            None,
+            None,
+            Elsewhere::Busy,
+        );
         assert!(
             matches!(d, Requeue::LeaveAlone(ref w) if w.contains(state)),
             "{d:?}"
@@ -175,6 +182,7 @@ fn only_the_refused_run_still_on_this_node_is_requeued() {
         "gpu01",
         Some("CANCELLED by 1007\n"),
         Some(0),
+        Elsewhere::OtherUsers,
     );
     assert_eq!(
         d,
@@ -188,6 +196,7 @@ fn only_the_refused_run_still_on_this_node_is_requeued() {
         "gpu01",
         None,
         Some(0),
+        Elsewhere::OtherUsers,
     );
     assert!(matches!(d, Requeue::LeaveAlone(_)), "{d:?}");
     // A two-node share that holds this node.
@@ -196,7 +205,8 @@ fn only_the_refused_run_still_on_this_node_is_requeued() {
             &job("COMPLETING", 0, "(null)", "gpu[01-02]"),
             "gpu02",
             None,
-            Some(0)
+            Some(0),
+            Elsewhere::Disabled
         ),
         Requeue::Send { added: true, .. }
     ));
@@ -205,8 +215,15 @@ fn only_the_refused_run_still_on_this_node_is_requeued() {
 #[test]
 fn past_the_cap_the_share_fails_with_its_reason() {
     let completing = |restarts| job("COMPLETING", restarts, "(null)", "gpu01");
-    let decide =
-        |restarts, requeued| decide_requeue(&completing(restarts), "gpu01", None, requeued);
+    let decide = |restarts, requeued| {
+        decide_requeue(
+            &completing(restarts),
+            "gpu01",
+            None,
+            requeued,
+            Elsewhere::MpsDaemon,
+        )
+    };
     assert!(matches!(
         decide(0, Some(MAX_REQUEUES - 1)),
         Requeue::Send { .. }
@@ -226,21 +243,61 @@ fn past_the_cap_the_share_fails_with_its_reason() {
         matches!(d, Requeue::Capped(ref w) if w.contains("requeued 3 times already, in all")),
         "{d:?}"
     );
+    // The node's own state refused it (another user's server, a GPU set
+    // aside, sharing disabled): never capped, however often.
+    for why in [
+        Elsewhere::OtherUsers,
+        Elsewhere::GpuFailed,
+        Elsewhere::Disabled,
+    ] {
+        let d = decide_requeue(&completing(9), "gpu01", None, Some(9), why);
+        assert!(matches!(d, Requeue::Send { .. }), "{why:?}: {d:?}");
+    }
+}
+
+#[test]
+fn a_rewritten_comment_never_starts_the_count_again() {
+    let ours = requeue_words("gpu01", Some(2), Elsewhere::Busy);
+    assert_eq!(counted_requeues(Some(&ours), 2), Some(2));
+    assert_eq!(counted_requeues(Some(&format!("site; {ours}")), 5), Some(2));
+    // Never requeued: nothing to count.
+    assert_eq!(counted_requeues(None, 0), Some(0));
+    assert_eq!(counted_requeues(Some("site"), 0), Some(0));
+    // gpushare's words gone (a site tool replaced the comment) while
+    // Slurm counts restarts, or a site tool's comment (gpushare writes no
+    // words there): every restart counts.
+    assert_eq!(counted_requeues(Some("site"), 2), None);
+    assert_eq!(counted_requeues(None, 1), None);
+    assert_eq!(counted_requeues(Some("JS1:H4sIAAAA"), 0), None);
+    // gpushare's own words never make a comment a site tool's.
+    for why in Elsewhere::ALL {
+        for n in [None, Some(1)] {
+            let words = requeue_words("gpu01", n, why);
+            assert_eq!(
+                crate::shared::admin_comment::site_tools(&words),
+                None,
+                "{words}"
+            );
+        }
+    }
+    // Uncounted words count nothing, counted ones their number.
+    let free = requeue_words("gpu01", None, Elsewhere::OtherUsers);
+    assert_eq!(counted_requeues(Some(&free), 4), Some(0));
+    assert_eq!(
+        counted_requeues(Some(&format!("{free}; {ours}")), 4),
+        Some(2)
+    );
 }
 
 #[test]
 fn gpushares_requeues_are_counted_in_the_admin_comment_across_lifts() {
-    let why = "whose GPUs each serve another user's MPS clients";
-    let first = requeue_words("gpu01", 1, why);
+    let why = Elsewhere::MpsDaemon;
+    let first = requeue_words("gpu01", Some(1), why);
     assert_eq!(requeues_in(""), 0);
     assert_eq!(requeues_in("site: project 9"), 0);
     assert_eq!(requeues_in(&comment_with(Some("site"), &first)), 1);
     // The lift gives the site's words back and leaves the count.
-    let entry = Exclusion {
-        added: true,
-        since: 5,
-        comment: Some(first.clone()),
-    };
+    let entry = Exclusion::new(true, 5, Some(first.clone()), why);
     let pending = job("PENDING", 1, "gpu01", "(null)");
     let lifted = decide_lift(&pending, "gpu01", &entry, Some(&format!("site; {first}")));
     let Lift::Update {
@@ -253,13 +310,13 @@ fn gpushares_requeues_are_counted_in_the_admin_comment_across_lifts() {
     assert_eq!(after, "site; gpushare: requeues so far: 1");
     assert_eq!(requeues_in(&after), 1);
     // The next requeue's words carry the count on, in place of the tally.
-    let second = requeue_words("gpu02", 2, why);
+    let second = requeue_words("gpu02", Some(2), why);
     let both = comment_with(Some(&after), &second);
     assert_eq!(both, format!("site; {second}"));
     assert_eq!(requeues_in(&both), 2);
     // Words on two nodes at once: the highest count; an older gpushare's
     // unnumbered words count one each.
-    let third = requeue_words("gpu03", 3, why);
+    let third = requeue_words("gpu03", Some(3), why);
     assert_eq!(requeues_in(&format!("{second}; {third}")), 3);
     let old = "gpushare: requeued from gpu01, x; kept off gpu01 until a share ends there";
     assert_eq!(requeues_in(&format!("{old}; {old}")), 2);
@@ -269,12 +326,8 @@ fn gpushares_requeues_are_counted_in_the_admin_comment_across_lifts() {
 
 #[test]
 fn only_the_node_gpushare_added_is_taken_back() {
-    let ours = &requeue_words("gpu01", 1, "x");
-    let entry = Exclusion {
-        added: true,
-        since: 5,
-        comment: Some(ours.to_owned()),
-    };
+    let ours = &requeue_words("gpu01", Some(1), Elsewhere::Busy);
+    let entry = Exclusion::new(true, 5, Some(ours.to_owned()), Elsewhere::Busy);
     // The user added gpu03 meanwhile: it stays.
     let pending = job("PENDING", 1, "gpu01,gpu03", "(null)");
     let site = format!("site: project 9; {ours}");
@@ -323,11 +376,138 @@ fn only_the_node_gpushare_added_is_taken_back() {
                 .to_owned()
         )
     );
-    // Running elsewhere or ended: nothing to give back.
-    for state in ["RUNNING", "COMPLETED", "CANCELLED"] {
+    // Ended for good: nothing to give back, the record goes.
+    for state in ["COMPLETED", "CANCELLED", "FAILED", "TIMEOUT"] {
         let d = decide_lift(&job(state, 1, "gpu01", "gpu02"), "gpu01", &entry, None);
         assert!(matches!(d, Lift::Nothing(_)), "{d:?}");
     }
+    // Running elsewhere (Slurm keeps its ExcNodeList as it is while it
+    // runs): the record stays, so that after a later requeue (a
+    // preemption) the job may come back here.
+    for state in ["RUNNING", "COMPLETING", "SUSPENDED"] {
+        let d = decide_lift(&job(state, 1, "gpu01", "gpu02"), "gpu01", &entry, None);
+        assert!(matches!(d, Lift::Later(_)), "{state}: {d:?}");
+    }
+}
+
+/// A node whose ledger answers `fits`, in boot `b1` with setup `s1`.
+fn node_now<'a>(fits: &'a dyn Fn(Option<u32>, u32) -> bool, disabled: bool) -> NodeNow<'a> {
+    NodeNow {
+        boot: "b1",
+        setup: "s1",
+        disabled,
+        mps_unbooked: false,
+        fits,
+    }
+}
+
+fn kept_for(cause: Elsewhere) -> Exclusion {
+    Exclusion {
+        uid: Some(1001),
+        units: 30,
+        boot: "b1".into(),
+        setup: "s1".into(),
+        ..Exclusion::new(true, 5, None, cause)
+    }
+}
+
+#[test]
+fn an_exclusion_lifts_when_its_cause_is_gone_never_before() {
+    let no_room = |_: Option<u32>, _: u32| false;
+    let room = |uid: Option<u32>, units: u32| uid == Some(1001) && units == 30;
+    // The node's state unchanged: every cause stays, whatever the time.
+    for cause in Elsewhere::ALL {
+        assert_eq!(
+            cause_gone(&kept_for(cause), &node_now(&no_room, false)),
+            None
+        );
+    }
+    // Room for this user's share: what the node's state refused is gone.
+    for cause in [
+        Elsewhere::OtherUsers,
+        Elsewhere::GpuFailed,
+        Elsewhere::Disabled,
+        Elsewhere::Busy,
+    ] {
+        assert!(cause_gone(&kept_for(cause), &node_now(&room, false)).is_some());
+        // Still disabled: nothing comes back.
+        assert_eq!(cause_gone(&kept_for(cause), &node_now(&room, true)), None);
+    }
+    // A failed daemon: room alone mends nothing; a new boot or a changed
+    // setup may have.
+    let daemon = kept_for(Elsewhere::MpsDaemon);
+    assert_eq!(cause_gone(&daemon, &node_now(&room, false)), None);
+    let rebooted = NodeNow {
+        boot: "b2",
+        ..node_now(&room, false)
+    };
+    assert!(cause_gone(&daemon, &rebooted).is_some());
+    let mended = NodeNow {
+        setup: "s2",
+        ..node_now(&room, false)
+    };
+    assert!(cause_gone(&daemon, &mended).is_some());
+    // Slurm books no mps here any more: every exclusion goes.
+    let unbooked = NodeNow {
+        mps_unbooked: true,
+        ..node_now(&no_room, true)
+    };
+    for cause in Elsewhere::ALL {
+        assert!(cause_gone(&kept_for(cause), &unbooked).is_some());
+    }
+    // An older gpushare's record, without its cause: lifted at once.
+    let old = Exclusion {
+        cause: None,
+        ..kept_for(Elsewhere::OtherUsers)
+    };
+    assert!(cause_gone(&old, &node_now(&no_room, false)).is_some());
+}
+
+#[test]
+fn room_is_the_prologs_own_choice() {
+    use crate::mps::ledger::{LedgerState, ShareRecord};
+    use crate::mps::placement::ServerRule;
+    let mut state = LedgerState::new();
+    // ann (1000) holds 10 units on each of two GPUs.
+    for (job, gpu) in [(1, 0), (2, 1)] {
+        state.insert_share(ShareRecord {
+            job,
+            uid: 1000,
+            user: "ann".into(),
+            gpu,
+            units: 10,
+            since: 0,
+            placed_by_slurm: false,
+            memory_mib: None,
+            clients: None,
+            sluid: None,
+        });
+    }
+    let refuse = ServerRule {
+        multi_user: false,
+        refuse_other_users: true,
+        max_clients: 48,
+    };
+    let fits = |state: &LedgerState, failed: &[u32], uid, units| {
+        fits_now(state, failed, (2, 100), refuse, (uid, units))
+    };
+    // ben's 30 units: only beside ann's servers.
+    assert!(!fits(&state, &[], Some(1001), 30));
+    // ann's own: beside her own server.
+    assert!(fits(&state, &[], Some(1000), 30));
+    assert!(!fits(&state, &[0, 1], Some(1000), 30));
+    // Once ann's share on GPU 1 ends, ben fits there.
+    state.remove_job(2);
+    assert!(fits(&state, &[], Some(1001), 30));
+    assert!(!fits(&state, &[1], Some(1001), 30));
+    // Loads unknown: nothing fits.
+    assert!(!fits_now(
+        &LedgerState::lost("x".into()),
+        &[],
+        (2, 100),
+        refuse,
+        (Some(1001), 1)
+    ));
 }
 
 #[test]
@@ -367,25 +547,25 @@ fn the_sites_admin_comment_is_kept() {
 }
 
 #[test]
-fn the_record_reads_back_and_ages() {
+fn the_record_reads_back_with_its_causes() {
     let records = Exclusions(
         [
             (
                 7,
                 Exclusion {
-                    added: true,
-                    since: 100,
-                    comment: Some("gpushare: requeued from gpu01, x; y".to_owned()),
+                    uid: Some(1001),
+                    units: 30,
+                    boot: "b1".into(),
+                    setup: "/usr/bin/nvidia-cuda-mps-control 10 20; none; no driver".into(),
+                    ..Exclusion::new(
+                        true,
+                        100,
+                        Some("gpushare: requeued from gpu01, x; y".to_owned()),
+                        Elsewhere::MpsDaemon,
+                    )
                 },
             ),
-            (
-                9,
-                Exclusion {
-                    added: false,
-                    since: 700,
-                    comment: None,
-                },
-            ),
+            (9, Exclusion::new(false, 700, None, Elsewhere::Disabled)),
         ]
         .into_iter()
         .collect(),
@@ -393,15 +573,22 @@ fn the_record_reads_back_and_ages() {
     let text = records.to_text();
     assert_eq!(
         text,
-        "7\t1\t100\tgpushare: requeued from gpu01, x; y\n9\t0\t700\t\n"
+        "7\t1\t100\tgpushare: requeued from gpu01, x; y\tmps_daemon\t1001\t30\tb1\t\
+         /usr/bin/nvidia-cuda-mps-control 10 20; none; no driver\n\
+         9\t0\t700\t\tdisabled\t-\t0\t\t\n"
     );
     assert_eq!(Exclusions::parse(&text), records);
-    assert_eq!(records.stale(700), vec![7]);
-    assert_eq!(records.stale(1300), vec![7, 9]);
-    assert_eq!(records.stale(50), Vec::<u32>::new());
-    // gpushare 0.1's lines: added by gpushare, of unknown age.
+    // gpushare 0.2's lines: no cause (lifted at the next look).
+    let older = Exclusions::parse("7\t1\t100\tgpushare: requeued from gpu01, x\n");
+    assert_eq!(
+        older.0.get(&7).map(|e| (e.added, e.cause)),
+        Some((true, None))
+    );
+    // gpushare 0.1's lines: added by gpushare, of unknown age and cause.
     let old = Exclusions::parse("7 -\n9 gpu[03-04]\nx y\n7\n");
     assert_eq!(old.0.keys().copied().collect::<Vec<_>>(), vec![7, 9]);
-    assert!(old.0.values().all(|e| e.added && e.since == 0));
-    assert_eq!(old.stale(1_700_000_000), vec![7, 9]);
+    assert!(old
+        .0
+        .values()
+        .all(|e| e.added && e.since == 0 && e.cause.is_none()));
 }
