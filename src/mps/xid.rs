@@ -43,9 +43,9 @@
 //! **Where a look starts.** The first look ever (no cursor: after an
 //! install, an upgrade from a release that kept a `kmsg-cursor`, or a new
 //! `StateDir`) starts at the log's end: it reads no XID logged before it
-//! (of any boot, perhaps long fixed), and keeps the cursor. A cursor an
-//! earlier release kept in the state directory is taken once and moved to
-//! the kept directory. After a reboot (a cursor of another boot) the ring
+//! (this boot's, perhaps long ago and dealt with since), and keeps the
+//! cursor. A cursor an earlier release kept in the state directory is
+//! taken once and moved to the kept directory. After a reboot (a cursor of another boot) the ring
 //! is new and all of its records are this boot's: the look reads it from
 //! its start, so an XID logged while the node came up, before the timer's
 //! first run, is seen. Otherwise a look reads the records after the
