@@ -44,20 +44,20 @@
 //! install, an upgrade from a release that kept a `kmsg-cursor`, or a new
 //! `StateDir`) starts at the log's end: it reads no XID logged before it
 //! (this boot's, perhaps long ago and dealt with since), and keeps the
-//! cursor. A cursor an earlier release kept in the state directory is
-//! taken once and moved to the kept directory. After a reboot (a cursor of another boot) the ring
-//! is new and all of its records are this boot's: the look reads it from
-//! its start, so an XID logged while the node came up, before the timer's
-//! first run, is seen. Otherwise a look reads the records after the
-//! cursor. `/dev/kmsg` cannot seek to a sequence number (`SEEK_SET` is the
-//! ring's first record, `SEEK_END` after its last, `SEEK_DATA` after the
-//! last `syslog` clear: `Documentation/ABI/testing/dev-kmsg`), so a look
-//! reads the ring from its start and passes over the records up to the
-//! cursor; the ring's size bounds that. A look reads at most [`MAX_RECORDS`] records past the
+//! cursor. A cursor an earlier release kept in the state directory is taken
+//! once and moved to the kept directory. After a reboot (a cursor of
+//! another boot) the ring is new and all of its records are this boot's:
+//! the look reads it from its start, so an XID logged while the node came
+//! up, before the timer's first run, is seen. Otherwise a look reads the
+//! records after the cursor. `/dev/kmsg` cannot seek to a sequence number
+//! (`SEEK_SET` is the ring's first record, `SEEK_END` after its last,
+//! `SEEK_DATA` after the last `syslog` clear:
+//! `Documentation/ABI/testing/dev-kmsg`), so a look reads the ring from its
+//! start and passes over the records up to the cursor; the ring's size
+//! bounds that. A look reads at most [`MAX_RECORDS`] records past the
 //! cursor, and the next look goes on from the last one it read. Records
-//! overwritten before a look reached them (the cursor older than the
-//! ring's first record) are counted and said: an XID among them was
-//! missed.
+//! overwritten before a look reached them (the cursor older than the ring's
+//! first record) are counted and said: an XID among them was missed.
 //!
 //! **Which GPU.** An XID names a PCI address; NVML's figures the prolog
 //! keeps (`<StateDir>/nvml-facts`) name the GPU there. The timer keeps a
