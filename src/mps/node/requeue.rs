@@ -282,45 +282,18 @@ pub fn shown_job(job: u32, answer: &str) -> Result<ShownJob, String> {
 /// The items of a Slurm node list: split at the commas outside brackets
 /// (`gpu[01,03],gpu05` is two).
 fn items(list: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    let (mut depth, mut start) = (0usize, 0usize);
-    for (i, c) in list.char_indices() {
-        match c {
-            '[' => depth += 1,
-            ']' => depth = depth.saturating_sub(1),
-            ',' if depth == 0 => {
-                out.push(&list[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    out.push(&list[start..]);
-    out.into_iter().filter(|i| !i.is_empty()).collect()
+    crate::shared::syntax::split_top_level(list, '[', ']')
+        .into_iter()
+        .filter(|i| !i.is_empty())
+        .collect()
 }
 
 /// The names of one item: `gpu05`, or `gpu[01-03,07]` expanded (zero
-/// padding kept). `None`: a form not read here (two brackets, a bad
-/// range).
+/// padding kept), within the shared bounds
+/// ([`crate::shared::hostlist`]). `None`: a form Slurm would not read,
+/// or more names than a cluster holds.
 fn names_of(item: &str) -> Option<Vec<String>> {
-    let Some((prefix, rest)) = item.split_once('[') else {
-        return Some(vec![item.to_owned()]);
-    };
-    let (ranges, suffix) = rest.split_once(']')?;
-    if suffix.contains('[') || suffix.contains(']') {
-        return None;
-    }
-    let mut names = Vec::new();
-    for range in ranges.split(',') {
-        let (lo, hi) = range.split_once('-').unwrap_or((range, range));
-        let width = lo.len();
-        let (lo, hi): (u32, u32) = (lo.parse().ok()?, hi.parse().ok()?);
-        if hi < lo || hi - lo > 100_000 {
-            return None;
-        }
-        names.extend((lo..=hi).map(|n| format!("{prefix}{n:0width$}{suffix}")));
-    }
-    Some(names)
+    crate::shared::hostlist::expand(item).ok()
 }
 
 /// Whether node list `list` names `node`. `None`: it cannot be told (a

@@ -12,30 +12,15 @@ use super::facts::{preempt_list, Facts};
 /// At most this many nodes are described one by one.
 pub const NODES_SHOWN: usize = 6;
 
-/// Every node a Slurm host list names (`gpu[01-02],x` → gpu01, gpu02, x);
-/// a range it cannot read is kept as written.
+/// Every node a Slurm host list names (`gpu[01-02],x` → gpu01, gpu02, x),
+/// within the shared bounds ([`crate::shared::hostlist`]); an item it
+/// cannot read is kept as written.
 pub(super) fn node_names(list: &str) -> Vec<String> {
     let mut out = Vec::new();
     for item in crate::shared::syntax::split_top_level(list, '[', ']') {
-        let Some((prefix, rest)) = item.split_once('[') else {
-            out.push(item.to_owned());
-            continue;
-        };
-        let Some((body, suffix)) = rest.split_once(']') else {
-            out.push(item.to_owned());
-            continue;
-        };
-        for range in body.split(',') {
-            let (a, b) = range.split_once('-').unwrap_or((range, range));
-            let width = a.len();
-            match (a.parse::<u64>(), b.parse::<u64>()) {
-                (Ok(x), Ok(y)) if y >= x && y - x < 100_000 => {
-                    for n in x..=y {
-                        out.push(format!("{prefix}{n:0width$}{suffix}"));
-                    }
-                }
-                _ => out.push(item.to_owned()),
-            }
+        match crate::shared::hostlist::expand(item) {
+            Ok(names) => out.extend(names),
+            Err(_) => out.push(item.to_owned()),
         }
     }
     out

@@ -516,7 +516,12 @@ fn node_lists_are_read_as_slurm_writes_them() {
     assert_eq!(names_node("gpu[01,03],gpu05", "gpu03"), Some(true));
     assert_eq!(names_node("gpu[01,03],gpu05", "gpu02"), Some(false));
     assert_eq!(names_node("gpu[01-03]", "gpu2"), Some(false));
-    assert_eq!(names_node("rack[1-2]-gpu[1-2]", "rack1-gpu1"), None);
+    assert_eq!(names_node("rack[1-2]-gpu[1-2]", "rack1-gpu1"), Some(true));
+    // Past any cluster's size, or a number wider than a name: not read
+    // (nothing is expanded).
+    assert_eq!(names_node("n[0-18446744073709551615]", "n1"), None);
+    let wide = format!("n[{}-{}]", "0".repeat(100_000), "9".repeat(100_000));
+    assert_eq!(names_node(&wide, "n1"), None);
     assert_eq!(without_node("gpu01", "gpu01"), Some(String::new()));
     assert_eq!(
         without_node("gpu03,gpu01", "gpu01"),
