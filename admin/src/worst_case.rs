@@ -64,8 +64,11 @@ pub const EPILOG_SHARE: Duration = LOCK_WAIT
 /// A whole-GPU job's epilog, before the modes of its GPUs.
 pub const EPILOG_WHOLE: Duration = LOCK_WAIT.saturating_add(BUDGET);
 
-/// What each GPU held whole adds, where gpushare set its mode.
-pub const PER_GPU_HELD: Duration = MODE_SETTLED;
+/// What each GPU held whole adds, where gpushare set its mode or a daemon
+/// of gpushare's runs there: an idle daemon stopped (which gives the mode
+/// back, [`DAEMON_STOPPED`]), else the mode settled ([`MODE_SETTLED`],
+/// which takes less).
+pub const PER_GPU_HELD: Duration = DAEMON_STOPPED;
 
 /// The least `PrologEpilogTimeout` for a node of `gpus` GPUs where jobs
 /// may hold every one whole beside shares.
@@ -120,8 +123,9 @@ mod tests {
             CONFIGURATION.contains(&said),
             "docs/configuration.md lacks: {said}"
         );
-        // Four GPUs or fewer: a share's programs set the least.
-        assert_eq!(s(prolog_epilog_timeout(4)).div_ceil(10) * 10, base);
+        // Three GPUs or fewer: a share's programs set the least.
+        assert_eq!(s(prolog_epilog_timeout(3)).div_ceil(10) * 10, base);
+        assert!(s(prolog_epilog_timeout(4)) > base);
     }
 
     #[test]

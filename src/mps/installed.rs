@@ -397,11 +397,11 @@ mod tests {
         );
         let said = batch_start_check(Some(10), 4);
         for want in [
-            "# WARNING: BatchStartTimeout is 10 s (Slurm's default), below the 180 s",
+            "# WARNING: BatchStartTimeout is 10 s (Slurm's default), below the 190 s",
             "up to 30 s waiting for the node's locks",
             "not found BatchStartTime after startup",
             "NODE_FAIL",
-            "\nBatchStartTimeout=180\n",
+            "\nBatchStartTimeout=190\n",
         ] {
             assert!(said.contains(want), "{want}: {said}");
         }
@@ -409,8 +409,8 @@ mod tests {
             !said.contains("(Slurm's default)")
                 || !batch_start_check(Some(60), 4).contains("(Slurm's default)")
         );
-        assert_eq!(batch_start_check(Some(300), 8), "");
-        assert!(batch_start_check(None, 4).contains("at least 180 s"));
+        assert_eq!(batch_start_check(Some(320), 8), "");
+        assert!(batch_start_check(None, 4).contains("at least 190 s"));
     }
 
     #[test]

@@ -139,11 +139,11 @@ fn mig_slices_in_the_nodes_gres_make_its_shares_stack_whatever_gres_conf_says() 
 #[test]
 fn a_batch_start_timeout_below_the_prologs_worst_case_is_a_warning() {
     // node1 has 6 GPUs: a whole-GPU job's prolog there may take 62 s +
-    // 20 s per GPU, more than a share's 179 s.
+    // 32 s per GPU, more than a share's 179 s.
     let short = |c: &mut String, to: &str| {
         replace(
             c,
-            "BatchStartTimeout       = 200 sec\n",
+            "BatchStartTimeout       = 260 sec\n",
             &format!("BatchStartTimeout       = {to}\n"),
         );
     };
@@ -160,7 +160,7 @@ fn a_batch_start_timeout_below_the_prologs_worst_case_is_a_warning() {
     assert!(
         f.what.starts_with(
             "node node1 offers mps, but BatchStartTimeout is 10 s (Slurm's default), below the \
-             190 s gpu-mps-prolog may run"
+             260 s gpu-mps-prolog may run"
         ),
         "{}",
         f.what
@@ -170,18 +170,18 @@ fn a_batch_start_timeout_below_the_prologs_worst_case_is_a_warning() {
         "{}",
         f.why
     );
-    assert!(f.fix.starts_with("BatchStartTimeout=190 "), "{}", f.fix);
+    assert!(f.fix.starts_with("BatchStartTimeout=260 "), "{}", f.fix);
     // Enough, and not reported (nothing to judge): no finding.
-    for to in ["190 sec", "3600 sec"] {
+    for to in ["260 sec", "3600 sec"] {
         assert!(
             kinds_of(&site_with(|c, _, _, _| short(c, to))).is_empty(),
             "{to}"
         );
     }
-    let site = site_with(|c, _, _, _| replace(c, "BatchStartTimeout       = 200 sec\n", ""));
+    let site = site_with(|c, _, _, _| replace(c, "BatchStartTimeout       = 260 sec\n", ""));
     assert!(kinds_of(&site).is_empty());
     // A slurm.conf read as such: unset is Slurm's default.
-    let mut site = site_with(|c, _, _, _| replace(c, "BatchStartTimeout       = 200 sec\n", ""));
+    let mut site = site_with(|c, _, _, _| replace(c, "BatchStartTimeout       = 260 sec\n", ""));
     site.settings.from_file = true;
     assert!(kinds_of(&site).contains(&"batch_start_timeout_short".to_owned()));
 }
