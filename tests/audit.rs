@@ -63,9 +63,10 @@ fn correct_site() -> ClusterSpec {
         ],
         extra_conf_files: files,
         partition_options: vec!["TRESBillingWeights=CPU=1.0,GRES/gpu=1.0".into()],
-        // What gpu-mps config asks for a node of 4 GPUs: the prolog's
-        // worst case (Slurm's 10 s default is a warning).
-        conf_overrides: vec![("BatchStartTimeout".into(), "190".into())],
+        // At least what gpu-mps config asks for the largest node of any
+        // variant of this site (6 GPUs, the h100s added: 230 s), the
+        // prolog's worst case (Slurm's 10 s default is a warning).
+        conf_overrides: vec![("BatchStartTimeout".into(), "240".into())],
         ..node
     }
 }

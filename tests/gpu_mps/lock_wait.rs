@@ -38,7 +38,7 @@ pub(super) fn ledger_locked(c: &mut Cluster) -> TestResult {
             && out.contains("a batch job is requeued to run elsewhere")
             && !out.contains("GPU=")
             && shown.contains(&format!("AdminComment=gpushare: requeued from {NODE}"))
-            && shown.contains("stayed held past the prolog's wait"),
+            && shown.contains("stayed held past the wait of the prolog"),
         format!("job {id}, refused while the ledger was locked:\n{out}\n{shown}"),
     )?;
     // Nothing placed: the lock-free view holds no record of it.

@@ -46,7 +46,21 @@ fn said(out: &std::process::Output) -> String {
 /// `gpu-mps` given another spelling of the node's `gpu_mps.conf` than
 /// slurmd's: through a link to its directory (a site's symlinked
 /// `/etc/slurm`).
+/// Waits until the node's `gpu_mps.conf` has been still for
+/// `IN_PLACE_QUIET`: a spelling of its path no node program used before
+/// has no configuration recorded, so one changed just now (the test
+/// before put it back) is refused as being written (`gpu-mps` exit 2).
+fn conf_still(c: &Cluster) -> TestResult {
+    let conf = c.slurm_conf().with_file_name("gpu_mps.conf");
+    let quiet = gpushare::mps::in_force::IN_PLACE_QUIET + std::time::Duration::from_millis(200);
+    wait_for("gpu_mps.conf to be still", SHORT, || {
+        let changed = fs::metadata(&conf).and_then(|m| m.modified()).ok()?;
+        (changed.elapsed().ok()? >= quiet).then_some(())
+    })
+}
+
 fn gpu_mps_linked(c: &Cluster, args: &[&str]) -> Result<std::process::Output, String> {
+    conf_still(c)?;
     let dir = c.slurm_conf().with_file_name("");
     let link = c.dir.join("linked-etc-slurm");
     if fs::read_link(&link).ok().as_deref() != Some(dir.as_path()) {
@@ -63,6 +77,7 @@ fn gpu_mps_linked(c: &Cluster, args: &[&str]) -> Result<std::process::Output, St
 
 /// `gpu-mps` given the node's `gpu_mps.conf` with `..` in its path.
 fn gpu_mps_dotted(c: &Cluster, args: &[&str]) -> Result<std::process::Output, String> {
+    conf_still(c)?;
     let conf = c.slurm_conf().with_file_name("gpu_mps.conf");
     let (Some(dir), Some(name)) = (conf.parent(), conf.parent().and_then(|p| p.file_name())) else {
         return Err(format!("{}: no directory", conf.display()));
