@@ -1572,13 +1572,20 @@ fn contention_completes(c: &mut Cluster) -> TestResult {
         .map(|_| ben.sbatch(c, &[&out, "--gres=mps:40", "--wrap=sleep 3"]))
         .collect::<Result<_, _>>()?;
     // Each one's end as accounting keeps it (slurmctld forgets ended jobs
-    // after MinJobAge): COMPLETED, or still to come.
+    // after MinJobAge), once none of them is queued any more: a refused
+    // run's record reads FAILED until slurmctld has requeued the job.
     let ids: Vec<String> = bens.iter().map(u32::to_string).collect();
     let ids = ids.join(",");
     let ended = wait_for(
         "ben's six jobs to end",
         std::time::Duration::from_secs(300),
         || {
+            let queued = c
+                .run_ok("squeue", &["-h", "-u", &ben.name, "-o", "%i"])
+                .ok()?;
+            if !queued.trim().is_empty() {
+                return None;
+            }
             let out = c
                 .run_ok(
                     "sacct",
