@@ -1543,10 +1543,11 @@ fn lifts_with_its_cause(c: &mut Cluster) -> TestResult {
     clean(c)
 }
 
-/// More share jobs of ben's than gpu01 has room for beside ann's servers,
-/// which end one by one, while gpu02 is taken a while: every one of
-/// ben's jobs ends COMPLETED, none FAILED by the requeue cap, however
-/// often they were sent off.
+/// Ten share jobs of ben's, more than gpu01 has room for beside ann's
+/// servers, which end one by one, while gpu02 is taken: every one of
+/// ben's jobs ends COMPLETED on gpu01, none FAILED by the requeue cap,
+/// however often they were sent off (before, each share's end sent every
+/// one back, to be refused again beside ann's remaining servers).
 fn contention_completes(c: &mut Cluster) -> TestResult {
     if slurm_places_shares() {
         return Ok(());
@@ -1565,10 +1566,10 @@ fn contention_completes(c: &mut Cluster) -> TestResult {
         let held = shares(c, "gpu01");
         anns.iter().all(|id| held.contains_key(id)).then_some(())
     })?;
-    let blocker = c.sbatch_ok(&["-w", "gpu02", "--exclusive", "--wrap=sleep 40"])?;
+    let blocker = c.sbatch_ok(&["-w", "gpu02", "--exclusive", "--wrap=sleep 600"])?;
     c.wait_job_state(blocker, &["RUNNING"], JOB_START)?;
     let out = format!("--output={}/%j.out", ben.home.display());
-    let bens: Vec<u32> = (0..6)
+    let bens: Vec<u32> = (0..10)
         .map(|_| ben.sbatch(c, &[&out, "--gres=mps:40", "--wrap=sleep 3"]))
         .collect::<Result<_, _>>()?;
     // Each one's end as accounting keeps it (slurmctld forgets ended jobs
@@ -1577,8 +1578,8 @@ fn contention_completes(c: &mut Cluster) -> TestResult {
     let ids: Vec<String> = bens.iter().map(u32::to_string).collect();
     let ids = ids.join(",");
     let ended = wait_for(
-        "ben's six jobs to end",
-        std::time::Duration::from_secs(300),
+        "ben's ten jobs to end",
+        std::time::Duration::from_secs(400),
         || {
             let queued = c
                 .run_ok("squeue", &["-h", "-u", &ben.name, "-o", "%i"])
@@ -1606,6 +1607,7 @@ fn contention_completes(c: &mut Cluster) -> TestResult {
         ended.values().all(|s| s == "COMPLETED"),
         format!("ben's jobs ended {ended:?}\nsyslog:\n{}", c.syslog()),
     )?;
+    c.run_ok("scancel", &[&blocker.to_string()])?;
     clean(c)
 }
 
