@@ -20,7 +20,7 @@
 # other (FirstJobId, tests/src/cluster/configs.rs), so Slurm's cgroup
 # paths never meet (make check runs two v1 lanes); two runs of one release
 # share its root, where each run has its own build directory
-# (target/slurm-SUITE/suite-CGROUP) and accounts are made under a lock
+# (target/slurm-SUITE/suite-CGROUP-PID) and accounts are made under a lock
 # (tests/src/users.rs). The roots and headers every run needs are prepared
 # first, one at a time.
 #

@@ -27,6 +27,8 @@ export GPUSHARE_TEST_CGROUP=$cgroup
 cd "$(dirname "$0")/.."
 repo=$PWD
 cargo=${CARGO:-cargo}
+# This run's own build directory (plugins_for), removed at its end.
+own_build=
 "$cargo" build --workspace --all-targets
 mapfile -t tests < <("$cargo" test -p gpushare-tests --tests --no-run --message-format=json 2>/dev/null |
     python3 -c 'import json,sys
@@ -44,12 +46,15 @@ fi
 # Builds the plugins against HEADERS (a directory holding slurm/slurm.h)
 # (tests/release_plugins.sh: target/slurm-NAME/release), and makes the
 # build directory the harness reads: the host's binaries, this release's
-# plugins. One per cgroup version: tests/lanes.sh may run a release on v1
-# and v2 at once.
+# plugins. One per run (the cgroup version and this script's pid in its
+# name), removed when it ends: tests/lanes.sh may run a release on v1 and
+# v2 at once, and a second run of one release on one cgroup version must
+# never remake the directory under the first one's running suites.
 plugins_for() {
     local name=$1 headers=$2
     tests/release_plugins.sh "$name" "$headers"
-    build=$repo/target/slurm-$name/suite-$cgroup
+    build=$repo/target/slurm-$name/suite-$cgroup-$$
+    own_build=$build
     rm -rf "$build"
     mkdir -p "$build"
     for f in "$repo"/target/debug/*; do
@@ -186,6 +191,7 @@ cleanup() {
         wait "$db_pid" 2>/dev/null || true
     fi
     [ -z "$db" ] || rm -rf "$db" "$db.log" "$db.install.log" "$dbtmp"
+    [ -z "$own_build" ] || rm -rf "$own_build"
     ip netns del "$lab" 2>/dev/null || true
     exit "$rc"
 }
