@@ -86,13 +86,6 @@ fn mark_name(job: u32) -> String {
     format!("requeue-{job}")
 }
 
-/// The kernel's boot id (empty where it cannot be read).
-pub fn boot_id() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|b| b.trim().to_owned())
-        .unwrap_or_default()
-}
-
 /// What the prolog knows of a share it refused, for its epilog and the
 /// node's record: its user and units, the boot and the run (Slurm's
 /// restart count in the job's credential, `SLURM_JOB_RESTART_COUNT`).
@@ -158,7 +151,7 @@ pub fn mark(
         why,
         uid,
         units,
-        boot: boot_id(),
+        boot: kept::this_boot(),
         run,
     };
     state_dir::replace_file(state_dir, &mark_name(job), marked.text().as_bytes(), 0o600)
@@ -306,12 +299,18 @@ fn accounted_state(deadline: &Deadline, name: &str) -> Option<String> {
 
 /// How many jobs this node still keeps off itself (its record's entries).
 pub fn kept_exclusions(state_dir: &Path) -> Result<usize, String> {
-    let old = state_dir.join(RECORD).exists();
-    let kept = kept::existing(Path::new(kept::KEPT_ROOT), state_dir, 0);
-    if !old && !kept.is_some_and(|k| k.join(RECORD).exists()) {
+    if !has_record(state_dir) {
         return Ok(0);
     }
     with_record(state_dir, &Deadline::start(), |r| r.0.len())
+}
+
+/// Whether the node keeps a record of exclusions at all (in the kept
+/// directory, or 0.2's in the state directory), looked at without the
+/// record's lock: a node with none spends nothing more on them.
+fn has_record(state_dir: &Path) -> bool {
+    let kept = kept::existing(Path::new(kept::KEPT_ROOT), state_dir, 0);
+    state_dir.join(RECORD).exists() || kept.is_some_and(|k| k.join(RECORD).exists())
 }
 
 /// Runs `f` on the record (in the kept directory) under its lock (no
@@ -368,7 +367,7 @@ pub fn requeue_elsewhere(
 ) -> Result<String, String> {
     let why = refused.marked.why;
     let shown = resolve(deadline, job).map_err(|e| e.to_string())?;
-    if !refused.marked.names_run(&boot_id(), shown.restarts) {
+    if !refused.marked.names_run(&kept::this_boot(), shown.restarts) {
         return Err(format!(
             "job {job}'s mark was left by another run (its epilog never ran): this run \
              (Restarts={}) is left alone",
@@ -455,10 +454,7 @@ pub fn mps_setup(cfg: &gpushare::mps::config::GpuMpsConfig) -> String {
         },
         None => "none".to_owned(),
     };
-    let driver = std::fs::read_to_string("/proc/driver/nvidia/version")
-        .ok()
-        .and_then(|v| v.lines().next().map(str::to_owned))
-        .unwrap_or_else(|| "no driver".to_owned());
+    let driver = crate::nvml::driver_version().unwrap_or_else(|| "no driver".to_owned());
     format!(
         "{}; {}; {driver}",
         file(gpushare::mps::programs::program(cfg)),
@@ -490,7 +486,7 @@ pub fn lift_where_changed(
     name: &str,
 ) -> Result<Vec<String>, String> {
     let state_dir = &node.cfg.state_dir;
-    if kept_exclusions(state_dir)? == 0 {
+    if !has_record(state_dir) {
         return Ok(Vec::new());
     }
     let state = node
@@ -507,7 +503,7 @@ pub fn lift_where_changed(
     let disabled = node.disabled.is_some();
     // Only a disabled node asks: Slurm may no longer send shares there.
     let mps_unbooked = disabled && slurm_books_mps(deadline, name) == Some(false);
-    let (boot, setup) = (boot_id(), mps_setup(&node.cfg));
+    let (boot, setup) = (kept::this_boot(), mps_setup(&node.cfg));
     let now = NodeNow {
         boot: &boot,
         setup: &setup,
@@ -523,17 +519,12 @@ pub fn lift_where_changed(
 /// each job's `ExcNodeList` as it is now, and gpushare's words from its
 /// `AdminComment`; what to log. A job Slurm could not be asked about, or
 /// that runs elsewhere, stays recorded, for the next look.
-pub fn restore_exclusions(
+fn restore_exclusions(
     deadline: &Deadline,
     state_dir: &Path,
     node: &str,
     now: &NodeNow<'_>,
 ) -> Result<Vec<String>, String> {
-    let old = state_dir.join(RECORD).exists();
-    let kept = kept::existing(Path::new(kept::KEPT_ROOT), state_dir, 0);
-    if !old && !kept.is_some_and(|k| k.join(RECORD).exists()) {
-        return Ok(Vec::new());
-    }
     // Read under the lock, acted on without it.
     let records = with_record(state_dir, deadline, |r| r.clone())?;
     let mut lines = Vec::new();

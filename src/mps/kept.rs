@@ -18,6 +18,15 @@ use super::state_dir::{self, Access};
 /// marks and the path of the `gpu_mps.conf` in use).
 pub const KEPT_ROOT: &str = "/var/lib/gpushare";
 
+/// This boot's id, as the kernel gives it (empty where it cannot be
+/// read): what tells a record kept across reboots which boot wrote it.
+pub fn this_boot() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}
+
 /// The kept directory of state directory `state_dir` under `root`
 /// ([`KEPT_ROOT`] on a node).
 pub fn kept_dir(root: &Path, state_dir: &Path) -> PathBuf {

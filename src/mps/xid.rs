@@ -361,14 +361,6 @@ pub fn start_of(cursor: Option<Cursor>, boot: &str) -> Start {
     }
 }
 
-/// This boot's id, as the kernel gives it.
-pub fn this_boot() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .unwrap_or_default()
-        .trim()
-        .to_owned()
-}
-
 /// Where a look keeps what outlives a boot ([`super::kept::KEPT_ROOT`] on
 /// a node), and which boot this is.
 #[derive(Debug, Clone, Copy)]
@@ -388,7 +380,7 @@ pub fn set_aside_fatal(
     kernel_log: &Path,
     last_seen: impl Fn(&Path) -> Vec<SeenGpu>,
 ) -> Vec<String> {
-    let boot = this_boot();
+    let boot = super::kept::this_boot();
     let root = Path::new(super::kept::KEPT_ROOT);
     set_aside_fatal_in(node, kernel_log, Keeping { root, boot: &boot }, last_seen)
 }

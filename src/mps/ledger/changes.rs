@@ -98,17 +98,7 @@ impl Ledger {
             if gpu_count > MAX_GPUS_PER_NODE {
                 return Err(PlacementError::TooManyGpus { gpu_count });
             }
-            let mut loads = state.gpu_loads_for(gpu_count, uid);
-            for &gpu in single_user {
-                if let Some(load) = loads.get_mut(index(gpu)) {
-                    load.single_user_server = true;
-                }
-            }
-            for &gpu in failed {
-                if let Some(load) = loads.get_mut(index(gpu)) {
-                    load.failed = true;
-                }
-            }
+            let loads = state.placing_loads(gpu_count, uid, single_user, failed);
             let chosen = placement::choose_gpu_for_user(&loads, units_per_gpu, units, self.rule)?;
             u32::try_from(chosen).map_err(|_| PlacementError::TooManyGpus { gpu_count })
         })

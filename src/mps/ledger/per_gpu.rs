@@ -44,6 +44,30 @@ impl LedgerState {
         loads
     }
 
+    /// [`Self::gpu_loads_for`] as a share of `uid` is placed by: the GPUs
+    /// `single_user` marked as serving one user at a time, those `failed`
+    /// set aside ([`crate::mps::health`]).
+    pub fn placing_loads(
+        &self,
+        gpu_count: u32,
+        uid: u32,
+        single_user: &[u32],
+        failed: &[u32],
+    ) -> Vec<GpuLoad> {
+        let mut loads = self.gpu_loads_for(gpu_count, uid);
+        for &gpu in single_user {
+            if let Some(load) = loads.get_mut(index(gpu)) {
+                load.single_user_server = true;
+            }
+        }
+        for &gpu in failed {
+            if let Some(load) = loads.get_mut(index(gpu)) {
+                load.failed = true;
+            }
+        }
+        loads
+    }
+
     /// The users with shares on `gpu`, other than `uid`, by name.
     pub fn other_users_on(&self, gpu: u32, uid: u32) -> BTreeSet<String> {
         self.shares

@@ -603,12 +603,7 @@ pub fn fits_now(
     if state.lost_reason().is_some() {
         return false;
     }
-    let mut loads = state.gpu_loads_for(gpu_count, uid.unwrap_or(u32::MAX));
-    for &gpu in failed {
-        if let Some(load) = usize::try_from(gpu).ok().and_then(|g| loads.get_mut(g)) {
-            load.failed = true;
-        }
-    }
+    let loads = state.placing_loads(gpu_count, uid.unwrap_or(u32::MAX), &[], failed);
     crate::mps::placement::choose_gpu_for_user(&loads, units_per_gpu, units.max(1), rule).is_ok()
 }
 
