@@ -74,23 +74,36 @@ impl SubmittedOptions {
 
 /// The options of `sbatch`/`srun`/`salloc` that take a value in the next
 /// word when written without `=` (the rest are flags or take theirs only
-/// after `=`). An unknown option is taken as a flag.
+/// after `=`, as getopt reads an optional argument: `--nice`,
+/// `--propagate`, `--get-user-env`). An unknown option is taken as a flag.
+/// Every `required_argument` option of `src/common/slurm_opt.c`, 22.05 to
+/// 26.11 (`--container-type` became `--runtime` in 26.11), but `--wait`:
+/// a flag of sbatch, a number of seconds for srun ([`takes_value`]).
 const LONG_WITH_VALUE: &[&str] = &[
+    "accel-bind",
     "account",
     "acctg-freq",
+    "argv",
     "array",
+    "autocomplete",
     "batch",
     "bb",
     "bbf",
+    "bcast-exclude",
     "begin",
     "chdir",
+    "cluster",
     "cluster-constraint",
     "clusters",
     "comment",
     "constraint",
     "container",
+    "container-id",
+    "container-type",
+    "context",
     "core-spec",
     "cores-per-socket",
+    "cpu-bind",
     "cpu-freq",
     "cpus-per-gpu",
     "cpus-per-task",
@@ -98,12 +111,14 @@ const LONG_WITH_VALUE: &[&str] = &[
     "delay-boot",
     "dependency",
     "distribution",
+    "environment",
+    "epilog",
     "error",
     "exclude",
     "export",
     "export-file",
     "extra",
-    "get-user-env",
+    "extra-node-info",
     "gid",
     "gpu-bind",
     "gpu-freq",
@@ -113,10 +128,13 @@ const LONG_WITH_VALUE: &[&str] = &[
     "gpus-per-task",
     "gres",
     "gres-flags",
+    "het-group",
     "hint",
+    "ignore-signals",
     "input",
     "job-name",
     "jobid",
+    "kill-on-invalid-dep",
     "licenses",
     "mail-type",
     "mail-user",
@@ -125,9 +143,11 @@ const LONG_WITH_VALUE: &[&str] = &[
     "mem-bind",
     "mem-per-cpu",
     "mem-per-gpu",
+    "mem-update",
     "mincpus",
+    "mpi",
+    "msg-timeout",
     "network",
-    "nice",
     "nodefile",
     "nodelist",
     "nodes",
@@ -139,29 +159,39 @@ const LONG_WITH_VALUE: &[&str] = &[
     "ntasks-per-tres",
     "open-mode",
     "output",
+    "pack-group",
     "partition",
     "power",
     "prefer",
     "priority",
     "profile",
-    "propagate",
+    "prolog",
     "qos",
+    "relative",
     "reservation",
+    "resources",
+    "runtime",
+    "segment",
     "signal",
+    "slurmd-debug",
     "sockets-per-node",
     "switches",
+    "task-epilog",
+    "task-prolog",
+    "tasks-per-node",
     "thread-spec",
+    "threads",
     "threads-per-core",
     "time",
     "time-min",
     "tmp",
+    "treewidth",
+    "tres-bind",
     "tres-per-task",
     "uid",
     "wait-all-nodes",
     "wckey",
     "wrap",
-    "cpus-per-gpu",
-    "segment",
 ];
 
 /// Short options taking a value (attached, `-pgpu`, or in the next word).
@@ -173,6 +203,7 @@ const SHORT_WITH_VALUE: &[u8] = b"AabCcDdeFGiJLMmNnopqSTtwx";
 pub fn parse(line: &str) -> SubmittedOptions {
     let words: Vec<&str> = line.split_whitespace().collect();
     let mut found = SubmittedOptions::default();
+    let command = words.first().copied().unwrap_or("");
     let mut i = 1;
     while i < words.len() {
         let word = words[i];
@@ -184,7 +215,7 @@ pub fn parse(line: &str) -> SubmittedOptions {
         let (name, value) = if let Some(long) = word.strip_prefix("--") {
             match long.split_once('=') {
                 Some((n, v)) => (n, Some(v)),
-                None if LONG_WITH_VALUE.contains(&long) => {
+                None if takes_value(command, long) => {
                     let v = words.get(i).copied();
                     i += usize::from(v.is_some());
                     (long, v)
@@ -216,6 +247,13 @@ pub fn parse(line: &str) -> SubmittedOptions {
         record(&mut found, name, value, (start, i));
     }
     found
+}
+
+/// Whether `--long` of `command` (the line's first word) takes the next
+/// word as its value.
+fn takes_value(command: &str, long: &str) -> bool {
+    LONG_WITH_VALUE.contains(&long)
+        || (long == "wait" && command.rsplit('/').next() == Some("srun"))
 }
 
 fn short_name(letter: u8) -> &'static str {
@@ -418,6 +456,26 @@ impl Retyped {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn options_with_a_value_in_the_next_word_and_without() {
+        // Optional arguments are only ever attached: the next word is the
+        // next option, whose GPUs must not be lost.
+        for flag in ["--nice", "--propagate", "--get-user-env", "--stepmgr"] {
+            let o = parse(&format!("sbatch {flag} --gres=gpu:2 job.sh"));
+            assert_eq!(o.per_node, vec!["gres:gpu:2"], "{flag}");
+        }
+        let o = parse("sbatch --wait --gpus-per-node=2 job.sh");
+        assert_eq!(o.per_node, vec!["gres:gpu:2"]);
+        // Required ones take the next word, whichever release named them.
+        let o = parse(
+            "srun --wait 30 --mpi pmix --runtime oci --container-type oci \
+             --cpu-bind cores --gres gpu:a40:1 prog",
+        );
+        assert_eq!(o.per_node, vec!["gres:gpu:a40:1"]);
+        let o = parse("/usr/bin/srun --tres-bind gres/gpu:single:1 --gpus 2 prog");
+        assert_eq!(o.per_job, vec!["gres:gpu:2"]);
+    }
 
     #[test]
     fn both_forms_of_each_option() {
