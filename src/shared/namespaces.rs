@@ -49,10 +49,12 @@ pub fn private_dirs(
 ) -> Vec<PathBuf> {
     let value = if plugin.to_ascii_lowercase().ends_with("/linux") {
         namespace_yaml.and_then(|text| {
-            text.lines()
-                .map(|l| l.split('#').next().unwrap_or_default().trim())
-                .find_map(|l| l.strip_prefix("dirs:"))
-                .map(|v| v.trim().trim_matches(['"', '\'']).to_owned())
+            yaml_dir_confs(text).or_else(|| {
+                text.lines()
+                    .map(|l| l.split('#').next().unwrap_or_default().trim())
+                    .find_map(|l| l.strip_prefix("dirs:"))
+                    .map(|v| v.trim().trim_matches(['"', '\'']).to_owned())
+            })
         })
     } else {
         job_container_conf.and_then(|text| {
@@ -74,6 +76,63 @@ pub fn private_dirs(
         .filter(|d| d.starts_with('/'))
         .map(PathBuf::from)
         .collect()
+}
+
+/// The `path:` of each entry of namespace.yaml's `dir_confs:` (26.05),
+/// which supersedes `dirs:` where both are set, joined by commas as
+/// `dirs:` is; `None` where there is no `dir_confs:` key. Block entries
+/// (`- path: /tmp` below the key) and flow ones (`[{path: /tmp}]`) are
+/// read; `base_path:` is not a path of a private directory.
+fn yaml_dir_confs(text: &str) -> Option<String> {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or_default().trim_end())
+        .collect();
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let at = lines.iter().position(|l| l.contains("dir_confs:"))?;
+    let key_indent = indent(lines[at]);
+    let mut region = lines[at]
+        .split_once("dir_confs:")
+        .map(|(_, v)| v.to_owned())
+        .unwrap_or_default();
+    for l in lines.iter().skip(at + 1).filter(|l| !l.trim().is_empty()) {
+        let below =
+            indent(l) > key_indent || (indent(l) == key_indent && l.trim_start().starts_with('-'));
+        if !below {
+            break;
+        }
+        region.push('\n');
+        region.push_str(l);
+    }
+    let mut paths = Vec::new();
+    let mut rest = region.as_str();
+    while let Some(i) = rest.find("path:") {
+        let before = rest[..i].chars().next_back();
+        let after = &rest[i + "path:".len()..];
+        if before.is_none_or(|c| c.is_whitespace() || matches!(c, '{' | ',' | '-')) {
+            let value = after
+                .split(['\n', ',', '}'])
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .trim_matches(['"', '\'']);
+            if !value.is_empty() {
+                paths.push(value.to_owned());
+            }
+        }
+        rest = after;
+    }
+    Some(paths.join(","))
+}
+
+/// The key of namespace.yaml's `text` that names the private directories:
+/// `dir_confs:` where the file has one (26.05), else `dirs:`.
+pub fn yaml_dirs_key(text: &str) -> &'static str {
+    if yaml_dir_confs(text).is_some() {
+        "dir_confs:"
+    } else {
+        "dirs:"
+    }
 }
 
 /// Where a node with `state_dir` keeps its MPS pipes: `<state_dir>-mps`.
@@ -165,6 +224,23 @@ mod tests {
             private_dirs("namespace/linux", Some("Dirs=/y\n"), Some(yaml)),
             vec![PathBuf::from("/tmp"), "/run/x".into()]
         );
+        // 26.05's dir_confs: supersedes dirs:, block or flow style.
+        let linux = |yaml| private_dirs("namespace/linux", None, Some(yaml));
+        let block = "defaults:\n  base_path: /var/ns\n  dirs: /x\n  dir_confs:\n    \
+                     - path: /tmp\n      base_path: /scratch\n      options: noexec\n    \
+                     - path: \"/run\"\n      tmpfs: true\n  shared: false\n";
+        assert_eq!(linux(block), vec![PathBuf::from("/tmp"), "/run".into()]);
+        let same_indent = "defaults:\n  dir_confs:\n  - path: /dev/shm\n  - {path: /var/tmp}\n";
+        assert_eq!(
+            linux(same_indent),
+            vec![PathBuf::from("/dev/shm"), "/var/tmp".into()]
+        );
+        let flow = "defaults: {dir_confs: [{path: /tmp, base_path: /b}, {path: '/run/x'}]}\n";
+        assert_eq!(linux(flow), vec![PathBuf::from("/tmp"), "/run/x".into()]);
+        // A key after the list ends it.
+        let after = "defaults:\n  dir_confs:\n    - path: /tmp\nnode_confs:\n  - nodes: a\n    \
+                     options:\n      path: /not\n";
+        assert_eq!(linux(after), vec![PathBuf::from("/tmp")]);
     }
 
     #[test]

@@ -74,7 +74,7 @@ pub fn unreachable_pipes(plan: &TaskPlan, job: u32) -> Option<String> {
             "gpu_mps: job {job}: this task cannot see its GPU's MPS directory {}: the job's \
              namespace hides it, so its CUDA work could not reach the GPU's MPS server. \
              An administrator must keep StateDir= of gpu_mps.conf out of every directory \
-             in Dirs= of job_container.conf (dirs: of namespace.yaml); the default \
+             in Dirs= of job_container.conf (dirs: or dir_confs: of namespace.yaml); the default \
              /run/gpu-mps is",
             dir.display()
         )),

@@ -11,7 +11,7 @@ use crate::shared::batch_start::{batch_start_seconds, ShortBatchStart, SLURM_BAT
 use crate::shared::booking::MpsBooking;
 use crate::shared::locations::DEFAULT_STATE_DIR;
 use crate::shared::namespaces::{
-    hiding_dir, namespace_plugin, pipes_dir, plugin_of, private_dirs, state_dir_of,
+    hiding_dir, namespace_plugin, pipes_dir, plugin_of, private_dirs, state_dir_of, yaml_dirs_key,
 };
 
 use super::finding::*;
@@ -184,7 +184,11 @@ fn pipes_hidden(site: &Site, nodes: &str, out: &mut Vec<AuditFinding>) {
     };
     let linux = plugin.to_ascii_lowercase().ends_with("/linux");
     let (file, key, doc) = if linux {
-        ("namespace.yaml", "dirs:", DOC_NAMESPACE_YAML)
+        let key = site
+            .namespace_yaml
+            .as_deref()
+            .map_or("dirs:", yaml_dirs_key);
+        ("namespace.yaml", key, DOC_NAMESPACE_YAML)
     } else {
         ("job_container.conf", "Dirs=", DOC_JOB_CONTAINER_CONF)
     };

@@ -298,6 +298,18 @@ fn job_namespaces_that_hide_the_mps_pipes_are_an_error() {
     let yaml = "defaults:\n  base_path: \"/var/ns\"\n  dirs: \"/tmp,/dev/shm\"\n";
     let site = site_under_namespaces(linux, Some("Dirs=/run\n"), Some(yaml), None);
     assert_eq!(audit(&site), []);
+    // 26.05's dir_confs: supersedes dirs:, and the fix names it.
+    let yaml = "defaults:\n  dirs: /tmp\n  dir_confs:\n    - path: /run\n      tmpfs: true\n";
+    let site = site_under_namespaces(linux, None, Some(yaml), None);
+    let found = hidden(&site);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0]
+            .fix
+            .ends_with("take /run out of dir_confs: in namespace.yaml"),
+        "{}",
+        found[0].fix
+    );
 
     // gpu_mps.conf on the controller: its StateDir under Slurm's default Dirs.
     let site = site_under_namespaces(TMPFS, None, None, Some("StateDir=/tmp/x\n"));
