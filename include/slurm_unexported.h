@@ -8,7 +8,8 @@
  * these functions, never from malloc or Rust.
  *
  * Signatures checked against src/common/xmalloc.h and src/common/xstring.h
- * of Slurm 22.05 through 26.05: unchanged in all of them.
+ * of Slurm 22.05 through 26.05 and of the 26.11 pre-release (SchedMD's
+ * master of 2026-08-20, 284c3b95): unchanged in all of them.
  */
 #ifndef GPUSHARE_SLURM_UNEXPORTED_H
 #define GPUSHARE_SLURM_UNEXPORTED_H

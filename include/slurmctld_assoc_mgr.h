@@ -9,7 +9,8 @@
  *
  * Signatures and the lock struct checked against src/common/assoc_mgr.h and
  * src/slurmctld/locks.h of Slurm 22.05, 23.02, 23.11, 24.05, 24.11, 25.05,
- * 25.11 and 26.05: unchanged in all of them. The records themselves
+ * 25.11, 26.05 and the 26.11 pre-release (SchedMD's master of 2026-08-20,
+ * 284c3b95): unchanged in all of them. The records themselves
  * (slurmdb_*_rec_t) come from the public slurmdb.h of the release built for.
  *
  * slurmctld's own globals (acct_db_conn, accounting_enforce,

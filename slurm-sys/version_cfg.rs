@@ -17,6 +17,7 @@ const SLURM_RELEASES: &[(u32, u32)] = &[
     (25, 5),
     (25, 11),
     (26, 5),
+    (26, 11),
 ];
 
 /// Emits `cfg(slurm_X_Y)` for every release at or below the version slurm-sys

@@ -20,10 +20,14 @@ src_dir=${GPUSHARE_SLURM_SRC:-$repo/../shared/slurm-src}
 prefixes=${GPUSHARE_SLURM_PREFIXES:-/opt}
 [ -d "$src_dir" ] || { echo "slurm_source: no tarball directory $src_dir (set GPUSHARE_SLURM_SRC)" >&2; exit 1; }
 
-# The newest tarball of the release (X.Y) or exactly X.Y.Z.
+# The newest tarball of the release (X.Y) or exactly X.Y.Z. A
+# pre-release's tarball (slurm-26.11.0-pre, a snapshot of SchedMD's
+# master) sorts before the release's own (slurm-26.11.0), so dropping the
+# release's tarball beside it is all a tagged release needs.
 tarball=$(find "$src_dir" -maxdepth 1 -name "slurm-$release*.tar.*" -printf '%f\n' |
-    grep -E "^slurm-$(echo "$release" | sed 's/\./\\./g')(\.[0-9]+)?(-[0-9]+)?\.tar\.(xz|bz2|gz)$" |
-    sort -V | tail -n 1 || true)
+    grep -E "^slurm-$(echo "$release" | sed 's/\./\\./g')(\.[0-9]+)?(-[0-9]+|-pre|-rc[0-9]+)?\.tar\.(xz|bz2|gz)$" |
+    sed -E 's/^(.*)-(pre|rc[0-9]+)(\.tar\..*)$/\1~\2\3\t&/; t; s/.*/&\t&/' |
+    sort -V -k1,1 | tail -n 1 | cut -f2 || true)
 [ -n "$tarball" ] || { echo "slurm_source: no slurm-$release tarball in $src_dir" >&2; exit 1; }
 version=${tarball#slurm-}
 version=${version%.tar.*}

@@ -59,14 +59,26 @@ mod supported {
                 "{number:x}"
             );
         }
-        // 26.11.0 and 27.05.1: refused, naming both releases and the way on.
-        for (number, found) in [(0x1a_0b_00, "26.11.0"), (0x1b_05_01, "27.05.1")] {
+        // 26.11: built on, saying it was checked before its release only.
+        for number in [0x1a_0b_00, 0x1a_0b_02] {
+            let warning = check_supported(number, INCLUDE, None);
+            assert!(
+                warning.as_ref().is_ok_and(|w| w
+                    .as_ref()
+                    .is_some_and(|w| w.contains(&version_text(number))
+                        && w.contains("before its release only")
+                        && w.contains("284c3b95"))),
+                "{warning:?}"
+            );
+        }
+        // 27.05.1 and 28.11.0: refused, naming both releases and the way on.
+        for (number, found) in [(0x1b_05_01, "27.05.1"), (0x1c_0b_00, "28.11.0")] {
             let refusal = check_supported(number, INCLUDE, None)
                 .err()
                 .unwrap_or_default();
             assert!(
                 refusal.contains(&format!("are of Slurm {found}, newer than"))
-                    && refusal.contains("the newest release gpushare supports, 26.05")
+                    && refusal.contains("the newest release gpushare supports, 26.11")
                     && refusal.contains(INCLUDE)
                     && refusal.contains("GPUSHARE_ALLOW_NEWER_SLURM=1"),
                 "{refusal}"
@@ -87,6 +99,10 @@ mod supported {
     #[test]
     fn the_newest_supported_release_is_the_last_gated_one() {
         assert_eq!(SLURM_RELEASES.last(), Some(&NEWEST_SUPPORTED));
+        // A pre-release is always the newest one.
+        if let Some((release, _)) = PRE_RELEASE {
+            assert_eq!(release, NEWEST_SUPPORTED);
+        }
         assert_eq!(version_text(0x1a_05_03), "26.05.3");
     }
 }
