@@ -16,10 +16,12 @@ use gpushare::mps::status::NodeStatus;
 use std::thread::sleep;
 use std::time::Duration;
 
-use testcluster::cluster::{wait_for, GpuSpec};
+use testcluster::cluster::{slurm_places_shares, wait_for, GpuSpec};
 use testcluster::time::{Timeout, JOB_END, JOB_LONG, JOB_START, SHORT};
 use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
 
+#[path = "gpu_mps/autodetect.rs"]
+mod autodetect;
 #[path = "gpu_mps/cpu_node.rs"]
 mod cpu_node;
 #[path = "gpu_mps/lock_wait.rs"]
@@ -66,8 +68,23 @@ fn main() -> ExitCode {
     } else {
         suite
     };
+    // gres.conf's Flags=env_uuid is Slurm 26.05's.
+    let suite = if testcluster::cluster::slurm_release() >= (26, 5) && slurm_places_shares() {
+        suite.test_on(
+            "autodetected_gpus_under_env_uuid_whole_jobs_see_uuids_shares_device_0",
+            autodetect::env_uuid_node(),
+            autodetect::env_uuid,
+        )
+    } else {
+        suite
+    };
     suite
         .test("four_shares_land_on_four_gpus_then_two_per_gpu", spread)
+        .test_on(
+            "autodetected_gpus_take_shares_placed_confined_and_audited",
+            autodetect::detected_node(),
+            autodetect::detected_shares,
+        )
         .test_on(
             "gpushares_prolog_and_epilog_run_in_prolog_d_beside_the_sites",
             prolog_d_node(),

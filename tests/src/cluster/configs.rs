@@ -105,6 +105,29 @@ fn gres_lines(n: &NodeSpec, dev: &Path) -> String {
     gres
 }
 
+/// What slurmd's GPU plugin finds in `fake_gpus.conf` (read beside
+/// slurm.conf under any `AutoDetect=`, Slurm 22.05 to 26.05): one record a
+/// GPU, `<type>|<cpus>|<cpu range>|<links>|<device file>|<uuid>|<flags>`,
+/// the GPUs of the first node (every node reads the same file).
+fn fake_gpus_conf(nodes: &[NodeSpec], dev: &Path, cpus: u32) -> String {
+    let mut text = String::new();
+    let mut index = 0;
+    for g in nodes.first().map(|n| n.gpus.as_slice()).unwrap_or_default() {
+        for _ in 0..g.count {
+            let _ = writeln!(
+                text,
+                "{t}|{cpus}|0-{last}|(null)|{dev}/nvidia{index}|{uuid}|nvidia_gpu_env",
+                t = g.gpu_type,
+                last = cpus.saturating_sub(1),
+                dev = dev.display(),
+                uuid = super::fake_gpu_uuid(index),
+            );
+            index += 1;
+        }
+    }
+    text
+}
+
 /// A fake GPU: the char device `c 195 minor` at `path`.
 fn mknod_gpu(path: &Path, minor: u32) -> Result<()> {
     let c = std::ffi::CString::new(path.to_string_lossy().as_bytes()).map_err(|e| e.to_string())?;
@@ -369,10 +392,23 @@ impl Cluster {
         let conf = override_settings(&conf, &self.spec.conf_overrides);
         write(&etc.join("slurm.conf"), &conf, 0o644)?;
 
-        let mut gres = String::from("AutoDetect=off\n");
-        for n in nodes {
-            gres.push_str(&gres_lines(n, &d.join("dev")));
-        }
+        let gres = match &self.spec.detected_gres_conf {
+            Some(text) => {
+                write(
+                    &etc.join("fake_gpus.conf"),
+                    &fake_gpus_conf(nodes, &d.join("dev"), self.spec.cpus),
+                    0o644,
+                )?;
+                self.expand(text)
+            }
+            None => {
+                let mut gres = String::from("AutoDetect=off\n");
+                for n in nodes {
+                    gres.push_str(&gres_lines(n, &d.join("dev")));
+                }
+                gres
+            }
+        };
         write(&etc.join("gres.conf"), &gres, 0o644)?;
 
         // cgroup v2: slurmd starts no systemd scope here (there is no

@@ -20,8 +20,8 @@ mod spec;
 
 pub use jobs::JobInfo;
 pub use spec::{
-    cgroup_v2, slurm_places_shares, slurm_release, ClusterSpec, GpuSpec, NodeSpec, Qos,
-    SITE_MONITORING_CONF,
+    cgroup_v2, fake_gpu_uuid, slurm_places_shares, slurm_release, ClusterSpec, GpuSpec, NodeSpec,
+    Qos, SITE_MONITORING_CONF,
 };
 
 use std::collections::BTreeMap;

@@ -139,6 +139,13 @@ pub struct ClusterSpec {
     /// `SlurmUser=` of slurmctld and slurmdbd: a system account the harness
     /// creates, as a site runs them; `None`: root.
     pub slurm_user: Option<String>,
+    /// Slurm detects the GPUs itself: this is gres.conf (with `{cluster}`),
+    /// an `AutoDetect=` line and what the site adds, instead of the
+    /// harness's `AutoDetect=off` and gpu/mps lines; slurmd finds the
+    /// node's GPUs of `gpus` in a `fake_gpus.conf` beside slurm.conf, one
+    /// record a GPU: its type, the node's CPUs, its device file and the
+    /// UUID of [`fake_gpu_uuid`].
+    pub detected_gres_conf: Option<String>,
 }
 
 impl Default for ClusterSpec {
@@ -167,6 +174,7 @@ impl Default for ClusterSpec {
             partition_options: Vec::new(),
             conf_overrides: Vec::new(),
             slurm_user: None,
+            detected_gres_conf: None,
         }
     }
 }
@@ -446,6 +454,12 @@ pub fn slurm_release() -> (u32, u32) {
             .map(|n| n.parse::<u32>().unwrap_or(0));
         (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0))
     })
+}
+
+/// The UUID `fake_gpus.conf` gives GPU `index` of a node whose GPUs Slurm
+/// detects ([`ClusterSpec::detected_gres_conf`]), as NVML writes one.
+pub fn fake_gpu_uuid(index: u32) -> String {
+    format!("GPU-6a5e0000-0000-4000-8000-{index:012x}")
 }
 
 /// Whether the MPS tests let Slurm place shares: Slurm 23.11 and later can
