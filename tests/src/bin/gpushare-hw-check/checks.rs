@@ -105,6 +105,7 @@ pub fn run_checks(s: &mut Setup, report: &mut Report) -> Result<(), String> {
     ));
 
     one_user_per_server(s, report, base_ms)?;
+    uuid_client(s, report)?;
     without_mps_beside(s, report, "DEFAULT")?;
     without_mps_beside(s, report, "EXCLUSIVE_PROCESS")?;
     let _ = s.smi(&["-i", "0", "-c", "DEFAULT"]);
@@ -470,6 +471,49 @@ fn multi_user(s: &mut Setup, report: &mut Report, exclusive: bool) -> Result<(),
 /// A job's user, with the pipe directory its tasks are given, sends the
 /// daemon control commands (a lower default thread percentage, `quit`):
 /// the daemon must refuse both and keep running with its limits.
+/// The device a share's client names under its GPU's MPS server, which
+/// the prolog starts with the GPU's index: besides `0` (what gpushare and
+/// Slurm set), the GPU's UUID, which Slurm 26.05's `Flags=env_uuid` gives
+/// jobs, reaches it too (docs/mps.md, "The device a share's tasks name").
+fn uuid_client(s: &mut Setup, report: &mut Report) -> Result<(), String> {
+    let conf = s.conf.clone();
+    let p = s.prolog(&conf, 451, 0, 25);
+    let plan = s.plan(&conf, 451)?;
+    let gpu = plan.gpu.to_string();
+    let uuid = s
+        .smi(&["-i", &gpu, "--query-gpu=uuid", "--format=csv,noheader"])
+        .trim()
+        .to_owned();
+    let env: Vec<(String, String)> = plan
+        .env
+        .iter()
+        .map(|(k, v)| {
+            let v = if k == "CUDA_VISIBLE_DEVICES" {
+                &uuid
+            } else {
+                v
+            };
+            (k.clone(), v.clone())
+        })
+        .collect();
+    let mut client = s.client(0, &env, 0, 0)?;
+    let result = client.wait_event("result", Duration::from_secs(120));
+    client.finish(PROGRAM_TIMEOUT);
+    let e = s.epilog(&conf, 451, 0);
+    let mps = result.as_ref().and_then(|r| r.mps_enabled);
+    report.push(Check::new(
+        "a client given its GPU's UUID reaches the MPS server started with the GPU's index",
+        verdict(uuid.starts_with("GPU-") && mps == Some(1)),
+        format!(
+            "CUDA_VISIBLE_DEVICES={uuid}: CUDA's MPS attribute {}; kernel {} ms",
+            shown(mps),
+            shown(result.as_ref().and_then(|r| r.kernel_ms))
+        ),
+        format!("{}\n{}\n{}", p.detail(), client.detail(), e.detail()),
+    ));
+    Ok(())
+}
+
 fn client_cannot_control(s: &mut Setup, report: &mut Report) -> Result<(), String> {
     let conf = s.conf.clone();
     let p = s.prolog(&conf, 401, 0, 20);
