@@ -283,7 +283,12 @@ impl ClusterSpec {
     /// one `Count=100` mps line per GPU, `Flags=all_sharing`,
     /// `LL_SHARED_GRES`, and gpushare records Slurm's choice.
     pub fn mps_node() -> Self {
-        let by_slurm = slurm_places_shares();
+        Self::mps_node_placed_by_slurm(slurm_places_shares())
+    }
+
+    /// [`Self::mps_node`] set up for Slurm to place shares (`by_slurm`,
+    /// Slurm 23.11 and later) or gpushare, whatever the release.
+    pub fn mps_node_placed_by_slurm(by_slurm: bool) -> Self {
         Self {
             gpus: vec![GpuSpec {
                 gpu_type: "a40".into(),
