@@ -68,11 +68,22 @@ fn main() -> ExitCode {
     } else {
         suite
     };
-    // gres.conf's Flags=env_uuid is Slurm 26.05's.
-    let suite = if testcluster::cluster::slurm_release() >= (26, 5) && slurm_places_shares() {
+    // gres.conf's Flags=env_uuid is Slurm 26.05's; gpushare places shares
+    // only where it can confine them (cgroup v1).
+    let env_uuid = testcluster::cluster::slurm_release() >= (26, 5);
+    let suite = if env_uuid {
         suite.test_on(
-            "autodetected_gpus_under_env_uuid_whole_jobs_see_uuids_shares_device_0",
-            autodetect::env_uuid_node(),
+            "autodetected_gpus_under_env_uuid_whole_jobs_see_uuids_shares_device_0_slurm_places",
+            autodetect::env_uuid_node(true),
+            autodetect::env_uuid,
+        )
+    } else {
+        suite
+    };
+    let suite = if env_uuid && !testcluster::cluster::cgroup_v2() {
+        suite.test_on(
+            "autodetected_gpus_under_env_uuid_whole_jobs_see_uuids_shares_device_0_gpushare_places",
+            autodetect::env_uuid_node(false),
             autodetect::env_uuid,
         )
     } else {

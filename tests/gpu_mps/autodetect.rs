@@ -27,7 +27,7 @@ const NVML_NAME: &str = "NVIDIA A40";
 /// ([`ClusterSpec::mps_node`]'s gpu_mps.conf, its 4 GPUs typed as Slurm
 /// detects them) on this release: gres.conf's lines, and the `Gres=` of
 /// slurm.conf's `NodeName=` line.
-fn printed_lines(spec: &ClusterSpec) -> Result<(Vec<String>, String), String> {
+fn printed_lines(spec: &ClusterSpec, by_slurm: bool) -> Result<(Vec<String>, String), String> {
     let conf_text = spec
         .extra_conf_files
         .iter()
@@ -40,9 +40,8 @@ fn printed_lines(spec: &ClusterSpec) -> Result<(Vec<String>, String), String> {
     // Its paths as they would be in a cluster in `dir`.
     let conf_text = conf_text.replace("{cluster}", &dir.to_string_lossy());
     fs::write(&conf, conf_text).map_err(|e| format!("{}: {e}", conf.display()))?;
-    // The release whose setup the suite runs (GPUSHARE_TEST_MPS_SETUP=
-    // node-count keeps 22.05's on any release).
-    let release = if slurm_places_shares() {
+    // The release whose setup the node has: where gpushare places, 22.05's.
+    let release = if by_slurm {
         let (major, minor) = slurm_release();
         format!("{major}.{minor:02}")
     } else {
@@ -90,18 +89,19 @@ fn printed_lines(spec: &ClusterSpec) -> Result<(Vec<String>, String), String> {
     Ok((gres, node_gres))
 }
 
-/// The MPS node of the suites with its GPUs detected by Slurm: gres.conf
-/// as `gpu-mps config` prints it, plus `extra` after the `AutoDetect=`
-/// line; `Err` where the printed `Gres=` is not the one the harness
-/// writes into slurm.conf for these GPUs.
-fn detected_spec(extra: &[String]) -> Result<ClusterSpec, String> {
-    let mut spec = ClusterSpec::mps_node();
+/// The MPS node of the suites with its GPUs detected by Slurm, set up for
+/// Slurm to place shares (`by_slurm`) or gpushare: gres.conf as `gpu-mps
+/// config` prints it, plus `extra` after the `AutoDetect=` line; `Err`
+/// where the printed `Gres=` is not the one the harness writes into
+/// slurm.conf for these GPUs.
+fn detected_spec(extra: &[String], by_slurm: bool) -> Result<ClusterSpec, String> {
+    let mut spec = ClusterSpec::mps_node_placed_by_slurm(by_slurm);
     let t = gpu_type(NVML_NAME);
     spec.gpus = vec![GpuSpec {
         gpu_type: t.clone(),
         count: 4,
     }];
-    let (gres, node_gres) = printed_lines(&spec)?;
+    let (gres, node_gres) = printed_lines(&spec, by_slurm)?;
     let written = format!(
         "gpu:{t}:4,mps:{}",
         spec.mps_count.ok_or("the MPS node has no mps count")?
@@ -127,7 +127,7 @@ fn detected_spec(extra: &[String]) -> Result<ClusterSpec, String> {
 
 /// The node of [`detected_spec`] as gpu-mps config prints it.
 pub(super) fn detected_node() -> ClusterSpec {
-    or_failing(detected_spec(&[]))
+    or_failing(detected_spec(&[], slurm_places_shares()))
 }
 
 /// A suite's spec cannot fail: a cluster that cannot be set up so fails
@@ -142,13 +142,14 @@ fn or_failing(spec: Result<ClusterSpec, String>) -> ClusterSpec {
 /// The same node with `Flags=env_uuid` on gpu lines naming its detected
 /// GPUs (the flag needs a line to sit on: gres.conf(5)), and the stand-in
 /// MPS control program, whose log says with which `CUDA_VISIBLE_DEVICES`
-/// each daemon was started.
-pub(super) fn env_uuid_node() -> ClusterSpec {
+/// each daemon was started; shares placed by Slurm (`by_slurm`) or
+/// gpushare.
+pub(super) fn env_uuid_node(by_slurm: bool) -> ClusterSpec {
     let line = format!(
         "Name=gpu Type={} File={{cluster}}/dev/nvidia[0-3] Flags=env_uuid",
         gpu_type(NVML_NAME)
     );
-    let mut spec = or_failing(detected_spec(&[line]));
+    let mut spec = or_failing(detected_spec(&[line], by_slurm));
     for (name, text) in &mut spec.extra_conf_files {
         if name == "gpu_mps.conf" {
             *text = text.replace(
@@ -288,7 +289,8 @@ fn audit_reads_detected_node(c: &Cluster) -> TestResult {
 
 /// Under `Flags=env_uuid` (26.05): a whole-GPU job sees its GPU's UUID and
 /// only its GPU; a share sees `0`, which its GPU's MPS server (started
-/// with that GPU's index) shows its clients, and only its GPU.
+/// with that GPU's index) shows its clients, and only its GPU, whoever
+/// placed it (Slurm: its own value; gpushare: the SPANK plugin's).
 pub(super) fn env_uuid(c: &mut Cluster) -> TestResult {
     gpus_detected(c)?;
     let bin = c.dir.join("mps-bin");
@@ -347,6 +349,17 @@ pub(super) fn env_uuid(c: &mut Cluster) -> TestResult {
         )?;
     }
     each_confined_to_its_gpu(c, &ids)?;
+    // The spec's per-GPU mps lines: Slurm places.
+    let by_slurm = c.spec.mps_per_gpu;
+    let state = ledger(c);
+    ensure(
+        ids.iter().all(|&id| {
+            state
+                .share(id)
+                .is_some_and(|s| s.placed_by_slurm == by_slurm)
+        }),
+        format!("expected placed_by_slurm={by_slurm}:\n{}", state_text(c)),
+    )?;
     // Each share's GPU got its daemon, started with the GPU's index.
     let log = fs::read_to_string(bin.join("standin.log")).unwrap_or_default();
     for gpu in gpus_of(c, &ids)? {
