@@ -214,6 +214,15 @@ fn main() -> ExitCode {
             pipes_hidden,
         );
     }
+    // namespace/linux (25.11): namespace.yaml's dirs:, from 26.05 its
+    // dir_confs: entries.
+    if testcluster::cluster::slurm_release() >= (25, 11) {
+        suite = suite.test_on(
+            "namespace_linux_hiding_the_mps_pipes_is_an_error",
+            correct_site().hiding_run_in_a_namespace(dir_confs()),
+            pipes_hidden_by_namespace_yaml,
+        );
+    }
     suite.run()
 }
 
@@ -443,6 +452,40 @@ fn pipes_hidden(c: &mut Cluster) -> TestResult {
                 .contains("/run/gpu-mps-mps (StateDir= of the gpu_mps.conf beside slurm.conf)")
             && f.object == "job_container.conf"
             && f.fix.starts_with("StateDir="),
+        format!("{f:?}"),
+    )
+}
+
+/// Whether this Slurm reads namespace.yaml's `dir_confs:` (26.05).
+fn dir_confs() -> bool {
+    testcluster::cluster::slurm_release() >= (26, 5)
+}
+
+fn pipes_hidden_by_namespace_yaml(c: &mut Cluster) -> TestResult {
+    // slurmd took the plugin and its file: Slurm's own record of it.
+    let config = c.run_ok("scontrol", &["show", "config"])?;
+    ensure(
+        config
+            .lines()
+            .any(|l| l.starts_with("NamespaceType") && l.contains("namespace/linux")),
+        format!("slurmctld does not run namespace/linux: {config}"),
+    )?;
+    let f = exactly(
+        c,
+        "error",
+        Severity::Error,
+        "mps_pipes_hidden_by_job_namespaces",
+    )?;
+    let key = if dir_confs() { "dir_confs:" } else { "dirs:" };
+    ensure(
+        f.what
+            .starts_with("node node1 offers mps under job namespaces (namespace/linux)")
+            && f.what
+                .contains("its namespace.yaml gives each job its own /")
+            && f.what.contains("/run, which holds the MPS pipes under /")
+            && f.object == "namespace.yaml"
+            && f.fix
+                .ends_with(&format!("/run out of {key} in namespace.yaml")),
         format!("{f:?}"),
     )
 }

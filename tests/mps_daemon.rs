@@ -113,6 +113,15 @@ fn main() -> ExitCode {
             "a_share_beside_another_users_server_is_refused_or_told_that_it_waits",
             beside_other_user,
         );
+    // 26.05.2's CgroupJobIdPaths=yes names a job's cgroup/v2 directory
+    // job_<id>, as v1 and 25.11 do, where 26.05 names it by SLUID.
+    if testcluster::cluster::cgroup_v2() && testcluster::cluster::slurm_release() >= (26, 5) {
+        suite = suite.test_on(
+            "the_epilog_terminates_the_jobs_mps_clients_under_cgroup_job_id_paths",
+            spec().with_cgroup_conf_lines(&["CgroupJobIdPaths=yes"]),
+            clients_terminated,
+        );
+    }
     suite = idle::tests(usage::tests(disable::tests(suite)));
     // On request only (named in full): Slurm's own container fails now and
     // then inside the harness's namespaces (see job_container.rs).
@@ -567,6 +576,25 @@ fn clients_terminated(c: &mut Cluster) -> TestResult {
         gpushare::mps::daemon::cgroup_is_jobs(&cgroup, id, sluid.as_deref()),
         format!("job {id}'s process {job_pid} (SLUID {sluid:?}) is not seen as the job's by its cgroup: {cgroup:?}"),
     )?;
+    // The naming this run asked Slurm for is the one it made: job_<id>
+    // under CgroupJobIdPaths=yes; the SLUID on 26.05's cgroup/v2 without.
+    let job_id_paths = fs::read_to_string(c.slurm_conf().with_file_name("cgroup.conf"))
+        .map_err(|e| e.to_string())?
+        .contains("CgroupJobIdPaths=yes");
+    if job_id_paths || !testcluster::cluster::cgroup_v2() {
+        ensure(
+            cgroup.contains(&format!("/job_{id}/")),
+            format!("job {id}'s cgroup is not job_{id}: {cgroup:?}"),
+        )?;
+    } else if testcluster::cluster::slurm_release() >= (26, 5) {
+        ensure(
+            sluid
+                .as_deref()
+                .is_some_and(|s| cgroup.contains(&format!("/{s}/")))
+                && !cgroup.contains(&format!("/job_{id}/")),
+            format!("job {id}'s cgroup is not its SLUID {sluid:?}: {cgroup:?}"),
+        )?;
+    }
     // The test's own process: a live client of no job.
     let other = std::process::id();
     fs::write(bin_dir(c).join("servers"), format!("{gpu} 7700\n")).map_err(|e| e.to_string())?;

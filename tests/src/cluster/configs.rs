@@ -411,18 +411,7 @@ impl Cluster {
         };
         write(&etc.join("gres.conf"), &gres, 0o644)?;
 
-        // cgroup v2: slurmd starts no systemd scope here (there is no
-        // systemd); it makes its own below its cgroup.
-        let cgroup_plugin = if cgroup_v2() {
-            "cgroup/v2\nIgnoreSystemd=yes"
-        } else {
-            "cgroup/v1"
-        };
-        write(
-            &etc.join("cgroup.conf"),
-            &format!("CgroupPlugin={cgroup_plugin}\nCgroupMountpoint=/sys/fs/cgroup\nConstrainDevices=yes\nConstrainCores=no\nConstrainRAMSpace=no\n"),
-            0o644,
-        )?;
+        write(&etc.join("cgroup.conf"), &cgroup_conf(&[]), 0o644)?;
         let mut plugstack = self.expand(&self.spec.plugstack.join("\n"));
         plugstack.push('\n');
         write(&etc.join("plugstack.conf"), &plugstack, 0o644)?;
@@ -478,4 +467,25 @@ impl Cluster {
             .map(crate::users::system_account)
             .transpose()
     }
+}
+
+/// cgroup.conf as the harness writes it, with `extra` lines after its own
+/// ([`ClusterSpec::with_cgroup_conf_lines`]). cgroup v2: slurmd starts no
+/// systemd scope here (there is no systemd); it makes its own below its
+/// cgroup.
+pub(crate) fn cgroup_conf(extra: &[&str]) -> String {
+    let cgroup_plugin = if cgroup_v2() {
+        "cgroup/v2\nIgnoreSystemd=yes"
+    } else {
+        "cgroup/v1"
+    };
+    let mut text = format!(
+        "CgroupPlugin={cgroup_plugin}\nCgroupMountpoint=/sys/fs/cgroup\nConstrainDevices=yes\n\
+         ConstrainCores=no\nConstrainRAMSpace=no\n"
+    );
+    for line in extra {
+        text.push_str(line);
+        text.push('\n');
+    }
+    text
 }

@@ -273,6 +273,40 @@ impl ClusterSpec {
         spec
     }
 
+    /// This spec with `lines` added to the harness's cgroup.conf (written
+    /// as one of its files beside slurm.conf, after the harness's own).
+    pub fn with_cgroup_conf_lines(self, lines: &[&str]) -> Self {
+        let mut spec = self;
+        spec.extra_conf_files
+            .push(("cgroup.conf".into(), super::configs::cgroup_conf(lines)));
+        spec
+    }
+
+    /// This site under `NamespaceType=namespace/linux` (Slurm 25.11 and
+    /// later) whose namespace.yaml gives each job its own `{cluster}/run`
+    /// (where the harness's `StateDir` is) and `/dev/shm`: as 26.05's
+    /// `dir_confs:` entries where `dir_confs` is true, else as 25.11's
+    /// `dirs:`; with the `PrologFlags=Contain` Slurm needs for it.
+    pub fn hiding_run_in_a_namespace(self, dir_confs: bool) -> Self {
+        let mut spec = self;
+        let dirs = if dir_confs {
+            "  dir_confs:\n    - path: \"{cluster}/run\"\n    - path: /dev/shm\n"
+        } else {
+            "  dirs: \"{cluster}/run,/dev/shm\"\n"
+        };
+        spec.extra_conf_files.push((
+            "namespace.yaml".into(),
+            format!("defaults:\n  auto_base_path: true\n  base_path: \"{{cluster}}/ns\"\n{dirs}"),
+        ));
+        spec.extra_slurm_conf
+            .retain(|l| !l.starts_with("PrologFlags="));
+        spec.extra_slurm_conf.extend([
+            "NamespaceType=namespace/linux".to_owned(),
+            "PrologFlags=Contain".to_owned(),
+        ]);
+        spec
+    }
+
     /// A node of 4 a40 shared in MPS slices: `Name=mps Count=1600` (4 GPUs ×
     /// 4 × 100 units, the Slurm 22.05 arithmetic), gpushare's prolog,
     /// epilog and SPANK plugin, cgroup v1 device confinement, and
