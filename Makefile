@@ -204,7 +204,7 @@ test-monitoring:
 # per machine into /opt/slurm-X.Y.Z). Version differences are
 # cfg(slurm_X_Y) gates.
 RELEASE_SUITES ?= trixie sid
-SOURCE_RELEASES ?= 23.02 23.11 24.05 25.05 25.11
+SOURCE_RELEASES ?= 23.02 23.11 24.05 25.05 25.11 26.05 26.11
 check-releases:
 	@set -e; for suite in $(RELEASE_SUITES); do \
 		root=$(CURDIR)/target/releases/$$suite; \
@@ -234,16 +234,28 @@ RELEASE_RUNS_ALL_V1 ?= trixie:v1:all sid:v1:all
 RELEASE_RUNS_ALL_V2 ?= $(RELEASE_RUNS_V2)
 # SchedMD's releases built from source (tests/slurm_source.sh): make test
 # runs every suite of SOURCE_FULL (23.02: its own job_modify ABI, and
-# gpushare places shares there as on 22.05; cgroup v1, where it can) and,
-# on each of the others, the suite that loads the plugins and refuses one
-# built for another release (foundation) and the mixed-node case
-# (gpu_mps:gpus_held_whole), and the oracle of every GPU request form
-# (gpu_oracle); make test-all runs every suite of every one,
-# on v1 and (23.11 and later) v2. RPM_RELEASE is left to the RPM lane,
-# which runs foundation, gpu_qos, gpu_oracle, gpu_mps and mps_daemon on SchedMD's RPMs
-# of it: make test compiles that Slurm once, not twice.
+# gpushare places shares there as on 22.05; cgroup v1, where it can) and
+# of SOURCE_NEXT (the next release, from SchedMD's pre-release tarball
+# until it is tagged; cgroup v2) and, on each of the others, the suite
+# that loads the plugins and refuses one built for another release
+# (foundation) and the mixed-node case (gpu_mps:gpus_held_whole), and the
+# oracle of every GPU request form (gpu_oracle); SOURCE_LATEST (the
+# newest release, which Debian's sid root also runs) adds its own cases
+# on cgroup v2: namespace/linux with 26.05's namespace.yaml dir_confs
+# (audit), CgroupJobIdPaths=yes (mps_daemon), AutoDetect through
+# fake_gpus.conf and Flags=env_uuid (gpu_mps). make test-all runs
+# every suite of every one, on v1 and (23.11 and later) v2. RPM_RELEASE
+# is left to the RPM lane, which runs foundation, gpu_qos, gpu_oracle,
+# gpu_mps and mps_daemon on SchedMD's RPMs of it: make test compiles that
+# Slurm once, not twice.
 SOURCE_FULL ?= 23.02
-SOURCE_RUNS ?= $(SOURCE_FULL):v1:all 23.02:v2:gpu_mps $(foreach r,$(filter-out $(SOURCE_FULL) $(RPM_RELEASE),$(SOURCE_RELEASES)),$(r):v1:foundation,gpu_mps:gpus_held_whole,gpu_oracle)
+SOURCE_NEXT ?= 26.11
+SOURCE_LATEST ?= 26.05
+SOURCE_SOME = foundation,gpu_mps:gpus_held_whole,gpu_oracle
+SOURCE_RUNS ?= $(SOURCE_FULL):v1:all 23.02:v2:gpu_mps \
+	$(foreach r,$(filter-out $(SOURCE_FULL) $(SOURCE_NEXT) $(SOURCE_LATEST) $(RPM_RELEASE),$(SOURCE_RELEASES)),$(r):v1:$(SOURCE_SOME)) \
+	$(SOURCE_LATEST):v2:foundation,gpu_mps:gpus_held_whole/autodetected_gpus,gpu_oracle,audit:namespace_linux,mps_daemon:cgroup_job_id_paths \
+	$(SOURCE_NEXT):v2:all
 SOURCE_RUNS_ALL ?= $(foreach r,$(SOURCE_RELEASES),$(r):v1:all) $(foreach r,$(filter-out 23.02,$(SOURCE_RELEASES)),$(r):v2:all)
 # gpushare's RPMs on SchedMD's RPMs of a release (tests/rpm_test.sh): a
 # fourth lane, its builds at the lowest priority beside the others.
