@@ -26,8 +26,9 @@
 # (the defaults used here exempt no one).
 # "with" adds what a site writes (docs/install.md): JobSubmitPlugins=gpu_qos
 # and gpu_qos.conf, the `required` plugstack line of spank_gpu_mps.so,
-# Prolog=/Epilog= gpu-mps-prolog/-epilog, gpu_mps.conf (MPSControl=none:
-# there is no GPU; shares are placed and confined, no MPS daemon starts).
+# PrologFlags=Alloc, Prolog=/Epilog= gpu-mps-prolog/-epilog, gpu_mps.conf
+# (GPUDevices= the ATF's /dev/tty GPUs, MPSControl=none: there is no GPU;
+# shares are placed and confined, no MPS daemon starts). docs/atf.md.
 # A test that sets its own Prolog/Epilog/PlugStackConfig/JobSubmitPlugins
 # replaces gpushare's line: tests/atf/tests.txt marks those.
 #
@@ -200,6 +201,7 @@ if [ "$ATF_MODE" = with ]; then
     cp "$ATF_PLUGINS/libspank_gpu_mps.so" "$prefix/lib/slurm/spank_gpu_mps.so"
     cat >>"$orig/slurm.conf" <<EOF
 JobSubmitPlugins=gpu_qos
+PrologFlags=Alloc
 Prolog=$repo/target/debug/gpu-mps-prolog
 Epilog=$repo/target/debug/gpu-mps-epilog
 EOF
@@ -208,7 +210,12 @@ EOF
     # ATF's jobs name no QOS; GPUQOS_CONF= adds a site's rules.
     if [ -n "${GPUQOS_CONF:-}" ]; then cp "$GPUQOS_CONF" "$orig/gpu_qos.conf"; else
         echo "# gpushare's defaults" >"$orig/gpu_qos.conf"; fi
-    printf 'UnitsPerGPU=100\nMPSControl=none\nComputeMode=leave\nSyslogSocket=%s\n' "$run/syslog" >"$orig/gpu_mps.conf"
+    # The ATF's GPUs are /dev/tty0, /dev/tty1 (gres.conf File=): both share
+    # (ATF_GPU_DEVICES= another list).
+    printf 'UnitsPerGPU=100\nGPUDevices=%s\nMPSControl=none\nComputeMode=leave\nSyslogSocket=%s\n' \
+        "${ATF_GPU_DEVICES:-/dev/tty[0-1]}" "$run/syslog" >"$orig/gpu_mps.conf"
+    # ATF_GPU_MPS="KEY=VALUE ...": more gpu_mps.conf lines.
+    for kv in ${ATF_GPU_MPS:-}; do echo "$kv" >>"$orig/gpu_mps.conf"; done
 fi
 cp -a "$orig/." "$prefix/etc/"
 cat >"$run/testsuite.conf" <<EOF

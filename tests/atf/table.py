@@ -58,6 +58,8 @@ def main():
     print("|---|---|---|---|")
     for test in notes:
         a, b = without.get(test), with_.get(test)
+        if a is None and b is None:
+            continue
         diffs = []
         for name in sorted(set((a or {}).keys()) | set((b or {}).keys())):
             oa = (a or {}).get(name, ("-", ""))
