@@ -10,9 +10,13 @@
 #   make test-all  every release on both cgroup versions in full
 #   make test-smd  (on request) gpushare's Debian packages built from the source
 #                  release on SchedMD's slurm-smd packages, and tested there
+#   make test-slurm-atf  (on request) SchedMD's own Python tests of GPUs,
+#                  MPS, shards, job_submit, SPANK and namespaces, without and
+#                  with gpushare (docs/atf.md)
 #   make check-releases  build the plugins warnings-free against the headers
 #                  of every other Slurm release (Debian's 24.11 and 26.05,
-#                  SchedMD's 23.02 to 25.11 built from source)
+#                  SchedMD's 23.02 to 26.05 and the 26.11 pre-release built
+#                  from source)
 #   make build     release build of the plugins and tools
 #   make install   install (DESTDIR, PREFIX, PLUGINDIR, NOBUILD=1)
 #   make deps      (developers) install, on Debian, whatever the tests and
@@ -444,6 +448,20 @@ SMD_RELEASE ?= 24.05
 .PHONY: test-smd
 test-smd: deps
 	tests/smd_test.sh $(SMD_RELEASE)
+
+#   make test-slurm-atf  (on request, not in make test) SchedMD's own Python
+#                  tests (the ATF) of GPUs, MPS, shards, job_submit, SPANK and
+#                  namespaces on Slurm ATF_RELEASE built from source, without
+#                  and with gpushare's lines, in namespaces of their own
+#                  (tests/slurm_atf.sh, docs/atf.md); ATF_TESTS=test_121_1 ...
+#                  picks tests of tests/atf/tests.txt. About 27 minutes for
+#                  25.11's selection, both runs.
+APT_PACKAGES += python3-venv rsync util-linux
+ATF_RELEASE ?= 25.11
+ATF_TESTS ?=
+.PHONY: test-slurm-atf
+test-slurm-atf: deps
+	tests/slurm_atf.sh $(ATF_RELEASE) both $(ATF_TESTS)
 
 # ---- source release and RPM packages -------------------------------------
 #   make dist      target/dist/gpushare-VERSION.tar.gz: the tree at HEAD, every
