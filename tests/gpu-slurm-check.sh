@@ -568,8 +568,8 @@ else
         record "a task that unsets its MPS variables" "$([ "$bypass_ok" = 1 ]; pf)" \
             "$(if [ "$(jget "$rc" init)" = ok ]; then echo "ran, MPS attribute $(jget "$rc" mps_enabled), $(jget "$rc" sms) SMs"; else echo "CUDA refused it: $(jget "$rc" init)"; fi)"
     else
-        record "sbatch --gres=mps:25: the task's environment" "$([ "$st" = COMPLETED ] && grep -q "pipe=$D/run/gpu-mps-mps/gpu[0-9]*/pipe threads=25 mem=[^ ]* visible=0 " <<<"$env_line" && [ "$(opened "$o")" = 1 ]; pf)" \
-            "$st; $env_line; GPU files it may open: $(opened "$o") of $ngpu (visible=0: the one device its GPU's MPS server shows, docs/mps.md)"
+        record "sbatch --gres=mps:25: the task's environment" "$([ "$st" = COMPLETED ] && grep -Eq "pipe=$D/run/gpu-mps-mps/gpu[0-9]*/pipe threads=25 mem=[^ ]* visible=0? " <<<"$env_line" && [ "$(opened "$o")" = 1 ]; pf)" \
+            "$st; $env_line; GPU files it may open: $(opened "$o") of $ngpu (visible=0 or unset: the one device its GPU's MPS server shows, docs/mps.md)"
         record "sbatch --gres=mps:25: SMs, memory, a task without MPS variables" "skipped: no GPU" ""
     fi
     if wait_idle 20; then
