@@ -201,12 +201,12 @@ pub(super) fn detected_shares(c: &mut Cluster) -> TestResult {
         gpus == vec![0, 1, 2, 3],
         format!("4 shares of 50 landed on {gpus:?}"),
     )?;
-    for &id in &ids {
+    for (&id, gpu) in ids.iter().zip(gpus_of(c, &ids)?) {
         let p = printed(c, id);
         ensure(
-            p.get("CVD").map(String::as_str) == Some("0")
+            p.get("CVD").is_some_and(|v| names_its_gpu(v, gpu))
                 && p.get("PCT").map(String::as_str) == Some("50"),
-            format!("job {id}: {p:?}"),
+            format!("job {id} on GPU {gpu}: {p:?}"),
         )?;
     }
     each_confined_to_its_gpu(c, &ids)?;
@@ -341,10 +341,9 @@ pub(super) fn env_uuid(c: &mut Cluster) -> TestResult {
         ensure(
             p.get("CVD").map(String::as_str) == Some("0"),
             format!(
-                "share {id} on GPU {gpu}: CUDA_VISIBLE_DEVICES {:?}, expected 0 (the one \
-                 device its GPU's MPS server shows; {} would name none there)",
+                "share {id} on GPU {gpu}: CUDA_VISIBLE_DEVICES {:?}, expected 0 (26.05's \
+                 gres/mps names a share's device by index whatever env_uuid says)",
                 p.get("CVD"),
-                fake_gpu_uuid(gpu)
             ),
         )?;
     }
@@ -372,4 +371,14 @@ pub(super) fn env_uuid(c: &mut Cluster) -> TestResult {
     wait_for("the epilogs to empty the ledger", SHORT, || {
         no_share_left(c)
     })
+}
+
+/// Whether a share's `CUDA_VISIBLE_DEVICES` names the one device of its
+/// GPU's MPS server: `0` (gpushare's SPANK plugin; Slurm's index within
+/// the job), or the GPU's own UUID, which Slurm 23.11 to 25.05 put there
+/// wherever slurmd knows one (`gres_common.c`: any `unique_id`; from 25.11
+/// only for MIG or, 26.05, `env_uuid` on whole GPUs). A node index or
+/// another GPU's UUID names nothing there.
+fn names_its_gpu(value: &str, gpu: u32) -> bool {
+    value == "0" || value == fake_gpu_uuid(gpu)
 }
