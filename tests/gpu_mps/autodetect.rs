@@ -211,15 +211,7 @@ pub(super) fn detected_shares(c: &mut Cluster) -> TestResult {
     }
     each_confined_to_its_gpu(c, &ids)?;
     let by_slurm = slurm_places_shares();
-    let state = ledger(c);
-    ensure(
-        ids.iter().all(|&id| {
-            state
-                .share(id)
-                .is_some_and(|s| s.placed_by_slurm == by_slurm)
-        }),
-        format!("expected placed_by_slurm={by_slurm}:\n{}", state_text(c)),
-    )?;
+    placed_by(c, &ids, by_slurm)?;
     // Where Slurm places, its record of each job books the share on the
     // GPU it runs on: `GRES=mps:50(0/100,50/100,0/100,0/100)`, one entry a
     // GPU.
@@ -350,15 +342,7 @@ pub(super) fn env_uuid(c: &mut Cluster) -> TestResult {
     each_confined_to_its_gpu(c, &ids)?;
     // The spec's per-GPU mps lines: Slurm places.
     let by_slurm = c.spec.mps_per_gpu;
-    let state = ledger(c);
-    ensure(
-        ids.iter().all(|&id| {
-            state
-                .share(id)
-                .is_some_and(|s| s.placed_by_slurm == by_slurm)
-        }),
-        format!("expected placed_by_slurm={by_slurm}:\n{}", state_text(c)),
-    )?;
+    placed_by(c, &ids, by_slurm)?;
     // Each share's GPU got its daemon, started with the GPU's index.
     let log = fs::read_to_string(bin.join("standin.log")).unwrap_or_default();
     for gpu in gpus_of(c, &ids)? {
@@ -381,4 +365,18 @@ pub(super) fn env_uuid(c: &mut Cluster) -> TestResult {
 /// another GPU's UUID names nothing there.
 fn names_its_gpu(value: &str, gpu: u32) -> bool {
     value == "0" || value == fake_gpu_uuid(gpu)
+}
+
+/// The ledger records every one of `ids` as placed by Slurm where
+/// `by_slurm`, else by gpushare.
+fn placed_by(c: &Cluster, ids: &[u32], by_slurm: bool) -> TestResult {
+    let state = ledger(c);
+    ensure(
+        ids.iter().all(|&id| {
+            state
+                .share(id)
+                .is_some_and(|s| s.placed_by_slurm == by_slurm)
+        }),
+        format!("expected placed_by_slurm={by_slurm}:\n{}", state_text(c)),
+    )
 }
