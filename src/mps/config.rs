@@ -241,7 +241,30 @@ pub struct GpuMpsConfig {
     /// each ended job's figures in its `AdminComment`; `none`: only the
     /// metrics' histograms count them.
     pub usage_record: bool,
+    /// The driver's CUDA library the MPS self-test loads (`CudaLibrary=`):
+    /// a bare file name (the loader's search path) or an absolute path.
+    pub cuda_library: PathBuf,
+    /// When the node proves its MPS limits on its own (`SelfTest=`).
+    pub self_test: SelfTest,
+    /// The unprivileged user `gpu-mps selftest` runs its client as.
+    pub self_test_user: String,
 }
+
+/// `SelfTest=`: when a node runs the MPS self-test on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SelfTest {
+    /// Only when an admin runs `gpu-mps selftest` (the default).
+    #[default]
+    Off,
+    /// Once after each start of a GPU's MPS daemon, in the prolog that
+    /// started it, as the job's user: a failure refuses shares on that GPU.
+    DaemonStart,
+}
+
+/// The driver library's name where `CudaLibrary=` is not set.
+pub const DEFAULT_CUDA_LIBRARY: &str = "libcuda.so.1";
+/// The self-test's user where `SelfTestUser=` is not set.
+pub const DEFAULT_SELF_TEST_USER: &str = "nobody";
 
 impl Default for GpuMpsConfig {
     fn default() -> Self {
@@ -270,6 +293,9 @@ impl Default for GpuMpsConfig {
             banner: Banner::Stderr,
             share_usage: ShareUsage::Nvml,
             usage_record: true,
+            cuda_library: PathBuf::from(DEFAULT_CUDA_LIBRARY),
+            self_test: SelfTest::Off,
+            self_test_user: DEFAULT_SELF_TEST_USER.to_owned(),
         }
     }
 }
@@ -298,10 +324,13 @@ enum Key {
     Banner,
     ShareUsage,
     UsageRecord,
+    CudaLibrary,
+    SelfTest,
+    SelfTestUser,
 }
 
 impl Key {
-    const ALL: [Key; 21] = [
+    const ALL: [Key; 24] = [
         Key::UnitsPerGpu,
         Key::GpuDevices,
         Key::StateDir,
@@ -323,6 +352,9 @@ impl Key {
         Key::Banner,
         Key::ShareUsage,
         Key::UsageRecord,
+        Key::CudaLibrary,
+        Key::SelfTest,
+        Key::SelfTestUser,
     ];
 
     /// The canonical spelling, used in messages.
@@ -349,6 +381,9 @@ impl Key {
             Key::Banner => "Banner",
             Key::ShareUsage => "ShareUsage",
             Key::UsageRecord => "UsageRecord",
+            Key::CudaLibrary => "CudaLibrary",
+            Key::SelfTest => "SelfTest",
+            Key::SelfTestUser => "SelfTestUser",
         }
     }
 
@@ -517,6 +552,38 @@ impl Key {
                         ))
                     }
                 };
+            }
+            Key::CudaLibrary => {
+                // A bare name goes to the loader's search path; anything
+                // with a slash must be absolute (never the cwd's).
+                if value.contains('/') && !value.starts_with('/') {
+                    return Err(format!(
+                        "CudaLibrary must be a file name such as libcuda.so.1 or an absolute \
+                         path, got \"{value}\""
+                    ));
+                }
+                cfg.cuda_library = PathBuf::from(value);
+            }
+            Key::SelfTest => {
+                cfg.self_test = match value.to_ascii_lowercase().as_str() {
+                    "no" | "none" | "off" => SelfTest::Off,
+                    "daemon-start" => SelfTest::DaemonStart,
+                    _ => {
+                        return Err(format!(
+                            "SelfTest must be no or daemon-start, got \"{value}\""
+                        ))
+                    }
+                };
+            }
+            Key::SelfTestUser => {
+                let name_like = !value.starts_with('-')
+                    && value
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+                if !name_like {
+                    return Err(format!("SelfTestUser must be a user name, got \"{value}\""));
+                }
+                cfg.self_test_user = value.to_owned();
             }
             Key::MultiUser => {
                 cfg.multi_user = match value.to_ascii_lowercase().as_str() {

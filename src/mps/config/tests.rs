@@ -413,3 +413,32 @@ fn usage_record_is_admincomment_or_none() {
             .starts_with("f:2: UsageRecord must be admincomment or none"))
     );
 }
+
+#[test]
+fn self_test_keys_take_names_paths_and_users() {
+    let cfg = GpuMpsConfig::default();
+    assert_eq!(cfg.self_test, SelfTest::Off);
+    assert_eq!(cfg.cuda_library, PathBuf::from("libcuda.so.1"));
+    assert_eq!(cfg.self_test_user, "nobody");
+    let cfg = parse(
+        "SelfTest=daemon-start\nCudaLibrary=/usr/lib64/libcuda.so.1\nSelfTestUser=gpu-probe\n",
+        "f",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(cfg.self_test, SelfTest::DaemonStart);
+    assert_eq!(cfg.cuda_library, PathBuf::from("/usr/lib64/libcuda.so.1"));
+    assert_eq!(cfg.self_test_user, "gpu-probe");
+    for (line, named) in [
+        ("CudaLibrary=lib/libcuda.so.1", "CudaLibrary"),
+        ("SelfTest=always", "SelfTest"),
+        ("SelfTestUser=-x", "SelfTestUser"),
+        ("SelfTestUser=a;b", "SelfTestUser"),
+    ] {
+        let e = parse(line, "f").map(|_| ()).map_err(|e| e.to_string());
+        assert!(
+            e.as_ref()
+                .is_err_and(|e| e.starts_with(&format!("f:1: {named} must"))),
+            "{line}: {e:?}"
+        );
+    }
+}
