@@ -7,6 +7,7 @@
 //! only the core `gpushare` crate.
 
 pub mod acl;
+pub mod cuda_probe;
 pub mod manual;
 pub mod mps_cli;
 pub mod node_log;
@@ -15,6 +16,7 @@ pub mod nvml;
 pub mod nvml_usage;
 pub mod qos_cli;
 pub mod requeue;
+pub mod selftest_cli;
 pub mod usage_record;
 pub mod worst_case;
 

@@ -114,6 +114,35 @@ pub enum Cmd {
     /// (root) Give this node back to GPU sharing after `disable`: the next
     /// share job is placed as before.
     Enable,
+    /// (root) Prove each GPU's MPS limits with a CUDA client
+    ///
+    /// (root) On each GPU that shares and runs no job, start its MPS daemon
+    /// as a share's prolog does, with the limits of a share of --units, and
+    /// run a CUDA client built into gpushare (it loads the driver's
+    /// library, CudaLibrary=, and needs no CUDA toolkit) as SelfTestUser=
+    /// with a share's environment: the SMs it gets and its kernel runs on
+    /// must match the share's thread percentage, an allocation of half its
+    /// memory limit must succeed and one over it fail, and a client without
+    /// the MPS variables must be refused while the GPU is exclusive. The
+    /// daemon is stopped again. A GPU that fails is set aside from sharing
+    /// (as drain-gpu does) until a test passes there. Exit status: 0 every
+    /// GPU tested passed, 1 one failed, 2 the test could not run, 3 none
+    /// failed but some were skipped (shares or a whole-GPU job run there).
+    Selftest {
+        /// Test only this GPU (its index on the node; repeat for several)
+        #[arg(long = "gpu", value_name = "N")]
+        gpus: Vec<u32>,
+        /// The size of the share the client stands for, in units of
+        /// UnitsPerGPU (default: a quarter of a GPU)
+        #[arg(long, value_name = "UNITS")]
+        units: Option<u32>,
+        /// Print the figures as one JSON object
+        #[arg(long)]
+        json: bool,
+        /// Also write the results as a Markdown report to this file
+        #[arg(long, value_name = "FILE")]
+        report: Option<PathBuf>,
+    },
     /// The Slurm and gpushare configuration lines this node needs
     ///
     /// Print the settings this node takes from gpu_mps.conf, each with the

@@ -20,13 +20,18 @@ use gpushare::shared::autodetect::ReportedGpu;
 use gpushare::shared::booking::MpsBooking;
 use gpushare::shared::locations::beside_slurm_conf;
 use gpushare_admin::node_program::{self, Program, PrologCli, Started};
-use gpushare_admin::nvml;
 use gpushare_admin::requeue::{self, Elsewhere};
+use gpushare_admin::{cuda_probe, nvml};
 
 fn main() -> ExitCode {
     // NVML asked in a child of our own (gpu_facts).
     if let Some(code) = nvml::answer_as_child() {
         return code;
+    }
+    // SelfTest=daemon-start's CUDA client, in a process of its own.
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(cuda_probe::PROBE_OPTION) {
+        return cuda_probe::answer_as_child(&args[2..]);
     }
     let code = run();
     // What the locks cost this job's start, where it took any.

@@ -55,6 +55,7 @@ pub mod placement;
 pub mod programs;
 pub mod retire;
 pub mod scoped;
+pub mod selftest;
 pub mod setup_lines;
 pub mod state_dir;
 pub mod status;

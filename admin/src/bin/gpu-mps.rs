@@ -30,7 +30,7 @@ use gpushare::mps::status::{self, NodeStatus};
 use gpushare::mps::{disabled, gc, health, in_force, installed, located, xid};
 use gpushare_admin::mps_cli::{Cli, Cmd};
 use gpushare_admin::usage_record::SlurmAccounting;
-use gpushare_admin::{effective_uid, nvml, nvml_usage, requeue};
+use gpushare_admin::{cuda_probe, effective_uid, nvml, nvml_usage, requeue, selftest_cli};
 
 fn main() -> ExitCode {
     // `gpu-mps config` asks NVML for the GPUs' names in a child of its own.
@@ -41,6 +41,10 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some(nvml_usage::USAGE_OPTION) {
         return nvml_usage::print_usage(&args[2..]);
+    }
+    // The self-test's CUDA client, in a process of its own (cuda_probe.rs).
+    if args.get(1).map(String::as_str) == Some(cuda_probe::PROBE_OPTION) {
+        return cuda_probe::answer_as_child(&args[2..]);
     }
     let cli = Cli::parse();
     // As the node programs find it: beside $SLURM_CONF, else where they
@@ -75,6 +79,13 @@ fn main() -> ExitCode {
         Cmd::ResumeGpu { gpu } => drain_gpu(at, gpu, None),
         Cmd::Disable { reason, wait } => disable(at, &reason, wait),
         Cmd::Enable => enable(at),
+        Cmd::Selftest {
+            gpus,
+            units,
+            json,
+            report,
+        } => open_as_root(at, "selftest starts MPS daemons: run it as root")
+            .and_then(|node| selftest_cli::run(&node, &gpus, units, json, report.as_deref())),
         Cmd::Config {
             gpus,
             gpu_type,

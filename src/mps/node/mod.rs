@@ -60,6 +60,7 @@ mod prolog;
 mod report;
 pub mod requeue;
 mod running;
+mod selftest;
 mod serve;
 mod setup;
 mod share_usage;
@@ -77,6 +78,9 @@ pub use report::{whole_gpus, PrologOutcome, PrologReport, BUSY_REFUSAL, MPS_DAEM
 pub use running::{
     node_name, record_node_name, recorded_node_name, running_jobs, RunningJob, NODE_NAME_FILE,
     SQUEUE_TIMEOUT,
+};
+pub use selftest::{
+    after_daemon_start, keep as keep_selftest, on_idle_gpu, Outcome as SelfTestOutcome,
 };
 #[cfg(test)]
 pub(crate) use setup::test_node;

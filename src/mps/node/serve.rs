@@ -33,7 +33,8 @@ pub(super) fn serve(
         &node.cfg,
         gpu,
         node.ledger.lock_wait(),
-        || -> Result<(MpsDaemon, Option<String>), LedgerError> {
+        || -> Result<(MpsDaemon, Option<String>, Option<String>), LedgerError> {
+            let mut failed_test = None;
             // Read once, under the lock: the users and limits of the GPU's shares now.
             let state = node.ledger.snapshot()?.state;
             let alone = state.shares().all(|s| s.gpu != gpu || s.job == share.job);
@@ -115,13 +116,21 @@ pub(super) fn serve(
                             "GPU {gpu}'s MPS daemon could not be given the limits of its \
                              shares: {e}"
                         ));
+                    } else if matches!(mps, MpsDaemon::Started | MpsDaemon::Restarted(_)) {
+                        // SelfTest=daemon-start: once per start, never per share.
+                        failed_test = super::selftest::after_daemon_start(
+                            node,
+                            gpu,
+                            limits,
+                            &mut report.notes,
+                        );
                     }
                 }
             }
-            Ok((mps, unserved))
+            Ok((mps, unserved, failed_test))
         },
     );
-    let (mps, unserved) = match locked {
+    let (mps, unserved, failed_test) = match locked {
         Ok(result) => result?,
         // Another program works on the GPU's daemon past the wait: not a
         // failed daemon, a busy node (MPSFailure= does not apply).
@@ -130,9 +139,14 @@ pub(super) fn serve(
         }
         Err(e) => {
             let why = format!("GPU {gpu}'s MPS daemon lock: {e}");
-            (MpsDaemon::Failed(why.clone()), Some(why))
+            (MpsDaemon::Failed(why.clone()), Some(why), None)
         }
     };
+    // Limits that did not hold are refused whatever MPSFailure= says: the
+    // GPU is set aside, and the share goes where they do hold.
+    if let Some(why) = failed_test {
+        return Ok(refuse(&node.ledger, env, MPS_DAEMON_REFUSAL, why));
+    }
     if let Some(why) = unserved {
         match node.cfg.mps_failure {
             config::MpsFailure::Refuse => {
