@@ -13,7 +13,11 @@
 //! - `-d` leaves a process named `nvidia-cuda-mps-control` running with the
 //!   caller's `CUDA_MPS_PIPE_DIRECTORY`, as the real daemon does, and a
 //!   `control` file in that directory holding its pid (the real one makes a
-//!   socket there); a second `-d` fails while that file exists.
+//!   socket there); a second `-d` fails while that file exists. It also
+//!   writes the daemon's pid to `daemon-gpu-N` beside itself (N: the
+//!   caller's `CUDA_VISIBLE_DEVICES`), removed by `quit`: how the stand-in
+//!   `libcuda.so.1` (tests/fake-libcuda) sees, as any user, that GPU N's
+//!   daemon runs.
 //! - Commands fail with the real program's message when the daemon of that
 //!   file is gone; `quit` ends it; `get_server_list` answers the pids that
 //!   `<dir>/servers` lists for the GPU (lines `GPU PID`); other `set_*` and
@@ -84,7 +88,7 @@ const DAEMON_MARK: &str = "GPUSHARE_STANDIN_DAEMON";
 /// Starts the daemon: this program again, named as NVIDIA's, with the
 /// options it was given (`-d -M`), as the real daemon keeps them on its
 /// command line.
-fn start_daemon(pipe: &Path, args: &[String]) -> ExitCode {
+fn start_daemon(here: &Path, gpu: &str, pipe: &Path, args: &[String]) -> ExitCode {
     let control = pipe.join("control");
     if control.exists() {
         return fail("An instance of this daemon is already running");
@@ -108,11 +112,22 @@ fn start_daemon(pipe: &Path, args: &[String]) -> ExitCode {
     // spawn returns once the exec succeeded: the process carries its name.
     match cmd.spawn() {
         Ok(child) => match fs::write(&control, format!("{}\n", child.id())) {
-            Ok(()) => ExitCode::SUCCESS,
+            Ok(()) => {
+                // Read by the stand-in libcuda as an unprivileged client,
+                // who cannot see into the pipe directory.
+                let _ = fs::write(daemon_file(here, gpu), format!("{}\n", child.id()));
+                ExitCode::SUCCESS
+            }
             Err(e) => fail(&format!("{}: {e}", control.display())),
         },
         Err(e) => fail(&format!("cannot start the daemon: {e}")),
     }
+}
+
+/// Where the pid of GPU `gpu`'s daemon is announced (see the module's
+/// text).
+fn daemon_file(here: &Path, gpu: &str) -> PathBuf {
+    here.join(format!("daemon-gpu-{gpu}"))
 }
 
 /// `nvidia-smi`'s spelling of a `-c` value.
@@ -323,7 +338,7 @@ fn main() -> ExitCode {
         return fail("stand-in told to fail (its fail file exists)");
     }
     if args.first().map(String::as_str) == Some("-d") {
-        return start_daemon(&pipe, &args);
+        return start_daemon(&here, &gpu, &pipe, &args);
     }
     let pid = fs::read_to_string(pipe.join("control"))
         .ok()
@@ -338,6 +353,12 @@ fn main() -> ExitCode {
                 // SAFETY: kill has no memory preconditions.
                 unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
                 let _ = fs::remove_file(pipe.join("control"));
+                // Only this daemon's announcement (another pipe's daemon of
+                // the same GPU may have written it since).
+                let announced = daemon_file(&here, &gpu);
+                if fs::read_to_string(&announced).is_ok_and(|t| t.trim() == pid.to_string()) {
+                    let _ = fs::remove_file(announced);
+                }
             }
             "get_server_list" => {
                 let servers = fs::read_to_string(here.join("servers")).unwrap_or_default();

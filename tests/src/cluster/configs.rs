@@ -415,8 +415,18 @@ impl Cluster {
         let mut plugstack = self.expand(&self.spec.plugstack.join("\n"));
         plugstack.push('\n');
         write(&etc.join("plugstack.conf"), &plugstack, 0o644)?;
+        if any_mps {
+            // The stand-in driver library, where the suites put the
+            // stand-in control program: what CudaLibrary= names.
+            crate::standin::install_libcuda(&d.join("mps-bin"))?;
+        }
         for (name, text) in &self.spec.extra_conf_files {
-            write(&etc.join(name), &self.expand(text), 0o644)?;
+            let mut text = self.expand(text);
+            if name == "gpu_mps.conf" && !text.contains("CudaLibrary=") {
+                let library = d.join("mps-bin").join(crate::standin::LIBCUDA);
+                text.push_str(&format!("CudaLibrary={}\n", library.display()));
+            }
+            write(&etc.join(name), &text, 0o644)?;
         }
         if self.spec.accounting {
             let dbd = format!(
