@@ -303,6 +303,19 @@ pub fn render_for(
             &|m| u64::from(m.failed.is_some()),
         );
     }
+    let tested: Vec<_> = status.mps.iter().filter(|m| m.selftest.is_some()).collect();
+    if !tested.is_empty() {
+        gauge_per_gpu(
+            &mut out,
+            &tested,
+            |m| m.gpu,
+            "gpushare_mps_selftest_ok",
+            "1 where the GPU's last MPS self-test (gpu-mps selftest, SelfTest=daemon-start) \
+             passed, 0 where it failed (the GPU is then set aside); GPUs never tested have \
+             no sample.",
+            &|m| u64::from(m.selftest.as_ref().is_some_and(|t| t.passed)),
+        );
+    }
     let managed: Vec<_> = status
         .mps
         .iter()
@@ -564,6 +577,11 @@ mod tests {
                 memory_mib: None,
                 nvml_compute_processes: None,
                 failed: (gpu == 1).then(|| "NVML reports it lost".to_owned()),
+                selftest: Some(crate::mps::status::SelfTestView {
+                    passed: gpu == 0,
+                    at: 1_700_000_000,
+                    why: String::new(),
+                }),
             })
             .collect();
         st

@@ -154,6 +154,19 @@ pub struct GpuMps {
     /// why. Only root reads the record, so users see `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed: Option<String>,
+    /// The GPU's last MPS self-test (`gpu-mps selftest`, `SelfTest=`):
+    /// whether it passed, when (Unix seconds), its first failure. Root's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selftest: Option<SelfTestView>,
+}
+
+/// A GPU's last self-test, as `gpu-mps status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SelfTestView {
+    pub passed: bool,
+    pub at: u64,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub why: String,
 }
 
 /// What `gpu-mps status` learnt of GPU `gpu`'s daemon.
@@ -275,6 +288,13 @@ pub fn mps_view(
                 memory_mib: None,
                 nvml_compute_processes: None,
                 failed: failed.get(&g.index).map(|f| f.reason.clone()),
+                selftest: super::selftest::record::last(&cfg.state_dir, g.index).map(|t| {
+                    SelfTestView {
+                        passed: t.passed,
+                        at: t.at,
+                        why: t.why,
+                    }
+                }),
             }
         })
         .collect()
@@ -566,9 +586,15 @@ impl NodeStatus {
         }
         for m in &self.mps {
             if let Some(why) = &m.failed {
+                // A self-test's set-aside ends with a passing test.
+                let lift = if why.starts_with(super::selftest::record::SET_ASIDE_PREFIX) {
+                    "selftest --gpu"
+                } else {
+                    "resume-gpu"
+                };
                 let _ = writeln!(
                     out,
-                    "FAILED: GPU {} takes no new share: {why}; `gpu-mps resume-gpu {}` once fixed",
+                    "FAILED: GPU {} takes no new share: {why}; `gpu-mps {lift} {}` once fixed",
                     m.gpu, m.gpu
                 );
             }

@@ -10,7 +10,7 @@ use crate::mps::health;
 use crate::mps::lock_wait::LockWait;
 use crate::mps::state_dir;
 
-use super::Verdict;
+use super::judge::Verdict;
 
 /// How a failed self-test's set-aside reason starts: what tells it from
 /// an admin's or NVML's, so that a passing test lifts only its own.

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::{allocations, judge, Expected, Seen, Verdict};
+use super::judge::{allocations, judge, Expected, Seen, Verdict};
 use crate::mps::config::GpuMpsConfig;
 use crate::mps::daemon;
 use crate::shared::bounded;
