@@ -21,6 +21,9 @@ use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
 #[path = "multinode/shared_conf.rs"]
 mod shared_conf;
 
+#[path = "multinode/prolog_missed.rs"]
+mod prolog_missed;
+
 fn main() -> ExitCode {
     Suite::new(ClusterSpec::example_site_nodes())
         // Each test starts with no job, no share in any ledger, every
@@ -109,6 +112,10 @@ fn main() -> ExitCode {
         .test(
             "share_jobs_beyond_the_room_beside_other_users_all_complete",
             contention_completes,
+        )
+        .test(
+            "a_share_started_again_without_its_prolog_is_requeued_and_completes",
+            prolog_missed::completes_after_a_start_without_prolog,
         )
         .test(
             "a_disabled_node_keeps_share_jobs_off_without_failing_them",

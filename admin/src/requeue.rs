@@ -38,6 +38,12 @@
 //! - No command runs under the record's lock, and one program spends at
 //!   most [`BUDGET`] on them all, its waits for that lock included.
 //!
+//! A share Slurm started here without the node's Prolog (Slurm 22.05's
+//! slurmd can skip it for a job started again where it ran), whose tasks
+//! the SPANK plugin refused for want of a GPU, is marked by that plugin
+//! (`Cause::PrologMissed`): its epilog requeues it as it is, keeping it
+//! off no node, counted toward the cap.
+//!
 //! A job that cannot be requeued (interactive, `--no-requeue`) fails with
 //! the reason as before.
 //!
@@ -61,10 +67,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use gpushare::mps::kept;
 use gpushare::mps::lock_wait::LockWait;
 use gpushare::mps::node::requeue::{
-    cause_gone, comment_with, counted_requeues, decide_lift, decide_requeue, requeue_words,
-    shown_job, Exclusion, Exclusions, Lift, Requeue, ShownJob,
+    cause_gone, comment_with, counted_requeues, decide_lift, decide_requeue, prolog_missed_words,
+    requeue_words, shown_job, Exclusion, Exclusions, Lift, Requeue, ShownJob,
 };
-pub use gpushare::mps::node::requeue::{Elsewhere, NodeNow};
+pub use gpushare::mps::node::requeue::{
+    clear_mark, mark, take_mark, Cause, Elsewhere, Marked, NodeNow,
+};
 use gpushare::mps::state_dir;
 use gpushare::shared::admin_comment::site_tools;
 use gpushare::shared::bounded;
@@ -81,103 +89,6 @@ pub const BUDGET: Duration = Duration::from_secs(40);
 /// kept it in the state directory, from where it is taken once.
 const RECORD: &str = "requeued";
 const LOCK: &str = "requeued.lock";
-
-fn mark_name(job: u32) -> String {
-    format!("requeue-{job}")
-}
-
-/// What the prolog knows of a share it refused, for its epilog and the
-/// node's record: its user and units, the boot and the run (Slurm's
-/// restart count in the job's credential, `SLURM_JOB_RESTART_COUNT`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Marked {
-    pub why: Elsewhere,
-    pub uid: u32,
-    pub units: u32,
-    pub boot: String,
-    /// The run: how many times Slurm had restarted the job (`None`: not
-    /// given to the prolog).
-    pub run: Option<u32>,
-}
-
-impl Marked {
-    fn text(&self) -> String {
-        format!(
-            "{} {} {} {} {}\n",
-            self.why.word(),
-            self.uid,
-            self.units,
-            self.boot,
-            self.run.map_or_else(|| "-".to_owned(), |r| r.to_string())
-        )
-    }
-
-    /// A mark read back; one of gpushare 0.2 (the word alone, or nothing
-    /// for 0.1) has no owner: it is not trusted to name this run.
-    fn parse(text: &str) -> Option<Self> {
-        let mut words = text.split_whitespace();
-        let why = Elsewhere::from_reason(words.next()?)?;
-        Some(Self {
-            why,
-            uid: words.next()?.parse().ok()?,
-            units: words.next()?.parse().ok()?,
-            boot: words.next()?.to_owned(),
-            run: match words.next()? {
-                "-" => None,
-                run => Some(run.parse().ok()?),
-            },
-        })
-    }
-
-    /// Whether this mark was made for the run of the job Slurm counts
-    /// `restarts` restarts of (its `Restarts=` now), in boot `boot`: a mark
-    /// of another boot or another run (its epilog never ran: slurmd or
-    /// the node crashed, and the job came back) names none of this run.
-    pub fn names_run(&self, boot: &str, restarts: u32) -> bool {
-        self.boot == boot && self.run.is_none_or(|run| run == restarts)
-    }
-}
-/// Marks `job`, refused on this node for `why` (a share of `units` of
-/// user `uid`; 0 units: not a share or not known) in its run `run`
-/// (`SLURM_JOB_RESTART_COUNT`), for its epilog to send elsewhere.
-pub fn mark(
-    state_dir: &Path,
-    job: u32,
-    why: Elsewhere,
-    (uid, units): (u32, u32),
-    run: Option<u32>,
-) -> Result<(), String> {
-    let marked = Marked {
-        why,
-        uid,
-        units,
-        boot: kept::this_boot(),
-        run,
-    };
-    state_dir::replace_file(state_dir, &mark_name(job), marked.text().as_bytes(), 0o600)
-        .map_err(|e| e.to_string())
-}
-
-/// Removes a mark `job` left from an earlier run (its epilog never ran):
-/// each prolog starts without one.
-pub fn clear_mark(state_dir: &Path, job: u32) {
-    let _ = std::fs::remove_file(state_dir.join(mark_name(job)));
-}
-
-/// The mark of `job` ([`mark`]), if there is one; it is removed. One that
-/// does not read whole names no run (it is dropped, and said).
-pub fn take_mark(state_dir: &Path, job: u32) -> Option<Result<Marked, String>> {
-    let path = state_dir.join(mark_name(job));
-    let text = std::fs::read_to_string(&path).ok()?;
-    std::fs::remove_file(&path).ok()?;
-    Some(Marked::parse(&text).ok_or_else(|| {
-        format!(
-            "job {job}'s mark ({}) names no run (an older gpushare's or damaged): the job is not \
-             requeued",
-            text.trim()
-        )
-    }))
-}
 
 /// Job `job` as slurmctld records it, under the name `scontrol` must be
 /// given: asked by its id, then, for an array task, asked again as
@@ -356,8 +267,10 @@ pub struct Refused {
 }
 
 /// Requeues `job` and keeps it off `node` until what refused it there
-/// changes; what to log. `Err`: it was not requeued (the job then fails
-/// with its refusal, as it would have), and why.
+/// changes, or (a run Slurm started without its Prolog,
+/// [`Cause::PrologMissed`]) requeues it as it is; what to log. `Err`: it
+/// was not requeued (the job then fails with its refusal, as it would
+/// have), and why.
 pub fn requeue_elsewhere(
     deadline: &Deadline,
     state_dir: &Path,
@@ -365,7 +278,7 @@ pub fn requeue_elsewhere(
     node: &str,
     refused: &Refused,
 ) -> Result<String, String> {
-    let why = refused.marked.why;
+    let cause = refused.marked.why;
     let shown = resolve(deadline, job).map_err(|e| e.to_string())?;
     if !refused.marked.names_run(&kept::this_boot(), shown.restarts) {
         return Err(format!(
@@ -391,14 +304,30 @@ pub fn requeue_elsewhere(
         },
         Err(e) => Err(format!("its AdminComment not read, so not written: {e}")),
     };
-    let (list, added) = match decide_requeue(&shown, node, accounted.as_deref(), requeued, why) {
-        Requeue::Send { list, added } => (list, added),
+    let sent = match decide_requeue(&shown, node, accounted.as_deref(), requeued, cause) {
+        Requeue::Send { list, added } => Some((list, added)),
+        Requeue::Again => None,
         Requeue::LeaveAlone(why) | Requeue::Capped(why) => return Err(why),
     };
     scontrol(deadline, &["requeue", &id]).map_err(|e| e.to_string())?;
-    let n = why.counts().then(|| requeued.unwrap_or(shown.restarts) + 1);
-    let ours = requeue_words(node, n, why);
-    let mut update = vec![format!("jobid={id}"), format!("ExcNodeList={list}")];
+    let n = cause
+        .counts()
+        .then(|| requeued.unwrap_or(shown.restarts) + 1);
+    let counted = match n {
+        Some(n) => format!(
+            "requeue {n} of {}",
+            gpushare::mps::node::requeue::MAX_REQUEUES
+        ),
+        None => "not counted toward the cap".to_owned(),
+    };
+    let ours = match cause {
+        Cause::Refused(why) => requeue_words(node, n, why),
+        Cause::PrologMissed => prolog_missed_words(node, n.unwrap_or(1)),
+    };
+    let mut update = vec![format!("jobid={id}")];
+    if let Some((list, _)) = &sent {
+        update.push(format!("ExcNodeList={list}"));
+    }
     let comment_note = match &writable {
         Ok(site) => {
             update.push(format!("AdminComment={}", comment_with(*site, &ours)));
@@ -406,10 +335,26 @@ pub fn requeue_elsewhere(
         }
         Err(e) => format!("; {e}"),
     };
-    let args: Vec<&str> = std::iter::once("update")
-        .chain(update.iter().map(String::as_str))
-        .collect();
-    if let Err(e) = scontrol(deadline, &args) {
+    let updated = if update.len() > 1 {
+        let args: Vec<&str> = std::iter::once("update")
+            .chain(update.iter().map(String::as_str))
+            .collect();
+        scontrol(deadline, &args).map(drop)
+    } else {
+        Ok(())
+    };
+    let (Some((list, added)), Cause::Refused(why)) = (sent, cause) else {
+        // Kept off no node: gpushare's words alone were written.
+        let comment_note = match updated {
+            Ok(()) => comment_note,
+            Err(e) => format!("; its AdminComment not written: {e}"),
+        };
+        return Ok(format!(
+            "job {id} requeued on {node} ({counted}): Slurm started it without the Prolog of the \
+             node, so no GPU was chosen for its share; it may start here again{comment_note}"
+        ));
+    };
+    if let Err(e) = updated {
         return Ok(format!("requeued, but not kept off {node}: {e}"));
     }
     let entry = Exclusion {
@@ -425,13 +370,6 @@ pub fn requeue_elsewhere(
     let recorded = match recorded {
         Ok(()) => String::new(),
         Err(e) => format!("; not recorded, so never taken back here: {e}"),
-    };
-    let counted = match n {
-        Some(n) => format!(
-            "requeue {n} of {}",
-            gpushare::mps::node::requeue::MAX_REQUEUES
-        ),
-        None => "not counted toward the cap".to_owned(),
     };
     Ok(format!(
         "job {id} requeued from {node} ({counted}), {}; kept off {node} until {} \
@@ -606,47 +544,6 @@ mod tests {
             assert_eq!(Elsewhere::from_reason(e.word()), Some(e));
         }
         assert_eq!(Elsewhere::from_reason("size"), None);
-    }
-
-    #[test]
-    fn a_mark_names_its_boot_and_run_only() {
-        let marked = Marked {
-            why: Elsewhere::Disabled,
-            uid: 1001,
-            units: 30,
-            boot: "b1".into(),
-            run: Some(2),
-        };
-        assert_eq!(Marked::parse(&marked.text()), Some(marked.clone()));
-        assert!(marked.names_run("b1", 2));
-        // The node crashed (another boot), or the job came back for
-        // another run without this mark's epilog: not this run's.
-        assert!(!marked.names_run("b2", 2));
-        assert!(!marked.names_run("b1", 3));
-        let unknown_run = Marked {
-            run: None,
-            ..marked
-        };
-        assert_eq!(
-            Marked::parse(&unknown_run.text()),
-            Some(unknown_run.clone())
-        );
-        assert!(unknown_run.names_run("b1", 7));
-        // gpushare 0.2's marks (the word alone) name no run.
-        assert_eq!(Marked::parse("other_users"), None);
-        assert_eq!(Marked::parse(""), None);
-    }
-
-    #[test]
-    fn a_stale_mark_is_cleared_and_a_fresh_one_taken_once() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        mark(dir.path(), 7, Elsewhere::Busy, (1001, 5), Some(0)).unwrap_or_else(|e| panic!("{e}"));
-        clear_mark(dir.path(), 7);
-        assert!(take_mark(dir.path(), 7).is_none());
-        mark(dir.path(), 7, Elsewhere::Busy, (1001, 5), Some(1)).unwrap_or_else(|e| panic!("{e}"));
-        let taken = take_mark(dir.path(), 7).map(|m| m.map(|m| (m.why, m.run)));
-        assert_eq!(taken, Some(Ok((Elsewhere::Busy, Some(1)))));
-        assert!(take_mark(dir.path(), 7).is_none());
     }
 
     #[test]

@@ -35,7 +35,8 @@ fn run() -> ExitCode {
     // Slurm's commands for requeues and exclusions share one budget.
     let deadline = Deadline::start();
     let node_name = std::env::var("SLURMD_NODENAME").ok();
-    // A share refused here that another node may serve: sent elsewhere.
+    // A share refused here that another node may serve: sent elsewhere;
+    // one Slurm started without its Prolog: requeued as it is.
     let sent_elsewhere = requeue::take_mark(&node.cfg.state_dir, env.job);
     match (&sent_elsewhere, &node_name) {
         (None, _) => {}

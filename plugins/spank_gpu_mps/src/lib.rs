@@ -32,7 +32,7 @@ use gpushare::mps::devices::{confine, job_levels, task_devices_dir, CharDevice, 
 use gpushare::mps::in_force::{self, Role, NODE_RECORDS_DIR};
 use gpushare::mps::ledger::Ledger;
 use gpushare::mps::node::{
-    claim_banner, count_mismatch, gpu_devices, node_ledger, node_name, task_plan,
+    claim_banner, count_mismatch, gpu_devices, node_ledger, node_name, requeue, task_plan,
     unconfigured_refusal, unreachable_pipes, TaskPlan,
 };
 use slurm_plugin::log;
@@ -349,6 +349,14 @@ fn init(sp: spank_t, args: &[String]) -> SpankResult {
         }
         Ok(None) => StepPlan::Untouched,
         Err(text) => {
+            // A share Slurm started without its Prolog: refused all the
+            // same, and marked for its epilog to requeue (counted).
+            let uid = item_u32(sp, slurm_sys::S_JOB_UID, "spank_get_item(S_JOB_UID)");
+            let uid = uid.unwrap_or(u32::MAX);
+            let text = match requeue::mark_prolog_missed(&ledger, job, uid, slurm_says_share) {
+                Some(said) => format!("{text}\n{said}"),
+                None => text,
+            };
             log::error(&text);
             StepPlan::Refused(text)
         }

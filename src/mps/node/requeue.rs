@@ -34,8 +34,16 @@
 //! - [`Exclusions`]: the record of what gpushare added, one job a line,
 //!   with the cause; kept across reboots (`/var/lib/gpushare`,
 //!   [`crate::mps::kept`]).
+//! - [`mark`], [`take_mark`]: what the prolog leaves its epilog beside
+//!   the ledger ([`Marked`]); [`mark_prolog_missed`]: the SPANK plugin's
+//!   mark of a share Slurm started without its Prolog ([`prolog_missed`],
+//!   [`Cause::PrologMissed`]), requeued as it is, counted toward the cap.
 
 use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::mps::ledger::Ledger;
+use crate::mps::{kept, state_dir};
 
 /// How many times gpushare requeues one job (its own requeues, as the
 /// job's `AdminComment` counts them: [`requeues_in`]; a preemption, a
@@ -138,6 +146,72 @@ impl Elsewhere {
             Self::Busy => "its locks are free again",
         }
     }
+}
+
+/// Why the epilog requeues a share job: the first word of its mark
+/// ([`mark`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// The prolog refused it for a reason another node may serve: sent
+    /// elsewhere, kept off this node until that reason is gone.
+    Refused(Elsewhere),
+    /// Slurm started it here without running the node's Prolog, so no GPU
+    /// was chosen for its share and its tasks were refused
+    /// ([`prolog_missed`]). Requeued as it is (its next start, here or
+    /// elsewhere, runs the Prolog), never kept off the node; counted
+    /// toward [`MAX_REQUEUES`], so that where no Prolog runs at all the
+    /// job fails after them.
+    PrologMissed,
+}
+
+/// The word of [`Cause::PrologMissed`] in a mark.
+const PROLOG_MISSED: &str = "prolog_missed";
+
+impl From<Elsewhere> for Cause {
+    fn from(why: Elsewhere) -> Self {
+        Self::Refused(why)
+    }
+}
+
+impl Cause {
+    /// The word in the mark.
+    pub fn word(self) -> &'static str {
+        match self {
+            Self::Refused(why) => why.word(),
+            Self::PrologMissed => PROLOG_MISSED,
+        }
+    }
+
+    pub fn from_word(word: &str) -> Option<Self> {
+        match word {
+            PROLOG_MISSED => Some(Self::PrologMissed),
+            word => Elsewhere::from_reason(word).map(Self::Refused),
+        }
+    }
+
+    /// Whether such a requeue counts toward [`MAX_REQUEUES`].
+    pub fn counts(self) -> bool {
+        match self {
+            Self::Refused(why) => why.counts(),
+            Self::PrologMissed => true,
+        }
+    }
+}
+
+/// What was missing, after "requeued from NODE (...), ".
+const PROLOG_MISSED_WHY: &str = "where Slurm started it without the Prolog of the node, so no GPU \
+                                 was chosen for its share (slurmd of Slurm 22.05 can skip the \
+                                 Prolog of a job requeued to the same node; or no \
+                                 Prolog=gpu-mps-prolog is set there)";
+
+/// gpushare's words for the `n`th counted requeue of a job Slurm started
+/// on `node` without its Prolog: as [`requeue_words`]' (so that
+/// [`requeues_in`] counts them), but the job is kept off no node.
+pub fn prolog_missed_words(node: &str, n: u32) -> String {
+    format!(
+        "{COMMENT_MARK}{node} (requeue {n} of {MAX_REQUEUES}), {PROLOG_MISSED_WHY}; it may start \
+         there again"
+    )
 }
 
 /// A job as `scontrol` must name it.
@@ -341,6 +415,9 @@ pub enum Requeue {
     /// `scontrol requeue`, then `ExcNodeList=list`; `added`: gpushare
     /// added this node to it (to take back later).
     Send { list: String, added: bool },
+    /// `scontrol requeue` alone: a run Slurm started without its Prolog
+    /// ([`Cause::PrologMissed`]) may start here again.
+    Again,
     /// The job is no longer the refused run on this node: not requeued.
     LeaveAlone(String),
     /// Requeued too often already: the share fails with its refusal.
@@ -354,14 +431,15 @@ pub enum Requeue {
 /// user cancelled it. `requeued`: how many counted requeues gpushare made
 /// of it ([`counted_requeues`]); `None` where that cannot be known, and
 /// then every restart Slurm counted counts. A refusal that does not count
-/// ([`Elsewhere::counts`]) is never capped.
+/// ([`Cause::counts`]) is never capped.
 pub fn decide_requeue(
     shown: &ShownJob,
     node: &str,
     accounted: Option<&str>,
     requeued: Option<u32>,
-    why: Elsewhere,
+    why: impl Into<Cause>,
 ) -> Requeue {
+    let why = why.into();
     let name = shown.name;
     if let Some(state) = accounted
         .and_then(|a| a.lines().next())
@@ -397,10 +475,20 @@ pub fn decide_requeue(
         ),
     };
     if why.counts() && count >= MAX_REQUEUES {
+        let refusal = match why {
+            Cause::Refused(_) => "its refusal".to_owned(),
+            Cause::PrologMissed => format!(
+                "its refusal: Slurm started it on {node} without the Prolog of the node (is \
+                 Prolog=gpu-mps-prolog set there?)"
+            ),
+        };
         return Requeue::Capped(format!(
             "job {name} was requeued {count} times already, {counted} (gpushare requeues a job \
-             at most {MAX_REQUEUES} times): not requeued again, it fails with its refusal"
+             at most {MAX_REQUEUES} times): not requeued again, it fails with {refusal}"
         ));
+    }
+    if why == Cause::PrologMissed {
+        return Requeue::Again;
     }
     let (list, added) = with_node(shown.excluded.as_deref(), node);
     Requeue::Send { list, added }
@@ -781,6 +869,160 @@ impl Exclusions {
         });
         Self(entries.collect())
     }
+}
+
+fn mark_name(job: u32) -> String {
+    format!("requeue-{job}")
+}
+
+/// What the node knows of a share its epilog is to requeue, beside the
+/// ledger (`StateDir/requeue-<job>`, root's): why, its user and units,
+/// the boot and the run (Slurm's restart count in the job's credential,
+/// `SLURM_JOB_RESTART_COUNT`). The prolog marks a share it refused
+/// ([`mark`]); the SPANK plugin one Slurm started without its Prolog
+/// ([`mark_prolog_missed`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Marked {
+    pub why: Cause,
+    pub uid: u32,
+    pub units: u32,
+    pub boot: String,
+    /// The run: how many times Slurm had restarted the job (`None`: not
+    /// known to who marked it).
+    pub run: Option<u32>,
+}
+
+impl Marked {
+    fn text(&self) -> String {
+        format!(
+            "{} {} {} {} {}\n",
+            self.why.word(),
+            self.uid,
+            self.units,
+            self.boot,
+            self.run.map_or_else(|| "-".to_owned(), |r| r.to_string())
+        )
+    }
+
+    /// A mark read back; one of gpushare 0.2 (the word alone, or nothing
+    /// for 0.1) has no owner: it is not trusted to name this run.
+    fn parse(text: &str) -> Option<Self> {
+        let mut words = text.split_whitespace();
+        let why = Cause::from_word(words.next()?)?;
+        Some(Self {
+            why,
+            uid: words.next()?.parse().ok()?,
+            units: words.next()?.parse().ok()?,
+            boot: words.next()?.to_owned(),
+            run: match words.next()? {
+                "-" => None,
+                run => Some(run.parse().ok()?),
+            },
+        })
+    }
+
+    /// Whether this mark was made for the run of the job Slurm counts
+    /// `restarts` restarts of (its `Restarts=` now), in boot `boot`: a mark
+    /// of another boot or another run (its epilog never ran: slurmd or
+    /// the node crashed, and the job came back) names none of this run.
+    pub fn names_run(&self, boot: &str, restarts: u32) -> bool {
+        self.boot == boot && self.run.is_none_or(|run| run == restarts)
+    }
+
+    fn write(&self, state_dir: &Path, job: u32) -> Result<(), String> {
+        state_dir::replace_file(state_dir, &mark_name(job), self.text().as_bytes(), 0o600)
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// Marks `job`, refused on this node for `why` (a share of `units` of
+/// user `uid`; 0 units: not a share or not known) in its run `run`
+/// (`SLURM_JOB_RESTART_COUNT`), for its epilog to send elsewhere.
+pub fn mark(
+    state_dir: &Path,
+    job: u32,
+    why: Elsewhere,
+    (uid, units): (u32, u32),
+    run: Option<u32>,
+) -> Result<(), String> {
+    let marked = Marked {
+        why: Cause::Refused(why),
+        uid,
+        units,
+        boot: kept::this_boot(),
+        run,
+    };
+    marked.write(state_dir, job)
+}
+
+/// Removes a mark `job` left from an earlier run (its epilog never ran):
+/// each prolog starts without one.
+pub fn clear_mark(state_dir: &Path, job: u32) {
+    let _ = std::fs::remove_file(state_dir.join(mark_name(job)));
+}
+
+/// The mark of `job` ([`mark`]), if there is one; it is removed. One that
+/// does not read whole names no run (it is dropped, and said).
+pub fn take_mark(state_dir: &Path, job: u32) -> Option<Result<Marked, String>> {
+    let path = state_dir.join(mark_name(job));
+    let text = std::fs::read_to_string(&path).ok()?;
+    std::fs::remove_file(&path).ok()?;
+    Some(Marked::parse(&text).ok_or_else(|| {
+        format!(
+            "job {job}'s mark ({}) names no run (an older gpushare's or damaged): the job is not \
+             requeued",
+            text.trim()
+        )
+    }))
+}
+
+/// Whether share job `job` was started here without its Prolog: Slurm
+/// gave it a share (`slurm_says_share`), yet the node's ledger, read
+/// whole, holds neither its placement nor a prolog's refusal of it (the
+/// SPANK plugin refuses its tasks: `task_plan`). Slurm 22.05's slurmd
+/// skips the Prolog of a job started again on a node that still caches
+/// its earlier run's credential (a purge it throttles to one each two
+/// seconds: SchedMD's bug 15656, mended in 23.02); a node without
+/// `Prolog=` runs none at all. `false` where the ledger cannot be read:
+/// the job is refused all the same, and not requeued.
+pub fn prolog_missed(ledger: &Ledger, job: u32, slurm_says_share: bool) -> bool {
+    slurm_says_share
+        && crate::mps::node::refusal(ledger, job).is_none()
+        && ledger
+            .snapshot()
+            .is_ok_and(|s| s.state.share(job).is_none())
+}
+
+/// For the SPANK plugin, in slurmstepd (root), where share job `job` of
+/// user `uid` is refused: where Slurm started it without its Prolog
+/// ([`prolog_missed`]), marks it for its epilog to requeue
+/// ([`Cause::PrologMissed`], no run named: slurmstepd is not given the
+/// credential's restart count), and says so, for the refusal's text.
+/// `None`: refused for another reason, which its text says.
+pub fn mark_prolog_missed(
+    ledger: &Ledger,
+    job: u32,
+    uid: u32,
+    slurm_says_share: bool,
+) -> Option<String> {
+    if !prolog_missed(ledger, job, slurm_says_share) {
+        return None;
+    }
+    let marked = Marked {
+        why: Cause::PrologMissed,
+        uid,
+        units: 0,
+        boot: kept::this_boot(),
+        run: None,
+    };
+    Some(match marked.write(ledger.dir(), job) {
+        Ok(()) => format!(
+            "gpu_mps: job {job}: its epilog requeues it, so that its next start runs the Prolog \
+             (gpushare requeues a job at most {MAX_REQUEUES} times, as its AdminComment counts \
+             them: only past that must it be resubmitted)"
+        ),
+        Err(e) => format!("gpu_mps: job {job}: not marked to be requeued, it fails: {e}"),
+    })
 }
 
 #[cfg(test)]

@@ -597,3 +597,129 @@ fn the_record_reads_back_with_its_causes() {
         .values()
         .all(|e| e.added && e.since == 0 && e.cause.is_none()));
 }
+
+#[test]
+fn a_mark_names_its_boot_and_run_only() {
+    let marked = Marked {
+        why: Cause::Refused(Elsewhere::Disabled),
+        uid: 1001,
+        units: 30,
+        boot: "b1".into(),
+        run: Some(2),
+    };
+    assert_eq!(Marked::parse(&marked.text()), Some(marked.clone()));
+    assert!(marked.names_run("b1", 2));
+    // The node crashed (another boot), or the job came back for
+    // another run without this mark's epilog: not this run's.
+    assert!(!marked.names_run("b2", 2));
+    assert!(!marked.names_run("b1", 3));
+    let unknown_run = Marked {
+        run: None,
+        ..marked
+    };
+    assert_eq!(
+        Marked::parse(&unknown_run.text()),
+        Some(unknown_run.clone())
+    );
+    assert!(unknown_run.names_run("b1", 7));
+    // gpushare 0.2's marks (the word alone) name no run.
+    assert_eq!(Marked::parse("other_users"), None);
+    assert_eq!(Marked::parse(""), None);
+}
+
+#[test]
+fn a_stale_mark_is_cleared_and_a_fresh_one_taken_once() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    mark(dir.path(), 7, Elsewhere::Busy, (1001, 5), Some(0)).unwrap_or_else(|e| panic!("{e}"));
+    clear_mark(dir.path(), 7);
+    assert!(take_mark(dir.path(), 7).is_none());
+    mark(dir.path(), 7, Elsewhere::Busy, (1001, 5), Some(1)).unwrap_or_else(|e| panic!("{e}"));
+    let taken = take_mark(dir.path(), 7).map(|m| m.map(|m| (m.why, m.run)));
+    assert_eq!(taken, Some(Ok((Cause::Refused(Elsewhere::Busy), Some(1)))));
+    assert!(take_mark(dir.path(), 7).is_none());
+}
+
+/// A share placed on a temporary node's ledger, another refused there
+/// (the prolog's note), and a third with neither: Slurm gave the node its
+/// share without running the Prolog.
+#[test]
+fn only_a_share_with_no_placement_nor_refusal_missed_its_prolog() {
+    let dir = crate::mps::ledger::tests::TempDir::new();
+    let ledger = dir.ledger();
+    crate::mps::ledger::tests::place(&ledger, 1, 30);
+    let note = ledger.dir().join(crate::mps::node::notes::refusal_name(2));
+    std::fs::write(&note, "refused").unwrap_or_else(|e| panic!("{e}"));
+    assert!(!prolog_missed(&ledger, 1, true));
+    assert!(!prolog_missed(&ledger, 2, true));
+    assert!(prolog_missed(&ledger, 3, true));
+    // Slurm gave it no share: nothing was to be placed.
+    assert!(!prolog_missed(&ledger, 3, false));
+    for job in [1, 2] {
+        assert_eq!(mark_prolog_missed(&ledger, job, 1001, true), None);
+        assert!(take_mark(ledger.dir(), job).is_none());
+    }
+    let said = mark_prolog_missed(&ledger, 3, 1001, true).unwrap_or_default();
+    assert!(said.contains("its epilog requeues it"), "{said}");
+    let taken = take_mark(ledger.dir(), 3).map(|m| m.map(|m| (m.why, m.uid, m.run)));
+    assert_eq!(taken, Some(Ok((Cause::PrologMissed, 1001, None))));
+    // Its run is not named: any run of this boot is its epilog's.
+    let marked = Marked {
+        why: Cause::PrologMissed,
+        uid: 1001,
+        units: 0,
+        boot: "b1".into(),
+        run: None,
+    };
+    assert_eq!(Marked::parse(&marked.text()), Some(marked.clone()));
+    assert!(marked.names_run("b1", 4) && !marked.names_run("b2", 4));
+}
+
+#[test]
+fn a_run_without_its_prolog_is_requeued_as_it_is_and_counted() {
+    let completing = |restarts| job("COMPLETING", restarts, "gpu03", "gpu01");
+    let decide =
+        |requeued| decide_requeue(&completing(1), "gpu01", None, requeued, Cause::PrologMissed);
+    // Kept off no node: its ExcNodeList stays as the user made it.
+    assert_eq!(decide(Some(0)), Requeue::Again);
+    assert_eq!(decide(Some(MAX_REQUEUES - 1)), Requeue::Again);
+    // Where no Prolog runs at all, the cap fails it, naming the Prolog.
+    let d = decide(Some(MAX_REQUEUES));
+    assert!(
+        matches!(d, Requeue::Capped(ref w) if w.contains("without the Prolog of the node")
+            && w.contains("Prolog=gpu-mps-prolog")),
+        "{d:?}"
+    );
+    // Cancelled by its user, or started elsewhere meanwhile: left alone.
+    let d = decide_requeue(
+        &completing(1),
+        "gpu01",
+        Some("CANCELLED by 1001"),
+        Some(0),
+        Cause::PrologMissed,
+    );
+    assert!(matches!(d, Requeue::LeaveAlone(_)), "{d:?}");
+    let d = decide_requeue(&completing(1), "gpu02", None, Some(0), Cause::PrologMissed);
+    assert!(matches!(d, Requeue::LeaveAlone(_)), "{d:?}");
+    // Its words count as gpushare's other requeues do, toward one cap.
+    let first = requeue_words("gpu01", Some(1), Elsewhere::Busy);
+    let second = prolog_missed_words("gpu01", 2);
+    assert!(second.starts_with(&format!(
+        "{COMMENT_MARK}gpu01 (requeue 2 of {MAX_REQUEUES}), "
+    )));
+    assert!(!second.contains(['"', '\'', '\t', '\n']), "{second}");
+    let comment = comment_with(Some(&comment_with(None, &first)), &second);
+    assert_eq!(requeues_in(&comment), 2);
+    assert_eq!(counted_requeues(Some(&comment), 2), Some(2));
+    assert_eq!(
+        decide_requeue(&completing(2), "gpu01", None, Some(3), Elsewhere::Busy),
+        Requeue::Capped(
+            "job 7 was requeued 3 times already, by gpushare (gpushare requeues a job at most 3 \
+             times): not requeued again, it fails with its refusal"
+                .to_owned()
+        )
+    );
+    for cause in [Cause::PrologMissed, Cause::Refused(Elsewhere::Disabled)] {
+        assert_eq!(Cause::from_word(cause.word()), Some(cause));
+    }
+    assert!(Cause::PrologMissed.counts() && !Cause::Refused(Elsewhere::OtherUsers).counts());
+}
