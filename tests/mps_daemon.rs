@@ -33,6 +33,8 @@ mod disable;
 mod idle;
 #[path = "mps_daemon/job_container.rs"]
 mod job_container;
+#[path = "mps_daemon/selftest.rs"]
+mod selftest;
 #[path = "mps_daemon/usage.rs"]
 mod usage;
 
@@ -122,7 +124,7 @@ fn main() -> ExitCode {
             clients_terminated,
         );
     }
-    suite = idle::tests(usage::tests(disable::tests(suite)));
+    suite = selftest::tests(idle::tests(usage::tests(disable::tests(suite))));
     // On request only (named in full): Slurm's own container fails now and
     // then inside the harness's namespaces (see job_container.rs).
     if job_container::has_dirs() {
