@@ -204,26 +204,27 @@ pub fn fails_without_limits(c: &mut Cluster) -> TestResult {
         format!("the driver's log: {:?}", files.log()),
     )?;
     left_as_found(c)?;
-    let failed = status_json(c)?
-        .mps
-        .iter()
-        .find(|g| g.gpu == GPU)
-        .and_then(|g| g.failed.clone());
+    let failed = set_aside(c)?;
     ensure(
         failed.is_some(),
         format!("GPU {GPU} not set aside after a failed self-test"),
     )?;
     let (code, answer) = selftest(c)?;
-    let back = status_json(c)?
-        .mps
-        .iter()
-        .find(|g| g.gpu == GPU)
-        .and_then(|g| g.failed.clone());
+    let back = set_aside(c)?;
     ensure(
         code == 0 && back.is_none(),
         format!("after a passing test: exit {code}, still set aside: {back:?}: {answer}"),
     )?;
     left_as_found(c)
+}
+
+/// Why `gpu-mps status` says [`GPU`] is set aside from sharing, if it is.
+fn set_aside(c: &Cluster) -> Result<Option<String>, String> {
+    Ok(status_json(c)?
+        .mps
+        .into_iter()
+        .find(|g| g.gpu == GPU)
+        .and_then(|g| g.failed))
 }
 
 /// A driver call that never returns: each client is ended at its
