@@ -1052,8 +1052,9 @@ fn request_shapes(c: &mut Cluster) -> TestResult {
 /// instances are killed (their epilogs release the records) and the
 /// requeued jobs start again there. Each then runs on the GPU its prolog
 /// chose, or, where Slurm started it without running the Prolog (seen on
-/// 22.05 for a requeued job on the same node), is refused with that reason:
-/// no share ever runs unplaced, nothing over-fills, nothing is left behind.
+/// 22.05 for a requeued job on the same node), is refused with that reason
+/// and requeued by gpushare: no share ever runs unplaced, nothing
+/// over-fills, nothing is left behind.
 fn cable_cut(c: &mut Cluster) -> TestResult {
     let (ids, before) = start_shares_held(c, "gpu02", 2, &["--requeue", "--open-mode=append"])?;
     c.set_cable("gpu02", false)?;

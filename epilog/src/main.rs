@@ -41,6 +41,11 @@ fn run() -> ExitCode {
     match (&sent_elsewhere, &node_name) {
         (None, _) => {}
         (Some(Err(e)), _) => log::warn!("not requeued: {e}"),
+        // Marked in slurmstepd from the job's own environment: only a job
+        // Slurm gave a share (as slurmd tells this epilog) is requeued.
+        (Some(Ok(marked)), _) if marked.why == requeue::Cause::PrologMissed && !env.is_share() => {
+            log::warn!("not requeued: slurmd gave this job no MPS share, yet it was marked as one")
+        }
         (Some(Ok(marked)), Some(name)) => {
             let refused = Refused {
                 marked: marked.clone(),
