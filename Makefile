@@ -150,8 +150,10 @@ test-all: unit
 
 # The MPS half on a real NVIDIA GPU (tests/hw-check, docs/hardware.md "On real
 # hardware"): the release node programs and a CUDA client as two throwaway
-# users on GPU 0. Needs root, the driver and nvcc; on a machine without a
-# GPU it says so in one line and fails. The build is quiet so that is all
+# users on GPU 0, and gpu-mps selftest's driver-API client beside it. Needs
+# root and the driver; without nvcc the CUDA client's checks say "not run:
+# no nvcc" and the self-test's still count. On a machine without a GPU it
+# says so in one line and fails. The build is quiet so that is all
 # it prints there. HW_ARGS=--usage-only runs only the per-share use check
 # (NVML's figures per MPS client, `gpu-mps metrics --write` on two shares).
 HW_REPORT ?= hw-check-report-$(shell date -u +%Y%m%dT%H%M%S).md
@@ -164,10 +166,12 @@ hw-check:
 
 # The node half under Slurm itself (tests/gpu-slurm-check.sh, docs/hardware.md
 # "Slurm on a GPU"): slurmctld and slurmd of the kit's Slurm for this
-# machine's GPUs, real jobs of two throwaway users. Root; on a machine
-# without a GPU it runs against the stand-ins. `make gpu-kit` builds the
-# kit (target/gpu-kit, a Slurm release and gpushare for it) that a GPU
-# machine without Slurm or network runs it from (NOBUILD=1 there).
+# machine's GPUs, real jobs of two throwaway users, gpu-mps selftest,
+# SelfTest=daemon-start and a cancelled share's neighbour. Root; nvcc
+# optional; on a machine without a GPU it runs against the stand-ins.
+# `make gpu-kit` builds the kit (target/gpu-kit, a Slurm release and
+# gpushare for it) that a GPU machine without Slurm or network runs it
+# from (NOBUILD=1 there).
 GPU_SLURM_RELEASE ?= 25.11
 GPU_SLURM_REPORT ?= gpu-slurm-check-report-$(shell date -u +%Y%m%dT%H%M%S).md
 .PHONY: gpu-kit gpu-slurm-check

@@ -11,14 +11,17 @@
 #                 static libraries, headers or docs; slurm/.prefix names the
 #                 path it was built for (its programs find libslurmfull
 #                 there), which the check links to the kit when it is absent
-#   gpushare/     gpu-mps-prolog, gpu-mps-epilog, gpu-mps (release), the
-#                 SPANK plugin built against this release's headers, and the
-#                 stand-in nvidia-cuda-mps-control/nvidia-smi for machines
-#                 without a GPU
+#   gpushare/     gpu-mps-prolog, gpu-mps-epilog, gpu-mps (release; gpu-mps
+#                 selftest's driver-API client is in gpu-mps and the prolog),
+#                 the SPANK plugin built against this release's headers, and
+#                 the stand-ins for machines without a GPU:
+#                 nvidia-cuda-mps-control/nvidia-smi and libcuda-standin.so
+#                 (tests/fake-libcuda, the driver API the self-test calls)
 #   libs/         the shared libraries Slurm's programs and plugins link
 #                 beyond glibc, as this machine has them; the check uses
 #                 only those the target machine lacks
-#   client.cu     the CUDA client (compiled there with nvcc)
+#   client.cu     the CUDA client (compiled there where nvcc exists; the
+#                 check runs without it)
 set -euo pipefail
 release=${1:-25.11}
 cd "$(dirname "$0")/.."
@@ -36,6 +39,7 @@ short=$(echo "$version" | cut -d. -f1-2)
 
 "$cargo" build -q --release -p gpu-mps-prolog -p gpu-mps-epilog -p gpushare-admin -p gpushare-tests \
     --bin gpu-mps-prolog --bin gpu-mps-epilog --bin gpu-mps --bin mps-control-standin
+"$cargo" build -q --release -p gpushare-fake-libcuda --lib
 tests/release_plugins.sh "$short" "$prefix/include"
 plugins=$repo/target/slurm-$short/release
 
@@ -58,6 +62,7 @@ for p in gpu-mps-prolog gpu-mps-epilog gpu-mps mps-control-standin; do
     cp "target/release/$p" "$stage/gpushare/"
 done
 cp "$plugins/libspank_gpu_mps.so" "$stage/gpushare/"
+cp target/release/libcuda.so "$stage/gpushare/libcuda-standin.so"
 cp tests/hw-check/client.cu "$stage/"
 
 # Every library the kit's programs and plugins link, glibc's own aside,

@@ -176,6 +176,12 @@ fn run_batch(s: &Setup, envs: &[Vec<(String, String)>], together: bool) -> Resul
 /// The benchmark: the three batches, a table and one row per batch.
 pub fn run(s: &mut Setup, report: &mut Report) -> Result<(), String> {
     crate::checks::gpu_facts(s, report)?;
+    if s.client.is_none() {
+        return Err(format!(
+            "the benchmark times the nvcc-built client: {}",
+            crate::selftest::NO_NVCC
+        ));
+    }
     let nomps = s.nomps_pipe().to_string_lossy().into_owned();
     let plain: Vec<(String, String)> = [
         ("CUDA_VISIBLE_DEVICES", "0"),

@@ -46,9 +46,16 @@ pub fn gpu_facts(s: &mut Setup, report: &mut Report) -> Result<(), String> {
 pub fn run_checks(s: &mut Setup, report: &mut Report) -> Result<(), String> {
     gpu_facts(s, report)?;
     if s.usage_only {
-        usage::share_usage(&usage::Rig::Gpu(s), report);
+        if s.client.is_some() {
+            usage::share_usage(&usage::Rig::Gpu(s), report);
+        } else {
+            selftest::not_run(report, &selftest::NVCC_CHECKS[5..6]);
+        }
         return Ok(());
     }
+    // First, while GPU 0 is idle: the driver-API client (it needs no
+    // nvcc), and the nvcc client's SMs against it.
+    selftest::driver_api(s, report);
     // The control program's own help: which multi-user option it takes.
     let mut help = Command::new(&s.control);
     help.arg("-h")
@@ -69,6 +76,12 @@ pub fn run_checks(s: &mut Setup, report: &mut Report) -> Result<(), String> {
         },
         format!("$ {} -h\n{help_text}", s.control.display()),
     ));
+
+    if s.client.is_none() {
+        selftest::not_run(report, &selftest::NVCC_CHECKS[..9]);
+        client_cannot_control(s, report)?;
+        return last_checks(s, report);
+    }
 
     // Baseline: the same kernel without MPS (no daemon at the pipe directory).
     let base_env = vec![
@@ -116,7 +129,11 @@ pub fn run_checks(s: &mut Setup, report: &mut Report) -> Result<(), String> {
     client_cannot_control(s, report)?;
     raised_limits(s, report)?;
     exclusive_and_clients(s, report)?;
+    last_checks(s, report)
+}
 
+/// No MPS process left after the last epilog; `gpu-mps config`.
+fn last_checks(s: &mut Setup, report: &mut Report) -> Result<(), String> {
     let left = daemon::processes_under(&s.dir);
     report.push(Check::new(
         "the last epilog leaves no MPS process",

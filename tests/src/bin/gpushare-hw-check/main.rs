@@ -1,8 +1,8 @@
 //! `gpushare-hw-check` (`make hw-check`): what gpushare's MPS half does on a
 //! real NVIDIA GPU, recorded as a Markdown report for docs/hardware.md.
 //!
-//! Run as root on any machine with an NVIDIA GPU, its driver and CUDA's
-//! compiler; no Slurm needed. It creates two throwaway users, writes a
+//! Run as root on any machine with an NVIDIA GPU and its driver (CUDA's
+//! compiler for the checks of the nvcc client); no Slurm needed. It creates two throwaway users, writes a
 //! `gpu_mps.conf` in a temporary directory (the real
 //! `nvidia-cuda-mps-control`, `StateDir` in that directory, GPU 0 only),
 //! runs the release `gpu-mps-prolog` and `gpu-mps-epilog` with the
@@ -11,6 +11,11 @@
 //! job's user with exactly the environment the SPANK plugin gives a task:
 //! the plan [`gpushare::mps::node::task_plan`] makes from the node's ledger,
 //! the function the plugin calls ([`client_env`]).
+//!
+//! Where nvcc is missing (a production node carries the driver alone),
+//! the checks that need that client say "not run: no nvcc" and the rest
+//! run; `gpu-mps selftest`'s driver-API client needs no toolkit, and where
+//! both run their SM figures are compared ([`selftest`]).
 //!
 //! On a machine without a GPU it says so in one line and exits 1. Whatever
 //! happens, it restores GPU 0's compute mode, stops the MPS processes it
@@ -44,6 +49,7 @@ use serde::Deserialize;
 
 mod bench;
 mod checks;
+mod selftest;
 mod usage;
 
 /// The CUDA client, compiled on the GPU node (no copy of the tree needed there).
@@ -532,13 +538,14 @@ impl Drop for Cleanup {
 
 /// Everything the checks use.
 struct Setup {
-    /// How nvcc built the client (for the report).
+    /// How nvcc built the client (for the report), or that there is none.
     compiled: String,
     dir: PathBuf,
     bin: PathBuf,
     smi: PathBuf,
     control: PathBuf,
-    client: PathBuf,
+    /// The nvcc-built client; `None` without nvcc.
+    client: Option<PathBuf>,
     /// gpu_mps.conf with one user per server (`OtherUsers=queue`, so a
     /// second user's share is placed beside the first to be observed).
     conf: PathBuf,
@@ -588,9 +595,6 @@ impl Setup {
         let bin = bin_dir(args)?;
         let control = find_program(CONTROL_PROGRAM)
             .ok_or_else(|| format!("{CONTROL_PROGRAM} is not installed"))?;
-        let nvcc = find_program("nvcc")
-            .or_else(|| Some(PathBuf::from("/usr/local/cuda/bin/nvcc")).filter(|p| p.is_file()))
-            .ok_or("nvcc (CUDA's compiler) is not installed: it builds the CUDA client")?;
         let dir = std::env::temp_dir().join(format!("gpushare-hw-check-{}", std::process::id()));
         {
             let mut c = lock(&cleanup);
@@ -682,34 +686,7 @@ impl Setup {
             "ComputeMode=exclusive\n",
         )?;
 
-        let source = dir.join("client.cu");
-        let client = dir.join("client");
-        fs::write(&source, CLIENT_SOURCE).map_err(|e| e.to_string())?;
-        let compile = |extra: &[&str]| {
-            let mut cmd = Command::new(&nvcc);
-            cmd.args(["-O2", "-o"])
-                .arg(&client)
-                .arg(&source)
-                .args(extra);
-            bounded::run(cmd, None, NVCC_TIMEOUT).map_err(|e| e.to_string())
-        };
-        // CUDA's MPS attribute comes from the driver API (libcuda, CUDA
-        // 12.4+); without it (older CUDA, no unversioned libcuda.so to link)
-        // the client still runs, and the check relies on the daemon's
-        // client list instead.
-        let ran = compile(&["-lcuda"])?;
-        let mut compiled = format!("{} -O2 ... -lcuda: {}", nvcc.display(), ran.status);
-        if !ran.status.success() {
-            let again = compile(&["-DNO_MPS_ATTRIBUTE"])?;
-            compiled = format!(
-                "{compiled}\n{}\nagain with -DNO_MPS_ATTRIBUTE (no CUDA MPS attribute): {}",
-                ran.stderr.trim(),
-                again.status
-            );
-            if !again.status.success() {
-                return Err(format!("nvcc: {}", one_line(&again.stderr)));
-            }
-        }
+        let (client, compiled) = selftest::build_client(&dir)?;
         Ok(Self {
             compiled,
             bin,
@@ -782,7 +759,8 @@ impl Setup {
         env: &[(String, String)],
         args: &[String],
     ) -> Result<Client, String> {
-        as_user(&self.client, args, self.user(user), env)
+        let client = self.client.as_ref().ok_or(selftest::NO_NVCC)?;
+        as_user(client, args, self.user(user), env)
     }
 
     /// The environment of a task that finds no MPS daemon: the plan's,

@@ -195,3 +195,69 @@ fn the_benchmarks_report_says_what_ran_and_puts_its_table_first() {
     );
     assert!(text.contains("): 8 jobs three ways.\n"), "{text}");
 }
+
+/// `gpu-mps selftest --json`'s answer for GPU 0 (as the lead's CLI
+/// prints it), with `result` and the share's SMs filled in.
+fn selftest_answer(result: &str, share_sms: u32) -> selftest::Answer {
+    let seen = |sms: u32, ctx: &str, allocs: &str| {
+        format!(
+            r#"{{"driver":13000,"init_error":null,"devices":1,"sms":{sms},"mps":true,
+               "memory_mib":143771,"context_tried":true,"context_error":{ctx},"context_ms":212,
+               "mem_info_mib":[35000,35942],"kernel_sms":{sms},"kernel_error":null,
+               "ptx_target":"sm_70","allocations":[{allocs}]}}"#
+        )
+    };
+    let text = format!(
+        r#"{{"library":"libcuda.so.1","user":"nobody","units":25,"gpus":[{{"gpu":0,
+           "result":"{result}","why":[],"changed":null,"check":{{"gpu":0,
+           "expected":{{"thread_percentage":25,"memory_mib":35942,"exclusive":true}},
+           "bypass":{},"share":{},
+           "verdict":{{"failures":[],"notes":[]}},"ms":850}}}}]}}"#,
+        seen(132, r#""CUDA_ERROR_DEVICE_UNAVAILABLE""#, ""),
+        seen(
+            share_sms,
+            "null",
+            r#"{"mib":17971,"error":null},{"mib":53913,"error":"CUDA_ERROR_OUT_OF_MEMORY"}"#
+        ),
+    );
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+#[test]
+fn the_driver_api_clients_line_says_what_both_clients_saw() {
+    let (v, line) = selftest::judge(Some(0), &selftest_answer("pass", 32));
+    assert_eq!(v, Verdict::Pass, "{line}");
+    for seen in [
+        "exit 0: pass",
+        "share client: 32 SMs, kernel on 32 SMs",
+        "17971 MiB ok, 53913 MiB CUDA_ERROR_OUT_OF_MEMORY",
+        "context 212 ms",
+        "GPU of 132 SMs",
+        "refused (CUDA_ERROR_DEVICE_UNAVAILABLE)",
+        "PTX target sm_70, driver 13.0",
+    ] {
+        assert!(line.contains(seen), "{seen:?} not in {line}");
+    }
+    // A failed GPU, or a non-zero exit, fails the line.
+    assert_eq!(
+        selftest::judge(Some(1), &selftest_answer("fail", 32)).0,
+        Verdict::Fail
+    );
+    assert_eq!(
+        selftest::judge(Some(3), &selftest_answer("pass", 32)).0,
+        Verdict::Fail
+    );
+}
+
+#[test]
+fn the_driver_api_client_must_agree_with_the_nvcc_client_on_sms() {
+    let agree = |d, n, dw, nw| selftest::sms_agree(d, n, dw, nw).map(|(ok, _)| ok);
+    assert_eq!(agree(Some(32), Some(32), Some(132), Some(132)), Some(true));
+    assert_eq!(agree(Some(32), Some(32), None, None), Some(true));
+    // Either figure off by a TPC is a disagreement: both ask CUDA the same.
+    assert_eq!(agree(Some(34), Some(32), Some(132), Some(132)), Some(false));
+    assert_eq!(agree(Some(32), Some(32), Some(132), Some(130)), Some(false));
+    // Only the whole GPU's figures: not enough to pass.
+    assert_eq!(agree(None, Some(32), Some(132), Some(132)), Some(false));
+    assert_eq!(agree(None, None, None, Some(132)), None);
+}
