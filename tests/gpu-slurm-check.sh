@@ -18,10 +18,20 @@
 # side in gpushare's MPS shares), a table of its own in the report;
 # --no-bench leaves it out, --bench-only runs it alone.
 #
+# Also `gpu-mps selftest` (the driver-API client, which needs no CUDA
+# toolkit) on GPU 0, its SMs held against the nvcc client's; a share whose
+# prolog runs the self-test after its daemon's start (SelfTest=daemon-start);
+# and two shares on GPU 0, one cancelled in the middle of its kernels while
+# its task ignores SIGTERM: the other's kernels must finish and a third share
+# run after.
+#
 # On a machine without an NVIDIA GPU it runs the same jobs against
 # gpushare's stand-in MPS control program and nvidia-smi with two fake GPU
-# device files (the test cluster's way): what needs CUDA says "skipped: no
-# GPU".
+# device files (the test cluster's way), and the self-test against the
+# kit's stand-in libcuda where it has one: what needs CUDA says "skipped:
+# no GPU". On a GPU machine without nvcc the jobs run a stand-in client and
+# what needs the nvcc client says "not run: no nvcc"; the self-test lines
+# still run and count.
 #
 # Safe on a machine that has Slurm: it refuses while a slurmctld or slurmd
 # runs or a GPU has compute processes (--force to run anyway), uses its own
@@ -130,7 +140,7 @@ cleanup() {
     # The ledger gpushare keeps in /run for this check's configuration.
     rm -f /run/gpushare/ledger-of-*"$(basename "$D" | sed 's/-/%2d/g')"-etc-gpu_mps.conf*
     if [ -n "$logs" ]; then
-        mkdir -p "$logs" && cp "$D"/log/*.log "$logs/" 2>/dev/null
+        mkdir -p "$logs" && cp "$D"/log/*.log "$D"/log/selftest.* "$logs/" 2>/dev/null
         (cd "$D" && tar -czf "$logs/jobs.tar.gz" jobs etc run/gpu-mps-mps/*/log 2>/dev/null)
     fi
     if [ -n "$keep" ]; then say "kept $D"; else rm -rf "$D"; fi
@@ -158,6 +168,29 @@ export PATH=$S/bin:$S/sbin:$PATH
 version=$(cat "$S/.version")
 
 # --- GPUs: real, or the test cluster's fake ones -----------------------------
+# The stand-in client (no GPU, or no nvcc): what a task sees, and the JSON
+# lines the CUDA client prints, without CUDA.
+write_standin_client() {
+    cat >"$D/bin/client" <<'EOF'
+#!/bin/bash
+if [ "$1" = bench ]; then
+    # make bench-gpu's job: a fixed 0.3 s of "work".
+    sleep 0.3
+    echo "{\"event\":\"bench\",\"pid\":$$,\"init_ms\":0.0,\"mps_enabled\":-1,\"sms\":-1,\"work_ms\":300.0,\"kernel\":\"ok\"}"
+    echo "{\"event\":\"done\",\"pid\":$$,\"busy\":\"ok\"}"
+    exit 0
+fi
+echo "{\"event\":\"ready\",\"pid\":$$,\"init_ms\":0.0}"
+echo "{\"event\":\"result\",\"pid\":$$,\"init_ms\":0.0,\"init\":\"ok\",\"mps_enabled\":-1,\"sms\":-1,\"alloc_mib\":$1,\"alloc\":\"ok\",\"kernel_ms\":-1,\"kernel\":\"ok\"}"
+[ "$2" -gt 0 ] && sleep "$(awk -v m="$2" 'BEGIN{printf "%.3f", m/1000}')"
+echo "{\"event\":\"done\",\"pid\":$$,\"busy\":\"ok\"}"
+EOF
+    chmod 755 "$D/bin/client"
+}
+# cudac: the jobs run the nvcc-built CUDA client (a GPU and nvcc).
+cudac=
+nocuda="skipped: no GPU"
+cudalib=
 if [ -n "$gpu" ]; then
     ngpu=$(timeout 20 nvidia-smi -L | grep -c '^GPU ')
     gpu_name=$(timeout 20 nvidia-smi -i 0 --query-gpu=name --format=csv,noheader)
@@ -172,10 +205,18 @@ if [ -n "$gpu" ]; then
         modes_before+=("$(timeout 20 nvidia-smi -i "$i" --query-gpu=compute_mode --format=csv,noheader | sed 's/Exclusive_Process/EXCLUSIVE_PROCESS/;s/Default/DEFAULT/;s/Prohibited/PROHIBITED/')")
     done
     nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-    cuda=$("$nvcc" --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')
-    say "compiling the CUDA client"
-    timeout 300 "$nvcc" -O2 -o "$D/bin/client" "$kit/client.cu" -lcuda >"$D/log/nvcc.log" 2>&1 ||
-        die "nvcc failed: $(tail -n 5 "$D/log/nvcc.log")"
+    if [ -x "$nvcc" ]; then
+        cuda=$("$nvcc" --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')
+        say "compiling the CUDA client (client.cu: its timed, bench and hold modes)"
+        timeout 300 "$nvcc" -O2 -o "$D/bin/client" "$kit/client.cu" -lcuda >"$D/log/nvcc.log" 2>&1 ||
+            die "nvcc failed: $(tail -n 5 "$D/log/nvcc.log")"
+        cudac=1
+    else
+        cuda="no nvcc"
+        nocuda="not run: no nvcc"
+        say "no nvcc: the jobs run a stand-in client; gpu-mps selftest needs none"
+        write_standin_client
+    fi
 else
     ngpu=2
     gpu_name="fake GPU (stand-in)"
@@ -194,23 +235,14 @@ else
     chmod 755 "$D/standin"/*
     control=$D/standin/nvidia-cuda-mps-control
     smi=$D/standin/nvidia-smi
-    # The stand-in client: what a task sees, and the JSON lines the CUDA
-    # client prints, without CUDA.
-    cat >"$D/bin/client" <<'EOF'
-#!/bin/bash
-if [ "$1" = bench ]; then
-    # make bench-gpu's job: a fixed 0.3 s of "work".
-    sleep 0.3
-    echo "{\"event\":\"bench\",\"pid\":$$,\"init_ms\":0.0,\"mps_enabled\":-1,\"sms\":-1,\"work_ms\":300.0,\"kernel\":\"ok\"}"
-    echo "{\"event\":\"done\",\"pid\":$$,\"busy\":\"ok\"}"
-    exit 0
-fi
-echo "{\"event\":\"ready\",\"pid\":$$,\"init_ms\":0.0}"
-echo "{\"event\":\"result\",\"pid\":$$,\"init_ms\":0.0,\"init\":\"ok\",\"mps_enabled\":-1,\"sms\":-1,\"alloc_mib\":$1,\"alloc\":\"ok\",\"kernel_ms\":-1,\"kernel\":\"ok\"}"
-[ "$2" -gt 0 ] && sleep "$(awk -v m="$2" 'BEGIN{printf "%.3f", m/1000}')"
-echo "{\"event\":\"done\",\"pid\":$$,\"busy\":\"ok\"}"
-EOF
-    chmod 755 "$D/bin/client"
+    # The kit's stand-in libcuda (tests/fake-libcuda), beside the stand-in
+    # control program and nvidia-smi whose files it reads.
+    if [ -e "$G/libcuda-standin.so" ]; then
+        cp "$G/libcuda-standin.so" "$D/standin/libcuda.so.1"
+        chmod 755 "$D/standin/libcuda.so.1"
+        cudalib=$D/standin/libcuda.so.1
+    fi
+    write_standin_client
 fi
 smi_mode() {
     timeout 20 "$smi" -i "$1" --query-gpu=compute_mode --format=csv,noheader 2>/dev/null | head -n 1
@@ -293,7 +325,7 @@ ConstrainRAMSpace=no
 EOF
 echo "required $G/libspank_gpu_mps.so conf=$D/etc/gpu_mps.conf" >"$D/etc/plugstack.conf"
 if [ "$ngpu" = 1 ]; then devlist=${devs[0]}; else devlist="${devs[0]%[0-9]*}[0-$((ngpu - 1))]"; fi
-write_mps_conf() { # $1: OtherUsers
+write_mps_conf() { # $1: OtherUsers, $2: more lines
     cat >"$D/etc/gpu_mps.conf.new" <<EOF
 UnitsPerGPU=100
 GPUDevices=$devlist
@@ -304,6 +336,8 @@ ComputeMode=exclusive
 OtherUsers=$1
 MetricsFile=$D/run/gpushare.prom
 UsageRecord=none
+${cudalib:+CudaLibrary=$cudalib}
+${2:-}
 EOF
     mv "$D/etc/gpu_mps.conf.new" "$D/etc/gpu_mps.conf"
     # A configuration changed less than a second ago is not believed at a
@@ -501,7 +535,7 @@ else
     r=$(line "$o" R | grep result)
     whole_ms=$(jget "$r" kernel_ms)
     whole_sms=$(jget "$r" sms)
-    if [ -n "$gpu" ]; then
+    if [ -n "$cudac" ]; then
         record "a whole-GPU job (--gres=gpu:1)" "$([ "$st" = COMPLETED ] && [ "$(jget "$r" mps_enabled)" = 0 ] && [ "$(opened "$o")" = 1 ]; pf)" \
             "$st; no MPS (attribute $(jget "$r" mps_enabled)); ${whole_sms} SMs, kernel ${whole_ms} ms; devices it may open: $(opened "$o") of $ngpu"
     else
@@ -539,11 +573,11 @@ else
         said=$(timeout 30 "$G/gpu-mps" metrics --write --kernel-log "$D/kmsg-none" --conf "$D/etc/gpu_mps.conf" 2>&1)
         umem=$(sed -n "s/^gpushare_share_memory_used_bytes{job=\"$j\",gpu=\"[0-9]*\"} //p" "$D/run/gpushare.prom" 2>/dev/null | head -n 1)
         usm=$(sed -n "s/^gpushare_share_sm_utilization{job=\"$j\",gpu=\"[0-9]*\"} //p" "$D/run/gpushare.prom" 2>/dev/null | head -n 1)
-        if [ -n "$gpu" ]; then
+        if [ -n "$cudac" ]; then
             record "the share's use in the node's metrics" "$([ "${umem:-0}" -gt 0 ] && awk -v s="${usm:-0}" 'BEGIN{exit !(s > 0)}'; pf)" \
                 "memory ${umem:-none} bytes, SM use ${usm:-none} of its part (the busy client's); $(echo "$said" | paste -sd' ' | cut -c1-240)"
         else
-            record "the share's use in the node's metrics" "skipped: no GPU" ""
+            record "the share's use in the node's metrics" "$nocuda" ""
         fi
     else
         record "the share's GPU while it runs" FAIL "the job did not get its client going in 60 s: $(field "$j" JobState) $(field "$j" Reason); $(tail -n 3 "$o" 2>/dev/null)"
@@ -553,8 +587,10 @@ else
     ra=$(line "$o" A | grep result)
     rb=$(line "$o" B | grep result)
     rc=$(line "$o" C | grep result)
-    if [ -n "$gpu" ]; then
+    share_sms=
+    if [ -n "$cudac" ]; then
         sms=$(jget "$ra" sms)
+        share_sms=$sms
         ms=$(jget "$ra" kernel_ms)
         ratio=$(awk -v a="$ms" -v b="$whole_ms" 'BEGIN{if (b > 0) printf "%.2f", a / b; else print "?"}')
         sms_ok=$(awk -v s="$sms" -v t="$whole_sms" 'BEGIN{print (s > 0 && t > 0 && s * 100 >= t * 15 && s * 100 <= t * 30) ? 1 : 0}')
@@ -570,7 +606,7 @@ else
     else
         record "sbatch --gres=mps:25: the task's environment" "$([ "$st" = COMPLETED ] && grep -Eq "pipe=$D/run/gpu-mps-mps/gpu[0-9]*/pipe threads=25 mem=[^ ]* visible=0? " <<<"$env_line" && [ "$(opened "$o")" = 1 ]; pf)" \
             "$st; $env_line; GPU files it may open: $(opened "$o") of $ngpu (visible=0 or unset: the one device its GPU's MPS server shows, docs/mps.md)"
-        record "sbatch --gres=mps:25: SMs, memory, a task without MPS variables" "skipped: no GPU" ""
+        record "sbatch --gres=mps:25: SMs, memory, a task without MPS variables" "$nocuda" ""
     fi
     if wait_idle 20; then
         record "after the last share" pass "no MPS daemon, compute mode $(smi_mode 0)"
@@ -590,7 +626,7 @@ else
     for x in "srun:$o:$rc_srun" "salloc:$o2:$rc_salloc"; do
         n=${x%%:*}; f=$(echo "$x" | cut -d: -f2); rc=${x##*:}
         r=$(line "$f" R | grep result)
-        if [ -n "$gpu" ]; then
+        if [ -n "$cudac" ]; then
             record "$n --gres=mps:25" "$([ "$rc" = 0 ] && [ "$(jget "$r" mps_enabled)" = 1 ]; pf)" \
                 "exit $rc; MPS attribute $(jget "$r" mps_enabled), $(jget "$r" sms) SMs; $(grep -m1 '^ENV ' "$f" | cut -c1-160)"
         else
@@ -608,12 +644,12 @@ else
         sa=$(wait_state "$ja" 60 "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL")
         sb=$(wait_state "$jb" 90 "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL")
         rb=$(line "$D/jobs/$jb.out" R | grep result)
-        if [ -n "$gpu" ]; then
+        if [ -n "$cudac" ]; then
             record "OtherUsers=queue: another user's share waits, then runs" "$([ "$sa" = COMPLETED ] && [ "$sb" = COMPLETED ] && [ "$(jget "$rb" mps_enabled)" = 1 ]; pf)" \
                 "first user's $sa on GPU $(gpu_of "$D/jobs/$ja.out"), second user's $sb on GPU $(gpu_of "$D/jobs/$jb.out") after $((SECONDS - t)) s; its CUDA start took $(jget "$rb" init_ms) ms, MPS attribute $(jget "$rb" mps_enabled)"
         else
             record "OtherUsers=queue: another user's share is placed" "$([ "$sa" = COMPLETED ] && [ "$sb" = COMPLETED ]; pf)" \
-                "first user's $sa on GPU $(gpu_of "$D/jobs/$ja.out"), second user's $sb on GPU $(gpu_of "$D/jobs/$jb.out") (its CUDA wait: skipped: no GPU)"
+                "first user's $sa on GPU $(gpu_of "$D/jobs/$ja.out"), second user's $sb on GPU $(gpu_of "$D/jobs/$jb.out") (its CUDA wait: $nocuda)"
         fi
     else
         record "OtherUsers=queue" FAIL "the first share did not start: $(field "$ja" JobState) $(field "$ja" Reason)"
@@ -632,7 +668,7 @@ else
         sb=$(wait_state "$jb" 60 "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL")
         rb=$(line "$D/jobs/$jb.out" R | grep result)
         record "another user's whole-GPU job beside a share" "$([ "$sa" = COMPLETED ] && [ "$sb" = COMPLETED ]; pf)" \
-            "$beside; then share $sa, whole-GPU job $sb$( [ -n "$gpu" ] && echo " (MPS attribute $(jget "$rb" mps_enabled), kernel $(jget "$rb" kernel_ms) ms)")"
+            "$beside; then share $sa, whole-GPU job $sb$( [ -n "$cudac" ] && echo " (MPS attribute $(jget "$rb" mps_enabled), kernel $(jget "$rb" kernel_ms) ms)")"
     else
         record "another user's whole-GPU job beside a share" FAIL "the share did not start: $(field "$ja" JobState) $(field "$ja" Reason)"
         timeout 10 scancel "$ja"
@@ -682,7 +718,7 @@ NamespaceType=namespace/linux"
         host_shm=$(stat -c %d:%i /dev/shm)
         host_pidns=$(readlink /proc/self/ns/pid)
         what="$st; task's /dev/shm $(sed -n 's/.*shm=\([^ ]*\).*/\1/p' "$o" | head -n 1) (host's $host_shm), PID namespace $(sed -n 's/.*pidns=\([^ ]*\).*/\1/p' "$o" | head -n 1) (host's $host_pidns); pipe directory reachable: $(sed -n 's/.*pipe_reachable=\([^ ]*\).*/\1/p' "$o" | head -n 1)"
-        if [ -n "$gpu" ]; then
+        if [ -n "$cudac" ]; then
             what="$what; client: $(if [ "$(jget "$r" init)" = ok ]; then echo "ran, MPS attribute $(jget "$r" mps_enabled), $(jget "$r" sms) SMs"; else echo "$(jget "$r" init)"; fi)"
         fi
         [ "$st" = COMPLETED ] || what="$what; Reason=$(field "$j" Reason) AdminComment=$(field "$j" AdminComment); output: $(grep -v '^[A-Z]* ' "$o" 2>/dev/null | tail -n 2 | paste -sd' ')"
@@ -692,7 +728,7 @@ NamespaceType=namespace/linux"
                 "$st; refused in its task with the reason: $refused"
             warned=$(timeout 30 "$G/gpu-mps" status --conf "$D/etc/gpu_mps.conf" 2>&1 | grep -o "job namespaces ([^)]*) give each job its own [^ ,]*" | head -n 1)
             record "gpu-mps status on that node" "$([ -n "$warned" ]; pf)" "${warned:-no warning}"
-        elif [ -n "$gpu" ]; then
+        elif [ -n "$cudac" ]; then
             record "$what_ns: a share" "$([ "$st" = COMPLETED ] && [ "$(jget "$r" mps_enabled)" = 1 ]; pf)" "$what"
         else
             record "$what_ns: a share" "$([ "$st" = COMPLETED ] && grep -q 'pipe_reachable=yes' "$o"; pf)" "$what"
@@ -748,7 +784,7 @@ NamespaceType=namespace/linux"
         st=$(wait_state "$j" 60 "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL")
         r=$(line "$D/jobs/$j.out" R | grep result)
         snap "after the last share"
-        if [ -n "$gpu" ]; then
+        if [ -n "$cudac" ]; then
             record "a share after two users' shares were cancelled" "$([ "$st" = COMPLETED ] && [ "$(jget "$r" mps_enabled)" = 1 ]; pf)" \
                 "$st; $(if [ "$(jget "$r" init)" = ok ]; then echo "MPS attribute $(jget "$r" mps_enabled), $(jget "$r" sms) SMs"; else echo "$(jget "$r" init)"; fi)"
         else
@@ -808,7 +844,211 @@ SlurmdParameters=config_overrides"
     devlist=${devs[0]}
     write_mps_conf refuse
 }
-if [ -n "$bench" ]; then
+# --- gpu-mps selftest, SelfTest=daemon-start, a cancelled share's neighbour ---
+# On GPU 0 alone (the node given that GPU, as for the benchmark below).
+# A value of the self-test's JSON answer: jv FILE gpus.0.check.share.sms
+# (empty where null or absent).
+jv() {
+    if command -v python3 >/dev/null; then
+        python3 -c '
+import json, sys
+v = json.load(open(sys.argv[1]))
+for k in sys.argv[2].split("."):
+    try:
+        v = v[int(k)] if isinstance(v, list) else v[k]
+    except (KeyError, IndexError, ValueError, TypeError):
+        v = None
+    if v is None:
+        break
+print("" if v is None else str(v).lower() if isinstance(v, bool) else v)' "$1" "$2" 2>/dev/null
+    else
+        jq -r --arg p "$2" 'getpath($p | split(".") | map(tonumber? // .)) | if . == null then empty else . end' "$1" 2>/dev/null
+    fi
+}
+# The same for a report's line: `-` where empty.
+jd() {
+    local v
+    v=$(jv "$@")
+    echo "${v:--}"
+}
+# After a line that set GPU 0 aside (a failed self-test), give it back so
+# that the lines after it still run; the note for the line.
+give_back() {
+    if timeout 30 "$G/gpu-mps" resume-gpu 0 --conf "$D/etc/gpu_mps.conf" >>"$D/log/resume.log" 2>&1; then
+        echo "; GPU 0 given back (gpu-mps resume-gpu 0) for the lines after"
+    else
+        echo "; gpu-mps resume-gpu 0 failed: $(tail -n 1 "$D/log/resume.log")"
+    fi
+}
+# A share whose task ignores SIGTERM (trap '' TERM; its client inherits
+# that): cancel.sh BUSY_MS runs the client's kernels for BUSY_MS, READY
+# file (the client's pid) once its busy kernels run, R lines and EXIT.
+cat >"$D/jobs/cancel.sh" <<'EOF'
+#!/bin/bash
+trap '' TERM
+. "$GSC_DIR/jobs/probe.sh"
+out=$GSC_DIR/jobs/$SLURM_JOB_ID.client
+"$GSC_CLIENT" 0 "$1" "$GSC_ROUNDS" >"$out" 2>&1 &
+c=$!
+for _ in $(seq 600); do grep -q '"result"' "$out" 2>/dev/null && break; sleep 0.1; done
+echo "$c" >"$GSC_DIR/jobs/$SLURM_JOB_ID.ready"
+wait "$c"
+rc=$?
+sed 's/^/R /' "$out"
+echo "EXIT $rc"
+exit "$rc"
+EOF
+chmod 755 "$D/jobs/cancel.sh"
+if [ -n "$checks_on" ]; then
+    stop_slurm
+    bench_conf mps
+    # gpu-mps selftest on the idle GPU 0 (no job runs: Slurm is stopped).
+    st_name="gpu-mps selftest: the driver-API client (no nvcc)"
+    no_lib=
+    [ -z "$gpu" ] && [ -z "$cudalib" ] && no_lib="skipped: no GPU (and no stand-in libcuda in the kit)"
+    s_sms=
+    b_sms=
+    if [ -n "$no_lib" ]; then
+        record "$st_name" "$no_lib" ""
+    else
+        sj=$D/log/selftest.json
+        timeout 300 "$G/gpu-mps" selftest --conf "$D/etc/gpu_mps.conf" --gpu 0 --units 25 --json \
+            --report "$D/log/selftest.md" >"$sj" 2>"$D/log/selftest.err"
+        rc=$?
+        c=gpus.0.check
+        res=$(jv "$sj" gpus.0.result)
+        why=$(jv "$sj" gpus.0.why.0)
+        s_sms=$(jv "$sj" $c.share.sms)
+        b_sms=$(jv "$sj" $c.bypass.sms)
+        allocs=
+        for i in 0 1; do
+            m=$(jv "$sj" $c.share.allocations.$i.mib)
+            e=$(jv "$sj" $c.share.allocations.$i.error)
+            [ -n "$m" ] && allocs="$allocs${allocs:+, }$m MiB ${e:-ok}"
+        done
+        b_err=$(jv "$sj" $c.bypass.context_error)
+        if [ -n "$b_err" ]; then
+            b_ctx="refused ($b_err)"
+        elif [ "$(jv "$sj" $c.bypass.context_tried)" = true ]; then
+            b_ctx=STARTED
+        else
+            b_ctx="not tried"
+        fi
+        s_err=$(jv "$sj" $c.share.context_error)
+        drv=$(jv "$sj" $c.share.driver)
+        [ -n "$drv" ] && drv=$(awk -v v="$drv" 'BEGIN{printf "%d.%d", v / 1000, (v % 1000) / 10}')
+        err=$(head -c 300 "$D/log/selftest.err" 2>/dev/null | paste -sd' ')
+        ok=$([ "$rc" = 0 ] && [ "$res" = pass ]; pf)
+        what="exit $rc: ${res:-no answer}${why:+ ($why)} in $(jd "$sj" $c.ms) ms, as user $(jd "$sj" user) with $(jd "$sj" library); share client (25 units): ${s_sms:--} SMs, kernel on $(jd "$sj" $c.share.kernel_sms) SMs, cuMemGetInfo $(jd "$sj" $c.share.mem_info_mib.0)/$(jd "$sj" $c.share.mem_info_mib.1) MiB free, allocations ${allocs:-none}, context $(jd "$sj" $c.share.context_ms) ms${s_err:+ (context: $s_err)}; bypass client: GPU of ${b_sms:--} SMs, $(jd "$sj" $c.bypass.memory_mib) MiB, context $b_ctx; PTX $(jd "$sj" $c.share.ptx_target), driver ${drv:--}, MPS attribute $(jd "$sj" $c.share.mps)${err:+; stderr: $err}"
+        [ "$ok" = pass ] || what="$what$(give_back)"
+        record "$st_name" "$ok" "$what"
+    fi
+    x_name="the driver-API client against the nvcc client: SMs"
+    if [ -n "$cudac" ]; then
+        # Both ask CUDA's MULTIPROCESSOR_COUNT: they must give one figure.
+        record "$x_name" "$([ -n "$s_sms" ] && [ "$s_sms" = "${share_sms:-}" ] && { [ -z "${whole_sms:-}" ] || [ "$b_sms" = "${whole_sms:-}" ]; }; pf)" \
+            "a 25-unit share: driver-API client ${s_sms:-?} SMs, nvcc client (sbatch --gres=mps:25) ${share_sms:-?}; the whole GPU: driver-API client ${b_sms:-?}, nvcc client (--gres=gpu:1) ${whole_sms:-?}"
+    else
+        record "$x_name" "$nocuda" ""
+    fi
+
+    # SelfTest=daemon-start: the prolog that starts GPU 0's daemon tests it.
+    d_name="SelfTest=daemon-start: a share's prolog tests its GPU"
+    if [ -n "$no_lib" ]; then
+        record "$d_name" "$no_lib" ""
+        write_mps_conf refuse
+    else
+        write_mps_conf refuse "SelfTest=daemon-start"
+    fi
+    if ! start_slurm; then
+        record "Slurm on GPU 0 alone" FAIL "$(tail -n 2 "$D/log/slurmd.log" | paste -sd' ')"
+    else
+        if [ -z "$no_lib" ]; then
+            since=$(date +%s)
+            seen_before=$(wc -l <"$D/log/syslog.log" 2>/dev/null || echo 0)
+            j=$(submit "$A" --gres=mps:25 "${jobenv[@]}" "$D/jobs/run.sh" 0)
+            st=$(wait_state "$j" 120 "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL")
+            r=$(line "$D/jobs/$j.out" R | grep result)
+            said=$(tail -n +"$((seen_before + 1))" "$D/log/syslog.log" 2>/dev/null |
+                grep -o "GPU [0-9]*'s MPS self-test after its daemon's start: [A-Za-z]* in [0-9]* ms" | tail -n 1)
+            [ -n "${listener:-}" ] || said="(no syslog listener: python3 missing)"
+            shown=$(timeout 30 "$G/gpu-mps" status --json --conf "$D/etc/gpu_mps.conf" 2>&1 | grep -o '"selftest":{[^}]*}' | head -n 1)
+            at=$(sed -n 's/.*"at":\([0-9]*\).*/\1/p' <<<"$shown")
+            : >"$D/kmsg-none"
+            timeout 30 "$G/gpu-mps" metrics --write --kernel-log "$D/kmsg-none" --conf "$D/etc/gpu_mps.conf" >/dev/null 2>&1
+            metric=$(sed -n 's/^gpushare_mps_selftest_ok{[^}]*gpu="0"[^}]*} //p' "$D/run/gpushare.prom" 2>/dev/null | head -n 1)
+            what="$st; the prolog's log: ${said:-no self-test line}; gpu-mps status: ${shown:-no self-test}${at:+ ($((at - since)) s after the submission)}; gpushare_mps_selftest_ok{gpu=\"0\"} ${metric:-absent}"
+            [ -n "$cudac" ] && what="$what; the job's client: MPS attribute $(jget "$r" mps_enabled), $(jget "$r" sms) SMs"
+            if [ "$st" != COMPLETED ]; then
+                what="$what; Reason=$(field "$j" Reason) AdminComment=$(field "$j" AdminComment)"
+                timeout 10 scancel "$j"
+                what="$what; cancelled$(give_back)"
+            fi
+            record "$d_name" "$([ "$st" = COMPLETED ] && grep -q ": passed in [0-9]* ms" <<<"$said" &&
+                grep -q '"passed":true' <<<"$shown" && [ "${at:-0}" -ge "$since" ] && [ "$metric" = 1 ] &&
+                { [ -z "$cudac" ] || [ "$(jget "$r" mps_enabled)" = 1 ]; }; pf)" "$what"
+            wait_idle 30
+            write_mps_conf refuse
+        fi
+
+        # Two shares of one user on GPU 0 (one MPS server); one is cancelled
+        # in the middle of its kernels, its task ignoring SIGTERM (Slurm
+        # kills it KillWait=2 s later): the other's kernels must finish,
+        # and a third share must run after.
+        c_name="a cancelled share's neighbour (scancel mid-kernel, its task ignoring SIGTERM)"
+        if [ -n "$gpu" ] && [ -z "$cudac" ]; then
+            record "$c_name" "$nocuda" ""
+            record "a third share after the cancel" "$nocuda" ""
+        else
+            jc=$(submit "$A" --gres=mps:25 "${jobenv[@]}" "$D/jobs/cancel.sh" 60000)
+            jn=$(submit "$A" --gres=mps:25 "${jobenv[@]}" "$D/jobs/cancel.sh" 15000)
+            if wait_file "$D/jobs/$jc.ready" 90 && wait_file "$D/jobs/$jn.ready" 90; then
+                sleep 2
+                cpid=$(cat "$D/jobs/$jc.ready")
+                srv=
+                if [ -n "$gpu" ]; then
+                    dpipe=$(tr '\0' '\n' 2>/dev/null <"/proc/$(daemons | head -n 1)/environ" | sed -n 's/^CUDA_MPS_PIPE_DIRECTORY=//p')
+                    srv=$(echo get_server_list | CUDA_MPS_PIPE_DIRECTORY=$dpipe timeout 10 "$control" 2>/dev/null | paste -sd,)
+                fi
+                snap "two shares of one user, before one is cancelled"
+                t=$SECONDS
+                timeout 10 scancel "$jc"
+                gone=
+                for _ in $(seq 150); do
+                    kill -0 "$cpid" 2>/dev/null || { gone=$((SECONDS - t)); break; }
+                    sleep 0.2
+                done
+                sc=$(wait_state "$jc" 30 "CANCELLED|COMPLETED|FAILED|TIMEOUT|NODE_FAIL")
+                snap "a share cancelled, its neighbour running"
+                sn=$(wait_state "$jn" 120 "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL")
+                on=$D/jobs/$jn.out
+                rn=$(line "$on" R | grep '"result"')
+                dn=$(line "$on" R | grep '"done"')
+                en=$(line "$on" EXIT)
+                what="cancelled job $jc (GPU $(gpu_of "$D/jobs/$jc.out")) $sc, ExitCode=$(field "$jc" ExitCode), its client $cpid gone ${gone:-NOT within 30} s after scancel; neighbour job $jn (GPU $(gpu_of "$on")) $sn, exit ${en:-none}, its kernels after the cancel: $(if [ -n "$dn" ]; then jget "$dn" busy; else echo "no done line"; fi); its result line: ${rn:-none}${srv:+; MPS servers before the cancel: $srv}"
+                ok=$([ "$sc" = CANCELLED ] && [ "$sn" = COMPLETED ] && [ "$en" = 0 ] && [ -n "$rn" ] &&
+                    [ "$(jget "$dn" busy)" = ok ] && { [ -z "$cudac" ] || [ "$(jget "$rn" mps_enabled)" = 1 ]; }; pf)
+                [ "$ok" = pass ] || what="$what; MPS server log: $(tail -n 4 "$D"/run/gpu-mps-mps/gpu0/log/server.log 2>/dev/null | paste -sd' ' | cut -c1-400); daemons $(daemons | paste -sd,), servers $(servers_left) (signal-killing an MPS client with work on the GPU is what NVIDIA calls unsafe; the remedy is ending a cancelled share's clients with terminate_client before Slurm's SIGKILL)"
+                record "$c_name" "$ok" "$what"
+            else
+                record "$c_name" FAIL "the two shares did not both get their kernels going in 90 s: $jc $(field "$jc" JobState) $(field "$jc" Reason), $jn $(field "$jn" JobState) $(field "$jn" Reason)"
+                timeout 10 scancel "$jc" "$jn"
+            fi
+            j=$(submit "$A" --gres=mps:25 "${jobenv[@]}" "$D/jobs/run.sh" 0)
+            st=$(wait_state "$j" 90 "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL")
+            r=$(line "$D/jobs/$j.out" R | grep result)
+            what="$st on GPU $(gpu_of "$D/jobs/$j.out")"
+            [ -n "$cudac" ] && what="$what; $(if [ "$(jget "$r" init)" = ok ]; then echo "MPS attribute $(jget "$r" mps_enabled), $(jget "$r" sms) SMs, kernel $(jget "$r" kernel_ms) ms"; else echo "CUDA's start: $(jget "$r" init)"; fi)"
+            [ "$st" = COMPLETED ] || what="$what; Reason=$(field "$j" Reason) AdminComment=$(field "$j" AdminComment)"
+            record "a third share after the cancel" "$([ "$st" = COMPLETED ] && { [ -z "$cudac" ] || [ "$(jget "$r" mps_enabled)" = 1 ]; }; pf)" "$what"
+        fi
+        wait_idle 30
+        stop_slurm
+    fi
+fi
+if [ -n "$bench" ] && [ -n "$gpu" ] && [ -z "$cudac" ]; then
+    record "the benchmark through Slurm ($BENCH_JOBS jobs three ways)" "$nocuda" ""
+elif [ -n "$bench" ]; then
     printf '#!/bin/bash\n"$GSC_CLIENT" bench 12 400 2000000 | sed "s/^/K /"\n' >"$D/jobs/bench.sh"
     chmod 755 "$D/jobs/bench.sh"
     stop_slurm
@@ -843,7 +1083,7 @@ fi
 # --- limits in the control daemon's start environment (GPU only) -------------
 if [ -z "$checks_on" ]; then
     :
-elif [ -n "$gpu" ]; then
+elif [ -n "$cudac" ]; then
     P=$D/envtest
     mkdir -p "$P/pipe" "$P/log"
     CUDA_MPS_PIPE_DIRECTORY=$P/pipe CUDA_MPS_LOG_DIRECTORY=$P/log CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25 \
@@ -857,7 +1097,7 @@ elif [ -n "$gpu" ]; then
     record "limits in the control daemon's start environment (25 %, 8G)" seen \
         "get_default_active_thread_percentage: $pct; get_default_device_pinned_mem_limit 0: $mem; a client with only the pipe directory: $(jget "$r" sms) SMs, 12288 MiB: $(jget "$r" alloc)"
 else
-    record "limits in the control daemon's start environment" "skipped: no GPU" ""
+    record "limits in the control daemon's start environment" "$nocuda" ""
 fi
 
 total=$((SECONDS - T0))
