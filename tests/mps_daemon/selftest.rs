@@ -14,7 +14,9 @@ use serde_json::Value;
 use testcluster::standin::{CudaContext, CudaFault, CudaFiles};
 use testcluster::{ensure, Cluster, Suite, TestResult};
 
-use super::{bin_dir, calls, daemons, gpu_mps, standin, status_json};
+use super::{
+    bin_dir, calls, cancel_and_wait_stopped, daemons, gpu_mps, shares, standin, status_json,
+};
 
 /// This file's tests, in order, after the suite's others.
 pub fn tests(suite: Suite) -> Suite {
@@ -41,9 +43,14 @@ const GPU: u32 = 2;
 /// UnitsPerGPU=100) gets of the stand-in's 132: 33, down to a TPC.
 const SHARE_SMS: u64 = 32;
 
-/// The stand-in driver's files, every fault off and its log empty.
+/// The stand-in driver's files, every fault off and its log empty, on a
+/// node as it is after shares ran: a share of a whole GPU on each GPU,
+/// ended (each GPU's MPS directory then admits only the users of its
+/// shares, none: the self-test's user must be let in as a share's is).
 fn driver(c: &Cluster) -> Result<CudaFiles, String> {
     standin(c)?;
+    shares(c, 4, 100)?;
+    cancel_and_wait_stopped(c)?;
     let files = CudaFiles::at(&bin_dir(c));
     files.reset()?;
     Ok(files)
@@ -68,6 +75,15 @@ fn gpu_result(answer: &Value) -> Result<&Value, String> {
         .as_array()
         .and_then(|g| g.iter().find(|g| g["gpu"] == GPU))
         .ok_or_else(|| format!("no GPU {GPU} in the answer: {answer}"))
+}
+
+/// Runs `test`, then leaves the node as the suite's next tests expect it
+/// whatever happened: no fault shown, [`GPU`] not set aside.
+fn given_back(c: &Cluster, test: fn(&Cluster) -> TestResult) -> TestResult {
+    let result = test(c);
+    let files = CudaFiles::at(&bin_dir(c)).reset();
+    let resumed = gpu_mps(c, &["resume-gpu", &GPU.to_string()]);
+    result.and(files).and(resumed.map(|_| ()))
 }
 
 /// The uid of the configured SelfTestUser= (the default: nobody).
@@ -127,6 +143,10 @@ fn logged_limits(files: &CudaFiles) -> Option<(u64, u64)> {
 /// it refused, and a context without MPS refused while the GPU was
 /// exclusive. Then the daemon is gone and the mode is back.
 pub fn passes_on_idle_gpu(c: &mut Cluster) -> TestResult {
+    given_back(c, passes_on_idle_gpu_on)
+}
+
+fn passes_on_idle_gpu_on(c: &Cluster) -> TestResult {
     let files = driver(c)?;
     let (code, answer) = selftest(c)?;
     let log = files.log();
@@ -184,6 +204,10 @@ pub fn passes_on_idle_gpu(c: &mut Cluster) -> TestResult {
 /// memory; the GPU is set aside, and given back by the next test that
 /// passes there.
 pub fn fails_without_limits(c: &mut Cluster) -> TestResult {
+    given_back(c, fails_without_limits_on)
+}
+
+fn fails_without_limits_on(c: &Cluster) -> TestResult {
     let files = driver(c)?;
     files.set_fault(CudaFault::IgnoreLimits, true)?;
     let (code, answer) = selftest(c)?;
@@ -232,6 +256,10 @@ fn set_aside(c: &Cluster) -> Result<Option<String>, String> {
 /// did not finish, no client is left behind, and the GPU is left as found
 /// (and given back by a test that passes).
 pub fn hung_driver(c: &mut Cluster) -> TestResult {
+    given_back(c, hung_driver_on)
+}
+
+fn hung_driver_on(c: &Cluster) -> TestResult {
     let files = driver(c)?;
     files.set_fault(CudaFault::Hang, true)?;
     let started = Instant::now();
