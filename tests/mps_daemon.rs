@@ -35,6 +35,8 @@ mod idle;
 mod job_container;
 #[path = "mps_daemon/selftest.rs"]
 mod selftest;
+#[path = "mps_daemon/selftest_start.rs"]
+mod selftest_start;
 #[path = "mps_daemon/usage.rs"]
 mod usage;
 
@@ -124,7 +126,9 @@ fn main() -> ExitCode {
             clients_terminated,
         );
     }
-    suite = selftest::tests(idle::tests(usage::tests(disable::tests(suite))));
+    suite = selftest_start::tests(selftest::tests(idle::tests(usage::tests(disable::tests(
+        suite,
+    )))));
     // On request only (named in full): Slurm's own container fails now and
     // then inside the harness's namespaces (see job_container.rs).
     if job_container::has_dirs() {

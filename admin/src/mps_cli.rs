@@ -142,6 +142,10 @@ pub enum Cmd {
         /// Also write the results as a Markdown report to this file
         #[arg(long, value_name = "FILE")]
         report: Option<PathBuf>,
+        /// How long each CUDA client may take (a cold CUDA start on a GPU
+        /// without persistence mode takes seconds; a hung driver forever)
+        #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+        timeout: u64,
     },
     /// The Slurm and gpushare configuration lines this node needs
     ///

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use gpushare::mps::node::{keep_selftest, on_idle_gpu, Node, SelfTestOutcome};
-use gpushare::mps::selftest::{self, report_rows, GpuCheck, CLIENT_TIMEOUT};
+use gpushare::mps::selftest::{self, report_rows, GpuCheck};
 use serde::Serialize;
 
 /// Exit status: every GPU tested passed.
@@ -39,15 +39,24 @@ struct Answer {
     gpus: Vec<GpuResult>,
 }
 
-/// Runs the test on `gpus` (every GPU of the node where empty) for a
-/// share of `units` (default a quarter of a GPU).
-pub fn run(
-    node: &Node,
-    gpus: &[u32],
-    units: Option<u32>,
-    json: bool,
-    report: Option<&Path>,
-) -> Result<u8> {
+/// What the admin asked to test.
+#[derive(Debug, Clone, Copy)]
+pub struct Asked<'a> {
+    /// The GPUs (every GPU of the node where empty).
+    pub gpus: &'a [u32],
+    /// The share the client stands for (default a quarter of a GPU).
+    pub units: Option<u32>,
+    /// Each client's deadline.
+    pub timeout: std::time::Duration,
+}
+
+/// Runs the test as `asked`.
+pub fn run(node: &Node, asked: &Asked<'_>, json: bool, report: Option<&Path>) -> Result<u8> {
+    let Asked {
+        gpus,
+        units,
+        timeout,
+    } = *asked;
     let cfg = &node.cfg;
     let units = units.unwrap_or((cfg.units_per_gpu / 4).max(1));
     if units == 0 || units > cfg.units_per_gpu {
@@ -72,7 +81,7 @@ pub fn run(
     };
     let mut results = Vec::new();
     for gpu in chosen {
-        let outcome = on_idle_gpu(node, gpu, &exe, &user, units, CLIENT_TIMEOUT);
+        let outcome = on_idle_gpu(node, gpu, &exe, &user, units, timeout);
         results.push(result_of(node, gpu, outcome));
     }
     let answer = Answer {

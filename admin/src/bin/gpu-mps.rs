@@ -84,8 +84,20 @@ fn main() -> ExitCode {
             units,
             json,
             report,
-        } => open_as_root(at, "selftest starts MPS daemons: run it as root")
-            .and_then(|node| selftest_cli::run(&node, &gpus, units, json, report.as_deref())),
+            timeout,
+        } => {
+            open_as_root(at, "selftest starts MPS daemons: run it as root").and_then(|mut node| {
+                // The pipes' guard, as the prolog keeps it (the test's user is
+                // let through while it runs).
+                node.pipe_guard = Some(gpushare_admin::acl::allow_traverse);
+                let asked = selftest_cli::Asked {
+                    gpus: &gpus,
+                    units,
+                    timeout: std::time::Duration::from_secs(timeout.max(1)),
+                };
+                selftest_cli::run(&node, &asked, json, report.as_deref())
+            })
+        }
         Cmd::Config {
             gpus,
             gpu_type,

@@ -73,9 +73,11 @@ pub fn on_idle_gpu(
                     memory_mib: expected.memory_mib,
                 };
                 match daemon::apply_limits(cfg, gpu, limits, ensured.servers) {
-                    Ok(_) => Outcome::Checked(Box::new(check_gpu(
-                        cfg, gpu, exe, user, expected, timeout,
-                    ))),
+                    Ok(_) => {
+                        Outcome::Checked(Box::new(through_guard(node, gpu, &[], user, || {
+                            check_gpu(cfg, gpu, exe, user, expected, timeout)
+                        })))
+                    }
                     Err(e) => Outcome::DaemonFailed(format!("its MPS daemon's limits: {e}")),
                 }
             }
@@ -110,6 +112,7 @@ pub fn after_daemon_start(
     node: &Node,
     gpu: u32,
     limits: Limits,
+    share_uids: &[u32],
     notes: &mut Vec<String>,
 ) -> Option<String> {
     if node.cfg.self_test != SelfTest::DaemonStart {
@@ -125,7 +128,9 @@ pub fn after_daemon_start(
         std::env::current_exe(),
     ) {
         (Ok(user), Ok(exe)) => {
-            let check = check_gpu(&node.cfg, gpu, &exe, &user, expected, PROLOG_TIMEOUT);
+            let check = through_guard(node, gpu, share_uids, &user, || {
+                check_gpu(&node.cfg, gpu, &exe, &user, expected, PROLOG_TIMEOUT)
+            });
             notes.push(format!(
                 "GPU {gpu}'s MPS self-test after its daemon's start: {} in {} ms",
                 if check.verdict.passed() {
@@ -162,3 +167,27 @@ pub fn after_daemon_start(
 /// How long each client may take in a prolog: less than the CLI's, since
 /// a job waits, more than a cold CUDA start.
 pub const PROLOG_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Runs `f` with the self-test's user let through GPU `gpu`'s pipe guard
+/// (where the node keeps one: only the users of its shares may reach its
+/// MPS pipes), then the guard set back to `share_uids`. A guard that
+/// cannot be set leaves the directory as it was: the client then says it
+/// could not reach the daemon.
+fn through_guard<T>(
+    node: &Node,
+    gpu: u32,
+    share_uids: &[u32],
+    user: &ProbeUser,
+    f: impl FnOnce() -> T,
+) -> T {
+    let Some(guard) = node.pipe_guard else {
+        return f();
+    };
+    let dir = daemon::gpu_dir(&node.cfg, gpu);
+    let mut with_probe = share_uids.to_vec();
+    with_probe.push(user.uid);
+    let _ = guard(&dir, &with_probe);
+    let out = f();
+    let _ = guard(&dir, share_uids);
+    out
+}

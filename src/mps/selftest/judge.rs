@@ -101,6 +101,9 @@ pub struct Seen {
     /// The PTX target the driver took.
     pub ptx_target: Option<String>,
     pub allocations: Vec<Allocation>,
+    /// The client was still running at its deadline and was killed.
+    #[serde(default)]
+    pub timed_out: bool,
 }
 
 /// What the share client should get.

@@ -136,7 +136,10 @@ pub fn run_client(
                 ))
             })
         }
-        Err(e) => failed(format!("the CUDA client ({mode}): {e}")),
+        Err(e) => Seen {
+            timed_out: matches!(e, bounded::RunError::TimedOut { .. }),
+            ..failed(format!("the CUDA client ({mode}): {e}"))
+        },
     }
 }
 
@@ -182,7 +185,16 @@ pub fn check_gpu(
         None => Vec::new(),
     };
     let env = share_env(cfg, gpu, &expected);
-    let share = run_client(exe, library, "share", &sizes, &env, user, timeout);
+    // A driver that hung once hangs again: one deadline is enough.
+    let share = if bypass.timed_out {
+        Seen {
+            init_error: bypass.init_error.clone(),
+            timed_out: true,
+            ..Seen::default()
+        }
+    } else {
+        run_client(exe, library, "share", &sizes, &env, user, timeout)
+    };
     let verdict = judge(&expected, &bypass, &share);
     GpuCheck {
         gpu,
