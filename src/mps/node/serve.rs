@@ -118,13 +118,7 @@ pub(super) fn serve(
                         ));
                     } else if matches!(mps, MpsDaemon::Started | MpsDaemon::Restarted(_)) {
                         // SelfTest=daemon-start: once per start, never per share.
-                        let mut uids: Vec<u32> = state
-                            .shares()
-                            .filter(|s| s.gpu == gpu)
-                            .map(|s| s.uid)
-                            .collect();
-                        uids.sort_unstable();
-                        uids.dedup();
+                        let uids = super::setup::share_uids(&state, gpu);
                         failed_test = super::selftest::after_daemon_start(
                             node,
                             gpu,

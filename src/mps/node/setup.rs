@@ -71,13 +71,7 @@ pub(super) fn guard_pipes(node: &Node, state: &LedgerState, gpu: u32, notes: &mu
     let Some(guard) = node.pipe_guard else {
         return;
     };
-    let mut uids: Vec<u32> = state
-        .shares()
-        .filter(|s| s.gpu == gpu)
-        .map(|s| s.uid)
-        .collect();
-    uids.sort_unstable();
-    uids.dedup();
+    let uids = share_uids(state, gpu);
     let dir = daemon::gpu_dir(&node.cfg, gpu);
     if let Err(e) = guard(&dir, &uids) {
         notes.push(format!(
@@ -86,6 +80,18 @@ pub(super) fn guard_pipes(node: &Node, state: &LedgerState, gpu: u32, notes: &mu
             dir.display()
         ));
     }
+}
+
+/// The users with a share on `gpu` by `state`, each once.
+pub(super) fn share_uids(state: &LedgerState, gpu: u32) -> Vec<u32> {
+    let mut uids: Vec<u32> = state
+        .shares()
+        .filter(|s| s.gpu == gpu)
+        .map(|s| s.uid)
+        .collect();
+    uids.sort_unstable();
+    uids.dedup();
+    uids
 }
 
 /// Why a node cannot share GPUs (the prolog then fails and slurmd drains
