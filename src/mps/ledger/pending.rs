@@ -63,7 +63,8 @@ impl Deferred {
 }
 
 /// The releases left in `dir`, with their files; a marker that does not
-/// read is passed over (it stays for an admin to look at).
+/// read is passed over (it stays for an admin to look at), and so is a
+/// marker still being written.
 pub(super) fn read_all(dir: &Path) -> Vec<(PathBuf, Deferred)> {
     let Ok(entries) = fs::read_dir(dir) else {
         return Vec::new();
@@ -71,7 +72,15 @@ pub(super) fn read_all(dir: &Path) -> Vec<(PathBuf, Deferred)> {
     let mut found: Vec<(PathBuf, Deferred)> = entries
         .filter_map(|e| {
             let path = e.ok()?.path();
-            path.file_name()?.to_str()?.strip_prefix(PREFIX)?;
+            // `release.<job>` only: a writer's temporary file
+            // (`release.<job>.<pid>.<n>.<random>.new`, see durable.rs) is
+            // not a marker yet, and removing it would fail that writer's
+            // rename (an epilog error, which drains the node).
+            path.file_name()?
+                .to_str()?
+                .strip_prefix(PREFIX)?
+                .parse::<u32>()
+                .ok()?;
             let text = fs::read_to_string(&path).ok()?;
             Some((path, serde_json::from_str(&text).ok()?))
         })
@@ -91,5 +100,28 @@ pub(super) fn apply_all(found: &[(PathBuf, Deferred)], state: &mut LedgerState) 
 pub(super) fn remove_all(found: &[(PathBuf, Deferred)]) {
     for (path, _) in found {
         let _ = fs::remove_file(path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_marker_still_being_written_is_neither_read_nor_removed() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let (name, text) = marker(7, None);
+        // Another epilog's write of its marker, not yet renamed into place.
+        let temp = dir
+            .path()
+            .join(format!("{name}.4242.0.0123456789abcdef.new"));
+        fs::write(&temp, &text).unwrap_or_else(|e| panic!("{e}"));
+        assert!(read_all(dir.path()).is_empty());
+        fs::write(dir.path().join(&name), &text).unwrap_or_else(|e| panic!("{e}"));
+        let found = read_all(dir.path());
+        assert_eq!(found.len(), 1);
+        remove_all(&found);
+        assert!(temp.exists(), "the writer's temporary file was removed");
+        assert!(!dir.path().join(&name).exists());
     }
 }
