@@ -16,9 +16,11 @@ use super::*;
 use testcluster::cluster::slurm_release;
 
 /// Prints the GPU gpushare chose and the run; the first run waits to be
-/// requeued, later ones end at once.
+/// requeued, later ones end at once. Slurm up to 26.05 leaves
+/// `SLURM_RESTART_COUNT` unset in a batch job's first run, 26.11 sets it
+/// to 0.
 const RUN_THEN_END: &str = "--wrap=echo GPU=$GPUSHARE_GPU RUN=${SLURM_RESTART_COUNT:-0}; \
-                            [ -n \"$SLURM_RESTART_COUNT\" ] || sleep 300";
+                            [ \"${SLURM_RESTART_COUNT:-0}\" != 0 ] || sleep 300";
 
 /// Three shares on gpu01 are requeued and held, their start time brought
 /// to now, and released together: Slurm starts them again on gpu01 in one
