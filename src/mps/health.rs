@@ -43,7 +43,7 @@ pub fn text(failed: &FailedGpus) -> String {
 }
 
 /// A reason as one line of printable text.
-fn one_line(reason: &str) -> String {
+pub(crate) fn one_line(reason: &str) -> String {
     let line: String = reason
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })

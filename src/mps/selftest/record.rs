@@ -30,10 +30,6 @@ fn file(gpu: u32) -> String {
     format!("selftest-gpu{gpu}")
 }
 
-fn one_line(t: &str) -> String {
-    t.replace(['\n', '\t'], " ")
-}
-
 /// GPU `gpu`'s last self-test, if it has had one (an unreadable record
 /// counts as none).
 pub fn last(state_dir: &Path, gpu: u32) -> Option<LastTest> {
@@ -67,7 +63,7 @@ pub fn keep(
     let why = verdict
         .failures
         .first()
-        .map(|f| one_line(f))
+        .map(|f| health::one_line(f))
         .unwrap_or_default();
     let word = if verdict.passed() { "pass" } else { "fail" };
     state_dir::replace_file(
