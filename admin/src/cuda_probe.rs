@@ -15,9 +15,17 @@
 //! kernel, then an allocation of each MIB, each freed), `bypass` (device
 //! attributes, then a context that should be refused) or `totals`
 //! (device attributes only).
+//!
+//! `--cuda-probe LIBRARY hold MIB SECONDS BUSY` is one share's load for
+//! the hardware kits (tests/hw-check, tests/gpu-slurm-check.sh), on a node
+//! with the driver and no CUDA toolkit: it holds MIB MiB and keeps the GPU
+//! busy (BUSY 1) or idle (0) for SECONDS, printing event lines as it goes
+//! ([`hold`]).
+
+mod hold;
 
 use std::collections::BTreeSet;
-use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::ffi::{c_char, c_int, c_uchar, c_uint, c_void, CStr};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -53,6 +61,7 @@ struct Driver {
     mem_info: unsafe extern "C" fn(*mut usize, *mut usize) -> CuResult,
     mem_alloc: unsafe extern "C" fn(*mut DevicePtr, usize) -> CuResult,
     mem_free: unsafe extern "C" fn(DevicePtr) -> CuResult,
+    memset: unsafe extern "C" fn(DevicePtr, c_uchar, usize) -> CuResult,
     module_load: unsafe extern "C" fn(*mut *mut c_void, *const c_void) -> CuResult,
     module_function: unsafe extern "C" fn(*mut *mut c_void, *mut c_void, *const c_char) -> CuResult,
     #[allow(clippy::type_complexity)]
@@ -110,6 +119,7 @@ impl Driver {
                 mem_info: symbol(&lib, "cuMemGetInfo_v2")?,
                 mem_alloc: symbol(&lib, "cuMemAlloc_v2")?,
                 mem_free: symbol(&lib, "cuMemFree_v2")?,
+                memset: symbol(&lib, "cuMemsetD8_v2")?,
                 module_load: symbol(&lib, "cuModuleLoadData")?,
                 module_function: symbol(&lib, "cuModuleGetFunction")?,
                 launch: symbol(&lib, "cuLaunchKernel")?,
@@ -150,9 +160,21 @@ impl Driver {
 /// The client: runs `args` (after the option), prints what it saw.
 pub fn answer_as_child(args: &[String]) -> ExitCode {
     let (Some(library), Some(mode)) = (args.first(), args.get(1)) else {
-        eprintln!("usage: {PROBE_OPTION} LIBRARY share|bypass|totals [MIB...]");
+        eprintln!(
+            "usage: {PROBE_OPTION} LIBRARY share|bypass|totals [MIB...]\n       \
+             {PROBE_OPTION} LIBRARY hold MIB SECONDS BUSY"
+        );
         return ExitCode::from(2);
     };
+    if mode == "hold" {
+        return match hold::Hold::parse(&args[2..]) {
+            Ok(load) => load.run_as_child(library),
+            Err(e) => {
+                eprintln!("{PROBE_OPTION} {library} hold: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
     let Ok(sizes) = args[2..]
         .iter()
         .map(|a| a.parse::<u64>())
@@ -278,9 +300,15 @@ fn in_context(driver: &Driver, seen: &mut Seen, sizes: &[u64]) {
     }
 }
 
-/// Runs the kernel over many blocks; the distinct SMs they ran on, and
-/// the PTX target the driver took.
-fn kernel_sms(driver: &Driver, sms: u32) -> Result<(u32, &'static str), String> {
+/// The kernel, loaded: its function and the PTX target the driver took.
+struct Kernel {
+    function: *mut c_void,
+    target: &'static str,
+}
+
+/// Loads the kernel's PTX (each of [`PTX_TARGETS`] in turn) in the
+/// current context.
+fn load_kernel(driver: &Driver) -> Result<Kernel, String> {
     let mut module: *mut c_void = std::ptr::null_mut();
     let mut last = String::new();
     let mut taken = None;
@@ -303,26 +331,37 @@ fn kernel_sms(driver: &Driver, sms: u32) -> Result<(u32, &'static str), String> 
     driver
         .check(found)
         .map_err(|e| format!("cuModuleGetFunction: {e}"))?;
-    let blocks = sms.saturating_mul(64).clamp(64, 65_535);
-    let bytes = blocks as usize * 4;
-    let mut out: DevicePtr = 0;
-    // SAFETY: a valid out-pointer.
-    let allocated = unsafe { (driver.mem_alloc)(&mut out, bytes) };
-    driver
-        .check(allocated)
-        .map_err(|e| format!("cuMemAlloc: {e}"))?;
-    let mut spin = SPIN_CYCLES;
+    Ok(Kernel { function, target })
+}
+
+/// The blocks of one launch on a GPU of `sms` SMs: many per SM, so that
+/// they spread over every SM the client may use.
+fn blocks_for(sms: u32) -> u32 {
+    sms.saturating_mul(64).clamp(64, 65_535)
+}
+
+/// Launches `kernel` over `blocks` blocks, each spinning `spin` clock
+/// cycles and writing its SM to `out` (room for `blocks` u32), and waits
+/// for it.
+fn run_kernel(
+    driver: &Driver,
+    kernel: &Kernel,
+    blocks: u32,
+    out: DevicePtr,
+    spin: u64,
+) -> Result<(), String> {
+    let (mut out, mut spin) = (out, spin);
     let mut params = [
         (&mut out as *mut DevicePtr).cast::<c_void>(),
         (&mut spin as *mut u64).cast::<c_void>(),
     ];
     // SAFETY: the kernel takes two u64 parameters, pointed at by params,
-    // which outlive the launch and the synchronisation after it; `out`
-    // holds one u32 per block.
-    let ran = driver
+    // which outlive the launch and the synchronisation after it; the
+    // caller gives `out` one u32 per block.
+    driver
         .check(unsafe {
             (driver.launch)(
-                function,
+                kernel.function,
                 blocks,
                 1,
                 1,
@@ -336,7 +375,22 @@ fn kernel_sms(driver: &Driver, sms: u32) -> Result<(u32, &'static str), String> 
             )
         })
         // SAFETY: waits for the launch above.
-        .and_then(|()| driver.check(unsafe { (driver.synchronize)() }));
+        .and_then(|()| driver.check(unsafe { (driver.synchronize)() }))
+}
+
+/// Runs the kernel over many blocks; the distinct SMs they ran on, and
+/// the PTX target the driver took.
+fn kernel_sms(driver: &Driver, sms: u32) -> Result<(u32, &'static str), String> {
+    let kernel = load_kernel(driver)?;
+    let blocks = blocks_for(sms);
+    let bytes = blocks as usize * 4;
+    let mut out: DevicePtr = 0;
+    // SAFETY: a valid out-pointer.
+    let allocated = unsafe { (driver.mem_alloc)(&mut out, bytes) };
+    driver
+        .check(allocated)
+        .map_err(|e| format!("cuMemAlloc: {e}"))?;
+    let ran = run_kernel(driver, &kernel, blocks, out, SPIN_CYCLES);
     let mut ids = vec![0u32; blocks as usize];
     let copied = ran.and_then(|()| {
         // SAFETY: `ids` holds `bytes` bytes; `out` as many on the device.
@@ -347,7 +401,10 @@ fn kernel_sms(driver: &Driver, sms: u32) -> Result<(u32, &'static str), String> 
     unsafe { (driver.mem_free)(out) };
     copied.map_err(|e| format!("the kernel: {e}"))?;
     let distinct: BTreeSet<u32> = ids.into_iter().collect();
-    Ok((u32::try_from(distinct.len()).unwrap_or(u32::MAX), target))
+    Ok((
+        u32::try_from(distinct.len()).unwrap_or(u32::MAX),
+        kernel.target,
+    ))
 }
 
 #[cfg(test)]

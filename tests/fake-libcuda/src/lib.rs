@@ -18,7 +18,7 @@
 //!   each: `init gpu=N uid=U result=C`, `ctx gpu=N mps=yes|no uid=U
 //!   result=C`, then `limits gpu=N sms=S memory_mib=M` for a context
 //!   made, `attr`, `meminfo`, `alloc`, `free`, `module`, `launch`,
-//!   `release`.
+//!   `release`, `memset`.
 //! - The GPU: `GPUSHARE_GPU`, else the first of `CUDA_VISIBLE_DEVICES`,
 //!   else 0. An MPS client names a pipe directory whose `control` holds
 //!   a live pid: its SMs are its `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` (down
@@ -27,7 +27,10 @@
 //!   gets the whole GPU as its compute mode allows: Prohibited never,
 //!   Exclusive_Process not while the GPU's daemon runs or another process
 //!   holds it (the stand-in `cuda-client`'s lock), Default always.
-//! - The kernel `gpushare_smids` writes `out[b] = b % SMs` for each block.
+//! - The kernel `gpushare_smids` writes `out[b] = b % SMs` for each block
+//!   and takes a nanosecond for each clock cycle its blocks spin (its
+//!   second parameter; [`model::kernel_time`]): `cuCtxSynchronize` waits
+//!   that long for the kernels launched since the last wait.
 //!
 //! Every export catches panics (none may unwind into C) and checks each
 //! pointer it is given for null; the pure rules are in `model.rs`, the
@@ -147,6 +150,8 @@ struct Context {
     used: u64,
     current: bool,
     module: bool,
+    /// How long the kernels launched since the last synchronisation run.
+    running: Duration,
     /// The GPU's lock, held by a process outside MPS in Exclusive_Process.
     _held: Option<File>,
 }
@@ -188,6 +193,18 @@ impl State {
             .as_mut()
             .filter(|c| c.current)
             .ok_or(code::INVALID_CONTEXT)
+    }
+
+    /// Whether one allocation holds the `len` bytes at device `address`.
+    fn within(&self, address: u64, len: u64) -> bool {
+        self.allocations
+            .range(..=address)
+            .next_back()
+            .is_some_and(|(&base, a)| {
+                (address - base)
+                    .checked_add(len)
+                    .is_some_and(|end| end <= a.bytes)
+            })
     }
 
     /// `len` bytes of host memory at device `address`, where an
@@ -400,6 +417,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(ctx: *mut *mut c_void, device:
             used: 0,
             current: false,
             module: false,
+            running: Duration::ZERO,
             _held: held,
         });
         // SAFETY: not null, and the caller vouches for the rest.
@@ -666,6 +684,14 @@ pub unsafe extern "C" fn cuLaunchKernel(
         // SAFETY: the first parameter points at a u64 (CUdeviceptr); read
         // unaligned, whatever the caller's layout.
         let out = unsafe { first.cast::<u64>().read_unaligned() };
+        // SAFETY: the kernel has a second parameter, so params holds a
+        // second pointer: to a u64 (the cycles each block spins), or null.
+        let second = unsafe { *params.add(1) };
+        if second.is_null() {
+            return code::INVALID_VALUE;
+        }
+        // SAFETY: not null, a u64 as the kernel's signature says.
+        let spin = unsafe { second.cast::<u64>().read_unaligned() };
         let result = match st.host(out, u64::from(grid_x) * 4) {
             Some(buffer) => {
                 for (block, slot) in (0..grid_x).zip(buffer.chunks_exact_mut(4)) {
@@ -675,7 +701,14 @@ pub unsafe extern "C" fn cuLaunchKernel(
             }
             None => code::ILLEGAL_ADDRESS,
         };
-        place::log(&format!("launch blocks={grid_x} sms={sms} result={result}"));
+        place::log(&format!(
+            "launch blocks={grid_x} sms={sms} spin={spin} result={result}"
+        ));
+        if result == code::SUCCESS {
+            if let Ok(context) = st.context() {
+                context.running = context.running.saturating_add(model::kernel_time(spin));
+            }
+        }
         result
     })
 }
@@ -684,7 +717,39 @@ pub unsafe extern "C" fn cuLaunchKernel(
 /// None: it takes no pointer.
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxSynchronize() -> c_int {
-    guarded(|| status(state().context().map(|_| ())))
+    guarded(|| {
+        // Taken under the lock, waited for without it.
+        let running = match state().context() {
+            Ok(context) => std::mem::take(&mut context.running),
+            Err(e) => return e,
+        };
+        std::thread::sleep(running);
+        code::SUCCESS
+    })
+}
+
+/// # Safety
+/// None: the address is looked up, and written only where an allocation
+/// of this library's backs it.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemsetD8_v2(dptr: u64, value: u8, count: usize) -> c_int {
+    guarded(|| {
+        let mut st = state();
+        if let Err(e) = st.context() {
+            return e;
+        }
+        let len = u64::try_from(count).unwrap_or(u64::MAX);
+        let result = if st.within(dptr, len) {
+            if let Some(bytes) = st.host(dptr, len) {
+                bytes.fill(value);
+            }
+            code::SUCCESS
+        } else {
+            code::INVALID_VALUE
+        };
+        place::log(&format!("memset mib={} result={result}", len >> 20));
+        result
+    })
 }
 
 /// # Safety

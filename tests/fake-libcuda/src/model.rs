@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::CStr;
+use std::time::Duration;
 
 /// The `CUresult` codes the stand-in answers (the driver's numbers).
 pub mod code {
@@ -244,9 +245,27 @@ pub fn over_limit(used: u64, bytes: u64, limit: u64) -> bool {
     used.checked_add(bytes).is_none_or(|total| total > limit)
 }
 
+/// The longest a kernel of the stand-in takes.
+pub const LONGEST_KERNEL: Duration = Duration::from_secs(10);
+
+/// How long a kernel whose blocks spin `cycles` clock cycles takes: a
+/// nanosecond a cycle (a 1 GHz GPU where every block runs at once), at
+/// most [`LONGEST_KERNEL`].
+pub fn kernel_time(cycles: u64) -> Duration {
+    Duration::from_nanos(cycles).min(LONGEST_KERNEL)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kernel_takes_a_nanosecond_a_cycle_up_to_a_bound() {
+        assert_eq!(kernel_time(0), Duration::ZERO);
+        assert_eq!(kernel_time(200_000), Duration::from_micros(200));
+        assert_eq!(kernel_time(40_000_000), Duration::from_millis(40));
+        assert_eq!(kernel_time(u64::MAX), LONGEST_KERNEL);
+    }
 
     const MIB: u64 = 1 << 20;
 

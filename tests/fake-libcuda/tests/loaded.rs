@@ -117,6 +117,12 @@ fn an_mps_client_gets_its_sms_and_memory_and_no_more() {
     assert_eq!(get(&answers, "meminfo_total_mib"), "1024", "{answers:?}");
     assert_eq!(get(&answers, "alloc_half"), "0", "{answers:?}");
     assert_eq!(get(&answers, "alloc_over"), "2", "{answers:?}");
+    assert_eq!(get(&answers, "memset"), "0", "{answers:?}");
+    assert_eq!(get(&answers, "memset_past"), "1", "{answers:?}");
+    assert_eq!(get(&answers, "memset_word"), "0x7070707", "{answers:?}");
+    assert_eq!(get(&answers, "memset_half"), "0", "{answers:?}");
+    let busy: u64 = get(&answers, "busy_ms").parse().unwrap_or(0);
+    assert!((50..5_000).contains(&busy), "{answers:?}");
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
     assert!(
@@ -307,6 +313,7 @@ type Launch = unsafe extern "C" fn(
 type Sync = unsafe extern "C" fn() -> c_int;
 type CopyDtoH = unsafe extern "C" fn(*mut c_void, u64, usize) -> c_int;
 type ErrorName = unsafe extern "C" fn(c_int, *mut *const c_char) -> c_int;
+type Memset = unsafe extern "C" fn(u64, u8, usize) -> c_int;
 
 /// The child: the probe's steps in the probe's order, each answer printed
 /// as `probe NAME=VALUE`. Run only by the tests above.
@@ -386,25 +393,29 @@ fn child_probe() {
         const GRID: u32 = 1024;
         let mut out = 0u64;
         assert_eq!(alloc(&mut out, GRID as usize * 4), 0);
-        let mut spin = 1000u64;
-        let mut params = [
-            std::ptr::from_mut(&mut out).cast::<c_void>(),
-            std::ptr::from_mut(&mut spin).cast::<c_void>(),
-        ];
         let launch = *lib.get::<Launch>(b"cuLaunchKernel").unwrap();
-        let result = launch(
-            function,
-            GRID,
-            1,
-            1,
-            32,
-            1,
-            1,
-            0,
-            std::ptr::null_mut(),
-            params.as_mut_ptr(),
-            std::ptr::null_mut(),
-        );
+        // The kernel over GRID blocks of a warp, its output at `out`,
+        // each block spinning `spin` cycles.
+        let run = |mut out: u64, mut spin: u64| {
+            let mut params = [
+                std::ptr::from_mut(&mut out).cast::<c_void>(),
+                std::ptr::from_mut(&mut spin).cast::<c_void>(),
+            ];
+            launch(
+                function,
+                GRID,
+                1,
+                1,
+                32,
+                1,
+                1,
+                0,
+                std::ptr::null_mut(),
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        let result = run(out, 1000);
         say("launch", &result);
         assert_eq!((lib.get::<Sync>(b"cuCtxSynchronize").unwrap())(), 0);
         let mut ids = vec![0u32; GRID as usize];
@@ -416,6 +427,22 @@ fn child_probe() {
         say("copy", &copied);
         let distinct: std::collections::BTreeSet<u32> = ids.into_iter().collect();
         say("smids", &distinct.len());
+        // Written where an allocation holds it, refused past its end.
+        let memset = *lib.get::<Memset>(b"cuMemsetD8_v2").unwrap();
+        say("memset", &memset(out, 7, GRID as usize * 4));
+        say("memset_past", &memset(out, 7, GRID as usize * 4 + 1));
+        let mut word = 0u32;
+        (lib.get::<CopyDtoH>(b"cuMemcpyDtoH_v2").unwrap())(
+            std::ptr::from_mut(&mut word).cast(),
+            out,
+            4,
+        );
+        say("memset_word", &format!("{word:#x}"));
+        // A busy kernel: a nanosecond a cycle, waited for by the sync.
+        assert_eq!(run(out, 50_000_000), 0);
+        let started = Instant::now();
+        assert_eq!((lib.get::<Sync>(b"cuCtxSynchronize").unwrap())(), 0);
+        say("busy_ms", &started.elapsed().as_millis());
         assert_eq!(free_fn(out), 0);
         // The share's limit as the probe knows it (its configuration),
         // else what cuMemGetInfo said.
@@ -427,6 +454,10 @@ fn child_probe() {
         let result = alloc(&mut half, (limit_mib / 2) << 20);
         say("alloc_half", &result);
         if result == 0 {
+            say(
+                "memset_half",
+                &memset(half, 1, ((limit_mib / 2) << 20) as usize),
+            );
             free_fn(half);
         }
         let mut over = 0u64;
