@@ -23,15 +23,18 @@
 # prolog runs the self-test after its daemon's start (SelfTest=daemon-start);
 # and two shares on GPU 0, one cancelled in the middle of its kernels while
 # its task ignores SIGTERM: the other's kernels must finish and a third share
-# run after.
+# run after (their client is gpu-mps's driver-API client in its hold mode,
+# `gpu-mps --cuda-probe LIB hold`, which needs no CUDA toolkit).
 #
 # On a machine without an NVIDIA GPU it runs the same jobs against
 # gpushare's stand-in MPS control program and nvidia-smi with two fake GPU
-# device files (the test cluster's way), and the self-test against the
-# kit's stand-in libcuda where it has one: what needs CUDA says "skipped:
-# no GPU". On a GPU machine without nvcc the jobs run a stand-in client and
-# what needs the nvcc client says "not run: no nvcc"; the self-test lines
-# still run and count.
+# device files (the test cluster's way), and the self-test and the
+# cancelled share's neighbour against the kit's stand-in libcuda where it
+# has one: what needs CUDA says "skipped: no GPU". On a GPU machine without
+# nvcc the other jobs run a stand-in client (a share's busy client is the
+# hold mode, for its use in the node's metrics) and what needs the nvcc
+# client says "not run: no nvcc"; the self-test and cancel lines still run
+# and count.
 #
 # Safe on a machine that has Slurm: it refuses while a slurmctld or slurmd
 # runs or a GPU has compute processes (--force to run anyway), uses its own
@@ -247,6 +250,11 @@ fi
 smi_mode() {
     timeout 20 "$smi" -i "$1" --query-gpu=compute_mode --format=csv,noheader 2>/dev/null | head -n 1
 }
+# holdlib: the driver library of the driver-API client's hold mode
+# (`gpu-mps --cuda-probe LIB hold MIB SECONDS BUSY`: no nvcc needed): the
+# driver's own on a GPU (CudaLibrary='s default), else the kit's stand-in;
+# empty where there is neither (then the stand-in client instead).
+if [ -n "$gpu" ]; then holdlib=libcuda.so.1; else holdlib=$cudalib; fi
 client=$D/bin/client
 if [ -e /sys/fs/cgroup/cgroup.controllers ]; then cgroup=v2; else cgroup=v1; fi
 
@@ -490,7 +498,13 @@ cat >"$D/jobs/share.sh" <<'EOF'
 limit=$(echo "${CUDA_MPS_PINNED_DEVICE_MEM_LIMIT:-0=0M}" | sed 's/.*=\([0-9]*\).*/\1/')
 "$GSC_CLIENT" $((limit / 2)) 0 "$GSC_ROUNDS" | sed 's/^/A /'
 "$GSC_CLIENT" $((limit * 3 / 2)) 0 1000 | sed 's/^/B /'
-"$GSC_CLIENT" 0 "${GSC_BUSY:-4000}" "$GSC_ROUNDS" >"$GSC_DIR/jobs/$SLURM_JOB_ID.busy" &
+busy=${GSC_BUSY:-4000}
+if [ -n "${GSC_HOLD_LIB:-}" ]; then
+    # The driver-API client's hold mode (no nvcc): busy for as many seconds.
+    "$GSC_GPU_MPS" --cuda-probe "$GSC_HOLD_LIB" hold 0 $((busy / 1000)) 1 >"$GSC_DIR/jobs/$SLURM_JOB_ID.busy" &
+else
+    "$GSC_CLIENT" 0 "$busy" "$GSC_ROUNDS" >"$GSC_DIR/jobs/$SLURM_JOB_ID.busy" &
+fi
 bg=$!
 for _ in $(seq 300); do grep -q ready "$GSC_DIR/jobs/$SLURM_JOB_ID.busy" && break; sleep 0.1; done
 echo "BG $bg"
@@ -510,8 +524,8 @@ cat >"$D/jobs/run.sh" <<'EOF'
 done
 EOF
 chmod 755 "$D"/jobs/*.sh
-export GSC_DIR=$D GSC_CLIENT=$client GSC_ROUNDS=2000000 GSC_DEVS="${devs[*]}"
-jobenv=(--export=ALL,GSC_DIR="$D",GSC_CLIENT="$client",GSC_ROUNDS=2000000,GSC_DEVS="${devs[*]}")
+export GSC_DIR=$D GSC_CLIENT=$client GSC_ROUNDS=2000000 GSC_DEVS="${devs[*]}" GSC_GPU_MPS=$G/gpu-mps
+jobenv=(--export=ALL,GSC_DIR="$D",GSC_CLIENT="$client",GSC_ROUNDS=2000000,GSC_DEVS="${devs[*]}",GSC_GPU_MPS="$G/gpu-mps")
 # A job's devices: which GPU files it may open.
 opened() { grep '^DEV ' "$1" | grep -v -c 'Operation not permitted'; }
 
@@ -551,7 +565,10 @@ else
         "$st; $(grep '^DEV ' "$o" | cut -d' ' -f2- | paste -sd';')"
 
     # --- a share through sbatch ------------------------------------------
-    j=$(submit "$A" --gres=mps:25 "${jobenv[@]}",GSC_BUSY=5000 "$D/jobs/share.sh")
+    # Its busy client: the nvcc client, else on a GPU the hold mode.
+    busy_lib=
+    [ -n "$gpu" ] && [ -z "$cudac" ] && busy_lib=$holdlib
+    j=$(submit "$A" --gres=mps:25 "${jobenv[@]}",GSC_BUSY=5000,GSC_HOLD_LIB="$busy_lib" "$D/jobs/share.sh")
     o=$D/jobs/$j.out
     if wait_file "$D/jobs/$j.ready" 60; then
         mode_shared=$(smi_mode 0)
@@ -573,9 +590,9 @@ else
         said=$(timeout 30 "$G/gpu-mps" metrics --write --kernel-log "$D/kmsg-none" --conf "$D/etc/gpu_mps.conf" 2>&1)
         umem=$(sed -n "s/^gpushare_share_memory_used_bytes{job=\"$j\",gpu=\"[0-9]*\"} //p" "$D/run/gpushare.prom" 2>/dev/null | head -n 1)
         usm=$(sed -n "s/^gpushare_share_sm_utilization{job=\"$j\",gpu=\"[0-9]*\"} //p" "$D/run/gpushare.prom" 2>/dev/null | head -n 1)
-        if [ -n "$cudac" ]; then
+        if [ -n "$gpu" ]; then
             record "the share's use in the node's metrics" "$([ "${umem:-0}" -gt 0 ] && awk -v s="${usm:-0}" 'BEGIN{exit !(s > 0)}'; pf)" \
-                "memory ${umem:-none} bytes, SM use ${usm:-none} of its part (the busy client's); $(echo "$said" | paste -sd' ' | cut -c1-240)"
+                "memory ${umem:-none} bytes, SM use ${usm:-none} of its part (the busy client's: $(if [ -n "$cudac" ]; then echo "client.cu"; else echo "gpu-mps --cuda-probe $holdlib hold"; fi)); $(echo "$said" | paste -sd' ' | cut -c1-240)"
         else
             record "the share's use in the node's metrics" "$nocuda" ""
         fi
@@ -881,14 +898,20 @@ give_back() {
     fi
 }
 # A share whose task ignores SIGTERM (trap '' TERM; its client inherits
-# that): cancel.sh BUSY_MS runs the client's kernels for BUSY_MS, READY
-# file (the client's pid) once its busy kernels run, R lines and EXIT.
+# that): cancel.sh SECONDS runs the client's kernels for SECONDS, READY
+# file (the client's pid) once its busy kernels run, R lines and EXIT. The
+# client is the driver-API client's hold mode where GSC_HOLD_LIB names a
+# driver library, else the stand-in client.
 cat >"$D/jobs/cancel.sh" <<'EOF'
 #!/bin/bash
 trap '' TERM
 . "$GSC_DIR/jobs/probe.sh"
 out=$GSC_DIR/jobs/$SLURM_JOB_ID.client
-"$GSC_CLIENT" 0 "$1" "$GSC_ROUNDS" >"$out" 2>&1 &
+if [ -n "${GSC_HOLD_LIB:-}" ]; then
+    "$GSC_GPU_MPS" --cuda-probe "$GSC_HOLD_LIB" hold 0 "$1" 1 >"$out" 2>&1 &
+else
+    "$GSC_CLIENT" 0 "$(($1 * 1000))" "$GSC_ROUNDS" >"$out" 2>&1 &
+fi
 c=$!
 for _ in $(seq 600); do grep -q '"result"' "$out" 2>/dev/null && break; sleep 0.1; done
 echo "$c" >"$GSC_DIR/jobs/$SLURM_JOB_ID.ready"
@@ -994,54 +1017,55 @@ if [ -n "$checks_on" ]; then
         # Two shares of one user on GPU 0 (one MPS server); one is cancelled
         # in the middle of its kernels, its task ignoring SIGTERM (Slurm
         # kills it KillWait=2 s later): the other's kernels must finish,
-        # and a third share must run after.
+        # and a third share must run after. Their client: the driver-API
+        # client's hold mode (no nvcc needed), with the driver's library
+        # or the kit's stand-in.
         c_name="a cancelled share's neighbour (scancel mid-kernel, its task ignoring SIGTERM)"
-        if [ -n "$gpu" ] && [ -z "$cudac" ]; then
-            record "$c_name" "$nocuda" ""
-            record "a third share after the cancel" "$nocuda" ""
-        else
-            jc=$(submit "$A" --gres=mps:25 "${jobenv[@]}" "$D/jobs/cancel.sh" 60000)
-            jn=$(submit "$A" --gres=mps:25 "${jobenv[@]}" "$D/jobs/cancel.sh" 15000)
-            if wait_file "$D/jobs/$jc.ready" 90 && wait_file "$D/jobs/$jn.ready" 90; then
-                sleep 2
-                cpid=$(cat "$D/jobs/$jc.ready")
-                srv=
-                if [ -n "$gpu" ]; then
-                    dpipe=$(tr '\0' '\n' 2>/dev/null <"/proc/$(daemons | head -n 1)/environ" | sed -n 's/^CUDA_MPS_PIPE_DIRECTORY=//p')
-                    srv=$(echo get_server_list | CUDA_MPS_PIPE_DIRECTORY=$dpipe timeout 10 "$control" 2>/dev/null | paste -sd,)
-                fi
-                snap "two shares of one user, before one is cancelled"
-                t=$SECONDS
-                timeout 10 scancel "$jc"
-                gone=
-                for _ in $(seq 150); do
-                    kill -0 "$cpid" 2>/dev/null || { gone=$((SECONDS - t)); break; }
-                    sleep 0.2
-                done
-                sc=$(wait_state "$jc" 30 "CANCELLED|COMPLETED|FAILED|TIMEOUT|NODE_FAIL")
-                snap "a share cancelled, its neighbour running"
-                sn=$(wait_state "$jn" 120 "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL")
-                on=$D/jobs/$jn.out
-                rn=$(line "$on" R | grep '"result"')
-                dn=$(line "$on" R | grep '"done"')
-                en=$(line "$on" EXIT)
-                what="cancelled job $jc (GPU $(gpu_of "$D/jobs/$jc.out")) $sc, ExitCode=$(field "$jc" ExitCode), its client $cpid gone ${gone:-NOT within 30} s after scancel; neighbour job $jn (GPU $(gpu_of "$on")) $sn, exit ${en:-none}, its kernels after the cancel: $(if [ -n "$dn" ]; then jget "$dn" busy; else echo "no done line"; fi); its result line: ${rn:-none}${srv:+; MPS servers before the cancel: $srv}"
-                ok=$([ "$sc" = CANCELLED ] && [ "$sn" = COMPLETED ] && [ "$en" = 0 ] && [ -n "$rn" ] &&
-                    [ "$(jget "$dn" busy)" = ok ] && { [ -z "$cudac" ] || [ "$(jget "$rn" mps_enabled)" = 1 ]; }; pf)
-                [ "$ok" = pass ] || what="$what; MPS server log: $(tail -n 4 "$D"/run/gpu-mps-mps/gpu0/log/server.log 2>/dev/null | paste -sd' ' | cut -c1-400); daemons $(daemons | paste -sd,), servers $(servers_left) (signal-killing an MPS client with work on the GPU is what NVIDIA calls unsafe; the remedy is ending a cancelled share's clients with terminate_client before Slurm's SIGKILL)"
-                record "$c_name" "$ok" "$what"
-            else
-                record "$c_name" FAIL "the two shares did not both get their kernels going in 90 s: $jc $(field "$jc" JobState) $(field "$jc" Reason), $jn $(field "$jn" JobState) $(field "$jn" Reason)"
-                timeout 10 scancel "$jc" "$jn"
+        c_client=${holdlib:+gpu-mps --cuda-probe $holdlib hold}
+        c_client=${c_client:-the stand-in client (no libcuda)}
+        jc=$(submit "$A" --gres=mps:25 "${jobenv[@]}",GSC_HOLD_LIB="$holdlib" "$D/jobs/cancel.sh" 60)
+        jn=$(submit "$A" --gres=mps:25 "${jobenv[@]}",GSC_HOLD_LIB="$holdlib" "$D/jobs/cancel.sh" 15)
+        if wait_file "$D/jobs/$jc.ready" 90 && wait_file "$D/jobs/$jn.ready" 90; then
+            sleep 2
+            cpid=$(cat "$D/jobs/$jc.ready")
+            srv=
+            if [ -n "$gpu" ]; then
+                dpipe=$(tr '\0' '\n' 2>/dev/null <"/proc/$(daemons | head -n 1)/environ" | sed -n 's/^CUDA_MPS_PIPE_DIRECTORY=//p')
+                srv=$(echo get_server_list | CUDA_MPS_PIPE_DIRECTORY=$dpipe timeout 10 "$control" 2>/dev/null | paste -sd,)
             fi
-            j=$(submit "$A" --gres=mps:25 "${jobenv[@]}" "$D/jobs/run.sh" 0)
-            st=$(wait_state "$j" 90 "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL")
-            r=$(line "$D/jobs/$j.out" R | grep result)
-            what="$st on GPU $(gpu_of "$D/jobs/$j.out")"
-            [ -n "$cudac" ] && what="$what; $(if [ "$(jget "$r" init)" = ok ]; then echo "MPS attribute $(jget "$r" mps_enabled), $(jget "$r" sms) SMs, kernel $(jget "$r" kernel_ms) ms"; else echo "CUDA's start: $(jget "$r" init)"; fi)"
-            [ "$st" = COMPLETED ] || what="$what; Reason=$(field "$j" Reason) AdminComment=$(field "$j" AdminComment)"
-            record "a third share after the cancel" "$([ "$st" = COMPLETED ] && { [ -z "$cudac" ] || [ "$(jget "$r" mps_enabled)" = 1 ]; }; pf)" "$what"
+            snap "two shares of one user, before one is cancelled"
+            t=$SECONDS
+            timeout 10 scancel "$jc"
+            gone=
+            for _ in $(seq 150); do
+                kill -0 "$cpid" 2>/dev/null || { gone=$((SECONDS - t)); break; }
+                sleep 0.2
+            done
+            sc=$(wait_state "$jc" 30 "CANCELLED|COMPLETED|FAILED|TIMEOUT|NODE_FAIL")
+            snap "a share cancelled, its neighbour running"
+            sn=$(wait_state "$jn" 120 "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL")
+            on=$D/jobs/$jn.out
+            rn=$(line "$on" R | grep '"result"')
+            dn=$(line "$on" R | grep '"done"')
+            en=$(line "$on" EXIT)
+            what="client: $c_client; cancelled job $jc (GPU $(gpu_of "$D/jobs/$jc.out")) $sc, ExitCode=$(field "$jc" ExitCode), its client $cpid gone ${gone:-NOT within 30} s after scancel; neighbour job $jn (GPU $(gpu_of "$on")) $sn, exit ${en:-none}, its kernels after the cancel: $(if [ -n "$dn" ]; then jget "$dn" busy; else echo "no done line"; fi); its result line: ${rn:-none}${srv:+; MPS servers before the cancel: $srv}"
+            ok=$([ "$sc" = CANCELLED ] && [ "$sn" = COMPLETED ] && [ "$en" = 0 ] && [ -n "$rn" ] &&
+                [ "$(jget "$dn" busy)" = ok ] && { [ -z "$holdlib" ] || [ "$(jget "$rn" mps_enabled)" = 1 ]; }; pf)
+            [ "$ok" = pass ] || what="$what; MPS server log: $(tail -n 4 "$D"/run/gpu-mps-mps/gpu0/log/server.log 2>/dev/null | paste -sd' ' | cut -c1-400); daemons $(daemons | paste -sd,), servers $(servers_left) (signal-killing an MPS client with work on the GPU is what NVIDIA calls unsafe; the remedy is ending a cancelled share's clients with terminate_client before Slurm's SIGKILL)"
+            record "$c_name" "$ok" "$what"
+        else
+            record "$c_name" FAIL "the two shares did not both get their kernels going in 90 s: $jc $(field "$jc" JobState) $(field "$jc" Reason), $jn $(field "$jn" JobState) $(field "$jn" Reason)"
+            timeout 10 scancel "$jc" "$jn"
         fi
+        # The third: a context and a second of kernels.
+        j=$(submit "$A" --gres=mps:25 "${jobenv[@]}",GSC_HOLD_LIB="$holdlib" "$D/jobs/cancel.sh" 1)
+        st=$(wait_state "$j" 90 "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL")
+        r=$(line "$D/jobs/$j.out" R | grep '"result"')
+        d=$(line "$D/jobs/$j.out" R | grep '"done"')
+        what="$st on GPU $(gpu_of "$D/jobs/$j.out")"
+        [ -n "$holdlib" ] && what="$what; $(if [ "$(jget "$r" init)" = ok ]; then echo "MPS attribute $(jget "$r" mps_enabled), $(jget "$r" sms) SMs, kernels: $(jget "$d" busy)"; else echo "CUDA's start: $(jget "$r" init)"; fi)"
+        [ "$st" = COMPLETED ] || what="$what; Reason=$(field "$j" Reason) AdminComment=$(field "$j" AdminComment)"
+        record "a third share after the cancel" "$([ "$st" = COMPLETED ] && { [ -z "$holdlib" ] || { [ "$(jget "$r" mps_enabled)" = 1 ] && [ "$(jget "$d" busy)" = ok ]; }; }; pf)" "$what"
         wait_idle 30
         stop_slurm
     fi

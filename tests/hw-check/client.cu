@@ -5,7 +5,9 @@
 //
 //   client <alloc_mib> <busy_ms> <rounds>
 //   client bench <blocks> <launches> <rounds>     (make bench-gpu: see bench())
-//   client hold <alloc_mib> <seconds> <busy>      (per-share use: see hold())
+//
+// (A share's steady load for the per-share use check is not here: that
+// is `gpu-mps --cuda-probe LIBRARY hold`, the driver API, no nvcc.)
 //
 // Prints one JSON line {"event":"ready",...} once CUDA is initialised (so
 // the check can look at the process while it is a client), then one
@@ -103,63 +105,13 @@ static int init_cuda(double *init_ms) {
     return 1;
 }
 
-// `client hold <alloc_mib> <seconds> <busy>`: one share's load for the
-// per-share use check. Prints {"event":"ready",...} once CUDA is
-// initialised, allocates and touches <alloc_mib> MiB and keeps it, prints
-// {"event":"result",...} (whether the context goes through MPS, the
-// allocation's result), then for <seconds> s either keeps its SMs busy with
-// short kernels one after another (<busy> 1) or sleeps (<busy> 0), and
-// prints {"event":"done",...}; the memory stays allocated until then.
-static int hold(long alloc_mib, long seconds, int busy) {
-    double init_ms;
-    if (!init_cuda(&init_ms)) return 1;
-    printf("{\"event\":\"ready\",\"pid\":%d,\"init_ms\":%.1f}\n", (int)getpid(), init_ms);
-    fflush(stdout);
-    int sms = 0;
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-    void *held = NULL;
-    char alloc[256] = "ok";
-    cudaError_t a = cudaMalloc(&held, (size_t)alloc_mib << 20);
-    if (a == cudaSuccess) a = cudaMemset(held, 1, (size_t)alloc_mib << 20);
-    if (a == cudaSuccess) a = cudaDeviceSynchronize();
-    if (a != cudaSuccess) {
-        snprintf(alloc, sizeof alloc, "%s: %s", cudaGetErrorName(a), err(a));
-        cudaGetLastError();
-    }
-    float *out = NULL;
-    cudaError_t k = cudaMalloc(&out, (size_t)BLOCKS * 256 * sizeof(float));
-    printf("{\"event\":\"result\",\"pid\":%d,\"init_ms\":%.1f,\"init\":\"ok\",\"mps_enabled\":%d,"
-           "\"sms\":%d,\"alloc_mib\":%ld,\"alloc\":\"%s\"}\n",
-           (int)getpid(), init_ms, mps_attribute(), sms, alloc_mib, alloc);
-    fflush(stdout);
-    double until = now_ms() + seconds * 1e3;
-    while (k == cudaSuccess && now_ms() < until) {
-        if (busy) {
-            spin<<<BLOCKS, 256>>>(out, 20000);
-            k = cudaDeviceSynchronize();
-        } else {
-            usleep(100 * 1000);
-        }
-    }
-    char done[256] = "ok";
-    if (k != cudaSuccess) snprintf(done, sizeof done, "%s: %s", cudaGetErrorName(k), err(k));
-    printf("{\"event\":\"done\",\"pid\":%d,\"busy\":\"%s\"}\n", (int)getpid(), done);
-    fflush(stdout);
-    if (held != NULL) cudaFree(held);
-    return k == cudaSuccess && a == cudaSuccess ? 0 : 1;
-}
-
 int main(int argc, char **argv) {
     if (argc == 5 && strcmp(argv[1], "bench") == 0) {
         return bench(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]));
     }
-    if (argc == 5 && strcmp(argv[1], "hold") == 0) {
-        return hold(atol(argv[2]), atol(argv[3]), atoi(argv[4]));
-    }
     if (argc != 4) {
         fprintf(stderr, "usage: client <alloc_mib> <busy_ms> <rounds>\n"
-                        "       client bench <blocks> <launches> <rounds>\n"
-                        "       client hold <alloc_mib> <seconds> <busy>\n");
+                        "       client bench <blocks> <launches> <rounds>\n");
         return 2;
     }
     long alloc_mib = atol(argv[1]);

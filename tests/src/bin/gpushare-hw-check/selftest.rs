@@ -15,13 +15,12 @@ pub const NO_NVCC: &str = "not run: no nvcc";
 
 /// The checks that need the nvcc client, as the report names them where
 /// there is none.
-pub const NVCC_CHECKS: [&str; 10] = [
+pub const NVCC_CHECKS: [&str; 9] = [
     "client without MPS (no daemon at its pipe directory)",
     "a share's client: daemon, MPS, memory limit, SMs, kernel time, limits on the live server, a second user's share",
     "a share's client and the GPU's UUID",
     "a client without MPS beside another user's server (DEFAULT, EXCLUSIVE_PROCESS)",
     "MultiUser=yes: two users' clients at once (DEFAULT, exclusive)",
-    "per-share use (NVML under MPS, gpu-mps metrics; client.cu's hold mode)",
     "the daemon killed with kill -9, restarted by the next prolog",
     "a share's task that raises or unsets its limits",
     "ComputeMode=exclusive: two tasks, a third over its limit, terminate_client",
@@ -43,8 +42,8 @@ pub fn nvcc() -> Option<PathBuf> {
         .or_else(|| Some(PathBuf::from("/usr/local/cuda/bin/nvcc")).filter(|p| p.is_file()))
 }
 
-/// Compiles `tests/hw-check/client.cu` (all its modes: the timed client,
-/// `bench`, `hold`) into `dir/client` where nvcc exists: the client, or
+/// Compiles `tests/hw-check/client.cu` (both its modes: the timed client,
+/// `bench`) into `dir/client` where nvcc exists: the client, or
 /// `None` without nvcc, and how it went (for the report).
 pub fn build_client(dir: &Path) -> Result<(Option<PathBuf>, String), String> {
     let Some(nvcc) = nvcc() else {
@@ -72,7 +71,7 @@ pub fn build_client(dir: &Path) -> Result<(Option<PathBuf>, String), String> {
     // list instead.
     let ran = compile(&["-lcuda"])?;
     let mut compiled = format!(
-        "{} -O2 ... -lcuda (modes: timed, bench, hold): {}",
+        "{} -O2 ... -lcuda (modes: timed, bench): {}",
         nvcc.display(),
         ran.status
     );
@@ -286,7 +285,7 @@ pub fn driver_api(s: &mut Setup, report: &mut Report) {
 /// The nvcc client in a share of [`UNITS`] and without MPS, its SMs held
 /// against what the driver-API client saw.
 fn cross_check(s: &mut Setup, report: &mut Report, seen: Option<&GpuCheck>) {
-    let name = NVCC_CHECKS[9];
+    let name = NVCC_CHECKS[8];
     if s.client.is_none() {
         report.push(Check::new(
             name,

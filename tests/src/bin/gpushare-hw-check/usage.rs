@@ -6,7 +6,9 @@
 //! (`MultiUser=yes`): job [`BUSY`] (the first user, 30 units) whose client
 //! allocates 2 GiB and keeps its SMs busy, and job [`IDLE`] (the second
 //! user, 60 units) whose client allocates 6 GiB and sleeps (each at most
-//! 60 % of its share's memory). Each client is put in a job cgroup laid out
+//! 60 % of its share's memory). Each client is the release `gpu-mps
+//! --cuda-probe LIBRARY hold` (the driver API, `CudaLibrary=`; no nvcc
+//! needed). Each client is put in a job cgroup laid out
 //! as Slurm makes them, in a tree of the check's own
 //! (`/sys/fs/cgroup/gpushare-hw-check-<pid>`, or under v1's freezer
 //! hierarchy), beside a root-owned process named `slurmstepd`: the node
@@ -32,6 +34,7 @@ use std::time::{Duration, Instant};
 
 use gpushare::mps::daemon;
 use gpushare::mps::node::SHARE_USAGE_FILE;
+use gpushare::mps::selftest::PROBE_OPTION;
 use gpushare::mps::usage::{self, GpuAnswer, GpuSample, ProcessList, ProcessSample, UtilSample};
 use gpushare::shared::bounded;
 
@@ -86,7 +89,8 @@ const LOADS: [Load; 2] = [
 
 /// What the check runs on.
 pub enum Rig<'a> {
-    /// A GPU: the CUDA client, the installed MPS control program, NVML.
+    /// A GPU: the driver-API client (`gpu-mps --cuda-probe ... hold`), the
+    /// installed MPS control program, NVML.
     Gpu(&'a Setup),
     /// No GPU: `sleep` for each client, NVML's figures recorded.
     Standin(Standin),
@@ -250,13 +254,18 @@ impl Rig<'_> {
                     0 => load.alloc_mib,
                     m => load.alloc_mib.min(m * 6 / 10),
                 };
+                let library = super::load(conf)?.cuda_library;
                 let args = [
+                    PROBE_OPTION.to_owned(),
+                    library.to_string_lossy().into_owned(),
                     "hold".to_owned(),
                     mib.to_string(),
                     HOLD_SECS.to_string(),
                     u8::from(load.busy).to_string(),
                 ];
-                Ok((mib, s.client_with(load.user, &plan.env, &args)?))
+                let gpu_mps = s.bin.join("gpu-mps");
+                let client = super::as_user(&gpu_mps, &args, s.user(load.user), &plan.env)?;
+                Ok((mib, client))
             }
             Self::Standin(_) => {
                 let script = format!(
