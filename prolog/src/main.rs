@@ -173,8 +173,21 @@ fn run() -> ExitCode {
                 }
             }
         }
-        PrologOutcome::Whole { gpus, overlapping } => {
-            log::info!("holds GPUs {gpus:?} whole");
+        PrologOutcome::Whole {
+            gpus,
+            overlapping,
+            private,
+        } => {
+            match private {
+                Some(record) => log::info!(
+                    "holds GPUs {gpus:?} whole, with an MPS daemon of its own in each step \
+                     (--gpu-mps=private{})",
+                    record
+                        .threads
+                        .map_or_else(String::new, |t| format!(", {t}% of the SMs a rank"))
+                ),
+                None => log::info!("holds GPUs {gpus:?} whole"),
+            }
             for s in overlapping {
                 log::warn!(
                     "Slurm gave this job GPU {} whole while share job {} runs there (Slurm 22.05 books all shares on GPU 0)",

@@ -248,6 +248,9 @@ pub struct GpuMpsConfig {
     pub self_test: SelfTest,
     /// The unprivileged user `gpu-mps selftest` runs its client as.
     pub self_test_user: String,
+    /// `PrivateMPS=allow`: a job holding GPUs whole may ask for an MPS
+    /// daemon of its own there (`--gpu-mps=private`, see `mps::private`).
+    pub private_mps: bool,
 }
 
 /// `SelfTest=`: when a node runs the MPS self-test on its own.
@@ -296,6 +299,7 @@ impl Default for GpuMpsConfig {
             cuda_library: PathBuf::from(DEFAULT_CUDA_LIBRARY),
             self_test: SelfTest::Off,
             self_test_user: DEFAULT_SELF_TEST_USER.to_owned(),
+            private_mps: false,
         }
     }
 }
@@ -327,10 +331,11 @@ enum Key {
     CudaLibrary,
     SelfTest,
     SelfTestUser,
+    PrivateMps,
 }
 
 impl Key {
-    const ALL: [Key; 24] = [
+    const ALL: [Key; 25] = [
         Key::UnitsPerGpu,
         Key::GpuDevices,
         Key::StateDir,
@@ -355,6 +360,7 @@ impl Key {
         Key::CudaLibrary,
         Key::SelfTest,
         Key::SelfTestUser,
+        Key::PrivateMps,
     ];
 
     /// The canonical spelling, used in messages.
@@ -384,6 +390,7 @@ impl Key {
             Key::CudaLibrary => "CudaLibrary",
             Key::SelfTest => "SelfTest",
             Key::SelfTestUser => "SelfTestUser",
+            Key::PrivateMps => "PrivateMPS",
         }
     }
 
@@ -584,6 +591,13 @@ impl Key {
                     return Err(format!("SelfTestUser must be a user name, got \"{value}\""));
                 }
                 cfg.self_test_user = value.to_owned();
+            }
+            Key::PrivateMps => {
+                cfg.private_mps = match value.to_ascii_lowercase().as_str() {
+                    "allow" | "yes" => true,
+                    "no" | "refuse" => false,
+                    _ => return Err(format!("PrivateMPS must be allow or no, got \"{value}\"")),
+                };
             }
             Key::MultiUser => {
                 cfg.multi_user = match value.to_ascii_lowercase().as_str() {

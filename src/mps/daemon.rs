@@ -873,24 +873,30 @@ pub fn cgroup_is_jobs(cgroup: &str, job: u32, sluid: Option<&str>) -> bool {
 /// environments, so others find only their own.
 pub fn processes(pipe: &Path) -> Vec<u32> {
     let wanted = pipe_variable(pipe);
-    processes_where(|v| v == wanted.as_slice())
+    processes_where(daemon_uid(), |v| v == wanted.as_slice())
 }
 
 /// Pids of MPS processes (as [`processes`]) whose pipe directory lies
 /// anywhere under `dir`: every daemon of a state directory at once.
 pub fn processes_under(dir: &Path) -> Vec<u32> {
-    let mut prefix = pipe_variable(dir);
-    prefix.push(b'/');
-    processes_where(|v| v.starts_with(&prefix))
+    processes_of_under(daemon_uid(), dir)
 }
 
-/// Pids of MPS control daemons and servers with an environment variable
-/// `wanted` accepts.
-fn processes_where(wanted: impl Fn(&[u8]) -> bool) -> Vec<u32> {
+/// Pids of MPS processes running wholly as `owner` (as [`processes`])
+/// whose pipe directory lies anywhere under `dir`: a job's own daemons
+/// (`mps::private`) run as the job's user.
+pub fn processes_of_under(owner: u32, dir: &Path) -> Vec<u32> {
+    let mut prefix = pipe_variable(dir);
+    prefix.push(b'/');
+    processes_where(owner, |v| v.starts_with(&prefix))
+}
+
+/// Pids of MPS control daemons and servers of `owner` with an environment
+/// variable `wanted` accepts.
+fn processes_where(owner: u32, wanted: impl Fn(&[u8]) -> bool) -> Vec<u32> {
     let Ok(entries) = fs::read_dir("/proc") else {
         return Vec::new();
     };
-    let owner = daemon_uid();
     let mut found: Vec<u32> = entries
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|&pid| {
@@ -935,7 +941,11 @@ fn process_uids(pid: u32) -> Option<[u32; 3]> {
 /// is checked, so the signal reaches the process that was checked, never
 /// one that took its pid since; returns the pids signalled.
 pub fn kill_all(pids: &[u32]) -> Vec<u32> {
-    let owner = daemon_uid();
+    kill_all_of(daemon_uid(), pids)
+}
+
+/// [`kill_all`] for MPS processes of `owner`.
+pub fn kill_all_of(owner: u32, pids: &[u32]) -> Vec<u32> {
     pids.iter()
         .copied()
         .filter(|&pid| kill_if(pid, |p| is_mps_process(p, owner)))

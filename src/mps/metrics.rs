@@ -33,7 +33,7 @@ pub const COUNTERS_FILE: &str = "counters";
 
 /// Every reason a share is refused for (see `PlacementError::reason`),
 /// exported from zero so that `increase()` sees the first one.
-pub const REFUSAL_REASONS: [&str; 15] = [
+pub const REFUSAL_REASONS: [&str; 16] = [
     "size",
     "node_config",
     "no_room",
@@ -49,6 +49,7 @@ pub const REFUSAL_REASONS: [&str; 15] = [
     "gpu_failed",
     "disabled",
     "busy",
+    "private",
 ];
 
 /// What the node programs count, kept across their runs.
@@ -387,7 +388,7 @@ pub fn render_for(
     out.family(
         "gpushare_refusals_total",
         "counter",
-        "Shares refused by the prolog, by reason.",
+        "Shares refused by the prolog, by reason (`private`: a job's `--gpu-mps=private` refused).",
     );
     let mut reasons: BTreeMap<&str, u64> = REFUSAL_REASONS.iter().map(|r| (*r, 0)).collect();
     for (reason, n) in &counters.refusals {

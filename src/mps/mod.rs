@@ -52,6 +52,7 @@ pub mod metrics;
 pub mod namespaces;
 pub mod node;
 pub mod placement;
+pub mod private;
 pub mod programs;
 pub mod retire;
 pub mod scoped;

@@ -27,19 +27,22 @@ use std::os::raw::{c_char, c_int};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
-use gpushare::mps::config::{self as mps_conf, missing_conf_refusal, no_gpus_refusal};
+use gpushare::mps::config::{
+    self as mps_conf, missing_conf_refusal, no_gpus_refusal, GpuMpsConfig,
+};
 use gpushare::mps::devices::{confine, job_levels, task_devices_dir, CharDevice, DEVICES_ROOT};
 use gpushare::mps::in_force::{self, Role, NODE_RECORDS_DIR};
 use gpushare::mps::ledger::Ledger;
 use gpushare::mps::node::{
-    claim_banner, count_mismatch, gpu_devices, node_ledger, node_name, requeue, task_plan,
-    unconfigured_refusal, unreachable_pipes, TaskPlan,
+    claim_banner, count_mismatch, gpu_devices, node_ledger, node_name, private_record, requeue,
+    task_plan, unconfigured_refusal, unreachable_pipes, TaskPlan,
 };
+use gpushare::mps::private::StepDaemon;
 use slurm_plugin::log;
 use slurm_plugin::slurm_str::opt_str;
 use slurm_sys::{
-    spank_err_t, spank_t, ESPANK_ENV_NOEXIST, ESPANK_NOSPACE, ESPANK_SUCCESS, S_CTX_REMOTE,
-    S_CTX_SLURMD, S_JOB_ID, S_TASK_PID,
+    spank_err_t, spank_t, ESPANK_ENV_NOEXIST, ESPANK_NOSPACE, ESPANK_SUCCESS, S_CTX_ALLOCATOR,
+    S_CTX_LOCAL, S_CTX_REMOTE, S_CTX_SLURMD, S_JOB_ID, S_TASK_PID,
 };
 
 slurm_plugin::plugin_identity!(name: "gpu_mps", kind: "spank");
@@ -94,16 +97,31 @@ fn spank_call(call: &'static str, code: spank_err_t) -> SpankResult {
     }
 }
 
+mod private;
+
 /// What this slurmstepd's step does with its tasks.
 #[derive(Debug, Clone)]
 enum StepPlan {
     /// The job holds no share here: leave it alone.
     Untouched,
     Share(TaskPlan),
+    /// `--gpu-mps=private`: the step's own MPS daemon.
+    Private(PrivateStep),
     /// The job must not run: each task prints this and exits 1. Failing
     /// earlier, in slurm_spank_init, would make slurmctld drain the node
     /// ("Plugin initialization failed") for what is a job's problem.
     Refused(String),
+}
+
+/// A step's own MPS daemon, as the prolog's record allows it.
+#[derive(Debug, Clone)]
+struct PrivateStep {
+    job: u32,
+    cfg: GpuMpsConfig,
+    daemon: StepDaemon,
+    threads: Option<u32>,
+    /// Local tasks: the daemon stops when the last has exited.
+    tasks: u32,
 }
 
 static PLAN: Mutex<StepPlan> = Mutex::new(StepPlan::Untouched);
@@ -218,6 +236,12 @@ fn init(sp: spank_t, args: &[String]) -> SpankResult {
             slurm_sys::SLURM_VERSION
         ));
         return Ok(());
+    }
+    // The options, wherever a user may type them and in slurmstepd.
+    // SAFETY: spank_context has no preconditions.
+    let context = unsafe { slurm_sys::spank_context() };
+    if [S_CTX_LOCAL, S_CTX_ALLOCATOR, S_CTX_REMOTE].contains(&context) {
+        private::register(sp).map_err(SpankError::Failed)?;
     }
     if !remote(sp) {
         return Ok(());
@@ -347,7 +371,7 @@ fn init(sp: spank_t, args: &[String]) -> SpankResult {
                 }
             }
         }
-        Ok(None) => StepPlan::Untouched,
+        Ok(None) => private_plan(sp, &cfg, &ledger, job, step, tasks)?,
         Err(text) => {
             // A share Slurm started without its Prolog: refused all the
             // same, and marked for its epilog to requeue (counted).
@@ -365,9 +389,65 @@ fn init(sp: spank_t, args: &[String]) -> SpankResult {
     Ok(())
 }
 
+/// The plan of a step of a job with no share here: its own MPS daemon
+/// where the prolog recorded one (a step that runs tasks), a refusal
+/// where the job asked for one the prolog never recorded.
+fn private_plan(
+    sp: spank_t,
+    cfg: &GpuMpsConfig,
+    ledger: &Ledger,
+    job: u32,
+    step: u32,
+    tasks: u32,
+) -> Result<StepPlan, SpankError> {
+    let Some(record) = private_record(ledger, job) else {
+        if !private::asked(sp) {
+            return Ok(StepPlan::Untouched);
+        }
+        let text = format!(
+            "gpu_mps: job {job} asked for an MPS daemon of its own (--gpu-mps=private), but \
+             the node's Prolog did not record one: Prolog=gpu-mps-prolog is not configured \
+             on this node, or Slurm skipped it; the job is refused rather than run without \
+             it: resubmit the job"
+        );
+        log::error(&text);
+        return Ok(StepPlan::Refused(text));
+    };
+    if step == EXTERN_STEP {
+        return Ok(StepPlan::Untouched);
+    }
+    let gid = item_u32(sp, slurm_sys::S_JOB_GID, "spank_get_item(S_JOB_GID)")?;
+    Ok(StepPlan::Private(PrivateStep {
+        job,
+        cfg: cfg.clone(),
+        daemon: StepDaemon::of(cfg, job, step, record.uid, gid),
+        threads: record.threads,
+        tasks,
+    }))
+}
+
 fn task_init(sp: spank_t) -> SpankResult {
     match plan() {
         StepPlan::Untouched => Ok(()),
+        StepPlan::Private(p) => {
+            // In the task, as its user: the daemon started in post_fork
+            // must be there as the task sees the file system.
+            if !p.daemon.reachable() {
+                let text = format!(
+                    "gpu_mps: job {}: the job's own MPS daemon did not start on node {} (its \
+                     pipe {} is missing; slurmd's log says why)",
+                    p.job,
+                    node_name(None),
+                    p.daemon.pipe().display()
+                );
+                eprintln!("{text}");
+                return Err(SpankError::Failed(text));
+            }
+            p.daemon
+                .task_env(p.threads)
+                .iter()
+                .try_for_each(|(name, value)| setenv(sp, name, value, true))
+        }
         StepPlan::Refused(text) => {
             // This runs in the task: its stderr is the job's error output.
             eprintln!("{text}");
@@ -398,8 +478,29 @@ fn task_init(sp: spank_t) -> SpankResult {
 }
 
 fn task_post_fork(sp: spank_t) -> SpankResult {
-    let StepPlan::Share(plan) = plan() else {
-        return Ok(());
+    let plan = match plan() {
+        StepPlan::Share(plan) => plan,
+        StepPlan::Private(p) => {
+            if item_u32(sp, slurm_sys::S_TASK_ID, "spank_get_item(S_TASK_ID)")? != 0 {
+                return Ok(());
+            }
+            let pid = task_pid(sp)?;
+            // A daemon that cannot start fails the tasks in task_init,
+            // with the reason here in slurmd's log: never the node.
+            match private::start(&p.cfg, p.job, &p.daemon, pid) {
+                Ok(()) => log::info(&format!(
+                    "gpu_mps: job {}: its own MPS daemon runs ({})",
+                    p.job,
+                    p.daemon.pipe().display()
+                )),
+                Err(e) => log::error(&format!(
+                    "gpu_mps: job {}: its own MPS daemon did not start: {e}",
+                    p.job
+                )),
+            }
+            return Ok(());
+        }
+        _ => return Ok(()),
     };
     // Slurm chose this share's GPU and its device rules confine the job
     // there (cgroup v1 or v2): nothing to add.
@@ -438,6 +539,26 @@ fn task_post_fork(sp: spank_t) -> SpankResult {
     })
 }
 
+/// After each task has exited, in slurmstepd as root: the step's own MPS
+/// daemon is stopped after its last task (its clients) ended, before
+/// Slurm kills what is left in the step.
+fn task_exit() -> SpankResult {
+    if let StepPlan::Private(p) = plan() {
+        if private::last_task_exited(p.tasks) {
+            private::stop(&p.cfg, p.job, &p.daemon);
+        }
+    }
+    Ok(())
+}
+
+/// At the step's end: a daemon no task exit stopped is stopped now.
+fn exit() -> SpankResult {
+    if let StepPlan::Private(p) = plan() {
+        private::stop(&p.cfg, p.job, &p.daemon);
+    }
+    Ok(())
+}
+
 /// # Safety
 /// slurmstepd's handle and argument vector.
 unsafe fn spank_init(sp: spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
@@ -454,6 +575,14 @@ fn spank_task_post_fork(sp: spank_t, _ac: c_int, _av: *mut *mut c_char) -> c_int
     finish("task_post_fork", task_post_fork(sp))
 }
 
+fn spank_task_exit(_sp: spank_t, _ac: c_int, _av: *mut *mut c_char) -> c_int {
+    finish("task_exit", task_exit())
+}
+
+fn spank_exit(_sp: spank_t, _ac: c_int, _av: *mut *mut c_char) -> c_int {
+    finish("exit", exit())
+}
+
 slurm_plugin::export! {
     /// Once per step, in every context; acts in the remote one. slurmd
     /// calls it once when it starts: the load line.
@@ -465,4 +594,10 @@ slurm_plugin::export! {
     /// In slurmstepd, as root, after each task was forked and Slurm set its cgroup.
     fn slurm_spank_task_post_fork(sp: spank_t, ac: c_int, av: *mut *mut c_char) -> c_int,
         on_panic -1 => spank_task_post_fork;
+    /// In slurmstepd, as root, as each task exits.
+    fn slurm_spank_task_exit(sp: spank_t, ac: c_int, av: *mut *mut c_char) -> c_int,
+        on_panic -1 => spank_task_exit;
+    /// At the end of each step (and of srun, sbatch, salloc), as root in slurmstepd.
+    fn slurm_spank_exit(sp: spank_t, ac: c_int, av: *mut *mut c_char) -> c_int,
+        on_panic -1 => spank_exit;
 }

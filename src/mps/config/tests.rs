@@ -442,3 +442,19 @@ fn self_test_keys_take_names_paths_and_users() {
         );
     }
 }
+
+#[test]
+fn private_mps_is_refused_unless_the_site_allows_it() {
+    assert!(!GpuMpsConfig::default().private_mps);
+    let allowed = parse("PrivateMPS=allow\n", "f").unwrap_or_else(|e| panic!("{e}"));
+    assert!(allowed.private_mps);
+    let refused = parse("PrivateMPS=no\n", "f").unwrap_or_else(|e| panic!("{e}"));
+    assert!(!refused.private_mps);
+    let e = parse("UnitsPerGPU=100\nPrivateMPS=maybe\n", "f").map(|_| ());
+    assert!(
+        e.as_ref().is_err_and(|e| e
+            .to_string()
+            .starts_with("f:2: PrivateMPS must be allow or no")),
+        "{e:?}"
+    );
+}

@@ -8,6 +8,7 @@ use super::setup::{guard_pipes, Node};
 use crate::mps::config;
 use crate::mps::daemon::{self, MpsDaemon};
 use crate::mps::ledger::{LedgerError, Record};
+use crate::mps::private;
 
 /// What the epilog did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -53,6 +54,13 @@ pub fn epilog_with_cgroup(
             forget_notes(&node.ledger, job);
             return Ok(report);
         }
+    }
+    // A job's own MPS daemons (--gpu-mps=private) end with it: each step
+    // stopped its own; whatever is left is killed here.
+    if let Some(record) = private::read_record(node.ledger.dir(), job) {
+        report
+            .notes
+            .extend(private::clean_up(&node.cfg, job, record.uid));
     }
     // What MPS still runs for the job ends before its units are released
     // (nothing to ask where the site runs MPS itself).

@@ -72,9 +72,11 @@ mod unconfigured;
 pub use epilog::{epilog, epilog_with_cgroup, finish_deferred, stop_idle_daemons, EpilogReport};
 pub use metrics_file::{metrics_text, publish_metrics};
 pub use modes::{follow_whole, retry_modes, wanted};
-pub use notes::{claim_banner, refusal, unserved};
+pub use notes::{claim_banner, private_record, refusal, unserved};
 pub use prolog::prolog;
-pub use report::{whole_gpus, PrologOutcome, PrologReport, BUSY_REFUSAL, MPS_DAEMON_REFUSAL};
+pub use report::{
+    whole_gpus, PrologOutcome, PrologReport, BUSY_REFUSAL, MPS_DAEMON_REFUSAL, PRIVATE_REFUSAL,
+};
 pub use running::{
     node_name, record_node_name, recorded_node_name, running_jobs, RunningJob, NODE_NAME_FILE,
     SQUEUE_TIMEOUT,

@@ -5,9 +5,9 @@
 use std::collections::HashSet;
 
 use super::modes::follow_whole_or_busy;
-use super::notes::forget_notes;
-use super::report::BUSY_REFUSAL;
+use super::notes::{forget_notes, write_record};
 use super::report::{busy_refusal, refuse, whole_gpus, PrologOutcome, PrologReport};
+use super::report::{BUSY_REFUSAL, PRIVATE_REFUSAL};
 use super::running::RunningJob;
 use super::serve::serve;
 use super::setup::Node;
@@ -18,6 +18,7 @@ use crate::mps::daemon;
 use crate::mps::health;
 use crate::mps::ledger::{Holder, Ledger, LedgerError, SlurmChoice};
 use crate::mps::placement::PlacementError;
+use crate::mps::private::{self, PrivateRecord, PrivateRequest};
 use crate::shared::booking::MpsBooking;
 
 /// Runs the prolog's logic for `env`'s job. `running` is asked for the jobs
@@ -78,6 +79,18 @@ fn place(
         dropped: Vec::new(),
         notes: Vec::new(),
     };
+    // --gpu-mps=private: the job's own daemon, or its refusal.
+    match &env.private {
+        Ok(None) => {}
+        Ok(Some(request)) => {
+            report.outcome = private_daemon(node, env, *request, &mut report.notes)?;
+            return Ok(report);
+        }
+        Err(why) => {
+            report.outcome = refuse(ledger, env, PRIVATE_REFUSAL, why);
+            return Ok(report);
+        }
+    }
     if env.is_share() {
         if let Some(off) = &node.disabled {
             report.outcome = refuse(ledger, env, "disabled", off.refusal());
@@ -219,9 +232,57 @@ fn place(
         report.outcome = PrologOutcome::Whole {
             gpus: env.job_gpus.clone(),
             overlapping: out.value,
+            private: None,
         };
     }
     Ok(report)
+}
+
+/// A job that asked for an MPS daemon of its own (`--gpu-mps=private`):
+/// refused where it holds no whole GPU here, holds a share, or shares a
+/// GPU with one, or where the node does not allow it; else recorded as a
+/// whole-GPU job, with the record its steps start their daemon from
+/// (`mps::private`). Its GPUs get their earlier compute mode back as any
+/// whole GPU does.
+fn private_daemon(
+    node: &Node,
+    env: &JobEnv,
+    request: PrivateRequest,
+    notes: &mut Vec<String>,
+) -> Result<PrologOutcome, LedgerError> {
+    let Node { cfg, ledger, .. } = node;
+    let refused = |why: String| refuse(ledger, env, PRIVATE_REFUSAL, why);
+    let allowed = cfg.private_mps;
+    if let Some(why) = private::refusal(allowed, env.is_share(), &env.job_gpus, &[], &env.node) {
+        return Ok(refused(why));
+    }
+    let out = ledger.record_whole(env.job, &env.job_gpus)?;
+    notes.extend(out.remarks());
+    let mut shared: Vec<u32> = out.value.iter().map(|s| s.gpu).collect();
+    shared.sort_unstable();
+    shared.dedup();
+    if let Some(why) = private::refusal(allowed, false, &env.job_gpus, &shared, &env.node) {
+        return Ok(refused(why));
+    }
+    notes.extend(match follow_whole_or_busy(node, &env.job_gpus) {
+        Ok(lines) => lines,
+        Err(b) => return Err(LedgerError::Busy(b)),
+    });
+    let record = PrivateRecord {
+        uid: env.uid,
+        gpus: env.job_gpus.clone(),
+        threads: request.threads,
+    };
+    if let Err(e) = write_record(ledger, env.job, &record) {
+        return Ok(refused(format!(
+            "the record of the job's own MPS daemon could not be written ({e}), so none can              start: resubmit the job"
+        )));
+    }
+    Ok(PrologOutcome::Whole {
+        gpus: env.job_gpus.clone(),
+        overlapping: out.value,
+        private: Some(record),
+    })
 }
 
 /// Who the job's share is for, as slurmd named the job (its SLUID too,

@@ -7,6 +7,7 @@ use super::trust::JobEnv;
 use crate::mps::daemon::MpsDaemon;
 use crate::mps::ledger::{Ledger, Record, ShareRecord};
 use crate::mps::metrics::Event;
+use crate::mps::private::PrivateRecord;
 use crate::mps::state_dir;
 
 /// What the prolog did, for its log line.
@@ -28,8 +29,13 @@ pub enum PrologOutcome {
     Whole {
         gpus: Vec<u32>,
         overlapping: Vec<ShareRecord>,
+        /// `--gpu-mps=private`: the record of the job's own MPS daemon.
+        private: Option<PrivateRecord>,
     },
 }
+
+/// The refusal reason of a job whose `--gpu-mps=private` cannot be had.
+pub const PRIVATE_REFUSAL: &str = "private";
 
 /// The refusal reason of a share whose GPU's MPS daemon could not serve it.
 pub const MPS_DAEMON_REFUSAL: &str = "mps_daemon";

@@ -3,6 +3,7 @@
 //! node's docs), and what Slurm's books say of a share's size and GPU.
 
 use crate::mps::config::{GpuMpsConfig, Placement};
+use crate::mps::private::{self, PrivateRequest};
 use crate::shared::booking::MpsBooking;
 use crate::shared::spank_env;
 
@@ -33,6 +34,10 @@ pub struct JobEnv {
     /// job's cgroup unless `CgroupJobIdPaths=yes`; kept only in the form
     /// Slurm prints it (`s` and 13 Crockford base32 digits).
     pub sluid: Option<String>,
+    /// `--gpu-mps=private` and `--gpu-mps-threads` as the job gave them
+    /// (the SPANK options, `mps::private`); `Err` for values that do not
+    /// parse, said to the job by the prolog's refusal.
+    pub private: Result<Option<PrivateRequest>, String>,
 }
 
 impl JobEnv {
@@ -75,7 +80,9 @@ impl JobEnv {
         let sluid = get("SLURM_JOB_SLUID")
             .map(|v| v.trim().to_owned())
             .filter(|v| is_sluid(v));
+        let private = private::request_in_prolog(&get);
         Ok(Self {
+            private,
             sluid,
             job,
             uid,
@@ -207,6 +214,7 @@ pub(crate) mod tests {
             job_gpus: vec![0],
             node: "gpu01".to_owned(),
             sluid: None,
+            private: Ok(None),
         }
     }
 

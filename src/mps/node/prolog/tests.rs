@@ -83,6 +83,7 @@ fn forged_units_on_jobs_without_an_mps_allocation_change_nothing() {
         job_gpus: gpus,
         node: "gpu01".to_owned(),
         sluid: None,
+        private: Ok(None),
     };
     for job in 1..=4 {
         assert_eq!(
@@ -157,6 +158,7 @@ fn records_of_vanished_jobs_are_dropped_only_when_a_share_needs_the_room() {
         job_gpus: vec![0],
         node: "gpu01".to_owned(),
         sluid: None,
+        private: Ok(None),
     };
     assert!(matches!(
         outcome(&node, &whole),
@@ -898,4 +900,96 @@ fn an_epilog_that_finds_the_ledger_locked_leaves_its_release_and_loses_nothing()
         .unwrap_or(false));
     assert!(!marker.exists());
     drop(dir);
+}
+
+/// A job Slurm gave GPUs whole, asking for a daemon of its own.
+fn private_env(job: u32, gpus: Vec<u32>, threads: Option<u32>) -> JobEnv {
+    JobEnv {
+        mps_percentage: None,
+        units_claimed: None,
+        job_gpus: gpus,
+        private: Ok(Some(PrivateRequest { threads })),
+        ..share_env(job, 0)
+    }
+}
+
+#[test]
+fn a_private_daemon_is_recorded_for_whole_gpus_where_the_site_allows_it() {
+    let (mut node, _dir) = temp_node(Some(1600));
+    node.cfg.private_mps = true;
+    let expected = PrivateRecord {
+        uid: 1000,
+        gpus: vec![1, 2],
+        threads: Some(30),
+    };
+    assert_eq!(
+        outcome(&node, &private_env(7, vec![1, 2], Some(30))),
+        PrologOutcome::Whole {
+            gpus: vec![1, 2],
+            overlapping: Vec::new(),
+            private: Some(expected.clone()),
+        }
+    );
+    assert_eq!(
+        crate::mps::node::notes::private_record(&node.ledger, 7),
+        Some(expected)
+    );
+    // It holds its GPUs whole: no share goes there meanwhile.
+    let state = ok(node.ledger.snapshot()).state;
+    assert!(state.whole_holder(7).is_some());
+    // The epilog takes the record with the job.
+    epilog(&node, 7).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        crate::mps::node::notes::private_record(&node.ledger, 7),
+        None
+    );
+}
+
+#[test]
+fn a_private_daemon_is_refused_with_its_reason_and_nothing_recorded() {
+    let (mut node, _dir) = temp_node(Some(1600));
+    let refused = |node: &Node, env: &JobEnv, said: &str| match outcome(node, env) {
+        PrologOutcome::Refused { reason, text } => {
+            assert_eq!(reason, PRIVATE_REFUSAL);
+            assert!(text.contains(said), "{text}");
+            assert_eq!(
+                refusal(&node.ledger, env.job).as_deref(),
+                Some(text.as_str())
+            );
+            assert_eq!(
+                crate::mps::node::notes::private_record(&node.ledger, env.job),
+                None
+            );
+        }
+        other => panic!("{other:?}"),
+    };
+    // The site has not allowed it.
+    refused(&node, &private_env(1, vec![0], None), "PrivateMPS=allow");
+    node.cfg.private_mps = true;
+    // No GPU here.
+    refused(&node, &private_env(2, Vec::new(), None), "holds no GPU");
+    // A share.
+    let share = JobEnv {
+        private: Ok(Some(PrivateRequest { threads: None })),
+        ..share_env(3, 100)
+    };
+    refused(&node, &share, "holds an MPS share");
+    // A value the option does not take.
+    let bad = JobEnv {
+        private: Err("--gpu-mps takes one value, private".to_owned()),
+        ..private_env(4, vec![0], None)
+    };
+    refused(&node, &bad, "takes one value");
+    // A GPU a share is recorded on (Slurm 22.05 books shares on GPU 0).
+    assert!(matches!(
+        outcome(&node, &share_env(5, 100)),
+        PrologOutcome::Placed { .. }
+    ));
+    let placed = ok(node.ledger.snapshot()).state;
+    let gpu = placed.share(5).map(|s| s.gpu).unwrap_or_default();
+    refused(
+        &node,
+        &private_env(6, vec![gpu], None),
+        &format!("GPU {gpu} of this job"),
+    );
 }
