@@ -33,6 +33,8 @@ mod disable;
 mod idle;
 #[path = "mps_daemon/job_container.rs"]
 mod job_container;
+#[path = "mps_daemon/private.rs"]
+mod private;
 #[path = "mps_daemon/selftest.rs"]
 mod selftest;
 #[path = "mps_daemon/selftest_start.rs"]
@@ -129,6 +131,7 @@ fn main() -> ExitCode {
     suite = selftest_start::tests(selftest::tests(idle::tests(usage::tests(disable::tests(
         suite,
     )))));
+    suite = private::tests(suite);
     // On request only (named in full): Slurm's own container fails now and
     // then inside the harness's namespaces (see job_container.rs).
     if job_container::has_dirs() {
