@@ -322,9 +322,10 @@ impl StepDaemon {
         self.pipe().join("control").exists()
     }
 
-    /// Stops the daemon: `quit`, sent as its user (bounded), then what is
-    /// left of its processes after [`QUIT_WAIT`] is killed; its directory
-    /// is removed. Returns what went wrong, for the log.
+    /// Stops the daemon: `quit`, sent as its user (bounded) with `program`
+    /// (`None`: no `quit`), then what is left of its processes after
+    /// [`QUIT_WAIT`] is killed; its directory is removed. Returns what
+    /// went wrong, for the log.
     pub fn stop(&self, program: Option<&Path>) -> Vec<String> {
         let mut problems = Vec::new();
         if let (Some(program), true) = (program, self.reachable()) {
@@ -415,8 +416,15 @@ pub fn clean_up(cfg: &GpuMpsConfig, job: u32, uid: u32) -> Vec<String> {
 /// `/proc/<pid>/cgroup` text and this process's `/proc/self/mountinfo`:
 /// writing `0` into each moves the writer into the same cgroups. The
 /// devices hierarchy (cgroup v1) or the unified one (v2) must be found:
-/// the daemon must be confined to the GPUs the task is.
-pub fn cgroup_procs(proc_cgroup: &str, mountinfo: &str) -> Result<Vec<PathBuf>, String> {
+/// the daemon must be confined to the GPUs the task is. Where a hierarchy
+/// is mounted more than once, the last mount whose directory for the
+/// cgroup exists (`exists`) is taken: a later mount over an earlier one's
+/// place hides it.
+pub fn cgroup_procs(
+    proc_cgroup: &str,
+    mountinfo: &str,
+    exists: impl Fn(&Path) -> bool,
+) -> Result<Vec<PathBuf>, String> {
     let mounts: Vec<CgroupMount> = mountinfo.lines().filter_map(CgroupMount::parse).collect();
     let mut files = Vec::new();
     let mut confined = false;
@@ -428,14 +436,20 @@ pub fn cgroup_procs(proc_cgroup: &str, mountinfo: &str) -> Result<Vec<PathBuf>, 
         };
         let wanted: Vec<&str> = controllers.split(',').filter(|c| !c.is_empty()).collect();
         let v2 = wanted.is_empty();
-        let mount = mounts.iter().find(|m| {
-            if v2 {
-                m.v2
-            } else {
-                !m.v2 && wanted.iter().all(|c| m.options.iter().any(|o| o == c))
-            }
-        });
-        let Some(dir) = mount.and_then(|m| m.dir_of(path)) else {
+        let dirs: Vec<PathBuf> = mounts
+            .iter()
+            .rev()
+            .filter(|m| {
+                if v2 {
+                    m.v2
+                } else {
+                    !m.v2 && wanted.iter().all(|c| m.options.iter().any(|o| o == c))
+                }
+            })
+            .filter_map(|m| m.dir_of(path))
+            .collect();
+        let found = dirs.iter().find(|d| exists(d)).or(dirs.first()).cloned();
+        let Some(dir) = found else {
             if v2 || wanted.contains(&"devices") {
                 return Err(format!(
                     "the cgroup {line:?} is not reachable through any mount of this process"

@@ -545,7 +545,7 @@ fn task_post_fork(sp: spank_t) -> SpankResult {
 fn task_exit() -> SpankResult {
     if let StepPlan::Private(p) = plan() {
         if private::last_task_exited(p.tasks) {
-            private::stop(&p.cfg, p.job, &p.daemon);
+            private::stop(&p.cfg, p.job, &p.daemon, true);
         }
     }
     Ok(())
@@ -554,7 +554,7 @@ fn task_exit() -> SpankResult {
 /// At the step's end: a daemon no task exit stopped is stopped now.
 fn exit() -> SpankResult {
     if let StepPlan::Private(p) = plan() {
-        private::stop(&p.cfg, p.job, &p.daemon);
+        private::stop(&p.cfg, p.job, &p.daemon, false);
     }
     Ok(())
 }

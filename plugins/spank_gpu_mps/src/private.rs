@@ -153,7 +153,15 @@ pub fn start(cfg: &GpuMpsConfig, job: u32, daemon: &StepDaemon, pid: i32) -> Res
         .map_err(|e| format!("/proc/{pid}/cgroup: {e}"))?;
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
         .map_err(|e| format!("/proc/self/mountinfo: {e}"))?;
-    let procs = cgroup_procs(&proc_cgroup, &mountinfo)?;
+    let procs = cgroup_procs(&proc_cgroup, &mountinfo, Path::exists)?;
+    // Named here: the child can only say that a write failed.
+    if let Some(missing) = procs.iter().find(|p| !p.exists()) {
+        return Err(format!(
+            "task {pid}'s cgroup has no {} (its /proc/{pid}/cgroup: {:?})",
+            missing.display(),
+            proc_cgroup.trim()
+        ));
+    }
     let groups = task_groups(pid)?;
     let child = ChildSetup {
         procs: procs.iter().map(|p| c_path(p)).collect::<Result<_, _>>()?,
@@ -194,12 +202,16 @@ pub fn last_task_exited(tasks: u32) -> bool {
     EXITED.fetch_add(1, Ordering::SeqCst) + 1 >= tasks
 }
 
-/// Stops the step's daemon where this process started one (once).
-pub fn stop(cfg: &GpuMpsConfig, job: u32, daemon: &StepDaemon) {
+/// Stops the step's daemon where this process started one (once):
+/// `graceful`, with `quit` first (after the step's last task, its clients,
+/// exited); else only what is left of it is killed and its directory
+/// removed (at the step's end, after Slurm killed what the step left).
+pub fn stop(cfg: &GpuMpsConfig, job: u32, daemon: &StepDaemon, graceful: bool) {
     if !STARTED.swap(false, Ordering::SeqCst) {
         return;
     }
-    let problems = daemon.stop(program(cfg).as_deref());
+    let control = if graceful { program(cfg) } else { None };
+    let problems = daemon.stop(control.as_deref());
     for p in problems {
         log::error(&format!("gpu_mps: job {job}: its own MPS daemon: {p}"));
     }

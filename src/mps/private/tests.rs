@@ -81,7 +81,10 @@ fn each_refusal_names_its_cause_and_what_to_do() {
     }
     // A share is refused for being one before anything else is looked at.
     let share = refusal(false, true, &[], &[0], "n");
-    assert!(share.as_ref().is_some_and(|s| s.contains("MPS share")), "{share:?}");
+    assert!(
+        share.as_ref().is_some_and(|s| s.contains("MPS share")),
+        "{share:?}"
+    );
 }
 
 #[test]
@@ -132,7 +135,7 @@ fn a_v1_task_s_cgroups_are_joined_in_every_hierarchy_mounted() {
 1:name=systemd:/system.slice/slurmd.service
 ";
     assert_eq!(
-        cgroup_procs(task, MOUNTINFO_V1),
+        cgroup_procs(task, MOUNTINFO_V1, |_| true),
         Ok(vec![
             PathBuf::from("/sys/fs/cgroup/freezer/slurm/uid_1000/job_7/step_0/cgroup.procs"),
             PathBuf::from(
@@ -145,8 +148,8 @@ fn a_v1_task_s_cgroups_are_joined_in_every_hierarchy_mounted() {
     // No devices hierarchy reachable: the daemon would see every GPU.
     let unmounted = "3:devices:/slurm/job_7\n";
     let without = MOUNTINFO_V1.replace("cgroup cgroup rw,devices", "cgroup cgroup rw,pids");
-    assert!(cgroup_procs(unmounted, &without).is_err());
-    assert!(cgroup_procs("5:freezer:/slurm/job_7\n", MOUNTINFO_V1).is_err());
+    assert!(cgroup_procs(unmounted, &without, |_| true).is_err());
+    assert!(cgroup_procs("5:freezer:/slurm/job_7\n", MOUNTINFO_V1, |_| true).is_err());
 }
 
 #[test]
@@ -156,7 +159,7 @@ fn a_v2_task_s_cgroup_is_found_under_the_mount_s_root() {
 ";
     let task = "0::/system.slice/slurmstepd.scope/job_7/step_0/user/task_0\n";
     assert_eq!(
-        cgroup_procs(task, mountinfo),
+        cgroup_procs(task, mountinfo, |_| true),
         Ok(vec![PathBuf::from(
             "/sys/fs/cgroup/system.slice/slurmstepd.scope/job_7/step_0/user/task_0/cgroup.procs"
         )])
@@ -165,13 +168,16 @@ fn a_v2_task_s_cgroup_is_found_under_the_mount_s_root() {
     // real root; a path with a space is escaped in mountinfo.
     let nested = "28 23 0:25 /nodes/n\\0401 /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
     assert_eq!(
-        cgroup_procs("0::/nodes/n 1/job_7/step_0/user/task_0\n", nested),
+        cgroup_procs("0::/nodes/n 1/job_7/step_0/user/task_0\n", nested, |_| true),
         Ok(vec![PathBuf::from(
             "/sys/fs/cgroup/job_7/step_0/user/task_0/cgroup.procs"
         )])
     );
     for outside in ["0::/nodes/n 2/job_7\n", "0::/nodes/n 1/../n 2/job_7\n"] {
-        assert!(cgroup_procs(outside, nested).is_err(), "{outside}");
+        assert!(
+            cgroup_procs(outside, nested, |_| true).is_err(),
+            "{outside}"
+        );
     }
 }
 
@@ -208,4 +214,27 @@ fn each_task_gets_the_daemon_s_directories_and_its_threads() {
         ]
     );
     assert_eq!(daemon.task_env(None).len(), 2);
+}
+
+#[test]
+fn of_two_mounts_of_one_hierarchy_the_later_one_that_shows_the_cgroup_wins() {
+    // A hybrid host's cgroup2 at /sys/fs/cgroup/unified, then a cgroup2
+    // mounted over /sys/fs/cgroup itself (which hides the first).
+    let mountinfo = "\
+31 25 0:26 / /sys/fs/cgroup ro shared:9 - tmpfs tmpfs ro
+33 31 0:28 / /sys/fs/cgroup/unified rw shared:11 - cgroup2 cgroup2 rw
+90 25 0:28 / /sys/fs/cgroup rw - cgroup2 none rw
+";
+    let task = "0::/job_7/step_0/user/task_0\n";
+    let later = PathBuf::from("/sys/fs/cgroup/job_7/step_0/user/task_0/cgroup.procs");
+    let earlier = PathBuf::from("/sys/fs/cgroup/unified/job_7/step_0/user/task_0/cgroup.procs");
+    let shown = |d: &Path| d.starts_with("/sys/fs/cgroup/job_7");
+    assert_eq!(
+        cgroup_procs(task, mountinfo, shown),
+        Ok(vec![later.clone()])
+    );
+    let hidden = |d: &Path| d.starts_with("/sys/fs/cgroup/unified");
+    assert_eq!(cgroup_procs(task, mountinfo, hidden), Ok(vec![earlier]));
+    // Neither shows it: the last mount's, whose missing file is then named.
+    assert_eq!(cgroup_procs(task, mountinfo, |_| false), Ok(vec![later]));
 }
