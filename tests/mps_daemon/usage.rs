@@ -535,7 +535,16 @@ fn ended_use(c: &mut Cluster) -> TestResult {
         wait_for("the first jobs' figures recorded", JOB_LONG, || {
             recorded(&mut said, &early)
         })
-        .map_err(|e| format!("{e}: {said}"))?;
+        .map_err(|e| {
+            // What the oracle held at the end, beside what the timer said.
+            let got: Vec<String> = early
+                .iter()
+                .map(|job| format!("{job}: {}", accounted(c, job, "State,AdminComment")))
+                .collect();
+            let kept =
+                fs::read_to_string(c.dir.join("run/gpu-mps/share-usage")).unwrap_or_default();
+            format!("{e}\nwant {want:?}\ngot {got:?}\nkept: {kept}\nthe timer said: {said}")
+        })?;
         c.run("scancel", &[&format!("{array}_{lead_task}")])?;
         c.wait_job_done(lead_raw, JOB_LONG)?;
         let done = wait_for(
