@@ -88,8 +88,8 @@ fn own_daemon(c: &mut Cluster) -> TestResult {
     // that reports what it got, then waits for the test's word.
     let script = format!(
         "#!/bin/sh\nsrun -n4 sh -c 'echo TASK=$SLURM_PROCID PIPE=$CUDA_MPS_PIPE_DIRECTORY \
-         PCT=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; {probe}; \
-         while [ ! -e {go} ]; do sleep 0.2; done'\n",
+         PCT=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE CG=$(grep -E \"^0::|:devices:\" /proc/self/cgroup); \
+         {probe}; while [ ! -e {go} ]; do sleep 0.2; done'\n",
         go = go.display()
     );
     let script_path = alice.home.join("private.sh");
@@ -132,6 +132,22 @@ fn own_daemon(c: &mut Cluster) -> TestResult {
     ensure(
         step.len() == 1 && of_job.len() == 2 && of_job.iter().all(|d| d.1 == alice.uid),
         format!("the job's daemons: {daemons:?}"),
+    )?;
+    // Confined as the step's first task is: in its cgroup (the devices
+    // one on cgroup v1, the unified one on v2).
+    let task0 = said
+        .lines()
+        .find(|l| l.starts_with("TASK=0 "))
+        .and_then(|l| l.split_once(" CG="))
+        .map(|(_, cg)| cg.trim().to_owned())
+        .unwrap_or_default();
+    let daemon_cg = fs::read_to_string(format!("/proc/{}/cgroup", step[0].0)).unwrap_or_default();
+    ensure(
+        !task0.is_empty()
+            && task0
+                .split_whitespace()
+                .all(|line| daemon_cg.lines().any(|l| l == line)),
+        format!("the step's daemon's cgroups {daemon_cg:?}, task 0's {task0:?}"),
     )?;
     // Each task a client of it, with a quarter of the SMs.
     let clients: Vec<_> = cuda
