@@ -13,7 +13,7 @@
 //! `multinode.rs` (its helpers), in a file of its own.
 
 use super::*;
-use testcluster::cluster::slurm_release;
+use testcluster::cluster::{slurm_release, JobInfo};
 
 /// Prints the GPU gpushare chose and the run; the first run waits to be
 /// requeued, later ones end at once. Slurm up to 26.05 leaves
@@ -63,11 +63,26 @@ pub fn completes_after_a_start_without_prolog(c: &mut Cluster) -> TestResult {
         )?;
     }
     c.run_ok("scontrol", &["release", &list])?;
+    // All three watched at once: this cluster forgets an ended job within
+    // 20 s (MinJobAge=10), and one may end long before another.
+    let mut ended: std::collections::BTreeMap<u32, (JobInfo, String)> = Default::default();
+    wait_for("the three to end", JOB_LONG, || {
+        for &id in &ids {
+            if ended.contains_key(&id) {
+                continue;
+            }
+            let Ok(info) = c.job(id) else { continue };
+            if JobInfo::DONE.contains(&info.state()) {
+                let comment = shown_line(c, id, "AdminComment").unwrap_or_default();
+                ended.insert(id, (info, comment));
+            }
+        }
+        (ended.len() == ids.len()).then_some(())
+    })
+    .map_err(|e| format!("{e}: ended {:?}", ended.keys().collect::<Vec<_>>()))?;
     let mut missed = Vec::new();
-    for &id in &ids {
-        let info = c.wait_job_done(id, JOB_LONG)?;
+    for (&id, (info, comment)) in &ended {
         let out = c.job_output(id);
-        let comment = shown_line(c, id, "AdminComment").unwrap_or_default();
         ensure(
             info.state() == "COMPLETED",
             format!(
