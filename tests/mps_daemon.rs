@@ -649,7 +649,11 @@ fn gpu_mps(c: &Cluster, args: &[&str]) -> Result<std::process::Output, String> {
     let bin = testcluster::cluster::build_dir()?.join("gpu-mps");
     let conf = c.slurm_conf().with_file_name("gpu_mps.conf");
     let conf = conf.to_string_lossy();
-    c.run(&bin.to_string_lossy(), &[args, &["--conf", &conf]].concat())
+    // The node by name: the name a node's prologs record in the host's
+    // /run/gpushare is the last cluster's on this host (lanes run side by
+    // side), where a real node has one slurmd.
+    let named = ["--conf", &conf, "--node", NODE];
+    c.run(&bin.to_string_lossy(), &[args, &named].concat())
 }
 
 /// A fatal XID in the kernel log (a file of `/dev/kmsg` records the

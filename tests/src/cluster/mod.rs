@@ -318,7 +318,10 @@ impl Cluster {
         let args = ["metrics", "--write", "--kernel-log", &log, "--conf", &conf];
         let out = match node {
             Some(node) => self.run_on(node, &bin, &args)?,
-            None => self.run(&bin, &args)?,
+            // The node by name: the name prologs record in the host's
+            // /run/gpushare is the last cluster's on this host (lanes run
+            // side by side), where a real node has one slurmd.
+            None => self.run(&bin, &[&args[..], &["--node", NODE]].concat())?,
         };
         let said = String::from_utf8_lossy(&out.stderr).into_owned();
         if !out.status.success() {
