@@ -240,8 +240,13 @@ fn init(sp: spank_t, args: &[String]) -> SpankResult {
     // The options, wherever a user may type them and in slurmstepd.
     // SAFETY: spank_context has no preconditions.
     let context = unsafe { slurm_sys::spank_context() };
+    // A name another plugin took leaves the options out, never the
+    // command or the step (a failed init of a required plugin would fail
+    // every job, and drain the node).
     if [S_CTX_LOCAL, S_CTX_ALLOCATOR, S_CTX_REMOTE].contains(&context) {
-        private::register(sp).map_err(SpankError::Failed)?;
+        if let Err(e) = private::register(sp) {
+            log::error(&format!("gpu_mps: --gpu-mps options not offered: {e}"));
+        }
     }
     if !remote(sp) {
         return Ok(());
@@ -416,7 +421,15 @@ fn private_plan(
     if step == EXTERN_STEP {
         return Ok(StepPlan::Untouched);
     }
-    let gid = item_u32(sp, slurm_sys::S_JOB_GID, "spank_get_item(S_JOB_GID)")?;
+    let gid = match item_u32(sp, slurm_sys::S_JOB_GID, "spank_get_item(S_JOB_GID)") {
+        Ok(gid) => gid,
+        // The job's, never the node's, problem: its tasks fail with it.
+        Err(e) => {
+            let text = format!("gpu_mps: job {job}: its own MPS daemon cannot start: {e}");
+            log::error(&text);
+            return Ok(StepPlan::Refused(text));
+        }
+    };
     Ok(StepPlan::Private(PrivateStep {
         job,
         cfg: cfg.clone(),
