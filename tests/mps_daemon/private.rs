@@ -206,6 +206,39 @@ fn own_daemon(c: &mut Cluster) -> TestResult {
         !bad.status.success() && err.contains("takes one value, private"),
         format!("sbatch --gpu-mps=shared: {err}"),
     )?;
+    // A step whose job asked, where the node holds no record of the
+    // prolog's (it never ran for it): refused, never run without MPS. The
+    // batch step's srun takes the job's option from its environment.
+    let go2 = alice.home.join("go2");
+    let _ = fs::remove_file(&go2);
+    let skipped = alice.sbatch(
+        c,
+        &[
+            &out,
+            "--gres=gpu:1",
+            "--gpu-mps=private",
+            &format!(
+                "--wrap=while [ ! -e {} ]; do sleep 0.2; done; srun -n1 echo STEP RAN; echo SRUN=$?",
+                go2.display()
+            ),
+        ],
+    )?;
+    c.wait_job_state(skipped, &["RUNNING"], JOB_LONG)?;
+    let record = c.dir.join("run/gpu-mps").join(format!("private.{skipped}"));
+    wait_for("the prolog's record", SHORT, || {
+        record.exists().then_some(())
+    })?;
+    fs::remove_file(&record).map_err(|e| format!("{}: {e}", record.display()))?;
+    fs::write(&go2, "").map_err(|e| e.to_string())?;
+    c.wait_job_state(skipped, &["FAILED", "COMPLETED"], JOB_LONG)?;
+    let said = output(skipped);
+    ensure(
+        said.contains("did not record one")
+            && !said.contains("STEP RAN")
+            && !said.contains("SRUN=0"),
+        format!("a step with no record of its own daemon: {said}"),
+    )?;
+
     let none = alice.sbatch(c, &[&out, "--gpu-mps=private", "--wrap=echo RAN"])?;
     c.wait_job_state(none, &["FAILED", "COMPLETED"], JOB_LONG)?;
     let job = c.job(none)?;

@@ -126,6 +126,10 @@ struct PrivateStep {
 
 static PLAN: Mutex<StepPlan> = Mutex::new(StepPlan::Untouched);
 
+/// The refusal of a step whose job has no record of its own MPS daemon
+/// here, should the job turn out to have asked for one (post_opt).
+static UNRECORDED: Mutex<Option<String>> = Mutex::new(None);
+
 fn plan() -> StepPlan {
     PLAN.lock().unwrap_or_else(PoisonError::into_inner).clone()
 }
@@ -406,17 +410,16 @@ fn private_plan(
     tasks: u32,
 ) -> Result<StepPlan, SpankError> {
     let Some(record) = private_record(ledger, job) else {
-        if !private::asked(sp) {
-            return Ok(StepPlan::Untouched);
-        }
+        // Whether the job asked is known only after this callback
+        // (post_opt): the refusal waits there.
         let text = format!(
             "gpu_mps: job {job} asked for an MPS daemon of its own (--gpu-mps=private), but \
              the node's Prolog did not record one: Prolog=gpu-mps-prolog is not configured \
              on this node, or Slurm skipped it; the job is refused rather than run without \
              it: resubmit the job"
         );
-        log::error(&text);
-        return Ok(StepPlan::Refused(text));
+        *UNRECORDED.lock().unwrap_or_else(PoisonError::into_inner) = Some(text);
+        return Ok(StepPlan::Untouched);
     };
     if step == EXTERN_STEP {
         return Ok(StepPlan::Untouched);
@@ -552,6 +555,24 @@ fn task_post_fork(sp: spank_t) -> SpankResult {
     })
 }
 
+/// After the options, in slurmstepd: a job that asked for its own MPS
+/// daemon where the prolog recorded none is refused, never run without it.
+fn init_post_opt(sp: spank_t) -> SpankResult {
+    if !remote(sp) || !private::asked() {
+        return Ok(());
+    }
+    let unrecorded = UNRECORDED
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take();
+    let mut plan = PLAN.lock().unwrap_or_else(PoisonError::into_inner);
+    if let (Some(text), StepPlan::Untouched) = (unrecorded, &*plan) {
+        log::error(&text);
+        *plan = StepPlan::Refused(text);
+    }
+    Ok(())
+}
+
 /// After each task has exited, in slurmstepd as root: the step's own MPS
 /// daemon is stopped after its last task (its clients) ended, before
 /// Slurm kills what is left in the step.
@@ -588,6 +609,10 @@ fn spank_task_post_fork(sp: spank_t, _ac: c_int, _av: *mut *mut c_char) -> c_int
     finish("task_post_fork", task_post_fork(sp))
 }
 
+fn spank_init_post_opt(sp: spank_t, _ac: c_int, _av: *mut *mut c_char) -> c_int {
+    finish("init_post_opt", init_post_opt(sp))
+}
+
 fn spank_task_exit(_sp: spank_t, _ac: c_int, _av: *mut *mut c_char) -> c_int {
     finish("task_exit", task_exit())
 }
@@ -601,6 +626,9 @@ slurm_plugin::export! {
     /// calls it once when it starts: the load line.
     fn slurm_spank_init(sp: spank_t, ac: c_int, av: *mut *mut c_char) -> c_int,
         on_panic -1 => spank_init;
+    /// After the options were processed, in every context.
+    fn slurm_spank_init_post_opt(sp: spank_t, ac: c_int, av: *mut *mut c_char) -> c_int,
+        on_panic -1 => spank_init_post_opt;
     /// In each task, as the user, before exec.
     fn slurm_spank_task_init(sp: spank_t, ac: c_int, av: *mut *mut c_char) -> c_int,
         on_panic -1 => spank_task_init;

@@ -38,7 +38,12 @@ const THREADS: c_int = 1;
 /// there, the prolog decided.
 unsafe extern "C" fn option_cb(val: c_int, optarg: *const c_char, remote: c_int) -> c_int {
     let checked = std::panic::catch_unwind(|| {
+        // In slurmstepd the job's choice, kept: spank_option_getopt
+        // answers nothing in slurm_spank_init or post_opt.
         if remote != 0 {
+            if val == MODE {
+                ASKED.store(true, Ordering::SeqCst);
+            }
             return 0;
         }
         let value = if optarg.is_null() {
@@ -127,15 +132,15 @@ pub fn register(sp: spank_t) -> Result<(), String> {
     Ok(())
 }
 
-/// Whether the job gave `--gpu-mps` (in slurmstepd: from the job's
-/// options as Slurm forwards them).
-pub fn asked(sp: spank_t) -> bool {
-    let mut arg: *mut c_char = std::ptr::null_mut();
-    // SAFETY: the option was registered in this process; arg is written
-    // with a pointer Slurm owns.
-    let rc = unsafe { slurm_sys::spank_option_getopt(sp, options()[0].raw, &mut arg) };
-    rc == ESPANK_SUCCESS
+/// Whether the job gave `--gpu-mps` (in slurmstepd: Slurm called the
+/// option's callback for the step, after every plugin's
+/// `slurm_spank_init` and before `slurm_spank_init_post_opt`).
+pub fn asked() -> bool {
+    ASKED.load(Ordering::SeqCst)
 }
+
+/// The job gave `--gpu-mps` (see [`asked`]).
+static ASKED: AtomicBool = AtomicBool::new(false);
 
 /// The step's daemon, once started here (its stop is owed).
 static STARTED: AtomicBool = AtomicBool::new(false);
