@@ -167,7 +167,8 @@ hw-check:
 # The node half under Slurm itself (tests/gpu-slurm-check.sh, docs/hardware.md
 # "Slurm on a GPU"): slurmctld and slurmd of the kit's Slurm for this
 # machine's GPUs, real jobs of two throwaway users, gpu-mps selftest,
-# SelfTest=daemon-start and a cancelled share's neighbour. Root; nvcc
+# SelfTest=daemon-start, a cancelled share's neighbour and a job's own
+# MPS daemon (--gpu-mps=private). Root; nvcc
 # optional; on a machine without a GPU it runs against the stand-ins.
 # `make gpu-kit` builds the kit (target/gpu-kit, a Slurm release and
 # gpushare for it) that a GPU machine without Slurm or network runs it

@@ -24,17 +24,20 @@
 # and two shares on GPU 0, one cancelled in the middle of its kernels while
 # its task ignores SIGTERM: the other's kernels must finish and a third share
 # run after (their client is gpu-mps's driver-API client in its hold mode,
-# `gpu-mps --cuda-probe LIB hold`, which needs no CUDA toolkit).
+# `gpu-mps --cuda-probe LIB hold`, which needs no CUDA toolkit); and a job
+# holding GPU 0 whole with `--gpu-mps=private` (PrivateMPS=allow): its
+# step's own MPS daemon, as its user, two tasks its clients with half the
+# SMs each, nothing left after it (tests/gpu-slurm-check-private.sh).
 #
 # On a machine without an NVIDIA GPU it runs the same jobs against
 # gpushare's stand-in MPS control program and nvidia-smi with two fake GPU
-# device files (the test cluster's way), and the self-test and the
-# cancelled share's neighbour against the kit's stand-in libcuda where it
-# has one: what needs CUDA says "skipped: no GPU". On a GPU machine without
-# nvcc the other jobs run a stand-in client (a share's busy client is the
-# hold mode, for its use in the node's metrics) and what needs the nvcc
-# client says "not run: no nvcc"; the self-test and cancel lines still run
-# and count.
+# device files (the test cluster's way), and the self-test, the cancelled
+# share's neighbour and the private daemon's line against the kit's
+# stand-in libcuda where it has one: what needs CUDA says "skipped: no
+# GPU". On a GPU machine without nvcc the other jobs run a stand-in client
+# (a share's busy client is the hold mode, for its use in the node's
+# metrics) and what needs the nvcc client says "not run: no nvcc"; the
+# self-test, cancel and private lines still run and count.
 #
 # Safe on a machine that has Slurm: it refuses while a slurmctld or slurmd
 # runs or a GPU has compute processes (--force to run anyway), uses its own
@@ -922,6 +925,8 @@ echo "EXIT $rc"
 exit "$rc"
 EOF
 chmod 755 "$D/jobs/cancel.sh"
+# --gpu-mps=private: check_private (a job's own MPS daemon).
+. "$here/gpu-slurm-check-private.sh"
 if [ -n "$checks_on" ]; then
     stop_slurm
     bench_conf mps
@@ -1066,6 +1071,10 @@ if [ -n "$checks_on" ]; then
         [ -n "$holdlib" ] && what="$what; $(if [ "$(jget "$r" init)" = ok ]; then echo "MPS attribute $(jget "$r" mps_enabled), $(jget "$r" sms) SMs, kernels: $(jget "$d" busy)"; else echo "CUDA's start: $(jget "$r" init)"; fi)"
         [ "$st" = COMPLETED ] || what="$what; Reason=$(field "$j" Reason) AdminComment=$(field "$j" AdminComment)"
         record "a third share after the cancel" "$([ "$st" = COMPLETED ] && { [ -z "$holdlib" ] || { [ "$(jget "$r" mps_enabled)" = 1 ] && [ "$(jget "$d" busy)" = ok ]; }; }; pf)" "$what"
+        wait_idle 30
+        # A job's own MPS daemon on GPU 0 held whole; the GPU's SMs as the
+        # self-test's bypass client, else the whole-GPU job, saw them.
+        check_private "$(for n in "${b_sms:-}" "${whole_sms:-}"; do [ "${n:-0}" -gt 0 ] 2>/dev/null && { echo "$n"; break; }; done)"
         wait_idle 30
         stop_slurm
     fi
