@@ -33,6 +33,9 @@ current() {
     local p src
     for p in "${plugins[@]}"; do
         [ -f "$out/$p.so" ] && [ -f "$out/$p.d" ] || return 1
+        # Built here: a copy of another checkout's target (cp -a) names
+        # that checkout's sources, which are not compared below.
+        [ "$(sed -n '1s/: .*//p' "$out/$p.d")" = "$out/$p.so" ] || return 1
         for src in $(sed -n '1s/^[^:]*: //p' "$out/$p.d"); do
             # Sources of this checkout; not what the build generated.
             case $src in "$repo"/target/*) continue ;; "$repo"/*) ;; *) continue ;; esac
