@@ -116,6 +116,9 @@ linked=
 started=()
 users_made=()
 modes_before=()
+# The node name gpushare's prologs record for the node timer: this
+# check's node writes its own there; the host's comes back at the end.
+name_before=$(cat /run/gpushare/node-name 2>/dev/null)
 
 cleanup() {
     trap - EXIT INT TERM HUP
@@ -143,8 +146,16 @@ cleanup() {
     [ -n "$linked" ] && rm -f "$linked"
     # What a job namespace plugin left mounted under the check's directory.
     umount -R -l "$D/ns" "$D/nsl" 2>/dev/null
-    # The ledger gpushare keeps in /run for this check's configuration.
+    # The ledger gpushare keeps in /run for this check's configuration,
+    # and the host's own node name where this check's replaced it.
     rm -f /run/gpushare/ledger-of-*"$(basename "$D" | sed 's/-/%2d/g')"-etc-gpu_mps.conf*
+    if [ "$(cat /run/gpushare/node-name 2>/dev/null)" = "$NODE" ]; then
+        if [ -n "$name_before" ] && [ "$name_before" != "$NODE" ]; then
+            printf '%s\n' "$name_before" >/run/gpushare/node-name
+        else
+            rm -f /run/gpushare/node-name
+        fi
+    fi
     if [ -n "$logs" ]; then
         mkdir -p "$logs" && cp "$D"/log/*.log "$D"/log/selftest.* "$logs/" 2>/dev/null
         (cd "$D" && tar -czf "$logs/jobs.tar.gz" jobs etc run/gpu-mps-mps/*/log 2>/dev/null)
