@@ -652,8 +652,11 @@ fn gpu_mps(c: &Cluster, args: &[&str]) -> Result<std::process::Output, String> {
     // The node by name: the name a node's prologs record in the host's
     // /run/gpushare is the last cluster's on this host (lanes run side by
     // side), where a real node has one slurmd.
-    let named = ["--conf", &conf, "--node", NODE];
-    c.run(&bin.to_string_lossy(), &[args, &named].concat())
+    let mut all = [args, &["--conf", &conf]].concat();
+    if !args.contains(&"--node") {
+        all.extend(["--node", NODE]);
+    }
+    c.run(&bin.to_string_lossy(), &all)
 }
 
 /// A fatal XID in the kernel log (a file of `/dev/kmsg` records the
