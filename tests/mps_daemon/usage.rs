@@ -23,7 +23,7 @@ use super::{
 };
 use testcluster::cluster::wait_for;
 use testcluster::process::sleep_of_job;
-use testcluster::time::{JOB_LONG, JOB_START};
+use testcluster::time::{JOB_LONG, JOB_START, SHORT};
 
 /// The node timer's run while NVML hangs on one GPU: its 5 s deadline and
 /// the process starts around it, never the stand-in's sleep (1000 s).
@@ -60,6 +60,14 @@ pub fn tests(suite: Suite) -> Suite {
 }
 
 const MIB: u64 = 1 << 20;
+
+/// Job `job`'s `sleep`: its script prints its line, then starts it, so the
+/// line is seen before the process runs.
+fn wait_sleep(job: u32) -> Result<u32, String> {
+    wait_for(&format!("job {job}'s sleep process"), SHORT, || {
+        sleep_of_job(job)
+    })
+}
 
 fn uid_of(pid: u32) -> Option<u32> {
     fs::read_to_string(format!("/proc/{pid}/status"))
@@ -206,8 +214,7 @@ fn shares_use(c: &mut Cluster) -> TestResult {
     )?;
     // slurmstepd is not slurmd's child: each job's `sleep`, found by the
     // job id (this cluster's own, see FirstJobId) in its environment.
-    let pid_of =
-        |job: u32| sleep_of_job(job).ok_or_else(|| format!("no sleep process of job {job}"));
+    let pid_of = wait_sleep;
     let (pa, pb, pc) = (pid_of(a)?, pid_of(b)?, pid_of(cj)?);
     let alice_uid = uid_of(pa).ok_or("alice's uid")?;
     // Alice's process outside Slurm, in a cgroup named like B's: one
@@ -429,8 +436,7 @@ fn ended_use(c: &mut Cluster) -> TestResult {
         .whole_holder(whole)
         .and_then(|w| w.gpus.first().copied())
         .ok_or_else(|| format!("job {whole} holds no GPU whole in the ledger"))?;
-    let pid_of =
-        |job: u32| sleep_of_job(job).ok_or_else(|| format!("no sleep process of job {job}"));
+    let pid_of = wait_sleep;
     let (ps, pw) = (pid_of(share)?, pid_of(whole)?);
     c.run(
         "scontrol",
@@ -694,7 +700,7 @@ fn jobstats_comment(c: &mut Cluster) -> TestResult {
         let mut figures: BTreeMap<u32, Vec<Figures>> = BTreeMap::new();
         for job in jobs {
             let gpu = held.share(job).map(|s| s.gpu).ok_or("no share")?;
-            let pid = sleep_of_job(job).ok_or("no sleep")?;
+            let pid = wait_sleep(job)?;
             figures.entry(gpu).or_default().push(Figures {
                 pid,
                 mib: 1000,
