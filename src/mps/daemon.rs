@@ -138,16 +138,22 @@ pub fn pipe_dir(cfg: &GpuMpsConfig, gpu: u32) -> PathBuf {
     gpu_dir(cfg, gpu).join("pipe")
 }
 
-fn command(cfg: &GpuMpsConfig, program: &Path, gpu: u32) -> Command {
-    let dir = gpu_dir(cfg, gpu);
+/// The control program with nothing in its environment but a plain
+/// `PATH` and the pipe and log directories in `dir` (`pipe`, `log`).
+pub(crate) fn control_command(program: &Path, dir: &Path) -> Command {
     let mut cmd = Command::new(program);
-    // Index N must mean /dev/nvidiaN: CUDA's default order is "fastest first".
     cmd.env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-        .env("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
-        .env("CUDA_VISIBLE_DEVICES", gpu.to_string())
         .env("CUDA_MPS_PIPE_DIRECTORY", dir.join("pipe"))
         .env("CUDA_MPS_LOG_DIRECTORY", dir.join("log"));
+    cmd
+}
+
+fn command(cfg: &GpuMpsConfig, program: &Path, gpu: u32) -> Command {
+    let mut cmd = control_command(program, &gpu_dir(cfg, gpu));
+    // Index N must mean /dev/nvidiaN: CUDA's default order is "fastest first".
+    cmd.env("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+        .env("CUDA_VISIBLE_DEVICES", gpu.to_string());
     cmd
 }
 
@@ -330,19 +336,8 @@ fn ensure_daemon(
         Err(e) => return Err(MpsDaemon::Failed(e.to_string())),
     }
     // The daemon opens its pipe on its own time: wait for it, bounded.
-    let deadline = Instant::now() + START_WAIT;
-    let mut pause = Backoff::new();
-    while !pipe.join("control").exists() {
-        if Instant::now() >= deadline {
-            return Err(MpsDaemon::Failed(format!(
-                "{} -d exited, but no control pipe appeared in {} within {} s",
-                program.display(),
-                pipe.display(),
-                START_WAIT.as_secs()
-            )));
-        }
-        pause.sleep();
-    }
+    wait_for_pipe(&pipe)
+        .map_err(|e| MpsDaemon::Failed(format!("{} -d exited, but {e}", program.display())))?;
     record_alive(cfg, gpu, &pipe);
     match restarted {
         Some(why) => Err(MpsDaemon::Restarted(why)),
@@ -696,6 +691,37 @@ impl Backoff {
     }
 }
 
+/// Waits, bounded by [`START_WAIT`], for a daemon just started to open
+/// its control pipe in `pipe`.
+pub(crate) fn wait_for_pipe(pipe: &Path) -> Result<(), String> {
+    let deadline = Instant::now() + START_WAIT;
+    let mut pause = Backoff::new();
+    while !pipe.join("control").exists() {
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "no control pipe appeared in {} within {} s",
+                pipe.display(),
+                START_WAIT.as_secs()
+            ));
+        }
+        pause.sleep();
+    }
+    Ok(())
+}
+
+/// The processes `find` still finds of a daemon asked to quit, looked at
+/// until none is left or [`QUIT_WAIT`] has passed: what is to be killed.
+pub(crate) fn left_after_quit(find: impl Fn() -> Vec<u32>) -> Vec<u32> {
+    let deadline = Instant::now() + QUIT_WAIT;
+    let mut pause = Backoff::new();
+    let mut left = find();
+    while !left.is_empty() && Instant::now() < deadline {
+        pause.sleep();
+        left = find();
+    }
+    left
+}
+
 /// Asks GPU `gpu`'s daemon to quit; one that does not answer is killed.
 pub fn stop(cfg: &GpuMpsConfig, gpu: u32) -> MpsDaemon {
     let Some(program) = program(cfg) else {
@@ -709,13 +735,7 @@ pub fn stop(cfg: &GpuMpsConfig, gpu: u32) -> MpsDaemon {
     };
     // `quit` returns before the daemon is gone; whatever is left of it
     // after a short wait (or after a failed quit) is killed.
-    let deadline = Instant::now() + QUIT_WAIT;
-    let mut pause = Backoff::new();
-    let mut left = processes(&pipe);
-    while !left.is_empty() && Instant::now() < deadline {
-        pause.sleep();
-        left = processes(&pipe);
-    }
+    let left = left_after_quit(|| processes(&pipe));
     // Its servers run as their users: found while the daemon is still
     // their parent, killed with it (see servers.rs).
     let servers = servers_of(&pipe, &left);

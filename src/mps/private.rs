@@ -21,10 +21,9 @@ use std::fs;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use super::config::GpuMpsConfig;
-use super::daemon::{self, public_dir, CONTROL_TIMEOUT, QUIT_WAIT, START_WAIT};
+use super::daemon::{self, public_dir, CONTROL_TIMEOUT};
 use crate::shared::bounded;
 
 /// The plugin's name and its options, as Slurm names them in the job's
@@ -253,6 +252,15 @@ impl StepDaemon {
         }
     }
 
+    /// Makes the job's directory ([`job_dir`], this daemon's parent) for
+    /// its user, mode 0700, or checks the one there: a directory of that
+    /// user's and nobody else's (only root can make one in
+    /// `<StateDir>-mps`). Run as root.
+    pub fn ensure_job_dir(&self) -> Result<(), String> {
+        let dir = self.dir.parent().unwrap_or(&self.dir);
+        ensure_user_dir(dir, self.uid, self.gid)
+    }
+
     pub fn pipe(&self) -> PathBuf {
         self.dir.join("pipe")
     }
@@ -267,12 +275,7 @@ impl StepDaemon {
     /// the GPUs the step's tasks see, numbered as Slurm numbered them for
     /// the tasks.
     pub fn command(&self, program: &Path) -> Command {
-        let mut cmd = Command::new(program);
-        cmd.env_clear()
-            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-            .env("CUDA_MPS_PIPE_DIRECTORY", self.pipe())
-            .env("CUDA_MPS_LOG_DIRECTORY", self.log());
-        cmd
+        daemon::control_command(program, &self.dir)
     }
 
     /// What each task of the step gets: the daemon's pipe and log
@@ -297,23 +300,9 @@ impl StepDaemon {
         env
     }
 
-    /// Waits, bounded by [`START_WAIT`], for a daemon just started to open
-    /// its control pipe.
+    /// Waits, bounded, for a daemon just started to open its control pipe.
     pub fn wait_for_start(&self) -> Result<(), String> {
-        let deadline = Instant::now() + START_WAIT;
-        let mut pause = Duration::from_millis(1);
-        while !self.reachable() {
-            if Instant::now() >= deadline {
-                return Err(format!(
-                    "no control pipe appeared in {} within {} s",
-                    self.pipe().display(),
-                    START_WAIT.as_secs()
-                ));
-            }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(20));
-        }
-        Ok(())
+        daemon::wait_for_pipe(&self.pipe())
     }
 
     /// Whether the daemon's control pipe is there, as this process sees
@@ -324,7 +313,7 @@ impl StepDaemon {
 
     /// Stops the daemon: `quit`, sent as its user (bounded) with `program`
     /// (`None`: no `quit`), then what is left of its processes after
-    /// [`QUIT_WAIT`] is killed; its directory is removed. Returns what
+    /// [`daemon::QUIT_WAIT`] is killed; its directory is removed. Returns what
     /// went wrong, for the log.
     pub fn stop(&self, program: Option<&Path>) -> Vec<String> {
         let mut problems = Vec::new();
@@ -342,12 +331,7 @@ impl StepDaemon {
                 Err(e) => problems.push(format!("`quit`: {e}")),
             }
         }
-        let deadline = Instant::now() + QUIT_WAIT;
-        let mut left = daemon::processes_of_under(self.uid, &self.dir);
-        while !left.is_empty() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
-            left = daemon::processes_of_under(self.uid, &self.dir);
-        }
+        let left = daemon::left_after_quit(|| daemon::processes_of_under(self.uid, &self.dir));
         let killed = daemon::kill_all_of(self.uid, &left);
         if !killed.is_empty() {
             problems.push(format!("killed what was left of it: pids {killed:?}"));
@@ -368,28 +352,27 @@ fn remove_tree(dir: &Path) -> std::io::Result<()> {
     }
 }
 
-/// Makes the job's directory ([`job_dir`]) for its user, mode 0700, or
-/// checks the one there: a directory of that user's and nobody else's
-/// (only root can make one in `<StateDir>-mps`). Run as root.
-pub fn ensure_job_dir(cfg: &GpuMpsConfig, job: u32, uid: u32, gid: u32) -> Result<PathBuf, String> {
-    let dir = job_dir(cfg, job);
+/// Makes `dir` for user `uid` (group `gid`), mode 0700, or checks the
+/// one there: a directory of that user's and nobody else's (see
+/// [`StepDaemon::ensure_job_dir`]).
+fn ensure_user_dir(dir: &Path, uid: u32, gid: u32) -> Result<(), String> {
     let said = |e: std::io::Error| format!("{}: {e}", dir.display());
-    match fs::DirBuilder::new().mode(0o700).create(&dir) {
+    match fs::DirBuilder::new().mode(0o700).create(dir) {
         Ok(()) => {
-            std::os::unix::fs::lchown(&dir, Some(uid), Some(gid)).map_err(said)?;
-            fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).map_err(said)?;
+            std::os::unix::fs::lchown(dir, Some(uid), Some(gid)).map_err(said)?;
+            fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(said)?;
         }
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(said(e)),
     }
-    let meta = fs::symlink_metadata(&dir).map_err(said)?;
+    let meta = fs::symlink_metadata(dir).map_err(said)?;
     if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
         return Err(format!(
             "{} is not a directory of uid {uid} that only it may enter",
             dir.display()
         ));
     }
-    Ok(dir)
+    Ok(())
 }
 
 /// What the epilog does for a job that had daemons of its own: kills

@@ -9,6 +9,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use gpushare::mps::daemon::process_uid;
 use testcluster::cluster::{wait_for, Cluster};
 use testcluster::standin::CudaFiles;
 use testcluster::time::{JOB_LONG, JOB_START, SHORT};
@@ -55,14 +56,7 @@ fn control_daemons() -> Vec<(u32, u32, String)> {
             let argv0 = cmdline.split(|&b| b == 0).next()?;
             let name = Path::new(std::str::from_utf8(argv0).ok()?).file_name()?;
             (name == "nvidia-cuda-mps-control").then_some(())?;
-            let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-            let uid = status
-                .lines()
-                .find_map(|l| l.strip_prefix("Uid:"))?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()?;
+            let uid = process_uid(pid)?;
             let environ = fs::read(format!("/proc/{pid}/environ")).ok()?;
             let pipe = environ.split(|&b| b == 0).find_map(|v| {
                 std::str::from_utf8(v)
@@ -150,11 +144,11 @@ fn own_daemon(c: &mut Cluster) -> TestResult {
         format!("the step's daemon's cgroups {daemon_cg:?}, task 0's {task0:?}"),
     )?;
     // Each task a client of it, with a quarter of the SMs.
-    let clients: Vec<_> = cuda
-        .contexts()
-        .into_iter()
-        .filter(|x| x.uid == alice.uid)
-        .collect();
+    let contexts_of = |uid: u32| -> Vec<_> {
+        let all = cuda.contexts().into_iter();
+        all.filter(|x| x.uid == uid).collect()
+    };
+    let clients = contexts_of(alice.uid);
     ensure(
         clients.len() == 4 && clients.iter().all(|x| x.mps && x.result == 0),
         format!("alice's CUDA contexts: {clients:?}\n{said}"),
@@ -172,11 +166,7 @@ fn own_daemon(c: &mut Cluster) -> TestResult {
             &probe,
         ],
     )?;
-    let theirs: Vec<_> = cuda
-        .contexts()
-        .into_iter()
-        .filter(|x| x.uid == bob.uid)
-        .collect();
+    let theirs = contexts_of(bob.uid);
     ensure(
         !theirs.is_empty() && theirs.iter().all(|x| x.result != 0),
         format!(

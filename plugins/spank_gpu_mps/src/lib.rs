@@ -38,6 +38,7 @@ use gpushare::mps::node::{
     task_plan, unconfigured_refusal, unreachable_pipes, TaskPlan,
 };
 use gpushare::mps::private::StepDaemon;
+use gpushare::mps::programs::program;
 use slurm_plugin::log;
 use slurm_plugin::slurm_str::opt_str;
 use slurm_sys::{
@@ -117,7 +118,8 @@ enum StepPlan {
 #[derive(Debug, Clone)]
 struct PrivateStep {
     job: u32,
-    cfg: GpuMpsConfig,
+    /// The MPS control program (`MPSControl=`), found once for the step.
+    program: Option<PathBuf>,
     daemon: StepDaemon,
     threads: Option<u32>,
     /// Local tasks: the daemon stops when the last has exited.
@@ -126,9 +128,9 @@ struct PrivateStep {
 
 static PLAN: Mutex<StepPlan> = Mutex::new(StepPlan::Untouched);
 
-/// The refusal of a step whose job has no record of its own MPS daemon
-/// here, should the job turn out to have asked for one (post_opt).
-static UNRECORDED: Mutex<Option<String>> = Mutex::new(None);
+/// The job of a step that has no record of its own MPS daemon here: it
+/// is refused should the job turn out to have asked for one (post_opt).
+static UNRECORDED: Mutex<Option<u32>> = Mutex::new(None);
 
 fn plan() -> StepPlan {
     PLAN.lock().unwrap_or_else(PoisonError::into_inner).clone()
@@ -412,13 +414,7 @@ fn private_plan(
     let Some(record) = private_record(ledger, job) else {
         // Whether the job asked is known only after this callback
         // (post_opt): the refusal waits there.
-        let text = format!(
-            "gpu_mps: job {job} asked for an MPS daemon of its own (--gpu-mps=private), but \
-             the node's Prolog did not record one: Prolog=gpu-mps-prolog is not configured \
-             on this node, or Slurm skipped it; the job is refused rather than run without \
-             it: resubmit the job"
-        );
-        *UNRECORDED.lock().unwrap_or_else(PoisonError::into_inner) = Some(text);
+        *UNRECORDED.lock().unwrap_or_else(PoisonError::into_inner) = Some(job);
         return Ok(StepPlan::Untouched);
     };
     if step == EXTERN_STEP {
@@ -435,7 +431,7 @@ fn private_plan(
     };
     Ok(StepPlan::Private(PrivateStep {
         job,
-        cfg: cfg.clone(),
+        program: program(cfg),
         daemon: StepDaemon::of(cfg, job, step, record.uid, gid),
         threads: record.threads,
         tasks,
@@ -503,7 +499,7 @@ fn task_post_fork(sp: spank_t) -> SpankResult {
             let pid = task_pid(sp)?;
             // A daemon that cannot start fails the tasks in task_init,
             // with the reason here in slurmd's log: never the node.
-            match private::start(&p.cfg, p.job, &p.daemon, pid) {
+            match private::start(p.program.as_deref(), &p.daemon, pid) {
                 Ok(()) => log::info(&format!(
                     "gpu_mps: job {}: its own MPS daemon runs ({})",
                     p.job,
@@ -566,7 +562,13 @@ fn init_post_opt(sp: spank_t) -> SpankResult {
         .unwrap_or_else(PoisonError::into_inner)
         .take();
     let mut plan = PLAN.lock().unwrap_or_else(PoisonError::into_inner);
-    if let (Some(text), StepPlan::Untouched) = (unrecorded, &*plan) {
+    if let (Some(job), StepPlan::Untouched) = (unrecorded, &*plan) {
+        let text = format!(
+            "gpu_mps: job {job} asked for an MPS daemon of its own (--gpu-mps=private), but \
+             the node's Prolog did not record one: Prolog=gpu-mps-prolog is not configured \
+             on this node, or Slurm skipped it; the job is refused rather than run without \
+             it: resubmit the job"
+        );
         log::error(&text);
         *plan = StepPlan::Refused(text);
     }
@@ -577,9 +579,9 @@ fn init_post_opt(sp: spank_t) -> SpankResult {
 /// daemon is stopped after its last task (its clients) ended, before
 /// Slurm kills what is left in the step.
 fn task_exit() -> SpankResult {
-    if let StepPlan::Private(p) = plan() {
+    if let Some(p) = private_step() {
         if private::last_task_exited(p.tasks) {
-            private::stop(&p.cfg, p.job, &p.daemon, true);
+            private::stop(p.program.as_deref(), p.job, &p.daemon, true);
         }
     }
     Ok(())
@@ -587,10 +589,19 @@ fn task_exit() -> SpankResult {
 
 /// At the step's end: a daemon no task exit stopped is stopped now.
 fn exit() -> SpankResult {
-    if let StepPlan::Private(p) = plan() {
-        private::stop(&p.cfg, p.job, &p.daemon, false);
+    if let Some(p) = private_step() {
+        private::stop(p.program.as_deref(), p.job, &p.daemon, false);
     }
     Ok(())
+}
+
+/// The step's own MPS daemon, where it has one: every task's exit asks,
+/// and only such a step's plan is copied.
+fn private_step() -> Option<PrivateStep> {
+    match &*PLAN.lock().unwrap_or_else(PoisonError::into_inner) {
+        StepPlan::Private(p) => Some(p.clone()),
+        _ => None,
+    }
 }
 
 /// # Safety

@@ -18,12 +18,10 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
-use gpushare::mps::config::GpuMpsConfig;
 use gpushare::mps::daemon::CONTROL_TIMEOUT;
 use gpushare::mps::private::{
-    cgroup_procs, ensure_job_dir, parse_request, StepDaemon, OPTION_MODE, OPTION_THREADS,
+    cgroup_procs, parse_request, StepDaemon, OPTION_MODE, OPTION_THREADS,
 };
-use gpushare::mps::programs::program;
 use gpushare::shared::bounded;
 use slurm_plugin::log;
 use slurm_sys::{spank_option, spank_t, ESPANK_SUCCESS};
@@ -149,11 +147,11 @@ static EXITED: AtomicU32 = AtomicU32::new(0);
 
 /// Starts `daemon` for the step in the cgroups of task `pid` (local task
 /// 0), and waits for its control pipe.
-pub fn start(cfg: &GpuMpsConfig, job: u32, daemon: &StepDaemon, pid: i32) -> Result<(), String> {
-    let Some(program) = program(cfg) else {
+pub fn start(program: Option<&Path>, daemon: &StepDaemon, pid: i32) -> Result<(), String> {
+    let Some(program) = program else {
         return Err("no nvidia-cuda-mps-control on this node (MPSControl=)".into());
     };
-    ensure_job_dir(cfg, job, daemon.uid, daemon.gid)?;
+    daemon.ensure_job_dir()?;
     let proc_cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
         .map_err(|e| format!("/proc/{pid}/cgroup: {e}"))?;
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
@@ -178,7 +176,7 @@ pub fn start(cfg: &GpuMpsConfig, job: u32, daemon: &StepDaemon, pid: i32) -> Res
         uid: daemon.uid,
         gid: daemon.gid,
     };
-    let mut cmd = daemon.command(&program);
+    let mut cmd = daemon.command(program);
     cmd.arg("-d");
     // SAFETY: the closure makes only async-signal-safe calls (open, write,
     // close, setgroups, setgid, setuid, mkdir, syscall) on data made
@@ -211,12 +209,11 @@ pub fn last_task_exited(tasks: u32) -> bool {
 /// `graceful`, with `quit` first (after the step's last task, its clients,
 /// exited); else only what is left of it is killed and its directory
 /// removed (at the step's end, after Slurm killed what the step left).
-pub fn stop(cfg: &GpuMpsConfig, job: u32, daemon: &StepDaemon, graceful: bool) {
+pub fn stop(program: Option<&Path>, job: u32, daemon: &StepDaemon, graceful: bool) {
     if !STARTED.swap(false, Ordering::SeqCst) {
         return;
     }
-    let control = if graceful { program(cfg) } else { None };
-    let problems = daemon.stop(control.as_deref());
+    let problems = daemon.stop(program.filter(|_| graceful));
     for p in problems {
         log::error(&format!("gpu_mps: job {job}: its own MPS daemon: {p}"));
     }
