@@ -339,6 +339,15 @@ mod tests {
         vec![GpuLoad::default(); count]
     }
 
+    /// A shared GPU carrying `used_units` of `share_jobs` shares.
+    fn load(used_units: u32, share_jobs: u32) -> GpuLoad {
+        GpuLoad {
+            used_units,
+            share_jobs,
+            ..GpuLoad::default()
+        }
+    }
+
     /// Places `jobs` shares of `units` one by one, as the ledger does, and
     /// returns the GPU each went to (or the first refusal).
     fn place_all(
@@ -387,32 +396,7 @@ mod tests {
 
     #[test]
     fn ties_go_to_fewer_jobs_then_lowest_index() {
-        let gpus = [
-            GpuLoad {
-                used_units: 40,
-                share_jobs: 4,
-                held_whole: false,
-                ..GpuLoad::default()
-            },
-            GpuLoad {
-                used_units: 40,
-                share_jobs: 1,
-                held_whole: false,
-                ..GpuLoad::default()
-            },
-            GpuLoad {
-                used_units: 40,
-                share_jobs: 1,
-                held_whole: false,
-                ..GpuLoad::default()
-            },
-            GpuLoad {
-                used_units: 60,
-                share_jobs: 1,
-                held_whole: false,
-                ..GpuLoad::default()
-            },
-        ];
+        let gpus = [load(40, 4), load(40, 1), load(40, 1), load(60, 1)];
         assert_eq!(choose_gpu(&gpus, 100, 10), Ok(1));
     }
 
@@ -520,20 +504,7 @@ mod tests {
 
     #[test]
     fn most_free_units_beats_fewer_jobs() {
-        let gpus = [
-            GpuLoad {
-                used_units: 50,
-                share_jobs: 1,
-                held_whole: false,
-                ..GpuLoad::default()
-            },
-            GpuLoad {
-                used_units: 30,
-                share_jobs: 3,
-                held_whole: false,
-                ..GpuLoad::default()
-            },
-        ];
+        let gpus = [load(50, 1), load(30, 3)];
         assert_eq!(choose_gpu(&gpus, 100, 10), Ok(1));
     }
 
@@ -577,20 +548,7 @@ mod tests {
 
     #[test]
     fn node_total_with_room_but_no_single_gpu_is_refused_with_the_numbers() {
-        let gpus = [
-            GpuLoad {
-                used_units: 50,
-                share_jobs: 1,
-                held_whole: false,
-                ..GpuLoad::default()
-            },
-            GpuLoad {
-                used_units: 60,
-                share_jobs: 2,
-                held_whole: false,
-                ..GpuLoad::default()
-            },
-        ];
+        let gpus = [load(50, 1), load(60, 2)];
         let error = choose_gpu(&gpus, 100, 60);
         assert_eq!(
             error,
@@ -610,20 +568,7 @@ mod tests {
 
     #[test]
     fn over_capacity_gpu_counts_as_full() {
-        let gpus = [
-            GpuLoad {
-                used_units: 150,
-                share_jobs: 3,
-                held_whole: false,
-                ..GpuLoad::default()
-            },
-            GpuLoad {
-                used_units: 95,
-                share_jobs: 1,
-                held_whole: false,
-                ..GpuLoad::default()
-            },
-        ];
+        let gpus = [load(150, 3), load(95, 1)];
         assert_eq!(choose_gpu(&gpus, 100, 5), Ok(1));
         assert!(matches!(
             choose_gpu(&gpus, 100, 6),

@@ -538,30 +538,22 @@ mod tests {
              qos_new|gres/gpu:h100=2|lowprio|cluster|00:00:00|1.000000||50\n",
         );
         Site {
-            settings,
-            qos,
-            associations: Vec::new(),
-            nodes: parse_nodes("NodeName=n1 Gres=gpu:a40:4,gpu:h100:2 Partitions=gpu\n").0,
-            partitions: parse_partitions(
-                "PartitionName=gpu Nodes=n1 TRESBillingWeights=CPU=0.5,GRES/gpu=1,GRES/gpu:h100=3\n",
-            )
-            .0,
-            plugstack: None,
-            cgroup_conf: None,
-            gres_conf: None,
-            job_container_conf: None,
-            namespace_yaml: None,
-            gpu_mps_conf: None,
-            slurm_conf: None,
-            gpu_qos_conf_path: "gpu_qos.conf".into(),
             gpu_qos_conf: GpuQosConf::Read(Box::new(
                 qos_conf::parse(
                     "QOS=qos_lafferty GPUTypes=a40 GPULimit=4\nLowPriorityQOS=lowprio\n",
                     "gpu_qos.conf",
                 )
-                .unwrap(),)
-            ),
-            unread: Vec::new(),
+                .unwrap(),
+            )),
+            ..Site::of_slurm(
+                settings,
+                qos,
+                parse_nodes("NodeName=n1 Gres=gpu:a40:4,gpu:h100:2 Partitions=gpu\n").0,
+                parse_partitions(
+                    "PartitionName=gpu Nodes=n1 TRESBillingWeights=CPU=0.5,GRES/gpu=1,GRES/gpu:h100=3\n",
+                )
+                .0,
+            )
         }
     }
 
@@ -691,21 +683,8 @@ mod tests {
             unread.extend(u);
             let unread_count = unread.len();
             let site = Site {
-                settings: SlurmSettings::from_show_config(&config),
-                qos,
-                associations: Vec::new(),
-                nodes,
-                partitions,
-                plugstack: None,
-                cgroup_conf: None,
-            gres_conf: None,
-            job_container_conf: None,
-            namespace_yaml: None,
-            gpu_mps_conf: None,
-                slurm_conf: None,
-                gpu_qos_conf_path: "gpu_qos.conf".into(),
-                gpu_qos_conf: GpuQosConf::Missing,
                 unread,
+                ..Site::of_slurm(SlurmSettings::from_show_config(&config), qos, nodes, partitions)
             };
             let found = audit::audit(&site);
             let notes = found.iter().filter(|f| f.kind == "unread" && f.severity == Severity::Note).count();

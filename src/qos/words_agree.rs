@@ -130,21 +130,13 @@ fn page_site() -> Site {
          qos_lafferty|gres/gpu:a40=4|lowprio|cluster|00:00:00|1.000000|DenyOnLimit|100\n",
     );
     Site {
-        settings: SlurmSettings::from_show_config("PreemptMode = REQUEUE\n"),
-        qos,
-        associations: Vec::new(),
-        nodes: Vec::new(),
-        partitions: Vec::new(),
-        plugstack: None,
-        cgroup_conf: None,
-        gres_conf: None,
-        slurm_conf: None,
-        job_container_conf: None,
-        namespace_yaml: None,
-        gpu_mps_conf: None,
-        gpu_qos_conf_path: "gpu_qos.conf".into(),
         gpu_qos_conf: GpuQosConf::Read(Box::new(conf())),
-        unread: Vec::new(),
+        ..Site::of_slurm(
+            SlurmSettings::from_show_config("PreemptMode = REQUEUE\n"),
+            qos,
+            Vec::new(),
+            Vec::new(),
+        )
     }
 }
 

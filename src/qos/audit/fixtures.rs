@@ -61,17 +61,8 @@ pub(super) fn site_with(
     let (partitions, u) = parse_partitions(&partitions);
     unread.extend(u);
     Site {
-        settings: SlurmSettings::from_show_config(&config),
-        qos,
-        associations: Vec::new(),
-        nodes,
-        partitions,
         plugstack: Some(PLUGSTACK.into()),
         cgroup_conf: Some(CGROUP.into()),
-        gres_conf: None,
-        job_container_conf: None,
-        namespace_yaml: None,
-        gpu_mps_conf: None,
         slurm_conf: Some(SLURM_CONF.into()),
         gpu_qos_conf_path: "/etc/slurm/gpu_qos.conf".into(),
         gpu_qos_conf: match qos_conf::parse(&conf, "/etc/slurm/gpu_qos.conf") {
@@ -79,6 +70,12 @@ pub(super) fn site_with(
             Err(e) => GpuQosConf::Invalid(e.to_string()),
         },
         unread,
+        ..Site::of_slurm(
+            SlurmSettings::from_show_config(&config),
+            qos,
+            nodes,
+            partitions,
+        )
     }
 }
 

@@ -49,6 +49,36 @@ pub struct Site {
     pub unread: Vec<Unread>,
 }
 
+impl Site {
+    /// What Slurm answered and nothing else: no site file read, no
+    /// gpu_qos.conf (`gpu_qos.conf` for messages), nothing unread. The
+    /// start of a site that a test or a caller fills in further.
+    pub fn of_slurm(
+        settings: SlurmSettings,
+        qos: Vec<AuditQos>,
+        nodes: Vec<NodeInfo>,
+        partitions: Vec<PartitionInfo>,
+    ) -> Site {
+        Site {
+            settings,
+            qos,
+            associations: Vec::new(),
+            nodes,
+            partitions,
+            plugstack: None,
+            cgroup_conf: None,
+            gres_conf: None,
+            job_container_conf: None,
+            namespace_yaml: None,
+            gpu_mps_conf: None,
+            slurm_conf: None,
+            gpu_qos_conf_path: "gpu_qos.conf".into(),
+            gpu_qos_conf: GpuQosConf::Missing,
+            unread: Vec::new(),
+        }
+    }
+}
+
 /// The low-priority QOS: gpu_qos.conf's `LowPriorityQOS`, or, without it,
 /// every QOS another QOS may preempt.
 pub(super) fn low_priority(site: &Site) -> Vec<&AuditQos> {
