@@ -29,6 +29,8 @@
 #   make dist      the source release: every crate vendored, the RPM spec inside
 #   make rpm       RPM packages for the Slurm whose slurm-devel is installed
 #   make release   check that the version agrees everywhere, then make dist
+#                  and its sha256; prints the tag command (release-check: a
+#                  rehearsal on an uncommitted tree)
 #   make bench     every benchmark side by side with what a site would use,
 #                  then one table (figures and the command for each row)
 #   make hw-check  (root, on an NVIDIA GPU node, no Slurm) the MPS half on the
@@ -103,6 +105,7 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	python3 tests/doc_links.py
+	tests/release_check_test.sh
 
 # The tier for every change: lints, unit and property tests (the core, the
 # plugins' exported functions, the harness), the alerting rules, then every
@@ -479,13 +482,16 @@ test-slurm-atf: deps
 #   make test-rpm  SchedMD's Slurm RPM_RELEASE as RPMs, gpushare's RPMs built
 #                  and installed on it in a root, its suites run there
 #                  (tests/rpm_test.sh)
-#   make release   the version agrees everywhere, then make dist; says how
-#                  to tag
+#   make release   the version agrees everywhere and the tree is committed,
+#                  then make dist; prints the sha256 and the tag command
+#                  (packaging/bump.sh VERSION writes a new version first)
+#   make release-check  the same checks on an uncommitted tree, and the
+#                  tarball of HEAD: a rehearsal, nothing to tag
 APT_PACKAGES += rpm rpmlint
 RPM_RELEASE ?= 25.05
 RPMBUILD_ARGS ?=
 
-.PHONY: dist rpm test-rpm release
+.PHONY: dist rpm test-rpm release release-check
 
 dist:
 	packaging/dist.sh
@@ -506,4 +512,16 @@ test-rpm: deps
 
 release: deps build
 	packaging/release_check.sh --tag
-	$(MAKE) dist
+	packaging/dist.sh
+	@cd target/dist && sha256sum -c --quiet gpushare-$(VERSION).tar.gz.sha256 && \
+		echo "sha256: $$(cat gpushare-$(VERSION).tar.gz.sha256)"
+	@echo "tag it:  git tag -a v$(VERSION) -m 'gpushare $(VERSION)' && git push origin v$(VERSION)"
+	@echo "publish: target/dist/gpushare-$(VERSION).tar.gz and target/dist/gpushare-$(VERSION).tar.gz.sha256"
+
+# The rehearsal: the same version checks on the tree as it is (uncommitted
+# edits, an existing tag: not checked), the tarball of HEAD and its sha256;
+# nothing to tag.
+release-check:
+	packaging/release_check.sh
+	packaging/dist.sh
+	@cat target/dist/gpushare-$(VERSION).tar.gz.sha256

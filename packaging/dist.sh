@@ -8,7 +8,8 @@
 #      tar xf gpushare-VERSION.tar.gz && cd gpushare-VERSION && make install
 #    build with no network and an empty cargo home.
 # The same commit gives the same tarball, byte for byte: names sorted, owner
-# root, every date the commit's, gzip without a time stamp.
+# root, every date the commit's, modes that no umask changes (u+w,go-w,
+# a+rX), gzip without a time stamp. Beside it: its sha256 (sha256sum -c reads it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -47,7 +48,7 @@ specs=$(cd "$work" && find . -name '*.spec' | wc -l)
 [ "$specs" -eq 1 ] || fail "$specs spec files in the tree; rpmbuild -ta needs exactly one"
 
 mkdir -p "$out"
-tar --sort=name --owner=0 --group=0 --numeric-owner --mode=go-w --mtime="@$epoch" \
+tar --sort=name --owner=0 --group=0 --numeric-owner --mode=u+w,go-w,a+rX --mtime="@$epoch" \
     --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime \
     -C "$work" -cf - "$name" | gzip -9n >"$out/$name.tar.gz.new"
 mv "$out/$name.tar.gz.new" "$out/$name.tar.gz"
