@@ -22,8 +22,9 @@ need() { missing+=("  - $1"$'\n'"      Debian/Ubuntu: $2"$'\n'"      RHEL family
 
 # Rust, of the version Cargo.toml asks for ([workspace.package] rust-version).
 want=$(sed -n 's/^rust-version *= *"\([0-9.]*\)".*/\1/p' Cargo.toml | head -n 1)
-rust_how_deb="rustup (https://rustup.rs), or apt-get install cargo rustc where the release has ${want:-a recent one}"
-rust_how_rhel="dnf install cargo rust (${want:-a recent one} or later), or rustup (https://rustup.rs)"
+# (docs/install.md, "Rust for the build": which release ships which.)
+rust_how_deb="Ubuntu 22.04/24.04: apt-get install cargo-${want:-X.Y} rustc-${want:-X.Y} and PATH=/usr/lib/rust-${want:-X.Y}/bin:\$PATH; else rustup (https://rustup.rs)"
+rust_how_rhel="dnf install rust-toolset where its rust is ${want:-a recent one} or later; else rustup (https://rustup.rs) and rpmbuild --without system_rust"
 if ! command -v "$cargo" >/dev/null || ! command -v rustc >/dev/null; then
     need "cargo and rustc ${want:+$want or later }(not found on PATH)" "$rust_how_deb" "$rust_how_rhel"
 elif [ -n "$want" ]; then
