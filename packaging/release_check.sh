@@ -38,7 +38,7 @@ done
 # written under it may (it would be left out of the release's notes).
 unreleased=$(awk '/^## \[Unreleased\]/ {u = 1; next} /^## \[/ {u = 0} u && NF' CHANGELOG.md | wc -l)
 [ "$unreleased" -eq 0 ] ||
-    problem "CHANGELOG.md's [Unreleased] section still holds $unreleased line(s): make it ## [$version] - YYYY-MM-DD"
+    problem "CHANGELOG.md's [Unreleased] section still holds $unreleased line(s): packaging/bump.sh VERSION makes it ## [VERSION] - DATE"
 newest=$(grep -m1 -E '^## \[[0-9]' CHANGELOG.md || true)
 released=
 if [[ $newest =~ ^\#\#\ \[$version\]\ -\ ([0-9]{4}-[0-9]{2}-[0-9]{2})$ ]]; then
