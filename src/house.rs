@@ -631,3 +631,181 @@ fn the_policy_room_runs_no_command() {
         }
     }
 }
+
+/// The crates that run on a node or inside a Slurm daemon: none may link
+/// the admin commands' crate (`gpushare-admin`, `admin/`), directly or
+/// through another crate of the workspace. What the prolog and epilog
+/// share with `gpu-mps` lives in `gpushare-node` (`node/`); so no module
+/// of `admin/src` is one the prolog or epilog run.
+const NEVER_LINK_ADMIN: [&str; 4] = ["plugins/", "prolog", "epilog", "node"];
+
+/// The admin commands' crate.
+const ADMIN_CRATE: &str = "gpushare-admin";
+
+/// A workspace crate as its `Cargo.toml` says: its name and the names of
+/// the crates it depends on (every `[*dependencies]` table, a renamed
+/// dependency by its `package =`).
+fn manifest(text: &str) -> (String, BTreeSet<String>) {
+    let mut name = String::new();
+    let mut deps = BTreeSet::new();
+    let mut table = String::new();
+    for line in text
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or("").trim())
+    {
+        if let Some(header) = line.strip_prefix('[') {
+            table = header.trim_end_matches(']').trim().to_owned();
+            // `[dependencies.gpushare-admin]`, `[target.'cfg(..)'.dependencies.x]`
+            if let Some((_, dep)) = table.split_once("dependencies.") {
+                deps.insert(dep.trim_matches('"').to_owned());
+            }
+            continue;
+        }
+        let Some((key, value)) = line.split_once('=') else {
+            continue;
+        };
+        let (key, value) = (key.trim().trim_matches('"'), value.trim());
+        if table == "package" && key == "name" {
+            name = value.trim_matches('"').to_owned();
+        } else if table.ends_with("dependencies") {
+            let renamed = value
+                .split_once("package")
+                .and_then(|(_, rest)| rest.split('"').nth(1));
+            deps.insert(renamed.unwrap_or(key).to_owned());
+        } else if table.contains("dependencies.") && key == "package" {
+            deps.insert(value.trim_matches('"').to_owned());
+        }
+    }
+    (name, deps)
+}
+
+/// The workspace's member folders, as the root `Cargo.toml` lists them.
+fn members(root_manifest: &str) -> Vec<String> {
+    let Some((_, rest)) = root_manifest.split_once("members = [") else {
+        return Vec::new();
+    };
+    let list = rest.split(']').next().unwrap_or_default();
+    list.lines()
+        .flat_map(|l| l.split('#').next().unwrap_or("").split(','))
+        .map(|m| m.trim().trim_matches('"'))
+        .filter(|m| !m.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The members of `NEVER_LINK_ADMIN` that reach `ADMIN_CRATE` through
+/// the workspace's crates, each with the path it takes.
+fn admin_linked(crates: &BTreeMap<String, (String, BTreeSet<String>)>) -> Vec<String> {
+    let by_name: BTreeMap<&str, &BTreeSet<String>> =
+        crates.values().map(|(n, d)| (n.as_str(), d)).collect();
+    let mut found = Vec::new();
+    for (folder, (name, _)) in crates {
+        let guarded = NEVER_LINK_ADMIN
+            .iter()
+            .any(|g| folder == g || (g.ends_with('/') && folder.starts_with(g)));
+        if !guarded {
+            continue;
+        }
+        // Breadth first, each crate seen once, with the path that led to it.
+        let mut paths = vec![vec![name.clone()]];
+        let mut seen = BTreeSet::from([name.clone()]);
+        while let Some(path) = paths.pop() {
+            let last = path.last().map(String::as_str).unwrap_or_default();
+            for dep in by_name.get(last).into_iter().flat_map(|d| d.iter()) {
+                let mut longer = path.clone();
+                longer.push(dep.clone());
+                if dep == ADMIN_CRATE {
+                    found.push(format!("{folder}: {}", longer.join(" -> ")));
+                } else if seen.insert(dep.clone()) {
+                    paths.push(longer);
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn no_node_program_or_plugin_links_the_admin_commands() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read = |p: &Path| fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    let folders = members(&read(&root.join("Cargo.toml")));
+    let crates: BTreeMap<String, (String, BTreeSet<String>)> = folders
+        .iter()
+        .map(|f| (f.clone(), manifest(&read(&root.join(f).join("Cargo.toml")))))
+        .collect();
+    // The rule is about these crates: each must be there to be checked.
+    let names: BTreeSet<&str> = crates.values().map(|(n, _)| n.as_str()).collect();
+    for crate_name in [
+        ADMIN_CRATE,
+        "gpushare-node",
+        "gpu-mps-prolog",
+        "gpu-mps-epilog",
+    ] {
+        assert!(
+            names.contains(crate_name),
+            "{crate_name} is not a member: {folders:?}"
+        );
+    }
+    let plugins = folders.iter().filter(|f| f.starts_with("plugins/")).count();
+    assert!(
+        plugins >= 3,
+        "only {plugins} plugin crates among {folders:?}"
+    );
+    let linked = admin_linked(&crates);
+    assert!(
+        linked.is_empty(),
+        "{linked:?}: the node programs and plugins never link {ADMIN_CRATE} \
+         (what they share with gpu-mps belongs in gpushare-node, node/)"
+    );
+}
+
+#[test]
+fn the_manifest_reader_sees_every_spelling_of_a_dependency() {
+    let text = "[package]\nname = \"x\" # the crate\n\n\
+                [dependencies]\ngpushare = { path = \"..\" }\n\
+                admin = { package = \"gpushare-admin\", path = \"../admin\" }\n\
+                [target.'cfg(unix)'.dev-dependencies]\nlibc = \"0.2\"\n\
+                [build-dependencies.bindgen]\nversion = \"0.70\"\n\
+                [dependencies.renamed]\npackage = \"clap\"\n";
+    let (name, deps) = manifest(text);
+    assert_eq!(name, "x");
+    let deps: Vec<&str> = deps.iter().map(String::as_str).collect();
+    assert_eq!(
+        deps,
+        [
+            "bindgen",
+            "clap",
+            "gpushare",
+            "gpushare-admin",
+            "libc",
+            "renamed"
+        ]
+    );
+    assert_eq!(
+        members("[workspace]\nmembers = [\n  \"a\", # x\n  \"plugins/b\",\n]\n"),
+        ["a", "plugins/b"]
+    );
+}
+
+#[test]
+fn a_crate_that_links_the_admin_commands_through_another_is_found() {
+    let krate = |name: &str, deps: &[&str]| {
+        let deps = deps.iter().map(|d| (*d).to_owned()).collect();
+        (name.to_owned(), deps)
+    };
+    let crates = BTreeMap::from([
+        ("admin".to_owned(), krate(ADMIN_CRATE, &["gpushare-node"])),
+        ("node".to_owned(), krate("gpushare-node", &["gpushare"])),
+        ("helper".to_owned(), krate("helper", &[ADMIN_CRATE])),
+        ("plugins/x".to_owned(), krate("x", &["gpushare", "helper"])),
+        (
+            "prolog".to_owned(),
+            krate("gpu-mps-prolog", &["gpushare-node"]),
+        ),
+    ]);
+    assert_eq!(
+        admin_linked(&crates),
+        ["plugins/x: x -> helper -> gpushare-admin"]
+    );
+}

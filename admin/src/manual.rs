@@ -15,7 +15,8 @@ use clap_complete::Shell;
 use gpushare::mps::config::GpuMpsConfig;
 use gpushare::mps::setup_lines::{self, Installed, SlurmSetup};
 
-use crate::{mps_cli, node_program, qos_cli};
+use crate::{mps_cli, qos_cli};
+use gpushare_node::node_program;
 
 /// One file to write, by its path under the output directory
 /// (`man1/gpu-qos-why.1`, `completions/zsh/_gpu-qos`).

@@ -13,8 +13,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use gpushare::mps::node::{epilog_with_cgroup, publish_metrics};
 use gpushare::mps::{lock_wait, status};
-use gpushare_admin::node_program::{self, EpilogCli, Program, Started};
-use gpushare_admin::requeue::{self, Deadline, Refused};
+use gpushare_node::node_program::{self, EpilogCli, Program, Started};
+use gpushare_node::requeue::{self, Deadline, Refused};
 
 fn main() -> ExitCode {
     let code = run();

@@ -8,7 +8,7 @@
 //! sharing (bad gpu_mps.conf, unusable state directory): slurmd then drains
 //! the node, as it should; a GPU set aside as failed never makes it fail. A share that cannot be placed is refused through
 //! the SPANK plugin instead, never by failing here. Logs go to syslog under
-//! `gpu-mps-prolog` (see `gpushare_admin::node_log`).
+//! `gpu-mps-prolog` (see `gpushare_node::node_log`).
 
 use std::process::ExitCode;
 
@@ -19,9 +19,9 @@ use gpushare::mps::{health, lock_wait, state_dir, status};
 use gpushare::shared::autodetect::ReportedGpu;
 use gpushare::shared::booking::MpsBooking;
 use gpushare::shared::locations::beside_slurm_conf;
-use gpushare_admin::node_program::{self, Program, PrologCli, Started};
-use gpushare_admin::requeue::{self, Elsewhere};
-use gpushare_admin::{cuda_probe, nvml};
+use gpushare_node::node_program::{self, Program, PrologCli, Started};
+use gpushare_node::requeue::{self, Elsewhere};
+use gpushare_node::{cuda_probe, nvml};
 
 fn main() -> ExitCode {
     // NVML asked in a child of our own (gpu_facts).

@@ -12,7 +12,7 @@ use super::config::GpuMpsConfig;
 
 /// The figures NVML gave the prolog last, kept in the state directory, one
 /// GPU a line: `<index> <minor> <memory MiB> <mig on> <lost> <PCI bus id>`,
-/// `-` where NVML could not say (written by `gpushare_admin::nvml`).
+/// `-` where NVML could not say (written by `gpushare_node::nvml`).
 pub const KEPT_FACTS: &str = "nvml-facts";
 
 /// The node's GPU device files, in index order.

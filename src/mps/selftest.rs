@@ -1,5 +1,5 @@
 //! The MPS self-test's judgement: what a CUDA client on a GPU that shares
-//! saw (the probe, `admin/src/cuda_probe.rs`, which loads the driver's
+//! saw (the probe, `node/src/cuda_probe.rs`, which loads the driver's
 //! library in a process of its own), held against what the share it stood
 //! for should get.
 //!

@@ -8,7 +8,7 @@
 //! slurm.conf/gres.conf lines the node needs. This file parses arguments
 //! and prints: what each command reads and decides lives in the core
 //! (`gpushare::mps`: status, gc, health, xid, installed), NVML's part in
-//! `gpushare_admin::nvml`, where they are tested.
+//! `gpushare_node::nvml`, where they are tested.
 
 #![forbid(unsafe_code)]
 
@@ -29,8 +29,9 @@ use gpushare::mps::setup_lines::GpuGroup;
 use gpushare::mps::status::{self, NodeStatus};
 use gpushare::mps::{disabled, gc, health, in_force, installed, located, xid};
 use gpushare_admin::mps_cli::{Cli, Cmd};
-use gpushare_admin::usage_record::SlurmAccounting;
-use gpushare_admin::{cuda_probe, effective_uid, nvml, nvml_usage, requeue, selftest_cli};
+use gpushare_admin::selftest_cli;
+use gpushare_node::usage_record::SlurmAccounting;
+use gpushare_node::{cuda_probe, effective_uid, nvml, nvml_usage, requeue};
 
 fn main() -> ExitCode {
     // `gpu-mps config` asks NVML for the GPUs' names in a child of its own.
@@ -89,7 +90,7 @@ fn main() -> ExitCode {
             open_as_root(at, "selftest starts MPS daemons: run it as root").and_then(|mut node| {
                 // The pipes' guard, as the prolog keeps it (the test's user is
                 // let through while it runs).
-                node.pipe_guard = Some(gpushare_admin::acl::allow_traverse);
+                node.pipe_guard = Some(gpushare_node::acl::allow_traverse);
                 let asked = selftest_cli::Asked {
                     gpus: &gpus,
                     units,

@@ -2,7 +2,7 @@
 //! serve: requeue it or leave it alone, and what to give back when the
 //! node may take it again. Pure functions of what `scontrol -o show job`
 //! and `squeue` showed and of the node's record; the epilog program
-//! (`gpushare_admin::requeue`) only runs the commands they order.
+//! (`gpushare_node::requeue`) only runs the commands they order.
 //!
 //! - [`shown_job`]: the one record of a job in `scontrol -o show job`,
 //!   read only from fields Slurm prints in a fixed run (text the user

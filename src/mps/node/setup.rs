@@ -33,7 +33,7 @@ pub struct Node {
     /// which gives the ledger the same figure for new shares.
     pub(super) gpu_memory_mib: Option<u64>,
     /// Restricts who may traverse a GPU's MPS directory to these uids (and
-    /// root): the node programs set a POSIX ACL (`gpushare_admin::acl`);
+    /// root): the node programs set a POSIX ACL (`gpushare_node::acl`);
     /// `None` leaves the directories 0755.
     pub pipe_guard: Option<PipeGuard>,
     /// Why no share may be placed now, though the node runs (gpu_mps.conf

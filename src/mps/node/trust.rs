@@ -15,7 +15,7 @@ pub struct JobEnv {
     /// which names every task), and slurmd sets no `SLURM_ARRAY_*` for a
     /// Prolog or Epilog (22.05 to 26.05, `_build_env` in
     /// `prep_script_slurmd.c`): whatever acts on the job through `scontrol`
-    /// asks slurmctld for the task this id is (`gpushare_admin::requeue`).
+    /// asks slurmctld for the task this id is (`gpushare_node::requeue`).
     pub job: u32,
     pub uid: u32,
     pub user: String,

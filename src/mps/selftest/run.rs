@@ -15,7 +15,7 @@ use crate::mps::daemon;
 use crate::shared::bounded;
 
 /// The option that makes gpushare's programs the CUDA client
-/// (`admin/src/cuda_probe.rs`).
+/// (`node/src/cuda_probe.rs`).
 pub const PROBE_OPTION: &str = "--cuda-probe";
 
 /// How long one client may take: a CUDA context on a GPU without

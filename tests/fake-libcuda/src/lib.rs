@@ -1,6 +1,6 @@
 //! A stand-in for NVIDIA's `libcuda.so.1` on the test cluster (there is no
 //! GPU here): the driver-API calls `gpu-mps selftest` makes
-//! (admin/src/cuda_probe.rs), answered as a driver under MPS would answer
+//! (node/src/cuda_probe.rs), answered as a driver under MPS would answer
 //! them, so that the probe's verdicts can be tested, its failures
 //! included. The harness installs it as `libcuda.so.1` beside the
 //! stand-in control program and `nvidia-smi`
