@@ -281,11 +281,16 @@ clean:
 	$(CARGO) clean
 
 # ---- benchmarks ----------------------------------------------------------
-# Each bench prints its own table and `ROW|what|figure|command` lines; the
-# table at the end is those lines. Outputs in target/bench/. Arguments:
-# SHARE_ARGS (serial burst rounds), SCALE_ARGS (pending running qos),
-# SUBMIT_JOBS, PLACEMENT_RUNS, USAGE_RUNS, REPLAY_JOBS, BURST_ARGS (rounds, then
-# burst sizes). No timing here is asserted anywhere.
+# Each bench prints its own table and `ROW|what|figure|command|keys` lines
+# (testcluster::bench_figures). At the end the rows are compared with the
+# figures of the last run kept in tests/bench/figures.txt (a row over 20 %
+# worse is marked: a prompt to look, never a failure), kept there in their
+# place, and docs/performance.md's table is made from them: commit both.
+# Outputs in target/bench/. BENCHES picks benches (make bench
+# BENCHES=placement); their arguments: SHARE_ARGS (serial burst rounds),
+# SCALE_ARGS (pending running qos), SUBMIT_JOBS, PLACEMENT_RUNS, USAGE_RUNS,
+# REPLAY_JOBS, BURST_ARGS (rounds, then burst sizes). No timing here is
+# asserted anywhere.
 SHARE_ARGS ?= 20 50 3
 SCALE_ARGS ?= 20000 2000 200
 SUBMIT_JOBS ?= 600
@@ -293,25 +298,31 @@ PLACEMENT_RUNS ?= 300
 BURST_ARGS ?= 5 32 64
 USAGE_RUNS ?= 200
 REPLAY_JOBS ?= 100000
-BENCHES = job_submit_call submit_throughput placement node_bursts share_usage share_latency user_commands replay replay_accounting
+BENCHES ?= job_submit_call submit_throughput placement node_bursts share_usage share_latency user_commands replay replay_accounting
+BENCH_ARGS_submit_throughput = $(SUBMIT_JOBS)
+BENCH_ARGS_placement = $(PLACEMENT_RUNS)
+BENCH_ARGS_node_bursts = $(BURST_ARGS)
+BENCH_ARGS_share_usage = $(USAGE_RUNS)
+BENCH_ARGS_share_latency = $(SHARE_ARGS)
+BENCH_ARGS_user_commands = $(SCALE_ARGS)
+BENCH_ARGS_replay = $(REPLAY_JOBS)
+BENCH_ARGS_replay_accounting = $(REPLAY_JOBS)
+bench_package = $(if $(filter job_submit_call,$(1)),job_submit_gpu_qos,gpushare-tests)
 
 .PHONY: bench
 bench: deps
 	$(CARGO) build --release --workspace
 	@mkdir -p target/bench
-	@bash -o pipefail -c '$(CARGO) bench -p job_submit_gpu_qos --bench job_submit_call | tee target/bench/job_submit_call.txt'
-	@bash -o pipefail -c '$(CARGO) bench -p gpushare-tests --bench submit_throughput -- $(SUBMIT_JOBS) | tee target/bench/submit_throughput.txt'
-	@bash -o pipefail -c '$(CARGO) bench -p gpushare-tests --bench placement -- $(PLACEMENT_RUNS) | tee target/bench/placement.txt'
-	@bash -o pipefail -c '$(CARGO) bench -p gpushare-tests --bench node_bursts -- $(BURST_ARGS) | tee target/bench/node_bursts.txt'
-	@bash -o pipefail -c '$(CARGO) bench -p gpushare-tests --bench share_usage -- $(USAGE_RUNS) | tee target/bench/share_usage.txt'
-	@bash -o pipefail -c '$(CARGO) bench -p gpushare-tests --bench share_latency -- $(SHARE_ARGS) | tee target/bench/share_latency.txt'
-	@bash -o pipefail -c '$(CARGO) bench -p gpushare-tests --bench user_commands -- $(SCALE_ARGS) | tee target/bench/user_commands.txt'
-	@bash -o pipefail -c '$(CARGO) bench -p gpushare-tests --bench replay -- $(REPLAY_JOBS) | tee target/bench/replay.txt'
-	@bash -o pipefail -c '$(CARGO) bench -p gpushare-tests --bench replay_accounting -- $(REPLAY_JOBS) | tee target/bench/replay_accounting.txt'
-	@echo; echo "== gpushare benchmarks, $$(nproc) cores, $$(sinfo -V), $$(date -u +%F)"; \
-	echo "| what | figure | reproduce |"; echo "|---|---|---|"; \
-	for b in $(BENCHES); do grep -h '^ROW|' target/bench/$$b.txt | \
-		awk -F'|' '{printf "| %s | %s | `%s` |\n", $$2, $$3, $$4}'; done
+	@$(foreach b,$(BENCHES),bash -o pipefail -c '$(CARGO) bench -p $(call bench_package,$(b)) --bench $(b) -- $(BENCH_ARGS_$(b)) | tee target/bench/$(b).txt' && ) true
+	@echo; echo "== gpushare benchmarks, $$(nproc) cores, $$(sinfo -V), $$(date -u +%F), against the last figures kept"
+	$(CARGO) run -q -p gpushare-tests --bin bench-figures -- --results target/bench \
+		--day "$$(date -u +%F)" --machine "$$(nproc) cores, $$(sinfo -V | sed 's/^slurm /Slurm /')" $(BENCHES)
+
+# docs/performance.md's table made again from tests/bench/figures.txt
+# (make bench does it after each run).
+.PHONY: bench-doc
+bench-doc:
+	$(CARGO) run -q -p gpushare-tests --bin bench-figures -- --doc-only
 
 # ---- install -------------------------------------------------------------
 PREFIX ?= /usr/local

@@ -28,6 +28,8 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use testcluster::bench_figures::{print_row, Key};
+
 const UNITS: u32 = 5;
 
 /// What one program run cost: its wall time, and the ledger lock's wait
@@ -289,7 +291,16 @@ fn main() {
                     ms(s.held_max)
                 );
                 println!("{what}: {figures}");
-                println!("ROW|{what}|{figures}|{cmd}");
+                print_row(
+                    &what,
+                    &figures,
+                    &cmd,
+                    &[
+                        Key::lower("all", ms(s.all_p50), "ms"),
+                        Key::lower("each", ms(s.wall_p50), "ms"),
+                        Key::lower("slowest", ms(s.wall_max), "ms"),
+                    ],
+                );
             }
         }
     }

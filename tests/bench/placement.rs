@@ -31,6 +31,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use gpushare::mps::ledger::Ledger;
+use testcluster::bench_figures::{print_row, Key};
 
 const GPUS: u32 = 4;
 const UNITS: u32 = 100;
@@ -257,21 +258,44 @@ fn main() {
     );
     // make bench's summary lines.
     let cmd = format!("cargo bench -p gpushare-tests --bench placement -- {runs}");
-    println!(
-        "ROW|node programs: one share's prolog + epilog, state on tmpfs|{:.2} ms = {:.2}× two bare process starts (MPSControl=none, no control program started)|{cmd}",
-        us(pair) / 1000.0,
-        us(pair) / (2.0 * us(t))
+    let (pair_ms, pair_x) = (us(pair) / 1000.0, us(pair) / (2.0 * us(t)));
+    print_row(
+        "node programs: one share's prolog + epilog, state on tmpfs",
+        &format!(
+            "{pair_ms:.2} ms = {pair_x:.2}× two bare process starts (bare {:.2} ms; \
+             MPSControl=none, no control program started)",
+            us(t) / 1000.0
+        ),
+        &cmd,
+        &[
+            Key::lower("pair", pair_ms, "ms"),
+            Key::lower("vs_bare", pair_x, "×"),
+        ],
     );
-    println!(
-        "ROW|node programs, with the control program (daemon running)|{:.2} ms = {:.2}× two bare process starts; {calls_per_pair:.1} control-program start per share|{cmd}",
-        us(pair_mps) / 1000.0,
-        us(pair_mps) / (2.0 * us(t))
+    let (mps_ms, mps_x) = (us(pair_mps) / 1000.0, us(pair_mps) / (2.0 * us(t)));
+    print_row(
+        "node programs, with the control program (daemon running)",
+        &format!(
+            "{mps_ms:.2} ms = {mps_x:.2}× two bare process starts; {calls_per_pair:.1} \
+             control-program start per share"
+        ),
+        &cmd,
+        &[
+            Key::lower("pair", mps_ms, "ms"),
+            Key::lower("vs_bare", mps_x, "×"),
+            Key::lower("calls", calls_per_pair, "starts"),
+        ],
     );
-    println!(
-        "ROW|share placement in process, node of 36 shares|Ledger::place {:.0} µs vs SURF-style shell prolog {:.1} ms ({:.0}×)|{cmd}",
-        us(a),
-        us(c) / 1000.0,
-        us(c) / us(a)
+    print_row(
+        "share placement in process, node of 36 shares",
+        &format!(
+            "Ledger::place {:.0} µs vs SURF-style shell prolog {:.1} ms ({:.0}×)",
+            us(a),
+            us(c) / 1000.0,
+            us(c) / us(a)
+        ),
+        &cmd,
+        &[Key::lower("place", us(a), "µs")],
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -16,6 +16,7 @@ use std::time::Instant;
 use gpushare::qos::check::{GpuTresLimit, QosRecord};
 use gpushare::qos::config;
 use gpushare::qos::replay::{self, Database};
+use testcluster::bench_figures::{print_row, Key};
 use testcluster::cluster::EXAMPLE_GPU_QOS_CONF;
 
 const RUNS: usize = 5;
@@ -166,17 +167,14 @@ fn main() {
     });
     let _ = std::fs::remove_file(&path);
     let cmd = format!("cargo bench -p gpushare-tests --bench replay -- {jobs}");
-    match awk {
-        Some(a) => println!(
-            "ROW|gpu-qos replay core, {jobs} sacct records (parse + policy)|{:.2} s ({:.1} µs/record); an awk count of untyped --gres lines {:.2} s|{cmd}",
-            ours,
-            ours * 1e6 / jobs as f64,
-            a
-        ),
-        None => println!(
-            "ROW|gpu-qos replay core, {jobs} sacct records (parse + policy)|{:.2} s ({:.1} µs/record)|{cmd}",
-            ours,
-            ours * 1e6 / jobs as f64
-        ),
-    }
+    let per_record = ours * 1e6 / jobs as f64;
+    let awk = awk
+        .map(|a| format!("; an awk count of untyped --gres lines {a:.2} s"))
+        .unwrap_or_default();
+    print_row(
+        &format!("gpu-qos replay core, {jobs} sacct records (parse + policy)"),
+        &format!("{ours:.2} s ({per_record:.1} µs/record){awk}"),
+        &cmd,
+        &[Key::lower("record", per_record, "µs")],
+    );
 }

@@ -12,6 +12,7 @@
 use std::process::Command;
 use std::time::Instant;
 
+use testcluster::bench_figures::{print_row, Key};
 use testcluster::cluster::{wait_for, CLUSTER_NAME, EXAMPLE_GPU_QOS_CONF};
 use testcluster::time::JOB_LONG;
 use testcluster::{Cluster, ClusterSpec};
@@ -173,10 +174,20 @@ fn run(jobs: usize) -> Result<(), String> {
         "| `gpu-qos replay --json` (sacct, then the policy) | {replay_s:.2} s | {:.2}× |",
         replay_s / sacct_s
     );
-    println!("ROW|sacct of {total} jobs, replay's fields|{sacct_s:.2} s|{command}");
-    println!(
-        "ROW|gpu-qos replay of {total} jobs, end to end|{replay_s:.2} s ({:.2}× sacct)|{command}",
-        replay_s / sacct_s
+    print_row(
+        &format!("sacct of {total} jobs, replay's fields"),
+        &format!("{sacct_s:.2} s"),
+        &command,
+        &[Key::lower("sacct", sacct_s, "s")],
+    );
+    print_row(
+        &format!("gpu-qos replay of {total} jobs, end to end"),
+        &format!("{replay_s:.2} s ({:.2}× sacct)", replay_s / sacct_s),
+        &command,
+        &[
+            Key::lower("replay", replay_s, "s"),
+            Key::lower("vs_sacct", replay_s / sacct_s, "×"),
+        ],
     );
     Ok(())
 }

@@ -48,6 +48,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use gpushare::shared::calendar::stamp_seconds;
+use testcluster::bench_figures::{print_row, Key};
 use testcluster::cluster::slurm_places_shares;
 use testcluster::{Cluster, ClusterSpec};
 
@@ -508,15 +509,26 @@ fn run(
     let cmd =
         format!("cargo bench -p gpushare-tests --bench share_latency -- {serial} {burst} {rounds}");
     for (cfg, r) in configs.iter().zip(&rows) {
-        println!(
-            "ROW|share start + end: {}|alloc→start {} ms, end→gone {} ms (p50), {:+} ms/share vs trivial Prolog/Epilog; bursts {:.1} jobs/s = {:.2}×, {:.1} CPU ms/job|{cmd}",
-            cfg.name,
-            r.0,
-            r.2,
-            (r.0 + r.2) - (trivial.0 + trivial.2),
-            r.4,
-            r.4 / trivial.4.max(f64::MIN_POSITIVE),
-            r.5
+        let ratio = r.4 / trivial.4.max(f64::MIN_POSITIVE);
+        print_row(
+            &format!("share start + end: {}", cfg.name),
+            &format!(
+                "alloc→start {} ms, end→gone {} ms (p50), {:+} ms/share vs trivial \
+                 Prolog/Epilog; bursts {:.1} jobs/s = {ratio:.2}×, {:.1} CPU ms/job",
+                r.0,
+                r.2,
+                (r.0 + r.2) - (trivial.0 + trivial.2),
+                r.4,
+                r.5
+            ),
+            &cmd,
+            &[
+                Key::lower("start", r.0 as f64, "ms"),
+                Key::lower("end", r.2 as f64, "ms"),
+                Key::higher("bursts", r.4, "jobs/s"),
+                Key::higher("vs_trivial", ratio, "×"),
+                Key::lower("cpu", r.5, "ms/job"),
+            ],
         );
     }
     Ok(())

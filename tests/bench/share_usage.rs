@@ -32,6 +32,7 @@ use gpushare::mps::usage::{
     UtilSample,
 };
 use gpushare::shared::bounded;
+use testcluster::bench_figures::{print_row, Key};
 
 const GPUS: u32 = 8;
 const SHARES_PER_GPU: u32 = 6;
@@ -223,14 +224,22 @@ fn main() {
         GPUS * (SHARES_PER_GPU * PROCS_PER_SHARE + 1),
         here.len()
     );
-    println!(
-        "ROW|per-share GPU use, core: 8 GPUs × 48 shares (parse, map, render)|{core_ms:.3} ms CPU \
-         per run ({:.1} % of the 50 ms budget)|{cmd}",
-        core_ms / BUDGET_MS * 100.0
+    print_row(
+        "per-share GPU use, core: 8 GPUs × 48 shares (parse, map, render)",
+        &format!(
+            "{core_ms:.3} ms CPU per run ({:.1} % of the 50 ms budget)",
+            core_ms / BUDGET_MS * 100.0
+        ),
+        cmd,
+        &[Key::lower("cpu", core_ms, "ms")],
     );
-    println!(
-        "ROW|per-share GPU use, one node-timer sampling, NVML aside (stand-in child, /proc)|\
-         {timer_ms:.2} ms CPU per run ({:.0} % of the 50 ms budget)|{cmd}",
-        timer_ms / BUDGET_MS * 100.0
+    print_row(
+        "per-share GPU use, one node-timer sampling, NVML aside (stand-in child, /proc)",
+        &format!(
+            "{timer_ms:.2} ms CPU per run ({:.0} % of the 50 ms budget)",
+            timer_ms / BUDGET_MS * 100.0
+        ),
+        cmd,
+        &[Key::lower("cpu", timer_ms, "ms")],
     );
 }

@@ -15,6 +15,7 @@
 
 use std::time::Instant;
 
+use testcluster::bench_figures::{print_row, Key};
 use testcluster::cluster::EXAMPLE_GPU_QOS_CONF;
 use testcluster::{Cluster, ClusterSpec};
 
@@ -162,17 +163,30 @@ fn main() -> Result<(), String> {
         }
         // make bench's summary lines.
         if let [none, lua, ours] = rpc_us[..] {
-            println!(
-                "ROW|job_submit in slurmctld, {shape_name}: µs per submission RPC (sdiag)|no plugin {none} · lua {lua} · gpu_qos {ours}: gpu_qos adds {:+} µs, lua {:+} µs|{cmd}",
-                ours as i64 - none as i64,
-                lua as i64 - none as i64
+            print_row(
+                &format!("job_submit in slurmctld, {shape_name}: µs per submission RPC (sdiag)"),
+                &format!(
+                    "no plugin {none} · lua {lua} · gpu_qos {ours}: gpu_qos adds {:+} µs, lua {:+} µs",
+                    ours as i64 - none as i64,
+                    lua as i64 - none as i64
+                ),
+                &cmd,
+                &[Key::lower("gpu_qos", ours as f64, "µs")],
             );
         }
         if let [none, lua, ours] = rate[..] {
-            println!(
-                "ROW|submissions end to end, {shape_name}, 4 sbatch clients|no plugin {none:.0} jobs/s · lua {lua:.0} ({:.2}×) · gpu_qos {ours:.0} ({:.2}×)|{cmd}",
-                lua / none,
-                ours / none
+            print_row(
+                &format!("submissions end to end, {shape_name}, 4 sbatch clients"),
+                &format!(
+                    "no plugin {none:.0} jobs/s · lua {lua:.0} ({:.2}×) · gpu_qos {ours:.0} ({:.2}×)",
+                    lua / none,
+                    ours / none
+                ),
+                &cmd,
+                &[
+                    Key::higher("gpu_qos", ours, "jobs/s"),
+                    Key::higher("vs_none", ours / none, "×"),
+                ],
             );
         }
     }

@@ -26,6 +26,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use testcluster::bench_figures::{print_row, Key};
 use testcluster::cluster::wait_for;
 use testcluster::users::TestUser;
 use testcluster::{Cluster, ClusterSpec};
@@ -354,13 +355,21 @@ fn main() -> Result<(), String> {
         "cargo bench -p gpushare-tests --bench user_commands -- {pending} {running} {qos_count}"
     );
     for r in &rows {
-        println!(
-            "ROW|{} on {pending}+{running} jobs, {} QOS|{:.0} ms wall, slurmctld {:.1} ms: {}|{cmd}",
-            r.command,
-            qos_count + 8,
-            r.wall_ms,
-            r.ctld_ms,
-            r.rpcs
+        print_row(
+            &format!(
+                "{} on {pending}+{running} jobs, {} QOS",
+                r.command,
+                qos_count + 8
+            ),
+            &format!(
+                "{:.0} ms wall, slurmctld {:.1} ms: {}",
+                r.wall_ms, r.ctld_ms, r.rpcs
+            ),
+            &cmd,
+            &[
+                Key::lower("wall", r.wall_ms, "ms"),
+                Key::lower("slurmctld", r.ctld_ms, "ms"),
+            ],
         );
     }
     Ok(())

@@ -12,6 +12,7 @@
 //! Everything here needs root (daemons, `mknod`, cgroups), like the daemons
 //! it runs. Nothing is mocked.
 
+pub mod bench_figures;
 pub mod cluster;
 pub mod elf;
 pub mod freshness;
