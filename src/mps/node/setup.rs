@@ -174,6 +174,19 @@ impl Node {
         }
         let private = hides_users(&cfg);
         let ledger = private_ledger(&cfg, owner, gpu_count, private)?;
+        Ok(Self::of_parts(cfg, gpu_count, ledger, owner, private))
+    }
+
+    /// The node of its configuration and opened ledger, nothing else read
+    /// yet (no refusal, no busy or disabled marks, no MIG GPU, the memory
+    /// of the configuration).
+    fn of_parts(
+        cfg: GpuMpsConfig,
+        gpu_count: u32,
+        ledger: Ledger,
+        owner: u32,
+        private: Option<bool>,
+    ) -> Self {
         let mut node = Self {
             private,
             cfg,
@@ -190,7 +203,7 @@ impl Node {
             failed: Default::default(),
         };
         node.set_gpu_memory(None);
-        Ok(node)
+        node
     }
 
     /// The device minors (N of `/dev/nvidiaN`) NVML reports in MIG mode:
@@ -320,22 +333,6 @@ pub(crate) mod tests {
                 Ok(l.with_view(Arc::new(copy)))
             })
             .unwrap_or_else(|e| panic!("{e}"));
-        let mut node = Node {
-            cfg,
-            gpu_count: 4,
-            ledger,
-            owner,
-            gpu_memory_mib: None,
-            pipe_guard: None,
-            shares_refused: None,
-            busy: None,
-            disabled: None,
-            conf_notes: Vec::new(),
-            mig_gpus: Vec::new(),
-            private: Some(false),
-            failed: Default::default(),
-        };
-        node.set_gpu_memory(None);
-        (node, dir)
+        (Node::of_parts(cfg, 4, ledger, owner, Some(false)), dir)
     }
 }
