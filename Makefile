@@ -113,7 +113,7 @@ lint:
 # about equal length (they need the plugin libraries built first; the
 # harness refuses ones older than their sources).
 check: unit
-	tests/lanes.sh "host:v1:$(CHECK_LANE_1)" "host:v1:$(CHECK_LANE_2)"
+	tests/lanes.sh "host:v1:$(CHECK_LANE_1)" "host:v1:$(CHECK_LANE_2)"; rc=$$?; tests/leftovers.sh || rc=1; exit $$rc
 
 CHECK_LANE_1 ?= multinode,mps_daemon,attack,gpu_mps,hw_check
 CHECK_LANE_2 ?= -multinode,-mps_daemon,-attack,-gpu_mps,-hw_check
@@ -139,17 +139,19 @@ test-no-install:
 # built and tested last), the cgroup v2 runs, SchedMD's releases built
 # from source (built beside the lanes, once per machine; their plugins
 # linted there), and gpushare's RPMs on SchedMD's RPMs of 25.05. The lanes never share a network namespace or a test
-# directory. Each run's log is kept in target/test-logs/.
+# directory. Each run's log is kept in target/test-logs/. Last,
+# tests/leftovers.sh fails the run if any process a test cluster started
+# (slurmstepd included) outlived its cluster.
 test: unit
 	$(MAKE) check-releases SOURCE_RELEASES=
 	$(MAKE) test-gpu-slurm-check
-	tests/lanes.sh "native $(RELEASE_RUNS_V1) packages" "$(RELEASE_RUNS_V2)" "$(SOURCE_RUNS)" "$(RPM_RUNS)"
+	tests/lanes.sh "native $(RELEASE_RUNS_V1) packages" "$(RELEASE_RUNS_V2)" "$(SOURCE_RUNS)" "$(RPM_RUNS)"; rc=$$?; tests/leftovers.sh || rc=1; exit $$rc
 
 # Every release on both cgroup versions in full (about five times make test).
 test-all: export RPM_AGAIN = 1
 test-all: unit
 	$(MAKE) check-releases SOURCE_RELEASES=
-	tests/lanes.sh "native $(RELEASE_RUNS_ALL_V1) packages" "$(RELEASE_RUNS_ALL_V2)" "$(SOURCE_RUNS_ALL)" "$(RPM_RUNS)"
+	tests/lanes.sh "native $(RELEASE_RUNS_ALL_V1) packages" "$(RELEASE_RUNS_ALL_V2)" "$(SOURCE_RUNS_ALL)" "$(RPM_RUNS)"; rc=$$?; tests/leftovers.sh || rc=1; exit $$rc
 
 # The MPS half on a real NVIDIA GPU (tests/hw-check, docs/hardware.md "On real
 # hardware"): the release node programs and a CUDA client as two throwaway

@@ -1,14 +1,24 @@
 //! Child processes that cannot outlive the test run.
 //!
 //! Every daemon is started with `PR_SET_PDEATHSIG = SIGKILL` (so a test
-//! process killed with `kill -9` still takes its daemons down) and with the
-//! environment variable [`MARKER`] set to the cluster's directory. slurmstepd
-//! and job processes inherit that variable, which lets [`kill_marked`] find
-//! and kill everything a cluster spawned, including processes that were
-//! re-parented away from us.
+//! process killed with `kill -9` still takes its daemons down), with the
+//! environment variable [`MARKER`] set to the cluster's directory, and in
+//! the cluster's own cgroup of [`GROUPS`], a cgroup v1 hierarchy of the
+//! tests' own with no controller (Slurm, systemd and the kernel's
+//! controllers never move a process in it; cgroup v2 runs leave it be).
+//! Everything a daemon forks stays in that cgroup: slurmd's slurmstepds,
+//! which slurmd double-forks (re-parented to init, out of reach of
+//! `PR_SET_PDEATHSIG`) and which overwrite their environment with their
+//! process title (`slurmstepd: [N.batch]`: `/proc/PID/environ` no longer
+//! holds [`MARKER`]), and the jobs. [`kill_marked`] kills by both marks;
+//! [`kill_orphans`] kills what a test process killed before it stopped its
+//! clusters left; `tests/leftovers.sh` (the end of `make test`) fails while
+//! any process is left in a cluster's cgroup.
 
+use std::ffi::CString;
 use std::fs;
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -45,17 +55,35 @@ impl Daemon {
             .stdin(Stdio::null())
             .stdout(Stdio::from(out))
             .stderr(Stdio::from(err));
-        // SAFETY: prctl is async-signal-safe and touches no Rust state; it
-        // runs in the forked child just before exec.
+        // The cluster's cgroup's list of processes, opened here (close on
+        // exec): the child writes itself in before it runs the daemon.
+        let procs = match group_of(marker) {
+            Some(group) => Some(
+                fs::OpenOptions::new()
+                    .write(true)
+                    .open(group.join("cgroup.procs"))?,
+            ),
+            None => None,
+        };
+        let procs_fd = procs.as_ref().map(AsRawFd::as_raw_fd);
+        // SAFETY: prctl and write are async-signal-safe and touch no Rust
+        // state; they run in the forked child just before exec, on a file
+        // descriptor the parent keeps open until spawn returns.
         unsafe {
-            cmd.pre_exec(|| {
+            cmd.pre_exec(move || {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                     return Err(io::Error::last_os_error());
+                }
+                if let Some(fd) = procs_fd {
+                    if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                        return Err(io::Error::last_os_error());
+                    }
                 }
                 Ok(())
             });
         }
         let child = cmd.spawn()?;
+        drop(procs);
         Ok(Self {
             name,
             child: Some(child),
@@ -120,25 +148,29 @@ fn signal(pid: u32, sig: i32) {
 /// Pids of live processes whose environment has `MARKER=<value>` with a
 /// value accepted by `select`.
 pub fn marked_processes(select: impl Fn(&str) -> bool) -> Vec<u32> {
+    let needle = format!("{MARKER}=");
+    other_processes(|pid| {
+        let Ok(env) = fs::read(format!("/proc/{pid}/environ")) else {
+            return false;
+        };
+        env.split(|&b| b == 0).any(|kv| {
+            std::str::from_utf8(kv)
+                .ok()
+                .and_then(|kv| kv.strip_prefix(needle.as_str()))
+                .is_some_and(&select)
+        })
+    })
+}
+
+/// Pids of live processes other than this one that `select` accepts.
+fn other_processes(select: impl Fn(u32) -> bool) -> Vec<u32> {
     let own = std::process::id();
     let Ok(dir) = fs::read_dir("/proc") else {
         return Vec::new();
     };
-    let needle = format!("{MARKER}=");
     dir.filter_map(|e| e.ok())
         .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
-        .filter(|&pid| pid != own)
-        .filter(|pid| {
-            let Ok(env) = fs::read(format!("/proc/{pid}/environ")) else {
-                return false;
-            };
-            env.split(|&b| b == 0).any(|kv| {
-                std::str::from_utf8(kv)
-                    .ok()
-                    .and_then(|kv| kv.strip_prefix(needle.as_str()))
-                    .is_some_and(&select)
-            })
-        })
+        .filter(|&pid| pid != own && select(pid))
         .collect()
 }
 
@@ -174,14 +206,22 @@ pub fn descendants_named(ancestor: u32, name: &str) -> Vec<u32> {
         .collect()
 }
 
-/// Kills (SIGKILL) every process marked with `dir`, until none is left or
-/// `timeout` passes. Returns how many were still alive at the end.
+/// Kills (SIGKILL) every process marked with `dir` or in its cgroup of
+/// [`GROUPS`], until none is left or `timeout` passes; then removes that
+/// cgroup. Returns how many were still alive at the end.
 pub fn kill_marked(dir: &Path, timeout: Duration) -> usize {
     let want = dir.to_string_lossy().into_owned();
+    let group = group_name(dir);
     let deadline = Instant::now() + timeout;
     loop {
-        let pids = marked_processes(|v| v == want);
+        let mut pids = marked_processes(|v| v == want);
+        pids.extend(grouped_processes(|g| Some(g) == group.as_deref()));
         if pids.is_empty() || Instant::now() >= deadline {
+            if pids.is_empty() {
+                if let (Some(root), Some(name)) = (groups_mounted(), &group) {
+                    let _ = fs::remove_dir(root.join(name));
+                }
+            }
             return pids.len();
         }
         for pid in pids {
@@ -192,14 +232,127 @@ pub fn kill_marked(dir: &Path, timeout: Duration) -> usize {
 }
 
 /// Kills processes left by an earlier test run that died before cleaning up
-/// (its directory names an owner pid that no longer exists).
+/// (its directory, or its cgroup of [`GROUPS`], names an owner pid that no
+/// longer exists).
 pub fn kill_orphans() {
     let orphaned = |value: &str| {
         owner_pid(value).is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
     };
-    for pid in marked_processes(orphaned) {
+    for pid in marked_processes(orphaned)
+        .into_iter()
+        .chain(grouped_processes(orphaned))
+    {
         signal(pid, libc::SIGKILL);
     }
+    // Their cgroups, once empty (one whose processes are still dying
+    // goes at a later start).
+    let Some(root) = groups_mounted() else {
+        return;
+    };
+    let groups = fs::read_dir(&root).into_iter().flatten().flatten();
+    for group in groups.filter(|g| g.file_name().to_str().is_some_and(orphaned)) {
+        let _ = fs::remove_dir(group.path());
+    }
+}
+
+/// The name of the tests' own cgroup v1 hierarchy (no controller): each
+/// cluster's daemons, and all they fork, run in its cgroup
+/// `/<cluster directory's name>` (`/gpushare-<pid>-<n>`), which
+/// `/proc/PID/cgroup` shows as `N:name=gpushare-tests:/gpushare-<pid>-<n>`
+/// in whatever root or mount namespace the process runs. Processes of
+/// anything else (a site's own Slurm daemons) sit in its root, `/`.
+pub const GROUPS: &str = "gpushare-tests";
+
+/// Where the harness mounts [`GROUPS`] (in the root it runs in).
+const GROUPS_MOUNT: &str = "/run/gpushare-tests-cgroup";
+
+/// The mounted [`GROUPS`] hierarchy, mounted on first use; `None` (said
+/// once) where it cannot be: clusters then run without cgroups of their
+/// own, found by [`MARKER`] alone.
+fn groups_mounted() -> Option<PathBuf> {
+    static MOUNTED: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    MOUNTED
+        .get_or_init(|| {
+            let root = PathBuf::from(GROUPS_MOUNT);
+            let mounted = || {
+                fs::read_to_string("/proc/self/mountinfo").is_ok_and(|m| {
+                    m.lines().any(|l| {
+                        l.split(' ').nth(4) == Some(GROUPS_MOUNT)
+                            && l.contains(&format!("name={GROUPS}"))
+                    })
+                })
+            };
+            if mounted() {
+                return Some(root);
+            }
+            let tried = fs::create_dir_all(&root)
+                .map_err(|e| e.to_string())
+                .and_then(|()| {
+                    let c = |s: &str| CString::new(s).map_err(|e| e.to_string());
+                    let (src, target, fstype) = (c(GROUPS)?, c(GROUPS_MOUNT)?, c("cgroup")?);
+                    let data = c(&format!("none,name={GROUPS}"))?;
+                    // SAFETY: mount(2) with NUL-terminated strings that live
+                    // across the call.
+                    let rc = unsafe {
+                        libc::mount(
+                            src.as_ptr(),
+                            target.as_ptr(),
+                            fstype.as_ptr(),
+                            0,
+                            data.as_ptr().cast(),
+                        )
+                    };
+                    if rc == 0 {
+                        Ok(())
+                    } else {
+                        Err(io::Error::last_os_error().to_string())
+                    }
+                });
+            match tried {
+                Ok(()) => Some(root),
+                Err(e) => {
+                    eprintln!(
+                        "testcluster: no cgroup hierarchy {GROUPS} at {GROUPS_MOUNT} ({e}): \
+                         clusters are stopped by their processes' environment alone"
+                    );
+                    None
+                }
+            }
+        })
+        .clone()
+}
+
+/// A cluster's cgroup name in [`GROUPS`]: its directory's name.
+fn group_name(dir: &Path) -> Option<String> {
+    dir.file_name().and_then(|n| n.to_str()).map(str::to_owned)
+}
+
+/// The cgroup of [`GROUPS`] for the cluster of directory `marker`, made
+/// if need be; `None` where the hierarchy cannot be mounted.
+fn group_of(marker: &Path) -> Option<PathBuf> {
+    let group = groups_mounted()?.join(group_name(marker)?);
+    match fs::create_dir_all(&group) {
+        Ok(()) => Some(group),
+        Err(e) => {
+            eprintln!("testcluster: {}: {e}", group.display());
+            None
+        }
+    }
+}
+
+/// Pids of live processes in a cgroup of [`GROUPS`] other than its root,
+/// whose name (`gpushare-<pid>-<n>`) `select` accepts. Read from
+/// `/proc/PID/cgroup`: the hierarchy need not be mounted here.
+pub fn grouped_processes(select: impl Fn(&str) -> bool) -> Vec<u32> {
+    let needle = format!(":name={GROUPS}:/");
+    other_processes(|pid| {
+        fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|text| {
+            text.lines().any(|l| {
+                l.split_once(needle.as_str())
+                    .is_some_and(|(_, g)| !g.is_empty() && select(g))
+            })
+        })
+    })
 }
 
 /// The owning test process of a cluster directory `.../gpushare-<pid>-<n>`.
