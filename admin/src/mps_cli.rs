@@ -153,7 +153,10 @@ pub enum Cmd {
     /// line it comes from (and that line's NodeName=, where the file has
     /// lines for some nodes only; --node names another node), then the
     /// gres.conf, slurm.conf, cgroup.conf, plugstack.conf and gpu_mps.conf
-    /// lines it needs. A gpu_mps.conf that does not parse is the error.
+    /// lines it needs. With --node, each gres.conf line starts with
+    /// NodeName=NAME, for one gres.conf every node shares (without, the
+    /// lines of the node's own gres.conf). A gpu_mps.conf that does not
+    /// parse is the error.
     Config {
         /// GPUs of the node (default: the device files gpu_mps.conf finds)
         #[arg(long)]

@@ -284,6 +284,36 @@ pub(super) fn other_files(
     }
 }
 
+/// `lines` (what `gpu-mps config` prints) with each gres.conf line scoped
+/// to node `node`, for a gres.conf every node shares: `NodeName=` first on
+/// each line, as gres.conf(5) asks of a line for some nodes (slurmd skips
+/// the lines whose `NodeName=` hostlist leaves it out, and takes
+/// `AutoDetect=` on such a line for those nodes alone: `_parse_gres_config`
+/// and `_parse_gres_config_node` in Slurm's gres.c). The comments and the
+/// other files' lines are left as they are.
+pub fn scoped_gres_lines(lines: &str, node: &str) -> String {
+    let mut out = String::with_capacity(lines.len() + 64);
+    let mut in_gres = false;
+    for line in lines.split_inclusive('\n') {
+        let bare = line.trim_end_matches('\n');
+        if bare == "# gres.conf" {
+            in_gres = true;
+            let _ = writeln!(
+                out,
+                "# gres.conf (NodeName={node} on each line: for one gres.conf every node shares)"
+            );
+            continue;
+        }
+        if bare.trim().is_empty() {
+            in_gres = false;
+        } else if in_gres && !bare.starts_with('#') {
+            let _ = write!(out, "NodeName={node} ");
+        }
+        out.push_str(line);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -409,5 +439,95 @@ mod tests {
         for bad in ["h100", "h100:0", ":2", "h 100:2", "h100:x", "1080:2"] {
             assert!(GpuGroup::parse(bad).is_err(), "{bad}");
         }
+    }
+    /// The gres.conf section of `lines` (what follows `# gres.conf...` up
+    /// to the blank line).
+    fn gres_section(lines: &str) -> String {
+        lines
+            .split("\n\n")
+            .find(|part| part.starts_with("# gres.conf"))
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    #[test]
+    fn scoped_gres_lines_name_the_node_on_each_gres_line_only() {
+        let whole = [GpuGroup::parse("h100:2").unwrap_or_else(|e| panic!("{e}"))];
+        let t = lines_with(&GpuMpsConfig::default(), SlurmSetup::PerGpu, &whole);
+        let scoped = scoped_gres_lines(&t, "gpu01");
+        let gres = gres_section(&scoped);
+        assert_eq!(
+            gres,
+            "# gres.conf (NodeName=gpu01 on each line: for one gres.conf every node shares)\n\
+             NodeName=gpu01 Name=gpu Type=a40 File=/dev/nvidia[0-3]\n\
+             NodeName=gpu01 Name=gpu Type=h100 File=/dev/nvidia[4-5]\n\
+             # A GPU held whole needs an mps line of Count 0, before the others: without one\n\
+             # Slurm gives it mps shared one GPU at a time, and the whole node follows.\n\
+             NodeName=gpu01 Name=mps Count=0 File=/dev/nvidia4 Flags=all_sharing\n\
+             NodeName=gpu01 Name=mps Count=0 File=/dev/nvidia5 Flags=all_sharing\n\
+             NodeName=gpu01 Name=mps Count=100 File=/dev/nvidia0 Flags=all_sharing\n\
+             NodeName=gpu01 Name=mps Count=100 File=/dev/nvidia1 Flags=all_sharing\n\
+             NodeName=gpu01 Name=mps Count=100 File=/dev/nvidia2 Flags=all_sharing\n\
+             NodeName=gpu01 Name=mps Count=100 File=/dev/nvidia3 Flags=all_sharing"
+        );
+        // Every other file's lines as they were.
+        assert_eq!(
+            scoped.replace(&gres, ""),
+            t.replace(&gres_section(&t), ""),
+            "{scoped}"
+        );
+        assert!(scoped.contains("\nNodeName=gpu01 Gres=gpu:a40:4,gpu:h100:2,mps:400\n"));
+        // The node's own booking reads the same from the scoped lines, and
+        // another node finds nothing of it in the shared file.
+        let own = MpsBooking::from_texts(&scoped, &t, "gpu01");
+        assert_eq!(own, MpsBooking::from_texts(&t, &t, "gpu01"));
+        assert!(own.spreads(), "{own:?}");
+        assert_eq!(
+            MpsBooking::from_texts(&scoped, &t, "gpu02").per_gpu_count,
+            None
+        );
+    }
+
+    #[test]
+    fn two_nodes_scoped_lines_make_one_gres_conf_for_both() {
+        let cfg = GpuMpsConfig::default();
+        let node = |name: &str, gpus: u32| {
+            let t = node_config(
+                &cfg,
+                SlurmSetup::NodeCount,
+                name,
+                ("a40", gpus),
+                &[],
+                Installed {
+                    libexec: Path::new("/usr/libexec/gpushare"),
+                    plugin_dir: Path::new("/usr/lib64/slurm"),
+                    conf: Path::new("/etc/slurm/gpu_mps.conf"),
+                },
+            );
+            gres_section(&scoped_gres_lines(&t, name))
+        };
+        let shared = format!("{}\n{}\n", node("gpu01", 4), node("gpu02", 2));
+        assert!(
+            shared.contains("NodeName=gpu01 Name=mps Count=1600\n"),
+            "{shared}"
+        );
+        assert!(shared.contains("NodeName=gpu02 Name=gpu Type=a40 File=/dev/nvidia[0-1]\n"));
+        assert!(
+            shared.contains("NodeName=gpu02 Name=mps Count=400\n"),
+            "{shared}"
+        );
+        // Only the gres.conf section: lines outside it are left as they are.
+        assert_eq!(scoped_gres_lines("Name=gpu\n", "gpu01"), "Name=gpu\n");
+        // AutoDetect on a NodeName= line is that node's alone (gres.conf(5)).
+        assert_eq!(
+            scoped_gres_lines(
+                "# head\n\n# gres.conf\nAutoDetect=nvml\nName=mps Count=100 File=/dev/nvidia0\n\n\
+                 # slurm.conf\nGresTypes=gpu,mps\n",
+                "gpu07"
+            ),
+            "# head\n\n# gres.conf (NodeName=gpu07 on each line: for one gres.conf every node \
+             shares)\nNodeName=gpu07 AutoDetect=nvml\n\
+             NodeName=gpu07 Name=mps Count=100 File=/dev/nvidia0\n\n# slurm.conf\nGresTypes=gpu,mps\n"
+        );
     }
 }

@@ -25,7 +25,7 @@ use gpushare::mps::node::{
     record_ended, retry_modes, running_jobs, sample_share_usage, stop_idle_daemons,
     with_usage_lock, Accounting, Node,
 };
-use gpushare::mps::setup_lines::GpuGroup;
+use gpushare::mps::setup_lines::{self, GpuGroup};
 use gpushare::mps::status::{self, NodeStatus};
 use gpushare::mps::{disabled, gc, health, in_force, installed, located, xid};
 use gpushare_admin::mps_cli::{Cli, Cmd};
@@ -58,6 +58,9 @@ fn main() -> ExitCode {
             (first, cli.conf.is_none().then_some(looked_at))
         }
     };
+    // A node named on the command line may be another: `config` then
+    // scopes its gres.conf lines to it, for a gres.conf every node shares.
+    let named = cli.node.is_some();
     // This node as Slurm names it: the file's NodeName= lines for it, and
     // what slurmctld is asked about it.
     let node = node_name(cli.node);
@@ -110,6 +113,7 @@ fn main() -> ExitCode {
             (gpus, gpu_type.as_deref()),
             &whole,
             (release, autodetect),
+            named,
         ),
     };
     match result {
@@ -410,7 +414,17 @@ fn config(
     (gpus, gpu_type): (Option<u32>, Option<&str>),
     whole: &[GpuGroup],
     (release, autodetect): (Option<(u32, u32)>, bool),
+    named: bool,
 ) -> Result<u8> {
+    // With --node, each gres.conf line names the node (NodeName=), for one
+    // gres.conf every node shares; without, the node's own file's lines.
+    let print = |lines: String| {
+        if named {
+            print!("{}", setup_lines::scoped_gres_lines(&lines, node));
+        } else {
+            print!("{lines}");
+        }
+    };
     let Some(release) = release.or_else(installed::slurm_release) else {
         bail!("cannot tell the Slurm release (scontrol --version): pass --release, e.g. --release 24.11");
     };
@@ -434,7 +448,7 @@ fn config(
             installed::slurmd_g(),
         )
         .map_err(anyhow::Error::msg)?;
-        print!("{lines}");
+        print(lines);
         return Ok(0);
     }
     let lines = installed::node_config(
@@ -447,6 +461,6 @@ fn config(
         driver.as_deref(),
     )
     .map_err(anyhow::Error::msg)?;
-    print!("{lines}");
+    print(lines);
     Ok(0)
 }

@@ -66,10 +66,17 @@ pub(super) fn mps_nodes(site: &Site, out: &mut Vec<AuditFinding>) {
         .is_none()
     {
         out.push(
-            AuditFinding::new(Severity::Error, "spank_gpu_mps_missing", plugstack_path, DOC_SPANK)
-                .what(format!("{nodes} offers mps, but plugstack.conf does not load spank_gpu_mps.so"))
-                .why("mps jobs get no MPS environment and no limits, and are not confined to their GPU")
-                .fix("required /usr/lib/x86_64-linux-gnu/slurm-wlm/spank_gpu_mps.so conf=/etc/slurm/gpu_mps.conf"),
+            AuditFinding::new(
+                Severity::Error,
+                "spank_gpu_mps_missing",
+                plugstack_path,
+                DOC_SPANK,
+            )
+            .what(format!(
+                "{nodes} offers mps, but plugstack.conf does not load spank_gpu_mps.so"
+            ))
+            .why("mps jobs get no MPS environment and no limits, and are not confined to their GPU")
+            .fix("required spank_gpu_mps.so conf=/etc/slurm/gpu_mps.conf"),
         );
     }
     // ConstrainDevices acts only through task/cgroup (cgroup.conf.html).
