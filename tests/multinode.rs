@@ -24,6 +24,9 @@ mod shared_conf;
 #[path = "multinode/prolog_missed.rs"]
 mod prolog_missed;
 
+#[path = "multinode/mixed_hosts.rs"]
+mod mixed_hosts;
+
 #[path = "multinode/faults.rs"]
 mod faults;
 use faults::*;
@@ -149,6 +152,11 @@ fn main() -> ExitCode {
             "one_shared_gpu_mps_conf_gives_each_node_its_own_settings",
             shared_conf::site(),
             shared_conf::one_file_for_every_node,
+        )
+        .test_on(
+            "one_plugstack_conf_with_a_bare_name_loads_the_plugin_from_each_hosts_layout",
+            ClusterSpec::example_site_nodes(),
+            mixed_hosts::one_plugstack_two_layouts,
         )
         .run()
 }

@@ -49,7 +49,7 @@ pub fn site() -> ClusterSpec {
 
 /// What `gpu-mps ARGS` prints on `node` (the node named by its hostname,
 /// as an admin's shell there names it), or why it failed.
-fn gpu_mps(c: &Cluster, node: &str, args: &[&str]) -> Result<String, String> {
+pub fn gpu_mps(c: &Cluster, node: &str, args: &[&str]) -> Result<String, String> {
     let bin = build_dir()?.join("gpu-mps");
     let mut all = vec!["--conf", "/etc/slurm/gpu_mps.conf"];
     all.extend_from_slice(args);
