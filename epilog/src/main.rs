@@ -11,6 +11,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use gpushare::mps::node::mains::{at_end, epilog_drains, lift_after, AtEnd};
 use gpushare::mps::node::{epilog_with_cgroup, publish_metrics};
 use gpushare::mps::{lock_wait, status};
 use gpushare_node::node_program::{self, EpilogCli, Program, Started};
@@ -37,27 +38,22 @@ fn run() -> ExitCode {
     let node_name = std::env::var("SLURMD_NODENAME").ok();
     // A share refused here that another node may serve: sent elsewhere;
     // one Slurm started without its Prolog: requeued as it is.
-    let sent_elsewhere = requeue::take_mark(&node.cfg.state_dir, env.job);
-    match (&sent_elsewhere, &node_name) {
-        (None, _) => {}
-        (Some(Err(e)), _) => log::warn!("not requeued: {e}"),
-        // Marked in slurmstepd from the job's own environment: only a job
-        // Slurm gave a share (as slurmd tells this epilog) is requeued.
-        (Some(Ok(marked)), _) if marked.why == requeue::Cause::PrologMissed && !env.is_share() => {
-            log::warn!("not requeued: slurmd gave this job no MPS share, yet it was marked as one")
-        }
-        (Some(Ok(marked)), Some(name)) => {
+    let mark = requeue::take_mark(&node.cfg.state_dir, env.job);
+    let marked = mark.is_some();
+    match at_end(mark, env.is_share(), node_name.as_deref()) {
+        AtEnd::Nothing => {}
+        AtEnd::NotRequeued(why) => log::warn!("not requeued: {why}"),
+        AtEnd::Requeue { marked, node: name } => {
             let refused = Refused {
-                marked: marked.clone(),
+                marked,
                 setup: requeue::mps_setup(&node.cfg),
             };
             let state_dir = &node.cfg.state_dir;
-            match requeue::requeue_elsewhere(&deadline, state_dir, env.job, name, &refused) {
+            match requeue::requeue_elsewhere(&deadline, state_dir, env.job, &name, &refused) {
                 Ok(line) => log::info!("{line}"),
                 Err(e) => log::warn!("not requeued: {e}"),
             }
         }
-        (Some(Ok(_)), None) => log::warn!("not requeued: SLURMD_NODENAME is not set"),
     }
     match epilog_with_cgroup(&node, env.job, env.sluid.as_deref()) {
         Ok(report) => {
@@ -85,15 +81,8 @@ fn run() -> ExitCode {
                 }
             }
             // A share ended: jobs this node sent elsewhere may fit here
-            // now, where what kept each off is gone. Not at the end of a
-            // job sent elsewhere just now (refused after its placement,
-            // for its GPU's daemon): that frees nothing.
-            let share_ended = sent_elsewhere.is_none()
-                && report
-                    .released
-                    .iter()
-                    .any(|r| matches!(r, gpushare::mps::ledger::Record::Share(_)));
-            if let (true, Some(name)) = (share_ended, &node_name) {
+            // now, where what kept each off is gone.
+            if let (true, Some(name)) = (lift_after(marked, &report.released), &node_name) {
                 match requeue::lift_where_changed(&deadline, &node, name) {
                     Ok(lines) => lines.iter().for_each(|l| log::info!("{l}")),
                     Err(e) => log::warn!("exclusions not taken back: {e}"),
@@ -102,7 +91,7 @@ fn run() -> ExitCode {
             ExitCode::SUCCESS
         }
         // Written by a newer gpushare: a downgrade never drains the node.
-        Err(e @ gpushare::mps::ledger::LedgerError::TooNew { .. }) => {
+        Err(e) if !epilog_drains(&e) => {
             log::error!("job not released: {e}");
             ExitCode::SUCCESS
         }

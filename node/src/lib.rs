@@ -9,6 +9,7 @@
 //! - [`node_log`]: syslog under the program's name;
 //! - [`nvml`], [`nvml_usage`]: NVML loaded at run time, asked in a child
 //!   process of the program's own within a deadline;
+//! - [`gpu_facts`]: NVML's facts as the prolog takes them for a share;
 //! - [`cuda_probe`]: the CUDA client of SelfTest=daemon-start and of
 //!   `gpu-mps selftest`, in a child process;
 //! - [`acl`]: the ACL that lets a job's user reach the MPS pipes;
@@ -23,6 +24,7 @@
 
 pub mod acl;
 pub mod cuda_probe;
+pub mod gpu_facts;
 pub mod node_log;
 pub mod node_program;
 pub mod nvml;

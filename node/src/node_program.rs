@@ -219,3 +219,20 @@ pub fn start(program: Program, args: &NodeArgs) -> Result<Option<Started>, ExitC
         }
     }
 }
+
+/// How Slurm books mps on node `node_name` (gres.conf, slurm.conf and
+/// cgroup.conf in slurm.conf's directory, slurmd's configless cache
+/// included), for the prolog of a share: other jobs start without reading
+/// them (`Ok` of nothing booked). `Err`: the node is unfit for sharing.
+pub fn booking(
+    env: &JobEnv,
+    node_name: Option<&str>,
+) -> Result<gpushare::shared::booking::MpsBooking, String> {
+    use gpushare::shared::booking::MpsBooking;
+    if !env.is_share() {
+        return Ok(MpsBooking::default());
+    }
+    let slurm_conf = gpushare::shared::locations::beside_slurm_conf(None, "slurm.conf");
+    let conf_dir = slurm_conf.parent().unwrap_or(Path::new("/"));
+    MpsBooking::read(conf_dir, node_name.unwrap_or_default())
+}

@@ -13,15 +13,12 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use gpushare::mps::config::MemoryLimit;
+use gpushare::mps::node::mains::{nvml_ask, prolog_changed, refused_mark};
 use gpushare::mps::node::{prolog, publish_metrics, running_jobs, PrologOutcome};
-use gpushare::mps::{health, lock_wait, state_dir, status};
-use gpushare::shared::autodetect::ReportedGpu;
-use gpushare::shared::booking::MpsBooking;
-use gpushare::shared::locations::beside_slurm_conf;
+use gpushare::mps::{health, lock_wait, status};
 use gpushare_node::node_program::{self, Program, PrologCli, Started};
-use gpushare_node::requeue::{self, Elsewhere};
-use gpushare_node::{cuda_probe, nvml};
+use gpushare_node::requeue;
+use gpushare_node::{cuda_probe, gpu_facts, nvml};
 
 fn main() -> ExitCode {
     // NVML asked in a child of our own (gpu_facts).
@@ -63,55 +60,25 @@ fn run() -> ExitCode {
             .ok_or_else(|| "SLURMD_NODENAME is not set".to_owned())?;
         running_jobs(name)
     };
-    // How Slurm books mps here: gres.conf, slurm.conf and cgroup.conf in
-    // slurm.conf's directory (slurmd's configless cache included). Only a
-    // share needs it: other jobs start without reading them.
-    let mut booking = if env.is_share() {
-        let slurm_conf = beside_slurm_conf(None, "slurm.conf");
-        let conf_dir = slurm_conf.parent().unwrap_or(std::path::Path::new("/"));
-        match MpsBooking::read(conf_dir, node_name.as_deref().unwrap_or_default()) {
-            Ok(booking) => booking,
-            Err(e) => {
-                log::error!("node unfit for GPU sharing: {e}");
-                return ExitCode::FAILURE;
-            }
+    // How Slurm books mps here: read for a share only.
+    let mut booking = match node_program::booking(&env, node_name.as_deref()) {
+        Ok(booking) => booking,
+        Err(e) => {
+            log::error!("node unfit for GPU sharing: {e}");
+            return ExitCode::FAILURE;
         }
-    } else {
-        MpsBooking::default()
     };
-    // A proportional memory limit needs the GPU's memory: GPUMemory= where
-    // the admin set it, else NVML; and a share is placed on no GPU in MIG
-    // mode unless MIGShares=allow. NVML is loaded for shares only, and only
-    // where one of the two asks (a node without NVML has no MIG).
-    let needs_memory =
-        node.cfg.memory_limit == MemoryLimit::Proportional && node.cfg.gpu_memory_mib.is_none();
-    if env.is_share() && (needs_memory || !node.cfg.mig_shares) {
-        match gpu_facts(&node.cfg.state_dir) {
+    // NVML, for a share, where its memory limit or MIG mode needs it.
+    if let Some(ask) = nvml_ask(&node.cfg, env.is_share()) {
+        match gpu_facts::read(&node.cfg.state_dir) {
             Ok(gpus) => {
-                if needs_memory {
-                    // The smallest GPU's: a node's GPUs are one type in
-                    // practice, and a limit must never exceed its GPU.
-                    node.set_gpu_memory(gpus.iter().filter_map(|g| g.memory_mib).min());
+                let seen = gpu_facts::seen(&gpus, ask, |m| node.gpus_of_minors(&[m]));
+                if let Some(mib) = seen.memory_mib {
+                    node.set_gpu_memory(mib);
                 }
-                let mig: Vec<u32> = gpus
-                    .iter()
-                    .filter(|g| g.mig_enabled == Some(true))
-                    .filter_map(|g| g.minor)
-                    .collect();
-                node.set_mig_minors(&mig);
-                set_aside_lost(&node, &gpus);
-                // Where Slurm detects the GPUs (AutoDetect=nvml), NVML's
-                // are the ones slurmd found: the stacking check needs them.
-                let reported: Vec<ReportedGpu> = gpus
-                    .iter()
-                    .filter_map(|g| {
-                        Some(ReportedGpu {
-                            file: format!("/dev/nvidia{}", g.minor?),
-                            mig: g.mig_enabled == Some(true),
-                        })
-                    })
-                    .collect();
-                booking = booking.with_reported(&reported);
+                node.set_mig_minors(&seen.mig_minors);
+                gpu_facts::set_aside_lost(&node, &seen.lost);
+                booking = booking.with_reported(&seen.reported);
             }
             Err(e) => log::debug!("no memory limit or MIG mode from NVML: {e}"),
         }
@@ -155,20 +122,12 @@ fn run() -> ExitCode {
         ),
         PrologOutcome::Refused { reason, text } => {
             log::warn!("refused: {text}");
-            // Only another user's servers had room, the GPU's MPS daemon
-            // failed, or only failed GPUs had room: Slurm would keep
-            // sending such jobs here, so the epilog sends this one elsewhere.
-            if let Some(why) = Elsewhere::from_reason(reason) {
-                // What the node's state must let in again: the share's
-                // size (0 where not known), its user; and this run.
-                let per_gpu =
-                    gpushare::mps::node::slurm_per_gpu(&node.cfg, node.gpu_count, &booking);
-                let units = gpushare::mps::node::share_units(per_gpu, &env).unwrap_or(0);
-                let run = std::env::var("SLURM_JOB_RESTART_COUNT")
-                    .ok()
-                    .and_then(|r| r.parse().ok());
+            // One another node may serve: the epilog sends it elsewhere.
+            let restarts = std::env::var("SLURM_JOB_RESTART_COUNT").ok();
+            let sized = (&node.cfg, node.gpu_count, &booking);
+            if let Some(m) = refused_mark(reason, sized, &env, restarts.as_deref()) {
                 let state_dir = &node.cfg.state_dir;
-                if let Err(e) = requeue::mark(state_dir, env.job, why, (env.uid, units), run) {
+                if let Err(e) = requeue::mark(state_dir, env.job, m.why, (m.uid, m.units), m.run) {
                     log::warn!("not marked to be sent elsewhere, the job fails: {e}");
                 }
             }
@@ -197,7 +156,7 @@ fn run() -> ExitCode {
             }
         }
     }
-    if report.outcome != PrologOutcome::Untouched || !report.dropped.is_empty() {
+    if prolog_changed(&report) {
         if let Err(e) = publish_metrics(&node, &report.events(), |gpu| {
             status::pipe_probe(&node.cfg, gpu)
         }) {
@@ -205,65 +164,4 @@ fn run() -> ExitCode {
         }
     }
     ExitCode::SUCCESS
-}
-
-/// Sets aside the GPUs NVML reports lost (by device minor, or by NVML's
-/// index, the node's PCI order, where a lost GPU cannot say its minor).
-fn set_aside_lost(node: &gpushare::mps::node::Node, gpus: &[nvml::GpuFacts]) {
-    let mut lost = Vec::new();
-    for g in gpus.iter().filter(|g| g.lost) {
-        match g.minor {
-            Some(minor) => lost.extend(node.gpus_of_minors(&[minor])),
-            None => lost.push(g.index),
-        }
-    }
-    let known = health::read(&node.cfg.state_dir);
-    for gpu in lost.into_iter().filter(|g| !known.contains_key(g)) {
-        let reason = "NVML reports it lost (NVML_ERROR_GPU_IS_LOST: fallen off the bus or \
-                      otherwise unreachable until a reset)";
-        match health::set_aside(&node.cfg.state_dir, gpu, reason, node.ledger.lock_wait()) {
-            Ok(_) => log::error!(
-                "GPU {gpu} set aside from sharing: {reason}; `gpu-mps resume-gpu {gpu}` once fixed"
-            ),
-            Err(e) => log::error!("GPU {gpu} is lost, but could not be set aside: {e}"),
-        }
-    }
-}
-
-/// The node's GPUs as NVML says, asked in a process of its own within
-/// `nvml::QUERY_TIMEOUT` (a GPU fallen off the bus can hang NVML). The
-/// figures are kept in the state directory; where NVML does not answer,
-/// the last ones kept are used, with a warning.
-fn gpu_facts(state_dir: &std::path::Path) -> Result<Vec<nvml::GpuFacts>, String> {
-    const KEPT: &str = nvml::KEPT_FACTS;
-    let kept = state_dir.join(KEPT);
-    let asked = std::env::current_exe()
-        .map_err(|e| format!("cannot find this program to ask NVML: {e}"))
-        .and_then(|exe| nvml::gpus_bounded(&exe, nvml::QUERY_TIMEOUT));
-    match asked {
-        Ok(gpus) => {
-            let text = nvml::facts_text(&gpus);
-            if std::fs::read_to_string(&kept).ok().as_deref() != Some(text.as_str()) {
-                if let Err(e) = state_dir::replace_file(state_dir, KEPT, text.as_bytes(), 0o600) {
-                    log::warn!("NVML's figures not kept: {e}");
-                }
-            }
-            Ok(gpus)
-        }
-        Err(e) => {
-            let last = std::fs::read_to_string(&kept)
-                .ok()
-                .and_then(|t| nvml::parse_facts(&t));
-            match last {
-                Some(gpus) => {
-                    log::warn!(
-                        "NVML: {e}; using the figures it gave last ({})",
-                        kept.display()
-                    );
-                    Ok(gpus)
-                }
-                None => Err(e),
-            }
-        }
-    }
 }

@@ -45,6 +45,9 @@
 //!   node timer (NVML through a child it runs), kept for that file.
 //! - `modes`: a shared GPU's compute mode following its holders (given
 //!   back to a job Slurm gave it whole, retried by the node timer).
+//! - `mains`: what the prolog's and epilog's mains once decided (which
+//!   of NVML's facts to ask, a refusal's mark, a mark's requeue, the
+//!   exclusions taken back, a drain), for them only to order the calls.
 //! - `requeue`: a share refused here sent elsewhere by its epilog: the
 //!   decisions (requeue or not, what to give back), on what `scontrol`
 //!   showed and the node's record of what gpushare added.
@@ -53,6 +56,7 @@ mod epilog;
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod guide_words;
+pub mod mains;
 mod metrics_file;
 mod modes;
 mod notes;
