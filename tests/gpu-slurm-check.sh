@@ -16,7 +16,9 @@
 # submitted with sbatch on GPU 0 three ways: one after another on the
 # whole GPU, side by side time-sliced by Slurm's own gres/shard, side by
 # side in gpushare's MPS shares), a table of its own in the report;
-# --no-bench leaves it out, --bench-only runs it alone.
+# --no-bench leaves it out, --bench-only runs it alone. With it, a share's
+# allocation-to-start and end-to-gone against a whole-GPU job's, its GPU's
+# daemon running and not (tests/gpu-slurm-check-latency.sh).
 #
 # Also `gpu-mps selftest` (the driver-API client, which needs no CUDA
 # toolkit) on GPU 0, its SMs held against the nvcc client's; a share whose
@@ -938,6 +940,8 @@ EOF
 chmod 755 "$D/jobs/cancel.sh"
 # --gpu-mps=private: check_private (a job's own MPS daemon).
 . "$here/gpu-slurm-check-private.sh"
+# A share's start and end against a whole GPU's: check_latency.
+. "$here/gpu-slurm-check-latency.sh"
 if [ -n "$checks_on" ]; then
     stop_slurm
     bench_conf mps
@@ -1124,6 +1128,8 @@ elif [ -n "$bench" ]; then
         "one after another ${seq_s:--} s; time-sliced (gres/shard) ${ts_s:--} s, $(ratio "${ts_s:-}"); gpushare's shares ${mps_s:--} s, $(ratio "${mps_s:-}"); jobs completed: $all_ok of $((3 * BENCH_JOBS))$stand_in"
 fi
 
+[ -n "$bench" ] && check_latency
+
 # --- limits in the control daemon's start environment (GPU only) -------------
 if [ -z "$checks_on" ]; then
     :
@@ -1174,6 +1180,7 @@ record "the whole run" seen "$total s, the machine's start excluded"
         printf '%s\n' "${bench_table[@]}"
         echo
     fi
+    latency_report
     echo "$checks checks, $failed failed, in $total s."
 } >"$report"
 say "$checks checks, $failed failed; report: $report"
