@@ -398,6 +398,32 @@ impl Key {
         kv::key_named(&Key::ALL, Key::name, name)
     }
 
+    /// The value the key takes where the file does not set it, as the
+    /// file would write it; `None`: no value (unset, or found at run time).
+    fn default_text(self) -> Option<&'static str> {
+        Some(match self {
+            Key::UnitsPerGpu => "100",
+            Key::StateDir => DEFAULT_STATE_DIR,
+            Key::MpsControl | Key::Placement | Key::PrivateData => "auto",
+            Key::SyslogSocket => DEFAULT_SYSLOG_SOCKET,
+            Key::MemoryLimit => "proportional",
+            Key::MultiUser | Key::SelfTest | Key::PrivateMps => "no",
+            Key::OtherUsers | Key::MigShares | Key::MpsFailure => "refuse",
+            Key::MaxClientsPerGpu => "48",
+            Key::ComputeMode => "exclusive",
+            Key::Banner => "stderr",
+            Key::ShareUsage => "nvml",
+            Key::UsageRecord => "admincomment",
+            Key::CudaLibrary => DEFAULT_CUDA_LIBRARY,
+            Key::SelfTestUser => DEFAULT_SELF_TEST_USER,
+            Key::GpuDevices
+            | Key::SlurmMpsCount
+            | Key::GpuMemory
+            | Key::MetricsFile
+            | Key::DcgmJobMappingDir => return None,
+        })
+    }
+
     /// `value` as an absolute path, the only kind a path key takes.
     fn absolute(self, value: &str) -> Result<PathBuf, String> {
         if value.starts_with('/') {
@@ -632,6 +658,17 @@ impl Key {
         Ok(())
     }
 }
+
+/// Every key of the file (besides `NodeName=`) with the value it takes
+/// where the file does not set it, as the file would write it (`None`: no
+/// value): what the manual page, the docs and the shipped example are
+/// held to.
+pub fn keys() -> impl Iterator<Item = (&'static str, Option<&'static str>)> {
+    Key::ALL.iter().map(|k| (k.name(), k.default_text()))
+}
+
+/// Where the prolog and epilog log where `SyslogSocket=` is not set.
+pub const DEFAULT_SYSLOG_SOCKET: &str = "/dev/log";
 
 /// One key of the file as a node takes it: the value as written, its
 /// line, and the `NodeName=` list of that line (`None`: a line for every

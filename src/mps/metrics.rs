@@ -621,6 +621,66 @@ mod tests {
         );
     }
 
+    /// Every refusal reason the docs and manual pages name (`reason
+    /// \`mig\``, `(reason mig in the metrics)`) is one the node counts.
+    #[test]
+    fn the_refusal_reasons_the_docs_name_are_the_nodes() {
+        let man = crate::shared::doc_keys::man_text(include_str!("../../docs/man/gpu_mps.conf.5"));
+        let docs = [
+            ("docs/man/gpu_mps.conf.5", man.as_str()),
+            (
+                "docs/configuration.md",
+                include_str!("../../docs/configuration.md"),
+            ),
+            ("docs/mps.md", include_str!("../../docs/mps.md")),
+            (
+                "docs/operations.md",
+                include_str!("../../docs/operations.md"),
+            ),
+            (
+                "docs/coexistence.md",
+                include_str!("../../docs/coexistence.md"),
+            ),
+            (
+                "docs/troubleshooting.md",
+                include_str!("../../docs/troubleshooting.md"),
+            ),
+            (
+                "docs/users-guide.md",
+                include_str!("../../docs/users-guide.md"),
+            ),
+        ];
+        let mut named = 0;
+        for (name, text) in docs {
+            for (_, after) in text
+                .match_indices("reason ")
+                .map(|(i, _)| text.split_at(i + 7))
+            {
+                let word = match after.strip_prefix('`') {
+                    Some(quoted) => quoted.split('`').next().unwrap_or(""),
+                    None if after.split_whitespace().nth(1) == Some("in") => {
+                        after.split_whitespace().next().unwrap_or("")
+                    }
+                    None => continue,
+                };
+                // Slurm's words (a node's `Prolog error`) are not gpushare's.
+                if word.is_empty() || !word.chars().all(|c| c.is_ascii_lowercase() || c == '_') {
+                    continue;
+                }
+                named += 1;
+                assert!(
+                    REFUSAL_REASONS.contains(&word),
+                    "{name} names refusal reason `{word}`, which the node never counts \
+                     (REFUSAL_REASONS: {REFUSAL_REASONS:?})"
+                );
+            }
+        }
+        assert!(
+            named >= 8,
+            "only {named} reasons found: the test reads nothing"
+        );
+    }
+
     #[test]
     fn each_metric_has_help_and_type_once_before_all_its_samples() {
         let text = render(&status_with_daemons(), &Counters::default());

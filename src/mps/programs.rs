@@ -57,4 +57,46 @@ mod tests {
         let none = find_in(None);
         assert!(none.is_none_or(|p| SEARCH_DIRS.iter().any(|d| p.starts_with(d))));
     }
+
+    /// The directories `text` lists after `anchor`: every path from the
+    /// first `/usr/bin` to the end of the list (`;` or `(slurmd`).
+    fn listed_after(text: &str, anchor: &str) -> Vec<String> {
+        let after = text.split_once(anchor).map_or("", |(_, a)| a);
+        let list = after.split_once("/usr/bin").map_or("", |(_, a)| a);
+        let end = [";", "(slurmd"]
+            .iter()
+            .filter_map(|t| list.find(t))
+            .min()
+            .unwrap_or(list.len());
+        let words = list.get(..end).unwrap_or(list).split_whitespace();
+        std::iter::once("/usr/bin".to_owned())
+            .chain(
+                words
+                    .map(|w| w.trim_matches(|c: char| "`,.()".contains(c)))
+                    .filter(|w| w.starts_with('/'))
+                    .map(str::to_owned),
+            )
+            .collect()
+    }
+
+    #[test]
+    fn the_docs_list_the_dirs_auto_looks_in() {
+        let man = crate::shared::doc_keys::man_text(include_str!("../../docs/man/gpu_mps.conf.5"));
+        let docs = [
+            (
+                "plugins/spank_gpu_mps/gpu_mps.conf.example",
+                include_str!("../../plugins/spank_gpu_mps/gpu_mps.conf.example"),
+                "MPS control program",
+            ),
+            ("docs/man/gpu_mps.conf.5", man.as_str(), "MPSControl={"),
+            (
+                "docs/configuration.md",
+                include_str!("../../docs/configuration.md"),
+                "| `MPSControl` |",
+            ),
+        ];
+        for (name, text, anchor) in docs {
+            assert_eq!(listed_after(text, anchor), SEARCH_DIRS, "{name}");
+        }
+    }
 }

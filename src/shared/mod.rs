@@ -19,6 +19,8 @@ pub mod batch_start;
 pub mod booking;
 pub mod bounded;
 pub mod calendar;
+#[cfg(test)]
+pub mod doc_keys;
 pub mod durable;
 pub mod hostlist;
 pub mod locations;

@@ -458,3 +458,107 @@ fn private_mps_is_refused_unless_the_site_allows_it() {
         "{e:?}"
     );
 }
+
+/// The manual page, the docs and the shipped example, held to the parser.
+mod docs {
+    use super::*;
+    use crate::shared::doc_keys;
+
+    const MAN: &str = include_str!("../../../docs/man/gpu_mps.conf.5");
+    const EXAMPLE: &str = include_str!("../../../plugins/spank_gpu_mps/gpu_mps.conf.example");
+
+    fn code_keys() -> Vec<(&'static str, Option<&'static str>)> {
+        keys().collect()
+    }
+
+    /// `cfg` with the values that mean "unset" as unset.
+    fn as_unset(mut cfg: GpuMpsConfig) -> GpuMpsConfig {
+        if cfg.syslog_socket.as_deref() == Some(std::path::Path::new(DEFAULT_SYSLOG_SOCKET)) {
+            cfg.syslog_socket = None;
+        }
+        cfg
+    }
+
+    #[test]
+    fn each_keys_default_text_is_what_the_parser_takes_without_it() {
+        for (key, default) in keys() {
+            let Some(value) = default else { continue };
+            let text = format!("{key}={value}\n");
+            let cfg = parse(&text, "f").unwrap_or_else(|e| panic!("{text:?}: {e}"));
+            assert_eq!(as_unset(cfg), GpuMpsConfig::default(), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn the_manual_page_and_the_configuration_table_name_every_key_and_its_default() {
+        let heading = "## `gpu_mps.conf` (GPU nodes)";
+        doc_keys::assert_docs_agree("gpu_mps.conf", MAN, heading, &code_keys());
+    }
+
+    /// Checks that every commented-out single-key line of `text` shows
+    /// the key's default: added to the active lines, it changes nothing.
+    fn commented_lines_show_defaults(name: &str, text: &str) {
+        let (active, defaults) = doc_keys::default_lines(text, &code_keys());
+        let base = parse(&active, name).unwrap_or_else(|e| panic!("{e}"));
+        for (line, setting) in &defaults {
+            let with = format!("{active}{setting}\n");
+            let cfg = parse(&with, name).unwrap_or_else(|e| panic!("{name}:{line}: {e}"));
+            assert_eq!(
+                as_unset(cfg),
+                as_unset(base.clone()),
+                "{name}:{line}: `{setting}` is not the default"
+            );
+        }
+    }
+
+    #[test]
+    fn the_shipped_example_parses_and_each_commented_line_is_the_default() {
+        let name = "plugins/spank_gpu_mps/gpu_mps.conf.example";
+        let all = doc_keys::settings_text(EXAMPLE);
+        for node in ["gpu01", "gpu05", "cpu01"] {
+            if let Err(e) = super::super::parse(&all, name, node) {
+                panic!("{name}, every setting taken in, for {node}: {e}");
+            }
+        }
+        commented_lines_show_defaults(name, EXAMPLE);
+        doc_keys::assert_shows_every_key(name, EXAMPLE, &code_keys());
+    }
+
+    #[test]
+    fn the_manual_pages_examples_parse_and_show_the_shipped_defaults() {
+        let blocks = doc_keys::man_examples(MAN);
+        // The first: a node's file, beside the lines elsewhere on the node
+        // (the second); then the files of several nodes and of a site
+        // that runs MPS itself.
+        let files: Vec<&String> = blocks
+            .iter()
+            .filter(|b| !b.contains("# gres.conf"))
+            .collect();
+        assert!(files.len() >= 3, "{blocks:?}");
+        for (i, text) in files.iter().enumerate() {
+            let name = format!("gpu_mps.conf(5) EXAMPLES, file {}", i + 1);
+            for node in ["gpu01", "gpu06", "cpu01"] {
+                if let Err(e) = super::super::parse(&doc_keys::settings_text(text), &name, node) {
+                    panic!("{name} for {node}: {e}");
+                }
+            }
+            commented_lines_show_defaults(&name, text);
+        }
+        // The first shows every key, as the shipped example does.
+        let first = files.first().map_or("", |f| f.as_str());
+        doc_keys::assert_shows_every_key("gpu_mps.conf(5)'s first example", first, &code_keys());
+        // The page's plugstack.conf line is the shipped one but for its
+        // directory (a bare name: each host's PluginDir).
+        let plugstack = include_str!("../../../plugins/spank_gpu_mps/plugstack.conf.example");
+        let shipped = plugstack
+            .lines()
+            .find(|l| l.starts_with("required "))
+            .unwrap_or_default()
+            .replace("@PLUGINDIR@/", "")
+            .replace("@SYSCONFDIR@", "/etc/slurm");
+        assert!(
+            blocks.iter().any(|b| b.lines().any(|l| l == shipped)),
+            "gpu_mps.conf(5) EXAMPLES lacks the shipped plugstack.conf line `{shipped}`"
+        );
+    }
+}

@@ -446,3 +446,39 @@ fn mig_types_spelled_as_older_drivers_named_them_match_no_node() {
         "a type in another case is the node's own"
     );
 }
+
+/// The controller's slurm.conf lines shipped with gpushare
+/// (`slurm.conf.fragment`), and the shipped plugstack.conf line, put into
+/// the correct site, leave nothing for the audit to find: every key the
+/// fragment sets is one the audit reads as it must be.
+#[test]
+fn the_shipped_slurm_conf_fragment_and_plugstack_line_pass_the_audit() {
+    let fragment = include_str!("../../../plugins/job_submit_gpu_qos/slurm.conf.fragment");
+    let plugstack = include_str!("../../../plugins/spank_gpu_mps/plugstack.conf.example")
+        .replace("@PLUGINDIR@", "/usr/lib64/slurm")
+        .replace("@SYSCONFDIR@", "/etc/slurm");
+    let set: Vec<(&str, &str)> = fragment
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_once('='))
+        .collect();
+    assert!(set.len() >= 10, "{set:?}");
+    let mut site = site_with(|config, _, _, _| {
+        let kept: Vec<&str> = config
+            .lines()
+            .filter(|l| {
+                let key = l.split('=').next().unwrap_or("").trim();
+                !set.iter().any(|(k, _)| k.eq_ignore_ascii_case(key))
+            })
+            .collect();
+        let mut text = kept.join("\n") + "\n";
+        for (key, value) in &set {
+            text.push_str(&format!("{key} = {value}\n"));
+        }
+        *config = text;
+    });
+    site.plugstack = Some(plugstack);
+    // What the site set on purpose: the fragment is slurm.conf's text.
+    site.slurm_conf = Some(fragment.into());
+    assert_eq!(audit(&site), []);
+}

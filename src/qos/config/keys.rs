@@ -217,6 +217,29 @@ impl Key {
         }
     }
 
+    /// The value the key takes where the file does not set it, as the
+    /// file would write it; `None`: no value (unset, or a rule's key).
+    fn default_text(self) -> Option<&'static str> {
+        match self {
+            Key::RequireGpuType => Some("qos"),
+            Key::LowPriorityExclusiveUser => Some("clear"),
+            Key::Enforce => Some("yes"),
+            Key::ExemptAdmins => Some("no"),
+            Key::Qos
+            | Key::Partition
+            | Key::Account
+            | Key::User
+            | Key::GpuTypes
+            | Key::GpuLimit
+            | Key::LowPriorityQos
+            | Key::LowPriorityMaxArrayTasks
+            | Key::SharedGpuReservations
+            | Key::MaxMpsPerJob
+            | Key::MetricsFile
+            | Key::ExemptUsers => None,
+        }
+    }
+
     pub(super) fn from_name(name: &str) -> Option<Key> {
         kv::key_named(&Key::ALL, Key::name, name)
     }
@@ -237,6 +260,13 @@ impl Key {
     pub(super) fn index(self) -> usize {
         self as usize
     }
+}
+
+/// Every key of the file with the value it takes where the file does not
+/// set it, as the file would write it (`None`: no value): what the manual
+/// page, the docs and the shipped example are held to.
+pub fn keys() -> impl Iterator<Item = (&'static str, Option<&'static str>)> {
+    Key::ALL.iter().map(|k| (k.name(), k.default_text()))
 }
 
 /// What one line said, before it is checked against the rest of the file.

@@ -27,6 +27,7 @@ mod parse;
 mod patterns;
 mod rules;
 
+pub use keys::keys;
 pub use parse::{metrics_file_in, parse};
 pub use patterns::{glob_matches, is_pattern, type_matches};
 pub use rules::{

@@ -756,4 +756,72 @@ MaxMPSPerJob=100
             }
         }
     }
+
+    /// The manual page, the docs and the shipped example, held to the parser.
+    mod docs {
+        use super::*;
+        use crate::qos::config::keys;
+        use crate::shared::doc_keys::{self, setting_lines};
+
+        const MAN: &str = include_str!("../../../docs/man/gpu_qos.conf.5");
+        const EXAMPLE: &str =
+            include_str!("../../../plugins/job_submit_gpu_qos/gpu_qos.conf.example");
+
+        fn code_keys() -> Vec<(&'static str, Option<&'static str>)> {
+            keys().collect()
+        }
+
+        #[test]
+        fn each_keys_default_text_is_what_the_parser_takes_without_it() {
+            for (key, default) in keys() {
+                let Some(value) = default else { continue };
+                let text = format!("{key}={value}\n");
+                let cfg = parse(&text, FILE).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+                assert_eq!(cfg, GpuQosConfig::default(), "{text:?}");
+            }
+        }
+
+        #[test]
+        fn the_manual_page_and_the_configuration_table_name_every_key_and_its_default() {
+            let heading = "## `gpu_qos.conf` (slurmctld)";
+            doc_keys::assert_docs_agree("gpu_qos.conf", MAN, heading, &code_keys());
+        }
+
+        #[test]
+        fn the_shipped_example_parses_whole_and_its_defaults_are_the_parsers() {
+            let name = "plugins/job_submit_gpu_qos/gpu_qos.conf.example";
+            parse(&doc_keys::settings_text(EXAMPLE), name)
+                .unwrap_or_else(|e| panic!("every line in: {e}"));
+            let (active, defaults) = doc_keys::default_lines(EXAMPLE, &code_keys());
+            let base = parse(&active, name).unwrap_or_else(|e| panic!("{e}"));
+            // A commented-out global key with a default shows the default.
+            for (line, setting) in &defaults {
+                let with = parse(&format!("{active}{setting}\n"), name);
+                let with = with.unwrap_or_else(|e| panic!("{name}:{line}: {e}"));
+                assert_eq!(with, base, "{name}:{line}: `{setting}` is not the default");
+            }
+            doc_keys::assert_shows_every_key(name, EXAMPLE, &code_keys());
+        }
+
+        #[test]
+        fn the_manual_pages_examples_parse_and_the_first_is_the_shipped_file() {
+            let blocks = doc_keys::man_examples(MAN);
+            let files: Vec<&String> = blocks.iter().filter(|b| !b.contains("$ ")).collect();
+            assert!(files.len() >= 4, "{blocks:?}");
+            for (i, text) in files.iter().enumerate() {
+                let name = format!("gpu_qos.conf(5) EXAMPLES, file {}", i + 1);
+                parse(&doc_keys::settings_text(text), &name)
+                    .unwrap_or_else(|e| panic!("{name}: {e}"));
+            }
+            // "The file shipped with gpushare, in short": each of its
+            // setting lines is one of the shipped file's.
+            let shipped = setting_lines(EXAMPLE);
+            for (line, _, setting) in setting_lines(files.first().map_or("", |f| f.as_str())) {
+                assert!(
+                    shipped.iter().any(|(_, _, l)| *l == setting),
+                    "gpu_qos.conf(5)'s shipped file, line {line}: `{setting}` is not shipped"
+                );
+            }
+        }
+    }
 }
