@@ -30,6 +30,8 @@ mod lock_wait;
 mod login_host;
 #[path = "gpu_mps/prolog_d.rs"]
 mod prolog_d;
+#[path = "gpu_mps/upgrade.rs"]
+mod upgrade;
 use cpu_node::{cpu_jobs, cpu_node};
 use login_host::login_host_jobs;
 use prolog_d::{beside_site_scripts, prolog_d_node};
@@ -132,7 +134,13 @@ fn main() -> ExitCode {
         // tests/package_test.sh only: a newer build of the packages there.
         .test_on_request(
             "packages_upgraded_under_running_shares_lose_nothing",
-            upgraded_under_running_shares,
+            upgrade::upgraded_under_running_shares,
+        )
+        // tests/package_test.sh and tests/rpm_test.sh only: Slurm's next
+        // micro release and gpushare's packages for it, in one transaction.
+        .test_on_request(
+            "slurm_and_gpushare_upgraded_in_one_transaction_run_shares",
+            upgrade::slurm_upgraded_with_gpushare,
         )
         // tests/package_test.sh and tests/rpm_test.sh only: a login host's
         // root with gpushare's tools package alone.
@@ -1022,77 +1030,6 @@ fn cut_conf_refusal(c: &mut Cluster) -> TestResult {
     })();
     testcluster::replace_conf(&conf, &text)?;
     result
-}
-
-/// The installed version of a Debian package.
-fn package_version(c: &Cluster, package: &str) -> Result<String, String> {
-    c.run_ok("dpkg-query", &["-W", "-f=${Version}", package])
-        .map(|v| v.trim().to_owned())
-}
-
-/// A node upgraded while shares run, as `apt upgrade` does it: the packages
-/// replaced under running jobs (run by `tests/package_test.sh`, which
-/// installs one build in the root, names a newer one in
-/// `GPUSHARE_UPGRADE_DEBS`, and points the harness at the installed
-/// programs). The shares the old prolog placed keep their GPUs and are
-/// released by the new epilog; the new prolog places the next shares from
-/// the same ledger; no node is drained.
-fn upgraded_under_running_shares(c: &mut Cluster) -> TestResult {
-    let dir = std::env::var("GPUSHARE_UPGRADE_DEBS")
-        .map_err(|_| "GPUSHARE_UPGRADE_DEBS is not set: tests/package_test.sh runs this test")?;
-    let mut debs: Vec<String> = fs::read_dir(&dir)
-        .map_err(|e| format!("{dir}: {e}"))?
-        .filter_map(|e| e.ok())
-        .map(|e| e.path().to_string_lossy().into_owned())
-        .filter(|p| p.ends_with(".deb"))
-        .collect();
-    debs.sort();
-    ensure(!debs.is_empty(), format!("no .deb in {dir}"))?;
-    c.cancel_all()?;
-    wait_for("the epilogs", SHORT, || no_share_left(c))?;
-    let old = package_version(c, "gpushare-node")?;
-    let ids = start_shares(c, 2, 50)?;
-    let gpus = gpus_of(c, &ids)?;
-
-    let mut args = vec!["-i"];
-    args.extend(debs.iter().map(String::as_str));
-    c.run_ok("dpkg", &args)?;
-    let new = package_version(c, "gpushare-node")?;
-    ensure(
-        new != old,
-        format!("gpushare-node is still {old} after dpkg -i"),
-    )?;
-    for (&id, &gpu) in ids.iter().zip(&gpus) {
-        ensure(
-            c.job(id)?.state() == "RUNNING",
-            format!("job {id} did not run on through the upgrade"),
-        )?;
-        ensure(
-            ledger(c).share(id).map(|s| s.gpu) == Some(gpu),
-            format!("the ledger lost job {id} on GPU {gpu}:\n{}", state_text(c)),
-        )?;
-    }
-    c.cancel_all()?;
-    wait_for(
-        "the new epilog to release the old prolog's shares",
-        SHORT,
-        || no_share_left(c),
-    )?;
-    let ids = start_shares(c, 4, 25)?;
-    gpus_of(c, &ids)?;
-    ensure(
-        ledger(c).shares().count() == 4,
-        format!("the new prolog's shares:\n{}", state_text(c)),
-    )?;
-    let states = c.node_states()?;
-    ensure(
-        !states.values().any(|s| s.contains("drain")),
-        format!("a node drained: {states:?}"),
-    )?;
-    c.cancel_all()?;
-    wait_for("the epilogs", SHORT, || no_share_left(c))?;
-    eprintln!("    gpushare-node {old} -> {new} under 2 running shares");
-    Ok(())
 }
 
 /// A node of 4 a40 shared in MPS slices and 2 h100 held whole, set up as

@@ -220,6 +220,10 @@ env_extra+=(GPUSHARE_TEST_NETNS=own)
 # A newer build of the installed packages, inside the root
 # (tests/package_test.sh; gpu_mps's upgrade test installs it).
 [ -z "${GPUSHARE_UPGRADE_DEBS:-}" ] || env_extra+=(GPUSHARE_UPGRADE_DEBS="$GPUSHARE_UPGRADE_DEBS")
+# The command line that installs Slurm's next micro release and gpushare's
+# packages for it in one transaction (tests/rpm_test.sh,
+# tests/package_test.sh; gpu_mps's Slurm upgrade test runs it in the root).
+[ -z "${GPUSHARE_UPGRADE_SLURM:-}" ] || env_extra+=(GPUSHARE_UPGRADE_SLURM="$GPUSHARE_UPGRADE_SLURM")
 # A login host's root beside the cluster's (tests/package_test.sh,
 # tests/rpm_test.sh; gpu_mps's login host test submits from it).
 [ -z "${GPUSHARE_LOGIN_ROOT:-}" ] || env_extra+=(GPUSHARE_LOGIN_ROOT="$GPUSHARE_LOGIN_ROOT")

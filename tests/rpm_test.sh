@@ -20,6 +20,16 @@
 #     login host, a user's share and srun step run on that cluster,
 #     gpu-qos why and usage answer, the required line stops sbatch and srun
 #     once the plugin is gone (as optional, jobs run);
+#  4b. (GPUSHARE_RPM_UPGRADE=1: not yet passed once, so not in make test)
+#     a micro upgrade as the install page gives it: SchedMD's spec built
+#     again from the same tarball as the next micro release (25.05.8 as
+#     25.05.9, tests/slurm_rpms.sh next-micro: ../shared/slurm-src holds
+#     one micro release per major), gpushare built on a build host holding
+#     its slurm-devel; rpm refuses Slurm's packages alone and with
+#     gpushare-slurmctld alone; one rpm -U of Slurm's packages and all
+#     three of gpushare's, taken on a running cluster with a share running
+#     (gpu_mps's slurm_and_gpushare_upgraded_in_one_transaction_run_shares):
+#     the daemons restarted run the new release, a new share runs;
 #  5. packages built for another Slurm (the next release's headers, built
 #     from source) refused by rpm with the dependency it lacks;
 #  6. rpm -e leaves none of their files.
@@ -53,10 +63,15 @@ if [ -z "${GPUSHARE_RPM_TEST_NS:-}" ]; then
     GPUSHARE_ROOT_PACKAGES=$root_packages tests/release_root.sh bookworm "$base" >/dev/null
     # Builds at the lowest priority: make test runs this beside other lanes.
     slurm_rpms=$(nice -n 19 tests/slurm_rpms.sh "$release")
+    # The same release as its next micro release, for the upgrade.
+    next_rpms=
+    if [ "${GPUSHARE_RPM_UPGRADE:-}" = 1 ]; then
+        next_rpms=$(nice -n 19 tests/slurm_rpms.sh "$release" next-micro)
+    fi
     # The next release's headers, for packages built for another Slurm.
     other=$(tests/slurm_source.sh "${GPUSHARE_RPM_OTHER_RELEASE:-25.11}")
     packaging/dist.sh >/dev/null
-    GPUSHARE_RPM_TEST_NS=1 SLURM_RPMS=$slurm_rpms OTHER_PREFIX=$other exec unshare --mount --propagation private -- "$0" "$@"
+    GPUSHARE_RPM_TEST_NS=1 SLURM_RPMS=$slurm_rpms NEXT_SLURM_RPMS=$next_rpms OTHER_PREFIX=$other exec unshare --mount --propagation private -- "$0" "$@"
 fi
 
 version=$(packaging/version.sh)
@@ -109,16 +124,22 @@ mkdir -p "$bridge"
 rpmbuild -bb --define "_topdir $bridge" --define "_rpmdir $bridge" "$bridge/root.spec" >"$tmp/bridge.log" 2>&1 ||
     { cat "$tmp/bridge.log"; fail "building the root's provides package"; }
 rpm --force-debian --root "$root" -i "$bridge"/noarch/gpushare-test-root-1-1.noarch.rpm
-slurm_packages=()
-for p in slurm slurm-devel slurm-slurmctld slurm-slurmd slurm-slurmdbd; do
-    f=$(find "$SLURM_RPMS" -maxdepth 1 -name "$p-[0-9]*.rpm")
-    [ -n "$f" ] || fail "no $p RPM in $SLURM_RPMS"
-    slurm_packages+=("$f")
-done
+# The RPMs of SchedMD's the root installs, in DIR: the client commands
+# and libraries, the headers and the three daemons.
+slurm_rpm_files() { # dir
+    local p f
+    for p in slurm slurm-devel slurm-slurmctld slurm-slurmd slurm-slurmdbd; do
+        f=$(find "$1" -maxdepth 1 -name "$p-[0-9]*.rpm")
+        [ -n "$f" ] || fail "no $p RPM in $1"
+        echo "$f"
+    done
+}
+found=$(slurm_rpm_files "$SLURM_RPMS")
+mapfile -t slurm_packages <<<"$found"
 mkdir -p "$root/tmp/rpms"
 cp "${slurm_packages[@]}" "$root/tmp/rpms/"
-# SchedMD's scriptlets call systemd's rpm macros, which Debian's rpm does
-# not define: they fail (warnings), nothing else does.
+# (SchedMD's scriptlets are RHEL's systemd macros, tests/slurm_rpms.sh:
+# with no systemd here they do nothing.)
 rpm --force-debian --root "$root" -i "$root"/tmp/rpms/slurm-*.rpm >"$tmp/slurm-install.log" 2>&1 ||
     { cat "$tmp/slurm-install.log"; fail "rpm -i SchedMD's Slurm RPMs"; }
 slurm=$(in_root rpm -q --qf '%{VERSION}' slurm)
@@ -126,11 +147,11 @@ echo "   $(in_root rpm -qa 'slurm*' | sort | paste -sd' ')"
 
 step "2. rpmbuild -ta gpushare-$version.tar.gz on it: offline, empty cargo home"
 cp "$tarball" "$root/tmp/"
-build() { # log topdir cargo-target [rpmbuild arguments...]
+build() { # log topdir cargo-target [rpmbuild arguments...] (in $build_host, else the root)
     local log=$1 top=$2 target=$3
     shift 3
     # No network at all: a network namespace of its own with nothing in it.
-    nice -n 19 unshare --net -- chroot "$root" "${root_env[@]}" CARGO_TARGET_DIR="$target" \
+    nice -n 19 unshare --net -- chroot "${build_host:-$root}" "${root_env[@]}" CARGO_TARGET_DIR="$target" \
         rpmbuild -ta --without system_rust --define "_topdir $top" "$@" "/tmp/gpushare-$version.tar.gz" >"$log" 2>&1
 }
 # BuildRequires name RHEL's packages (clang-devel, ...): Debian's hold them
@@ -274,6 +295,75 @@ GPUSHARE_RELEASE_ROOT=$root GPUSHARE_RELEASE_BUILD=$harness GPUSHARE_SLURM_PLUGI
 GPUSHARE_RELEASE_ROOT=$root GPUSHARE_RELEASE_BUILD=$harness GPUSHARE_SLURM_PLUGIN_DIR=$plugindir GPUSHARE_LOGIN_ROOT=$login \
     tests/release_suite.sh "rpm-$release" v1 gpu_mps:a_login_host_with_only_the_tools_package_runs_jobs_on_the_cluster ||
     fail "jobs from the login host did not run"
+
+if [ "${GPUSHARE_RPM_UPGRADE:-}" = 1 ]; then
+    step "4b. a micro upgrade: Slurm's packages and gpushare's for them in one rpm -U"
+    found=$(slurm_rpm_files "$NEXT_SLURM_RPMS")
+    mapfile -t next_packages <<<"$found"
+    next=$(rpm -qp --qf '%{VERSION}' "${next_packages[0]}")
+    [ "$next" = "${slurm%.*}.$((${slurm##*.} + 1))" ] || fail "the next micro release's RPMs are of Slurm $next"
+    # A build host of the new release, as a site has: its slurm and
+    # slurm-devel installed by rpm, gpushare built there as in step 2 (step
+    # 2's cargo target directory mounted at the same path: what does not read
+    # Slurm's headers is not built again).
+    overlay_host "$base" buildnext
+    build_next=$tmp/buildnext
+    rpm --force-debian --root "$build_next" -i "$bridge"/noarch/gpushare-test-root-1-1.noarch.rpm
+    rpm --force-debian --root "$build_next" -i "${next_packages[0]}" "${next_packages[1]}" >"$tmp/buildnext.log" 2>&1 ||
+        { cat "$tmp/buildnext.log"; fail "rpm -i slurm and slurm-devel $next on the build host"; }
+    mkdir -p "$build_next$toolchain" "$build_next/tmp/cargo-target"
+    mount --bind -o ro "$toolchain" "$build_next$toolchain"
+    mount --bind "$root/tmp/cargo-target" "$build_next/tmp/cargo-target"
+    # rpm gives the headers the package's own mtimes, older than step 2's
+    # build: cargo would take slurm-sys as fresh and keep the plugins built for
+    # $slurm. Touched, they are seen changed, as they are.
+    find "$build_next/usr/include/slurm" -type f -exec touch {} +
+    cp "$tarball" "$build_next/tmp/"
+    start=$SECONDS
+    build_host=$build_next build "$tmp/rpmbuild-next.log" /tmp/rpmbuild /tmp/cargo-target --nodeps ||
+        { tail -n 40 "$tmp/rpmbuild-next.log"; fail "rpmbuild -ta on Slurm $next's slurm-devel"; }
+    umount "$build_next/tmp/cargo-target"
+    upgrade=/tmp/upgrade
+    mkdir -p "$root$upgrade"
+    cp "${next_packages[@]}" "$root$upgrade/"
+    for p in gpushare gpushare-slurmctld gpushare-slurmd; do
+        f=$build_next/tmp/rpmbuild/RPMS/x86_64/$p-$version-1.slurm$next.x86_64.rpm
+        [ -f "$f" ] || fail "no $(basename "$f") from the build host: $(ls "$build_next"/tmp/rpmbuild/RPMS/x86_64)"
+        cp "$f" "$root$upgrade/"
+    done
+    echo "   gpushare for Slurm $next built in $((SECONDS - start)) s"
+    # Slurm alone, and with gpushare-slurmctld alone (the base package left
+    # behind): refused, naming what is missing.
+    upgrade_files() { # the packages' names in $upgrade, as globs
+        local p
+        for p in "$@"; do echo "$upgrade/$p-[0-9]*.rpm"; done
+    }
+    slurm_glob=$(upgrade_files slurm slurm-devel slurm-slurmctld slurm-slurmd slurm-slurmdbd | paste -sd' ')
+    if in_root sh -c "rpm --force-debian -U --test $slurm_glob" >"$tmp/refused-alone.log" 2>&1; then
+        fail "rpm -U of Slurm $next alone would leave gpushare's packages for $slurm behind"
+    fi
+    grep -q "slurm(x86-64) = $slurm is needed by (installed) gpushare-slurmctld" "$tmp/refused-alone.log" ||
+        { cat "$tmp/refused-alone.log"; fail "rpm refused Slurm $next alone without naming gpushare-slurmctld's pin"; }
+    if in_root sh -c "rpm --force-debian -U --test $slurm_glob $(upgrade_files gpushare-slurmctld)" >"$tmp/refused.log" 2>&1; then
+        fail "rpm -U of Slurm $next with gpushare-slurmctld alone would leave gpushare behind"
+    fi
+    grep -q "gpushare(x86-64) = $version-1.slurm$next is needed by gpushare-slurmctld-$version-1.slurm$next" "$tmp/refused.log" ||
+        { cat "$tmp/refused.log"; fail "rpm refused gpushare-slurmctld for $next without naming the gpushare package it needs"; }
+    echo "   refused: Slurm $next alone, and with gpushare-slurmctld alone:"
+    grep -h 'needed by' "$tmp/refused-alone.log" "$tmp/refused.log" | sed 's/^/   /'
+    # The upgrade itself, on a running cluster: every installed package of
+    # Slurm's and gpushare's in one transaction (what dnf upgrade hands rpm;
+    # the root has no dnf).
+    upgrade_command="rpm --force-debian -U $slurm_glob $(upgrade_files gpushare gpushare-slurmctld gpushare-slurmd | paste -sd' ')"
+    echo "   $upgrade_command"
+    GPUSHARE_RELEASE_ROOT=$root GPUSHARE_RELEASE_BUILD=$harness GPUSHARE_SLURM_PLUGIN_DIR=$plugindir GPUSHARE_UPGRADE_SLURM=$upgrade_command \
+        tests/release_suite.sh "rpm-$release" v1 gpu_mps:slurm_and_gpushare_upgraded_in_one_transaction_run_shares ||
+        fail "Slurm $slurm to $next with gpushare's packages in one transaction"
+    now=$(in_root rpm -q slurm slurm-slurmctld slurm-slurmd gpushare gpushare-slurmctld gpushare-slurmd | paste -sd' ')
+    [ "$now" = "slurm-$next-1.x86_64 slurm-slurmctld-$next-1.x86_64 slurm-slurmd-$next-1.x86_64 gpushare-$version-1.slurm$next.x86_64 gpushare-slurmctld-$version-1.slurm$next.x86_64 gpushare-slurmd-$version-1.slurm$next.x86_64" ] ||
+        fail "after the upgrade rpm holds: $now"
+    echo "   now: $now"
+fi
 
 step "5. packages built for another Slurm are refused by rpm"
 other_version=$("$OTHER_PREFIX/sbin/slurmctld" -V | awk '{print $2}')
