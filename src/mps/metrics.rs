@@ -658,8 +658,13 @@ mod tests {
             {
                 let word = match after.strip_prefix('`') {
                     Some(quoted) => quoted.split('`').next().unwrap_or(""),
-                    None if after.split_whitespace().nth(1) == Some("in") => {
-                        after.split_whitespace().next().unwrap_or("")
+                    // The manual page's `(reason mig in the metrics)`.
+                    None if after.contains(" in the metrics") => {
+                        let (word, rest) = after.split_once(' ').unwrap_or((after, ""));
+                        if !rest.starts_with("in the metrics") {
+                            continue;
+                        }
+                        word
                     }
                     None => continue,
                 };
