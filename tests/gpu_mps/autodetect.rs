@@ -64,16 +64,24 @@ fn printed_lines(spec: &ClusterSpec, by_slurm: bool) -> Result<(Vec<String>, Str
             String::from_utf8_lossy(&out.stderr)
         ));
     }
+    // A section's title may say more after the file's name (with --node,
+    // gres.conf's says that each line names the node).
     let section = |title: &str| -> Vec<String> {
         text.lines()
-            .skip_while(|l| *l != title)
+            .skip_while(|l| *l != title && !l.starts_with(&format!("{title} (")))
             .skip(1)
             .take_while(|l| !l.is_empty())
             .filter(|l| !l.starts_with('#'))
             .map(str::to_owned)
             .collect()
     };
-    let gres = section("# gres.conf");
+    // Named with --node, the gres.conf lines are scoped to it: the
+    // cluster's own gres.conf takes them unscoped, as a node's own file.
+    let scope = format!("NodeName={NODE} ");
+    let gres: Vec<String> = section("# gres.conf")
+        .iter()
+        .map(|l| l.strip_prefix(&scope).unwrap_or(l).to_owned())
+        .collect();
     let node_gres = section("# slurm.conf")
         .iter()
         .filter(|l| l.starts_with("NodeName="))
