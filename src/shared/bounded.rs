@@ -206,13 +206,14 @@ fn wait_bounded(
         match child.try_wait() {
             Ok(Some(status)) => break (Some(status), false),
             Ok(None) if Instant::now() >= deadline => break (None, !kill(&mut child)),
-            Ok(None) => match &exit_fd {
-                Some(fd) => until_exit(fd, deadline),
-                None => {
+            // A wait the pidfd cannot give (an error other than a signal)
+            // falls back to the pause: never a spin to the deadline.
+            Ok(None) => {
+                if !exit_fd.as_ref().is_some_and(|fd| until_exit(fd, deadline)) {
                     std::thread::sleep(pause);
                     pause = (pause * 2).min(Duration::from_millis(2));
                 }
-            },
+            }
             Err(source) => {
                 kill(&mut child);
                 return Err(RunError::Wait { program, source });
@@ -231,15 +232,18 @@ fn wait_bounded(
 
 /// Waits until the process of `exit_fd` exits or `deadline` comes,
 /// whichever is first (a signal may end the wait sooner: the caller looks
-/// again).
-fn until_exit(exit_fd: &OwnedFd, deadline: Instant) {
+/// again); `false` where poll failed otherwise.
+fn until_exit(exit_fd: &OwnedFd, deadline: Instant) -> bool {
     let left = deadline.saturating_duration_since(Instant::now());
     let timeout = Timespec {
         tv_sec: i64::try_from(left.as_secs()).unwrap_or(i64::MAX),
         tv_nsec: i64::from(left.subsec_nanos()),
     };
     let mut fds = [PollFd::new(exit_fd, PollFlags::IN)];
-    let _ = poll(&mut fds, Some(&timeout));
+    matches!(
+        poll(&mut fds, Some(&timeout)),
+        Ok(_) | Err(rustix::io::Errno::INTR)
+    )
 }
 
 /// Kills `child` and reaps it if it dies at once (within 100 ms): `true`;
