@@ -135,23 +135,25 @@ test-no-install:
 
 # CI's command (the README's): what `check` runs, the plugins built for
 # the other Debian releases, then four lanes side by side (tests/lanes.sh):
-# the cgroup v1 runs (this machine's suites first, the Debian packages
-# built and tested last), the cgroup v2 runs, SchedMD's releases built
-# from source (built beside the lanes, once per machine; their plugins
-# linted there), and gpushare's RPMs on SchedMD's RPMs of 25.05. The lanes never share a network namespace or a test
-# directory. Each run's log is kept in target/test-logs/. Last,
+# the cgroup v1 runs (this machine's suites first), the cgroup v2 runs,
+# SchedMD's releases built from source (built beside the lanes, once per
+# machine; their plugins linted there), and the packages: gpushare's RPMs
+# on SchedMD's RPMs of 25.05, then the Debian packages built and tested.
+# Each lane takes about as long as the longest other (the packages lane,
+# the shortest, holds the two package tests). The lanes never share a
+# network namespace or a test directory. Each run's log is kept in target/test-logs/. Last,
 # tests/leftovers.sh fails the run if any process a test cluster started
 # (slurmstepd included) outlived its cluster.
 test: unit
 	$(MAKE) check-releases SOURCE_RELEASES=
 	$(MAKE) test-gpu-slurm-check
-	tests/lanes.sh "native $(RELEASE_RUNS_V1) packages" "$(RELEASE_RUNS_V2)" "$(SOURCE_RUNS)" "$(RPM_RUNS)"; rc=$$?; tests/leftovers.sh || rc=1; exit $$rc
+	tests/lanes.sh "native $(RELEASE_RUNS_V1)" "$(RELEASE_RUNS_V2)" "$(SOURCE_RUNS)" "$(RPM_RUNS) packages"; rc=$$?; tests/leftovers.sh || rc=1; exit $$rc
 
 # Every release on both cgroup versions in full (about five times make test).
 test-all: export RPM_AGAIN = 1
 test-all: unit
 	$(MAKE) check-releases SOURCE_RELEASES=
-	tests/lanes.sh "native $(RELEASE_RUNS_ALL_V1) packages" "$(RELEASE_RUNS_ALL_V2)" "$(SOURCE_RUNS_ALL)" "$(RPM_RUNS)"; rc=$$?; tests/leftovers.sh || rc=1; exit $$rc
+	tests/lanes.sh "native $(RELEASE_RUNS_ALL_V1)" "$(RELEASE_RUNS_ALL_V2)" "$(SOURCE_RUNS_ALL)" "$(RPM_RUNS) packages"; rc=$$?; tests/leftovers.sh || rc=1; exit $$rc
 
 # The MPS half on a real NVIDIA GPU (tests/hw-check, docs/hardware.md "On real
 # hardware"): the release node programs and a CUDA client as two throwaway
