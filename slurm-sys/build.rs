@@ -113,12 +113,16 @@ fn main() {
     println!("cargo::rerun-if-changed={}", own_include.display());
 
     let include = find_include_dir();
-    for h in ["slurm.h", "slurm_errno.h", "spank.h", "slurm_version.h"] {
-        println!(
-            "cargo::rerun-if-changed={}",
-            include.join("slurm").join(h).display()
-        );
-    }
+    // The directory, not its headers alone: rpm and dpkg give a file the
+    // mtime it had when Slurm was packaged, older than the last build, so
+    // an upgraded slurm-devel or libslurm-dev leaves each header looking
+    // unchanged; both unpack beside and rename into place, which stamps
+    // the directory with the install's time. Cargo scans a directory
+    // named here, itself included.
+    println!(
+        "cargo::rerun-if-changed={}",
+        include.join("slurm").display()
+    );
     let number = read_version(&include);
     // Headers newer than the newest release checked: refused, unless
     // whoever ports gpushare says otherwise.
