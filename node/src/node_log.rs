@@ -12,11 +12,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use gpushare::mps::config::DEFAULT_SYSLOG_SOCKET;
 use log::{Level, LevelFilter, Log, Metadata, Record};
 use syslog::{Facility, Formatter3164, Logger, LoggerBackend};
-
-/// Where syslog listens unless gpu_mps.conf's `SyslogSocket=` says otherwise.
-pub const DEFAULT_SOCKET: &str = "/dev/log";
 
 struct NodeLogger {
     prefix: String,
@@ -55,10 +53,12 @@ impl Log for NodeLogger {
 }
 
 /// Installs the logger for `program` handling `job` (`None` before the job
-/// is known). `socket`: syslog's socket (default [`DEFAULT_SOCKET`]).
+/// is known). `socket`: syslog's socket (default: gpu_mps.conf's
+/// `SyslogSocket=` default, [`DEFAULT_SYSLOG_SOCKET`]).
 /// Calling it twice keeps the first logger.
 pub fn init(program: &str, job: Option<u32>, socket: Option<&Path>) {
-    let path: PathBuf = socket.map_or_else(|| PathBuf::from(DEFAULT_SOCKET), Path::to_path_buf);
+    let path: PathBuf =
+        socket.map_or_else(|| PathBuf::from(DEFAULT_SYSLOG_SOCKET), Path::to_path_buf);
     let formatter = Formatter3164 {
         facility: Facility::LOG_DAEMON,
         hostname: None,
