@@ -208,7 +208,10 @@ cat >"$work/base/usr/share/gpushare/plugstack.conf.d/gpu_mps.conf" <<EOF
 # required: a step whose share cannot be confined must not run. Jobs
 # without an mps share, and hosts without gpu_mps.conf, are left alone.
 # Without conf=, the plugin reads gpu_mps.conf next to slurm.conf.
-required $plugindir/spank_gpu_mps.so
+# The bare name is looked up in each host's PluginDir (here
+# $plugindir): one file serves hosts whose Slurm keeps its plugins
+# elsewhere (RHEL's /usr/lib64/slurm) when it travels with plugstack.conf.
+required spank_gpu_mps.so
 EOF
 chmod 0644 "$work/base/usr/share/gpushare/plugstack.conf.d/gpu_mps.conf"
 
