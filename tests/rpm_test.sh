@@ -315,9 +315,9 @@ if [ "${GPUSHARE_RPM_UPGRADE:-}" = 1 ]; then
     mount --bind -o ro "$toolchain" "$build_next$toolchain"
     mount --bind "$root/tmp/cargo-target" "$build_next/tmp/cargo-target"
     # rpm gives the headers the package's own mtimes, older than step 2's
-    # build: cargo would take slurm-sys as fresh and keep the plugins built for
-    # $slurm. Touched, they are seen changed, as they are.
-    find "$build_next/usr/include/slurm" -type f -exec touch {} +
+    # build; slurm-sys follows their directory, which rpm's install stamps
+    # (a plugin still built for $slurm is refused below, by the pin and by
+    # slurmctld).
     cp "$tarball" "$build_next/tmp/"
     start=$SECONDS
     build_host=$build_next build "$tmp/rpmbuild-next.log" /tmp/rpmbuild /tmp/cargo-target --nodeps ||
