@@ -467,6 +467,9 @@ test-packages: deps
 # Not in make test: its first run on a machine builds SchedMD's slurm-smd
 # packages and a root for them (about 16 minutes on 2 cores) before the
 # 4 to 11 minutes of a run with both cached (CONTRIBUTING.md).
+# GPUSHARE_SMD_UPGRADE=1 adds the micro upgrade (step 5): slurm-smd built
+# again as the next micro release, gpushare rebuilt on it, both installed
+# in one apt-get install on a running cluster.
 SMD_RELEASE ?= 24.05
 .PHONY: test-smd
 test-smd: deps

@@ -3,6 +3,7 @@
 # tarball, with the tarball's own debian/ directory (23.11 and later), as
 # an Ubuntu or Debian site does, once per machine:
 #   tests/slurm_smd_debs.sh 24.05        (or an exact 24.05.8)
+#   tests/slurm_smd_debs.sh 24.05 next-micro
 # Prints the directory holding slurm-smd*.deb (slurm-smd, slurm-smd-dev,
 # slurm-smd-client, slurm-smd-slurmctld, slurm-smd-slurmd,
 # slurm-smd-slurmdbd, ...). The tarball comes from ../shared/slurm-src
@@ -22,8 +23,16 @@
 # differences from SchedMD's build, both to save time on a fresh machine:
 # no test run and no debug symbol packages (DEB_BUILD_OPTIONS nocheck
 # noddebs), -O1 -g0 (DEB_CFLAGS_APPEND), as tests/slurm_rpms.sh builds.
+#
+# With next-micro, the same source as the next micro release (24.05.8 as
+# 24.05.9: META and debian/changelog say so, configure takes the version
+# from META, so the daemons, the plugins, slurm_version.h and the
+# packages' versions all say 24.05.9), kept in X.Y.Z-from-X.Y.W, for
+# tests/smd_test.sh's micro upgrade where ../shared/slurm-src holds one
+# micro release per major (as tests/slurm_rpms.sh next-micro).
 set -euo pipefail
-release=${1:?usage: tests/slurm_smd_debs.sh RELEASE (e.g. 24.05)}
+release=${1:?usage: tests/slurm_smd_debs.sh RELEASE [next-micro] (e.g. 24.05)}
+bump=${2:-}
 cd "$(dirname "$0")/.."
 repo=$PWD
 src=${GPUSHARE_SLURM_SRC:-$(cd .. && pwd)/shared/slurm-src}
@@ -33,14 +42,31 @@ fail() { echo "slurm_smd_debs: $*" >&2; exit 1; }
 mapfile -t tarballs < <(find "$src" -maxdepth 1 -name "slurm-$release*.tar.*" | sort -V)
 [ ${#tarballs[@]} -gt 0 ] || fail "no slurm-$release*.tar.* in $src"
 tarball=${tarballs[-1]}
-version=$(basename "$tarball" | sed -E 's/^slurm-(.*)\.tar\..*$/\1/')
+source_version=$(basename "$tarball" | sed -E 's/^slurm-(.*)\.tar\..*$/\1/')
+version=$source_version
 dir=$cache/$version
+case $bump in
+'') ;;
+next-micro)
+    version=${source_version%.*}.$((${source_version##*.} + 1))
+    # Not where a real release of that number would be kept.
+    dir=$cache/$version-from-$source_version
+    ;;
+*) fail "unknown option $bump (next-micro)" ;;
+esac
 build_root=$cache/build-root
 options="nocheck noddebs parallel=2"
 line="apt-get build-dep; DEB_BUILD_OPTIONS='$options' DEB_CFLAGS_APPEND='-O1 -g0' dpkg-buildpackage -b -uc -us (bookworm root)"
+[ "$version" = "$source_version" ] || line="$line (META and debian/changelog of $source_version as $version)"
 stamp() { echo "$(sha256sum <"$tarball" | cut -d' ' -f1) $line"; }
 built() { [ -f "$dir/.gpushare-build" ] && [ "$(cat "$dir/.gpushare-build")" = "$(stamp)" ]; }
 
+# A finished build answers at once, without waiting for the lock another
+# release's build holds (a build's directory appears whole, by rename).
+if built; then
+    echo "$dir"
+    exit 0
+fi
 mkdir -p "$cache"
 exec 9>"$cache/.lock"
 flock 9
@@ -49,7 +75,7 @@ if built; then
     exit 0
 fi
 # Before anything is built: the tarball must carry SchedMD's debian/.
-tar -tf "$tarball" "slurm-$version/debian/control" >/dev/null 2>&1 ||
+tar -tf "$tarball" "slurm-$source_version/debian/control" >/dev/null 2>&1 ||
     fail "$(basename "$tarball") has no debian/ directory (SchedMD ships it from 23.11)"
 echo "slurm_smd_debs: building SchedMD's slurm-smd $version packages (dpkg-buildpackage, 15 to 30 minutes on 2 cores; log: $dir.log)" >&2
 # The build root: dpkg-dev and the compiler (build-essential); what
@@ -59,6 +85,17 @@ GPUSHARE_ROOT_PACKAGES=build-essential,fakeroot,debhelper \
 rm -rf "$dir" "$dir.partial" "$build_root/build"
 mkdir -p "$build_root/build"
 tar -xf "$tarball" -C "$build_root/build"
+if [ "$version" != "$source_version" ]; then
+    tree=$build_root/build/slurm-$version
+    mv "$build_root/build/slurm-$source_version" "$tree"
+    sed -i -E -e "s/^(  Micro:[[:space:]]*).*/\1${version##*.}/" -e "s/^(  Version:[[:space:]]*).*/\1$version/" "$tree/META"
+    sed -i -E "s/^(Version:[[:space:]]*).*/\1$version/" "$tree/slurm.spec"
+    # The packages' version: debian/changelog's first entry.
+    sed -i -E "1s/^slurm-smd \($source_version-/slurm-smd ($version-/" "$tree/debian/changelog"
+    grep -q "Version:[[:space:]]*$version\$" "$tree/META" || fail "META of $source_version did not take $version"
+    head -n 1 "$tree/debian/changelog" | grep -qF "slurm-smd ($version-" ||
+        fail "debian/changelog of $source_version did not take $version: $(head -n 1 "$tree/debian/changelog")"
+fi
 # A private mount namespace: /proc and /dev go when the build ends.
 GPUSHARE_SMD_ROOT=$build_root GPUSHARE_SMD_SRC=/build/slurm-$version GPUSHARE_SMD_OPTIONS=$options \
     unshare --mount --propagation private -- bash -euo pipefail -c '

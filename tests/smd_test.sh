@@ -21,6 +21,20 @@
 #  4. gpushare's packages built for another Slurm (this machine's 22.05,
 #     target/deb/host) refused by apt, naming the pin; a slurm-smd-slurmctld
 #     of the next micro release refused by dpkg, naming gpushare-controller.
+#  5. (GPUSHARE_SMD_UPGRADE=1) a micro upgrade as operations.md gives it:
+#     slurm-smd built again from the same tarball as the next micro release
+#     (24.05.8 as 24.05.9, tests/slurm_smd_debs.sh next-micro:
+#     ../shared/slurm-src holds one micro release per major), gpushare's
+#     debs built by make deb on a build host holding its slurm-smd-dev (in
+#     step 2's tree: cargo rebuilds what reads the new headers); apt keeps
+#     the next slurm-smd back (apt-get upgrade from a repository of them)
+#     and refuses it alone (apt-get install --no-remove, naming
+#     gpushare-controller) and with gpushare-controller alone (naming the
+#     gpushare package of its build); one apt-get install of slurm-smd's six
+#     packages and gpushare's three, taken on a running cluster with a share
+#     running (gpu_mps's slurm_and_gpushare_upgraded_in_one_transaction_run_shares):
+#     the daemons restarted run the new release, a new share runs; dpkg then
+#     holds the next micro's slurm-smd and gpushare's packages for it.
 #
 # The root (target/releases/smd-X.Y.Z-root) is made once with debootstrap
 # (tests/release_root.sh) and apt (slurm-smd's dependencies come from
@@ -320,4 +334,110 @@ grep -q "gpushare-controller" "$tmp/dpkg.log" || { cat "$tmp/dpkg.log"; fail "dp
 grep -E "gpushare|conflicting" "$tmp/dpkg.log" | head -n 2 | sed 's/^/   dpkg: /'
 now=$(in_root dpkg-query -W -f='${Version}' slurm-smd-slurmctld)
 [ "$now" = "$smd_version" ] || fail "slurm-smd-slurmctld is now $now, expected $smd_version"
+
+if [ "${GPUSHARE_SMD_UPGRADE:-}" = 1 ]; then
+    step "5. a micro upgrade: slurm-smd's packages and gpushare's for them in one apt-get install"
+    # The same release as its next micro release (built here, once per
+    # machine, when the steps above have passed).
+    next_smd_debs=$(nice -n 19 tests/slurm_smd_debs.sh "$release" next-micro)
+    next_files=()
+    for p in "${smd_packages[@]}"; do
+        f=$(find "$next_smd_debs" -maxdepth 1 -name "${p}_*.deb")
+        [ -n "$f" ] || fail "no $p package in $next_smd_debs"
+        next_files+=("$f")
+    done
+    next_smd_version=$(dpkg-deb -f "${next_files[0]}" Version)
+    [ "${next_smd_version%-*}" = "$next_micro" ] || fail "the next micro release's packages are of Slurm $next_smd_version"
+    # A build host of the new release, as a site has: the root with the
+    # next micro's slurm-smd packages installed by dpkg, gpushare built
+    # there as in step 2, in step 2's tree (mounted at the same path, its
+    # cargo target directory with it: what does not read Slurm's headers
+    # is not built again). Nothing is touched: dpkg renames the new headers
+    # into /usr/include/slurm, which slurm-sys's build script watches.
+    overlay_host "$SMD_ROOT" buildnext
+    build_next=$tmp/buildnext
+    mkdir -p "$build_next/tmp/slurm-smd" "$build_next$toolchain" "$build_next$src"
+    cp "${next_files[@]}" "$build_next/tmp/slurm-smd/"
+    printf '#!/bin/sh\nexit 101\n' >"$build_next/usr/sbin/policy-rc.d"
+    chmod 0755 "$build_next/usr/sbin/policy-rc.d"
+    offline chroot "$build_next" "${root_env[@]}" sh -c 'dpkg -i /tmp/slurm-smd/*.deb' >"$tmp/buildnext.log" 2>&1 ||
+        { cat "$tmp/buildnext.log"; fail "dpkg -i of slurm-smd $next_micro on the build host"; }
+    mount --bind -o ro "$toolchain" "$build_next$toolchain"
+    mount --bind "$root$src" "$build_next$src"
+    started=$SECONDS
+    offline nice -n 19 chroot "$build_next" "${root_env[@]}" make -C "$src" deb >"$tmp/make-deb-next.log" 2>&1 ||
+        { tail -n 40 "$tmp/make-deb-next.log"; fail "make deb against slurm-smd-dev $next_micro"; }
+    upgrade=/tmp/upgrade
+    mkdir -p "$root$upgrade"
+    cp "${next_files[@]}" "$root$upgrade/"
+    next_debs=()
+    for p in gpushare gpushare-controller gpushare-node; do
+        d=${p}_$version+slurm$next_micro-1_$arch.deb
+        [ -f "$build_next$debs/$d" ] || fail "make deb on the build host did not make $d: $(ls "$build_next$debs")"
+        cp "$build_next$debs/$d" "$root$upgrade/"
+        next_debs+=("./$d")
+    done
+    umount "$build_next$src"
+    echo "   ${next_debs[*]} built against slurm-smd-dev $next_smd_version in $((SECONDS - started)) s"
+    # Slurm's packages alone: kept back by apt-get upgrade (a site's own
+    # repository of them), refused by apt-get install --no-remove, naming
+    # gpushare-controller, which apt would otherwise offer to remove.
+    mkdir -p "$root/tmp/smd-repo"
+    cp "${next_files[@]}" "$root/tmp/smd-repo/"
+    (cd "$root/tmp/smd-repo" && dpkg-scanpackages . /dev/null 2>/dev/null >Packages)
+    echo "deb [trusted=yes] file:/tmp/smd-repo ./" >"$root/tmp/smd-repo.list"
+    local_repo=(-o Dir::Etc::SourceList=/tmp/smd-repo.list -o Dir::Etc::SourceParts=/nonexistent -q)
+    in_root apt-get "${local_repo[@]}" update >"$tmp/apt.log" 2>&1 || { cat "$tmp/apt.log"; fail "apt-get update of the local repository"; }
+    in_root apt-get "${local_repo[@]}" -s upgrade >"$tmp/apt.log" 2>&1 || { cat "$tmp/apt.log"; fail "apt-get -s upgrade"; }
+    grep -q "^Inst slurm-smd-slurmctld " "$tmp/apt.log" && { cat "$tmp/apt.log"; fail "apt-get upgrade would install slurm-smd-slurmctld $next_micro"; }
+    grep -A2 "kept back" "$tmp/apt.log" | grep -qw slurm-smd-slurmctld ||
+        { cat "$tmp/apt.log"; fail "apt-get upgrade does not keep slurm-smd-slurmctld $next_micro back"; }
+    echo "   apt-get upgrade keeps back: $(grep -A2 'kept back' "$tmp/apt.log" | tail -n +2 | xargs)"
+    rm -rf "$root/tmp/smd-repo.list" "$root/tmp/smd-repo"
+    in_root sh -c 'rm -rf /var/lib/apt/lists/* && mkdir -p /var/lib/apt/lists/partial'
+    smd_glob="./slurm-smd*_${next_smd_version}_$arch.deb"
+    if offline chroot "$root" "${root_env[@]}" sh -c "cd $upgrade && apt-get install -y --no-remove $smd_glob" >"$tmp/apt.log" 2>&1; then
+        cat "$tmp/apt.log"
+        fail "apt-get install of slurm-smd $next_micro alone succeeded"
+    fi
+    grep -A1 "will be REMOVED" "$tmp/apt.log" | grep -qw gpushare-controller ||
+        { cat "$tmp/apt.log"; fail "apt-get install of slurm-smd $next_micro alone: refused without naming gpushare-controller"; }
+    grep -A1 -E "will be REMOVED" "$tmp/apt.log" | sed 's/^/   apt: /'
+    grep "^E:" "$tmp/apt.log" | sed 's/^/   apt: /'
+    # With gpushare-controller of the new build alone: refused, naming the
+    # gpushare package of its own build.
+    if offline chroot "$root" "${root_env[@]}" sh -c "cd $upgrade && apt-get install -y $smd_glob ./gpushare-controller_$version+slurm$next_micro-1_$arch.deb" >"$tmp/apt.log" 2>&1; then
+        cat "$tmp/apt.log"
+        fail "apt-get install of slurm-smd $next_micro with gpushare-controller alone succeeded"
+    fi
+    grep -q "gpushare-controller : Depends: gpushare (= $version+slurm$next_micro-1)" "$tmp/apt.log" ||
+        { cat "$tmp/apt.log"; fail "apt-get install of slurm-smd $next_micro with gpushare-controller alone: refused without naming the gpushare package it needs"; }
+    grep "gpushare-controller : Depends" "$tmp/apt.log" | sed 's/^/   apt: /'
+    for p in slurm-smd-slurmctld gpushare-controller; do
+        now=$(in_root dpkg-query -W -f='${db:Status-Abbrev}${Version}' "$p")
+        case $p in
+        slurm-smd-slurmctld) want="ii $smd_version" ;;
+        *) want="ii $version+slurm$slurm-1" ;;
+        esac
+        [ "$now" = "$want" ] || fail "after the refusals $p is $now, not $want"
+    done
+    # The upgrade itself, on a running cluster with a share running: the
+    # command operations.md gives, run in the root (-y: no one answers).
+    upgrade_command="cd $upgrade && apt-get install -y $smd_glob ${next_debs[*]}"
+    echo "   $upgrade_command"
+    GPUSHARE_RELEASE_ROOT=$root GPUSHARE_RELEASE_BUILD=$harness GPUSHARE_SLURM_PLUGIN_DIR=$plugindir GPUSHARE_UPGRADE_SLURM=$upgrade_command \
+        tests/release_suite.sh "smd-$release" v1 gpu_mps:slurm_and_gpushare_upgraded_in_one_transaction_run_shares ||
+        fail "slurm-smd $slurm to $next_micro with gpushare's packages in one transaction"
+    now=$(in_root dpkg-query -W -f='${Package}=${Version}\n' "${smd_packages[@]}" gpushare gpushare-controller gpushare-node | sort | paste -sd' ')
+    want=$({
+        for p in "${smd_packages[@]}"; do echo "$p=$next_smd_version"; done
+        for p in gpushare gpushare-controller gpushare-node; do echo "$p=$version+slurm$next_micro-1"; done
+    } | sort | paste -sd' ')
+    [ "$now" = "$want" ] || fail "after the upgrade dpkg holds: $now"
+    for p in "${smd_packages[@]}" gpushare gpushare-controller gpushare-node; do
+        in_root dpkg-query -W -f='${db:Status-Abbrev}' "$p" | grep -q '^ii' || fail "$p is not installed after the upgrade"
+    done
+    echo "   now: $now"
+    smd_version=$next_smd_version
+fi
 echo "smd_test $release: passed (gpushare $version built from its source release and installed on SchedMD's slurm-smd $smd_version)"
