@@ -13,6 +13,8 @@
 
 #![forbid(unsafe_code)]
 
+#[cfg(test)]
+mod exit_docs;
 pub mod manual;
 pub mod mps_cli;
 pub mod qos_cli;

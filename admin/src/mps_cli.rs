@@ -10,9 +10,10 @@ use gpushare::mps::setup_lines::GpuGroup;
 
 /// The MPS shares of this GPU node (gpushare).
 ///
-/// Exit status: 0 fine; 1 a problem shown (OVERLAP, OVER, a lost or
-/// set-aside state); 2 could not run; 3 (metrics) no gpu_mps.conf applies
-/// to this node, nothing to do.
+/// Exit status: 0 fine; 1 a problem shown or work left (status, gc,
+/// disable), a GPU failed (selftest); 2 could not run; 3 nothing to do
+/// (metrics: no gpu_mps.conf applies to this node), GPUs skipped
+/// (selftest).
 #[derive(Debug, Parser)]
 #[command(name = "gpu-mps", version = env!("CARGO_PKG_VERSION"))]
 pub struct Cli {
@@ -36,7 +37,9 @@ pub enum Cmd {
     /// One row per GPU: units used/total, share jobs (id, user, units),
     /// whole-GPU holders, and flags: OVERLAP (shares and a whole-GPU job on
     /// one GPU, which Slurm 22.05 can create), OVER (over capacity). Any
-    /// user may run it.
+    /// user may run it. Exit status: 0 fine; 1 a problem shown (OVERLAP,
+    /// OVER, a lost or set-aside state, a ledger that cannot be read); 2
+    /// could not run.
     Status {
         /// Print the status as one JSON object
         #[arg(long)]
@@ -49,7 +52,9 @@ pub enum Cmd {
     /// only its pipe seen). A timer runs `--write` every minute, so a node
     /// whose file is not rewritten is known stale. Where no gpu_mps.conf
     /// applies to the node (none found, or one that gives it no GPUs: a
-    /// CPU node) it says so in one line and exits 3.
+    /// CPU node) it says so in one line and exits 3. Exit status: 0
+    /// printed or written, 2 could not run, 3 no gpu_mps.conf applies to
+    /// this node.
     Metrics {
         /// Write MetricsFile atomically instead of printing; also read the
         /// kernel log for fatal XID errors since the last look (the first
@@ -67,7 +72,10 @@ pub enum Cmd {
     /// (root) Drop the records of jobs that ended unseen
     ///
     /// (root) Drop the records of jobs slurmctld no longer runs on this
-    /// node, and end a lost state once every running share is accounted for.
+    /// node, and end a lost state once every running share is accounted
+    /// for. Exit status: 0 every running share accounted for, 1 a lost
+    /// state kept: some running share jobs are not in the ledger, 2 could
+    /// not run.
     Gc,
     /// (root) Set a GPU aside from sharing
     ///
@@ -75,7 +83,8 @@ pub enum Cmd {
     /// already there run on), `status` flags it FAILED with the reason and
     /// the metrics say so. CPU-only and whole-GPU jobs still run there,
     /// and the node is never drained for it, even with every GPU set aside.
-    /// For health checks (NHC, DCGM on fatal XID errors) and admins.
+    /// For health checks (NHC, DCGM on fatal XID errors) and admins. Exit
+    /// status: 0 done, 2 could not run.
     DrainGpu {
         /// The GPU's index on the node (its place in GPUDevices)
         gpu: u32,
@@ -86,7 +95,7 @@ pub enum Cmd {
     /// (root) Give a set-aside GPU back to sharing
     ///
     /// (root) Give a GPU set aside (by drain-gpu, or found lost through
-    /// NVML) back to sharing.
+    /// NVML) back to sharing. Exit status: 0 done, 2 could not run.
     ResumeGpu {
         /// The GPU's index on the node
         gpu: u32,
@@ -98,9 +107,11 @@ pub enum Cmd {
     /// that shares); shares already running run on, CPU-only and whole-GPU
     /// jobs are not touched. Once no share runs here, every MPS daemon is
     /// stopped, every GPU gets its compute mode back and every exclusion
-    /// gpushare put on jobs is taken back. Exit 0 when that is done, 1
-    /// while shares still run (run it again, or give --wait). The mark
-    /// outlives a reboot; `enable` removes it.
+    /// gpushare put on jobs is taken back (while shares still run, run it
+    /// again, or give --wait). The mark outlives a reboot; `enable`
+    /// removes it. Exit status: 0 nothing of gpushare's left on this node;
+    /// 1 shares still run, or something is left to do (run it again); 2
+    /// could not run.
     Disable {
         /// Why, as `status` and the refused jobs will say it
         #[arg(long, default_value = "taken off sharing by an admin")]
@@ -112,7 +123,7 @@ pub enum Cmd {
     /// (root) Give this node back to GPU sharing
     ///
     /// (root) Give this node back to GPU sharing after `disable`: the next
-    /// share job is placed as before.
+    /// share job is placed as before. Exit status: 0 done, 2 could not run.
     Enable,
     /// (root) Prove each GPU's MPS limits with a CUDA client
     ///
@@ -126,7 +137,7 @@ pub enum Cmd {
     /// the MPS variables must be refused while the GPU is exclusive. The
     /// daemon is stopped again. A GPU that fails is set aside from sharing
     /// (as drain-gpu does) until a test passes there. Exit status: 0 every
-    /// GPU tested passed, 1 one failed, 2 the test could not run, 3 none
+    /// GPU tested passed, 1 a GPU failed, 2 the test could not run, 3 none
     /// failed but some were skipped (shares or a whole-GPU job run there).
     Selftest {
         /// Test only this GPU (its index on the node; repeat for several)
@@ -156,7 +167,7 @@ pub enum Cmd {
     /// lines it needs. With --node, each gres.conf line starts with
     /// NodeName=NAME, for one gres.conf every node shares (without, the
     /// lines of the node's own gres.conf). A gpu_mps.conf that does not
-    /// parse is the error.
+    /// parse is the error. Exit status: 0 printed, 2 could not run.
     Config {
         /// GPUs of the node (default: the device files gpu_mps.conf finds)
         #[arg(long)]

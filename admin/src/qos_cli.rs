@@ -17,9 +17,10 @@ use gpushare::qos::audit::FailOn;
 /// (`audit`), the QOS metrics for Prometheus (`metrics`). Slurm's
 /// commands (sacct, sacctmgr, scontrol, squeue, sprio, sshare) run from PATH
 /// with the environment as it is (SLURM_CONF included). Exit status: 0
-/// fine; 1 `check` found an error, or `audit` a finding at or above
+/// fine; 1 check found an error, or audit a finding at or above
 /// --fail-on; 2 could not run (bad arguments, an invalid or unreadable
-/// gpu_qos.conf, a Slurm command missing or failing).
+/// gpu_qos.conf, a Slurm command missing or failing); 3 metrics --write
+/// has nowhere to write.
 #[derive(Debug, Parser)]
 #[command(name = "gpu-qos", version = env!("CARGO_PKG_VERSION"))]
 pub struct Cli {
@@ -219,9 +220,9 @@ pub enum Cmd {
     /// node_exporter textfile collector): GPUs in use by type against
     /// each GrpTRES limit, pending jobs by reason. Two calls to slurmctld:
     /// `scontrol show assoc_mgr flags=qos` and `squeue -t PENDING`. Exit
-    /// status: 0 written, 2 could not read or write, 3 nowhere to write
-    /// (`--write` without FILE: gpu_qos.conf names no MetricsFile=, or
-    /// its directory does not exist; one line says which).
+    /// status: 0 written; 2 could not read or write; 3 nowhere to write
+    /// (--write without FILE: gpu_qos.conf names no MetricsFile=, or its
+    /// directory does not exist; one line says which).
     Metrics {
         /// Write FILE atomically (a `*.prom` file) instead of printing;
         /// without FILE, `gpushare_qos.prom` beside the plugin's

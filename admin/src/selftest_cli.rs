@@ -8,14 +8,8 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use gpushare::mps::node::{keep_selftest, on_idle_gpu, Node, SelfTestOutcome};
 use gpushare::mps::selftest::{self, report_rows, GpuCheck};
+use gpushare::shared::exit_status::{gpu_mps as exit, Exit};
 use serde::Serialize;
-
-/// Exit status: every GPU tested passed.
-pub const PASSED: u8 = 0;
-/// A GPU failed.
-pub const FAILED: u8 = 1;
-/// None failed, some were skipped.
-pub const SKIPPED: u8 = 3;
 
 /// One GPU's line of the JSON answer.
 #[derive(Debug, Serialize)]
@@ -51,7 +45,7 @@ pub struct Asked<'a> {
 }
 
 /// Runs the test as `asked`.
-pub fn run(node: &Node, asked: &Asked<'_>, json: bool, report: Option<&Path>) -> Result<u8> {
+pub fn run(node: &Node, asked: &Asked<'_>, json: bool, report: Option<&Path>) -> Result<Exit> {
     let Asked {
         gpus,
         units,
@@ -100,11 +94,11 @@ pub fn run(node: &Node, asked: &Asked<'_>, json: bool, report: Option<&Path>) ->
     }
     let any = |word: &str| answer.gpus.iter().any(|g| g.result == word);
     Ok(if any("fail") {
-        FAILED
+        exit::SELFTEST_FAILED
     } else if any("skipped") {
-        SKIPPED
+        exit::SELFTEST_SKIPPED
     } else {
-        PASSED
+        exit::SELFTEST_PASSED
     })
 }
 

@@ -14,6 +14,7 @@ use clap::Parser;
 use gpushare::mps::node::mains::{at_end, epilog_drains, lift_after, AtEnd};
 use gpushare::mps::node::{epilog_with_cgroup, publish_metrics};
 use gpushare::mps::{lock_wait, status};
+use gpushare::shared::exit_status::node as exit;
 use gpushare_node::node_program::{self, EpilogCli, Program, Started};
 use gpushare_node::requeue::{self, Deadline, Refused};
 
@@ -30,7 +31,7 @@ fn run() -> ExitCode {
     let args = EpilogCli::parse();
     let Started { node, env, .. } = match node_program::start(Program::Epilog, &args.node) {
         Ok(Some(started)) => started,
-        Ok(None) => return ExitCode::SUCCESS,
+        Ok(None) => return exit::EPILOG_DONE.into(),
         Err(code) => return code,
     };
     // Slurm's commands for requeues and exclusions share one budget.
@@ -62,7 +63,7 @@ fn run() -> ExitCode {
             }
             if report.deferred.is_some() {
                 // Nothing released yet: no metrics to change, no room freed.
-                return ExitCode::SUCCESS;
+                return exit::EPILOG_DONE.into();
             }
             for (gpu, server, client) in &report.terminated {
                 log::info!("GPU {gpu}: MPS client {client} of server {server} terminated");
@@ -88,16 +89,16 @@ fn run() -> ExitCode {
                     Err(e) => log::warn!("exclusions not taken back: {e}"),
                 }
             }
-            ExitCode::SUCCESS
+            exit::EPILOG_DONE.into()
         }
         // Written by a newer gpushare: a downgrade never drains the node.
         Err(e) if !epilog_drains(&e) => {
             log::error!("job not released: {e}");
-            ExitCode::SUCCESS
+            exit::EPILOG_DONE.into()
         }
         Err(e) => {
             log::error!("node unfit for GPU sharing: {e}");
-            ExitCode::FAILURE
+            exit::EPILOG_UNRELEASED.into()
         }
     }
 }

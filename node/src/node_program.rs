@@ -13,6 +13,7 @@ use gpushare::mps::node::{
     node_name, record_node_name, refuse_unconfigured, release_unconfigured,
     take_unconfigured_refusal, JobEnv, Node,
 };
+use gpushare::shared::exit_status::node as exit;
 
 use crate::node_log;
 
@@ -47,8 +48,8 @@ pub struct PrologCli {
 /// clients and stops a GPU's MPS daemon after its last share; a share
 /// refused where another node may serve it is requeued elsewhere. It logs
 /// to syslog. Exit status: 0 done (a share refused and never placed holds
-/// nothing to release); 1 the node cannot release the share (slurmd
-/// drains it; syslog says why); 2 run without a job's environment.
+/// nothing to release), 1 the node cannot release the share (slurmd
+/// drains it; syslog says why), 2 run without a job's environment.
 #[derive(Debug, Parser)]
 #[command(name = "gpu-mps-epilog", version = env!("CARGO_PKG_VERSION"))]
 pub struct EpilogCli {
@@ -156,7 +157,7 @@ pub fn start(program: Program, args: &NodeArgs) -> Result<Option<Started>, ExitC
         Ok(env) => env,
         Err(e) => {
             log::error!("{e}");
-            return Err(ExitCode::from(2));
+            return Err(exit::MISUSED.into());
         }
     };
     // A share refused for want of any configuration left its note beside
@@ -192,7 +193,7 @@ pub fn start(program: Program, args: &NodeArgs) -> Result<Option<Started>, ExitC
                     }
                     Err(line) => {
                         log::error!("{line}");
-                        Err(ExitCode::FAILURE)
+                        Err(exit::EPILOG_UNRELEASED.into())
                     }
                 }
             }
@@ -215,7 +216,11 @@ pub fn start(program: Program, args: &NodeArgs) -> Result<Option<Started>, ExitC
         }
         Err(e) => {
             log::error!("node unfit for GPU sharing: {e}");
-            Err(ExitCode::FAILURE)
+            Err(match program {
+                Program::Prolog => exit::PROLOG_UNFIT,
+                Program::Epilog => exit::EPILOG_UNRELEASED,
+            }
+            .into())
         }
     }
 }

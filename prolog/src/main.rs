@@ -16,6 +16,7 @@ use clap::Parser;
 use gpushare::mps::node::mains::{nvml_ask, prolog_changed, refused_mark};
 use gpushare::mps::node::{prolog, publish_metrics, running_jobs, PrologOutcome};
 use gpushare::mps::{health, lock_wait, status};
+use gpushare::shared::exit_status::node as exit;
 use gpushare_node::node_program::{self, Program, PrologCli, Started};
 use gpushare_node::requeue;
 use gpushare_node::{cuda_probe, gpu_facts, nvml};
@@ -47,7 +48,7 @@ fn run() -> ExitCode {
         in_force: _in_force,
     } = match node_program::start(Program::Prolog, &args.node) {
         Ok(Some(started)) => started,
-        Ok(None) => return ExitCode::SUCCESS,
+        Ok(None) => return exit::PROLOG_START.into(),
         Err(code) => return code,
     };
     let node_name = std::env::var("SLURMD_NODENAME").ok();
@@ -65,7 +66,7 @@ fn run() -> ExitCode {
         Ok(booking) => booking,
         Err(e) => {
             log::error!("node unfit for GPU sharing: {e}");
-            return ExitCode::FAILURE;
+            return exit::PROLOG_UNFIT.into();
         }
     };
     // NVML, for a share, where its memory limit or MIG mode needs it.
@@ -92,7 +93,7 @@ fn run() -> ExitCode {
         Ok(report) => report,
         Err(e) => {
             log::error!("node unfit for GPU sharing: {e}");
-            return ExitCode::FAILURE;
+            return exit::PROLOG_UNFIT.into();
         }
     };
     for r in &report.dropped {
@@ -163,5 +164,5 @@ fn run() -> ExitCode {
             log::warn!("metrics not written: {e}");
         }
     }
-    ExitCode::SUCCESS
+    exit::PROLOG_START.into()
 }

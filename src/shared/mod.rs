@@ -22,6 +22,7 @@ pub mod calendar;
 #[cfg(test)]
 pub mod doc_keys;
 pub mod durable;
+pub mod exit_status;
 pub mod hostlist;
 pub mod locations;
 pub mod namespaces;

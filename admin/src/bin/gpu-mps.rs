@@ -28,6 +28,7 @@ use gpushare::mps::node::{
 use gpushare::mps::setup_lines::{self, GpuGroup};
 use gpushare::mps::status::{self, NodeStatus};
 use gpushare::mps::{disabled, gc, health, in_force, installed, located, xid};
+use gpushare::shared::exit_status::{gpu_mps as exit, Exit};
 use gpushare_admin::mps_cli::{Cli, Cmd};
 use gpushare_admin::selftest_cli;
 use gpushare_node::usage_record::SlurmAccounting;
@@ -68,6 +69,11 @@ fn main() -> ExitCode {
         conf: &conf,
         node: &node,
     };
+    // Each command's "could not run" (the self-test's is the test's).
+    let unrun = match cli.command {
+        Cmd::Selftest { .. } => exit::SELFTEST_UNRUN,
+        _ => exit::COULD_NOT_RUN,
+    };
     let result = match cli.command {
         Cmd::Status { json } => status(at, json),
         Cmd::Gc => gc(at),
@@ -75,7 +81,7 @@ fn main() -> ExitCode {
             // A CPU node, or one whose file is elsewhere: said, not failed.
             Some(looked_at) => {
                 eprintln!("gpu-mps: {}", located::nothing_here(&looked_at));
-                Ok(NOTHING_HERE)
+                Ok(exit::NOTHING_HERE)
             }
             None => metrics(at, write, &kernel_log),
         },
@@ -117,10 +123,10 @@ fn main() -> ExitCode {
         ),
     };
     match result {
-        Ok(code) => ExitCode::from(code),
+        Ok(code) => code.into(),
         Err(e) => {
             eprintln!("gpu-mps: {e:#}");
-            ExitCode::from(2)
+            unrun.into()
         }
     }
 }
@@ -159,7 +165,7 @@ fn open_as_root(Here { conf, node }: Here<'_>, refusal: &str) -> Result<Node> {
         .with_context(|| format!("{}: not found: this node shares no GPU", conf.display()))
 }
 
-fn status(at: Here<'_>, json: bool) -> Result<u8> {
+fn status(at: Here<'_>, json: bool) -> Result<Exit> {
     let conf = at.conf;
     let cfg = load(at)?;
     let devices = gpu_devices(&cfg);
@@ -189,15 +195,18 @@ fn status(at: Here<'_>, json: bool) -> Result<u8> {
     if let Some(t) = &trouble {
         eprintln!("gpu-mps: the ledger cannot be read, the table above is the published copy: {t}");
     }
-    Ok(u8::from(view.has_problem() || trouble.is_some()))
+    Ok(if view.has_problem() || trouble.is_some() {
+        exit::STATUS_PROBLEM
+    } else {
+        exit::STATUS_FINE
+    })
 }
 
-/// `gpu-mps metrics`'s exit status where no gpu_mps.conf applies to this
-/// node (none found, or one that gives it no GPUs): nothing to do, which
-/// the node timer's unit counts as done (SuccessExitStatus=3).
-const NOTHING_HERE: u8 = 3;
-
-fn metrics(at: Here<'_>, write: bool, kernel_log: &Path) -> Result<u8> {
+/// `gpu-mps metrics`: where no gpu_mps.conf applies to this node (none
+/// found, or one that gives it no GPUs) its status is
+/// [`exit::NOTHING_HERE`], which the node timer's unit counts as done
+/// (SuccessExitStatus=3).
+fn metrics(at: Here<'_>, write: bool, kernel_log: &Path) -> Result<Exit> {
     let conf = at.conf;
     let root_only = "metrics: run as root (the ledger and its counters are root's)";
     if effective_uid() != 0 {
@@ -209,7 +218,7 @@ fn metrics(at: Here<'_>, write: bool, kernel_log: &Path) -> Result<u8> {
     let found = in_force::resolve(conf, at.node, records, 0, in_force::Role::Reader);
     if let Some(why) = &found.no_gpus {
         eprintln!("gpu-mps: {why}; nothing to do");
-        return Ok(NOTHING_HERE);
+        return Ok(exit::NOTHING_HERE);
     }
     let mut node = open_as_root(at, root_only)?;
     if write {
@@ -278,7 +287,7 @@ fn metrics(at: Here<'_>, write: bool, kernel_log: &Path) -> Result<u8> {
                  recorded, no metrics written",
                 conf.display()
             );
-            return Ok(0);
+            return Ok(exit::METRICS_DONE);
         }
         publish_metrics(&node, &[], probe).map_err(anyhow::Error::msg)?;
     } else {
@@ -289,12 +298,12 @@ fn metrics(at: Here<'_>, write: bool, kernel_log: &Path) -> Result<u8> {
         let text = metrics_text(&node, node.ledger.snapshot(), &counters, probe);
         print!("{text}");
     }
-    Ok(0)
+    Ok(exit::METRICS_DONE)
 }
 
 /// Sets GPU `gpu` aside for `reason`, or gives it back (`None`); the
 /// metrics file follows.
-fn drain_gpu(at: Here<'_>, gpu: u32, reason: Option<&str>) -> Result<u8> {
+fn drain_gpu(at: Here<'_>, gpu: u32, reason: Option<&str>) -> Result<Exit> {
     let root_only = "drain-gpu and resume-gpu change the node's state: run them as root";
     let node = open_as_root(at, root_only)?;
     let drained = health::drain(&node.cfg.state_dir, node.gpu_count, gpu, reason)
@@ -302,13 +311,13 @@ fn drain_gpu(at: Here<'_>, gpu: u32, reason: Option<&str>) -> Result<u8> {
     print!("{drained}");
     publish_metrics(&node, &[], |g| status::pipe_probe(&node.cfg, g))
         .map_err(anyhow::Error::msg)?;
-    Ok(0)
+    Ok(exit::DONE)
 }
 
 /// Takes the node off sharing: the mark at once, then, once no share
 /// runs, every daemon stopped, every mode given back, every exclusion
-/// taken back (each line printed); 1 while shares still run.
-fn disable(at: Here<'_>, reason: &str, wait: u64) -> Result<u8> {
+/// taken back (each line printed); work left while shares still run.
+fn disable(at: Here<'_>, reason: &str, wait: u64) -> Result<Exit> {
     let conf = at.conf;
     let node = open_as_root(at, "disable changes the node's state: run it as root")?;
     let dir = Path::new(disabled::DISABLED_DIR);
@@ -345,7 +354,7 @@ fn disable(at: Here<'_>, reason: &str, wait: u64) -> Result<u8> {
                 .collect::<Vec<_>>()
                 .join(", ")
         );
-        return Ok(1);
+        return Ok(exit::DISABLE_LEFT);
     }
     for (gpu, outcome) in stop_idle_daemons(&node)? {
         println!("GPU {gpu}: MPS daemon: {outcome}");
@@ -373,7 +382,7 @@ fn disable(at: Here<'_>, reason: &str, wait: u64) -> Result<u8> {
     let kept = requeue::kept_exclusions(state_dir).unwrap_or(usize::MAX);
     if !modes_left.is_empty() {
         println!("not all of gpushare's traces are gone: run gpu-mps disable again");
-        return Ok(1);
+        return Ok(exit::DISABLE_LEFT);
     }
     if kept > 0 {
         println!(
@@ -381,13 +390,13 @@ fn disable(at: Here<'_>, reason: &str, wait: u64) -> Result<u8> {
              here: take its mps out of Slurm's configuration (gres.conf, slurm.conf), then run \
              gpu-mps disable again, or gpu-mps enable"
         );
-        return Ok(1);
+        return Ok(exit::DISABLE_LEFT);
     }
     println!("no share runs here, no MPS daemon of gpushare's, no exclusion of gpushare's left");
-    Ok(0)
+    Ok(exit::DISABLE_DONE)
 }
 
-fn enable(at: Here<'_>) -> Result<u8> {
+fn enable(at: Here<'_>) -> Result<Exit> {
     let mut node = open_as_root(at, "enable changes the node's state: run it as root")?;
     if disabled::enable(Path::new(disabled::DISABLED_DIR), at.conf).map_err(anyhow::Error::msg)? {
         println!("GPU sharing enabled on this node again");
@@ -400,13 +409,17 @@ fn enable(at: Here<'_>) -> Result<u8> {
         Ok(lines) => lines.iter().for_each(|l| println!("{l}")),
         Err(e) => println!("exclusions not taken back: {e}"),
     }
-    Ok(0)
+    Ok(exit::DONE)
 }
 
-fn gc(at: Here<'_>) -> Result<u8> {
+fn gc(at: Here<'_>) -> Result<Exit> {
     let shared = open_as_root(at, "gc changes the node's ledger: run it as root")?;
     let known = gc::gc(&shared, at.node, running_jobs, |note| println!("{note}"))?;
-    Ok(u8::from(!known))
+    Ok(if known {
+        exit::GC_DONE
+    } else {
+        exit::GC_UNKNOWN
+    })
 }
 
 fn config(
@@ -415,7 +428,7 @@ fn config(
     whole: &[GpuGroup],
     (release, autodetect): (Option<(u32, u32)>, bool),
     named: bool,
-) -> Result<u8> {
+) -> Result<Exit> {
     // With --node, each gres.conf line names the node (NodeName=), for one
     // gres.conf every node shares; without, the node's own file's lines.
     let print = |lines: String| {
@@ -449,7 +462,7 @@ fn config(
         )
         .map_err(anyhow::Error::msg)?;
         print(lines);
-        return Ok(0);
+        return Ok(exit::CONFIG_PRINTED);
     }
     let lines = installed::node_config(
         conf,
@@ -462,5 +475,5 @@ fn config(
     )
     .map_err(anyhow::Error::msg)?;
     print(lines);
-    Ok(0)
+    Ok(exit::CONFIG_PRINTED)
 }

@@ -23,6 +23,7 @@ use gpushare::qos::gather::{self, site};
 use gpushare::qos::metrics::{self, NoQosFile};
 use gpushare::qos::slurm::cache::Cache;
 use gpushare::qos::slurm::{Live, ReadError};
+use gpushare::shared::exit_status::gpu_qos as exit;
 use gpushare::shared::locations::beside_slurm_conf;
 use gpushare::shared::prom;
 use gpushare_admin::qos_cli::{AuditView, Cli, Cmd};
@@ -72,7 +73,7 @@ fn main() -> ExitCode {
                 Ok(report) => print!("{}", report.to_text()),
                 Err(e) => return failed("gpu-qos usage", &e),
             }
-            ExitCode::SUCCESS
+            exit::TOLD.into()
         }
         Cmd::Why { job, json } => run_why(&read, &job, json),
         Cmd::Replay {
@@ -87,7 +88,7 @@ fn main() -> ExitCode {
                 Ok(report) => print!("{}", report.to_text()),
                 Err(e) => return failed("gpu-qos replay", &e),
             }
-            ExitCode::SUCCESS
+            exit::REPLAYED.into()
         }
         Cmd::Advise {
             since,
@@ -100,7 +101,7 @@ fn main() -> ExitCode {
                 Ok(report) => print!("{}", report.to_text()),
                 Err(e) => return failed("gpu-qos advise", &e),
             }
-            ExitCode::SUCCESS
+            exit::TOLD.into()
         }
         Cmd::Metrics { write } => {
             let policy = beside_slurm_conf(None, "gpu_qos.conf");
@@ -116,7 +117,10 @@ fn main() -> ExitCode {
                     }
                     write_metrics(write.as_deref(), &text)
                 }
-                Err(e) => failed("gpu-qos", &e),
+                Err(e) => {
+                    eprintln!("gpu-qos: {e}");
+                    exit::METRICS_UNWRITTEN.into()
+                }
             }
         }
         Cmd::Generate => match site::generated(&read) {
@@ -125,23 +129,23 @@ fn main() -> ExitCode {
                     eprintln!("gpu-qos: {w}");
                 }
                 print!("{text}");
-                ExitCode::SUCCESS
+                exit::GENERATE_PRINTED.into()
             }
             Err(e) => failed("gpu-qos", &e),
         },
     }
 }
 
-/// Could not read: the reason on stderr, exit 2.
+/// Could not read: the reason on stderr.
 fn failed(who: &str, e: &ReadError) -> ExitCode {
     eprintln!("{who}: {e}");
-    ExitCode::from(2)
+    exit::UNREAD.into()
 }
 
 /// The file `metrics --write [FILE]` writes: FILE, else the one beside
 /// `MetricsFile=` of gpu_qos.conf at `policy`; where there is none, the
-/// line saying why is printed and the exit status returned (3: nothing to
-/// write to yet; 2: the plugin's file has this one's name).
+/// line saying why is printed and the exit status returned (nowhere to
+/// write yet; could not write: the plugin's file has this one's name).
 fn metrics_file(file: Option<PathBuf>, policy: &Path) -> Result<PathBuf, ExitCode> {
     if let Some(file) = file {
         return Ok(file);
@@ -150,26 +154,26 @@ fn metrics_file(file: Option<PathBuf>, policy: &Path) -> Result<PathBuf, ExitCod
     let text = text.as_deref().map_err(String::as_str);
     metrics::qos_file_beside(policy, text, Path::is_dir).map_err(|no| {
         let (why, code) = match no {
-            NoQosFile::NotSetUp(why) => (why, 3),
-            NoQosFile::Clash(why) => (why, 2),
+            NoQosFile::NotSetUp(why) => (why, exit::METRICS_NOWHERE),
+            NoQosFile::Clash(why) => (why, exit::METRICS_UNWRITTEN),
         };
         eprintln!("gpu-qos: {why}");
-        ExitCode::from(code)
+        code.into()
     })
 }
 
 fn write_metrics(write: Option<&Path>, text: &str) -> ExitCode {
     match write {
         Some(path) => match prom::write_file(path, text) {
-            Ok(()) => ExitCode::SUCCESS,
+            Ok(()) => exit::METRICS_WRITTEN.into(),
             Err(e) => {
                 eprintln!("gpu-qos: {e}");
-                ExitCode::from(2)
+                exit::METRICS_UNWRITTEN.into()
             }
         },
         None => {
             print!("{text}");
-            ExitCode::SUCCESS
+            exit::METRICS_WRITTEN.into()
         }
     }
 }
@@ -185,7 +189,7 @@ fn run_check(read: &Live, conf: Option<PathBuf>, json: bool) -> ExitCode {
             if json {
                 println!("{}", CheckJson::unchecked(&reason).to_json());
             }
-            return ExitCode::from(2);
+            return exit::CHECK_UNCHECKED.into();
         }
     };
     let findings = inputs.findings(&file);
@@ -214,7 +218,7 @@ fn run_audit(read: &Live, conf: Option<PathBuf>, view: AuditView, fail_on: FailO
             if view == AuditView::Json {
                 println!("{}", AuditReport::unread(&reason, fail_on).to_json());
             }
-            return ExitCode::from(2);
+            return exit::UNREAD.into();
         }
     };
     // The pages for users: the site as configured, whatever the findings.
@@ -225,7 +229,7 @@ fn run_audit(read: &Live, conf: Option<PathBuf>, view: AuditView, fail_on: FailO
     };
     if let Some(page) = page {
         print!("{page}");
-        return ExitCode::SUCCESS;
+        return exit::AUDIT_CLEAN.into();
     }
     let report = AuditReport::new(audit::audit(&site), fail_on, sources);
     match view {
@@ -249,14 +253,17 @@ fn run_why(read: &Live, job: &str, json: bool) -> ExitCode {
                     Ok(text) => println!("{text}"),
                     Err(e) => {
                         eprintln!("gpu-qos why: {e}");
-                        return ExitCode::from(2);
+                        return exit::WHY_UNREAD.into();
                     }
                 }
             } else {
                 print!("{}", gpushare::qos::why::render(&report));
             }
-            ExitCode::SUCCESS
+            exit::TOLD.into()
         }
-        Err(e) => failed("gpu-qos why", &e),
+        Err(e) => {
+            eprintln!("gpu-qos why: {e}");
+            exit::WHY_UNREAD.into()
+        }
     }
 }

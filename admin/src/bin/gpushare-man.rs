@@ -12,6 +12,7 @@ use std::ffi::OsString;
 use std::path::Path;
 use std::process::ExitCode;
 
+use gpushare::shared::exit_status::man as exit;
 use gpushare_admin::manual::{self, InstalledPaths};
 
 const USAGE: &str = "usage: gpushare-man DIR [LIBEXECDIR PLUGINDIR SYSCONFDIR]";
@@ -30,7 +31,7 @@ fn main() -> ExitCode {
         ),
         _ => {
             eprintln!("{USAGE}");
-            return ExitCode::from(2);
+            return exit::MISUSED.into();
         }
     };
     if let Some(p) = paths {
@@ -42,17 +43,17 @@ fn main() -> ExitCode {
                 "gpushare-man: {} is not an absolute path\n{USAGE}",
                 d.display()
             );
-            return ExitCode::from(2);
+            return exit::MISUSED.into();
         }
     }
     match write(Path::new(dir), paths) {
         Ok(n) => {
             println!("gpushare-man: {n} files in {}", Path::new(dir).display());
-            ExitCode::SUCCESS
+            exit::WRITTEN.into()
         }
         Err(e) => {
             eprintln!("gpushare-man: {e}");
-            ExitCode::FAILURE
+            exit::UNWRITTEN.into()
         }
     }
 }

@@ -6,6 +6,7 @@ use std::fmt::{self, Write as _};
 use serde::{Deserialize, Serialize};
 
 use crate::qos::check::Severity;
+use crate::shared::exit_status::gpu_qos as exit_status;
 
 use super::finding::AuditFinding;
 
@@ -49,7 +50,11 @@ pub struct AuditReport {
 impl AuditReport {
     pub fn new(findings: Vec<AuditFinding>, fail_on: FailOn, sources: Vec<String>) -> Self {
         let count = |s: Severity| findings.iter().filter(|f| f.severity == s).count();
-        let exit = u8::from(findings.iter().any(|f| fail_on.reached_by(f.severity)));
+        let exit = if findings.iter().any(|f| fail_on.reached_by(f.severity)) {
+            exit_status::AUDIT_FOUND.code
+        } else {
+            exit_status::AUDIT_CLEAN.code
+        };
         Self {
             exit,
             fail_on,
@@ -65,7 +70,7 @@ impl AuditReport {
     /// The audit could not read the site (exit 2).
     pub fn unread(reason: &str, fail_on: FailOn) -> Self {
         Self {
-            exit: 2,
+            exit: exit_status::UNREAD.code,
             error: Some(reason.to_owned()),
             ..Self::new(Vec::new(), fail_on, Vec::new())
         }

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::qos::config::GpuQosConfig;
+use crate::shared::exit_status::gpu_qos as exit_status;
 
 use super::findings::{Finding, Severity};
 use super::records::QosRecord;
@@ -29,9 +30,14 @@ impl Tally {
         tally
     }
 
-    /// 0: consistent (warnings and notes allowed); 1: discrepancies.
+    /// Its status in `gpu-qos check`'s table: consistent (warnings and
+    /// notes allowed), or at least one error.
     pub fn exit_code(&self) -> u8 {
-        u8::from(self.errors > 0)
+        if self.errors > 0 {
+            exit_status::CHECK_ERRORS.code
+        } else {
+            exit_status::CHECK_CONSISTENT.code
+        }
     }
 }
 
@@ -114,7 +120,7 @@ impl CheckJson {
     pub fn unchecked(reason: &str) -> Self {
         Self {
             conf: None,
-            exit: 2,
+            exit: exit_status::CHECK_UNCHECKED.code,
             error: Some(reason.to_owned()),
             errors: 0,
             warnings: 0,
