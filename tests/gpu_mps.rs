@@ -24,6 +24,8 @@ use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
 mod autodetect;
 #[path = "gpu_mps/cpu_node.rs"]
 mod cpu_node;
+#[path = "gpu_mps/kept_facts.rs"]
+mod kept_facts;
 #[path = "gpu_mps/lock_wait.rs"]
 mod lock_wait;
 #[path = "gpu_mps/login_host.rs"]
@@ -119,6 +121,10 @@ fn main() -> ExitCode {
             many_at_once,
         )
         .test("share_that_fits_no_gpu_fails_the_job_not_the_node", refused)
+        .test(
+            "a_prolog_with_fresh_kept_nvml_facts_starts_no_nvml_child",
+            kept_facts::no_nvml_child_where_kept_facts_are_fresh,
+        )
         .test(
             "a_ledger_locked_past_the_prologs_wait_refuses_and_requeues_the_share",
             lock_wait::ledger_locked,

@@ -69,16 +69,24 @@ fn run() -> ExitCode {
             return exit::PROLOG_UNFIT.into();
         }
     };
-    // NVML, for a share, where its memory limit or MIG mode needs it.
+    // NVML's facts, for a share, where its memory limit or MIG mode needs
+    // them: the kept ones where fresh, else NVML asked (gpu_facts).
     if let Some(ask) = nvml_ask(&node.cfg, env.is_share()) {
         match gpu_facts::read(&node.cfg.state_dir) {
-            Ok(gpus) => {
-                let seen = gpu_facts::seen(&gpus, ask, |m| node.gpus_of_minors(&[m]));
+            Ok(facts) => {
+                let seen = gpu_facts::seen(&facts.gpus, ask, |m| node.gpus_of_minors(&[m]));
                 if let Some(mib) = seen.memory_mib {
                     node.set_gpu_memory(mib);
                 }
                 node.set_mig_minors(&seen.mig_minors);
-                gpu_facts::set_aside_lost(&node, &seen.lost);
+                // Lost GPUs from kept facts were set aside by whoever
+                // asked (a prolog, the node timer, which asks on each run):
+                // never again after `gpu-mps resume-gpu`.
+                if facts.asked {
+                    for line in gpu_facts::set_aside_lost(&node, &seen.lost) {
+                        log::error!("{line}");
+                    }
+                }
                 booking = booking.with_reported(&seen.reported);
             }
             Err(e) => log::debug!("no memory limit or MIG mode from NVML: {e}"),

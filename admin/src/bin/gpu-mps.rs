@@ -20,6 +20,7 @@ use clap::Parser;
 use gpushare::mps::config::{self, GpuMpsConfig};
 use gpushare::mps::lock_wait::{LockWait, LOCK_WAIT};
 use gpushare::mps::metrics::Counters;
+use gpushare::mps::node::mains::nvml_ask;
 use gpushare::mps::node::{
     finish_deferred, follow_whole, gpu_devices, metrics_text, node_name, publish_metrics,
     record_ended, retry_modes, running_jobs, sample_share_usage, stop_idle_daemons,
@@ -32,7 +33,7 @@ use gpushare::shared::exit_status::{gpu_mps as exit, Exit};
 use gpushare_admin::mps_cli::{Cli, Cmd};
 use gpushare_admin::selftest_cli;
 use gpushare_node::usage_record::SlurmAccounting;
-use gpushare_node::{cuda_probe, effective_uid, nvml, nvml_usage, requeue};
+use gpushare_node::{cuda_probe, effective_uid, gpu_facts, nvml, nvml_usage, requeue};
 
 fn main() -> ExitCode {
     // `gpu-mps config` asks NVML for the GPUs' names in a child of its own.
@@ -232,6 +233,19 @@ fn metrics(at: Here<'_>, write: bool, kernel_log: &Path) -> Result<Exit> {
         match finish_deferred(&node) {
             Ok(lines) => lines.iter().for_each(|l| eprintln!("gpu-mps: {l}")),
             Err(e) => eprintln!("gpu-mps: releases left by epilogs not made: {e}"),
+        }
+        // NVML's facts asked and kept with their keys, where a share's
+        // prolog takes them (mains::nvml_ask): its kept copy is as fresh
+        // as this run, and a GPU NVML now reports lost is set aside here
+        // (a prolog with fresh kept facts asks nothing). A node whose
+        // NVML never answered has nothing kept and nothing to say.
+        if let Some(ask) = nvml_ask(&node.cfg, true) {
+            if let Ok(gpus) = gpu_facts::refresh(&node.cfg.state_dir) {
+                let seen = gpu_facts::seen(&gpus, ask, |m| node.gpus_of_minors(&[m]));
+                for line in gpu_facts::set_aside_lost(&node, &seen.lost) {
+                    eprintln!("gpu-mps: {line}");
+                }
+            }
         }
         // NVML's figures the prolog kept (or their copy kept by the
         // cursor, in /var/lib/gpushare, after a reboot) name an XID's GPU.

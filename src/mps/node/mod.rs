@@ -47,12 +47,15 @@
 //!   back to a job Slurm gave it whole, retried by the node timer).
 //! - `mains`: what the prolog's and epilog's mains once decided (which
 //!   of NVML's facts to ask, a refusal's mark, a mark's requeue, the
-//!   exclusions taken back, a drain), for them only to order the calls.
+//!   exclusions taken back, a drain), for them only to order the calls;
+//!   `facts_keys`: whether NVML's kept facts are fresh (boot, driver,
+//!   GPUs and MIG instances as kept) or the prolog asks NVML again.
 //! - `requeue`: a share refused here sent elsewhere by its epilog: the
 //!   decisions (requeue or not, what to give back), on what `scontrol`
 //!   showed and the node's record of what gpushare added.
 
 mod epilog;
+pub mod facts_keys;
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod guide_words;
