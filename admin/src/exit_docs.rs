@@ -23,8 +23,8 @@ fn read(path: &Path) -> String {
 }
 
 /// Each command and subcommand as typed (`gpu-mps disable`), with the
-/// text its `--help` and man page describe it with.
-fn helps() -> Vec<(String, String)> {
+/// text its `--help` and man page describe it with, and its options'.
+fn helps() -> Vec<(String, String, Vec<String>)> {
     let mut out = Vec::new();
     for mut cmd in [
         qos_cli::Cli::command(),
@@ -39,9 +39,16 @@ fn helps() -> Vec<(String, String)> {
                 .map(ToString::to_string)
                 .unwrap_or_default()
         };
-        out.push((cmd.get_name().to_owned(), about(&cmd)));
+        let options = |c: &Command| -> Vec<String> {
+            c.get_arguments()
+                .filter_map(|a| a.get_long_help().or_else(|| a.get_help()))
+                .map(ToString::to_string)
+                .collect()
+        };
+        out.push((cmd.get_name().to_owned(), about(&cmd), options(&cmd)));
         for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
-            out.push((format!("{} {}", cmd.get_name(), sub.get_name()), about(sub)));
+            let name = format!("{} {}", cmd.get_name(), sub.get_name());
+            out.push((name, about(sub), options(sub)));
         }
     }
     out
@@ -55,7 +62,19 @@ fn one_line(text: &str) -> String {
 fn each_help_says_its_commands_exit_statuses_as_the_table_does() {
     let helps = helps();
     let mut wrong = Vec::new();
-    for (command, about) in &helps {
+    for (command, about, options) in &helps {
+        // Each status its text or an option's names is the command's own.
+        for text in std::iter::once(about).chain(options) {
+            for (_, code, meaning) in claims_in(&one_line(text)) {
+                let claim = Claim {
+                    command: Some(command.clone()),
+                    code,
+                    meaning,
+                    at: format!("{command}'s help"),
+                };
+                wrong.extend(judged(&claim));
+            }
+        }
         match exit_status::table(command) {
             Some(table) if one_line(about).contains(&table.sentence()) => {}
             Some(table) => wrong.push(format!(
@@ -67,7 +86,7 @@ fn each_help_says_its_commands_exit_statuses_as_the_table_does() {
     }
     // And no table for a command that is gone (gpushare-man has no help).
     for t in exit_status::TABLES {
-        if t.command != "gpushare-man" && !helps.iter().any(|(c, _)| c == t.command) {
+        if t.command != "gpushare-man" && !helps.iter().any(|(c, ..)| c == t.command) {
             wrong.push(format!("{}: a table and no such command", t.command));
         }
     }
@@ -308,6 +327,12 @@ fn claims_in(block: &str) -> Vec<(usize, u8, Option<String>)> {
         let mut chars = block[start..].chars().peekable();
         let push = |piece: &str, items: &mut Vec<(u8, String)>| {
             let piece = piece.trim();
+            // `0, or 2`: a status too.
+            let piece = ["or ", "and "]
+                .iter()
+                .find_map(|w| piece.strip_prefix(w))
+                .filter(|p| p.starts_with(|c: char| c.is_ascii_digit()))
+                .unwrap_or(piece);
             let num: String = piece.chars().take_while(char::is_ascii_digit).collect();
             let tail = &piece[num.len()..];
             match num.parse::<u8>() {
@@ -523,6 +548,8 @@ fn a_wrong_number_or_meaning_in_a_doc_fails() {
     // The nearest command named before the status is the one.
     assert!(bad("`gpu-mps gc` (the prolog does so too) exits 1 while some are not.").is_empty());
     assert_eq!(bad("`gpu-mps enable` then exits 1.").len(), 1);
+    // `0, or 2`: both statuses.
+    assert_eq!(bad("`gpu-qos audit --markdown` (exit 0, or 3)").len(), 1);
     // Both of `prolog and epilog`.
     let both = claims("its prolog and epilog exit 0 at once");
     assert_eq!(both.len(), 2, "{both:?}");
