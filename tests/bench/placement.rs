@@ -125,6 +125,10 @@ fn main() {
     // GPU's daemon started by its first share, probed by every later one.
     let standin =
         testcluster::standin::install(&dir.join("mps-bin")).unwrap_or_else(|e| panic!("{e}"));
+    // nvidia-smi beside it, as on a node: ComputeMode=exclusive (the
+    // default) sets each served GPU's mode with it, and refuses the share
+    // where there is none.
+    testcluster::standin::install_smi(&dir.join("mps-bin")).unwrap_or_else(|e| panic!("{e}"));
     let conf_mps = dir.join("gpu_mps_control.conf");
     std::fs::write(
         &conf_mps,
@@ -165,21 +169,40 @@ fn main() {
     // A B C: the prolog without metrics, then with them, each followed by
     // an epilog of the same configuration; then a share with the control
     // program.
+    // A prolog that refuses a share exits 0 too (the job's SPANK plugin
+    // stops it): each timed prolog must have placed its share, or the
+    // figures would be a refusal's.
+    let placed = |job: u32| {
+        let held = ledger.snapshot().unwrap_or_else(|e| panic!("{e}")).state;
+        assert!(
+            held.share(job).is_some() && !state.join(format!("refused.{job}")).exists(),
+            "job {job}'s prolog placed no share (refused: {:?})",
+            std::fs::read_to_string(state.join(format!("refused.{job}")))
+        );
+    };
     for i in 0..runs {
         let job = 20_000 + 3 * i as u32;
         let p = run(&mut job_cmd("gpu-mps-prolog", job, &conf));
+        placed(job);
         let e = run(&mut job_cmd("gpu-mps-epilog", job, &conf));
         process.push(p);
         epilogs.push(e);
         pairs.push(p + e);
         with_metrics.push(run(&mut job_cmd("gpu-mps-prolog", job + 1, &conf_metrics)));
+        placed(job + 1);
         run(&mut job_cmd("gpu-mps-epilog", job + 1, &conf_metrics));
-        pairs_mps.push(
-            run(&mut job_cmd("gpu-mps-prolog", job + 2, &conf_mps))
-                + run(&mut job_cmd("gpu-mps-epilog", job + 2, &conf_mps)),
-        );
+        let p = run(&mut job_cmd("gpu-mps-prolog", job + 2, &conf_mps));
+        placed(job + 2);
+        pairs_mps.push(p + run(&mut job_cmd("gpu-mps-epilog", job + 2, &conf_mps)));
     }
     let calls_per_pair = (calls() - calls_before) as f64 / runs as f64;
+    // The shares of the control program's configuration were served by a
+    // daemon: its program was run, or the figure is MPSControl=none's.
+    assert!(
+        calls() > 0,
+        "the control program ({}) was never run",
+        standin.display()
+    );
     run(&mut job_cmd("gpu-mps-epilog", 19_999, &conf_mps));
     let bare: Vec<Duration> = (0..runs)
         .map(|_| run(&mut Command::new("/bin/true")))
