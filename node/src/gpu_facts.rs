@@ -46,10 +46,14 @@ pub fn read(state_dir: &Path) -> Result<Facts, String> {
 
 /// NVML asked now and its answer kept with the node's keys: the node
 /// timer's run, so that a prolog's kept facts are as fresh as the timer's
-/// period; see [`kept_or_last`].
+/// period. Only NVML's answer, never the facts kept before (a GPU they
+/// say lost may have been given back since): `Err` where NVML did not
+/// answer.
 pub fn refresh(state_dir: &Path) -> Result<Vec<GpuFacts>, String> {
     let now = node_keys(Path::new("/"));
-    kept_or_last(state_dir, ask(), &now)
+    let gpus = ask()?;
+    keep(state_dir, &gpus, &now);
+    Ok(gpus)
 }
 
 fn ask() -> Result<Vec<GpuFacts>, String> {
@@ -141,33 +145,36 @@ fn mig_instances(caps: &Path) -> Option<Vec<String>> {
     Some(found)
 }
 
-/// NVML's answer `asked`, its figures kept in `state_dir` where they
-/// changed, then the keys `now` (read before NVML was asked) beside them;
-/// where NVML did not answer, the last ones kept, with a warning; else why
-/// not.
+/// `gpus` kept in `state_dir` where they changed, then the keys `now`
+/// (read before NVML was asked) beside them: the facts first, so keys
+/// never stand beside facts older than they are.
+fn keep(state_dir: &Path, gpus: &[GpuFacts], now: &FactsKeys) {
+    let text = nvml::facts_text(gpus);
+    let keys = facts_keys::keys_text(now);
+    for (name, text) in [(nvml::KEPT_FACTS, &text), (KEPT_KEYS, &keys)] {
+        let path = state_dir.join(name);
+        if std::fs::read_to_string(&path).ok().as_deref() == Some(text.as_str()) {
+            continue;
+        }
+        if let Err(e) = state_dir::replace_file(state_dir, name, text.as_bytes(), 0o600) {
+            log::warn!("NVML's figures not kept: {e}");
+            break;
+        }
+    }
+}
+
+/// NVML's answer `asked`, kept in `state_dir` with the keys `now`
+/// ([`keep`]); where NVML did not answer, the last ones kept, with a
+/// warning; else why not.
 pub fn kept_or_last(
     state_dir: &Path,
     asked: Result<Vec<GpuFacts>, String>,
     now: &FactsKeys,
 ) -> Result<Vec<GpuFacts>, String> {
-    const KEPT: &str = nvml::KEPT_FACTS;
-    let kept = state_dir.join(KEPT);
+    let kept = state_dir.join(nvml::KEPT_FACTS);
     match asked {
         Ok(gpus) => {
-            let text = nvml::facts_text(&gpus);
-            let keys = facts_keys::keys_text(now);
-            // The facts first: keys never stand beside facts older than
-            // they are.
-            for (name, text) in [(KEPT, &text), (KEPT_KEYS, &keys)] {
-                let path = state_dir.join(name);
-                if std::fs::read_to_string(&path).ok().as_deref() == Some(text.as_str()) {
-                    continue;
-                }
-                if let Err(e) = state_dir::replace_file(state_dir, name, text.as_bytes(), 0o600) {
-                    log::warn!("NVML's figures not kept: {e}");
-                    break;
-                }
-            }
+            keep(state_dir, &gpus, now);
             Ok(gpus)
         }
         Err(e) => {
@@ -354,6 +361,16 @@ mod tests {
             kept_or_last(dir.path(), Err("hung".to_owned()), &reloaded),
             Ok(gpus.clone())
         );
+        // The node timer takes NVML's answer only, never the kept facts
+        // (a GPU they say lost may have been given back since).
+        let lost = vec![GpuFacts {
+            lost: true,
+            ..gpu(1, Some(1), None)
+        }];
+        let kept_lost = kept_or_last(dir.path(), Ok(lost), &now);
+        assert!(kept_lost.is_ok_and(|g| g[0].lost));
+        let asked = refresh(dir.path());
+        assert!(asked.is_err(), "{asked:?}");
         // Facts kept by an earlier gpushare, without keys: stale.
         std::fs::remove_file(dir.path().join(KEPT_KEYS)).unwrap_or_else(|e| panic!("{e}"));
         let why = kept_fresh(dir.path(), &now).err().unwrap_or_default();
