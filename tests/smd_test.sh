@@ -198,7 +198,8 @@ for p in gpushare:"$plugindir/spank_gpu_mps.so" gpushare-controller:"$plugindir/
     in_root dpkg -L "${p%%:*}" | grep -x "${p#*:}" >/dev/null || fail "${p%%:*} does not put ${p#*:} in slurm-smd's PluginDir"
 done
 dropin=/usr/share/gpushare/plugstack.conf.d/gpu_mps.conf
-grep -qx "required $plugindir/spank_gpu_mps.so" "$root$dropin" || fail "$dropin does not name $plugindir/spank_gpu_mps.so"
+# The bare name, looked up in slurm-smd's PluginDir (3b loads it).
+grep -qx "required spank_gpu_mps.so" "$root$dropin" || fail "$dropin does not name spank_gpu_mps.so"
 tests/example_paths.sh "$root" /usr/share/doc/gpushare/examples | sed 's/^/   /'
 for p in gpu-qos gpu-mps; do
     said=$(in_root "$p" --version)
