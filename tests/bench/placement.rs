@@ -20,6 +20,9 @@
 //!    GPU's daemon already running (another share holds the GPU), and the
 //!    number of control-program starts per share.
 //!
+//! NVML's facts are kept and fresh, as on a GPU node after its first
+//! prolog (no NVML child).
+//!
 //! The prolog does what it does on a node: the trust checks (Slurm's
 //! percentage against the claimed units), the ledger transaction with its
 //! published status copy, a syslog line (to a socket this bench drains, as
@@ -138,6 +141,21 @@ fn main() {
         ),
     )
     .unwrap_or_else(|e| panic!("{e}"));
+    // NVML's facts kept with the node's keys as they read now, as on a GPU
+    // node after its first prolog or timer run: a share's prolog takes them
+    // and starts no NVML child (the lab has no NVML to keep them from).
+    std::fs::write(
+        state.join(gpushare_node::nvml::KEPT_FACTS),
+        "0 0 48000 0 0 -\n1 1 48000 0 0 -\n2 2 48000 0 0 -\n3 3 48000 0 0 -\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(
+        state.join(gpushare::mps::node::facts_keys::KEPT_KEYS),
+        gpushare::mps::node::facts_keys::keys_text(&gpushare_node::gpu_facts::node_keys(
+            Path::new("/"),
+        )),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     let calls_file = dir.join("mps-bin/standin.calls");
     let calls = || {
         std::fs::read_to_string(&calls_file)
@@ -166,8 +184,8 @@ fn main() {
     // the GPU always holds a share, as on a busy node.
     run(&mut job_cmd("gpu-mps-prolog", 19_999, &conf_mps));
     let calls_before = calls();
-    // A B C: the prolog without metrics, then with them, each followed by
-    // an epilog of the same configuration; then a share with the control
+    // The prolog without metrics, then with them, each followed by an
+    // epilog of the same configuration; then a share with the control
     // program.
     // A prolog that refuses a share exits 0 too (the job's SPANK plugin
     // stops it): each timed prolog must have placed its share, or the
@@ -180,6 +198,9 @@ fn main() {
             std::fs::read_to_string(state.join(format!("refused.{job}")))
         );
     };
+    // Each configuration in a block of its own: a node's prolog records the
+    // gpu_mps.conf it found where that changed (a file on disk, fsynced),
+    // which alternating files would make every run do.
     for i in 0..runs {
         let job = 20_000 + 3 * i as u32;
         let p = run(&mut job_cmd("gpu-mps-prolog", job, &conf));
@@ -188,12 +209,18 @@ fn main() {
         process.push(p);
         epilogs.push(e);
         pairs.push(p + e);
-        with_metrics.push(run(&mut job_cmd("gpu-mps-prolog", job + 1, &conf_metrics)));
-        placed(job + 1);
-        run(&mut job_cmd("gpu-mps-epilog", job + 1, &conf_metrics));
-        let p = run(&mut job_cmd("gpu-mps-prolog", job + 2, &conf_mps));
-        placed(job + 2);
-        pairs_mps.push(p + run(&mut job_cmd("gpu-mps-epilog", job + 2, &conf_mps)));
+    }
+    for i in 0..runs {
+        let job = 20_001 + 3 * i as u32;
+        with_metrics.push(run(&mut job_cmd("gpu-mps-prolog", job, &conf_metrics)));
+        placed(job);
+        run(&mut job_cmd("gpu-mps-epilog", job, &conf_metrics));
+    }
+    for i in 0..runs {
+        let job = 20_002 + 3 * i as u32;
+        let p = run(&mut job_cmd("gpu-mps-prolog", job, &conf_mps));
+        placed(job);
+        pairs_mps.push(p + run(&mut job_cmd("gpu-mps-epilog", job, &conf_mps)));
     }
     let calls_per_pair = (calls() - calls_before) as f64 / runs as f64;
     // The shares of the control program's configuration were served by a
