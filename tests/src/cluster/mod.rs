@@ -539,5 +539,82 @@ impl Cluster {
         for file in gpushare::mps::in_force::pointer_files(records, &conf) {
             let _ = fs::remove_file(file);
         }
+        // What the node programs keep across reboots for this cluster's
+        // state directories and configuration, in the host's
+        // /var/lib/gpushare (`kept-of-<dir>`, `disabled-of-<conf>`).
+        forget_kept(Path::new(gpushare::mps::kept::KEPT_ROOT), &self.dir);
+    }
+}
+
+/// Removes the entries `root` holds for paths under `dir` (`kept-of-` or
+/// `disabled-of-` and the path as [`gpushare::mps::kept::kept_dir`] spells
+/// it): a test cluster's records outlive it otherwise, one per cluster.
+fn forget_kept(root: &Path, dir: &Path) {
+    let spelled = gpushare::mps::kept::kept_dir(Path::new(""), dir);
+    let Some(ours) = spelled
+        .to_str()
+        .and_then(|n| n.strip_prefix("kept-of"))
+        .map(|d| format!("{d}-"))
+    else {
+        return;
+    };
+    let Ok(entries) = fs::read_dir(root) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let mine = ["kept-of", "disabled-of"].iter().any(|p| {
+            name.strip_prefix(p)
+                .is_some_and(|rest| rest.starts_with(&ours))
+        });
+        if mine {
+            let path = entry.path();
+            let _ = fs::remove_dir_all(&path).or_else(|_| fs::remove_file(&path));
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stopped_cluster_forgets_its_kept_records_and_no_other() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = Path::new("/tmp/gpushare-5-0");
+        let kept =
+            |d: &str| gpushare::mps::kept::kept_dir(root.path(), &Path::new(d).join("run/gpu-mps"));
+        for d in [
+            "/tmp/gpushare-5-0",
+            "/tmp/gpushare-5-01",
+            "/tmp/gpushare-6-0",
+        ] {
+            fs::create_dir_all(kept(d)).unwrap();
+        }
+        let disabled = root
+            .path()
+            .join("disabled-of-tmp-gpushare%2d5%2d0-etc-gpu_mps.conf");
+        fs::write(&disabled, "").unwrap();
+        fs::write(
+            root.path().join("gpu_mps.conf-path"),
+            "/etc/slurm/gpu_mps.conf\n",
+        )
+        .unwrap();
+        forget_kept(root.path(), dir);
+        let mut left: Vec<String> = fs::read_dir(root.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                "gpu_mps.conf-path",
+                "kept-of-tmp-gpushare%2d5%2d01-run-gpu%2dmps",
+                "kept-of-tmp-gpushare%2d6%2d0-run-gpu%2dmps"
+            ]
+        );
     }
 }
