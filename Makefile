@@ -469,7 +469,8 @@ test-packages: deps
 # 4 to 11 minutes of a run with both cached (CONTRIBUTING.md).
 # GPUSHARE_SMD_UPGRADE=1 adds the micro upgrade (step 5): slurm-smd built
 # again as the next micro release, gpushare rebuilt on it, both installed
-# in one apt-get install on a running cluster.
+# in one apt-get install on a running cluster (a second Slurm build, about
+# 12 minutes, on a first run; then about 2 minutes a run).
 SMD_RELEASE ?= 24.05
 .PHONY: test-smd
 test-smd: deps

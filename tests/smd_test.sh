@@ -439,6 +439,6 @@ if [ "${GPUSHARE_SMD_UPGRADE:-}" = 1 ]; then
         in_root dpkg-query -W -f='${db:Status-Abbrev}' "$p" | grep -q '^ii' || fail "$p is not installed after the upgrade"
     done
     echo "   now: $now"
-    smd_version=$next_smd_version
+    smd_version="$smd_version, then upgraded with it to $next_smd_version"
 fi
 echo "smd_test $release: passed (gpushare $version built from its source release and installed on SchedMD's slurm-smd $smd_version)"
