@@ -467,7 +467,8 @@ test-packages: deps
 # Not in make test: its first run on a machine builds SchedMD's slurm-smd
 # packages and a root for them (about 16 minutes on 2 cores) before the
 # 4 to 11 minutes of a run with both cached (CONTRIBUTING.md).
-# GPUSHARE_SMD_UPGRADE=1 adds the micro upgrade (step 5): slurm-smd built
+# It ends with the micro upgrade (step 5; GPUSHARE_SMD_UPGRADE=0 leaves it
+# out): slurm-smd built
 # again as the next micro release, gpushare rebuilt on it, both installed
 # in one apt-get install on a running cluster (a second Slurm build, about
 # 12 minutes, on a first run; then about 2 minutes a run).

@@ -20,10 +20,9 @@
 #     login host, a user's share and srun step run on that cluster,
 #     gpu-qos why and usage answer, the required line stops sbatch and srun
 #     once the plugin is gone (as optional, jobs run);
-#  4b. (GPUSHARE_RPM_UPGRADE=1: not yet passed once, so not in make test)
-#     a micro upgrade as the install page gives it: SchedMD's spec built
-#     again from the same tarball as the next micro release (25.05.8 as
-#     25.05.9, tests/slurm_rpms.sh next-micro: ../shared/slurm-src holds
+#  4b. (GPUSHARE_RPM_UPGRADE=0 leaves it out) a micro upgrade as the
+#     install page gives it: SchedMD's spec built again from the same
+#     tarball as the next micro release (25.05.8 as 25.05.9, tests/slurm_rpms.sh next-micro: ../shared/slurm-src holds
 #     one micro release per major), gpushare built on a build host holding
 #     its slurm-devel; rpm refuses Slurm's packages alone and with
 #     gpushare-slurmctld alone; one rpm -U of Slurm's packages and all
@@ -65,7 +64,7 @@ if [ -z "${GPUSHARE_RPM_TEST_NS:-}" ]; then
     slurm_rpms=$(nice -n 19 tests/slurm_rpms.sh "$release")
     # The same release as its next micro release, for the upgrade.
     next_rpms=
-    if [ "${GPUSHARE_RPM_UPGRADE:-}" = 1 ]; then
+    if [ "${GPUSHARE_RPM_UPGRADE:-1}" = 1 ]; then
         next_rpms=$(nice -n 19 tests/slurm_rpms.sh "$release" next-micro)
     fi
     # The next release's headers, for packages built for another Slurm.
@@ -296,7 +295,7 @@ GPUSHARE_RELEASE_ROOT=$root GPUSHARE_RELEASE_BUILD=$harness GPUSHARE_SLURM_PLUGI
     tests/release_suite.sh "rpm-$release" v1 gpu_mps:a_login_host_with_only_the_tools_package_runs_jobs_on_the_cluster ||
     fail "jobs from the login host did not run"
 
-if [ "${GPUSHARE_RPM_UPGRADE:-}" = 1 ]; then
+if [ "${GPUSHARE_RPM_UPGRADE:-1}" = 1 ]; then
     step "4b. a micro upgrade: Slurm's packages and gpushare's for them in one rpm -U"
     found=$(slurm_rpm_files "$NEXT_SLURM_RPMS")
     mapfile -t next_packages <<<"$found"

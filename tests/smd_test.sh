@@ -21,7 +21,7 @@
 #  4. gpushare's packages built for another Slurm (this machine's 22.05,
 #     target/deb/host) refused by apt, naming the pin; a slurm-smd-slurmctld
 #     of the next micro release refused by dpkg, naming gpushare-controller.
-#  5. (GPUSHARE_SMD_UPGRADE=1) a micro upgrade as operations.md gives it:
+#  5. (GPUSHARE_SMD_UPGRADE=0 leaves it out) a micro upgrade as operations.md gives it:
 #     slurm-smd built again from the same tarball as the next micro release
 #     (24.05.8 as 24.05.9, tests/slurm_smd_debs.sh next-micro:
 #     ../shared/slurm-src holds one micro release per major), gpushare's
@@ -336,7 +336,7 @@ grep -E "gpushare|conflicting" "$tmp/dpkg.log" | head -n 2 | sed 's/^/   dpkg: /
 now=$(in_root dpkg-query -W -f='${Version}' slurm-smd-slurmctld)
 [ "$now" = "$smd_version" ] || fail "slurm-smd-slurmctld is now $now, expected $smd_version"
 
-if [ "${GPUSHARE_SMD_UPGRADE:-}" = 1 ]; then
+if [ "${GPUSHARE_SMD_UPGRADE:-1}" = 1 ]; then
     step "5. a micro upgrade: slurm-smd's packages and gpushare's for them in one apt-get install"
     # The same release as its next micro release (built here, once per
     # machine, when the steps above have passed).
