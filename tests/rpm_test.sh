@@ -22,8 +22,9 @@
 #     once the plugin is gone (as optional, jobs run);
 #  4b. (GPUSHARE_RPM_UPGRADE=0 leaves it out) a micro upgrade as the
 #     install page gives it: SchedMD's spec built again from the same
-#     tarball as the next micro release (25.05.8 as 25.05.9, tests/slurm_rpms.sh next-micro: ../shared/slurm-src holds
-#     one micro release per major), gpushare built on a build host holding
+#     tarball as the next micro release (25.05.8 as 25.05.9,
+#     tests/slurm_rpms.sh next-micro: ../shared/slurm-src holds one
+#     micro release per major), gpushare built on a build host holding
 #     its slurm-devel; rpm refuses Slurm's packages alone and with
 #     gpushare-slurmctld alone; one rpm -U of Slurm's packages and all
 #     three of gpushare's, taken on a running cluster with a share running
