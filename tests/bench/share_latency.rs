@@ -311,6 +311,14 @@ impl<'a> Bench<'a> {
                 .push((after - before) / burst.max(1) as f64);
         }
         self.read_stamps(&ids);
+        // A refused share ends fast too: each job must have run its script,
+        // or the figures would be a refusal's.
+        if let Some(id) = ids.iter().find(|id| self.jobs[id].start.is_none()) {
+            return Err(format!(
+                "job {id} never ran its script (refused?): {}",
+                self.c.job_output(*id)
+            ));
+        }
         let jobs = &self.jobs;
         let first = ids.iter().filter_map(|id| jobs[id].alloc).min();
         let last = ids.iter().filter_map(|id| jobs[id].gone).max();
@@ -405,6 +413,9 @@ fn main() -> Result<(), String> {
         let c = cfg.spec.start()?;
         if cfg.standin {
             testcluster::standin::install(&c.dir.join("mps-bin"))?;
+            // nvidia-smi beside it, as on a node: ComputeMode=exclusive
+            // (the default) refuses a share where there is none.
+            testcluster::standin::install_smi(&c.dir.join("mps-bin"))?;
         }
         if cfg.holders {
             for _ in 0..4 {
