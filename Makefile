@@ -318,9 +318,9 @@ bench: deps
 	$(CARGO) build --release --workspace
 	@mkdir -p target/bench
 	@$(foreach b,$(BENCHES),bash -o pipefail -c '$(CARGO) bench -p $(call bench_package,$(b)) --bench $(b) -- $(BENCH_ARGS_$(b)) | tee target/bench/$(b).txt' && ) true
-	@echo; echo "== gpushare benchmarks, $$(nproc) cores, $$(sinfo -V), $$(date -u +%F), against the last figures kept"
+	@echo; echo "== gpushare benchmarks, $$(nproc) cores, $$(slurmctld -V), $$(date -u +%F), against the last figures kept"
 	$(CARGO) run -q -p gpushare-tests --bin bench-figures -- --results target/bench \
-		--day "$$(date -u +%F)" --machine "$$(nproc) cores, $$(sinfo -V | sed 's/^slurm /Slurm /')" $(BENCHES)
+		--day "$$(date -u +%F)" --machine "$$(nproc) cores, $$(slurmctld -V | sed -E "s/^slurm(-wlm)? /Slurm /")" $(BENCHES)
 
 # docs/performance.md's table made again from tests/bench/figures.txt
 # (make bench does it after each run).
