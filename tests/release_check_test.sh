@@ -13,6 +13,10 @@ git_() { git -C "$work/tree" -c user.name=test -c user.email=test@example.invali
 mkdir "$work/tree"
 # The working tree's files (new ones too), without target/: no program is run.
 git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$work/tree" 2>/dev/null || true
+# A release's own tree has no [Unreleased] section: the next change adds
+# one, empty until something is written under it.
+grep -q '^## \[Unreleased\]$' "$work/tree/CHANGELOG.md" ||
+    sed -i '0,/^## \[/s//## [Unreleased]\n\n&/' "$work/tree/CHANGELOG.md"
 git_ init -q && git_ add -A && git_ commit -qm tree
 (cd "$work/tree" && packaging/bump.sh 9.8.7 2026-01-15 >/dev/null)
 git_ add -A && git_ commit -qm bump && git_ branch -q bumped
