@@ -100,7 +100,9 @@ for so in "$plugin" "$spank"; do
         fail "$so is not in the directory of this Slurm's own plugins"
 done
 dropin=/usr/share/gpushare/plugstack.conf.d/gpu_mps.conf
-grep -q "^required $spank\$" "$root$dropin" || fail "$dropin does not load $spank"
+# The bare name: each host finds it in its own PluginDir (checked above
+# for this Slurm, and loaded through the drop-in in step 2b).
+grep -q "^required $(basename "$spank")\$" "$root$dropin" || fail "$dropin does not load $(basename "$spank")"
 [ ! -e "$root/etc/slurm/plugstack.conf.d/gpu_mps.conf" ] || fail "the SPANK drop-in is active after install"
 in_root dpkg-query -W -f='${Conffiles}' "${ours[@]}" | grep . >/dev/null &&
     fail "the packages ship conffiles"
