@@ -15,6 +15,10 @@ use std::process::{Command, Output};
 use gpushare::qos::usage::UsageReport;
 use gpushare::qos::why::WhyReport;
 use testcluster::cluster::slurm_plugin_dir;
+
+/// The SPANK plugin's file name, as a plugstack line names it (bare, or
+/// at the end of a path).
+const PLUGIN: &str = "spank_gpu_mps.so";
 use testcluster::process::MARKER;
 use testcluster::users::TestUser;
 
@@ -232,7 +236,9 @@ impl LoginHost {
                 let words: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
                 match words.as_slice() {
                     [kw, pattern, ..] if kw == "include" => files.extend(self.glob(pattern)),
-                    [_, so, ..] if so.ends_with("/spank_gpu_mps.so") => return Ok((file, words)),
+                    [_, so, ..] if so == PLUGIN || so.ends_with(&format!("/{PLUGIN}")) => {
+                        return Ok((file, words))
+                    }
                     _ => {}
                 }
             }
@@ -240,6 +246,18 @@ impl LoginHost {
         Err(format!(
             "no plugstack line of the login host loads spank_gpu_mps.so (read {files:?})"
         ))
+    }
+
+    /// The plugin file a plugstack line names (`so`): its path, or a bare
+    /// name in Slurm's `PluginDir`, as the login host's client commands
+    /// look it up.
+    fn plugin_file(&self, so: &str) -> PathBuf {
+        let named = Path::new(so);
+        self.path(&if named.is_absolute() {
+            named.to_path_buf()
+        } else {
+            Path::new(&slurm_plugin_dir()).join(named)
+        })
     }
 
     /// The files an `include` pattern names: a path, or `DIR/*.conf`.
@@ -382,12 +400,12 @@ pub(super) fn login_host_jobs(c: &mut Cluster) -> TestResult {
     )?;
 
     // The plugin's file gone: the required line stops the client commands.
-    let _moved = PutBack::move_away(login.path(Path::new(&line[1])))?;
+    let _moved = PutBack::move_away(login.plugin_file(&line[1]))?;
     for (program, args) in [("sbatch", &["--wrap=true"][..]), ("srun", &["true"][..])] {
         let out = login.run(c, &user, program, args)?;
         let said = String::from_utf8_lossy(&out.stderr);
         ensure(
-            !out.status.success() && said.contains(&line[1]),
+            !out.status.success() && said.contains(PLUGIN),
             format!(
                 "{program} on the login host, the required plugin gone: {} {said}",
                 out.status
