@@ -32,21 +32,7 @@ cache=${GPUSHARE_SLURM_RPMS:-/var/cache/gpushare/slurm-rpms}
 fail() { echo "slurm_rpms: $*" >&2; exit 1; }
 command -v rpmbuild >/dev/null || fail "rpmbuild is missing: run make deps"
 
-mapfile -t tarballs < <(find "$src" -maxdepth 1 -name "slurm-$release*.tar.*" | sort -V)
-[ ${#tarballs[@]} -gt 0 ] || fail "no slurm-$release*.tar.* in $src"
-tarball=${tarballs[-1]}
-source_version=$(basename "$tarball" | sed -E 's/^slurm-(.*)\.tar\..*$/\1/')
-version=$source_version
-dir=$cache/$version
-case $bump in
-'') ;;
-next-micro)
-    version=${source_version%.*}.$((${source_version##*.} + 1))
-    # Not where a real release of that number would be kept.
-    dir=$cache/$version-from-$source_version
-    ;;
-*) fail "unknown option $bump (next-micro)" ;;
-esac
+. tests/slurm_tarball.sh
 # No debuginfo packages and light optimisation, as tests/slurm_source.sh
 # builds: the tests need Slurm's RPMs as a site installs them, not its
 # debug symbols, and a fresh machine builds them on its critical path.

@@ -39,21 +39,7 @@ src=${GPUSHARE_SLURM_SRC:-$(cd .. && pwd)/shared/slurm-src}
 cache=${GPUSHARE_SLURM_SMD_DEBS:-/var/cache/gpushare/slurm-smd-debs}
 fail() { echo "slurm_smd_debs: $*" >&2; exit 1; }
 
-mapfile -t tarballs < <(find "$src" -maxdepth 1 -name "slurm-$release*.tar.*" | sort -V)
-[ ${#tarballs[@]} -gt 0 ] || fail "no slurm-$release*.tar.* in $src"
-tarball=${tarballs[-1]}
-source_version=$(basename "$tarball" | sed -E 's/^slurm-(.*)\.tar\..*$/\1/')
-version=$source_version
-dir=$cache/$version
-case $bump in
-'') ;;
-next-micro)
-    version=${source_version%.*}.$((${source_version##*.} + 1))
-    # Not where a real release of that number would be kept.
-    dir=$cache/$version-from-$source_version
-    ;;
-*) fail "unknown option $bump (next-micro)" ;;
-esac
+. tests/slurm_tarball.sh
 build_root=$cache/build-root
 options="nocheck noddebs parallel=2"
 line="apt-get build-dep; DEB_BUILD_OPTIONS='$options' DEB_CFLAGS_APPEND='-O1 -g0' dpkg-buildpackage -b -uc -us (bookworm root)"
