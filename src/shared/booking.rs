@@ -367,18 +367,14 @@ fn cgroup_v2(cgroup_conf: &str, unified: fn() -> bool) -> bool {
     }
 }
 
-/// Whether `/sys/fs/cgroup` is a cgroup2 mount (the last mount there wins).
+/// Whether `/sys/fs/cgroup` is a cgroup2 mount, as Slurm's autodetect
+/// decides it: the file system seen there now (the last mount wins) has
+/// cgroup2's magic. One `statfs`, where reading `/proc/self/mounts` took
+/// the kernel a line per mount of the node at every share's start.
 fn unified_mount() -> bool {
-    fs::read_to_string("/proc/self/mounts").is_ok_and(|mounts| {
-        mounts
-            .lines()
-            .filter_map(|l| {
-                let mut words = l.split_whitespace().skip(1);
-                Some((words.next()?, words.next()?))
-            })
-            .rfind(|(at, _)| *at == "/sys/fs/cgroup")
-            .is_some_and(|(_, kind)| kind == "cgroup2")
-    })
+    const CGROUP2_SUPER_MAGIC: u64 = 0x6367_7270;
+    rustix::fs::statfs("/sys/fs/cgroup")
+        .is_ok_and(|fs| u64::try_from(fs.f_type).is_ok_and(|t| t == CGROUP2_SUPER_MAGIC))
 }
 
 #[cfg(test)]
@@ -575,5 +571,23 @@ mod tests {
         assert!(!cgroup_v2("CgroupPlugin=cgroup/v1\n", yes));
         assert!(cgroup_v2("CgroupPlugin=autodetect\n", yes));
         assert!(!cgroup_v2("", no));
+    }
+
+    /// The one `statfs` reads `/sys/fs/cgroup` as the mount table does:
+    /// the last mount there, cgroup2 or not (on the host running the test).
+    #[test]
+    fn unified_mount_agrees_with_the_mount_table() {
+        let Ok(mounts) = fs::read_to_string("/proc/self/mounts") else {
+            return;
+        };
+        let table = mounts
+            .lines()
+            .filter_map(|l| {
+                let mut words = l.split_whitespace().skip(1);
+                Some((words.next()?, words.next()?))
+            })
+            .rfind(|(at, _)| *at == "/sys/fs/cgroup")
+            .is_some_and(|(_, kind)| kind == "cgroup2");
+        assert_eq!(unified_mount(), table, "{mounts}");
     }
 }
