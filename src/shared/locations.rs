@@ -105,9 +105,12 @@ pub fn slurm_command_in(
 }
 
 /// This host's short name (the kernel's hostname up to its first dot), as
-/// Slurm names a node by default; `None` where it cannot be read.
+/// Slurm names a node by default; `None` where it is empty or not text.
+/// One `uname` (the UTS namespace's name, as /proc/sys/kernel/hostname
+/// shows it), no file opened: every share's prolog asks.
 pub fn short_hostname() -> Option<String> {
-    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    let uts = rustix::system::uname();
+    let name = uts.nodename().to_str().ok()?;
     let short = name.trim().split('.').next().unwrap_or("");
     (!short.is_empty()).then(|| short.to_owned())
 }
@@ -115,6 +118,19 @@ pub fn short_hostname() -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The name `uname` gives is the one the kernel shows in /proc.
+    #[test]
+    fn the_short_hostname_is_the_kernels() {
+        let Ok(name) = std::fs::read_to_string("/proc/sys/kernel/hostname") else {
+            return;
+        };
+        let short = name.trim().split('.').next().unwrap_or("");
+        assert_eq!(
+            short_hostname().as_deref(),
+            (!short.is_empty()).then_some(short)
+        );
+    }
 
     #[test]
     fn slurm_commands_come_from_the_prefix_of_the_slurmd_that_started_us() {
