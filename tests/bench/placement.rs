@@ -14,7 +14,10 @@
 //!    metrics file under the ledger's lock after it);
 //! 3. the shell prolog (`surf_style_prolog.sh`), spawn included, on the same
 //!    number of jobs (no lock, no fsync: cheaper work than ours);
-//! 4. a bare process start (`/bin/true`), the floor of any prolog;
+//! 4. a bare process start (`/bin/true`), the floor of any prolog, and
+//!    the two programs' own starts (`--version`: exec, the dynamic loader,
+//!    Rust's runtime, no work), which splits a share's cost into the
+//!    programs' starts and their work;
 //! 5. one share's prolog + epilog with `MPSControl=none` and with the
 //!    compiled stand-in control program (`testcluster::standin`), its
 //!    GPU's daemon already running (another share holds the GPU), and the
@@ -234,6 +237,15 @@ fn main() {
     let bare: Vec<Duration> = (0..runs)
         .map(|_| run(&mut Command::new("/bin/true")))
         .collect();
+    // The two programs' own starts, no work (`--version`): what a share
+    // would cost if the prolog and epilog did nothing, the floor of any
+    // dynamically linked Rust program above /bin/true's.
+    let starts: Vec<Duration> = (0..runs)
+        .map(|_| {
+            run(Command::new(bin.join("gpu-mps-prolog")).arg("--version"))
+                + run(Command::new(bin.join("gpu-mps-epilog")).arg("--version"))
+        })
+        .collect();
 
     // 3. The shell prolog, on a node with the same 36 jobs.
     let shell_state = dir.join("shell");
@@ -263,6 +275,7 @@ fn main() {
 
     let (a, b, c) = (median(inproc), median(process), median(shell));
     let (e, t) = (median(epilogs), median(bare));
+    let own = median(starts);
     let m = median(with_metrics);
     println!(
         "\nplacement on a node of {GPUS} GPUs x {UNITS} units holding {FULL} jobs, state on {}",
@@ -302,6 +315,13 @@ fn main() {
         us(c) / us(b)
     );
     println!(
+        "the two programs' own starts (--version, no work): {:.0} us = {:.2}x two bare process \
+         starts; their work for one share: {:.0} us",
+        us(own),
+        us(own) / (2.0 * us(t)),
+        us(pair) - us(own)
+    );
+    println!(
         "metrics file and DCGM mapping add {:.0} us to the prolog ({:+.1} %)",
         us(m) - us(b),
         (us(m) / us(b) - 1.0) * 100.0
@@ -313,13 +333,18 @@ fn main() {
         "node programs: one share's prolog + epilog, state on tmpfs",
         &format!(
             "{pair_ms:.2} ms = {pair_x:.2}× two bare process starts (bare {:.2} ms; \
+             the two programs' own starts {:.2} ms = {:.2}×, their work {:.2} ms; \
              MPSControl=none, no control program started)",
-            us(t) / 1000.0
+            us(t) / 1000.0,
+            us(own) / 1000.0,
+            us(own) / (2.0 * us(t)),
+            (us(pair) - us(own)) / 1000.0
         ),
         &cmd,
         &[
             Key::lower("pair", pair_ms, "ms"),
             Key::lower("vs_bare", pair_x, "×"),
+            Key::lower("work", (us(pair) - us(own)) / 1000.0, "ms"),
         ],
     );
     let (mps_ms, mps_x) = (us(pair_mps) / 1000.0, us(pair_mps) / (2.0 * us(t)));
