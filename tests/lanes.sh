@@ -179,6 +179,13 @@ echo
 echo "== lanes done in $((SECONDS - started)) s"
 if [ -n "$failed" ]; then
     echo "runs failed: $failed"
+    # What failed, in the last lines a CI summary keeps (the logs above
+    # hold the rest): each failed test with the first line of its error,
+    # a failed build's error, at most 14 lines in all.
+    for run in $failed; do
+        grep -a -A1 -E '^test .* \.\.\. FAILED|^error(\[E[0-9]+\])?: |^== .*FAILED|^---- .* stdout ----' "$(log_of "$run")" 2>/dev/null |
+            grep -a -v '^--$' | head -n 6 | cut -c1-240 | sed "s/^/  $run: /"
+    done | head -n 14
     exit 1
 fi
 echo "every run passed"
