@@ -103,6 +103,13 @@ fn the_per_share_use_check_runs_on_stand_ins_and_leaves_nothing() {
         !std::env::temp_dir().join(&name).exists(),
         "{name} left in the temporary directory"
     );
+    // Nor the node programs' pointer to its configuration's ledger in the
+    // host's /run/gpushare.
+    let records = std::path::Path::new(gpushare::mps::in_force::NODE_RECORDS_DIR);
+    let conf = std::env::temp_dir().join(&name).join("gpu_mps_usage.conf");
+    for file in gpushare::mps::in_force::pointer_files(records, &conf) {
+        assert!(!file.exists(), "{} left behind", file.display());
+    }
     let strays: Vec<String> = std::fs::read_dir("/proc")
         .into_iter()
         .flatten()

@@ -784,6 +784,9 @@ pub fn share_usage(rig: &Rig<'_>, report: &mut Report) {
         for l in &LOADS {
             detail.push(rig.node_program("gpu-mps-epilog", &conf, l, 0).detail());
         }
+        // The node programs' pointer to this configuration's ledger, in
+        // the host's /run/gpushare: gone with the check's directory.
+        super::forget_pointers(&conf);
         checks
     });
     match measured {
