@@ -151,6 +151,10 @@ cleanup() {
     # The ledger gpushare keeps in /run for this check's configuration,
     # and the host's own node name where this check's replaced it.
     rm -f /run/gpushare/ledger-of-*"$(basename "$D" | sed 's/-/%2d/g')"-etc-gpu_mps.conf*
+    # What the node programs keep across reboots for this check's state
+    # directory and configuration.
+    rm -rf /var/lib/gpushare/kept-of-*"$(basename "$D" | sed 's/-/%2d/g')"-* \
+        /var/lib/gpushare/disabled-of-*"$(basename "$D" | sed 's/-/%2d/g')"-*
     if [ "$(cat /run/gpushare/node-name 2>/dev/null)" = "$NODE" ]; then
         if [ -n "$name_before" ] && [ "$name_before" != "$NODE" ]; then
             printf '%s\n' "$name_before" >/run/gpushare/node-name

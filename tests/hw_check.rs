@@ -110,6 +110,12 @@ fn the_per_share_use_check_runs_on_stand_ins_and_leaves_nothing() {
     for file in gpushare::mps::in_force::pointer_files(records, &conf) {
         assert!(!file.exists(), "{} left behind", file.display());
     }
+    // Nor the records it keeps across reboots in /var/lib/gpushare.
+    let kept = gpushare::mps::kept::kept_dir(
+        std::path::Path::new(gpushare::mps::kept::KEPT_ROOT),
+        &std::env::temp_dir().join(&name).join("usage"),
+    );
+    assert!(!kept.exists(), "{} left behind", kept.display());
     let strays: Vec<String> = std::fs::read_dir("/proc")
         .into_iter()
         .flatten()

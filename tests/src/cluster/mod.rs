@@ -548,8 +548,9 @@ impl Cluster {
 
 /// Removes the entries `root` holds for paths under `dir` (`kept-of-` or
 /// `disabled-of-` and the path as [`gpushare::mps::kept::kept_dir`] spells
-/// it): a test cluster's records outlive it otherwise, one per cluster.
-fn forget_kept(root: &Path, dir: &Path) {
+/// it): a test cluster's records outlive it otherwise, one per cluster
+/// (hw-check's stand-in run calls it for its own directory too).
+pub fn forget_kept(root: &Path, dir: &Path) {
     let spelled = gpushare::mps::kept::kept_dir(Path::new(""), dir);
     let Some(ours) = spelled
         .to_str()

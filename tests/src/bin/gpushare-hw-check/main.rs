@@ -514,7 +514,7 @@ impl Cleanup {
         if let Some(dir) = &self.dir {
             if self.keep {
                 seen.push(format!("kept {}", dir.display()));
-            } else if let Err(e) = fs::remove_dir_all(dir).map(|()| forget_pointers(dir)) {
+            } else if let Err(e) = fs::remove_dir_all(dir).map(|()| forget_node_records(dir)) {
                 seen.push(format!("{}: {e}", dir.display()));
             }
         }
@@ -965,6 +965,14 @@ fn client_env(user: &User, plan_env: &[(String, String)]) -> BTreeMap<String, St
     .collect();
     env.extend(plan_env.iter().cloned());
     env
+}
+
+/// Removes what the node programs keep on the host for the check's
+/// directory `dir`: the pointers in /run/gpushare ([`forget_pointers`])
+/// and the records kept across reboots in /var/lib/gpushare.
+fn forget_node_records(dir: &Path) {
+    forget_pointers(dir);
+    testcluster::cluster::forget_kept(Path::new(gpushare::mps::kept::KEPT_ROOT), dir);
 }
 
 /// Removes the node programs' pointers (and their locks) in the host's
