@@ -148,13 +148,14 @@ cleanup() {
     [ -n "$linked" ] && rm -f "$linked"
     # What a job namespace plugin left mounted under the check's directory.
     umount -R -l "$D/ns" "$D/nsl" 2>/dev/null
-    # The ledger gpushare keeps in /run for this check's configuration,
-    # and the host's own node name where this check's replaced it.
-    rm -f /run/gpushare/ledger-of-*"$(basename "$D" | sed 's/-/%2d/g')"-etc-gpu_mps.conf*
-    # What the node programs keep across reboots for this check's state
-    # directory and configuration.
-    rm -rf /var/lib/gpushare/kept-of-*"$(basename "$D" | sed 's/-/%2d/g')"-* \
-        /var/lib/gpushare/disabled-of-*"$(basename "$D" | sed 's/-/%2d/g')"-*
+    # What gpushare keeps on the host for this check's configuration and
+    # state directory, each named for its path (`-` spelled %2d): the
+    # ledger's pointer in /run, the records kept across reboots in
+    # /var/lib; then the host's own node name where this check's replaced it.
+    local spelled
+    spelled=$(basename "$D" | sed 's/-/%2d/g')
+    rm -f /run/gpushare/ledger-of-*"$spelled"-etc-gpu_mps.conf*
+    rm -rf /var/lib/gpushare/kept-of-*"$spelled"-* /var/lib/gpushare/disabled-of-*"$spelled"-*
     if [ "$(cat /run/gpushare/node-name 2>/dev/null)" = "$NODE" ]; then
         if [ -n "$name_before" ] && [ "$name_before" != "$NODE" ]; then
             printf '%s\n' "$name_before" >/run/gpushare/node-name

@@ -373,12 +373,7 @@ fn main() {
         &[Key::lower("place", us(a), "µs")],
     );
     let _ = std::fs::remove_dir_all(&dir);
-    // The node programs' pointers to the three configurations' ledgers, in
-    // the host's /run/gpushare: gone with them.
-    let records = Path::new(gpushare::mps::in_force::NODE_RECORDS_DIR);
-    for c in [&conf, &conf_metrics, &conf_mps] {
-        for file in gpushare::mps::in_force::pointer_files(records, c) {
-            let _ = std::fs::remove_file(file);
-        }
-    }
+    // What the node programs keep on the host for the three
+    // configurations (their ledgers' pointers in /run/gpushare).
+    testcluster::cluster::forget_node_records(&dir);
 }

@@ -15,12 +15,12 @@ use std::process::{Command, Output};
 use gpushare::qos::usage::UsageReport;
 use gpushare::qos::why::WhyReport;
 use testcluster::cluster::slurm_plugin_dir;
+use testcluster::process::MARKER;
+use testcluster::users::TestUser;
 
 /// The SPANK plugin's file name, as a plugstack line names it (bare, or
 /// at the end of a path).
 const PLUGIN: &str = "spank_gpu_mps.so";
-use testcluster::process::MARKER;
-use testcluster::users::TestUser;
 
 use super::*;
 

@@ -532,25 +532,39 @@ impl Cluster {
         }
         self.hosts.clear();
         self.fabric = None;
-        // The node programs' pointer to this cluster's ledger, in the
-        // host's /run (a node of a multi-node cluster has a /run of its own).
-        let records = Path::new(gpushare::mps::in_force::NODE_RECORDS_DIR);
-        let conf = self.slurm_conf().with_file_name("gpu_mps.conf");
-        for file in gpushare::mps::in_force::pointer_files(records, &conf) {
-            let _ = fs::remove_file(file);
-        }
-        // What the node programs keep across reboots for this cluster's
-        // state directories and configuration, in the host's
-        // /var/lib/gpushare (`kept-of-<dir>`, `disabled-of-<conf>`).
-        forget_kept(Path::new(gpushare::mps::kept::KEPT_ROOT), &self.dir);
+        // What the node programs keep on the host for this cluster's
+        // configuration and state directories (a node of a multi-node
+        // cluster has a /run of its own).
+        forget_node_records(&self.dir);
     }
 }
 
-/// Removes the entries `root` holds for paths under `dir` (`kept-of-` or
-/// `disabled-of-` and the path as [`gpushare::mps::kept::kept_dir`] spells
-/// it): a test cluster's records outlive it otherwise, one per cluster
-/// (hw-check's stand-in run calls it for its own directory too).
-pub fn forget_kept(root: &Path, dir: &Path) {
+/// The records of the node programs kept across reboots
+/// (`/var/lib/gpushare`: `kept-of-<dir>`, `disabled-of-<conf>`).
+const KEPT_PREFIXES: [&str; 2] = ["kept-of", "disabled-of"];
+
+/// Removes what the node programs keep on this host for paths under `dir`
+/// (a test cluster's, hw-check's or a bench's directory): the pointers to
+/// ledgers in /run/gpushare (`ledger-of-<conf>` and its lock) and the
+/// records kept across reboots in /var/lib/gpushare. They outlive the
+/// directory otherwise, one set per run.
+pub fn forget_node_records(dir: &Path) {
+    forget_under(
+        Path::new(gpushare::mps::in_force::NODE_RECORDS_DIR),
+        &["ledger-of"],
+        dir,
+    );
+    forget_under(
+        Path::new(gpushare::mps::kept::KEPT_ROOT),
+        &KEPT_PREFIXES,
+        dir,
+    );
+}
+
+/// Removes the entries `root` holds for paths under `dir`: one of
+/// `prefixes`, then the path as [`gpushare::mps::kept::kept_dir`] spells
+/// it (every node record is named so).
+fn forget_under(root: &Path, prefixes: &[&str], dir: &Path) {
     let spelled = gpushare::mps::kept::kept_dir(Path::new(""), dir);
     let Some(ours) = spelled
         .to_str()
@@ -565,7 +579,7 @@ pub fn forget_kept(root: &Path, dir: &Path) {
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        let mine = ["kept-of", "disabled-of"].iter().any(|p| {
+        let mine = prefixes.iter().any(|p| {
             name.strip_prefix(p)
                 .is_some_and(|rest| rest.starts_with(&ours))
         });
@@ -603,7 +617,7 @@ mod tests {
             "/etc/slurm/gpu_mps.conf\n",
         )
         .unwrap();
-        forget_kept(root.path(), dir);
+        forget_under(root.path(), &KEPT_PREFIXES, dir);
         let mut left: Vec<String> = fs::read_dir(root.path())
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())

@@ -514,7 +514,9 @@ impl Cleanup {
         if let Some(dir) = &self.dir {
             if self.keep {
                 seen.push(format!("kept {}", dir.display()));
-            } else if let Err(e) = fs::remove_dir_all(dir).map(|()| forget_node_records(dir)) {
+            } else if let Err(e) =
+                fs::remove_dir_all(dir).map(|()| testcluster::cluster::forget_node_records(dir))
+            {
                 seen.push(format!("{}: {e}", dir.display()));
             }
         }
@@ -965,43 +967,6 @@ fn client_env(user: &User, plan_env: &[(String, String)]) -> BTreeMap<String, St
     .collect();
     env.extend(plan_env.iter().cloned());
     env
-}
-
-/// Removes what the node programs keep on the host for the check's
-/// directory `dir`: the pointers in /run/gpushare ([`forget_pointers`])
-/// and the records kept across reboots in /var/lib/gpushare.
-fn forget_node_records(dir: &Path) {
-    forget_pointers(dir);
-    testcluster::cluster::forget_kept(Path::new(gpushare::mps::kept::KEPT_ROOT), dir);
-}
-
-/// Removes the node programs' pointers (and their locks) in the host's
-/// /run/gpushare to the ledgers of `conf` and of every configuration
-/// under it (a directory): the check's configurations are gone with it.
-fn forget_pointers(conf: &Path) {
-    let records = Path::new(gpushare::mps::in_force::NODE_RECORDS_DIR);
-    let [pointer, lock] = gpushare::mps::in_force::pointer_files(records, conf);
-    let _ = fs::remove_file(&pointer);
-    let _ = fs::remove_file(lock);
-    let Some(under) = pointer
-        .file_name()
-        .and_then(|n| n.to_str())
-        .map(|n| format!("{n}-"))
-    else {
-        return;
-    };
-    let Ok(entries) = fs::read_dir(records) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        if entry
-            .file_name()
-            .to_str()
-            .is_some_and(|n| n.starts_with(&under))
-        {
-            let _ = fs::remove_file(entry.path());
-        }
-    }
 }
 
 // ---------------------------------------------------------------- client

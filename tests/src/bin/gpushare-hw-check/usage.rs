@@ -784,13 +784,6 @@ pub fn share_usage(rig: &Rig<'_>, report: &mut Report) {
         for l in &LOADS {
             detail.push(rig.node_program("gpu-mps-epilog", &conf, l, 0).detail());
         }
-        // What the node programs keep on the host for this configuration
-        // (its ledger's pointer in /run/gpushare, its records in
-        // /var/lib/gpushare): gone with the check's directory.
-        super::forget_pointers(&conf);
-        if let Some(dir) = conf.parent() {
-            testcluster::cluster::forget_kept(Path::new(gpushare::mps::kept::KEPT_ROOT), dir);
-        }
         checks
     });
     match measured {
