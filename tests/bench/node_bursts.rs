@@ -19,7 +19,8 @@
 //! (`testcluster::standin`; the GPUs' daemon locks too: a share's start
 //! finds its GPU's daemon or starts it, a share's end asks it for the
 //! job's clients and stops it after the last share). State on tmpfs
-//! (/dev/shm), like /run on a real node.
+//! (/dev/shm), like /run on a real node; NVML's facts kept and fresh, as
+//! on a GPU node after its first prolog (no NVML child).
 
 use std::collections::BTreeMap;
 use std::os::unix::net::UnixDatagram;
@@ -225,6 +226,10 @@ fn main() {
             ),
         )
         .unwrap_or_else(|e| panic!("{e}"));
+        // NVML's facts kept fresh, as on a GPU node after its first share:
+        // no prolog starts an NVML child (here, with no NVIDIA driver, each
+        // would ask in one of its own).
+        testcluster::standin::keep_nvml_facts(&state, 4, 48_000).unwrap_or_else(|e| panic!("{e}"));
         (path, state)
     };
     let setups = [
@@ -305,4 +310,6 @@ fn main() {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+    // The node programs' ledger pointers in /run/gpushare, for both setups.
+    testcluster::cluster::forget_node_records(&dir);
 }

@@ -144,21 +144,9 @@ fn main() {
         ),
     )
     .unwrap_or_else(|e| panic!("{e}"));
-    // NVML's facts kept with the node's keys as they read now, as on a GPU
-    // node after its first prolog or timer run: a share's prolog takes them
-    // and starts no NVML child (the lab has no NVML to keep them from).
-    std::fs::write(
-        state.join(gpushare_node::nvml::KEPT_FACTS),
-        "0 0 48000 0 0 -\n1 1 48000 0 0 -\n2 2 48000 0 0 -\n3 3 48000 0 0 -\n",
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    std::fs::write(
-        state.join(gpushare::mps::node::facts_keys::KEPT_KEYS),
-        gpushare::mps::node::facts_keys::keys_text(&gpushare_node::gpu_facts::node_keys(
-            Path::new("/"),
-        )),
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    // NVML's facts kept fresh, as on a GPU node after its first prolog or
+    // timer run: a share's prolog takes them and starts no NVML child.
+    testcluster::standin::keep_nvml_facts(&state, GPUS, 48_000).unwrap_or_else(|e| panic!("{e}"));
     let calls_file = dir.join("mps-bin/standin.calls");
     let calls = || {
         std::fs::read_to_string(&calls_file)

@@ -37,6 +37,12 @@
 //! (the daemon running, as on a busy node; bursts then have 12 places, not
 //! 16).
 //!
+//! gpushare's state is on tmpfs, as /run is on a node, with NVML's facts
+//! kept and fresh, as on a GPU node after its first share (no NVML child).
+//! `SHARE_LATENCY_ONLY="name;name"` runs only the configurations named
+//! (to profile one alone, e.g. under `perf record -a`); their figures are
+//! printed, not kept.
+//!
 //! Bursts on a small machine are CPU-bound, so each burst also counts the
 //! machine's busy CPU time per job (`/proc/stat`): what each configuration
 //! costs, wherever it runs.
@@ -110,6 +116,9 @@ impl Tail {
     }
 }
 
+/// The configuration the others are compared with.
+const TRIVIAL: &str = "trivial Prolog/Epilog";
+
 struct Config {
     name: &'static str,
     spec: ClusterSpec,
@@ -167,7 +176,7 @@ fn configs() -> Vec<Config> {
             holders: false,
         },
         Config {
-            name: "trivial Prolog/Epilog",
+            name: TRIVIAL,
             spec: plain(Some("/bin/true"), flags.clone()),
             standin: false,
             holders: false,
@@ -406,11 +415,29 @@ fn main() -> Result<(), String> {
     let serial = nums.first().copied().unwrap_or(20);
     let burst = nums.get(1).copied().unwrap_or(50);
     let rounds = nums.get(2).copied().unwrap_or(3);
-    let configs = configs();
+    let mut configs = configs();
+    // SHARE_LATENCY_ONLY="name;name": only those configurations (to profile
+    // one alone); their rows are printed, not kept as make bench's figures.
+    let only = std::env::var("SHARE_LATENCY_ONLY").ok();
+    if let Some(only) = &only {
+        configs.retain(|c| only.split(';').any(|o| c.name == o));
+    }
     let mut clusters: Vec<Cluster> = Vec::new();
     for cfg in &configs {
         eprintln!("starting cluster: {}", cfg.name);
         let c = cfg.spec.start()?;
+        // NVML's facts kept fresh, as on a GPU node after its first share:
+        // gpushare's prologs then start no NVML child (on this machine,
+        // with no NVIDIA driver, each would ask in one of its own).
+        if cfg
+            .spec
+            .prolog
+            .as_ref()
+            .is_some_and(|p| p.ends_with("gpu-mps-prolog"))
+        {
+            let state = PathBuf::from(format!("{SHM}{}/gpu-mps", c.dir.display()));
+            testcluster::standin::keep_nvml_facts(&state, 4, 48_000)?;
+        }
         if cfg.standin {
             testcluster::standin::install(&c.dir.join("mps-bin"))?;
             // nvidia-smi beside it, as on a node: ComputeMode=exclusive
@@ -430,7 +457,7 @@ fn main() -> Result<(), String> {
         .iter()
         .map(|c| PathBuf::from(format!("{SHM}{}", c.dir.display())))
         .collect();
-    let result = run(&configs, &clusters, serial, burst, rounds);
+    let result = run(&configs, &clusters, (serial, burst, rounds), only.is_none());
     drop(clusters);
     for dir in shm {
         let _ = fs::remove_dir_all(&dir);
@@ -445,9 +472,8 @@ fn main() -> Result<(), String> {
 fn run(
     configs: &[Config],
     clusters: &[Cluster],
-    serial: usize,
-    burst: usize,
-    rounds: usize,
+    (serial, burst, rounds): (usize, usize, usize),
+    figures: bool,
 ) -> Result<(), String> {
     let mut benches: Vec<Bench> = clusters.iter().map(Bench::new).collect::<Result<_, _>>()?;
     for round in 0..rounds {
@@ -495,7 +521,12 @@ fn run(
             )
         })
         .collect();
-    let trivial = rows.get(1).copied().unwrap_or_default();
+    let trivial = configs
+        .iter()
+        .position(|c| c.name == TRIVIAL)
+        .and_then(|i| rows.get(i))
+        .copied()
+        .unwrap_or_default();
     for (cfg, r) in configs.iter().zip(&rows) {
         println!(
             "{:<28} {:>9}/{:<6} {:>9}/{:<6} {:>+12} {:>12.1} {:>9.2}× {:>12.1}",
@@ -517,6 +548,9 @@ fn run(
          per job)"
     );
     // make bench's summary lines.
+    if !figures {
+        return Ok(());
+    }
     let cmd =
         format!("cargo bench -p gpushare-tests --bench share_latency -- {serial} {burst} {rounds}");
     for (cfg, r) in configs.iter().zip(&rows) {

@@ -31,6 +31,33 @@ pub fn install_nvml_usage(dir: &Path) -> crate::Result<PathBuf> {
     install_as(dir, NVML_USAGE)
 }
 
+/// NVML's facts kept fresh in the state directory `state_dir`, as a GPU
+/// node holds them after its first share's prolog or node timer run:
+/// `gpus` GPUs of `memory_mib` each (minors 0 up, no MIG, none lost), with
+/// the node's keys as they read now. A share's prolog then takes them and
+/// starts no NVML child; without them, on a machine with no NVIDIA driver,
+/// every share's prolog would ask NVML in a child of its own, a cost no GPU
+/// node pays. The directory is made where missing, as the ledger wants it.
+pub fn keep_nvml_facts(state_dir: &Path, gpus: u32, memory_mib: u64) -> crate::Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    gpushare::mps::ledger::Ledger::open(state_dir, euid).map_err(|e| e.to_string())?;
+    let facts: String = (0..gpus)
+        .map(|g| format!("{g} {g} {memory_mib} 0 0 -\n"))
+        .collect();
+    let keys = gpushare::mps::node::facts_keys::keys_text(&gpushare_node::gpu_facts::node_keys(
+        Path::new("/"),
+    ));
+    for (name, text) in [
+        (gpushare::mps::gpu_devices::KEPT_FACTS, facts),
+        (gpushare::mps::node::facts_keys::KEPT_KEYS, keys),
+    ] {
+        let path = state_dir.join(name);
+        fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
 /// The name the stand-in NVML query is installed under.
 pub const NVML_USAGE: &str = "gpushare-nvml-usage";
 
