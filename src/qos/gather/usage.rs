@@ -34,6 +34,9 @@ pub fn report(
 ) -> Result<UsageReport, ReadError> {
     // The name of the uid that runs this, not $USER, which anyone sets.
     let user = read.read(&Query::user_name())?.trim().to_owned();
+    // slurmdbd's two answers (`sacctmgr`, the slowest reads where nothing
+    // is kept) read beside each other and slurmctld's.
+    read.prefetch(&[qos::audit(), qos::of_user(&user)]);
     let mut unread = Vec::new();
     let all_qos = super::users_qos(read, &mut unread)?;
     let user_qos = match read.read(&qos::of_user(&user)) {

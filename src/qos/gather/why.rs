@@ -5,7 +5,8 @@
 use super::accounts::account_chain_uses;
 use crate::qos::site::{parse_nodes, parse_partitions, SlurmSettings, Unread};
 use crate::qos::slurm::{
-    config, job, jobs, nodes, partitions, priority, runs, shares, soft, Query, ReadError, SlurmRead,
+    config, job, jobs, nodes, partitions, priority, qos, runs, shares, soft, Query, ReadError,
+    SlurmRead,
 };
 use crate::qos::usage;
 use crate::qos::why::{self, Facts, WhyReport};
@@ -30,6 +31,9 @@ fn node_facts(read: &dyn SlurmRead, partition: &str, unread: &mut Vec<Unread>, f
 /// One job's explanation (`gpu-qos why`, and each job of `usage
 /// --explain`).
 pub fn report(read: &dyn SlurmRead, id: &str) -> Result<WhyReport, ReadError> {
+    // slurmdbd's QOS (`sacctmgr`, the slowest read where nothing is kept)
+    // read beside slurmctld's answers.
+    read.prefetch(&[qos::audit()]);
     let (found, mut unread) = job::read(read, id)?;
     let Some(mut found) = found else {
         return Err(ReadError::new(format!(

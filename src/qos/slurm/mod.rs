@@ -159,6 +159,15 @@ pub fn soft(
 pub trait SlurmRead {
     /// The query's stdout, or why there is none.
     fn read(&self, query: &Query) -> Result<String, ReadError>;
+
+    /// `queries` about to be read: a reader may start them now, beside
+    /// whatever is read before them (their answers are the same either
+    /// way). Where a read waits on slurmdbd (`sacctmgr`, about 0.3 s each
+    /// when nothing is kept), the users' commands take the longest of
+    /// their reads, not the sum.
+    fn prefetch(&self, queries: &[Query]) {
+        let _ = queries;
+    }
 }
 
 /// How long one Slurm command may take; slurmctld or slurmdbd not
@@ -174,6 +183,10 @@ pub const ANSWER_LIMIT: u64 = 1 << 30;
 /// `KEY.txt` per query, the fixtures of [`Recorded`].
 pub const RECORD_ENV: &str = "GPUSHARE_RECORD_SLURM";
 
+/// An answer being read in a thread of its own, with the note of a kept
+/// answer used in its place.
+type InFlight = std::thread::JoinHandle<(Result<String, ReadError>, Option<Unread>)>;
+
 /// Slurm's commands, run from PATH with the environment as it is
 /// (`SLURM_CONF` included), each answer kept for the rest of the run:
 /// `usage --explain` explains several jobs whose reads overlap (the QOS
@@ -183,6 +196,8 @@ pub const RECORD_ENV: &str = "GPUSHARE_RECORD_SLURM";
 #[derive(Debug, Default)]
 pub struct Live {
     answers: Mutex<Vec<(String, Result<String, ReadError>)>>,
+    /// Answers being read in threads of their own ([`SlurmRead::prefetch`]).
+    in_flight: Mutex<Vec<(String, InFlight)>>,
     record: Option<PathBuf>,
     /// Where `sacctmgr`'s answers are kept between runs ([`cache`]).
     cache: Option<cache::Cache>,
@@ -195,6 +210,7 @@ impl Live {
     pub fn new() -> Self {
         Live {
             answers: Mutex::new(Vec::new()),
+            in_flight: Mutex::new(Vec::new()),
             record: std::env::var_os(RECORD_ENV).map(PathBuf::from),
             cache: None,
             notes: Mutex::new(Vec::new()),
@@ -219,35 +235,68 @@ impl Live {
     /// A `sacctmgr` question through the cache: a fresh answer kept, else
     /// slurmdbd's (then kept), else an older kept one with a note.
     fn through_cache(
-        &self,
         cache: &cache::Cache,
         query: &Query,
         shown: &str,
-    ) -> Result<String, ReadError> {
+    ) -> (Result<String, ReadError>, Option<Unread>) {
         let kept = cache.get(&query.key);
         if let Some(k) = kept.as_ref().filter(|k| cache.fresh(k)) {
-            return Ok(k.text.clone());
+            return (Ok(k.text.clone()), None);
         }
         match Live::run(query, shown) {
             Ok(text) => {
                 cache.put(&query.key, &text);
-                Ok(text)
+                (Ok(text), None)
             }
-            Err(e) => {
-                let k = kept.ok_or(e.clone())?;
-                self.notes
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .push(Unread {
+            Err(e) => match kept {
+                Some(k) => {
+                    let note = Unread {
                         source: shown.to_owned(),
                         reason: format!(
                             "{e}; its answer of {} ago is used",
                             cache::age_words(k.age)
                         ),
-                    });
-                Ok(k.text)
-            }
+                    };
+                    (Ok(k.text), Some(note))
+                }
+                None => (Err(e), None),
+            },
         }
+    }
+
+    /// The answer of `query` (`sacctmgr`'s through `cache` where given),
+    /// with the note of a kept answer used in its place.
+    fn fetch(
+        cache: Option<&cache::Cache>,
+        query: &Query,
+        shown: &str,
+    ) -> (Result<String, ReadError>, Option<Unread>) {
+        match cache {
+            Some(cache) if query.program == "sacctmgr" => Live::through_cache(cache, query, shown),
+            _ => (Live::run(query, shown), None),
+        }
+    }
+
+    /// The answer already read for the command line `shown`.
+    fn answered(&self, shown: &str) -> Option<Result<String, ReadError>> {
+        let answers = self
+            .answers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        answers
+            .iter()
+            .find(|(k, _)| k == shown)
+            .map(|(_, a)| a.clone())
+    }
+
+    /// The thread reading `shown`, taken from those in flight.
+    fn take_in_flight(&self, shown: &str) -> Option<InFlight> {
+        let mut in_flight = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let at = in_flight.iter().position(|(k, _)| k == shown)?;
+        Some(in_flight.swap_remove(at).1)
     }
 
     fn run(query: &Query, shown: &str) -> Result<String, ReadError> {
@@ -269,25 +318,61 @@ impl Live {
 impl SlurmRead for Live {
     fn read(&self, query: &Query) -> Result<String, ReadError> {
         let shown = query.shown();
-        let mut answers = self
-            .answers
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some((_, answer)) = answers.iter().find(|(k, _)| *k == shown) {
-            return answer.clone();
+        if let Some(answer) = self.answered(&shown) {
+            return answer;
         }
-        let answer = match &self.cache {
-            Some(cache) if query.program == "sacctmgr" => self.through_cache(cache, query, &shown),
-            _ => Live::run(query, &shown),
+        let (answer, note) = match self.take_in_flight(&shown) {
+            Some(thread) => thread.join().unwrap_or_else(|_| {
+                let e = ReadError(format!("`{shown}`: the thread reading it failed"));
+                (Err(e), None)
+            }),
+            None => Live::fetch(self.cache.as_ref(), query, &shown),
         };
+        if let Some(note) = note {
+            self.notes
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(note);
+        }
         if let (Some(dir), Ok(text)) = (&self.record, &answer) {
             let file = dir.join(format!("{}.txt", query.key));
             if let Err(e) = std::fs::write(&file, text) {
                 eprintln!("gpushare: cannot record {}: {e}", file.display());
             }
         }
-        answers.push((shown, answer.clone()));
+        self.answers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push((shown, answer.clone()));
         answer
+    }
+
+    /// Each query not read yet, read in a thread of its own; [`read`]
+    /// takes its answer (a thread that cannot start leaves the query to be
+    /// read in turn).
+    ///
+    /// [`read`]: SlurmRead::read
+    fn prefetch(&self, queries: &[Query]) {
+        for query in queries {
+            let shown = query.shown();
+            if self.answered(&shown).is_some() {
+                continue;
+            }
+            let mut in_flight = self
+                .in_flight
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if in_flight.iter().any(|(k, _)| *k == shown) {
+                continue;
+            }
+            let (cache, query, line) = (self.cache.clone(), query.clone(), shown.clone());
+            let thread = std::thread::Builder::new()
+                .name("gpu-qos read".to_owned())
+                .spawn(move || Live::fetch(cache.as_ref(), &query, &line));
+            if let Ok(thread) = thread {
+                in_flight.push((shown, thread));
+            }
+        }
     }
 }
 
@@ -338,5 +423,56 @@ mod tests {
         assert_eq!(read.read(&Query::user_name()), Ok("alice\n".to_owned()));
         let e = read.read(&Query::user_id()).err().map(|e| e.to_string());
         assert!(e.is_some_and(|e| e.starts_with("`id -u` failed")));
+    }
+
+    /// A query that appends a line to `runs` each time it runs, then waits
+    /// (up to 10 s) for the file `other` where one is named, then answers
+    /// `answer` (exits 3 where `answer` is empty, 4 where `other` never
+    /// came: the two were not read beside each other).
+    fn counted(runs: &Path, other: Option<&Path>, answer: &str) -> Query {
+        let wait = other.map_or(String::new(), |o| {
+            let o = o.display();
+            format!(
+                "for i in $(seq 200); do [ -e '{o}' ] && break; sleep 0.05; done; \
+                 [ -e '{o}' ] || exit 4; "
+            )
+        });
+        let script = format!(
+            "echo run >> '{}'; {wait}[ -n '{answer}' ] || exit 3; echo '{answer}'",
+            runs.display()
+        );
+        Query::new("sh", &["-c", &script], "counted")
+    }
+
+    #[test]
+    fn prefetched_reads_run_beside_each_other_once_with_the_same_answers() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = |n: &str| dir.path().join(n);
+        let runs = |n: &str| std::fs::read_to_string(path(n)).unwrap_or_default();
+        // a and b each wait for the other to have started: read one after
+        // the other, the first would fail.
+        let a = counted(&path("a"), Some(&path("b")), "alpha");
+        let b = counted(&path("b"), Some(&path("a")), "beta");
+        let bad = counted(&path("bad"), None, "");
+        let live = Live::new();
+        live.prefetch(&[a.clone(), b.clone(), bad.clone()]);
+        // Asked again while in flight: still one run each.
+        live.prefetch(&[a.clone(), b.clone()]);
+        assert_eq!(live.read(&a), Ok("alpha\n".to_owned()));
+        assert_eq!(live.read(&b), Ok("beta\n".to_owned()));
+        let e = live.read(&bad).err().map(|e| e.to_string());
+        assert!(e.as_deref().is_some_and(|e| e.contains("failed")), "{e:?}");
+        // Read again, and prefetched once more: the answers kept, no run.
+        live.prefetch(std::slice::from_ref(&a));
+        assert_eq!(live.read(&a), Ok("alpha\n".to_owned()));
+        assert_eq!(live.read(&bad).err().map(|e| e.to_string()), e);
+        for n in ["a", "b", "bad"] {
+            assert_eq!(runs(n), "run\n", "{n}");
+        }
+        // Never prefetched: read in turn, once.
+        let c = counted(&path("c"), None, "gamma");
+        assert_eq!(live.read(&c), Ok("gamma\n".to_owned()));
+        assert_eq!(live.read(&c), Ok("gamma\n".to_owned()));
+        assert_eq!(runs("c"), "run\n");
     }
 }
