@@ -166,12 +166,28 @@ pub(crate) fn cable_cut(c: &mut Cluster) -> TestResult {
     // Slurm skipped its Prolog, or is ended by Slurm itself (24.11 ended one
     // as FAILED when the cut-off node's stale instance reported back, its
     // output ending `*** REASON: ReqNodeNotAvail ...`).
+    //
+    // Slurm may also start a requeued job on gpu02 again before the stale
+    // instance the node reported is gone: slurmd answers that the job id
+    // is there already and slurmctld drains the node, `Duplicate jobid`.
+    // Its jobs (held to gpu02) then wait for an admin; the admin's resume
+    // is done here, once, and only for that reason: any other drain of the
+    // node is left for the test to fail on.
+    let mut resumed = false;
     let mut running = Vec::new();
     for &id in &ids {
         let ended = wait_for(
             &format!("job {id} to run again placed, or end"),
             JOB_LONG,
             || {
+                if !resumed && drained_for_duplicate_job(c, "gpu02") {
+                    println!(
+                        "note: Slurm drained gpu02 (Duplicate jobid): resumed, as an admin would"
+                    );
+                    resumed = c
+                        .run_ok("scontrol", &["update", "nodename=gpu02", "state=resume"])
+                        .is_ok();
+                }
                 let j = c.job(id).ok()?;
                 let out = c.job_output(id);
                 if j.restarts() >= 1 && j.state() == "RUNNING" && out.matches("GPU=").count() >= 2 {
@@ -211,6 +227,19 @@ pub(crate) fn cable_cut(c: &mut Cluster) -> TestResult {
         )
     })?;
     clean(c)
+}
+
+/// Whether Slurm drained `node` because a job it started there was still
+/// there (`Duplicate jobid`, set by slurmctld when slurmd refuses the
+/// launch of a job id it holds).
+fn drained_for_duplicate_job(c: &Cluster, node: &str) -> bool {
+    c.run_ok("sinfo", &["-h", "-n", node, "-o", "%T|%E"])
+        .is_ok_and(|t| {
+            t.lines().any(|l| {
+                let (state, reason) = l.split_once('|').unwrap_or((l, ""));
+                state.starts_with("drain") && reason.contains("Duplicate jobid")
+            })
+        })
 }
 
 /// gpu01's node timer has read its kernel log (its cursor kept); the node
