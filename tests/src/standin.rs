@@ -42,9 +42,20 @@ pub fn keep_nvml_facts(state_dir: &Path, gpus: u32, memory_mib: u64) -> crate::R
     // SAFETY: geteuid has no preconditions.
     let euid = unsafe { libc::geteuid() };
     gpushare::mps::ledger::Ledger::open(state_dir, euid).map_err(|e| e.to_string())?;
-    let facts: String = (0..gpus)
-        .map(|g| format!("{g} {g} {memory_mib} 0 0 -\n"))
-        .collect();
+    let facts = gpushare_node::nvml::facts_text(
+        &(0..gpus)
+            .map(|g| gpushare_node::nvml::GpuFacts {
+                index: g,
+                uuid: None,
+                memory_mib: Some(memory_mib),
+                minor: Some(g),
+                compute_processes: Vec::new(),
+                mig_enabled: Some(false),
+                lost: false,
+                pci_bus_id: None,
+            })
+            .collect::<Vec<_>>(),
+    );
     let keys = gpushare::mps::node::facts_keys::keys_text(&gpushare_node::gpu_facts::node_keys(
         Path::new("/"),
     ));

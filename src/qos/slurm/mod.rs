@@ -165,9 +165,7 @@ pub trait SlurmRead {
     /// way). Where a read waits on slurmdbd (`sacctmgr`, about 0.3 s each
     /// when nothing is kept), the users' commands take the longest of
     /// their reads, not the sum.
-    fn prefetch(&self, queries: &[Query]) {
-        let _ = queries;
-    }
+    fn prefetch(&self, _queries: &[Query]) {}
 }
 
 /// How long one Slurm command may take; slurmctld or slurmdbd not
