@@ -181,11 +181,17 @@ if [ -n "$failed" ]; then
     echo "runs failed: $failed"
     # What failed, in the last lines a CI summary keeps (the logs above
     # hold the rest): each failed test with the first line of its error,
-    # a failed build's error, at most 14 lines in all.
+    # a failed build's error, and what a test binary said last before it
+    # failed without a failed test (a cluster that did not start), at most
+    # 18 lines in all.
     for run in $failed; do
-        grep -a -A1 -E '^test .* \.\.\. FAILED|^error(\[E[0-9]+\])?: |^== .*FAILED|^---- .* stdout ----' "$(log_of "$run")" 2>/dev/null |
-            grep -a -v '^--$' | head -n 6 | cut -c1-240 | sed "s/^/  $run: /"
-    done | head -n 14
+        awk '
+            /^test .* \.\.\. FAILED|^error(\[E[0-9]+\])?: |^---- .* stdout ----|^cluster did not start/ { print; if ((getline) > 0) print; seen = 1; n = 0; next }
+            /^== .*: FAILED after/ { if (!seen) for (i = 1; i <= n; i++) print last[i]; print; seen = 0; n = 0; next }
+            /^== / { seen = 0; n = 0; next }
+            /[^[:space:]]/ && !/^test .* \.\.\. ok/ { if (n == 3) { last[1] = last[2]; last[2] = last[3]; n = 2 } last[++n] = $0 }
+        ' "$(log_of "$run")" 2>/dev/null | head -n 8 | cut -c1-240 | sed "s/^/  $run: /"
+    done | head -n 18
     exit 1
 fi
 echo "every run passed"

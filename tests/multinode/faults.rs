@@ -168,34 +168,61 @@ pub(crate) fn cable_cut(c: &mut Cluster) -> TestResult {
     // output ending `*** REASON: ReqNodeNotAvail ...`).
     //
     // Slurm may also start a requeued job on gpu02 again before the stale
-    // instance the node reported is gone: slurmd answers that the job id
-    // is there already and slurmctld drains the node, `Duplicate jobid`.
-    // Its jobs (held to gpu02) then wait for an admin; the admin's resume
-    // is done here, once, and only for that reason: any other drain of the
-    // node is left for the test to fail on.
-    let mut resumed = false;
+    // instance the node reported is gone (the cut outlasted the requeued
+    // jobs' wait of cred_expire, so they may start the moment the node
+    // answers): slurmd answers that the job id is there already,
+    // slurmctld drains the node (`Duplicate jobid`) and requeues that job
+    // held (`launch_failed_requeued_held`). Both then wait for an admin:
+    // the admin's resume of the node and release of such a job are done
+    // here, once each, and only after that drain. Any other drain or hold
+    // is left for the test to fail on.
+    let mut duplicate = false;
+    let mut released = Vec::new();
+    let mut last = String::new();
     let mut running = Vec::new();
     for &id in &ids {
         let ended = wait_for(
             &format!("job {id} to run again placed, or end"),
             JOB_LONG,
             || {
-                if !resumed && drained_for_duplicate_job(c, "gpu02") {
+                let node = c
+                    .run_ok("sinfo", &["-h", "-n", "gpu02", "-o", "%T|%E"])
+                    .unwrap_or_default();
+                if !duplicate && drained_for_duplicate_job(&node) {
                     println!(
                         "note: Slurm drained gpu02 (Duplicate jobid): resumed, as an admin would"
                     );
-                    resumed = c
+                    duplicate = c
                         .run_ok("scontrol", &["update", "nodename=gpu02", "state=resume"])
                         .is_ok();
                 }
                 let j = c.job(id).ok()?;
+                last = format!(
+                    "{} {} restarts {}; gpu02 {:?}",
+                    j.state(),
+                    j.get("Reason").unwrap_or_default(),
+                    j.restarts(),
+                    node.trim()
+                );
+                if duplicate
+                    && !released.contains(&id)
+                    && j.get("Reason") == Some("launch_failed_requeued_held")
+                {
+                    println!(
+                        "note: Slurm held job {id} after its launch met the stale instance: released, as an admin would"
+                    );
+                    if c.run_ok("scontrol", &["release", &id.to_string()]).is_ok() {
+                        released.push(id);
+                    }
+                }
                 let out = c.job_output(id);
                 if j.restarts() >= 1 && j.state() == "RUNNING" && out.matches("GPU=").count() >= 2 {
                     return Some(None);
                 }
                 j.is_done().then(|| Some(j.state().to_owned()))
             },
-        )?;
+        )
+        .map_err(|e| format!("{e}: the job is {last}"))?;
         let out = c.job_output(id);
         match ended {
             None => running.push(id),
@@ -229,17 +256,14 @@ pub(crate) fn cable_cut(c: &mut Cluster) -> TestResult {
     clean(c)
 }
 
-/// Whether Slurm drained `node` because a job it started there was still
-/// there (`Duplicate jobid`, set by slurmctld when slurmd refuses the
-/// launch of a job id it holds).
-fn drained_for_duplicate_job(c: &Cluster, node: &str) -> bool {
-    c.run_ok("sinfo", &["-h", "-n", node, "-o", "%T|%E"])
-        .is_ok_and(|t| {
-            t.lines().any(|l| {
-                let (state, reason) = l.split_once('|').unwrap_or((l, ""));
-                state.starts_with("drain") && reason.contains("Duplicate jobid")
-            })
-        })
+/// Whether Slurm drained the node `sinfo -o %T|%E` printed because a job it
+/// started there was still there (`Duplicate jobid`, set by slurmctld when
+/// slurmd refuses the launch of a job id it holds).
+fn drained_for_duplicate_job(sinfo: &str) -> bool {
+    sinfo.lines().any(|l| {
+        let (state, reason) = l.split_once('|').unwrap_or((l, ""));
+        state.contains("drain") && reason.contains("Duplicate jobid")
+    })
 }
 
 /// gpu01's node timer has read its kernel log (its cursor kept); the node
