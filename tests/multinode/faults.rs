@@ -177,18 +177,17 @@ pub(crate) fn cable_cut(c: &mut Cluster) -> TestResult {
     // here, once each, and only after that drain. Any other drain or hold
     // is left for the test to fail on.
     let mut duplicate = false;
-    let mut released = Vec::new();
-    let mut last = String::new();
     let mut running = Vec::new();
     for &id in &ids {
+        let mut released = false;
+        let mut last = String::new();
         let ended = wait_for(
             &format!("job {id} to run again placed, or end"),
             JOB_LONG,
             || {
-                let node = c
-                    .run_ok("sinfo", &["-h", "-n", "gpu02", "-o", "%T|%E"])
-                    .unwrap_or_default();
-                if !duplicate && drained_for_duplicate_job(&node) {
+                let drained = c.drained_nodes().unwrap_or_default();
+                let gpu02 = drained.iter().find(|(n, _)| n == "gpu02");
+                if !duplicate && gpu02.is_some_and(|(_, r)| r.contains("Duplicate jobid")) {
                     println!(
                         "note: Slurm drained gpu02 (Duplicate jobid): resumed, as an admin would"
                     );
@@ -198,22 +197,20 @@ pub(crate) fn cable_cut(c: &mut Cluster) -> TestResult {
                 }
                 let j = c.job(id).ok()?;
                 last = format!(
-                    "{} {} restarts {}; gpu02 {:?}",
+                    "{} {} restarts {}; gpu02 drained: {:?}",
                     j.state(),
                     j.get("Reason").unwrap_or_default(),
                     j.restarts(),
-                    node.trim()
+                    gpu02.map(|(_, r)| r.as_str())
                 );
                 if duplicate
-                    && !released.contains(&id)
+                    && !released
                     && j.get("Reason") == Some("launch_failed_requeued_held")
                 {
                     println!(
                         "note: Slurm held job {id} after its launch met the stale instance: released, as an admin would"
                     );
-                    if c.run_ok("scontrol", &["release", &id.to_string()]).is_ok() {
-                        released.push(id);
-                    }
+                    released = c.run_ok("scontrol", &["release", &id.to_string()]).is_ok();
                 }
                 let out = c.job_output(id);
                 if j.restarts() >= 1 && j.state() == "RUNNING" && out.matches("GPU=").count() >= 2 {
@@ -254,16 +251,6 @@ pub(crate) fn cable_cut(c: &mut Cluster) -> TestResult {
         )
     })?;
     clean(c)
-}
-
-/// Whether Slurm drained the node `sinfo -o %T|%E` printed because a job it
-/// started there was still there (`Duplicate jobid`, set by slurmctld when
-/// slurmd refuses the launch of a job id it holds).
-fn drained_for_duplicate_job(sinfo: &str) -> bool {
-    sinfo.lines().any(|l| {
-        let (state, reason) = l.split_once('|').unwrap_or((l, ""));
-        state.contains("drain") && reason.contains("Duplicate jobid")
-    })
 }
 
 /// gpu01's node timer has read its kernel log (its cursor kept); the node

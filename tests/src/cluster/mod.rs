@@ -371,30 +371,35 @@ impl Cluster {
             .map_err(|e| format!("{program}: {e}"))
     }
 
-    /// Resumes every node Slurm drained (as a failed prolog drains its
-    /// node) and returns a line per node: `NAME (REASON)`. A suite calls
-    /// it after a failed test, so the tests after it start on a usable
-    /// node and fail, if they do, for their own reasons.
-    pub fn resume_drained(&self) -> Result<Vec<String>> {
+    /// Every node Slurm drained or is draining, once each, with the
+    /// reason it gives (`sinfo %E`, e.g. `Duplicate jobid`).
+    pub fn drained_nodes(&self) -> Result<Vec<(String, String)>> {
         let out = self.run_ok("sinfo", &["-h", "-N", "-o", "%N|%T|%E"])?;
-        let mut resumed = Vec::new();
+        let mut drained: Vec<(String, String)> = Vec::new();
         for line in out.lines() {
             let mut f = line.splitn(3, '|');
             let (Some(name), Some(state), reason) = (f.next(), f.next(), f.next()) else {
                 continue;
             };
-            if !state.starts_with("drain")
-                || resumed
-                    .iter()
-                    .any(|r: &String| r.split(' ').next() == Some(name))
-            {
-                continue;
+            if state.starts_with("drain") && !drained.iter().any(|(n, _)| n == name) {
+                drained.push((name.to_owned(), reason.unwrap_or("").trim().to_owned()));
             }
+        }
+        Ok(drained)
+    }
+
+    /// Resumes every node Slurm drained (as a failed prolog drains its
+    /// node) and returns a line per node: `NAME (REASON)`. A suite calls
+    /// it after a failed test, so the tests after it start on a usable
+    /// node and fail, if they do, for their own reasons.
+    pub fn resume_drained(&self) -> Result<Vec<String>> {
+        let mut resumed = Vec::new();
+        for (name, reason) in self.drained_nodes()? {
             self.run_ok(
                 "scontrol",
                 &["update", &format!("nodename={name}"), "state=resume"],
             )?;
-            resumed.push(format!("{name} ({})", reason.unwrap_or("").trim()));
+            resumed.push(format!("{name} ({reason})"));
         }
         Ok(resumed)
     }
