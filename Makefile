@@ -147,13 +147,30 @@ test-no-install:
 test: unit
 	$(MAKE) check-releases SOURCE_RELEASES=
 	$(MAKE) test-gpu-slurm-check
-	tests/lanes.sh "native $(RELEASE_RUNS_V1)" "$(RELEASE_RUNS_V2)" "$(SOURCE_RUNS)" "$(RPM_RUNS) packages"; rc=$$?; tests/leftovers.sh || rc=1; exit $$rc
+	GPUSHARE_RPM_UPGRADE=0 tests/lanes.sh $(TEST_LANES); rc=$$?; tests/leftovers.sh || rc=1; exit $$rc
 
-# Every release on both cgroup versions in full (about five times make test).
+# make test's lanes, side by side (tests/lanes.sh; CONTRIBUTING.md's table
+# gives each run's time): a suite mostly waits on Slurm, so six lanes keep
+# the two cores busy without one lane waiting on another's processor.
+TEST_LANES ?= "native" \
+	"$(RELEASE_RUNS_V2) $(SOURCE_RUNS_LATEST)" \
+	"$(SOURCE_RUNS_OWN_ABI) $(SOURCE_RUNS_OLDER)" \
+	"$(SOURCE_RUNS_NEXT) $(RELEASE_RUNS_SMOKE) $(SOURCE_RUNS_NEWER)" \
+	"$(RPM_RUNS)" \
+	"packages $(RELEASE_RUNS_V1)"
+
+# Every release on both cgroup versions in full (about five times make
+# test), the RPMs' micro upgrade and second byte-for-byte build, and every
+# suite on SchedMD's RPMs: before each release.
 test-all: export RPM_AGAIN = 1
+test-all: export GPUSHARE_RPM_SUITES = $(RPM_SUITES_ALL)
 test-all: unit
 	$(MAKE) check-releases SOURCE_RELEASES=
 	tests/lanes.sh "native $(RELEASE_RUNS_ALL_V1)" "$(RELEASE_RUNS_ALL_V2)" "$(SOURCE_RUNS_ALL)" "$(RPM_RUNS) packages"; rc=$$?; tests/leftovers.sh || rc=1; exit $$rc
+# The suites tests/rpm_test.sh runs on the installed RPMs under make
+# test-all (foundation's wrong-plugin case is not one: step 5 guards
+# that installation).
+RPM_SUITES_ALL = foundation:loaded_by_slurmctld/runs_through_the_plugin/srun_step_runs/preempts_lowprio,gpu_qos,gpu_oracle,gpu_mps,mps_daemon,smoke,-demo,-hw_check
 
 # The MPS half on a real NVIDIA GPU (tests/hw-check, docs/hardware.md "On real
 # hardware"): the release node programs and a CUDA client as two throwaway
@@ -237,44 +254,58 @@ check-releases:
 # The integration suites on the other releases, each inside its cached
 # Debian root (tests/release_suite.sh). A run is SUITE:CGROUP:BINARIES
 # (all, or test binaries separated by commas, a test binary's filters
-# after a colon, separated by slashes); host is this machine's own Slurm.
-# make test runs every suite on each release once, on cgroup v2, and the
-# suites where the cgroup version matters (device confinement, MPS daemons,
-# attacks, multi-node shares) on v1 too; make test-all runs everything on
-# both. Where gpushare places shares (host, 22.05) only gpu_mps runs on v2:
-# there every share is refused, and that is its test.
+# after a colon, separated by slashes, -BINARY to leave one out, and the
+# word smoke: every binary not named runs only the tests it marks as its
+# smoke); host is this machine's own Slurm.
+#
+# make test covers every release: each one loads both plugins, refuses
+# one built for another release (foundation, all of it in the smoke), runs
+# the oracle of every GPU request form (gpu_oracle) and the smoke of every
+# suite; every suite runs in full on this machine's 22.05 (cgroup v1,
+# gpushare places shares), on 26.05 (Debian sid, cgroup v2, Slurm places
+# shares), and the cgroup-sensitive ones (device confinement, MPS
+# daemons, attacks, multi-node shares) on 26.05 with cgroup v1 too. The
+# releases between run their smoke and the suites their own code paths
+# touch: 23.02 (its job_modify ABI: gpu_qos), 26.11 (the next release:
+# gpu_qos, gpu_mps, mps_daemon). make test-all runs every suite of every
+# release on both cgroup versions (CONTRIBUTING.md's table says where each
+# runs). Where gpushare places shares (host, 22.05, 23.02) only gpu_mps
+# runs on v2: there every share is refused, and that is its test.
 CGROUP_SUITES = gpu_mps,mps_daemon,attack,multinode:two_node/shares_on/no_room
-RELEASE_RUNS_V1 ?= trixie:v1:$(CGROUP_SUITES) sid:v1:$(CGROUP_SUITES)
-RELEASE_RUNS_V2 ?= trixie:v2:all sid:v2:all host:v2:gpu_mps
+RELEASE_RUNS_V1 ?= sid:v1:$(CGROUP_SUITES)
+RELEASE_RUNS_V2 ?= sid:v2:all host:v2:gpu_mps
+RELEASE_RUNS_SMOKE ?= trixie:v2:smoke
 RELEASE_RUNS_ALL_V1 ?= trixie:v1:all sid:v1:all
-RELEASE_RUNS_ALL_V2 ?= $(RELEASE_RUNS_V2)
-# SchedMD's releases built from source (tests/slurm_source.sh): make test
-# runs every suite of SOURCE_FULL (23.02: its own job_modify ABI, and
-# gpushare places shares there as on 22.05; cgroup v1, where it can) and
-# of SOURCE_NEXT (the next release, from SchedMD's pre-release tarball
-# until it is tagged; cgroup v2) and, on each of the others, the suite
-# that loads the plugins and refuses one built for another release
-# (foundation) and the mixed-node case (gpu_mps:gpus_held_whole), and the
-# oracle of every GPU request form (gpu_oracle); SOURCE_LATEST (the
-# newest release, which Debian's sid root also runs) adds its own cases
-# on cgroup v2: namespace/linux with 26.05's namespace.yaml dir_confs
-# (audit), CgroupJobIdPaths=yes (mps_daemon), AutoDetect through
-# fake_gpus.conf and Flags=env_uuid (gpu_mps). make test-all runs
-# every suite of every one, on v1 and (23.11 and later) v2. RPM_RELEASE
-# is left to the RPM lane, which runs foundation, gpu_qos, gpu_oracle,
-# gpu_mps and mps_daemon on SchedMD's RPMs of it: make test compiles that
-# Slurm once, not twice.
-SOURCE_FULL ?= 23.02
+RELEASE_RUNS_ALL_V2 ?= trixie:v2:all sid:v2:all host:v2:gpu_mps
+# SchedMD's releases built from source (tests/slurm_source.sh, once per
+# machine, beside the lanes): SOURCE_OWN_ABI (23.02: its own job_modify
+# ABI; gpushare places shares there as on 22.05; cgroup v1, and its v2
+# refusal) and SOURCE_NEXT (the next release, from SchedMD's pre-release
+# tarball until it is tagged; cgroup v2) run the smoke and their suites;
+# every other release its smoke on v1; SOURCE_LATEST (the newest release,
+# which Debian's sid root runs in full) its own cases on cgroup v2:
+# namespace/linux with 26.05's namespace.yaml dir_confs (audit),
+# CgroupJobIdPaths=yes (mps_daemon), AutoDetect through fake_gpus.conf and
+# Flags=env_uuid (gpu_mps). RPM_RELEASE is left to the RPM lane, which
+# runs the smoke on SchedMD's RPMs of it: make test compiles that Slurm
+# once. make test-all runs every suite of every one, on v1 and (23.11 and
+# later) v2.
+SOURCE_OWN_ABI ?= 23.02
 SOURCE_NEXT ?= 26.11
 SOURCE_LATEST ?= 26.05
-SOURCE_SOME = foundation,gpu_mps:gpus_held_whole,gpu_oracle
-SOURCE_RUNS ?= $(SOURCE_FULL):v1:all 23.02:v2:gpu_mps \
-	$(foreach r,$(filter-out $(SOURCE_FULL) $(SOURCE_NEXT) $(SOURCE_LATEST) $(RPM_RELEASE),$(SOURCE_RELEASES)),$(r):v1:$(SOURCE_SOME)) \
-	$(SOURCE_LATEST):v2:foundation,gpu_mps:gpus_held_whole/autodetected_gpus,gpu_oracle,audit:namespace_linux,mps_daemon:cgroup_job_id_paths \
-	$(SOURCE_NEXT):v2:all
+SOURCE_RUNS_OWN_ABI ?= $(SOURCE_OWN_ABI):v1:smoke,gpu_qos $(SOURCE_OWN_ABI):v2:gpu_mps
+SOURCE_SMOKED = $(filter-out $(SOURCE_OWN_ABI) $(SOURCE_NEXT) $(SOURCE_LATEST) $(RPM_RELEASE),$(SOURCE_RELEASES))
+# The smoked releases in two halves, for two lanes (23.11 24.05 | 25.11).
+SOURCE_RUNS_OLDER ?= $(foreach r,$(filter 23.% 24.%,$(SOURCE_SMOKED)),$(r):v1:smoke)
+SOURCE_RUNS_NEWER ?= $(foreach r,$(filter-out 23.% 24.%,$(SOURCE_SMOKED)),$(r):v1:smoke)
+SOURCE_RUNS_LATEST ?= $(SOURCE_LATEST):v2:gpu_mps:autodetected_gpus,audit:namespace_linux,mps_daemon:cgroup_job_id_paths
+SOURCE_RUNS_NEXT ?= $(SOURCE_NEXT):v2:smoke,gpu_qos,gpu_mps,mps_daemon
+SOURCE_RUNS ?= $(SOURCE_RUNS_OWN_ABI) $(SOURCE_RUNS_OLDER) $(SOURCE_RUNS_NEWER) $(SOURCE_RUNS_LATEST) $(SOURCE_RUNS_NEXT)
 SOURCE_RUNS_ALL ?= $(foreach r,$(SOURCE_RELEASES),$(r):v1:all) $(foreach r,$(filter-out 23.02,$(SOURCE_RELEASES)),$(r):v2:all)
 # gpushare's RPMs on SchedMD's RPMs of a release (tests/rpm_test.sh): a
-# fourth lane, its builds at the lowest priority beside the others.
+# fourth lane, its builds at the lowest priority beside the others; make
+# test leaves out its micro upgrade (a second build of SchedMD's RPMs and
+# of gpushare's), make test-all and make test-rpm run it.
 RPM_RUNS ?= rpm:$(RPM_RELEASE)
 # One after another (RELEASE_RUNS=... to pick some).
 RELEASE_RUNS ?= $(RELEASE_RUNS_ALL_V1) $(RELEASE_RUNS_ALL_V2) $(SOURCE_RUNS_ALL)

@@ -33,6 +33,7 @@ fn main() -> ExitCode {
             "cpu_only_jobs_forging_units_get_no_gpu",
             cpu_jobs_get_nothing,
         )
+        .smoke()
         .test(
             "a_flood_of_forged_cpu_jobs_does_not_lock_out_an_honest_share",
             flood,
@@ -43,6 +44,7 @@ fn main() -> ExitCode {
             whole_stays_whole,
         )
         .test("symlinked_state_files_are_never_followed", symlinks)
+        .smoke()
         .test(
             "a_corrupted_ledger_with_running_shares_fails_safe",
             corrupted_ledger,

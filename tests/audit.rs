@@ -91,6 +91,7 @@ fn main() -> ExitCode {
             correct_site().qos.iter().try_for_each(|q| c.set_qos(q))
         })
         .test("correct_site_has_no_finding", clean)
+        .smoke()
         .test(
             "group_qos_that_cannot_preempt_lowprio_is_fixed_by_the_printed_command",
             cannot_preempt,
@@ -111,6 +112,7 @@ fn main() -> ExitCode {
             "usage_tells_a_user_why_the_full_group_waits",
             usage_when_full,
         )
+        .smoke()
         .test(
             "why_tells_a_user_which_preempted_job_they_wait_for_and_until_when",
             why_preempted,

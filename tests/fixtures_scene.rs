@@ -87,6 +87,7 @@ fn main() -> ExitCode {
             "recorded_answers_replay_as_the_live_commands_printed",
             record,
         )
+        .smoke()
         .run()
 }
 

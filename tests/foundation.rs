@@ -18,10 +18,15 @@ fn main() -> ExitCode {
         // Each test starts with no job left by the one before.
         .reset(|c| c.cancel_all())
         .test("job_submit_plugin_is_loaded_by_slurmctld", plugin_loaded)
+        .smoke()
         .test("batch_job_runs_through_the_plugin", batch_job_runs)
+        .smoke()
         .test("srun_step_runs", srun_runs)
+        .smoke()
         .test("group_qos_preempts_lowprio_with_requeue", preemption)
+        .smoke()
         .test("wrong_plugin_version_stops_slurmctld_loudly", wrong_version)
+        .smoke()
         .run()
 }
 

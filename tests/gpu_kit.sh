@@ -28,11 +28,11 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 cargo=${CARGO:-cargo}
 kit=$repo/target/gpu-kit
-# A build of its own, in its own prefix: with json-c and libyaml, which
-# namespace/linux needs (it reads namespace.yaml through Slurm's
-# serializers); the test lanes' builds in /opt stay as they are.
-prefix=$(GPUSHARE_SLURM_PREFIXES=${GPUSHARE_KIT_PREFIXES:-/opt/gpushare-kit} \
-    GPUSHARE_SLURM_CONFIGURE="--with-json=/usr --with-yaml=/usr" tests/slurm_source.sh "$release")
+# The same build of the release as the test lanes' (tests/slurm_source.sh
+# builds every release with json-c and libyaml, which namespace/linux needs:
+# it reads namespace.yaml through Slurm's serializers), so make test
+# compiles it once; GPUSHARE_KIT_PREFIXES puts it elsewhere.
+prefix=$(GPUSHARE_SLURM_PREFIXES=${GPUSHARE_KIT_PREFIXES:-${GPUSHARE_SLURM_PREFIXES:-/opt}} tests/slurm_source.sh "$release")
 [ -x "$prefix/sbin/slurmd" ] || { echo "gpu_kit: no slurmd in $prefix" >&2; exit 1; }
 version=${prefix##*/slurm-}
 short=$(echo "$version" | cut -d. -f1-2)

@@ -50,6 +50,7 @@ fn main() -> ExitCode {
                 "on_cgroup_v2_shares_gpushare_would_place_are_refused_clearly",
                 refused_on_cgroup_v2,
             )
+            .smoke()
             .run();
     }
     let suite = Suite::new(ClusterSpec::mps_node())
@@ -95,6 +96,7 @@ fn main() -> ExitCode {
     };
     suite
         .test("four_shares_land_on_four_gpus_then_two_per_gpu", spread)
+        .smoke()
         .test_on(
             "autodetected_gpus_take_shares_placed_confined_and_audited",
             autodetect::detected_node(),
@@ -115,7 +117,9 @@ fn main() -> ExitCode {
             "tasks_see_only_their_gpu_in_batch_and_srun_steps",
             confinement,
         )
+        .smoke()
         .test("shares_avoid_a_gpu_held_whole", whole_gpu_avoided)
+        .smoke()
         .test(
             "thirty_two_concurrent_shares_never_overfill_and_balance",
             many_at_once,

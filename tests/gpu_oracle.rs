@@ -40,6 +40,7 @@ fn main() -> ExitCode {
             "no_accepted_job_holds_untyped_gpus_under_a_typed_limit",
             |c| oracle(c, true),
         )
+        .smoke()
         .test_on_on_request(
             "with_slurm_alone_untyped_gpus_escape_every_typed_scope",
             alone,

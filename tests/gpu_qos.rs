@@ -35,15 +35,18 @@ fn main() -> ExitCode {
             "untyped_gpu_under_group_qos_is_rejected_with_the_fix",
             untyped_rejected,
         )
+        .smoke()
         .test(
             "typed_gpu_under_group_qos_is_accepted_unchanged",
             typed_accepted,
         )
+        .smoke()
         .test(
             "type_outside_the_qos_is_rejected_listing_permitted_types",
             wrong_type,
         )
         .test("every_way_of_asking_for_gpus_is_judged", every_way)
+        .smoke()
         .test(
             "request_that_can_never_fit_the_group_is_rejected",
             never_fits,
@@ -51,10 +54,12 @@ fn main() -> ExitCode {
         .test("group_qos_without_gpu_request_is_rejected", no_gpu_request)
         .test("jobs_under_other_qos_are_untouched", other_qos_untouched)
         .test("scontrol_update_to_group_qos_needs_a_typed_request", modify)
+        .smoke()
         .test(
             "lowprio_jobs_are_made_requeueable_and_throttled",
             lowprio_flags,
         )
+        .smoke()
         .test(
             "lowprio_no_requeue_is_accepted_with_a_warning",
             lowprio_no_requeue,

@@ -41,15 +41,31 @@ log_of() { echo "$logs/$(echo "$1" | tr ':,/' '___').log"; }
 # built against each, before any lane starts: two lanes must never build
 # one root at the same time, nor a build race a lane's tests.
 sources=()
-for lane in "$@"; do
-    for run in $lane; do
+# SchedMD's releases in the order the lanes reach them: every lane's first
+# run, then every lane's second, and so on (a lane's later run has the
+# time of its earlier ones to wait for its build).
+position=0
+while :; do
+    more=
+    for lane in "$@"; do
+        read -ra runs <<<"$lane"
+        [ "$position" -lt ${#runs[@]} ] || continue
+        more=1
+        run=${runs[$position]}
         case $run in
-        native | packages | host:* | rpm:* | smd:*) ;;
         [0-9]*)
-            # SchedMD's releases: built below, beside the lanes.
             suite=${run%%:*}
             [[ " ${sources[*]} " == *" $suite "* ]] || sources+=("$suite")
             ;;
+        esac
+    done
+    [ -n "$more" ] || break
+    position=$((position + 1))
+done
+for lane in "$@"; do
+    for run in $lane; do
+        case $run in
+        native | packages | host:* | rpm:* | smd:* | [0-9]*) ;;
         *)
             suite=${run%%:*}
             tests/release_root.sh "$suite" "$repo/target/releases/$suite-root" >/dev/null || exit 1

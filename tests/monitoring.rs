@@ -42,6 +42,7 @@ fn main() -> ExitCode {
             "prometheus_sees_shares_group_use_and_decisions_across_nodes",
             figures,
         )
+        .smoke()
         .test(
             "every_metrics_file_gpushare_writes_passes_promtool",
             promtool_check_metrics,

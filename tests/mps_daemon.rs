@@ -78,6 +78,7 @@ fn main() -> ExitCode {
             "one_daemon_per_gpu_started_by_the_first_share_quit_after_the_last",
             lifecycle,
         )
+        .smoke()
         .test(
             "a_killed_daemon_is_restarted_by_the_next_share",
             killed_daemon,
@@ -102,6 +103,7 @@ fn main() -> ExitCode {
             "the_epilog_terminates_the_jobs_mps_clients_before_releasing_it",
             clients_terminated,
         )
+        .smoke()
         .test(
             "a_shared_gpu_is_exclusive_while_its_daemon_runs_then_gets_its_mode_back",
             exclusive_while_shared,
@@ -174,6 +176,7 @@ fn main() -> ExitCode {
             "a_gpus_mps_pipes_are_reachable_only_by_users_with_a_share_on_it",
             pipes_guarded,
         )
+        .smoke()
         .test(
             "a_fatal_xid_in_the_kernel_log_sets_its_gpu_aside_at_the_node_timer",
             xid_sets_aside,

@@ -45,7 +45,9 @@ fn main() -> ExitCode {
         // node's DCGM mapping following its ledger.
         .reset(|c| clean(c))
         .test("each_node_is_a_host_of_its_own", own_hosts)
+        .smoke()
         .test("the_group_limit_holds_across_nodes", group_limit)
+        .smoke()
         .test(
             "a_typed_request_over_the_limit_on_two_nodes_is_refused_at_submit",
             never_fits_on_two_nodes,
@@ -58,6 +60,7 @@ fn main() -> ExitCode {
             "shares_on_two_nodes_each_node_keeps_its_own_ledger",
             shares_on_two_nodes,
         )
+        .smoke()
         .test(
             "a_group_job_preempts_lowprio_on_one_a40_node_only",
             preemption,

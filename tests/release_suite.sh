@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole integration suite (and the demo) against a Slurm release,
 # with that release's own daemons and clients, on cgroup v1 or v2:
-#   tests/release_suite.sh SUITE [v1|v2] [TEST-BINARIES]   (e.g. gpu_mps,attack or gpu_qos:untyped or multinode:two_node/shares_on or -audit)
+#   tests/release_suite.sh SUITE [v1|v2] [TEST-BINARIES]   (e.g. gpu_mps,attack or gpu_qos:untyped or multinode:two_node/shares_on or -audit or smoke,gpu_qos)
 #   SUITE: trixie (Slurm 24.11), sid (26.05), host (this machine's 22.05),
 #          or a SchedMD release built from source: 23.02, 23.11, 24.05,
 #          25.05, 25.11 (or an exact 25.05.8)
@@ -264,27 +264,40 @@ for entry in "${tests[@]}"; do
     # FILTER: test binary names, comma-separated (gpu_mps,attack); BINARY:TEST
     # runs only that binary's tests whose names contain TEST (several:
     # BINARY:TEST1/TEST2); -BINARY leaves that binary out (a filter of
-    # such words only runs every other binary).
+    # such words only runs every other binary); the word smoke runs every
+    # binary the filter does not name or leave out as its smoke only (the
+    # tests it marks so, GPUSHARE_TEST_SMOKE=1: smoke,gpu_qos runs gpu_qos
+    # in full and a smoke of every other binary).
     args=()
+    smoke=
     if [ -n "$filter" ]; then
-        selected= excluded= only_exclusions=1
+        named= excluded= only_exclusions=1 smoke_word=
         IFS=, read -ra wanted <<<"$filter"
         for w in "${wanted[@]}"; do
             case $w in
             -"$name") excluded=1 ;;
             -*) ;;
-            "$name") selected=1 only_exclusions= ;;
-            "$name":*) selected=1 only_exclusions=; IFS=/ read -ra args <<<"${w#*:}" ;;
+            smoke) smoke_word=1 ;;
+            "$name") named=1 only_exclusions= ;;
+            "$name":*) named=1 only_exclusions=; IFS=/ read -ra args <<<"${w#*:}" ;;
             *) only_exclusions= ;;
             esac
         done
-        [ -z "$only_exclusions" ] || selected=1
-        [ -n "$selected" ] && [ -z "$excluded" ] || continue
+        if [ -n "$named" ]; then
+            [ -z "$excluded" ] || continue
+        elif [ -n "$excluded" ]; then
+            continue
+        elif [ -n "$smoke_word" ]; then
+            smoke=1
+        elif [ -z "$only_exclusions" ]; then
+            continue
+        fi
     fi
-    echo "== $name on Slurm $version, cgroup $cgroup"
+    echo "== $name on Slurm $version, cgroup $cgroup${smoke:+ (smoke)}"
     ran=$((ran + 1))
     start=$SECONDS
-    if inside env GPUSHARE_BUILD_DIR="$build" GPUSHARE_TEST_CGROUP="$cgroup" "${env_extra[@]}" "$exe" "${args[@]}"; then
+    if inside env GPUSHARE_BUILD_DIR="$build" GPUSHARE_TEST_CGROUP="$cgroup" GPUSHARE_TEST_SMOKE="${smoke:-0}" \
+        "${env_extra[@]}" "$exe" "${args[@]}"; then
         echo "== $name: passed in $((SECONDS - start)) s"
     else
         echo "== $name: FAILED after $((SECONDS - start)) s"

@@ -27,6 +27,7 @@ fn main() -> ExitCode {
             "replay_counts_what_the_policy_would_have_done_exactly",
             replay_counts,
         )
+        .smoke()
         .test(
             "advise_lists_each_job_with_its_size_and_line",
             advise::advise_lists_each_job_with_its_size_and_line,

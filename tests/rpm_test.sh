@@ -15,8 +15,9 @@
 #     daemon package: rpm -i of gpushare alone, rpm -V clean, gpu-qos and
 #     its man pages there, srun loading the plugin from plugstack.conf's
 #     required line (and stopping once its file is gone);
-#  4. the gpu_qos and MPS suites (foundation, gpu_qos, gpu_oracle, gpu_mps, mps_daemon)
-#     against the installed plugins and programs, in that root; from the
+#  4. foundation, the oracle and every suite's smoke (GPUSHARE_RPM_SUITES;
+#     make test-all: gpu_qos, gpu_mps and mps_daemon in full too) against
+#     the installed plugins and programs, in that root; from the
 #     login host, a user's share and srun step run on that cluster,
 #     gpu-qos why and usage answer, the required line stops sbatch and srun
 #     once the plugin is gone (as optional, jobs run);
@@ -285,8 +286,12 @@ echo "   $(basename "$slurm_client") and $tools alone; rpm -V clean; gpu-qos and
 step "4. the suites against the installed plugins and programs, and from the login host"
 # foundation's wrong_plugin_version test is left out: it puts a patched copy
 # of the plugin in a directory before Slurm's own, which here holds the
-# installed one; step 5 is what guards this installation.
-suites=foundation:loaded_by_slurmctld/runs_through_the_plugin/srun_step_runs/preempts_lowprio,gpu_qos,gpu_oracle,gpu_mps,mps_daemon
+# installed one; step 5 is what guards this installation. The oracle in
+# full, every other suite's smoke (make test-all: gpu_qos, gpu_mps and
+# mps_daemon in full, GPUSHARE_RPM_SUITES); demo and hw_check test the
+# build tree (make install, the hardware check's own binary), not what the
+# packages installed.
+suites=foundation:loaded_by_slurmctld/runs_through_the_plugin/srun_step_runs/preempts_lowprio,gpu_oracle,smoke,-demo,-hw_check
 installed_harness "$plugindir/job_submit_gpu_qos.so" "$plugindir/spank_gpu_mps.so"
 GPUSHARE_RELEASE_ROOT=$root GPUSHARE_RELEASE_BUILD=$harness GPUSHARE_SLURM_PLUGIN_DIR=$plugindir \
     tests/release_suite.sh "rpm-$release" v1 "${GPUSHARE_RPM_SUITES:-$suites}" ||

@@ -36,8 +36,12 @@ prefix=$prefixes/slurm-$version
 # one kernel, and only then does each keep its cgroups apart (slurm_<node>
 # in cgroup v1), as Debian builds Slurm; a node with one slurmd works the
 # same either way.
+# json-c and libyaml: namespace/linux reads namespace.yaml through Slurm's
+# serializers (26.05's audit case, the GPU kit's check); no slurmrestd,
+# which no test runs (the kit and the lanes share this one build).
 configure=(--prefix="$prefix" --sysconfdir="$prefix/etc" --disable-debug --without-pmix
-    --without-hdf5 --disable-x11 --enable-multiple-slurmd CFLAGS="-O1 -g0")
+    --without-hdf5 --disable-x11 --enable-multiple-slurmd --with-json=/usr --with-yaml=/usr
+    --disable-slurmrestd CFLAGS="-O1 -g0")
 # GPUSHARE_SLURM_CONFIGURE: more configure options (the GPU kit's build,
 # in its own GPUSHARE_SLURM_PREFIXES); part of the build's stamp.
 read -r -a extra <<<"${GPUSHARE_SLURM_CONFIGURE:-}"

@@ -44,8 +44,12 @@ pub struct Asked<'a> {
     pub timeout: std::time::Duration,
 }
 
-/// Runs the test as `asked`.
-pub fn run(node: &Node, asked: &Asked<'_>, json: bool, report: Option<&Path>) -> Result<Exit> {
+/// Runs the test as `asked` on `node` (opened by root), the MPS pipes
+/// guarded as the prolog keeps them (the test's user is let through
+/// while it runs).
+pub fn run(mut node: Node, asked: &Asked<'_>, json: bool, report: Option<&Path>) -> Result<Exit> {
+    node.pipe_guard = Some(gpushare_node::acl::allow_traverse);
+    let node = &node;
     let Asked {
         gpus,
         units,

@@ -16,7 +16,14 @@
 //! - [`requeue`]: a share refused here sent elsewhere, and the exclusions
 //!   taken back (Slurm's commands the core's `mps::node::requeue` orders);
 //! - [`usage_record`]: an ended job's GPU figures recorded in Slurm;
-//! - [`worst_case`]: the longest a prolog and an epilog can run.
+//! - [`worst_case`]: the longest a prolog and an epilog can run;
+//! - [`node_setup`]: the node's facts `gpu-mps config` makes its lines
+//!   from;
+//! - [`node_status`]: `gpu-mps status`'s view, with what NVML adds;
+//! - [`timer`]: the node timer's pass (`gpu-mps metrics --write`), its
+//!   steps in order;
+//! - [`sharing_off`]: `gpu-mps disable` and `enable`, in the order that
+//!   leaves nothing of gpushare's behind.
 //!
 //! A crate of its own, apart from the admin commands (`gpushare-admin`),
 //! so that what runs in slurmd's prolog and epilog is one short list of
@@ -27,9 +34,13 @@ pub mod cuda_probe;
 pub mod gpu_facts;
 pub mod node_log;
 pub mod node_program;
+pub mod node_setup;
+pub mod node_status;
 pub mod nvml;
 pub mod nvml_usage;
 pub mod requeue;
+pub mod sharing_off;
+pub mod timer;
 pub mod usage_record;
 pub mod worst_case;
 

@@ -85,6 +85,19 @@ pub fn locate(explicit: Option<&Path>) -> Result<PathBuf, Vec<PathBuf>> {
     first_existing(candidates(explicit, env.as_deref(), found))
 }
 
+/// The file an admin command is about: [`locate`]'s, else (none exists)
+/// the first place looked at, with every place looked at where the admin
+/// named no file (`gpu-mps metrics` then says there is nothing here).
+pub fn locate_for_command(explicit: Option<&Path>) -> (PathBuf, Option<Vec<PathBuf>>) {
+    match locate(explicit) {
+        Ok(conf) => (conf, None),
+        Err(looked_at) => {
+            let first = looked_at.first().cloned().unwrap_or_default();
+            (first, explicit.is_none().then_some(looked_at))
+        }
+    }
+}
+
 /// The line `gpu-mps metrics` says where no `gpu_mps.conf` is found
 /// (`looked_at`): nothing to do here, and how to point it at the file
 /// where the node does share.

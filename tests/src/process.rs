@@ -232,12 +232,10 @@ pub fn kill_marked(dir: &Path, timeout: Duration) -> usize {
 }
 
 /// Kills processes left by an earlier test run that died before cleaning up
-/// (its directory, or its cgroup of [`GROUPS`], names an owner pid that no
-/// longer exists).
+/// (its directory, or its cgroup of [`GROUPS`], names an owner process
+/// that no longer runs, [`owner_alive`]).
 pub fn kill_orphans() {
-    let orphaned = |value: &str| {
-        owner_pid(value).is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
-    };
+    let orphaned = |value: &str| owner_pid(value).is_some() && !owner_alive(value);
     for pid in marked_processes(orphaned)
         .into_iter()
         .chain(grouped_processes(orphaned))
@@ -257,8 +255,8 @@ pub fn kill_orphans() {
 
 /// The name of the tests' own cgroup v1 hierarchy (no controller): each
 /// cluster's daemons, and all they fork, run in its cgroup
-/// `/<cluster directory's name>` (`/gpushare-<pid>-<n>`), which
-/// `/proc/PID/cgroup` shows as `N:name=gpushare-tests:/gpushare-<pid>-<n>`
+/// `/<cluster directory's name>` (`/gpushare-<pid>-<start>-<n>`), which
+/// `/proc/PID/cgroup` shows as `N:name=gpushare-tests:/gpushare-<pid>-<start>-<n>`
 /// in whatever root or mount namespace the process runs. Processes of
 /// anything else (a site's own Slurm daemons) sit in its root, `/`.
 pub const GROUPS: &str = "gpushare-tests";
@@ -341,7 +339,7 @@ fn group_of(marker: &Path) -> Option<PathBuf> {
 }
 
 /// Pids of live processes in a cgroup of [`GROUPS`] other than its root,
-/// whose name (`gpushare-<pid>-<n>`) `select` accepts. Read from
+/// whose name (`gpushare-<pid>-<start>-<n>`) `select` accepts. Read from
 /// `/proc/PID/cgroup`: the hierarchy need not be mounted here.
 pub fn grouped_processes(select: impl Fn(&str) -> bool) -> Vec<u32> {
     let needle = format!(":name={GROUPS}:/");
@@ -355,7 +353,8 @@ pub fn grouped_processes(select: impl Fn(&str) -> bool) -> Vec<u32> {
     })
 }
 
-/// The owning test process of a cluster directory `.../gpushare-<pid>-<n>`.
+/// The owning test process of a cluster directory
+/// `.../gpushare-<pid>-<start>-<n>` (or an older `gpushare-<pid>-<n>`).
 pub fn owner_pid(dir: &str) -> Option<u32> {
     let name = Path::new(dir).file_name()?.to_str()?;
     name.strip_prefix("gpushare-")?
@@ -363,6 +362,49 @@ pub fn owner_pid(dir: &str) -> Option<u32> {
         .next()?
         .parse()
         .ok()
+}
+
+/// When process `pid` started, in clock ticks since boot (the 22nd field
+/// of `/proc/PID/stat`): with the pid, what tells one process from a later
+/// one given the same pid.
+pub fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The name (field 2) may hold spaces and parentheses: count from the
+    // last ')'.
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
+}
+
+/// The name of this process's `n`th cluster directory:
+/// `gpushare-<pid>-<start ticks>-<n>`, unique on this machine until it
+/// reboots even where a run reuses a pid (a name of the pid alone would
+/// find an earlier cluster's accounting database in a shared MariaDB).
+pub fn cluster_dir_name(n: u32) -> String {
+    let pid = std::process::id();
+    format!("gpushare-{pid}-{}-{n}", start_ticks(pid).unwrap_or(0))
+}
+
+/// Whether the test process that made cluster directory `dir` still runs:
+/// its pid lives and, where the name records it, started when the name
+/// says (a later process given the same pid does not count).
+pub fn owner_alive(dir: &str) -> bool {
+    let Some(pid) = owner_pid(dir) else {
+        return false;
+    };
+    let parts: Vec<&str> = Path::new(dir)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("")
+        .split('-')
+        .collect();
+    match parts.as_slice() {
+        [_, _, start, _] => start.parse::<u64>().ok() == start_ticks(pid),
+        _ => Path::new(&format!("/proc/{pid}")).exists(),
+    }
 }
 
 /// SIGINT, SIGTERM and SIGHUP held back, so that a program keeping a
@@ -448,4 +490,23 @@ fn job_of_environ(pid: u32) -> Option<u32> {
     env.split(|&b| b == 0)
         .find_map(|v| v.strip_prefix(b"SLURM_JOB_ID="))
         .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
+}
+
+#[cfg(test)]
+mod cluster_names {
+    use super::{cluster_dir_name, owner_alive, owner_pid};
+
+    #[test]
+    fn a_cluster_is_owned_by_the_process_that_started_when_its_name_says() {
+        let name = cluster_dir_name(2);
+        let pid = std::process::id();
+        assert_eq!(owner_pid(&format!("/tmp/{name}")), Some(pid));
+        assert!(name.ends_with("-2"), "{name}");
+        assert!(owner_alive(&format!("/tmp/{name}")));
+        // The same pid, another start: a process that reused the pid.
+        assert!(!owner_alive(&format!("/tmp/gpushare-{pid}-1-2")));
+        // A name of the pid alone (an older run's): the pid decides.
+        assert!(owner_alive(&format!("/tmp/gpushare-{pid}-0")));
+        assert!(!owner_alive("/tmp/gpushare-notapid-0"));
+    }
 }

@@ -10,6 +10,10 @@
 //! nothing is skipped silently. A test added with `test_on_request` needs
 //! what only another script sets up (`tests/package_test.sh`): it runs only
 //! where a filter names it in full, and then fails if that is missing.
+//! A test marked with `smoke` is part of the suite's smoke: with
+//! `GPUSHARE_TEST_SMOKE=1` (`tests/release_suite.sh`'s `smoke` word, how
+//! `make test` covers a release without running every test there) only
+//! those run, and a suite with none fails rather than pass on nothing.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::process::ExitCode;
@@ -31,6 +35,8 @@ pub struct Suite {
     tests: Vec<(&'static str, Option<ClusterSpec>, TestFn)>,
     /// Tests run only where a filter names them in full.
     on_request: Vec<&'static str>,
+    /// The suite's smoke: what runs under `GPUSHARE_TEST_SMOKE=1`.
+    smoke: Vec<&'static str>,
     /// Brings the shared cluster back to the suite's starting state.
     reset: Option<ResetFn>,
 }
@@ -49,6 +55,7 @@ impl Suite {
             spec,
             tests: Vec::new(),
             on_request: Vec::new(),
+            smoke: Vec::new(),
             reset: None,
         }
     }
@@ -110,6 +117,17 @@ impl Suite {
         self.test(name, f)
     }
 
+    /// Marks the test added last as part of the suite's smoke: the few
+    /// tests that show, on a release `make test` does not run in full,
+    /// that the suite's ground holds there (its cluster starts with the
+    /// plugins, its main path works).
+    pub fn smoke(mut self) -> Self {
+        if let Some((name, _, _)) = self.tests.last() {
+            self.smoke.push(name);
+        }
+        self
+    }
+
     /// Runs the selected tests (each non-flag argument a name substring,
     /// like libtest's filter) and reports.
     pub fn run(self) -> ExitCode {
@@ -120,6 +138,8 @@ impl Suite {
             for (name, _, _) in &self.tests {
                 if self.on_request.contains(name) {
                     println!("{name}: test (on request: named in full)");
+                } else if self.smoke.contains(name) {
+                    println!("{name}: test (smoke)");
                 } else {
                     println!("{name}: test");
                 }
@@ -128,18 +148,30 @@ impl Suite {
         }
         // Every non-flag argument is a filter; a test runs if its name
         // contains any of them.
-        let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
+        let filters: Vec<&str> = args
+            .iter()
+            .filter(|a| !a.starts_with('-'))
+            .map(String::as_str)
+            .collect();
+        let smoke_only = std::env::var("GPUSHARE_TEST_SMOKE").as_deref() == Ok("1");
+        if smoke_only && self.smoke.is_empty() {
+            println!("GPUSHARE_TEST_SMOKE=1, but this suite marks no test as its smoke");
+            println!("0 passed, 1 failed");
+            return ExitCode::FAILURE;
+        }
         let on_request = self.on_request;
+        let smoke = self.smoke;
         let reset = self.reset;
         let selected: Vec<_> = self
             .tests
             .into_iter()
             .filter(|(name, _, _)| {
-                if on_request.contains(name) {
-                    filters.iter().any(|f| f.as_str() == *name)
-                } else {
-                    filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()))
-                }
+                selects(
+                    name,
+                    &filters,
+                    on_request.contains(name),
+                    smoke_only.then_some(smoke.contains(name)),
+                )
             })
             .collect();
         if selected.is_empty() {
@@ -235,11 +267,44 @@ impl Suite {
     }
 }
 
+/// Whether a test named `name` runs: it passes the filters (a name
+/// substring each; none: every test) or, on request only, is named by one
+/// in full; under a smoke run (`smoke` is `Some(marked)`) it must also be
+/// marked as the suite's smoke.
+fn selects(name: &str, filters: &[&str], on_request: bool, smoke: Option<bool>) -> bool {
+    let filtered = if on_request {
+        filters.contains(&name)
+    } else {
+        filters.is_empty() || filters.iter().any(|f| name.contains(f))
+    };
+    filtered && smoke.unwrap_or(true)
+}
+
 /// Fails with `msg` unless `cond`.
 pub fn ensure(cond: bool, msg: impl Into<String>) -> TestResult {
     if cond {
         Ok(())
     } else {
         Err(msg.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::selects;
+
+    #[test]
+    fn a_smoke_run_takes_only_marked_tests_that_pass_the_filter() {
+        assert!(selects("a_test", &[], false, None));
+        assert!(selects("a_test", &[], false, Some(true)));
+        assert!(!selects("a_test", &[], false, Some(false)));
+        assert!(selects("a_test", &["test"], false, Some(true)));
+        assert!(!selects("a_test", &["other"], false, Some(true)));
+        // On request: only where a filter names it in full, smoke or not.
+        assert!(!selects("upgrade", &[], true, None));
+        assert!(!selects("upgrade", &[], true, Some(true)));
+        assert!(!selects("upgrade", &["upgr"], true, None));
+        assert!(selects("upgrade", &["upgrade"], true, Some(true)));
+        assert!(!selects("upgrade", &["upgrade"], true, Some(false)));
     }
 }

@@ -137,7 +137,7 @@ fn make_cluster_dir() -> Result<PathBuf> {
         .map(PathBuf::from)
         .unwrap_or_else(std::env::temp_dir);
     let n = CLUSTER_SEQ.fetch_add(1, Ordering::Relaxed);
-    let dir = base.join(format!("gpushare-{}-{n}", std::process::id()));
+    let dir = base.join(crate::process::cluster_dir_name(n));
     if dir.exists() {
         fs::remove_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }
