@@ -144,33 +144,65 @@ test-no-install:
 # network namespace or a test directory. Each run's log is kept in target/test-logs/. Last,
 # tests/leftovers.sh fails the run if any process a test cluster started
 # (slurmstepd included) outlived its cluster.
-test: unit
+test: roots-early sources-early unit
 	$(MAKE) check-releases SOURCE_RELEASES=
 	$(MAKE) test-gpu-slurm-check
 	GPUSHARE_RPM_UPGRADE=0 tests/lanes.sh $(TEST_LANES); rc=$$?; tests/leftovers.sh || rc=1; exit $$rc
 
 # make test's lanes, side by side (tests/lanes.sh; CONTRIBUTING.md's table
-# gives each run's time): a suite mostly waits on Slurm, so six lanes keep
-# the two cores busy without one lane waiting on another's processor.
-TEST_LANES ?= "native" \
-	"$(RELEASE_RUNS_V2) $(SOURCE_RUNS_LATEST)" \
-	"$(SOURCE_RUNS_OWN_ABI) $(SOURCE_RUNS_OLDER)" \
-	"$(SOURCE_RUNS_NEXT) $(RELEASE_RUNS_SMOKE) $(SOURCE_RUNS_NEWER)" \
+# gives each run's time). The processor is the limit (a cluster's start,
+# Slurm's commands polled), so the lanes are cut to end together: 22.05's
+# and 26.05's suites in two halves each (make check's), the smoke runs
+# between them, the packages last in lanes of their own.
+TEST_LANES ?= "host:v1:$(CHECK_LANE_1) $(RELEASE_RUNS_SMOKE)" \
+	"host:v1:$(CHECK_LANE_2) $(SOURCE_RUNS_OLDER)" \
+	"sid:v2:$(CHECK_LANE_1) host:v2:gpu_mps $(SOURCE_RUNS_LATEST) $(SOURCE_RUNS_NEWER)" \
+	"$(SOURCE_RUNS_OWN_ABI) $(RELEASE_RUNS_V1)" \
+	"$(SOURCE_RUNS_NEXT)" \
 	"$(RPM_RUNS)" \
-	"packages $(RELEASE_RUNS_V1)"
+	"packages" \
+	"sid:v2:$(CHECK_LANE_2)"
+
+# SchedMD's releases the lanes run, built from source in the background at
+# the lowest priority from the start (tests/slurm_source.sh, a lock per
+# prefix; the lanes' own builder then finds them built): they take the
+# processor the unit tests, the GPU kit's check and the roots leave idle.
+# The kit's release is built by the kit itself. Its log:
+# target/test-logs/sources-early.log.
+# SchedMD's RPMs and the RPM lane's root likewise (tests/rpm_test.sh
+# --prepare), beside them.
+EARLY_SOURCES = $(filter-out $(GPU_SLURM_RELEASE) $(RPM_RELEASE),$(SOURCE_OWN_ABI) $(SOURCE_NEXT) $(SOURCE_SMOKED) $(SOURCE_LATEST))
+.PHONY: sources-early
+sources-early: deps
+	@mkdir -p target/test-logs
+	@(for r in $(EARLY_SOURCES); do nice -n 19 tests/slurm_source.sh $$r; done) \
+		>target/test-logs/sources-early.log 2>&1 </dev/null &
+	@GPUSHARE_RPM_UPGRADE=0 tests/rpm_test.sh --prepare $(RPM_RELEASE) >target/test-logs/rpm-early.log 2>&1 </dev/null &
+
+# The Debian roots the lanes run in (bookworm: the host's packages' test),
+# debootstrapped in the background while
+# the lints, the unit tests and the GPU kit run (mostly downloading and
+# unpacking, where those are the processor's): the lanes then wait for
+# each root only if it is not done (tests/release_root.sh holds a lock per
+# root). Its log: target/test-logs/roots.log.
+.PHONY: roots-early
+roots-early: deps
+	@mkdir -p target/test-logs
+	@(for s in $(RELEASE_SUITES) bookworm; do tests/release_root.sh $$s $(CURDIR)/target/releases/$$s-root; done) \
+		>target/test-logs/roots.log 2>&1 </dev/null &
 
 # Every release on both cgroup versions in full (about five times make
 # test), the RPMs' micro upgrade and second byte-for-byte build, and every
 # suite on SchedMD's RPMs: before each release.
 test-all: export RPM_AGAIN = 1
 test-all: export GPUSHARE_RPM_SUITES = $(RPM_SUITES_ALL)
-test-all: unit
+test-all: roots-early unit
 	$(MAKE) check-releases SOURCE_RELEASES=
 	tests/lanes.sh "native $(RELEASE_RUNS_ALL_V1)" "$(RELEASE_RUNS_ALL_V2)" "$(SOURCE_RUNS_ALL)" "$(RPM_RUNS) packages"; rc=$$?; tests/leftovers.sh || rc=1; exit $$rc
 # The suites tests/rpm_test.sh runs on the installed RPMs under make
 # test-all (foundation's wrong-plugin case is not one: step 5 guards
 # that installation).
-RPM_SUITES_ALL = foundation:loaded_by_slurmctld/runs_through_the_plugin/srun_step_runs/preempts_lowprio,gpu_qos,gpu_oracle,gpu_mps,mps_daemon,smoke,-demo,-hw_check
+RPM_SUITES_ALL = foundation:loaded_by_slurmctld/runs_through_the_plugin/srun_step_runs/preempts_lowprio,gpu_qos,gpu_oracle,gpu_mps,mps_daemon,smoke,-demo,-hw_check,-attack,-multinode
 
 # The MPS half on a real NVIDIA GPU (tests/hw-check, docs/hardware.md "On real
 # hardware"): the release node programs and a CUDA client as two throwaway
@@ -273,7 +305,6 @@ check-releases:
 # runs on v2: there every share is refused, and that is its test.
 CGROUP_SUITES = gpu_mps,mps_daemon,attack,multinode:two_node/shares_on/no_room
 RELEASE_RUNS_V1 ?= sid:v1:$(CGROUP_SUITES)
-RELEASE_RUNS_V2 ?= sid:v2:all host:v2:gpu_mps
 RELEASE_RUNS_SMOKE ?= trixie:v2:smoke
 RELEASE_RUNS_ALL_V1 ?= trixie:v1:all sid:v1:all
 RELEASE_RUNS_ALL_V2 ?= trixie:v2:all sid:v2:all host:v2:gpu_mps

@@ -28,7 +28,18 @@ print_version() {
     printf "%d.%02d.%d\n" $((n >> 16)) $(((n >> 8) & 255)) $((n & 255))
 }
 
-if [ -f "$ready" ] && [ "$(cat "$ready")" = "$suite $packages" ]; then
+done_already() { [ -f "$ready" ] && [ "$(cat "$ready")" = "$suite $packages" ]; }
+if done_already; then
+    print_version
+    exit 0
+fi
+# One build of a root at a time (make test starts the roots early, in the
+# background, and the lanes ask for them later): whoever waited finds it
+# built.
+mkdir -p "$(dirname "$dir")"
+exec 9>"$dir.lock"
+flock 9
+if done_already; then
     print_version
     exit 0
 fi
