@@ -17,7 +17,6 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use gpushare::mps::config::GpuMpsConfig;
 use gpushare::mps::metrics::Counters;
 use gpushare::mps::node::{metrics_text, node_name, publish_metrics, running_jobs, Node};
 use gpushare::mps::setup_lines;
@@ -126,23 +125,6 @@ struct Here<'a> {
     node: &'a str,
 }
 
-/// The configuration in force, as the node programs run with it (never a
-/// half-written file); what it says about the file goes to stderr.
-fn load(Here { conf, node }: Here<'_>) -> Result<GpuMpsConfig> {
-    if !conf.exists() {
-        bail!("{}: not found: this node shares no GPU", conf.display());
-    }
-    let records = Path::new(in_force::NODE_RECORDS_DIR);
-    let role = in_force::Role::Reader;
-    let found = in_force::resolve(conf, node, records, effective_uid(), role);
-    for note in &found.notes {
-        eprintln!("gpu-mps: {note}");
-    }
-    found
-        .cfg
-        .with_context(|| found.shares_refused.unwrap_or_default())
-}
-
 /// The node, for a command that changes root's state (`refusal`: what a
 /// user is told).
 fn open_as_root(Here { conf, node }: Here<'_>, refusal: &str) -> Result<Node> {
@@ -154,8 +136,8 @@ fn open_as_root(Here { conf, node }: Here<'_>, refusal: &str) -> Result<Node> {
 }
 
 fn status(at: Here<'_>, json: bool) -> Result<Exit> {
-    let cfg = load(at)?;
-    let seen = node_status::view(&cfg, at.conf, at.node, effective_uid());
+    let say = &mut |line: String| eprintln!("gpu-mps: {line}");
+    let seen = node_status::view(at.conf, at.node, effective_uid(), say);
     let (view, devices, trouble) = seen.map_err(anyhow::Error::msg)?;
     let text = if json {
         view.to_json()
