@@ -4,9 +4,10 @@
 #                  run the narrated demo cluster (KEEP=1: leave it running)
 #   make check     for every change (~10 min here): lints, unit and property
 #                  tests, the real-cluster suites on this machine's Slurm
-#   make test      CI's command: check, then the other releases (Debian's,
-#                  and SchedMD's built from source) and the packages, in
-#                  four lanes side by side (cgroup v1 | v2 | from source | RPMs)
+#   make test      CI's command: check's suites, then every other release
+#                  (Debian's, SchedMD's built from source and RPMs: the
+#                  load check, the oracle, every suite's smoke) and the
+#                  packages, in eight lanes side by side (~35 min)
 #   make test-all  every release on both cgroup versions in full
 #   make test-smd  (on request) gpushare's Debian packages built from the source
 #                  release on SchedMD's slurm-smd packages, and tested there
@@ -133,15 +134,12 @@ build-tests:
 test-no-install:
 	tests/no_install.sh
 
-# CI's command (the README's): what `check` runs, the plugins built for
-# the other Debian releases, then four lanes side by side (tests/lanes.sh):
-# the cgroup v1 runs (this machine's suites first), the cgroup v2 runs,
-# SchedMD's releases built from source (built beside the lanes, once per
-# machine; their plugins linted there), and the packages: gpushare's RPMs
-# on SchedMD's RPMs of 25.05, then the Debian packages built and tested.
-# Each lane takes about as long as the longest other (the packages lane,
-# the shortest, holds the two package tests). The lanes never share a
-# network namespace or a test directory. Each run's log is kept in target/test-logs/. Last,
+# CI's command (the README's): the lints and unit tests, the plugins
+# built for the other Debian releases, the GPU kit's check on the
+# stand-ins, then the lanes (TEST_LANES, tests/lanes.sh): every suite on
+# 22.05 and 26.05, the smoke of every suite on each other release, the
+# RPMs and the Debian packages. The lanes never share a network namespace
+# or a test directory. Each run's log is kept in target/test-logs/. Last,
 # tests/leftovers.sh fails the run if any process a test cluster started
 # (slurmstepd included) outlived its cluster.
 test: roots-early sources-early unit
