@@ -11,10 +11,9 @@
 # release, tests/rpm_test.sh) or smd:RELEASE (gpushare's Debian packages on
 # SchedMD's slurm-smd packages of it, tests/smd_test.sh).
 #
-# The lanes run at once (make test: this machine's and the Debian
-# releases' cgroup v1 runs in one, their v2 runs in another, SchedMD's
-# releases built from source in a third; most of a run is spent waiting on
-# Slurm, not on the processor). They share nothing a test writes: each run has its own network
+# The lanes run at once (make test: eight, the Makefile's TEST_LANES, cut
+# to end together; the processor, not the lane, is the limit). They share
+# nothing a test writes: each run has its own network
 # namespace (its lab), its own MariaDB, its own cluster directories; in
 # one cgroup hierarchy each cluster numbers its jobs apart from every
 # other (FirstJobId, tests/src/cluster/configs.rs), so Slurm's cgroup
@@ -37,13 +36,10 @@ rm -f "$logs"/.failed-*
 
 log_of() { echo "$logs/$(echo "$1" | tr ':,/' '___').log"; }
 
-# The roots and headers of every Debian release named and the plugins
-# built against each, before any lane starts: two lanes must never build
-# one root at the same time, nor a build race a lane's tests.
-sources=()
 # SchedMD's releases in the order the lanes reach them: every lane's first
 # run, then every lane's second, and so on (a lane's later run has the
 # time of its earlier ones to wait for its build).
+sources=()
 position=0
 while :; do
     more=
@@ -62,6 +58,9 @@ while :; do
     [ -n "$more" ] || break
     position=$((position + 1))
 done
+# The roots and headers of every Debian release named and the plugins
+# built against each, before any lane starts: two lanes must never build
+# one root at the same time, nor a build race a lane's tests.
 for lane in "$@"; do
     for run in $lane; do
         case $run in
