@@ -194,9 +194,9 @@ roots-early: deps
 # suite on SchedMD's RPMs: before each release.
 test-all: export RPM_AGAIN = 1
 test-all: export GPUSHARE_RPM_SUITES = $(RPM_SUITES_ALL)
-test-all: roots-early unit
+test-all: roots-early sources-early unit
 	$(MAKE) check-releases SOURCE_RELEASES=
-	tests/lanes.sh "native $(RELEASE_RUNS_ALL_V1)" "$(RELEASE_RUNS_ALL_V2)" "$(SOURCE_RUNS_ALL)" "$(RPM_RUNS) packages"; rc=$$?; tests/leftovers.sh || rc=1; exit $$rc
+	tests/lanes.sh "native $(RELEASE_RUNS_ALL_V1)" "$(RELEASE_RUNS_ALL_V2)" "$(SOURCE_RUNS_ALL_V1)" "$(SOURCE_RUNS_ALL_V2)" "$(RPM_RUNS) packages"; rc=$$?; tests/leftovers.sh || rc=1; exit $$rc
 # The suites tests/rpm_test.sh runs on the installed RPMs under make
 # test-all (foundation's wrong-plugin case is not one: step 5 guards
 # that installation).
@@ -330,7 +330,9 @@ SOURCE_RUNS_NEWER ?= $(foreach r,$(filter-out 23.% 24.%,$(SOURCE_SMOKED)),$(r):v
 SOURCE_RUNS_LATEST ?= $(SOURCE_LATEST):v2:gpu_mps:autodetected_gpus,audit:namespace_linux,mps_daemon:cgroup_job_id_paths
 SOURCE_RUNS_NEXT ?= $(SOURCE_NEXT):v2:smoke,gpu_qos,gpu_mps,mps_daemon
 SOURCE_RUNS ?= $(SOURCE_RUNS_OWN_ABI) $(SOURCE_RUNS_OLDER) $(SOURCE_RUNS_NEWER) $(SOURCE_RUNS_LATEST) $(SOURCE_RUNS_NEXT)
-SOURCE_RUNS_ALL ?= $(foreach r,$(SOURCE_RELEASES),$(r):v1:all) $(foreach r,$(filter-out 23.02,$(SOURCE_RELEASES)),$(r):v2:all)
+SOURCE_RUNS_ALL_V1 ?= $(foreach r,$(SOURCE_RELEASES),$(r):v1:all)
+SOURCE_RUNS_ALL_V2 ?= $(foreach r,$(filter-out 23.02,$(SOURCE_RELEASES)),$(r):v2:all)
+SOURCE_RUNS_ALL ?= $(SOURCE_RUNS_ALL_V1) $(SOURCE_RUNS_ALL_V2)
 # gpushare's RPMs on SchedMD's RPMs of a release (tests/rpm_test.sh): a
 # fourth lane, its builds at the lowest priority beside the others; make
 # test leaves out its micro upgrade (a second build of SchedMD's RPMs and
