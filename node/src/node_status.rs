@@ -68,10 +68,12 @@ mod tests {
 
     #[test]
     fn a_node_without_the_file_shares_no_gpu_and_says_where_it_looked() {
-        let dir = tempfile::tempdir().expect("tempdir");
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let conf = dir.path().join("gpu_mps.conf");
         let mut said = Vec::new();
-        let err = in_force(&conf, "gpu01", 0, &mut |l| said.push(l)).expect_err("no file");
+        let Err(err) = in_force(&conf, "gpu01", 0, &mut |l| said.push(l)) else {
+            panic!("a configuration from a file that does not exist");
+        };
         assert!(err.contains(&conf.display().to_string()), "{err}");
         assert!(err.contains("shares no GPU"), "{err}");
         assert!(said.is_empty(), "{said:?}");
