@@ -115,9 +115,31 @@ impl LoginHost {
     }
 
     /// A test user of the cluster, known to the login host too (its
-    /// passwd and group lines, as a site's directory service gives them).
+    /// passwd and group lines, as a site's directory service gives them:
+    /// one name and one id on every host). A line of the login host's that
+    /// gives the user's id to another name goes: the login host is an
+    /// overlay of a release root other runs add their own users to, each
+    /// from its own view of the ids (seen: `gpu-qos usage` there naming
+    /// another run's user of the same uid).
     fn user(&self, c: &Cluster, name: &str) -> Result<TestUser, String> {
         let user = TestUser::create(c, name)?;
+        for (file, id) in [("/etc/passwd", user.uid), ("/etc/group", user.gid)] {
+            let theirs_path = self.path(Path::new(file));
+            let theirs = fs::read_to_string(&theirs_path).unwrap_or_default();
+            let other = |l: &&str| {
+                let fields: Vec<&str> = l.split(':').collect();
+                fields.get(2) == Some(&id.to_string().as_str()) && fields.first() != Some(&name)
+            };
+            if theirs.lines().any(|l| other(&l)) {
+                let kept: String = theirs
+                    .lines()
+                    .filter(|l| !other(l))
+                    .map(|l| format!("{l}\n"))
+                    .collect();
+                fs::write(&theirs_path, kept)
+                    .map_err(|e| format!("{}: {e}", theirs_path.display()))?;
+            }
+        }
         for (file, key, field) in [
             ("/etc/passwd", name.to_owned(), 0),
             ("/etc/group", user.gid.to_string(), 2),
