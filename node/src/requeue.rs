@@ -415,6 +415,16 @@ fn slurm_books_mps(deadline: &Deadline, name: &str) -> Option<bool> {
     }
 }
 
+/// [`lift_where_changed`] within a fresh deadline, what it did (or why it
+/// could not) said line by line: the node timer's step, `gpu-mps disable`'s
+/// and `enable`'s.
+pub fn lift_and_say(node: &gpushare::mps::node::Node, name: &str, say: &mut dyn FnMut(String)) {
+    match lift_where_changed(&Deadline::start(), node, name) {
+        Ok(lines) => lines.into_iter().for_each(say),
+        Err(e) => say(format!("exclusions not taken back: {e}")),
+    }
+}
+
 /// Looks at the node now and takes back the exclusions whose cause is
 /// gone ([`restore_exclusions`]); what to log. `name`: the node as Slurm
 /// names it.

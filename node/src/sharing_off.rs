@@ -69,7 +69,7 @@ pub fn disable(
     // Jobs kept off here stay off while Slurm still books mps here (sent
     // back, each would only be refused again); once it books none, they
     // are given back.
-    lift(node, name, say);
+    requeue::lift_and_say(node, name, say);
     publish_metrics(node, &[], |g| status::pipe_probe(&node.cfg, g))?;
     // What is left, read back: a mode still to set, an exclusion kept.
     if !compute_mode::pending(&node.cfg, node.gpu_count).is_empty() {
@@ -95,14 +95,6 @@ pub fn enable(
         say("GPU sharing was not disabled on this node".into());
     }
     node.disabled = None;
-    lift(node, name, say);
+    requeue::lift_and_say(node, name, say);
     Ok(())
-}
-
-/// The exclusions whose cause is gone taken back, said.
-fn lift(node: &Node, name: &str, say: &mut dyn FnMut(String)) {
-    match requeue::lift_where_changed(&requeue::Deadline::start(), node, name) {
-        Ok(lines) => lines.into_iter().for_each(say),
-        Err(e) => say(format!("exclusions not taken back: {e}")),
-    }
 }

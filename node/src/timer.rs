@@ -74,10 +74,7 @@ pub fn pass(
     gc::idle_daemons(node).into_iter().for_each(&mut *say);
     // Exclusions whose cause is gone lifted, whether or not a share ended
     // here (a GPU back, the setup mended, the node rebooted).
-    match requeue::lift_where_changed(&requeue::Deadline::start(), node, name) {
-        Ok(lines) => lines.into_iter().for_each(&mut *say),
-        Err(e) => say(format!("exclusions not taken back: {e}")),
-    }
+    requeue::lift_and_say(node, name, say);
     if node.cfg.share_usage != ShareUsage::Off {
         share_usage(node, name).into_iter().for_each(&mut *say);
     }
