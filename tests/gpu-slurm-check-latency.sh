@@ -8,8 +8,11 @@
 # LAT_JOBS of each way (GSC_LATENCY_JOBS, default 10), each job's body two
 # time stamps and nothing else:
 #   whole:   --gres=gpu:1, the whole GPU;
-#   alone:   --gres=mps:LAT_UNITS, no other share on the GPU: its MPS
-#            daemon starts and stops for each;
+#   alone:   --gres=mps:LAT_UNITS, no other share on the GPU, with
+#            DaemonLinger=0: its MPS daemon starts and stops for each;
+#   kept:    the same with the default DaemonLinger=60: the first job
+#            starts the daemon, which the next ones find running; then
+#            one whole-GPU job, whose prolog must stop the kept daemon;
 #   beside:  the same share while another share job holds the GPU all
 #            along: the daemon running.
 # Times, all one clock at millisecond resolution:
@@ -109,6 +112,22 @@ DebugFlags=TraceJobs"
     wait_idle 30
     lat_serial alone --gres=mps:$LAT_UNITS
     wait_idle 30
+    GSC_LINGER=60 write_mps_conf refuse
+    lat_serial kept --gres=mps:$LAT_UNITS
+    # The rule beside a kept daemon: a job given the GPU whole gets it
+    # back at once (its prolog stops the daemon).
+    local kw kst ka ks kept_whole
+    kw=$(submit "$A" -J gsc-lat-whole-kept --gres=gpu:1 "${jobenv[@]}" "$D/jobs/lat.sh")
+    kst=$(wait_state "$kw" 60 "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL")
+    ka=$(lat_at "$kw" "(sched: Allocate |Started )")
+    ks=$(sed -n 's/^S //p' "$D/jobs/$kw.out" 2>/dev/null)
+    kept_whole="$kst; allocation → start $(awk -v a="$ka" -v s="$ks" 'BEGIN{if (a > 0 && s > 0) printf "%d ms", (s - a) * 1000; else print "-"}')"
+    if wait_idle 10; then
+        record "a whole-GPU job right after a kept daemon" "$([ "$kst" = COMPLETED ]; pf)" "$kept_whole; the daemon stopped and the compute mode $(smi_mode 0) after it"
+    else
+        record "a whole-GPU job right after a kept daemon" FAIL "$kept_whole; daemons left: $(daemons | paste -sd,), compute mode $(smi_mode 0)"
+    fi
+    write_mps_conf refuse
     daemon=
     hold=$(submit "$A" -J gsc-lat-hold --gres=mps:$LAT_UNITS -t 20 "${jobenv[@]}" "$D/jobs/lat-hold.sh" 1100)
     if [ -n "$hold" ] && wait_file "$D/jobs/$hold.ready" 90; then
@@ -126,7 +145,8 @@ DebugFlags=TraceJobs"
     stop_slurm
     read -r _ base_s _ base_g _ <<<"$(lat_stats "$D/log/latency-whole.log")"
     for ways in "whole|the whole GPU (\`--gres=gpu:1\`)" \
-        "alone|a share alone on the GPU (\`--gres=mps:$LAT_UNITS\`: its daemon started and stopped for it)" \
+        "alone|a share alone on the GPU (\`--gres=mps:$LAT_UNITS\`, \`DaemonLinger=0\`: its daemon started and stopped for it)" \
+        "kept|a share alone on the GPU, its daemon kept (\`--gres=mps:$LAT_UNITS\`, \`DaemonLinger=60\`, the default)" \
         "beside|a share beside another share (\`--gres=mps:$LAT_UNITS\`: the daemon running)"; do
         way=${ways%%|*}
         args=${ways#*|}

@@ -33,6 +33,10 @@ mod disable;
 mod idle;
 #[path = "mps_daemon/job_container.rs"]
 mod job_container;
+#[path = "mps_daemon/linger.rs"]
+mod linger;
+#[path = "mps_daemon/neighbours.rs"]
+mod neighbours;
 #[path = "mps_daemon/private.rs"]
 mod private;
 #[path = "mps_daemon/selftest.rs"]
@@ -136,7 +140,7 @@ fn main() -> ExitCode {
     suite = selftest_start::tests(selftest::tests(idle::tests(usage::tests(disable::tests(
         suite,
     )))));
-    suite = private::tests(suite);
+    suite = linger::tests(neighbours::tests(private::tests(suite)));
     // On request only (named in full): Slurm's own container fails now and
     // then inside the harness's namespaces (see job_container.rs).
     if job_container::has_dirs() {
@@ -249,9 +253,19 @@ fn pipe(c: &Cluster, gpu: u32) -> PathBuf {
     c.dir.join(format!("run/gpu-mps-mps/gpu{gpu}/pipe"))
 }
 
-/// The stand-in daemon's processes for GPU `gpu`.
+/// The stand-in daemon's processes for GPU `gpu` (its control process,
+/// not the servers it runs).
 fn daemons(c: &Cluster, gpu: u32) -> Vec<u32> {
     gpushare::mps::daemon::processes(&pipe(c, gpu))
+        .into_iter()
+        .filter(|pid| {
+            fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|line| {
+                line.split(|&b| b == 0)
+                    .next()
+                    .is_some_and(|argv0| argv0.ends_with(b"nvidia-cuda-mps-control"))
+            })
+        })
+        .collect()
 }
 
 /// Submits `n` shares of `units` as root and waits for them to run.
@@ -312,8 +326,9 @@ fn lifecycle(c: &mut Cluster) -> TestResult {
         })
         .map_err(|e| format!("{e}: daemon processes {:?}", daemons(c, g)))?;
     }
-    // A GPU's first share starts its daemon and sets its limits (both
-    // set_default lines in one call); a further share of the same size
+    // A GPU's first share starts its daemon, sets its limits (both
+    // set_default lines) and starts its user's server, which holds the
+    // GPU from then on, in one call; a further share of the same size
     // calls nothing: the daemon the prolog recorded still runs, with those
     // limits. 2 calls per GPU, whatever its number of shares.
     ensure(
@@ -329,6 +344,7 @@ fn lifecycle(c: &mut Cluster) -> TestResult {
     for want in [
         "cmd=set_default_active_thread_percentage 25",
         "cmd=set_default_device_pinned_mem_limit 0 12288M",
+        "cmd=start_server -uid 0",
     ] {
         ensure(
             log.iter().any(|l| l.ends_with(want)),
@@ -360,11 +376,9 @@ fn lifecycle(c: &mut Cluster) -> TestResult {
             }),
         format!("gpu-mps status --json: {:?}", status.mps),
     )?;
-    // A larger share raises its GPU's limits: the defaults and each running
-    // server's (the stand-in names server 9000+N on GPU N), in one call
-    // after the `get_server_list` that named the servers.
-    let servers: String = (0..4).map(|g| format!("{g} {}\n", 9000 + g)).collect();
-    fs::write(bin_dir(c).join("servers"), servers).map_err(|e| e.to_string())?;
+    // A larger share raises its GPU's limits: the defaults and the running
+    // server's (the one its first share's prolog started), in one call
+    // after the `get_server_list` that named the server.
     let before = process_starts(c);
     let log_before = calls(c).len();
     let big = shares(c, 1, 50)?;
@@ -374,12 +388,16 @@ fn lifecycle(c: &mut Cluster) -> TestResult {
         .map(|s| s.gpu)
         .ok_or("the 50-unit share is not in the ledger")?;
     let new: Vec<String> = calls(c).split_off(log_before);
+    let server = match gpushare::mps::daemon::servers_of(&pipe(c, gpu), &daemons(c, gpu))[..] {
+        [one] => one,
+        ref other => return Err(format!("GPU {gpu}'s servers: {other:?}")),
+    };
     let want: Vec<String> = [
         "get_server_list".to_owned(),
         "set_default_active_thread_percentage 50".to_owned(),
         "set_default_device_pinned_mem_limit 0 24576M".to_owned(),
-        format!("set_active_thread_percentage {} 50", 9000 + gpu),
-        format!("set_device_pinned_mem_limit {} 0 24576M", 9000 + gpu),
+        format!("set_active_thread_percentage {server} 50"),
+        format!("set_device_pinned_mem_limit {server} 0 24576M"),
     ]
     .iter()
     .map(|l| format!("gpu={gpu} cmd={l}"))
@@ -391,7 +409,6 @@ fn lifecycle(c: &mut Cluster) -> TestResult {
             process_starts(c) - before
         ),
     )?;
-    let _ = fs::remove_file(bin_dir(c).join("servers"));
     cancel_and_wait_stopped(c)?;
     let mut quit = gpus_with(c, "cmd=quit");
     quit.sort_unstable();

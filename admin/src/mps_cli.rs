@@ -61,8 +61,9 @@ pub enum Cmd {
         /// look starts at the log's end), setting their GPUs aside; only
         /// the kernel's records starting with the driver's `NVRM: Xid` count;
         /// set again each compute mode nvidia-smi failed to set;
-        /// and lift the exclusions of jobs requeued off this node 10
-        /// minutes ago or more (only this node leaves their ExcNodeList)
+        /// and lift the exclusions of jobs requeued off this node whose
+        /// cause can have changed (a GPU given back, an MPS setup mended;
+        /// only this node leaves their ExcNodeList)
         #[arg(long)]
         write: bool,
         /// The kernel log to read XIDs from, as /dev/kmsg records

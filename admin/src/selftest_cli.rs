@@ -49,6 +49,17 @@ pub struct Asked<'a> {
 /// while it runs).
 pub fn run(mut node: Node, asked: &Asked<'_>, json: bool, report: Option<&Path>) -> Result<Exit> {
     node.pipe_guard = Some(gpushare_node::acl::allow_traverse);
+    // The GPUs' memory, as a share's prolog takes it (kept facts, else
+    // NVML): a proportional memory limit needs it to be tested at all.
+    if let Some(ask) = gpushare::mps::node::mains::nvml_ask(&node.cfg, true).filter(|a| a.memory) {
+        if let Ok(facts) = gpushare_node::gpu_facts::read(&node.cfg.state_dir) {
+            let seen =
+                gpushare_node::gpu_facts::seen(&facts.gpus, ask, |m| node.gpus_of_minors(&[m]));
+            if let Some(mib) = seen.memory_mib {
+                node.set_gpu_memory(mib);
+            }
+        }
+    }
     let node = &node;
     let Asked {
         gpus,

@@ -19,6 +19,7 @@
 //! MultiUser=no                     # yes: one multi-user MPS server per GPU (the -M/--multiuser/-multiuser-server its -h names), isolation between users given up
 //! OtherUsers=refuse                # a share that only fits beside another user's server: refuse, or queue (its CUDA work waits for theirs to end)
 //! MaxClientsPerGPU=48              # MPS clients one GPU's server takes (48 on Volta and newer)
+//! DaemonLinger=60                  # seconds a GPU's MPS daemon stays after its last share (0: stopped at once); a job given the GPU whole stops it at once
 //! SyslogSocket=/dev/log            # where the prolog and epilog log (default /dev/log)
 //! Placement=auto                   # who picks a share's GPU: auto (Slurm where gres.conf books mps per GPU), slurm, gpushare
 //! MIGShares=refuse                 # refuse every share while NVML reports MIG on for a listed GPU; allow
@@ -41,6 +42,10 @@ pub const DEFAULT_UNITS_PER_GPU: u32 = 100;
 
 /// Default `MaxClientsPerGPU`: what one MPS server serves on Volta and newer.
 pub const DEFAULT_MAX_CLIENTS_PER_GPU: u32 = 48;
+
+/// Default `DaemonLinger`, seconds: a GPU's next share within a minute
+/// finds its daemon and server running.
+pub const DEFAULT_DAEMON_LINGER_SECS: u32 = 60;
 
 /// Where the MPS control daemon comes from.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -216,6 +221,10 @@ pub struct GpuMpsConfig {
     pub multi_user: bool,
     pub other_users: OtherUsers,
     pub max_clients_per_gpu: u32,
+    /// Seconds a GPU's MPS daemon (and its server) stays after its last
+    /// share ends before the node timer stops it (`DaemonLinger=`, 0: the
+    /// epilog stops it). A job Slurm gives the GPU whole stops it at once.
+    pub daemon_linger_secs: u32,
     /// The node's metrics for node_exporter's textfile collector (`*.prom`);
     /// `None`: no metrics, no counters.
     pub metrics_file: Option<PathBuf>,
@@ -284,6 +293,7 @@ impl Default for GpuMpsConfig {
             multi_user: false,
             other_users: OtherUsers::default(),
             max_clients_per_gpu: DEFAULT_MAX_CLIENTS_PER_GPU,
+            daemon_linger_secs: DEFAULT_DAEMON_LINGER_SECS,
             metrics_file: None,
             dcgm_job_mapping_dir: None,
             mig_shares: false,
@@ -319,6 +329,7 @@ enum Key {
     MultiUser,
     OtherUsers,
     MaxClientsPerGpu,
+    DaemonLinger,
     MetricsFile,
     DcgmJobMappingDir,
     MigShares,
@@ -335,7 +346,7 @@ enum Key {
 }
 
 impl Key {
-    const ALL: [Key; 25] = [
+    const ALL: [Key; 26] = [
         Key::UnitsPerGpu,
         Key::GpuDevices,
         Key::StateDir,
@@ -348,6 +359,7 @@ impl Key {
         Key::MultiUser,
         Key::OtherUsers,
         Key::MaxClientsPerGpu,
+        Key::DaemonLinger,
         Key::MetricsFile,
         Key::DcgmJobMappingDir,
         Key::MigShares,
@@ -378,6 +390,7 @@ impl Key {
             Key::MultiUser => "MultiUser",
             Key::OtherUsers => "OtherUsers",
             Key::MaxClientsPerGpu => "MaxClientsPerGPU",
+            Key::DaemonLinger => "DaemonLinger",
             Key::MetricsFile => "MetricsFile",
             Key::DcgmJobMappingDir => "DCGMJobMappingDir",
             Key::MigShares => "MIGShares",
@@ -410,6 +423,7 @@ impl Key {
             Key::MultiUser | Key::SelfTest | Key::PrivateMps => "no",
             Key::OtherUsers | Key::MigShares | Key::MpsFailure => "refuse",
             Key::MaxClientsPerGpu => "48",
+            Key::DaemonLinger => "60",
             Key::ComputeMode => "exclusive",
             Key::Banner => "stderr",
             Key::ShareUsage => "nvml",
@@ -652,6 +666,15 @@ impl Key {
                         format!(
                             "MaxClientsPerGPU must be an integer from 1 to 1024, got \"{value}\""
                         )
+                    })?;
+            }
+            Key::DaemonLinger => {
+                cfg.daemon_linger_secs = value
+                    .parse()
+                    .ok()
+                    .filter(|&n: &u32| n <= 86_400)
+                    .ok_or_else(|| {
+                        format!("DaemonLinger must be seconds from 0 to 86400, got \"{value}\"")
                     })?;
             }
         }

@@ -87,6 +87,9 @@ pub enum MpsDaemon {
     Restarted(String),
     /// Asked to quit (or found gone already).
     Stopped,
+    /// Left running after its GPU's last share, for the next one: the
+    /// node timer stops it after this many seconds (`DaemonLinger=`).
+    Kept(u32),
     /// Stopped, with something the admin should read (an admin's compute
     /// mode left on the GPU).
     StoppedWith(String),
@@ -103,6 +106,11 @@ impl fmt::Display for MpsDaemon {
             Self::Running => write!(f, "running"),
             Self::Restarted(why) => write!(f, "restarted ({why})"),
             Self::Stopped => write!(f, "stopped"),
+            Self::Kept(secs) => write!(
+                f,
+                "kept for the next share, for up to {secs} s (DaemonLinger=), or until a job \
+                 is given the GPU whole"
+            ),
             Self::StoppedWith(note) => write!(f, "stopped; {note}"),
             Self::NotAvailable => {
                 write!(f, "not managed (no {CONTROL_PROGRAM}, or MPSControl=none)")
@@ -413,13 +421,18 @@ pub enum LimitsSet {
 /// Sets GPU `gpu`'s server limits: the defaults for servers the daemon
 /// starts from now on, and the same on each server already running.
 /// `servers`: the running servers where the caller has just asked the
-/// daemon (else they are asked for, only if the limits change). Call it
-/// holding the GPU's daemon lock ([`with_gpu_lock`]).
+/// daemon (else they are asked for, only if the limits change). Where
+/// `hold_for` names a user and the daemon is known to run no server, the
+/// same call starts that user's server (`start_server -uid U`, after the
+/// limits; never for a daemon that serves several users): see
+/// [`start_server_line`]. Call it holding the GPU's daemon lock
+/// ([`with_gpu_lock`]).
 pub fn apply_limits(
     cfg: &GpuMpsConfig,
     gpu: u32,
     limits: Limits,
     servers: Option<Vec<u32>>,
+    hold_for: Option<u32>,
 ) -> Result<LimitsSet, String> {
     let Some(program) = program(cfg) else {
         return Ok(LimitsSet::Unmanaged);
@@ -441,6 +454,7 @@ pub fn apply_limits(
         // The daemon sees one GPU, so its device 0 is this GPU.
         lines.push(format!("set_default_device_pinned_mem_limit 0 {mib}M"));
     }
+    let none_running = servers.is_empty();
     for pid in servers {
         lines.push(format!(
             "set_active_thread_percentage {pid} {}",
@@ -449,6 +463,9 @@ pub fn apply_limits(
         if let Some(mib) = limits.memory_mib {
             lines.push(format!("set_device_pinned_mem_limit {pid} 0 {mib}M"));
         }
+    }
+    if let Some(uid) = hold_for.filter(|_| none_running) {
+        lines.push(start_server_line(uid));
     }
     // A failed record only costs the next share a call that changes nothing.
     forget_limits(cfg, gpu);
@@ -462,6 +479,23 @@ pub fn apply_limits(
         );
     }
     Ok(LimitsSet::Set)
+}
+
+/// The control command that starts user `uid`'s server at once.
+///
+/// Why: a GPU in `EXCLUSIVE_PROCESS` refuses a context outside MPS only
+/// while a process holds it, and a control daemon holds nothing; its
+/// server does, from the moment it starts until the daemon quits (it
+/// stays while idle). Left to start with the first client, the server
+/// leaves a window after each daemon start in which any process of a
+/// share's job that drops its MPS variables gets the whole GPU, with no
+/// thread or memory limit, and then no server can start there. Started
+/// with the daemon, by the same call that sets its limits, it closes that
+/// window at no cost to the share's start: the server's start is the same
+/// work the first client would wait for. Not for `MultiUser=yes`
+/// daemons, whose one server serves every user.
+pub fn start_server_line(uid: u32) -> String {
+    format!("start_server -uid {uid}")
 }
 
 /// The record of GPU `gpu`'s control daemon process (see [`AliveRecord`]).
@@ -744,6 +778,7 @@ pub fn stop(cfg: &GpuMpsConfig, gpu: u32) -> MpsDaemon {
     clear(&pipe);
     forget_limits(cfg, gpu);
     forget_alive(cfg, gpu);
+    let _ = fs::remove_file(cfg.state_dir.join(idle_file(gpu)));
     // The GPU's own compute mode comes back, whatever ComputeMode= says now.
     let restored = super::compute_mode::restore(cfg, gpu);
     match (quit, restored) {
@@ -757,6 +792,47 @@ pub fn stop(cfg: &GpuMpsConfig, gpu: u32) -> MpsDaemon {
         )),
         (Err(e), _) => MpsDaemon::Failed(format!("{e}; its processes were killed")),
     }
+}
+
+/// Where the time GPU `gpu`'s daemon was left idle is kept.
+fn idle_file(gpu: u32) -> String {
+    format!("daemon-gpu{gpu}.idle")
+}
+
+/// After GPU `gpu`'s last share: its daemon (and its server, which holds
+/// the GPU) kept for the next share for `DaemonLinger=` seconds, when it
+/// runs and the setting allows; else stopped. A share's start on a GPU
+/// whose daemon runs costs no control call; a start that starts the
+/// daemon, switches the compute mode and starts the server costs tens of
+/// milliseconds, its end as much again. The node timer stops it once
+/// the time is up ([`linger_over`]); a job Slurm gives the GPU whole,
+/// `gpu-mps gc` and `disable` stop it at once ([`stop_if_idle`]). Call it
+/// holding the GPU's daemon lock.
+pub fn stop_or_keep(cfg: &GpuMpsConfig, gpu: u32, now: u64) -> MpsDaemon {
+    let linger = cfg.daemon_linger_secs;
+    if linger > 0
+        && present(cfg, gpu)
+        && state_dir::replace_file(
+            &cfg.state_dir,
+            &idle_file(gpu),
+            now.to_string().as_bytes(),
+            0o600,
+        )
+        .is_ok()
+    {
+        return MpsDaemon::Kept(linger);
+    }
+    stop(cfg, gpu)
+}
+
+/// Whether GPU `gpu`'s idle daemon has stayed its `DaemonLinger=` time at
+/// `now`: true where no time was kept (a daemon left idle otherwise: a
+/// crash, a failed stop), or the kept time is not a number.
+pub fn linger_over(cfg: &GpuMpsConfig, gpu: u32, now: u64) -> bool {
+    fs::read_to_string(cfg.state_dir.join(idle_file(gpu)))
+        .ok()
+        .and_then(|t| t.trim().parse::<u64>().ok())
+        .is_none_or(|since| now >= since.saturating_add(u64::from(cfg.daemon_linger_secs)))
 }
 
 /// Whether GPU `gpu` shows an MPS daemon of gpushare's: its control pipe,
@@ -811,6 +887,19 @@ pub fn terminate_clients(
     job: u32,
     sluid: Option<&str>,
 ) -> Terminated {
+    terminate_clients_where(cfg, gpu, TERMINATE_BUDGET, |client| {
+        client_of_job(client, job, sluid)
+    })
+}
+
+/// Asks GPU `gpu`'s daemon to terminate every client `wanted` picks, as
+/// [`terminate_clients`] does, within `budget`.
+pub fn terminate_clients_where(
+    cfg: &GpuMpsConfig,
+    gpu: u32,
+    budget: Duration,
+    wanted: impl Fn(u32) -> bool,
+) -> Terminated {
     let mut done = Terminated::default();
     let Some(program) = program(cfg) else {
         return done;
@@ -818,7 +907,7 @@ pub fn terminate_clients(
     if !pipe_dir(cfg, gpu).join("control").exists() {
         return done;
     }
-    let deadline = Instant::now() + TERMINATE_BUDGET;
+    let deadline = Instant::now() + budget;
     let left = |most: Duration| most.min(deadline.saturating_duration_since(Instant::now()));
     let servers = match control(cfg, &program, gpu, "get_server_list", left(PROBE_TIMEOUT)) {
         Ok(out) => pids(&out),
@@ -839,7 +928,7 @@ pub fn terminate_clients(
             Ok(out) => done.clients.extend(
                 pids(&out)
                     .into_iter()
-                    .filter(|&client| client_of_job(client, job, sluid))
+                    .filter(|&client| wanted(client))
                     .map(|client| (server, client)),
             ),
             Err(e) => done.problems.push(e),

@@ -142,14 +142,15 @@ pub fn gc(
 }
 
 /// gc's stop of the daemons left without a share, as the node timer
-/// (`gpu-mps metrics --write`) runs it each minute: a daemon left idle (a
+/// (`gpu-mps metrics --write`) runs it each minute, a daemon kept for the
+/// next share (`DaemonLinger=`) once its time is up: a daemon left idle (a
 /// failed stop, a GPU's lock busy at its last share's end, a release left
 /// to the ledger's next change) would keep its GPU in EXCLUSIVE_PROCESS,
 /// where a job Slurm gives the GPU whole fails at CUDA start. Each stop
 /// gives its GPU its earlier compute mode back. What happened, a line
 /// each, for the log.
 pub fn idle_daemons(node: &Node) -> Vec<String> {
-    match stop_idle_daemons(node) {
+    match super::node::stop_lingered_daemons(node) {
         Ok(stopped) => stopped
             .into_iter()
             .map(|(gpu, outcome)| GcNote::DaemonStopped(gpu, outcome).to_string())

@@ -146,24 +146,8 @@ fn render_usage(out: &mut Exposition, usage: &[ShareUse]) {
             out.sample(name, &[("job", &job), ("gpu", &gpu)], bytes);
         }
     }
-    let sm: Vec<(&ShareUse, f64)> = usage
-        .iter()
-        .filter_map(|u| Some((u, u.sm_utilization?)))
-        .collect();
-    if !sm.is_empty() {
-        let name = "gpushare_share_sm_utilization";
-        out.family(
-            name,
-            "gauge",
-            "SM use of the share's processes over the share's part of the GPU (its units over \
-             UnitsPerGPU): 1 is all of its part, above 1 where MPS lets it use SMs others leave \
-             idle; by job and GPU, the mean of NVML's samples since the node timer's last run.",
-        );
-        for (u, ratio) in sm {
-            let (job, gpu) = (u.job.to_string(), u.gpu.to_string());
-            out.sample_f64(name, &[("job", &job), ("gpu", &gpu)], ratio);
-        }
-    }
+    // No SM figure per share: NVML charges MPS clients' work to their
+    // server's pid, so none is measured (docs/monitoring.md).
 }
 
 /// The ended jobs' figures by QOS and size (`units`: the share's, or
@@ -183,8 +167,8 @@ pub fn render_fit(fit: &Fit) -> String {
         ),
         (
             "gpushare_share_sm_mean_ratio",
-            "Mean SM use of each ended job's share over its part of the GPU (of the whole GPU \
-             for a job holding it), by QOS and size (units, or whole).",
+            "Mean SM use of each ended job holding a GPU whole, over the GPU, by QOS and size \
+             (whole); none for shares, whose work NVML charges to their MPS server.",
             &SM_BOUNDS,
             |r| &r.sm,
         ),
@@ -789,13 +773,14 @@ mod tests {
         );
         // The use of each share is by job and GPU alone, either way.
         for text in [&shown, &hidden] {
-            assert!(text.contains("gpushare_share_sm_utilization{job=\"8\",gpu=\"0\"} 1.25\n"));
+            assert!(text.contains("gpushare_share_memory_used_bytes{job=\"7\",gpu=\"0\"} "));
         }
     }
 
-    /// Each share's use where the node timer has it: memory in bytes, SM
-    /// use as a ratio; a figure it does not have is absent, never 0, and
-    /// without any figure (no share, no NVML) there is no family at all.
+    /// Each share's use where the node timer has it: memory in bytes; a
+    /// figure it does not have is absent, never 0; no SM use, whatever a
+    /// figure says (none is measured per share under MPS); and without
+    /// any figure (no share, no NVML) there is no family at all.
     #[test]
     fn share_use_is_written_where_sampled_and_absent_otherwise() {
         let text = render_for(&status(), &Counters::default(), false, &usage());
@@ -807,7 +792,7 @@ mod tests {
             Some(150 << 20)
         );
         assert!(!text.contains("gpushare_share_memory_used_bytes{job=\"8\""));
-        assert!(text.contains("gpushare_share_sm_utilization{job=\"7\",gpu=\"0\"} 0.8\n"));
+        assert!(!text.contains("gpushare_share_sm_utilization"));
         let none = render(&status(), &Counters::default());
         assert!(!none.contains("gpushare_share_memory") && !none.contains("sm_utilization"));
         let no_sm: Vec<ShareUse> = usage()

@@ -209,9 +209,11 @@ pub fn probe_daemon(cfg: &GpuMpsConfig, gpu: u32, root: bool) -> DaemonProbe {
     let has_pipe = seen.state == DaemonState::PipePresent;
     let pids = super::daemon::processes(&pipe);
     match super::daemon::probe(cfg, &program, gpu) {
+        // The daemon's own processes: its servers are listed apart (a
+        // server of a root job is root's too).
         Ok(servers) => DaemonProbe {
             state: DaemonState::Running,
-            pids,
+            pids: pids.into_iter().filter(|p| !servers.contains(p)).collect(),
             servers,
         },
         Err(_) if has_pipe || !pids.is_empty() => DaemonProbe {

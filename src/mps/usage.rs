@@ -356,9 +356,9 @@ pub struct ShareUse {
     /// it for one of them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_bytes: Option<u64>,
-    /// SM use over the share's part of the GPU: 1 is all of its part;
-    /// above 1 where MPS lets it use SMs others leave idle (`None`: NVML
-    /// samples no per-process utilisation on the GPU).
+    /// SM use of a job holding its GPU whole, over the GPU (`None`: a
+    /// share, whose use NVML charges to the MPS server; or NVML samples
+    /// no per-process utilisation on the GPU).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sm_utilization: Option<f64>,
     /// The job holds the GPU whole (no share): its SM use is over the
@@ -444,10 +444,13 @@ fn holder_of<'a, 'h>(
 /// or unreadable); `anchors`: where Slurm makes job cgroups.
 ///
 /// Memory is the sum of NVML's figure for the job's processes (a pid in
-/// both lists counted once). SM use is the sum over its processes of
-/// their mean sampled percentage, over 100 × the share's part of the GPU
-/// (the whole GPU for a job holding it); a process without samples used
-/// none. A job with no process on its GPU uses nothing.
+/// both lists counted once). SM use, of a job holding a GPU whole only,
+/// is the sum over its processes of their mean sampled percentage over
+/// 100; a process without samples used none. A share has none: NVML
+/// samples an MPS client's work under its server's pid, never the
+/// client's, and nothing else on the node divides it by client (the
+/// control daemon reports no use). A job with no process on its GPU uses
+/// nothing.
 pub fn attribute(
     gpus: &[(u32, &GpuSample)],
     state: &LedgerState,
@@ -494,9 +497,13 @@ pub fn attribute(
                 job: h.job,
                 gpu,
                 memory_bytes,
+                // A share's SM use is not measured: under MPS, NVML
+                // charges every client's samples to the server's pid
+                // (seen on an H200, driver 580), so no client has any.
                 sm_utilization: sample
                     .utilization
                     .as_ref()
+                    .filter(|_| h.whole)
                     .map(|_| percent / 100.0 / h.part.max(f64::MIN_POSITIVE)),
                 whole: h.whole,
             });

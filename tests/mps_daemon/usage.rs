@@ -19,7 +19,8 @@ use testcluster::users::TestUser;
 use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
 
 use super::{
-    bin_dir, calls, cancel_and_wait_stopped, gpu_mps, ledger, standin, user_output, user_share,
+    bin_dir, calls, cancel_and_wait_stopped, daemons, gpu_mps, ledger, pipe, standin, user_output,
+    user_share,
 };
 use testcluster::cluster::wait_for;
 use testcluster::process::sleep_of_job;
@@ -134,6 +135,17 @@ struct Figures {
     sm: Vec<u32>,
 }
 
+/// The pid NVML charges GPU `gpu`'s MPS work to: its server's (the
+/// daemon's, where no server runs).
+fn server_pid(c: &Cluster, gpu: u32) -> Result<u32, String> {
+    let daemons = daemons(c, gpu);
+    gpushare::mps::daemon::servers_of(&pipe(c, gpu), &daemons)
+        .first()
+        .or(daemons.first())
+        .copied()
+        .ok_or_else(|| format!("GPU {gpu} runs no MPS daemon"))
+}
+
 /// The stand-in's text: a block per GPU of `figures` (by gpushare's GPU,
 /// which is the device minor here), samples stamped from `stamp`.
 fn blocks(figures: &BTreeMap<u32, Vec<Figures>>, stamp: u64) -> BTreeMap<u32, String> {
@@ -183,9 +195,11 @@ fn series<'a>(text: &'a str, name: &str, job: u32, gpu: u32) -> Option<&'a str> 
 /// Alice runs two shares (A and B), bob one (C), 50 units each. The
 /// stand-in reports each job's `sleep` with its figures, and one more
 /// process of alice's outside Slurm, in a cgroup named like B's under a
-/// tree of its own, with 4 GiB and 90 % on B's GPU. The metrics file
-/// shows each share's memory and SM use over its half of the GPU, by job
-/// and GPU and never with a user label; the forged process counts for no
+/// tree of its own, with 4 GiB and 90 % on B's GPU; the utilisation
+/// samples of the shares' work come under each GPU's MPS server, as NVML
+/// gives them on a real GPU. The metrics file shows each share's memory,
+/// by job and GPU and never with a user label, and no SM use for any
+/// share (none is measured, none reads 0); the forged process counts for no
 /// one (the rule that finds `job_<id>` anywhere in the path takes it).
 /// The next run gets each GPU's samples from where the last ended. With
 /// NVML hung on C's GPU, the timer ends within its deadline, names that
@@ -253,10 +267,19 @@ fn shares_use(c: &mut Cluster) -> TestResult {
                 sm: sm.to_vec(),
             })
         };
-        add(gpu_a, pa, 1000, &[20, 30]);
-        add(gpu_b, pb, 500, &[10]);
-        add(gpu_c, pc, 2048, &[40]);
+        // As NVML answers under MPS (an H200, driver 580): each client
+        // with its memory and no utilisation sample; the samples, all of
+        // the GPU's shares' work together, under the server's pid.
+        let server = |g: u32| server_pid(c, g);
+        add(gpu_a, pa, 1000, &[]);
+        add(gpu_b, pb, 500, &[]);
+        add(gpu_c, pc, 2048, &[]);
         add(gpu_b, stray.id(), 4096, &[90]);
+        add(gpu_a, server(gpu_a)?, 66, &[20, 30]);
+        if gpu_b != gpu_a {
+            add(gpu_b, server(gpu_b)?, 66, &[10]);
+        }
+        add(gpu_c, server(gpu_c)?, 66, &[40]);
         let text: String = blocks(&figures, 1_000).into_values().collect();
         fs::write(&text_file, &text).map_err(|e| e.to_string())?;
         let timer = gpu_mps(c, &["metrics", "--write"])?;
@@ -270,9 +293,11 @@ fn shares_use(c: &mut Cluster) -> TestResult {
                 && mem(a, gpu_a) == Some(share_a.as_str())
                 && mem(b, gpu_b) == Some((500 * MIB).to_string().as_str())
                 && mem(cj, gpu_c) == Some((2048 * MIB).to_string().as_str())
-                && sm(a, gpu_a) == Some("0.5")
-                && sm(b, gpu_b) == Some("0.2")
-                && sm(cj, gpu_c) == Some("0.8")
+                // No client has a sample: no share's SM use is known, and
+                // none reads 0.
+                && [(a, gpu_a), (b, gpu_b), (cj, gpu_c)]
+                    .iter()
+                    .all(|&(job, gpu)| sm(job, gpu).is_none())
                 && !written.lines().any(|l| {
                     (l.starts_with("gpushare_share_memory") || l.starts_with("gpushare_share_sm"))
                         && l.contains("user=")
@@ -448,15 +473,23 @@ fn ended_use(c: &mut Cluster) -> TestResult {
     )?;
     let result = (|| {
         let mut figures: BTreeMap<u32, Vec<Figures>> = BTreeMap::new();
-        // The share uses a fifth of its part, the whole-GPU job a tenth
-        // of its GPU: both are told a smaller share would do.
-        let mut each = vec![(gpu_s, ps, 1000, vec![4, 6]), (gpu_w, pw, 6000, vec![10])];
+        // The whole-GPU job uses a tenth of its GPU: it is told a share
+        // would do. The shares' work is sampled under their GPUs' MPS
+        // servers, as NVML gives it on a real GPU: no share's SM use is
+        // known, so none is told a smaller share.
+        let mut each = vec![(gpu_s, ps, 1000, vec![]), (gpu_w, pw, 6000, vec![10])];
         let mut task_gpus = Vec::new();
         for (&(raw, _), mib) in tasks.iter().zip([2000, 3000]) {
             let gpu = held.share(raw).map(|s| s.gpu).ok_or("no share of a task")?;
             let pid = sleep_of_job(raw).ok_or("no sleep of a task")?;
-            each.push((gpu, pid, mib, vec![8]));
+            each.push((gpu, pid, mib, vec![]));
             task_gpus.push(gpu);
+        }
+        let mut share_gpus: Vec<u32> = task_gpus.iter().copied().chain([gpu_s]).collect();
+        share_gpus.sort_unstable();
+        share_gpus.dedup();
+        for gpu in share_gpus {
+            each.push((gpu, server_pid(c, gpu)?, 66, vec![4, 6]));
         }
         for (gpu, pid, mib, sm) in each {
             figures
@@ -489,7 +522,7 @@ fn ended_use(c: &mut Cluster) -> TestResult {
         let task_words = |i: usize, mib: u32| {
             format!(
                 "gpushare-usage: node=NODE gpu={} units=25/100 mem_peak_mib={mib} \
-                 mem_limit_mib=12288 sm_mean=0.320 samples=2",
+                 mem_limit_mib=12288 sm_mean=- samples=2",
                 task_gpus[i]
             )
         };
@@ -500,7 +533,7 @@ fn ended_use(c: &mut Cluster) -> TestResult {
                 share.to_string(),
                 format!(
                     "site words; gpushare-usage: node=NODE gpu={gpu_s} units=25/100 \
-                     mem_peak_mib=1000 mem_limit_mib=12288 sm_mean=0.200 samples=2"
+                     mem_peak_mib=1000 mem_limit_mib=12288 sm_mean=- samples=2"
                 ),
             ),
             (
@@ -585,13 +618,15 @@ fn ended_use(c: &mut Cluster) -> TestResult {
             !qos.is_empty()
                 && written.lines().any(|l| l == line(peak, "25", "0.1"))
                 && written.lines().any(|l| l == line(peak, "whole", "0.25"))
-                && written.lines().any(|l| l == line(sm, "25", "0.25"))
                 && written.lines().any(|l| l == line(sm, "whole", "0.1"))
-                && !written.lines().any(|l| l == line(sm, "25", "0.1")),
+                && !written
+                    .lines()
+                    .any(|l| l.starts_with(&format!("{sm}_bucket{{qos=\"{qos}\",units=\"25\""))),
             format!("the histograms (QOS {qos}):\n{written}"),
         )?;
         // What the node wrote is what gpu-qos advise reads: alice is told
-        // a smaller share for both.
+        // a share for the whole GPU, and never a smaller one for the
+        // share whose SM use is not known.
         let (json, report) = advised_to(c, &alice)?;
         let kind = |job: u32| {
             json["advice"]
@@ -604,7 +639,7 @@ fn ended_use(c: &mut Cluster) -> TestResult {
                 })
         };
         ensure(
-            kind(share).as_deref() == Some("smaller")
+            kind(share).as_deref() != Some("smaller")
                 && kind(whole).as_deref() == Some("share_instead"),
             format!("gpu-qos advise as alice: {report}"),
         )
@@ -698,12 +733,21 @@ fn jobstats_comment(c: &mut Cluster) -> TestResult {
     let result = (|| {
         let held = ledger(c);
         let mut figures: BTreeMap<u32, Vec<Figures>> = BTreeMap::new();
+        // Each share near its memory limit (so advise finds it needs a
+        // larger one); its work sampled under its GPU's MPS server.
         for job in jobs {
             let gpu = held.share(job).map(|s| s.gpu).ok_or("no share")?;
             let pid = wait_sleep(job)?;
             figures.entry(gpu).or_default().push(Figures {
                 pid,
-                mib: 1000,
+                mib: 12_000,
+                sm: Vec::new(),
+            });
+        }
+        for (&gpu, procs) in &mut figures {
+            procs.push(Figures {
+                pid: server_pid(c, gpu)?,
+                mib: 66,
                 sm: vec![4, 6],
             });
         }
@@ -768,7 +812,7 @@ fn jobstats_comment(c: &mut Cluster) -> TestResult {
         let advised = |job: u32| {
             json["advice"].as_array().into_iter().flatten().any(|x| {
                 x["job"].as_str() == Some(job.to_string().as_str())
-                    && x["kind"].as_str() == Some("smaller")
+                    && x["kind"].as_str() == Some("larger")
             })
         };
         ensure(

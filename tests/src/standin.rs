@@ -94,7 +94,18 @@ fn install_as(dir: &Path, name: &str) -> crate::Result<PathBuf> {
     })?;
     fs::set_permissions(&temp, fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
     fs::rename(&temp, &program).map_err(|e| e.to_string())?;
+    clients_dir(dir)?;
     Ok(program)
+}
+
+/// The directory the stand-in libcuda's MPS clients register in, beside
+/// the stand-ins (tests/fake-libcuda/src/mps_world.rs): anyone may write
+/// there, sticky, as clients run as the jobs' users.
+fn clients_dir(dir: &Path) -> crate::Result<()> {
+    let clients = dir.join("mps-clients");
+    fs::create_dir_all(&clients).map_err(|e| format!("{}: {e}", clients.display()))?;
+    fs::set_permissions(&clients, fs::Permissions::from_mode(0o1777))
+        .map_err(|e| format!("{}: {e}", clients.display()))
 }
 
 /// The name the stand-in driver library is installed under.
@@ -222,6 +233,12 @@ impl CudaFiles {
             self.set_fault(fault, false)?;
         }
         self.set_gpus(&[])?;
+        // The MPS clients an earlier test's jobs left registered.
+        if let Ok(entries) = fs::read_dir(self.dir.join("mps-clients")) {
+            for entry in entries.flatten() {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
         self.clear_log()
     }
 

@@ -99,6 +99,7 @@ fn spank_call(call: &'static str, code: spank_err_t) -> SpankResult {
 }
 
 mod private;
+mod step_end;
 
 /// What this slurmstepd's step does with its tasks.
 #[derive(Debug, Clone)]
@@ -369,6 +370,9 @@ fn init(sp: spank_t, args: &[String]) -> SpankResult {
                     log::error(&format!("gpu_mps: job {job}: {warning}"));
                 }
             }
+            if step != EXTERN_STEP {
+                step_end::share_step(&cfg, job, p.gpu, tasks);
+            }
             match clients {
                 Ok(Ok(())) => StepPlan::Share(p),
                 Ok(Err(text)) => {
@@ -514,6 +518,12 @@ fn task_post_fork(sp: spank_t) -> SpankResult {
         }
         _ => return Ok(()),
     };
+    // The extern step (job_container/tmpfs) has no task: nothing to
+    // confine or keep.
+    let Ok(pid) = task_pid(sp) else {
+        return Ok(());
+    };
+    step_end::task_started(pid);
     // Slurm chose this share's GPU and its device rules confine the job
     // there (cgroup v1 or v2): nothing to add.
     if !plan.confine {
@@ -521,7 +531,6 @@ fn task_post_fork(sp: spank_t) -> SpankResult {
     }
     let job = job_id(sp)?;
     let fail = |msg: String| SpankError::Failed(format!("job {job}: {msg}"));
-    let pid = task_pid(sp)?;
     let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
         .map_err(|e| fail(format!("/proc/{pid}/cgroup: {e}")))?;
     let levels = task_devices_dir(&cgroup, Path::new(DEVICES_ROOT))
@@ -579,6 +588,7 @@ fn init_post_opt(sp: spank_t) -> SpankResult {
 /// daemon is stopped after its last task (its clients) ended, before
 /// Slurm kills what is left in the step.
 fn task_exit() -> SpankResult {
+    step_end::task_exited();
     if let Some(p) = private_step() {
         if private::last_task_exited(p.tasks) {
             private::stop(p.program.as_deref(), p.job, &p.daemon, true);

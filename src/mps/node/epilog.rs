@@ -138,10 +138,10 @@ fn after_release(
             }
             let left = state.shares().filter(|o| o.gpu == gpu);
             match daemon::server_limits(&node.cfg, node.gpu_memory_mib, left) {
-                None => stopped.push((gpu, daemon::stop(&node.cfg, gpu))),
+                None => stopped.push((gpu, daemon::stop_or_keep(&node.cfg, gpu, unix_now()))),
                 // The largest share may have left: the server's limits follow.
                 Some(limits) => {
-                    if let Err(e) = daemon::apply_limits(&node.cfg, gpu, limits, None) {
+                    if let Err(e) = daemon::apply_limits(&node.cfg, gpu, limits, None, None) {
                         notes.push(format!(
                             "GPU {gpu}'s MPS limits could not be lowered on its daemon: {e}"
                         ));
@@ -197,6 +197,26 @@ pub fn finish_deferred(node: &Node) -> Result<Vec<String>, LedgerError> {
 /// is then ([`daemon::stop_if_idle`]): a share placed meanwhile keeps its
 /// daemon. Run by `gpu-mps gc`, `disable` and the node timer.
 pub fn stop_idle_daemons(node: &Node) -> Result<Vec<(u32, MpsDaemon)>, LedgerError> {
+    stop_idle_daemons_when(node, |_| true)
+}
+
+/// [`stop_idle_daemons`] as the node timer runs it: a daemon kept after
+/// its GPU's last share stays until its `DaemonLinger=` time is up.
+pub fn stop_lingered_daemons(node: &Node) -> Result<Vec<(u32, MpsDaemon)>, LedgerError> {
+    let now = unix_now();
+    stop_idle_daemons_when(node, |gpu| daemon::linger_over(&node.cfg, gpu, now))
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn stop_idle_daemons_when(
+    node: &Node,
+    due: impl Fn(u32) -> bool,
+) -> Result<Vec<(u32, MpsDaemon)>, LedgerError> {
     let cfg = &node.cfg;
     let mut stopped = Vec::new();
     // A cheap first look, without a lock: a GPU with shares keeps its
@@ -208,6 +228,7 @@ pub fn stop_idle_daemons(node: &Node) -> Result<Vec<(u32, MpsDaemon)>, LedgerErr
         let pipe = daemon::pipe_dir(cfg, gpu);
         if seen.as_ref().is_some_and(|state| !daemon::idle(state, gpu))
             || !(pipe.join("control").exists() || strays && daemon::present(cfg, gpu))
+            || !due(gpu)
         {
             continue;
         }

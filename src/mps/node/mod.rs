@@ -72,11 +72,15 @@ mod serve;
 mod setup;
 mod share_usage;
 mod sick;
+pub mod step_end;
 mod task;
 mod trust;
 mod unconfigured;
 
-pub use epilog::{epilog, epilog_with_cgroup, finish_deferred, stop_idle_daemons, EpilogReport};
+pub use epilog::{
+    epilog, epilog_with_cgroup, finish_deferred, stop_idle_daemons, stop_lingered_daemons,
+    EpilogReport,
+};
 pub use metrics_file::{metrics_text, publish_metrics};
 pub use modes::{follow_whole, retry_modes, wanted};
 pub use notes::{claim_banner, private_record, refusal, unserved};

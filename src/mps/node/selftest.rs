@@ -72,7 +72,10 @@ pub fn on_idle_gpu(
                     thread_percentage: expected.thread_percentage,
                     memory_mib: expected.memory_mib,
                 };
-                match daemon::apply_limits(cfg, gpu, limits, ensured.servers) {
+                // Its bypass client is tried while a server holds the GPU, as
+                // it is where shares run (daemon::start_server_line).
+                let hold = (!cfg.multi_user).then_some(user.uid);
+                match daemon::apply_limits(cfg, gpu, limits, ensured.servers, hold) {
                     Ok(_) => {
                         Outcome::Checked(Box::new(through_guard(node, gpu, &[], user, || {
                             check_gpu(cfg, gpu, exe, user, expected, timeout)

@@ -111,7 +111,14 @@ pub(super) fn serve(
                 let limits = daemon::server_limits(&node.cfg, node.gpu_memory_mib, on_gpu)
                     .filter(|_| unserved.is_none());
                 if let Some(limits) = limits {
-                    if let Err(e) = daemon::apply_limits(&node.cfg, gpu, limits, servers) {
+                    if let Err(e) = daemon::apply_limits(
+                        &node.cfg,
+                        gpu,
+                        limits,
+                        servers,
+                        // A one-user daemon's server holds the GPU from now on.
+                        (!multi_user.unwrap_or(node.cfg.multi_user)).then_some(share.uid),
+                    ) {
                         unserved = Some(format!(
                             "GPU {gpu}'s MPS daemon could not be given the limits of its \
                              shares: {e}"

@@ -442,7 +442,7 @@ mod tests {
                 job: 1,
                 gpu: 0,
                 memory_bytes: Some(0),
-                sm_utilization: Some(0.0),
+                sm_utilization: None,
                 whole: false,
             }]
         );

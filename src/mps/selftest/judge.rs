@@ -213,8 +213,11 @@ fn judge_sms(expected: &Expected, total: Option<u32>, share: &Seen, v: &mut Verd
 
 fn judge_memory(expected: &Expected, gpu_mib: Option<u64>, share: &Seen, v: &mut Verdict) {
     let Some(limit) = expected.memory_mib else {
-        v.notes
-            .push("no memory limit is configured (MemoryLimit=none): none checked".into());
+        v.notes.push(
+            "no memory limit for this share (MemoryLimit=none, or proportional with the \
+             GPU's memory unknown: no GPUMemory= and none from NVML): none checked"
+                .into(),
+        );
         return;
     };
     if let Some((free, total)) = share.mem_info_mib {

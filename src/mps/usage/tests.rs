@@ -295,14 +295,9 @@ fn each_share_gets_its_own_processes_figures() {
             proc(666, Some(10), ProcessList::Compute),
             proc(777, Some(10), ProcessList::Compute),
         ],
-        // 101: 10 and 20 (mean 15); 102: 5; 201: 30; the server 40.
-        utilization: Some(vec![
-            util(101, 10),
-            util(101, 20),
-            util(102, 5),
-            util(201, 30),
-            util(900, 40),
-        ]),
+        // As NVML samples under MPS: every client's work under the
+        // server's pid (an H200, driver 580), none under a client's.
+        utilization: Some(vec![util(900, 100), util(900, 60)]),
     };
     // GPU 1: no utilisation from NVML, memory unknown for one process.
     let gpu1 = GpuSample {
@@ -313,14 +308,13 @@ fn each_share_gets_its_own_processes_figures() {
         ..GpuSample::default()
     };
     let got = attribute(&[(0, &gpu0), (1, &gpu1)], &shares, 100, &facts, &anchors);
-    let approx = |a: Option<f64>, b: f64| a.is_some_and(|a| (a - b).abs() < 1e-9);
     assert_eq!(got.shares.len(), 3, "{got:?}");
     let (s7, s8, s9) = (&got.shares[0], &got.shares[1], &got.shares[2]);
     assert_eq!((s7.job, s7.gpu, s7.memory_bytes), (7, 0, Some(150 * MIB)));
-    // (15 + 5) % of the GPU over a quarter of it.
-    assert!(approx(s7.sm_utilization, 0.8), "{s7:?}");
+    // No share has an SM figure: no sample is a client's.
+    assert_eq!(s7.sm_utilization, None, "{s7:?}");
     assert_eq!((s8.job, s8.memory_bytes), (8, Some(1000 * MIB)));
-    assert!(approx(s8.sm_utilization, 0.6), "{s8:?}");
+    assert_eq!(s8.sm_utilization, None, "{s8:?}");
     assert_eq!((s9.job, s9.gpu, s9.memory_bytes), (9, 1, None));
     assert_eq!(s9.sm_utilization, None);
     assert_eq!(got.unattributed.get(&0), Some(&vec![666, 777, 900]));
@@ -343,7 +337,7 @@ fn each_share_gets_its_own_processes_figures() {
     assert!(got
         .shares
         .iter()
-        .all(|s| s.memory_bytes == Some(0) && s.sm_utilization == Some(0.0)));
+        .all(|s| s.memory_bytes == Some(0) && s.sm_utilization.is_none()));
 }
 
 #[test]

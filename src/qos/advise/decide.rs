@@ -222,7 +222,8 @@ fn milli(fraction: f64) -> Option<u128> {
 /// The units of a GPU of `per_gpu` that cover `used` with
 /// [`HEADROOM_PERCENT`] more, for a share of `held_units` (`None`: a GPU
 /// held whole): the larger of what its peak memory and its mean SM use
-/// need, at least 1. `None` where either is unknown.
+/// need, at least 1. `None` where either is unknown, but a share's
+/// unknown SM use, taken as its units (never shrunk for it).
 ///
 /// Memory: of a share, its limit is taken as its units' part of the
 /// GPU's (`MemoryLimit=proportional`), so a unit holds `limit / units`;
@@ -232,7 +233,14 @@ fn milli(fraction: f64) -> Option<u128> {
 pub fn needed_units(used: &Used, held_units: Option<u32>, per_gpu: u32) -> Option<u64> {
     let of = held_units.unwrap_or(per_gpu);
     let memory = memory_units(used, of)?;
-    let sm = sm_units(used, of)?;
+    // A share's SM use is not measured (NVML charges MPS clients' work to
+    // their server): its SMs are never taken as unused, so the advice
+    // never shrinks it, and grows it only for memory.
+    let sm = match (sm_units(used, of), held_units) {
+        (Some(sm), _) => sm,
+        (None, Some(held)) => u64::from(held),
+        (None, None) => return None,
+    };
     Some(memory.max(sm).max(1))
 }
 

@@ -162,12 +162,21 @@ fn unknown_figures_and_too_few_samples_get_no_advice() {
     let unknown = [
         share_words(50, None, Some(23_034), Some(0.1)),
         share_words(50, Some(100), None, Some(0.1)),
-        share_words(50, Some(100), Some(23_034), None),
     ];
     for w in unknown {
         let j = job(MPS, std::slice::from_ref(&w));
         assert_eq!(advice(&j, &site()), Err(NotAdvised::NoFigures), "{w:?}");
     }
+    // A share's SM use is never measured (MPS): its memory alone never
+    // shrinks it, and grows it where it needs more.
+    let j = job(MPS, &[share_words(50, Some(100), Some(23_034), None)]);
+    assert_eq!(advice(&j, &site()), Err(NotAdvised::Fits));
+    let j = job(MPS, &[share_words(25, Some(11_000), Some(11_517), None)]);
+    assert!(
+        matches!(advice(&j, &site()), Ok((Kind::Larger, Some(u))) if u > 25),
+        "{:?}",
+        advice(&j, &site())
+    );
     let j = job(A40, &[whole_words(Some(100), None, Some(0.1))]);
     assert_eq!(advice(&j, &site()), Err(NotAdvised::NoFigures));
     let few = GpuUsage {

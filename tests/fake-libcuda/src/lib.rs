@@ -23,10 +23,13 @@
 //!   else 0. An MPS client names a pipe directory whose `control` holds
 //!   a live pid: its SMs are its `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` (down
 //!   to a TPC), its memory `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`; a pipe
-//!   without a live daemon fails its context (805). Any other process
+//!   without a live daemon fails its context (805). It starts the GPU's
+//!   server where none runs and registers with it (`mps_world.rs`: a
+//!   neighbour killed mid-kernel fails its next call). Any other process
 //!   gets the whole GPU as its compute mode allows: Prohibited never,
-//!   Exclusive_Process not while the GPU's daemon runs or another process
-//!   holds it (the stand-in `cuda-client`'s lock), Default always.
+//!   Exclusive_Process not while an MPS server or another process holds it
+//!   (the stand-in `cuda-client`'s lock; a daemon alone holds nothing, as
+//!   on a real GPU), Default always.
 //! - The kernel `gpushare_smids` writes `out[b] = b % SMs` for each block
 //!   and takes a nanosecond for each clock cycle its blocks spin (its
 //!   second parameter; [`model::kernel_time`]): `cuCtxSynchronize` waits
@@ -40,6 +43,7 @@
 #![allow(non_snake_case)]
 
 mod model;
+pub mod mps_world;
 mod place;
 
 use std::collections::BTreeMap;
@@ -154,6 +158,10 @@ struct Context {
     running: Duration,
     /// The GPU's lock, held by a process outside MPS in Exclusive_Process.
     _held: Option<File>,
+    /// An MPS client's server (its pid) where the stand-in runs servers.
+    server: Option<u32>,
+    /// A fault that ended this client's work: every later call fails so.
+    fault: Option<c_int>,
 }
 
 struct Allocation {
@@ -387,10 +395,16 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(ctx: *mut *mut c_void, device:
             return status(unsafe { put(ctx, handle(CONTEXT)) });
         }
         let kind = process.kind();
-        let (result, held) = match kind {
-            Kind::Mps => (code::SUCCESS, None),
-            Kind::NoDaemon => (code::MPS_CONNECTION_FAILED, None),
-            Kind::Direct => direct_context(gpu),
+        let (result, held, server) = match kind {
+            Kind::Mps => {
+                let (result, server) = mps_context(gpu, process.pipe.as_deref());
+                (result, None, server)
+            }
+            Kind::NoDaemon => (code::MPS_CONNECTION_FAILED, None, None),
+            Kind::Direct => {
+                let (result, held) = direct_context(gpu);
+                (result, held, None)
+            }
         };
         let share = process.share(gpu);
         place::log(&format!(
@@ -419,7 +433,12 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(ctx: *mut *mut c_void, device:
             module: false,
             running: Duration::ZERO,
             _held: held,
+            server,
+            fault: None,
         });
+        if let Some(server) = server {
+            mps_world::register(&place::clients_dir(), gpu, std::process::id(), server);
+        }
         // SAFETY: not null, and the caller vouches for the rest.
         status(unsafe { put(ctx, handle(CONTEXT)) })
     })
@@ -427,6 +446,58 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(ctx: *mut *mut c_void, device:
 
 /// A context outside MPS on GPU `gpu`: its result and, in
 /// Exclusive_Process, the GPU's lock it then holds.
+/// An MPS client's context: its GPU's server, started for it where none
+/// runs (one start at a time per GPU, under a lock in the clients'
+/// directory). A server cannot start where a process outside MPS holds
+/// the GPU in Exclusive_Process: the client fails as the driver's does.
+/// Without the stand-in control program beside the library no server is
+/// modelled.
+fn mps_context(gpu: u32, pipe: Option<&std::path::Path>) -> (c_int, Option<u32>) {
+    let Some(program) = place::control_program() else {
+        return (code::SUCCESS, None);
+    };
+    let _lock = place::clients_lock(gpu);
+    if let Some(server) = mps_world::server_on(place::here(), gpu) {
+        return (code::SUCCESS, Some(server.pid));
+    }
+    if place::mode(gpu) == model::Mode::ExclusiveProcess && place::hold(gpu).is_err() {
+        return (code::DEVICE_UNAVAILABLE, None);
+    }
+    let pipe = pipe.unwrap_or(std::path::Path::new("/tmp/nvidia-mps"));
+    match mps_world::start_server(&program, place::here(), gpu, place::uid(), pipe) {
+        Ok(pid) => (code::SUCCESS, Some(pid)),
+        Err(_) => (code::MPS_CONNECTION_FAILED, None),
+    }
+}
+
+/// The fault that ends an MPS client's work now, if any: its own work
+/// terminated through the control daemon, or a neighbour of its server
+/// killed with kernels in flight (sticky, as the driver's error is).
+fn mps_fault(context: &mut Context) -> Option<c_int> {
+    if context.fault.is_some() {
+        return context.fault;
+    }
+    let server = context.server?;
+    let me = std::process::id();
+    let all = mps_world::clients(&place::clients_dir());
+    let fault = if all
+        .iter()
+        .any(|c| c.pid == me && c.gpu == context.gpu && c.terminated)
+    {
+        Some(code::MPS_CLIENT_TERMINATED)
+    } else {
+        mps_world::fault_of(&all, server, me).map(|pid| {
+            place::log(&format!(
+                "fault gpu={} server={server} client={me}: client {pid} was killed with work in flight",
+                context.gpu
+            ));
+            code::ILLEGAL_ADDRESS
+        })
+    };
+    context.fault = fault;
+    fault
+}
+
 fn direct_context(gpu: u32) -> (c_int, Option<File>) {
     let mode = place::mode(gpu);
     let (held_by_another, held) = if mode == model::Mode::ExclusiveProcess {
@@ -437,7 +508,7 @@ fn direct_context(gpu: u32) -> (c_int, Option<File>) {
     } else {
         (false, None)
     };
-    let result = model::direct_context(mode, place::daemon_runs(gpu), held_by_another);
+    let result = model::direct_context(mode, place::server_runs(gpu), held_by_another);
     (result, held.filter(|_| result == code::SUCCESS))
 }
 
@@ -484,6 +555,9 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(device: c_int) -> c_int {
         context.refs -= 1;
         if context.refs == 0 {
             place::log(&format!("release gpu={}", context.gpu));
+            if context.server.is_some() {
+                mps_world::unregister(&place::clients_dir(), context.gpu, std::process::id());
+            }
             st.context = None;
             st.allocations.clear();
         }
@@ -666,6 +740,11 @@ pub unsafe extern "C" fn cuLaunchKernel(
 ) -> c_int {
     guarded(|| {
         let mut st = state();
+        if let Ok(context) = st.context() {
+            if let Some(fault) = mps_fault(context) {
+                return fault;
+            }
+        }
         let sms = match st.context() {
             Ok(c) if c.module && f == handle(FUNCTION) => c.share.sms,
             Ok(_) => return code::INVALID_HANDLE,
@@ -707,6 +786,14 @@ pub unsafe extern "C" fn cuLaunchKernel(
         if result == code::SUCCESS {
             if let Ok(context) = st.context() {
                 context.running = context.running.saturating_add(model::kernel_time(spin));
+                if context.server.is_some() {
+                    mps_world::set_busy(
+                        &place::clients_dir(),
+                        context.gpu,
+                        std::process::id(),
+                        true,
+                    );
+                }
             }
         }
         result
@@ -719,12 +806,29 @@ pub unsafe extern "C" fn cuLaunchKernel(
 pub unsafe extern "C" fn cuCtxSynchronize() -> c_int {
     guarded(|| {
         // Taken under the lock, waited for without it.
-        let running = match state().context() {
-            Ok(context) => std::mem::take(&mut context.running),
+        let (running, gpu, mps) = match state().context() {
+            Ok(context) => {
+                if let Some(fault) = mps_fault(context) {
+                    return fault;
+                }
+                (
+                    std::mem::take(&mut context.running),
+                    context.gpu,
+                    context.server.is_some(),
+                )
+            }
             Err(e) => return e,
         };
         std::thread::sleep(running);
-        code::SUCCESS
+        if !mps {
+            return code::SUCCESS;
+        }
+        // A neighbour killed while these kernels ran fails them.
+        let fault = state().context().ok().and_then(mps_fault);
+        if fault.is_none() {
+            mps_world::set_busy(&place::clients_dir(), gpu, std::process::id(), false);
+        }
+        fault.unwrap_or(code::SUCCESS)
     })
 }
 

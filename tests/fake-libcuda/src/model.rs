@@ -199,12 +199,14 @@ pub fn kind(pipe_named: bool, daemon_live: bool) -> Kind {
 }
 
 /// A context of a process outside MPS: `Prohibited` refuses it, so does
-/// `Exclusive_Process` while the GPU's MPS daemon runs or another process
-/// holds the GPU; `Default` never does.
-pub fn direct_context(mode: Mode, daemon_runs: bool, held_by_another: bool) -> i32 {
+/// `Exclusive_Process` while an MPS server or another process holds the
+/// GPU; `Default` never does. A control daemon alone holds nothing: on a
+/// real GPU the first such process beside a daemon without a server gets
+/// the whole GPU.
+pub fn direct_context(mode: Mode, server_runs: bool, held_by_another: bool) -> i32 {
     match mode {
         Mode::Prohibited => code::DEVICE_UNAVAILABLE,
-        Mode::ExclusiveProcess if daemon_runs || held_by_another => code::DEVICE_UNAVAILABLE,
+        Mode::ExclusiveProcess if server_runs || held_by_another => code::DEVICE_UNAVAILABLE,
         _ => code::SUCCESS,
     }
 }

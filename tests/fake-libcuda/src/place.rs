@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use crate::model::{self, Gpu, Mode};
+use crate::mps_world;
 
 /// The directory the library was loaded from (where the harness installed
 /// it, beside the stand-in `nvidia-smi` and control program).
@@ -71,34 +72,42 @@ pub fn mode(index: u32) -> Mode {
 pub fn names_live_process(path: &Path) -> bool {
     fs::read_to_string(path)
         .ok()
-        .and_then(|t| t.trim().parse::<libc::pid_t>().ok())
-        .is_some_and(alive)
+        .and_then(|t| t.trim().parse::<u32>().ok())
+        .is_some_and(mps_world::alive)
 }
 
-/// A live process: `/proc` says so where it can be read (a zombie is as
-/// dead as a gone process), else kill(pid, 0) succeeds or is refused
-/// (EPERM: another user's process, alive).
-fn alive(pid: libc::pid_t) -> bool {
-    if pid <= 0 {
-        return false;
-    }
-    if let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the command's closing parenthesis.
-        let state = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.trim_start().chars().next());
-        return !matches!(state, Some('Z' | 'X'));
-    }
-    // SAFETY: kill with signal 0 only checks; it has no memory
-    // preconditions.
-    let answer = unsafe { libc::kill(pid, 0) };
-    answer == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+/// Whether GPU `index` has a live MPS server (see [`mps_world`]).
+pub fn server_runs(index: u32) -> bool {
+    mps_world::server_on(here(), index).is_some()
 }
 
-/// Whether GPU `index`'s stand-in MPS daemon runs (`daemon-gpu-N`, which
-/// the stand-in control program writes when it starts the daemon).
-pub fn daemon_runs(index: u32) -> bool {
-    names_live_process(&here().join(format!("daemon-gpu-{index}")))
+/// The directory MPS clients register in ([`mps_world::CLIENTS`]).
+pub fn clients_dir() -> PathBuf {
+    here().join(mps_world::CLIENTS)
+}
+
+/// The stand-in control program beside the library, which also serves as
+/// a server's process; `None` where it is not there.
+pub fn control_program() -> Option<PathBuf> {
+    let path = here().join("nvidia-cuda-mps-control");
+    path.exists().then_some(path)
+}
+
+/// GPU `index`'s lock in the clients' directory, held while a client
+/// looks for its server and starts one (`None` where it cannot be had:
+/// no directory).
+pub fn clients_lock(index: u32) -> Option<File> {
+    let path = clients_dir().join(format!("{index}.lock"));
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .or_else(|_| File::open(&path))
+        .ok()?;
+    // SAFETY: flock on a descriptor `file` keeps open across the call.
+    (unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0).then_some(file)
 }
 
 /// The GPU held by this process outside MPS, as the stand-in

@@ -170,12 +170,33 @@ fn a_client_without_mps_is_refused_while_the_gpu_is_exclusive() {
     ];
     let mode = dir.path().join("compute-mode-1");
     fs::write(&mode, "Exclusive_Process\n").unwrap();
+    // A control daemon alone holds nothing (as on a real GPU): the
+    // client gets the whole GPU.
     fs::write(
         dir.path().join("daemon-gpu-1"),
         format!("{}\n", std::process::id()),
     )
     .unwrap();
+    assert_eq!(get(&probe(dir.path(), &bypass), "ctx"), "0");
+    // A server does.
+    let mut server = std::process::Command::new("bash")
+        .args([
+            "-c",
+            "exec -a nvidia-cuda-mps-server bash -c 'sleep 30; :' gpu=1 uid=0 \"at=$0\"",
+        ])
+        .arg(dir.path())
+        .spawn()
+        .unwrap();
+    let seen = std::time::Instant::now();
+    while !fs::read(format!("/proc/{}/cmdline", server.id()))
+        .is_ok_and(|c| c.starts_with(b"nvidia-cuda-mps-server"))
+    {
+        assert!(seen.elapsed().as_secs() < 5, "the server's name");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     let answers = probe(dir.path(), &bypass);
+    let _ = server.kill();
+    let _ = server.wait();
     assert_eq!(get(&answers, "init"), "0", "{answers:?}");
     assert_eq!(get(&answers, "ctx"), "46", "{answers:?}");
     assert_eq!(get(&answers, "ctx_name"), "CUDA_ERROR_DEVICE_UNAVAILABLE");

@@ -19,12 +19,22 @@
 //!   `libcuda.so.1` (tests/fake-libcuda) sees, as any user, that GPU N's
 //!   daemon runs.
 //! - Commands fail with the real program's message when the daemon of that
-//!   file is gone; `quit` ends it; `get_server_list` answers the pids that
-//!   `<dir>/servers` lists for the GPU (lines `GPU PID`); other `set_*` and
+//!   file is gone; `quit` ends it and its servers; other `set_*` and
 //!   `get_*` commands succeed silently; anything else fails.
-//! - `get_client_list SERVER` answers the pids `<dir>/clients` lists for
-//!   that server of the GPU (lines `GPU SERVER CLIENT`);
-//!   `terminate_client SERVER CLIENT` succeeds (the log keeps it).
+//! - Servers, as a real GPU showed them (the MPS world it shares with the
+//!   stand-in libcuda: `tests/fake-libcuda/src/mps_world.rs`):
+//!   `start_server -uid U` starts one for the daemon's GPU where none runs
+//!   (so does the stand-in libcuda for its first MPS client); it lives
+//!   until `quit`. `get_server_list` answers the daemon's live servers,
+//!   then the pids that `<dir>/servers` lists for the GPU (lines `GPU
+//!   PID`).
+//! - `get_client_list SERVER` answers the live MPS clients of the stand-in
+//!   libcuda registered with that server, then the pids `<dir>/clients`
+//!   lists for that server of the GPU (lines `GPU SERVER CLIENT`);
+//!   `terminate_client SERVER CLIENT` ends that client's work safely (a
+//!   registered client's next call fails with
+//!   `CUDA_ERROR_MPS_CLIENT_TERMINATED`, and its being killed afterwards
+//!   harms no neighbour); the log keeps it.
 //! - `<dir>/hang` exists: every call hangs (a hung control program).
 //! - `<dir>/fail` exists: every call fails, as a control program that
 //!   cannot reach the driver does.
@@ -68,6 +78,12 @@ use std::time::Duration;
 
 const NAME: &str = "nvidia-cuda-mps-control";
 
+/// The MPS world the stand-in libcuda reads too: servers, clients and
+/// their faults.
+#[path = "../../fake-libcuda/src/mps_world.rs"]
+#[allow(dead_code)] // the library's half of it
+mod mps_world;
+
 fn fail(text: &str) -> ExitCode {
     eprintln!("{text}");
     ExitCode::FAILURE
@@ -82,8 +98,8 @@ fn alive(pid: u32) -> bool {
     })
 }
 
-/// Set in the daemon process: it only waits to be killed.
-const DAEMON_MARK: &str = "GPUSHARE_STANDIN_DAEMON";
+/// Set in the daemon's and servers' processes: they only wait to be killed.
+const DAEMON_MARK: &str = mps_world::SLEEPER_MARK;
 
 /// Starts the daemon: this program again, named as NVIDIA's, with the
 /// options it was given (`-d -M`), as the real daemon keeps them on its
@@ -122,6 +138,24 @@ fn start_daemon(here: &Path, gpu: &str, pipe: &Path, args: &[String]) -> ExitCod
         },
         Err(e) => fail(&format!("cannot start the daemon: {e}")),
     }
+}
+
+/// The stand-in servers of the daemon of `pipe` (their environment names
+/// it, as the real servers' does).
+fn pipe_servers(pipe: &Path) -> Vec<mps_world::Server> {
+    let mut wanted = b"CUDA_MPS_PIPE_DIRECTORY=".to_vec();
+    wanted.extend_from_slice(pipe.as_os_str().as_encoded_bytes());
+    let here = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+        .unwrap_or_else(|| PathBuf::from("."));
+    mps_world::servers(&here)
+        .into_iter()
+        .filter(|s| {
+            fs::read(format!("/proc/{}/environ", s.pid))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == wanted.as_slice()))
+        })
+        .collect()
 }
 
 /// Where the pid of GPU `gpu`'s daemon is announced (see the module's
@@ -260,6 +294,15 @@ fn client(here: &Path, args: &[String]) -> ExitCode {
     let busy = "all CUDA-capable devices are busy or unavailable";
     match (mode.as_str(), &state) {
         ("Prohibited", _) => return fail(&format!("GPU {gpu} (Prohibited): {busy}")),
+        ("Exclusive_Process", _)
+            if gpu
+                .parse()
+                .is_ok_and(|g: u32| mps_world::server_on(here, g).is_some()) =>
+        {
+            return fail(&format!(
+                "GPU {gpu} (Exclusive_Process, an MPS server holds it): {busy}"
+            ));
+        }
         ("Exclusive_Process", Some(f)) => {
             // SAFETY: flock on a descriptor this process holds open.
             let locked = unsafe {
@@ -350,6 +393,11 @@ fn main() -> ExitCode {
     for line in input.lines() {
         match line.split_whitespace().next().unwrap_or_default() {
             "quit" => {
+                // Its servers go with it, as the real daemon's do.
+                for server in pipe_servers(&pipe) {
+                    // SAFETY: kill has no memory preconditions.
+                    unsafe { libc::kill(server.pid as libc::pid_t, libc::SIGKILL) };
+                }
                 // SAFETY: kill has no memory preconditions.
                 unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
                 let _ = fs::remove_file(pipe.join("control"));
@@ -361,6 +409,9 @@ fn main() -> ExitCode {
                 }
             }
             "get_server_list" => {
+                for server in pipe_servers(&pipe) {
+                    out.push_str(&format!("{}\n", server.pid));
+                }
                 let servers = fs::read_to_string(here.join("servers")).unwrap_or_default();
                 for l in servers.lines() {
                     if let Some((g, p)) = l.split_once(' ') {
@@ -373,6 +424,11 @@ fn main() -> ExitCode {
             }
             "get_client_list" => {
                 let server = line.split_whitespace().nth(1).unwrap_or_default();
+                for client in mps_world::clients(&here.join(mps_world::CLIENTS)) {
+                    if server == client.server.to_string() && mps_world::alive(client.pid) {
+                        out.push_str(&format!("{}\n", client.pid));
+                    }
+                }
                 let clients = fs::read_to_string(here.join("clients")).unwrap_or_default();
                 for l in clients.lines() {
                     let words: Vec<&str> = l.split_whitespace().collect();
@@ -384,7 +440,32 @@ fn main() -> ExitCode {
                     }
                 }
             }
-            c if c.starts_with("set_") || c.starts_with("get_") || c == "terminate_client" => {}
+            "terminate_client" => {
+                let client = line.split_whitespace().nth(2).unwrap_or_default();
+                if let (Ok(gpu), Ok(client)) = (gpu.parse(), client.parse()) {
+                    mps_world::terminate(&here.join(mps_world::CLIENTS), gpu, client);
+                }
+            }
+            "start_server" => {
+                let uid = line
+                    .split_whitespace()
+                    .skip_while(|w| *w != "-uid")
+                    .nth(1)
+                    .and_then(|u| u.parse::<u32>().ok());
+                let (Some(uid), Ok(gpu_index)) = (uid, gpu.parse::<u32>()) else {
+                    print!("{out}");
+                    return fail(&format!("bad command {line}"));
+                };
+                if pipe_servers(&pipe).is_empty() {
+                    let program = std::env::current_exe().unwrap_or_else(|_| PathBuf::from(NAME));
+                    if let Err(e) = mps_world::start_server(&program, &here, gpu_index, uid, &pipe)
+                    {
+                        print!("{out}");
+                        return fail(&format!("cannot start a server: {e}"));
+                    }
+                }
+            }
+            c if c.starts_with("set_") || c.starts_with("get_") => {}
             _ => {
                 print!("{out}");
                 return fail(&format!("unknown command {line}"));

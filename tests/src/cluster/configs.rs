@@ -433,6 +433,11 @@ impl Cluster {
                 let library = d.join("mps-bin").join(crate::standin::LIBCUDA);
                 text.push_str(&format!("CudaLibrary={}\n", library.display()));
             }
+            // A GPU's daemon stopped by its last share's epilog, as the
+            // suites expect of it; a test of DaemonLinger= sets its own.
+            if name == "gpu_mps.conf" && !text.contains("DaemonLinger=") {
+                text.push_str("DaemonLinger=0\n");
+            }
             write(&etc.join(name), &text, 0o644)?;
         }
         if self.spec.accounting {

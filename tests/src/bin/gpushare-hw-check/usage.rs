@@ -54,7 +54,7 @@ const HOLD_SECS: u64 = 120;
 pub const LISTS: &str = "per-share use: NVML's process lists under MPS";
 pub const SAMPLES: &str = "per-share use: NVML's utilisation samples under MPS";
 pub const MEMORY: &str = "per-share use: the shares' memory against the GPU's used memory";
-pub const SM: &str = "per-share use: the busier share has the larger SM figure";
+pub const SM: &str = "per-share use: no share shows an SM figure it cannot have";
 
 const MIB: u64 = 1 << 20;
 
@@ -710,7 +710,10 @@ fn memory_verdict(shares: &[ShareSeen], server_bytes: u64, used: Option<u64>) ->
     (verdict(found && within), summary)
 }
 
-/// The SM check: the busy share's figure above the idle one's.
+/// The SM check: NVML charges MPS clients' work to their server (the
+/// samples check shows where it went), so gpushare shows no share an SM
+/// figure: a figure there would be one read as 0, or taken from
+/// somewhere it is not measured.
 fn sm_verdict(shares: &[ShareSeen]) -> (Verdict, String) {
     let each: Vec<String> = shares
         .iter()
@@ -724,25 +727,17 @@ fn sm_verdict(shares: &[ShareSeen]) -> (Verdict, String) {
             )
         })
         .collect();
-    let busy = shares.iter().find(|s| s.busy).and_then(|s| s.sm);
-    let idle = shares.iter().find(|s| !s.busy).and_then(|s| s.sm);
-    if shares.iter().all(|s| s.sm.is_none()) {
-        return (
-            Verdict::Skip,
-            format!(
-                "{}: no gpushare_share_sm_utilization (NVML samples no per-process utilisation \
-                 here)",
-                each.join(", ")
-            ),
-        );
-    }
-    let larger = busy.zip(idle).is_some_and(|(b, i)| b > i);
+    let none = shares.iter().all(|s| s.sm.is_none());
     (
-        verdict(larger),
+        verdict(none),
         format!(
-            "{} of its part of the GPU: the busy share reads {}",
+            "{}: {}",
             each.join(", "),
-            if larger { "more" } else { "NOT more" }
+            if none {
+                "no gpushare_share_sm_utilization, as none is measured per share"
+            } else {
+                "a gpushare_share_sm_utilization a share cannot have"
+            }
         ),
     )
 }
@@ -1142,19 +1137,17 @@ mod tests {
     }
 
     #[test]
-    fn the_busy_share_must_read_more_sm_and_no_figure_is_a_skip() {
-        assert_eq!(
-            sm_verdict(&seen([None; 2], [Some(0.98), Some(0.02)])).0,
-            Verdict::Pass
-        );
-        let (v, told) = sm_verdict(&seen([None; 2], [Some(0.0), Some(0.0)]));
-        assert_eq!(v, Verdict::Fail);
-        assert!(told.ends_with("the busy share reads NOT more"), "{told}");
-        assert_eq!(
-            sm_verdict(&seen([None; 2], [Some(0.5), None])).0,
-            Verdict::Fail
-        );
-        assert_eq!(sm_verdict(&seen([None; 2], [None, None])).0, Verdict::Skip);
+    fn no_share_may_show_an_sm_figure() {
+        assert_eq!(sm_verdict(&seen([None; 2], [None, None])).0, Verdict::Pass);
+        for figures in [
+            [Some(0.98), Some(0.02)],
+            [Some(0.0), Some(0.0)],
+            [Some(0.5), None],
+        ] {
+            let (v, told) = sm_verdict(&seen([None; 2], figures));
+            assert_eq!(v, Verdict::Fail, "{figures:?}");
+            assert!(told.ends_with("a share cannot have"), "{told}");
+        }
     }
 
     #[test]

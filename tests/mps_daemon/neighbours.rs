@@ -1,0 +1,144 @@
+//! What a real GPU showed of MPS (an H200, driver 580), on the stand-ins
+//! that now model it (tests/fake-libcuda/src/mps_world.rs): a control
+//! daemon alone holds nothing, so a process of a share's job without its
+//! MPS variables gets the whole GPU until a server runs; and a client
+//! killed with kernels in flight fails every other client of its server,
+//! unless the control daemon's `terminate_client` ended it first. Each
+//! test runs the driver-API client (`gpu-mps --cuda-probe LIB hold`) as a
+//! share's task against the stand-in libcuda, and asserts on what that
+//! client and the stand-ins saw. A module of `mps_daemon.rs`.
+
+use super::*;
+
+use testcluster::standin::CudaFiles;
+
+/// This file's tests, in order, after the suite's others.
+pub fn tests(suite: Suite) -> Suite {
+    suite
+        .test(
+            "a_shares_task_without_its_mps_variables_gets_no_gpu_before_any_client",
+            bypass_refused,
+        )
+        .smoke()
+        .test(
+            "a_cancelled_shares_clients_end_through_the_daemon_and_its_neighbour_runs_on",
+            neighbour_survives,
+        )
+}
+
+/// `gpu-mps --cuda-probe LIB hold MIB SECONDS BUSY` against the stand-in
+/// libcuda beside the stand-in control program.
+fn hold(c: &Cluster, seconds: u32, busy: bool) -> Result<String, String> {
+    let bin = testcluster::cluster::build_dir()?.join("gpu-mps");
+    let lib = bin_dir(c).join("libcuda.so.1");
+    Ok(format!(
+        "{} --cuda-probe {} hold 0 {seconds} {}",
+        bin.display(),
+        lib.display(),
+        u8::from(busy)
+    ))
+}
+
+/// The stand-ins as the suite sets them, the driver's log and its MPS
+/// clients' records empty.
+fn driver(c: &Cluster) -> Result<CudaFiles, String> {
+    standin(c)?;
+    let files = CudaFiles::at(&bin_dir(c));
+    files.reset()?;
+    Ok(files)
+}
+
+/// A share whose task drops its MPS variables before any client of its
+/// GPU ran: the GPU (EXCLUSIVE_PROCESS, the default) must refuse it. A
+/// daemon alone would let it in; the server the prolog starts with the
+/// daemon does not.
+fn bypass_refused(c: &mut Cluster) -> TestResult {
+    let cuda = driver(c)?;
+    let script = format!(
+        "--wrap=env -u CUDA_MPS_PIPE_DIRECTORY -u CUDA_MPS_ACTIVE_THREAD_PERCENTAGE \
+         -u CUDA_MPS_PINNED_DEVICE_MEM_LIMIT {}; echo exit=$?",
+        hold(c, 1, false)?
+    );
+    let id = c.sbatch_ok(&["--gres=mps:25", &script])?;
+    c.wait_job_done(id, JOB_END)?;
+    let out = c.job_output(id);
+    let log = cuda.log();
+    ensure(
+        out.contains("exit=1")
+            && !out.contains("\"init\":\"ok\"")
+            && log.iter().any(|l| l.starts_with("ctx ") && l.contains(" mps=no ") && l.ends_with("result=46"))
+            && !log.iter().any(|l| l.contains(" mps=no ") && l.ends_with("result=0")),
+        format!(
+            "job {id}'s task without MPS variables was not refused the GPU:\n{out}\ndriver: {log:?}\n\
+             control calls: {:?}",
+            calls(c)
+        ),
+    )?;
+    cancel_and_wait_stopped(c)
+}
+
+/// Two shares of one user on one GPU, each running kernels back to back;
+/// one is cancelled (its batch shell ends on SIGTERM while its client
+/// runs on): its client must be ended through the daemon before Slurm
+/// kills it, and the other's kernels must go on to the end.
+fn neighbour_survives(c: &mut Cluster) -> TestResult {
+    let cuda = driver(c)?;
+    // Three GPUs taken whole by shares: the two below share the fourth.
+    let fillers = shares(c, 3, 100)?;
+    let cancelled = c.sbatch_ok(&[
+        "--gres=mps:40",
+        &format!("--wrap={} & wait", hold(c, 60, true)?),
+    ])?;
+    let neighbour = c.sbatch_ok(&["--gres=mps:60", &format!("--wrap={}", hold(c, 12, true)?)])?;
+    let result = (|| {
+        for id in [cancelled, neighbour] {
+            wait_for(
+                &format!("job {id}'s client to run its kernels"),
+                JOB_START,
+                || c.job_output(id).contains("\"init\":\"ok\"").then_some(()),
+            )
+            .map_err(|e| format!("{e}: {}", c.job_output(id)))?;
+        }
+        let (a, b) = (gpu_of(c, cancelled)?, gpu_of(c, neighbour)?);
+        ensure(
+            a == b,
+            format!("the two shares are on GPUs {a} and {b}, not one"),
+        )?;
+        let client = c
+            .job_output(cancelled)
+            .lines()
+            .find_map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).ok()?;
+                (v["event"] == "ready").then(|| v["pid"].as_u64())?
+            })
+            .ok_or_else(|| format!("no ready line: {}", c.job_output(cancelled)))?;
+        c.run_ok("scancel", &[&cancelled.to_string()])?;
+        c.wait_job_done(cancelled, JOB_END)?;
+        let info = c.wait_job_done(neighbour, JOB_LONG)?;
+        let out = c.job_output(neighbour);
+        let terminated = calls(c).iter().any(|l| {
+            l.starts_with(&format!("gpu={a} cmd=terminate_client "))
+                && l.ends_with(&format!(" {client}"))
+        });
+        ensure(
+            info.get("JobState") == Some("COMPLETED")
+                && out.contains("\"event\":\"done\"")
+                && out.contains("\"busy\":\"ok\"")
+                && terminated,
+            format!(
+                "job {neighbour} beside the cancelled job {cancelled} (its client {client} \
+                 terminated through the daemon: {terminated}): {info:?}\n{out}\ndriver: {:?}\n\
+                 control calls: {:?}",
+                cuda.log()
+                    .iter()
+                    .filter(|l| l.starts_with("fault"))
+                    .collect::<Vec<_>>(),
+                calls(c)
+            ),
+        )
+    })();
+    for id in fillers {
+        let _ = c.run("scancel", &[&id.to_string()]);
+    }
+    result.and(cancel_and_wait_stopped(c))
+}
