@@ -13,7 +13,7 @@ use gpushare::mps::daemon::{
     CONTROL_TIMEOUT, PROBE_TIMEOUT, QUIT_WAIT, START_WAIT, TERMINATE_BUDGET,
 };
 use gpushare::mps::lock_wait::LOCK_WAIT;
-use gpushare::mps::node::SQUEUE_TIMEOUT;
+use gpushare::mps::node::{SELFTEST_PROLOG_TIMEOUT, SQUEUE_TIMEOUT};
 
 use crate::nvml::QUERY_TIMEOUT;
 use crate::requeue::BUDGET;
@@ -48,6 +48,10 @@ pub const PROLOG_SHARE: Duration = LOCK_WAIT
     .saturating_add(QUERY_TIMEOUT)
     .saturating_add(SQUEUE_TIMEOUT)
     .saturating_add(SERVED);
+
+/// What `SelfTest=daemon-start` adds to a share's prolog that starts its
+/// GPU's daemon: the self-test's two clients, each to its deadline.
+pub const PROLOG_SELFTEST: Duration = SELFTEST_PROLOG_TIMEOUT.saturating_mul(2);
 
 /// A whole-GPU job's prolog, before the modes of its GPUs (per GPU:
 /// [`PER_GPU_HELD`]).
@@ -99,6 +103,11 @@ mod tests {
         let per = s(PER_GPU_HELD);
         for said in [
             format!("| prolog of a share | {} s |", s(PROLOG_SHARE)),
+            format!(
+                "| prolog of a share, `SelfTest=daemon-start` | {} s + {} s |",
+                s(PROLOG_SHARE),
+                s(PROLOG_SELFTEST)
+            ),
             format!(
                 "| prolog of a whole-GPU job | {} s + {per} s per GPU |",
                 s(PROLOG_WHOLE)

@@ -94,6 +94,7 @@ pub use running::{
 };
 pub use selftest::{
     after_daemon_start, keep as keep_selftest, on_idle_gpu, Outcome as SelfTestOutcome,
+    PROLOG_TIMEOUT as SELFTEST_PROLOG_TIMEOUT,
 };
 #[cfg(test)]
 pub(crate) use setup::test_node;
