@@ -47,6 +47,7 @@ pub mod replay;
 pub mod site;
 pub mod slurm;
 pub mod submit_line;
+pub mod tres_read;
 pub mod usage;
 pub mod why;
 
