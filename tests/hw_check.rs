@@ -37,8 +37,9 @@ fn without_a_gpu_it_says_so_in_one_line_and_fails() {
 /// The per-share use check without a GPU: the release node programs and
 /// `gpu-mps metrics --write`, two `sleep` processes as the clients in job
 /// cgroups named as Slurm names them (this machine's cgroup v1 or v2),
-/// NVML's figures for their pids from the stand-in. Its four lines pass
-/// (each share's memory is its client's, the busy share reads more SM),
+/// NVML's figures for their pids from the stand-in (the utilisation
+/// samples under the server's pid, as on a GPU). Its four lines pass
+/// (each share's memory is its client's, no share shows an SM figure),
 /// and nothing it made is left: cgroups, processes, directory.
 #[test]
 fn the_per_share_use_check_runs_on_stand_ins_and_leaves_nothing() {
@@ -77,7 +78,7 @@ fn the_per_share_use_check_runs_on_stand_ins_and_leaves_nothing() {
     );
     let samples = row("per-share use: NVML's utilisation samples under MPS");
     assert!(
-        samples.ends_with("no sample: samples name the clients' own pids |"),
+        samples.ends_with("samples are charged to the MPS server's pid, not the clients' |"),
         "{samples}"
     );
     let memory = row("per-share use: the shares' memory against the GPU's used memory");
@@ -87,9 +88,11 @@ fn the_per_share_use_check_runs_on_stand_ins_and_leaves_nothing() {
         ),
         "{memory}"
     );
-    let sm = row("per-share use: the busier share has the larger SM figure");
+    let sm = row("per-share use: no share shows an SM figure it cannot have");
     assert!(
-        sm.contains("| pass | job 701 (busy, 30 units): 0.98, job 702 (idle, 60 units): 0.02"),
+        sm.contains(
+            "| pass | job 701 (busy, 30 units): no figure, job 702 (idle, 60 units): no figure"
+        ),
         "{sm}"
     );
     // Nothing left: its cgroup tree (either hierarchy), its processes (the

@@ -294,21 +294,21 @@ mod tests {
 
     #[test]
     fn a_client_killed_mid_kernel_is_its_servers_fault_unless_terminated() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let d = dir.path();
+        let temp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let at = temp.path();
         // A pid that is surely not alive.
         let gone = u32::try_from(i32::MAX).unwrap_or(u32::MAX);
         let me = std::process::id();
-        assert!(fs::write(client_file(d, 0, gone), "50\n").is_ok());
-        assert!(fs::write(client_file(d, 0, me), "50\n").is_ok());
-        assert_eq!(fault_of(&clients(d), 50, me), None, "not busy: no fault");
-        set_busy(d, 0, gone, true);
-        assert_eq!(fault_of(&clients(d), 50, me), Some(gone));
-        assert_eq!(fault_of(&clients(d), 51, me), None, "another server's");
-        assert!(terminate(d, 0, gone));
-        assert_eq!(fault_of(&clients(d), 50, me), None, "ended safely");
-        assert!(!terminate(d, 0, 12345), "no such client");
-        unregister(d, 0, gone);
-        assert_eq!(clients(d).len(), 1);
+        assert!(fs::write(client_file(at, 0, gone), "50\n").is_ok());
+        assert!(fs::write(client_file(at, 0, me), "50\n").is_ok());
+        assert_eq!(fault_of(&clients(at), 50, me), None, "not busy: no fault");
+        set_busy(at, 0, gone, true);
+        assert_eq!(fault_of(&clients(at), 50, me), Some(gone));
+        assert_eq!(fault_of(&clients(at), 51, me), None, "another server's");
+        assert!(terminate(at, 0, gone));
+        assert_eq!(fault_of(&clients(at), 50, me), None, "ended safely");
+        assert!(!terminate(at, 0, 12345), "no such client");
+        unregister(at, 0, gone);
+        assert_eq!(clients(at).len(), 1);
     }
 }

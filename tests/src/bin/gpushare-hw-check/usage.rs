@@ -145,7 +145,8 @@ impl Standin {
     /// The stand-in's figures for the clients `pids` (busy, idle) and the
     /// stand-in server: shaped as the H200 report shows MPS (each client
     /// listed with its context, the server with 66 MiB, 9 MiB of the
-    /// driver's), the busy client sampled at about 30 % of the GPU.
+    /// driver's), the shares' utilisation sampled under the server's pid
+    /// alone, as NVML gave it there (none under a client's).
     fn figures(busy: u32, idle: u32, server: u32) -> String {
         let proc = |pid, mib: Option<u64>, list| ProcessSample {
             pid,
@@ -170,9 +171,8 @@ impl Standin {
                 proc(idle, None, ProcessList::Mps),
             ],
             utilization: Some(vec![
-                util(busy, 28, 1_000_001),
-                util(busy, 31, 1_000_002),
-                util(idle, 1, 1_000_003),
+                util(server, 28, 1_000_001),
+                util(server, 31, 1_000_002),
             ]),
         };
         usage::gpu_block(&GpuAnswer::Answered(sample))
