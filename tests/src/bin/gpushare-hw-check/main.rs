@@ -652,10 +652,12 @@ impl Setup {
 
         let slurm_conf = slurm_dir(&dir)?;
         let slurm_dir = slurm_conf.parent().unwrap_or(&dir).to_path_buf();
+        // DaemonLinger=0: each check ends with the GPU as it found it (the
+        // epilog of the last share stops the daemon, as a check asserts).
         let conf_text = |state: &str, extra: &str| {
             format!(
                 "UnitsPerGPU={UNITS_PER_GPU}\nGPUDevices=/dev/nvidia0\nSlurmMpsCount={UNITS_PER_GPU}\n\
-                 Placement=gpushare\nStateDir={}\nMPSControl={}\n{extra}",
+                 Placement=gpushare\nStateDir={}\nMPSControl={}\nDaemonLinger=0\n{extra}",
                 dir.join(state).display(),
                 control.display()
             )

@@ -226,7 +226,7 @@ impl Rig<'_> {
         };
         let text = format!(
             "UnitsPerGPU={UNITS_PER_GPU}\nSlurmMpsCount={UNITS_PER_GPU}\nPlacement=gpushare\n\
-             StateDir={}\nMetricsFile={}\nMultiUser=yes\nComputeMode=leave\n{specific}",
+             StateDir={}\nMetricsFile={}\nMultiUser=yes\nComputeMode=leave\nDaemonLinger=0\n{specific}",
             dir.join("usage").display(),
             dir.join("usage.prom").display()
         );
