@@ -408,12 +408,16 @@ pub fn with_gpu_lock<T>(
 }
 
 /// What [`apply_limits`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LimitsSet {
     /// The daemon has had these limits since they were last set: no call.
     Unchanged,
     /// Set, in one call of the control program.
     Set,
+    /// Set, but the server asked for with them did not start (the call
+    /// with `start_server` failed, the limits alone went through): the
+    /// GPU is not held until its first client. The text says how.
+    SetWithoutServer(String),
     /// No control program on this node.
     Unmanaged,
 }
@@ -464,12 +468,23 @@ pub fn apply_limits(
             lines.push(format!("set_device_pinned_mem_limit {pid} 0 {mib}M"));
         }
     }
-    if let Some(uid) = hold_for.filter(|_| none_running) {
+    let with_server = hold_for.filter(|_| none_running);
+    if let Some(uid) = with_server {
         lines.push(start_server_line(uid));
     }
     // A failed record only costs the next share a call that changes nothing.
     forget_limits(cfg, gpu);
-    control_lines(cfg, &program, gpu, &lines, CONTROL_TIMEOUT)?;
+    let mut outcome = LimitsSet::Set;
+    if let Err(e) = control_lines(cfg, &program, gpu, &lines, CONTROL_TIMEOUT) {
+        // A driver that will not start the server must not cost the share
+        // its limits: they are set again alone.
+        if with_server.is_none() {
+            return Err(e);
+        }
+        lines.pop();
+        control_lines(cfg, &program, gpu, &lines, CONTROL_TIMEOUT)?;
+        outcome = LimitsSet::SetWithoutServer(e);
+    }
     if let Some(record) = record {
         let _ = state_dir::replace_file(
             &cfg.state_dir,
@@ -478,7 +493,7 @@ pub fn apply_limits(
             0o600,
         );
     }
-    Ok(LimitsSet::Set)
+    Ok(outcome)
 }
 
 /// The control command that starts user `uid`'s server at once.

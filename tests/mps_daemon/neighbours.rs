@@ -24,6 +24,38 @@ pub fn tests(suite: Suite) -> Suite {
             "a_cancelled_shares_clients_end_through_the_daemon_and_its_neighbour_runs_on",
             neighbour_survives,
         )
+        .test(
+            "a_daemon_that_will_not_start_a_server_still_serves_the_share_with_its_limits",
+            server_refused,
+        )
+}
+
+/// The control program refuses `start_server`: the share still runs,
+/// its limits set by a second call without it, and the prolog says the
+/// GPU is not held until its first client.
+fn server_refused(c: &mut Cluster) -> TestResult {
+    driver(c)?;
+    let refuse = bin_dir(c).join("start-server-fail");
+    fs::write(&refuse, "").map_err(|e| e.to_string())?;
+    let result = (|| {
+        let id = shares(c, 1, 25)?[0];
+        let gpu = gpu_of(c, id)?;
+        let limits = format!("gpu={gpu} cmd=set_default_active_thread_percentage 25");
+        let log = calls(c);
+        ensure(
+            log.iter().filter(|l| **l == limits).count() == 2
+                && log
+                    .iter()
+                    .any(|l| l.starts_with(&format!("gpu={gpu} cmd=start_server")))
+                && c.syslog().contains("did not start with its daemon"),
+            format!(
+                "job {id} on GPU {gpu}: calls {log:?}\nsyslog:\n{}",
+                c.syslog()
+            ),
+        )
+    })();
+    let _ = fs::remove_file(&refuse);
+    result.and(cancel_and_wait_stopped(c))
 }
 
 /// `gpu-mps --cuda-probe LIB hold MIB SECONDS BUSY` against the stand-in

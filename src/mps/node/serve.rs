@@ -111,14 +111,22 @@ pub(super) fn serve(
                 let limits = daemon::server_limits(&node.cfg, node.gpu_memory_mib, on_gpu)
                     .filter(|_| unserved.is_none());
                 if let Some(limits) = limits {
-                    if let Err(e) = daemon::apply_limits(
+                    let set = daemon::apply_limits(
                         &node.cfg,
                         gpu,
                         limits,
                         servers,
                         // A one-user daemon's server holds the GPU from now on.
                         (!multi_user.unwrap_or(node.cfg.multi_user)).then_some(share.uid),
-                    ) {
+                    );
+                    if let Ok(daemon::LimitsSet::SetWithoutServer(why)) = &set {
+                        report.notes.push(format!(
+                            "GPU {gpu}'s MPS server did not start with its daemon ({why}): until \
+                             the share's first CUDA client starts it, a process without the MPS \
+                             variables could get the whole GPU"
+                        ));
+                    }
+                    if let Err(e) = set {
                         unserved = Some(format!(
                             "GPU {gpu}'s MPS daemon could not be given the limits of its \
                              shares: {e}"

@@ -35,6 +35,8 @@
 //!   registered client's next call fails with
 //!   `CUDA_ERROR_MPS_CLIENT_TERMINATED`, and its being killed afterwards
 //!   harms no neighbour); the log keeps it.
+//! - `<dir>/start-server-fail` exists: `start_server` fails (a driver
+//!   that will not start a server on request).
 //! - `<dir>/hang` exists: every call hangs (a hung control program).
 //! - `<dir>/fail` exists: every call fails, as a control program that
 //!   cannot reach the driver does.
@@ -445,6 +447,12 @@ fn main() -> ExitCode {
                 if let (Ok(gpu), Ok(client)) = (gpu.parse(), client.parse()) {
                     mps_world::terminate(&here.join(mps_world::CLIENTS), gpu, client);
                 }
+            }
+            "start_server" if here.join("start-server-fail").exists() => {
+                print!("{out}");
+                return fail(
+                    "stand-in told not to start servers (its start-server-fail file exists)",
+                );
             }
             "start_server" => {
                 let uid = line
