@@ -1062,7 +1062,11 @@ mod tests {
 
     #[test]
     fn samples_say_whom_they_are_charged_to() {
+        // A driver that charged the clients' own pids.
         let mut g = sample();
+        for s in g.utilization.iter_mut().flatten() {
+            s.pid = 11;
+        }
         let told = samples_summary(&g, &known(), 11, &[10]);
         assert!(
             told.starts_with(
@@ -1074,16 +1078,15 @@ mod tests {
             told.ends_with(": samples name the clients' own pids"),
             "{told}"
         );
-        // The same load charged to the server.
-        for s in g.utilization.iter_mut().flatten() {
-            s.pid = 10;
-        }
+        // The stand-in's load as NVML gave it on a GPU: the server's.
+        let g = sample();
         let told = samples_summary(&g, &known(), 11, &[10]);
         assert!(told.contains("(pid 11): no sample"), "{told}");
         assert!(
             told.ends_with("charged to the MPS server's pid, not the clients'"),
             "{told}"
         );
+        let mut g = g;
         g.utilization = None;
         assert!(samples_summary(&g, &known(), 11, &[10]).starts_with("NVML gives no"));
     }
