@@ -199,6 +199,18 @@ fn bin_dir(c: &Cluster) -> PathBuf {
     c.dir.join("mps-bin")
 }
 
+/// gpushare's CUDA client against the stand-in libcuda beside the stand-in
+/// control program: `gpu-mps --cuda-probe LIB ARGS`.
+fn cuda_probe(c: &Cluster, args: &str) -> Result<String, String> {
+    let bin = testcluster::cluster::build_dir()?.join("gpu-mps");
+    let lib = bin_dir(c).join("libcuda.so.1");
+    Ok(format!(
+        "{} --cuda-probe {} {args}",
+        bin.display(),
+        lib.display()
+    ))
+}
+
 /// Ends every job, puts the stand-ins in place (the control program and
 /// `nvidia-smi`, every GPU in DEFAULT mode) and empties their call log.
 fn standin(c: &Cluster) -> Result<(), String> {

@@ -61,14 +61,7 @@ fn server_refused(c: &mut Cluster) -> TestResult {
 /// `gpu-mps --cuda-probe LIB hold MIB SECONDS BUSY` against the stand-in
 /// libcuda beside the stand-in control program.
 fn hold(c: &Cluster, seconds: u32, busy: bool) -> Result<String, String> {
-    let bin = testcluster::cluster::build_dir()?.join("gpu-mps");
-    let lib = bin_dir(c).join("libcuda.so.1");
-    Ok(format!(
-        "{} --cuda-probe {} hold 0 {seconds} {}",
-        bin.display(),
-        lib.display(),
-        u8::from(busy)
-    ))
+    cuda_probe(c, &format!("hold 0 {seconds} {}", u8::from(busy)))
 }
 
 /// The stand-ins as the suite sets them, the driver's log and its MPS

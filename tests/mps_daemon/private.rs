@@ -35,13 +35,7 @@ pub fn tests(suite: Suite) -> Suite {
 
 /// The stand-in CUDA client: `gpu-mps --cuda-probe LIB share`.
 fn probe_line(c: &Cluster) -> Result<String, String> {
-    let bin = testcluster::cluster::build_dir()?.join("gpu-mps");
-    let lib = bin_dir(c).join("libcuda.so.1");
-    Ok(format!(
-        "{} --cuda-probe {} share",
-        bin.display(),
-        lib.display()
-    ))
+    super::cuda_probe(c, "share")
 }
 
 /// Processes named as an MPS control daemon, their uid and pipe directory.

@@ -138,7 +138,10 @@ fn after_release(
             }
             let left = state.shares().filter(|o| o.gpu == gpu);
             match daemon::server_limits(&node.cfg, node.gpu_memory_mib, left) {
-                None => stopped.push((gpu, daemon::stop_or_keep(&node.cfg, gpu, unix_now()))),
+                None => stopped.push((
+                    gpu,
+                    daemon::stop_or_keep(&node.cfg, gpu, super::share_usage::unix_now()),
+                )),
                 // The largest share may have left: the server's limits follow.
                 Some(limits) => {
                     if let Err(e) = daemon::apply_limits(&node.cfg, gpu, limits, None, None) {
@@ -203,14 +206,8 @@ pub fn stop_idle_daemons(node: &Node) -> Result<Vec<(u32, MpsDaemon)>, LedgerErr
 /// [`stop_idle_daemons`] as the node timer runs it: a daemon kept after
 /// its GPU's last share stays until its `DaemonLinger=` time is up.
 pub fn stop_lingered_daemons(node: &Node) -> Result<Vec<(u32, MpsDaemon)>, LedgerError> {
-    let now = unix_now();
+    let now = super::share_usage::unix_now();
     stop_idle_daemons_when(node, |gpu| daemon::linger_over(&node.cfg, gpu, now))
-}
-
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 fn stop_idle_daemons_when(

@@ -49,7 +49,8 @@ fn read_kept(dir: &std::path::Path) -> Kept {
         .unwrap_or_default()
 }
 
-fn unix_now() -> u64 {
+/// Now, in seconds since 1970 (0 on a clock before it).
+pub(super) fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())

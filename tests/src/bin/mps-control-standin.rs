@@ -142,16 +142,12 @@ fn start_daemon(here: &Path, gpu: &str, pipe: &Path, args: &[String]) -> ExitCod
     }
 }
 
-/// The stand-in servers of the daemon of `pipe` (their environment names
-/// it, as the real servers' does).
-fn pipe_servers(pipe: &Path) -> Vec<mps_world::Server> {
+/// The stand-in servers (of the stand-ins in `here`) of the daemon of
+/// `pipe` (their environment names it, as the real servers' does).
+fn pipe_servers(here: &Path, pipe: &Path) -> Vec<mps_world::Server> {
     let mut wanted = b"CUDA_MPS_PIPE_DIRECTORY=".to_vec();
     wanted.extend_from_slice(pipe.as_os_str().as_encoded_bytes());
-    let here = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.parent().map(Path::to_path_buf))
-        .unwrap_or_else(|| PathBuf::from("."));
-    mps_world::servers(&here)
+    mps_world::servers(here)
         .into_iter()
         .filter(|s| {
             fs::read(format!("/proc/{}/environ", s.pid))
@@ -396,7 +392,7 @@ fn main() -> ExitCode {
         match line.split_whitespace().next().unwrap_or_default() {
             "quit" => {
                 // Its servers go with it, as the real daemon's do.
-                for server in pipe_servers(&pipe) {
+                for server in pipe_servers(&here, &pipe) {
                     // SAFETY: kill has no memory preconditions.
                     unsafe { libc::kill(server.pid as libc::pid_t, libc::SIGKILL) };
                 }
@@ -411,7 +407,7 @@ fn main() -> ExitCode {
                 }
             }
             "get_server_list" => {
-                for server in pipe_servers(&pipe) {
+                for server in pipe_servers(&here, &pipe) {
                     out.push_str(&format!("{}\n", server.pid));
                 }
                 let servers = fs::read_to_string(here.join("servers")).unwrap_or_default();
@@ -464,7 +460,7 @@ fn main() -> ExitCode {
                     print!("{out}");
                     return fail(&format!("bad command {line}"));
                 };
-                if pipe_servers(&pipe).is_empty() {
+                if pipe_servers(&here, &pipe).is_empty() {
                     let program = std::env::current_exe().unwrap_or_else(|_| PathBuf::from(NAME));
                     if let Err(e) = mps_world::start_server(&program, &here, gpu_index, uid, &pipe)
                     {
