@@ -281,10 +281,11 @@ pub(crate) fn own_changes_survive_the_lift(c: &mut Cluster) -> TestResult {
             info.get("ExcNodeList")
         ),
     )?;
-    // The site's words given back (gpushare's counted nothing: another
-    // user's server is the node's own state, never held against the job).
+    // The site's words given back, and gpushare's count: none (another
+    // user's server is the node's own state, never held against the job),
+    // so that its restart is never taken for a counted one.
     let comment = shown_line(c, id, "AdminComment");
-    let kept = site.to_owned();
+    let kept = format!("{site}; gpushare: requeues so far: 0");
     ensure(
         comment.as_deref() == Some(kept.as_str()),
         format!("the AdminComment after the lift is {comment:?}, not {kept:?}"),
@@ -463,39 +464,71 @@ pub(crate) fn contention_completes(c: &mut Cluster) -> TestResult {
         .map(|_| ben.sbatch(c, &[&out, "--gres=mps:40", "--wrap=sleep 3"]))
         .collect::<Result<_, _>>()?;
     // Each one's end as accounting keeps it (slurmctld forgets ended jobs
-    // after MinJobAge), once none of them is queued any more: a refused
-    // run's record reads FAILED until slurmctld has requeued the job.
+    // after MinJobAge), once none of them is queued any more and
+    // slurmctld has handed slurmdbd all it knows: before, the record of a
+    // refused run (FAILED until the job is requeued) may be the last one
+    // accounting has.
     let ids: Vec<String> = bens.iter().map(u32::to_string).collect();
     let ids = ids.join(",");
-    let ended = wait_for(
-        "ben's ten jobs to end",
+    wait_for(
+        "ben's ten jobs to leave the queue",
         std::time::Duration::from_secs(400),
         || {
             let queued = c
                 .run_ok("squeue", &["-h", "-u", &ben.name, "-o", "%i"])
                 .ok()?;
-            if !queued.trim().is_empty() {
-                return None;
-            }
-            let out = c
-                .run_ok(
-                    "sacct",
-                    &["-X", "-n", "-P", "-o", "JobID,State", "-j", &ids],
-                )
-                .ok()?;
-            let states: BTreeMap<String, String> = out
-                .lines()
-                .filter_map(|l| l.split_once('|'))
-                .map(|(j, s)| (j.to_owned(), s.to_owned()))
-                .collect();
-            let done = |s: &str| !matches!(s, "PENDING" | "RUNNING" | "REQUEUED" | "COMPLETING");
-            (states.len() == bens.len() && states.values().all(|s| done(s))).then_some(states)
+            queued.trim().is_empty().then_some(())
         },
     )
     .map_err(|e| format!("{e}\nsyslog:\n{}", c.syslog()))?;
+    c.wait_accounting_sent(SHORT)?;
+    let out = c.run_ok(
+        "sacct",
+        &["-X", "-n", "-P", "-o", "JobID,State", "-j", &ids],
+    )?;
+    let ended: BTreeMap<String, String> = out
+        .lines()
+        .filter_map(|l| l.split_once('|'))
+        .map(|(j, s)| (j.to_owned(), s.to_owned()))
+        .collect();
     ensure(
-        ended.values().all(|s| s == "COMPLETED"),
-        format!("ben's jobs ended {ended:?}\nsyslog:\n{}", c.syslog()),
+        ended.len() == bens.len(),
+        format!("accounting knows {ended:?} of ben's jobs {ids}"),
+    )?;
+    // The jobs that did not complete lead the message (a summary line of
+    // it may be all a reader gets), each with its comment and its lines
+    // in the syslog.
+    let bad: Vec<&String> = ended
+        .iter()
+        .filter(|(_, s)| s.as_str() != "COMPLETED")
+        .map(|(j, _)| j)
+        .collect();
+    let why: Vec<String> = bad
+        .iter()
+        .map(|j| {
+            let comment = c
+                .run_ok(
+                    "sacct",
+                    &["-X", "-n", "-P", "-o", "State,AdminComment", "-j", j],
+                )
+                .unwrap_or_default();
+            let job = format!("job {j}");
+            let lines: Vec<String> = c
+                .syslog()
+                .lines()
+                .filter(|l| l.contains(&job) || l.contains(&format!("job{j}")))
+                .map(str::to_owned)
+                .collect();
+            format!("{j}: {}\n{}", comment.trim(), lines.join("\n"))
+        })
+        .collect();
+    ensure(
+        bad.is_empty(),
+        format!(
+            "ben's jobs {bad:?} did not complete: {}\nall: {ended:?}\nsyslog:\n{}",
+            why.join("\n"),
+            c.syslog()
+        ),
     )?;
     c.run_ok("scancel", &[&blocker.to_string()])?;
     clean(c)

@@ -783,17 +783,18 @@ pub fn decide_lift(shown: &ShownJob, node: &str, entry: &Exclusion, comment: Opt
     } else {
         None
     };
-    // What is given back: the site's words; gpushare's leave their count.
+    // What is given back: the site's words; gpushare's leave their count,
+    // 0 too: a comment without any words of gpushare's on a job Slurm
+    // restarted reads as one a site tool rewrote, where every restart
+    // would count, gpushare's own uncounted requeues among them.
     let comment = entry
         .comment
         .as_deref()
         .zip(comment)
         .and_then(|(ours, now)| {
             let left = without_tally(&comment_without(now, ours)?);
-            Some(match requeues_in(now) {
-                0 => left,
-                n => comment_with(Some(&left), &format!("{TALLY_MARK}{n}")),
-            })
+            let tally = format!("{TALLY_MARK}{}", requeues_in(now));
+            Some(comment_with(Some(&left), &tally))
         });
     if list.is_none() && comment.is_none() {
         return Lift::Nothing(format!(

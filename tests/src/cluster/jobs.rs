@@ -208,6 +208,24 @@ impl Cluster {
         self.wait_job_state(id, JobInfo::DONE, timeout)
     }
 
+    /// Waits until slurmctld has handed slurmdbd every accounting message
+    /// it queued (`sdiag`: "DBD Agent queue size: 0"). A job state
+    /// slurmctld reached before this call is then what `sacct` reads: a
+    /// job's last run is in accounting, not only an earlier one's end.
+    pub fn wait_accounting_sent(&self, timeout: impl Into<Duration>) -> Result<()> {
+        let mut last = String::new();
+        wait_for("slurmctld's queue to slurmdbd to empty", timeout, || {
+            let out = self.run_ok("sdiag", &[]).ok()?;
+            last = out
+                .lines()
+                .find(|l| l.starts_with("DBD Agent queue size:"))
+                .unwrap_or("no \"DBD Agent queue size\" line in sdiag")
+                .to_owned();
+            (last.split(':').nth(1).map(str::trim) == Some("0")).then_some(())
+        })
+        .map_err(|e| format!("{e} (last: {last})"))
+    }
+
     /// Output file of a batch job submitted with the default `--output`.
     pub fn job_output(&self, id: u32) -> String {
         fs::read_to_string(self.jobs_dir.join(format!("{id}.out"))).unwrap_or_default()

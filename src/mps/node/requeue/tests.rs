@@ -324,6 +324,38 @@ fn gpushares_requeues_are_counted_in_the_admin_comment_across_lifts() {
     assert_eq!(requeues_in("gpushare: requeues so far: 2x"), 0);
 }
 
+/// A job sent off twice for another user's server (counted nothing),
+/// given back, then started without its Prolog: its count is still 0,
+/// not its 2 restarts. A lift that left no words of gpushare's made the
+/// next epilog take `Restarts=` for the count (`requeue 3 of 3` at the
+/// first counted requeue; the next one failed the job).
+#[test]
+fn a_lift_after_uncounted_requeues_leaves_a_count_of_none() {
+    let free = requeue_words("gpu01", None, Elsewhere::OtherUsers);
+    let entry = Exclusion::new(true, 5, Some(free.clone()), Elsewhere::OtherUsers);
+    let pending = job("PENDING", 2, "gpu01", "(null)");
+    for (now, site) in [
+        (free.clone(), None),
+        (format!("site; {free}"), Some("site")),
+    ] {
+        let lifted = decide_lift(&pending, "gpu01", &entry, Some(&now));
+        let Lift::Update {
+            comment: Some(after),
+            ..
+        } = &lifted
+        else {
+            panic!("{lifted:?}")
+        };
+        let tally = "gpushare: requeues so far: 0";
+        let want = site.map_or_else(|| tally.to_owned(), |s| format!("{s}; {tally}"));
+        assert_eq!(after, &want);
+        assert_eq!(counted_requeues(Some(after), 2), Some(0), "{after}");
+        let shown = job("COMPLETING", 2, "gpu02", "gpu02");
+        let d = decide_requeue(&shown, "gpu02", None, Some(0), Cause::PrologMissed);
+        assert_eq!(d, Requeue::Again);
+    }
+}
+
 #[test]
 fn only_the_node_gpushare_added_is_taken_back() {
     let ours = &requeue_words("gpu01", Some(1), Elsewhere::Busy);
