@@ -159,7 +159,11 @@ TEST_LANES ?= "host:v1:$(CHECK_LANE_1) $(RELEASE_RUNS_SMOKE)" \
 	"$(SOURCE_RUNS_NEXT)" \
 	"$(RPM_RUNS)" \
 	"packages" \
-	"sid:v2:$(CHECK_LANE_2)"
+	"sid:v2:$(CHECK_LANE_2) $(ORACLE_ALONE)"
+
+# The oracle with Slurm alone (no job_submit plugin): it must find untyped
+# GPUs under every typed scope, or its reading of Slurm's record is blind.
+ORACLE_ALONE ?= sid:v2:gpu_oracle:with_slurm_alone_untyped_gpus_escape_every_typed_scope
 
 # SchedMD's releases the lanes run, built from source in the background at
 # the lowest priority from the start (tests/slurm_source.sh, a lock per

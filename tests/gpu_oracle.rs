@@ -67,8 +67,10 @@ fn sacctmgr(c: &Cluster, args: &[&str]) -> TestResult {
     c.run_ok("sacctmgr", &[&["-i"], args].concat()).map(drop)
 }
 
-/// The scopes: each typed level, and one with no typed limit.
-fn scopes(c: &Cluster) -> Result<Vec<Scope>, String> {
+/// The scopes: each typed level, and one with no typed limit; and a job
+/// planted with untyped GPUs under a typed scope (its partition given
+/// its typed QOS after the job was accepted), which the oracle must see.
+fn scopes(c: &Cluster) -> Result<(Vec<Scope>, u32), String> {
     let cluster = format!("cluster={}", testcluster::cluster::CLUSTER_NAME);
     sacctmgr(c, &["add", "qos", PART_QOS, "GrpTRES=gres/gpu:a40=8"])?;
     c.run_ok(
@@ -77,8 +79,29 @@ fn scopes(c: &Cluster) -> Result<Vec<Scope>, String> {
             "create",
             &format!("PartitionName={PARTITION}"),
             "Nodes=ALL",
-            &format!("QOS={PART_QOS}"),
             "State=UP",
+        ],
+    )?;
+    let free = TestUser::create(c, "orfr")?;
+    free.allow_qos(c, &["normal", GROUP_QOS])?;
+    let planted = free.sbatch(
+        c,
+        &[
+            "-H",
+            "-o",
+            "/dev/null",
+            "-p",
+            PARTITION,
+            "--gres=gpu:1",
+            "--wrap=true",
+        ],
+    )?;
+    c.run_ok(
+        "scontrol",
+        &[
+            "update",
+            &format!("PartitionName={PARTITION}"),
+            &format!("QOS={PART_QOS}"),
         ],
     )?;
     sacctmgr(c, &["add", "account", ACCOUNT, &cluster])?;
@@ -132,11 +155,9 @@ fn scopes(c: &Cluster) -> Result<Vec<Scope>, String> {
             "GrpTRES=gres/gpu:a40=4",
         ],
     )?;
-    let free = TestUser::create(c, "orfr")?;
-    free.allow_qos(c, &["normal", GROUP_QOS])?;
     let qos_arg: &'static str = "--qos=qos_lafferty";
     let part_arg: &'static str = "--partition=oracle_a40";
-    Ok(vec![
+    let scopes = vec![
         Scope {
             name: "named QOS",
             user: named,
@@ -173,7 +194,8 @@ fn scopes(c: &Cluster) -> Result<Vec<Scope>, String> {
             args: Vec::new(),
             typed: false,
         },
-    ])
+    ];
+    Ok((scopes, planted))
 }
 
 /// One component of a job as slurmctld keeps it.
@@ -393,6 +415,8 @@ struct Tally {
     advice_followed: usize,
     /// Slurm's own refusals, by what the client printed last.
     slurm_says: BTreeMap<String, usize>,
+    /// Updates with GPU text hidden in another TRES entry, by outcome.
+    hidden: BTreeMap<String, usize>,
 }
 
 fn judge(c: &Cluster, id: u32, what: &str, tally: &mut Tally) -> TestResult {
@@ -411,7 +435,7 @@ fn judge(c: &Cluster, id: u32, what: &str, tally: &mut Tally) -> TestResult {
 
 fn oracle(c: &mut Cluster, with_plugin: bool) -> TestResult {
     let started = Instant::now();
-    let scopes = scopes(c)?;
+    let (scopes, planted) = scopes(c)?;
     let script_dir = c.dir.join("oracle");
     fs::create_dir_all(&script_dir).map_err(|e| e.to_string())?;
     let script = script_dir.join("job.sh");
@@ -428,6 +452,22 @@ fn oracle(c: &mut Cluster, with_plugin: bool) -> TestResult {
     };
     let forms = forms::all();
     let mut tally = Tally::default();
+    // Before any verdict counts, the oracle's reading of Slurm's record
+    // must see the planted job's untyped GPUs under its partition's
+    // typed QOS: blind eyes (a field renamed, a reading broken) would
+    // pass every run.
+    judge(c, planted, "planted", &mut tally)?;
+    let _ = c.run("scancel", &[&planted.to_string()]);
+    let seen = tally.escapes.drain(..).collect::<Vec<_>>();
+    testcluster::ensure(
+        seen.len() == 1,
+        format!(
+            "the oracle does not see job {planted}, held with untyped GPUs in partition \
+             {PARTITION} under {PART_QOS} (GrpTRES=gres/gpu:a40=8): its reading of Slurm's \
+             record is blind ({seen:?}; the job: {:?})",
+            held(c, planted).map(|h| h.iter().map(|c| c.tres().to_owned()).collect::<Vec<_>>())
+        ),
+    )?;
     // Held GPU jobs kept for the updates below: (scope, job, what).
     let mut pending: Vec<(usize, u32, String)> = Vec::new();
     for (index, scope) in scopes.iter().enumerate() {
@@ -441,7 +481,12 @@ fn oracle(c: &mut Cluster, with_plugin: bool) -> TestResult {
                     judge(c, id, &what, &mut tally)?;
                     if form.command == Command::Salloc {
                         let _ = c.run("scancel", &[&id.to_string()]);
-                    } else if form.gpus && form.command == Command::Sbatch {
+                    } else if form.command == Command::Sbatch
+                        && (form.gpus || (scope.typed && form.args.is_empty()))
+                    {
+                        // GPU jobs, and each typed scope's job without
+                        // GPUs (GPU text hidden in an update is what
+                        // gives it some).
                         pending.push((index, id, what));
                     } else {
                         let _ = c.run("scancel", &[&id.to_string()]);
@@ -483,21 +528,70 @@ fn oracle(c: &mut Cluster, with_plugin: bool) -> TestResult {
         &["Gres=gpu:0"],
         &["TresPerJob=gres/gpu:a40:0"],
     ];
+    // GPU text inside another entry of a TRES field: slurmctld finds
+    // `gres:` anywhere in the rest of the string (22.05, 23.02), `gres`
+    // anywhere from 23.11 (`_get_next_gres`), so each release reads one
+    // of each pair as untyped GPUs. Tried on the job without GPUs and the
+    // first GPU job of each typed scope (beside a GPU request of the
+    // job's own, Slurm refuses a second one without a type).
+    let hidden: &[&[&str]] = &[
+        &["TresPerJob=cpu=gres:gpu:2"],
+        &["TresPerJob=cpu=gres/gpu:2"],
+        &["TresPerJob=license/gres:gpu:2"],
+        &["TresPerNode=cpu=gres:gpu:2"],
+        &["TresPerNode=cpu=gres/gpu:2"],
+        &["TresPerTask=cpu=gres:gpu:1"],
+        &["TresPerTask=cpu=gres/gpu:1"],
+    ];
+    let mut hidden_tried = std::collections::BTreeSet::new();
+    let mut cpu_jobs: Vec<u32> = Vec::new();
     let mut updated = 0usize;
     for (index, id, what) in &pending {
         let scope = scopes.get(*index).ok_or("no such scope")?;
-        let updates = if scope.typed { regrown } else { moves };
-        for update in updates {
+        let mut updates: Vec<&[&str]> = if scope.typed { regrown } else { moves }.to_vec();
+        let cpu_only = what.ends_with("no GPU option");
+        if cpu_only {
+            updates = hidden.to_vec();
+        } else if scope.typed && hidden_tried.insert(*index) {
+            updates.extend_from_slice(hidden);
+        }
+        for (n, update) in updates.into_iter().enumerate() {
+            // Each GPU text hidden in a job without GPUs, in a job of its
+            // own: what one update made is not judged again under the next.
+            let id = if cpu_only && n > 0 {
+                let mut args = vec!["-H", "-o", "/dev/null"];
+                args.extend_from_slice(&scope.args);
+                args.push("--wrap=true");
+                let fresh = scope.user.sbatch(c, &args)?;
+                cpu_jobs.push(fresh);
+                fresh
+            } else {
+                *id
+            };
             let mut args = vec!["update".to_owned(), format!("job={id}")];
             args.extend(update.iter().map(|s| (*s).to_owned()));
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             tally.submitted += 1;
+            let log_at = fs::metadata(c.log_path("slurmctld")).map_or(0, |m| m.len());
             let out = scope.user.run(c, None, "scontrol", &args)?;
+            if hidden.contains(&update) {
+                let (log, _) = log_since(c, log_at);
+                // Slurm's words without the job's id, so that like counts with like.
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                let said = stderr.trim().split(" for job ").next().unwrap_or_default();
+                let by_plugin = log.lines().any(|l| l.contains("job_submit/gpu_qos"));
+                let outcome = match (out.status.success(), by_plugin) {
+                    (true, _) => "taken".to_owned(),
+                    (false, true) => "refused by gpu_qos".to_owned(),
+                    (false, false) => format!("refused by Slurm ({said})"),
+                };
+                *tally.hidden.entry(outcome).or_default() += 1;
+            }
             if out.status.success() {
                 updated += 1;
                 judge(
                     c,
-                    *id,
+                    id,
                     &format!("{what}, then {}", update.join(" ")),
                     &mut tally,
                 )?;
@@ -527,6 +621,12 @@ fn oracle(c: &mut Cluster, with_plugin: bool) -> TestResult {
     );
     for (said, n) in &tally.slurm_says {
         eprintln!("  refused by Slurm {n}x: {said}");
+    }
+    for (outcome, n) in &tally.hidden {
+        eprintln!("  GPU text hidden in another TRES entry, {n}x: {outcome}");
+    }
+    for id in &cpu_jobs {
+        let _ = c.run("scancel", &[&id.to_string()]);
     }
     let _ = c.run(
         "scontrol",

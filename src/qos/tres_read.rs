@@ -294,6 +294,52 @@ fn unit(text: &str) -> Option<u64> {
     Some(base.pow(power))
 }
 
+/// Whether a GRES name is one that puts a job on a GPU (`gpu`, or a share
+/// of one: `mps`, `shard`), as slurmctld compares names: in any case.
+pub fn names_a_gpu(name: &str) -> bool {
+    ["gpu", "mps", "shard"]
+        .iter()
+        .any(|g| name.eq_ignore_ascii_case(g))
+}
+
+/// GPU text slurmctld reads in an entry of a TRES string that the entry
+/// itself does not say at its head (`cpu=gres:gpu:2`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hidden<'a> {
+    /// The comma-separated entry it is in.
+    pub entry: &'a str,
+    /// What slurmctld makes of it.
+    pub found: Found,
+}
+
+/// The first entry of `s` where either release's reading ([`Reading`])
+/// finds a GPU request (`gpu`, `mps`, `shard`: [`names_a_gpu`]) other than
+/// the one `at_head` reads there, entry by entry (`None`: no GRES at its
+/// head). Both readings are tried, whichever release runs: a string one
+/// release reads as a GPU and another ignores is refused alike, so that
+/// no GPU slurmctld holds goes unjudged. Each entry is read alone, which
+/// finds at least all slurmctld finds in the whole string (its readings
+/// run from a marker to the next comma; where one stops early, it
+/// ignores later entries that this still reads).
+pub fn hidden_gpu<'a>(s: &'a str, at_head: impl Fn(&str) -> Option<Found>) -> Option<Hidden<'a>> {
+    s.split(',').find_map(|entry| {
+        let head = at_head(entry);
+        [Reading::Colon, Reading::Word]
+            .into_iter()
+            .filter_map(|reading| read(reading, entry).ok())
+            .flatten()
+            .find(|found| {
+                names_a_gpu(&found.name)
+                    && head.as_ref().is_none_or(|h| {
+                        !h.name.eq_ignore_ascii_case(&found.name)
+                            || h.gres_type != found.gres_type
+                            || h.count != found.count
+                    })
+            })
+            .map(|found| Hidden { entry, found })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -426,5 +472,96 @@ mod tests {
         assert_eq!(count("2x", false), None);
         assert_eq!(count("x", false), None);
         assert_eq!(count("", false), Some(0));
+    }
+
+    /// The entry-by-entry reading the policy judges (`qos::gres`).
+    fn head(entry: &str) -> Option<Found> {
+        let r = crate::qos::gres::tres_entries(entry).next()?.ok()?;
+        Some(Found {
+            name: r.name.to_owned(),
+            gres_type: r.gres_type.map(str::to_owned),
+            count: r.count,
+        })
+    }
+
+    #[test]
+    fn gpu_text_inside_another_entry_is_found_whatever_the_release() {
+        for clean in [
+            "gres:gpu:a40:2",
+            "gres/gpu:a40:2",
+            "gres/gpu:a40=2",
+            "gres/gpu=2",
+            "gres:gpu:2",
+            "gres:GPU:2",
+            "GRES:gpu:2",
+            "cpu=4,gres/gpu:a40:1",
+            "gres:mps:50",
+            "gres/shard:3",
+            "cpu=2",
+            "license/foo=1",
+            "gres:gpu:a40:0",
+        ] {
+            assert_eq!(hidden_gpu(clean, head), None, "{clean}");
+        }
+        for (text, entry, name, ty, count) in [
+            ("cpu=gres:gpu:2", "cpu=gres:gpu:2", "gpu", None, 2),
+            ("cpu=gres/gpu:2", "cpu=gres/gpu:2", "gpu", None, 2),
+            ("license/gres:gpu:2", "license/gres:gpu:2", "gpu", None, 2),
+            (
+                "gres/gpu:a40:1,cpu=gres/gpu:1",
+                "cpu=gres/gpu:1",
+                "gpu",
+                None,
+                1,
+            ),
+            ("cpu=4,xgres:mps:25", "xgres:mps:25", "mps", None, 25),
+            ("gresgpu:2", "gresgpu:2", "gpu", None, 2),
+            (
+                "mem=gres/shard:a40:4",
+                "mem=gres/shard:a40:4",
+                "shard",
+                Some("a40"),
+                4,
+            ),
+        ] {
+            let found = Found {
+                name: name.to_owned(),
+                gres_type: ty.map(str::to_owned),
+                count,
+            };
+            assert_eq!(
+                hidden_gpu(text, head),
+                Some(Hidden { entry, found }),
+                "{text}"
+            );
+        }
+    }
+
+    proptest::proptest! {
+        /// Whatever stands before it in an entry, GPU text with either
+        /// release's marker is found; GPU requests of their own never are.
+        #[test]
+        fn hidden_gpu_text_is_always_found(
+            before in "[a-z=/:0-9]{1,8}",
+            marker in proptest::sample::select(vec!["gres:", "gres/"]),
+            name in proptest::sample::select(vec!["gpu", "mps", "shard", "GPU"]),
+            count in 1u64..1000,
+        ) {
+            let text = format!("cpu=1,{before}{marker}{name}:{count}");
+            let hidden = hidden_gpu(&text, head);
+            proptest::prop_assert!(hidden.is_some(), "{text}");
+        }
+
+        #[test]
+        fn requests_of_their_own_are_never_hidden(
+            ty in proptest::option::of("[a-z][a-z0-9]{0,5}"),
+            count in 1u64..1000,
+            slash in proptest::bool::ANY,
+        ) {
+            let ty = ty.map(|t| format!("{t}:")).unwrap_or_default();
+            let marker = if slash { "gres/" } else { "gres:" };
+            let text = format!("cpu=2,{marker}gpu:{ty}{count},{marker}mps:{count}");
+            proptest::prop_assert_eq!(hidden_gpu(&text, head), None, "{}", text);
+        }
     }
 }

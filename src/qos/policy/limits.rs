@@ -47,7 +47,7 @@ pub(super) fn unruled<'j, 'a>(
 /// then can a typed limit without a rule matter at submission, so only
 /// then does the plugin look the limits up in slurmctld.
 pub fn asks_untyped_gpu(job: &JobDescription<'_>) -> bool {
-    collect_requests(&GpuQosConfig::default(), job)
+    collect_requests(&GpuQosConfig::default(), job, Syntax::Sbatch)
         .map_or(true, |requests| first_untyped_gpu(&requests).is_some())
 }
 

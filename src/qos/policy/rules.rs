@@ -3,15 +3,21 @@
 
 use crate::qos::config::{GpuQosConfig, QosRule, RuleScope};
 use crate::qos::gres::{tres_entries, TresField};
+use crate::qos::tres_read;
 
 use super::job::JobDescription;
 use super::requests::{derived_gpus, least_total, FieldRequest};
 use super::verdict::{reject, Rejection, RejectionKind};
-use super::wording::{bad_gres, no_gpu_request, over_limit, Context, Level, Syntax};
+use super::wording::{bad_gres, hidden_gres, no_gpu_request, over_limit, Context, Level, Syntax};
 
+/// Every GRES request of the job, field by field, entry by entry; a field
+/// where slurmctld would read a GPU that no entry says at its head
+/// (`cpu=gres:gpu:2`, [`tres_read::hidden_gpu`]) is refused, so that what
+/// is judged is all slurmctld will hold.
 pub(super) fn collect_requests<'a>(
     cfg: &GpuQosConfig,
     job: &JobDescription<'a>,
+    syntax: Syntax,
 ) -> Result<Vec<FieldRequest<'a>>, Rejection> {
     let mut requests = Vec::new();
     for field in TresField::ALL {
@@ -25,6 +31,17 @@ pub(super) fn collect_requests<'a>(
                 request,
                 tasks_per_gpu: None,
             });
+        }
+        let at_head = |entry: &str| {
+            let request = tres_entries(entry).next()?.ok()?;
+            Some(tres_read::Found {
+                name: request.name.to_owned(),
+                gres_type: request.gres_type.map(str::to_owned),
+                count: request.count,
+            })
+        };
+        if let Some(hidden) = tres_read::hidden_gpu(text, at_head) {
+            return Err(hidden_gres(cfg, job, field, syntax, &hidden));
         }
     }
     let asked_gpu = requests.iter().any(|r| r.request.is_gpu());

@@ -25,7 +25,10 @@ pub fn judge_submit(cfg: &GpuQosConfig, job: &JobDescription<'_>) -> Verdict {
 /// file's for what no single rule says.
 fn submit(cfg: &GpuQosConfig, job: &JobDescription<'_>) -> Result<JobChanges, Rejection> {
     let mut told = Told::new(job, Syntax::Sbatch);
-    let Some(requests) = told.judge(strictest_covering(cfg, job), collect_requests(cfg, job))?
+    let Some(requests) = told.judge(
+        strictest_covering(cfg, job),
+        collect_requests(cfg, job, Syntax::Sbatch),
+    )?
     else {
         // Nothing more can be judged of a request that does not parse.
         return Ok(told.into_changes(JobChanges::default()));

@@ -2,6 +2,7 @@
 
 use super::fixtures::*;
 use super::rules::collect_requests;
+use super::wording::Syntax;
 use super::*;
 use crate::qos::config::GpuQosConfig;
 use crate::qos::gres::TresField;
@@ -155,7 +156,7 @@ proptest! {
                     .any(|e| e.is_ok_and(|r| r.is_gpu()));
                 let slurm_adds = job.ntasks_per_gpu.is_some_and(|n| n > 0 && n != u16::MAX);
                 prop_assert!(field_asks_gpu || !slurm_adds, "untyped GPUs Slurm adds accepted");
-                let requests = collect_requests(&cfg, &job).unwrap();
+                let requests = collect_requests(&cfg, &job, Syntax::Sbatch).unwrap();
                 prop_assert!(requests.iter().any(|r| r.request.is_gpu()));
                 for r in requests.iter().filter(|r| r.request.is_gpu()) {
                     let ty = r.request.gres_type;
@@ -197,4 +198,61 @@ fn set_field<'a>(job: &mut JobDescription<'a>, field: TresField, value: &'a str)
         TresField::PerSocket => job.tres_per_socket = Some(value),
         TresField::PerTask => job.tres_per_task = Some(value),
     }
+}
+
+/// GPU text inside another TRES entry (`cpu=gres:gpu:2`), which slurmctld
+/// reads as untyped GPUs (`gres:` on 22.05 and 23.02, `gres` from 23.11),
+/// is refused at submission and in every update, with what Slurm would
+/// hold and the entry to write; so is a share hidden from the
+/// shared-GPU reservation rule.
+#[test]
+fn gpu_text_inside_another_tres_entry_is_refused_at_submit_and_update() {
+    use super::update::judge_modify;
+    use super::verdict::RejectionKind;
+    let per_job = |qos, text| JobDescription {
+        tres_per_job: Some(text),
+        ..job(qos, None)
+    };
+    let r = rejection(submit(&per_job(Some("qos_lafferty"), "cpu=gres:gpu:2")));
+    assert_eq!(r.kind, RejectionKind::BadRequest);
+    assert_eq!(
+        r.message,
+        "Slurm reads the entry \"cpu=gres:gpu:2\" (from --gpus) as a request for 2 GPUs \
+         without a type, hidden inside another entry, which GPU limits and rules would not \
+         see; GPU requests must be entries of their own. Submit with --gpus=a40:2 instead."
+    );
+    // Under no rule at all, and in a job's own QOS: an update.
+    for (qos, field, text) in [
+        (None, TresField::PerJob, "cpu=gres/gpu:2"),
+        (None, TresField::PerJob, "license/gres:gpu:2"),
+        (Some("normal"), TresField::PerNode, "cpu=gres:gpu:2"),
+        (None, TresField::PerTask, "cpu=gres/gpu:1"),
+        (None, TresField::PerSocket, "mem=gres:mps:50"),
+    ] {
+        let mut update = JobDescription {
+            job_id_for_messages: Some(77),
+            ..job(qos, None)
+        };
+        match field {
+            TresField::PerJob => update.tres_per_job = Some(text),
+            TresField::PerNode => update.tres_per_node = Some(text),
+            TresField::PerTask => update.tres_per_task = Some(text),
+            TresField::PerSocket => update.tres_per_socket = Some(text),
+        }
+        let r = rejection(judge_modify(&cfg(), &update));
+        assert_eq!(r.kind, RejectionKind::BadRequest, "{text}");
+        assert!(
+            r.message.contains(&format!(
+                "the entry \"{text}\" (from {}=)",
+                field.scontrol_key()
+            )) && r.message.contains("Use: scontrol update job=77 "),
+            "{}",
+            r.message
+        );
+        let r = rejection(submit(&JobDescription { qos, ..update }));
+        assert_eq!(r.kind, RejectionKind::BadRequest, "{text}");
+    }
+    // The same GPUs as entries of their own are judged as ever.
+    let typed = per_job(Some("qos_lafferty"), "cpu=2,gres/gpu:a40:2");
+    assert!(matches!(submit(&typed), Verdict::Accept(_)));
 }

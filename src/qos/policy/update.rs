@@ -28,7 +28,11 @@ pub fn judge_modify(cfg: &GpuQosConfig, update: &JobDescription<'_>) -> Verdict 
 fn modify(cfg: &GpuQosConfig, update: &JobDescription<'_>) -> Result<JobChanges, Rejection> {
     let mut told = Told::new(update, Syntax::Scontrol);
     let unknown_rule = cfg.enforce_anywhere();
-    let Some(requests) = told.judge(unknown_rule, collect_requests(cfg, update))? else {
+    let Some(requests) = told.judge(
+        unknown_rule,
+        collect_requests(cfg, update, Syntax::Scontrol),
+    )?
+    else {
         return Ok(told.into_changes(JobChanges::default()));
     };
     let ctx = Context {

@@ -3,6 +3,7 @@
 
 use crate::qos::config::{GpuQosConfig, QosRule};
 use crate::qos::gres::{tres_entries, GpuOption, GresParseError, PerNodeSpelling, TresField};
+use crate::qos::tres_read::Hidden;
 
 use super::job::JobDescription;
 use super::requests::{nodes, FieldRequest, LeastTotal};
@@ -138,6 +139,63 @@ pub(super) fn bad_gres(
     reject(
         RejectionKind::BadRequest,
         format!("{error} (from {from}). Write GPU requests as type:count, e.g. {example}."),
+    )
+}
+
+/// GPU text hidden inside another entry of a TRES field, which slurmctld
+/// reads as a request of its own (`cpu=gres:gpu:2`): what it would hold,
+/// and the entry to write instead.
+pub(super) fn hidden_gres(
+    cfg: &GpuQosConfig,
+    job: &JobDescription<'_>,
+    field: TresField,
+    syntax: Syntax,
+    hidden: &Hidden<'_>,
+) -> Rejection {
+    let found = &hidden.found;
+    let count = found.count;
+    let plural = if count == 1 { "" } else { "s" };
+    let what = match found.name.to_ascii_lowercase().as_str() {
+        "gpu" => format!("GPU{plural}"),
+        "mps" => format!("MPS unit{plural} of a GPU"),
+        _ => format!("GPU shard{plural}"),
+    };
+    let typed = found
+        .gres_type
+        .as_deref()
+        .map_or_else(|| " without a type".to_owned(), |t| format!(" of type {t}"));
+    let gpu_type = cfg.known_gpu_types().first().map_or("a40", String::as_str);
+    let (from, instead) = match syntax {
+        Syntax::Sbatch => {
+            let from = match field {
+                TresField::PerNode => job.per_node_spelling.option_names(),
+                other => other.option_names(),
+            };
+            let example = GpuOption {
+                field,
+                gpu_type: Some(gpu_type),
+                count,
+                spelling: job.per_node_spelling,
+            };
+            (from.to_owned(), format!("Submit with {example} instead"))
+        }
+        Syntax::Scontrol => {
+            let ctx = Context { job, syntax };
+            let example = ctx.suggest(field, gpu_type, count);
+            (
+                format!("{}=", field.scontrol_key()),
+                format!("Use: {example}"),
+            )
+        }
+    };
+    reject(
+        RejectionKind::BadRequest,
+        format!(
+            "Slurm reads the entry \"{}\" (from {from}) as a request for {count} {what}{typed}, \
+             hidden inside another entry, which GPU limits and rules would not see; GPU \
+             requests must be entries of their own. {instead}.",
+            hidden.entry
+        ),
     )
 }
 
