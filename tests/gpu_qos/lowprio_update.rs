@@ -23,9 +23,15 @@ pub(super) fn lowprio_array_throttle_is_set_back(c: &mut Cluster) -> TestResult 
             ],
         )
     };
+    // Read where Slurm prints it, before `JobName=` (a job's name may
+    // hold `ArrayTaskThrottle=8` itself).
     let throttle = |id: u32| -> Result<String, String> {
-        Ok(c.job(id)?
-            .get("ArrayTaskThrottle")
+        let shown = c.run_ok("scontrol", &["-o", "show", "job", &id.to_string()])?;
+        let fixed = shown.lines().next().unwrap_or_default();
+        let fixed = fixed.split(" JobName=").next().unwrap_or_default();
+        Ok(fixed
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("ArrayTaskThrottle="))
             .unwrap_or_default()
             .to_owned())
     };
@@ -76,6 +82,62 @@ pub(super) fn lowprio_array_throttle_is_set_back(c: &mut Cluster) -> TestResult 
         throttle(low)? == "3",
         format!("a tighter throttle was not kept: {}", throttle(low)?),
     )?;
-    c.run_ok("scancel", &[&low.to_string(), &normal.to_string()])
-        .map(drop)
+    // Values slurmctld reads as 0 or above the cap (strtoll), an array
+    // named by its tasks, and a name that holds ` QOS=normal` before
+    // Slurm's own QOS= in scontrol's line: each set back.
+    let named = user.sbatch(
+        c,
+        &[
+            "-H",
+            "-o",
+            "/dev/null",
+            "--qos=lowprio",
+            "--array=0-19",
+            "-J",
+            "x QOS=normal ArrayTaskThrottle=8",
+            "--gres=gpu:a40:1",
+            "--wrap=true",
+        ],
+    )?;
+    let set_back = |id: u32, name: &str, value: &str| -> TestResult {
+        user.run_ok(
+            c,
+            None,
+            "scontrol",
+            &[
+                "update",
+                &format!("JobId={name}"),
+                &format!("ArrayTaskThrottle={value}"),
+            ],
+        )?;
+        wait_for(
+            &format!("array {id}'s throttle, made {value:?} by job={name}, set back to 8"),
+            SHORT,
+            || (throttle(id).ok()? == "8").then_some(()),
+        )
+        .map_err(|e| format!("{e} (now {:?})", throttle(id)))
+    };
+    for value in ["0x", "+0", "100abc", "4294967296"] {
+        set_back(low, &low.to_string(), value)?;
+    }
+    set_back(low, &format!("{low}_[0-19]"), "0")?;
+    set_back(named, &named.to_string(), "0")?;
+    // An operator's throttle stands: root raises the named array's; then
+    // the user lifts the other's, which the reading thread takes after
+    // root's had it been queued; once that one is set back, root's 30 is
+    // still there.
+    c.run_ok(
+        "scontrol",
+        &["update", &format!("JobId={named}"), "ArrayTaskThrottle=30"],
+    )?;
+    set_back(low, &low.to_string(), "0")?;
+    ensure(
+        throttle(named)? == "30",
+        format!("root's throttle was set back: {}", throttle(named)?),
+    )?;
+    c.run_ok(
+        "scancel",
+        &[&low.to_string(), &normal.to_string(), &named.to_string()],
+    )
+    .map(drop)
 }

@@ -136,6 +136,7 @@ impl<'a> JobStrings<'a> {
                     .as_deref()
                     .and_then(|s| s.trim().parse().ok())
             }),
+            job_id_str: self.job_id_str.as_deref(),
             partition: self.partition.as_deref(),
             per_node_spelling: self.per_node_spelling,
             resolved,

@@ -309,8 +309,9 @@ unsafe fn judged<'a>(
 }
 
 /// The verdict once `ExemptUsers=`/`ExemptAdmins=` are applied: the
-/// requester is looked up only for a refusal, and only where the file
-/// exempts anyone.
+/// requester is looked up only for a refusal where the file exempts
+/// anyone, and for an update whose array throttle would be set back (an
+/// operator's stands).
 fn exempted(
     policy: &GpuQosConfig,
     job: &JobDescription<'_>,
@@ -318,7 +319,11 @@ fn exempted(
     uid: u32,
     verdict: Verdict,
 ) -> Verdict {
-    if !matches!(verdict, Verdict::Reject(_)) || !policy.has_exemptions() {
+    let look = match &verdict {
+        Verdict::Reject(_) => policy.has_exemptions(),
+        Verdict::Accept(c) => c.recheck_array_throttle.is_some(),
+    };
+    if !look {
         return verdict;
     }
     // SAFETY: from slurmctld's job_submit/job_modify, no manager lock held.

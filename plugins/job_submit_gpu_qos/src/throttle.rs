@@ -11,9 +11,10 @@
 //! again as slurmctld's own user. Never on the submit path: job_modify
 //! only queues the job id.
 
+use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::mpsc::{self, Sender};
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{Condvar, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
 
 use gpushare::qos::policy::{throttle_to_restore, ThrottleRecheck};
 use slurm_plugin::{guard, log};
@@ -23,28 +24,60 @@ const PLUGIN: &str = "job_submit/gpu_qos";
 /// An array to read back, and the slurm.conf slurmctld reads.
 type Queued = (ThrottleRecheck, Option<PathBuf>);
 
+/// Arrays waiting to be read back: one entry per array (a second update
+/// of an array already waiting adds nothing), at most [`QUEUE_MAX`].
+struct Queue {
+    waiting: Mutex<VecDeque<Queued>>,
+    ready: Condvar,
+}
+
+/// More arrays waiting than this means the reading thread is stuck (each
+/// read is bounded in time): a further one is logged and not queued.
+const QUEUE_MAX: usize = 4096;
+
+/// How often one `scontrol` of a read-back is tried, and the pause before
+/// each retry (slurmctld busy, a timeout): bounded, never a loop.
+const TRIES: u32 = 3;
+const RETRY_AFTER: Duration = Duration::from_secs(2);
+
 /// The queue to the thread, started at the first array to look at.
-static QUEUE: OnceLock<Option<Mutex<Sender<Queued>>>> = OnceLock::new();
+static QUEUE: OnceLock<Option<Queue>> = OnceLock::new();
 
 /// Queues `recheck`: the array is read back once the update holding
 /// slurmctld's locks is done (the thread's `scontrol` waits for them).
 pub fn recheck(recheck: ThrottleRecheck, slurm_conf: Option<PathBuf>) {
     let queue = QUEUE.get_or_init(|| {
-        let (send, receive) = mpsc::channel::<Queued>();
         // The library is pinned (`pin_library`): this thread may outlive
         // `fini()` without returning into unmapped code; it ends with
-        // slurmctld, blocked on an empty queue.
+        // slurmctld, waiting on an empty queue.
         let started = std::thread::Builder::new()
             .name("gpu_qos-throttle".into())
-            .spawn(move || {
-                while let Ok((job, conf)) = receive.recv() {
-                    guard("job_submit/gpu_qos: array throttle", (), || {
-                        restore(&job, conf.as_deref());
-                    });
-                }
+            .spawn(|| loop {
+                let Some(Some(queue)) = QUEUE.get() else {
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                };
+                let (job, conf) = {
+                    let mut waiting = queue.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+                    loop {
+                        if let Some(next) = waiting.pop_front() {
+                            break next;
+                        }
+                        waiting = queue
+                            .ready
+                            .wait(waiting)
+                            .unwrap_or_else(PoisonError::into_inner);
+                    }
+                };
+                guard("job_submit/gpu_qos: array throttle", (), || {
+                    restore(&job, conf.as_deref());
+                });
             });
         match started {
-            Ok(_) => Some(Mutex::new(send)),
+            Ok(_) => Some(Queue {
+                waiting: Mutex::new(VecDeque::new()),
+                ready: Condvar::new(),
+            }),
             Err(e) => {
                 log::error(&format!(
                     "{PLUGIN}: cannot start the array throttle thread: {e}; an update that \
@@ -54,12 +87,38 @@ pub fn recheck(recheck: ThrottleRecheck, slurm_conf: Option<PathBuf>) {
             }
         }
     });
-    if let Some(queue) = queue {
-        let _ = queue
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .send((recheck, slurm_conf));
+    let Some(queue) = queue else {
+        return;
+    };
+    let mut waiting = queue.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+    if waiting.iter().any(|(j, _)| j.job_id == recheck.job_id) {
+        return;
     }
+    if waiting.len() >= QUEUE_MAX {
+        log::error(&format!(
+            "{PLUGIN}: array {}'s throttle not read back: {QUEUE_MAX} arrays wait already \
+             (is scontrol answering?)",
+            recheck.job_id
+        ));
+        return;
+    }
+    waiting.push_back((recheck, slurm_conf));
+    queue.ready.notify_one();
+}
+
+/// `scontrol ARGS`, tried [`TRIES`] times.
+fn scontrol(args: &[&str], slurm_conf: Option<&std::path::Path>) -> Result<String, String> {
+    let mut last = String::new();
+    for attempt in 1..=TRIES {
+        match crate::partitions::scontrol_output(args, slurm_conf) {
+            Ok(text) => return Ok(text),
+            Err(e) => last = e.to_string(),
+        }
+        if attempt < TRIES {
+            std::thread::sleep(RETRY_AFTER);
+        }
+    }
+    Err(format!("{last} ({TRIES} tries)"))
 }
 
 fn restore(job: &ThrottleRecheck, slurm_conf: Option<&std::path::Path>) {
@@ -67,7 +126,7 @@ fn restore(job: &ThrottleRecheck, slurm_conf: Option<&std::path::Path>) {
         return;
     };
     let id = job.job_id.to_string();
-    let shown = match crate::partitions::scontrol_output(&["-o", "show", "job", &id], slurm_conf) {
+    let shown = match scontrol(&["-o", "show", "job", &id], slurm_conf) {
         Ok(text) => text,
         Err(e) => {
             log::error(&format!(
@@ -80,10 +139,7 @@ fn restore(job: &ThrottleRecheck, slurm_conf: Option<&std::path::Path>) {
         return;
     };
     let throttle = format!("ArrayTaskThrottle={max}");
-    match crate::partitions::scontrol_output(
-        &["update", &format!("JobId={id}"), &throttle],
-        slurm_conf,
-    ) {
+    match scontrol(&["update", &format!("JobId={id}"), &throttle], slurm_conf) {
         Ok(_) => log::info(&format!(
             "{PLUGIN}: array {id} runs under a low-priority QOS: an update lifted its \
              throttle, set back to {max} (LowPriorityMaxArrayTasks)"

@@ -62,6 +62,25 @@ pub fn apply_exemptions(
     requester: &Requester<'_>,
     verdict: Verdict,
 ) -> Verdict {
+    let verdict = match verdict {
+        // An operator's throttle (root, SlurmUser, AdminLevel=Operator or
+        // Administrator), or an exempt user's, stands: the cap is not set
+        // back over a change made on purpose.
+        Verdict::Accept(mut changes)
+            if changes.recheck_array_throttle.is_some()
+                && (requester.operator || exempt_reason(cfg, action, requester).is_some()) =>
+        {
+            if let Some(recheck) = changes.recheck_array_throttle.take() {
+                let said = super::lowprio::throttle_warning(cfg, recheck.max);
+                changes.user_warning = changes.user_warning.take().and_then(|w| {
+                    let kept: Vec<&str> = w.lines().filter(|l| *l != said).collect();
+                    (!kept.is_empty()).then(|| kept.join("\n"))
+                });
+            }
+            return Verdict::Accept(changes);
+        }
+        verdict => verdict,
+    };
     let Verdict::Reject(refusal) = verdict else {
         return verdict;
     };

@@ -34,6 +34,9 @@ pub struct JobDescription<'a> {
     pub array_inx: Option<&'a str>,
     /// Known for updates; makes the suggested `scontrol` line copy-pasteable.
     pub job_id_for_messages: Option<u32>,
+    /// An update's job as it names it (`job_id_str`: `123`, `123_4`,
+    /// `123_[0-9]`).
+    pub job_id_str: Option<&'a str>,
     /// One partition name or a comma list, as sent.
     pub partition: Option<&'a str>,
     /// Which option the user typed for the GPUs of `tres_per_node`

@@ -212,21 +212,65 @@ pub(super) fn throttle_lifted(
     update: &JobDescription<'_>,
 ) -> Option<ThrottleRecheck> {
     let max = cfg.low_priority_max_array_tasks()?;
-    let asked = update.array_inx?.trim();
-    if asked.is_empty() || !asked.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    // All digits: a parse failure is an overflow, a huge throttle.
-    let asked = asked.parse::<u64>().unwrap_or(u64::MAX);
+    // As slurmctld reads it: `0x`, `+0` and an empty value are 0 (no
+    // throttle), `100abc` is 100; below 0 slurmctld refuses the update.
+    let asked = u64::try_from(throttle_value(update.array_inx?)).ok()?;
     // Where the low-priority QOS only warns, its cap is not made either.
     let low_enforced = cfg
         .low_priority_qos()
         .iter()
         .any(|q| low_enforce(cfg, q) == Enforce::Yes);
     (low_enforced && (asked == 0 || asked > u64::from(max))).then_some(ThrottleRecheck {
-        job_id: update.job_id_for_messages?,
+        job_id: update
+            .job_id_for_messages
+            .or_else(|| array_job_id(update.job_id_str?))?,
         max,
     })
+}
+
+/// What the user of an update that lifted an array's throttle is told.
+pub(super) fn throttle_warning(cfg: &GpuQosConfig, max: u32) -> String {
+    let low = cfg.low_priority_qos().join(", ");
+    format!(
+        "Arrays under QOS {low} run at most {max} tasks at once: if this array is one, its \
+         ArrayTaskThrottle is set back to {max} within seconds."
+    )
+}
+
+/// An update's `ArrayTaskThrottle=` value as slurmctld reads it
+/// (`_update_job`: `strtoll(.., 10)` stored in a C `int`): leading white
+/// space and a sign taken, the digits up to the first other character (none:
+/// 0), saturated at 64 bits, then cut to 32 as the C conversion does.
+pub(super) fn throttle_value(text: &str) -> i32 {
+    let text = text.trim_start_matches([' ', '\t', '\n', '\x0b', '\x0c', '\r']);
+    let (negative, digits) = match text.as_bytes().first() {
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        _ => (false, text),
+    };
+    let value = digits
+        .bytes()
+        .take_while(u8::is_ascii_digit)
+        .try_fold(0i64, |v, d| {
+            let d = i64::from(d - b'0');
+            if negative {
+                v.checked_mul(10)?.checked_sub(d)
+            } else {
+                v.checked_mul(10)?.checked_add(d)
+            }
+        })
+        .unwrap_or(if negative { i64::MIN } else { i64::MAX });
+    // C's conversion of the 64-bit value to an int: its low 32 bits (gcc,
+    // every platform Slurm runs on).
+    value as i32
+}
+
+/// The array an update names by its job id string (`123`, `123_4`,
+/// `123_[0-9]`): the digits before anything else, the array's job id.
+fn array_job_id(job_id_str: &str) -> Option<u32> {
+    let s = job_id_str.trim();
+    let digits = s.bytes().take_while(u8::is_ascii_digit).count();
+    s[..digits].parse().ok().filter(|id| *id > 0)
 }
 
 /// What `scontrol -o show job ARRAY` (the array's records, one a line)
@@ -235,18 +279,30 @@ pub(super) fn throttle_lifted(
 /// is 0 (no `ArrayTaskThrottle=` at all: scontrol prints none then) or
 /// above `max`; `None` where it is not such an array or is within the
 /// cap already.
+///
+/// Each field by where Slurm prints it, never by the first word that
+/// looks like it: the array's fields come before `JobName=`, which only
+/// Slurm writes, and the user's words (the job's name, comment, working
+/// directory, command) may hold any text, `QOS=normal` among it. The QOS
+/// follows the name, and a name may end in a whole copy of the fields
+/// after it; so every `QOS=` word of the record counts, and one of them
+/// naming a low-priority QOS is enough (a user's own text can only make
+/// their own array capped).
 pub fn throttle_to_restore(show_job: &str, low_qos: &[String], max: u32) -> Option<u32> {
-    let field = |line: &'_ str, key: &str| -> Option<String> {
-        line.split_whitespace()
-            .find_map(|w| w.strip_prefix(key)?.strip_prefix('=').map(str::to_owned))
-    };
     let lifted = show_job.lines().any(|line| {
-        let low =
-            field(line, "QOS").is_some_and(|q| low_qos.iter().any(|l| l.eq_ignore_ascii_case(&q)));
+        let fixed = line.split(" JobName=").next().unwrap_or_default();
+        let value = |text: &'_ str, key: &str| -> Option<String> {
+            text.split_whitespace()
+                .find_map(|w| w.strip_prefix(key)?.strip_prefix('=').map(str::to_owned))
+        };
+        let low = line.split_whitespace().any(|w| {
+            w.strip_prefix("QOS=")
+                .is_some_and(|q| low_qos.iter().any(|l| l.eq_ignore_ascii_case(q)))
+        });
         // scontrol leaves the field out of an array without a throttle.
-        let throttle = match field(line, "ArrayTaskThrottle") {
+        let throttle = match value(fixed, "ArrayTaskThrottle") {
             Some(t) => t.parse::<u64>().ok(),
-            None => field(line, "ArrayJobId").map(|_| 0),
+            None => value(fixed, "ArrayJobId").map(|_| 0),
         };
         low && throttle.is_some_and(|t| t == 0 || t > u64::from(max))
     });
@@ -255,16 +311,20 @@ pub fn throttle_to_restore(show_job: &str, low_qos: &[String], max: u32) -> Opti
 
 /// Rule 9's array cap: `Some(new)` when `array_inx` must change. A throttle
 /// of 0 is treated as "no throttle", which is what Slurm makes of it.
+/// slurmctld reads the throttle after the *first* `%` (`atoi`: `0-99%100%5`
+/// runs 100 at once), so anything after it but the digits of one number
+/// is refused rather than read otherwise.
 pub(super) fn throttled_array(inx: &str, max: u32) -> Result<Option<String>, Rejection> {
-    let Some((range, throttle)) = inx.rsplit_once('%') else {
+    let Some((range, throttle)) = inx.split_once('%') else {
         return Ok(Some(format!("{inx}%{max}")));
     };
     if throttle.is_empty() || !throttle.bytes().all(|b| b.is_ascii_digit()) {
         return Err(reject(
             RejectionKind::BadRequest,
             format!(
-                "Invalid --array={inx}: what follows % must be the number of tasks to run at \
-                 once, e.g. --array={range}%{max}."
+                "Invalid --array={inx}: Slurm reads the number of tasks to run at once after \
+                 the first % and nothing after it, so only that number may follow it, e.g. \
+                 --array={range}%{max}."
             ),
         ));
     }

@@ -5,7 +5,7 @@ use crate::qos::config::{GpuQosConfig, RequireGpuType};
 use super::enforce::Told;
 use super::job::JobDescription;
 use super::limits::{judge_unruled_limits, unruled};
-use super::lowprio::{apply_low_priority, throttle_lifted};
+use super::lowprio::{apply_low_priority, throttle_lifted, throttle_warning};
 use super::requests::first_untyped_gpu;
 use super::rules::{collect_requests, judge_under_rule, other_levels};
 use super::shares::judge_mps_share;
@@ -95,12 +95,11 @@ fn modify(cfg: &GpuQosConfig, update: &JobDescription<'_>) -> Result<JobChanges,
         apply_low_priority(cfg, update, low_qos, false, &mut told, &mut changes)?;
     }
     if let Some(recheck) = throttle_lifted(cfg, update) {
-        let low = cfg.low_priority_qos().join(", ");
-        changes.user_warning = Some(format!(
-            "Arrays under QOS {low} run at most {} tasks at once: if this array is one, its \
-             ArrayTaskThrottle is set back to {} within seconds.",
-            recheck.max, recheck.max
-        ));
+        let warning = throttle_warning(cfg, recheck.max);
+        changes.user_warning = Some(match changes.user_warning.take() {
+            Some(earlier) => format!("{earlier}\n{warning}"),
+            None => warning,
+        });
         changes.recheck_array_throttle = Some(recheck);
     }
     Ok(told.into_changes(changes))

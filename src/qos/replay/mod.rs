@@ -329,6 +329,7 @@ pub fn replay(cfg: &GpuQosConfig, db: &Database, subs: &[Submission]) -> ReplayR
             exclusive_user: described.options.exclusive_user,
             array_inx: array.as_deref(),
             job_id_for_messages: None,
+            job_id_str: None,
             partition: Some(sub.partition.as_str()).filter(|p| !p.is_empty()),
             per_node_spelling: match described.source {
                 Source::SubmitLine => described.options.per_node_spelling(),

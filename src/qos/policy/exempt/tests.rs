@@ -224,3 +224,42 @@ fn without_its_file_the_policy_refuses_only_untyped_requests_under_typed_limits(
     assert!(r.message.contains("a40"), "{}", r.message);
     changes(judge_submit(&cfg, &under("gres:gpu:a40:2")));
 }
+
+/// An operator's `ArrayTaskThrottle=` stands, whatever `ExemptAdmins=`
+/// says (the cap is not set back over a change made on purpose); so does
+/// an exempt user's. Anyone else's is read back and capped again.
+#[test]
+fn an_operators_array_throttle_is_not_set_back() {
+    let cfg = cfg();
+    let update = JobDescription {
+        array_inx: Some("0"),
+        job_id_for_messages: Some(77),
+        ..JobDescription::default()
+    };
+    let action = Action::Update { owner: Some(1001) };
+    let decided = |who: &Requester<'_>| {
+        let verdict = judge_modify(&cfg, &update);
+        changes(apply_exemptions(&cfg, &update, action, who, verdict))
+    };
+    for operator in [
+        requester(0, Some("root"), true),
+        requester(1001, Some("ann"), true),
+    ] {
+        let c = decided(&operator);
+        assert_eq!(c.recheck_array_throttle, None);
+        assert_eq!(c.user_warning, None);
+    }
+    let user = decided(&requester(1001, Some("ann"), false));
+    assert!(user.recheck_array_throttle.is_some());
+    assert!(user.user_warning.is_some());
+    let listed = cfg_from(&format!("{CONF}ExemptUsers=ann\n"));
+    let verdict = judge_modify(&listed, &update);
+    let c = changes(apply_exemptions(
+        &listed,
+        &update,
+        action,
+        &requester(1001, Some("ann"), false),
+        verdict,
+    ));
+    assert_eq!(c.recheck_array_throttle, None);
+}

@@ -106,9 +106,19 @@ fn low_priority_arrays_are_throttled() {
     assert_eq!(r.kind, RejectionKind::BadRequest);
     assert_eq!(
         r.message,
-        "Invalid --array=0-9%x: what follows % must be the number of tasks to run at \
-         once, e.g. --array=0-9%8."
+        "Invalid --array=0-9%x: Slurm reads the number of tasks to run at once after the \
+         first % and nothing after it, so only that number may follow it, e.g. \
+         --array=0-9%8."
     );
+    // slurmctld reads the throttle after the first `%` (`atoi`): 100 for
+    // `0-99%100%5`, 5 for `1,2%5,7`. Never read after the last one.
+    for odd in ["0-99%100%5", "0-99%0%5", "1,2%5,7", "0-9%+5", "0-9% 5"] {
+        let r = rejection(submit(&JobDescription {
+            array_inx: Some(odd),
+            ..job(Some("lowprio"), None)
+        }));
+        assert_eq!(r.kind, RejectionKind::BadRequest, "{odd}");
+    }
 
     let normal = JobDescription {
         array_inx: Some("0-99"),
@@ -154,11 +164,44 @@ fn an_update_lifting_an_arrays_throttle_is_read_back_and_capped_again() {
     assert!(changes(judge_modify(&cfg(), &update("9")))
         .recheck_array_throttle
         .is_some());
-    assert!(
-        changes(judge_modify(&cfg(), &update("99999999999999999999")))
-            .recheck_array_throttle
-            .is_some()
-    );
+    // As slurmctld reads the value (strtoll into an int): 0 for `0x`,
+    // `+0`, nothing; 100 for `100abc`; 2^32 is 0. A value it reads below
+    // 0 (`-1`, one past 64 bits: -1) it refuses itself.
+    for lifted in ["0x", "+0", "", " 0", "100abc", "4294967296", "4294967305"] {
+        assert!(
+            changes(judge_modify(&cfg(), &update(lifted)))
+                .recheck_array_throttle
+                .is_some(),
+            "{lifted:?}"
+        );
+    }
+    for kept in ["8", "+8", "8x", "-1", "99999999999999999999", "4294967304"] {
+        assert!(
+            changes(judge_modify(&cfg(), &update(kept)))
+                .recheck_array_throttle
+                .is_none(),
+            "{kept:?}"
+        );
+    }
+    // An array named by a task or a range of tasks: the array's job id.
+    for named in ["123_4", "123_[0-9]", "123"] {
+        let c = changes(judge_modify(
+            &cfg(),
+            &JobDescription {
+                array_inx: Some("0"),
+                job_id_str: Some(named),
+                ..JobDescription::default()
+            },
+        ));
+        assert_eq!(
+            c.recheck_array_throttle,
+            Some(ThrottleRecheck {
+                job_id: 123,
+                max: 8
+            }),
+            "{named}"
+        );
+    }
     // Within the cap, or no cap, or the low-priority QOS only warns: nothing.
     assert!(changes(judge_modify(&cfg(), &update("8"))).is_empty());
     let no_cap = cfg_from("LowPriorityQOS=lowprio\n");
@@ -186,4 +229,26 @@ fn an_update_lifting_an_arrays_throttle_is_read_back_and_capped_again() {
     assert_eq!(throttle_to_restore(unthrottled, &low, 8), Some(8));
     let not_an_array = "JobId=78 QOS=lowprio JobState=PENDING\n";
     assert_eq!(throttle_to_restore(not_an_array, &low, 8), None);
+    // A user's words never hide the record's own fields: a name holding
+    // ` QOS=normal` (before Slurm's QOS=) or a throttle, a working
+    // directory holding one (after it).
+    let named = |name: &str, tail: &str| {
+        format!(
+            "JobId=77 ArrayJobId=77 ArrayTaskId=0-19 JobName={name} UserId=ann(1001) \
+             GroupId=ann(1001) MCS_label=N/A Priority=1 Nice=0 Account=ann QOS=lowprio \
+             JobState=PENDING{tail}\n"
+        )
+    };
+    for (name, tail) in [
+        ("x QOS=normal", ""),
+        ("x ArrayTaskThrottle=8 QOS=normal", ""),
+        ("x UserId=ann(1001) GroupId=ann(1001) MCS_label=N/A Priority=1 Nice=0 Account=ann QOS=normal JobState=PENDING", ""),
+        ("x", " WorkDir=/home/ann/ QOS=normal ArrayTaskThrottle=8"),
+    ] {
+        assert_eq!(
+            throttle_to_restore(&named(name, tail), &low, 8),
+            Some(8),
+            "{name}{tail}"
+        );
+    }
 }
