@@ -312,6 +312,11 @@ impl Run<'_> {
         }
         args.extend_from_slice(&scope.args);
         args.extend(form.args.iter().map(String::as_str));
+        if form.command == Command::HetFirst {
+            args.push(":");
+            args.extend_from_slice(&scope.args);
+            args.push("--gres=gpu:a40:1");
+        }
         if form.command != Command::Salloc {
             args.push(&self.script);
         }

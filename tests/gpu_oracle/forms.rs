@@ -42,6 +42,12 @@ const OPTIONS: &[GpuOption] = &[
         untyped: &["-n", "2", "--tres-per-task=gres/gpu:1"],
         typed: &["-n", "2", "--tres-per-task=gres/gpu:a40:1"],
     },
+    // The count left out: one GPU.
+    GpuOption {
+        name: "--gres, no count",
+        untyped: &["--gres=gpu"],
+        typed: &["--gres=gpu:a40"],
+    },
     GpuOption {
         name: "--gpus-per-socket",
         untyped: &["--sockets-per-node=1", "--gpus-per-socket=1"],
@@ -55,6 +61,8 @@ struct Beside {
     name: &'static str,
     args: &'static [&'static str],
     derives: bool,
+    /// GPUs without a type of its own, beside whatever the GPU option asks.
+    adds_untyped: bool,
 }
 
 const BESIDE: &[Beside] = &[
@@ -62,26 +70,39 @@ const BESIDE: &[Beside] = &[
         name: "",
         args: &[],
         derives: false,
+        adds_untyped: false,
     },
     Beside {
         name: "-n 2 --ntasks-per-gpu=1",
         args: &["-n", "2", "--ntasks-per-gpu=1"],
         derives: true,
+        adds_untyped: false,
     },
     Beside {
         name: "-N 1 --ntasks-per-gpu=2",
         args: &["-N", "1", "--ntasks-per-gpu=2"],
         derives: true,
+        adds_untyped: false,
     },
     Beside {
         name: "--cpus-per-gpu=1",
         args: &["--cpus-per-gpu=1"],
         derives: false,
+        adds_untyped: false,
     },
     Beside {
         name: "--mem-per-gpu=64",
         args: &["--mem-per-gpu=64"],
         derives: false,
+        adds_untyped: false,
+    },
+    // A second GPU option without a type beside the first: untyped GPUs
+    // whatever the first one says.
+    Beside {
+        name: "--gpus=1",
+        args: &["--gpus=1"],
+        derives: false,
+        adds_untyped: true,
     },
 ];
 
@@ -97,6 +118,9 @@ pub enum Command {
     /// `sbatch -H` of a heterogeneous job: a typed component, then this
     /// form as the second.
     Het,
+    /// `sbatch -H` of a heterogeneous job: this form first, then a typed
+    /// component.
+    HetFirst,
 }
 
 impl Command {
@@ -106,6 +130,7 @@ impl Command {
             Command::Array => "sbatch --array",
             Command::Salloc => "salloc --no-shell",
             Command::Het => "sbatch (het, 2nd component)",
+            Command::HetFirst => "sbatch (het, 1st component)",
         }
     }
 }
@@ -149,6 +174,7 @@ pub fn all() -> Vec<Form> {
                     Command::Array,
                     Command::Salloc,
                     Command::Het,
+                    Command::HetFirst,
                 ]
             } else {
                 &[Command::Sbatch]
@@ -162,8 +188,8 @@ pub fn all() -> Vec<Form> {
                 forms.push(Form {
                     command,
                     args,
-                    typed: *typed == Some(true) && !derives,
-                    gpus: typed.is_some() || derives,
+                    typed: *typed == Some(true) && !derives && !beside.adds_untyped,
+                    gpus: typed.is_some() || derives || beside.adds_untyped,
                     label: format!(
                         "{}: {gpu_name}{}{}",
                         command.name(),
