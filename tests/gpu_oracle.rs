@@ -486,12 +486,13 @@ fn oracle(c: &mut Cluster, with_plugin: bool) -> TestResult {
                     judge(c, id, &what, &mut tally)?;
                     if form.command == Command::Salloc {
                         let _ = c.run("scancel", &[&id.to_string()]);
-                    } else if form.command == Command::Sbatch
-                        && (form.gpus || (scope.typed && form.args.is_empty()))
+                    } else if (form.command == Command::Sbatch
+                        && (form.gpus || (scope.typed && form.args.is_empty())))
+                        || (form.command == Command::Array && form.gpus)
                     {
-                        // GPU jobs, and each typed scope's job without
-                        // GPUs (GPU text hidden in an update is what
-                        // gives it some).
+                        // GPU jobs and arrays, and each typed scope's job
+                        // without GPUs (GPU text hidden in an update is
+                        // what gives it some).
                         pending.push((index, id, what));
                     } else {
                         let _ = c.run("scancel", &[&id.to_string()]);
