@@ -105,6 +105,39 @@ pub fn run_limited(
     })
 }
 
+/// [`run`] for a program whose answer is one whole record a line, of
+/// which the first are enough (an array's records, one per task, the
+/// first telling the array's QOS and throttle): the whole lines within the
+/// first `limit` bytes of its output, however much more it wrote.
+pub fn run_first_lines(cmd: Command, timeout: Duration, limit: u64) -> Result<Ran, RunError> {
+    let mut waited = wait_bounded(cmd, None, timeout)?;
+    let Some(status) = waited.status else {
+        return Err(RunError::TimedOut {
+            program: waited.program,
+            after: timeout,
+        });
+    };
+    let head = |file: &mut File| {
+        let mut bytes = Vec::new();
+        if file.seek(SeekFrom::Start(0)).is_ok() {
+            let _ = file.take(limit).read_to_end(&mut bytes);
+        }
+        if u64::try_from(bytes.len()).is_ok_and(|n| n == limit) {
+            let whole = bytes
+                .iter()
+                .rposition(|b| *b == b'\n')
+                .map_or(0, |at| at + 1);
+            bytes.truncate(whole);
+        }
+        String::from_utf8_lossy(&bytes).into_owned()
+    };
+    Ok(Ran {
+        status,
+        stdout: head(&mut waited.out),
+        stderr: head(&mut waited.err),
+    })
+}
+
 /// What a run of [`run_partial`] gave: all its program wrote, or what it
 /// had written when it was killed at the deadline.
 #[derive(Debug)]
@@ -368,5 +401,28 @@ mod tests {
         )
         .err();
         assert!(matches!(error, Some(RunError::Spawn { .. })), "{error:?}");
+    }
+
+    #[test]
+    fn only_the_whole_first_lines_are_read_of_a_long_answer() {
+        let ran = run_first_lines(
+            sh("i=0; while [ $i -lt 5000 ]; do echo record-$i; i=$((i+1)); done"),
+            Duration::from_secs(20),
+            100,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(ran.status.success());
+        let lines: Vec<&str> = ran.stdout.lines().collect();
+        assert_eq!(lines.first(), Some(&"record-0"));
+        assert!(
+            ran.stdout.ends_with('\n') && ran.stdout.len() <= 100,
+            "{:?}",
+            ran.stdout
+        );
+        assert!(lines.iter().all(|l| l.starts_with("record-")), "{lines:?}");
+        // A short answer whole.
+        let ran = run_first_lines(sh("printf 'a\\nb'"), Duration::from_secs(20), 100)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(ran.stdout, "a\nb");
     }
 }

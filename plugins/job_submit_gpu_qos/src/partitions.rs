@@ -79,12 +79,34 @@ fn scontrol() -> PathBuf {
 /// What the `scontrol` of this slurmctld prints for `args` (its
 /// `slurm.conf`, bounded in time); an error says why in one line.
 pub(crate) fn scontrol_output(args: &[&str], slurm_conf: Option<&Path>) -> Result<String, String> {
+    scontrol_answer(args, slurm_conf, None)
+}
+
+/// [`scontrol_output`] of the whole first lines within `limit` bytes, for
+/// an answer of one record a line that may be long (an array's tasks).
+pub(crate) fn scontrol_head(
+    args: &[&str],
+    slurm_conf: Option<&Path>,
+    limit: u64,
+) -> Result<String, String> {
+    scontrol_answer(args, slurm_conf, Some(limit))
+}
+
+fn scontrol_answer(
+    args: &[&str],
+    slurm_conf: Option<&Path>,
+    head: Option<u64>,
+) -> Result<String, String> {
     let mut cmd = Command::new(scontrol());
     cmd.args(args);
     if let Some(conf) = slurm_conf {
         cmd.env("SLURM_CONF", conf);
     }
-    let ran = bounded::run(cmd, None, SCONTROL_TIMEOUT).map_err(|e| e.to_string())?;
+    let ran = match head {
+        Some(limit) => bounded::run_first_lines(cmd, SCONTROL_TIMEOUT, limit),
+        None => bounded::run(cmd, None, SCONTROL_TIMEOUT),
+    }
+    .map_err(|e| e.to_string())?;
     if ran.status.success() {
         Ok(ran.stdout)
     } else {

@@ -106,11 +106,16 @@ pub fn recheck(recheck: ThrottleRecheck, slurm_conf: Option<PathBuf>) {
     queue.ready.notify_one();
 }
 
-/// `scontrol ARGS`, tried [`TRIES`] times.
+/// Of an array's records (one line each, a line per running task), what
+/// is read: any one tells its QOS and throttle.
+const READ_BACK_BYTES: u64 = 1 << 20;
+
+/// `scontrol ARGS`, tried [`TRIES`] times: the whole lines of its first
+/// [`READ_BACK_BYTES`].
 fn scontrol(args: &[&str], slurm_conf: Option<&std::path::Path>) -> Result<String, String> {
     let mut last = String::new();
     for attempt in 1..=TRIES {
-        match crate::partitions::scontrol_output(args, slurm_conf) {
+        match crate::partitions::scontrol_head(args, slurm_conf, READ_BACK_BYTES) {
             Ok(text) => return Ok(text),
             Err(e) => last = e.to_string(),
         }
