@@ -323,20 +323,27 @@ pub struct Hidden<'a> {
 /// ignores later entries that this still reads).
 pub fn hidden_gpu<'a>(s: &'a str, at_head: impl Fn(&str) -> Option<Found>) -> Option<Hidden<'a>> {
     s.split(',').find_map(|entry| {
-        let head = at_head(entry);
-        [Reading::Colon, Reading::Word]
+        // Both markers hold `gres`: an entry without it (`cpu=2`) holds
+        // nothing either reading finds, and costs no reading.
+        if !entry.contains("gres") {
+            return None;
+        }
+        let mut gpus = [Reading::Colon, Reading::Word]
             .into_iter()
             .filter_map(|reading| read(reading, entry).ok())
             .flatten()
-            .find(|found| {
-                names_a_gpu(&found.name)
-                    && head.as_ref().is_none_or(|h| {
-                        !h.name.eq_ignore_ascii_case(&found.name)
-                            || h.gres_type != found.gres_type
-                            || h.count != found.count
-                    })
+            .filter(|found| names_a_gpu(&found.name))
+            .peekable();
+        gpus.peek()?;
+        let head = at_head(entry);
+        gpus.find(|found| {
+            head.as_ref().is_none_or(|h| {
+                !h.name.eq_ignore_ascii_case(&found.name)
+                    || h.gres_type != found.gres_type
+                    || h.count != found.count
             })
-            .map(|found| Hidden { entry, found })
+        })
+        .map(|found| Hidden { entry, found })
     })
 }
 
