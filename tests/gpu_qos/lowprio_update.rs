@@ -165,3 +165,79 @@ pub(super) fn lowprio_array_throttle_is_set_back(c: &mut Cluster) -> TestResult 
     )
     .map(drop)
 }
+
+/// `scontrol update job=J Gres=gpu:h100:1` names no QOS, so the plugin
+/// cannot judge it by the job's own QOS when it is asked: the job is read
+/// back once the update is done. A pending `qos_lafferty` job (a40 only)
+/// given h100 is held as an administrator holds it, told why in its
+/// `AdminComment`; its user cannot release it; the update back to a40
+/// releases it. A `normal` job given h100 is left alone.
+pub(super) fn a_type_given_by_update_is_held_to_its_qos(c: &mut Cluster) -> TestResult {
+    let user = TestUser::create(c, "gpushare_tyu")?;
+    user.allow_qos_by_default(c, &["normal", "qos_lafferty"], "normal")?;
+    let submit = |qos: &str| {
+        user.sbatch(
+            c,
+            &[
+                "--begin=now+3600",
+                "-o",
+                "/dev/null",
+                &format!("--qos={qos}"),
+                "--gres=gpu:a40:1",
+                "--wrap=true",
+            ],
+        )
+    };
+    let update = |id: u32, gres: &str| -> Result<std::process::Output, String> {
+        user.run(
+            c,
+            None,
+            "scontrol",
+            &["update", &format!("JobId={id}"), &format!("Gres={gres}")],
+        )
+    };
+    let shown = |id: u32| -> String {
+        c.run_ok("scontrol", &["-o", "show", "job", &id.to_string()])
+            .unwrap_or_default()
+    };
+    let held = |id: u32| shown(id).contains(" Reason=JobHeldAdmin ");
+    let normal = submit("normal")?;
+    let group = submit("qos_lafferty")?;
+    // The normal job's update first: the reading thread takes it before
+    // the group job's, whose hold the wait below sees.
+    for (id, what) in [(normal, "normal"), (group, "qos_lafferty")] {
+        let out = update(id, "gpu:h100:1")?;
+        ensure(
+            out.status.success(),
+            format!("the {what} job's update to h100 was refused: {out:?}"),
+        )?;
+    }
+    wait_for("the qos_lafferty job given h100 to be held", SHORT, || {
+        let text = shown(group);
+        (text.contains(" Reason=JobHeldAdmin ")
+            && text.contains(" AdminComment=gpushare: held: GPU type h100 is not one QOS qos_lafferty may use (a40)"))
+        .then_some(())
+    })
+    .map_err(|e| format!("{e}: {}", shown(group)))?;
+    ensure(
+        !held(normal),
+        format!("the normal job was held: {}", shown(normal)),
+    )?;
+    let release = user.run(c, None, "scontrol", &["release", &group.to_string()])?;
+    ensure(
+        !release.status.success() && held(group),
+        format!("its user released gpushare's hold: {release:?}"),
+    )?;
+    let out = update(group, "gpu:a40:1")?;
+    ensure(
+        out.status.success(),
+        format!("the update back to a40: {out:?}"),
+    )?;
+    wait_for("the job back on a40 to be released", SHORT, || {
+        let text = shown(group);
+        (!text.contains("JobHeldAdmin") && !text.contains("gpushare: held")).then_some(())
+    })
+    .map_err(|e| format!("{e}: {}", shown(group)))?;
+    c.run_ok("scancel", &[&normal.to_string(), &group.to_string()])
+        .map(drop)
+}

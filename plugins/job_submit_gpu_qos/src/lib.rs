@@ -171,7 +171,10 @@ unsafe fn conclude(
             // SAFETY: forwarded from the caller.
             unsafe { apply(desc, err_msg, &changes) };
             if let Some(recheck) = changes.recheck_array_throttle {
-                throttle::recheck(recheck, daemon_slurm_conf());
+                throttle::recheck(throttle::ReadBack::Throttle(recheck), daemon_slurm_conf());
+            }
+            if let Some(recheck) = changes.recheck_gpu_types {
+                throttle::recheck(throttle::ReadBack::Types(recheck), daemon_slurm_conf());
             }
             OK
         }
@@ -321,7 +324,10 @@ fn exempted(
 ) -> Verdict {
     let look = match &verdict {
         Verdict::Reject(_) => policy.has_exemptions(),
-        Verdict::Accept(c) => c.recheck_array_throttle.is_some(),
+        Verdict::Accept(c) => {
+            c.recheck_array_throttle.is_some()
+                || (c.recheck_gpu_types.is_some() && policy.has_exemptions())
+        }
     };
     if !look {
         return verdict;

@@ -1,5 +1,7 @@
-//! An array's throttle set back to the low-priority cap after an update
-//! lifted it.
+//! What the plugin reads back once an update is done: an array's throttle
+//! set back to the low-priority cap after an update lifted it, and a job
+//! an update gave GPU types held or released by its own QOS's rule
+//! (`gpushare::qos::policy::not_permitted`).
 //!
 //! slurmctld applies `ArrayTaskThrottle=` (`array_inx` of an update)
 //! before it asks job_submit (`_update_job`, 22.05 to 26.05), and the
@@ -16,13 +18,40 @@ use std::path::PathBuf;
 use std::sync::{Condvar, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use gpushare::qos::policy::{throttle_to_restore, ThrottleRecheck};
+use gpushare::qos::policy::{
+    held_by_gpushare, not_permitted, throttle_to_restore, ThrottleRecheck, TypesRecheck, HOLD_MARK,
+};
 use slurm_plugin::{guard, log};
 
 const PLUGIN: &str = "job_submit/gpu_qos";
 
-/// An array to read back, and the slurm.conf slurmctld reads.
-type Queued = (ThrottleRecheck, Option<PathBuf>);
+/// A job to read back once its update is done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadBack {
+    Throttle(ThrottleRecheck),
+    Types(TypesRecheck),
+}
+
+impl ReadBack {
+    /// One read-back of each kind waits per job.
+    fn same(&self, other: &ReadBack) -> bool {
+        match (self, other) {
+            (ReadBack::Throttle(a), ReadBack::Throttle(b)) => a.job_id == b.job_id,
+            (ReadBack::Types(a), ReadBack::Types(b)) => a.job_id == b.job_id,
+            _ => false,
+        }
+    }
+
+    fn job_id(&self) -> u32 {
+        match self {
+            ReadBack::Throttle(r) => r.job_id,
+            ReadBack::Types(r) => r.job_id,
+        }
+    }
+}
+
+/// A job to read back, and the slurm.conf slurmctld reads.
+type Queued = (ReadBack, Option<PathBuf>);
 
 /// Arrays waiting to be read back: one entry per array (a second update
 /// of an array already waiting adds nothing), at most [`QUEUE_MAX`].
@@ -45,7 +74,7 @@ static QUEUE: OnceLock<Option<Queue>> = OnceLock::new();
 
 /// Queues `recheck`: the array is read back once the update holding
 /// slurmctld's locks is done (the thread's `scontrol` waits for them).
-pub fn recheck(recheck: ThrottleRecheck, slurm_conf: Option<PathBuf>) {
+pub fn recheck(recheck: ReadBack, slurm_conf: Option<PathBuf>) {
     let queue = QUEUE.get_or_init(|| {
         // The library is pinned (`pin_library`): this thread may outlive
         // `fini()` without returning into unmapped code; it ends with
@@ -69,8 +98,9 @@ pub fn recheck(recheck: ThrottleRecheck, slurm_conf: Option<PathBuf>) {
                             .unwrap_or_else(PoisonError::into_inner);
                     }
                 };
-                guard("job_submit/gpu_qos: array throttle", (), || {
-                    restore(&job, conf.as_deref());
+                guard("job_submit/gpu_qos: read-back", (), || match &job {
+                    ReadBack::Throttle(t) => restore(t, conf.as_deref()),
+                    ReadBack::Types(t) => hold_or_release(t, conf.as_deref()),
                 });
             });
         match started {
@@ -91,14 +121,14 @@ pub fn recheck(recheck: ThrottleRecheck, slurm_conf: Option<PathBuf>) {
         return;
     };
     let mut waiting = queue.waiting.lock().unwrap_or_else(PoisonError::into_inner);
-    if waiting.iter().any(|(j, _)| j.job_id == recheck.job_id) {
+    if waiting.iter().any(|(j, _)| j.same(&recheck)) {
         return;
     }
     if waiting.len() >= QUEUE_MAX {
         log::error(&format!(
-            "{PLUGIN}: array {}'s throttle not read back: {QUEUE_MAX} arrays wait already \
+            "{PLUGIN}: job {} not read back after its update: {QUEUE_MAX} jobs wait already \
              (is scontrol answering?)",
-            recheck.job_id
+            recheck.job_id()
         ));
         return;
     }
@@ -126,19 +156,25 @@ fn scontrol(args: &[&str], slurm_conf: Option<&std::path::Path>) -> Result<Strin
     Err(format!("{last} ({TRIES} tries)"))
 }
 
+/// Job `id`'s records (`scontrol -o show job`), or `None` where they
+/// could not be read (logged: `what` was not read back).
+fn shown_job(id: &str, what: &str, slurm_conf: Option<&std::path::Path>) -> Option<String> {
+    scontrol(&["-o", "show", "job", id], slurm_conf)
+        .map_err(|e| {
+            log::error(&format!(
+                "{PLUGIN}: {what} not read back: scontrol show job {id}: {e}"
+            ));
+        })
+        .ok()
+}
+
 fn restore(job: &ThrottleRecheck, slurm_conf: Option<&std::path::Path>) {
     let Some(policy) = crate::policy_state::policy() else {
         return;
     };
     let id = job.job_id.to_string();
-    let shown = match scontrol(&["-o", "show", "job", &id], slurm_conf) {
-        Ok(text) => text,
-        Err(e) => {
-            log::error(&format!(
-                "{PLUGIN}: array {id}'s throttle not read back: scontrol show job: {e}"
-            ));
-            return;
-        }
+    let Some(shown) = shown_job(&id, &format!("array {id}'s throttle"), slurm_conf) else {
+        return;
     };
     let Some(max) = throttle_to_restore(&shown, policy.low_priority_qos(), job.max) else {
         return;
@@ -152,5 +188,56 @@ fn restore(job: &ThrottleRecheck, slurm_conf: Option<&std::path::Path>) {
         Err(e) => log::error(&format!(
             "{PLUGIN}: array {id}'s throttle not set back to {max}: scontrol update: {e}"
         )),
+    }
+}
+
+/// A job an update gave GPU types: held (as an administrator holds it, so
+/// that its user cannot release it) where its own QOS's or partition's
+/// enforcing rule does not permit one, with gpushare's words in its
+/// `AdminComment` where that is empty; released where gpushare held it
+/// and its types fit again.
+fn hold_or_release(job: &TypesRecheck, slurm_conf: Option<&std::path::Path>) {
+    let Some(policy) = crate::policy_state::policy() else {
+        return;
+    };
+    let id = job.job_id.to_string();
+    let Some(shown) = shown_job(&id, &format!("job {id}'s GPU types"), slurm_conf) else {
+        return;
+    };
+    let pending = shown.split_whitespace().any(|w| w == "JobState=PENDING");
+    let done = |what: &str, args: &[&str]| match scontrol(args, slurm_conf) {
+        Ok(_) => true,
+        Err(e) => {
+            log::error(&format!("{PLUGIN}: job {id} not {what}: scontrol: {e}"));
+            false
+        }
+    };
+    match not_permitted(&policy, job.job_id, &shown) {
+        Some(why) if job.may_hold && pending && !held_by_gpushare(&shown) => {
+            if !done("held", &["hold", &id]) {
+                return;
+            }
+            // The site's comment is left whole (slurmctld's log says why).
+            if !shown.contains(" AdminComment=") {
+                let words = format!("AdminComment={HOLD_MARK}{why}");
+                done(
+                    "told why in its AdminComment",
+                    &["update", &format!("JobId={id}"), &words],
+                );
+            }
+            log::info(&format!(
+                "{PLUGIN}: job {id} held after an update: {why} (it is refused at submission)"
+            ));
+        }
+        None if held_by_gpushare(&shown) && done("released", &["release", &id]) => {
+            done(
+                "cleared of gpushare's words",
+                &["update", &format!("JobId={id}"), "AdminComment="],
+            );
+            log::info(&format!(
+                "{PLUGIN}: job {id} released: its GPU types fit its QOS's rule again"
+            ));
+        }
+        _ => {}
     }
 }

@@ -62,6 +62,20 @@ pub fn apply_exemptions(
     requester: &Requester<'_>,
     verdict: Verdict,
 ) -> Verdict {
+    // An exempt requester's update may give a job any type: it is read
+    // back only to release a job gpushare held.
+    let verdict = match verdict {
+        Verdict::Accept(mut changes)
+            if changes.recheck_gpu_types.is_some()
+                && exempt_reason(cfg, action, requester).is_some() =>
+        {
+            if let Some(r) = changes.recheck_gpu_types.as_mut() {
+                r.may_hold = false;
+            }
+            Verdict::Accept(changes)
+        }
+        verdict => verdict,
+    };
     let verdict = match verdict {
         // An operator's throttle (root, SlurmUser, AdminLevel=Operator or
         // Administrator), or an exempt user's, stands: the cap is not set

@@ -267,7 +267,7 @@ pub(super) fn throttle_value(text: &str) -> i32 {
 
 /// The array an update names by its job id string (`123`, `123_4`,
 /// `123_[0-9]`): the digits before anything else, the array's job id.
-fn array_job_id(job_id_str: &str) -> Option<u32> {
+pub(super) fn array_job_id(job_id_str: &str) -> Option<u32> {
     let s = job_id_str.trim();
     let digits = s.bytes().take_while(u8::is_ascii_digit).count();
     s[..digits].parse().ok().filter(|id| *id > 0)

@@ -24,6 +24,8 @@
 //! - `wording`: how a rejection is told, and what to type instead.
 //! - `exempt`: `ExemptUsers=` and `ExemptAdmins=`: refusals not made for
 //!   exempt requesters, carried on the accepted job to be logged and counted.
+//! - `type_recheck`: GPU types an update gave a job, judged by its own
+//!   QOS's and partition's rules once the update is done.
 //! - `enforce`: `Enforce=warn`: refusals kept as warnings, changes
 //!   described instead of made.
 
@@ -36,6 +38,7 @@ mod requests;
 mod rules;
 mod shares;
 mod submit;
+mod type_recheck;
 mod update;
 mod verdict;
 mod wording;
@@ -52,9 +55,10 @@ pub use job::{JobDescription, LimitLevel, Resolved, TypedLimit};
 pub use limits::{asks_untyped_gpu, limits_without_rule};
 pub use lowprio::{requeued_output_words, throttle_to_restore};
 pub use submit::judge_submit;
+pub use type_recheck::{held_by_gpushare, held_types, not_permitted, HeldType, HOLD_MARK};
 pub use update::judge_modify;
 pub use verdict::{
     ExemptReason, Exemption, JobChanges, LowPriorityChange, PolicyWarning, Rejection,
-    RejectionKind, SpankEnvVar, ThrottleRecheck, Verdict, WarningReason,
+    RejectionKind, SpankEnvVar, ThrottleRecheck, TypesRecheck, Verdict, WarningReason,
 };
 pub use wording::NOT_YET_ENFORCED;

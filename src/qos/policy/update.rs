@@ -9,6 +9,7 @@ use super::lowprio::{apply_low_priority, throttle_lifted, throttle_warning};
 use super::requests::first_untyped_gpu;
 use super::rules::{collect_requests, judge_under_rule, other_levels};
 use super::shares::judge_mps_share;
+use super::type_recheck::types_to_recheck;
 use super::verdict::{JobChanges, Rejection, Verdict};
 use super::wording::{blank_qos, no_gpu_request, untyped_anywhere, Context, Level, Syntax};
 
@@ -102,6 +103,7 @@ fn modify(cfg: &GpuQosConfig, update: &JobDescription<'_>) -> Result<JobChanges,
         });
         changes.recheck_array_throttle = Some(recheck);
     }
+    changes.recheck_gpu_types = types_to_recheck(cfg, update, &requests);
     Ok(told.into_changes(changes))
 }
 
@@ -172,7 +174,14 @@ mod tests {
             tres_per_node: Some("gres/gpu:a40:1"),
             ..to_gpu
         };
-        assert!(changes(judge_modify(&cfg, &typed)).is_empty());
+        // Accepted; its job read back afterwards for its types.
+        let c = changes(judge_modify(&cfg, &typed));
+        assert!(c.recheck_gpu_types.is_some());
+        assert!(JobChanges {
+            recheck_gpu_types: None,
+            ..c
+        }
+        .is_empty());
         let chain = names(&["lafferty"]);
         let to_lafferty = JobDescription {
             resolved: Resolved {

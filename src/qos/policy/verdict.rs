@@ -33,6 +33,10 @@ pub struct JobChanges {
     /// it. The plugin reads the array back once the update is done and,
     /// if it runs under a low-priority QOS, sets this cap again.
     pub recheck_array_throttle: Option<ThrottleRecheck>,
+    /// The job an update gave GPU types: read back once the update is
+    /// done, held where its own QOS's or partition's rule does not permit
+    /// them, released by gpushare where they fit again (`type_recheck`).
+    pub recheck_gpu_types: Option<TypesRecheck>,
     pub spank_env: Vec<SpankEnvVar>,
     /// Text to show the user although the job is accepted.
     pub user_warning: Option<String>,
@@ -61,6 +65,16 @@ impl JobChanges {
             .collect();
         (!parts.is_empty()).then(|| parts.join("\n"))
     }
+}
+
+/// A job whose GPU types an update set, to read back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TypesRecheck {
+    pub job_id: u32,
+    /// `false` for an exempt requester's update (`ExemptUsers=`,
+    /// `ExemptAdmins=`): the job is not held for it, only released where
+    /// it fits.
+    pub may_hold: bool,
 }
 
 /// An array whose throttle an update may have lifted past the cap.
