@@ -422,6 +422,8 @@ struct Tally {
     slurm_says: BTreeMap<String, usize>,
     /// Updates with GPU text hidden in another TRES entry, by outcome.
     hidden: BTreeMap<String, usize>,
+    /// Jobs given a type their QOS's rule does not permit, checked held.
+    types_held_checked: usize,
 }
 
 fn judge(c: &Cluster, id: u32, what: &str, tally: &mut Tally) -> TestResult {
@@ -436,6 +438,42 @@ fn judge(c: &Cluster, id: u32, what: &str, tally: &mut Tally) -> TestResult {
         }
     }
     Ok(())
+}
+
+/// A job under `qos_lafferty` (GPUTypes=a40) that an update gave h100
+/// without naming the QOS: within seconds it must be held as an
+/// administrator holds it (gpushare reads it back once the update is
+/// done); one that is not is an escape of the rule's types.
+fn held_to_its_rule(c: &Cluster, id: u32, what: &str, tally: &mut Tally) {
+    let shown = || {
+        c.run_ok("scontrol", &["-o", "show", "job", &id.to_string()])
+            .unwrap_or_default()
+    };
+    let under_rule = shown()
+        .split_whitespace()
+        .any(|w| w == format!("QOS={GROUP_QOS}"));
+    let asks_h100 = shown()
+        .split_whitespace()
+        .any(|w| w.starts_with("TresPer") && w.contains("gpu:h100"));
+    if !(under_rule && asks_h100) {
+        return;
+    }
+    tally.types_held_checked += 1;
+    // Once one was not held, the others are looked at once, not waited
+    // for: a plugin that holds nothing fails the run in seconds.
+    let wait: std::time::Duration = if tally.escapes.iter().any(|e| e.contains("is not held")) {
+        std::time::Duration::ZERO
+    } else {
+        SHORT.into()
+    };
+    let held = wait_for("the job given h100 to be held", wait, || {
+        shown().contains(" Reason=JobHeldAdmin ").then_some(())
+    });
+    if held.is_err() {
+        tally.escapes.push(format!(
+            "{what}: job {id} asks for h100 under QOS {GROUP_QOS} (a40 only) and is not held"
+        ));
+    }
 }
 
 fn oracle(c: &mut Cluster, with_plugin: bool) -> TestResult {
@@ -533,6 +571,9 @@ fn oracle(c: &mut Cluster, with_plugin: bool) -> TestResult {
         &["TresPerTask=gres/gpu:0"],
         &["Gres=gpu:0"],
         &["TresPerJob=gres/gpu:a40:0"],
+        // Another type, the QOS not named: under qos_lafferty (a40 only)
+        // the job must be held within seconds (read back after the update).
+        &["Gres=gpu:h100:1"],
     ];
     // GPU text inside another entry of a TRES field: slurmctld finds
     // `gres:` anywhere in the rest of the string (22.05, 23.02), `gres`
@@ -595,12 +636,11 @@ fn oracle(c: &mut Cluster, with_plugin: bool) -> TestResult {
             }
             if out.status.success() {
                 updated += 1;
-                judge(
-                    c,
-                    id,
-                    &format!("{what}, then {}", update.join(" ")),
-                    &mut tally,
-                )?;
+                let what = format!("{what}, then {}", update.join(" "));
+                judge(c, id, &what, &mut tally)?;
+                if with_plugin && update.iter().any(|u| u.contains("h100")) {
+                    held_to_its_rule(c, id, &what, &mut tally);
+                }
             }
         }
         let _ = c.run("scancel", &[&id.to_string()]);
@@ -631,6 +671,10 @@ fn oracle(c: &mut Cluster, with_plugin: bool) -> TestResult {
     for (outcome, n) in &tally.hidden {
         eprintln!("  GPU text hidden in another TRES entry, {n}x: {outcome}");
     }
+    eprintln!(
+        "  jobs given h100 under {GROUP_QOS} by an update, checked held: {}",
+        tally.types_held_checked
+    );
     for id in &cpu_jobs {
         let _ = c.run("scancel", &[&id.to_string()]);
     }
