@@ -37,7 +37,9 @@ pub(super) fn ledger_locked(c: &mut Cluster) -> TestResult {
             && out.contains(" s this program waited for it, so the job is refused")
             && out.contains("a batch job is requeued to run elsewhere")
             && !out.contains("GPU=")
-            && shown.contains(&format!("AdminComment=gpushare: requeued from {NODE}"))
+            && shown.contains(&format!(
+                "AdminComment=gpushare: requeued from {NODE} (not counted toward the 3)"
+            ))
             && shown.contains("stayed held past the wait of the prolog"),
         format!("job {id}, refused while the ledger was locked:\n{out}\n{shown}"),
     )?;

@@ -104,12 +104,14 @@ impl Elsewhere {
     }
 
     /// Whether such a refusal counts toward [`MAX_REQUEUES`]: only a fault
-    /// the node met at the job's start (its GPU's daemon failing, a lock
-    /// held past the wait). Another user's server, a GPU set aside and a
-    /// disabled node are the node's own state, which it keeps the job off
-    /// until it changes: they never fail a job.
+    /// the node met at the job's start (its GPU's daemon failing).
+    /// Another user's server, a GPU set aside and a disabled node are the
+    /// node's own state, which it keeps the job off until it changes; a
+    /// lock held past the wait is another job's doing (a hung holder, a
+    /// slow driver), which the job is kept off until it is gone: they
+    /// never fail a job.
     pub fn counts(self) -> bool {
-        matches!(self, Self::MpsDaemon | Self::Busy)
+        matches!(self, Self::MpsDaemon)
     }
 
     /// What the node lacks, after "requeued from NODE, ".

@@ -257,7 +257,7 @@ fn past_the_cap_the_share_fails_with_its_reason() {
 
 #[test]
 fn a_rewritten_comment_never_starts_the_count_again() {
-    let ours = requeue_words("gpu01", Some(2), Elsewhere::Busy);
+    let ours = requeue_words("gpu01", Some(2), Elsewhere::MpsDaemon);
     assert_eq!(counted_requeues(Some(&ours), 2), Some(2));
     assert_eq!(counted_requeues(Some(&format!("site; {ours}")), 5), Some(2));
     // Never requeued: nothing to count.
@@ -733,7 +733,7 @@ fn a_run_without_its_prolog_is_requeued_as_it_is_and_counted() {
     let d = decide_requeue(&completing(1), "gpu02", None, Some(0), Cause::PrologMissed);
     assert!(matches!(d, Requeue::LeaveAlone(_)), "{d:?}");
     // Its words count as gpushare's other requeues do, toward one cap.
-    let first = requeue_words("gpu01", Some(1), Elsewhere::Busy);
+    let first = requeue_words("gpu01", Some(1), Elsewhere::MpsDaemon);
     let second = prolog_missed_words("gpu01", 2);
     assert!(second.starts_with(&format!(
         "{COMMENT_MARK}gpu01 (requeue 2 of {MAX_REQUEUES}), "
@@ -742,8 +742,14 @@ fn a_run_without_its_prolog_is_requeued_as_it_is_and_counted() {
     let comment = comment_with(Some(&comment_with(None, &first)), &second);
     assert_eq!(requeues_in(&comment), 2);
     assert_eq!(counted_requeues(Some(&comment), 2), Some(2));
-    assert_eq!(
+    // A lock held past the wait is never held against the job.
+    assert!(!Elsewhere::Busy.counts());
+    assert!(matches!(
         decide_requeue(&completing(2), "gpu01", None, Some(3), Elsewhere::Busy),
+        Requeue::Send { .. }
+    ));
+    assert_eq!(
+        decide_requeue(&completing(2), "gpu01", None, Some(3), Elsewhere::MpsDaemon),
         Requeue::Capped(
             "job 7 was requeued 3 times already, by gpushare (gpushare requeues a job at most 3 \
              times): not requeued again, it fails with its refusal"
