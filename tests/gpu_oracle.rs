@@ -714,18 +714,12 @@ struct Arrays {
     over_the_cap: Vec<String>,
 }
 
-/// `ArrayTaskThrottle` of job `id` where Slurm prints it: before
-/// `JobName=` in its first record (a name may hold the word too); 0
-/// where it has none.
+/// `ArrayTaskThrottle` of job `id` where Slurm prints it; 0 where it
+/// has none.
 fn throttle_of(c: &Cluster, id: u32) -> u64 {
-    let shown = c
-        .run_ok("scontrol", &["-o", "show", "job", &id.to_string()])
-        .unwrap_or_default();
-    let first = shown.lines().next().unwrap_or_default();
-    let fixed = first.split(" JobName=").next().unwrap_or_default();
-    fixed
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("ArrayTaskThrottle=")?.parse().ok())
+    c.array_throttle(id)
+        .ok()
+        .and_then(|t| t.parse().ok())
         .unwrap_or(0)
 }
 

@@ -23,18 +23,8 @@ pub(super) fn lowprio_array_throttle_is_set_back(c: &mut Cluster) -> TestResult 
             ],
         )
     };
-    // Read where Slurm prints it, before `JobName=` (a job's name may
-    // hold `ArrayTaskThrottle=8` itself).
-    let throttle = |id: u32| -> Result<String, String> {
-        let shown = c.run_ok("scontrol", &["-o", "show", "job", &id.to_string()])?;
-        let fixed = shown.lines().next().unwrap_or_default();
-        let fixed = fixed.split(" JobName=").next().unwrap_or_default();
-        Ok(fixed
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("ArrayTaskThrottle="))
-            .unwrap_or_default()
-            .to_owned())
-    };
+    // Read where Slurm prints it (a job's name may hold the word itself).
+    let throttle = |id: u32| c.array_throttle(id);
     let low = array("lowprio")?;
     let normal = array("normal")?;
     ensure(

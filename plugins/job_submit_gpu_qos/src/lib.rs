@@ -25,7 +25,7 @@ mod assoc;
 mod job_desc;
 mod partitions;
 pub mod policy_state;
-mod throttle;
+mod read_back;
 mod typed;
 
 use job_desc::{apply, error_code, JobStrings};
@@ -171,10 +171,10 @@ unsafe fn conclude(
             // SAFETY: forwarded from the caller.
             unsafe { apply(desc, err_msg, &changes) };
             if let Some(recheck) = changes.recheck_array_throttle {
-                throttle::recheck(throttle::ReadBack::Throttle(recheck), daemon_slurm_conf());
+                read_back::recheck(read_back::ReadBack::Throttle(recheck), daemon_slurm_conf());
             }
             if let Some(recheck) = changes.recheck_gpu_types {
-                throttle::recheck(throttle::ReadBack::Types(recheck), daemon_slurm_conf());
+                read_back::recheck(read_back::ReadBack::Types(recheck), daemon_slurm_conf());
             }
             OK
         }

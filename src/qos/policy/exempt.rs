@@ -62,34 +62,27 @@ pub fn apply_exemptions(
     requester: &Requester<'_>,
     verdict: Verdict,
 ) -> Verdict {
-    // An exempt requester's update may give a job any type: it is read
-    // back only to release a job gpushare held.
     let verdict = match verdict {
         Verdict::Accept(mut changes)
-            if changes.recheck_gpu_types.is_some()
-                && exempt_reason(cfg, action, requester).is_some() =>
+            if changes.recheck_gpu_types.is_some() || changes.recheck_array_throttle.is_some() =>
         {
+            let exempt = exempt_reason(cfg, action, requester).is_some();
+            // An exempt requester's update may give a job any type: it is
+            // read back only to release a job gpushare held.
             if let Some(r) = changes.recheck_gpu_types.as_mut() {
-                r.may_hold = false;
+                r.may_hold &= !exempt;
             }
-            Verdict::Accept(changes)
-        }
-        verdict => verdict,
-    };
-    let verdict = match verdict {
-        // An operator's throttle (root, SlurmUser, AdminLevel=Operator or
-        // Administrator), or an exempt user's, stands: the cap is not set
-        // back over a change made on purpose.
-        Verdict::Accept(mut changes)
-            if changes.recheck_array_throttle.is_some()
-                && (requester.operator || exempt_reason(cfg, action, requester).is_some()) =>
-        {
-            if let Some(recheck) = changes.recheck_array_throttle.take() {
-                let said = super::lowprio::throttle_warning(cfg, recheck.max);
-                changes.user_warning = changes.user_warning.take().and_then(|w| {
-                    let kept: Vec<&str> = w.lines().filter(|l| *l != said).collect();
-                    (!kept.is_empty()).then(|| kept.join("\n"))
-                });
+            // An operator's throttle (root, SlurmUser, AdminLevel=Operator
+            // or Administrator), or an exempt user's, stands: the cap is
+            // not set back over a change made on purpose.
+            if requester.operator || exempt {
+                if let Some(recheck) = changes.recheck_array_throttle.take() {
+                    let said = super::lowprio::throttle_warning(cfg, recheck.max);
+                    changes.user_warning = changes.user_warning.take().and_then(|w| {
+                        let kept: Vec<&str> = w.lines().filter(|l| *l != said).collect();
+                        (!kept.is_empty()).then(|| kept.join("\n"))
+                    });
+                }
             }
             return Verdict::Accept(changes);
         }

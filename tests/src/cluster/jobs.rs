@@ -208,6 +208,20 @@ impl Cluster {
         self.wait_job_state(id, JobInfo::DONE, timeout)
     }
 
+    /// `ArrayTaskThrottle` of array job `id` where Slurm prints it: before
+    /// `JobName=` in its first record (a job's name may hold the word
+    /// itself); empty where it has none (no throttle).
+    pub fn array_throttle(&self, id: u32) -> Result<String> {
+        let shown = self.run_ok("scontrol", &["-o", "show", "job", &id.to_string()])?;
+        let first = shown.lines().next().unwrap_or_default();
+        let fixed = first.split(" JobName=").next().unwrap_or_default();
+        Ok(fixed
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("ArrayTaskThrottle="))
+            .unwrap_or_default()
+            .to_owned())
+    }
+
     /// Waits until slurmctld has handed slurmdbd every accounting message
     /// it queued (`sdiag`: "DBD Agent queue size: 0"). A job state
     /// slurmctld reached before this call is then what `sacct` reads: a
