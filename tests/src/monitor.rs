@@ -12,7 +12,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use gpushare::mps::ledger::LedgerState;
+use gpushare::mps::ledger::{LedgerState, LOCK_WHAT};
+use gpushare::mps::lock_wait::{self, LockWait, Mode};
 
 use crate::cluster::{wait_for, Cluster};
 use crate::hosts::TEXTFILE_DIR;
@@ -36,7 +37,21 @@ pub fn node_ledger(c: &Cluster, node: &str) -> LedgerState {
 /// directory is `run/dcgm-jobs` of the node) line by line
 /// against its ledger: each GPU's file lists exactly the jobs on it, one
 /// per line in job order, and is empty (or not yet written) when none is.
+/// Both are read under a shared hold of the ledger's lock, as a
+/// transaction leaves them: a transaction publishes the mapping before it
+/// writes the state, so an unlocked reader beside a running prolog or
+/// epilog can see the one ahead of the other.
 pub fn mapping_follows_ledger(c: &Cluster, node: &str) -> Result<()> {
+    let lock = c.node_dir(node).join("run/gpu-mps/lock");
+    let _held = if lock.exists() {
+        let wait = LockWait::each(Duration::from_secs(30));
+        Some(
+            lock_wait::lock(&lock, LOCK_WHAT, Mode::Shared, wait)
+                .map_err(|e| format!("{node}'s ledger lock: {e}"))?,
+        )
+    } else {
+        None
+    };
     let state = node_ledger(c, node);
     let dir = c.node_dir(node).join("run/dcgm-jobs");
     let mut per_gpu: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
