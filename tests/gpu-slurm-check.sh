@@ -369,6 +369,7 @@ OtherUsers=$1
 MetricsFile=$D/run/gpushare.prom
 UsageRecord=none
 DaemonLinger=${GSC_LINGER:-0}
+StepGuard=$G/gpu-mps-epilog
 ${cudalib:+CudaLibrary=$cudalib}
 ${2:-}
 EOF
@@ -975,9 +976,9 @@ EOF
 chmod 755 "$D/jobs/cancel.sh"
 # check_neighbour TRAP NAME: two shares of user A on GPU 0 with busy
 # clients, the first cancelled mid-kernel (its shell ignoring SIGTERM
-# where TRAP is 1); the line passes where the second's kernels all went
-# through. TRAP=1's line is `seen`: nothing of Slurm's runs between its
-# SIGTERM and its SIGKILL of a task that ignores the first (docs/mps.md).
+# where TRAP is 1: the step's guard must end its client through the
+# daemon before Slurm's SIGKILL, docs/mps.md); the line passes where the
+# second's kernels all went through.
 check_neighbour() {
     local trap=$1 c_name=$2 c_client jc jn cpid srv dpipe t gone sc sn on rn dn en what ok
     c_client=${holdlib:+gpu-mps --cuda-probe $holdlib hold}
@@ -1012,14 +1013,10 @@ check_neighbour() {
     rn=$(line "$on" R | grep '"result"')
     dn=$(line "$on" R | grep '"done"')
     en=$(line "$on" EXIT)
-    what="client: $c_client; cancelled job $jc (GPU $(gpu_of "$D/jobs/$jc.out")) $sc, ExitCode=$(field "$jc" ExitCode), its client $cpid gone ${gone:-NOT within 30} s after scancel; neighbour job $jn (GPU $(gpu_of "$on")) $sn, exit ${en:-none}, its kernels after the cancel: $(if [ -n "$dn" ]; then jget "$dn" busy; else echo "no done line"; fi); its result line: ${rn:-none}${srv:+; MPS servers before the cancel: $srv}; the client ended through the daemon: $(grep -c "job $jc: its step's last task ended" "$D/log/slurmd.log" 2>/dev/null) time(s) (slurmd's log)"
+    what="client: $c_client; cancelled job $jc (GPU $(gpu_of "$D/jobs/$jc.out")) $sc, ExitCode=$(field "$jc" ExitCode), its client $cpid gone ${gone:-NOT within 30} s after scancel; neighbour job $jn (GPU $(gpu_of "$on")) $sn, exit ${en:-none}, its kernels after the cancel: $(if [ -n "$dn" ]; then jget "$dn" busy; else echo "no done line"; fi); its result line: ${rn:-none}${srv:+; MPS servers before the cancel: $srv}; the client ended through the daemon: $(grep -c "job $jc: its step's last task ended" "$D/log/slurmd.log" 2>/dev/null) time(s) after its last task (slurmd's log), $(grep -c "gpu-mps-guard.*job $jc: .*outlived SIGTERM" "$D/log/syslog.log" 2>/dev/null) time(s) by its step's guard (syslog)"
     ok=$([ "$sc" = CANCELLED ] && [ "$sn" = COMPLETED ] && [ "$en" = 0 ] && [ -n "$rn" ] &&
         [ "$(jget "$dn" busy)" = ok ] && { [ -z "$holdlib" ] || [ "$(jget "$rn" mps_enabled)" = 1 ]; }; pf)
     [ "$ok" = pass ] || what="$what; MPS server log: $(tail -n 4 "$D"/run/gpu-mps-mps/gpu0/log/server.log 2>/dev/null | paste -sd' ' | cut -c1-400); daemons $(daemons | paste -sd,), servers $(servers_left) (signal-killing an MPS client with work on the GPU is what NVIDIA calls unsafe)"
-    if [ "$trap" = 1 ]; then
-        what="neighbour's kernels $(if [ "$ok" = pass ]; then echo "went through"; else echo "FAILED: not protected, docs/mps.md"; fi); $what"
-        ok=seen
-    fi
     record "$c_name" "$ok" "$what"
     wait_idle 30
 }
@@ -1124,8 +1121,8 @@ if [ -n "$checks_on" ]; then
         # Twice: its shell ending on SIGTERM (the common case of scancel,
         # a time limit, a preemption: gpushare ends the step's clients
         # through the daemon before slurmstepd's SIGKILL), then its shell
-        # ignoring SIGTERM (Slurm kills both KillWait=2 s later, with no
-        # hook in between: seen only, docs/mps.md).
+        # ignoring SIGTERM (Slurm kills both max(KillWait, 5) = 5 s later;
+        # the step's guard ends the client through the daemon 2.5 s before).
         check_neighbour 0 "a cancelled share's neighbour (scancel mid-kernel, its shell ending on SIGTERM)"
         check_neighbour 1 "a cancelled share's neighbour (scancel mid-kernel, its task ignoring SIGTERM)"
         # The third: a context and a second of kernels.

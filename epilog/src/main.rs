@@ -12,13 +12,28 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use gpushare::mps::node::mains::{at_end, epilog_drains, lift_after, AtEnd};
+use gpushare::mps::node::step_guard as guard;
 use gpushare::mps::node::{epilog_with_cgroup, publish_metrics};
 use gpushare::mps::{lock_wait, status};
 use gpushare::shared::exit_status::node as exit;
 use gpushare_node::node_program::{self, EpilogCli, Program, Started};
 use gpushare_node::requeue::{self, Deadline, Refused};
+use gpushare_node::step_guard;
 
 fn main() -> ExitCode {
+    // Started by the SPANK plugin beside a share's step, not by slurmd.
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    if let Some((word, rest)) = argv.split_first() {
+        if word == guard::WORD {
+            return match guard::GuardArgs::parse(rest) {
+                Some(args) => step_guard::run(&args),
+                None => {
+                    eprintln!("usage: gpu-mps-epilog {} JOB GPU [CONF]", guard::WORD);
+                    exit::MISUSED.into()
+                }
+            };
+        }
+    }
     let code = run();
     // What the locks cost this job's end, where it took any.
     if let Some(line) = lock_wait::summary() {

@@ -23,7 +23,9 @@
 //! - [`timer`]: the node timer's pass (`gpu-mps metrics --write`), its
 //!   steps in order;
 //! - [`sharing_off`]: `gpu-mps disable` and `enable`, in the order that
-//!   leaves nothing of gpushare's behind.
+//!   leaves nothing of gpushare's behind;
+//! - [`step_guard`]: `gpu-mps-epilog step-guard`, started by the SPANK
+//!   plugin beside each share's step: its signals and waits.
 //!
 //! A crate of its own, apart from the admin commands (`gpushare-admin`),
 //! so that what runs in slurmd's prolog and epilog is one short list of
@@ -40,6 +42,7 @@ pub mod nvml;
 pub mod nvml_usage;
 pub mod requeue;
 pub mod sharing_off;
+pub mod step_guard;
 pub mod timer;
 pub mod usage_record;
 pub mod worst_case;

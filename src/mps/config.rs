@@ -260,6 +260,45 @@ pub struct GpuMpsConfig {
     /// `PrivateMPS=allow`: a job holding GPUs whole may ask for an MPS
     /// daemon of its own there (`--gpu-mps=private`, see `mps::private`).
     pub private_mps: bool,
+    /// The program slurmstepd starts beside each share's step to end its
+    /// MPS clients before Slurm's SIGKILL (`StepGuard=`, see
+    /// `node::step_guard`).
+    pub step_guard: StepGuard,
+}
+
+/// `StepGuard=`: the step guard's program.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum StepGuard {
+    /// `auto`: `gpu-mps-epilog` where the packages and `make install`
+    /// put it ([`STEP_GUARD_PLACES`]); none found, no guard.
+    #[default]
+    Auto,
+    /// `none`: no guard (a share's clients are ended only once its tasks
+    /// ended, see `node::step_end`).
+    Disabled,
+    /// This program (a `gpu-mps-epilog`).
+    Program(PathBuf),
+}
+
+/// Where `StepGuard=auto` looks for `gpu-mps-epilog`, in order: the
+/// packages' place, then `make install`'s default prefix.
+pub const STEP_GUARD_PLACES: [&str; 2] = [
+    "/usr/libexec/gpushare/gpu-mps-epilog",
+    "/usr/local/libexec/gpushare/gpu-mps-epilog",
+];
+
+impl StepGuard {
+    /// The program to start, `None` for no guard.
+    pub fn program(&self) -> Option<PathBuf> {
+        match self {
+            StepGuard::Disabled => None,
+            StepGuard::Program(p) => Some(p.clone()),
+            StepGuard::Auto => STEP_GUARD_PLACES
+                .iter()
+                .map(PathBuf::from)
+                .find(|p| p.is_file()),
+        }
+    }
 }
 
 /// `SelfTest=`: when a node runs the MPS self-test on its own.
@@ -310,6 +349,7 @@ impl Default for GpuMpsConfig {
             self_test: SelfTest::Off,
             self_test_user: DEFAULT_SELF_TEST_USER.to_owned(),
             private_mps: false,
+            step_guard: StepGuard::Auto,
         }
     }
 }
@@ -343,10 +383,11 @@ enum Key {
     SelfTest,
     SelfTestUser,
     PrivateMps,
+    StepGuard,
 }
 
 impl Key {
-    const ALL: [Key; 26] = [
+    const ALL: [Key; 27] = [
         Key::UnitsPerGpu,
         Key::GpuDevices,
         Key::StateDir,
@@ -373,6 +414,7 @@ impl Key {
         Key::SelfTest,
         Key::SelfTestUser,
         Key::PrivateMps,
+        Key::StepGuard,
     ];
 
     /// The canonical spelling, used in messages.
@@ -404,6 +446,7 @@ impl Key {
             Key::SelfTest => "SelfTest",
             Key::SelfTestUser => "SelfTestUser",
             Key::PrivateMps => "PrivateMPS",
+            Key::StepGuard => "StepGuard",
         }
     }
 
@@ -417,7 +460,7 @@ impl Key {
         Some(match self {
             Key::UnitsPerGpu => "100",
             Key::StateDir => DEFAULT_STATE_DIR,
-            Key::MpsControl | Key::Placement | Key::PrivateData => "auto",
+            Key::MpsControl | Key::Placement | Key::PrivateData | Key::StepGuard => "auto",
             Key::SyslogSocket => DEFAULT_SYSLOG_SOCKET,
             Key::MemoryLimit => "proportional",
             Key::MultiUser | Key::SelfTest | Key::PrivateMps => "no",
@@ -485,6 +528,19 @@ impl Key {
                 } else {
                     return Err(format!(
                         "MPSControl must be auto, none or an absolute path, got \"{value}\""
+                    ));
+                };
+            }
+            Key::StepGuard => {
+                cfg.step_guard = if value.eq_ignore_ascii_case("none") {
+                    StepGuard::Disabled
+                } else if value.eq_ignore_ascii_case("auto") {
+                    StepGuard::Auto
+                } else if value.starts_with('/') {
+                    StepGuard::Program(PathBuf::from(value))
+                } else {
+                    return Err(format!(
+                        "StepGuard must be auto, none or an absolute path, got \"{value}\""
                     ));
                 };
             }

@@ -263,6 +263,15 @@ pub(super) fn other_files(
         conf = installed.conf.display(),
         devices = gpu_devices.map_or_else(String::new, |d| format!("GPUDevices={d}\n")),
     );
+    // StepGuard=auto finds the epilog where the packages and make
+    // install's default prefix put it; anywhere else it is named.
+    let epilog = installed.libexec.join("gpu-mps-epilog");
+    if !crate::mps::config::STEP_GUARD_PLACES
+        .iter()
+        .any(|p| Path::new(p) == epilog)
+    {
+        let _ = writeln!(out, "StepGuard={}", epilog.display());
+    }
     match setup {
         SlurmSetup::NodeCount => {
             let _ = writeln!(out, "SlurmMpsCount={count}");

@@ -25,6 +25,14 @@ pub fn tests(suite: Suite) -> Suite {
             neighbour_survives,
         )
         .test(
+            "a_cancelled_shares_task_ignoring_sigterm_has_its_clients_ended_before_the_sigkill",
+            neighbour_survives_sigkill,
+        )
+        .test(
+            "a_shares_own_sigterm_leaves_its_clients_to_it",
+            own_sigterm_left_alone,
+        )
+        .test(
             "a_daemon_that_will_not_start_a_server_still_serves_the_share_with_its_limits",
             server_refused,
         )
@@ -107,12 +115,28 @@ fn bypass_refused(c: &mut Cluster) -> TestResult {
 /// runs on): its client must be ended through the daemon before Slurm
 /// kills it, and the other's kernels must go on to the end.
 fn neighbour_survives(c: &mut Cluster) -> TestResult {
+    neighbour_case(c, "", "its step's last task ended")
+}
+
+/// As [`neighbour_survives`], where the cancelled share's batch shell
+/// ignores SIGTERM: nothing of the job ends before Slurm's SIGKILL
+/// (KillWait=2, so 5 s later), and the step guard must end its client
+/// through the daemon before then.
+fn neighbour_survives_sigkill(c: &mut Cluster) -> TestResult {
+    neighbour_case(c, "trap '' TERM; ", "outlived SIGTERM")
+}
+
+/// Two shares on one GPU (three others filled), the first cancelled
+/// mid-kernel, its batch script starting with `prefix`: the neighbour's
+/// kernels go on to the end, the client was ended through the daemon, and
+/// the node's log says so with `said`.
+fn neighbour_case(c: &mut Cluster, prefix: &str, said: &str) -> TestResult {
     let cuda = driver(c)?;
     // Three GPUs taken whole by shares: the two below share the fourth.
     let fillers = shares(c, 3, 100)?;
     let cancelled = c.sbatch_ok(&[
         "--gres=mps:40",
-        &format!("--wrap={} & wait", hold(c, 60, true)?),
+        &format!("--wrap={prefix}{} & wait", hold(c, 60, true)?),
     ])?;
     let neighbour = c.sbatch_ok(&["--gres=mps:60", &format!("--wrap={}", hold(c, 12, true)?)])?;
     let result = (|| {
@@ -145,20 +169,29 @@ fn neighbour_survives(c: &mut Cluster) -> TestResult {
             l.starts_with(&format!("gpu={a} cmd=terminate_client "))
                 && l.ends_with(&format!(" {client}"))
         });
+        // The plugin's words are in slurmd's log, the guard's in syslog.
+        let logs = format!("{}{}", c.log("slurmd"), c.syslog());
+        let logged = logs.lines().any(|l| {
+            l.contains(&format!("job {cancelled}: "))
+                && l.contains(said)
+                && l.contains(&client.to_string())
+        });
         ensure(
             info.get("JobState") == Some("COMPLETED")
                 && out.contains("\"event\":\"done\"")
                 && out.contains("\"busy\":\"ok\"")
-                && terminated,
+                && terminated
+                && logged,
             format!(
                 "job {neighbour} beside the cancelled job {cancelled} (its client {client} \
-                 terminated through the daemon: {terminated}): {info:?}\n{out}\ndriver: {:?}\n\
-                 control calls: {:?}",
+                 terminated through the daemon: {terminated}, logged as {said:?}: {logged}): \
+                 {info:?}\n{out}\ndriver: {:?}\ncontrol calls: {:?}\nsyslog:\n{}",
                 cuda.log()
                     .iter()
                     .filter(|l| l.starts_with("fault"))
                     .collect::<Vec<_>>(),
-                calls(c)
+                calls(c),
+                c.syslog()
             ),
         )
     })();
@@ -166,4 +199,44 @@ fn neighbour_survives(c: &mut Cluster) -> TestResult {
         let _ = c.run("scancel", &[&id.to_string()]);
     }
     result.and(cancel_and_wait_stopped(c))
+}
+
+/// A user's own `scancel -s TERM` of a share's step whose task ignores
+/// it: the job runs on, so the step's guard asks slurmctld, finds it
+/// running, and ends nothing: the job's kernels go on, and it completes.
+/// (Slurm signals a batch step's own process group for a user, never its
+/// guard: the step here is srun's.)
+fn own_sigterm_left_alone(c: &mut Cluster) -> TestResult {
+    driver(c)?;
+    let id = c.sbatch_ok(&[
+        "--gres=mps:25",
+        &format!(
+            "--wrap=srun bash -c \"trap '' TERM; {} & wait\"",
+            hold(c, 10, true)?
+        ),
+    ])?;
+    wait_for(
+        &format!("job {id}'s client to run its kernels"),
+        JOB_START,
+        || c.job_output(id).contains("\"init\":\"ok\"").then_some(()),
+    )
+    .map_err(|e| format!("{e}: {}", c.job_output(id)))?;
+    c.run_ok("scancel", &["-s", "TERM", &id.to_string()])?;
+    let info = c.wait_job_done(id, JOB_LONG)?;
+    let out = c.job_output(id);
+    let terminated = calls(c).iter().any(|l| l.contains("cmd=terminate_client "));
+    ensure(
+        info.get("JobState") == Some("COMPLETED")
+            && out.contains("\"busy\":\"ok\"")
+            && !terminated
+            && c.syslog()
+                .contains(&format!("job {id}: SIGTERM while the job is RUNNING")),
+        format!(
+            "job {id} after its own SIGTERM (a terminate_client asked: {terminated}): {info:?}\n\
+             {out}\ncontrol calls: {:?}\nsyslog:\n{}",
+            calls(c),
+            c.syslog()
+        ),
+    )?;
+    cancel_and_wait_stopped(c)
 }

@@ -14,7 +14,11 @@
 //! - `slurm_spank_task_post_fork` (slurmstepd, root, after Slurm wrote its
 //!   device rules) confines the task to the chosen GPU's device file. It only
 //!   narrows: the chosen GPU is allowed, every other GPU denied; a job without
-//!   a share is left as Slurm made it.
+//!   a share is left as Slurm made it. There too it starts the step's guard
+//!   (`step_guard`), which ends the step's MPS clients through the daemon
+//!   before Slurm's SIGKILL of a task that outlived SIGTERM;
+//! - `slurm_spank_task_exit` (slurmstepd, root) stops the guard after the
+//!   step's last task and ends the clients it left (`step_end`).
 //!
 //! No `init()` is exported: the SPANK loader would run it in every context.
 //! Every export is made by [`slurm_plugin::export!`]; every callback is a
@@ -100,6 +104,7 @@ fn spank_call(call: &'static str, code: spank_err_t) -> SpankResult {
 
 mod private;
 mod step_end;
+mod step_guard;
 
 /// What this slurmstepd's step does with its tasks.
 #[derive(Debug, Clone)]
@@ -371,7 +376,7 @@ fn init(sp: spank_t, args: &[String]) -> SpankResult {
                 }
             }
             if step != EXTERN_STEP {
-                step_end::share_step(&cfg, job, p.gpu, tasks);
+                step_end::share_step(&cfg, conf_path(args).ok(), job, p.gpu, tasks);
             }
             match clients {
                 Ok(Ok(())) => StepPlan::Share(p),
@@ -599,6 +604,7 @@ fn task_exit() -> SpankResult {
 
 /// At the step's end: a daemon no task exit stopped is stopped now.
 fn exit() -> SpankResult {
+    step_end::step_exit();
     if let Some(p) = private_step() {
         private::stop(p.program.as_deref(), p.job, &p.daemon, false);
     }

@@ -236,7 +236,7 @@ fn task_groups(pid: i32) -> Result<Vec<libc::gid_t>, String> {
         .collect()
 }
 
-fn c_path(path: &Path) -> Result<CString, String> {
+pub fn c_path(path: &Path) -> Result<CString, String> {
     CString::new(path.as_os_str().as_bytes())
         .map_err(|_| format!("{}: a path with NUL", path.display()))
 }
@@ -257,6 +257,7 @@ impl ChildSetup {
     /// In the child, as root: into the task's cgroups, then the user's
     /// ids, then its directories; slurmstepd's other files closed at exec.
     fn enter(&self) -> io::Result<()> {
+        enter_cgroups(&self.procs)?;
         let check = |rc: c_int| {
             if rc < 0 {
                 Err(io::Error::last_os_error())
@@ -264,17 +265,6 @@ impl ChildSetup {
                 Ok(rc)
             }
         };
-        for file in &self.procs {
-            // SAFETY: a NUL-terminated path made before the fork.
-            let fd = check(unsafe { libc::open(file.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) })?;
-            // SAFETY: fd is open; one byte from a static buffer.
-            let wrote = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
-            // SAFETY: fd is ours.
-            unsafe { libc::close(fd) };
-            if wrote != 1 {
-                return Err(io::Error::last_os_error());
-            }
-        }
         // SAFETY: plain system calls on values made before the fork.
         unsafe {
             check(libc::setgroups(self.groups.len(), self.groups.as_ptr()))?;
@@ -290,18 +280,42 @@ impl ChildSetup {
                 }
             }
         }
-        // Nothing of slurmstepd's (its sockets, the tasks' pipes) may
-        // live on in the daemon: every descriptor from 3 up closes at exec.
-        const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
-        // SAFETY: close_range takes plain numbers.
-        let rc =
-            unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC) };
-        if rc < 0 {
-            for fd in 3..4096 {
-                // SAFETY: setting a flag on a descriptor that may not exist.
-                unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
-            }
-        }
+        close_at_exec();
         Ok(())
+    }
+}
+
+/// In a child of slurmstepd between fork and exec: into the cgroups whose
+/// `cgroup.procs` files are `procs` (paths made before the fork).
+pub fn enter_cgroups(procs: &[CString]) -> io::Result<()> {
+    for file in procs {
+        // SAFETY: a NUL-terminated path made before the fork.
+        let fd = unsafe { libc::open(file.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd is open; one byte from a static buffer.
+        let wrote = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
+        // SAFETY: fd is ours.
+        unsafe { libc::close(fd) };
+        if wrote != 1 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// In a child of slurmstepd between fork and exec: nothing of
+/// slurmstepd's (its sockets, the tasks' pipes) may live on in the
+/// program, every descriptor from 3 up closes at exec.
+pub fn close_at_exec() {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    // SAFETY: close_range takes plain numbers.
+    let rc = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC) };
+    if rc < 0 {
+        for fd in 3..4096 {
+            // SAFETY: setting a flag on a descriptor that may not exist.
+            unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+        }
     }
 }

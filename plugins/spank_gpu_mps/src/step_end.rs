@@ -3,15 +3,19 @@
 //! (`gpushare::mps::node::step_end` says why and when). Kept per step in
 //! slurmstepd: what the step needs at its end is set in `init` (the
 //! configuration, the GPU, the local tasks) and `task_post_fork` (the
-//! step's cgroup, read from its first task's); `task_exit` counts the
-//! exits and acts after the last.
+//! step's cgroup, read from its first task's, and the step's guard
+//! started, `step_guard`); `task_exit` counts the exits and acts after
+//! the last: the guard stopped, then the clients left ended.
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use gpushare::mps::config::GpuMpsConfig;
 use gpushare::mps::node::step_end::{terminate_left, StepCgroup};
 use slurm_plugin::log;
+
+use crate::step_guard::{self, Guard};
 
 /// What a share's step needs at its end.
 struct StepEnd {
@@ -20,6 +24,9 @@ struct StepEnd {
     gpu: u32,
     tasks: u32,
     cgroup: Option<StepCgroup>,
+    /// The gpu_mps.conf read, for the guard.
+    conf: Option<PathBuf>,
+    guard: Option<Guard>,
 }
 
 static STEP: Mutex<Option<StepEnd>> = Mutex::new(None);
@@ -30,7 +37,7 @@ fn step() -> std::sync::MutexGuard<'static, Option<StepEnd>> {
 }
 
 /// `init` of a share's step that runs `tasks` local tasks on `gpu`.
-pub fn share_step(cfg: &GpuMpsConfig, job: u32, gpu: u32, tasks: u32) {
+pub fn share_step(cfg: &GpuMpsConfig, conf: Option<PathBuf>, job: u32, gpu: u32, tasks: u32) {
     if tasks > 0 {
         *step() = Some(StepEnd {
             cfg: cfg.clone(),
@@ -38,6 +45,8 @@ pub fn share_step(cfg: &GpuMpsConfig, job: u32, gpu: u32, tasks: u32) {
             gpu,
             tasks,
             cgroup: None,
+            conf,
+            guard: None,
         });
     }
 }
@@ -57,18 +66,51 @@ pub fn task_started(pid: libc::pid_t) {
             end.job
         )),
     }
+    // A step whose clients are found is guarded; never failed for want
+    // of a guard (its clients are then ended only after its tasks).
+    let Some(program) = end.cgroup.as_ref().and(end.cfg.step_guard.program()) else {
+        return;
+    };
+    match step_guard::start(&program, end.conf.as_deref(), end.job, end.gpu, pid) {
+        Ok(guard) => end.guard = Some(guard),
+        Err(e) => log::error(&format!(
+            "gpu_mps: job {}: its step guard did not start ({e}): a task that outlives \
+             Slurm's SIGTERM is killed with its MPS work in flight",
+            end.job
+        )),
+    }
+}
+
+/// The step's guard stopped (after its last task, or at its end).
+fn stop_guard(end: &mut StepEnd) {
+    if let Some(guard) = end.guard.take() {
+        if let Err(e) = step_guard::stop(guard) {
+            log::error(&format!(
+                "gpu_mps: job {}: stopping its step guard: {e}",
+                end.job
+            ));
+        }
+    }
+}
+
+/// `exit`: a guard no task exit stopped is stopped now.
+pub fn step_exit() {
+    if let Some(end) = step().as_mut() {
+        stop_guard(end);
+    }
 }
 
 /// `task_exit`: after the step's last local task, the clients left in
 /// the step are ended through the daemon, before slurmstepd's SIGKILL.
 pub fn task_exited() {
-    let guard = step();
-    let Some(end) = guard.as_ref() else {
+    let mut held = step();
+    let Some(end) = held.as_mut() else {
         return;
     };
     if EXITED.fetch_add(1, Ordering::SeqCst) + 1 < end.tasks {
         return;
     }
+    stop_guard(end);
     let Some(cgroup) = &end.cgroup else {
         return;
     };

@@ -73,6 +73,7 @@ mod setup;
 mod share_usage;
 mod sick;
 pub mod step_end;
+pub mod step_guard;
 mod task;
 mod trust;
 mod unconfigured;

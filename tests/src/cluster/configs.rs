@@ -438,6 +438,11 @@ impl Cluster {
             if name == "gpu_mps.conf" && !text.contains("DaemonLinger=") {
                 text.push_str("DaemonLinger=0\n");
             }
+            // The step guard is the epilog the cluster runs (StepGuard=auto
+            // looks where the packages put it).
+            if name == "gpu_mps.conf" && !text.contains("StepGuard=") {
+                text.push_str(&self.expand("StepGuard={build}/gpu-mps-epilog\n"));
+            }
             write(&etc.join(name), &text, 0o644)?;
         }
         if self.spec.accounting {
