@@ -350,6 +350,33 @@ mod tests {
         assert!(!MpsBooking::from_texts(&t, &t, "gpu01").per_gpu);
     }
 
+    #[test]
+    fn the_step_guard_is_named_only_where_auto_would_not_find_it() {
+        let cfg = GpuMpsConfig::default();
+        let at = |libexec: &str| {
+            node_config(
+                &cfg,
+                SlurmSetup::PerGpu,
+                "gpu01",
+                ("a40", 4),
+                &[],
+                Installed {
+                    libexec: Path::new(libexec),
+                    plugin_dir: Path::new("/usr/lib/slurm"),
+                    conf: Path::new("/etc/slurm/gpu_mps.conf"),
+                },
+            )
+        };
+        for packaged in ["/usr/libexec/gpushare", "/usr/local/libexec/gpushare"] {
+            assert!(!at(packaged).contains("StepGuard="), "{packaged}");
+        }
+        let t = at("/opt/gpushare/libexec/gpushare");
+        assert!(
+            t.contains("\nStepGuard=/opt/gpushare/libexec/gpushare/gpu-mps-epilog\n"),
+            "{t}"
+        );
+    }
+
     fn lines_for(cfg: &GpuMpsConfig, setup: SlurmSetup) -> String {
         lines_with(cfg, setup, &[])
     }

@@ -562,3 +562,29 @@ mod docs {
         );
     }
 }
+
+#[test]
+fn the_step_guard_is_auto_none_or_an_absolute_path() {
+    let guard = |text: &str| parse(text, "gpu_mps.conf").map(|c| c.step_guard);
+    assert_eq!(guard(""), Ok(StepGuard::Auto));
+    assert_eq!(guard("StepGuard=none\n"), Ok(StepGuard::Disabled));
+    assert_eq!(guard("StepGuard=auto\n"), Ok(StepGuard::Auto));
+    assert_eq!(
+        guard("StepGuard=/opt/gpushare/libexec/gpushare/gpu-mps-epilog\n"),
+        Ok(StepGuard::Program(PathBuf::from(
+            "/opt/gpushare/libexec/gpushare/gpu-mps-epilog"
+        )))
+    );
+    let bad = guard("\nStepGuard=gpu-mps-epilog\n")
+        .err()
+        .map(|e| e.to_string());
+    assert!(
+        bad.as_deref().is_some_and(
+            |e| e.contains("gpu_mps.conf:2") && e.contains("auto, none or an absolute path")
+        ),
+        "{bad:?}"
+    );
+    assert_eq!(StepGuard::Disabled.program(), None);
+    let named = PathBuf::from("/opt/x/gpu-mps-epilog");
+    assert_eq!(StepGuard::Program(named.clone()).program(), Some(named));
+}
