@@ -219,6 +219,39 @@ pub(crate) fn judge_every_level(c: &Cluster, dora: &TestUser, eve: &TestUser) ->
         ],
     )?;
     c.run_ok("scancel", &[&ok.to_string()])?;
+    // A type an update gives the sub-account's job, where the account's
+    // rule permits a40 only: held, in slurmctld's record, as at submission.
+    let pending = eve.sbatch(
+        c,
+        &[
+            "--begin=now+3600",
+            "-A",
+            "lafferty_students",
+            "--gres=gpu:a40:1",
+            "--wrap=true",
+        ],
+    )?;
+    let out = eve.run(
+        c,
+        None,
+        "scontrol",
+        &["update", &format!("JobId={pending}"), "Gres=gpu:h100:1"],
+    )?;
+    let shown = |id: u32| {
+        c.run_ok("scontrol", &["-o", "show", "job", &id.to_string()])
+            .unwrap_or_default()
+    };
+    let held_as_account = wait_for("the sub-account's job given h100 to be held", SHORT, || {
+        let text = shown(pending);
+        (text.contains(" Reason=JobHeldAdmin ")
+            && text.contains(
+                " AdminComment=gpushare: held: GPU type h100 is not one account lafferty may use (a40)",
+            ))
+        .then_some(())
+    })
+    .map_err(|e| format!("{e} (the update: {out:?}): {}", shown(pending)));
+    c.run_ok("scancel", &[&pending.to_string()])?;
+    held_as_account?;
 
     // The account's limit and its use, as gpu-qos metrics reports them.
     let held = eve.sbatch(

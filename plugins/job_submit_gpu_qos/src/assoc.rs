@@ -356,6 +356,31 @@ pub unsafe fn resolve(
     out
 }
 
+/// `accounts` and every account above each, as slurmctld's association
+/// manager has them (for a job's record read back after an update: an
+/// `Account=` rule covers its sub-accounts). Without the manager, the
+/// accounts themselves.
+pub fn accounts_above(accounts: &[String]) -> Vec<String> {
+    let mut out = accounts.to_vec();
+    let Some(g) = globals() else {
+        return out;
+    };
+    // SAFETY: slurmctld's globals, set before any plugin runs.
+    let (db_conn, enforce) = unsafe { (*g.acct_db_conn, c_int::from(*g.accounting_enforce)) };
+    // Taken with no lock of slurmctld's held (the read-back's thread), so
+    // no order of locks to keep.
+    let _locks = ReadLocks::take();
+    for account in accounts {
+        // SAFETY: under the manager's read locks.
+        for (above, _) in unsafe { account_chain(db_conn, enforce, account) } {
+            if !out.contains(&above) {
+                out.push(above);
+            }
+        }
+    }
+    out
+}
+
 impl Resolution {
     fn push_limit(&mut self, level: LimitLevel, types: Vec<String>) {
         if !types.is_empty() && !self.typed_limits.iter().any(|l| l.level == level) {

@@ -19,7 +19,8 @@ use std::sync::{Condvar, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use gpushare::qos::policy::{
-    held_by_gpushare, not_permitted, throttle_to_restore, ThrottleRecheck, TypesRecheck, HOLD_MARK,
+    held_by_gpushare, not_permitted, record_accounts, throttle_to_restore, ThrottleRecheck,
+    TypesRecheck, HOLD_MARK,
 };
 use slurm_plugin::{guard, log};
 
@@ -193,7 +194,8 @@ fn restore(job: &ThrottleRecheck, slurm_conf: Option<&std::path::Path>) {
 
 /// A job an update gave GPU types: held (as an administrator holds it, so
 /// that its user cannot release it) where its own QOS's or partition's
-/// enforcing rule does not permit one, with gpushare's words in its
+/// enforcing rule (or its account's or user's) does not permit one, with
+/// gpushare's words in its
 /// `AdminComment` where that is empty; released where gpushare held it
 /// and its types fit again.
 fn hold_or_release(job: &TypesRecheck, slurm_conf: Option<&std::path::Path>) {
@@ -212,7 +214,12 @@ fn hold_or_release(job: &TypesRecheck, slurm_conf: Option<&std::path::Path>) {
             false
         }
     };
-    match not_permitted(&policy, job.job_id, &shown) {
+    let accounts = if policy.has_association_rules() {
+        crate::assoc::accounts_above(&record_accounts(&shown))
+    } else {
+        Vec::new()
+    };
+    match not_permitted(&policy, job.job_id, &shown, &accounts) {
         Some(why) if job.may_hold && pending && !held_by_gpushare(&shown) => {
             if !done("held", &["hold", &id]) {
                 return;

@@ -55,7 +55,9 @@ pub use job::{JobDescription, LimitLevel, Resolved, TypedLimit};
 pub use limits::{asks_untyped_gpu, limits_without_rule};
 pub use lowprio::{requeued_output_words, throttle_to_restore};
 pub use submit::judge_submit;
-pub use type_recheck::{held_by_gpushare, held_types, not_permitted, HeldType, HOLD_MARK};
+pub use type_recheck::{
+    held_by_gpushare, held_types, not_permitted, record_accounts, HeldType, HOLD_MARK,
+};
 pub use update::judge_modify;
 pub use verdict::{
     ExemptReason, Exemption, JobChanges, LowPriorityChange, PolicyWarning, Rejection,

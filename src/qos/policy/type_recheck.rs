@@ -13,7 +13,7 @@
 //! it) with gpushare's words in its `AdminComment`; an update that makes
 //! it fit again releases it.
 
-use crate::qos::config::{Enforce, GpuQosConfig, QosRule};
+use crate::qos::config::{Enforce, GpuQosConfig, QosRule, RuleScope};
 
 use super::job::JobDescription;
 use super::requests::FieldRequest;
@@ -101,11 +101,31 @@ fn values<'a>(show_job: &'a str, key: &'a str) -> impl Iterator<Item = &'a str> 
         .filter_map(move |w| w.strip_prefix(key)?.strip_prefix('='))
 }
 
+/// The accounts `show_job` names (every `Account=` word): the plugin
+/// adds each one's parents from slurmctld's association manager before it
+/// asks [`not_permitted`].
+pub fn record_accounts(show_job: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for a in values(show_job, "Account").filter(|a| !a.is_empty()) {
+        if !out.iter().any(|o| o == a) {
+            out.push(a.to_owned());
+        }
+    }
+    out
+}
+
 /// Why job `job`, as `show_job` shows it, must be held: a GPU type an
-/// enforcing rule of its QOS or partition does not permit (every `QOS=`
-/// and `Partition=` word counts, so the user's words can only add rules);
-/// `None` where each type it holds fits every such rule.
-pub fn not_permitted(cfg: &GpuQosConfig, job: u32, show_job: &str) -> Option<String> {
+/// enforcing rule of its QOS, partition or association does not permit
+/// (every `QOS=`, `Partition=` and `UserId=` word counts, so the user's
+/// words can only add rules); `None` where each type it holds fits every
+/// such rule. `accounts`: the job's account and every account above it
+/// (an `Account=` rule covers its sub-accounts).
+pub fn not_permitted(
+    cfg: &GpuQosConfig,
+    job: u32,
+    show_job: &str,
+    accounts: &[String],
+) -> Option<String> {
     let held = held_types(show_job);
     let mut rules: Vec<(String, &QosRule)> = values(show_job, "QOS")
         .filter_map(|q| Some((format!("QOS {q}"), cfg.rule_for(q)?)))
@@ -115,6 +135,36 @@ pub fn not_permitted(cfg: &GpuQosConfig, job: u32, show_job: &str) -> Option<Str
             list.split(',')
                 .filter_map(|p| Some((format!("partition {p}"), cfg.partition_rule(p)?))),
         );
+    }
+    // `UserId=alice(1001)`: the name before the uid.
+    let users: Vec<&str> = values(show_job, "UserId")
+        .map(|u| u.split('(').next().unwrap_or(u))
+        .filter(|u| !u.is_empty())
+        .collect();
+    for rule in cfg.association_rules() {
+        let RuleScope::Association {
+            accounts: ruled,
+            users: ruled_users,
+        } = rule.scope()
+        else {
+            continue;
+        };
+        // Every user the record names may be the one a rule covers.
+        let user = users
+            .iter()
+            .copied()
+            .find(|u| ruled_users.iter().any(|r| r.eq_ignore_ascii_case(u)));
+        if !ruled_users.is_empty() && user.is_none() {
+            continue;
+        }
+        if let (true, Some(user)) = (ruled.is_empty(), user) {
+            rules.push((format!("user {user}"), rule));
+        } else if let Some(a) = accounts
+            .iter()
+            .find(|a| ruled.iter().any(|r| r.eq_ignore_ascii_case(a)))
+        {
+            rules.push((format!("account {a}"), rule));
+        }
     }
     rules
         .into_iter()
@@ -184,29 +234,62 @@ mod tests {
         let cfg = cfg();
         let h100 = shown("qos_lafferty", "gpu", "gres/gpu=1,gres/gpu:h100=1", "");
         assert_eq!(
-            not_permitted(&cfg, 7, &h100).as_deref(),
+            not_permitted(&cfg, 7, &h100, &[]).as_deref(),
             Some(
                 "GPU type h100 is not one QOS qos_lafferty may use (a40); scontrol update \
                  job=7 Gres=gpu:a40:1 releases it"
             )
         );
         let a40 = shown("qos_lafferty", "gpu", "gres/gpu=1,gres/gpu:a40=1", "");
-        assert_eq!(not_permitted(&cfg, 7, &a40), None);
+        assert_eq!(not_permitted(&cfg, 7, &a40, &[]), None);
         // Under a QOS without a rule, or one that permits it: nothing.
         for qos in ["normal", "qos_saxena"] {
             let h = shown(qos, "gpu", "gres/gpu=1,gres/gpu:h100=1", "");
-            assert_eq!(not_permitted(&cfg, 7, &h), None, "{qos}");
+            assert_eq!(not_permitted(&cfg, 7, &h, &[]), None, "{qos}");
         }
         // A user's words never hide the job's own QOS.
         let named = h100.replace("JobName=x", "JobName=x QOS=normal");
-        assert!(not_permitted(&cfg, 7, &named).is_some());
+        assert!(not_permitted(&cfg, 7, &named, &[]).is_some());
         // A partition's rule too.
         let part = cfg_from("Partition=a40only GPUTypes=a40\n");
         let h = shown("normal", "a40only,other", "gres/gpu=1,gres/gpu:h100=1", "");
-        assert!(not_permitted(&part, 7, &h).is_some());
+        assert!(not_permitted(&part, 7, &h, &[]).is_some());
         // A rule that only warns holds nothing.
         let warns = cfg_from("QOS=qos_lafferty GPUTypes=a40 Enforce=warn\n");
-        assert_eq!(not_permitted(&warns, 7, &h100), None);
+        assert_eq!(not_permitted(&warns, 7, &h100, &[]), None);
+    }
+
+    #[test]
+    fn an_account_or_user_rule_holds_its_jobs_and_their_sub_accounts() {
+        let cfg =
+            cfg_from("Account=lafferty GPUTypes=a40\nUser=alice Account=saxena GPUTypes=a100\n");
+        let job = |account: &str, user: &str| {
+            shown("normal", "gpu", "gres/gpu=1,gres/gpu:h100=1", "")
+                .replace("Account=ann", &format!("Account={account}"))
+                .replace("UserId=ann(1001)", &format!("UserId={user}(1001)"))
+        };
+        let students = job("lafferty_students", "eve");
+        assert_eq!(
+            record_accounts(&students),
+            vec!["lafferty_students".to_owned()]
+        );
+        // Its parent, as the association manager tells the plugin.
+        let chain = ["lafferty_students".to_owned(), "lafferty".to_owned()];
+        assert_eq!(
+            not_permitted(&cfg, 7, &students, &chain).as_deref(),
+            Some(
+                "GPU type h100 is not one account lafferty may use (a40); scontrol update \
+                 job=7 Gres=gpu:a40:1 releases it"
+            )
+        );
+        assert_eq!(not_permitted(&cfg, 7, &students, &chain[..1]), None);
+        // A rule limited to a user holds that user's jobs only.
+        let saxena = ["saxena".to_owned()];
+        assert!(not_permitted(&cfg, 7, &job("saxena", "alice"), &saxena).is_some());
+        assert_eq!(not_permitted(&cfg, 7, &job("saxena", "bob"), &saxena), None);
+        // A type the rule permits holds nothing.
+        let a40 = students.replace("gres/gpu:h100=1", "gres/gpu:a40=1");
+        assert_eq!(not_permitted(&cfg, 7, &a40, &chain), None);
     }
 
     #[test]
