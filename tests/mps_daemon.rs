@@ -29,6 +29,8 @@ use compute_mode::{
 mod cancel;
 #[path = "mps_daemon/disable.rs"]
 mod disable;
+#[path = "mps_daemon/health.rs"]
+mod health;
 #[path = "mps_daemon/idle.rs"]
 mod idle;
 #[path = "mps_daemon/job_container.rs"]
@@ -140,7 +142,7 @@ fn main() -> ExitCode {
     suite = selftest_start::tests(selftest::tests(idle::tests(usage::tests(disable::tests(
         suite,
     )))));
-    suite = linger::tests(neighbours::tests(private::tests(suite)));
+    suite = health::tests(linger::tests(neighbours::tests(private::tests(suite))));
     // On request only (named in full): Slurm's own container fails now and
     // then inside the harness's namespaces (see job_container.rs).
     if job_container::has_dirs() {

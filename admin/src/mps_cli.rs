@@ -11,7 +11,7 @@ use gpushare::mps::setup_lines::GpuGroup;
 /// The MPS shares of this GPU node (gpushare).
 ///
 /// Exit status: 0 fine; 1 a problem shown or work left (status, gc,
-/// disable), a GPU failed (selftest); 2 could not run; 3 nothing to do
+/// disable, health), a GPU failed (selftest); 2 could not run; 3 nothing to do
 /// (metrics: no gpu_mps.conf applies to this node), GPUs skipped
 /// (selftest).
 #[derive(Debug, Parser)]
@@ -120,6 +120,26 @@ pub enum Cmd {
         /// Wait up to this many seconds for the running shares to end
         #[arg(long, value_name = "SECONDS", default_value_t = 0)]
         wait: u64,
+    },
+    /// (root) The node's GPU sharing in one line, for a health check
+    ///
+    /// (root) The node's GPU sharing in one line, for Slurm's
+    /// HealthCheckProgram or NHC: `gpushare: healthy (N GPU(s))`, or each
+    /// problem that keeps shares off a GPU until an admin acts (a GPU set
+    /// aside: lost, drain-gpu, a failed self-test; a GPU's MPS daemon that
+    /// does not answer; a state file set aside). A node no gpu_mps.conf
+    /// applies to is healthy. With --drain, a node with a problem is
+    /// drained with that line as its reason (`gpushare: ...`) unless
+    /// slurmctld already holds it unhealthy, and a healthy node whose
+    /// drain reason is gpushare's is resumed: an admin's drain is never
+    /// touched. Slurm 26.11's SLURM_NODE_IS_HEALTHY is read where set.
+    /// Exit status: 0 healthy (or no gpu_mps.conf applies here); 1 a
+    /// problem (--drain: the node drained, unless Slurm holds it unhealthy
+    /// already); 2 could not run.
+    Health {
+        /// Drain or resume the node through Slurm as above
+        #[arg(long)]
+        drain: bool,
     },
     /// (root) Give this node back to GPU sharing
     ///

@@ -20,6 +20,8 @@
 //! - [`node_setup`]: the node's facts `gpu-mps config` makes its lines
 //!   from;
 //! - [`node_status`]: `gpu-mps status`'s view, with what NVML adds;
+//!   [`health_check`]: `gpu-mps health`, that view's verdict and Slurm's
+//!   drain or resume;
 //! - [`timer`]: the node timer's pass (`gpu-mps metrics --write`), its
 //!   steps in order;
 //! - [`sharing_off`]: `gpu-mps disable` and `enable`, in the order that
@@ -34,6 +36,7 @@
 pub mod acl;
 pub mod cuda_probe;
 pub mod gpu_facts;
+pub mod health_check;
 pub mod node_log;
 pub mod node_program;
 pub mod node_setup;

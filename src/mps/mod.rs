@@ -21,7 +21,9 @@
 //! - [`dcgm`]: dcgm-exporter's job mapping, one file per GPU.
 //! - [`metrics`]: the node's metrics for Prometheus, and its counters.
 //! - [`state_dir`]: state directories no user can turn against root.
-//! - [`health`]: GPUs set aside from sharing (lost, or marked failed).
+//! - [`health`]: GPUs set aside from sharing (lost, or marked failed);
+//!   [`node_health`]: the node's sharing in one line for a health check,
+//!   and the drain or resume it asks of Slurm.
 //! - [`retire`]: what a ledger's identity leaves behind (idle daemons,
 //!   compute modes) once the node takes another.
 //! - [`disabled`]: a node taken off sharing by `gpu-mps disable`.
@@ -51,6 +53,7 @@ pub mod lock_wait;
 pub mod metrics;
 pub mod namespaces;
 pub mod node;
+pub mod node_health;
 pub mod placement;
 pub mod private;
 pub mod programs;

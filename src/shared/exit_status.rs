@@ -168,6 +168,11 @@ pub mod gpu_mps {
         "none failed but some were skipped (shares or a whole-GPU job run there)",
     );
     pub const CONFIG_PRINTED: Exit = Exit::new(0, "printed");
+    pub const HEALTHY: Exit = Exit::new(0, "healthy (or no gpu_mps.conf applies here)");
+    pub const UNHEALTHY: Exit = Exit::new(
+        1,
+        "a problem (--drain: the node drained, unless Slurm holds it unhealthy already)",
+    );
 
     pub const GPU_MPS: Table = Table {
         command: "gpu-mps",
@@ -175,7 +180,8 @@ pub mod gpu_mps {
             Exit::new(0, "fine"),
             Exit::new(
                 1,
-                "a problem shown or work left (status, gc, disable), a GPU failed (selftest)",
+                "a problem shown or work left (status, gc, disable, health), a GPU failed \
+                 (selftest)",
             ),
             COULD_NOT_RUN,
             Exit::new(
@@ -225,6 +231,10 @@ pub mod gpu_mps {
     pub const CONFIG: Table = Table {
         command: "gpu-mps config",
         statuses: &[CONFIG_PRINTED, COULD_NOT_RUN],
+    };
+    pub const HEALTH: Table = Table {
+        command: "gpu-mps health",
+        statuses: &[HEALTHY, UNHEALTHY, COULD_NOT_RUN],
     };
 }
 
@@ -295,6 +305,7 @@ pub const TABLES: &[Table] = &[
     gpu_mps::RESUME_GPU,
     gpu_mps::DISABLE,
     gpu_mps::ENABLE,
+    gpu_mps::HEALTH,
     gpu_mps::SELFTEST,
     gpu_mps::CONFIG,
     node::PROLOG,

@@ -48,6 +48,12 @@ const OPTIONS: &[GpuOption] = &[
         untyped: &["--gres=gpu"],
         typed: &["--gres=gpu:a40"],
     },
+    // Two entries in one option: a typed one and one without a type.
+    GpuOption {
+        name: "--gres, two entries",
+        untyped: &["--gres=gpu:a40:1,gpu:1"],
+        typed: &["--gres=gpu:a40:1,gpu:a40:1"],
+    },
     GpuOption {
         name: "--gpus-per-socket",
         untyped: &["--sockets-per-node=1", "--gpus-per-socket=1"],

@@ -26,7 +26,9 @@ use gpushare::shared::exit_status::{gpu_mps as exit, Exit};
 use gpushare_admin::mps_cli::{Cli, Cmd};
 use gpushare_admin::selftest_cli;
 use gpushare_node::sharing_off::{self, Off};
-use gpushare_node::{cuda_probe, effective_uid, node_setup, node_status, nvml, nvml_usage, timer};
+use gpushare_node::{
+    cuda_probe, effective_uid, health_check, node_setup, node_status, nvml, nvml_usage, timer,
+};
 
 fn main() -> ExitCode {
     // `gpu-mps config` asks NVML for the GPUs' names in a child of its own.
@@ -77,6 +79,14 @@ fn main() -> ExitCode {
         Cmd::ResumeGpu { gpu } => drain_gpu(at, gpu, None),
         Cmd::Disable { reason, wait } => disable(at, &reason, wait),
         Cmd::Enable => enable(at),
+        Cmd::Health { drain } => match nowhere {
+            // A CPU node: healthy as far as GPU sharing goes.
+            Some(looked_at) => {
+                println!("gpushare: healthy: {}", located::nothing_here(&looked_at));
+                Ok(exit::HEALTHY)
+            }
+            None => health(at, drain),
+        },
         Cmd::Selftest {
             gpus,
             units,
@@ -152,6 +162,25 @@ fn status(at: Here<'_>, json: bool) -> Result<Exit> {
         exit::STATUS_PROBLEM
     } else {
         exit::STATUS_FINE
+    })
+}
+
+/// `gpu-mps health`: the line on stdout, what `--drain` did on stderr.
+fn health(at: Here<'_>, drain: bool) -> Result<Exit> {
+    if effective_uid() != 0 {
+        bail!("health: run as root (it asks each GPU's MPS daemon, as status does for root)");
+    }
+    let slurm_says = std::env::var("SLURM_NODE_IS_HEALTHY").ok();
+    let checked = health_check::check(at.conf, at.node, 0, drain, slurm_says.as_deref())
+        .map_err(anyhow::Error::msg)?;
+    println!("{}", checked.line);
+    if let Some(acted) = &checked.acted {
+        eprintln!("gpu-mps: {acted}");
+    }
+    Ok(if checked.healthy {
+        exit::HEALTHY
+    } else {
+        exit::UNHEALTHY
     })
 }
 

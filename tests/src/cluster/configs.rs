@@ -359,7 +359,7 @@ impl Cluster {
             let _ = writeln!(conf, "Epilog={}", self.expand(&p.to_string_lossy()));
         }
         for l in &self.spec.extra_slurm_conf {
-            let _ = writeln!(conf, "{l}");
+            let _ = writeln!(conf, "{}", self.expand(l));
         }
         if nodes.iter().any(|n| n.configless) {
             conf.push_str("SlurmctldParameters=enable_configless\n");
