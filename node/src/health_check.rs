@@ -3,14 +3,13 @@
 //! decides), Slurm asked through `scontrol` within a bound.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use gpushare::mps::in_force::{self, Role, NODE_RECORDS_DIR};
 use gpushare::mps::node_health::{
     act, from_env, from_show_node, line, needs_reason, problems, Act, SlurmView,
 };
-use gpushare::shared::{bounded, locations};
+use gpushare::shared::bounded;
 
 use crate::node_status;
 
@@ -29,19 +28,7 @@ pub struct Checked {
 }
 
 fn scontrol(args: &[&str]) -> Result<String, String> {
-    let mut cmd = Command::new(locations::slurm_command("scontrol"));
-    cmd.args(args);
-    let ran = bounded::run(cmd, None, SCONTROL_TIMEOUT).map_err(|e| e.to_string())?;
-    if ran.status.success() {
-        Ok(ran.stdout)
-    } else {
-        Err(format!(
-            "scontrol {}: {} {}",
-            args.join(" "),
-            ran.status,
-            ran.stderr.trim()
-        ))
-    }
+    bounded::slurm("scontrol", args, SCONTROL_TIMEOUT)
 }
 
 /// Checks node `node` (its gpu_mps.conf `conf`), as `uid`; with `drain`,

@@ -61,7 +61,6 @@
 //! the name it is acted on with.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use gpushare::mps::kept;
@@ -156,21 +155,14 @@ impl Deadline {
 }
 
 fn slurm(deadline: &Deadline, program: &str, args: &[&str]) -> Result<String, Failed> {
-    let shown = format!("{program} {}", args.join(" "));
-    let timeout = deadline.left(&shown)?;
-    let mut cmd = Command::new(gpushare::shared::locations::slurm_command(program));
-    cmd.args(args);
-    let ran =
-        bounded::run(cmd, None, timeout).map_err(|e| Failed::Later(format!("{shown}: {e}")))?;
-    if ran.status.success() {
-        return Ok(ran.stdout);
-    }
-    let err = format!("{shown}: {}", ran.stderr.trim());
-    if ran.stderr.contains("Invalid job id") {
-        Err(Failed::Gone(err))
-    } else {
-        Err(Failed::Later(err))
-    }
+    let timeout = deadline.left(&format!("{program} {}", args.join(" ")))?;
+    bounded::slurm(program, args, timeout).map_err(|e| {
+        if e.contains("Invalid job id") {
+            Failed::Gone(e)
+        } else {
+            Failed::Later(e)
+        }
+    })
 }
 
 fn scontrol(deadline: &Deadline, args: &[&str]) -> Result<String, Failed> {

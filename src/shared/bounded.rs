@@ -75,6 +75,26 @@ impl std::error::Error for RunError {}
 /// control command's answer is a few lines.
 pub const OUTPUT_LIMIT: u64 = 1 << 20;
 
+/// Slurm's command `program` (`scontrol`, `squeue`: found as
+/// [`slurm_command`](super::locations::slurm_command) finds it) with
+/// `args`, within `timeout`: its output, or an error that names the
+/// command line and what went wrong (its stderr where it failed).
+pub fn slurm(program: &str, args: &[&str], timeout: Duration) -> Result<String, String> {
+    let shown = format!("{program} {}", args.join(" "));
+    let mut cmd = Command::new(super::locations::slurm_command(program));
+    cmd.args(args);
+    let ran = run(cmd, None, timeout).map_err(|e| format!("{shown}: {e}"))?;
+    if ran.status.success() {
+        return Ok(ran.stdout);
+    }
+    let stderr = ran.stderr.trim();
+    Err(if stderr.is_empty() {
+        format!("{shown}: {}", ran.status)
+    } else {
+        format!("{shown}: {stderr}")
+    })
+}
+
 /// Runs `cmd` with `input` on its stdin, killing it after `timeout`; an
 /// output over [`OUTPUT_LIMIT`] is an error.
 pub fn run(cmd: Command, input: Option<&[u8]>, timeout: Duration) -> Result<Ran, RunError> {

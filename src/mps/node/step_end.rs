@@ -104,8 +104,20 @@ pub fn terminate_left(cfg: &GpuMpsConfig, gpu: u32, step: &StepCgroup, stepd: u3
     if !step.anyone_left(stepd) {
         return Terminated::default();
     }
-    daemon::terminate_clients_where(cfg, gpu, STEP_END_BUDGET, |client| {
-        client != stepd && step.holds_pid(client)
+    terminate_in_step(cfg, gpu, step, stepd, STEP_END_BUDGET)
+}
+
+/// Ends, through GPU `gpu`'s daemon within `budget`, the MPS clients in
+/// `step` but `except` (slurmstepd, or the step's guard itself).
+pub fn terminate_in_step(
+    cfg: &GpuMpsConfig,
+    gpu: u32,
+    step: &StepCgroup,
+    except: u32,
+    budget: Duration,
+) -> Terminated {
+    daemon::terminate_clients_where(cfg, gpu, budget, |client| {
+        client != except && step.holds_pid(client)
     })
 }
 

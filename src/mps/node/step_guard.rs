@@ -24,13 +24,12 @@
 //! than a job's last seconds of a signal it chose to ignore.
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::mps::config::GpuMpsConfig;
-use crate::mps::daemon::{self, Terminated};
-use crate::mps::node::step_end::StepCgroup;
-use crate::shared::{bounded, locations};
+use crate::mps::daemon::Terminated;
+use crate::mps::node::step_end::{terminate_in_step, StepCgroup};
+use crate::shared::bounded;
 
 /// Slurm's least wait between SIGTERM and SIGKILL (`MAX(KillWait, 5)`).
 pub const LEAST_KILL_WAIT: u64 = 5;
@@ -107,33 +106,24 @@ pub fn end_at(term_at: Instant, kill_wait: Option<u64>) -> Instant {
 
 /// The job's state as `squeue` prints it, `None` where it answers nothing.
 pub fn job_state(job: u32) -> Option<String> {
-    let mut cmd = Command::new(locations::slurm_command("squeue"));
-    cmd.args(["-h", "-j", &job.to_string(), "-o", "%T"]);
-    let ran = bounded::run(cmd, None, ASK_TIMEOUT).ok()?;
-    if !ran.status.success() {
-        return None;
-    }
-    let state = ran.stdout.lines().next()?.trim().to_owned();
+    let out = bounded::slurm(
+        "squeue",
+        &["-h", "-j", &job.to_string(), "-o", "%T"],
+        ASK_TIMEOUT,
+    );
+    let state = out.ok()?.lines().next()?.trim().to_owned();
     (!state.is_empty()).then_some(state)
 }
 
 /// `KillWait` as slurmctld has it, `None` where it does not answer.
 pub fn kill_wait() -> Option<u64> {
-    let mut cmd = Command::new(locations::slurm_command("scontrol"));
-    cmd.args(["show", "config"]);
-    let ran = bounded::run(cmd, None, ASK_TIMEOUT).ok()?;
-    ran.status
-        .success()
-        .then(|| kill_wait_of(&ran.stdout))
-        .flatten()
+    kill_wait_of(&bounded::slurm("scontrol", &["show", "config"], ASK_TIMEOUT).ok()?)
 }
 
 /// Ends, through GPU `gpu`'s daemon, the MPS clients in `step` but the
-/// guard itself (`me`).
+/// guard itself (`me`), within [`END_BUDGET`].
 pub fn end_clients(cfg: &GpuMpsConfig, gpu: u32, step: &StepCgroup, me: u32) -> Terminated {
-    daemon::terminate_clients_where(cfg, gpu, END_BUDGET, |client| {
-        client != me && step.holds_pid(client)
-    })
+    terminate_in_step(cfg, gpu, step, me, END_BUDGET)
 }
 
 #[cfg(test)]
