@@ -287,6 +287,15 @@ mod tests {
         let saxena = ["saxena".to_owned()];
         assert!(not_permitted(&cfg, 7, &job("saxena", "alice"), &saxena).is_some());
         assert_eq!(not_permitted(&cfg, 7, &job("saxena", "bob"), &saxena), None);
+        // A user's words (a job name before the record's own fields) only
+        // add accounts and users: the record's are still read.
+        let named = students.replace("JobName=x", "JobName=x Account=other UserId=bob(7)");
+        assert_eq!(
+            record_accounts(&named),
+            vec!["other".to_owned(), "lafferty_students".to_owned()]
+        );
+        let with_name = [chain.to_vec(), vec!["other".to_owned()]].concat();
+        assert!(not_permitted(&cfg, 7, &named, &with_name).is_some());
         // A type the rule permits holds nothing.
         let a40 = students.replace("gres/gpu:h100=1", "gres/gpu:a40=1");
         assert_eq!(not_permitted(&cfg, 7, &a40, &chain), None);
