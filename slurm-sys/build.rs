@@ -177,6 +177,7 @@ fn main() {
         .allowlist_function("slurm_(info|error|verbose|debug|debug2|debug3|spank_log)")
         .allowlist_function("slurm_(xstrdup|xfree|xrecalloc)")
         .allowlist_function("slurm_init_job_desc_msg")
+        .allowlist_function("slurm_list_count")
         .allowlist_function("spank_.*")
         .allowlist_var("slurm_conf")
         .allowlist_var("SLURM_VERSION_NUMBER")

@@ -73,6 +73,10 @@ fn main() -> ExitCode {
             lowprio_update::lowprio_array_throttle_is_set_back,
         )
         .test(
+            "another_users_array_throttle_is_refused_and_logged",
+            lowprio_update::another_users_throttle_is_refused_and_logged,
+        )
+        .test(
             "a_gpu_type_an_update_gives_is_held_to_the_jobs_own_qos",
             lowprio_update::a_type_given_by_update_is_held_to_its_qos,
         )

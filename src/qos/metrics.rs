@@ -210,7 +210,7 @@ pub enum Call {
     Modify,
 }
 
-const KINDS: [RejectionKind; 9] = [
+const KINDS: [RejectionKind; 10] = [
     RejectionKind::UntypedGpu,
     RejectionKind::TypeNotPermitted,
     RejectionKind::OverLimit,
@@ -220,6 +220,7 @@ const KINDS: [RejectionKind; 9] = [
     RejectionKind::UpdateNeedsTypedGpu,
     RejectionKind::BadRequest,
     RejectionKind::UnlistedTypedLimit,
+    RejectionKind::ForeignArrayThrottle,
 ];
 
 /// The plugin's heartbeat series: when it last wrote its file.
@@ -260,6 +261,7 @@ pub fn rule_name(kind: RejectionKind) -> &'static str {
         RejectionKind::UpdateNeedsTypedGpu => "update_needs_typed_gpu",
         RejectionKind::BadRequest => "bad_request",
         RejectionKind::UnlistedTypedLimit => "unlisted_typed_limit",
+        RejectionKind::ForeignArrayThrottle => "foreign_array_throttle",
     }
 }
 

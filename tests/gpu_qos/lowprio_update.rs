@@ -231,3 +231,102 @@ pub(super) fn a_type_given_by_update_is_held_to_its_qos(c: &mut Cluster) -> Test
     c.run_ok("scancel", &[&normal.to_string(), &group.to_string()])
         .map(drop)
 }
+
+/// Another user's `ArrayTaskThrottle=`: Slurm 22.05 applies it before it
+/// checks who asks (`_update_job`; 23.02 checks first), answering only
+/// "Invalid user id". gpu_qos refuses it too, and its log line says what
+/// Slurm did and who asked (22.05's job_modify has no message slot to
+/// tell the requester). A coordinator of the owner's account may change it on every
+/// release.
+pub(super) fn another_users_throttle_is_refused_and_logged(c: &mut Cluster) -> TestResult {
+    let owner = TestUser::create(c, "gpushare_tho")?;
+    let other = TestUser::create(c, "gpushare_thx")?;
+    let coordinator = TestUser::create(c, "gpushare_thc")?;
+    let array = owner.sbatch(
+        c,
+        &["-H", "-o", "/dev/null", "--array=0-9%4", "--wrap=true"],
+    )?;
+    let update = |who: &TestUser, value: &str| {
+        who.run(
+            c,
+            None,
+            "scontrol",
+            &[
+                "update",
+                &format!("JobId={array}"),
+                &format!("ArrayTaskThrottle={value}"),
+            ],
+        )
+    };
+    let out = update(&other, "1")?;
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    ensure(
+        !out.status.success(),
+        format!("another user's throttle was accepted: {said}"),
+    )?;
+    let logged = format!(
+        "uid {} (gpushare_thx) set ArrayTaskThrottle=1 on job {array} of another user",
+        other.uid
+    );
+    if testcluster::cluster::slurm_release() < (23, 2) {
+        // 22.05 gives job_modify no message slot: the requester reads
+        // Slurm's words for the code, the log says the rest.
+        contains_all(&said, &["Invalid user id"])?;
+        contains_all(
+            &c.log("slurmctld"),
+            &[
+                &logged,
+                &format!("job {array} belongs to another user (uid {})", owner.uid),
+                "Slurm 22.05 has nevertheless set it to 1",
+            ],
+        )?;
+        // What gpu_qos cannot undo, as its words say.
+        ensure(
+            c.array_throttle(array)? == "1",
+            format!("22.05's throttle: {}", c.array_throttle(array)?),
+        )?;
+    } else {
+        // Refused by Slurm before any plugin: nothing changed, nothing logged.
+        ensure(
+            c.array_throttle(array)? == "4" && !c.log("slurmctld").contains(&logged),
+            format!(
+                "throttle {} after another user's update ({said})",
+                c.array_throttle(array)?
+            ),
+        )?;
+    }
+    c.run_ok(
+        "sacctmgr",
+        &[
+            "-i",
+            "add",
+            "coordinator",
+            "account=research",
+            "names=gpushare_thc",
+        ],
+    )?;
+    // Accepted once slurmctld has the coordinator from slurmdbd.
+    let result = wait_for("the coordinator's throttle to be accepted", SHORT, || {
+        update(&coordinator, "2")
+            .ok()
+            .filter(|o| o.status.success())
+    })
+    .and_then(|_| {
+        ensure(
+            c.array_throttle(array)? == "2",
+            format!("the coordinator's throttle: {}", c.array_throttle(array)?),
+        )
+    });
+    let _ = c.run(
+        "sacctmgr",
+        &[
+            "-i",
+            "delete",
+            "coordinator",
+            "account=research",
+            "names=gpushare_thc",
+        ],
+    );
+    let _ = c.run("scancel", &[&array.to_string()]);
+    result
+}

@@ -18,8 +18,8 @@ use slurm_plugin::slurm_str::opt_str;
 use slurm_sys::{
     assoc_mgr_fill_in_assoc, assoc_mgr_fill_in_qos, assoc_mgr_fill_in_user,
     assoc_mgr_get_default_qos_info, assoc_mgr_lock, assoc_mgr_unlock, gpushare_assoc_mgr_lock_t,
-    job_desc_msg_t, slurmdb_assoc_rec_t, slurmdb_qos_rec_t, slurmdb_user_rec_t, GPUSHARE_NO_LOCK,
-    GPUSHARE_READ_LOCK, NO_VAL, SLURM_SUCCESS,
+    job_desc_msg_t, slurm_list_count, slurmdb_assoc_rec_t, slurmdb_qos_rec_t, slurmdb_user_rec_t,
+    GPUSHARE_NO_LOCK, GPUSHARE_READ_LOCK, NO_VAL, SLURM_SUCCESS,
 };
 
 /// Which facts the loaded policy needs, so a job is looked up no further.
@@ -481,6 +481,8 @@ pub struct Requester {
     pub name: Option<String>,
     /// AdminLevel Operator or Administrator in the database.
     pub operator: bool,
+    /// A coordinator of at least one account.
+    pub coordinator: bool,
 }
 
 /// The user record of `uid`: its name and admin level. Read with
@@ -510,9 +512,15 @@ pub unsafe fn requester(uid: u32) -> Requester {
     if !found {
         return Requester::default();
     }
+    // The record's coordinator list is the manager's own (copied as a
+    // pointer), read under the same lock.
+    let coordinator = !user.coord_accts.is_null()
+        // SAFETY: a live list of the manager's, under our user read lock.
+        && unsafe { slurm_list_count(user.coord_accts) } > 0;
     Requester {
         // SAFETY: the manager's string, valid under our locks.
         name: unsafe { owned(user.name) },
         operator: user.admin_level >= ADMIN_OPERATOR,
+        coordinator,
     }
 }

@@ -231,6 +231,8 @@ pub fn error_code(kind: RejectionKind) -> c_int {
         | RejectionKind::UpdateNeedsTypedGpu
         | RejectionKind::BadRequest
         | RejectionKind::UnlistedTypedLimit => slurm_sys::ESLURM_INVALID_GRES,
+        // What Slurm itself answers another user's update.
+        RejectionKind::ForeignArrayThrottle => slurm_sys::ESLURM_USER_ID_MISSING,
     };
     code as c_int
 }

@@ -14,8 +14,9 @@ use std::path::PathBuf;
 use gpushare::qos::config::GpuQosConfig;
 use gpushare::qos::metrics::Call;
 use gpushare::qos::policy::{
-    apply_exemptions, asks_untyped_gpu, judge_modify, judge_submit, limits_without_rule, Action,
-    JobDescription, Requester, Resolved, Verdict,
+    apply_exemptions, asks_untyped_gpu, foreign_throttle, judge_modify, judge_submit,
+    limits_without_rule, may_be_foreign_throttle, Action, JobDescription, Requester, Resolved,
+    Verdict,
 };
 use slurm_plugin::log;
 use slurm_plugin::slurm_str::{opt_str, set_message};
@@ -322,6 +323,7 @@ fn exempted(
     uid: u32,
     verdict: Verdict,
 ) -> Verdict {
+    let foreign = may_be_foreign_throttle(job, action, uid);
     let look = match &verdict {
         Verdict::Reject(_) => policy.has_exemptions(),
         Verdict::Accept(c) => {
@@ -329,7 +331,7 @@ fn exempted(
                 || (c.recheck_gpu_types.is_some() && policy.has_exemptions())
         }
     };
-    if !look {
+    if !look && !foreign {
         return verdict;
     }
     // SAFETY: from slurmctld's job_submit/job_modify, no manager lock held.
@@ -342,7 +344,19 @@ fn exempted(
         uid,
         name: who.name.as_deref(),
         operator: who.operator || uid == 0 || uid == slurm_user,
+        coordinator: who.coordinator,
     };
+    if let Some(refusal) = foreign_throttle(job, action, &requester) {
+        log::error(&format!(
+            "{PLUGIN}: uid {uid} ({}) set ArrayTaskThrottle={} on {} of another user: \
+             Slurm 22.05 applies it before checking who asks; refused",
+            requester.name.unwrap_or("no user record"),
+            job.array_inx.unwrap_or_default().escape_debug(),
+            job.job_id_for_messages
+                .map_or_else(|| "a job".to_owned(), |id| format!("job {id}")),
+        ));
+        return Verdict::Reject(refusal);
+    }
     apply_exemptions(policy, job, action, &requester, verdict)
 }
 

@@ -7,7 +7,7 @@
 use crate::qos::config::GpuQosConfig;
 
 use super::job::JobDescription;
-use super::verdict::{ExemptReason, Exemption, JobChanges, Verdict};
+use super::verdict::{ExemptReason, Exemption, JobChanges, Rejection, RejectionKind, Verdict};
 
 /// Which call the decision answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +31,9 @@ pub struct Requester<'a> {
     /// `AdminLevel=Operator` or `Administrator`, or root or SlurmUser
     /// (Slurm's own test for an operator, `validate_operator`).
     pub operator: bool,
+    /// A coordinator of some account: Slurm lets a coordinator update the
+    /// jobs of its accounts' users.
+    pub coordinator: bool,
 }
 
 /// Why `requester` is exempt from refusals of `action`, if they are.
@@ -50,6 +53,50 @@ pub fn exempt_reason(
         }
         _ => None,
     }
+}
+
+/// Whether the update must be looked at as another user's throttle change
+/// ([`foreign_throttle`]): it sets `ArrayTaskThrottle` on a job whose
+/// owner slurmctld names and the requester is not.
+pub fn may_be_foreign_throttle(job: &JobDescription<'_>, action: Action, uid: u32) -> bool {
+    matches!(action, Action::Update { owner: Some(owner) } if owner != uid)
+        && job.array_inx.is_some()
+}
+
+/// Another user's `ArrayTaskThrottle=` refused. Slurm 22.05 applies an
+/// update's throttle before it checks who asks (`_update_job`: the
+/// ownership test comes after `job_submit`'s modify; 23.02 moved it
+/// first), so anyone could throttle anyone's array and be answered only
+/// "Invalid user id". The throttle is already set when gpu_qos sees the
+/// update: the refusal cannot undo it, it says so to the requester and
+/// puts it in slurmctld's log with who asked. An operator or a
+/// coordinator (whom Slurm lets update the jobs of their accounts) is
+/// left to Slurm; from 23.02 only they get here.
+pub fn foreign_throttle(
+    job: &JobDescription<'_>,
+    action: Action,
+    requester: &Requester<'_>,
+) -> Option<Rejection> {
+    let Action::Update { owner: Some(owner) } = action else {
+        return None;
+    };
+    let asked = job.array_inx?;
+    if owner == requester.uid || requester.operator || requester.coordinator {
+        return None;
+    }
+    let job_id = job
+        .job_id_for_messages
+        .map_or_else(|| "this job".to_owned(), |id| format!("job {id}"));
+    let value = super::lowprio::throttle_value(asked);
+    Some(super::verdict::reject(
+        RejectionKind::ForeignArrayThrottle,
+        format!(
+            "{job_id} belongs to another user (uid {owner}): its ArrayTaskThrottle is theirs \
+             to change. Slurm 22.05 has nevertheless set it to {value} before checking who \
+             asked; this is in slurmctld's log with your uid, and the job's owner or an \
+             administrator can set it back"
+        ),
+    ))
 }
 
 /// The decision once exemptions are applied: a refusal of an exempt

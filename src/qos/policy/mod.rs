@@ -50,7 +50,9 @@ mod fixtures;
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests;
 
-pub use exempt::{apply_exemptions, exempt_reason, Action, Requester};
+pub use exempt::{
+    apply_exemptions, exempt_reason, foreign_throttle, may_be_foreign_throttle, Action, Requester,
+};
 pub use job::{JobDescription, LimitLevel, Resolved, TypedLimit};
 pub use limits::{asks_untyped_gpu, limits_without_rule};
 pub use lowprio::{requeued_output_words, throttle_to_restore};

@@ -195,6 +195,9 @@ pub enum RejectionKind {
     /// one) under a level whose limit in the accounting database is typed
     /// and that `gpu_qos.conf` has no rule for.
     UnlistedTypedLimit,
+    /// Another user's `ArrayTaskThrottle=` (applied by Slurm 22.05 before
+    /// its ownership check).
+    ForeignArrayThrottle,
 }
 
 /// A refused job: its kind and the text shown to the user.

@@ -18,6 +18,7 @@ fn requester(uid: u32, name: Option<&str>, operator: bool) -> Requester<'_> {
         uid,
         name,
         operator,
+        coordinator: false,
     }
 }
 
@@ -262,4 +263,57 @@ fn an_operators_array_throttle_is_not_set_back() {
         verdict,
     ));
     assert_eq!(c.recheck_array_throttle, None);
+}
+
+/// An update of `ArrayTaskThrottle=` to `value` on job 77, owned by uid 500.
+fn throttle_update(value: &str) -> JobDescription<'_> {
+    JobDescription {
+        array_inx: Some(value),
+        job_id_for_messages: Some(77),
+        ..job(None, None)
+    }
+}
+
+#[test]
+fn another_users_throttle_is_refused_saying_slurm_22_05_already_set_it() {
+    let update = throttle_update("0x");
+    let owner = Action::Update { owner: Some(500) };
+    assert!(may_be_foreign_throttle(&update, owner, 600));
+    let r = foreign_throttle(&update, owner, &requester(600, Some("mallory"), false))
+        .expect("another user's throttle is refused");
+    assert_eq!(r.kind, RejectionKind::ForeignArrayThrottle);
+    assert!(
+        r.message
+            .contains("job 77 belongs to another user (uid 500)"),
+        "{}",
+        r.message
+    );
+    // The value as slurmctld read it (strtoll), not the text.
+    assert!(r.message.contains("set it to 0 before"), "{}", r.message);
+    // Even an empty value is a throttle slurmctld applies (0).
+    assert!(foreign_throttle(&throttle_update(""), owner, &requester(600, None, false)).is_some());
+}
+
+#[test]
+fn the_owner_an_operator_or_a_coordinator_may_change_a_throttle() {
+    let update = throttle_update("4");
+    let owner = Action::Update { owner: Some(500) };
+    assert!(!may_be_foreign_throttle(&update, owner, 500));
+    assert!(foreign_throttle(&update, owner, &requester(500, None, false)).is_none());
+    assert!(foreign_throttle(&update, owner, &requester(0, Some("root"), true)).is_none());
+    let coordinator = Requester {
+        coordinator: true,
+        ..requester(600, Some("pi"), false)
+    };
+    assert!(foreign_throttle(&update, owner, &coordinator).is_none());
+    // No throttle in the update, or the owner unknown: nothing to refuse.
+    let plain = JobDescription {
+        job_id_for_messages: Some(77),
+        ..job(None, Some("gres:gpu:a40:1"))
+    };
+    assert!(!may_be_foreign_throttle(&plain, owner, 600));
+    assert!(foreign_throttle(&plain, owner, &requester(600, None, false)).is_none());
+    let unknown = Action::Update { owner: None };
+    assert!(foreign_throttle(&update, unknown, &requester(600, None, false)).is_none());
+    assert!(foreign_throttle(&update, Action::Submit, &requester(600, None, false)).is_none());
 }
