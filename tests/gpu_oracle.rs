@@ -33,9 +33,15 @@ mod forms;
 use forms::{Command, Form};
 
 fn main() -> ExitCode {
-    let mut alone = ClusterSpec::example_site();
+    let mut spec = ClusterSpec::example_site();
+    for (name, text) in &mut spec.extra_conf_files {
+        if name == "gpu_qos.conf" {
+            text.push_str(PAIR_RULE);
+        }
+    }
+    let mut alone = spec.clone();
     alone.job_submit_plugins.clear();
-    Suite::new(ClusterSpec::example_site())
+    Suite::new(spec)
         .test(
             "no_accepted_job_holds_untyped_gpus_under_a_typed_limit",
             |c| oracle(c, true),
@@ -54,6 +60,13 @@ const GROUP_QOS: &str = "qos_lafferty";
 const PART_QOS: &str = "oracle_part_a40";
 const PARTITION: &str = "oracle_a40";
 const ACCOUNT: &str = "oracle_lab";
+/// A QOS limiting two types, each by its own figure, and its rule.
+const PAIR_QOS: &str = "oracle_pair";
+const PAIR_RULE: &str = "QOS=oracle_pair GPUTypes=a40,h100 GPULimit=a40:4,h100:2\n";
+
+/// A request through libslurm's update call (`gpu_oracle/raw_update.c`)
+/// rather than scontrol: its fields as given, several in one request.
+const RAW: &str = "libslurm:";
 
 /// A user and the options that put their jobs under one scope.
 struct Scope {
@@ -61,6 +74,15 @@ struct Scope {
     user: TestUser,
     args: Vec<&'static str>,
     typed: bool,
+    /// The GPU types its rule permits (`None`: no rule says).
+    permits: Option<&'static [&'static str]>,
+}
+
+impl Scope {
+    fn permits_all(&self, types: &[&str]) -> bool {
+        self.permits
+            .is_none_or(|p| types.iter().all(|t| p.contains(t)))
+    }
 }
 
 fn sacctmgr(c: &Cluster, args: &[&str]) -> TestResult {
@@ -143,6 +165,17 @@ fn scopes(c: &Cluster) -> Result<(Vec<Scope>, u32), String> {
             &format!("DefaultAccount={ACCOUNT}"),
         ],
     )?;
+    sacctmgr(
+        c,
+        &[
+            "add",
+            "qos",
+            PAIR_QOS,
+            "GrpTRES=gres/gpu:a40=4,gres/gpu:h100=2",
+        ],
+    )?;
+    let pair = TestUser::create(c, "orpr")?;
+    pair.allow_qos(c, &["normal", PAIR_QOS])?;
     let user = TestUser::create(c, "orus")?;
     sacctmgr(
         c,
@@ -157,42 +190,57 @@ fn scopes(c: &Cluster) -> Result<(Vec<Scope>, u32), String> {
     )?;
     let qos_arg: &'static str = "--qos=qos_lafferty";
     let part_arg: &'static str = "--partition=oracle_a40";
+    let pair_arg: &'static str = "--qos=oracle_pair";
+    const A40: &[&str] = &["a40"];
     let scopes = vec![
         Scope {
             name: "named QOS",
             user: named,
             args: vec![qos_arg],
             typed: true,
+            permits: Some(A40),
         },
         Scope {
             name: "default QOS",
             user: default,
             args: Vec::new(),
             typed: true,
+            permits: Some(A40),
+        },
+        Scope {
+            name: "two-type QOS",
+            user: pair,
+            args: vec![pair_arg],
+            typed: true,
+            permits: Some(&["a40", "h100"]),
         },
         Scope {
             name: "partition QOS",
             user: part,
             args: vec![part_arg],
             typed: true,
+            permits: None,
         },
         Scope {
             name: "account",
             user: acct,
             args: Vec::new(),
             typed: true,
+            permits: None,
         },
         Scope {
             name: "user association",
             user,
             args: Vec::new(),
             typed: true,
+            permits: None,
         },
         Scope {
             name: "no typed limit",
             user: free,
             args: Vec::new(),
             typed: false,
+            permits: None,
         },
     ];
     Ok((scopes, planted))
@@ -241,7 +289,7 @@ impl Held {
         let part = self.get("Partition");
         let account = self.get("Account");
         let user = self.get("UserId");
-        if qos == GROUP_QOS {
+        if qos == GROUP_QOS || qos == PAIR_QOS {
             Some(format!("QOS {qos}"))
         } else if part.split(',').any(|p| p == PARTITION) {
             Some(format!("partition {part}"))
@@ -391,6 +439,7 @@ fn follow_advice(
         args: words,
         typed: true,
         gpus: true,
+        types: &[],
         label: format!("{} -> advice {advice}", form.label),
     };
     tally.advice_followed += 1;
@@ -544,7 +593,7 @@ fn oracle(c: &mut Cluster, with_plugin: bool) -> TestResult {
                         let first_line = said.lines().last().unwrap_or_default();
                         *tally.slurm_says.entry(first_line.to_owned()).or_default() += 1;
                     }
-                    if by_plugin && form.typed {
+                    if by_plugin && form.typed && scope.permits_all(form.types) {
                         tally.wrongly_refused.push(format!("{what}: {said}"));
                     }
                     if by_plugin {
@@ -590,6 +639,35 @@ fn oracle(c: &mut Cluster, with_plugin: bool) -> TestResult {
         &["TresPerTask=cpu=gres:gpu:1"],
         &["TresPerTask=cpu=gres/gpu:1"],
     ];
+    // The same through libslurm's update call, as a user's own program
+    // sends it: each field exactly as written (no `gres:` prepended,
+    // nothing joined to what the job had), several fields in one request.
+    let raw: &[&[&str]] = &[
+        &[RAW, "tres_per_node=gres:gpu:2"],
+        &[RAW, "tres_per_node=gres/gpu:2"],
+        &[RAW, "tres_per_node=gres:gpu:a40:1,gres:gpu:1"],
+        &[RAW, "tres_per_socket=gres:gpu:1"],
+        &[
+            RAW,
+            "tres_per_job=gres:gpu:a40:1",
+            "tres_per_node=cpu=gres:gpu:2",
+        ],
+        &[
+            RAW,
+            "tres_per_job=gres/gpu:a40:1",
+            "tres_per_task=cpu=gres/gpu:1",
+        ],
+        // Typed, alone: gpu_qos must take it.
+        &[RAW, "tres_per_node=gres:gpu:a40:1"],
+    ];
+    let raw_typed: &[&str] = &[RAW, "tres_per_node=gres:gpu:a40:1"];
+    let raw_update = scopes.first().ok_or("no scope")?.user.compile(
+        c,
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("gpu_oracle/raw_update.c"),
+        "raw_update",
+        false,
+    )?;
+    let raw_update = raw_update.to_string_lossy().into_owned();
     let mut hidden_tried = std::collections::BTreeSet::new();
     let mut cpu_jobs: Vec<u32> = Vec::new();
     let mut updated = 0usize;
@@ -598,9 +676,10 @@ fn oracle(c: &mut Cluster, with_plugin: bool) -> TestResult {
         let mut updates: Vec<&[&str]> = if scope.typed { regrown } else { moves }.to_vec();
         let cpu_only = what.ends_with("no GPU option");
         if cpu_only {
-            updates = hidden.to_vec();
+            updates = [hidden, raw].concat();
         } else if scope.typed && hidden_tried.insert(*index) {
             updates.extend_from_slice(hidden);
+            updates.extend_from_slice(raw);
         }
         for (n, update) in updates.into_iter().enumerate() {
             // Each GPU text hidden in a job without GPUs, in a job of its
@@ -615,24 +694,40 @@ fn oracle(c: &mut Cluster, with_plugin: bool) -> TestResult {
             } else {
                 *id
             };
-            let mut args = vec!["update".to_owned(), format!("job={id}")];
-            args.extend(update.iter().map(|s| (*s).to_owned()));
+            let through_libslurm = update.first() == Some(&RAW);
+            let (program, mut args) = if through_libslurm {
+                (raw_update.as_str(), vec![id.to_string()])
+            } else {
+                ("scontrol", vec!["update".to_owned(), format!("job={id}")])
+            };
+            args.extend(
+                update
+                    .iter()
+                    .filter(|s| **s != RAW)
+                    .map(|s| (*s).to_owned()),
+            );
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             tally.submitted += 1;
             let log_at = fs::metadata(c.log_path("slurmctld")).map_or(0, |m| m.len());
-            let out = scope.user.run(c, None, "scontrol", &args)?;
-            if hidden.contains(&update) {
+            let out = scope.user.run(c, None, program, &args)?;
+            if hidden.contains(&update) || through_libslurm {
                 let (log, _) = log_since(c, log_at);
                 // Slurm's words without the job's id, so that like counts with like.
                 let stderr = String::from_utf8_lossy(&out.stderr);
                 let said = stderr.trim().split(" for job ").next().unwrap_or_default();
                 let by_plugin = log.lines().any(|l| l.contains("job_submit/gpu_qos"));
+                let how = if through_libslurm { "libslurm, " } else { "" };
                 let outcome = match (out.status.success(), by_plugin) {
-                    (true, _) => "taken".to_owned(),
-                    (false, true) => "refused by gpu_qos".to_owned(),
-                    (false, false) => format!("refused by Slurm ({said})"),
+                    (true, _) => format!("{how}taken"),
+                    (false, true) => format!("{how}refused by gpu_qos"),
+                    (false, false) => format!("{how}refused by Slurm ({said})"),
                 };
                 *tally.hidden.entry(outcome).or_default() += 1;
+                if update == raw_typed && by_plugin && !out.status.success() {
+                    tally
+                        .wrongly_refused
+                        .push(format!("{what}, then {}: {said}", update.join(" ")));
+                }
             }
             if out.status.success() {
                 updated += 1;
@@ -669,7 +764,9 @@ fn oracle(c: &mut Cluster, with_plugin: bool) -> TestResult {
         eprintln!("  refused by Slurm {n}x: {said}");
     }
     for (outcome, n) in &tally.hidden {
-        eprintln!("  GPU text hidden in another TRES entry, {n}x: {outcome}");
+        eprintln!(
+            "  GPU text hidden in another TRES entry (or sent through libslurm), {n}x: {outcome}"
+        );
     }
     eprintln!(
         "  jobs given h100 under {GROUP_QOS} by an update, checked held: {}",

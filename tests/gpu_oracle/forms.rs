@@ -11,53 +11,80 @@ struct GpuOption {
     name: &'static str,
     untyped: &'static [&'static str],
     typed: &'static [&'static str],
+    /// The types the typed spelling names.
+    types: &'static [&'static str],
 }
 
-// Every typed form names a40: each scope of the suite permits it, and
-// two of them fit every limit there.
+const A40: &[&str] = &["a40"];
+const A40_H100: &[&str] = &["a40", "h100"];
+
+// Every typed form names a40, which each scope of the suite permits (two
+// of them fit every limit there), or a40 and h100 in one request, which
+// the two-type scope and those without a rule permit.
 const OPTIONS: &[GpuOption] = &[
     GpuOption {
         name: "--gres",
         untyped: &["--gres=gpu:2"],
         typed: &["--gres=gpu:a40:2"],
+        types: A40,
     },
     GpuOption {
         name: "--gpus",
         untyped: &["--gpus=2"],
         typed: &["--gpus=a40:2"],
+        types: A40,
     },
     GpuOption {
         name: "--gpus-per-node",
         untyped: &["--gpus-per-node=2"],
         typed: &["--gpus-per-node=a40:2"],
+        types: A40,
     },
     GpuOption {
         name: "--gpus-per-task",
         untyped: &["-n", "2", "--gpus-per-task=1"],
         typed: &["-n", "2", "--gpus-per-task=a40:1"],
+        types: A40,
     },
     // 23.11 and later; before, the client refuses the option.
     GpuOption {
         name: "--tres-per-task",
         untyped: &["-n", "2", "--tres-per-task=gres/gpu:1"],
         typed: &["-n", "2", "--tres-per-task=gres/gpu:a40:1"],
+        types: A40,
     },
     // The count left out: one GPU.
     GpuOption {
         name: "--gres, no count",
         untyped: &["--gres=gpu"],
         typed: &["--gres=gpu:a40"],
+        types: A40,
     },
     // Two entries in one option: a typed one and one without a type.
     GpuOption {
         name: "--gres, two entries",
         untyped: &["--gres=gpu:a40:1,gpu:1"],
         typed: &["--gres=gpu:a40:1,gpu:a40:1"],
+        types: A40,
+    },
+    // Two types in one request, and one of them with an untyped entry.
+    GpuOption {
+        name: "--gres, two types",
+        untyped: &["--gres=gpu:h100:1,gpu:1"],
+        typed: &["--gres=gpu:a40:1,gpu:h100:1"],
+        types: A40_H100,
+    },
+    GpuOption {
+        name: "--gpus-per-node, two types",
+        untyped: &["--gpus-per-node=h100:1,1"],
+        typed: &["--gpus-per-node=a40:1,h100:1"],
+        types: A40_H100,
     },
     GpuOption {
         name: "--gpus-per-socket",
         untyped: &["--sockets-per-node=1", "--gpus-per-socket=1"],
         typed: &["--sockets-per-node=1", "--gpus-per-socket=a40:1"],
+        types: A40,
     },
 ];
 
@@ -152,6 +179,8 @@ pub struct Form {
     pub typed: bool,
     /// Whether it asks for GPUs at all (named, or added by Slurm).
     pub gpus: bool,
+    /// The GPU types a typed form names.
+    pub types: &'static [&'static str],
     pub label: String,
 }
 
@@ -160,18 +189,29 @@ pub struct Form {
 /// jobs for each GPU option alone and for the forms Slurm adds GPUs to.
 pub fn all() -> Vec<Form> {
     let mut forms = Vec::new();
-    let mut gpu_args: Vec<(String, Vec<&'static str>, Option<bool>)> =
-        vec![("no GPU option".to_owned(), Vec::new(), None)];
-    gpu_args.push(("--gres=mps:50".to_owned(), vec!["--gres=mps:50"], None));
+    type GpuArgs = (
+        String,
+        Vec<&'static str>,
+        Option<bool>,
+        &'static [&'static str],
+    );
+    let mut gpu_args: Vec<GpuArgs> = vec![("no GPU option".to_owned(), Vec::new(), None, &[])];
+    gpu_args.push(("--gres=mps:50".to_owned(), vec!["--gres=mps:50"], None, &[]));
     for o in OPTIONS {
         gpu_args.push((
             format!("{} untyped", o.name),
             o.untyped.to_vec(),
             Some(false),
+            &[],
         ));
-        gpu_args.push((format!("{} typed", o.name), o.typed.to_vec(), Some(true)));
+        gpu_args.push((
+            format!("{} typed", o.name),
+            o.typed.to_vec(),
+            Some(true),
+            o.types,
+        ));
     }
-    for (gpu_name, gpu, typed) in &gpu_args {
+    for (gpu_name, gpu, typed, types) in &gpu_args {
         for beside in BESIDE {
             let derives = beside.derives && typed.is_none();
             let commands: &[Command] = if beside.name.is_empty() || derives {
@@ -196,6 +236,7 @@ pub fn all() -> Vec<Form> {
                     args,
                     typed: *typed == Some(true) && !derives && !beside.adds_untyped,
                     gpus: typed.is_some() || derives || beside.adds_untyped,
+                    types,
                     label: format!(
                         "{}: {gpu_name}{}{}",
                         command.name(),

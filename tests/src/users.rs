@@ -263,10 +263,21 @@ impl TestUser {
         let src = source.to_string_lossy();
         let dst = out.to_string_lossy();
         let mut args = vec!["-Wall", "-o", &*dst, &*src];
+        // A program finds the libslurm it was linked with wherever that is
+        // (SchedMD's RPMs: /usr/lib64, which a RHEL loader searches and a
+        // Debian one does not), as a site's module file or ld.so.conf
+        // would have it.
+        let rpath;
         if shared {
             args.splice(0..0, ["-shared", "-fPIC"]);
         } else {
             args.push("-lslurm");
+            let lib = self.run_ok(c, None, "cc", &["-print-file-name=libslurm.so"])?;
+            let dir = Path::new(lib.trim()).parent().filter(|d| d.is_absolute());
+            if let Some(dir) = dir {
+                rpath = format!("-Wl,-rpath,{}", dir.display());
+                args.push(&rpath);
+            }
         }
         self.run_ok(c, None, "cc", &args)?;
         Ok(out)
