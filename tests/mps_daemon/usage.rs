@@ -392,6 +392,9 @@ fn advised_to(c: &Cluster, user: &TestUser) -> Result<(serde_json::Value, String
 
 /// The accounting's record of job `job` (`123`, or `120_1` for an
 /// array's task): `sacct -X -n -P -o FIELDS`.
+/// Both comments of a job, as `accounted` reads them.
+const COMMENTS: &str = "AdminComment,SystemComment";
+
 fn accounted(c: &Cluster, job: &str, fields: &str) -> String {
     c.run("sacct", &["-X", "-n", "-P", "-o", fields, "-j", job])
         .map(|o| String::from_utf8_lossy(&o.stdout).trim_end().to_owned())
@@ -403,8 +406,9 @@ fn accounted(c: &Cluster, job: &str, fields: &str) -> String {
 /// `sleep` its figures; the share's `AdminComment` holds the site's words.
 /// Once both are cancelled, the timer's next runs write each job's peak
 /// memory, its limit, its mean SM use and the number of samples in its
-/// `AdminComment` (the site's words kept), as `gpu-qos advise` reads them,
-/// and the metrics file counts them by QOS and size.
+/// `AdminComment` (the share's in its `SystemComment`: the site's words
+/// are left whole), as `gpu-qos advise` reads them, and the metrics file
+/// counts them by QOS and size.
 fn ended_use(c: &mut Cluster) -> TestResult {
     standin(c)?;
     install_nvml_usage(&bin_dir(c))?;
@@ -519,10 +523,11 @@ fn ended_use(c: &mut Cluster) -> TestResult {
                 c.wait_job_done(job, JOB_LONG)?;
             }
         }
+        // `AdminComment|SystemComment`, as sacct prints them.
         let task_words = |i: usize, mib: u32| {
             format!(
                 "gpushare-usage: node=NODE gpu={} units=25/100 mem_peak_mib={mib} \
-                 mem_limit_mib=12288 sm_mean=- samples=2",
+                 mem_limit_mib=12288 sm_mean=- samples=2|",
                 task_gpus[i]
             )
         };
@@ -532,7 +537,7 @@ fn ended_use(c: &mut Cluster) -> TestResult {
             (
                 share.to_string(),
                 format!(
-                    "site words; gpushare-usage: node=NODE gpu={gpu_s} units=25/100 \
+                    "site words|gpushare-usage: node=NODE gpu={gpu_s} units=25/100 \
                      mem_peak_mib=1000 mem_limit_mib=12288 sm_mean=- samples=2"
                 ),
             ),
@@ -540,7 +545,7 @@ fn ended_use(c: &mut Cluster) -> TestResult {
                 whole.to_string(),
                 format!(
                     "gpushare-usage: node=NODE gpu={gpu_w} units=whole mem_peak_mib=6000 \
-                     mem_limit_mib=49152 sm_mean=0.100 samples=2"
+                     mem_limit_mib=49152 sm_mean=0.100 samples=2|"
                 ),
             ),
         ];
@@ -566,7 +571,7 @@ fn ended_use(c: &mut Cluster) -> TestResult {
             (want
                 .iter()
                 .filter(|(job, _)| jobs.contains(&job))
-                .all(|(job, w)| anonymous(&accounted(c, job, "AdminComment")) == *w)
+                .all(|(job, w)| anonymous(&accounted(c, job, COMMENTS)) == *w)
                 && !kept.contains("\"ended\":[{"))
             .then_some(())
         };
@@ -593,7 +598,7 @@ fn ended_use(c: &mut Cluster) -> TestResult {
                 let timer = gpu_mps(c, &["metrics", "--write"]).ok()?;
                 said.push_str(&String::from_utf8_lossy(&timer.stderr));
                 want.iter()
-                    .all(|(job, w)| anonymous(&accounted(c, job, "AdminComment")) == *w)
+                    .all(|(job, w)| anonymous(&accounted(c, job, COMMENTS)) == *w)
                     .then_some(())
             },
         );
@@ -703,11 +708,12 @@ fn jobstats_epilog(c: &Cluster, job: u32, blob: &str) -> TestResult {
     .map(drop)
 }
 
-/// Three of alice's shares sampled twice by the node timer, then ended:
+/// Four of alice's shares sampled twice by the node timer, then ended:
 /// jobstats' epilog writes job A's AdminComment before the timer records
 /// it, and job B's after (its words already there); job C's AdminComment
-/// holds a backslash. Every AdminComment stays byte for byte what its
-/// writer left (jobstats' blob still decodes where sacctmgr keeps case,
+/// holds a backslash; job E's is slurm-quota's key, a bare UUID, which
+/// slurm-quota reads back whole. Every AdminComment stays byte for byte
+/// what its writer left (jobstats' blob still decodes where sacctmgr keeps case,
 /// 23.02 on), the figures land in SystemComment, and `gpu-qos advise`
 /// finds them.
 fn jobstats_comment(c: &mut Cluster) -> TestResult {
@@ -719,17 +725,21 @@ fn jobstats_comment(c: &mut Cluster) -> TestResult {
         user_share(c, &alice, 25)?,
         user_share(c, &alice, 25)?,
         user_share(c, &alice, 25)?,
+        user_share(c, &alice, 25)?,
     ];
-    let [a, b, d] = jobs;
+    let [a, b, d, e] = jobs;
     let backslash = r"site C:\temp\x";
-    c.run(
-        "scontrol",
-        &[
-            "update",
-            &format!("jobid={d}"),
-            &format!("AdminComment={backslash}"),
-        ],
-    )?;
+    let uuid = "0f8fad5b-d9cb-469f-a165-70867728950e";
+    for (job, comment) in [(d, backslash), (e, uuid)] {
+        c.run(
+            "scontrol",
+            &[
+                "update",
+                &format!("jobid={job}"),
+                &format!("AdminComment={comment}"),
+            ],
+        )?;
+    }
     let result = (|| {
         let held = ledger(c);
         let mut figures: BTreeMap<u32, Vec<Figures>> = BTreeMap::new();
@@ -782,8 +792,10 @@ fn jobstats_comment(c: &mut Cluster) -> TestResult {
         let (blob_b, json_b) = jobstats_blob(b)?;
         jobstats_epilog(c, b, &blob_b)?;
         let left_b = accounted(c, &b.to_string(), "AdminComment");
-        c.run("scancel", &[&d.to_string()])?;
-        c.wait_job_done(d, JOB_LONG)?;
+        for job in [d, e] {
+            c.run("scancel", &[&job.to_string()])?;
+            c.wait_job_done(job, JOB_LONG)?;
+        }
         let done = wait_for("every job's words in its SystemComment", JOB_LONG, || {
             timer(&mut said);
             jobs.iter()
@@ -803,6 +815,7 @@ fn jobstats_comment(c: &mut Cluster) -> TestResult {
             accounted(c, &a.to_string(), "AdminComment") == left_a
                 && accounted(c, &b.to_string(), "AdminComment") == left_b
                 && accounted(c, &d.to_string(), "AdminComment") == backslash
+                && accounted(c, &e.to_string(), "AdminComment") == uuid
                 && (!keeps_case
                     || (jobstats_reads(&left_a).as_deref() == Some(json_a.as_str())
                         && jobstats_reads(&left_b).as_deref() == Some(json_b.as_str()))),

@@ -521,17 +521,18 @@ const NOT_COUNTED: &str = "not counted toward the ";
 /// rewritten comment never starts the count again.
 pub fn counted_requeues(comment: Option<&str>, restarts: u32) -> Option<u32> {
     let comment = comment.unwrap_or_default();
-    if crate::shared::admin_comment::site_tools(comment).is_some() {
-        return None;
-    }
+    // Its words first: an older gpushare appended them to a site's text.
     let ours = comment.contains(COMMENT_MARK)
         || comment
             .split(COMMENT_SEPARATOR)
             .any(|p| tally_of(p).is_some());
-    match (ours, restarts) {
-        (true, _) | (false, 0) => Some(requeues_in(comment)),
-        (false, _) => None,
+    if ours {
+        return Some(requeues_in(comment));
     }
+    if crate::shared::admin_comment::site_tools(comment).is_some() || restarts > 0 {
+        return None;
+    }
+    Some(0)
 }
 
 /// How many times gpushare requeued a job whose `AdminComment` is

@@ -606,8 +606,9 @@ mod tests {
         }
         assert!(record_ended(&node, "n1", Some(&mut books), now).is_empty());
         let (job, field, comment) = &books.written[1];
-        assert_eq!((*job, *field), (1, Field::AdminComment));
-        assert!(comment.starts_with("site words; gpushare-usage: node=n1 gpu=0 units=25/100 "));
+        // The site's words left whole: SystemComment used.
+        assert_eq!((*job, *field), (1, Field::SystemComment));
+        assert!(comment.starts_with("gpushare-usage: node=n1 gpu=0 units=25/100 "));
         assert!(comment.ends_with(" samples=2"), "{comment}");
         assert!(record_ended(&node, "n1", Some(&mut books), now).is_empty());
         let kept = read_kept(&node.cfg.state_dir);

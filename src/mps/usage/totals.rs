@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::ShareUse;
 use crate::mps::ledger::LedgerState;
-use crate::shared::admin_comment::site_tools;
+use crate::shared::admin_comment::{kept_whole, site_tools};
 
 const MIB: u64 = 1 << 20;
 
@@ -485,7 +485,8 @@ pub enum Next {
 
 /// Where this node's `figures` go in `a`'s record, and the comment
 /// written there: its `AdminComment` unless that is a site tool's
-/// ([`site_tools`]) or `sacctmgr` would alter it, else its
+/// ([`site_tools`]: anything gpushare did not write) or `sacctmgr` would
+/// alter it, else its
 /// `SystemComment` on the same terms; each comment's other words kept.
 fn placed(
     a: &Accounted,
@@ -499,7 +500,11 @@ fn placed(
         (Field::SystemComment, &a.system_comment),
     ] {
         let comment = comment_with(old, node, figures);
-        match site_tools(old) {
+        let whole = match field {
+            Field::AdminComment => site_tools(old),
+            Field::SystemComment => kept_whole(old),
+        };
+        match whole {
             Some(why) => whys.push(format!("its {} is left whole: {why}", field.name())),
             None if !sacctmgr_keeps(&comment, lowers) => whys.push(format!(
                 "sacctmgr would change its {} (capitals before Slurm 23.02)",

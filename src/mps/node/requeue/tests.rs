@@ -262,13 +262,18 @@ fn a_rewritten_comment_never_starts_the_count_again() {
     assert_eq!(counted_requeues(Some(&format!("site; {ours}")), 5), Some(2));
     // Never requeued: nothing to count.
     assert_eq!(counted_requeues(None, 0), Some(0));
-    assert_eq!(counted_requeues(Some("site"), 0), Some(0));
+    assert_eq!(counted_requeues(Some(""), 0), Some(0));
     // gpushare's words gone (a site tool replaced the comment) while
     // Slurm counts restarts, or a site tool's comment (gpushare writes no
     // words there): every restart counts.
     assert_eq!(counted_requeues(Some("site"), 2), None);
     assert_eq!(counted_requeues(None, 1), None);
     assert_eq!(counted_requeues(Some("JS1:H4sIAAAA"), 0), None);
+    assert_eq!(counted_requeues(Some("site"), 0), None);
+    assert_eq!(
+        counted_requeues(Some("0f8fad5b-d9cb-469f-a165-70867728950e"), 0),
+        None
+    );
     // gpushare's own words never make a comment a site tool's.
     for why in Elsewhere::ALL {
         for n in [None, Some(1)] {

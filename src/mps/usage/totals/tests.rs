@@ -160,8 +160,23 @@ fn figures_are_written_when_the_record_is_complete_and_then_counted() {
         comment,
     };
     assert_eq!(
+        next(&ended(0, None), shown("COMPLETED", ""), "n1", false, 10),
+        admin(figure.clone())
+    );
+    // Another node's figures before: gpushare's comment, added to.
+    let other = words("n2", &used_only());
+    assert_eq!(
+        next(&ended(0, None), shown("COMPLETED", &other), "n1", false, 10),
+        admin(format!("{other}; {figure}"))
+    );
+    // Words gpushare did not write: left whole, SystemComment used.
+    assert_eq!(
         next(&ended(0, None), shown("COMPLETED", "x"), "n1", false, 10),
-        admin(format!("x; {figure}"))
+        Next::Write {
+            name: "9".into(),
+            field: Field::SystemComment,
+            comment: figure.clone(),
+        }
     );
     assert_eq!(
         next(
