@@ -18,7 +18,7 @@
 
 use std::fmt;
 use std::fs;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -253,12 +253,15 @@ impl StepDaemon {
     }
 
     /// Makes the job's directory ([`job_dir`], this daemon's parent) for
-    /// its user, mode 0700, or checks the one there: a directory of that
-    /// user's and nobody else's (only root can make one in
-    /// `<StateDir>-mps`). Run as root.
+    /// its user, or checks the one there: a file system of its own
+    /// ([`JOB_FS_OPTIONS`]) mounted on a directory of root's, mode 0700
+    /// and the user's at its top, so that nothing the job writes there
+    /// lands on the ledger's file system (`/run`) or outlives the
+    /// epilog's unmount. Only root can make one in `<StateDir>-mps`. Run
+    /// as root.
     pub fn ensure_job_dir(&self) -> Result<(), String> {
         let dir = self.dir.parent().unwrap_or(&self.dir);
-        ensure_user_dir(dir, self.uid, self.gid)
+        ensure_job_fs(dir, self.uid, self.gid)
     }
 
     pub fn pipe(&self) -> PathBuf {
@@ -352,27 +355,138 @@ fn remove_tree(dir: &Path) -> std::io::Result<()> {
     }
 }
 
-/// Makes `dir` for user `uid` (group `gid`), mode 0700, or checks the
-/// one there: a directory of that user's and nobody else's (see
+/// The file system of a job's own directory: a tmpfs of at most 32 MiB
+/// and 4,096 files (the daemons' pipes and logs need a few KiB), no
+/// devices, no set-uid, nothing executed from it.
+pub const JOB_FS_OPTIONS: &str = "size=32m,nr_inodes=4096";
+
+/// Makes `dir` (root's, 0700) and mounts the job's file system on it for
+/// user `uid` (group `gid`), or checks the one there: a tmpfs mounted on
+/// `dir` whose top is that user's and nobody else's (see
 /// [`StepDaemon::ensure_job_dir`]).
-fn ensure_user_dir(dir: &Path, uid: u32, gid: u32) -> Result<(), String> {
+fn ensure_job_fs(dir: &Path, uid: u32, gid: u32) -> Result<(), String> {
     let said = |e: std::io::Error| format!("{}: {e}", dir.display());
     match fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => {
-            std::os::unix::fs::lchown(dir, Some(uid), Some(gid)).map_err(said)?;
-            fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(said)?;
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(said(e)),
+        _ => {}
+    }
+    if !is_mount_point(dir).map_err(said)? {
+        let meta = fs::symlink_metadata(dir).map_err(said)?;
+        if !meta.is_dir() || meta.uid() != 0 {
+            return Err(format!("{} is not a directory of root's", dir.display()));
         }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(said(e)),
+        mount_job_fs(dir, uid, gid).map_err(|e| format!("{}: {e}", dir.display()))?;
     }
     let meta = fs::symlink_metadata(dir).map_err(said)?;
-    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 || !is_tmpfs(dir) {
         return Err(format!(
-            "{} is not a directory of uid {uid} that only it may enter",
+            "{} is not a file system of its own whose top only uid {uid} may enter",
             dir.display()
         ));
     }
     Ok(())
+}
+
+/// Whether `dir` is where a file system is mounted: it lies on another
+/// device than its parent (a user cannot mount, so only gpushare's own).
+fn is_mount_point(dir: &Path) -> std::io::Result<bool> {
+    let parent = dir.parent().unwrap_or(dir);
+    Ok(fs::symlink_metadata(dir)?.dev() != fs::metadata(parent)?.dev())
+}
+
+/// Whether a tmpfs is mounted on `dir` in this process's mount namespace,
+/// the last mount there as `/proc/self/mountinfo` lists it.
+fn is_tmpfs(dir: &Path) -> bool {
+    let (Ok(info), Ok(dir)) = (
+        fs::read_to_string("/proc/self/mountinfo"),
+        fs::canonicalize(dir),
+    ) else {
+        return false;
+    };
+    mounted_kind(&info, &dir).as_deref() == Some("tmpfs")
+}
+
+/// The file system type of the last mount on `dir` in `mountinfo`'s text
+/// (mount points with `\040`-style escapes decoded).
+pub fn mounted_kind(mountinfo: &str, dir: &Path) -> Option<String> {
+    let want = dir.to_str()?;
+    mountinfo.lines().rev().find_map(|line| {
+        let (mount, rest) = line.split_once(" - ")?;
+        let point = mount.split(' ').nth(4)?;
+        (unescape_octal(point) == want).then(|| rest.split(' ').next().map(str::to_owned))?
+    })
+}
+
+/// `\NNN` octal escapes (mountinfo's for space, tab, newline, backslash)
+/// decoded.
+fn unescape_octal(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .filter(|d| bytes[i] == b'\\' && d.iter().all(|b| (b'0'..=b'7').contains(b)));
+        match octal {
+            Some(d) => {
+                let v = d.iter().fold(0u32, |v, b| v * 8 + u32::from(b - b'0'));
+                out.push(u8::try_from(v).unwrap_or(b'?'));
+                i += 4;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Where the system's `program` is (util-linux's `mount`, `umount`), not
+/// trusting `PATH`.
+fn system_program(program: &str) -> PathBuf {
+    ["/usr/bin", "/bin", "/usr/sbin", "/sbin"]
+        .iter()
+        .map(|dir| Path::new(dir).join(program))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| Path::new("/usr/bin").join(program))
+}
+
+/// Runs `mount`/`umount` with `args`, bounded.
+fn mount_program(program: &str, args: &[&str]) -> Result<(), String> {
+    let mut cmd = Command::new(system_program(program));
+    cmd.args(args);
+    match bounded::run(cmd, None, CONTROL_TIMEOUT) {
+        Ok(r) if r.status.success() => Ok(()),
+        Ok(r) => Err(format!(
+            "{program} exited with {}: {}",
+            r.status,
+            r.stderr.trim()
+        )),
+        Err(e) => Err(format!("{program}: {e}")),
+    }
+}
+
+/// Mounts the job's tmpfs ([`JOB_FS_OPTIONS`]) on `dir`, its top the
+/// user's, mode 0700.
+fn mount_job_fs(dir: &Path, uid: u32, gid: u32) -> Result<(), String> {
+    let options = format!("nosuid,nodev,noexec,{JOB_FS_OPTIONS},mode=0700,uid={uid},gid={gid}");
+    let target = dir.to_str().ok_or("a path that is not UTF-8")?;
+    mount_program(
+        "mount",
+        &["-t", "tmpfs", "-o", &options, "gpushare-job", target],
+    )
+}
+
+/// Detaches the job's file system from `dir` where one is mounted there
+/// (in this process's mount namespace): its files go with it, however
+/// deep.
+fn unmount_job_fs(dir: &Path) -> Result<(), String> {
+    if !is_mount_point(dir).unwrap_or(false) {
+        return Ok(());
+    }
+    let target = dir.to_str().ok_or("a path that is not UTF-8")?;
+    mount_program("umount", &["--lazy", target])
 }
 
 /// What the epilog does for a job that had daemons of its own: kills
@@ -388,6 +502,9 @@ pub fn clean_up(cfg: &GpuMpsConfig, job: u32, uid: u32) -> Vec<String> {
         notes.push(format!(
             "job {job}'s own MPS daemon outlived its steps: killed pids {killed:?}"
         ));
+    }
+    if let Err(e) = unmount_job_fs(&dir) {
+        notes.push(format!("{}: unmount: {e}", dir.display()));
     }
     if let Err(e) = remove_tree(&dir) {
         notes.push(format!("{}: {e}", dir.display()));

@@ -73,10 +73,16 @@ fn own_daemon(c: &mut Cluster) -> TestResult {
     let go = alice.home.join("go");
     let _ = fs::remove_file(&go);
     // Four tasks of one step on the job's one GPU, each a CUDA client
-    // that reports what it got, then waits for the test's word.
+    // that reports what it got, then waits for the test's word. Task 0
+    // also says what file system its daemon's directories are on, and
+    // tries to write 64 MiB in the job's directory.
     let script = format!(
         "#!/bin/sh\nsrun -n4 sh -c 'echo TASK=$SLURM_PROCID PIPE=$CUDA_MPS_PIPE_DIRECTORY \
          PCT=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE CG=$(grep -E \"^0::|:devices:\" /proc/self/cgroup); \
+         if [ $SLURM_PROCID = 0 ]; then \
+         echo FS=$(stat -f -c %T $CUDA_MPS_PIPE_DIRECTORY/../..); \
+         dd if=/dev/zero of=$CUDA_MPS_PIPE_DIRECTORY/../../fill bs=1M count=64 2>/dev/null; \
+         echo FILL=$?; fi; \
          {probe}; while [ ! -e {go} ]; do sleep 0.2; done'\n",
         go = go.display()
     );
@@ -110,6 +116,12 @@ fn own_daemon(c: &mut Cluster) -> TestResult {
             && pipes.iter().all(|p| p.ends_with(&pipe))
             && said.matches("PCT=25").count() == 4,
         format!("each task's MPS environment: {said}"),
+    )?;
+    // The job's directory is a small file system of its own: filling it
+    // fills nothing of the node's (the ledger's /run above all).
+    ensure(
+        said.contains("FS=tmpfs") && said.contains("FILL=") && !said.contains("FILL=0"),
+        format!("the job's directory is not a bounded file system of its own: {said}"),
     )?;
     // One daemon for the step (and one for the batch step), both the
     // user's, none of root's for this job.

@@ -238,3 +238,22 @@ fn of_two_mounts_of_one_hierarchy_the_later_one_that_shows_the_cgroup_wins() {
     // Neither shows it: the last mount's, whose missing file is then named.
     assert_eq!(cgroup_procs(task, mountinfo, |_| false), Ok(vec![later]));
 }
+
+#[test]
+fn the_last_mount_on_a_directory_is_its_file_system() {
+    let info = "\
+22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+90 22 0:50 / /run rw,nosuid shared:5 - tmpfs tmpfs rw,size=100m
+91 90 0:51 / /run/gpu-mps-mps/job7 rw,nosuid,nodev,noexec - tmpfs gpushare-job rw,size=32768k
+92 22 0:52 / /srv/my\\040state/job8 rw - tmpfs gpushare-job rw
+93 22 0:53 / /srv/job9 rw - tmpfs gpushare-job rw
+94 22 8:1 /x /srv/job9 rw - ext4 /dev/sda1 rw
+";
+    let kind = |p: &str| mounted_kind(info, Path::new(p));
+    assert_eq!(kind("/run/gpu-mps-mps/job7").as_deref(), Some("tmpfs"));
+    assert_eq!(kind("/srv/my state/job8").as_deref(), Some("tmpfs"));
+    // Something mounted over it later hides it.
+    assert_eq!(kind("/srv/job9").as_deref(), Some("ext4"));
+    assert_eq!(kind("/run/gpu-mps-mps/job70"), None);
+    assert_eq!(kind("/run/gpu-mps-mps"), None);
+}
