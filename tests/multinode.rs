@@ -128,6 +128,10 @@ fn main() -> ExitCode {
             lifts_with_its_cause,
         )
         .test(
+            "a_gpu_set_aside_that_slurm_chose_gets_no_job_back_until_it_is_back",
+            slurms_choice_set_aside_is_not_sent_back,
+        )
+        .test(
             "share_jobs_beyond_the_room_beside_other_users_all_complete",
             contention_completes,
         )

@@ -354,6 +354,7 @@ pub fn requeue_elsewhere(
         units: refused.marked.units,
         boot: refused.marked.boot.clone(),
         setup: refused.setup.clone(),
+        gpu: refused.marked.gpu,
         ..Exclusion::new(added, now(), writable.is_ok().then_some(ours), why)
     };
     let recorded = with_record(state_dir, deadline, |r| {
@@ -450,6 +451,7 @@ pub fn lift_where_changed(
         disabled,
         mps_unbooked,
         fits: &fits,
+        failed: &failed,
     };
     restore_exclusions(deadline, state_dir, name, &now)
 }

@@ -136,7 +136,8 @@ fn run() -> ExitCode {
             let sized = (&node.cfg, node.gpu_count, &booking);
             if let Some(m) = refused_mark(reason, sized, &env, restarts.as_deref()) {
                 let state_dir = &node.cfg.state_dir;
-                if let Err(e) = requeue::mark(state_dir, env.job, m.why, (m.uid, m.units), m.run) {
+                let (who, run) = ((m.uid, m.units), (m.run, m.slurm_gpu));
+                if let Err(e) = requeue::mark(state_dir, env.job, m.why, who, run) {
                     log::warn!("not marked to be sent elsewhere, the job fails: {e}");
                 }
             }

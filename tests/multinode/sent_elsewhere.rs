@@ -648,3 +648,65 @@ pub(crate) fn exclusions_outlive_a_reboot(c: &mut Cluster) -> TestResult {
     result?;
     clean(c)
 }
+
+/// Where Slurm places shares (per-GPU mps lines, `LL_SHARED_GRES`): the
+/// GPU of gpu01 that Slurm gives a share on the idle node is set aside
+/// (`gpu-mps drain-gpu`), and gpu02 is taken. ben's share, which only
+/// gpu01 may take, is refused on Slurm's choice and kept off gpu01 while
+/// that GPU stays aside, however much room the node's other GPUs have and
+/// however often the node timer looks (each look used to let it back, and
+/// Slurm chose the same GPU again: requeued without end, never run, never
+/// failed). Once the GPU is resumed, the next look lets it back and it
+/// runs on gpu01, requeued once.
+pub(crate) fn slurms_choice_set_aside_is_not_sent_back(c: &mut Cluster) -> TestResult {
+    if !slurm_places_shares() {
+        // gpushare places: it never chooses a GPU set aside.
+        return Ok(());
+    }
+    let ben = TestUser::create(c, "gpushare-ben")?;
+    let blocker = c.sbatch_ok(&["-w", "gpu02", "--exclusive", "--wrap=sleep 300"])?;
+    c.wait_job_state(blocker, &["RUNNING"], JOB_START)?;
+    let out = format!("--output={}/%j.out", ben.home.display());
+    let probe = ben.sbatch(c, &[&out, "--gres=mps:30", SHARE])?;
+    let gpu = wait_for("ben's first share on gpu01", JOB_START, || {
+        shares(c, "gpu01").get(&probe).copied()
+    })?;
+    c.run_ok("scancel", &[&probe.to_string()])?;
+    c.wait_job_done(probe, JOB_END)?;
+    wait_for("gpu01 to release ben's first share", SHORT, || {
+        (!shares(c, "gpu01").contains_key(&probe)).then_some(())
+    })?;
+    let gpu_mps = testcluster::cluster::build_dir()?.join("gpu-mps");
+    let gpu_mps = gpu_mps.to_string_lossy();
+    let on_gpu01 = |args: &[&str]| -> TestResult {
+        let out = c.run_on("gpu01", &gpu_mps, args)?;
+        ensure(
+            out.status.success(),
+            format!(
+                "gpu-mps {args:?} on gpu01: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+    let gpu = gpu.to_string();
+    on_gpu01(&["drain-gpu", &gpu, "--reason", "fan", "--conf", GPU01_CONF])?;
+    let id = ben.sbatch(c, &[&out, "--gres=mps:30", SHARE])?;
+    c.wait_sent_off(id, "gpu01", JOB_LONG)
+        .map_err(|e| format!("{e}\nsyslog:\n{}", c.syslog()))?;
+    for look in 1..=3 {
+        let said = gpu01_timer(c)?;
+        kept_off_gpu01(c, id, 1)
+            .map_err(|e| format!("{e}\nafter the timer's look {look}: {said}"))?;
+    }
+    on_gpu01(&["resume-gpu", &gpu, "--conf", GPU01_CONF])?;
+    let said = gpu01_timer(c)?;
+    let info = c
+        .wait_job_state(id, &["RUNNING"], JOB_LONG)
+        .map_err(|e| format!("{e}\ntimer: {said}\nsyslog:\n{}", c.syslog()))?;
+    ensure(
+        info.get("NodeList") == Some("gpu01") && info.get("Restarts") == Some("1"),
+        format!("ben's job after GPU {gpu} came back: {info:?}"),
+    )?;
+    c.run_ok("scancel", &[&blocker.to_string()])?;
+    clean(c)
+}

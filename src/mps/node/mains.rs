@@ -47,6 +47,8 @@ pub struct RefusedMark {
     pub units: u32,
     /// This run: Slurm's restart count (`SLURM_JOB_RESTART_COUNT`).
     pub run: Option<u32>,
+    /// The GPU Slurm chose, where Slurm places the node's shares.
+    pub slurm_gpu: Option<u32>,
 }
 
 /// The mark of a share the prolog refused for `reason`, where another
@@ -67,6 +69,11 @@ pub fn refused_mark(
         uid: env.uid,
         units: share_units(per_gpu, env).unwrap_or(0),
         run: restart_count.and_then(|r| r.parse().ok()),
+        slurm_gpu: if super::trust::slurm_places(cfg, booking) {
+            env.job_gpus.first().copied()
+        } else {
+            None
+        },
     })
 }
 
@@ -210,6 +217,8 @@ mod tests {
             uid: 1001,
             units: share_units(per_gpu, &job).unwrap_or(0),
             run: Some(3),
+            // gpushare places this node's shares: no GPU of Slurm's.
+            slurm_gpu: None,
         };
         assert_eq!(mark, Some(expected));
         assert_eq!(expected.units, units);
@@ -222,6 +231,22 @@ mod tests {
         assert_eq!(mark.map(|m| (m.units, m.run)), Some((0, None)));
         // A refusal no other node would serve better is not marked.
         assert_eq!(refused_mark("too-big", (&c, 2, &booking), &job, None), None);
+        // Where Slurm places shares, the GPU it chose is kept.
+        let by_slurm = GpuMpsConfig {
+            placement: crate::mps::config::Placement::Slurm,
+            ..GpuMpsConfig::default()
+        };
+        let on_gpu_2 = env(&[
+            ("SLURM_JOB_ID", "7"),
+            ("SLURM_JOB_UID", "1001"),
+            ("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", &percent),
+            ("SLURM_JOB_GPUS", "2"),
+        ]);
+        let failed = Elsewhere::GpuFailed.word();
+        let mark = refused_mark(failed, (&by_slurm, 2, &booking), &on_gpu_2, None);
+        assert_eq!(mark.map(|m| m.slurm_gpu), Some(Some(2)));
+        let mark = refused_mark(failed, (&c, 2, &booking), &on_gpu_2, None);
+        assert_eq!(mark.map(|m| m.slurm_gpu), Some(None));
     }
 
     fn marked(why: Cause) -> Marked {
@@ -231,6 +256,7 @@ mod tests {
             units: 25,
             boot: "b".to_owned(),
             run: None,
+            gpu: None,
         }
     }
 

@@ -633,6 +633,10 @@ pub struct Exclusion {
     /// refused the job: either changed may have mended a failed daemon.
     pub boot: String,
     pub setup: String,
+    /// The GPU Slurm chose for the share, where Slurm places the node's
+    /// shares: Slurm keeps choosing it, so a job refused for it being
+    /// set aside comes back only once it is back.
+    pub gpu: Option<u32>,
 }
 
 impl Exclusion {
@@ -647,6 +651,7 @@ impl Exclusion {
             units: 0,
             boot: String::new(),
             setup: String::new(),
+            gpu: None,
         }
     }
 }
@@ -667,6 +672,8 @@ pub struct NodeNow<'a> {
     /// Whether a share of `units` units (0: not known) of user `uid` would
     /// be placed here now: the prolog's own choice on the ledger as it is.
     pub fits: &'a dyn Fn(Option<u32>, u32) -> bool,
+    /// The GPUs set aside now.
+    pub failed: &'a [u32],
 }
 
 impl std::fmt::Debug for NodeNow<'_> {
@@ -676,6 +683,7 @@ impl std::fmt::Debug for NodeNow<'_> {
             .field("setup", &self.setup)
             .field("disabled", &self.disabled)
             .field("mps_unbooked", &self.mps_unbooked)
+            .field("failed", &self.failed)
             .finish_non_exhaustive()
     }
 }
@@ -711,6 +719,12 @@ pub fn cause_gone(entry: &Exclusion, now: &NodeNow<'_>) -> Option<String> {
     };
     if now.disabled {
         return None;
+    }
+    // Slurm chose a GPU set aside, and chooses it again while it is: the
+    // job comes back when that GPU does, whatever room the others have.
+    if let (Elsewhere::GpuFailed, Some(gpu)) = (cause, entry.gpu) {
+        return (!now.failed.contains(&gpu))
+            .then(|| format!("GPU {gpu}, which Slurm chose for it, is back in sharing"));
     }
     let fits = (now.fits)(entry.uid, entry.units);
     match cause {
@@ -815,7 +829,7 @@ pub struct Exclusions(pub BTreeMap<u32, Exclusion>);
 
 impl Exclusions {
     /// The record's text: one job a line, `<job>\t<1|0>\t<since>\t<comment>\t
-    /// <cause>\t<uid>\t<units>\t<boot>\t<setup>` (`-` where unknown;
+    /// <cause>\t<uid>\t<units>\t<boot>\t<setup>\t<gpu>` (`-` where unknown;
     /// gpushare's words and the setup hold no tab).
     pub fn to_text(&self) -> String {
         self.0
@@ -826,12 +840,13 @@ impl Exclusions {
                 let uid = e.uid.map_or_else(|| "-".to_owned(), |u| u.to_string());
                 let clean = |t: &str| t.replace(['\t', '\n'], " ");
                 format!(
-                    "{job}\t{}\t{}\t{comment}\t{cause}\t{uid}\t{}\t{}\t{}\n",
+                    "{job}\t{}\t{}\t{comment}\t{cause}\t{uid}\t{}\t{}\t{}\t{}\n",
                     u8::from(e.added),
                     e.since,
                     e.units,
                     clean(&e.boot),
-                    clean(&e.setup)
+                    clean(&e.setup),
+                    e.gpu.map_or_else(|| "-".to_owned(), |g| g.to_string())
                 )
             })
             .collect()
@@ -859,6 +874,8 @@ impl Exclusions {
             let units = fields.next().and_then(|u| u.parse().ok()).unwrap_or(0);
             let boot = fields.next().unwrap_or_default().to_owned();
             let setup = fields.next().unwrap_or_default().to_owned();
+            // Records of gpushare 0.3 end with the setup.
+            let gpu = fields.next().and_then(|g| g.parse().ok());
             let entry = Exclusion {
                 added: added == "1",
                 since,
@@ -868,6 +885,7 @@ impl Exclusions {
                 units,
                 boot,
                 setup,
+                gpu,
             };
             Some((first.parse().ok()?, entry))
         });
@@ -894,17 +912,21 @@ pub struct Marked {
     /// The run: how many times Slurm had restarted the job (`None`: not
     /// known to who marked it).
     pub run: Option<u32>,
+    /// The GPU Slurm chose for the share, where Slurm places this node's
+    /// shares (`None`: gpushare places them, or not known).
+    pub gpu: Option<u32>,
 }
 
 impl Marked {
     fn text(&self) -> String {
         format!(
-            "{} {} {} {} {}\n",
+            "{} {} {} {} {} {}\n",
             self.why.word(),
             self.uid,
             self.units,
             self.boot,
-            self.run.map_or_else(|| "-".to_owned(), |r| r.to_string())
+            self.run.map_or_else(|| "-".to_owned(), |r| r.to_string()),
+            self.gpu.map_or_else(|| "-".to_owned(), |g| g.to_string())
         )
     }
 
@@ -921,6 +943,11 @@ impl Marked {
             run: match words.next()? {
                 "-" => None,
                 run => Some(run.parse().ok()?),
+            },
+            // Marks of gpushare 0.3 end with the run.
+            gpu: match words.next() {
+                None | Some("-") => None,
+                Some(gpu) => Some(gpu.parse().ok()?),
             },
         })
     }
@@ -947,7 +974,7 @@ pub fn mark(
     job: u32,
     why: Elsewhere,
     (uid, units): (u32, u32),
-    run: Option<u32>,
+    (run, gpu): (Option<u32>, Option<u32>),
 ) -> Result<(), String> {
     let marked = Marked {
         why: Cause::Refused(why),
@@ -955,6 +982,7 @@ pub fn mark(
         units,
         boot: kept::this_boot(),
         run,
+        gpu,
     };
     marked.write(state_dir, job)
 }
@@ -1018,6 +1046,7 @@ pub fn mark_prolog_missed(
         units: 0,
         boot: kept::this_boot(),
         run: None,
+        gpu: None,
     };
     Some(match marked.write(ledger.dir(), job) {
         Ok(()) => format!(

@@ -435,6 +435,7 @@ fn node_now<'a>(fits: &'a dyn Fn(Option<u32>, u32) -> bool, disabled: bool) -> N
         disabled,
         mps_unbooked: false,
         fits,
+        failed: &[],
     }
 }
 
@@ -492,6 +493,22 @@ fn an_exclusion_lifts_when_its_cause_is_gone_never_before() {
     for cause in Elsewhere::ALL {
         assert!(cause_gone(&kept_for(cause), &unbooked).is_some());
     }
+    // Where Slurm chose a GPU set aside, it chooses it again while it is:
+    // room elsewhere on the node brings nothing back; that GPU does.
+    let slurms = Exclusion {
+        gpu: Some(2),
+        ..kept_for(Elsewhere::GpuFailed)
+    };
+    let still_aside = NodeNow {
+        failed: &[2],
+        ..node_now(&room, false)
+    };
+    assert_eq!(cause_gone(&slurms, &still_aside), None);
+    let other_aside = NodeNow {
+        failed: &[1],
+        ..node_now(&no_room, false)
+    };
+    assert!(cause_gone(&slurms, &other_aside).is_some_and(|w| w.contains("GPU 2")));
     // An older gpushare's record, without its cause: lifted at once.
     let old = Exclusion {
         cause: None,
@@ -608,6 +625,13 @@ fn the_record_reads_back_with_its_causes() {
                 },
             ),
             (9, Exclusion::new(false, 700, None, Elsewhere::Disabled)),
+            (
+                11,
+                Exclusion {
+                    gpu: Some(3),
+                    ..Exclusion::new(true, 800, None, Elsewhere::GpuFailed)
+                },
+            ),
         ]
         .into_iter()
         .collect(),
@@ -616,10 +640,14 @@ fn the_record_reads_back_with_its_causes() {
     assert_eq!(
         text,
         "7\t1\t100\tgpushare: requeued from gpu01, x; y\tmps_daemon\t1001\t30\tb1\t\
-         /usr/bin/nvidia-cuda-mps-control 10 20; none; no driver\n\
-         9\t0\t700\t\tdisabled\t-\t0\t\t\n"
+         /usr/bin/nvidia-cuda-mps-control 10 20; none; no driver\t-\n\
+         9\t0\t700\t\tdisabled\t-\t0\t\t\t-\n\
+         11\t1\t800\t\tgpu_failed\t-\t0\t\t\t3\n"
     );
     assert_eq!(Exclusions::parse(&text), records);
+    // gpushare 0.3's lines end with the setup: no GPU of Slurm's.
+    let old = Exclusions::parse("11\t1\t800\t\tgpu_failed\t-\t0\tb1\ts1\n");
+    assert_eq!(old.0.get(&11).map(|e| e.gpu), Some(None));
     // gpushare 0.2's lines: no cause (lifted at the next look).
     let older = Exclusions::parse("7\t1\t100\tgpushare: requeued from gpu01, x\n");
     assert_eq!(
@@ -643,6 +671,7 @@ fn a_mark_names_its_boot_and_run_only() {
         units: 30,
         boot: "b1".into(),
         run: Some(2),
+        gpu: Some(3),
     };
     assert_eq!(Marked::parse(&marked.text()), Some(marked.clone()));
     assert!(marked.names_run("b1", 2));
@@ -652,6 +681,7 @@ fn a_mark_names_its_boot_and_run_only() {
     assert!(!marked.names_run("b1", 3));
     let unknown_run = Marked {
         run: None,
+        gpu: None,
         ..marked
     };
     assert_eq!(
@@ -659,6 +689,9 @@ fn a_mark_names_its_boot_and_run_only() {
         Some(unknown_run.clone())
     );
     assert!(unknown_run.names_run("b1", 7));
+    // gpushare 0.3's marks end with the run: no GPU of Slurm's.
+    let old = Marked::parse("disabled 1001 30 b1 2");
+    assert_eq!(old.map(|m| (m.run, m.gpu)), Some((Some(2), None)));
     // gpushare 0.2's marks (the word alone) name no run.
     assert_eq!(Marked::parse("other_users"), None);
     assert_eq!(Marked::parse(""), None);
@@ -667,10 +700,12 @@ fn a_mark_names_its_boot_and_run_only() {
 #[test]
 fn a_stale_mark_is_cleared_and_a_fresh_one_taken_once() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    mark(dir.path(), 7, Elsewhere::Busy, (1001, 5), Some(0)).unwrap_or_else(|e| panic!("{e}"));
+    mark(dir.path(), 7, Elsewhere::Busy, (1001, 5), (Some(0), None))
+        .unwrap_or_else(|e| panic!("{e}"));
     clear_mark(dir.path(), 7);
     assert!(take_mark(dir.path(), 7).is_none());
-    mark(dir.path(), 7, Elsewhere::Busy, (1001, 5), Some(1)).unwrap_or_else(|e| panic!("{e}"));
+    mark(dir.path(), 7, Elsewhere::Busy, (1001, 5), (Some(1), None))
+        .unwrap_or_else(|e| panic!("{e}"));
     let taken = take_mark(dir.path(), 7).map(|m| m.map(|m| (m.why, m.run)));
     assert_eq!(taken, Some(Ok((Cause::Refused(Elsewhere::Busy), Some(1)))));
     assert!(take_mark(dir.path(), 7).is_none());
@@ -706,6 +741,7 @@ fn only_a_share_with_no_placement_nor_refusal_missed_its_prolog() {
         units: 0,
         boot: "b1".into(),
         run: None,
+        gpu: None,
     };
     assert_eq!(Marked::parse(&marked.text()), Some(marked.clone()));
     assert!(marked.names_run("b1", 4) && !marked.names_run("b2", 4));
