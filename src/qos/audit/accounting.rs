@@ -522,3 +522,66 @@ pub(super) fn group_flags(site: &Site, out: &mut Vec<AuditFinding>) {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests;
+
+/// Running jobs with a QOS list, on a release whose slurmctld moves them
+/// to the list's highest-priority QOS when it reloads its jobs (a restart,
+/// `scontrol reconfigure`): SchedMD ticket 23033 ([`qos_lists`]).
+///
+/// [`qos_lists`]: crate::qos::slurm::qos_lists
+pub(super) fn qos_lists(site: &Site, out: &mut Vec<AuditFinding>) {
+    let Some(jobs) = site.qos_lists.as_deref().filter(|j| !j.is_empty()) else {
+        return;
+    };
+    let version = site.settings.get("SLURM_VERSION").unwrap_or("this release");
+    let shown: Vec<String> = jobs
+        .iter()
+        .take(5)
+        .map(|j| {
+            format!(
+                "{} ({}, started under {})",
+                j.job,
+                j.requested.join(","),
+                j.qos
+            )
+        })
+        .collect();
+    let more = jobs.len().saturating_sub(shown.len());
+    let mut qos: Vec<&str> = jobs
+        .iter()
+        .flat_map(|j| j.requested.iter().map(String::as_str))
+        .collect();
+    qos.sort_unstable();
+    qos.dedup();
+    out.push(
+        AuditFinding::new(
+            Severity::Warning,
+            "qos_list_moved_on_restart",
+            format!("QOS {}", qos.join(",")),
+            DOC_QOS,
+        )
+        .what(format!(
+            "{} running job{} asked for a list of QOS: {}{}",
+            jobs.len(),
+            if jobs.len() == 1 { "" } else { "s" },
+            shown.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            }
+        ))
+        .why(format!(
+            "slurmctld {version} moves a running job with a QOS list to the list's \
+             highest-priority QOS when it loads its jobs again (a restart, or scontrol \
+             reconfigure, which restarts it), and charges that QOS's GrpTRES usage with the \
+             job's GPUs while the QOS it started under is charged nothing (SchedMD ticket \
+             23033, fixed after 26.05): group limits, gpu-qos why and gpu-qos usage read \
+             those QOS wrong until the jobs end"
+        ))
+        .fix(
+            "restart or reconfigure slurmctld only once these jobs have ended, or ask users to \
+             name one QOS (--qos=QOS); `scontrol -o show assoc_mgr flags=qos` shows the usage \
+             Slurm counts",
+        ),
+    );
+}

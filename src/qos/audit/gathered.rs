@@ -42,6 +42,12 @@ pub struct Site {
     /// set on purpose, where `scontrol show config` also prints defaults;
     /// `None` when it cannot all be read.
     pub slurm_conf: Option<String>,
+    /// The running jobs that asked for a list of QOS, where slurmctld's
+    /// release moves them at a restart ([`qos_lists`]); `None` where not
+    /// read (another release, or unread).
+    ///
+    /// [`qos_lists`]: crate::qos::slurm::qos_lists
+    pub qos_lists: Option<Vec<crate::qos::slurm::qos_lists::ListedJob>>,
     /// Where gpu_qos.conf is (for messages) and what it holds.
     pub gpu_qos_conf_path: String,
     pub gpu_qos_conf: GpuQosConf,
@@ -72,6 +78,7 @@ impl Site {
             namespace_yaml: None,
             gpu_mps_conf: None,
             slurm_conf: None,
+            qos_lists: None,
             gpu_qos_conf_path: "gpu_qos.conf".into(),
             gpu_qos_conf: GpuQosConf::Missing,
             unread: Vec::new(),

@@ -40,7 +40,9 @@ mod tests;
 
 use super::check::Severity;
 
-use accounting::{accounting, gpu_qos_conf, group_flags, grp_tres_types_on_nodes, tracked_tres};
+use accounting::{
+    accounting, gpu_qos_conf, group_flags, grp_tres_types_on_nodes, qos_lists, tracked_tres,
+};
 use finding::DOC_SLURM_CONF;
 use nodes::mps_nodes;
 use preemption::preemption;
@@ -65,6 +67,7 @@ pub fn audit(site: &Site) -> Vec<AuditFinding> {
     priority(site, &mut out);
     billing(site, &mut out);
     group_flags(site, &mut out);
+    qos_lists(site, &mut out);
     mps_nodes(site, &mut out);
     for u in &site.unread {
         out.push(

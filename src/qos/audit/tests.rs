@@ -482,3 +482,46 @@ fn the_shipped_slurm_conf_fragment_and_plugstack_line_pass_the_audit() {
     site.slurm_conf = Some(fragment.into());
     assert_eq!(audit(&site), []);
 }
+
+#[test]
+fn running_jobs_with_a_qos_list_are_a_warning_where_a_restart_moves_them() {
+    use crate::qos::slurm::qos_lists::ListedJob;
+    let listed = |job: &str| ListedJob {
+        job: job.into(),
+        qos: "qos_lafferty".into(),
+        requested: vec!["qos_lafferty".into(), "lowprio".into()],
+    };
+    let site = Site {
+        qos_lists: Some(vec![listed("101"), listed("102")]),
+        ..site_with(|config, _, _, _| config.push_str("SLURM_VERSION = 25.05.8\n"))
+    };
+    let found: Vec<AuditFinding> = audit(&site)
+        .into_iter()
+        .filter(|f| f.kind == "qos_list_moved_on_restart")
+        .collect();
+    assert_eq!(found.len(), 1, "{found:?}");
+    let f = &found[0];
+    assert_eq!(f.severity, Severity::Warning);
+    assert_eq!(f.object, "QOS lowprio,qos_lafferty");
+    assert!(
+        f.what
+            .contains("2 running jobs asked for a list of QOS: 101 (qos_lafferty,lowprio, started under qos_lafferty)"),
+        "{}",
+        f.what
+    );
+    assert!(
+        f.why.contains("slurmctld 25.05.8") && f.why.contains("23033"),
+        "{}",
+        f.why
+    );
+    // None running, or not read (another release): nothing to say.
+    for lists in [Some(Vec::new()), None] {
+        let site = Site {
+            qos_lists: lists,
+            ..site_with(|_, _, _, _| {})
+        };
+        assert!(audit(&site)
+            .iter()
+            .all(|f| f.kind != "qos_list_moved_on_restart"));
+    }
+}

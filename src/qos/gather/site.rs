@@ -9,7 +9,9 @@ use crate::qos::check::{self, AssocRecord, Finding, QosRecord};
 use crate::qos::config::{self, GpuQosConfig};
 use crate::qos::metrics;
 use crate::qos::site::{self as site_text, SlurmSettings, Unread};
-use crate::qos::slurm::{assoc_mgr, config as show_config, jobs, nodes, partitions, qos};
+use crate::qos::slurm::{
+    assoc_mgr, config as show_config, jobs, nodes, partitions, qos, qos_lists,
+};
 use crate::qos::slurm::{ReadError, SlurmRead};
 use crate::shared::locations::{beside_slurm_conf, DEFAULT_SLURM_CONF, GPU_MPS_CONF};
 
@@ -255,6 +257,29 @@ pub fn site(
     } else {
         Vec::new()
     };
+    // Running jobs with a QOS list, on the releases that move them to
+    // another QOS at a restart.
+    let moves = settings
+        .get("SLURM_VERSION")
+        .is_some_and(qos_lists::moves_listed_jobs);
+    let qos_lists = if accounting && moves {
+        match read.read(&qos_lists::running()) {
+            Ok(text) => {
+                let jobs = qos_lists::parse(&text);
+                sources.push(format!(
+                    "sacct (running jobs, {} with a QOS list)",
+                    jobs.len()
+                ));
+                Some(jobs)
+            }
+            Err(e) => {
+                unread.push(e.unread("sacct (running jobs' QOS lists)"));
+                None
+            }
+        }
+    } else {
+        None
+    };
     let plugstack_path = settings
         .get("PlugStackConfig")
         .map(PathBuf::from)
@@ -288,6 +313,7 @@ pub fn site(
         namespace_yaml,
         gpu_mps_conf,
         slurm_conf: slurm_conf_text,
+        qos_lists,
         gpu_qos_conf_path,
         gpu_qos_conf,
         unread,

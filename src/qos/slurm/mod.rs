@@ -22,6 +22,7 @@
 //! - [`nodes`]: `scontrol show node`.
 //! - [`partitions`]: `scontrol show partition`.
 //! - [`qos`]: the accounting database's QOS and associations (`sacctmgr`).
+//! - [`qos_lists`]: running jobs that asked for a list of QOS (`sacct`).
 //! - [`accounted`]: the jobs accounting recorded (`sacct -a -X`), for
 //!   `gpu-qos replay`.
 //! - [`used`]: what jobs used, step by step, and gpushare's words in
@@ -47,6 +48,7 @@ pub mod nodes;
 pub mod partitions;
 pub mod priority;
 pub mod qos;
+pub mod qos_lists;
 pub mod runs;
 pub mod shares;
 pub mod used;
