@@ -21,6 +21,9 @@ use testcluster::time::{Timeout, JOB_END, JOB_LONG, JOB_START, SHORT};
 use testcluster::users::TestUser;
 use testcluster::{ensure, Cluster, ClusterSpec, Suite, TestResult};
 
+#[path = "audit/releases.rs"]
+mod releases;
+
 /// Two priority passes (`PriorityCalcPeriod=1`) and room for a loaded
 /// machine: one sid run under load missed 150 s.
 const PRIORITY_RANKED: Timeout = Timeout::secs(240);
@@ -216,11 +219,24 @@ fn main() -> ExitCode {
             pipes_hidden,
         );
     }
+    // slurmd's connection manager and its limit exist from 25.05.
+    if testcluster::cluster::slurm_release() >= (25, 5) {
+        suite = suite.test_on(
+            "an_mps_node_with_more_jobs_than_slurmds_connections_is_a_warning",
+            // The harness's own parameter kept (its nodes claim more CPUs
+            // than this machine has).
+            with_conf(
+                "SlurmdParameters",
+                "config_overrides,conmgr_max_connections=8",
+            ),
+            releases::slurmd_connections,
+        );
+    }
     // QOS lists (`--qos=a,b`) exist from 24.11.
     if testcluster::cluster::slurm_release() >= (24, 11) {
         suite = suite.test(
             "a_running_job_with_a_qos_list_is_a_warning_where_a_restart_moves_it",
-            qos_list_running,
+            releases::qos_list_running,
         );
     }
     // namespace/linux (25.11): namespace.yaml's dirs:, from 26.05 its
@@ -1127,58 +1143,4 @@ fn why_fair_share(c: &mut Cluster) -> TestResult {
         format!("want {want_ahead:?}, {want_kind:?} and {want_factor:?}, got {report:#?}"),
     )?;
     c.cancel_all()
-}
-
-/// A user's running job that asked for two QOS (`--qos=normal,lowprio`):
-/// on 24.11 to 26.05, whose slurmctld moves it to the list's
-/// highest-priority QOS at a restart (SchedMD ticket 23033), the audit
-/// warns of it, read from accounting's `QOSREQ`; from 26.11 it says
-/// nothing.
-fn qos_list_running(c: &mut Cluster) -> TestResult {
-    let user = TestUser::create(c, "gpushare_lists")?;
-    user.allow_qos(c, &["normal", "lowprio"])?;
-    let id = wait_for("slurmctld to know the user's QOS", SHORT, || {
-        user.sbatch(
-            c,
-            &[
-                "-o",
-                "/dev/null",
-                "--qos=normal,lowprio",
-                "--wrap=sleep 300",
-            ],
-        )
-        .ok()
-    })?;
-    c.wait_job_state(id, &["RUNNING"], JOB_START)?;
-    let job = id.to_string();
-    // Accounting has the job's start (slurmctld tells slurmdbd on its own time).
-    wait_for("accounting to hold the job's QOS list", SHORT, || {
-        let out = c
-            .run_ok(
-                "sacct",
-                &["-X", "-n", "-P", "-j", &job, "-o", "State,QOSREQ"],
-            )
-            .ok()?;
-        out.lines()
-            .any(|l| l.starts_with("RUNNING|") && l.contains(','))
-            .then_some(())
-    })?;
-    let (report, _) = audit(c, &[])?;
-    let found: Vec<&AuditFinding> = report
-        .findings
-        .iter()
-        .filter(|f| f.kind == "qos_list_moved_on_restart")
-        .collect();
-    let _ = c.run("scancel", &[&job]);
-    if testcluster::cluster::slurm_release() >= (26, 11) {
-        return ensure(found.is_empty(), format!("26.11 keeps the QOS: {found:?}"));
-    }
-    ensure(
-        found.len() == 1
-            && found[0].severity == Severity::Warning
-            && found[0]
-                .what
-                .contains(&format!("{job} (normal,lowprio, started under ")),
-        format!("the audit's findings: {:?}", report.findings),
-    )
 }

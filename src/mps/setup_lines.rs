@@ -241,6 +241,10 @@ pub(super) fn other_files(
         prolog = installed.libexec.join("gpu-mps-prolog").display(),
         epilog = installed.libexec.join("gpu-mps-epilog").display(),
     );
+    // slurmd's connection manager exists from 25.05, after per-GPU lines.
+    if setup == SlurmSetup::PerGpu {
+        out.push_str(&slurmd_connections(count));
+    }
     match setup {
         SlurmSetup::NodeCount => out.push_str(
             "# the prolog of srun/salloc jobs gets the share size job_submit/gpu_qos recorded only so\n\
@@ -291,6 +295,28 @@ pub(super) fn other_files(
             }
         }
     }
+}
+
+/// slurmd's connection manager serves this many connections at once
+/// unless `SlurmdParameters=conmgr_max_connections` says more (slurm.conf(5),
+/// Slurm 25.05 and later).
+pub const SLURMD_CONNECTIONS: u64 = 512;
+
+/// For a node of `count` mps (as many shares at most, each one unit at
+/// least) beyond what slurmd serves at once: the `SlurmdParameters` line
+/// slurm.conf(5) asks for (at least the node's jobs), as a comment, since
+/// slurmd before 25.05 has no such parameter; nothing for a smaller node.
+pub fn slurmd_connections(count: u64) -> String {
+    if count <= SLURMD_CONNECTIONS {
+        return String::new();
+    }
+    format!(
+        "# Slurm 25.05 and later: up to {count} shares may run here at once (fewer where the\n\
+         # node has fewer CPUs), and slurmd serves {SLURMD_CONNECTIONS} connections at a time unless told\n\
+         # more; add this to your SlurmdParameters (gpu-qos audit checks it):\n\
+         # SlurmdParameters=conmgr_max_connections={}\n",
+        count.div_ceil(64) * 64
+    )
 }
 
 /// `lines` (what `gpu-mps config` prints) with each gres.conf line scoped
@@ -348,6 +374,40 @@ mod tests {
         }
         // The prolog reads these lines as a node gpushare places on.
         assert!(!MpsBooking::from_texts(&t, &t, "gpu01").per_gpu);
+    }
+
+    #[test]
+    fn a_node_of_more_shares_than_slurmd_serves_is_told_the_line() {
+        // 4 GPUs of 100 units: 400 shares at most, within slurmd's 512.
+        let t = lines_for(&GpuMpsConfig::default(), SlurmSetup::PerGpu);
+        assert!(!t.contains("conmgr_max_connections"), "{t}");
+        // Before 23.11 (a node-wide count), slurmd has no such parameter.
+        let t = lines_for(&GpuMpsConfig::default(), SlurmSetup::NodeCount);
+        assert!(!t.contains("conmgr_max_connections"), "{t}");
+        // 8 GPUs of 100: the line, commented (no such parameter before
+        // 25.05), in slurm.conf's part.
+        let installed = Installed {
+            libexec: Path::new("/usr/libexec/gpushare"),
+            plugin_dir: Path::new("/usr/lib/slurm"),
+            conf: Path::new("/etc/slurm/gpu_mps.conf"),
+        };
+        let cfg = GpuMpsConfig::default();
+        let t = node_config(
+            &cfg,
+            SlurmSetup::PerGpu,
+            "gpu01",
+            ("h100", 8),
+            &[],
+            installed,
+        );
+        let line = "# SlurmdParameters=conmgr_max_connections=832\n";
+        let at = t.find(line).unwrap_or_else(|| panic!("{t}"));
+        assert!(
+            t[..at].contains("# slurm.conf") && t[at..].contains("# cgroup.conf"),
+            "{t}"
+        );
+        assert_eq!(slurmd_connections(512), "");
+        assert!(slurmd_connections(513).ends_with("=576\n"));
     }
 
     #[test]

@@ -170,6 +170,8 @@ pub struct NodeInfo {
     pub state: String,
     /// `AllocTRES=`: what running jobs hold now (`gres/gpu:a40=2,...`).
     pub alloc_tres: String,
+    /// Its CPUs (`CPUTot=`, slurm.conf's `CPUs=`), where given.
+    pub cpus: Option<u64>,
 }
 
 impl NodeInfo {
@@ -332,6 +334,8 @@ pub fn parse_nodes(text: &str) -> (Vec<NodeInfo>, Vec<Unread>) {
                 value.clone_into(&mut node.state);
             } else if key.eq_ignore_ascii_case("AllocTRES") {
                 value.clone_into(&mut node.alloc_tres);
+            } else if key.eq_ignore_ascii_case("CPUTot") {
+                node.cpus = value.parse().ok();
             }
         },
     );
@@ -448,6 +452,8 @@ pub fn parse_slurm_conf(text: &str, file: &str) -> SlurmConfFile {
                         source: at.clone(),
                         reason,
                     }));
+                } else if k.eq_ignore_ascii_case("CPUs") || k.eq_ignore_ascii_case("Procs") {
+                    node.cpus = v.parse().ok();
                 }
             }
             conf.nodes.push(node);

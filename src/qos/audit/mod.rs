@@ -44,7 +44,7 @@ use accounting::{
     accounting, gpu_qos_conf, group_flags, grp_tres_types_on_nodes, qos_lists, tracked_tres,
 };
 use finding::DOC_SLURM_CONF;
-use nodes::mps_nodes;
+use nodes::{mps_nodes, slurmd_connections};
 use preemption::preemption;
 use priority::{billing, priority};
 
@@ -69,6 +69,7 @@ pub fn audit(site: &Site) -> Vec<AuditFinding> {
     group_flags(site, &mut out);
     qos_lists(site, &mut out);
     mps_nodes(site, &mut out);
+    slurmd_connections(site, &mut out);
     for u in &site.unread {
         out.push(
             AuditFinding::new(Severity::Note, "unread", u.source.clone(), DOC_SLURM_CONF)

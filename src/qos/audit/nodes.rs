@@ -300,3 +300,92 @@ fn shares_stack(site: &Site, mps: &[&NodeInfo], out: &mut Vec<AuditFinding>) {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests;
+
+/// slurmd's default `conmgr_max_connections` (slurm.conf(5), 25.05 on).
+const SLURMD_CONNECTIONS: u64 = 512;
+
+/// MPS nodes that may run more jobs at once than slurmd's connection
+/// manager serves (`SlurmdParameters=conmgr_max_connections`, from 25.05,
+/// default 512): slurm.conf(5) asks for at least the node's jobs, and a
+/// dense MPS node (8 GPUs of 48 shares) comes near. A node's jobs are
+/// bounded by its CPUs (each job holds one at least) and its mps count
+/// (each share one unit at least).
+pub(super) fn slurmd_connections(site: &Site, out: &mut Vec<AuditFinding>) {
+    let s = &site.settings;
+    let release = s.get("SLURM_VERSION").and_then(|v| {
+        let mut parts = v.split('.');
+        let major: u32 = parts.next()?.parse().ok()?;
+        let minor: u32 = parts
+            .next()?
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect::<String>()
+            .parse()
+            .ok()?;
+        Some((major, minor))
+    });
+    if release.is_none_or(|r| r < (25, 5)) {
+        return;
+    }
+    let params = s.list("SlurmdParameters");
+    let limit = params
+        .iter()
+        .filter_map(|p| p.strip_prefix("conmgr_max_connections="))
+        .filter_map(|n| n.trim().parse::<u64>().ok())
+        .next_back()
+        .unwrap_or(SLURMD_CONNECTIONS);
+    let most = site
+        .nodes
+        .iter()
+        .filter(|n| n.has_mps())
+        .filter_map(|n| {
+            let mps: u64 = n
+                .gres
+                .iter()
+                .filter(|g| g.name == "mps")
+                .map(|g| g.count)
+                .sum();
+            let jobs = n.cpus.map_or(mps, |cpus| cpus.min(mps));
+            (jobs > limit).then_some((n, jobs))
+        })
+        .max_by_key(|(_, jobs)| *jobs);
+    let Some((node, jobs)) = most else {
+        return;
+    };
+    let others: Vec<&str> = params
+        .iter()
+        .map(String::as_str)
+        .filter(|p| !p.starts_with("conmgr_max_connections="))
+        .collect();
+    let wanted = jobs.div_ceil(64) * 64;
+    let line = std::iter::once(format!("conmgr_max_connections={wanted}"))
+        .chain(others.iter().map(|p| (*p).to_owned()))
+        .collect::<Vec<_>>()
+        .join(",");
+    out.push(
+        AuditFinding::new(
+            Severity::Warning,
+            "slurmd_connections_short",
+            format!("node {}", node.name),
+            DOC_SLURM_CONF,
+        )
+        .what(format!(
+            "node {} may run {jobs} jobs at once ({}{} mps), more than slurmd's \
+             conmgr_max_connections ({limit})",
+            node.name,
+            node.cpus
+                .map_or_else(String::new, |c| format!("{c} CPUs, ")),
+            node.gres
+                .iter()
+                .filter(|g| g.name == "mps")
+                .map(|g| g.count)
+                .sum::<u64>()
+        ))
+        .why(
+            "slurmd serves at most that many connections at once, and slurm.conf(5) asks for \
+             at least as many as the node's jobs: with every share of the node starting or \
+             ending at once, its steps' calls to slurmd wait",
+        )
+        .fix(format!("SlurmdParameters={line}")),
+    );
+}

@@ -525,3 +525,45 @@ fn running_jobs_with_a_qos_list_are_a_warning_where_a_restart_moves_them() {
             .all(|f| f.kind != "qos_list_moved_on_restart"));
     }
 }
+
+#[test]
+fn an_mps_node_with_more_jobs_than_slurmds_connections_is_a_warning() {
+    const KIND: &str = "slurmd_connections_short";
+    let on = |release: &str, params: &str, cpus: Option<u64>| -> Vec<AuditFinding> {
+        let mut site = site_with(|config, _, _, _| {
+            config.push_str(&format!(
+                "SLURM_VERSION = {release}\nSlurmdParameters = {params}\n"
+            ));
+        });
+        site.nodes.iter_mut().for_each(|n| n.cpus = cpus);
+        audit(&site)
+            .into_iter()
+            .filter(|f| f.kind == KIND)
+            .collect()
+    };
+    // mps:600, no CPU count: up to 600 shares, over slurmd's 512.
+    let found = on("25.05.8", "(null)", None);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].severity, Severity::Warning);
+    assert!(
+        found[0].what.contains("node1 may run 600 jobs at once"),
+        "{}",
+        found[0].what
+    );
+    assert_eq!(found[0].fix, "SlurmdParameters=conmgr_max_connections=640");
+    // The site's other parameters kept in the line to write.
+    let found = on(
+        "26.05.3",
+        "l3cache_as_socket,conmgr_max_connections=256",
+        Some(2048),
+    );
+    assert_eq!(
+        found.first().map(|f| f.fix.as_str()),
+        Some("SlurmdParameters=conmgr_max_connections=640,l3cache_as_socket")
+    );
+    // Fewer CPUs than connections, a limit raised, or a release without
+    // slurmd's connection manager (before 25.05): nothing to say.
+    assert!(on("25.05.8", "(null)", Some(256)).is_empty());
+    assert!(on("25.05.8", "conmgr_max_connections=1024", None).is_empty());
+    assert!(on("24.05.8", "(null)", None).is_empty());
+}
