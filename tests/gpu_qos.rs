@@ -181,6 +181,8 @@ fn untyped_rejected(c: &mut Cluster) -> TestResult {
             "a40",
             "--gres=gpu:a40:2",
             "Invalid generic resource (gres) specification",
+            // Its code, which users quote (docs/codes.md).
+            "[GQ101]",
         ],
     )
 }

@@ -210,18 +210,7 @@ pub enum Call {
     Modify,
 }
 
-const KINDS: [RejectionKind; 10] = [
-    RejectionKind::UntypedGpu,
-    RejectionKind::TypeNotPermitted,
-    RejectionKind::OverLimit,
-    RejectionKind::NoGpuRequest,
-    RejectionKind::SharedOutsideReservation,
-    RejectionKind::ShareTooLarge,
-    RejectionKind::UpdateNeedsTypedGpu,
-    RejectionKind::BadRequest,
-    RejectionKind::UnlistedTypedLimit,
-    RejectionKind::ForeignArrayThrottle,
-];
+const KINDS: [RejectionKind; 10] = RejectionKind::ALL;
 
 /// The plugin's heartbeat series: when it last wrote its file.
 pub const HEARTBEAT: &str = "gpushare_job_submit_heartbeat_timestamp_seconds";

@@ -153,7 +153,12 @@ fn the_guides_refusals_are_the_policys_words() {
             continue;
         };
         match judge_line(&conf(), command, None) {
-            Verdict::Reject(r) => assert_eq!(r.message, told, "`{command}`"),
+            // As the user reads it: its code at the end of the first line.
+            Verdict::Reject(r) => assert_eq!(
+                crate::qos::policy::codes::coded(&r.message, r.kind.code()),
+                told,
+                "`{command}`"
+            ),
             Verdict::Accept(_) => panic!("`{command}` is accepted, the guide says: {told}"),
         }
         seen += 1;

@@ -180,12 +180,13 @@ unsafe fn conclude(
             OK
         }
         Verdict::Reject(r) => {
+            let shown = gpushare::qos::policy::codes::coded(&r.message, r.kind.code());
             log::info(&format!(
                 "{PLUGIN}: {what} from uid {uid} rejected: {}",
-                r.message.replace('\n', " ")
+                shown.replace('\n', " ")
             ));
             // SAFETY: forwarded from the caller.
-            unsafe { set_message(err_msg, &r.message) };
+            unsafe { set_message(err_msg, &shown) };
             error_code(r.kind)
         }
     }

@@ -113,10 +113,13 @@ fn apply_requeue(job: &JobDescription<'_>, low_qos: &str, changes: &mut JobChang
     match job.requeue {
         None => changes.set_requeue = true,
         Some(false) => {
-            changes.user_warning = Some(format!(
-                "Jobs under QOS {low_qos} can be preempted; because of --no-requeue this job \
-                 will be cancelled instead of requeued when that happens. Submit without \
-                 --no-requeue to have it requeued."
+            changes.user_warning = Some(super::codes::coded(
+                &format!(
+                    "Jobs under QOS {low_qos} can be preempted; because of --no-requeue this \
+                     job will be cancelled instead of requeued when that happens. Submit \
+                     without --no-requeue to have it requeued."
+                ),
+                LowPriorityChange::Requeue.code(),
             ));
         }
         Some(true) => {}
@@ -190,9 +193,12 @@ fn apply_exclusive_user(
         return;
     }
     changes.clear_exclusive_user = true;
-    let warning = format!(
-        "Jobs under QOS {low_qos} may not use --exclusive=user: it would keep other users \
-         off the node's idle GPUs. The job was accepted without it."
+    let warning = super::codes::coded(
+        &format!(
+            "Jobs under QOS {low_qos} may not use --exclusive=user: it would keep other users \
+             off the node's idle GPUs. The job was accepted without it."
+        ),
+        LowPriorityChange::ExclusiveUser.code(),
     );
     changes.user_warning = Some(match changes.user_warning.take() {
         Some(earlier) => format!("{earlier}\n{warning}"),
@@ -231,9 +237,12 @@ pub(super) fn throttle_lifted(
 /// What the user of an update that lifted an array's throttle is told.
 pub(super) fn throttle_warning(cfg: &GpuQosConfig, max: u32) -> String {
     let low = cfg.low_priority_qos().join(", ");
-    format!(
-        "Arrays under QOS {low} run at most {max} tasks at once: if this array is one, its \
-         ArrayTaskThrottle is set back to {max} within seconds."
+    super::codes::coded(
+        &format!(
+            "Arrays under QOS {low} run at most {max} tasks at once: if this array is one, its \
+             ArrayTaskThrottle is set back to {max} within seconds."
+        ),
+        LowPriorityChange::ArrayThrottle.code(),
     )
 }
 

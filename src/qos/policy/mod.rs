@@ -29,6 +29,7 @@
 //! - `enforce`: `Enforce=warn`: refusals kept as warnings, changes
 //!   described instead of made.
 
+pub mod codes;
 mod enforce;
 mod exempt;
 mod job;

@@ -57,13 +57,23 @@ impl JobChanges {
     /// Everything the user reads on an accepted job, one message:
     /// the warnings of the policy first, then the other notes.
     pub fn user_message(&self) -> Option<String> {
-        let parts: Vec<&str> = self
+        let parts: Vec<String> = self
             .warnings
             .iter()
-            .map(|w| w.message.as_str())
-            .chain(self.user_warning.as_deref())
+            .map(|w| coded(&w.message, w.reason.code()))
+            .chain(self.user_warning.clone())
             .collect();
         (!parts.is_empty()).then(|| parts.join("\n"))
+    }
+}
+
+/// `text` as the user reads it: its code ([`super::codes`]) at the end of its first line
+/// (Slurm's clients print the message whole; the first line is what a
+/// user copies).
+pub fn coded(text: &str, code: &str) -> String {
+    match text.split_once('\n') {
+        Some((first, rest)) => format!("{first} [{code}]\n{rest}"),
+        None => format!("{text} [{code}]"),
     }
 }
 
@@ -198,6 +208,22 @@ pub enum RejectionKind {
     /// Another user's `ArrayTaskThrottle=` (applied by Slurm 22.05 before
     /// its ownership check).
     ForeignArrayThrottle,
+}
+
+impl RejectionKind {
+    /// Every kind, in the order of their codes.
+    pub const ALL: [RejectionKind; 10] = [
+        RejectionKind::UntypedGpu,
+        RejectionKind::TypeNotPermitted,
+        RejectionKind::OverLimit,
+        RejectionKind::NoGpuRequest,
+        RejectionKind::SharedOutsideReservation,
+        RejectionKind::ShareTooLarge,
+        RejectionKind::UpdateNeedsTypedGpu,
+        RejectionKind::BadRequest,
+        RejectionKind::UnlistedTypedLimit,
+        RejectionKind::ForeignArrayThrottle,
+    ];
 }
 
 /// A refused job: its kind and the text shown to the user.

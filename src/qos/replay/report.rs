@@ -80,6 +80,8 @@ pub struct Example {
 pub struct ReasonCount {
     pub action: Action,
     pub reason: &'static str,
+    /// The reason's stable code (`docs/codes.md`).
+    pub code: &'static str,
     pub jobs: u64,
     pub example: Example,
 }
@@ -190,6 +192,7 @@ impl ReplayReport {
                     self.reasons.push(ReasonCount {
                         action: o.action,
                         reason: o.reason,
+                        code: crate::qos::policy::codes::code_of(o.reason).unwrap_or_default(),
                         jobs: 1,
                         example: Example {
                             job_id: sub.job_id.clone(),

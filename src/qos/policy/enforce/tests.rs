@@ -35,7 +35,11 @@ fn a_rule_that_warns_accepts_unchanged_and_tells_the_refusal_and_the_line_to_typ
          accepted as submitted: this GPU policy only warns for now. Once it is enforced, a job \
          like this is refused or changed as said above."
     );
-    assert_eq!(c.user_message().as_deref(), Some(w.message.as_str()));
+    // The user reads it with the refusal's code.
+    assert_eq!(
+        c.user_message(),
+        Some(crate::qos::policy::codes::coded(&w.message, "GQ101"))
+    );
     // Nothing else changes: the job runs as submitted.
     assert_eq!(
         JobChanges {

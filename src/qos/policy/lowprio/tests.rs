@@ -43,7 +43,7 @@ fn exclusive_user_under_low_priority_is_cleared_with_a_warning() {
     );
     assert!(warning.ends_with(
         "\nJobs under QOS lowprio may not use --exclusive=user: it would keep other users \
-         off the node's idle GPUs. The job was accepted without it."
+         off the node's idle GPUs. The job was accepted without it. [GQ202]"
     ));
     // Other QOS keep it; so does a site that says keep.
     let group = JobDescription {
@@ -74,7 +74,7 @@ fn no_requeue_under_low_priority_is_accepted_with_a_warning() {
         Some(
             "Jobs under QOS lowprio can be preempted; because of --no-requeue this job \
              will be cancelled instead of requeued when that happens. Submit without \
-             --no-requeue to have it requeued."
+             --no-requeue to have it requeued. [GQ201]"
         )
     );
 }
