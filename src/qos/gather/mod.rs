@@ -48,6 +48,48 @@ pub fn jobs_private(conf: &SlurmSettings) -> bool {
     })
 }
 
+/// A note where figures of `qos` may count jobs under the wrong QOS:
+/// on a release whose slurmctld moves a running job with a QOS list to
+/// the list's highest-priority QOS when it loads its jobs again (24.11 to
+/// 26.05, SchedMD ticket 23033), the running jobs whose list names one of
+/// them, as accounting has them (`sacct`: what the caller may see of
+/// other users' jobs). Nothing where Slurm does not answer.
+pub fn qos_list_note(read: &dyn SlurmRead, qos: &[&str]) -> Option<Unread> {
+    use crate::qos::slurm::{config, qos_lists};
+    let conf = SlurmSettings::from_show_config(&read.read(&config::show()).ok()?);
+    let version = conf.get("SLURM_VERSION")?;
+    if !qos_lists::moves_listed_jobs(version) {
+        return None;
+    }
+    let jobs = qos_lists::parse(&read.read(&qos_lists::running()).ok()?);
+    let mut named: Vec<&str> = qos
+        .iter()
+        .copied()
+        .filter(|q| {
+            jobs.iter()
+                .any(|j| j.requested.iter().any(|r| r.eq_ignore_ascii_case(q)))
+        })
+        .collect();
+    named.dedup();
+    let listed = jobs
+        .iter()
+        .filter(|j| {
+            named
+                .iter()
+                .any(|q| j.requested.iter().any(|r| r.eq_ignore_ascii_case(q)))
+        })
+        .count();
+    (!named.is_empty()).then(|| Unread {
+        source: format!("QOS {}", named.join(", ")),
+        reason: format!(
+            "{listed} running job(s) asked for a list of QOS naming it; Slurm {version} moves \
+             such a job to its list's highest-priority QOS when slurmctld restarts or is \
+             reconfigured (SchedMD ticket 23033), so these figures may count it under \
+             another QOS than the one it started under"
+        ),
+    })
+}
+
 /// What a failed `sacctmgr show qos` leaves the users' commands without.
 const DBD_QOS_SOURCE: &str = "sacctmgr show qos (each QOS's Preempt list, GraceTime and Flags)";
 
@@ -121,4 +163,67 @@ pub fn merge_qos(ctld: Vec<CtldQos>, dbd: &[AuditQos]) -> (Vec<AuditQos>, Vec<Un
         }
     }
     (all, unread)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod qos_list_tests {
+    use super::*;
+    use crate::qos::slurm::Query;
+
+    /// Slurm of `version`, whose accounting lists `running`.
+    struct Answers {
+        version: &'static str,
+        running: &'static str,
+    }
+
+    impl SlurmRead for Answers {
+        fn read(&self, query: &Query) -> Result<String, ReadError> {
+            match query.key.as_str() {
+                "scontrol-show-config" => Ok(format!("SLURM_VERSION = {}\n", self.version)),
+                "sacct-running-qos-lists" => Ok(self.running.to_owned()),
+                other => Err(ReadError::new(format!("no answer for {other}"))),
+            }
+        }
+    }
+
+    #[test]
+    fn a_qos_named_in_a_running_jobs_list_is_noted_where_a_restart_moves_it() {
+        let running = "7|qos_b|qos_a,qos_b\n8|normal|normal\n";
+        let note = qos_list_note(
+            &Answers {
+                version: "25.05.8",
+                running,
+            },
+            &["qos_a", "normal"],
+        );
+        let note = note.expect("qos_a is in job 7's list");
+        assert_eq!(note.source, "QOS qos_a");
+        assert!(note.reason.starts_with("1 running job(s)") && note.reason.contains("23033"));
+        // A QOS no list names, a release that keeps the QOS, no answer.
+        assert!(qos_list_note(
+            &Answers {
+                version: "25.05.8",
+                running
+            },
+            &["normal"]
+        )
+        .is_none());
+        assert!(qos_list_note(
+            &Answers {
+                version: "26.11.0",
+                running
+            },
+            &["qos_a"]
+        )
+        .is_none());
+        assert!(qos_list_note(
+            &Answers {
+                version: "22.05.8",
+                running
+            },
+            &["qos_a"]
+        )
+        .is_none());
+    }
 }

@@ -76,6 +76,8 @@ pub fn report(
             });
         }
     }
+    let shown: Vec<&str> = report.qos.iter().map(|q| q.qos.as_str()).collect();
+    unread.extend(super::qos_list_note(read, &shown));
     report.unread = unread;
     Ok(report)
 }

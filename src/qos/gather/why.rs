@@ -196,6 +196,7 @@ pub fn report(read: &dyn SlurmRead, id: &str) -> Result<WhyReport, ReadError> {
             facts.runs = runs::parse_runs(&t);
         }
     }
+    unread.extend(super::qos_list_note(read, &[found.qos.as_str()]));
     let mut report = why::explain(found, facts);
     report.unread = unread;
     Ok(report)
