@@ -119,6 +119,10 @@ fn the_per_share_use_check_runs_on_stand_ins_and_leaves_nothing() {
         &std::env::temp_dir().join(&name).join("usage"),
     );
     assert!(!kept.exists(), "{} left behind", kept.display());
+    // This run's clients: the uids are every run's, and another suite's
+    // run may hold its own clients at this moment; each client carries its
+    // run's name (GPUSHARE_HW_CHECK_RUN).
+    let mark = format!("GPUSHARE_HW_CHECK_RUN={name}");
     let strays: Vec<String> = std::fs::read_dir("/proc")
         .into_iter()
         .flatten()
@@ -127,8 +131,9 @@ fn the_per_share_use_check_runs_on_stand_ins_and_leaves_nothing() {
             let status = std::fs::read_to_string(e.path().join("status")).ok()?;
             let uid = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
             let uid = uid.split_whitespace().next()?;
-            ["64101", "64102"]
-                .contains(&uid)
+            let environ = std::fs::read(e.path().join("environ")).ok()?;
+            let ours = environ.split(|&b| b == 0).any(|v| v == mark.as_bytes());
+            (["64101", "64102"].contains(&uid) && ours)
                 .then(|| e.file_name().to_string_lossy().into_owned())
         })
         .collect();

@@ -108,6 +108,10 @@ pub struct Standin {
     cleanup: Arc<Mutex<Cleanup>>,
 }
 
+/// The variable each stand-in client carries: its run's directory name
+/// (`gpushare-hw-check-<pid>`).
+pub const STANDIN_RUN_ENV: &str = "GPUSHARE_HW_CHECK_RUN";
+
 impl Standin {
     /// A temporary directory with the stand-in NVML query, a device file
     /// and Slurm's configuration directory; two user ids of no account.
@@ -267,13 +271,17 @@ impl Rig<'_> {
                 let client = super::as_user(&gpu_mps, &args, s.user(load.user), &plan.env)?;
                 Ok((mib, client))
             }
-            Self::Standin(_) => {
+            Self::Standin(t) => {
                 let script = format!(
                     r#"echo "{{\"event\":\"result\",\"pid\":$$,\"init\":\"ok\",\"alloc\":\"ok\"}}"; exec sleep {HOLD_SECS}"#
                 );
                 let args = ["-c".to_owned(), script];
+                // The run's name in each client's environment: the uids
+                // are the same in every run, and runs may go side by side.
+                let run = t.dir.file_name().map(|n| n.to_string_lossy().into_owned());
+                let env = [(STANDIN_RUN_ENV.to_owned(), run.unwrap_or_default())];
                 let client =
-                    super::as_user(Path::new("/bin/sh"), &args, self.user(load.user), &[])?;
+                    super::as_user(Path::new("/bin/sh"), &args, self.user(load.user), &env)?;
                 Ok((load.alloc_mib, client))
             }
         }
