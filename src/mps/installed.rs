@@ -23,14 +23,7 @@ use crate::shared::bounded;
 /// the default.
 const SCONTROL_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// `24.11` or `24.11.5` → (24, 11).
-pub fn parse_release(text: &str) -> Result<(u32, u32), String> {
-    let mut parts = text.trim().split('.');
-    let number = |p: Option<&str>| p.and_then(|p| p.parse::<u32>().ok());
-    number(parts.next())
-        .zip(number(parts.next()))
-        .ok_or_else(|| format!("expected a release such as 24.11, got {text:?}"))
-}
+pub use crate::shared::slurm_release::parse as parse_release;
 
 /// The release in `scontrol --version`'s answer (`slurm 24.11.5`, or
 /// `slurm-wlm 24.11.5` as Debian builds it).

@@ -413,33 +413,8 @@ pub fn mounted_kind(mountinfo: &str, dir: &Path) -> Option<String> {
     mountinfo.lines().rev().find_map(|line| {
         let (mount, rest) = line.split_once(" - ")?;
         let point = mount.split(' ').nth(4)?;
-        (unescape_octal(point) == want).then(|| rest.split(' ').next().map(str::to_owned))?
+        (unescape(point) == want).then(|| rest.split(' ').next().map(str::to_owned))?
     })
-}
-
-/// `\NNN` octal escapes (mountinfo's for space, tab, newline, backslash)
-/// decoded.
-fn unescape_octal(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let octal = bytes
-            .get(i + 1..i + 4)
-            .filter(|d| bytes[i] == b'\\' && d.iter().all(|b| (b'0'..=b'7').contains(b)));
-        match octal {
-            Some(d) => {
-                let v = d.iter().fold(0u32, |v, b| v * 8 + u32::from(b - b'0'));
-                out.push(u8::try_from(v).unwrap_or(b'?'));
-                i += 4;
-            }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Where the system's `program` is (util-linux's `mount`, `umount`), not
@@ -454,17 +429,7 @@ fn system_program(program: &str) -> PathBuf {
 
 /// Runs `mount`/`umount` with `args`, bounded.
 fn mount_program(program: &str, args: &[&str]) -> Result<(), String> {
-    let mut cmd = Command::new(system_program(program));
-    cmd.args(args);
-    match bounded::run(cmd, None, CONTROL_TIMEOUT) {
-        Ok(r) if r.status.success() => Ok(()),
-        Ok(r) => Err(format!(
-            "{program} exited with {}: {}",
-            r.status,
-            r.stderr.trim()
-        )),
-        Err(e) => Err(format!("{program}: {e}")),
-    }
+    bounded::program_at(&system_program(program), args, CONTROL_TIMEOUT).map(drop)
 }
 
 /// Mounts the job's tmpfs ([`JOB_FS_OPTIONS`]) on `dir`, its top the

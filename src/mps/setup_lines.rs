@@ -297,16 +297,12 @@ pub(super) fn other_files(
     }
 }
 
-/// slurmd's connection manager serves this many connections at once
-/// unless `SlurmdParameters=conmgr_max_connections` says more (slurm.conf(5),
-/// Slurm 25.05 and later).
-pub const SLURMD_CONNECTIONS: u64 = 512;
-
 /// For a node of `count` mps (as many shares at most, each one unit at
 /// least) beyond what slurmd serves at once: the `SlurmdParameters` line
 /// slurm.conf(5) asks for (at least the node's jobs), as a comment, since
 /// slurmd before 25.05 has no such parameter; nothing for a smaller node.
 pub fn slurmd_connections(count: u64) -> String {
+    use crate::shared::slurm_release::{slurmd_connections_for, SLURMD_CONNECTIONS};
     if count <= SLURMD_CONNECTIONS {
         return String::new();
     }
@@ -315,7 +311,7 @@ pub fn slurmd_connections(count: u64) -> String {
          # node has fewer CPUs), and slurmd serves {SLURMD_CONNECTIONS} connections at a time unless told\n\
          # more; add this to your SlurmdParameters (gpu-qos audit checks it):\n\
          # SlurmdParameters=conmgr_max_connections={}\n",
-        count.div_ceil(64) * 64
+        slurmd_connections_for(count)
     )
 }
 

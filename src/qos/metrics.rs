@@ -14,7 +14,7 @@ use std::sync::{Mutex, PoisonError};
 
 use super::config;
 use super::gres::settled_reason;
-use super::policy::{RejectionKind, Verdict, WarningReason};
+use super::policy::{RejectionKind, Verdict};
 use super::slurm::assoc_mgr::{AccountGpus, QosGpus};
 use super::slurm::jobs::Job;
 use crate::shared::prom::{Exposition, TEXTFILE_DIRS};
@@ -238,31 +238,6 @@ pub fn render_heartbeat(cluster: &str, now: u64) -> String {
     out.into_text()
 }
 
-/// The `rule` label of a rejection.
-pub fn rule_name(kind: RejectionKind) -> &'static str {
-    match kind {
-        RejectionKind::UntypedGpu => "untyped_gpu",
-        RejectionKind::TypeNotPermitted => "type_not_permitted",
-        RejectionKind::OverLimit => "over_limit",
-        RejectionKind::NoGpuRequest => "no_gpu_request",
-        RejectionKind::SharedOutsideReservation => "shared_outside_reservation",
-        RejectionKind::ShareTooLarge => "share_too_large",
-        RejectionKind::UpdateNeedsTypedGpu => "update_needs_typed_gpu",
-        RejectionKind::BadRequest => "bad_request",
-        RejectionKind::UnlistedTypedLimit => "unlisted_typed_limit",
-        RejectionKind::ForeignArrayThrottle => "foreign_array_throttle",
-    }
-}
-
-/// The `reason` label of a warning: the refusal's rule name, or the
-/// change's.
-pub fn warning_reason(reason: WarningReason) -> &'static str {
-    match reason {
-        WarningReason::Refusal(kind) => rule_name(kind),
-        WarningReason::LowPriority(change) => change.label(),
-    }
-}
-
 const SLOTS: usize = 2 * (1 + KINDS.len());
 
 /// The most distinct QOS labels the warnings keep; others count under
@@ -348,7 +323,7 @@ impl DecisionCounts {
                         .exemptions
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner);
-                    let (reason, rule) = (e.reason.label(), rule_name(e.kind));
+                    let (reason, rule) = (e.reason.label(), e.kind.label());
                     let mut qos = match e.qos.as_str() {
                         "" => "none".to_owned(),
                         q => q.to_ascii_lowercase(),
@@ -366,7 +341,7 @@ impl DecisionCounts {
                             "" => "none".to_owned(),
                             q => q.to_ascii_lowercase(),
                         };
-                        let reason = warning_reason(w.reason);
+                        let reason = w.reason.label();
                         let known = warnings.contains_key(&(reason, qos.clone()));
                         if !known && warnings.len() >= MAX_WARNING_QOS {
                             qos = "other".to_owned();
@@ -412,7 +387,7 @@ impl DecisionCounts {
                     &[
                         ("call", label),
                         ("decision", "reject"),
-                        ("rule", rule_name(kind)),
+                        ("rule", kind.label()),
                     ],
                     n(Some(kind)),
                 );
@@ -473,7 +448,7 @@ impl DecisionCounts {
 
 #[cfg(test)]
 mod tests {
-    use super::super::policy::{JobChanges, Rejection};
+    use super::super::policy::{JobChanges, Rejection, WarningReason};
     use super::*;
     use crate::qos::slurm::assoc_mgr::{parse_assoc_mgr_accounts, parse_assoc_mgr_qos};
 
@@ -704,7 +679,7 @@ ClusterName=gpushare Account=lafferty_students UserName=root(0) Partition= Prior
                 ..JobChanges::default()
             }),
         );
-        let rules: Vec<&str> = KINDS.iter().map(|&k| rule_name(k)).collect();
+        let rules: Vec<&str> = KINDS.iter().map(|&k| k.label()).collect();
         let with_none: Vec<&str> = ["none"].into_iter().chain(rules.clone()).collect();
         let warnings: Vec<&str> = rules
             .iter()

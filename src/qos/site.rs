@@ -119,6 +119,11 @@ impl SlurmSettings {
             .filter(|v| !v.is_empty() && *v != "(null)")
     }
 
+    /// slurmctld's release (`SLURM_VERSION`), as major and minor.
+    pub fn release(&self) -> Option<(u32, u32)> {
+        crate::shared::slurm_release::parse(self.get("SLURM_VERSION")?).ok()
+    }
+
     /// A comma list, items trimmed, empty items dropped.
     pub fn list(&self, key: &str) -> Vec<String> {
         split_list(self.get(key).unwrap_or(""))

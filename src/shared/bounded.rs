@@ -80,8 +80,23 @@ pub const OUTPUT_LIMIT: u64 = 1 << 20;
 /// `args`, within `timeout`: its output, or an error that names the
 /// command line and what went wrong (its stderr where it failed).
 pub fn slurm(program: &str, args: &[&str], timeout: Duration) -> Result<String, String> {
-    let shown = format!("{program} {}", args.join(" "));
-    let mut cmd = Command::new(super::locations::slurm_command(program));
+    program_at(&super::locations::slurm_command(program), args, timeout)
+}
+
+/// Runs the program at `path` with `args`, within `timeout`, as
+/// [`slurm`] runs Slurm's: its output, or an error that names the command
+/// line (the program by its name) and what went wrong.
+pub fn program_at(
+    path: &std::path::Path,
+    args: &[&str],
+    timeout: Duration,
+) -> Result<String, String> {
+    let name = path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let shown = format!("{name} {}", args.join(" "));
+    let mut cmd = Command::new(path);
     cmd.args(args);
     let ran = run(cmd, None, timeout).map_err(|e| format!("{shown}: {e}"))?;
     if ran.status.success() {

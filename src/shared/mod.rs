@@ -28,6 +28,7 @@ pub mod locations;
 pub mod namespaces;
 pub mod node_refusals;
 pub mod prom;
+pub mod slurm_release;
 pub mod spank_env;
 pub mod syntax;
 pub mod usage_words;

@@ -297,13 +297,6 @@ fn shares_stack(site: &Site, mps: &[&NodeInfo], out: &mut Vec<AuditFinding>) {
     }
 }
 
-#[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
-mod tests;
-
-/// slurmd's default `conmgr_max_connections` (slurm.conf(5), 25.05 on).
-const SLURMD_CONNECTIONS: u64 = 512;
-
 /// MPS nodes that may run more jobs at once than slurmd's connection
 /// manager serves (`SlurmdParameters=conmgr_max_connections`, from 25.05,
 /// default 512): slurm.conf(5) asks for at least the node's jobs, and a
@@ -311,20 +304,11 @@ const SLURMD_CONNECTIONS: u64 = 512;
 /// bounded by its CPUs (each job holds one at least) and its mps count
 /// (each share one unit at least).
 pub(super) fn slurmd_connections(site: &Site, out: &mut Vec<AuditFinding>) {
+    use crate::shared::slurm_release::{
+        slurmd_connections_for, SLURMD_CONNECTIONS, SLURMD_CONNECTIONS_SINCE,
+    };
     let s = &site.settings;
-    let release = s.get("SLURM_VERSION").and_then(|v| {
-        let mut parts = v.split('.');
-        let major: u32 = parts.next()?.parse().ok()?;
-        let minor: u32 = parts
-            .next()?
-            .chars()
-            .take_while(char::is_ascii_digit)
-            .collect::<String>()
-            .parse()
-            .ok()?;
-        Some((major, minor))
-    });
-    if release.is_none_or(|r| r < (25, 5)) {
+    if s.release().is_none_or(|r| r < SLURMD_CONNECTIONS_SINCE) {
         return;
     }
     let params = s.list("SlurmdParameters");
@@ -346,22 +330,24 @@ pub(super) fn slurmd_connections(site: &Site, out: &mut Vec<AuditFinding>) {
                 .map(|g| g.count)
                 .sum();
             let jobs = n.cpus.map_or(mps, |cpus| cpus.min(mps));
-            (jobs > limit).then_some((n, jobs))
+            (jobs > limit).then_some((n, mps, jobs))
         })
-        .max_by_key(|(_, jobs)| *jobs);
-    let Some((node, jobs)) = most else {
+        .max_by_key(|(_, _, jobs)| *jobs);
+    let Some((node, mps, jobs)) = most else {
         return;
     };
-    let others: Vec<&str> = params
-        .iter()
-        .map(String::as_str)
-        .filter(|p| !p.starts_with("conmgr_max_connections="))
-        .collect();
-    let wanted = jobs.div_ceil(64) * 64;
-    let line = std::iter::once(format!("conmgr_max_connections={wanted}"))
-        .chain(others.iter().map(|p| (*p).to_owned()))
-        .collect::<Vec<_>>()
-        .join(",");
+    let line = std::iter::once(format!(
+        "conmgr_max_connections={}",
+        slurmd_connections_for(jobs)
+    ))
+    .chain(
+        params
+            .iter()
+            .filter(|p| !p.starts_with("conmgr_max_connections="))
+            .cloned(),
+    )
+    .collect::<Vec<_>>()
+    .join(",");
     out.push(
         AuditFinding::new(
             Severity::Warning,
@@ -370,16 +356,11 @@ pub(super) fn slurmd_connections(site: &Site, out: &mut Vec<AuditFinding>) {
             DOC_SLURM_CONF,
         )
         .what(format!(
-            "node {} may run {jobs} jobs at once ({}{} mps), more than slurmd's \
+            "node {} may run {jobs} jobs at once ({}{mps} mps), more than slurmd's \
              conmgr_max_connections ({limit})",
             node.name,
             node.cpus
                 .map_or_else(String::new, |c| format!("{c} CPUs, ")),
-            node.gres
-                .iter()
-                .filter(|g| g.name == "mps")
-                .map(|g| g.count)
-                .sum::<u64>()
         ))
         .why(
             "slurmd serves at most that many connections at once, and slurm.conf(5) asks for \
@@ -389,3 +370,7 @@ pub(super) fn slurmd_connections(site: &Site, out: &mut Vec<AuditFinding>) {
         .fix(format!("SlurmdParameters={line}")),
     );
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests;

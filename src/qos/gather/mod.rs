@@ -57,28 +57,23 @@ pub fn jobs_private(conf: &SlurmSettings) -> bool {
 pub fn qos_list_note(read: &dyn SlurmRead, qos: &[&str]) -> Option<Unread> {
     use crate::qos::slurm::{config, qos_lists};
     let conf = SlurmSettings::from_show_config(&read.read(&config::show()).ok()?);
-    let version = conf.get("SLURM_VERSION")?;
-    if !qos_lists::moves_listed_jobs(version) {
+    if !conf.release().is_some_and(qos_lists::moves_listed_jobs) {
         return None;
     }
+    let version = conf.get("SLURM_VERSION")?;
     let jobs = qos_lists::parse(&read.read(&qos_lists::running()).ok()?);
-    let mut named: Vec<&str> = qos
+    let names =
+        |j: &qos_lists::ListedJob, q: &str| j.requested.iter().any(|r| r.eq_ignore_ascii_case(q));
+    let listed: Vec<_> = jobs
+        .iter()
+        .filter(|j| qos.iter().any(|q| names(j, q)))
+        .collect();
+    let named: Vec<&str> = qos
         .iter()
         .copied()
-        .filter(|q| {
-            jobs.iter()
-                .any(|j| j.requested.iter().any(|r| r.eq_ignore_ascii_case(q)))
-        })
+        .filter(|q| listed.iter().any(|j| names(j, q)))
         .collect();
-    named.dedup();
-    let listed = jobs
-        .iter()
-        .filter(|j| {
-            named
-                .iter()
-                .any(|q| j.requested.iter().any(|r| r.eq_ignore_ascii_case(q)))
-        })
-        .count();
+    let listed = listed.len();
     (!named.is_empty()).then(|| Unread {
         source: format!("QOS {}", named.join(", ")),
         reason: format!(

@@ -259,9 +259,7 @@ pub fn site(
     };
     // Running jobs with a QOS list, on the releases that move them to
     // another QOS at a restart.
-    let moves = settings
-        .get("SLURM_VERSION")
-        .is_some_and(qos_lists::moves_listed_jobs);
+    let moves = settings.release().is_some_and(qos_lists::moves_listed_jobs);
     let qos_lists = if accounting && moves {
         match read.read(&qos_lists::running()) {
             Ok(text) => {

@@ -9,24 +9,6 @@
 pub use super::verdict::coded;
 use super::verdict::{LowPriorityChange, RejectionKind, WarningReason};
 
-/// Every code, with the kind's name in the metrics' `rule`/`reason`
-/// label, replay's JSON and slurmctld's log.
-pub const CODES: [(&str, &str); 13] = [
-    ("GQ101", "untyped_gpu"),
-    ("GQ102", "type_not_permitted"),
-    ("GQ103", "over_limit"),
-    ("GQ104", "no_gpu_request"),
-    ("GQ105", "shared_outside_reservation"),
-    ("GQ106", "share_too_large"),
-    ("GQ107", "update_needs_typed_gpu"),
-    ("GQ108", "bad_request"),
-    ("GQ109", "unlisted_typed_limit"),
-    ("GQ110", "foreign_array_throttle"),
-    ("GQ201", "low_priority_requeue"),
-    ("GQ202", "low_priority_exclusive_user"),
-    ("GQ203", "low_priority_array_throttle"),
-];
-
 impl RejectionKind {
     /// This refusal's code.
     pub fn code(self) -> &'static str {
@@ -66,9 +48,21 @@ impl WarningReason {
     }
 }
 
-/// The code of a name of [`CODES`] (a metrics label, replay's `reason`).
+/// Every code with its kind's name (`label`): the refusals', then the
+/// low-priority changes'.
+pub fn all() -> impl Iterator<Item = (&'static str, &'static str)> {
+    let refusals = RejectionKind::ALL
+        .into_iter()
+        .map(|k| (k.code(), k.label()));
+    let changes = LowPriorityChange::ALL
+        .into_iter()
+        .map(|c| (c.code(), c.label()));
+    refusals.chain(changes)
+}
+
+/// The code of a kind's name (a metrics label, replay's `reason`).
 pub fn code_of(name: &str) -> Option<&'static str> {
-    CODES.iter().find(|(_, n)| *n == name).map(|(c, _)| *c)
+    all().find(|(_, n)| *n == name).map(|(c, _)| c)
 }
 
 #[cfg(test)]
@@ -77,16 +71,18 @@ mod tests {
 
     #[test]
     fn every_kind_has_its_own_code_and_name() {
-        let mut codes: Vec<&str> = RejectionKind::ALL.iter().map(|k| k.code()).collect();
-        codes.extend(LowPriorityChange::ALL.iter().map(|c| c.code()));
-        let listed: Vec<&str> = CODES.iter().map(|(c, _)| *c).collect();
-        assert_eq!(codes, listed);
+        let listed: Vec<(&str, &str)> = all().collect();
+        assert_eq!(listed.len(), 13);
+        for (code, name) in &listed {
+            assert_eq!(code_of(name), Some(*code));
+        }
         for c in LowPriorityChange::ALL {
             assert_eq!(code_of(c.label()), Some(c.code()));
         }
-        let mut unique = listed.clone();
+        let mut unique: Vec<&str> = listed.iter().map(|(c, _)| *c).collect();
+        unique.sort_unstable();
         unique.dedup();
-        assert_eq!(unique.len(), CODES.len());
+        assert_eq!(unique.len(), listed.len());
     }
 
     /// docs/codes.md lists each code once, with its name, and no other.
@@ -104,8 +100,8 @@ mod tests {
             .collect();
         let listed: Vec<(String, &str)> =
             rows.iter().map(|(c, n)| (format!("GQ{c}"), *n)).collect();
-        let codes: Vec<(String, &str)> = CODES.iter().map(|(c, n)| ((*c).to_owned(), *n)).collect();
-        assert_eq!(listed, codes, "docs/codes.md's table is not CODES");
+        let codes: Vec<(String, &str)> = all().map(|(c, n)| (c.to_owned(), n)).collect();
+        assert_eq!(listed, codes, "docs/codes.md's table is not the codes");
     }
 
     #[test]

@@ -170,6 +170,17 @@ pub enum WarningReason {
     LowPriority(LowPriorityChange),
 }
 
+impl WarningReason {
+    /// The `reason` label of a warning: the refusal's name, or the
+    /// change's.
+    pub fn label(self) -> &'static str {
+        match self {
+            WarningReason::Refusal(kind) => kind.label(),
+            WarningReason::LowPriority(change) => change.label(),
+        }
+    }
+}
+
 /// A refusal not made or a change not applied because its rule (or the
 /// file) says `Enforce=warn`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -211,6 +222,23 @@ pub enum RejectionKind {
 }
 
 impl RejectionKind {
+    /// Its name: the `rule` label of the plugin's metrics, replay's
+    /// `reason`, the word of docs/codes.md.
+    pub fn label(self) -> &'static str {
+        match self {
+            RejectionKind::UntypedGpu => "untyped_gpu",
+            RejectionKind::TypeNotPermitted => "type_not_permitted",
+            RejectionKind::OverLimit => "over_limit",
+            RejectionKind::NoGpuRequest => "no_gpu_request",
+            RejectionKind::SharedOutsideReservation => "shared_outside_reservation",
+            RejectionKind::ShareTooLarge => "share_too_large",
+            RejectionKind::UpdateNeedsTypedGpu => "update_needs_typed_gpu",
+            RejectionKind::BadRequest => "bad_request",
+            RejectionKind::UnlistedTypedLimit => "unlisted_typed_limit",
+            RejectionKind::ForeignArrayThrottle => "foreign_array_throttle",
+        }
+    }
+
     /// Every kind, in the order of their codes.
     pub const ALL: [RejectionKind; 10] = [
         RejectionKind::UntypedGpu,

@@ -21,7 +21,6 @@ use std::collections::HashMap;
 use crate::qos::check::{AssocRecord, QosRecord};
 use crate::qos::config::GpuQosConfig;
 use crate::qos::gres::PerNodeSpelling;
-use crate::qos::metrics::{rule_name, warning_reason};
 use crate::qos::policy::{
     judge_submit, limits_without_rule, JobDescription, LimitLevel, LowPriorityChange, Resolved,
     TypedLimit, Verdict, WarningReason,
@@ -362,7 +361,7 @@ pub fn judge(cfg: &GpuQosConfig, job: &JobDescription<'_>) -> Vec<Judged> {
     match judge_submit(cfg, job) {
         Verdict::Reject(r) => vec![Judged {
             action: Action::Refused,
-            reason: rule_name(r.kind),
+            reason: r.kind.label(),
             rule: rule_of(cfg, job, Some(r.kind)),
             message: r.message,
         }],
@@ -403,7 +402,7 @@ pub fn judge(cfg: &GpuQosConfig, job: &JobDescription<'_>) -> Vec<Judged> {
                 };
                 out.push(Judged {
                     action: Action::Warned,
-                    reason: warning_reason(w.reason),
+                    reason: w.reason.label(),
                     rule: if kind.is_some() {
                         rule_of(cfg, job, kind)
                     } else {

@@ -64,19 +64,11 @@ pub fn parse(text: &str) -> Vec<ListedJob> {
         .collect()
 }
 
-/// Whether slurmctld of `version` (`25.05.8`) moves a running job with a
-/// QOS list to the list's first QOS when it reloads its jobs: 24.11.0 to
-/// every 26.05 release. A version that does not read is taken as not.
-pub fn moves_listed_jobs(version: &str) -> bool {
-    let mut parts = version.trim().split('.');
-    let number = |p: Option<&str>| -> Option<u32> {
-        let digits: String = p?.chars().take_while(char::is_ascii_digit).collect();
-        digits.parse().ok()
-    };
-    match (number(parts.next()), number(parts.next())) {
-        (Some(major), Some(minor)) => ((24, 11)..=(26, 5)).contains(&(major, minor)),
-        _ => false,
-    }
+/// Whether slurmctld of `release` moves a running job with a QOS list to
+/// the list's first QOS when it reloads its jobs: 24.11.0 to every 26.05
+/// release.
+pub fn moves_listed_jobs(release: (u32, u32)) -> bool {
+    ((24, 11)..=(26, 5)).contains(&release)
 }
 
 #[cfg(test)]
@@ -106,12 +98,18 @@ mod tests {
         assert!(parse("").is_empty());
     }
 
+    /// As slurmctld's `SLURM_VERSION` is read: one that does not read is
+    /// taken as a release that does not move them.
+    fn moves(version: &str) -> bool {
+        crate::shared::slurm_release::parse(version).is_ok_and(moves_listed_jobs)
+    }
+
     #[test]
     fn the_releases_with_ticket_23033() {
         for v in [
             "24.11.0", "24.11.7", "25.05.8", "25.11.7", "26.05.3", "26.05.9",
         ] {
-            assert!(moves_listed_jobs(v), "{v}");
+            assert!(moves(v), "{v}");
         }
         for v in [
             "22.05.8",
@@ -123,7 +121,7 @@ mod tests {
             "",
             "x",
         ] {
-            assert!(!moves_listed_jobs(v), "{v}");
+            assert!(!moves(v), "{v}");
         }
     }
 }

@@ -290,6 +290,10 @@ fn another_users_throttle_is_refused_saying_slurm_22_05_already_set_it() {
     );
     // The value as slurmctld read it (strtoll), not the text.
     assert!(r.message.contains("set it to 0 before"), "{}", r.message);
+    // A hostile value reaches the words only as the number slurmctld read.
+    let hostile = throttle_update("7\njob_submit/gpu_qos: forged line");
+    let r = foreign_throttle(&hostile, owner, &requester(600, None, false)).expect("refused");
+    assert!(r.message.contains("set it to 7 before") && !r.message.contains("forged"));
     // Even an empty value is a throttle slurmctld applies (0).
     assert!(foreign_throttle(&throttle_update(""), owner, &requester(600, None, false)).is_some());
 }
