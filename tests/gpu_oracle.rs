@@ -25,7 +25,7 @@ use std::time::Instant;
 use testcluster::cluster::wait_for;
 use testcluster::time::SHORT;
 use testcluster::users::TestUser;
-use testcluster::{Cluster, ClusterSpec, JobInfo, Suite, TestResult};
+use testcluster::{Cluster, ClusterSpec, JobInfo, NodeSpec, Suite, TestResult};
 
 #[path = "gpu_oracle/forms.rs"]
 mod forms;
@@ -41,18 +41,54 @@ fn main() -> ExitCode {
     }
     let mut alone = spec.clone();
     alone.job_submit_plugins.clear();
+    // The same site on two nodes, each a host of its own with the one
+    // node's GPUs: where `-N 2` forms are held, not refused for want of
+    // a second node.
+    let node = |name: &str| NodeSpec {
+        gpus: spec.gpus.clone(),
+        mps_count: spec.mps_count,
+        ..NodeSpec::new(name, "a40", 0)
+    };
+    let two_nodes = ClusterSpec {
+        gpus: Vec::new(),
+        mps_count: None,
+        nodes: vec![node("gpu01"), node("gpu02")],
+        ..spec.clone()
+    };
+    let mut two_alone = two_nodes.clone();
+    two_alone.job_submit_plugins.clear();
     Suite::new(spec)
         .test(
             "no_accepted_job_holds_untyped_gpus_under_a_typed_limit",
-            |c| oracle(c, true),
+            |c| oracle(c, true, Plan::One),
         )
         .smoke()
+        .test_on(
+            "across_two_nodes_no_job_holds_untyped_gpus_under_a_typed_limit",
+            two_nodes,
+            |c| oracle(c, true, Plan::TwoNodes),
+        )
         .test_on_on_request(
             "with_slurm_alone_untyped_gpus_escape_every_typed_scope",
             alone,
-            |c| oracle(c, false),
+            |c| oracle(c, false, Plan::One),
+        )
+        .test_on_on_request(
+            "with_slurm_alone_untyped_gpus_escape_across_two_nodes",
+            two_alone,
+            |c| oracle(c, false, Plan::TwoNodes),
         )
         .run()
+}
+
+/// What a run of the oracle tries.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Plan {
+    /// Every form on one node, the updates, the low-priority arrays.
+    One,
+    /// The forms that span two nodes and the updates (among them
+    /// `NumNodes=2`), on a cluster of two.
+    TwoNodes,
 }
 
 /// Where a limit is typed, as the suite sets it up.
@@ -440,6 +476,7 @@ fn follow_advice(
         typed: true,
         gpus: true,
         types: &[],
+        plain: false,
         label: format!("{} -> advice {advice}", form.label),
     };
     tally.advice_followed += 1;
@@ -525,7 +562,7 @@ fn held_to_its_rule(c: &Cluster, id: u32, what: &str, tally: &mut Tally) {
     }
 }
 
-fn oracle(c: &mut Cluster, with_plugin: bool) -> TestResult {
+fn oracle(c: &mut Cluster, with_plugin: bool, plan: Plan) -> TestResult {
     let started = Instant::now();
     let (scopes, planted) = scopes(c)?;
     let script_dir = c.dir.join("oracle");
@@ -542,7 +579,10 @@ fn oracle(c: &mut Cluster, with_plugin: bool) -> TestResult {
         log_at: 0,
         script: script.to_string_lossy().into_owned(),
     };
-    let forms = forms::all();
+    let forms = match plan {
+        Plan::One => forms::all(),
+        Plan::TwoNodes => forms::across_nodes(),
+    };
     let mut tally = Tally::default();
     // Before any verdict counts, the oracle's reading of Slurm's record
     // must see the planted job's untyped GPUs under its partition's
@@ -560,8 +600,9 @@ fn oracle(c: &mut Cluster, with_plugin: bool) -> TestResult {
             held(c, planted).map(|h| h.iter().map(|c| c.tres().to_owned()).collect::<Vec<_>>())
         ),
     )?;
-    // Held GPU jobs kept for the updates below: (scope, job, what).
-    let mut pending: Vec<(usize, u32, String)> = Vec::new();
+    // Held GPU jobs kept for the updates below: (scope, job, what, the
+    // form's options).
+    let mut pending: Vec<(usize, u32, String, &[String])> = Vec::new();
     for (index, scope) in scopes.iter().enumerate() {
         for form in &forms {
             let what = format!("{} [{}] {}", scope.name, scope.user.name, form.label);
@@ -574,13 +615,13 @@ fn oracle(c: &mut Cluster, with_plugin: bool) -> TestResult {
                     if form.command == Command::Salloc {
                         let _ = c.run("scancel", &[&id.to_string()]);
                     } else if (form.command == Command::Sbatch
-                        && (form.gpus || (scope.typed && form.args.is_empty())))
+                        && (form.gpus || (scope.typed && form.plain)))
                         || (form.command == Command::Array && form.gpus)
                     {
                         // GPU jobs and arrays, and each typed scope's job
                         // without GPUs (GPU text hidden in an update is
                         // what gives it some).
-                        pending.push((index, id, what));
+                        pending.push((index, id, what, &form.args));
                     } else {
                         let _ = c.run("scancel", &[&id.to_string()]);
                     }
@@ -607,13 +648,13 @@ fn oracle(c: &mut Cluster, with_plugin: bool) -> TestResult {
     // moved into a typed one or grown; those of typed scopes grown, or
     // their GPU request taken away (Slurm may then add its own, untyped,
     // for --ntasks-per-gpu). What Slurm then holds is judged again.
-    let moves: &[&[&str]] = &[
+    let mut moves: Vec<&[&str]> = vec![
         &["QOS=qos_lafferty"],
         &["Partition=oracle_a40"],
         &["NumTasks=4"],
         &["NumNodes=1"],
     ];
-    let regrown: &[&[&str]] = &[
+    let mut regrown: Vec<&[&str]> = vec![
         &["NumTasks=4"],
         &["NumNodes=1"],
         &["TresPerJob=gres/gpu:0"],
@@ -671,9 +712,13 @@ fn oracle(c: &mut Cluster, with_plugin: bool) -> TestResult {
     let mut hidden_tried = std::collections::BTreeSet::new();
     let mut cpu_jobs: Vec<u32> = Vec::new();
     let mut updated = 0usize;
-    for (index, id, what) in &pending {
+    if plan == Plan::TwoNodes {
+        moves.push(&["NumNodes=2"]);
+        regrown.push(&["NumNodes=2"]);
+    }
+    for (index, id, what, form_args) in &pending {
         let scope = scopes.get(*index).ok_or("no such scope")?;
-        let mut updates: Vec<&[&str]> = if scope.typed { regrown } else { moves }.to_vec();
+        let mut updates: Vec<&[&str]> = if scope.typed { &regrown } else { &moves }.clone();
         let cpu_only = what.ends_with("no GPU option");
         if cpu_only {
             updates = [hidden, raw].concat();
@@ -687,6 +732,7 @@ fn oracle(c: &mut Cluster, with_plugin: bool) -> TestResult {
             let id = if cpu_only && n > 0 {
                 let mut args = vec!["-H", "-o", "/dev/null"];
                 args.extend_from_slice(&scope.args);
+                args.extend(form_args.iter().map(String::as_str));
                 args.push("--wrap=true");
                 let fresh = scope.user.sbatch(c, &args)?;
                 cpu_jobs.push(fresh);
@@ -789,7 +835,14 @@ fn oracle(c: &mut Cluster, with_plugin: bool) -> TestResult {
             format!("Slurm alone let no untyped GPU under a typed limit: {summary}"),
         );
     }
-    let arrays = lowprio_arrays(c, &scopes)?;
+    // The arrays' cap is the one-node run's: the nodes change nothing there.
+    let arrays = match plan {
+        Plan::One => lowprio_arrays(c, &scopes)?,
+        Plan::TwoNodes => Arrays {
+            summary: "low-priority arrays: tried on one node".to_owned(),
+            over_the_cap: Vec::new(),
+        },
+    };
     eprintln!("  {}", arrays.summary);
     let mut problems: Vec<String> = tally.escapes.clone();
     problems.extend(arrays.over_the_cap);

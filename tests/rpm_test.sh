@@ -295,15 +295,16 @@ echo "   $(basename "$slurm_client") and $tools alone; rpm -V clean; gpu-qos and
 step "4. the suites against the installed plugins and programs, and from the login host"
 # foundation's wrong_plugin_version test is left out: it puts a patched copy
 # of the plugin in a directory before Slurm's own, which here holds the
-# installed one; step 5 is what guards this installation. The oracle in
-# full, every other suite's smoke (make test-all: gpu_qos, gpu_mps and
+# installed one; step 5 is what guards this installation. The oracle on one
+# node, every other suite's smoke (make test-all: gpu_qos, gpu_mps and
 # mps_daemon in full, GPUSHARE_RPM_SUITES); demo and hw_check test the
 # build tree (make install, the hardware check's own binary), not what the
 # packages installed; attack's users link their programs to libslurm,
 # which SchedMD's RPMs put in /usr/lib64, where this Debian root's loader
 # does not look; multinode's hosts are not made for this root (srun -N3
-# there answers from two nodes of three). Both run on every other release.
-suites=foundation:loaded_by_slurmctld/runs_through_the_plugin/srun_step_runs/preempts_lowprio,gpu_oracle,smoke,-demo,-hw_check,-attack,-multinode
+# there answers from two nodes of three), nor the oracle's two-node run's.
+# Both run on every other release.
+suites=foundation:loaded_by_slurmctld/runs_through_the_plugin/srun_step_runs/preempts_lowprio,gpu_oracle:no_accepted_job_holds_untyped,smoke,-demo,-hw_check,-attack,-multinode
 installed_harness "$plugindir/job_submit_gpu_qos.so" "$plugindir/spank_gpu_mps.so"
 GPUSHARE_RELEASE_ROOT=$root GPUSHARE_RELEASE_BUILD=$harness GPUSHARE_SLURM_PLUGIN_DIR=$plugindir \
     tests/release_suite.sh "rpm-$release" v1 "${GPUSHARE_RPM_SUITES:-$suites}" ||

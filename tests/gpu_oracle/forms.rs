@@ -181,13 +181,109 @@ pub struct Form {
     pub gpus: bool,
     /// The GPU types a typed form names.
     pub types: &'static [&'static str],
+    /// No GPU option and nothing beside it: a job without GPUs.
+    pub plain: bool,
     pub label: String,
 }
 
-/// Every form: each GPU option (typed and untyped, and none, and a GPU
-/// share) with each thing beside it, by sbatch; arrays, salloc and het
-/// jobs for each GPU option alone and for the forms Slurm adds GPUs to.
+/// Every form on one node: each GPU option (typed and untyped, and none,
+/// and a GPU share) with each thing beside it, by sbatch; arrays, salloc
+/// and het jobs for each GPU option alone and for the forms Slurm adds
+/// GPUs to.
 pub fn all() -> Vec<Form> {
+    generate(&[], OPTIONS, BESIDE)
+}
+
+/// The forms that span two nodes (a cluster of two): per-node counts
+/// Slurm multiplies by the nodes, a node range, tasks spread one per
+/// node.
+pub fn across_nodes() -> Vec<Form> {
+    generate(&["-N", "2"], NODE_OPTIONS, NODE_BESIDE)
+}
+
+const NODE_OPTIONS: &[GpuOption] = &[
+    GpuOption {
+        name: "-N 2 --gpus-per-node",
+        untyped: &["-N", "2", "--gpus-per-node=1"],
+        typed: &["-N", "2", "--gpus-per-node=a40:1"],
+        types: A40,
+    },
+    GpuOption {
+        name: "-N 2 --gres",
+        untyped: &["-N", "2", "--gres=gpu:1"],
+        typed: &["-N", "2", "--gres=gpu:a40:1"],
+        types: A40,
+    },
+    GpuOption {
+        name: "-N 2 --gres, no count",
+        untyped: &["-N", "2", "--gres=gpu"],
+        typed: &["-N", "2", "--gres=gpu:a40"],
+        types: A40,
+    },
+    GpuOption {
+        name: "-N 2 --gpus",
+        untyped: &["-N", "2", "--gpus=2"],
+        typed: &["-N", "2", "--gpus=a40:2"],
+        types: A40,
+    },
+    GpuOption {
+        name: "-N 2 --gpus-per-task",
+        untyped: &["-N", "2", "--ntasks-per-node=1", "--gpus-per-task=1"],
+        typed: &["-N", "2", "--ntasks-per-node=1", "--gpus-per-task=a40:1"],
+        types: A40,
+    },
+    GpuOption {
+        name: "-N 2 --gpus-per-socket",
+        untyped: &["-N", "2", "--sockets-per-node=1", "--gpus-per-socket=1"],
+        typed: &["-N", "2", "--sockets-per-node=1", "--gpus-per-socket=a40:1"],
+        types: A40,
+    },
+    GpuOption {
+        name: "-N 2 --gpus-per-node, two types",
+        untyped: &["-N", "2", "--gpus-per-node=h100:1,1"],
+        typed: &["-N", "2", "--gpus-per-node=a40:1,h100:1"],
+        types: A40_H100,
+    },
+    GpuOption {
+        name: "-N 1-2 --gpus-per-node",
+        untyped: &["-N", "1-2", "--gpus-per-node=1"],
+        typed: &["-N", "1-2", "--gpus-per-node=a40:1"],
+        types: A40,
+    },
+];
+
+const NODE_BESIDE: &[Beside] = &[
+    Beside {
+        name: "",
+        args: &[],
+        derives: false,
+        adds_untyped: false,
+    },
+    // One task per node, one GPU per task: Slurm adds the GPUs where no
+    // option names them.
+    Beside {
+        name: "-n 2 --ntasks-per-gpu=1",
+        args: &["-n", "2", "--ntasks-per-gpu=1"],
+        derives: true,
+        adds_untyped: false,
+    },
+    Beside {
+        name: "--cpus-per-gpu=1",
+        args: &["--cpus-per-gpu=1"],
+        derives: false,
+        adds_untyped: false,
+    },
+    Beside {
+        name: "--gpus=2",
+        args: &["--gpus=2"],
+        derives: false,
+        adds_untyped: true,
+    },
+];
+
+/// Each GPU option of `options` (and none, and a GPU share, both with
+/// `base`) with each thing of `beside`.
+fn generate(base: &[&'static str], options: &[GpuOption], beside: &[Beside]) -> Vec<Form> {
     let mut forms = Vec::new();
     type GpuArgs = (
         String,
@@ -195,9 +291,21 @@ pub fn all() -> Vec<Form> {
         Option<bool>,
         &'static [&'static str],
     );
-    let mut gpu_args: Vec<GpuArgs> = vec![("no GPU option".to_owned(), Vec::new(), None, &[])];
-    gpu_args.push(("--gres=mps:50".to_owned(), vec!["--gres=mps:50"], None, &[]));
-    for o in OPTIONS {
+    let based = |name: &str| {
+        if base.is_empty() {
+            name.to_owned()
+        } else {
+            format!("{}, {name}", base.join(" "))
+        }
+    };
+    let mut gpu_args: Vec<GpuArgs> = vec![(based("no GPU option"), base.to_vec(), None, &[])];
+    gpu_args.push((
+        based("--gres=mps:50"),
+        [base, &["--gres=mps:50"]].concat(),
+        None,
+        &[],
+    ));
+    for o in options {
         gpu_args.push((
             format!("{} untyped", o.name),
             o.untyped.to_vec(),
@@ -212,7 +320,7 @@ pub fn all() -> Vec<Form> {
         ));
     }
     for (gpu_name, gpu, typed, types) in &gpu_args {
-        for beside in BESIDE {
+        for beside in beside {
             let derives = beside.derives && typed.is_none();
             let commands: &[Command] = if beside.name.is_empty() || derives {
                 &[
@@ -237,6 +345,7 @@ pub fn all() -> Vec<Form> {
                     typed: *typed == Some(true) && !derives && !beside.adds_untyped,
                     gpus: typed.is_some() || derives || beside.adds_untyped,
                     types,
+                    plain: typed.is_none() && gpu.len() == base.len() && beside.args.is_empty(),
                     label: format!(
                         "{}: {gpu_name}{}{}",
                         command.name(),
