@@ -27,6 +27,9 @@ mod prolog_missed;
 #[path = "multinode/mixed_hosts.rs"]
 mod mixed_hosts;
 
+#[path = "multinode/private_requeue.rs"]
+mod private_requeue;
+
 #[path = "multinode/faults.rs"]
 mod faults;
 use faults::*;
@@ -138,6 +141,11 @@ fn main() -> ExitCode {
         .test(
             "a_share_started_again_without_its_prolog_is_requeued_and_completes",
             prolog_missed::completes_after_a_start_without_prolog,
+        )
+        .test_on(
+            "private_jobs_the_node_cannot_start_are_requeued_not_failed",
+            private_requeue::site(),
+            private_requeue::requeued_not_failed,
         )
         .test(
             "a_disabled_node_keeps_share_jobs_off_without_failing_them",

@@ -56,7 +56,8 @@ fn run() -> ExitCode {
     // one Slurm started without its Prolog: requeued as it is.
     let mark = requeue::take_mark(&node.cfg.state_dir, env.job);
     let marked = mark.is_some();
-    match at_end(mark, env.is_share(), node_name.as_deref()) {
+    let needs_prolog = env.is_share() || env.asks_private();
+    match at_end(mark, needs_prolog, node_name.as_deref()) {
         AtEnd::Nothing => {}
         AtEnd::NotRequeued(why) => log::warn!("not requeued: {why}"),
         AtEnd::Requeue { marked, node: name } => {

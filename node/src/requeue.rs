@@ -343,7 +343,8 @@ pub fn requeue_elsewhere(
         };
         return Ok(format!(
             "job {id} requeued on {node} ({counted}): Slurm started it without the Prolog of the \
-             node, so no GPU was chosen for its share; it may start here again{comment_note}"
+             node, so no GPU was chosen for its share, or no MPS daemon of its own recorded; \
+             it may start here again{comment_note}"
         ));
     };
     if let Err(e) = updated {
@@ -436,6 +437,7 @@ pub fn lift_where_changed(
         .map(|s| s.state)
         .map_err(|e| e.to_string())?;
     let failed: Vec<u32> = gpushare::mps::health::read(state_dir).into_keys().collect();
+    let shared: Vec<u32> = state.shares().map(|s| s.gpu).collect();
     let rule = gpushare::mps::node::server_rule(&node.cfg);
     let sizes = (node.gpu_count, node.cfg.units_per_gpu);
     let fits = |uid: Option<u32>, units: u32| {
@@ -452,6 +454,7 @@ pub fn lift_where_changed(
         mps_unbooked,
         fits: &fits,
         failed: &failed,
+        shared: &shared,
     };
     restore_exclusions(deadline, state_dir, name, &now)
 }

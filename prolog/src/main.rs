@@ -14,6 +14,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use gpushare::mps::node::mains::{nvml_ask, prolog_changed, refused_mark};
+use gpushare::mps::node::requeue::{first_shared_gpu, Elsewhere};
 use gpushare::mps::node::{prolog, publish_metrics, running_jobs, PrologOutcome};
 use gpushare::mps::{health, lock_wait, status};
 use gpushare::shared::exit_status::node as exit;
@@ -134,7 +135,10 @@ fn run() -> ExitCode {
             // One another node may serve: the epilog sends it elsewhere.
             let restarts = std::env::var("SLURM_JOB_RESTART_COUNT").ok();
             let sized = (&node.cfg, node.gpu_count, &booking);
-            if let Some(m) = refused_mark(reason, sized, &env, restarts.as_deref()) {
+            if let Some(mut m) = refused_mark(reason, sized, &env, restarts.as_deref()) {
+                if m.why == Elsewhere::SharedGpu {
+                    m.slurm_gpu = first_shared_gpu(&node.ledger, &env.job_gpus);
+                }
                 let state_dir = &node.cfg.state_dir;
                 let (who, run) = ((m.uid, m.units), (m.run, m.slurm_gpu));
                 if let Err(e) = requeue::mark(state_dir, env.job, m.why, who, run) {

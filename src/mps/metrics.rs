@@ -33,7 +33,7 @@ pub const COUNTERS_FILE: &str = "counters";
 
 /// Every reason a share is refused for (see `PlacementError::reason`),
 /// exported from zero so that `increase()` sees the first one.
-pub const REFUSAL_REASONS: [&str; 16] = [
+pub const REFUSAL_REASONS: [&str; 17] = [
     "size",
     "node_config",
     "no_room",
@@ -50,6 +50,7 @@ pub const REFUSAL_REASONS: [&str; 16] = [
     "disabled",
     "busy",
     "private",
+    "private_shared",
 ];
 
 /// What the node programs count, kept across their runs.
@@ -372,7 +373,8 @@ pub fn render_for(
     out.family(
         "gpushare_refusals_total",
         "counter",
-        "Shares refused by the prolog, by reason (`private`: a job's `--gpu-mps=private` refused).",
+        "Shares refused by the prolog, by reason (`private`: a job's `--gpu-mps=private` refused; \
+         `private_shared`: one given a GPU a share holds, requeued).",
     );
     let mut reasons: BTreeMap<&str, u64> = REFUSAL_REASONS.iter().map(|r| (*r, 0)).collect();
     for (reason, n) in &counters.refusals {

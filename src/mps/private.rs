@@ -136,9 +136,9 @@ pub fn refusal(
         let listed: Vec<String> = shared_gpus.iter().map(u32::to_string).collect();
         return Some(format!(
             "GPU {} of this job on node {node} also carries an MPS share of another job, so \
-             no daemon of the job's own can run there: resubmit the job (Slurm gave a GPU \
-             whole that a share holds, which Slurm 22.05 does where it books every share on \
-             GPU 0)",
+             no daemon of the job's own can run there (Slurm gave a GPU whole that a share \
+             holds, which Slurm 22.05 does where it books every share on GPU 0): a batch job \
+             is requeued, kept off the node until that GPU carries no share",
             listed.join(", ")
         ));
     }

@@ -29,22 +29,44 @@ const RUN_THEN_END: &str = "--wrap=echo GPU=$GPUSHARE_GPU RUN=${SLURM_RESTART_CO
 /// least one was started without its Prolog, and requeued by gpushare
 /// for that, which its AdminComment and `Restarts=` show.
 pub fn completes_after_a_start_without_prolog(c: &mut Cluster) -> TestResult {
+    started_again_without_prolog(
+        c,
+        &["--gres=mps:10", RUN_THEN_END],
+        "GPU=",
+        |l| !l.starts_with("GPU= "),
+        "unplaced",
+    )
+}
+
+/// Three jobs of `job` (sbatch's words, the script last) on gpu01, each
+/// printing a line that starts with `line` and ends with its run: run,
+/// requeued and held, released together (see
+/// [`completes_after_a_start_without_prolog`]). Each must end COMPLETED,
+/// every printed line `as_asked` (else it ran `unlike` it asked).
+pub fn started_again_without_prolog(
+    c: &mut Cluster,
+    job: &[&str],
+    line: &str,
+    as_asked: impl Fn(&str) -> bool,
+    unlike: &str,
+) -> TestResult {
     let ids: Vec<u32> = (0..3)
         .map(|_| {
-            c.sbatch_ok(&[
-                "-w",
-                "gpu01",
-                "--requeue",
-                "--open-mode=append",
-                "--gres=mps:10",
-                RUN_THEN_END,
-            ])
+            let mut args = vec!["-w", "gpu01", "--requeue", "--open-mode=append"];
+            args.extend_from_slice(job);
+            c.sbatch_ok(&args)
         })
         .collect::<Result<_, _>>()?;
-    wait_for("the three shares to run on gpu01", JOB_START, || {
-        let held = shares(c, "gpu01");
+    wait_for("the three jobs to run on gpu01", JOB_START, || {
         let printed = ids.iter().all(|&id| c.job_output(id).contains("RUN=0"));
-        (ids.iter().all(|id| held.contains_key(id)) && printed).then_some(())
+        printed.then_some(())
+    })
+    .map_err(|e| {
+        let jobs: Vec<String> = ids
+            .iter()
+            .map(|&id| format!("{id}: {:?}", c.job(id)))
+            .collect();
+        format!("{e}\n{}\nsyslog:\n{}", jobs.join("\n"), c.syslog())
     })?;
     let list = ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
     c.run_ok("scontrol", &["requeuehold", &list])?;
@@ -94,12 +116,11 @@ pub fn completes_after_a_start_without_prolog(c: &mut Cluster) -> TestResult {
         )?;
         // Its script ran only where a GPU was chosen, and last in the run
         // Slurm counts.
-        let runs: Vec<&str> = out.lines().filter(|l| l.starts_with("GPU=")).collect();
+        let runs: Vec<&str> = out.lines().filter(|l| l.starts_with(line)).collect();
         let last = format!("RUN={}", info.restarts());
         ensure(
-            runs.iter().all(|l| !l.starts_with("GPU= "))
-                && runs.last().is_some_and(|l| l.ends_with(&last)),
-            format!("job {id} ran unplaced, or not last in its run {last}:\n{out}"),
+            runs.iter().all(|l| as_asked(l)) && runs.last().is_some_and(|l| l.ends_with(&last)),
+            format!("job {id} ran {unlike}, or not last in its run {last}:\n{out}"),
         )?;
         if comment.contains("without the Prolog of the node") {
             // Counted: the admin's requeue too (no words of gpushare's

@@ -296,7 +296,7 @@ impl NodeHost {
     /// node's mount namespace (root's, read-only to the node's users).
     fn boot_run(&self) -> Result<()> {
         let boot_id = "/proc/sys/kernel/random/boot_id";
-        let script = format!(
+        let mut script = format!(
             "mkdir -p /run/munge\nln -sf {} /run/munge/munge.socket.2\n\
              cat /proc/sys/kernel/random/uuid > /run/.boot_id\n\
              chmod 0444 /run/.boot_id\n\
@@ -304,6 +304,16 @@ impl NodeHost {
              mount --bind /run/.boot_id {boot_id}\n",
             self.munge_socket.display()
         );
+        // Every cgroup hierarchy a node's processes are in is mounted on a
+        // real node: the harness's own too, where the lab's /run has it
+        // (what moves a process into all of a task's cgroups, as
+        // slurmstepd's MPS daemons and step guards are, needs each one).
+        if crate::process::groups_mounted().is_some() {
+            let (name, at) = (crate::process::GROUPS, crate::process::GROUPS_MOUNT);
+            script.push_str(&format!(
+                "mkdir -p {at}\nmount -t cgroup -o none,name={name} {name} {at} || true\n"
+            ));
+        }
         self.sh(&script, "booting")
     }
 
@@ -396,8 +406,11 @@ impl NodeHost {
     /// `run/` (gpushare's state directory lives there); then what boot puts
     /// back.
     pub fn wipe_run(&self) -> Result<()> {
+        // What boot mounted under /run goes first, as at a shutdown.
         let script = format!(
-            "find /run -mindepth 1 -delete\nfind {} -mindepth 1 -delete\n",
+            "umount {} 2>/dev/null || true\n\
+             find /run -mindepth 1 -delete\nfind {} -mindepth 1 -delete\n",
+            crate::process::GROUPS_MOUNT,
             self.dir.join("run").display()
         );
         self.sh(&script, "emptying /run of")?;

@@ -262,12 +262,12 @@ pub fn kill_orphans() {
 pub const GROUPS: &str = "gpushare-tests";
 
 /// Where the harness mounts [`GROUPS`] (in the root it runs in).
-const GROUPS_MOUNT: &str = "/run/gpushare-tests-cgroup";
+pub(crate) const GROUPS_MOUNT: &str = "/run/gpushare-tests-cgroup";
 
 /// The mounted [`GROUPS`] hierarchy, mounted on first use; `None` (said
 /// once) where it cannot be: clusters then run without cgroups of their
 /// own, found by [`MARKER`] alone.
-fn groups_mounted() -> Option<PathBuf> {
+pub(crate) fn groups_mounted() -> Option<PathBuf> {
     static MOUNTED: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
     MOUNTED
         .get_or_init(|| {

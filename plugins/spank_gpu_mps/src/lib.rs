@@ -134,9 +134,10 @@ struct PrivateStep {
 
 static PLAN: Mutex<StepPlan> = Mutex::new(StepPlan::Untouched);
 
-/// The job of a step that has no record of its own MPS daemon here: it
-/// is refused should the job turn out to have asked for one (post_opt).
-static UNRECORDED: Mutex<Option<u32>> = Mutex::new(None);
+/// The job of a step that has no record of its own MPS daemon here, and
+/// the node's state directory: it is refused should the job turn out to
+/// have asked for one (post_opt).
+static UNRECORDED: Mutex<Option<(u32, PathBuf)>> = Mutex::new(None);
 
 fn plan() -> StepPlan {
     PLAN.lock().unwrap_or_else(PoisonError::into_inner).clone()
@@ -423,7 +424,8 @@ fn private_plan(
     let Some(record) = private_record(ledger, job) else {
         // Whether the job asked is known only after this callback
         // (post_opt): the refusal waits there.
-        *UNRECORDED.lock().unwrap_or_else(PoisonError::into_inner) = Some(job);
+        *UNRECORDED.lock().unwrap_or_else(PoisonError::into_inner) =
+            Some((job, cfg.state_dir.clone()));
         return Ok(StepPlan::Untouched);
     };
     if step == EXTERN_STEP {
@@ -576,13 +578,25 @@ fn init_post_opt(sp: spank_t) -> SpankResult {
         .unwrap_or_else(PoisonError::into_inner)
         .take();
     let mut plan = PLAN.lock().unwrap_or_else(PoisonError::into_inner);
-    if let (Some(job), StepPlan::Untouched) = (unrecorded, &*plan) {
-        let text = format!(
+    if let (Some((job, state_dir)), StepPlan::Untouched) = (unrecorded, &*plan) {
+        let mut text = format!(
             "gpu_mps: job {job} asked for an MPS daemon of its own (--gpu-mps=private), but \
              the node's Prolog did not record one: Prolog=gpu-mps-prolog is not configured \
              on this node, or Slurm skipped it; the job is refused rather than run without \
-             it: resubmit the job"
+             it"
         );
+        // Started without its Prolog: refused all the same, and marked
+        // for its epilog to requeue (counted), as a share is.
+        // SAFETY: geteuid has no preconditions (slurmstepd runs as root).
+        let euid = unsafe { libc::geteuid() };
+        let marked = Ledger::open(&state_dir, euid).ok().and_then(|ledger| {
+            let uid = item_u32(sp, slurm_sys::S_JOB_UID, "spank_get_item(S_JOB_UID)");
+            requeue::mark_private_prolog_missed(&ledger, job, uid.unwrap_or(u32::MAX))
+        });
+        match marked {
+            Some(said) => text = format!("{text}\n{said}"),
+            None => text.push_str(": resubmit the job"),
+        }
         log::error(&text);
         *plan = StepPlan::Refused(text);
     }

@@ -47,7 +47,8 @@ pub struct RefusedMark {
     pub units: u32,
     /// This run: Slurm's restart count (`SLURM_JOB_RESTART_COUNT`).
     pub run: Option<u32>,
-    /// The GPU Slurm chose, where Slurm places the node's shares.
+    /// The GPU Slurm chose, where Slurm places the node's shares; for a
+    /// private job given a GPU a share holds, that GPU.
     pub slurm_gpu: Option<u32>,
 }
 
@@ -90,16 +91,25 @@ pub enum AtEnd {
 }
 
 /// What the epilog does with `mark`, for a job slurmd says holds a share
-/// (`share`) or not, on node `node` (`SLURMD_NODENAME`). A mark of a job
-/// started without its Prolog is made in slurmstepd from the job's own
-/// environment: only a job Slurm gave a share is requeued for it.
-pub fn at_end(mark: Option<Result<Marked, String>>, share: bool, node: Option<&str>) -> AtEnd {
+/// or asked for an MPS daemon of its own (`needs_prolog`) or neither, on
+/// node `node` (`SLURMD_NODENAME`). A mark of a job started without its
+/// Prolog is made in slurmstepd from the job's own environment: only such
+/// a job is requeued for it.
+pub fn at_end(
+    mark: Option<Result<Marked, String>>,
+    needs_prolog: bool,
+    node: Option<&str>,
+) -> AtEnd {
     match (mark, node) {
         (None, _) => AtEnd::Nothing,
         (Some(Err(e)), _) => AtEnd::NotRequeued(e),
-        (Some(Ok(marked)), _) if marked.why == Cause::PrologMissed && !share => AtEnd::NotRequeued(
-            "slurmd gave this job no MPS share, yet it was marked as one".to_owned(),
-        ),
+        (Some(Ok(marked)), _) if marked.why == Cause::PrologMissed && !needs_prolog => {
+            AtEnd::NotRequeued(
+                "slurmd gave this job no MPS share, nor did it ask for an MPS daemon of its \
+                 own, yet it was marked as started without its Prolog"
+                    .to_owned(),
+            )
+        }
         (Some(Ok(marked)), Some(node)) => AtEnd::Requeue {
             marked,
             node: node.to_owned(),
@@ -261,7 +271,7 @@ mod tests {
     }
 
     #[test]
-    fn the_epilog_requeues_a_marked_job_only_with_its_node_and_a_share() {
+    fn the_epilog_requeues_a_marked_job_only_with_its_node_and_a_share_or_own_daemon() {
         let refused = marked(Cause::Refused(Elsewhere::OtherUsers));
         let missed = marked(Cause::PrologMissed);
         assert_eq!(at_end(None, true, Some("n1")), AtEnd::Nothing);
@@ -285,7 +295,10 @@ mod tests {
         let not = |why: &str| AtEnd::NotRequeued(why.to_owned());
         assert_eq!(
             at_end(Some(Ok(missed)), false, Some("n1")),
-            not("slurmd gave this job no MPS share, yet it was marked as one")
+            not(
+                "slurmd gave this job no MPS share, nor did it ask for an MPS daemon of its own, \
+                 yet it was marked as started without its Prolog"
+            )
         );
         assert_eq!(
             at_end(Some(Ok(refused)), true, None),

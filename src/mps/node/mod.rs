@@ -88,6 +88,7 @@ pub use notes::{claim_banner, private_record, refusal, unserved};
 pub use prolog::prolog;
 pub use report::{
     whole_gpus, PrologOutcome, PrologReport, BUSY_REFUSAL, MPS_DAEMON_REFUSAL, PRIVATE_REFUSAL,
+    PRIVATE_SHARED_REFUSAL,
 };
 pub use running::{
     node_name, record_node_name, recorded_node_name, running_jobs, RunningJob, NODE_NAME_FILE,

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use super::modes::follow_whole_or_busy;
 use super::notes::{forget_notes, write_record};
 use super::report::{busy_refusal, refuse, whole_gpus, PrologOutcome, PrologReport};
-use super::report::{BUSY_REFUSAL, PRIVATE_REFUSAL};
+use super::report::{BUSY_REFUSAL, PRIVATE_REFUSAL, PRIVATE_SHARED_REFUSAL};
 use super::running::RunningJob;
 use super::serve::serve;
 use super::setup::Node;
@@ -262,7 +262,9 @@ fn private_daemon(
     shared.sort_unstable();
     shared.dedup();
     if let Some(why) = private::refusal(allowed, false, &env.job_gpus, &shared, &env.node) {
-        return Ok(refused(why));
+        // The node's state: requeued (a batch job), kept off the node
+        // until the first such GPU carries no share.
+        return Ok(refuse(ledger, env, PRIVATE_SHARED_REFUSAL, why));
     }
     notes.extend(match follow_whole_or_busy(node, &env.job_gpus) {
         Ok(lines) => lines,

@@ -37,6 +37,11 @@ pub enum PrologOutcome {
 /// The refusal reason of a job whose `--gpu-mps=private` cannot be had.
 pub const PRIVATE_REFUSAL: &str = "private";
 
+/// The refusal reason of a `--gpu-mps=private` job given a GPU a share
+/// holds: the node's state, which another node, or this one later, may
+/// not have (`Elsewhere::SharedGpu`).
+pub const PRIVATE_SHARED_REFUSAL: &str = "private_shared";
+
 /// The refusal reason of a share whose GPU's MPS daemon could not serve it.
 pub const MPS_DAEMON_REFUSAL: &str = "mps_daemon";
 

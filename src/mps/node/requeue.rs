@@ -75,15 +75,19 @@ pub enum Elsewhere {
     Disabled,
     /// A lock the prolog needed stayed held past its wait (`lock_wait`).
     Busy,
+    /// A `--gpu-mps=private` job Slurm gave a GPU whole that a share
+    /// gpushare placed holds (Slurm 22.05 books every share on GPU 0).
+    SharedGpu,
 }
 
 impl Elsewhere {
-    pub const ALL: [Elsewhere; 5] = [
+    pub const ALL: [Elsewhere; 6] = [
         Self::OtherUsers,
         Self::MpsDaemon,
         Self::GpuFailed,
         Self::Disabled,
         Self::Busy,
+        Self::SharedGpu,
     ];
 
     /// The refusals another node may serve, by the prolog's refusal
@@ -100,13 +104,14 @@ impl Elsewhere {
             Self::GpuFailed => "gpu_failed",
             Self::Disabled => "disabled",
             Self::Busy => "busy",
+            Self::SharedGpu => "private_shared",
         }
     }
 
     /// Whether such a refusal counts toward [`MAX_REQUEUES`]: only a fault
     /// the node met at the job's start (its GPU's daemon failing).
-    /// Another user's server, a GPU set aside and a disabled node are the
-    /// node's own state, which it keeps the job off until it changes; a
+    /// Another user's server, a GPU set aside, a disabled node and a
+    /// share on the GPU a private job was given are the node's own state, which it keeps the job off until it changes; a
     /// lock held past the wait is another job's doing (a hung holder, a
     /// slow driver), which the job is kept off until it is gone: they
     /// never fail a job.
@@ -133,6 +138,10 @@ impl Elsewhere {
                 "where a lock its prolog needed stayed held past the wait of the prolog (the \
                  syslog of the node names it)"
             }
+            Self::SharedGpu => {
+                "where a GPU Slurm gave it whole for its own MPS daemon carries an MPS share \
+                 of another job"
+            }
         }
     }
 
@@ -146,6 +155,7 @@ impl Elsewhere {
             Self::Disabled => "its admin enables sharing there again",
             Self::MpsDaemon => "MPS daemons start there again, or its MPS setup changes",
             Self::Busy => "its locks are free again",
+            Self::SharedGpu => "that GPU carries no MPS share",
         }
     }
 }
@@ -202,9 +212,9 @@ impl Cause {
 
 /// What was missing, after "requeued from NODE (...), ".
 const PROLOG_MISSED_WHY: &str = "where Slurm started it without the Prolog of the node, so no GPU \
-                                 was chosen for its share (slurmd of Slurm 22.05 can skip the \
-                                 Prolog of a job requeued to the same node; or no \
-                                 Prolog=gpu-mps-prolog is set there)";
+                                 was chosen for its share, or no MPS daemon of its own recorded \
+                                 (slurmd of Slurm 22.05 can skip the Prolog of a job requeued to \
+                                 the same node; or no Prolog=gpu-mps-prolog is set there)";
 
 /// gpushare's words for the `n`th counted requeue of a job Slurm started
 /// on `node` without its Prolog: as [`requeue_words`]' (so that
@@ -674,6 +684,8 @@ pub struct NodeNow<'a> {
     pub fits: &'a dyn Fn(Option<u32>, u32) -> bool,
     /// The GPUs set aside now.
     pub failed: &'a [u32],
+    /// The GPUs that carry a share now.
+    pub shared: &'a [u32],
 }
 
 impl std::fmt::Debug for NodeNow<'_> {
@@ -684,6 +696,7 @@ impl std::fmt::Debug for NodeNow<'_> {
             .field("disabled", &self.disabled)
             .field("mps_unbooked", &self.mps_unbooked)
             .field("failed", &self.failed)
+            .field("shared", &self.shared)
             .finish_non_exhaustive()
     }
 }
@@ -717,6 +730,19 @@ pub fn cause_gone(entry: &Exclusion, now: &NodeNow<'_>) -> Option<String> {
     let Some(cause) = entry.cause else {
         return Some("recorded without its cause by an older gpushare".to_owned());
     };
+    // A private job refused for a share on the GPU Slurm gave it: back
+    // when that GPU carries none (Slurm gives it again while it is free);
+    // one recorded without its GPU, when no GPU here carries one.
+    if cause == Elsewhere::SharedGpu {
+        let free = match entry.gpu {
+            Some(gpu) => !now.shared.contains(&gpu),
+            None => now.shared.is_empty(),
+        };
+        return free.then(|| match entry.gpu {
+            Some(gpu) => format!("GPU {gpu}, which Slurm gave it whole, carries no share now"),
+            None => "no GPU here carries a share now".to_owned(),
+        });
+    }
     if now.disabled {
         return None;
     }
@@ -1025,6 +1051,15 @@ pub fn prolog_missed(ledger: &Ledger, job: u32, slurm_says_share: bool) -> bool 
             .is_ok_and(|s| s.state.share(job).is_none())
 }
 
+/// The first of `gpus` (a private job's, as Slurm gave them) that carries
+/// a share in the node's ledger: what its refusal ([`Elsewhere::SharedGpu`])
+/// waits to see free. `None` where the ledger cannot be read or none does.
+pub fn first_shared_gpu(ledger: &Ledger, gpus: &[u32]) -> Option<u32> {
+    let state = ledger.snapshot().ok()?.state;
+    let shared: Vec<u32> = state.shares().map(|s| s.gpu).collect();
+    gpus.iter().copied().find(|g| shared.contains(g))
+}
+
 /// For the SPANK plugin, in slurmstepd (root), where share job `job` of
 /// user `uid` is refused: where Slurm started it without its Prolog
 /// ([`prolog_missed`]), marks it for its epilog to requeue
@@ -1040,6 +1075,22 @@ pub fn mark_prolog_missed(
     if !prolog_missed(ledger, job, slurm_says_share) {
         return None;
     }
+    Some(write_prolog_missed(ledger, job, uid))
+}
+
+/// [`mark_prolog_missed`] for a job that asked for an MPS daemon of its
+/// own (`--gpu-mps=private`) and was started without the Prolog that
+/// records it: the ledger, read whole, holds neither that record nor a
+/// prolog's refusal of the job. Requeued as a share is, counted alike.
+pub fn mark_private_prolog_missed(ledger: &Ledger, job: u32, uid: u32) -> Option<String> {
+    let missed = crate::mps::node::refusal(ledger, job).is_none()
+        && crate::mps::private::read_record(ledger.dir(), job).is_none()
+        && ledger.snapshot().is_ok();
+    missed.then(|| write_prolog_missed(ledger, job, uid))
+}
+
+/// Writes the mark of a job started without its Prolog; what to tell.
+fn write_prolog_missed(ledger: &Ledger, job: u32, uid: u32) -> String {
     let marked = Marked {
         why: Cause::PrologMissed,
         uid,
@@ -1048,14 +1099,14 @@ pub fn mark_prolog_missed(
         run: None,
         gpu: None,
     };
-    Some(match marked.write(ledger.dir(), job) {
+    match marked.write(ledger.dir(), job) {
         Ok(()) => format!(
             "gpu_mps: job {job}: its epilog requeues it, so that its next start runs the Prolog \
              (gpushare requeues a job at most {MAX_REQUEUES} times, as its AdminComment counts \
              them: only past that must it be resubmitted)"
         ),
         Err(e) => format!("gpu_mps: job {job}: not marked to be requeued, it fails: {e}"),
-    })
+    }
 }
 
 #[cfg(test)]

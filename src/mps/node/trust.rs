@@ -99,6 +99,12 @@ impl JobEnv {
     pub fn is_share(&self) -> bool {
         self.mps_percentage.is_some()
     }
+
+    /// Whether the job asked for an MPS daemon of its own
+    /// (`--gpu-mps=private`, read whole).
+    pub fn asks_private(&self) -> bool {
+        matches!(self.private, Ok(Some(_)))
+    }
 }
 
 /// Whether `text` is a SLUID as Slurm prints one (`print_sluid`,

@@ -948,9 +948,9 @@ fn a_private_daemon_is_recorded_for_whole_gpus_where_the_site_allows_it() {
 #[test]
 fn a_private_daemon_is_refused_with_its_reason_and_nothing_recorded() {
     let (mut node, _dir) = temp_node(Some(1600));
-    let refused = |node: &Node, env: &JobEnv, said: &str| match outcome(node, env) {
+    let refused_as = |node: &Node, env: &JobEnv, why: &str, said: &str| match outcome(node, env) {
         PrologOutcome::Refused { reason, text } => {
-            assert_eq!(reason, PRIVATE_REFUSAL);
+            assert_eq!(reason, why);
             assert!(text.contains(said), "{text}");
             assert_eq!(
                 refusal(&node.ledger, env.job).as_deref(),
@@ -963,6 +963,8 @@ fn a_private_daemon_is_refused_with_its_reason_and_nothing_recorded() {
         }
         other => panic!("{other:?}"),
     };
+    let refused =
+        |node: &Node, env: &JobEnv, said: &str| refused_as(node, env, PRIVATE_REFUSAL, said);
     // The site has not allowed it.
     refused(&node, &private_env(1, vec![0], None), "PrivateMPS=allow");
     node.cfg.private_mps = true;
@@ -980,16 +982,18 @@ fn a_private_daemon_is_refused_with_its_reason_and_nothing_recorded() {
         ..private_env(4, vec![0], None)
     };
     refused(&node, &bad, "takes one value");
-    // A GPU a share is recorded on (Slurm 22.05 books shares on GPU 0).
+    // A GPU a share is recorded on (Slurm 22.05 books shares on GPU 0):
+    // the node's state, a reason of its own (the job is requeued).
     assert!(matches!(
         outcome(&node, &share_env(5, 100)),
         PrologOutcome::Placed { .. }
     ));
     let placed = ok(node.ledger.snapshot()).state;
     let gpu = placed.share(5).map(|s| s.gpu).unwrap_or_default();
-    refused(
+    refused_as(
         &node,
         &private_env(6, vec![gpu], None),
+        PRIVATE_SHARED_REFUSAL,
         &format!("GPU {gpu} of this job"),
     );
 }

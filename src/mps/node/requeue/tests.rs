@@ -427,7 +427,8 @@ fn only_the_node_gpushare_added_is_taken_back() {
     }
 }
 
-/// A node whose ledger answers `fits`, in boot `b1` with setup `s1`.
+/// A node whose ledger answers `fits`, in boot `b1` with setup `s1`, a
+/// share on GPU 0.
 fn node_now<'a>(fits: &'a dyn Fn(Option<u32>, u32) -> bool, disabled: bool) -> NodeNow<'a> {
     NodeNow {
         boot: "b1",
@@ -436,6 +437,7 @@ fn node_now<'a>(fits: &'a dyn Fn(Option<u32>, u32) -> bool, disabled: bool) -> N
         mps_unbooked: false,
         fits,
         failed: &[],
+        shared: &[0],
     }
 }
 
@@ -509,6 +511,32 @@ fn an_exclusion_lifts_when_its_cause_is_gone_never_before() {
         ..node_now(&no_room, false)
     };
     assert!(cause_gone(&slurms, &other_aside).is_some_and(|w| w.contains("GPU 2")));
+    // A private job given a GPU a share held: back when that GPU carries
+    // none, whatever room or switch the node has; recorded without its
+    // GPU, when no GPU carries one.
+    let private = Exclusion {
+        gpu: Some(1),
+        ..kept_for(Elsewhere::SharedGpu)
+    };
+    for disabled in [false, true] {
+        let still_shared = NodeNow {
+            shared: &[1, 2],
+            ..node_now(&room, disabled)
+        };
+        assert_eq!(cause_gone(&private, &still_shared), None);
+        let freed = NodeNow {
+            shared: &[0, 2],
+            ..node_now(&no_room, disabled)
+        };
+        assert!(cause_gone(&private, &freed).is_some_and(|w| w.contains("GPU 1")));
+    }
+    let unnamed = kept_for(Elsewhere::SharedGpu);
+    assert_eq!(cause_gone(&unnamed, &node_now(&room, false)), None);
+    let none_shared = NodeNow {
+        shared: &[],
+        ..node_now(&no_room, false)
+    };
+    assert!(cause_gone(&unnamed, &none_shared).is_some());
     // An older gpushare's record, without its cause: lifted at once.
     let old = Exclusion {
         cause: None,
@@ -745,6 +773,30 @@ fn only_a_share_with_no_placement_nor_refusal_missed_its_prolog() {
     };
     assert_eq!(Marked::parse(&marked.text()), Some(marked.clone()));
     assert!(marked.names_run("b1", 4) && !marked.names_run("b2", 4));
+}
+
+/// A job that asked for its own MPS daemon: missed its Prolog only where
+/// the ledger holds neither that daemon's record nor a refusal of it.
+#[test]
+fn only_a_private_job_with_no_record_nor_refusal_missed_its_prolog() {
+    let dir = crate::mps::ledger::tests::TempDir::new();
+    let ledger = dir.ledger();
+    let record = crate::mps::private::PrivateRecord {
+        uid: 1001,
+        gpus: vec![1],
+        threads: None,
+    };
+    crate::mps::node::notes::write_record(&ledger, 1, &record).unwrap_or_else(|e| panic!("{e}"));
+    let note = ledger.dir().join(crate::mps::node::notes::refusal_name(2));
+    std::fs::write(&note, "refused").unwrap_or_else(|e| panic!("{e}"));
+    for job in [1, 2] {
+        assert_eq!(mark_private_prolog_missed(&ledger, job, 1001), None);
+        assert!(take_mark(ledger.dir(), job).is_none());
+    }
+    let said = mark_private_prolog_missed(&ledger, 3, 1001).unwrap_or_default();
+    assert!(said.contains("its epilog requeues it"), "{said}");
+    let taken = take_mark(ledger.dir(), 3).map(|m| m.map(|m| (m.why, m.uid)));
+    assert_eq!(taken, Some(Ok((Cause::PrologMissed, 1001))));
 }
 
 #[test]
