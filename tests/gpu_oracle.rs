@@ -37,6 +37,7 @@ fn main() -> ExitCode {
     for (name, text) in &mut spec.extra_conf_files {
         if name == "gpu_qos.conf" {
             text.push_str(PAIR_RULE);
+            text.push_str(DEFAULT_RULE);
         }
     }
     let mut alone = spec.clone();
@@ -99,6 +100,9 @@ const ACCOUNT: &str = "oracle_lab";
 /// A QOS limiting two types, each by its own figure, and its rule.
 const PAIR_QOS: &str = "oracle_pair";
 const PAIR_RULE: &str = "QOS=oracle_pair GPUTypes=a40,h100 GPULimit=a40:4,h100:2\n";
+/// A QOS whose rule gives untyped requests a type, and its rule.
+const DEFAULT_QOS: &str = "oracle_default";
+const DEFAULT_RULE: &str = "QOS=oracle_default GPUTypes=a40 GPULimit=4 DefaultGPUType=a40\n";
 
 /// A request through libslurm's update call (`gpu_oracle/raw_update.c`)
 /// rather than scontrol: its fields as given, several in one request.
@@ -112,6 +116,8 @@ struct Scope {
     typed: bool,
     /// The GPU types its rule permits (`None`: no rule says).
     permits: Option<&'static [&'static str]>,
+    /// Its rule gives untyped requests a type (`DefaultGPUType=`).
+    default_type: bool,
 }
 
 impl Scope {
@@ -212,6 +218,9 @@ fn scopes(c: &Cluster) -> Result<(Vec<Scope>, u32), String> {
     )?;
     let pair = TestUser::create(c, "orpr")?;
     pair.allow_qos(c, &["normal", PAIR_QOS])?;
+    sacctmgr(c, &["add", "qos", DEFAULT_QOS, "GrpTRES=gres/gpu:a40=4"])?;
+    let given = TestUser::create(c, "ordf")?;
+    given.allow_qos(c, &["normal", DEFAULT_QOS])?;
     let user = TestUser::create(c, "orus")?;
     sacctmgr(
         c,
@@ -227,6 +236,7 @@ fn scopes(c: &Cluster) -> Result<(Vec<Scope>, u32), String> {
     let qos_arg: &'static str = "--qos=qos_lafferty";
     let part_arg: &'static str = "--partition=oracle_a40";
     let pair_arg: &'static str = "--qos=oracle_pair";
+    let default_arg: &'static str = "--qos=oracle_default";
     const A40: &[&str] = &["a40"];
     let scopes = vec![
         Scope {
@@ -235,6 +245,7 @@ fn scopes(c: &Cluster) -> Result<(Vec<Scope>, u32), String> {
             args: vec![qos_arg],
             typed: true,
             permits: Some(A40),
+            default_type: false,
         },
         Scope {
             name: "default QOS",
@@ -242,6 +253,7 @@ fn scopes(c: &Cluster) -> Result<(Vec<Scope>, u32), String> {
             args: Vec::new(),
             typed: true,
             permits: Some(A40),
+            default_type: false,
         },
         Scope {
             name: "two-type QOS",
@@ -249,6 +261,15 @@ fn scopes(c: &Cluster) -> Result<(Vec<Scope>, u32), String> {
             args: vec![pair_arg],
             typed: true,
             permits: Some(&["a40", "h100"]),
+            default_type: false,
+        },
+        Scope {
+            name: "default-type QOS",
+            user: given,
+            args: vec![default_arg],
+            typed: true,
+            permits: Some(A40),
+            default_type: true,
         },
         Scope {
             name: "partition QOS",
@@ -256,6 +277,7 @@ fn scopes(c: &Cluster) -> Result<(Vec<Scope>, u32), String> {
             args: vec![part_arg],
             typed: true,
             permits: None,
+            default_type: false,
         },
         Scope {
             name: "account",
@@ -263,6 +285,7 @@ fn scopes(c: &Cluster) -> Result<(Vec<Scope>, u32), String> {
             args: Vec::new(),
             typed: true,
             permits: None,
+            default_type: false,
         },
         Scope {
             name: "user association",
@@ -270,6 +293,7 @@ fn scopes(c: &Cluster) -> Result<(Vec<Scope>, u32), String> {
             args: Vec::new(),
             typed: true,
             permits: None,
+            default_type: false,
         },
         Scope {
             name: "no typed limit",
@@ -277,6 +301,7 @@ fn scopes(c: &Cluster) -> Result<(Vec<Scope>, u32), String> {
             args: Vec::new(),
             typed: false,
             permits: None,
+            default_type: false,
         },
     ];
     Ok((scopes, planted))
@@ -325,7 +350,7 @@ impl Held {
         let part = self.get("Partition");
         let account = self.get("Account");
         let user = self.get("UserId");
-        if qos == GROUP_QOS || qos == PAIR_QOS {
+        if qos == GROUP_QOS || qos == PAIR_QOS || qos == DEFAULT_QOS {
             Some(format!("QOS {qos}"))
         } else if part.split(',').any(|p| p == PARTITION) {
             Some(format!("partition {part}"))
@@ -818,6 +843,12 @@ fn oracle(c: &mut Cluster, with_plugin: bool, plan: Plan) -> TestResult {
         "  jobs given h100 under {GROUP_QOS} by an update, checked held: {}",
         tally.types_held_checked
     );
+    // Untyped requests under oracle_default given its type (slurmctld's
+    // log): each was judged above by what Slurm holds.
+    let given = c.log("slurmctld").matches("accepted with GPU type").count();
+    eprintln!(
+        "  untyped requests given type a40 under {DEFAULT_QOS} (DefaultGPUType=a40): {given}"
+    );
     for id in &cpu_jobs {
         let _ = c.run("scancel", &[&id.to_string()]);
     }
@@ -846,6 +877,11 @@ fn oracle(c: &mut Cluster, with_plugin: bool, plan: Plan) -> TestResult {
     eprintln!("  {}", arrays.summary);
     let mut problems: Vec<String> = tally.escapes.clone();
     problems.extend(arrays.over_the_cap);
+    if given == 0 {
+        problems.push(format!(
+            "no untyped request under {DEFAULT_QOS} was given its rule's DefaultGPUType=a40"
+        ));
+    }
     problems.extend(
         tally
             .wrongly_refused
@@ -996,6 +1032,27 @@ fn ready(c: &Cluster, scopes: &[Scope], with_plugin: bool) -> TestResult {
         let id = scope.user.sbatch(c, &typed)?;
         let _ = c.run("scancel", &[&id.to_string()]);
         if !(with_plugin && scope.typed) {
+            continue;
+        }
+        if scope.default_type {
+            // Its untyped request is given the type, not refused.
+            let mut untyped: Vec<&str> = vec!["-H", "-o", "/dev/null", "--gres=gpu:1"];
+            untyped.extend_from_slice(&scope.args);
+            untyped.push("--wrap=true");
+            wait_for(
+                &format!("gpu_qos to give the type under the {}", scope.name),
+                SHORT,
+                || {
+                    let id = scope.user.sbatch(c, &untyped).ok()?;
+                    let typed = c
+                        .job(id)
+                        .ok()?
+                        .tres_request("TresPerNode")
+                        .is_some_and(|t| t.contains("a40"));
+                    let _ = c.run("scancel", &[&id.to_string()]);
+                    typed.then_some(())
+                },
+            )?;
             continue;
         }
         let mut untyped: Vec<&str> = vec!["--parsable", "-H", "-o", "/dev/null", "--gres=gpu:1"];

@@ -107,6 +107,10 @@ fn main() -> ExitCode {
             check_json,
         )
         .test(
+            "a_default_type_is_given_in_the_request_slurm_holds",
+            default_type_given,
+        )
+        .test(
             "a_rule_that_only_warns_accepts_and_tells_while_others_refuse",
             warn_only,
         )
@@ -606,6 +610,94 @@ fn install_and_wait(c: &Cluster, text: &str) -> TestResult {
         (reloads(c) > before).then_some(())
     })
     .map(drop)
+}
+
+/// `DefaultGPUType=a40` on qos_lafferty's rule: a user's untyped requests
+/// (`--gres`, `--gpus`, the GPUs Slurm adds for `--ntasks-per-gpu`) are
+/// accepted, told the line they became (`[GQ204]`), and slurmctld holds
+/// every GPU of them typed; one over the rule's limit once typed is
+/// refused saying so; an untyped `scontrol update` is still refused.
+fn default_type_given(c: &mut Cluster) -> TestResult {
+    let rule = "QOS=qos_ying_rex,qos_lafferty GPUTypes=a40 GPULimit=4";
+    let given = EXAMPLE_GPU_QOS_CONF.replace(rule, &format!("{rule} DefaultGPUType=a40"));
+    ensure(
+        given != EXAMPLE_GPU_QOS_CONF,
+        "example config changed shape",
+    )?;
+    install_and_wait(c, &given)?;
+    let result = judge_default_type(c);
+    install_conf(c, EXAMPLE_GPU_QOS_CONF)?;
+    result
+}
+
+fn judge_default_type(c: &Cluster) -> TestResult {
+    let lafferty = "--qos=qos_lafferty";
+    // (arguments, the line it becomes, the field Slurm holds it in)
+    let cases: &[(&[&str], &str, &str, &str)] = &[
+        (
+            &["--gres=gpu:2"],
+            "--gres=gpu:a40:2",
+            "TresPerNode",
+            "gres:gpu:a40:2",
+        ),
+        (
+            &["--gpus=2"],
+            "--gpus=a40:2",
+            "TresPerJob",
+            "gres:gpu:a40:2",
+        ),
+        (
+            &["-n", "2", "--ntasks-per-gpu=1"],
+            "--gpus=a40:2 --ntasks-per-gpu=1",
+            "TresPerJob",
+            "gres:gpu:a40:2",
+        ),
+    ];
+    for (args, line, key, held) in cases {
+        let mut full = vec!["--parsable", "-H", "--wrap=true", lafferty];
+        full.extend_from_slice(args);
+        let out = c.run("sbatch", &full)?;
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        ensure(
+            out.status.success(),
+            format!("`sbatch {}` was refused: {stderr}", args.join(" ")),
+        )?;
+        contains_all(&stderr, &["given type a40", line, "[GQ204]"])?;
+        let id: u32 = String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .map_err(|e| format!("sbatch's answer: {e}"))?;
+        let job = c.job(id)?;
+        let tres = job
+            .get("ReqTRES")
+            .or_else(|| job.get("TRES"))
+            .unwrap_or_default()
+            .to_owned();
+        ensure(
+            job.tres_request(key).as_deref() == Some(*held)
+                && tres.contains("gres/gpu:a40=2")
+                && tres.contains("gres/gpu=2"),
+            format!(
+                "`sbatch {}`: Slurm holds {key}={:?}, {tres}",
+                args.join(" "),
+                job.get(key)
+            ),
+        )?;
+        c.run_ok("scancel", &[&id.to_string()])?;
+    }
+    let err = rejected(c, &[lafferty, "--gres=gpu:8"])?;
+    contains_all(&err, &["given type a40", "[GQ103]"])?;
+    // An update carries only what changes: still refused with the line.
+    let id = accepted(c, &[lafferty, "--gres=gpu:a40:1"])?;
+    let out = c.run(
+        "scontrol",
+        &["update", &format!("job={id}"), "TresPerNode=gres/gpu:1"],
+    )?;
+    ensure(
+        !out.status.success(),
+        format!("an untyped update of job {id} was made"),
+    )?;
+    c.run_ok("scancel", &[&id.to_string()]).map(drop)
 }
 
 /// `Enforce=warn` on qos_lafferty's rule only: a user's untyped request

@@ -114,6 +114,38 @@ pub fn parse_tres_list(s: &str) -> Result<Vec<GresRequest<'_>>, GresParseError> 
     tres_entries(s).collect()
 }
 
+/// `text` (a request field) with each GPU entry that names no type given
+/// `gpu_type`, every other entry as written: `gres:gpu:2` becomes
+/// `gres:gpu:a40:2`, `gres/gpu=2` `gres/gpu:a40=2`, `gpu` `gpu:a40`.
+/// `None` where no entry changes, or one does not parse (the policy
+/// refuses such a field before any rewrite).
+pub fn with_gpu_type(text: &str, gpu_type: &str) -> Option<String> {
+    let mut changed = false;
+    let mut out = Vec::new();
+    for raw in text.split(',') {
+        let untyped_gpu = match parse_entry(raw) {
+            Ok(Some(r)) => r.is_gpu() && r.gres_type.is_none(),
+            Ok(None) => false,
+            Err(_) => return None,
+        };
+        if !untyped_gpu {
+            out.push(raw.to_owned());
+            continue;
+        }
+        let entry = raw.trim();
+        let body = strip_prefix_ignore_case(entry, "gres:")
+            .or_else(|| strip_prefix_ignore_case(entry, "gres/"))
+            .unwrap_or(entry);
+        // The name ends at the first `:` or `=` (a count), or the entry's end.
+        let name_len = body.find([':', '=']).unwrap_or(body.len());
+        let at = entry.len() - body.len() + name_len;
+        let (head, tail) = entry.split_at(at);
+        out.push(format!("{head}:{gpu_type}{tail}"));
+        changed = true;
+    }
+    changed.then(|| out.join(","))
+}
+
 fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
     let head = s.get(..prefix.len())?;
     if head.eq_ignore_ascii_case(prefix) {
@@ -464,6 +496,38 @@ pub struct AccountUse {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_untyped_gpu_entry_is_given_the_type_in_its_own_spelling() {
+        let given = |text: &str| with_gpu_type(text, "a40");
+        assert_eq!(given("gres:gpu:2").as_deref(), Some("gres:gpu:a40:2"));
+        assert_eq!(given("gres/gpu:2").as_deref(), Some("gres/gpu:a40:2"));
+        assert_eq!(given("gres/gpu=2").as_deref(), Some("gres/gpu:a40=2"));
+        assert_eq!(given("gpu").as_deref(), Some("gpu:a40"));
+        assert_eq!(given("GPU:4K").as_deref(), Some("GPU:a40:4K"));
+        assert_eq!(
+            given("gres:gpu:h100:1,gres:gpu:1,gres:mps:50").as_deref(),
+            Some("gres:gpu:h100:1,gres:gpu:a40:1,gres:mps:50")
+        );
+        // 24.05's cpu entry beside it stays as it is.
+        assert_eq!(
+            given("cpu=4,gres/gpu=1").as_deref(),
+            Some("cpu=4,gres/gpu:a40=1")
+        );
+        // Nothing untyped, a zero count, a field that does not parse.
+        assert_eq!(given("gres:gpu:a40:2"), None);
+        assert_eq!(given("gres:gpu:0"), None);
+        assert_eq!(given("gres:mps:50"), None);
+        assert_eq!(given("gres:gpu:x:y:z,gres:gpu:1"), None);
+        // What it gives reads back typed, every entry.
+        let typed = given("gres:gpu:2,gpu,gres/gpu=3").unwrap_or_default();
+        let entries = parse_tres_list(&typed).unwrap_or_default();
+        assert!(
+            entries.iter().all(|e| e.gres_type == Some("a40")),
+            "{typed}"
+        );
+        assert_eq!(entries.iter().map(|e| e.count).sum::<u64>(), 6);
+    }
     use proptest::prelude::*;
 
     fn one(s: &str) -> (String, Option<String>, u64) {

@@ -3,7 +3,7 @@
 use std::borrow::Cow;
 use std::os::raw::{c_char, c_int};
 
-use gpushare::qos::gres::{tres_entries, PerNodeSpelling};
+use gpushare::qos::gres::{tres_entries, PerNodeSpelling, TresField};
 use gpushare::qos::policy::{JobChanges, JobDescription, RejectionKind, Resolved};
 use gpushare::qos::submit_line::per_node_spelling;
 use gpushare::shared::spank_env;
@@ -139,6 +139,7 @@ impl<'a> JobStrings<'a> {
             job_id_str: self.job_id_str.as_deref(),
             partition: self.partition.as_deref(),
             per_node_spelling: self.per_node_spelling,
+            gres_slash: cfg!(slurm_23_11),
             resolved,
         }
     }
@@ -176,6 +177,19 @@ pub unsafe fn apply(desc: &mut job_desc_msg_t, err_msg: *mut *mut c_char, change
     if changes.clear_exclusive_user {
         // NO_VAL16: "the system default", as if the option was never given.
         desc.shared = NO_VAL16;
+    }
+    // An untyped GPU request given its rule's default type: each field
+    // that changes, written whole.
+    for (field, text) in changes.gpu_type_given.iter().flat_map(|g| &g.fields) {
+        let slot = match field {
+            TresField::PerNode => &mut desc.tres_per_node,
+            TresField::PerJob => &mut desc.tres_per_job,
+            TresField::PerSocket => &mut desc.tres_per_socket,
+            TresField::PerTask => &mut desc.tres_per_task,
+        };
+        // SAFETY: each tres_per_* is NULL or Slurm-allocated; xfree NULLs it.
+        unsafe { slurm_sys::slurm_xfree(std::ptr::addr_of_mut!(*slot).cast()) };
+        *slot = xstrdup(text);
     }
     if let Some(inx) = &changes.array_inx {
         // SAFETY: array_inx is NULL or Slurm-allocated; xfree NULLs it.

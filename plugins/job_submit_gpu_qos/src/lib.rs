@@ -162,6 +162,13 @@ unsafe fn conclude(
                     e.message.replace('\n', " ")
                 ));
             }
+            if let Some(given) = &changes.gpu_type_given {
+                log::info(&format!(
+                    "{PLUGIN}: {what} from uid {uid} accepted with GPU type {}: {}",
+                    given.gpu_type,
+                    given.message.replace('\n', " ")
+                ));
+            }
             for w in &changes.warnings {
                 log::info(&format!(
                     "{PLUGIN}: {what} from uid {uid} accepted (Enforce=warn, QOS {}): {}",

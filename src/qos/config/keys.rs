@@ -49,6 +49,9 @@ pub(super) enum Problem {
     BadLimitEntry(String),
     /// A `GPULimit=` type that `GPUTypes=` does not permit.
     LimitForUnlistedType(String),
+    /// A `DefaultGPUType=` that is a pattern, or one `GPUTypes=` does
+    /// not permit.
+    BadDefaultType(String),
     /// The same item twice in one comma list.
     DuplicateListItem {
         key: &'static str,
@@ -132,6 +135,10 @@ impl fmt::Display for Problem {
                 f,
                 "GPULimit gives a limit for {ty}, which GPUTypes does not list"
             ),
+            Problem::BadDefaultType(ty) => write!(
+                f,
+                "DefaultGPUType={ty} must be one GPU type that GPUTypes permits, not a pattern"
+            ),
             Problem::DuplicateListItem { key, item } => {
                 write!(f, "{key} lists {item} twice")
             }
@@ -163,6 +170,7 @@ pub(super) enum Key {
     User,
     GpuTypes,
     GpuLimit,
+    DefaultGpuType,
     RequireGpuType,
     LowPriorityQos,
     LowPriorityMaxArrayTasks,
@@ -176,13 +184,14 @@ pub(super) enum Key {
 }
 
 impl Key {
-    pub(super) const ALL: [Key; 16] = [
+    pub(super) const ALL: [Key; 17] = [
         Key::Qos,
         Key::Partition,
         Key::Account,
         Key::User,
         Key::GpuTypes,
         Key::GpuLimit,
+        Key::DefaultGpuType,
         Key::RequireGpuType,
         Key::LowPriorityQos,
         Key::LowPriorityMaxArrayTasks,
@@ -204,6 +213,7 @@ impl Key {
             Key::User => "User",
             Key::GpuTypes => "GPUTypes",
             Key::GpuLimit => "GPULimit",
+            Key::DefaultGpuType => "DefaultGPUType",
             Key::RequireGpuType => "RequireGPUType",
             Key::LowPriorityQos => "LowPriorityQOS",
             Key::LowPriorityMaxArrayTasks => "LowPriorityMaxArrayTasks",
@@ -231,6 +241,7 @@ impl Key {
             | Key::User
             | Key::GpuTypes
             | Key::GpuLimit
+            | Key::DefaultGpuType
             | Key::LowPriorityQos
             | Key::LowPriorityMaxArrayTasks
             | Key::SharedGpuReservations
@@ -247,7 +258,13 @@ impl Key {
     pub(super) fn is_rule_key(self) -> bool {
         matches!(
             self,
-            Key::Qos | Key::Partition | Key::Account | Key::User | Key::GpuTypes | Key::GpuLimit
+            Key::Qos
+                | Key::Partition
+                | Key::Account
+                | Key::User
+                | Key::GpuTypes
+                | Key::GpuLimit
+                | Key::DefaultGpuType
         )
     }
 

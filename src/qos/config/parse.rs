@@ -194,10 +194,21 @@ fn parse_rule(line: &LineValues<'_>, scope: RuleScope, line_no: usize) -> Result
         .get(Key::GpuLimit)
         .map(|v| parse_limit(v, &gpu_types))
         .transpose()?;
+    let default_gpu_type = match line.get(Key::DefaultGpuType) {
+        Some(ty) => {
+            let permitted = gpu_types.iter().any(|t| type_matches(t, ty));
+            if is_pattern(ty) || !is_gpu_type_entry(ty) || !permitted {
+                return Err(Problem::BadDefaultType(ty.to_owned()));
+            }
+            Some(ty.to_owned())
+        }
+        None => None,
+    };
     Ok(QosRule {
         scope,
         gpu_types,
         gpu_limit,
+        default_gpu_type,
         enforce,
         line: line_no,
     })
@@ -279,7 +290,13 @@ fn set_global(cfg: &mut GpuQosConfig, key: Key, value: &str) -> Result<(), Probl
         Key::Enforce => cfg.enforce = enforce_value(value)?,
         Key::ExemptUsers => cfg.exempt_users = exempt_users(value)?,
         Key::ExemptAdmins => cfg.exempt_admins = either(key, value, ("yes", "no"), "yes, no")?,
-        Key::Qos | Key::Partition | Key::Account | Key::User | Key::GpuTypes | Key::GpuLimit => {}
+        Key::Qos
+        | Key::Partition
+        | Key::Account
+        | Key::User
+        | Key::GpuTypes
+        | Key::GpuLimit
+        | Key::DefaultGpuType => {}
     }
     Ok(())
 }
@@ -529,7 +546,7 @@ MaxMPSPerJob=100
         assert_eq!(
             err("GPUS=4"),
             "/etc/slurm/gpu_qos.conf:1: unknown key \"GPUS\" (known keys: QOS, Partition, \
-             Account, User, GPUTypes, GPULimit, RequireGPUType, LowPriorityQOS, LowPriorityMaxArrayTasks, \
+             Account, User, GPUTypes, GPULimit, DefaultGPUType, RequireGPUType, LowPriorityQOS, LowPriorityMaxArrayTasks, \
              SharedGPUReservations, MaxMPSPerJob, LowPriorityExclusiveUser, MetricsFile, Enforce, ExemptUsers, ExemptAdmins)"
         );
     }

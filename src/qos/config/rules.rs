@@ -90,6 +90,9 @@ pub struct QosRule {
     pub(super) scope: RuleScope,
     pub(super) gpu_types: Vec<String>,
     pub(super) gpu_limit: Option<GpuLimit>,
+    /// `DefaultGPUType=`: the type a new job's untyped GPU request under
+    /// the rule is given instead of a refusal.
+    pub(super) default_gpu_type: Option<String>,
     /// `Enforce=` on the rule's own line; else the file's applies.
     pub(super) enforce: Option<Enforce>,
     pub(super) line: usize,
@@ -131,6 +134,11 @@ impl QosRule {
             .or(limited)
             .or(self.gpu_types.first())
             .map_or("", String::as_str)
+    }
+
+    /// `DefaultGPUType=`, if the rule names one.
+    pub fn default_gpu_type(&self) -> Option<&str> {
+        self.default_gpu_type.as_deref()
     }
 
     /// The limits as written (`GPULimit=`), if any.

@@ -7,6 +7,7 @@
 //! for.
 
 pub use super::verdict::coded;
+pub use super::verdict::DEFAULT_GPU_TYPE;
 use super::verdict::{LowPriorityChange, RejectionKind, WarningReason};
 
 impl RejectionKind {
@@ -44,12 +45,13 @@ impl WarningReason {
         match self {
             WarningReason::Refusal(kind) => kind.code(),
             WarningReason::LowPriority(change) => change.code(),
+            WarningReason::TypeGiven => DEFAULT_GPU_TYPE.0,
         }
     }
 }
 
 /// Every code with its kind's name (`label`): the refusals', then the
-/// low-priority changes'.
+/// changes'.
 pub fn all() -> impl Iterator<Item = (&'static str, &'static str)> {
     let refusals = RejectionKind::ALL
         .into_iter()
@@ -57,7 +59,9 @@ pub fn all() -> impl Iterator<Item = (&'static str, &'static str)> {
     let changes = LowPriorityChange::ALL
         .into_iter()
         .map(|c| (c.code(), c.label()));
-    refusals.chain(changes)
+    refusals
+        .chain(changes)
+        .chain(std::iter::once(DEFAULT_GPU_TYPE))
 }
 
 /// The code of a kind's name (a metrics label, replay's `reason`).
@@ -72,7 +76,7 @@ mod tests {
     #[test]
     fn every_kind_has_its_own_code_and_name() {
         let listed: Vec<(&str, &str)> = all().collect();
-        assert_eq!(listed.len(), 13);
+        assert_eq!(listed.len(), 14);
         for (code, name) in &listed {
             assert_eq!(code_of(name), Some(*code));
         }

@@ -5,7 +5,7 @@
 use crate::qos::config::{Enforce, GpuQosConfig};
 
 use super::job::JobDescription;
-use super::rules::other_levels;
+use super::rules::covering_rules;
 use super::verdict::{JobChanges, LowPriorityChange, PolicyWarning, Rejection, WarningReason};
 use super::wording::{not_yet_enforced, Syntax};
 
@@ -76,19 +76,7 @@ impl Told {
 /// covering the job (its GPU request does not parse): enforced when any
 /// of those rules enforces; the file's `Enforce=` where none covers it.
 pub(super) fn strictest_covering(cfg: &GpuQosConfig, job: &JobDescription<'_>) -> Enforce {
-    let named: Vec<&str> = job.qos_names().collect();
-    let qos_rules: Vec<_> = if named.is_empty() {
-        job.resolved
-            .default_qos
-            .iter()
-            .filter_map(|q| cfg.rule_for(q))
-            .collect()
-    } else {
-        named.iter().filter_map(|q| cfg.rule_for(q)).collect()
-    };
-    qos_rules
-        .into_iter()
-        .chain(other_levels(cfg, job).map(|(_, rule)| rule))
+    covering_rules(cfg, job)
         .map(|rule| cfg.rule_enforce(rule))
         .reduce(Enforce::or_stricter)
         .unwrap_or(cfg.enforce())

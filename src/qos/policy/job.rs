@@ -43,6 +43,10 @@ pub struct JobDescription<'a> {
     /// (`--gres` or `--gpus-per-node`, which Slurm hands over alike), so
     /// that messages quote it and suggest the same one.
     pub per_node_spelling: PerNodeSpelling,
+    /// Whether this Slurm's clients write GRES entries `gres/gpu:...`
+    /// (23.11 and later) rather than `gres:gpu:...`: how a field gpushare
+    /// writes is spelled.
+    pub gres_slash: bool,
     /// What slurmctld resolves for the job beyond what the client sent
     /// (the plugin reads it from slurmctld's association manager, and only
     /// where a rule needs it).

@@ -30,6 +30,7 @@
 //!   described instead of made.
 
 pub mod codes;
+mod default_type;
 mod enforce;
 mod exempt;
 mod job;
@@ -64,6 +65,6 @@ pub use type_recheck::{
 pub use update::judge_modify;
 pub use verdict::{
     ExemptReason, Exemption, JobChanges, LowPriorityChange, PolicyWarning, Rejection,
-    RejectionKind, SpankEnvVar, ThrottleRecheck, TypesRecheck, Verdict, WarningReason,
+    RejectionKind, SpankEnvVar, ThrottleRecheck, TypeGiven, TypesRecheck, Verdict, WarningReason,
 };
 pub use wording::NOT_YET_ENFORCED;

@@ -49,6 +49,26 @@ pub(super) fn collect_requests<'a>(
     Ok(requests)
 }
 
+/// Every rule that covers the job: its QOS's (those it names, else its
+/// association's default), its partitions', its association's.
+pub(super) fn covering_rules<'c, 'a: 'c>(
+    cfg: &'c GpuQosConfig,
+    job: &JobDescription<'a>,
+) -> impl Iterator<Item = &'c QosRule> {
+    let named: Vec<&str> = job.qos_names().collect();
+    let qos: Vec<&'c QosRule> = if named.is_empty() {
+        job.resolved
+            .default_qos
+            .iter()
+            .filter_map(|q| cfg.rule_for(q))
+            .collect()
+    } else {
+        named.iter().filter_map(|q| cfg.rule_for(q)).collect()
+    };
+    let others: Vec<&'c QosRule> = other_levels(cfg, job).map(|(_, rule)| rule).collect();
+    qos.into_iter().chain(others)
+}
+
 /// The partition and association rules that cover the job, each with the
 /// level it is told as. An association rule names the nearest of the job's
 /// accounts it covers; a rule limited to users covers the job when its user

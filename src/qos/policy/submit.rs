@@ -3,6 +3,7 @@
 use crate::qos::config::{GpuQosConfig, RequireGpuType};
 use crate::shared::spank_env::MPS_UNITS as MPS_UNITS_ENV;
 
+use super::default_type::with_default_type;
 use super::enforce::{strictest_covering, Told};
 use super::job::JobDescription;
 use super::limits::judge_unruled_limits;
@@ -13,9 +14,11 @@ use super::shares::{judge_mps_share, judge_shared_reservation};
 use super::verdict::{JobChanges, Rejection, SpankEnvVar, Verdict};
 use super::wording::{untyped_anywhere, Context, Level, Syntax};
 
-/// Judges a new job (`job_submit`).
+/// Judges a new job (`job_submit`): where its rules give an untyped GPU
+/// request a type (`DefaultGPUType=`), as that typed request.
 pub fn judge_submit(cfg: &GpuQosConfig, job: &JobDescription<'_>) -> Verdict {
-    match submit(cfg, job) {
+    let outcome = with_default_type(cfg, job, submit).unwrap_or_else(|| submit(cfg, job));
+    match outcome {
         Ok(changes) => Verdict::Accept(changes),
         Err(rejection) => Verdict::Reject(rejection),
     }

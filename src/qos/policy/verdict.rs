@@ -47,6 +47,24 @@ pub struct JobChanges {
     /// (`ExemptUsers=`, `ExemptAdmins=`): logged and counted, the job
     /// accepted as sent.
     pub exemption: Option<Exemption>,
+    /// The untyped GPU requests of a new job given their rule's
+    /// `DefaultGPUType=`: the fields to write.
+    pub gpu_type_given: Option<Box<TypeGiven>>,
+}
+
+/// The code and name of a new job's untyped GPU request given its rule's
+/// `DefaultGPUType=` (a change the policy makes, as the low-priority
+/// QOS's are); see [`super::codes`].
+pub const DEFAULT_GPU_TYPE: (&str, &str) = ("GQ204", "default_gpu_type");
+
+/// A new job's untyped GPU requests given a type (`DefaultGPUType=`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TypeGiven {
+    pub gpu_type: String,
+    /// Each request field that changes, with its new text.
+    pub fields: Vec<(crate::qos::gres::TresField, String)>,
+    /// What the user reads: what was asked and the line it became.
+    pub message: String,
 }
 
 impl JobChanges {
@@ -57,10 +75,17 @@ impl JobChanges {
     /// Everything the user reads on an accepted job, one message:
     /// the warnings of the policy first, then the other notes.
     pub fn user_message(&self) -> Option<String> {
-        let parts: Vec<String> = self
-            .warnings
-            .iter()
-            .map(|w| coded(&w.message, w.reason.code()))
+        let given = self
+            .gpu_type_given
+            .as_ref()
+            .map(|g| coded(&g.message, DEFAULT_GPU_TYPE.0));
+        let parts: Vec<String> = given
+            .into_iter()
+            .chain(
+                self.warnings
+                    .iter()
+                    .map(|w| coded(&w.message, w.reason.code())),
+            )
             .chain(self.user_warning.clone())
             .collect();
         (!parts.is_empty()).then(|| parts.join("\n"))
@@ -168,6 +193,8 @@ pub enum WarningReason {
     Refusal(RejectionKind),
     /// A change `Enforce=warn` did not apply.
     LowPriority(LowPriorityChange),
+    /// A type `DefaultGPUType=` did not give, its rule `Enforce=warn`.
+    TypeGiven,
 }
 
 impl WarningReason {
@@ -177,6 +204,7 @@ impl WarningReason {
         match self {
             WarningReason::Refusal(kind) => kind.label(),
             WarningReason::LowPriority(change) => change.label(),
+            WarningReason::TypeGiven => DEFAULT_GPU_TYPE.1,
         }
     }
 }

@@ -330,6 +330,7 @@ pub fn replay(cfg: &GpuQosConfig, db: &Database, subs: &[Submission]) -> ReplayR
             job_id_for_messages: None,
             job_id_str: None,
             partition: Some(sub.partition.as_str()).filter(|p| !p.is_empty()),
+            gres_slash: false,
             per_node_spelling: match described.source {
                 Source::SubmitLine => described.options.per_node_spelling(),
                 // The example's command is rebuilt with --gres.
@@ -395,19 +396,24 @@ pub fn judge(cfg: &GpuQosConfig, job: &JobDescription<'_>) -> Vec<Judged> {
             if let Some(inx) = &changes.array_inx {
                 change(LowPriorityChange::ArrayThrottle, format!("--array={inx}"));
             }
+            if let Some(given) = &changes.gpu_type_given {
+                out.push(Judged {
+                    action: Action::Typed,
+                    reason: crate::qos::policy::codes::DEFAULT_GPU_TYPE.1,
+                    rule: rule_of(cfg, job, None),
+                    message: given.message.clone(),
+                });
+            }
             for w in &changes.warnings {
-                let kind = match w.reason {
-                    WarningReason::Refusal(kind) => Some(kind),
-                    WarningReason::LowPriority(_) => None,
+                let rule = match w.reason {
+                    WarningReason::Refusal(kind) => rule_of(cfg, job, Some(kind)),
+                    WarningReason::TypeGiven => rule_of(cfg, job, None),
+                    WarningReason::LowPriority(_) => low(),
                 };
                 out.push(Judged {
                     action: Action::Warned,
                     reason: w.reason.label(),
-                    rule: if kind.is_some() {
-                        rule_of(cfg, job, kind)
-                    } else {
-                        low()
-                    },
+                    rule,
                     message: w.message.clone(),
                 });
             }

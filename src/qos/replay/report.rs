@@ -30,6 +30,8 @@ pub enum Source {
 pub enum Action {
     /// Refused at submission.
     Refused,
+    /// Accepted, its untyped GPU request given a type (`DefaultGPUType=`).
+    Typed,
     /// Accepted with a change (low-priority requeue, exclusive=user, array throttle).
     Changed,
     /// Accepted as submitted with a warning (`Enforce=warn`).
@@ -40,6 +42,7 @@ impl Action {
     fn word(self) -> &'static str {
         match self {
             Action::Refused => "refused",
+            Action::Typed => "typed",
             Action::Changed => "changed",
             Action::Warned => "warned",
         }
@@ -90,6 +93,8 @@ pub struct ReasonCount {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ActionCounts {
     pub refused: u64,
+    /// Accepted with a GPU type given (`DefaultGPUType=`), not refused.
+    pub typed: u64,
     pub changed: u64,
     pub warned: u64,
 }
@@ -98,6 +103,7 @@ impl ActionCounts {
     fn add(&mut self, action: Action) {
         match action {
             Action::Refused => self.refused += 1,
+            Action::Typed => self.typed += 1,
             Action::Changed => self.changed += 1,
             Action::Warned => self.warned += 1,
         }
@@ -239,11 +245,12 @@ impl ReplayReport {
         let mut t = String::new();
         let _ = writeln!(
             t,
-            "{} jobs replayed ({} accounting records): {} refused, {} changed, {} warned \
-             about, {} unchanged",
+            "{} jobs replayed ({} accounting records): {} refused, {} given a GPU type \
+             (DefaultGPUType=), {} changed, {} warned about, {} unchanged",
             self.jobs,
             self.records,
             self.totals.refused,
+            self.totals.typed,
             self.totals.changed,
             self.totals.warned,
             self.unchanged
@@ -288,18 +295,20 @@ impl ReplayReport {
             }
             let _ = writeln!(
                 t,
-                "\n{:<52} {:>8} {:>8} {:>8}",
+                "\n{:<52} {:>8} {:>8} {:>8} {:>8}",
                 format!("{title}:"),
                 "refused",
+                "typed",
                 "changed",
                 "warned"
             );
             for (name, c) in map {
                 let _ = writeln!(
                     t,
-                    "  {:<50} {:>8} {:>8} {:>8}",
+                    "  {:<50} {:>8} {:>8} {:>8} {:>8}",
                     if name.is_empty() { "(none)" } else { name },
                     c.refused,
+                    c.typed,
                     c.changed,
                     c.warned
                 );

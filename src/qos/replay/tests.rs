@@ -254,3 +254,25 @@ fn a_line_instead_quotes_what_a_shell_would_read() {
         (&None, &None)
     );
 }
+
+/// A rule's `DefaultGPUType=`: its untyped jobs are counted as given the
+/// type, apart from refusals; one over the limit once typed is refused.
+#[test]
+fn jobs_given_a_default_type_are_counted_apart_from_refusals() {
+    let conf = CONF.replace(
+        "QOS=qos_lab GPUTypes=a40 GPULimit=4",
+        "QOS=qos_lab GPUTypes=a40 GPULimit=4 DefaultGPUType=a40",
+    );
+    let sacct = format!(
+        "1|alice|phys|debug|qos_lab|1||{T},gres/gpu=2|sbatch --qos=qos_lab --gres=gpu:2 a.sh\n\
+         2|alice|phys|debug|qos_lab|1||{T},gres/gpu=8|sbatch --qos=qos_lab --gpus=8 b.sh\n\
+         3|bob|phys|debug|qos_lab|1||{T},gres/gpu:a40=2,gres/gpu=2|sbatch -q qos_lab --gres=gpu:a40:2 c.sh\n"
+    );
+    let r = run(&conf, &sacct);
+    assert_eq!((r.totals.typed, r.totals.refused), (1, 1));
+    let typed = reason(&r, Action::Typed, "default_gpu_type");
+    assert_eq!((typed.jobs, typed.code), (1, "GQ204"));
+    assert!(typed.example.message.contains("--gres=gpu:a40:2"));
+    assert_eq!(reason(&r, Action::Refused, "over_limit").jobs, 1);
+    assert!(r.to_text().contains("1 given a GPU type (DefaultGPUType=)"));
+}
