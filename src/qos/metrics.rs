@@ -246,6 +246,14 @@ const SLOTS: usize = 2 * (1 + KINDS.len());
 /// a series Prometheus keeps.
 pub const MAX_WARNING_QOS: usize = 200;
 
+/// A job's QOS as a metrics label: lower-cased, `none` where unknown.
+fn qos_label(qos: &str) -> String {
+    match qos {
+        "" => "none".to_owned(),
+        q => q.to_ascii_lowercase(),
+    }
+}
+
 /// The plugin's decision counters: lock-free, so counting costs a
 /// submission one atomic add; written out by the plugin's own thread.
 /// Warnings (`Enforce=warn`), by reason and QOS, take a short lock: only
@@ -258,6 +266,9 @@ pub struct DecisionCounts {
     /// (reason, rule, lower-cased QOS) → refusals not made for exempt
     /// requesters.
     exemptions: Mutex<BTreeMap<(&'static str, &'static str, String), u64>>,
+    /// (GPU type, lower-cased QOS) → new jobs whose untyped GPU request
+    /// was given that type (`DefaultGPUType=`).
+    types_given: Mutex<BTreeMap<(String, String), u64>>,
     /// Whether the policy in force is what gpu_qos.conf says now.
     config_ok: AtomicBool,
     /// Whether no version of gpu_qos.conf has been read since slurmctld
@@ -277,6 +288,7 @@ impl DecisionCounts {
             counts: [const { AtomicU64::new(0) }; SLOTS],
             warnings: Mutex::new(BTreeMap::new()),
             exemptions: Mutex::new(BTreeMap::new()),
+            types_given: Mutex::new(BTreeMap::new()),
             config_ok: AtomicBool::new(true),
             without_file: AtomicBool::new(false),
         }
@@ -333,6 +345,17 @@ impl DecisionCounts {
                         qos = "other".to_owned();
                     }
                     *exempted.entry((reason, rule, qos)).or_default() += 1;
+                }
+                if let Some(given) = &changes.gpu_type_given {
+                    let mut counted = self
+                        .types_given
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    let mut key = (given.gpu_type.to_ascii_lowercase(), qos_label(&given.qos));
+                    if !counted.contains_key(&key) && counted.len() >= MAX_WARNING_QOS {
+                        key.1 = "other".to_owned();
+                    }
+                    *counted.entry(key).or_default() += 1;
                 }
                 if !changes.warnings.is_empty() {
                     let mut warnings = self.warnings.lock().unwrap_or_else(PoisonError::into_inner);
@@ -423,6 +446,22 @@ impl DecisionCounts {
                 &[("reason", reason), ("rule", rule), ("qos", qos)],
                 *n,
             );
+        }
+        drop(counted);
+        let given = "gpushare_policy_gpu_types_given_total";
+        out.family(
+            given,
+            "counter",
+            "New jobs whose GPU request without a type was given its rule's DefaultGPUType= \
+             instead of being refused, since slurmctld loaded the plugin, by the type and the \
+             job's QOS.",
+        );
+        let counted = self
+            .types_given
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for ((ty, qos), n) in counted.iter() {
+            out.sample(given, &[("type", ty), ("qos", qos)], *n);
         }
         drop(counted);
         let (ok, without_file) = self.config_state();
@@ -641,7 +680,7 @@ ClusterName=gpushare Account=lafferty_students UserName=root(0) Partition= Prior
     #[test]
     fn the_docs_tables_of_the_controller_metrics_are_what_is_written() {
         use super::super::policy::{
-            ExemptReason, Exemption, JobChanges, LowPriorityChange, PolicyWarning,
+            ExemptReason, Exemption, JobChanges, LowPriorityChange, PolicyWarning, TypeGiven,
         };
         let doc = include_str!("../../docs/monitoring.md");
         let mut text = render_qos(
@@ -679,12 +718,29 @@ ClusterName=gpushare Account=lafferty_students UserName=root(0) Partition= Prior
                 ..JobChanges::default()
             }),
         );
+        counts.record(
+            Call::Submit,
+            &Verdict::Accept(JobChanges {
+                gpu_type_given: Some(Box::new(TypeGiven {
+                    gpu_type: "A40".into(),
+                    qos: "Q".into(),
+                    fields: Vec::new(),
+                    message: String::new(),
+                })),
+                ..JobChanges::default()
+            }),
+        );
+        assert!(counts
+            .render()
+            .lines()
+            .any(|l| l == "gpushare_policy_gpu_types_given_total{type=\"a40\",qos=\"q\"} 1"));
         let rules: Vec<&str> = KINDS.iter().map(|&k| k.label()).collect();
         let with_none: Vec<&str> = ["none"].into_iter().chain(rules.clone()).collect();
         let warnings: Vec<&str> = rules
             .iter()
             .copied()
             .chain(LowPriorityChange::ALL.map(|c| c.label()))
+            .chain([WarningReason::TypeGiven.label()])
             .collect();
         let exempt = [ExemptReason::User, ExemptReason::Admin].map(|r| r.label());
         let decisions = "gpushare_job_submit_decisions_total";

@@ -124,6 +124,7 @@ pub(super) fn with_default_type(
         Ok(mut changes) => {
             changes.gpu_type_given = Some(Box::new(TypeGiven {
                 gpu_type: ty.to_owned(),
+                qos: job.qos_label(),
                 fields,
                 message: format!(
                     "{asked} names no GPU type, so the job was given type {ty} \

@@ -61,6 +61,8 @@ pub const DEFAULT_GPU_TYPE: (&str, &str) = ("GQ204", "default_gpu_type");
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TypeGiven {
     pub gpu_type: String,
+    /// The job's QOS as far as the plugin sees it (as for warnings).
+    pub qos: String,
     /// Each request field that changes, with its new text.
     pub fields: Vec<(crate::qos::gres::TresField, String)>,
     /// What the user reads: what was asked and the line it became.
