@@ -85,6 +85,10 @@ pub(super) fn with_default_type(
     job: &JobDescription<'_>,
     judge: impl Fn(&GpuQosConfig, &JobDescription<'_>) -> Result<JobChanges, Rejection>,
 ) -> Option<Result<JobChanges, Rejection>> {
+    // Most sites name no default: nothing more to look at.
+    if !cfg.rules().iter().any(|r| r.default_gpu_type().is_some()) {
+        return None;
+    }
     let (ty, enforced) = default_for(cfg, job)?;
     let Rewrite {
         fields,
@@ -102,7 +106,7 @@ pub(super) fn with_default_type(
                     message: not_yet_enforced(
                         &format!(
                             "{asked} names no GPU type; DefaultGPUType={ty} gives it that \
-                             type: the job would run as with {line}."
+                             type: the job would run as if submitted with {line}."
                         ),
                         Syntax::Sbatch,
                     ),
@@ -128,7 +132,7 @@ pub(super) fn with_default_type(
                 fields,
                 message: format!(
                     "{asked} names no GPU type, so the job was given type {ty} \
-                     (DefaultGPUType={ty}): it runs as with {line}."
+                     (DefaultGPUType={ty}): it runs as if submitted with {line}."
                 ),
             }));
             Ok(changes)
@@ -136,7 +140,7 @@ pub(super) fn with_default_type(
         Err(mut refusal) => {
             refusal.message = format!(
                 "{asked} names no GPU type, so it was given type {ty} (DefaultGPUType={ty}), \
-                 as with {line}; then: {}",
+                 as if submitted with {line}; then: {}",
                 refusal.message
             );
             Err(refusal)

@@ -30,7 +30,7 @@ fn an_untyped_request_is_given_the_rules_type_in_every_field() {
     assert_eq!(
         g.message,
         "--gres=gpu:2 names no GPU type, so the job was given type a40 (DefaultGPUType=a40): \
-         it runs as with --gres=gpu:a40:2."
+         it runs as if submitted with --gres=gpu:a40:2."
     );
     // Each field, in its own spelling; a typed entry beside it kept.
     let many = JobDescription {
@@ -144,7 +144,8 @@ fn under_enforce_warn_the_job_runs_as_sent_and_is_told_what_it_would_become() {
     );
     let told = c.user_message().unwrap_or_default();
     assert!(
-        told.contains("the job would run as with --gres=gpu:a40:2.") && told.contains("[GQ204]"),
+        told.contains("the job would run as if submitted with --gres=gpu:a40:2.")
+            && told.contains("[GQ204]"),
         "{told}"
     );
 }
