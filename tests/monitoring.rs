@@ -140,6 +140,11 @@ fn figures(c: &mut Cluster) -> TestResult {
     wait_for("the job to wait on its group", wait, || {
         let info = c.job(waiting).ok()?;
         info.get("Reason")?.starts_with("QOSGrp").then_some(())
+    })
+    .map_err(|e| {
+        // What Slurm said instead, and what held the group then.
+        let held = c.run_ok("squeue", &["-h", "-o", "%i %T %q %b %N %r"]);
+        format!("{e}: {:?}\n{held:?}", c.job(waiting))
     })?;
     gpu_qos(c, &["metrics", "--write", &write.to_string_lossy()])?;
     mon.wait_value(

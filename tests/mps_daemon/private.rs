@@ -203,14 +203,17 @@ fn own_daemon(c: &mut Cluster) -> TestResult {
         format!("sbatch --gpu-mps=shared: {err}"),
     )?;
     // A step whose job asked, where the node holds no record of the
-    // prolog's (it never ran for it): refused, never run without MPS. The
-    // batch step's srun takes the job's option from its environment.
+    // prolog's (it never ran for it): refused, never run without MPS, and
+    // the job requeued as one Slurm started without its Prolog (counted);
+    // its next run, recorded, runs the step. The batch step's srun takes
+    // the job's option from its environment.
     let go2 = alice.home.join("go2");
     let _ = fs::remove_file(&go2);
     let skipped = alice.sbatch(
         c,
         &[
             &out,
+            "--open-mode=append",
             "--gres=gpu:1",
             "--gpu-mps=private",
             &format!(
@@ -226,13 +229,18 @@ fn own_daemon(c: &mut Cluster) -> TestResult {
     })?;
     fs::remove_file(&record).map_err(|e| format!("{}: {e}", record.display()))?;
     fs::write(&go2, "").map_err(|e| e.to_string())?;
-    c.wait_job_state(skipped, &["FAILED", "COMPLETED"], JOB_LONG)?;
+    let ended = c.wait_job_state(skipped, &["FAILED", "COMPLETED"], JOB_LONG)?;
     let said = output(skipped);
+    let refused_at = said.find("did not record one");
+    let first_run = refused_at.map_or("", |at| &said[at..]);
     ensure(
-        said.contains("did not record one")
-            && !said.contains("STEP RAN")
-            && !said.contains("SRUN=0"),
-        format!("a step with no record of its own daemon: {said}"),
+        refused_at.is_some()
+            && said.find("STEP RAN") > refused_at
+            && first_run.contains("its epilog requeues it")
+            && !said[..refused_at.unwrap_or(0)].contains("SRUN=0")
+            && ended.state() == "COMPLETED"
+            && ended.restarts() >= 1,
+        format!("a step with no record of its own daemon: {ended:?}\n{said}"),
     )?;
 
     let none = alice.sbatch(c, &[&out, "--gpu-mps=private", "--wrap=echo RAN"])?;
