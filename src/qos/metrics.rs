@@ -246,12 +246,25 @@ const SLOTS: usize = 2 * (1 + KINDS.len());
 /// a series Prometheus keeps.
 pub const MAX_WARNING_QOS: usize = 200;
 
-/// A job's QOS as a metrics label: lower-cased, `none` where unknown.
-fn qos_label(qos: &str) -> String {
-    match qos {
-        "" => "none".to_owned(),
-        q => q.to_ascii_lowercase(),
+/// Counts by a key and the job's QOS label.
+type ByQos<K> = BTreeMap<(K, String), u64>;
+
+/// One more under `key` and the job's QOS (lower-cased, `none` where
+/// unknown; `other` once [`MAX_WARNING_QOS`] series are kept and this
+/// one is new).
+fn count_by_qos<K: Ord>(counts: &Mutex<ByQos<K>>, key: K, qos: &str) {
+    let mut counts = counts.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut key = (
+        key,
+        match qos {
+            "" => "none".to_owned(),
+            q => q.to_ascii_lowercase(),
+        },
+    );
+    if !counts.contains_key(&key) && counts.len() >= MAX_WARNING_QOS {
+        key.1 = "other".to_owned();
     }
+    *counts.entry(key).or_default() += 1;
 }
 
 /// The plugin's decision counters: lock-free, so counting costs a
@@ -262,13 +275,13 @@ fn qos_label(qos: &str) -> String {
 pub struct DecisionCounts {
     counts: [AtomicU64; SLOTS],
     /// (reason, lower-cased QOS) → warnings.
-    warnings: Mutex<BTreeMap<(&'static str, String), u64>>,
-    /// (reason, rule, lower-cased QOS) → refusals not made for exempt
+    warnings: Mutex<ByQos<&'static str>>,
+    /// ((reason, rule), lower-cased QOS) → refusals not made for exempt
     /// requesters.
-    exemptions: Mutex<BTreeMap<(&'static str, &'static str, String), u64>>,
+    exemptions: Mutex<ByQos<(&'static str, &'static str)>>,
     /// (GPU type, lower-cased QOS) → new jobs whose untyped GPU request
     /// was given that type (`DefaultGPUType=`).
-    types_given: Mutex<BTreeMap<(String, String), u64>>,
+    types_given: Mutex<ByQos<String>>,
     /// Whether the policy in force is what gpu_qos.conf says now.
     config_ok: AtomicBool,
     /// Whether no version of gpu_qos.conf has been read since slurmctld
@@ -331,46 +344,14 @@ impl DecisionCounts {
         let rejected = match verdict {
             Verdict::Accept(changes) => {
                 if let Some(e) = &changes.exemption {
-                    let mut exempted = self
-                        .exemptions
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner);
-                    let (reason, rule) = (e.reason.label(), e.kind.label());
-                    let mut qos = match e.qos.as_str() {
-                        "" => "none".to_owned(),
-                        q => q.to_ascii_lowercase(),
-                    };
-                    let known = exempted.contains_key(&(reason, rule, qos.clone()));
-                    if !known && exempted.len() >= MAX_WARNING_QOS {
-                        qos = "other".to_owned();
-                    }
-                    *exempted.entry((reason, rule, qos)).or_default() += 1;
+                    count_by_qos(&self.exemptions, (e.reason.label(), e.kind.label()), &e.qos);
                 }
                 if let Some(given) = &changes.gpu_type_given {
-                    let mut counted = self
-                        .types_given
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner);
-                    let mut key = (given.gpu_type.to_ascii_lowercase(), qos_label(&given.qos));
-                    if !counted.contains_key(&key) && counted.len() >= MAX_WARNING_QOS {
-                        key.1 = "other".to_owned();
-                    }
-                    *counted.entry(key).or_default() += 1;
+                    let ty = given.gpu_type.to_ascii_lowercase();
+                    count_by_qos(&self.types_given, ty, &given.qos);
                 }
-                if !changes.warnings.is_empty() {
-                    let mut warnings = self.warnings.lock().unwrap_or_else(PoisonError::into_inner);
-                    for w in &changes.warnings {
-                        let mut qos = match w.qos.as_str() {
-                            "" => "none".to_owned(),
-                            q => q.to_ascii_lowercase(),
-                        };
-                        let reason = w.reason.label();
-                        let known = warnings.contains_key(&(reason, qos.clone()));
-                        if !known && warnings.len() >= MAX_WARNING_QOS {
-                            qos = "other".to_owned();
-                        }
-                        *warnings.entry((reason, qos)).or_default() += 1;
-                    }
+                for w in &changes.warnings {
+                    count_by_qos(&self.warnings, w.reason.label(), &w.qos);
                 }
                 None
             }
@@ -440,7 +421,7 @@ impl DecisionCounts {
             .exemptions
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        for ((reason, rule, qos), n) in counted.iter() {
+        for (((reason, rule), qos), n) in counted.iter() {
             out.sample(
                 exemptions,
                 &[("reason", reason), ("rule", rule), ("qos", qos)],

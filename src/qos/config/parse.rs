@@ -81,6 +81,7 @@ pub fn parse(text: &str, file: &str) -> Result<GpuQosConfig, ConfigError> {
                     cfg.known_gpu_types.push(ty.clone());
                 }
             }
+            cfg.default_gpu_types |= rule.default_gpu_type.is_some();
             cfg.rules.push(rule);
             continue;
         }

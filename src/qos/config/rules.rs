@@ -219,6 +219,8 @@ pub struct GpuQosConfig {
     pub(super) rule_by_partition: HashMap<String, usize>,
     /// Indexes of the `Account=`/`User=` rules.
     pub(super) association_rules: Vec<usize>,
+    /// Whether any rule names a `DefaultGPUType=`.
+    pub(super) default_gpu_types: bool,
     /// Every type of every rule, first appearance first, for messages.
     pub(super) known_gpu_types: Vec<String>,
     pub(super) require_gpu_type: RequireGpuType,
@@ -293,6 +295,12 @@ impl GpuQosConfig {
     /// requester up only then, and only for a refusal).
     pub fn has_exemptions(&self) -> bool {
         self.exempt_admins || !self.exempt_users.is_empty()
+    }
+
+    /// Whether any rule names a `DefaultGPUType=` (the submit path looks
+    /// for one only then).
+    pub fn has_default_gpu_types(&self) -> bool {
+        self.default_gpu_types
     }
 
     pub fn rules(&self) -> &[QosRule] {

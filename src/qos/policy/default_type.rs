@@ -86,7 +86,7 @@ pub(super) fn with_default_type(
     judge: impl Fn(&GpuQosConfig, &JobDescription<'_>) -> Result<JobChanges, Rejection>,
 ) -> Option<Result<JobChanges, Rejection>> {
     // Most sites name no default: nothing more to look at.
-    if !cfg.rules().iter().any(|r| r.default_gpu_type().is_some()) {
+    if !cfg.has_default_gpu_types() {
         return None;
     }
     let (ty, enforced) = default_for(cfg, job)?;
