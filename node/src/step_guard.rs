@@ -9,7 +9,7 @@ use gpushare::mps::config::locate;
 use gpushare::mps::in_force::{self, Role, NODE_RECORDS_DIR};
 use gpushare::mps::node::step_end::StepCgroup;
 use gpushare::mps::node::step_guard::{
-    end_at, end_clients, ending, job_state, kill_wait, GuardArgs, NAME, SETTLE,
+    ask_slurmctld, end_at, end_clients, ending, Answers, GuardArgs, NAME, SETTLE,
 };
 
 use gpushare::shared::exit_status::node as exit;
@@ -97,7 +97,7 @@ pub fn run(args: &GuardArgs) -> ExitCode {
         }
         let term_at = Instant::now();
         wait_until(&set, term_at + SETTLE);
-        let state = job_state(args.job);
+        let Answers { state, kill_wait } = ask_slurmctld(args.job, end_at(term_at, None));
         if !ending(state.as_deref()) {
             log::info!(
                 "SIGTERM while the job is {}: its MPS clients are left to it",
@@ -105,7 +105,6 @@ pub fn run(args: &GuardArgs) -> ExitCode {
             );
             continue;
         }
-        let kill_wait = kill_wait();
         let at = end_at(term_at, kill_wait);
         wait_until(&set, at);
         let done = end_clients(&cfg, args.gpu, &step, me);

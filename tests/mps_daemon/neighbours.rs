@@ -10,6 +10,8 @@
 
 use super::*;
 
+use std::time::Duration;
+
 use testcluster::standin::CudaFiles;
 
 /// This file's tests, in order, after the suite's others.
@@ -29,6 +31,10 @@ pub fn tests(suite: Suite) -> Suite {
             neighbour_survives_sigkill,
         )
         .test(
+            "a_cancelled_shares_clients_are_ended_before_the_sigkill_while_slurmctld_stalls",
+            neighbour_survives_stalled_controller,
+        )
+        .test(
             "a_shares_own_sigterm_leaves_its_clients_to_it",
             own_sigterm_left_alone,
         )
@@ -37,6 +43,9 @@ pub fn tests(suite: Suite) -> Suite {
             server_refused,
         )
 }
+
+/// What the stalled case's batch shell prints on its SIGTERM.
+const SIGTERM_SEEN: &str = "sigterm-seen-by-the-shell";
 
 /// The control program refuses `start_server`: the share still runs,
 /// its limits set by a second call without it, and the prolog says the
@@ -115,7 +124,7 @@ fn bypass_refused(c: &mut Cluster) -> TestResult {
 /// runs on): its client must be ended through the daemon before Slurm
 /// kills it, and the other's kernels must go on to the end.
 fn neighbour_survives(c: &mut Cluster) -> TestResult {
-    neighbour_case(c, "", "its step's last task ended")
+    neighbour_case(c, Cancelled::EndsOnSigterm)
 }
 
 /// As [`neighbour_survives`], where the cancelled share's batch shell
@@ -123,21 +132,59 @@ fn neighbour_survives(c: &mut Cluster) -> TestResult {
 /// (KillWait=2, so 5 s later), and the step guard must end its client
 /// through the daemon before then.
 fn neighbour_survives_sigkill(c: &mut Cluster) -> TestResult {
-    neighbour_case(c, "trap '' TERM; ", "outlived SIGTERM")
+    neighbour_case(c, Cancelled::IgnoresSigterm)
 }
 
+/// As [`neighbour_survives_sigkill`], on a loaded node: slurmctld is
+/// frozen from the SIGTERM until after Slurm's SIGKILL (slurmd needs no
+/// controller to send it), so the guard's questions go unanswered, and
+/// each call of the control program takes half a second. The guard must
+/// still end the client before the SIGKILL, with `KillWait` unknown.
+fn neighbour_survives_stalled_controller(c: &mut Cluster) -> TestResult {
+    neighbour_case(c, Cancelled::IgnoresSigtermControllerStalled)
+}
+
+/// How the first of [`neighbour_case`]'s shares meets its `scancel`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Cancelled {
+    /// Its batch shell ends on SIGTERM; its client runs on.
+    EndsOnSigterm,
+    /// Nothing of it ends before Slurm's SIGKILL.
+    IgnoresSigterm,
+    /// As `IgnoresSigterm`, slurmctld frozen from the SIGTERM on and the
+    /// control program slow.
+    IgnoresSigtermControllerStalled,
+}
+
+/// What each control program call takes in the stalled case, in ms.
+const SLOW_CONTROL_MS: u32 = 500;
+/// How long slurmctld stays frozen after the SIGTERM: past Slurm's
+/// SIGKILL, due 5 s after it.
+const STALL: Duration = Duration::from_secs(7);
+
 /// Two shares on one GPU (three others filled), the first cancelled
-/// mid-kernel, its batch script starting with `prefix`: the neighbour's
-/// kernels go on to the end, the client was ended through the daemon, and
-/// the node's log says so with `said`.
-fn neighbour_case(c: &mut Cluster, prefix: &str, said: &str) -> TestResult {
+/// mid-kernel as `how` says: the neighbour's kernels go on to the end,
+/// the client was ended through the daemon, and the node's log says why.
+fn neighbour_case(c: &mut Cluster, how: Cancelled) -> TestResult {
     let cuda = driver(c)?;
     // Three GPUs taken whole by shares: the two below share the fourth.
     let fillers = shares(c, 3, 100)?;
-    let cancelled = c.sbatch_ok(&[
-        "--gres=mps:40",
-        &format!("--wrap={prefix}{} & wait", hold(c, 60, true)?),
-    ])?;
+    let client_cmd = hold(c, 60, true)?;
+    let script = match how {
+        Cancelled::EndsOnSigterm => format!("{client_cmd} & wait"),
+        Cancelled::IgnoresSigterm => format!("trap '' TERM; {client_cmd} & wait"),
+        // The shell says when the SIGTERM came and waits on; the client
+        // ignores it.
+        Cancelled::IgnoresSigtermControllerStalled => format!(
+            "(trap '' TERM; exec {client_cmd}) & trap 'echo {SIGTERM_SEEN}' TERM; wait; wait"
+        ),
+    };
+    let said = match how {
+        Cancelled::EndsOnSigterm => "its step's last task ended",
+        Cancelled::IgnoresSigterm => "outlived SIGTERM",
+        Cancelled::IgnoresSigtermControllerStalled => "(KillWait unknown)",
+    };
+    let cancelled = c.sbatch_ok(&["--gres=mps:40", &format!("--wrap={script}")])?;
     let neighbour = c.sbatch_ok(&["--gres=mps:60", &format!("--wrap={}", hold(c, 12, true)?)])?;
     let result = (|| {
         for id in [cancelled, neighbour] {
@@ -161,7 +208,20 @@ fn neighbour_case(c: &mut Cluster, prefix: &str, said: &str) -> TestResult {
                 (v["event"] == "ready").then(|| v["pid"].as_u64())?
             })
             .ok_or_else(|| format!("no ready line: {}", c.job_output(cancelled)))?;
+        let slow = bin_dir(c).join("slow");
+        if how == Cancelled::IgnoresSigtermControllerStalled {
+            fs::write(&slow, SLOW_CONTROL_MS.to_string()).map_err(|e| e.to_string())?;
+        }
         c.run_ok("scancel", &[&cancelled.to_string()])?;
+        if how == Cancelled::IgnoresSigtermControllerStalled {
+            wait_for(&format!("job {cancelled}'s SIGTERM"), JOB_END, || {
+                c.job_output(cancelled).contains(SIGTERM_SEEN).then_some(())
+            })?;
+            let stalled = c.stall_slurmctld()?;
+            std::thread::sleep(STALL);
+            drop(stalled);
+            fs::remove_file(&slow).map_err(|e| e.to_string())?;
+        }
         c.wait_job_done(cancelled, JOB_END)?;
         let info = c.wait_job_done(neighbour, JOB_LONG)?;
         let out = c.job_output(neighbour);
@@ -176,6 +236,11 @@ fn neighbour_case(c: &mut Cluster, prefix: &str, said: &str) -> TestResult {
                 && l.contains(said)
                 && l.contains(&client.to_string())
         });
+        let logged = logged
+            && (how != Cancelled::IgnoresSigtermControllerStalled
+                || logs.lines().any(|l| {
+                    l.contains(&format!("job {cancelled}: ")) && l.contains("outlived SIGTERM")
+                }));
         ensure(
             info.get("JobState") == Some("COMPLETED")
                 && out.contains("\"event\":\"done\"")

@@ -14,14 +14,19 @@
 //! signals the tasks, and kills it with them. It blocks every signal and
 //! waits. On SIGTERM it waits a second (a task that ends on SIGTERM ends
 //! the step, and `task_exit` stops the guard: nothing is asked of
-//! slurmctld), then asks `squeue` whether the job is ending (a user's own
-//! `scancel -s TERM`, `--signal` and a preemption's grace time leave it
-//! running: nothing is ended) and `scontrol` for `KillWait`. Shortly before
-//! Slurm's SIGKILL is due ([`LEAD`]), the step's clients still alive are
-//! ended through the daemon (`terminate_client`), and the SIGKILL finds
-//! no work in flight. Where the job's state cannot be read, the clients
-//! are ended as for an ending job: the neighbours' kernels are worth more
-//! than a job's last seconds of a signal it chose to ignore.
+//! slurmctld), then asks, at once, `squeue` whether the job is ending (a
+//! user's own `scancel -s TERM`, `--signal` and a preemption's grace time
+//! leave it running: nothing is ended) and `scontrol` for `KillWait`.
+//! Shortly before Slurm's SIGKILL is due ([`LEAD`]), the step's clients
+//! still alive are ended through the daemon (`terminate_client`), and the
+//! SIGKILL finds no work in flight. Where the job's state cannot be read,
+//! the clients are ended as for an ending job: the neighbours' kernels are
+//! worth more than a job's last seconds of a signal it chose to ignore.
+//! slurmd's SIGKILL needs no controller, so a controller too loaded to
+//! answer must not hold the guard: only the answers that have come by the
+//! time Slurm's least wait would have the clients ended count
+//! ([`ask_slurmctld`]); a `KillWait` not known by then is taken as that
+//! least wait.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -120,6 +125,69 @@ pub fn kill_wait() -> Option<u64> {
     kill_wait_of(&bounded::slurm("scontrol", &["show", "config"], ASK_TIMEOUT).ok()?)
 }
 
+/// What slurmctld says once a SIGTERM came: the job's state and
+/// `KillWait`, each `None` where no answer came in time.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Answers {
+    pub state: Option<String>,
+    pub kill_wait: Option<u64>,
+}
+
+/// Asks `squeue` for the job's state and `scontrol` for `KillWait` at
+/// once, and takes what has come by `by` (the earliest time the clients
+/// may have to be ended, [`end_at`] with no `KillWait` known): a
+/// controller too loaded to answer never delays the ending past Slurm's
+/// least wait, and a question unanswered counts as no answer.
+pub fn ask_slurmctld(job: u32, by: Instant) -> Answers {
+    let (state, kill_wait) = both_by(by, move || job_state(job), kill_wait);
+    Answers {
+        state: state.flatten(),
+        kill_wait: kill_wait.flatten(),
+    }
+}
+
+/// Runs `a` and `b` on threads of their own and returns what each
+/// returned by `by` (`None` for one still running then, left to end on
+/// its own: every question the guard asks is bounded).
+pub fn both_by<A, B>(
+    by: Instant,
+    a: impl FnOnce() -> A + Send + 'static,
+    b: impl FnOnce() -> B + Send + 'static,
+) -> (Option<A>, Option<B>)
+where
+    A: Send + 'static,
+    B: Send + 'static,
+{
+    enum Either<A, B> {
+        A(A),
+        B(B),
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let tx_b = tx.clone();
+    let spawned_a = std::thread::Builder::new()
+        .spawn(move || {
+            let _ = tx.send(Either::A(a()));
+        })
+        .is_ok();
+    let spawned_b = std::thread::Builder::new()
+        .spawn(move || {
+            let _ = tx_b.send(Either::B(b()));
+        })
+        .is_ok();
+    let mut waiting = usize::from(spawned_a) + usize::from(spawned_b);
+    let (mut got_a, mut got_b) = (None, None);
+    while waiting > 0 {
+        let left = by.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(Either::A(v)) => got_a = Some(v),
+            Ok(Either::B(v)) => got_b = Some(v),
+            Err(_) => break,
+        }
+        waiting -= 1;
+    }
+    (got_a, got_b)
+}
+
 /// Ends, through GPU `gpu`'s daemon, the MPS clients in `step` but the
 /// guard itself (`me`), within [`END_BUDGET`].
 pub fn end_clients(cfg: &GpuMpsConfig, gpu: u32, step: &StepCgroup, me: u32) -> Terminated {
@@ -171,6 +239,32 @@ mod tests {
         assert_eq!(end_at(t, Some(2)), t + Duration::from_millis(2_500));
         assert_eq!(end_at(t, Some(0)), t + Duration::from_millis(2_500));
         assert_eq!(end_at(t, None), t + Duration::from_millis(2_500));
+    }
+
+    #[test]
+    fn an_answer_that_comes_late_is_no_answer() {
+        let start = Instant::now();
+        let by = start + Duration::from_millis(300);
+        let (fast, slow) = both_by(
+            by,
+            || 7,
+            || {
+                std::thread::sleep(Duration::from_secs(5));
+                "late"
+            },
+        );
+        assert_eq!((fast, slow), (Some(7), None));
+        let waited = start.elapsed();
+        assert!(
+            waited >= Duration::from_millis(300) && waited < Duration::from_secs(5),
+            "{waited:?}"
+        );
+        let (a, b) = both_by(Instant::now() + Duration::from_secs(5), || 1, || 2);
+        assert_eq!((a, b), (Some(1), Some(2)));
+        // A deadline already past takes only what has already come.
+        let (a, b) = both_by(start, || std::thread::sleep(Duration::from_secs(5)), || ());
+        assert_eq!(a, None);
+        assert!(b.is_none() || b == Some(()));
     }
 
     #[test]

@@ -38,6 +38,8 @@
 //! - `<dir>/start-server-fail` exists: `start_server` fails (a driver
 //!   that will not start a server on request).
 //! - `<dir>/hang` exists: every call hangs (a hung control program).
+//! - `<dir>/slow` holds a number of milliseconds: each call with commands
+//!   takes that long before it acts and logs (a daemon on a loaded node).
 //! - `<dir>/fail` exists: every call fails, as a control program that
 //!   cannot reach the driver does.
 //!
@@ -351,6 +353,12 @@ fn main() -> ExitCode {
     let mut input = String::new();
     if args.is_empty() {
         let _ = std::io::stdin().read_to_string(&mut input);
+    }
+    if args.is_empty() {
+        let slow = fs::read_to_string(here.join("slow")).ok();
+        if let Some(ms) = slow.and_then(|t| t.trim().parse().ok()) {
+            std::thread::sleep(Duration::from_millis(ms));
+        }
     }
     let mut log = String::new();
     if args.is_empty() {

@@ -31,6 +31,26 @@ impl Cluster {
         done.and(started)
     }
 
+    /// Freezes slurmctld (SIGSTOP) until the returned value is dropped
+    /// (SIGCONT): a controller too loaded to answer, whose clients wait on
+    /// it until their own timeouts while slurmd goes on alone.
+    pub fn stall_slurmctld(&self) -> Result<Stalled> {
+        let pid = self
+            .daemons
+            .get("slurmctld")
+            .and_then(Daemon::pid)
+            .ok_or("slurmctld does not run")?;
+        let pid = libc::pid_t::try_from(pid).map_err(|e| e.to_string())?;
+        // SAFETY: a signal to a child this harness started.
+        if unsafe { libc::kill(pid, libc::SIGSTOP) } != 0 {
+            return Err(format!(
+                "SIGSTOP to slurmctld {pid}: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        Ok(Stalled(pid))
+    }
+
     /// Stops slurmdbd (SIGTERM), as an outage of the accounting database:
     /// slurmctld goes on from its association cache.
     pub fn stop_slurmdbd(&mut self) {
@@ -185,5 +205,18 @@ impl Cluster {
     /// Unplugs (`false`) or plugs back (`true`) node `node`'s network cable.
     pub fn set_cable(&self, node: &str, connected: bool) -> Result<()> {
         self.host(node)?.set_cable(connected)
+    }
+}
+
+/// slurmctld frozen by [`Cluster::stall_slurmctld`]: it goes on when this
+/// is dropped.
+#[derive(Debug)]
+#[must_use = "slurmctld goes on when this is dropped"]
+pub struct Stalled(libc::pid_t);
+
+impl Drop for Stalled {
+    fn drop(&mut self) {
+        // SAFETY: a signal to the slurmctld this harness started.
+        unsafe { libc::kill(self.0, libc::SIGCONT) };
     }
 }
