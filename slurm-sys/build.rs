@@ -191,6 +191,7 @@ fn main() {
         .allowlist_var("INFINITE(8|16|64)?")
         .allowlist_var("OPEN_MODE_.*")
         .allowlist_var("JOB_SHARED_.*")
+        .allowlist_var("MEM_PER_CPU")
         .generate()
         .unwrap_or_else(|e| {
             fail(&format!(

@@ -316,13 +316,9 @@ impl Held {
         self.0.get(key).unwrap_or_default()
     }
 
-    /// The job's TRES: pending jobs show what they ask (`ReqTRES` from
-    /// 23.02, `TRES` before), running ones what they hold.
+    /// The job's TRES as [`JobInfo::tres`] reads it.
     fn tres(&self) -> &str {
-        match self.get("ReqTRES") {
-            "" => self.get("TRES"),
-            req => req,
-        }
+        self.0.tres()
     }
 
     /// GPUs held without a type beyond those held with one: what a typed

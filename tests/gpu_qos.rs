@@ -110,6 +110,7 @@ fn main() -> ExitCode {
             "a_default_type_is_given_in_the_request_slurm_holds",
             default_type_given,
         )
+        .test("per_type_caps_are_judged_on_what_slurm_holds", type_caps)
         .test(
             "a_rule_that_only_warns_accepts_and_tells_while_others_refuse",
             warn_only,
@@ -668,11 +669,7 @@ fn judge_default_type(c: &Cluster) -> TestResult {
             .parse()
             .map_err(|e| format!("sbatch's answer: {e}"))?;
         let job = c.job(id)?;
-        let tres = job
-            .get("ReqTRES")
-            .or_else(|| job.get("TRES"))
-            .unwrap_or_default()
-            .to_owned();
+        let tres = job.tres().to_owned();
         ensure(
             job.tres_request(key).as_deref() == Some(*held)
                 && tres.contains("gres/gpu:a40=2")
@@ -698,6 +695,113 @@ fn judge_default_type(c: &Cluster) -> TestResult {
         format!("an untyped update of job {id} was made"),
     )?;
     c.run_ok("scancel", &[&id.to_string()]).map(drop)
+}
+
+/// The caps of this file's test.
+const CAPS: &str = "MaxGPUsPerJob=a40:2\nMaxCPUsPerGPU=a40:8\nMaxTasksPerGPU=a40:4\n\
+                    MaxMemPerGPU=a40:2G\n";
+
+/// Per-type caps: each accepted job's record, as slurmctld holds it,
+/// within the caps (its a40s, its CPUs and, where it asked for memory,
+/// its memory per a40); each refused one told `[GQ111]` and why; the
+/// line a spread refusal gives is accepted as it says.
+fn type_caps(c: &mut Cluster) -> TestResult {
+    install_and_wait(c, &format!("{EXAMPLE_GPU_QOS_CONF}{CAPS}"))?;
+    let result = judge_type_caps(c);
+    install_conf(c, EXAMPLE_GPU_QOS_CONF)?;
+    result
+}
+
+/// A number of a TRES list's `key=` (`mem=2G` in MB).
+fn tres_figure(tres: &str, key: &str) -> Option<u64> {
+    let value = tres
+        .split(',')
+        .find_map(|e| e.strip_prefix(key)?.strip_prefix('='))?;
+    gpushare::qos::config::megabytes(value).or_else(|| value.parse().ok())
+}
+
+fn judge_type_caps(c: &Cluster) -> TestResult {
+    // (arguments, whether they ask for memory)
+    let within: &[(&[&str], bool)] = &[
+        (&["--gres=gpu:a40:2", "-c", "16"], false),
+        (
+            &["--gpus=a40:1", "--cpus-per-gpu=8", "--mem-per-gpu=2G"],
+            true,
+        ),
+        (&["-N", "1", "-n", "4", "--gres=gpu:a40:1"], false),
+        (&["-N", "1", "-n", "2", "--gres=gpu:a40:2"], false),
+        (&["--gres=gpu:a40:2", "--mem=4G"], true),
+        (&["--gres=gpu:a40:1", "--mem-per-cpu=512M", "-c", "4"], true),
+        // Untyped GPUs have no type to cap.
+        (&["--gres=gpu:3"], false),
+    ];
+    for (args, asks_mem) in within {
+        let id = accepted(c, args)?;
+        let job = c.job(id)?;
+        let tres = job.tres().to_owned();
+        let a40 = tres_figure(&tres, "gres/gpu:a40");
+        let cpus = tres_figure(&tres, "cpu");
+        let mem = tres_figure(&tres, "mem");
+        let fits = match (a40, cpus) {
+            (Some(g), Some(cpu)) => {
+                g <= 2 && cpu <= 8 * g && (!asks_mem || mem.is_some_and(|m| m <= 2048 * g))
+            }
+            // The untyped case: no a40 held.
+            (None, Some(_)) => args.iter().all(|a| !a.contains("a40")),
+            _ => false,
+        };
+        ensure(
+            fits,
+            format!(
+                "`sbatch {}` is held as {tres}: over the caps",
+                args.join(" ")
+            ),
+        )?;
+        c.run_ok("scancel", &[&id.to_string()])?;
+    }
+    let over: &[(&[&str], &[&str])] = &[
+        (
+            &["--gres=gpu:a40:3"],
+            &["MaxGPUsPerJob=a40:2", "--gpus=a40:2"],
+        ),
+        (
+            &["-n", "2", "--gres=gpu:a40:2"],
+            &["up to 2 nodes", "--nodes=1"],
+        ),
+        (&["-N", "2", "--gres=gpu:a40:2"], &["can hold 4 a40"]),
+        (
+            &["--gres=gpu:a40:1", "-c", "9"],
+            &["9 CPUs", "MaxCPUsPerGPU=a40:8"],
+        ),
+        (
+            &["--gres=gpu:a40:1", "--cpus-per-gpu=9"],
+            &["--cpus-per-gpu=8"],
+        ),
+        (&["--gres=gpu:a40:1", "--mincpus=9"], &["MaxCPUsPerGPU"]),
+        (&["-N", "1", "-n", "5", "--gres=gpu:a40:1"], &["5 tasks"]),
+        (
+            &["--gres=gpu:a40:1", "--mem=3G"],
+            &["3G memory", "--mem-per-gpu=2G"],
+        ),
+        (
+            &["--gres=gpu:a40:1", "--mem-per-cpu=1G", "-c", "3"],
+            &["MaxMemPerGPU"],
+        ),
+        (
+            &["--gres=gpu:a40:1", "--mem=0"],
+            &["--mem=0 holds all the memory"],
+        ),
+        (
+            &["--gres=gpu:a40:1", "--exclusive"],
+            &["--exclusive holds every CPU"],
+        ),
+    ];
+    for (args, words) in over {
+        let err = rejected(c, args)?;
+        contains_all(&err, &["[GQ111]"])?;
+        contains_all(&err, words)?;
+    }
+    Ok(())
 }
 
 /// `Enforce=warn` on qos_lafferty's rule only: a user's untyped request

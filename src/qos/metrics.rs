@@ -210,7 +210,7 @@ pub enum Call {
     Modify,
 }
 
-const KINDS: [RejectionKind; 10] = RejectionKind::ALL;
+const KINDS: [RejectionKind; 11] = RejectionKind::ALL;
 
 /// The plugin's heartbeat series: when it last wrote its file.
 pub const HEARTBEAT: &str = "gpushare_job_submit_heartbeat_timestamp_seconds";

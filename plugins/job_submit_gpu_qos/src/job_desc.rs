@@ -4,11 +4,14 @@ use std::borrow::Cow;
 use std::os::raw::{c_char, c_int};
 
 use gpushare::qos::gres::{tres_entries, PerNodeSpelling, TresField};
-use gpushare::qos::policy::{JobChanges, JobDescription, RejectionKind, Resolved};
+use gpushare::qos::policy::{JobChanges, JobDescription, Memory, RejectionKind, Resolved};
 use gpushare::qos::submit_line::per_node_spelling;
 use gpushare::shared::spank_env;
 use slurm_plugin::slurm_str::{opt_str, opt_str_head, remove_env, set_env, set_message, xstrdup};
-use slurm_sys::{job_desc_msg_t, JOB_SHARED_USER, NO_VAL, NO_VAL16, OPEN_MODE_APPEND};
+use slurm_sys::{
+    job_desc_msg_t, JOB_SHARED_NONE, JOB_SHARED_USER, MEM_PER_CPU, NO_VAL, NO_VAL16, NO_VAL64,
+    OPEN_MODE_APPEND,
+};
 
 /// The string fields of a job description, read once (lossily if not UTF-8).
 #[derive(Debug, Default)]
@@ -18,6 +21,8 @@ pub struct JobStrings<'a> {
     tres_per_job: Option<Cow<'a, str>>,
     tres_per_socket: Option<Cow<'a, str>>,
     tres_per_task: Option<Cow<'a, str>>,
+    cpus_per_tres: Option<Cow<'a, str>>,
+    mem_per_tres: Option<Cow<'a, str>>,
     reservation: Option<Cow<'a, str>>,
     array_inx: Option<Cow<'a, str>>,
     job_id_str: Option<Cow<'a, str>>,
@@ -43,6 +48,8 @@ impl<'a> JobStrings<'a> {
                 tres_per_job: opt_str(desc.tres_per_job),
                 tres_per_socket: opt_str(desc.tres_per_socket),
                 tres_per_task: opt_str(desc.tres_per_task),
+                cpus_per_tres: opt_str(desc.cpus_per_tres),
+                mem_per_tres: opt_str(desc.mem_per_tres),
                 reservation: opt_str(desc.reservation),
                 array_inx: opt_str(desc.array_inx),
                 job_id_str: opt_str(desc.job_id_str),
@@ -120,6 +127,14 @@ impl<'a> JobStrings<'a> {
             ntasks_per_gpu: (desc.ntasks_per_tres != NO_VAL16 && desc.ntasks_per_tres != 0)
                 .then_some(desc.ntasks_per_tres),
             sockets_per_node: (desc.sockets_per_node != NO_VAL16).then_some(desc.sockets_per_node),
+            ntasks_per_node: set_u16(desc.ntasks_per_node),
+            cpus_per_task: set_u16(desc.cpus_per_task),
+            pn_min_cpus: set_u16(desc.pn_min_cpus),
+            min_cpus: set_u32(desc.min_cpus),
+            memory: memory(desc.pn_min_memory),
+            cpus_per_tres: self.cpus_per_tres.as_deref(),
+            mem_per_tres: self.mem_per_tres.as_deref(),
+            whole_node: u32::from(desc.shared) == JOB_SHARED_NONE,
             reservation: self.reservation.as_deref(),
             requeue: match desc.requeue {
                 NO_VAL16 => None,
@@ -159,6 +174,25 @@ fn requested_job_id(desc: &job_desc_msg_t) -> u32 {
 
 fn set_u32(v: u32) -> Option<u32> {
     (v != NO_VAL && v != 0).then_some(v)
+}
+
+fn set_u16(v: u16) -> Option<u16> {
+    (v != NO_VAL16 && v != 0).then_some(v)
+}
+
+/// `pn_min_memory`: MB per node, or per CPU with `MEM_PER_CPU` set;
+/// `NO_VAL64` unset. `--mem=0` (all of the node's memory) stays 0.
+fn memory(v: u64) -> Option<Memory> {
+    // slurm.h's 0x8000000000000000, which bindgen types as i64.
+    const PER_CPU: u64 = MEM_PER_CPU.cast_unsigned();
+    if v == NO_VAL64 {
+        return None;
+    }
+    Some(if v & PER_CPU != 0 {
+        Memory::PerCpu(v & !PER_CPU)
+    } else {
+        Memory::PerNode(v)
+    })
 }
 
 /// Applies an accepted job's changes to the description slurmctld will use.
@@ -236,7 +270,9 @@ pub unsafe fn apply(desc: &mut job_desc_msg_t, err_msg: *mut *mut c_char, change
 /// clients retry those.
 pub fn error_code(kind: RejectionKind) -> c_int {
     let code = match kind {
-        RejectionKind::OverLimit => slurm_sys::ESLURM_ACCOUNTING_POLICY,
+        RejectionKind::OverLimit | RejectionKind::OverTypeCap => {
+            slurm_sys::ESLURM_ACCOUNTING_POLICY
+        }
         RejectionKind::UntypedGpu
         | RejectionKind::TypeNotPermitted
         | RejectionKind::NoGpuRequest

@@ -52,6 +52,12 @@ pub(super) enum Problem {
     /// A `DefaultGPUType=` that is a pattern, or one `GPUTypes=` does
     /// not permit.
     BadDefaultType(String),
+    /// A per-type cap's item that is not `type:value`.
+    BadCapEntry {
+        key: &'static str,
+        entry: String,
+        example: &'static str,
+    },
     /// The same item twice in one comma list.
     DuplicateListItem {
         key: &'static str,
@@ -139,6 +145,15 @@ impl fmt::Display for Problem {
                 f,
                 "DefaultGPUType={ty} must be one GPU type that GPUTypes permits, not a pattern"
             ),
+            Problem::BadCapEntry {
+                key,
+                entry,
+                example,
+            } => write!(
+                f,
+                "{key} takes type:value items, one per GPU type, e.g. {key}={example}; \
+                 got \"{entry}\""
+            ),
             Problem::DuplicateListItem { key, item } => {
                 write!(f, "{key} lists {item} twice")
             }
@@ -176,6 +191,10 @@ pub(super) enum Key {
     LowPriorityMaxArrayTasks,
     SharedGpuReservations,
     MaxMpsPerJob,
+    MaxGpusPerJob,
+    MaxCpusPerGpu,
+    MaxTasksPerGpu,
+    MaxMemPerGpu,
     LowPriorityExclusiveUser,
     MetricsFile,
     Enforce,
@@ -184,7 +203,7 @@ pub(super) enum Key {
 }
 
 impl Key {
-    pub(super) const ALL: [Key; 17] = [
+    pub(super) const ALL: [Key; 21] = [
         Key::Qos,
         Key::Partition,
         Key::Account,
@@ -197,6 +216,10 @@ impl Key {
         Key::LowPriorityMaxArrayTasks,
         Key::SharedGpuReservations,
         Key::MaxMpsPerJob,
+        Key::MaxGpusPerJob,
+        Key::MaxCpusPerGpu,
+        Key::MaxTasksPerGpu,
+        Key::MaxMemPerGpu,
         Key::LowPriorityExclusiveUser,
         Key::MetricsFile,
         Key::Enforce,
@@ -219,6 +242,10 @@ impl Key {
             Key::LowPriorityMaxArrayTasks => "LowPriorityMaxArrayTasks",
             Key::SharedGpuReservations => "SharedGPUReservations",
             Key::MaxMpsPerJob => "MaxMPSPerJob",
+            Key::MaxGpusPerJob => "MaxGPUsPerJob",
+            Key::MaxCpusPerGpu => "MaxCPUsPerGPU",
+            Key::MaxTasksPerGpu => "MaxTasksPerGPU",
+            Key::MaxMemPerGpu => "MaxMemPerGPU",
             Key::LowPriorityExclusiveUser => "LowPriorityExclusiveUser",
             Key::MetricsFile => "MetricsFile",
             Key::Enforce => "Enforce",
@@ -246,6 +273,10 @@ impl Key {
             | Key::LowPriorityMaxArrayTasks
             | Key::SharedGpuReservations
             | Key::MaxMpsPerJob
+            | Key::MaxGpusPerJob
+            | Key::MaxCpusPerGpu
+            | Key::MaxTasksPerGpu
+            | Key::MaxMemPerGpu
             | Key::MetricsFile
             | Key::ExemptUsers => None,
         }

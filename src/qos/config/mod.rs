@@ -28,8 +28,9 @@ mod patterns;
 mod rules;
 
 pub use keys::keys;
-pub use parse::{metrics_file_in, parse};
+pub use parse::{megabytes, metrics_file_in, parse};
 pub use patterns::{glob_matches, is_pattern, type_matches};
 pub use rules::{
-    Enforce, ExemptUser, GpuLimit, GpuQosConfig, QosRule, RequireGpuType, RuleScope, WITHOUT_FILE,
+    mem_text, Cap, Enforce, ExemptUser, GpuLimit, GpuQosConfig, QosRule, RequireGpuType, RuleScope,
+    TypeCaps, WITHOUT_FILE,
 };

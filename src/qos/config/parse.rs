@@ -273,6 +273,10 @@ fn set_global(cfg: &mut GpuQosConfig, key: Key, value: &str) -> Result<(), Probl
         }
         Key::SharedGpuReservations => cfg.shared_gpu_reservations = Some(split_list(key, value)?),
         Key::MaxMpsPerJob => cfg.max_mps_per_job = Some(positive_integer(key, value)?),
+        Key::MaxGpusPerJob => cfg.type_caps.gpus_per_job = parse_caps(key, value, "a40:4")?,
+        Key::MaxCpusPerGpu => cfg.type_caps.cpus_per_gpu = parse_caps(key, value, "a40:16")?,
+        Key::MaxTasksPerGpu => cfg.type_caps.tasks_per_gpu = parse_caps(key, value, "a40:8")?,
+        Key::MaxMemPerGpu => cfg.type_caps.mem_per_gpu = parse_caps(key, value, "a40:96G")?,
         Key::LowPriorityExclusiveUser => {
             cfg.keep_low_priority_exclusive_user =
                 either(key, value, ("keep", "clear"), "clear, keep")?
@@ -373,6 +377,55 @@ fn enforce_value(value: &str) -> Result<Enforce, Problem> {
             allowed: "yes, warn",
         })
     }
+}
+
+/// A per-type cap: `type:value` items (a type, or a pattern of types as
+/// in `GPUTypes=`), each type once; `MaxMemPerGPU=` takes sizes as Slurm
+/// writes them (MB, or a K/M/G/T suffix), kept in MB.
+fn parse_caps(key: Key, value: &str, example: &'static str) -> Result<Vec<(String, u64)>, Problem> {
+    let mut caps: Vec<(String, u64)> = Vec::new();
+    for item in split_list(key, value)? {
+        let bad = || Problem::BadCapEntry {
+            key: key.name(),
+            entry: item.clone(),
+            example,
+        };
+        let (ty, n) = item.split_once(':').ok_or_else(bad)?;
+        if !is_gpu_type_entry(ty) {
+            return Err(Problem::BadGpuType(ty.to_owned()));
+        }
+        let n = if key == Key::MaxMemPerGpu {
+            megabytes(n).ok_or_else(bad)?
+        } else {
+            positive_integer(key, n)?
+        };
+        if caps.iter().any(|(seen, _)| seen == ty) {
+            return Err(Problem::DuplicateListItem {
+                key: key.name(),
+                item: ty.to_owned(),
+            });
+        }
+        caps.push((ty.to_owned(), n));
+    }
+    Ok(caps)
+}
+
+/// A memory size as Slurm reads one (`--mem=96G`): a positive number of
+/// MB, or of K, M, G or T (any case) units, in MB (rounded up).
+pub fn megabytes(text: &str) -> Option<u64> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let n: u64 = digits.parse().ok().filter(|n| *n > 0)?;
+    let mb = match unit.to_ascii_uppercase().as_str() {
+        "" | "M" => Some(n),
+        "K" => Some(n.div_ceil(1024)),
+        "G" => n.checked_mul(1024),
+        "T" => n.checked_mul(1024 * 1024),
+        _ => None,
+    }?;
+    Some(mb)
 }
 
 /// A comma list with no empty and no repeated items. Repeats compare without
@@ -548,7 +601,7 @@ MaxMPSPerJob=100
             err("GPUS=4"),
             "/etc/slurm/gpu_qos.conf:1: unknown key \"GPUS\" (known keys: QOS, Partition, \
              Account, User, GPUTypes, GPULimit, DefaultGPUType, RequireGPUType, LowPriorityQOS, LowPriorityMaxArrayTasks, \
-             SharedGPUReservations, MaxMPSPerJob, LowPriorityExclusiveUser, MetricsFile, Enforce, ExemptUsers, ExemptAdmins)"
+             SharedGPUReservations, MaxMPSPerJob, MaxGPUsPerJob, MaxCPUsPerGPU, MaxTasksPerGPU, MaxMemPerGPU, LowPriorityExclusiveUser, MetricsFile, Enforce, ExemptUsers, ExemptAdmins)"
         );
     }
 

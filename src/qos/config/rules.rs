@@ -228,6 +228,9 @@ pub struct GpuQosConfig {
     pub(super) low_priority_max_array_tasks: Option<u32>,
     pub(super) shared_gpu_reservations: Option<Vec<String>>,
     pub(super) max_mps_per_job: Option<u64>,
+    /// `MaxGPUsPerJob=`, `MaxCPUsPerGPU=`, `MaxTasksPerGPU=`,
+    /// `MaxMemPerGPU=`.
+    pub(super) type_caps: TypeCaps,
     /// `LowPriorityExclusiveUser=keep`; the default (`clear`) is false here
     /// so that `Default` stays the empty file.
     pub(super) keep_low_priority_exclusive_user: bool,
@@ -241,6 +244,93 @@ pub struct GpuQosConfig {
     /// `ExemptAdmins=yes`: operators' and administrators' updates of
     /// other users' jobs are never refused.
     pub(super) exempt_admins: bool,
+}
+
+/// What a job may hold with each GPU of a type, cluster-wide: each cap a
+/// list of (type or pattern, value), the first that matches a type
+/// counting.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TypeCaps {
+    pub(super) gpus_per_job: Vec<(String, u64)>,
+    pub(super) cpus_per_gpu: Vec<(String, u64)>,
+    pub(super) tasks_per_gpu: Vec<(String, u64)>,
+    /// In MB.
+    pub(super) mem_per_gpu: Vec<(String, u64)>,
+}
+
+/// One of the per-type caps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cap {
+    GpusPerJob,
+    CpusPerGpu,
+    TasksPerGpu,
+    MemPerGpu,
+}
+
+impl Cap {
+    pub const ALL: [Cap; 4] = [
+        Cap::GpusPerJob,
+        Cap::CpusPerGpu,
+        Cap::TasksPerGpu,
+        Cap::MemPerGpu,
+    ];
+
+    /// The key that sets it.
+    pub fn key(self) -> &'static str {
+        match self {
+            Cap::GpusPerJob => "MaxGPUsPerJob",
+            Cap::CpusPerGpu => "MaxCPUsPerGPU",
+            Cap::TasksPerGpu => "MaxTasksPerGPU",
+            Cap::MemPerGpu => "MaxMemPerGPU",
+        }
+    }
+}
+
+impl TypeCaps {
+    pub fn is_empty(&self) -> bool {
+        Cap::ALL.iter().all(|c| self.list(*c).is_empty())
+    }
+
+    fn list(&self, cap: Cap) -> &[(String, u64)] {
+        match cap {
+            Cap::GpusPerJob => &self.gpus_per_job,
+            Cap::CpusPerGpu => &self.cpus_per_gpu,
+            Cap::TasksPerGpu => &self.tasks_per_gpu,
+            Cap::MemPerGpu => &self.mem_per_gpu,
+        }
+    }
+
+    /// `cap` for GPU type `ty` (MB for memory), `None` where no item
+    /// covers it.
+    pub fn of(&self, cap: Cap, ty: &str) -> Option<u64> {
+        self.list(cap)
+            .iter()
+            .find(|(entry, _)| type_matches(entry, ty))
+            .map(|(_, n)| *n)
+    }
+
+    /// The item as the file writes it (`a40:16`, `a40:96G`).
+    pub fn item(&self, cap: Cap, ty: &str) -> Option<String> {
+        let (entry, n) = self
+            .list(cap)
+            .iter()
+            .find(|(entry, _)| type_matches(entry, ty))?;
+        Some(match cap {
+            Cap::MemPerGpu => format!("{entry}:{}", mem_text(*n)),
+            _ => format!("{entry}:{n}"),
+        })
+    }
+}
+
+/// MB as Slurm writes a size: `96G` where it is whole GB, else `500M`.
+pub fn mem_text(mb: u64) -> String {
+    if mb.is_multiple_of(1024 * 1024) {
+        format!("{}T", mb / (1024 * 1024))
+    } else if mb.is_multiple_of(1024) {
+        format!("{}G", mb / 1024)
+    } else {
+        format!("{mb}M")
+    }
 }
 
 /// What the policy without its file does, in the admin's words (the
@@ -421,6 +511,11 @@ impl GpuQosConfig {
 
     pub fn max_mps_per_job(&self) -> Option<u64> {
         self.max_mps_per_job
+    }
+
+    /// The per-type caps of what goes with a GPU.
+    pub fn type_caps(&self) -> &TypeCaps {
+        &self.type_caps
     }
 
     /// Whether `--exclusive=user` is taken off low-priority jobs

@@ -24,6 +24,7 @@ impl RejectionKind {
             RejectionKind::BadRequest => "GQ108",
             RejectionKind::UnlistedTypedLimit => "GQ109",
             RejectionKind::ForeignArrayThrottle => "GQ110",
+            RejectionKind::OverTypeCap => "GQ111",
         }
     }
 }
@@ -76,7 +77,7 @@ mod tests {
     #[test]
     fn every_kind_has_its_own_code_and_name() {
         let listed: Vec<(&str, &str)> = all().collect();
-        assert_eq!(listed.len(), 14);
+        assert_eq!(listed.len(), 15);
         for (code, name) in &listed {
             assert_eq!(code_of(name), Some(*code));
         }

@@ -24,6 +24,22 @@ pub struct JobDescription<'a> {
     /// generate type-less GPUs", every release 22.05 to 26.05).
     pub ntasks_per_gpu: Option<u16>,
     pub sockets_per_node: Option<u16>,
+    /// `--ntasks-per-node`.
+    pub ntasks_per_node: Option<u16>,
+    /// `-c`: CPUs per task.
+    pub cpus_per_task: Option<u16>,
+    /// `--mincpus`: CPUs per node.
+    pub pn_min_cpus: Option<u16>,
+    /// The job's CPUs as its client counted them (`-n` × `-c`).
+    pub min_cpus: Option<u32>,
+    /// `--mem` or `--mem-per-cpu`.
+    pub memory: Option<Memory>,
+    /// `--cpus-per-gpu` as sent (`gres/gpu:8`; `cpus_per_tres`).
+    pub cpus_per_tres: Option<&'a str>,
+    /// `--mem-per-gpu` as sent (`gres/gpu:4096`, MB; `mem_per_tres`).
+    pub mem_per_tres: Option<&'a str>,
+    /// `--exclusive`: every CPU and all the memory of its nodes.
+    pub whole_node: bool,
     /// One reservation name or a comma list.
     pub reservation: Option<&'a str>,
     /// `None`: the user gave neither `--requeue` nor `--no-requeue`.
@@ -51,6 +67,15 @@ pub struct JobDescription<'a> {
     /// (the plugin reads it from slurmctld's association manager, and only
     /// where a rule needs it).
     pub resolved: Resolved<'a>,
+}
+
+/// The memory a job asks for, in MB.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Memory {
+    /// `--mem` (0: all the memory of each node).
+    PerNode(u64),
+    /// `--mem-per-cpu`.
+    PerCpu(u64),
 }
 
 /// Facts about a job that its client did not send and slurmctld decides:

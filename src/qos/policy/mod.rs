@@ -20,6 +20,8 @@
 //!   it can end up with.
 //! - `shares`: GPU shares (mps/shard): the shared-GPU reservations and
 //!   the share cap.
+//! - `caps`: the per-type caps of what goes with a GPU (`MaxGPUsPerJob=`,
+//!   `MaxCPUsPerGPU=`, `MaxTasksPerGPU=`, `MaxMemPerGPU=`).
 //! - `lowprio`: what changes for a job under the low-priority QOS.
 //! - `wording`: how a rejection is told, and what to type instead.
 //! - `exempt`: `ExemptUsers=` and `ExemptAdmins=`: refusals not made for
@@ -29,6 +31,7 @@
 //! - `enforce`: `Enforce=warn`: refusals kept as warnings, changes
 //!   described instead of made.
 
+mod caps;
 pub mod codes;
 mod default_type;
 mod enforce;
@@ -55,7 +58,7 @@ mod tests;
 pub use exempt::{
     apply_exemptions, exempt_reason, foreign_throttle, may_be_foreign_throttle, Action, Requester,
 };
-pub use job::{JobDescription, LimitLevel, Resolved, TypedLimit};
+pub use job::{JobDescription, LimitLevel, Memory, Resolved, TypedLimit};
 pub use limits::{asks_untyped_gpu, limits_without_rule};
 pub use lowprio::{requeued_output_words, throttle_to_restore};
 pub use submit::judge_submit;

@@ -3,6 +3,7 @@
 use crate::qos::config::{GpuQosConfig, RequireGpuType};
 use crate::shared::spank_env::MPS_UNITS as MPS_UNITS_ENV;
 
+use super::caps::judge_type_caps;
 use super::default_type::with_default_type;
 use super::enforce::{strictest_covering, Told};
 use super::job::JobDescription;
@@ -62,6 +63,7 @@ fn submit(cfg: &GpuQosConfig, job: &JobDescription<'_>) -> Result<JobChanges, Re
         told.judge(cfg.rule_enforce(rule), outcome)?;
     }
     told.judge(cfg.enforce(), judge_unruled_limits(cfg, &ctx, &requests))?;
+    told.judge(cfg.enforce(), judge_type_caps(cfg, &ctx, &requests))?;
     if cfg.require_gpu_type() == RequireGpuType::All {
         if let Some(untyped) = first_untyped_gpu(&requests) {
             told.judge(

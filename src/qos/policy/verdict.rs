@@ -249,6 +249,9 @@ pub enum RejectionKind {
     /// Another user's `ArrayTaskThrottle=` (applied by Slurm 22.05 before
     /// its ownership check).
     ForeignArrayThrottle,
+    /// More GPUs of a type, or more CPUs, tasks or memory per GPU of it,
+    /// than its per-type cap allows.
+    OverTypeCap,
 }
 
 impl RejectionKind {
@@ -266,11 +269,12 @@ impl RejectionKind {
             RejectionKind::BadRequest => "bad_request",
             RejectionKind::UnlistedTypedLimit => "unlisted_typed_limit",
             RejectionKind::ForeignArrayThrottle => "foreign_array_throttle",
+            RejectionKind::OverTypeCap => "over_type_cap",
         }
     }
 
     /// Every kind, in the order of their codes.
-    pub const ALL: [RejectionKind; 10] = [
+    pub const ALL: [RejectionKind; 11] = [
         RejectionKind::UntypedGpu,
         RejectionKind::TypeNotPermitted,
         RejectionKind::OverLimit,
@@ -281,6 +285,7 @@ impl RejectionKind {
         RejectionKind::BadRequest,
         RejectionKind::UnlistedTypedLimit,
         RejectionKind::ForeignArrayThrottle,
+        RejectionKind::OverTypeCap,
     ];
 }
 

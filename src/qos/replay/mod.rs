@@ -322,6 +322,16 @@ pub fn replay(cfg: &GpuQosConfig, db: &Database, subs: &[Submission]) -> ReplayR
             num_tasks: described.options.ntasks,
             ntasks_per_gpu: described.options.ntasks_per_gpu,
             sockets_per_node: None,
+            // The caps per GPU are judged on GPUs alone here: the CPUs
+            // and memory a past job held are not what it asked for.
+            ntasks_per_node: None,
+            cpus_per_task: None,
+            pn_min_cpus: None,
+            min_cpus: None,
+            memory: None,
+            cpus_per_tres: None,
+            mem_per_tres: None,
+            whole_node: false,
             reservation: sub.reservation.as_deref(),
             requeue: described.options.requeue,
             open_mode_set: described.options.open_mode_set,

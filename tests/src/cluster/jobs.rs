@@ -39,6 +39,14 @@ impl JobInfo {
     pub fn tres_request(&self, key: &str) -> Option<String> {
         self.get(key).map(|v| v.replace("gres/", "gres:"))
     }
+    /// The job's TRES: pending jobs show what they ask (`ReqTRES` from
+    /// 23.02, `TRES` before), running ones what they hold.
+    pub fn tres(&self) -> &str {
+        match self.get("ReqTRES") {
+            None | Some("") => self.get("TRES").unwrap_or_default(),
+            Some(req) => req,
+        }
+    }
     /// `JobState`, e.g. `RUNNING`.
     pub fn state(&self) -> &str {
         self.get("JobState").unwrap_or("")
