@@ -14,7 +14,8 @@
 //! a partition's QOS, the account (the user's default), the user's own
 //! association; then the pending-job updates that change a job's scope
 //! or its GPUs. The same suite with Slurm alone (no gpu_qos, on request)
-//! finds the holes.
+//! finds the holes. The per-type caps have an oracle of their own
+//! (`gpu_oracle/caps.rs`), on the same site with caps set.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -29,6 +30,9 @@ use testcluster::{Cluster, ClusterSpec, JobInfo, NodeSpec, Suite, TestResult};
 
 #[path = "gpu_oracle/forms.rs"]
 mod forms;
+
+#[path = "gpu_oracle/caps.rs"]
+mod caps;
 
 use forms::{Command, Form};
 
@@ -58,6 +62,15 @@ fn main() -> ExitCode {
     };
     let mut two_alone = two_nodes.clone();
     two_alone.job_submit_plugins.clear();
+    // The one-node site with the per-type caps.
+    let mut capped = spec.clone();
+    for (name, text) in &mut capped.extra_conf_files {
+        if name == "gpu_qos.conf" {
+            text.push_str(caps::CAPS);
+        }
+    }
+    let mut capped_alone = capped.clone();
+    capped_alone.job_submit_plugins.clear();
     Suite::new(spec)
         .test(
             "no_accepted_job_holds_untyped_gpus_under_a_typed_limit",
@@ -68,6 +81,16 @@ fn main() -> ExitCode {
             "across_two_nodes_no_job_holds_untyped_gpus_under_a_typed_limit",
             two_nodes,
             |c| oracle(c, true, Plan::TwoNodes),
+        )
+        .test_on(
+            "no_accepted_job_holds_more_than_its_type_caps",
+            capped,
+            |c| caps::caps_oracle(c, true),
+        )
+        .test_on_on_request(
+            "with_slurm_alone_jobs_hold_more_than_the_type_caps",
+            capped_alone,
+            |c| caps::caps_oracle(c, false),
         )
         .test_on_on_request(
             "with_slurm_alone_untyped_gpus_escape_every_typed_scope",

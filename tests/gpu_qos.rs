@@ -781,7 +781,7 @@ fn judge_type_caps(c: &Cluster) -> TestResult {
         (&["-N", "1", "-n", "5", "--gres=gpu:a40:1"], &["5 tasks"]),
         (
             &["--gres=gpu:a40:1", "--mem=3G"],
-            &["3G memory", "--mem-per-gpu=2G"],
+            &["3G of memory", "--mem-per-gpu=2G"],
         ),
         (
             &["--gres=gpu:a40:1", "--mem-per-cpu=1G", "-c", "3"],
@@ -801,7 +801,104 @@ fn judge_type_caps(c: &Cluster) -> TestResult {
         contains_all(&err, &["[GQ111]"])?;
         contains_all(&err, words)?;
     }
-    Ok(())
+    caps_after_updates(c)
+}
+
+/// A user's updates of a pending job (`NumCPUs=`, `NumNodes=`,
+/// `MinMemoryNode=`, `Gres=`), which carry only what they change: each
+/// that takes the job over a cap gets it held as an administrator holds it
+/// (its user cannot release it), told why in its `AdminComment`; the
+/// update back within the cap releases it. A job without a typed GPU is
+/// never held.
+fn caps_after_updates(c: &Cluster) -> TestResult {
+    let user = TestUser::create(c, "gpushare_capu")?;
+    user.allow_qos_by_default(c, &["normal"], "normal")?;
+    let submit = |gres: &str| {
+        user.sbatch(
+            c,
+            &[
+                "--begin=now+3600",
+                "-o",
+                "/dev/null",
+                "-c",
+                "2",
+                &format!("--gres={gres}"),
+                "--wrap=true",
+            ],
+        )
+    };
+    let shown = |id: u32| -> String {
+        c.run_ok("scontrol", &["-o", "show", "job", &id.to_string()])
+            .unwrap_or_default()
+    };
+    let held = |text: &str| text.contains(" Reason=JobHeldAdmin ");
+    let update = |id: u32, words: &[&str]| -> TestResult {
+        let mut args = vec!["update".to_owned(), format!("JobId={id}")];
+        args.extend(words.iter().map(|w| (*w).to_owned()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = user.run(c, None, "scontrol", &args)?;
+        ensure(
+            out.status.success(),
+            format!("`scontrol {}` was refused: {out:?}", args.join(" ")),
+        )
+    };
+    let untyped = submit("gpu:1")?;
+    update(untyped, &["NumCPUs=16"])?;
+    // (the update over a cap, the words of the hold, the update back)
+    let cases: &[(&[&str], &str, &[&str])] = &[
+        (
+            &["NumCPUs=16"],
+            "it holds 16 CPUs with 1 GPU(s)",
+            &["NumCPUs=8"],
+        ),
+        (&["NumNodes=3"], "it can hold 3 a40", &["NumNodes=1"]),
+        (
+            &["MinMemoryNode=3000"],
+            "it holds 3000M of memory with 1 GPU(s), more than MaxMemPerGPU=a40:2G",
+            &["MinMemoryNode=2000"],
+        ),
+        (
+            &["Gres=gpu:a40:3"],
+            "it can hold 3 a40",
+            &["Gres=gpu:a40:1"],
+        ),
+    ];
+    for (over, words, back) in cases {
+        let id = submit("gpu:a40:1")?;
+        update(id, over)?;
+        wait_for(
+            &format!("job {id} updated with {over:?} to be held"),
+            SHORT,
+            || {
+                let text = shown(id);
+                (held(&text) && text.contains(&format!(" AdminComment=gpushare: held: {words}")))
+                    .then_some(())
+            },
+        )
+        .map_err(|e| format!("{e}: {}", shown(id)))?;
+        let release = user.run(c, None, "scontrol", &["release", &id.to_string()])?;
+        ensure(
+            !release.status.success() && held(&shown(id)),
+            format!("its user released gpushare's hold: {release:?}"),
+        )?;
+        update(id, back)?;
+        wait_for(
+            &format!("job {id} updated back with {back:?} to be released"),
+            SHORT,
+            || {
+                let text = shown(id);
+                (!held(&text) && !text.contains("gpushare: held")).then_some(())
+            },
+        )
+        .map_err(|e| format!("{e}: {}", shown(id)))?;
+        c.run_ok("scancel", &[&id.to_string()])?;
+    }
+    let text = shown(untyped);
+    ensure(
+        !held(&text),
+        format!("a job without a typed GPU was held: {text}"),
+    )?;
+    c.run_ok("scancel", &[&untyped.to_string()]).map(drop)
 }
 
 /// `Enforce=warn` on qos_lafferty's rule only: a user's untyped request

@@ -19,8 +19,8 @@ use std::sync::{Condvar, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use gpushare::qos::policy::{
-    held_by_gpushare, not_permitted, record_accounts, throttle_to_restore, ThrottleRecheck,
-    TypesRecheck, HOLD_MARK,
+    held_by_gpushare, not_permitted, over_type_caps, record_accounts, throttle_to_restore,
+    ThrottleRecheck, TypesRecheck, HOLD_MARK,
 };
 use slurm_plugin::{guard, log};
 
@@ -219,7 +219,9 @@ fn hold_or_release(job: &TypesRecheck, slurm_conf: Option<&std::path::Path>) {
     } else {
         Vec::new()
     };
-    match not_permitted(&policy, job.job_id, &shown, &accounts) {
+    let why = not_permitted(&policy, job.job_id, &shown, &accounts)
+        .or_else(|| over_type_caps(&policy, job.job_id, &shown, cfg!(slurm_26_05)));
+    match why {
         Some(why) if job.may_hold && pending && !held_by_gpushare(&shown) => {
             if !done("held", &["hold", &id]) {
                 return;
@@ -242,7 +244,7 @@ fn hold_or_release(job: &TypesRecheck, slurm_conf: Option<&std::path::Path>) {
                 &["update", &format!("JobId={id}"), "AdminComment="],
             );
             log::info(&format!(
-                "{PLUGIN}: job {id} released: its GPU types fit its QOS's rule again"
+                "{PLUGIN}: job {id} released: it fits its rules and the per-type caps again"
             ));
         }
         _ => {}

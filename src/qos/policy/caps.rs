@@ -29,6 +29,9 @@ use super::requests::FieldRequest;
 use super::verdict::{reject, Rejection, RejectionKind};
 use super::wording::{Context, Syntax};
 
+mod record;
+pub use record::over_type_caps;
+
 /// An amount Slurm will hold, or one no cap can judge before the job runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Amount {
@@ -106,7 +109,7 @@ fn gpus(
 /// (`gres/gpu:8`, `gres:gpu:8`, `gres/gpu:a40:8`; the largest where
 /// there are several): `Ok(None)` where it names no GPU, `Err` where an
 /// entry does not read.
-fn per_gpu_value(text: &str, mem: bool) -> Result<Option<u64>, ()> {
+pub(super) fn per_gpu_value(text: &str, mem: bool) -> Result<Option<u64>, ()> {
     let mut most: Option<u64> = None;
     for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
         let body = entry
@@ -193,6 +196,28 @@ fn shape(job: &JobDescription<'_>, requests: &[FieldRequest<'_>], nodes: u64) ->
         cpus,
         mem,
     }
+}
+
+/// Whether an update changes what the caps judge (its GPUs, CPUs, tasks,
+/// memory or nodes): the job is then read back once it is done.
+pub(super) fn update_changes_shape(cfg: &GpuQosConfig, update: &JobDescription<'_>) -> bool {
+    !cfg.type_caps().is_empty()
+        && (update.tres_per_node.is_some()
+            || update.tres_per_job.is_some()
+            || update.tres_per_task.is_some()
+            || update.tres_per_socket.is_some()
+            || update.min_nodes.is_some()
+            || update.max_nodes.is_some()
+            || update.num_tasks.is_some()
+            || update.ntasks_per_node.is_some()
+            || update.ntasks_per_gpu.is_some()
+            || update.cpus_per_task.is_some()
+            || update.pn_min_cpus.is_some()
+            || update.min_cpus.is_some()
+            || update.memory.is_some()
+            || update.cpus_per_tres.is_some()
+            || update.mem_per_tres.is_some()
+            || update.whole_node)
 }
 
 /// Judges a new job against the per-type caps.
@@ -347,10 +372,11 @@ fn too_much_per_gpu(
                 _ => v.to_string(),
             };
             format!(
-                "This job holds {} {what} with {gpus} GPU(s){on}: {} per GPU, more than \
+                "This job holds {} {}{what} with {gpus} GPU(s){on}: {} per GPU, more than \
                  {key}={item} allows. Ask for at most {} per {ty}, e.g. {fits}, or for more \
                  GPUs.",
                 shown(n),
+                if cap == Cap::MemPerGpu { "of " } else { "" },
                 shown(n.div_ceil(gpus)),
                 shown(limit),
             )

@@ -55,6 +55,7 @@ mod fixtures;
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests;
 
+pub use caps::over_type_caps;
 pub use exempt::{
     apply_exemptions, exempt_reason, foreign_throttle, may_be_foreign_throttle, Action, Requester,
 };

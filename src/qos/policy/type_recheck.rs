@@ -25,7 +25,8 @@ pub const HOLD_MARK: &str = "gpushare: held: ";
 /// The job whose record is read back after `update`: one that names GPU
 /// types where a rule limits types, whatever else it names (an update
 /// naming the QOS was judged, but may be what releases a job gpushare
-/// held).
+/// held); and, where per-type caps are set, one whose GPUs, CPUs, tasks,
+/// memory or nodes it changes.
 pub(super) fn types_to_recheck(
     cfg: &GpuQosConfig,
     update: &JobDescription<'_>,
@@ -34,7 +35,8 @@ pub(super) fn types_to_recheck(
     let typed = requests
         .iter()
         .any(|r| r.request.is_gpu() && r.request.gres_type.is_some());
-    if !typed || cfg.rules().is_empty() {
+    let types_ruled = typed && !cfg.rules().is_empty();
+    if !types_ruled && !super::caps::update_changes_shape(cfg, update) {
         return None;
     }
     let job_id = update

@@ -134,7 +134,7 @@ fn cpus_tasks_and_memory_are_counted_per_gpu() {
     accepted(&mem(Memory::PerNode(192 * 1024)));
     assert_eq!(
         refused(&mem(Memory::PerNode(256 * 1024))),
-        "This job holds 256G memory with 2 GPU(s): 128G per GPU, more than \
+        "This job holds 256G of memory with 2 GPU(s): 128G per GPU, more than \
          MaxMemPerGPU=a40:96G allows. Ask for at most 96G per a40, e.g. --mem-per-gpu=96G, or \
          for more GPUs."
     );
@@ -243,4 +243,110 @@ fn per_gpu_strings_read_in_every_spelling() {
     assert_eq!(per_gpu_value("gres/shard:4", false), Ok(None));
     assert_eq!(per_gpu_value("gpu", false), Err(()));
     assert_eq!(per_gpu_value("gres/gpu:x", false), Err(()));
+}
+
+/// A pending job's record as 22.05 prints it (`TRES=`), from 23.02
+/// (`ReqTRES=`) with `tres`.
+fn record(tres_key: &str, tres: &str, tail: &str) -> String {
+    format!(
+        "JobId=7 JobName=x UserId=ann(1001) Account=ann QOS=normal JobState=PENDING \
+         NumNodes=1 NumCPUs=2 NumTasks=1 CPUs/Task=2 {tres_key}={tres} MinCPUsNode=2 \
+         MinMemoryNode=0 OverSubscribe=OK TresPerNode=gres:gpu:a40:1{tail}\n"
+    )
+}
+
+#[test]
+fn an_updated_record_over_a_cap_is_named_and_one_within_is_not() {
+    let cfg = cfg_from(CONF);
+    let fits = "cpu=2,mem=16000M,node=1,billing=2,gres/gpu=1,gres/gpu:a40=1";
+    for key in ["TRES", "ReqTRES"] {
+        // Memory not asked for (MinMemoryNode=0) is Slurm's default.
+        assert_eq!(over_type_caps(&cfg, 7, &record(key, fits, ""), false), None);
+        let cpus = record(key, &fits.replace("cpu=2", "cpu=17"), "");
+        let why = over_type_caps(&cfg, 7, &cpus, false).expect("over");
+        assert_eq!(
+            why,
+            "it holds 17 CPUs with 1 GPU(s), more than MaxCPUsPerGPU=a40:16 allows; an update \
+             of job 7 within the cap releases it"
+        );
+    }
+    let asked = record(
+        "TRES",
+        "cpu=2,mem=100G,node=1,gres/gpu=1,gres/gpu:a40=1",
+        "",
+    )
+    .replace("MinMemoryNode=0", "MinMemoryNode=100G");
+    assert!(over_type_caps(&cfg, 7, &asked, false).is_some_and(|w| w.contains("MaxMemPerGPU")));
+    // A per-node request on up to 5 nodes: 5 a40.
+    let nodes = record("TRES", fits, "").replace("NumNodes=1", "NumNodes=2-5");
+    assert!(over_type_caps(&cfg, 7, &nodes, false).is_some_and(|w| w.contains("5 a40")));
+    let tasks = record("TRES", fits, "").replace("NumTasks=1", "NumTasks=9");
+    assert!(over_type_caps(&cfg, 7, &tasks, false).is_some_and(|w| w.contains("9 tasks")));
+    // What a pending job's TRES leaves out: --cpus-per-gpu, --mincpus,
+    // --mem-per-gpu.
+    for (tail, cap) in [
+        (" CpusPerTres=gres:gpu:17", "MaxCPUsPerGPU"),
+        (" MemPerTres=gres/gpu:100000", "MaxMemPerGPU"),
+    ] {
+        let r = record("TRES", fits, tail);
+        assert!(
+            over_type_caps(&cfg, 7, &r, false).is_some_and(|w| w.contains(cap)),
+            "{tail}"
+        );
+    }
+    let mincpus = record("TRES", fits, "").replace("MinCPUsNode=2", "MinCPUsNode=17");
+    assert!(over_type_caps(&cfg, 7, &mincpus, false).is_some());
+    let whole = record("TRES", fits, "").replace("OverSubscribe=OK", "OverSubscribe=NO");
+    assert!(over_type_caps(&cfg, 7, &whole, false).is_some_and(|w| w.contains("a whole node")));
+    // 26.05 says a whole node by Exclusive=, OverSubscribe=NO being every
+    // job's default there.
+    let default =
+        record("ReqTRES", fits, "").replace("OverSubscribe=OK", "OverSubscribe=NO Exclusive=NO");
+    assert_eq!(over_type_caps(&cfg, 7, &default, true), None);
+    let node = default.replace("Exclusive=NO", "Exclusive=NODE");
+    assert!(over_type_caps(&cfg, 7, &node, true).is_some_and(|w| w.contains("a whole node")));
+}
+
+#[test]
+fn a_users_words_in_the_record_only_make_the_job_look_larger() {
+    let cfg = cfg_from(CONF);
+    let over = "cpu=20,mem=16000M,node=1,gres/gpu=1,gres/gpu:a40=1";
+    // A job name that repeats Slurm's words with more GPUs or fewer CPUs
+    // changes nothing: the fewest GPUs and the most CPUs count.
+    let named = record("TRES", over, "").replace(
+        "JobName=x",
+        "JobName=x TRES=cpu=1,gres/gpu=8,gres/gpu:a40=1 NumCPUs=1",
+    );
+    assert!(over_type_caps(&cfg, 7, &named, false).is_some());
+    // Words that make it larger hold only the user's own job.
+    let fits = "cpu=2,mem=16000M,node=1,gres/gpu=1,gres/gpu:a40=1";
+    let louder = record("TRES", fits, " Comment=x NumCPUs=99");
+    assert!(over_type_caps(&cfg, 7, &louder, false).is_some());
+    // Under Enforce=warn nothing is held.
+    let warn = cfg_from(&format!("{CONF}Enforce=warn\n"));
+    assert_eq!(
+        over_type_caps(&warn, 7, &record("TRES", over, ""), false),
+        None
+    );
+}
+
+#[test]
+fn updates_that_change_what_a_cap_judges_are_read_back() {
+    let cfg = cfg_from(CONF);
+    let cpus = JobDescription {
+        min_cpus: Some(64),
+        job_id_for_messages: Some(7),
+        ..JobDescription::default()
+    };
+    assert!(update_changes_shape(&cfg, &cpus));
+    let c = changes(super::super::update::judge_modify(&cfg, &cpus));
+    assert_eq!(c.recheck_gpu_types.map(|r| r.job_id), Some(7));
+    let time_only = JobDescription {
+        job_id_for_messages: Some(7),
+        ..JobDescription::default()
+    };
+    assert!(!update_changes_shape(&cfg, &time_only));
+    // Without caps, a CPU update is not read back.
+    let none = cfg_from("QOS=q GPUTypes=a40\n");
+    assert!(!update_changes_shape(&none, &cpus));
 }
