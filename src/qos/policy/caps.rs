@@ -21,7 +21,7 @@
 //! type's cap (the smallest binds). Untyped GPUs have no type to cap
 //! (`RequireGPUType=all` makes every request name one).
 
-use crate::qos::config::{megabytes, mem_text, Cap, GpuQosConfig, TypeCaps};
+use crate::qos::config::{mem_text, Cap, GpuQosConfig, TypeCaps};
 use crate::qos::gres::TresField;
 
 use super::job::{JobDescription, Memory};
@@ -31,6 +31,7 @@ use super::wording::{Context, Syntax};
 
 mod record;
 pub use record::over_type_caps;
+use record::per_gpu_value;
 
 /// An amount Slurm will hold, or one no cap can judge before the job runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,32 +104,6 @@ fn gpus(
         })
         .max()
         .unwrap_or(0)
-}
-
-/// The GPU entry's number of a `cpus_per_tres`/`mem_per_tres` string
-/// (`gres/gpu:8`, `gres:gpu:8`, `gres/gpu:a40:8`; the largest where
-/// there are several): `Ok(None)` where it names no GPU, `Err` where an
-/// entry does not read.
-pub(super) fn per_gpu_value(text: &str, mem: bool) -> Result<Option<u64>, ()> {
-    let mut most: Option<u64> = None;
-    for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-        let body = entry
-            .strip_prefix("gres/")
-            .or_else(|| entry.strip_prefix("gres:"))
-            .unwrap_or(entry);
-        let (head, value) = body.rsplit_once([':', '=']).ok_or(())?;
-        let name = head.split(':').next().unwrap_or(head);
-        if !name.eq_ignore_ascii_case("gpu") {
-            continue;
-        }
-        let n = if mem {
-            megabytes(value).ok_or(())?
-        } else {
-            value.parse::<u64>().map_err(|_| ())?
-        };
-        most = Some(most.map_or(n, |m| m.max(n)));
-    }
-    Ok(most)
 }
 
 fn per_gpu_amount(text: Option<&str>, mem: bool) -> Option<Amount> {

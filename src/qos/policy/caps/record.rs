@@ -127,7 +127,7 @@ pub fn over_type_caps(
     // own words.
     let per_gpu = |key: &str, mem: bool| {
         values(show_job, key)
-            .filter_map(|v| super::per_gpu_value(v, mem).ok().flatten())
+            .filter_map(|v| per_gpu_value(v, mem).ok().flatten())
             .max()
             .map(|n| n.saturating_mul(gpus))
     };
@@ -199,4 +199,30 @@ pub fn over_type_caps(
         }
     }
     None
+}
+
+/// The GPU entry's number of a `cpus_per_tres`/`mem_per_tres` string
+/// (`gres/gpu:8`, `gres:gpu:8`, `gres/gpu:a40:8`; the largest where
+/// there are several): `Ok(None)` where it names no GPU, `Err` where an
+/// entry does not read.
+pub(super) fn per_gpu_value(text: &str, mem: bool) -> Result<Option<u64>, ()> {
+    let mut most: Option<u64> = None;
+    for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let body = entry
+            .strip_prefix("gres/")
+            .or_else(|| entry.strip_prefix("gres:"))
+            .unwrap_or(entry);
+        let (head, value) = body.rsplit_once([':', '=']).ok_or(())?;
+        let name = head.split(':').next().unwrap_or(head);
+        if !name.eq_ignore_ascii_case("gpu") {
+            continue;
+        }
+        let n = if mem {
+            megabytes(value).ok_or(())?
+        } else {
+            value.parse::<u64>().map_err(|_| ())?
+        };
+        most = Some(most.map_or(n, |m| m.max(n)));
+    }
+    Ok(most)
 }

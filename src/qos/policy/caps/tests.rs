@@ -2,6 +2,7 @@ use super::super::fixtures::{cfg_from, changes, job, rejection};
 use super::super::submit::judge_submit;
 use super::super::verdict::{RejectionKind, Verdict};
 use super::*;
+use crate::qos::config::megabytes;
 
 const CONF: &str = "\
 QOS=qos_lafferty GPUTypes=a40,h100 GPULimit=8 DefaultGPUType=a40
