@@ -70,7 +70,7 @@ use gpushare::mps::node::requeue::{
     requeue_words, shown_job, Exclusion, Exclusions, Lift, Requeue, ShownJob,
 };
 pub use gpushare::mps::node::requeue::{
-    clear_mark, mark, take_mark, Cause, Elsewhere, Marked, NodeNow,
+    clear_mark, mark, take_mark, Cause, Elsewhere, Marked, NodeNow, RequeueCounts, Requeued,
 };
 use gpushare::mps::state_dir;
 use gpushare::shared::admin_comment::site_tools;
@@ -88,6 +88,10 @@ pub const BUDGET: Duration = Duration::from_secs(40);
 /// kept it in the state directory, from where it is taken once.
 const RECORD: &str = "requeued";
 const LOCK: &str = "requeued.lock";
+/// The node's own count of its counted requeues of each job
+/// (`RequeueCounts`), beside the exclusions.
+const COUNTS: &str = "requeue-counts";
+const COUNTS_LOCK: &str = "requeue-counts.lock";
 
 /// Job `job` as slurmctld records it, under the name `scontrol` must be
 /// given: asked by its id, then, for an array task, asked again as
@@ -244,6 +248,23 @@ fn with_record<T>(
     })
 }
 
+/// Runs `f` on the node's count of requeues, under its lock; what it
+/// leaves is written back whole.
+fn with_counts<T>(
+    state_dir: &Path,
+    deadline: &Deadline,
+    f: impl FnOnce(&mut RequeueCounts) -> T,
+) -> Result<T, String> {
+    let dir = kept::ensure(Path::new(kept::KEPT_ROOT), state_dir, 0)?;
+    let wait = LockWait::each(deadline.0.saturating_duration_since(Instant::now()));
+    let lock = (COUNTS_LOCK, "the lock of the requeue counts");
+    state_dir::update_locked(&dir, lock, COUNTS, wait, |before| {
+        let mut counts = RequeueCounts::parse(before);
+        let out = f(&mut counts);
+        (counts.to_text(), out)
+    })
+}
+
 fn now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -285,10 +306,10 @@ pub fn requeue_elsewhere(
     // appended, and they count gpushare's requeues so far. Unread, or a
     // site tool's, the comment is not written at all.
     let site = admin_comment(deadline, &id);
-    let requeued = match &site {
-        Ok(comment) => counted_requeues(comment.as_deref(), shown.restarts),
-        Err(_) => None,
-    };
+    let in_comment = site
+        .as_ref()
+        .ok()
+        .and_then(|comment| counted_requeues(comment.as_deref()));
     let writable = match &site {
         Ok(comment) => match comment.as_deref().and_then(site_tools) {
             Some(tool) => Err(format!("its AdminComment is left whole: {tool}")),
@@ -296,15 +317,25 @@ pub fn requeue_elsewhere(
         },
         Err(e) => Err(format!("its AdminComment not read, so not written: {e}")),
     };
+    // This node's own count: where the comment cannot hold gpushare's
+    // words, the only one. Unread, the job is not requeued on a guess.
+    let here = with_counts(state_dir, deadline, |c| c.of(job))
+        .map_err(|e| format!("job {id}: the node's requeue counts not read: {e}"))?;
+    let requeued = Requeued::of(in_comment, writable.is_ok(), here);
     let sent = match decide_requeue(&shown, node, accounted.as_deref(), requeued, cause) {
         Requeue::Send { list, added } => Some((list, added)),
         Requeue::Again => None,
         Requeue::LeaveAlone(why) | Requeue::Capped(why) => return Err(why),
     };
     scontrol(deadline, &["requeue", &id]).map_err(|e| e.to_string())?;
-    let n = cause
-        .counts()
-        .then(|| requeued.unwrap_or(shown.restarts) + 1);
+    let n = cause.counts().then(|| requeued.count() + 1);
+    let counts_note = match n {
+        Some(n) => match with_counts(state_dir, deadline, |c| c.bump(job, n, now())) {
+            Ok(()) => String::new(),
+            Err(e) => format!("; not counted on this node: {e}"),
+        },
+        None => String::new(),
+    };
     let counted = match n {
         Some(n) => format!(
             "requeue {n} of {}",
@@ -323,9 +354,9 @@ pub fn requeue_elsewhere(
     let comment_note = match &writable {
         Ok(site) => {
             update.push(format!("AdminComment={}", comment_with(*site, &ours)));
-            String::new()
+            counts_note
         }
-        Err(e) => format!("; {e}"),
+        Err(e) => format!("; {e}{counts_note}"),
     };
     let updated = if update.len() > 1 {
         let args: Vec<&str> = std::iter::once("update")

@@ -28,9 +28,11 @@
 //!   number each counted requeue, and a lift leaves their count behind
 //!   (`gpushare: requeues so far: N`), which is all that stays of them:
 //!   [`requeues_in`] reads it for the cap. A comment that is a site
-//!   tool's ([`crate::shared::admin_comment`]) gets no words: Slurm's
-//!   `Restarts=` counts instead, as it does where gpushare's words were
-//!   erased.
+//!   tool's ([`crate::shared::admin_comment`]) gets no words: each node
+//!   counts its own requeues of the job instead ([`RequeueCounts`]), as it
+//!   does beside gpushare's words, so erased words never start the count
+//!   again on that node; Slurm's `Restarts=` (preemptions too) never
+//!   counts.
 //! - [`Exclusions`]: the record of what gpushare added, one job a line,
 //!   with the cause; kept across reboots (`/var/lib/gpushare`,
 //!   [`crate::mps::kept`]).
@@ -44,13 +46,6 @@ use std::path::Path;
 
 use crate::mps::ledger::Ledger;
 use crate::mps::{kept, state_dir};
-
-/// How many times gpushare requeues one job (its own requeues, as the
-/// job's `AdminComment` counts them: [`requeues_in`]; a preemption, a
-/// node failure or the user's own `scontrol requeue` do not count): past
-/// it, a share refused here fails with its reason instead of going round
-/// the nodes.
-pub const MAX_REQUEUES: u32 = 3;
 
 /// The tally a lift leaves in the `AdminComment` where gpushare's words
 /// were, before their count: `gpushare: requeues so far: N`.
@@ -441,14 +436,13 @@ pub enum Requeue {
 /// -o State`), where it answered. Slurm shows every job whose epilog runs
 /// as `COMPLETING`, whatever ended it; only accounting tells that its
 /// user cancelled it. `requeued`: how many counted requeues gpushare made
-/// of it ([`counted_requeues`]); `None` where that cannot be known, and
-/// then every restart Slurm counted counts. A refusal that does not count
-/// ([`Cause::counts`]) is never capped.
+/// of it, in its `AdminComment` or on this node ([`Requeued`]). A refusal
+/// that does not count ([`Cause::counts`]) is never capped.
 pub fn decide_requeue(
     shown: &ShownJob,
     node: &str,
     accounted: Option<&str>,
-    requeued: Option<u32>,
+    requeued: Requeued,
     why: impl Into<Cause>,
 ) -> Requeue {
     let why = why.into();
@@ -478,15 +472,8 @@ pub fn decide_requeue(
             shown.nodes.as_deref().unwrap_or("no node")
         ));
     }
-    let (count, counted) = match requeued {
-        Some(n) => (n, "by gpushare"),
-        None => (
-            shown.restarts,
-            "in all (gpushare's count in its AdminComment cannot be read: unread, a site \
-             tool's, or rewritten)",
-        ),
-    };
-    if why.counts() && count >= MAX_REQUEUES {
+    let (count, counted) = (requeued.count(), requeued.whose());
+    if why.counts() && requeued.capped() {
         let refusal = match why {
             Cause::Refused(_) => "its refusal".to_owned(),
             Cause::PrologMissed => format!(
@@ -524,25 +511,20 @@ pub fn requeue_words(node: &str, n: Option<u32>, why: Elsewhere) -> String {
 const NOT_COUNTED: &str = "not counted toward the ";
 
 /// How many counted requeues gpushare made of a job, as its
-/// `AdminComment` (`None`: none) and `Restarts=` tell: the count its
-/// words there keep; where they are gone (a site tool rewrote the
-/// comment) while Slurm counts restarts, or the comment is a site tool's
-/// (gpushare writes no words there), `None`: every restart counts, so a
-/// rewritten comment never starts the count again.
-pub fn counted_requeues(comment: Option<&str>, restarts: u32) -> Option<u32> {
+/// `AdminComment` (`None`: none) tells: the count its words there keep;
+/// `None` where they are not there (never requeued, the comment a site
+/// tool's, where gpushare writes no words, or rewritten by a tool). The
+/// node's own record counts beside it ([`Requeued::of`]); Slurm's
+/// `Restarts=`, which counts preemptions and an admin's requeues too,
+/// never does.
+pub fn counted_requeues(comment: Option<&str>) -> Option<u32> {
     let comment = comment.unwrap_or_default();
     // Its words first: an older gpushare appended them to a site's text.
     let ours = comment.contains(COMMENT_MARK)
         || comment
             .split(COMMENT_SEPARATOR)
             .any(|p| tally_of(p).is_some());
-    if ours {
-        return Some(requeues_in(comment));
-    }
-    if crate::shared::admin_comment::site_tools(comment).is_some() || restarts > 0 {
-        return None;
-    }
-    Some(0)
+    ours.then(|| requeues_in(comment))
 }
 
 /// How many times gpushare requeued a job whose `AdminComment` is
@@ -1108,6 +1090,9 @@ fn write_prolog_missed(ledger: &Ledger, job: u32, uid: u32) -> String {
         Err(e) => format!("gpu_mps: job {job}: not marked to be requeued, it fails: {e}"),
     }
 }
+
+mod counts;
+pub use counts::{RequeueCounts, Requeued, MAX_REQUEUES};
 
 #[cfg(test)]
 mod tests;

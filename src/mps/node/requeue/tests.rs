@@ -151,7 +151,7 @@ fn only_the_refused_run_still_on_this_node_is_requeued() {
                 &job(state, 0, "gpu03", "gpu01"),
                 "gpu01",
                 Some("FAILED"),
-                Some(0),
+                Requeued::InComment(0),
                 Elsewhere::MpsDaemon
             ),
             Requeue::Send {
@@ -167,7 +167,7 @@ fn only_the_refused_run_still_on_this_node_is_requeued() {
             &job(state, 0, "(null)", "gpu01"),
             "gpu01",
             None,
-            None,
+            Requeued::InComment(0),
             Elsewhere::Busy,
         );
         assert!(
@@ -181,7 +181,7 @@ fn only_the_refused_run_still_on_this_node_is_requeued() {
         &job("COMPLETING", 0, "(null)", "gpu01"),
         "gpu01",
         Some("CANCELLED by 1007\n"),
-        Some(0),
+        Requeued::InComment(0),
         Elsewhere::OtherUsers,
     );
     assert_eq!(
@@ -195,7 +195,7 @@ fn only_the_refused_run_still_on_this_node_is_requeued() {
         &job("RUNNING", 1, "(null)", "gpu02"),
         "gpu01",
         None,
-        Some(0),
+        Requeued::InComment(0),
         Elsewhere::OtherUsers,
     );
     assert!(matches!(d, Requeue::LeaveAlone(_)), "{d:?}");
@@ -205,7 +205,7 @@ fn only_the_refused_run_still_on_this_node_is_requeued() {
             &job("COMPLETING", 0, "(null)", "gpu[01-02]"),
             "gpu02",
             None,
-            Some(0),
+            Requeued::InComment(0),
             Elsewhere::Disabled
         ),
         Requeue::Send { added: true, .. }
@@ -225,22 +225,29 @@ fn past_the_cap_the_share_fails_with_its_reason() {
         )
     };
     assert!(matches!(
-        decide(0, Some(MAX_REQUEUES - 1)),
+        decide(0, Requeued::InComment(MAX_REQUEUES - 1)),
         Requeue::Send { .. }
     ));
-    let d = decide(MAX_REQUEUES, Some(MAX_REQUEUES));
+    let d = decide(MAX_REQUEUES, Requeued::InComment(MAX_REQUEUES));
     assert!(
         matches!(d, Requeue::Capped(ref w) if w.contains("requeued 3 times already, by gpushare")),
         "{d:?}"
     );
     // Requeued by preemption, a node's failure or its user: only
     // gpushare's own requeues count.
-    assert!(matches!(decide(7, Some(1)), Requeue::Send { .. }));
-    // Its AdminComment unread: every restart counts.
-    assert!(matches!(decide(2, None), Requeue::Send { .. }));
-    let d = decide(MAX_REQUEUES, None);
+    assert!(matches!(
+        decide(7, Requeued::InComment(1)),
+        Requeue::Send { .. }
+    ));
+    // Its AdminComment a site tool's (or unread): this node's own count,
+    // never Slurm's restarts, which preemptions make too.
+    assert!(matches!(
+        decide(7, Requeued::OnThisNode(0)),
+        Requeue::Send { .. }
+    ));
+    let d = decide(0, Requeued::OnThisNode(MAX_REQUEUES));
     assert!(
-        matches!(d, Requeue::Capped(ref w) if w.contains("requeued 3 times already, in all")),
+        matches!(d, Requeue::Capped(ref w) if w.contains("requeued 3 times already, by gpushare from this node")),
         "{d:?}"
     );
     // The node's own state refused it (another user's server, a GPU set
@@ -250,7 +257,7 @@ fn past_the_cap_the_share_fails_with_its_reason() {
         Elsewhere::GpuFailed,
         Elsewhere::Disabled,
     ] {
-        let d = decide_requeue(&completing(9), "gpu01", None, Some(9), why);
+        let d = decide_requeue(&completing(9), "gpu01", None, Requeued::InComment(9), why);
         assert!(matches!(d, Requeue::Send { .. }), "{why:?}: {d:?}");
     }
 }
@@ -258,20 +265,17 @@ fn past_the_cap_the_share_fails_with_its_reason() {
 #[test]
 fn a_rewritten_comment_never_starts_the_count_again() {
     let ours = requeue_words("gpu01", Some(2), Elsewhere::MpsDaemon);
-    assert_eq!(counted_requeues(Some(&ours), 2), Some(2));
-    assert_eq!(counted_requeues(Some(&format!("site; {ours}")), 5), Some(2));
-    // Never requeued: nothing to count.
-    assert_eq!(counted_requeues(None, 0), Some(0));
-    assert_eq!(counted_requeues(Some(""), 0), Some(0));
-    // gpushare's words gone (a site tool replaced the comment) while
-    // Slurm counts restarts, or a site tool's comment (gpushare writes no
-    // words there): every restart counts.
-    assert_eq!(counted_requeues(Some("site"), 2), None);
-    assert_eq!(counted_requeues(None, 1), None);
-    assert_eq!(counted_requeues(Some("JS1:H4sIAAAA"), 0), None);
-    assert_eq!(counted_requeues(Some("site"), 0), None);
+    assert_eq!(counted_requeues(Some(&ours)), Some(2));
+    assert_eq!(counted_requeues(Some(&format!("site; {ours}"))), Some(2));
+    // Never requeued, gpushare's words gone (a site tool replaced the
+    // comment), or a site tool's comment (gpushare writes no words
+    // there): none in the comment; the node's own count stands.
+    assert_eq!(counted_requeues(None), None);
+    assert_eq!(counted_requeues(Some("")), None);
+    assert_eq!(counted_requeues(Some("site")), None);
+    assert_eq!(counted_requeues(Some("JS1:H4sIAAAA")), None);
     assert_eq!(
-        counted_requeues(Some("0f8fad5b-d9cb-469f-a165-70867728950e"), 0),
+        counted_requeues(Some("0f8fad5b-d9cb-469f-a165-70867728950e")),
         None
     );
     // gpushare's own words never make a comment a site tool's.
@@ -287,11 +291,8 @@ fn a_rewritten_comment_never_starts_the_count_again() {
     }
     // Uncounted words count nothing, counted ones their number.
     let free = requeue_words("gpu01", None, Elsewhere::OtherUsers);
-    assert_eq!(counted_requeues(Some(&free), 4), Some(0));
-    assert_eq!(
-        counted_requeues(Some(&format!("{free}; {ours}")), 4),
-        Some(2)
-    );
+    assert_eq!(counted_requeues(Some(&free)), Some(0));
+    assert_eq!(counted_requeues(Some(&format!("{free}; {ours}"))), Some(2));
 }
 
 #[test]
@@ -354,9 +355,15 @@ fn a_lift_after_uncounted_requeues_leaves_a_count_of_none() {
         let tally = "gpushare: requeues so far: 0";
         let want = site.map_or_else(|| tally.to_owned(), |s| format!("{s}; {tally}"));
         assert_eq!(after, &want);
-        assert_eq!(counted_requeues(Some(after), 2), Some(0), "{after}");
+        assert_eq!(counted_requeues(Some(after)), Some(0), "{after}");
         let shown = job("COMPLETING", 2, "gpu02", "gpu02");
-        let d = decide_requeue(&shown, "gpu02", None, Some(0), Cause::PrologMissed);
+        let d = decide_requeue(
+            &shown,
+            "gpu02",
+            None,
+            Requeued::InComment(0),
+            Cause::PrologMissed,
+        );
         assert_eq!(d, Requeue::Again);
     }
 }
@@ -805,10 +812,13 @@ fn a_run_without_its_prolog_is_requeued_as_it_is_and_counted() {
     let decide =
         |requeued| decide_requeue(&completing(1), "gpu01", None, requeued, Cause::PrologMissed);
     // Kept off no node: its ExcNodeList stays as the user made it.
-    assert_eq!(decide(Some(0)), Requeue::Again);
-    assert_eq!(decide(Some(MAX_REQUEUES - 1)), Requeue::Again);
+    assert_eq!(decide(Requeued::InComment(0)), Requeue::Again);
+    assert_eq!(
+        decide(Requeued::InComment(MAX_REQUEUES - 1)),
+        Requeue::Again
+    );
     // Where no Prolog runs at all, the cap fails it, naming the Prolog.
-    let d = decide(Some(MAX_REQUEUES));
+    let d = decide(Requeued::InComment(MAX_REQUEUES));
     assert!(
         matches!(d, Requeue::Capped(ref w) if w.contains("without the Prolog of the node")
             && w.contains("Prolog=gpu-mps-prolog")),
@@ -819,11 +829,17 @@ fn a_run_without_its_prolog_is_requeued_as_it_is_and_counted() {
         &completing(1),
         "gpu01",
         Some("CANCELLED by 1001"),
-        Some(0),
+        Requeued::InComment(0),
         Cause::PrologMissed,
     );
     assert!(matches!(d, Requeue::LeaveAlone(_)), "{d:?}");
-    let d = decide_requeue(&completing(1), "gpu02", None, Some(0), Cause::PrologMissed);
+    let d = decide_requeue(
+        &completing(1),
+        "gpu02",
+        None,
+        Requeued::InComment(0),
+        Cause::PrologMissed,
+    );
     assert!(matches!(d, Requeue::LeaveAlone(_)), "{d:?}");
     // Its words count as gpushare's other requeues do, toward one cap.
     let first = requeue_words("gpu01", Some(1), Elsewhere::MpsDaemon);
@@ -834,15 +850,27 @@ fn a_run_without_its_prolog_is_requeued_as_it_is_and_counted() {
     assert!(!second.contains(['"', '\'', '\t', '\n']), "{second}");
     let comment = comment_with(Some(&comment_with(None, &first)), &second);
     assert_eq!(requeues_in(&comment), 2);
-    assert_eq!(counted_requeues(Some(&comment), 2), Some(2));
+    assert_eq!(counted_requeues(Some(&comment)), Some(2));
     // A lock held past the wait is never held against the job.
     assert!(!Elsewhere::Busy.counts());
     assert!(matches!(
-        decide_requeue(&completing(2), "gpu01", None, Some(3), Elsewhere::Busy),
+        decide_requeue(
+            &completing(2),
+            "gpu01",
+            None,
+            Requeued::InComment(3),
+            Elsewhere::Busy
+        ),
         Requeue::Send { .. }
     ));
     assert_eq!(
-        decide_requeue(&completing(2), "gpu01", None, Some(3), Elsewhere::MpsDaemon),
+        decide_requeue(
+            &completing(2),
+            "gpu01",
+            None,
+            Requeued::InComment(3),
+            Elsewhere::MpsDaemon
+        ),
         Requeue::Capped(
             "job 7 was requeued 3 times already, by gpushare (gpushare requeues a job at most 3 \
              times): not requeued again, it fails with its refusal"
@@ -853,4 +881,38 @@ fn a_run_without_its_prolog_is_requeued_as_it_is_and_counted() {
         assert_eq!(Cause::from_word(cause.word()), Some(cause));
     }
     assert!(Cause::PrologMissed.counts() && !Cause::Refused(Elsewhere::OtherUsers).counts());
+}
+
+#[test]
+fn the_nodes_own_count_stands_where_the_comment_cannot_hold_it() {
+    // Where gpushare may write the comment, its count there, or this
+    // node's where higher (a tool erased gpushare's words).
+    assert_eq!(Requeued::of(Some(2), true, 1), Requeued::InComment(2));
+    assert_eq!(Requeued::of(None, true, 2), Requeued::InComment(2));
+    // A site tool's comment: this node's count alone.
+    assert_eq!(Requeued::of(None, false, 1), Requeued::OnThisNode(1));
+    let mut counts = RequeueCounts::default();
+    assert_eq!(counts.of(7), 0);
+    counts.bump(7, 1, 1_000);
+    counts.bump(7, 1, 1_001);
+    assert_eq!(counts.of(7), 2);
+    // Made under a higher count (the comment's), it carries that on.
+    counts.bump(8, 3, 1_002);
+    assert_eq!(counts.of(8), 3);
+    let text = counts.to_text();
+    assert_eq!(text, "7\t2\t1001\n8\t3\t1002\n");
+    assert_eq!(RequeueCounts::parse(&text), counts);
+    assert_eq!(
+        RequeueCounts::parse("7\t2\nx\t1\t1\n9\t1\t5\textra\n"),
+        RequeueCounts::default()
+    );
+    // Old lines go; past the most, the oldest first.
+    counts.bump(9, 1, 1_002 + counts::KEPT_FOR + 10);
+    assert_eq!(counts.0.keys().copied().collect::<Vec<_>>(), vec![9]);
+    let mut many = RequeueCounts::default();
+    for job in 0..=u32::try_from(counts::MOST_JOBS).unwrap_or(u32::MAX) {
+        many.bump(job, 1, u64::from(job) + 1);
+    }
+    assert_eq!(many.0.len(), counts::MOST_JOBS);
+    assert_eq!(many.of(0), 0);
 }
