@@ -245,7 +245,9 @@ pub fn reason_words(job: &JobRow, qos: &str, types: &[TypeUse], running: &[JobRo
         "Dependency" => "waiting for the jobs it depends on".to_owned(),
         "BeginTime" => "its start time has not come yet".to_owned(),
         "JobHeldUser" => "held by its user (scontrol release <job>)".to_owned(),
-        "JobHeldAdmin" => "held by an administrator".to_owned(),
+        "JobHeldAdmin" => {
+            "held by an administrator, or by gpushare (its AdminComment says why)".to_owned()
+        }
         "None" | "" => "waiting for the scheduler's next pass".to_owned(),
         other => format!("Slurm's reason: {other} (man squeue, JOB REASON CODES)"),
     }

@@ -189,6 +189,16 @@ fn caps_after_updates(c: &Cluster) -> TestResult {
             !release.status.success() && held(&shown(id)),
             format!("its user released gpushare's hold: {release:?}"),
         )?;
+        // Its user asks why it waits: gpu-qos points at the hold's words.
+        let why = user.why_now(c, id)?;
+        ensure(
+            why.summary.contains("by gpushare after an update")
+                && why
+                    .see
+                    .iter()
+                    .any(|s| s == &format!("scontrol show job {id}")),
+            format!("gpu-qos why {id} on gpushare's hold: {why:#?}"),
+        )?;
         update(id, back)?;
         wait_for(
             &format!("job {id} updated back with {back:?} to be released"),

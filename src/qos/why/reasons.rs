@@ -143,7 +143,17 @@ pub(super) fn other_reason(reason: &str, job: &Job) -> (String, Option<String>) 
             "is held by its user".to_owned(),
             Some(format!("scontrol release {id}")),
         ),
-        "JobHeldAdmin" => ("is held by an administrator: ask them".to_owned(), None),
+        // gpushare holds a job so too, after an update that took it past
+        // its rule's GPU types or a per-type cap, with its words in the
+        // job's AdminComment, which its user may read.
+        "JobHeldAdmin" => (
+            "is held by an administrator, or by gpushare after an update that took it past \
+             its QOS's GPU types or a per-type cap (its AdminComment then starts with \
+             \"gpushare: held:\", says why and which update releases it); else ask your \
+             administrators"
+                .to_owned(),
+            Some(format!("scontrol show job {id}")),
+        ),
         "None" | "" => ("waits for the scheduler's next pass".to_owned(), None),
         other => (
             format!("waits: Slurm's reason is {other}"),
