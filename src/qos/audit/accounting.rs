@@ -3,7 +3,7 @@
 //! the group QOS flags.
 
 use crate::qos::check::{self, Finding, Severity};
-use crate::qos::config::{type_matches, GpuQosConfig};
+use crate::qos::config::{type_matches, Cap, GpuQosConfig};
 use crate::qos::site::{AuditQos, NodeInfo};
 
 use super::finding::*;
@@ -408,9 +408,26 @@ pub(super) fn grp_tres_types_on_nodes(site: &Site, out: &mut Vec<AuditFinding>) 
     }
 }
 
+/// The nodes' type `entry` (a type or pattern of `gpu_qos.conf`) was
+/// likely meant for, in words (empty where none is near); `None` where
+/// some node's GPUs carry it.
+fn on_no_node(entry: &str, known: &[String]) -> Option<String> {
+    if known.iter().any(|t| type_matches(entry, t)) {
+        return None;
+    }
+    let near = near_types(entry, known);
+    Some(if near.is_empty() || entry.contains(['*', '?']) {
+        String::new()
+    } else {
+        format!(" ({})", near.join(" or "))
+    })
+}
+
 /// A rule type (or pattern) that no node's GPUs carry: every job asking for
 /// the site's real type is refused under the rule, or a pattern meant for
-/// MIG slice types (`a100_*`) misses their real names.
+/// MIG slice types (`a100_*`) misses their real names. A per-type cap's
+/// type that no node's GPUs carry: the cap holds no job, and jobs of the
+/// type it was meant for run uncapped.
 pub(super) fn rule_types_on_nodes(
     site: &Site,
     cfg: &GpuQosConfig,
@@ -421,16 +438,11 @@ pub(super) fn rule_types_on_nodes(
     if known.is_empty() {
         return;
     }
+    let nodes_have = known.join(", ");
     for rule in cfg.rules() {
         for entry in rule.gpu_types() {
-            if known.iter().any(|t| type_matches(entry, t)) {
+            let Some(meant) = on_no_node(entry, &known) else {
                 continue;
-            }
-            let near = near_types(entry, &known);
-            let meant = if near.is_empty() || entry.contains(['*', '?']) {
-                String::new()
-            } else {
-                format!(" ({})", near.join(" or "))
             };
             out.push(
                 AuditFinding::new(
@@ -440,13 +452,37 @@ pub(super) fn rule_types_on_nodes(
                     DOC_RESOURCE_LIMITS,
                 )
                 .what(format!(
-                    "GPUTypes entry {entry} matches no node's GPU type (nodes have {})",
-                    known.join(", ")
+                    "GPUTypes entry {entry} matches no node's GPU type (nodes have {nodes_have})"
                 ))
                 .why("a job asking for that type can never run; one asking for the real type is refused")
                 .fix(format!(
                     "write the type as the nodes' Gres= names it{meant}, in {path}:{}",
                     rule.line()
+                )),
+            );
+        }
+    }
+    let caps = cfg.type_caps();
+    for cap in Cap::ALL {
+        for (entry, _) in caps.items(cap) {
+            let Some(meant) = on_no_node(entry, &known) else {
+                continue;
+            };
+            let key = cap.key();
+            let item = caps.item(cap, entry).unwrap_or_default();
+            out.push(
+                AuditFinding::new(
+                    Severity::Warning,
+                    "cap_type_on_no_node",
+                    format!("{path}: {key}"),
+                    DOC_RESOURCE_LIMITS,
+                )
+                .what(format!(
+                    "{key}={item} names a GPU type no node's GPUs carry (nodes have {nodes_have})"
+                ))
+                .why("the cap holds no job: jobs of the type it was meant for run uncapped")
+                .fix(format!(
+                    "write the type as the nodes' Gres= names it{meant}, in {path}'s {key} line"
                 )),
             );
         }

@@ -150,6 +150,11 @@ fn each_broken_link_is_one_finding() {
             "partition_qos_unenforced",
         ),
         (
+            Box::new(|_, _, _, f| f.push_str("MaxCPUsPerGPU=a4O:16\n")),
+            Warning,
+            "cap_type_on_no_node",
+        ),
+        (
             Box::new(|_, _, _, f| f.push_str("Account=lafferty GPUTypes=a4O\n")),
             Warning,
             "rule_type_on_no_node",

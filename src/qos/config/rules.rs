@@ -291,6 +291,11 @@ impl TypeCaps {
         Cap::ALL.iter().all(|c| self.list(*c).is_empty())
     }
 
+    /// `cap`'s items as the file gives them: (type or pattern, value).
+    pub fn items(&self, cap: Cap) -> &[(String, u64)] {
+        self.list(cap)
+    }
+
     fn list(&self, cap: Cap) -> &[(String, u64)] {
         match cap {
             Cap::GpusPerJob => &self.gpus_per_job,
