@@ -228,11 +228,9 @@ fn with_record<T>(
     deadline: &Deadline,
     f: impl FnOnce(&mut Exclusions) -> T,
 ) -> Result<T, String> {
-    let dir = kept::ensure(Path::new(kept::KEPT_ROOT), state_dir, 0)?;
-    let wait = LockWait::each(deadline.0.saturating_duration_since(Instant::now()));
     let lock = (LOCK, "the lock of the requeue record");
     let old = state_dir.join(RECORD);
-    state_dir::update_locked(&dir, lock, RECORD, wait, |before| {
+    update_kept(state_dir, deadline, lock, RECORD, |before| {
         let mut records = Exclusions::parse(before);
         if let Ok(text) = std::fs::read_to_string(&old) {
             for (job, entry) in Exclusions::parse(&text).0 {
@@ -255,14 +253,27 @@ fn with_counts<T>(
     deadline: &Deadline,
     f: impl FnOnce(&mut RequeueCounts) -> T,
 ) -> Result<T, String> {
-    let dir = kept::ensure(Path::new(kept::KEPT_ROOT), state_dir, 0)?;
-    let wait = LockWait::each(deadline.0.saturating_duration_since(Instant::now()));
     let lock = (COUNTS_LOCK, "the lock of the requeue counts");
-    state_dir::update_locked(&dir, lock, COUNTS, wait, |before| {
+    update_kept(state_dir, deadline, lock, COUNTS, |before| {
         let mut counts = RequeueCounts::parse(before);
         let out = f(&mut counts);
         (counts.to_text(), out)
     })
+}
+
+/// Rewrites the small record `name` of the node's kept directory under
+/// `lock`, waited for within what is left of `deadline`
+/// (`state_dir::update_locked`).
+fn update_kept<T>(
+    state_dir: &Path,
+    deadline: &Deadline,
+    lock: (&str, &str),
+    name: &str,
+    change: impl FnOnce(&str) -> (String, T),
+) -> Result<T, String> {
+    let dir = kept::ensure(Path::new(kept::KEPT_ROOT), state_dir, 0)?;
+    let wait = LockWait::each(deadline.0.saturating_duration_since(Instant::now()));
+    state_dir::update_locked(&dir, lock, name, wait, change)
 }
 
 fn now() -> u64 {

@@ -288,15 +288,11 @@ impl Cap {
 
 impl TypeCaps {
     pub fn is_empty(&self) -> bool {
-        Cap::ALL.iter().all(|c| self.list(*c).is_empty())
+        Cap::ALL.iter().all(|c| self.items(*c).is_empty())
     }
 
     /// `cap`'s items as the file gives them: (type or pattern, value).
     pub fn items(&self, cap: Cap) -> &[(String, u64)] {
-        self.list(cap)
-    }
-
-    fn list(&self, cap: Cap) -> &[(String, u64)] {
         match cap {
             Cap::GpusPerJob => &self.gpus_per_job,
             Cap::CpusPerGpu => &self.cpus_per_gpu,
@@ -308,7 +304,7 @@ impl TypeCaps {
     /// `cap` for GPU type `ty` (MB for memory), `None` where no item
     /// covers it.
     pub fn of(&self, cap: Cap, ty: &str) -> Option<u64> {
-        self.list(cap)
+        self.items(cap)
             .iter()
             .find(|(entry, _)| type_matches(entry, ty))
             .map(|(_, n)| *n)
@@ -317,7 +313,7 @@ impl TypeCaps {
     /// The item as the file writes it (`a40:16`, `a40:96G`).
     pub fn item(&self, cap: Cap, ty: &str) -> Option<String> {
         let (entry, n) = self
-            .list(cap)
+            .items(cap)
             .iter()
             .find(|(entry, _)| type_matches(entry, ty))?;
         Some(match cap {

@@ -214,6 +214,18 @@ impl<'a> JobDescription<'a> {
     }
 }
 
+/// Every value of `key=` in the words of a job's record (`scontrol -o
+/// show job`: a QOS, a partition list, a count), each word Slurm's or a
+/// user's alike.
+pub(super) fn record_values<'a>(
+    show_job: &'a str,
+    key: &'a str,
+) -> impl Iterator<Item = &'a str> + 'a {
+    show_job
+        .split_whitespace()
+        .filter_map(move |w| w.strip_prefix(key)?.strip_prefix('='))
+}
+
 fn comma_items(list: Option<&str>) -> impl Iterator<Item = &str> + Clone {
     list.unwrap_or("")
         .split(',')

@@ -15,7 +15,7 @@
 
 use crate::qos::config::{Enforce, GpuQosConfig, QosRule, RuleScope};
 
-use super::job::JobDescription;
+use super::job::{record_values as values, JobDescription};
 use super::requests::FieldRequest;
 use super::verdict::TypesRecheck;
 
@@ -25,18 +25,19 @@ pub const HOLD_MARK: &str = "gpushare: held: ";
 /// The job whose record is read back after `update`: one that names GPU
 /// types where a rule limits types, whatever else it names (an update
 /// naming the QOS was judged, but may be what releases a job gpushare
-/// held); and, where per-type caps are set, one whose GPUs, CPUs, tasks,
-/// memory or nodes it changes.
+/// held); and one whose GPUs, CPUs, tasks, memory or nodes it changes
+/// where per-type caps are set (`shape_capped`).
 pub(super) fn types_to_recheck(
     cfg: &GpuQosConfig,
     update: &JobDescription<'_>,
     requests: &[FieldRequest<'_>],
+    shape_capped: bool,
 ) -> Option<TypesRecheck> {
     let typed = requests
         .iter()
         .any(|r| r.request.is_gpu() && r.request.gres_type.is_some());
     let types_ruled = typed && !cfg.rules().is_empty();
-    if !types_ruled && !super::caps::update_changes_shape(cfg, update) {
+    if !types_ruled && !shape_capped {
         return None;
     }
     let job_id = update
@@ -94,13 +95,6 @@ fn types_in(word: &str, found: &mut Vec<HeldType>) {
             found.push(HeldType { gpu_type, count });
         }
     }
-}
-
-/// Every value of `key=` in `show_job`'s words (a QOS, a partition list).
-fn values<'a>(show_job: &'a str, key: &'a str) -> impl Iterator<Item = &'a str> + 'a {
-    show_job
-        .split_whitespace()
-        .filter_map(move |w| w.strip_prefix(key)?.strip_prefix('='))
 }
 
 /// The accounts `show_job` names (every `Account=` word): the plugin

@@ -2,6 +2,7 @@
 
 use crate::qos::config::{GpuQosConfig, RequireGpuType};
 
+use super::caps::update_changes_shape;
 use super::enforce::Told;
 use super::job::JobDescription;
 use super::limits::{judge_unruled_limits, unruled};
@@ -103,7 +104,8 @@ fn modify(cfg: &GpuQosConfig, update: &JobDescription<'_>) -> Result<JobChanges,
         });
         changes.recheck_array_throttle = Some(recheck);
     }
-    changes.recheck_gpu_types = types_to_recheck(cfg, update, &requests);
+    changes.recheck_gpu_types =
+        types_to_recheck(cfg, update, &requests, update_changes_shape(cfg, update));
     Ok(told.into_changes(changes))
 }
 

@@ -12,13 +12,7 @@
 //! only get their own job held.
 
 use crate::qos::config::{megabytes, mem_text, Cap, Enforce, GpuQosConfig};
-
-/// Every value of `key=` in the record's words.
-fn values<'a>(show_job: &'a str, key: &'a str) -> impl Iterator<Item = &'a str> + 'a {
-    show_job
-        .split_whitespace()
-        .filter_map(move |w| w.strip_prefix(key)?.strip_prefix('='))
-}
+use crate::qos::policy::job::record_values as values;
 
 /// The first number of a value (`8`, `2-3` → 2, `3000M` with `mem`).
 fn number(value: &str, mem: bool) -> Option<u64> {
@@ -96,15 +90,21 @@ pub fn over_type_caps(
         .max()
         .unwrap_or(1);
     let tasks = largest("NumTasks").unwrap_or(1);
+    let tres: Vec<(&str, u64)> = tres_entries(show_job).collect();
+    let tres_of = |wanted: &'static str| {
+        tres.iter()
+            .filter(move |(key, _)| *key == wanted)
+            .map(|(_, n)| *n)
+    };
     // GPUs of each type: the most any word says.
     let mut typed: Vec<(String, u64)> = Vec::new();
     let mut count = |ty: &str, n: u64| match typed.iter_mut().find(|(t, _)| t == ty) {
         Some((_, held)) => *held = (*held).max(n),
         None => typed.push((ty.to_owned(), n)),
     };
-    for (key, n) in tres_entries(show_job) {
+    for (key, n) in &tres {
         if let Some(ty) = key.strip_prefix("gres/gpu:") {
-            count(ty, n);
+            count(ty, *n);
         }
     }
     for (ty, n, key) in tres_per_types(show_job) {
@@ -116,9 +116,7 @@ pub fn over_type_caps(
         count(&ty, n.saturating_mul(units));
     }
     // GPUs in all: the fewest any TRES word says.
-    let gpus = tres_entries(show_job)
-        .filter(|(key, _)| *key == "gres/gpu")
-        .map(|(_, n)| n)
+    let gpus = tres_of("gres/gpu")
         .min()
         .or_else(|| typed.iter().map(|(_, n)| *n).max())?
         .max(1);
@@ -135,9 +133,7 @@ pub fn over_type_caps(
         .filter_map(|v| number(v, false))
         .max()
         .unwrap_or(1);
-    let cpus = tres_entries(show_job)
-        .filter(|(key, _)| *key == "cpu")
-        .map(|(_, n)| n)
+    let cpus = tres_of("cpu")
         .chain(largest("NumCPUs"))
         .chain(largest("MinCPUsNode").map(|n| n.saturating_mul(least_nodes)))
         .chain(per_gpu("CpusPerTres", false))
@@ -149,9 +145,8 @@ pub fn over_type_caps(
         .chain(values(show_job, "MinMemoryCPU"))
         .filter_map(|v| number(v, true))
         .any(|mb| mb > 0);
-    let mem = tres_entries(show_job)
-        .filter(|(key, _)| *key == "mem" && asked_mem)
-        .map(|(_, n)| n)
+    let mem = tres_of("mem")
+        .filter(|_| asked_mem)
         .chain(per_gpu("MemPerTres", true))
         .max();
     let whole_node = if exclusive_word {
