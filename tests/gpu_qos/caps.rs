@@ -117,7 +117,7 @@ fn judge_type_caps(c: &Cluster) -> TestResult {
 /// that takes the job over a cap gets it held as an administrator holds it
 /// (its user cannot release it), told why in its `AdminComment`; the
 /// update back within the cap releases it. A job without a typed GPU is
-/// never held.
+/// never held. Each job's name repeats Slurm's words to look smaller.
 fn caps_after_updates(c: &Cluster) -> TestResult {
     let user = TestUser::create(c, "gpushare_capu")?;
     user.allow_qos_by_default(c, &["normal"], "normal")?;
@@ -128,6 +128,9 @@ fn caps_after_updates(c: &Cluster) -> TestResult {
                 "--begin=now+3600",
                 "-o",
                 "/dev/null",
+                // Slurm's words in the user's own: fewer CPUs, more GPUs,
+                // no memory. They must hide nothing.
+                "--job-name=x TRES=cpu=1,gres/gpu=9 NumCPUs=1 NumTasks=1 MinMemoryNode=0",
                 "-c",
                 "2",
                 &format!("--gres={gres}"),
