@@ -34,6 +34,9 @@ mod forms;
 #[path = "gpu_oracle/caps.rs"]
 mod caps;
 
+#[path = "gpu_oracle/arrays.rs"]
+mod arrays;
+
 use forms::{Command, Form};
 
 fn main() -> ExitCode {
@@ -887,8 +890,8 @@ fn oracle(c: &mut Cluster, with_plugin: bool, plan: Plan) -> TestResult {
     }
     // The arrays' cap is the one-node run's: the nodes change nothing there.
     let arrays = match plan {
-        Plan::One => lowprio_arrays(c, &scopes)?,
-        Plan::TwoNodes => Arrays {
+        Plan::One => arrays::lowprio_arrays(c, &scopes)?,
+        Plan::TwoNodes => arrays::Arrays {
             summary: "low-priority arrays: tried on one node".to_owned(),
             over_the_cap: Vec::new(),
         },
@@ -911,132 +914,6 @@ fn oracle(c: &mut Cluster, with_plugin: bool, plan: Plan) -> TestResult {
         problems.is_empty() && tally.accepted > 0 && tally.refused_by_plugin > 0,
         format!("{summary}\n{}", problems.join("\n")),
     )
-}
-
-/// What the low-priority arrays came to.
-struct Arrays {
-    summary: String,
-    over_the_cap: Vec<String>,
-}
-
-/// `ArrayTaskThrottle` of job `id` where Slurm prints it; 0 where it
-/// has none.
-fn throttle_of(c: &Cluster, id: u32) -> u64 {
-    c.array_throttle(id)
-        .ok()
-        .and_then(|t| t.parse().ok())
-        .unwrap_or(0)
-}
-
-/// The low-priority QOS's array cap (`LowPriorityMaxArrayTasks=8` in the
-/// example file) as Slurm holds it: arrays under `lowprio` submitted with
-/// specs Slurm reads after their first `%`, then their owner's updates of
-/// `ArrayTaskThrottle` as slurmctld reads the value (`strtoll`), by the
-/// array's tasks, and on an array whose name holds ` QOS=normal`. Each
-/// accepted array must run at most 8 tasks at once: at once after a
-/// submission, within seconds after an update (gpushare reads it back).
-fn lowprio_arrays(c: &Cluster, scopes: &[Scope]) -> Result<Arrays, String> {
-    const CAP: u64 = 8;
-    let user = &scopes.last().ok_or("no scopes")?.user;
-    user.allow_qos(c, &["normal", GROUP_QOS, "lowprio"])?;
-    let mut over = Vec::new();
-    let (mut submitted, mut updates) = (0, 0);
-    let submit = |spec: &str, name: &str| -> Result<Option<u32>, String> {
-        let out = user.run(
-            c,
-            None,
-            "sbatch",
-            &[
-                "--parsable",
-                "-H",
-                "-o",
-                "/dev/null",
-                "-q",
-                "lowprio",
-                "-J",
-                name,
-                &format!("--array={spec}"),
-                "--wrap=true",
-            ],
-        )?;
-        Ok(String::from_utf8_lossy(&out.stdout).trim().parse().ok())
-    };
-    let capped = |t: u64| (1..=CAP).contains(&t);
-    for spec in [
-        "0-19",
-        "0-19%100",
-        "0-19%100%5",
-        "0-19%0%5",
-        "1,2%50,7",
-        "0-19%8",
-    ] {
-        submitted += 1;
-        if let Some(id) = submit(spec, "wrap")? {
-            let t = throttle_of(c, id);
-            if !capped(t) {
-                over.push(format!(
-                    "--array={spec} under lowprio: job {id} runs {t} at once (0: no cap)"
-                ));
-            }
-            let _ = c.run("scancel", &[&id.to_string()]);
-        }
-    }
-    let named = "x QOS=normal ArrayTaskThrottle=8";
-    for (name, by_tasks, value) in [
-        ("wrap", false, "0"),
-        ("wrap", false, "0x"),
-        ("wrap", false, "+0"),
-        ("wrap", false, ""),
-        ("wrap", false, "100abc"),
-        ("wrap", false, "4294967296"),
-        ("wrap", true, "0"),
-        (named, false, "0"),
-    ] {
-        let Some(id) = submit("0-19", name)? else {
-            return Err("a lowprio array was refused".into());
-        };
-        let target = if by_tasks {
-            format!("{id}_[0-19]")
-        } else {
-            id.to_string()
-        };
-        let out = user.run(
-            c,
-            None,
-            "scontrol",
-            &[
-                "update",
-                &format!("JobId={target}"),
-                &format!("ArrayTaskThrottle={value}"),
-            ],
-        )?;
-        updates += 1;
-        if out.status.success() {
-            let back = wait_for("the throttle set back", SHORT, || {
-                capped(throttle_of(c, id)).then_some(())
-            });
-            if back.is_err() {
-                over.push(format!(
-                    "job={target} ArrayTaskThrottle={value:?} (name {name:?}) under lowprio: job \
-                     {id} runs {} at once",
-                    throttle_of(c, id)
-                ));
-            }
-        }
-        let _ = c.run("scancel", &[&id.to_string()]);
-        // A plugin that sets nothing back fails the run in one wait.
-        if !over.is_empty() {
-            break;
-        }
-    }
-    Ok(Arrays {
-        summary: format!(
-            "lowprio arrays: {submitted} specs submitted, {updates} throttle updates, {} over \
-             the cap of {CAP}",
-            over.len()
-        ),
-        over_the_cap: over,
-    })
 }
 
 /// Waits until slurmctld and the plugin know every scope: a typed

@@ -289,6 +289,13 @@ pub(super) fn array_job_id(job_id_str: &str) -> Option<u32> {
 /// above `max`; `None` where it is not such an array or is within the
 /// cap already.
 ///
+/// The throttle is the array's pending tasks' (one record, anywhere among
+/// the others): a task split off (running, or updated alone) has a record
+/// without one, which says nothing of it. Where no record carries one the
+/// array has none, or its pending tasks' record was not among those read:
+/// either way it is capped (a throttle its owner lowered may then be set
+/// to the cap, never above it).
+///
 /// Each field by where Slurm prints it, never by the first word that
 /// looks like it: the array's fields come before `JobName=`, which only
 /// Slurm writes, and the user's words (the job's name, comment, working
@@ -298,24 +305,33 @@ pub(super) fn array_job_id(job_id_str: &str) -> Option<u32> {
 /// naming a low-priority QOS is enough (a user's own text can only make
 /// their own array capped).
 pub fn throttle_to_restore(show_job: &str, low_qos: &[String], max: u32) -> Option<u32> {
-    let lifted = show_job.lines().any(|line| {
-        let fixed = line.split(" JobName=").next().unwrap_or_default();
-        let value = |text: &'_ str, key: &str| -> Option<String> {
-            text.split_whitespace()
-                .find_map(|w| w.strip_prefix(key)?.strip_prefix('=').map(str::to_owned))
-        };
-        let low = line.split_whitespace().any(|w| {
+    let fixed = |line: &'_ str| -> String {
+        line.split(" JobName=")
+            .next()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let field = |line: &str, key: &str| -> Option<String> {
+        fixed(line)
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix(key)?.strip_prefix('=').map(str::to_owned))
+    };
+    let mut low = false;
+    let mut array = false;
+    let mut throttle: Option<u64> = None;
+    for line in show_job.lines() {
+        low |= line.split_whitespace().any(|w| {
             w.strip_prefix("QOS=")
                 .is_some_and(|q| low_qos.iter().any(|l| l.eq_ignore_ascii_case(q)))
         });
-        // scontrol leaves the field out of an array without a throttle.
-        let throttle = match value(fixed, "ArrayTaskThrottle") {
-            Some(t) => t.parse::<u64>().ok(),
-            None => value(fixed, "ArrayJobId").map(|_| 0),
-        };
-        low && throttle.is_some_and(|t| t == 0 || t > u64::from(max))
-    });
-    lifted.then_some(max)
+        array |= field(line, "ArrayJobId").is_some();
+        if let Some(t) = field(line, "ArrayTaskThrottle") {
+            // Digits only (scontrol's %u); anything else is no throttle.
+            throttle = throttle.or(Some(t.parse::<u64>().unwrap_or(0)));
+        }
+    }
+    let lifted = throttle.map_or(array, |t| t == 0 || t > u64::from(max));
+    (low && lifted).then_some(max)
 }
 
 /// Rule 9's array cap: `Some(new)` when `array_inx` must change. A throttle

@@ -51,6 +51,34 @@ impl Cluster {
         Ok(Stalled(pid))
     }
 
+    /// Runs `during` while watching for a program slurmctld starts whose
+    /// arguments hold each of `words` (a plugin's own `scontrol`), for up
+    /// to `within`: the first seen is frozen (SIGSTOP) before it can have
+    /// its answer, as a slurmctld too busy to answer that one call would
+    /// leave it, and stays so until whoever started it gives up on it
+    /// (or the returned value is dropped). `None`: none was seen.
+    pub fn freeze_slurmctld_child_during<R>(
+        &self,
+        words: &[&str],
+        within: std::time::Duration,
+        during: impl FnOnce() -> R,
+    ) -> Result<(R, Option<FrozenChild>)> {
+        let ctld = self
+            .daemons
+            .get("slurmctld")
+            .and_then(Daemon::pid)
+            .ok_or("slurmctld does not run")?;
+        let words: Vec<String> = words.iter().map(|w| (*w).to_owned()).collect();
+        std::thread::scope(|s| {
+            let watcher = s.spawn(|| watch_and_freeze(ctld, &words, within));
+            let done = during();
+            let frozen = watcher
+                .join()
+                .map_err(|_| "the watcher of slurmctld's children panicked".to_owned())?;
+            Ok((done, frozen))
+        })
+    }
+
     /// Stops slurmdbd (SIGTERM), as an outage of the accounting database:
     /// slurmctld goes on from its association cache.
     pub fn stop_slurmdbd(&mut self) {
@@ -219,4 +247,73 @@ impl Drop for Stalled {
         // SAFETY: a signal to the slurmctld this harness started.
         unsafe { libc::kill(self.0, libc::SIGCONT) };
     }
+}
+
+/// A program of slurmctld's frozen by
+/// [`Cluster::freeze_slurmctld_child_during`]: its pid. It goes on when
+/// this is dropped, where it is still slurmctld's child.
+#[derive(Debug)]
+#[must_use = "the program goes on when this is dropped"]
+pub struct FrozenChild {
+    pub pid: u32,
+    parent: u32,
+}
+
+impl Drop for FrozenChild {
+    fn drop(&mut self) {
+        if parent_of(self.pid) == Some(self.parent) {
+            if let Ok(pid) = libc::pid_t::try_from(self.pid) {
+                // SAFETY: a signal to a child of the slurmctld this
+                // harness started, checked just now.
+                unsafe { libc::kill(pid, libc::SIGCONT) };
+            }
+        }
+    }
+}
+
+/// The parent pid of process `pid` (`/proc/PID/stat`, after the command
+/// name, which may hold anything).
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Looks at the children of every thread of process `parent` until one
+/// runs a program with each of `words` among its arguments, and freezes
+/// it; `None` after `within`.
+fn watch_and_freeze(
+    parent: u32,
+    words: &[String],
+    within: std::time::Duration,
+) -> Option<FrozenChild> {
+    let deadline = std::time::Instant::now() + within;
+    while std::time::Instant::now() < deadline {
+        let tasks = fs::read_dir(format!("/proc/{parent}/task")).ok()?;
+        for task in tasks.flatten() {
+            let children = fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            for child in children.split_whitespace() {
+                let Ok(pid) = child.parse::<u32>() else {
+                    continue;
+                };
+                // Before its exec the child still shows slurmctld's own
+                // arguments: looked at again on the next round.
+                let args = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                let args: Vec<&[u8]> = args.split(|b| *b == 0).collect();
+                let holds = |w: &String| args.contains(&w.as_bytes());
+                if !words.iter().all(holds) {
+                    continue;
+                }
+                let signalled = libc::pid_t::try_from(pid)
+                    // SAFETY: a signal to a child of the slurmctld this
+                    // harness started.
+                    .is_ok_and(|p| unsafe { libc::kill(p, libc::SIGSTOP) } == 0);
+                if signalled {
+                    return Some(FrozenChild { pid, parent });
+                }
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    None
 }

@@ -217,15 +217,20 @@ impl Cluster {
     }
 
     /// `ArrayTaskThrottle` of array job `id` where Slurm prints it: before
-    /// `JobName=` in its first record (a job's name may hold the word
-    /// itself); empty where it has none (no throttle).
+    /// `JobName=` (a job's name may hold the word itself) in the one
+    /// record that carries it, the array's pending tasks (a task split
+    /// off, running or updated alone, has none, and may come first);
+    /// every record is read. Empty where none has it (no throttle).
     pub fn array_throttle(&self, id: u32) -> Result<String> {
         let shown = self.run_ok("scontrol", &["-o", "show", "job", &id.to_string()])?;
-        let first = shown.lines().next().unwrap_or_default();
-        let fixed = first.split(" JobName=").next().unwrap_or_default();
-        Ok(fixed
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("ArrayTaskThrottle="))
+        Ok(shown
+            .lines()
+            .find_map(|line| {
+                line.split(" JobName=")
+                    .next()?
+                    .split_whitespace()
+                    .find_map(|w| w.strip_prefix("ArrayTaskThrottle="))
+            })
             .unwrap_or_default()
             .to_owned())
     }

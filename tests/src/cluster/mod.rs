@@ -18,7 +18,7 @@ mod jobs;
 mod logs;
 mod spec;
 
-pub use faults::Stalled;
+pub use faults::{FrozenChild, Stalled};
 pub use jobs::JobInfo;
 pub use spec::{
     cgroup_v2, fake_gpu_uuid, slurm_places_shares, slurm_release, ClusterSpec, GpuSpec, NodeSpec,

@@ -229,6 +229,18 @@ fn an_update_lifting_an_arrays_throttle_is_read_back_and_capped_again() {
     assert_eq!(throttle_to_restore(unthrottled, &low, 8), Some(8));
     let not_an_array = "JobId=78 QOS=lowprio JobState=PENDING\n";
     assert_eq!(throttle_to_restore(not_an_array, &low, 8), None);
+    // Tasks split off carry no throttle: the pending tasks' record,
+    // wherever it comes, says what the array's is.
+    let split = "JobId=77 ArrayJobId=77 ArrayTaskId=0 JobName=wrap QOS=lowprio JobState=PENDING\n\
+                 JobId=80 ArrayJobId=77 ArrayTaskId=1 JobName=wrap QOS=lowprio JobState=RUNNING\n";
+    let pending = |t: &str| {
+        format!("{split}JobId=81 ArrayJobId=77 ArrayTaskId=2-19 ArrayTaskThrottle={t} JobName=wrap QOS=lowprio JobState=PENDING\n")
+    };
+    assert_eq!(throttle_to_restore(&pending("2"), &low, 8), None);
+    assert_eq!(throttle_to_restore(&pending("30"), &low, 8), Some(8));
+    // Only split tasks read (the pending ones' record beyond what was
+    // read, or none left): capped.
+    assert_eq!(throttle_to_restore(split, &low, 8), Some(8));
     // A user's words never hide the record's own fields: a name holding
     // ` QOS=normal` (before Slurm's QOS=) or a throttle, a working
     // directory holding one (after it).
