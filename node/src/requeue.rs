@@ -482,8 +482,14 @@ pub fn lift_where_changed(
     let shared: Vec<u32> = state.shares().map(|s| s.gpu).collect();
     let rule = gpushare::mps::node::server_rule(&node.cfg);
     let sizes = (node.gpu_count, node.cfg.units_per_gpu);
+    // Placement passes by GPUs under `gpu-mps selftest` too, for now.
+    let passed_by: Vec<u32> = failed
+        .iter()
+        .copied()
+        .chain(gpushare::mps::under_test::read(state_dir).into_keys())
+        .collect();
     let fits = |uid: Option<u32>, units: u32| {
-        gpushare::mps::node::requeue::fits_now(&state, &failed, sizes, rule, (uid, units))
+        gpushare::mps::node::requeue::fits_now(&state, &passed_by, sizes, rule, (uid, units))
     };
     let disabled = node.disabled.is_some();
     // Only a disabled node asks: Slurm may no longer send shares there.

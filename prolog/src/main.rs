@@ -16,7 +16,7 @@ use clap::Parser;
 use gpushare::mps::node::mains::{nvml_ask, prolog_changed, refused_mark};
 use gpushare::mps::node::requeue::{first_shared_gpu, Elsewhere};
 use gpushare::mps::node::{prolog, publish_metrics, running_jobs, PrologOutcome};
-use gpushare::mps::{health, lock_wait, status};
+use gpushare::mps::{health, lock_wait, status, under_test};
 use gpushare::shared::exit_status::node as exit;
 use gpushare_node::node_program::{self, Program, PrologCli, Started};
 use gpushare_node::requeue;
@@ -98,6 +98,7 @@ fn run() -> ExitCode {
     // fails for it, even where every GPU is set aside (a drain would turn
     // one wrong record into an outage of the node).
     node.failed = health::read(&node.cfg.state_dir);
+    node.under_test = under_test::read(&node.cfg.state_dir);
     let report = match prolog(&node, &env, &booking, running) {
         Ok(report) => report,
         Err(e) => {

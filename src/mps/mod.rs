@@ -63,5 +63,6 @@ pub mod selftest;
 pub mod setup_lines;
 pub mod state_dir;
 pub mod status;
+pub mod under_test;
 pub mod usage;
 pub mod xid;

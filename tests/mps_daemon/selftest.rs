@@ -13,8 +13,11 @@ use serde_json::Value;
 use testcluster::standin::{CudaContext, CudaFault, CudaFiles};
 use testcluster::{ensure, Cluster, Suite, TestResult};
 
+use testcluster::cluster::wait_for;
+use testcluster::time::SHORT;
+
 use super::{
-    bin_dir, calls, cancel_and_wait_stopped, daemons, gpu_mps, shares, standin, status_json,
+    bin_dir, calls, cancel_and_wait_stopped, daemons, gpu_mps, shares, standin, status_json, SCRIPT,
 };
 
 /// This file's tests, in order, after the suite's others.
@@ -31,6 +34,10 @@ pub fn tests(suite: Suite) -> Suite {
         .test(
             "gpu_mps_selftest_with_a_hung_driver_ends_within_its_bound",
             hung_driver,
+        )
+        .test(
+            "a_share_submitted_during_gpu_mps_selftest_starts_at_once_on_another_gpu",
+            share_during_test,
         )
 }
 
@@ -325,4 +332,95 @@ fn probes_left(c: &Cluster) -> Vec<u32> {
             })
         })
         .collect()
+}
+
+/// How long the self-test's hung client runs in [`share_during_test`]:
+/// longer than a prolog waits for a lock (30 s), so that a test holding
+/// the GPU's daemon lock while its client runs has the share refused.
+const LONG_TIMEOUT: Duration = Duration::from_secs(35);
+
+/// `gpu-mps selftest` on GPU 2 with a client that hangs until its
+/// deadline, while GPU 2 is the least loaded and GPU 3 has room: a share
+/// submitted meanwhile starts on GPU 3 while the test still runs, never
+/// requeued (the test runs its clients with no lock held, and placement
+/// passes a GPU under test by). Its mark is gone once the test ends.
+pub fn share_during_test(c: &mut Cluster) -> TestResult {
+    given_back(c, share_during_test_on)
+}
+
+fn share_during_test_on(c: &Cluster) -> TestResult {
+    let files = driver(c)?;
+    // GPUs 0, 1 and 2 taken whole, GPU 3 half; then GPU 2 freed.
+    let whole = shares(c, 3, 100)?;
+    let half = shares(c, 1, 50)?;
+    let on = |id: u32| c.job_output(id);
+    let on_gpu = whole
+        .iter()
+        .find(|&&id| on(id).contains(&format!("GPU={GPU} ")))
+        .copied();
+    let Some(on_gpu) = on_gpu.filter(|_| on(half[0]).contains("GPU=3 ")) else {
+        return Err(format!(
+            "shares not where the test needs them: {:?}",
+            ledger_gpus(c)
+        ));
+    };
+    c.run_ok("scancel", &[&on_gpu.to_string()])?;
+    wait_for("GPU 2's share to leave the ledger", SHORT, || {
+        (!ledger_gpus(c).contains(&GPU)).then_some(())
+    })?;
+    files.set_fault(CudaFault::Hang, true)?;
+    let mark = c.dir.join("run/gpu-mps/gpus-under-test");
+    let timeout = LONG_TIMEOUT.as_secs().to_string();
+    let result = std::thread::scope(|s| -> TestResult {
+        let test = s.spawn(|| selftest_with(c, &["--timeout", &timeout]));
+        // Its client has reached the driver (and hangs there).
+        let marked = wait_for("the self-test's client to start", SHORT, || {
+            files
+                .log()
+                .iter()
+                .any(|l| l.starts_with("init hangs"))
+                .then_some(())
+        });
+        let share = marked.and_then(|()| c.sbatch_ok(&["--gres=mps:25", SCRIPT]));
+        let started = share.as_ref().map_err(Clone::clone).and_then(|&id| {
+            wait_for("the share's output", LONG_TIMEOUT, || {
+                on(id).contains("GPU=").then_some(())
+            })
+        });
+        let running = !test.is_finished();
+        let ran = test
+            .join()
+            .map_err(|_| "the self-test's thread panicked".to_owned())?;
+        let id = share?;
+        started.map_err(|e| format!("{e}: the share's record: {:?}", c.job(id)))?;
+        ensure(
+            running,
+            format!("the share started only after the self-test ended: {ran:?}"),
+        )?;
+        let output = on(id);
+        let job = c.job(id)?;
+        ensure(
+            output.contains("GPU=3 ") && job.get("Restarts") == Some("0"),
+            format!("the share during the test: {output:?}, {job:?}"),
+        )?;
+        ran.map(drop)
+    });
+    files.set_fault(CudaFault::Hang, false)?;
+    result?;
+    ensure(
+        fs::read_to_string(&mark)
+            .unwrap_or_default()
+            .trim()
+            .is_empty(),
+        format!(
+            "GPU 2 is still marked under test: {:?}",
+            fs::read_to_string(&mark)
+        ),
+    )?;
+    cancel_and_wait_stopped(c)
+}
+
+/// The GPUs the node's ledger holds shares on.
+fn ledger_gpus(c: &Cluster) -> Vec<u32> {
+    super::ledger(c).shares().map(|s| s.gpu).collect()
 }

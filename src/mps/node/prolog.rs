@@ -19,6 +19,7 @@ use crate::mps::health;
 use crate::mps::ledger::{Holder, Ledger, LedgerError, SlurmChoice};
 use crate::mps::placement::PlacementError;
 use crate::mps::private::{self, PrivateRecord, PrivateRequest};
+use crate::mps::under_test;
 use crate::shared::booking::MpsBooking;
 
 /// Runs the prolog's logic for `env`'s job. `running` is asked for the jobs
@@ -165,7 +166,13 @@ fn place(
         } else {
             Vec::new()
         };
-        let failed_gpus: Vec<u32> = node.failed.keys().copied().collect();
+        // GPUs under `gpu-mps selftest` are passed by as those set aside.
+        let failed_gpus: Vec<u32> = node
+            .failed
+            .keys()
+            .chain(node.under_test.keys())
+            .copied()
+            .collect();
         let place = || {
             ledger.place_beside(
                 holder(env),
@@ -196,11 +203,19 @@ fn place(
             }
             Err(LedgerError::Placement { error, repair }) => {
                 report.notes.extend(repair.map(|r| r.to_string()));
-                let error = match error {
-                    PlacementError::GpuFailed { gpus, .. } => gpu_failed(&node.failed, gpus),
-                    other => other,
-                };
-                refuse(ledger, env, error.reason(), told(&error, env, booking))
+                match error {
+                    // The only GPUs with room are under test: for a while.
+                    PlacementError::GpuFailed { gpus, .. }
+                        if !gpus.iter().all(|g| node.failed.contains_key(g)) =>
+                    {
+                        refuse(ledger, env, BUSY_REFUSAL, under_test_words(node, &gpus))
+                    }
+                    PlacementError::GpuFailed { gpus, .. } => {
+                        let error = gpu_failed(&node.failed, gpus);
+                        refuse(ledger, env, error.reason(), told(&error, env, booking))
+                    }
+                    other => refuse(ledger, env, other.reason(), told(&other, env, booking)),
+                }
             }
             Err(other) => return Err(other),
         };
@@ -363,6 +378,14 @@ fn record_slurm_choice(
             env.job, env.job_gpus
         ));
     }
+    if node.under_test.contains_key(&gpu) {
+        return Ok(refuse(
+            &node.ledger,
+            env,
+            BUSY_REFUSAL,
+            under_test_words(node, &[gpu]),
+        ));
+    }
     // A GPU set aside takes no share, whoever chose it.
     if node.failed.contains_key(&gpu) {
         let error = gpu_failed(&node.failed, vec![gpu]);
@@ -428,6 +451,19 @@ fn told(error: &PlacementError, env: &JobEnv, booking: &MpsBooking) -> String {
         ),
         other => other.to_string(),
     }
+}
+
+/// The refusal of a share only `gpus`, some under `gpu-mps selftest`,
+/// could take, in words.
+fn under_test_words(node: &Node, gpus: &[u32]) -> String {
+    let each: Vec<String> = gpus
+        .iter()
+        .filter_map(|g| Some(under_test::words(*g, node.under_test.get(g)?)))
+        .collect();
+    if each.is_empty() {
+        return format!("GPU(s) {gpus:?} under their MPS self-test");
+    }
+    each.join("; ")
 }
 
 /// The refusal of a share only `gpus`, set aside, could take: with why

@@ -11,6 +11,7 @@ use crate::mps::daemon::{self, Limits, MpsDaemon};
 use crate::mps::ledger::LedgerError;
 use crate::mps::lock_wait::LockError;
 use crate::mps::selftest::{self, check_gpu, Expected, GpuCheck, ProbeUser, Verdict};
+use crate::mps::under_test;
 
 /// What `gpu-mps selftest` did on one GPU.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,8 +38,13 @@ pub fn expected(node: &Node, units: u32) -> Expected {
 /// share's prolog starts it, given the limits of a share of `units`, both
 /// clients run as `user` (the program `exe` answers the probe option),
 /// then the daemon stopped again (with the GPU's compute mode) unless a
-/// share was placed there meanwhile. All under the GPU's daemon lock, so
-/// no prolog serves a share there halfway through.
+/// share was placed there meanwhile.
+///
+/// The GPU is marked under test ([`under_test`]) under its daemon lock
+/// before it is found idle, and the clients run with no lock held (up to
+/// `timeout` each): meanwhile placement passes the GPU by, and a share
+/// that reaches its daemon anyway is refused `busy` and requeued, where
+/// it used to wait for the lock and be refused at the end of its wait.
 pub fn on_idle_gpu(
     node: &Node,
     gpu: u32,
@@ -48,24 +54,34 @@ pub fn on_idle_gpu(
     timeout: Duration,
 ) -> Outcome {
     let cfg = &node.cfg;
+    let wait = node.ledger.lock_wait();
     let expected = expected(node, units);
-    let locked = daemon::with_gpu_lock(cfg, gpu, node.ledger.lock_wait(), || {
+    // Both clients, and the daemon's start and stop beside them.
+    let longest = timeout.saturating_mul(2) + Duration::from_secs(30);
+    let mut marked = None;
+    let started = daemon::with_gpu_lock(cfg, gpu, wait, || {
+        if let Err(e) = under_test::mark(&cfg.state_dir, gpu, longest, wait) {
+            return Ok(Err(Outcome::Skipped(format!(
+                "its mark as under test: {e}"
+            ))));
+        }
+        marked = Some(Marked { node, gpu });
         let state = node.ledger.snapshot()?.state;
         let shares = state.shares().filter(|s| s.gpu == gpu).count();
         if shares > 0 {
-            return Ok(Outcome::Skipped(format!(
+            return Ok(Err(Outcome::Skipped(format!(
                 "{shares} share(s) run on it: the test's client would wait for their \
                  server, or they for its"
-            )));
+            ))));
         }
         if state.whole_holders().any(|w| w.gpus.contains(&gpu)) {
-            return Ok(Outcome::Skipped("a job holds it whole".into()));
+            return Ok(Err(Outcome::Skipped("a job holds it whole".into())));
         }
         let ensured = daemon::ensure(cfg, gpu, node.owner, true);
-        let outcome = match &ensured.daemon {
-            MpsDaemon::Failed(why) => Outcome::DaemonFailed(format!("its MPS daemon: {why}")),
+        let failed = match &ensured.daemon {
+            MpsDaemon::Failed(why) => Some(format!("its MPS daemon: {why}")),
             MpsDaemon::NotAvailable => {
-                Outcome::DaemonFailed("no MPS control program runs its daemon (MPSControl=)".into())
+                Some("no MPS control program runs its daemon (MPSControl=)".to_owned())
             }
             _ => {
                 let limits = Limits {
@@ -75,26 +91,53 @@ pub fn on_idle_gpu(
                 // Its bypass client is tried while a server holds the GPU, as
                 // it is where shares run (daemon::start_server_line).
                 let hold = (!cfg.multi_user).then_some(user.uid);
-                match daemon::apply_limits(cfg, gpu, limits, ensured.servers, hold) {
-                    Ok(_) => {
-                        Outcome::Checked(Box::new(through_guard(node, gpu, &[], user, || {
-                            check_gpu(cfg, gpu, exe, user, expected, timeout)
-                        })))
-                    }
-                    Err(e) => Outcome::DaemonFailed(format!("its MPS daemon's limits: {e}")),
-                }
+                daemon::apply_limits(cfg, gpu, limits, ensured.servers, hold)
+                    .err()
+                    .map(|e| format!("its MPS daemon's limits: {e}"))
             }
         };
-        // Read again: a share placed meanwhile keeps the daemon.
+        match failed {
+            Some(why) => {
+                let _ = daemon::stop_if_idle(cfg, &state, gpu);
+                Ok(Err(Outcome::DaemonFailed(why)))
+            }
+            None => Ok::<_, LedgerError>(Ok(())),
+        }
+    });
+    match started {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(outcome))) => return outcome,
+        Ok(Err(e)) => return Outcome::Skipped(format!("the node's ledger: {e}")),
+        Err(LockError::Busy(busy)) => return Outcome::Skipped(format!("its daemon lock: {busy}")),
+        Err(e) => return Outcome::Skipped(format!("its daemon lock: {e}")),
+    }
+    let check = through_guard(node, gpu, &[], user, || {
+        check_gpu(cfg, gpu, exe, user, expected, timeout)
+    });
+    // Read again: a share placed meanwhile keeps the daemon.
+    let _ = daemon::with_gpu_lock(cfg, gpu, wait, || {
         let state = node.ledger.snapshot()?.state;
         let _ = daemon::stop_if_idle(cfg, &state, gpu);
-        Ok::<_, LedgerError>(outcome)
+        Ok::<_, LedgerError>(())
     });
-    match locked {
-        Ok(Ok(outcome)) => outcome,
-        Ok(Err(e)) => Outcome::Skipped(format!("the node's ledger: {e}")),
-        Err(LockError::Busy(busy)) => Outcome::Skipped(format!("its daemon lock: {busy}")),
-        Err(e) => Outcome::Skipped(format!("its daemon lock: {e}")),
+    drop(marked);
+    Outcome::Checked(Box::new(check))
+}
+
+/// GPU `gpu` marked under test by this process: the mark is cleared when
+/// this is dropped, whatever ended the test.
+struct Marked<'a> {
+    node: &'a Node,
+    gpu: u32,
+}
+
+impl Drop for Marked<'_> {
+    fn drop(&mut self) {
+        let _ = under_test::clear(
+            &self.node.cfg.state_dir,
+            self.gpu,
+            self.node.ledger.lock_wait(),
+        );
     }
 }
 

@@ -13,6 +13,7 @@ use crate::mps::daemon::{self, MpsDaemon};
 use crate::mps::ledger::LedgerError;
 use crate::mps::lock_wait::LockError;
 use crate::mps::state_dir;
+use crate::mps::under_test;
 
 /// What follows a share's placement: its memory limit recorded, its GPU's
 /// MPS daemon made to run with the limits of the GPU's shares, and a note
@@ -33,7 +34,12 @@ pub(super) fn serve(
         &node.cfg,
         gpu,
         node.ledger.lock_wait(),
-        || -> Result<(MpsDaemon, Option<String>, Option<String>), LedgerError> {
+        || -> Result<Served, LedgerError> {
+            // Marked under `gpu-mps selftest` (read under the lock the
+            // test marks it under): its server is the test's for now.
+            if let Some(mark) = under_test::read(&node.cfg.state_dir).get(&gpu) {
+                return Ok(Err(under_test::words(gpu, mark)));
+            }
             let mut failed_test = None;
             // Read once, under the lock: the users and limits of the GPU's shares now.
             let state = node.ledger.snapshot()?.state;
@@ -144,11 +150,15 @@ pub(super) fn serve(
                     }
                 }
             }
-            Ok((mps, unserved, failed_test))
+            Ok(Ok((mps, unserved, failed_test)))
         },
     );
     let (mps, unserved, failed_test) = match locked {
-        Ok(result) => result?,
+        Ok(Ok(Ok(served))) => served,
+        Ok(Ok(Err(under_test))) => {
+            return Ok(refuse(&node.ledger, env, BUSY_REFUSAL, under_test));
+        }
+        Ok(Err(e)) => return Err(e),
         // Another program works on the GPU's daemon past the wait: not a
         // failed daemon, a busy node (MPSFailure= does not apply).
         Err(LockError::Busy(busy)) => {
@@ -201,6 +211,11 @@ pub(super) fn serve(
         mps,
     })
 }
+
+/// What the GPU's daemon did for the share (its state, why it could not
+/// serve it, a failed `SelfTest=daemon-start`), or, where the GPU is
+/// under `gpu-mps selftest`, why it was not asked.
+type Served = Result<(MpsDaemon, Option<String>, Option<String>), String>;
 
 /// `user a`, `users a, b`.
 pub(super) fn names(users: &std::collections::BTreeSet<String>) -> String {

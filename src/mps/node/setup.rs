@@ -17,6 +17,7 @@ use crate::mps::in_force;
 use crate::mps::ledger::{Ledger, LedgerError, LedgerState};
 use crate::mps::placement::ServerRule;
 use crate::mps::status::StatusCopy;
+use crate::mps::under_test;
 use crate::shared::locations::beside_slurm_conf;
 use crate::shared::ConfigError;
 
@@ -60,6 +61,9 @@ pub struct Node {
     /// The GPUs set aside from sharing (see [`health`]): the prolog reads
     /// the record once, after setting aside the GPUs NVML reports lost.
     pub failed: health::FailedGpus,
+    /// The GPUs under `gpu-mps selftest` now ([`under_test`]): read with
+    /// [`Node::failed`]; placement passes them by.
+    pub under_test: under_test::UnderTest,
 }
 
 /// See [`Node::pipe_guard`].
@@ -201,6 +205,7 @@ impl Node {
             conf_notes: Vec::new(),
             mig_gpus: Vec::new(),
             failed: Default::default(),
+            under_test: Default::default(),
         };
         node.set_gpu_memory(None);
         node

@@ -997,3 +997,50 @@ fn a_private_daemon_is_refused_with_its_reason_and_nothing_recorded() {
         &format!("GPU {gpu} of this job"),
     );
 }
+
+/// A GPU under `gpu-mps selftest`: gpushare's placement passes it by;
+/// where Slurm chose it, or the mark came after the placement (read again
+/// under the GPU's daemon lock, where the test marks it), the share is
+/// refused `busy` (not counted, requeued), never served by the test's
+/// server.
+#[test]
+fn a_gpu_under_self_test_is_passed_by_and_never_served() {
+    use crate::mps::under_test;
+    let (mut node, _dir) = temp_node(Some(1600));
+    let longest = std::time::Duration::from_secs(120);
+    under_test::mark(&node.cfg.state_dir, 0, longest, Default::default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    node.under_test = under_test::read(&node.cfg.state_dir);
+    match outcome(&node, &share_env(1, 100)) {
+        PrologOutcome::Placed { share, .. } => assert_ne!(share.gpu, 0),
+        other => panic!("{other:?}"),
+    }
+    let busy = |outcome: PrologOutcome| match outcome {
+        PrologOutcome::Refused { reason, text } => {
+            assert_eq!(reason, BUSY_REFUSAL, "{text}");
+            assert!(text.contains("GPU 0 is under its MPS self-test"), "{text}");
+        }
+        other => panic!("{other:?}"),
+    };
+    let by_slurm = prolog(
+        &node,
+        &slurm_share_env(2, 50, 0),
+        &slurm_booking(),
+        no_squeue,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    busy(by_slurm.outcome);
+    // A prolog that read no mark, placing on GPU 0 (the least loaded).
+    let mut unaware = node;
+    unaware.under_test = Default::default();
+    busy(outcome(&unaware, &share_env(3, 100)));
+    // The test over (and the refused share's epilog done), the GPU takes
+    // shares again.
+    under_test::clear(&unaware.cfg.state_dir, 0, Default::default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    epilog(&unaware, 3).unwrap_or_else(|e| panic!("{e}"));
+    match outcome(&unaware, &share_env(4, 100)) {
+        PrologOutcome::Placed { share, .. } => assert_eq!(share.gpu, 0),
+        other => panic!("{other:?}"),
+    }
+}
