@@ -13,7 +13,7 @@ use serde_json::Value;
 use testcluster::standin::{CudaContext, CudaFault, CudaFiles};
 use testcluster::{ensure, Cluster, Suite, TestResult};
 
-use testcluster::cluster::wait_for;
+use testcluster::cluster::{slurm_places_shares, wait_for};
 use testcluster::time::SHORT;
 
 use super::{
@@ -36,7 +36,7 @@ pub fn tests(suite: Suite) -> Suite {
             hung_driver,
         )
         .test(
-            "a_share_submitted_during_gpu_mps_selftest_starts_at_once_on_another_gpu",
+            "a_share_during_gpu_mps_selftest_goes_elsewhere_or_is_refused_at_once",
             share_during_test,
         )
 }
@@ -343,7 +343,9 @@ const LONG_TIMEOUT: Duration = Duration::from_secs(35);
 /// deadline, while GPU 2 is the least loaded and GPU 3 has room: a share
 /// submitted meanwhile starts on GPU 3 while the test still runs, never
 /// requeued (the test runs its clients with no lock held, and placement
-/// passes a GPU under test by). Its mark is gone once the test ends.
+/// passes a GPU under test by). Where Slurm places shares (it chooses GPU
+/// 2), the share is refused at once with the test named, not after the
+/// prolog's 30 s lock wait. The mark is gone once the test ends.
 pub fn share_during_test(c: &mut Cluster) -> TestResult {
     given_back(c, share_during_test_on)
 }
@@ -382,10 +384,25 @@ fn share_during_test_on(c: &Cluster) -> TestResult {
                 .then_some(())
         });
         let share = marked.and_then(|()| c.sbatch_ok(&["--gres=mps:25", SCRIPT]));
+        // gpushare places: the share starts on GPU 3 at once. Slurm places
+        // (and chooses GPU 2, the least loaded): the share is refused at
+        // once, in words, not after the prolog's lock wait.
+        let by_slurm = slurm_places_shares();
+        let refused = format!("GPU {GPU} is under its MPS self-test");
         let started = share.as_ref().map_err(Clone::clone).and_then(|&id| {
-            wait_for("the share's output", LONG_TIMEOUT, || {
-                on(id).contains("GPU=").then_some(())
-            })
+            if by_slurm {
+                let job = format!("job {id} on node");
+                wait_for("the share's refusal", LONG_TIMEOUT, || {
+                    c.log("slurmd")
+                        .lines()
+                        .any(|l| l.contains(&job) && l.contains(&refused))
+                        .then_some(())
+                })
+            } else {
+                wait_for("the share's output", LONG_TIMEOUT, || {
+                    on(id).contains("GPU=").then_some(())
+                })
+            }
         });
         let running = !test.is_finished();
         let ran = test
@@ -395,14 +412,16 @@ fn share_during_test_on(c: &Cluster) -> TestResult {
         started.map_err(|e| format!("{e}: the share's record: {:?}", c.job(id)))?;
         ensure(
             running,
-            format!("the share started only after the self-test ended: {ran:?}"),
+            format!("the share was served or refused only after the self-test ended: {ran:?}"),
         )?;
-        let output = on(id);
-        let job = c.job(id)?;
-        ensure(
-            output.contains("GPU=3 ") && job.get("Restarts") == Some("0"),
-            format!("the share during the test: {output:?}, {job:?}"),
-        )?;
+        if !by_slurm {
+            let output = on(id);
+            let job = c.job(id)?;
+            ensure(
+                output.contains("GPU=3 ") && job.get("Restarts") == Some("0"),
+                format!("the share during the test: {output:?}, {job:?}"),
+            )?;
+        }
         ran.map(drop)
     });
     files.set_fault(CudaFault::Hang, false)?;
