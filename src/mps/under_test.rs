@@ -16,8 +16,9 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+use super::ledger::unix_now as now;
 use super::lock_wait::LockWait;
 use super::state_dir;
 
@@ -34,13 +35,6 @@ pub struct Mark {
 
 /// The GPUs marked, by index.
 pub type UnderTest = BTreeMap<u32, Mark>;
-
-fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
 
 fn text(marks: &UnderTest) -> String {
     marks

@@ -17,7 +17,8 @@ use testcluster::cluster::{slurm_places_shares, wait_for};
 use testcluster::time::SHORT;
 
 use super::{
-    bin_dir, calls, cancel_and_wait_stopped, daemons, gpu_mps, shares, standin, status_json, SCRIPT,
+    bin_dir, calls, cancel_and_wait_stopped, daemons, gpu_mps, shares, standin, status_json,
+    used_gpus, SCRIPT,
 };
 
 /// This file's tests, in order, after the suite's others.
@@ -363,12 +364,12 @@ fn share_during_test_on(c: &Cluster) -> TestResult {
     let Some(on_gpu) = on_gpu.filter(|_| on(half[0]).contains("GPU=3 ")) else {
         return Err(format!(
             "shares not where the test needs them: {:?}",
-            ledger_gpus(c)
+            used_gpus(c)
         ));
     };
     c.run_ok("scancel", &[&on_gpu.to_string()])?;
     wait_for("GPU 2's share to leave the ledger", SHORT, || {
-        (!ledger_gpus(c).contains(&GPU)).then_some(())
+        (!used_gpus(c).contains(&GPU)).then_some(())
     })?;
     files.set_fault(CudaFault::Hang, true)?;
     let mark = c.dir.join("run/gpu-mps/gpus-under-test");
@@ -437,9 +438,4 @@ fn share_during_test_on(c: &Cluster) -> TestResult {
         ),
     )?;
     cancel_and_wait_stopped(c)
-}
-
-/// The GPUs the node's ledger holds shares on.
-fn ledger_gpus(c: &Cluster) -> Vec<u32> {
-    super::ledger(c).shares().map(|s| s.gpu).collect()
 }

@@ -70,6 +70,8 @@ mod outcome;
 mod pending;
 mod per_gpu;
 mod records;
+
+pub(crate) use records::unix_now;
 mod store;
 
 pub use changes::{Holder, Placed, SlurmChoice};

@@ -453,16 +453,13 @@ fn told(error: &PlacementError, env: &JobEnv, booking: &MpsBooking) -> String {
     }
 }
 
-/// The refusal of a share only `gpus`, some under `gpu-mps selftest`,
-/// could take, in words.
+/// The refusal of a share only `gpus`, some under `gpu-mps selftest`
+/// (the others set aside), could take, in words.
 fn under_test_words(node: &Node, gpus: &[u32]) -> String {
     let each: Vec<String> = gpus
         .iter()
         .filter_map(|g| Some(under_test::words(*g, node.under_test.get(g)?)))
         .collect();
-    if each.is_empty() {
-        return format!("GPU(s) {gpus:?} under their MPS self-test");
-    }
     each.join("; ")
 }
 

@@ -4,7 +4,7 @@
 use crate::qos::config::{Enforce, GpuQosConfig};
 
 use super::enforce::Told;
-use super::job::JobDescription;
+use super::job::{record_values, JobDescription};
 use super::verdict::{
     reject, JobChanges, LowPriorityChange, Rejection, RejectionKind, ThrottleRecheck,
 };
@@ -305,27 +305,15 @@ pub(super) fn array_job_id(job_id_str: &str) -> Option<u32> {
 /// naming a low-priority QOS is enough (a user's own text can only make
 /// their own array capped).
 pub fn throttle_to_restore(show_job: &str, low_qos: &[String], max: u32) -> Option<u32> {
-    let fixed = |line: &'_ str| -> String {
-        line.split(" JobName=")
-            .next()
-            .unwrap_or_default()
-            .to_owned()
-    };
-    let field = |line: &str, key: &str| -> Option<String> {
-        fixed(line)
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix(key)?.strip_prefix('=').map(str::to_owned))
-    };
     let mut low = false;
     let mut array = false;
     let mut throttle: Option<u64> = None;
     for line in show_job.lines() {
-        low |= line.split_whitespace().any(|w| {
-            w.strip_prefix("QOS=")
-                .is_some_and(|q| low_qos.iter().any(|l| l.eq_ignore_ascii_case(q)))
-        });
-        array |= field(line, "ArrayJobId").is_some();
-        if let Some(t) = field(line, "ArrayTaskThrottle") {
+        let fixed = line.split(" JobName=").next().unwrap_or_default();
+        low |=
+            record_values(line, "QOS").any(|q| low_qos.iter().any(|l| l.eq_ignore_ascii_case(q)));
+        array |= record_values(fixed, "ArrayJobId").next().is_some();
+        if let Some(t) = record_values(fixed, "ArrayTaskThrottle").next() {
             // Digits only (scontrol's %u); anything else is no throttle.
             throttle = throttle.or(Some(t.parse::<u64>().unwrap_or(0)));
         }

@@ -68,9 +68,8 @@ impl Cluster {
             .get("slurmctld")
             .and_then(Daemon::pid)
             .ok_or("slurmctld does not run")?;
-        let words: Vec<String> = words.iter().map(|w| (*w).to_owned()).collect();
         std::thread::scope(|s| {
-            let watcher = s.spawn(|| watch_and_freeze(ctld, &words, within));
+            let watcher = s.spawn(|| watch_and_freeze(ctld, words, within));
             let done = during();
             let frozen = watcher
                 .join()
@@ -284,7 +283,7 @@ fn parent_of(pid: u32) -> Option<u32> {
 /// it; `None` after `within`.
 fn watch_and_freeze(
     parent: u32,
-    words: &[String],
+    words: &[&str],
     within: std::time::Duration,
 ) -> Option<FrozenChild> {
     let deadline = std::time::Instant::now() + within;
@@ -300,7 +299,7 @@ fn watch_and_freeze(
                 // arguments: looked at again on the next round.
                 let args = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
                 let args: Vec<&[u8]> = args.split(|b| *b == 0).collect();
-                let holds = |w: &String| args.contains(&w.as_bytes());
+                let holds = |w: &&str| args.contains(&w.as_bytes());
                 if !words.iter().all(holds) {
                     continue;
                 }
